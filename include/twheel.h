@@ -1,0 +1,8 @@
+/* twheel: timing wheels for C. One include for every layer. */
+#ifndef TWHEEL_H
+#define TWHEEL_H
+
+#include "twheel/common.h"
+#include "twheel/wheel.h"
+
+#endif /* TWHEEL_H */

@@ -1,0 +1,79 @@
+/* twheel: definitions shared by every layer.
+ *
+ * Version macros, the export macro, the error codes (one X-macro list, negative
+ * values, with tw_strerror/tw_err_name) and the optional allocator hook.
+ */
+#ifndef TWHEEL_COMMON_H
+#define TWHEEL_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TW_VERSION_MAJOR 0
+#define TW_VERSION_MINOR 1
+#define TW_VERSION_PATCH 0
+#define TW_VERSION_HEX \
+    ((TW_VERSION_MAJOR << 16) | (TW_VERSION_MINOR << 8) | TW_VERSION_PATCH)
+
+/* Everything the library exports carries TW_API; the rest is built with hidden
+ * visibility. Define TW_STATIC_BUILD when vendoring the amalgamation. */
+#if defined(TW_STATIC_BUILD)
+#define TW_API
+#elif defined(__GNUC__) || defined(__clang__)
+#define TW_API __attribute__((visibility("default")))
+#else
+#define TW_API
+#endif
+
+/* Error codes: every public call that can fail returns 0 (or a count) on
+ * success and one of these negative values on failure. */
+#define TW_ERRNO_MAP(XX)                                                    \
+    XX(EINVAL, -1, "invalid argument")                                      \
+    XX(EBUSY, -2, "not allowed while the wheel is advancing")               \
+    XX(ERANGE, -3, "tick out of range: the clock is at its end")            \
+    XX(ENOMEM, -4, "out of memory")                                         \
+    XX(ENOENT, -5, "no such key")                                           \
+    XX(ECLOSED, -6, "closed: stop has been called")                         \
+    XX(EFULL, -7, "pending-task limit reached")                             \
+    XX(E2BIG, -8, "key too long")                                           \
+    XX(ESYS, -9, "system call failed (thread, clock or lock)")
+
+enum tw_errno {
+#define TW_ERRNO_ENUM_(name, value, text) TW_##name = (value),
+    TW_ERRNO_MAP(TW_ERRNO_ENUM_)
+#undef TW_ERRNO_ENUM_
+};
+
+/* A human-readable message for an error code; never NULL ("unknown error"
+ * for a value that is not a twheel error code). */
+TW_API const char *tw_strerror(int err);
+/* The symbolic name ("TW_EINVAL"); "TW_UNKNOWN" for a value that is not one. */
+TW_API const char *tw_err_name(int err);
+
+/* Library version as "MAJOR.MINOR.PATCH", and as TW_VERSION_HEX. */
+TW_API const char *tw_version_string(void);
+TW_API unsigned tw_version(void);
+
+/* Optional allocator hook, Lua-style: one function does it all.
+ *   new_size > 0:  return a block of new_size bytes holding the first
+ *                  min(old_size, new_size) bytes of ptr (ptr may be NULL);
+ *                  NULL on failure, ptr untouched.
+ *   new_size == 0: free ptr (which may be NULL) and return NULL.
+ * The layers that allocate (tasks, runner, cache) take a const pointer to one;
+ * NULL means the C library's realloc/free. The core wheel never allocates. */
+typedef void *tw_alloc_fn(void *ctx, void *ptr, size_t old_size, size_t new_size);
+
+struct tw_allocator {
+    tw_alloc_fn *fn;
+    void *ctx;
+};
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TWHEEL_COMMON_H */

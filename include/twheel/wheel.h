@@ -1,0 +1,209 @@
+/* twheel core: a hierarchical timing wheel over abstract ticks.
+ *
+ * No threads, no clock, no allocation. Time is an unsigned 64-bit tick count
+ * owned by the wheel; the caller says what time it is (tw_wheel_advance) and
+ * chooses what one tick means. Timers are intrusive: embed a struct tw_timer in
+ * your own object (container_of gets you back to it), and the wheel links it
+ * into a slot. Arming, cancelling, re-arming and advancing allocate nothing.
+ *
+ * Rules (tests/test_wheel_*.c pin each of them):
+ *  - Exact: a timer with deadline D fires during the first advance whose new
+ *    time is >= D, never before. Within one advance, timers fire tick by tick:
+ *    one due at tick t never fires after one due at t+1. Timers due at the same
+ *    tick fire in an unspecified order.
+ *  - A deadline is always in the future: a timer armed with delay 0, or at an
+ *    absolute deadline <= now, is due at now + 1 (the next tick).
+ *  - Deadlines saturate at UINT64_MAX instead of wrapping round.
+ *  - While a callback runs, tw_wheel_now() is the tick being fired, and the
+ *    callback may arm, cancel or re-arm any timer of the wheel, itself
+ *    included. A timer cancelled or re-armed by a callback obeys its new state
+ *    at once: it does not fire again in this advance unless its new deadline
+ *    is passed by it.
+ *  - Re-arming to a later deadline is lazy (one store: the timer moves when
+ *    its old slot comes due); re-arming earlier relocates it at once.
+ *
+ * Thread safety: none. A wheel and its timers belong to one thread at a time;
+ * tw_runner (twheel/runner.h) is the thread-safe service.
+ *
+ * Costs: arm, cancel, re-arm are O(1). Advancing costs O(1) per occupied slot
+ * that comes due plus O(1) per timer fired or moved down a level; each timer
+ * moves at most once per level it skips (11 levels; delays below 2^18 ticks
+ * move at most twice), and idle ticks cost nothing.
+ */
+#ifndef TWHEEL_WHEEL_H
+#define TWHEEL_WHEEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "twheel/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Geometry: levels of 64 slots, enough levels to cover all 64 bits of time. */
+#define TW_WHEEL_SLOT_BITS 6
+#define TW_WHEEL_SLOTS (1u << TW_WHEEL_SLOT_BITS)
+#define TW_WHEEL_LEVELS ((64 + TW_WHEEL_SLOT_BITS - 1) / TW_WHEEL_SLOT_BITS)
+
+/* The tick value meaning "no deadline" where a function returns one. */
+#define TW_NEVER UINT64_MAX
+
+struct tw_timer;
+struct tw_wheel;
+
+/* Called when a timer fires. The timer is idle again when this runs (unless
+ * it is periodic, see tw_periodic), so the callback may re-arm it. */
+typedef void tw_timer_fn(struct tw_timer *timer, void *arg);
+
+/* An intrusive timer: 40 bytes on LP64. Initialise it with tw_timer_init
+ * before first use; treat every field as private. */
+struct tw_timer {
+    struct tw_timer *next;   /* private: next timer in the same slot */
+    struct tw_timer **pprev; /* private: link that points at us; NULL = idle */
+    uint64_t deadline;       /* private: use tw_timer_deadline() */
+    tw_timer_fn *fn;         /* private: set by tw_timer_init */
+    void *arg;               /* private: set by tw_timer_init */
+};
+
+/* The wheel. Caller-owned (static, on the stack, inside your struct, or
+ * malloc'ed by you); about 5.8 KB. Every field is private. */
+struct tw_wheel {
+    struct tw_timer *slots[TW_WHEEL_LEVELS][TW_WHEEL_SLOTS];
+    uint64_t occupied[TW_WHEEL_LEVELS]; /* bit s set <=> slots[level][s] non-empty */
+    struct tw_timer *ready;             /* due at `now`, not fired yet */
+    uint64_t now;                       /* current tick */
+    uint64_t target;                    /* tick the running advance goes to */
+    uint64_t moves;                     /* timers moved down a level, ever */
+    size_t pending;                     /* armed timers, ready list included */
+    uint32_t levels;                    /* bit l set <=> occupied[l] != 0 */
+    int advancing;                      /* inside tw_wheel_advance */
+};
+
+/* ---- wheel ------------------------------------------------------------- */
+
+/* Make an empty wheel whose time is `now`. Returns 0, or TW_EINVAL if w is
+ * NULL. O(size of the wheel). */
+TW_API int tw_wheel_init(struct tw_wheel *w, uint64_t now);
+
+/* Detach every pending timer (each becomes idle; no callback runs) and leave
+ * the wheel empty. The timers' memory stays the caller's. Returns the number
+ * of timers detached, TW_EINVAL for NULL, or TW_EBUSY when called from inside
+ * a callback of this wheel (nothing is changed then). O(pending + slots). */
+TW_API int64_t tw_wheel_destroy(struct tw_wheel *w);
+
+/* Advance time to `now`, firing every timer whose deadline is <= now, tick by
+ * tick in deadline order. Returns the number of callbacks run (>= 0), or
+ * TW_EINVAL for NULL, or TW_EBUSY when called from inside one of this wheel's
+ * callbacks. A `now` earlier than the wheel's time is a no-op returning 0: time
+ * never goes back and nothing is rescanned. Idle ticks cost nothing. */
+TW_API int64_t tw_wheel_advance(struct tw_wheel *w, uint64_t now);
+
+/* Pull interface, for callers that prefer to run expired work themselves:
+ * remove and return the next timer due by `now` (earliest deadline first; the
+ * timer is idle and its callback is NOT called, periodic ones included), or
+ * NULL when none is left, in which case the wheel's time is `now`. Between
+ * calls the caller may arm, cancel or re-arm anything; the wheel's time is
+ * then the returned timer's deadline. Returns NULL for a NULL wheel, or while
+ * tw_wheel_advance is running. O(1) amortised per timer, as advance. */
+TW_API struct tw_timer *tw_wheel_expire_next(struct tw_wheel *w, uint64_t now);
+
+/* The wheel's current tick. */
+TW_API uint64_t tw_wheel_now(const struct tw_wheel *w);
+
+/* The earliest tick at which the wheel has work: no timer is due before it,
+ * so a poller may sleep until then. It is never later than the earliest
+ * deadline, and equal to it unless a later re-arm or a far slot makes the
+ * wheel stop early to move timers (advancing to it then fires nothing).
+ * TW_NEVER when no timer is pending. O(1). */
+TW_API uint64_t tw_wheel_next_expiry(const struct tw_wheel *w);
+
+/* Ticks from now until tw_wheel_next_expiry: 0 if something is due now,
+ * TW_NEVER if nothing is pending. Handy as a poll timeout. O(1). */
+TW_API uint64_t tw_wheel_timeout(const struct tw_wheel *w);
+
+/* Number of armed timers. O(1). */
+TW_API size_t tw_wheel_pending(const struct tw_wheel *w);
+
+/* How many times timers have been moved from one slot to another by
+ * advancing (cascades and lazy re-arms), since init. For tuning. O(1). */
+TW_API uint64_t tw_wheel_moves(const struct tw_wheel *w);
+
+/* ---- timers ------------------------------------------------------------ */
+
+/* Prepare a timer: idle, calling fn(timer, arg) when it fires. fn may not be
+ * NULL. Returns 0 or TW_EINVAL. Must not be called on a pending timer. */
+TW_API int tw_timer_init(struct tw_timer *t, tw_timer_fn *fn, void *arg);
+
+/* Arm t to fire `delay` ticks from now (0 means the next tick; deadlines past
+ * UINT64_MAX saturate). Arming a pending timer re-arms it: lazy when the new
+ * deadline is not earlier, immediate otherwise. Returns 0, TW_EINVAL (NULL
+ * argument or uninitialised timer), or TW_ERANGE when the wheel's time is
+ * already UINT64_MAX (no later tick exists; t is left unchanged). O(1). */
+TW_API int tw_timer_arm(struct tw_wheel *w, struct tw_timer *t, uint64_t delay);
+
+/* As tw_timer_arm, at an absolute deadline (a deadline <= now means now + 1). */
+TW_API int tw_timer_arm_at(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline);
+
+/* Disarm t. Returns 1 if it was pending (its callback will not run), 0 if it
+ * was idle (no-op), TW_EINVAL for NULL. t must be idle or pending on w. O(1). */
+TW_API int tw_timer_cancel(struct tw_wheel *w, struct tw_timer *t);
+
+/* Whether t is armed. O(1). */
+TW_API bool tw_timer_pending(const struct tw_timer *t);
+
+/* t's deadline if pending, TW_NEVER if idle. O(1). */
+TW_API uint64_t tw_timer_deadline(const struct tw_timer *t);
+
+/* Recover the struct that embeds a timer: container_of. */
+#define tw_container_of(ptr, type, member) \
+    ((type *)(void *)((char *)(ptr) - offsetof(type, member)))
+
+/* ---- periodic timers --------------------------------------------------- */
+
+/* What a periodic timer does when an advance passes several of its periods. */
+enum tw_missed_policy {
+    /* Fire once for every period, each at its own tick (deadline order is
+     * kept with other timers). The default. */
+    TW_MISSED_CATCH_UP = 0,
+    /* Fire once, at the first missed deadline; the next deadline is the first
+     * one of the original phase after the advance's target. */
+    TW_MISSED_SKIP = 1,
+};
+
+struct tw_periodic;
+typedef void tw_periodic_fn(struct tw_periodic *p, void *arg);
+
+/* A periodic timer re-arms from its previous deadline, so it never drifts:
+ * its n-th deadline is first + n * period exactly (saturating). It is a core
+ * timer plus 32 bytes; treat every field as private. */
+struct tw_periodic {
+    struct tw_timer timer;
+    struct tw_wheel *wheel;
+    uint64_t period;
+    tw_periodic_fn *fn;
+    void *arg;
+    enum tw_missed_policy policy;
+};
+
+/* Prepare p (idle). fn may not be NULL; policy must be a tw_missed_policy.
+ * Returns 0 or TW_EINVAL. */
+TW_API int tw_periodic_init(struct tw_periodic *p, tw_periodic_fn *fn, void *arg,
+                            enum tw_missed_policy policy);
+
+/* Start p on w: first fire `first_delay` ticks from now (0 = next tick), then
+ * every `period` ticks. Restarts p if it was running. The callback may stop
+ * or restart p. Returns 0, TW_EINVAL (NULL, period 0), or TW_ERANGE. O(1). */
+TW_API int tw_periodic_start(struct tw_wheel *w, struct tw_periodic *p,
+                             uint64_t first_delay, uint64_t period);
+
+/* Stop p. Returns 1 if it was running, 0 if not, TW_EINVAL for NULL. O(1). */
+TW_API int tw_periodic_stop(struct tw_periodic *p);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TWHEEL_WHEEL_H */

@@ -1,0 +1,412 @@
+/* twheel core: the hierarchical timing wheel.
+ *
+ * Design
+ * ------
+ * 11 levels of 64 slots cover all 64 bits of time. A timer is placed by its
+ * absolute deadline d relative to the current time `now`: its level is the
+ * level holding the highest bit in which d and now differ, its slot is d's
+ * 6-bit digit at that level.
+ *
+ *   level  digit bits   slot width (ticks)   level spans (ticks)
+ *     0      0..5            1                  64
+ *     1      6..11          64                  4096
+ *     2     12..17          4096                262144
+ *     3     18..23          2^18                2^24
+ *    ...
+ *     9     54..59          2^54                2^60
+ *    10     60..63          2^60                2^64 (16 slots used)
+ *
+ * Because d > now and they agree on every bit above level L, d's digit at L is
+ * greater than now's: an occupied slot is always strictly ahead of the current
+ * one at its level, within the current block of the level above. So no slot
+ * ever holds timers from two revolutions (nothing wraps, there is no "rounds"
+ * count), and the next slot to come due is simply the lowest set bit of the
+ * lowest non-empty level's occupancy bitmap: O(1) with two ctz.
+ *
+ * A slot at level L > 0 comes due when `now` reaches the first tick of its
+ * range; its timers are then re-placed relative to the new now, which puts
+ * each of them at a strictly lower level (or fires it, if its deadline is that
+ * very tick). A timer therefore moves at most once per level it starts above
+ * level 0, and never fires early: it only fires from a slot whose tick equals
+ * its deadline.
+ *
+ * Lazy re-arm: re-arming a pending timer to a later deadline only stores the
+ * deadline. The timer stays in the slot chosen for its older, earlier
+ * deadline; when that slot comes due the deadline is compared and the timer
+ * re-placed. Re-arming earlier unlinks and re-inserts at once. Either way no
+ * timer fires before its (latest) deadline nor after the slot of it comes due.
+ *
+ * Firing: the timers due at one tick are first collected on the `ready` list,
+ * then their callbacks run one by one. A callback may cancel or re-arm any
+ * timer, ready ones included (the ready list is an ordinary doubly linked
+ * list), and timers it arms are due at a later tick, so an advance always
+ * terminates.
+ *
+ * Lists: singly linked forward plus `pprev`, a pointer to the link that points
+ * at the timer (the slot head or the previous timer's `next`), as in the Linux
+ * kernel's hlist. Unlinking needs no slot index; whether a slot became empty
+ * is known because only a slot head can be pointed at by `pprev` from outside
+ * a timer, and its address tells which slot it is.
+ */
+#include "twheel/wheel.h"
+
+#include <string.h>
+
+#define SLOT_BITS TW_WHEEL_SLOT_BITS
+#define SLOT_MASK ((uint64_t)TW_WHEEL_SLOTS - 1)
+#define LEVELS TW_WHEEL_LEVELS
+
+_Static_assert(TW_WHEEL_SLOTS == 64, "one 64-bit occupancy word per level");
+_Static_assert(LEVELS * SLOT_BITS >= 64 && (LEVELS - 1) * SLOT_BITS < 64,
+               "levels cover exactly the 64-bit tick range");
+_Static_assert(LEVELS <= 32, "levels bitmap is 32 bits wide");
+
+/* ---- small helpers -------------------------------------------------------- */
+
+static inline unsigned level_of(uint64_t diff) /* diff != 0 */
+{
+    return (unsigned)(63 - __builtin_clzll(diff)) / SLOT_BITS;
+}
+
+static inline unsigned digit_of(uint64_t tick, unsigned level)
+{
+    return (unsigned)((tick >> (level * SLOT_BITS)) & SLOT_MASK);
+}
+
+/* The first tick of slot `slot` at `level`, in the block of the level above
+ * that holds `now`. */
+static inline uint64_t slot_tick(uint64_t now, unsigned level, unsigned slot)
+{
+    unsigned shift = (level + 1) * SLOT_BITS;
+    uint64_t above = shift >= 64 ? 0 : now & ~((UINT64_C(1) << shift) - 1);
+    return above | ((uint64_t)slot << (level * SLOT_BITS));
+}
+
+static inline uint64_t saturating_add(uint64_t a, uint64_t b)
+{
+    return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
+static inline void list_push(struct tw_timer **head, struct tw_timer *t)
+{
+    t->next = *head;
+    if (t->next)
+        t->next->pprev = &t->next;
+    *head = t;
+    t->pprev = head;
+}
+
+/* If `link` is one of the wheel's slot heads, its flat index; else -1. */
+static inline long slot_index(const struct tw_wheel *w, struct tw_timer **link)
+{
+    uintptr_t base = (uintptr_t)&w->slots[0][0];
+    uintptr_t off = (uintptr_t)link - base;
+    if (off >= sizeof w->slots)
+        return -1;
+    return (long)(off / sizeof(struct tw_timer *));
+}
+
+static inline void mark_occupied(struct tw_wheel *w, unsigned level, unsigned slot)
+{
+    w->occupied[level] |= UINT64_C(1) << slot;
+    w->levels |= UINT32_C(1) << level;
+}
+
+static inline void mark_empty(struct tw_wheel *w, unsigned level, unsigned slot)
+{
+    w->occupied[level] &= ~(UINT64_C(1) << slot);
+    if (!w->occupied[level])
+        w->levels &= ~(UINT32_C(1) << level);
+}
+
+/* Take a pending timer out of its list; the caller decides what it becomes. */
+static void unlink_timer(struct tw_wheel *w, struct tw_timer *t)
+{
+    struct tw_timer **link = t->pprev;
+    *link = t->next;
+    if (t->next) {
+        t->next->pprev = link;
+    } else if (link != &w->ready && *link == NULL) {
+        long idx = slot_index(w, link);
+        if (idx >= 0) /* t was alone in its slot */
+            mark_empty(w, (unsigned)idx / TW_WHEEL_SLOTS, (unsigned)idx % TW_WHEEL_SLOTS);
+    }
+    t->pprev = NULL;
+}
+
+/* Place a timer whose deadline is > now into its slot. */
+static inline void place(struct tw_wheel *w, struct tw_timer *t)
+{
+    unsigned level = level_of(t->deadline ^ w->now);
+    unsigned slot = digit_of(t->deadline, level);
+    list_push(&w->slots[level][slot], t);
+    mark_occupied(w, level, slot);
+}
+
+/* Move the timers of the next slot due at or before `limit` to their new
+ * places or to the ready list, setting now to that slot's tick. Returns 0 if
+ * no slot is due by `limit`. */
+static int process_next_slot(struct tw_wheel *w, uint64_t limit)
+{
+    while (w->levels) {
+        unsigned level = (unsigned)__builtin_ctz(w->levels);
+        unsigned slot = (unsigned)__builtin_ctzll(w->occupied[level]);
+        uint64_t tick = slot_tick(w->now, level, slot);
+        if (tick > limit)
+            return 0;
+        w->now = tick;
+        struct tw_timer *t = w->slots[level][slot];
+        w->slots[level][slot] = NULL;
+        mark_empty(w, level, slot);
+        while (t) {
+            struct tw_timer *next = t->next;
+            if (t->deadline <= tick) {
+                list_push(&w->ready, t);
+            } else {
+                place(w, t);
+                w->moves++;
+            }
+            t = next;
+        }
+        if (w->ready)
+            return 1;
+    }
+    return 0;
+}
+
+/* Pop the next timer due by `limit`, or NULL (then now == limit, or stays if
+ * limit is in the past). */
+static struct tw_timer *pop_due(struct tw_wheel *w, uint64_t limit)
+{
+    if (!w->ready) {
+        if (limit <= w->now)
+            return NULL;
+        if (!process_next_slot(w, limit)) {
+            w->now = limit;
+            return NULL;
+        }
+    }
+    struct tw_timer *t = w->ready;
+    unlink_timer(w, t);
+    w->pending--;
+    return t;
+}
+
+/* ---- wheel ------------------------------------------------------------------ */
+
+int tw_wheel_init(struct tw_wheel *w, uint64_t now)
+{
+    if (!w)
+        return TW_EINVAL;
+    memset(w, 0, sizeof *w);
+    w->now = now;
+    w->target = now;
+    return 0;
+}
+
+int64_t tw_wheel_destroy(struct tw_wheel *w)
+{
+    if (!w)
+        return TW_EINVAL;
+    if (w->advancing)
+        return TW_EBUSY;
+    int64_t detached = 0;
+    for (struct tw_timer *t = w->ready; t; t = t->next, detached++)
+        t->pprev = NULL;
+    for (unsigned level = 0; level < LEVELS; level++) {
+        for (uint64_t bits = w->occupied[level]; bits; bits &= bits - 1) {
+            unsigned slot = (unsigned)__builtin_ctzll(bits);
+            for (struct tw_timer *t = w->slots[level][slot]; t; t = t->next, detached++)
+                t->pprev = NULL;
+        }
+    }
+    uint64_t now = w->now;
+    tw_wheel_init(w, now);
+    return detached;
+}
+
+int64_t tw_wheel_advance(struct tw_wheel *w, uint64_t now)
+{
+    if (!w)
+        return TW_EINVAL;
+    if (w->advancing)
+        return TW_EBUSY;
+    if (now <= w->now && !w->ready)
+        return 0;
+    if (now < w->now) /* timers left ready by the pull interface are due now */
+        now = w->now;
+    int64_t fired = 0;
+    w->advancing = 1;
+    w->target = now;
+    struct tw_timer *t;
+    while ((t = pop_due(w, now)) != NULL) {
+        fired++;
+        t->fn(t, t->arg);
+    }
+    w->advancing = 0;
+    return fired;
+}
+
+struct tw_timer *tw_wheel_expire_next(struct tw_wheel *w, uint64_t now)
+{
+    if (!w || w->advancing)
+        return NULL;
+    if (now > w->now)
+        w->target = now;
+    return pop_due(w, now);
+}
+
+uint64_t tw_wheel_now(const struct tw_wheel *w)
+{
+    return w->now;
+}
+
+uint64_t tw_wheel_next_expiry(const struct tw_wheel *w)
+{
+    if (w->ready)
+        return w->now;
+    if (!w->levels)
+        return TW_NEVER;
+    unsigned level = (unsigned)__builtin_ctz(w->levels);
+    return slot_tick(w->now, level, (unsigned)__builtin_ctzll(w->occupied[level]));
+}
+
+uint64_t tw_wheel_timeout(const struct tw_wheel *w)
+{
+    uint64_t next = tw_wheel_next_expiry(w);
+    return next == TW_NEVER ? TW_NEVER : next - w->now;
+}
+
+size_t tw_wheel_pending(const struct tw_wheel *w)
+{
+    return w->pending;
+}
+
+uint64_t tw_wheel_moves(const struct tw_wheel *w)
+{
+    return w->moves;
+}
+
+/* ---- timers ----------------------------------------------------------------- */
+
+int tw_timer_init(struct tw_timer *t, tw_timer_fn *fn, void *arg)
+{
+    if (!t || !fn)
+        return TW_EINVAL;
+    t->next = NULL;
+    t->pprev = NULL;
+    t->deadline = TW_NEVER;
+    t->fn = fn;
+    t->arg = arg;
+    return 0;
+}
+
+int tw_timer_arm_at(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline)
+{
+    if (!w || !t || !t->fn)
+        return TW_EINVAL;
+    if (deadline <= w->now) {
+        if (w->now == UINT64_MAX)
+            return TW_ERANGE;
+        deadline = w->now + 1;
+    }
+    if (t->pprev) {
+        /* Later than a deadline still in the future: one store, moved when
+         * its slot comes due. (A ready timer has deadline == now: relink.) */
+        if (deadline >= t->deadline && t->deadline > w->now) {
+            t->deadline = deadline;
+            return 0;
+        }
+        unlink_timer(w, t);
+    } else {
+        w->pending++;
+    }
+    t->deadline = deadline;
+    place(w, t);
+    return 0;
+}
+
+int tw_timer_arm(struct tw_wheel *w, struct tw_timer *t, uint64_t delay)
+{
+    if (!w)
+        return TW_EINVAL;
+    return tw_timer_arm_at(w, t, saturating_add(w->now, delay));
+}
+
+int tw_timer_cancel(struct tw_wheel *w, struct tw_timer *t)
+{
+    if (!w || !t)
+        return TW_EINVAL;
+    if (!t->pprev)
+        return 0;
+    unlink_timer(w, t);
+    w->pending--;
+    return 1;
+}
+
+bool tw_timer_pending(const struct tw_timer *t)
+{
+    return t->pprev != NULL;
+}
+
+uint64_t tw_timer_deadline(const struct tw_timer *t)
+{
+    return t->pprev ? t->deadline : TW_NEVER;
+}
+
+/* ---- periodic timers -------------------------------------------------------- */
+
+/* The core callback of every periodic timer: re-arm from the deadline that
+ * just fired (no drift), then run the user's callback, which may stop or
+ * restart the timer. */
+static void periodic_fire(struct tw_timer *t, void *arg)
+{
+    struct tw_periodic *p = arg;
+    struct tw_wheel *w = p->wheel;
+    uint64_t fired_at = w->now; /* == the deadline that fired */
+    uint64_t next = saturating_add(fired_at, p->period);
+    if (p->policy == TW_MISSED_SKIP && next <= w->target) {
+        uint64_t periods = (w->target - fired_at) / p->period + 1;
+        next = periods > (UINT64_MAX - fired_at) / p->period
+                   ? UINT64_MAX
+                   : fired_at + periods * p->period;
+    }
+    /* At the end of time (next == now == UINT64_MAX) the timer stays idle. */
+    tw_timer_arm_at(w, t, next);
+    p->fn(p, p->arg);
+}
+
+int tw_periodic_init(struct tw_periodic *p, tw_periodic_fn *fn, void *arg,
+                     enum tw_missed_policy policy)
+{
+    if (!p || !fn || (policy != TW_MISSED_CATCH_UP && policy != TW_MISSED_SKIP))
+        return TW_EINVAL;
+    tw_timer_init(&p->timer, periodic_fire, p);
+    p->wheel = NULL;
+    p->period = 0;
+    p->fn = fn;
+    p->arg = arg;
+    p->policy = policy;
+    return 0;
+}
+
+int tw_periodic_start(struct tw_wheel *w, struct tw_periodic *p, uint64_t first_delay,
+                      uint64_t period)
+{
+    if (!w || !p || !p->fn || period == 0)
+        return TW_EINVAL;
+    if (p->wheel && p->wheel != w && p->timer.pprev)
+        tw_timer_cancel(p->wheel, &p->timer);
+    p->wheel = w;
+    p->period = period;
+    return tw_timer_arm(w, &p->timer, first_delay);
+}
+
+int tw_periodic_stop(struct tw_periodic *p)
+{
+    if (!p)
+        return TW_EINVAL;
+    if (!p->wheel)
+        return 0;
+    return tw_timer_cancel(p->wheel, &p->timer);
+}
