@@ -117,7 +117,9 @@ TW_API uint64_t tw_wheel_now(const struct tw_wheel *w);
  * so a poller may sleep until then. It is never later than the earliest
  * deadline, and equal to it unless a later re-arm or a far slot makes the
  * wheel stop early to move timers (advancing to it then fires nothing).
- * TW_NEVER when no timer is pending. O(1). */
+ * TW_NEVER when no timer is pending. (TW_NEVER is also UINT64_MAX, the last
+ * tick, where saturated deadlines fall: tw_wheel_pending tells the two apart.)
+ * O(1). */
 TW_API uint64_t tw_wheel_next_expiry(const struct tw_wheel *w);
 
 /* Ticks from now until tw_wheel_next_expiry: 0 if something is due now,

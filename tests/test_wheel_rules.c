@@ -1,0 +1,600 @@
+/* Unit tests of the core wheel: one test per rule of include/twheel/wheel.h,
+ * and the edge cases (delay 0, huge delays, the end of the tick range,
+ * re-arming from inside a callback, cancelling the firing timer or its
+ * neighbour in the same slot). */
+#include <stdlib.h>
+
+#include "test.h"
+#include "twheel.h"
+
+/* A timer that records when it fired, and can act on others when it does. */
+struct probe {
+    struct tw_timer timer;
+    struct tw_wheel *wheel;
+    int fires;
+    uint64_t fired_at;
+    int order;               /* position in the global firing order */
+    void (*action)(struct probe *self);
+    struct probe *other;
+    uint64_t value;
+};
+
+static int fire_counter;
+
+static void probe_fire(struct tw_timer *t, void *arg)
+{
+    struct probe *p = arg;
+    CHECK_EQ_PTR(t, &p->timer);
+    p->fires++;
+    p->fired_at = tw_wheel_now(p->wheel);
+    p->order = ++fire_counter;
+    if (p->action)
+        p->action(p);
+}
+
+static void probe_init(struct probe *p, struct tw_wheel *w)
+{
+    memset(p, 0, sizeof *p);
+    p->wheel = w;
+    CHECK_EQ_INT(tw_timer_init(&p->timer, probe_fire, p), 0);
+}
+
+static void test_sizes(void)
+{
+    CHECK(sizeof(struct tw_timer) <= 40);
+    CHECK_EQ_INT(TW_WHEEL_LEVELS, 11);
+}
+
+static void test_bad_arguments(void)
+{
+    struct tw_wheel w;
+    struct tw_timer t;
+    CHECK_EQ_INT(tw_wheel_init(NULL, 0), TW_EINVAL);
+    CHECK_EQ_INT(tw_wheel_init(&w, 0), 0);
+    CHECK_EQ_INT(tw_timer_init(NULL, probe_fire, NULL), TW_EINVAL);
+    CHECK_EQ_INT(tw_timer_init(&t, NULL, NULL), TW_EINVAL);
+    CHECK_EQ_INT(tw_timer_arm(NULL, &t, 1), TW_EINVAL);
+    CHECK_EQ_INT(tw_timer_arm(&w, NULL, 1), TW_EINVAL);
+    CHECK_EQ_INT(tw_timer_arm_at(&w, NULL, 1), TW_EINVAL);
+    CHECK_EQ_INT(tw_timer_cancel(NULL, &t), TW_EINVAL);
+    CHECK_EQ_INT(tw_timer_cancel(&w, NULL), TW_EINVAL);
+    CHECK_EQ_INT(tw_wheel_advance(NULL, 5), TW_EINVAL);
+    CHECK_EQ_INT(tw_wheel_destroy(NULL), TW_EINVAL);
+    CHECK(tw_wheel_expire_next(NULL, 5) == NULL);
+    CHECK_EQ_INT(tw_periodic_init(NULL, NULL, NULL, TW_MISSED_CATCH_UP), TW_EINVAL);
+    CHECK_EQ_INT(tw_periodic_stop(NULL), TW_EINVAL);
+}
+
+static void test_error_strings(void)
+{
+    CHECK_EQ_STR(tw_err_name(TW_EINVAL), "TW_EINVAL");
+    CHECK_EQ_STR(tw_err_name(TW_ERANGE), "TW_ERANGE");
+    CHECK_EQ_STR(tw_err_name(0), "TW_OK");
+    CHECK_EQ_STR(tw_err_name(-999), "TW_UNKNOWN");
+    CHECK_EQ_STR(tw_strerror(TW_EBUSY), "not allowed while the wheel is advancing");
+    CHECK_EQ_STR(tw_strerror(12345), "unknown error");
+    CHECK_EQ_STR(tw_version_string(), "0.1.0");
+    CHECK_EQ_INT(tw_version(), TW_VERSION_HEX);
+}
+
+static void test_never_early_tick_exact(void)
+{
+    struct tw_wheel w;
+    struct probe p;
+    tw_wheel_init(&w, 1000);
+    probe_init(&p, &w);
+    CHECK_EQ_INT(tw_timer_arm(&w, &p.timer, 500), 0);
+    CHECK(tw_timer_pending(&p.timer));
+    CHECK_EQ_U64(tw_timer_deadline(&p.timer), 1500);
+    /* A far timer sits in a level-1 slot: the wheel names that slot's first
+     * tick (a lower bound) and fires nothing there. */
+    CHECK_EQ_U64(tw_wheel_next_expiry(&w), 1472);
+    CHECK_EQ_U64(tw_wheel_timeout(&w), 472);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 1472), 0);
+    CHECK_EQ_U64(tw_wheel_next_expiry(&w), 1500); /* now at level 0: exact */
+    CHECK_EQ_INT(tw_wheel_advance(&w, 1499), 0);
+    CHECK_EQ_INT(p.fires, 0);
+    CHECK_EQ_U64(tw_wheel_now(&w), 1499);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 1500), 1);
+    CHECK_EQ_INT(p.fires, 1);
+    CHECK_EQ_U64(p.fired_at, 1500);
+    CHECK(!tw_timer_pending(&p.timer));
+    CHECK_EQ_U64(tw_timer_deadline(&p.timer), TW_NEVER);
+    CHECK_EQ_U64(tw_wheel_next_expiry(&w), TW_NEVER);
+    CHECK_EQ_U64(tw_wheel_timeout(&w), TW_NEVER);
+}
+
+/* An advance that passes many deadlines fires them tick by tick, each with the
+ * wheel's time equal to its deadline, across every level. */
+static void test_deadline_order_across_levels(void)
+{
+    enum { N = 40 };
+    struct tw_wheel w;
+    struct probe p[N];
+    tw_wheel_init(&w, 7);
+    fire_counter = 0;
+    for (int i = 0; i < N; i++) {
+        probe_init(&p[i], &w);
+        /* Delays spread over 1 tick .. 2^39 ticks, armed in shuffled order. */
+        int k = (i * 17) % N;
+        tw_timer_arm(&w, &p[i].timer, (UINT64_C(1) << k) + (uint64_t)k);
+    }
+    CHECK_EQ_INT(tw_wheel_advance(&w, UINT64_C(1) << 41), N);
+    for (int i = 0; i < N; i++) {
+        int k = (i * 17) % N;
+        CHECK_EQ_U64(p[i].fired_at, 7 + (UINT64_C(1) << k) + (uint64_t)k);
+        CHECK_EQ_INT(p[i].order, k + 1);
+    }
+    CHECK_EQ_U64(tw_wheel_now(&w), UINT64_C(1) << 41);
+}
+
+static void test_delay_zero_is_next_tick(void)
+{
+    struct tw_wheel w;
+    struct probe p, q;
+    tw_wheel_init(&w, 50);
+    probe_init(&p, &w);
+    probe_init(&q, &w);
+    tw_timer_arm(&w, &p.timer, 0);
+    tw_timer_arm_at(&w, &q.timer, 10); /* in the past */
+    CHECK_EQ_U64(tw_timer_deadline(&p.timer), 51);
+    CHECK_EQ_U64(tw_timer_deadline(&q.timer), 51);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 50), 0); /* same time: nothing */
+    CHECK_EQ_INT(tw_wheel_advance(&w, 51), 2);
+    CHECK_EQ_U64(p.fired_at, 51);
+    CHECK_EQ_U64(q.fired_at, 51);
+    CHECK_EQ_INT(p.fires + q.fires, 2);
+}
+
+static void test_saturating_deadline(void)
+{
+    struct tw_wheel w;
+    struct probe p, q;
+    /* Unlike timeout.c, a delay past 2^64-1 must not wrap round and fire now. */
+    tw_wheel_init(&w, UINT64_MAX - 10);
+    probe_init(&p, &w);
+    probe_init(&q, &w);
+    CHECK_EQ_INT(tw_timer_arm(&w, &p.timer, 100), 0);
+    CHECK_EQ_U64(tw_timer_deadline(&p.timer), UINT64_MAX);
+    CHECK_EQ_INT(tw_timer_arm(&w, &q.timer, UINT64_MAX), 0);
+    CHECK_EQ_U64(tw_timer_deadline(&q.timer), UINT64_MAX);
+    CHECK_EQ_INT(tw_wheel_advance(&w, UINT64_MAX - 9), 0);
+    CHECK_EQ_INT(tw_wheel_advance(&w, UINT64_MAX - 1), 0);
+    CHECK_EQ_INT(p.fires, 0);
+    CHECK_EQ_INT(tw_wheel_advance(&w, UINT64_MAX), 2);
+    CHECK_EQ_U64(p.fired_at, UINT64_MAX);
+    /* At the end of time no later tick exists: arming is refused, unchanged. */
+    CHECK_EQ_INT(tw_timer_arm(&w, &p.timer, 0), TW_ERANGE);
+    CHECK_EQ_INT(tw_timer_arm_at(&w, &p.timer, 5), TW_ERANGE);
+    CHECK(!tw_timer_pending(&p.timer));
+    CHECK_EQ_U64(tw_wheel_pending(&w), 0);
+
+    /* From time 0, the longest delay lands on the last tick, at the top level. */
+    tw_wheel_init(&w, 0);
+    probe_init(&p, &w);
+    tw_timer_arm(&w, &p.timer, UINT64_MAX);
+    CHECK_EQ_U64(tw_timer_deadline(&p.timer), UINT64_MAX);
+    CHECK_EQ_INT(tw_wheel_advance(&w, UINT64_MAX - 1), 0);
+    CHECK_EQ_INT(tw_wheel_advance(&w, UINT64_MAX), 1);
+    CHECK(tw_wheel_moves(&w) <= TW_WHEEL_LEVELS);
+}
+
+/* Time crossing 2^63 and other high carries (the "overflow" of lower digits
+ * up the levels) keeps every deadline exact. */
+static void test_high_bit_carries(void)
+{
+    struct tw_wheel w;
+    struct probe p[6];
+    const uint64_t start = (UINT64_C(1) << 63) - 3;
+    const uint64_t delays[6] = {1, 3, 4, 64, UINT64_C(1) << 36, (UINT64_C(1) << 62) + 5};
+    tw_wheel_init(&w, start);
+    for (int i = 0; i < 6; i++) {
+        probe_init(&p[i], &w);
+        tw_timer_arm(&w, &p[i].timer, delays[i]);
+    }
+    while (tw_wheel_pending(&w))
+        tw_wheel_advance(&w, tw_wheel_next_expiry(&w));
+    for (int i = 0; i < 6; i++) {
+        CHECK_EQ_INT(p[i].fires, 1);
+        CHECK_EQ_U64(p[i].fired_at, start + delays[i]);
+    }
+}
+
+static void test_rearm_later_is_lazy_and_exact(void)
+{
+    struct tw_wheel w;
+    struct probe p;
+    tw_wheel_init(&w, 0);
+    probe_init(&p, &w);
+    tw_timer_arm(&w, &p.timer, 100);
+    CHECK_EQ_INT(tw_timer_arm(&w, &p.timer, 5000), 0); /* re-arm a pending timer */
+    CHECK_EQ_U64(tw_timer_deadline(&p.timer), 5000);
+    CHECK_EQ_U64(tw_wheel_pending(&w), 1);
+    /* The wheel may stop at the old slot (a lower bound) but fires nothing. */
+    CHECK(tw_wheel_next_expiry(&w) <= 5000);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 4999), 0);
+    CHECK_EQ_INT(p.fires, 0);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 5000), 1);
+    CHECK_EQ_U64(p.fired_at, 5000);
+}
+
+static void test_rearm_earlier_is_immediate(void)
+{
+    struct tw_wheel w;
+    struct probe p;
+    tw_wheel_init(&w, 0);
+    probe_init(&p, &w);
+    tw_timer_arm(&w, &p.timer, 1 << 20);
+    tw_timer_arm(&w, &p.timer, 70);
+    CHECK_EQ_U64(tw_wheel_next_expiry(&w), 64); /* level-1 slot of tick 70 */
+    CHECK_EQ_INT(tw_wheel_advance(&w, 69), 0);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 70), 1);
+    CHECK_EQ_U64(p.fired_at, 70);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 1 << 21), 0); /* the old deadline is gone */
+    CHECK_EQ_INT(p.fires, 1);
+}
+
+static void test_cancel(void)
+{
+    struct tw_wheel w;
+    struct probe p, q;
+    tw_wheel_init(&w, 0);
+    probe_init(&p, &w);
+    probe_init(&q, &w);
+    CHECK_EQ_INT(tw_timer_cancel(&w, &p.timer), 0); /* idle: a no-op */
+    tw_timer_arm(&w, &p.timer, 10);
+    tw_timer_arm(&w, &q.timer, 10);
+    CHECK_EQ_U64(tw_wheel_pending(&w), 2);
+    CHECK_EQ_INT(tw_timer_cancel(&w, &p.timer), 1);
+    CHECK_EQ_INT(tw_timer_cancel(&w, &p.timer), 0);
+    CHECK_EQ_U64(tw_wheel_pending(&w), 1);
+    CHECK_EQ_INT(tw_timer_cancel(&w, &q.timer), 1);
+    /* The slot emptied: nothing is left to wake up for. */
+    CHECK_EQ_U64(tw_wheel_next_expiry(&w), TW_NEVER);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 100), 0);
+    CHECK_EQ_INT(p.fires + q.fires, 0);
+}
+
+static void test_advance_backwards_is_noop(void)
+{
+    struct tw_wheel w;
+    struct probe p;
+    tw_wheel_init(&w, 1000);
+    probe_init(&p, &w);
+    tw_timer_arm(&w, &p.timer, 5);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 10), 0);
+    CHECK_EQ_U64(tw_wheel_now(&w), 1000);
+    CHECK_EQ_U64(tw_timer_deadline(&p.timer), 1005);
+    CHECK_EQ_U64(tw_wheel_moves(&w), 0);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 1005), 1);
+}
+
+static void test_destroy_with_armed_timers(void)
+{
+    struct tw_wheel w;
+    struct probe p[5];
+    tw_wheel_init(&w, 0);
+    for (int i = 0; i < 5; i++) {
+        probe_init(&p[i], &w);
+        tw_timer_arm(&w, &p[i].timer, (uint64_t)1 << (i * 9));
+    }
+    CHECK_EQ_INT(tw_wheel_destroy(&w), 5);
+    for (int i = 0; i < 5; i++)
+        CHECK(!tw_timer_pending(&p[i].timer));
+    CHECK_EQ_U64(tw_wheel_pending(&w), 0);
+    CHECK_EQ_INT(tw_wheel_advance(&w, UINT64_C(1) << 40), 0);
+    /* The timers are reusable, on this wheel or another. */
+    CHECK_EQ_INT(tw_timer_arm(&w, &p[0].timer, 1), 0);
+    CHECK_EQ_INT(tw_wheel_advance(&w, UINT64_MAX), 1);
+}
+
+/* ---- callbacks acting on the wheel ------------------------------------------ */
+
+static void act_rearm_self(struct probe *self)
+{
+    if (self->fires < 5)
+        CHECK_EQ_INT(tw_timer_arm(self->wheel, &self->timer, self->value), 0);
+}
+
+static void test_callback_rearms_itself(void)
+{
+    struct tw_wheel w;
+    struct probe p;
+    tw_wheel_init(&w, 0);
+    probe_init(&p, &w);
+    p.action = act_rearm_self;
+    p.value = 0; /* every next tick: must not livelock one advance */
+    tw_timer_arm(&w, &p.timer, 3);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 5), 3); /* ticks 3, 4, 5 */
+    CHECK_EQ_U64(p.fired_at, 5);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 100), 2);
+    CHECK_EQ_U64(p.fired_at, 7);
+    CHECK(!tw_timer_pending(&p.timer));
+}
+
+static void act_cancel_self(struct probe *self)
+{
+    /* The firing timer is already idle: cancelling it is a no-op. */
+    CHECK_EQ_INT(tw_timer_cancel(self->wheel, &self->timer), 0);
+}
+
+static void test_cancel_the_firing_timer(void)
+{
+    struct tw_wheel w;
+    struct probe p;
+    tw_wheel_init(&w, 0);
+    probe_init(&p, &w);
+    p.action = act_cancel_self;
+    tw_timer_arm(&w, &p.timer, 9);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 20), 1);
+    CHECK_EQ_U64(tw_wheel_pending(&w), 0);
+}
+
+static void act_cancel_other(struct probe *self)
+{
+    if (self->other->fires == 0)
+        CHECK_EQ_INT(tw_timer_cancel(self->wheel, &self->other->timer), 1);
+}
+
+/* Two timers due at the same tick share a slot; whichever fires first cancels
+ * the other, which then must not fire. */
+static void test_cancel_neighbour_in_same_slot(void)
+{
+    struct tw_wheel w;
+    struct probe a, b;
+    tw_wheel_init(&w, 0);
+    probe_init(&a, &w);
+    probe_init(&b, &w);
+    a.action = b.action = act_cancel_other;
+    a.other = &b;
+    b.other = &a;
+    tw_timer_arm(&w, &a.timer, 300);
+    tw_timer_arm(&w, &b.timer, 300);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 1000), 1);
+    CHECK_EQ_INT(a.fires + b.fires, 1);
+    CHECK_EQ_U64(tw_wheel_pending(&w), 0);
+}
+
+static void act_rearm_other(struct probe *self)
+{
+    if (self->other->fires == 0)
+        CHECK_EQ_INT(tw_timer_arm(self->wheel, &self->other->timer, self->value), 0);
+}
+
+/* Re-arming a same-tick neighbour (already on the ready list) later, or to
+ * the next tick, takes effect at once. */
+static void test_rearm_neighbour_in_same_slot(void)
+{
+    for (uint64_t delay = 0; delay <= 100; delay += 100) {
+        struct tw_wheel w;
+        struct probe a, b;
+        tw_wheel_init(&w, 0);
+        probe_init(&a, &w);
+        probe_init(&b, &w);
+        a.action = b.action = act_rearm_other;
+        a.other = &b;
+        b.other = &a;
+        a.value = b.value = delay;
+        tw_timer_arm(&w, &a.timer, 40);
+        tw_timer_arm(&w, &b.timer, 40);
+        CHECK_EQ_INT(tw_wheel_advance(&w, 40), 1);
+        struct probe *first = a.fires ? &a : &b, *second = a.fires ? &b : &a;
+        CHECK_EQ_INT(second->fires, 0);
+        CHECK_EQ_U64(tw_timer_deadline(&second->timer), 40 + (delay ? delay : 1));
+        CHECK_EQ_INT(tw_wheel_advance(&w, 1000), 1);
+        CHECK_EQ_U64(second->fired_at, 40 + (delay ? delay : 1));
+        CHECK_EQ_INT(first->fires, 1);
+    }
+}
+
+static void act_arm_other_soon(struct probe *self)
+{
+    tw_timer_arm(self->wheel, &self->other->timer, self->value);
+}
+
+/* A callback arming a timer due within the same advance sees it fire in that
+ * advance, after every timer due earlier and before every one due later. */
+static void test_callback_arms_timer_due_in_same_advance(void)
+{
+    struct tw_wheel w;
+    struct probe a, b, c;
+    tw_wheel_init(&w, 0);
+    fire_counter = 0;
+    probe_init(&a, &w);
+    probe_init(&b, &w);
+    probe_init(&c, &w);
+    a.action = act_arm_other_soon;
+    a.other = &b;
+    a.value = 5; /* a fires at 10, arms b for 15 */
+    tw_timer_arm(&w, &a.timer, 10);
+    tw_timer_arm(&w, &c.timer, 16);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 100), 3);
+    CHECK_EQ_U64(b.fired_at, 15);
+    CHECK_EQ_INT(a.order, 1);
+    CHECK_EQ_INT(b.order, 2);
+    CHECK_EQ_INT(c.order, 3);
+}
+
+static void act_nested_calls(struct probe *self)
+{
+    CHECK_EQ_INT(tw_wheel_advance(self->wheel, 1000), TW_EBUSY);
+    CHECK_EQ_INT(tw_wheel_destroy(self->wheel), TW_EBUSY);
+    CHECK(tw_wheel_expire_next(self->wheel, 1000) == NULL);
+}
+
+static void test_nested_advance_refused(void)
+{
+    struct tw_wheel w;
+    struct probe p, q;
+    tw_wheel_init(&w, 0);
+    probe_init(&p, &w);
+    probe_init(&q, &w);
+    p.action = act_nested_calls;
+    tw_timer_arm(&w, &p.timer, 1);
+    tw_timer_arm(&w, &q.timer, 500);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 10), 1);
+    CHECK_EQ_U64(tw_wheel_now(&w), 10);
+    CHECK(tw_timer_pending(&q.timer));
+}
+
+/* ---- pull interface ----------------------------------------------------------- */
+
+static void test_expire_next_pulls_in_order(void)
+{
+    struct tw_wheel w;
+    struct probe p[4];
+    tw_wheel_init(&w, 0);
+    const uint64_t delays[4] = {300, 2, 70000, 2};
+    for (int i = 0; i < 4; i++) {
+        probe_init(&p[i], &w);
+        tw_timer_arm(&w, &p[i].timer, delays[i]);
+    }
+    struct tw_timer *t1 = tw_wheel_expire_next(&w, 100000);
+    struct tw_timer *t2 = tw_wheel_expire_next(&w, 100000);
+    CHECK((t1 == &p[1].timer && t2 == &p[3].timer) || (t1 == &p[3].timer && t2 == &p[1].timer));
+    CHECK_EQ_U64(tw_wheel_now(&w), 2);
+    CHECK(!tw_timer_pending(t1));
+    /* Between pulls the caller may change anything: push p[0] past p[2]. */
+    tw_timer_arm(&w, &p[0].timer, 80000);
+    CHECK_EQ_PTR(tw_wheel_expire_next(&w, 100000), &p[2].timer);
+    CHECK_EQ_U64(tw_wheel_now(&w), 70000);
+    CHECK_EQ_PTR(tw_wheel_expire_next(&w, 100000), &p[0].timer);
+    CHECK_EQ_U64(tw_wheel_now(&w), 80002);
+    CHECK(tw_wheel_expire_next(&w, 100000) == NULL);
+    CHECK_EQ_U64(tw_wheel_now(&w), 100000);
+    for (int i = 0; i < 4; i++)
+        CHECK_EQ_INT(p[i].fires, 0); /* no callback ran */
+}
+
+/* ---- periodic timers ---------------------------------------------------------- */
+
+struct ticker {
+    struct tw_periodic periodic;
+    uint64_t at[64];
+    int n;
+    int stop_after;
+};
+
+static void ticker_fire(struct tw_periodic *p, void *arg)
+{
+    struct ticker *k = arg;
+    if (k->n < 64)
+        k->at[k->n] = tw_wheel_now(p->wheel);
+    k->n++;
+    if (k->stop_after && k->n == k->stop_after)
+        CHECK_EQ_INT(tw_periodic_stop(p), 1);
+}
+
+static void test_periodic_no_drift_catch_up(void)
+{
+    struct tw_wheel w;
+    struct ticker k = {0};
+    tw_wheel_init(&w, 3);
+    CHECK_EQ_INT(tw_periodic_init(&k.periodic, ticker_fire, &k, TW_MISSED_CATCH_UP), 0);
+    CHECK_EQ_INT(tw_periodic_start(&w, &k.periodic, 0, 0), TW_EINVAL);
+    CHECK_EQ_INT(tw_periodic_start(&w, &k.periodic, 10, 7), 0);
+    /* Advance in uneven steps, one of which passes several periods. */
+    const uint64_t steps[] = {5, 13, 14, 60, 61, 62, 200};
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++)
+        tw_wheel_advance(&w, steps[i]);
+    CHECK_EQ_INT(k.n, 27); /* 13, 20, ..., 195 */
+    for (int i = 0; i < k.n && i < 64; i++)
+        CHECK_EQ_U64(k.at[i], 13 + 7 * (uint64_t)i);
+    CHECK_EQ_U64(tw_timer_deadline(&k.periodic.timer), 202);
+    CHECK_EQ_INT(tw_periodic_stop(&k.periodic), 1);
+    CHECK_EQ_INT(tw_periodic_stop(&k.periodic), 0);
+}
+
+static void test_periodic_skip_missed(void)
+{
+    struct tw_wheel w;
+    struct ticker k = {0};
+    tw_wheel_init(&w, 0);
+    tw_periodic_init(&k.periodic, ticker_fire, &k, TW_MISSED_SKIP);
+    tw_periodic_start(&w, &k.periodic, 10, 10);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 95), 1); /* fires once, at 10 */
+    CHECK_EQ_U64(k.at[0], 10);
+    CHECK_EQ_U64(tw_timer_deadline(&k.periodic.timer), 100); /* phase kept */
+    CHECK_EQ_INT(tw_wheel_advance(&w, 100), 1);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 110), 1);
+    CHECK_EQ_U64(k.at[2], 110);
+}
+
+static void test_periodic_stopped_by_its_callback(void)
+{
+    struct tw_wheel w;
+    struct ticker k = {0};
+    tw_wheel_init(&w, 0);
+    tw_periodic_init(&k.periodic, ticker_fire, &k, TW_MISSED_CATCH_UP);
+    k.stop_after = 3;
+    tw_periodic_start(&w, &k.periodic, 0, 1);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 100), 3);
+    CHECK_EQ_U64(tw_wheel_pending(&w), 0);
+}
+
+/* ---- cost, counted rather than timed ------------------------------------------ */
+
+/* Each timer moves at most once per level it starts above level 0, and
+ * advancing over idle time moves nothing and fires nothing. */
+static void test_moves_bounded_by_levels(void)
+{
+    enum { N = 20000 };
+    struct tw_wheel w;
+    struct probe *p = calloc(N, sizeof *p);
+    CHECK(p != NULL);
+    if (!p)
+        return;
+    tw_wheel_init(&w, 0);
+    uint64_t s = 42;
+    for (int i = 0; i < N; i++) {
+        probe_init(&p[i], &w);
+        s = s * 6364136223846793005u + 1442695040888963407u;
+        tw_timer_arm(&w, &p[i].timer, (s >> 33) % (UINT64_C(1) << 20) + 1);
+    }
+    int64_t fired = 0;
+    while (tw_wheel_pending(&w))
+        fired += tw_wheel_advance(&w, tw_wheel_next_expiry(&w));
+    CHECK_EQ_INT(fired, N);
+    /* Delays < 2^20 start at level <= 3: at most 3 moves each. */
+    CHECK(tw_wheel_moves(&w) <= 3 * (uint64_t)N);
+
+    /* One idle hour at 1 ms ticks with timers a week away: no moves. */
+    tw_wheel_init(&w, 0);
+    for (int i = 0; i < N; i++) {
+        probe_init(&p[i], &w);
+        tw_timer_arm(&w, &p[i].timer, UINT64_C(604800000) - (uint64_t)i);
+    }
+    CHECK_EQ_INT(tw_wheel_advance(&w, 3600000), 0);
+    CHECK_EQ_U64(tw_wheel_moves(&w), 0);
+    tw_wheel_destroy(&w);
+    free(p);
+}
+
+int main(void)
+{
+    RUN(test_sizes);
+    RUN(test_bad_arguments);
+    RUN(test_error_strings);
+    RUN(test_never_early_tick_exact);
+    RUN(test_deadline_order_across_levels);
+    RUN(test_delay_zero_is_next_tick);
+    RUN(test_saturating_deadline);
+    RUN(test_high_bit_carries);
+    RUN(test_rearm_later_is_lazy_and_exact);
+    RUN(test_rearm_earlier_is_immediate);
+    RUN(test_cancel);
+    RUN(test_advance_backwards_is_noop);
+    RUN(test_destroy_with_armed_timers);
+    RUN(test_callback_rearms_itself);
+    RUN(test_cancel_the_firing_timer);
+    RUN(test_cancel_neighbour_in_same_slot);
+    RUN(test_rearm_neighbour_in_same_slot);
+    RUN(test_callback_arms_timer_due_in_same_advance);
+    RUN(test_nested_advance_refused);
+    RUN(test_expire_next_pulls_in_order);
+    RUN(test_periodic_no_drift_catch_up);
+    RUN(test_periodic_skip_missed);
+    RUN(test_periodic_stopped_by_its_callback);
+    RUN(test_moves_bounded_by_levels);
+    return test_summary();
+}

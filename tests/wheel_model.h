@@ -1,0 +1,276 @@
+/* A reference model of the core wheel, shared by the randomized model test
+ * (tests/test_wheel_model.c) and the fuzz target (fuzz/fuzz_wheel.c).
+ *
+ * The model keeps, for every timer, whether it is armed and its exact deadline
+ * (a plain array: the "sorted list" is implicit, since the checks below look
+ * for the minimum). Every operation is applied to the real wheel and to the
+ * model, and each fire is checked as it happens:
+ *   - the timer was armed in the model (so it fires at most once per arming,
+ *     and never after a cancel or a re-arm that moved it);
+ *   - the wheel's time at the fire equals the model deadline (never early,
+ *     never late, tick exact);
+ *   - fire ticks never go back within an advance (deadline order);
+ * and after each advance, no armed timer is left with a deadline <= target
+ * (nothing missed). Callbacks perform random operations on other timers and
+ * on themselves, so re-entrancy is part of every run.
+ *
+ * On a mismatch the model prints what it saw and calls abort(): a test or a
+ * fuzzer run fails loudly at the first wrong answer.
+ */
+#ifndef TWHEEL_WHEEL_MODEL_H
+#define TWHEEL_WHEEL_MODEL_H
+
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "twheel/wheel.h"
+
+#define MODEL_MAX_TIMERS 4096
+
+struct model;
+
+struct model_timer {
+    struct tw_timer timer;
+    struct model *model;
+    uint64_t deadline; /* model's deadline when armed */
+    int armed;
+};
+
+struct model {
+    struct tw_wheel wheel;
+    struct model_timer timers[MODEL_MAX_TIMERS];
+    size_t n;           /* timers in use */
+    size_t armed;       /* model's pending count */
+    uint64_t target;    /* target of the running advance */
+    uint64_t last_fire; /* tick of the last fire in this advance */
+    uint64_t fires;     /* fires seen in the running advance */
+    uint64_t total_fires;
+    uint64_t rng;          /* drives callback actions */
+    unsigned callback_ops; /* operations a callback performs, at most */
+    int pulling;           /* fires come from tw_wheel_expire_next */
+};
+
+#define MODEL_REQUIRE(m, cond, ...)                                          \
+    do {                                                                     \
+        if (!(cond)) {                                                       \
+            fprintf(stderr, "model mismatch at %s:%d: %s (now %" PRIu64 ")\n  ", \
+                    __FILE__, __LINE__, #cond, (m)->wheel.now);              \
+            fprintf(stderr, __VA_ARGS__);                                    \
+            fputc('\n', stderr);                                             \
+            abort();                                                         \
+        }                                                                    \
+    } while (0)
+
+static inline uint64_t model_rand(uint64_t *s) /* splitmix64 */
+{
+    uint64_t z = (*s += UINT64_C(0x9e3779b97f4a7c15));
+    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+    return z ^ (z >> 31);
+}
+
+/* A delay drawn from four classes: next few ticks, within 2^20, beyond 2^40,
+ * and so large that the deadline saturates. */
+static inline uint64_t model_delay(uint64_t r)
+{
+    uint64_t v = r >> 2;
+    switch (r & 3) {
+    case 0:
+        return v % 70;
+    case 1:
+        return v % (UINT64_C(1) << 20);
+    case 2:
+        return v % (UINT64_C(1) << 42);
+    default:
+        return UINT64_MAX - v % 1000;
+    }
+}
+
+static inline uint64_t model_due(uint64_t now, uint64_t deadline)
+{
+    return deadline <= now ? now + 1 : deadline;
+}
+
+static void model_op(struct model *m, uint64_t r);
+
+static void model_fire(struct tw_timer *t, void *arg)
+{
+    struct model_timer *mt = arg;
+    struct model *m = mt->model;
+    uint64_t now = m->wheel.now;
+    size_t id = (size_t)(mt - m->timers);
+    MODEL_REQUIRE(m, !m->pulling, "callback %zu ran during a pull", id);
+    MODEL_REQUIRE(m, &mt->timer == t, "callback got a foreign timer");
+    MODEL_REQUIRE(m, mt->armed, "timer %zu fired but is not armed", id);
+    MODEL_REQUIRE(m, mt->deadline == now, "timer %zu due %" PRIu64 " fired at %" PRIu64, id,
+                  mt->deadline, now);
+    MODEL_REQUIRE(m, now >= m->last_fire, "fire order went back from %" PRIu64, m->last_fire);
+    MODEL_REQUIRE(m, now <= m->target, "fired past the target %" PRIu64, m->target);
+    MODEL_REQUIRE(m, !tw_timer_pending(t), "timer %zu still pending in its callback", id);
+    mt->armed = 0;
+    m->armed--;
+    m->last_fire = now;
+    m->fires++;
+    m->total_fires++;
+    unsigned ops = m->callback_ops ? (unsigned)(model_rand(&m->rng) % (m->callback_ops + 1)) : 0;
+    for (unsigned i = 0; i < ops; i++) {
+        /* Half of the callback's actions touch itself or a neighbour id. */
+        uint64_t r = model_rand(&m->rng);
+        if (r & 1)
+            r = (r & ~(UINT64_C(0xfff) << 4)) | ((uint64_t)((id + (r >> 60) % 3) % m->n) << 4);
+        /* arm, arm_at or cancel: a callback never advances the wheel */
+        model_op(m, (r & ~UINT64_C(0xc)) | (((r >> 40) % 3) << 2));
+    }
+}
+
+static inline void model_init(struct model *m, size_t n, uint64_t start, uint64_t seed,
+                              unsigned callback_ops)
+{
+    if (n > MODEL_MAX_TIMERS)
+        n = MODEL_MAX_TIMERS;
+    if (n == 0)
+        n = 1;
+    tw_wheel_init(&m->wheel, start);
+    m->n = n;
+    m->armed = 0;
+    m->target = start;
+    m->last_fire = start;
+    m->fires = m->total_fires = 0;
+    m->rng = seed;
+    m->callback_ops = callback_ops;
+    m->pulling = 0;
+    for (size_t i = 0; i < n; i++) {
+        m->timers[i].model = m;
+        m->timers[i].armed = 0;
+        m->timers[i].deadline = 0;
+        tw_timer_init(&m->timers[i].timer, model_fire, &m->timers[i]);
+    }
+}
+
+static inline uint64_t model_min_deadline(const struct model *m)
+{
+    uint64_t min = TW_NEVER;
+    for (size_t i = 0; i < m->n; i++)
+        if (m->timers[i].armed && m->timers[i].deadline < min)
+            min = m->timers[i].deadline;
+    return min;
+}
+
+/* The wheel and the model agree on every timer's state and the count. */
+static inline void model_check_all(struct model *m)
+{
+    MODEL_REQUIRE(m, tw_wheel_pending(&m->wheel) == m->armed, "pending %zu, model %zu",
+                  tw_wheel_pending(&m->wheel), m->armed);
+    for (size_t i = 0; i < m->n; i++) {
+        const struct model_timer *mt = &m->timers[i];
+        MODEL_REQUIRE(m, tw_timer_pending(&mt->timer) == (mt->armed != 0), "timer %zu pending", i);
+        MODEL_REQUIRE(m, tw_timer_deadline(&mt->timer) == (mt->armed ? mt->deadline : TW_NEVER),
+                      "timer %zu deadline %" PRIu64 ", model %" PRIu64, i,
+                      tw_timer_deadline(&mt->timer), mt->deadline);
+    }
+    uint64_t next = tw_wheel_next_expiry(&m->wheel);
+    uint64_t min = model_min_deadline(m);
+    MODEL_REQUIRE(m, next <= min, "next expiry %" PRIu64 " after earliest deadline %" PRIu64,
+                  next, min);
+    /* TW_NEVER is also the last tick: only "nothing pending" forces it. */
+    MODEL_REQUIRE(m, m->armed || next == TW_NEVER, "next expiry %" PRIu64 " with none armed", next);
+}
+
+static void model_advance(struct model *m, uint64_t target, int pull)
+{
+    uint64_t before = m->wheel.now;
+    m->target = target > before ? target : before;
+    m->last_fire = before;
+    m->fires = 0;
+    int64_t fired;
+    if (pull) {
+        fired = 0;
+        struct tw_timer *t;
+        m->pulling = 1;
+        while ((t = tw_wheel_expire_next(&m->wheel, target)) != NULL) {
+            m->pulling = 0;
+            model_fire(t, t->arg); /* run the model's callback by hand */
+            m->pulling = 1;
+            fired++;
+        }
+        m->pulling = 0;
+    } else {
+        fired = tw_wheel_advance(&m->wheel, target);
+    }
+    MODEL_REQUIRE(m, fired == (int64_t)m->fires, "advance returned %" PRId64 ", saw %" PRIu64,
+                  fired, m->fires);
+    MODEL_REQUIRE(m, m->wheel.now == m->target, "now %" PRIu64 " after advancing to %" PRIu64,
+                  m->wheel.now, m->target);
+    for (size_t i = 0; i < m->n; i++)
+        MODEL_REQUIRE(m, !m->timers[i].armed || m->timers[i].deadline > m->target,
+                      "timer %zu due %" PRIu64 " was missed by %" PRIu64, i,
+                      m->timers[i].deadline, m->target);
+}
+
+/* One operation, chosen and parametrised by the bits of r:
+ *   bits 0-1 class of delay, bits 2-3 operation, bits 4-15 timer id, rest value. */
+static void model_op(struct model *m, uint64_t r)
+{
+    unsigned op = (unsigned)(r >> 2) & 3;
+    size_t id = (size_t)((r >> 4) & 0xfff) % m->n;
+    struct model_timer *mt = &m->timers[id];
+    uint64_t now = m->wheel.now;
+    uint64_t value = model_delay((r & 3) | ((r >> 16) << 2));
+    switch (op) {
+    case 0: /* arm relative */
+    case 1: { /* arm absolute */
+        uint64_t deadline = op == 0 ? (value > UINT64_MAX - now ? UINT64_MAX : now + value)
+                                    : (value & 1 ? now - (value >> 1) % 8 : value);
+        int rc = op == 0 ? tw_timer_arm(&m->wheel, &mt->timer, value)
+                         : tw_timer_arm_at(&m->wheel, &mt->timer, deadline);
+        if (now == UINT64_MAX) {
+            MODEL_REQUIRE(m, rc == TW_ERANGE, "arm at the end of time returned %d", rc);
+            break;
+        }
+        MODEL_REQUIRE(m, rc == 0, "arm returned %d", rc);
+        if (!mt->armed)
+            m->armed++;
+        mt->armed = 1;
+        mt->deadline = model_due(now, deadline);
+        MODEL_REQUIRE(m, tw_timer_deadline(&mt->timer) == mt->deadline, "deadline after arm");
+        break;
+    }
+    case 2: { /* cancel */
+        int rc = tw_timer_cancel(&m->wheel, &mt->timer);
+        MODEL_REQUIRE(m, rc == mt->armed, "cancel of timer %zu returned %d, model %d", id, rc,
+                      mt->armed);
+        if (mt->armed)
+            m->armed--;
+        mt->armed = 0;
+        break;
+    }
+    default: { /* advance: a few ticks, to the next expiry, or far */
+        uint64_t step;
+        switch ((r >> 16) & 3) {
+        case 0:
+            step = (r >> 20) % 8;
+            break;
+        case 1: {
+            uint64_t next = tw_wheel_next_expiry(&m->wheel);
+            step = next == TW_NEVER ? 1 : next - now;
+            break;
+        }
+        case 2:
+            step = (r >> 20) % 5000;
+            break;
+        default:
+            step = (r >> 20) % (UINT64_C(1) << 36);
+            break;
+        }
+        uint64_t target = step > UINT64_MAX - now ? UINT64_MAX : now + step;
+        if ((r >> 18) % 16 == 0) /* now and then, go back in time: a no-op */
+            target = now - (now > 0);
+        model_advance(m, target, (r >> 19) % 8 == 0);
+        break;
+    }
+    }
+}
+
+#endif /* TWHEEL_WHEEL_MODEL_H */
