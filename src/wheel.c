@@ -43,10 +43,17 @@
  * terminates.
  *
  * Lists: singly linked forward plus `pprev`, a pointer to the link that points
- * at the timer (the slot head or the previous timer's `next`), as in the Linux
+ * at the timer (a chain head or the previous timer's `next`), as in the Linux
  * kernel's hlist. Unlinking needs no slot index; whether a slot became empty
- * is known because only a slot head can be pointed at by `pprev` from outside
+ * is known because only a chain head can be pointed at by `pprev` from outside
  * a timer, and its address tells which slot it is.
+ *
+ * Chains: a slot is TW_WHEEL_CHAINS lists, pushed onto in turn. Walking one
+ * list is a chain of dependent loads, each a cache miss once the timers
+ * outgrow the cache; walking four side by side keeps four misses in flight.
+ * Measured on W1 at 10^6 timers (EPYC, 2 cores): expiry 325 ns per timer
+ * with one list, 135 with four, 125 with eight (at 10^3 timers eight cost
+ * 20% more than four, and the wheel doubles to 45 KB).
  */
 #include "twheel/wheel.h"
 
@@ -55,11 +62,13 @@
 #define SLOT_BITS TW_WHEEL_SLOT_BITS
 #define SLOT_MASK ((uint64_t)TW_WHEEL_SLOTS - 1)
 #define LEVELS TW_WHEEL_LEVELS
+#define CHAINS TW_WHEEL_CHAINS
 
 _Static_assert(TW_WHEEL_SLOTS == 64, "one 64-bit occupancy word per level");
 _Static_assert(LEVELS * SLOT_BITS >= 64 && (LEVELS - 1) * SLOT_BITS < 64,
                "levels cover exactly the 64-bit tick range");
 _Static_assert(LEVELS <= 32, "levels bitmap is 32 bits wide");
+_Static_assert(CHAINS >= 1 && (CHAINS & (CHAINS - 1)) == 0, "chains: a power of two");
 
 /* ---- small helpers -------------------------------------------------------- */
 
@@ -96,14 +105,23 @@ static inline void list_push(struct tw_timer **head, struct tw_timer *t)
     t->pprev = head;
 }
 
-/* If `link` is one of the wheel's slot heads, its flat index; else -1. */
+/* If `link` is one of the wheel's chain heads, the flat index of its slot
+ * (level * TW_WHEEL_SLOTS + slot); else -1. */
 static inline long slot_index(const struct tw_wheel *w, struct tw_timer **link)
 {
-    uintptr_t base = (uintptr_t)&w->slots[0][0];
+    uintptr_t base = (uintptr_t)&w->slots[0][0][0];
     uintptr_t off = (uintptr_t)link - base;
     if (off >= sizeof w->slots)
         return -1;
-    return (long)(off / sizeof(struct tw_timer *));
+    return (long)(off / (sizeof(struct tw_timer *) * CHAINS));
+}
+
+static inline int slot_is_empty(const struct tw_wheel *w, unsigned level, unsigned slot)
+{
+    for (unsigned c = 0; c < CHAINS; c++)
+        if (w->slots[level][slot][c])
+            return 0;
+    return 1;
 }
 
 static inline void mark_occupied(struct tw_wheel *w, unsigned level, unsigned slot)
@@ -127,9 +145,12 @@ static void unlink_timer(struct tw_wheel *w, struct tw_timer *t)
     if (t->next) {
         t->next->pprev = link;
     } else if (link != &w->ready && *link == NULL) {
-        long idx = slot_index(w, link);
-        if (idx >= 0) /* t was alone in its slot */
-            mark_empty(w, (unsigned)idx / TW_WHEEL_SLOTS, (unsigned)idx % TW_WHEEL_SLOTS);
+        long idx = slot_index(w, link); /* t was last in a chain of a slot? */
+        if (idx >= 0) {
+            unsigned level = (unsigned)idx / TW_WHEEL_SLOTS, slot = (unsigned)idx % TW_WHEEL_SLOTS;
+            if (slot_is_empty(w, level, slot))
+                mark_empty(w, level, slot);
+        }
     }
     t->pprev = NULL;
 }
@@ -139,7 +160,7 @@ static inline void place(struct tw_wheel *w, struct tw_timer *t)
 {
     unsigned level = level_of(t->deadline ^ w->now);
     unsigned slot = digit_of(t->deadline, level);
-    list_push(&w->slots[level][slot], t);
+    list_push(&w->slots[level][slot][w->chain++ & (CHAINS - 1)], t);
     mark_occupied(w, level, slot);
 }
 
@@ -155,18 +176,26 @@ static int process_next_slot(struct tw_wheel *w, uint64_t limit)
         if (tick > limit)
             return 0;
         w->now = tick;
-        struct tw_timer *t = w->slots[level][slot];
-        w->slots[level][slot] = NULL;
+        struct tw_timer *chain[CHAINS];
+        memcpy(chain, w->slots[level][slot], sizeof chain);
+        memset(w->slots[level][slot], 0, sizeof chain);
         mark_empty(w, level, slot);
-        while (t) {
-            struct tw_timer *next = t->next;
-            if (t->deadline <= tick) {
-                list_push(&w->ready, t);
-            } else {
-                place(w, t);
-                w->moves++;
+        /* Walk the chains side by side: their next loads are independent. */
+        for (unsigned live = CHAINS; live;) {
+            live = 0;
+            for (unsigned c = 0; c < CHAINS; c++) {
+                struct tw_timer *t = chain[c];
+                if (!t)
+                    continue;
+                live++;
+                chain[c] = t->next;
+                if (t->deadline <= tick) {
+                    list_push(&w->ready, t);
+                } else {
+                    place(w, t);
+                    w->moves++;
+                }
             }
-            t = next;
         }
         if (w->ready)
             return 1;
@@ -216,8 +245,9 @@ int64_t tw_wheel_destroy(struct tw_wheel *w)
     for (unsigned level = 0; level < LEVELS; level++) {
         for (uint64_t bits = w->occupied[level]; bits; bits &= bits - 1) {
             unsigned slot = (unsigned)__builtin_ctzll(bits);
-            for (struct tw_timer *t = w->slots[level][slot]; t; t = t->next, detached++)
-                t->pprev = NULL;
+            for (unsigned c = 0; c < CHAINS; c++)
+                for (struct tw_timer *t = w->slots[level][slot][c]; t; t = t->next, detached++)
+                    t->pprev = NULL;
         }
     }
     uint64_t now = w->now;

@@ -248,6 +248,7 @@ static void test_cancel(void)
     CHECK_EQ_INT(tw_timer_cancel(&w, &p.timer), 1);
     CHECK_EQ_INT(tw_timer_cancel(&w, &p.timer), 0);
     CHECK_EQ_U64(tw_wheel_pending(&w), 1);
+    CHECK_EQ_U64(tw_wheel_next_expiry(&w), 10); /* q still holds the slot */
     CHECK_EQ_INT(tw_timer_cancel(&w, &q.timer), 1);
     /* The slot emptied: nothing is left to wake up for. */
     CHECK_EQ_U64(tw_wheel_next_expiry(&w), TW_NEVER);

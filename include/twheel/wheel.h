@@ -47,6 +47,11 @@ extern "C" {
 #define TW_WHEEL_SLOT_BITS 6
 #define TW_WHEEL_SLOTS (1u << TW_WHEEL_SLOT_BITS)
 #define TW_WHEEL_LEVELS ((64 + TW_WHEEL_SLOT_BITS - 1) / TW_WHEEL_SLOT_BITS)
+/* Each slot is kept as this many independent lists, filled in turn and walked
+ * side by side when the slot comes due, so that that many cache misses are in
+ * flight at once instead of one (a single list is a chain of dependent loads:
+ * with millions of timers, each one a trip to DRAM). */
+#define TW_WHEEL_CHAINS 4
 
 /* The tick value meaning "no deadline" where a function returns one. */
 #define TW_NEVER UINT64_MAX
@@ -68,10 +73,11 @@ struct tw_timer {
     void *arg;               /* private: set by tw_timer_init */
 };
 
-/* The wheel. Caller-owned (static, on the stack, inside your struct, or
- * malloc'ed by you); about 5.8 KB. Every field is private. */
+/* The wheel. Caller-owned (static, inside your struct, or malloc'ed by you);
+ * about 23 KB, of which only the slots in use are touched. Every field is
+ * private. */
 struct tw_wheel {
-    struct tw_timer *slots[TW_WHEEL_LEVELS][TW_WHEEL_SLOTS];
+    struct tw_timer *slots[TW_WHEEL_LEVELS][TW_WHEEL_SLOTS][TW_WHEEL_CHAINS];
     uint64_t occupied[TW_WHEEL_LEVELS]; /* bit s set <=> slots[level][s] non-empty */
     struct tw_timer *ready;             /* due at `now`, not fired yet */
     uint64_t now;                       /* current tick */
@@ -79,6 +85,7 @@ struct tw_wheel {
     uint64_t moves;                     /* timers moved down a level, ever */
     size_t pending;                     /* armed timers, ready list included */
     uint32_t levels;                    /* bit l set <=> occupied[l] != 0 */
+    uint32_t chain;                     /* next chain to push onto, round robin */
     int advancing;                      /* inside tw_wheel_advance */
 };
 
