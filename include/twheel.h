@@ -4,5 +4,6 @@
 
 #include "twheel/common.h"
 #include "twheel/wheel.h"
+#include "twheel/tasks.h"
 
 #endif /* TWHEEL_H */

@@ -1,5 +1,10 @@
 /* The whole library as one translation unit, for embedders who vendor one
  * file (compile with -DTW_STATIC_BUILD) and for compilers that optimise
  * better across files. Every layer's source is listed once, here. */
+/* The POSIX parts (clocks, threads) need this before any system header. */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L
+#endif
 #include "common.c"
 #include "wheel.c"
+#include "tasks.c"
