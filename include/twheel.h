@@ -5,5 +5,6 @@
 #include "twheel/common.h"
 #include "twheel/wheel.h"
 #include "twheel/tasks.h"
+#include "twheel/runner.h"
 
 #endif /* TWHEEL_H */

@@ -8,3 +8,4 @@
 #include "common.c"
 #include "wheel.c"
 #include "tasks.c"
+#include "runner.c"
