@@ -36,6 +36,15 @@ static uint8_t expect[PRODUCERS][MAX_IDS];
 static atomic_int stop_flag;
 static struct tw_runner *R;
 static atomic_ullong callbacks, reentrant_sets;
+static atomic_ullong bad; /* failed checks in producer threads (test.h is not thread-safe) */
+#define TCHECK(cond)                                                                 \
+    do {                                                                             \
+        if (!(cond)) {                                                               \
+            if (atomic_fetch_add(&bad, 1) < 10)                                      \
+                fprintf(stderr, "%s:%d: check failed in a thread: %s\n", __FILE__, __LINE__, \
+                        #cond);                                                      \
+        }                                                                            \
+    } while (0)
 
 static uint64_t rnd(uint64_t *s)
 {
@@ -87,7 +96,7 @@ static void *produce(void *arg)
                 expect[pr->p][*cur] = MUST_NOT; /* replaced while pending */
             else if (rc == 1 && *cur)
                 expect[pr->p][*cur] = MUST_FIRE; /* it had fired */
-            CHECK(rc == 0 || rc == 1);
+            TCHECK(rc == 0 || rc == 1);
             *cur = id;
             pr->sets++;
             break;
@@ -99,8 +108,8 @@ static void *produce(void *arg)
                     expect[pr->p][*cur] = MUST_FIRE;
                 *cur = 0;
             } else {
-                CHECK_EQ_INT(rc, 0);
-                CHECK(*cur != 0);
+                TCHECK(rc == 0);
+                TCHECK(*cur != 0);
             }
             pr->moves++;
             break;
@@ -109,10 +118,10 @@ static void *produce(void *arg)
             void *v = NULL;
             int rc = tw_runner_remove_int(R, key, &v);
             if (rc == 0) {
-                CHECK_EQ_U64((uintptr_t)v & 0xffffff, *cur);
+                TCHECK(((uintptr_t)v & 0xffffff) == *cur);
                 expect[pr->p][*cur] = MUST_NOT;
             } else {
-                CHECK_EQ_INT(rc, TW_ENOENT);
+                TCHECK(rc == TW_ENOENT);
                 if (*cur)
                     expect[pr->p][*cur] = MUST_FIRE;
             }
@@ -194,6 +203,7 @@ static void run(unsigned workers, unsigned ms)
             checked += expect[p][id] != UNKNOWN;
         }
     }
+    CHECK_EQ_U64(atomic_load(&bad), 0);
     CHECK_EQ_U64(twice, 0);
     CHECK_EQ_U64(superseded, 0);
     CHECK_EQ_U64(lost, 0);
