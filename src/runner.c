@@ -449,9 +449,10 @@ int tw_runner_new(struct tw_runner **out, const struct tw_runner_config *cfg)
     r->ring = r->nworkers ? rn_mem(r, NULL, 0, r->qcap * sizeof *r->ring) : NULL;
     r->workers = r->nworkers ? rn_mem(r, NULL, 0, r->nworkers * sizeof *r->workers) : NULL;
     r->shards = rn_mem(r, NULL, 0, r->nshards * sizeof *r->shards);
+    if (r->shards)
+        memset(r->shards, 0, r->nshards * sizeof *r->shards);
     if (!r->batch || !r->shards || (r->nworkers && (!r->ring || !r->workers)))
         goto fail;
-    memset(r->shards, 0, r->nshards * sizeof *r->shards);
     r->tcfg = (struct tw_tasks_config){
         .execute = rn_collect,
         .ctx = r,
@@ -507,6 +508,7 @@ static int rn_key_bytes(const struct tw_runner *r, const void *key, size_t len, 
         return TW_E2BIG;
     k->p = key;
     k->len = len;
+    k->num = 0;
     k->shard = rn_shard_of(r, tw_siphash13(key, len, r->k0, r->k1));
     return 0;
 }
@@ -515,6 +517,8 @@ static int rn_key_int(const struct tw_runner *r, uint64_t key, struct rn_key *k)
 {
     if (!r || !r->int_keys)
         return TW_EINVAL;
+    k->p = NULL;
+    k->len = 0;
     k->num = key;
     k->shard = rn_shard_of(r, tw_hash_int(key, r->k0, r->k1));
     return 0;
