@@ -426,8 +426,9 @@ static void print_summary(const struct server *s, int64_t end_ns, int fds_start,
            strategy_name(s), (double)s->tick_ns / 1e6, (double)s->timeout_ns / 1e9, run,
            s->accepted, s->open_max, s->rejected, s->heartbeats, s->idle_closed, s->peer_closed,
            s->shutdown_closed, (double)user / 1e9, (double)sys / 1e9, (double)(user + sys) / 1e9,
-           s->wakeups, per_beat, arm, expire, (double)scene_hist_quantile(&s->late, 0.5) / 1e6,
-           (double)scene_hist_quantile(&s->late, 0.99) / 1e6,
+           s->wakeups, per_beat, arm, expire,
+           s->late.count ? (double)scene_hist_quantile(&s->late, 0.5) / 1e6 : -1.0,
+           s->late.count ? (double)scene_hist_quantile(&s->late, 0.99) / 1e6 : -1.0,
            s->late.count ? (double)s->late.max / 1e6 : -1.0, fds_start, fds_end);
 }
 

@@ -460,8 +460,9 @@ done:;
                n, L->nsilent, L->silent_closed, L->early, L->late, missed, not_due, L->wrong,
                L->wrong_gap_ok, L->sent, run, (double)cpu / 1e9,
                h->count + h->negative ? (double)h->min / 1e6 : -1.0,
-               (double)scene_hist_quantile(h, 0.5) / 1e6, (double)scene_hist_quantile(h, 0.9) / 1e6,
-               (double)scene_hist_quantile(h, 0.99) / 1e6,
+               h->count ? (double)scene_hist_quantile(h, 0.5) / 1e6 : -1.0,
+               h->count ? (double)scene_hist_quantile(h, 0.9) / 1e6 : -1.0,
+               h->count ? (double)scene_hist_quantile(h, 0.99) / 1e6 : -1.0,
                h->count + h->negative ? (double)h->max / 1e6 : -1.0,
                h->count ? 100.0 * (double)in_tick / (double)(h->count + h->negative) : 100.0,
                rc == 0 ? "PASS" : rc == 1 ? "FAIL" : "INCONCLUSIVE");
