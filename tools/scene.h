@@ -111,18 +111,21 @@ static inline int scene_count_fds(void)
 }
 
 /* ---- latency histogram ------------------------------------------------------
- * 10 us buckets up to 100 ms, one overflow bucket, exact min and max, and a
- * separate count of negative samples (an early close is a bug, not a bucket).
- * A percentile is reported as the upper edge of its bucket: "p99 0.43 ms"
- * means "99% of samples were at most 0.43 ms". */
-#define SCENE_HIST_BUCKET_NS (10 * NS_PER_US)
-#define SCENE_HIST_BUCKETS 10000
+ * 10 us buckets up to 100 ms, then 1 ms buckets up to 10 s, one overflow
+ * bucket, exact min and max, and a separate count of negative samples (an
+ * early close is a bug, not a bucket). A percentile is reported as the upper
+ * edge of its bucket: "p99 0.43 ms" means "99% of samples were at most
+ * 0.43 ms" (or the exact max, when that is lower). */
+#define SCENE_HIST_FINE_NS (10 * NS_PER_US)
+#define SCENE_HIST_FINE 10000 /* up to 100 ms */
+#define SCENE_HIST_COARSE_NS NS_PER_MS
+#define SCENE_HIST_COARSE 9900 /* then up to 10 s */
+#define SCENE_HIST_BUCKETS (SCENE_HIST_FINE + SCENE_HIST_COARSE)
 
 struct scene_hist {
     uint64_t count;    /* samples >= 0 */
     uint64_t negative; /* samples < 0 */
     int64_t min, max;  /* over every sample, negative ones included */
-    double sum;        /* of samples >= 0, for the mean */
     uint32_t bucket[SCENE_HIST_BUCKETS + 1];
 };
 
@@ -131,6 +134,23 @@ static inline void scene_hist_init(struct scene_hist *h)
     memset(h, 0, sizeof *h);
     h->min = INT64_MAX;
     h->max = INT64_MIN;
+}
+
+static inline int64_t scene_hist_index(int64_t ns) /* ns >= 0 */
+{
+    int64_t fine_end = SCENE_HIST_FINE * SCENE_HIST_FINE_NS;
+    if (ns < fine_end)
+        return ns / SCENE_HIST_FINE_NS;
+    int64_t b = SCENE_HIST_FINE + (ns - fine_end) / SCENE_HIST_COARSE_NS;
+    return b > SCENE_HIST_BUCKETS ? SCENE_HIST_BUCKETS : b;
+}
+
+/* The first value above bucket b. */
+static inline int64_t scene_hist_edge(int64_t b)
+{
+    if (b < SCENE_HIST_FINE)
+        return (b + 1) * SCENE_HIST_FINE_NS;
+    return SCENE_HIST_FINE * SCENE_HIST_FINE_NS + (b - SCENE_HIST_FINE + 1) * SCENE_HIST_COARSE_NS;
 }
 
 static inline void scene_hist_add(struct scene_hist *h, int64_t ns)
@@ -143,14 +163,12 @@ static inline void scene_hist_add(struct scene_hist *h, int64_t ns)
         h->negative++;
         return;
     }
-    int64_t b = ns / SCENE_HIST_BUCKET_NS;
-    h->bucket[b > SCENE_HIST_BUCKETS ? SCENE_HIST_BUCKETS : b]++;
+    h->bucket[scene_hist_index(ns)]++;
     h->count++;
-    h->sum += (double)ns;
 }
 
 /* Upper bound of the q-quantile (0 < q <= 1) of the non-negative samples, in
- * ns; the exact max when it falls in the overflow bucket; -1 if empty. */
+ * ns (never above the max); -1 if there are none. */
 static inline int64_t scene_hist_quantile(const struct scene_hist *h, double q)
 {
     if (h->count == 0)
@@ -159,18 +177,18 @@ static inline int64_t scene_hist_quantile(const struct scene_hist *h, double q)
     if (rank == 0)
         rank = 1;
     uint64_t seen = 0;
-    for (int b = 0; b < SCENE_HIST_BUCKETS; b++) {
+    for (int64_t b = 0; b < SCENE_HIST_BUCKETS; b++) {
         seen += h->bucket[b];
         if (seen >= rank) {
-            int64_t edge = (int64_t)(b + 1) * SCENE_HIST_BUCKET_NS;
+            int64_t edge = scene_hist_edge(b);
             return edge < h->max ? edge : h->max;
         }
     }
     return h->max;
 }
 
-/* Samples (non-negative) at most `ns`, counted by whole buckets: exact when
- * ns is a multiple of the bucket width. */
+/* Non-negative samples at most `ns`, counted by whole buckets: exact when ns
+ * is a bucket edge (any multiple of 10 us below 100 ms, of 1 ms above). */
 static inline uint64_t scene_hist_at_most(const struct scene_hist *h, int64_t ns)
 {
     if (ns < 0)
@@ -178,13 +196,12 @@ static inline uint64_t scene_hist_at_most(const struct scene_hist *h, int64_t ns
     if (ns >= h->max)
         return h->count;
     uint64_t n = 0;
-    int64_t last = ns / SCENE_HIST_BUCKET_NS; /* buckets [0, last) are wholly <= ns */
-    for (int64_t b = 0; b < last && b < SCENE_HIST_BUCKETS; b++)
+    for (int64_t b = 0; b < SCENE_HIST_BUCKETS && scene_hist_edge(b) <= ns + 1; b++)
         n += h->bucket[b];
     return n;
 }
 
-/* "min 0.01  p50 0.21  p90 0.40  p99 0.82  max 1.93" in ms. */
+/* "min 0.010  p50 0.210  p90 0.400  p99 0.820  max 1.930 ms". */
 static inline void scene_hist_print(const struct scene_hist *h, FILE *out)
 {
     if (h->count + h->negative == 0) {

@@ -74,7 +74,7 @@ struct server {
     int64_t t0_ns, clock_cost_ns;
     /* counters */
     uint64_t accepted, rejected, heartbeats, idle_closed, peer_closed, shutdown_closed;
-    uint64_t wakeups, arms, open_max, moves;
+    uint64_t wakeups, timeouts, events, arms, open_max, moves;
     int64_t arm_ns, expire_ns; /* time in arm (or store) batches and in advance (or scan) */
     uint64_t arm_batches, expire_batches;
     struct scene_hist late; /* server side: closed - (last heartbeat + timeout) */
@@ -401,10 +401,12 @@ static void print_summary(const struct server *s, int64_t end_ns, int fds_start,
            run, s->accepted, s->open_max, s->rejected, s->heartbeats, (double)s->heartbeats / run);
     printf("  closed: %" PRIu64 " idle, %" PRIu64 " by the peer, %" PRIu64 " at shutdown\n",
            s->idle_closed, s->peer_closed, s->shutdown_closed);
-    printf("  CPU: user %.2f s + system %.2f s = %.2f s (%.1f%% of one core); %" PRIu64
-           " wakeups (%.0f/s)\n",
-           (double)user / 1e9, (double)sys / 1e9, (double)(user + sys) / 1e9,
-           100.0 * (double)(user + sys) / 1e9 / run, s->wakeups, (double)s->wakeups / run);
+    printf("  CPU: user %.2f s + system %.2f s = %.2f s (%.1f%% of one core)\n", (double)user / 1e9,
+           (double)sys / 1e9, (double)(user + sys) / 1e9, 100.0 * (double)(user + sys) / 1e9 / run);
+    printf("  wakeups: %" PRIu64 " (%.0f/s), %" PRIu64 " of them by the timeout alone; %.2f events "
+           "per wakeup with events\n",
+           s->wakeups, (double)s->wakeups / run, s->timeouts,
+           s->wakeups > s->timeouts ? (double)s->events / (double)(s->wakeups - s->timeouts) : 0.0);
     printf("  timer work: %.1f ns per heartbeat = %s %.1f + %s %.1f (%.0f ns per clock read "
            "discounted)\n",
            per_beat, s->strategy == STRATEGY_WHEEL ? "arm" : "store", arm,
@@ -420,13 +422,13 @@ static void print_summary(const struct server *s, int64_t end_ns, int fds_start,
     printf("SUMMARY strategy=%s tick_ms=%g timeout_s=%g run_s=%.2f accepted=%" PRIu64
            " open_max=%" PRIu64 " refused=%" PRIu64 " heartbeats=%" PRIu64 " idle_closed=%" PRIu64
            " peer_closed=%" PRIu64 " shutdown_closed=%" PRIu64 " cpu_user_s=%.3f cpu_sys_s=%.3f"
-           " cpu_s=%.3f wakeups=%" PRIu64 " timer_ns_per_beat=%.1f arm_ns_per_beat=%.1f"
+           " cpu_s=%.3f wakeups=%" PRIu64 " timeouts=%" PRIu64 " timer_ns_per_beat=%.1f arm_ns_per_beat=%.1f"
            " expire_ns_per_beat=%.1f late_p50_ms=%.3f late_p99_ms=%.3f late_max_ms=%.3f"
            " fds_start=%d fds_end=%d\n",
            strategy_name(s), (double)s->tick_ns / 1e6, (double)s->timeout_ns / 1e9, run,
            s->accepted, s->open_max, s->rejected, s->heartbeats, s->idle_closed, s->peer_closed,
            s->shutdown_closed, (double)user / 1e9, (double)sys / 1e9, (double)(user + sys) / 1e9,
-           s->wakeups, per_beat, arm, expire,
+           s->wakeups, s->timeouts, per_beat, arm, expire,
            s->late.count ? (double)scene_hist_quantile(&s->late, 0.5) / 1e6 : -1.0,
            s->late.count ? (double)scene_hist_quantile(&s->late, 0.99) / 1e6 : -1.0,
            s->late.count ? (double)s->late.max / 1e6 : -1.0, fds_start, fds_end);
@@ -584,6 +586,10 @@ int main(int argc, char **argv)
             goto out;
         }
         s->wakeups++;
+        if (n == 0)
+            s->timeouts++;
+        else if (n > 0)
+            s->events += (uint64_t)n;
         now = scene_now_ns();
         for (int i = 0; i < n; i++) {
             void *p = evs[i].data.ptr;
