@@ -59,7 +59,7 @@ stop_server() {
     [ "$rc" = 0 ] || fail "server exit status $rc after SIG$1 (3 means an fd leak)"
 }
 
-summary_field() { sed -n "s/^SUMMARY .*[ ]$2=\([^ ]*\).*/\1/p" "$1"; }
+summary_field() { sed -n "s/^SUMMARY \(.* \)\{0,1\}$2=\([^ ]*\).*/\2/p" "$1"; }
 
 for strategy in wheel scan; do
     [ "$strategy" = wheel ] && sig=INT || sig=TERM
