@@ -32,6 +32,7 @@
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <twheel.h>
@@ -172,7 +173,10 @@ static int open_one(struct load *L, size_t i)
         return -1;
     }
     /* A blocking connect on loopback completes in the kernel, without
-     * waiting for the server to accept. */
+     * waiting for the server to accept; if the server's backlog is full it
+     * waits, but not longer than this (SYN retries alone could take 2 min). */
+    struct timeval limit = {.tv_sec = 5};
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
     if (connect(fd, (struct sockaddr *)&L->server, sizeof L->server) != 0) {
         fprintf(stderr, PROG ": connect #%zu to 127.0.0.1:%d: %s\n", i, ntohs(L->server.sin_port),
                 strerror(errno));
