@@ -725,13 +725,20 @@ static void *cache_thread_main(void *arg)
     return NULL;
 }
 
-int64_t tw_cache_advance(struct tw_cache *c, uint64_t now_ms)
+int tw_cache_set_now(struct tw_cache *c, uint64_t now_ms)
 {
-    if (!c || !c->manual)
+    if (!c || !c->manual || now_ms >= (UINT64_C(1) << 44))
         return TW_EINVAL;
     uint64_t cur = atomic_load(&c->manual_now);
     while (now_ms > cur && !atomic_compare_exchange_weak(&c->manual_now, &cur, now_ms)) {
     }
+    return 0;
+}
+
+int64_t tw_cache_advance(struct tw_cache *c, uint64_t now_ms)
+{
+    if (tw_cache_set_now(c, now_ms))
+        return TW_EINVAL;
     uint64_t now = atomic_load(&c->manual_now), next;
     uint64_t n = cache_expire_all(c, now, &next);
     pthread_mutex_lock(&c->thread_mu);

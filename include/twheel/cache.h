@@ -207,8 +207,14 @@ TW_API int tw_cache_stats(struct tw_cache *c, struct tw_cache_stats *out);
 /* Manual clock only: set the time to now_ms (ignored if earlier than the
  * current time), expire every key due by then and, if a log callback is set
  * and an interval has passed, log. Returns the number of keys expired, or
- * TW_EINVAL (NULL, or a cache with a real clock). Any thread may call it. */
+ * TW_EINVAL (NULL, a cache with a real clock, now_ms >= 2^44). Any thread
+ * may call it. */
 TW_API int64_t tw_cache_advance(struct tw_cache *c, uint64_t now_ms);
+
+/* Manual clock only: set the time to now_ms (ignored if earlier) without
+ * expiring anything, as if the expiry were running late: reads still miss
+ * keys whose expiry has passed. For tests. Returns 0 or TW_EINVAL. */
+TW_API int tw_cache_set_now(struct tw_cache *c, uint64_t now_ms);
 
 /* The cache's time in milliseconds: the manual clock, or CLOCK_MONOTONIC
  * since creation. 0 for NULL. */
