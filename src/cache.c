@@ -316,12 +316,16 @@ static void cache_evict(struct tw_cache *c)
 
 /* ---- argument checks --------------------------------------------------- */
 
-static int cache_check_key(const struct tw_cache *c, const void *key, size_t klen)
+/* Checks a key; the empty key may be NULL, and becomes "" (no pointer
+ * arithmetic or memcmp on NULL). */
+static int cache_check_key(const struct tw_cache *c, const void **key, size_t klen)
 {
-    if (!c || (!key && klen))
+    if (!c || (!*key && klen))
         return TW_EINVAL;
     if (klen > UINT32_MAX)
         return TW_E2BIG;
+    if (!*key)
+        *key = "";
     return 0;
 }
 
@@ -350,7 +354,7 @@ static int cache_set(struct tw_cache *c, const void *key, size_t klen, const str
 int tw_cache_set_ttl(struct tw_cache *c, const void *key, size_t klen, void *value,
                      int64_t ttl_ms)
 {
-    int rc = cache_check_key(c, key, klen);
+    int rc = cache_check_key(c, &key, klen);
     if (rc)
         return rc;
     if (c->copy_values)
@@ -367,7 +371,7 @@ int tw_cache_set(struct tw_cache *c, const void *key, size_t klen, void *value)
 int tw_cache_set_copy_ttl(struct tw_cache *c, const void *key, size_t klen, const void *value,
                           size_t vlen, int64_t ttl_ms)
 {
-    int rc = cache_check_key(c, key, klen);
+    int rc = cache_check_key(c, &key, klen);
     if (rc)
         return rc;
     if (!c->copy_values || (!value && vlen))
@@ -436,7 +440,7 @@ static int cache_get(struct tw_cache *c, const struct cache_key *k, const struct
 
 int tw_cache_get(struct tw_cache *c, const void *key, size_t klen, void **value)
 {
-    int rc = cache_check_key(c, key, klen);
+    int rc = cache_check_key(c, &key, klen);
     if (rc)
         return rc;
     if (c->copy_values || !value)
@@ -449,7 +453,7 @@ int tw_cache_get(struct tw_cache *c, const void *key, size_t klen, void **value)
 int tw_cache_get_copy(struct tw_cache *c, const void *key, size_t klen, void *buf, size_t cap,
                       size_t *vlen)
 {
-    int rc = cache_check_key(c, key, klen);
+    int rc = cache_check_key(c, &key, klen);
     if (rc)
         return rc;
     if (!c->copy_values || !vlen || (!buf && cap))
@@ -463,7 +467,7 @@ int tw_cache_get_copy(struct tw_cache *c, const void *key, size_t klen, void *bu
 
 int tw_cache_del(struct tw_cache *c, const void *key, size_t klen)
 {
-    int rc = cache_check_key(c, key, klen);
+    int rc = cache_check_key(c, &key, klen);
     if (rc)
         return rc;
     uint64_t hash = cache_hash(c, key, klen);
@@ -577,7 +581,7 @@ static int cache_take(struct tw_cache *c, const void *key, size_t klen,
 int tw_cache_take_ttl(struct tw_cache *c, const void *key, size_t klen,
                       tw_cache_loader_fn *loader, void *loader_ctx, void **value, int64_t ttl_ms)
 {
-    int rc = cache_check_key(c, key, klen);
+    int rc = cache_check_key(c, &key, klen);
     if (rc)
         return rc;
     if (c->copy_values || !value)
@@ -596,7 +600,7 @@ int tw_cache_take_copy_ttl(struct tw_cache *c, const void *key, size_t klen,
                            tw_cache_loader_fn *loader, void *loader_ctx, void *buf, size_t cap,
                            size_t *vlen, int64_t ttl_ms)
 {
-    int rc = cache_check_key(c, key, klen);
+    int rc = cache_check_key(c, &key, klen);
     if (rc)
         return rc;
     if (!c->copy_values || !vlen || (!buf && cap))

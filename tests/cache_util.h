@@ -21,7 +21,7 @@ struct counter {
     _Atomic long retains;
 };
 
-static void counted_free(void *ctx, void *value)
+static inline void counted_free(void *ctx, void *value)
 {
     struct counter *k = ctx;
     struct counted *v = value;
@@ -30,7 +30,7 @@ static void counted_free(void *ctx, void *value)
     atomic_fetch_add(&k->frees, 1);
 }
 
-static void counted_retain(void *ctx, void *value)
+static inline void counted_retain(void *ctx, void *value)
 {
     struct counter *k = ctx;
     struct counted *v = value;
@@ -47,7 +47,7 @@ struct failing_alloc {
     size_t live_bytes;
 };
 
-static void *failing_alloc_fn(void *ctx, void *ptr, size_t old_size, size_t new_size)
+static inline void *failing_alloc_fn(void *ctx, void *ptr, size_t old_size, size_t new_size)
 {
     struct failing_alloc *a = ctx;
     if (new_size == 0) {
