@@ -76,6 +76,24 @@ static inline void cache_unlock(struct tw_cache *c, struct cache_shard *s)
         pthread_mutex_unlock(&s->lock.mu);
 }
 
+/* Bump a shard counter. Under an exclusive shard lock a plain relaxed
+ * load+store suffices (no locked instruction; stats readers see a value that
+ * is at most a little old); readers sharing an rwlock need the atomic add. */
+static inline void cache_bump(_Atomic uint64_t *x, uint64_t n, bool shared)
+{
+    if (shared)
+        atomic_fetch_add_explicit(x, n, memory_order_relaxed);
+    else
+        atomic_store_explicit(x, atomic_load_explicit(x, memory_order_relaxed) + n,
+                              memory_order_relaxed);
+}
+
+/* Whether a read holds its shard lock shared (see cache_lock_read). */
+static inline bool cache_read_shared(const struct tw_cache *c)
+{
+    return c->rwlock && !c->limit;
+}
+
 /* ---- entries ----------------------------------------------------------- */
 
 static inline uint64_t cache_hash(const struct tw_cache *c, const void *key, size_t klen)
@@ -88,9 +106,21 @@ static inline struct cache_shard *cache_shard_of(struct tw_cache *c, uint64_t ha
     return &c->shards[c->shard_shift >= 64 ? 0 : hash >> c->shard_shift];
 }
 
+/* Bytes in front of each entry: its LRU links when there is a limit. */
+static inline size_t cache_pre(const struct tw_cache *c)
+{
+    return c->limit ? sizeof(struct cache_lru) : 0;
+}
+
+/* The size of an entry's block (LRU links, entry, key, value bytes). */
 static inline size_t cache_entry_size(const struct tw_cache *c, size_t klen, size_t vlen)
 {
-    return sizeof(struct cache_entry) + klen + (c->copy_values ? vlen : 0);
+    return cache_pre(c) + sizeof(struct cache_entry) + klen + (c->copy_values ? vlen : 0);
+}
+
+static inline void cache_entry_release(struct tw_cache *c, struct cache_entry *e, size_t bytes)
+{
+    tw_cache_mem_free_(&c->alloc, (char *)e - cache_pre(c), bytes);
 }
 
 static inline size_t cache_entry_bytes(const struct tw_cache *c, const struct cache_entry *e)
@@ -127,7 +157,7 @@ static void cache_garbage_release(struct tw_cache *c, struct cache_garbage *g)
         struct cache_entry *next = e->hnext;
         if (!c->copy_values && c->free_value)
             c->free_value(c->value_ctx, e->value.ptr);
-        tw_cache_mem_free_(&c->alloc, e, cache_entry_bytes(c, e));
+        cache_entry_release(c, e, cache_entry_bytes(c, e));
         e = next;
     }
     g->entries = NULL;
@@ -239,7 +269,7 @@ static int cache_store_locked(struct tw_cache *c, struct cache_shard *s,
             e->value.ptr = v->ptr;
         }
         if (c->limit) {
-            e->stamp = cache_stamp(c, now_ns);
+            cache_lru_of(e)->stamp = cache_stamp(c, now_ns);
             tw_cache_lru_touch_(s, e);
         }
         tw_timer_arm_at(&s->wheel, &e->timer, tick);
@@ -247,12 +277,17 @@ static int cache_store_locked(struct tw_cache *c, struct cache_shard *s,
         return 0;
     }
     size_t bytes = cache_entry_size(c, k->len, v->len);
-    struct cache_entry *n = tw_cache_mem_alloc_(&c->alloc, bytes);
-    if (!n)
+    char *block = tw_cache_mem_alloc_(&c->alloc, bytes);
+    if (!block)
         return TW_ENOMEM;
+    struct cache_entry *n = (struct cache_entry *)(void *)(block + cache_pre(c));
     tw_timer_init(&n->timer, cache_timer_unused, NULL);
-    n->hnext = n->lru_prev = n->lru_next = NULL;
-    n->stamp = c->limit ? cache_stamp(c, now_ns) : 0;
+    n->hnext = NULL;
+    if (c->limit) {
+        struct cache_lru *l = cache_lru_of(n);
+        l->prev = l->next = NULL;
+        l->stamp = cache_stamp(c, now_ns);
+    }
     n->hash = (uint32_t)k->hash;
     n->klen = (uint32_t)k->len;
     if (k->len)
@@ -306,7 +341,7 @@ static void cache_evict(struct tw_cache *c)
         struct cache_entry *e = best->lru_tail;
         if (e) {
             cache_unlink(c, best, e, &g);
-            atomic_fetch_add_explicit(&best->evictions, 1, memory_order_relaxed);
+            cache_bump(&best->evictions, 1, false);
         }
         cache_unlock(c, best);
         cache_garbage_release(c, &g);
@@ -426,13 +461,13 @@ static int cache_get(struct tw_cache *c, const struct cache_key *k, const struct
     if (e && cache_live(e, now_ns)) {
         cache_output(c, e, out);
         if (c->limit) {
-            e->stamp = cache_stamp(c, now_ns);
+            cache_lru_of(e)->stamp = cache_stamp(c, now_ns);
             tw_cache_lru_touch_(s, e);
         }
-        atomic_fetch_add_explicit(&s->hits, 1, memory_order_relaxed);
+        cache_bump(&s->hits, 1, cache_read_shared(c));
         rc = 0;
     } else if (count_miss) {
-        atomic_fetch_add_explicit(&s->misses, 1, memory_order_relaxed);
+        cache_bump(&s->misses, 1, cache_read_shared(c));
     }
     cache_unlock(c, s);
     return rc;
@@ -642,7 +677,7 @@ static uint64_t cache_expire_shard(struct tw_cache *c, struct cache_shard *s, ui
             *next = tw_wheel_next_expiry(&s->wheel);
         if (n) {
             atomic_fetch_sub_explicit(&c->count, n, memory_order_relaxed);
-            atomic_fetch_add_explicit(&s->expirations, n, memory_order_relaxed);
+            cache_bump(&s->expirations, n, false);
         }
         cache_unlock(c, s);
         cache_garbage_release(c, &g);

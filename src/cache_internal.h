@@ -27,14 +27,13 @@
 #define CACHE_MIN_BUCKETS 16u
 #define CACHE_MAX_SHARDS 4096u
 
-/* One key. 88 bytes on LP64 before the key bytes (value pointer included);
- * allocated as one block with the key (and in copy mode the value) bytes. */
+/* One key: 64 bytes on LP64 before the key bytes (value pointer included),
+ * allocated as one block with the key (and in copy mode the value) bytes.
+ * A cache with an LRU limit puts a struct cache_lru just before each entry
+ * in the same block (88 bytes then); a cache without one does not pay for it. */
 struct cache_entry {
     struct tw_timer timer;       /* pending on the shard's wheel; deadline = expiry tick */
     struct cache_entry *hnext;   /* next in the bucket's chain */
-    struct cache_entry *lru_prev; /* toward the most recently used; limit > 0 only */
-    struct cache_entry *lru_next; /* toward the least recently used */
-    uint64_t stamp;              /* last set or hit: clock ns, or a counter (manual clock) */
     uint32_t hash;               /* low 32 bits of the key's hash */
     uint32_t klen;
     union {
@@ -43,6 +42,18 @@ struct cache_entry {
     } value;
     unsigned char key[];         /* klen bytes, then the value bytes in copy mode */
 };
+
+/* LRU links, in front of the entry (limit > 0 only). */
+struct cache_lru {
+    struct cache_entry *prev;    /* toward the most recently used */
+    struct cache_entry *next;    /* toward the least recently used */
+    uint64_t stamp;              /* last set or hit: clock ns, or a counter (manual clock) */
+};
+
+static inline struct cache_lru *cache_lru_of(const struct cache_entry *e)
+{
+    return (struct cache_lru *)(void *)((char *)(uintptr_t)e - sizeof(struct cache_lru));
+}
 
 /* A caller waiting on another caller's load of the same key (single flight).
  * Lives on the waiter's stack; the leader fills it in and sets done. */

@@ -204,16 +204,17 @@ void tw_cache_map_replace_(struct cache_shard *s, struct cache_entry *old,
 
 static inline void cache_lru_oldest(struct cache_shard *s)
 {
-    atomic_store_explicit(&s->oldest, s->lru_tail ? s->lru_tail->stamp : UINT64_MAX,
+    atomic_store_explicit(&s->oldest, s->lru_tail ? cache_lru_of(s->lru_tail)->stamp : UINT64_MAX,
                           memory_order_relaxed);
 }
 
 void tw_cache_lru_push_(struct cache_shard *s, struct cache_entry *e)
 {
-    e->lru_prev = NULL;
-    e->lru_next = s->lru_head;
+    struct cache_lru *l = cache_lru_of(e);
+    l->prev = NULL;
+    l->next = s->lru_head;
     if (s->lru_head)
-        s->lru_head->lru_prev = e;
+        cache_lru_of(s->lru_head)->prev = e;
     else
         s->lru_tail = e;
     s->lru_head = e;
@@ -222,15 +223,16 @@ void tw_cache_lru_push_(struct cache_shard *s, struct cache_entry *e)
 
 void tw_cache_lru_unlink_(struct cache_shard *s, struct cache_entry *e)
 {
-    if (e->lru_prev)
-        e->lru_prev->lru_next = e->lru_next;
+    struct cache_lru *l = cache_lru_of(e);
+    if (l->prev)
+        cache_lru_of(l->prev)->next = l->next;
     else
-        s->lru_head = e->lru_next;
-    if (e->lru_next)
-        e->lru_next->lru_prev = e->lru_prev;
+        s->lru_head = l->next;
+    if (l->next)
+        cache_lru_of(l->next)->prev = l->prev;
     else
-        s->lru_tail = e->lru_prev;
-    e->lru_prev = e->lru_next = NULL;
+        s->lru_tail = l->prev;
+    l->prev = l->next = NULL;
     cache_lru_oldest(s);
 }
 
