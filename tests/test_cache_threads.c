@@ -142,7 +142,7 @@ static void test_real_clock_expiry(void)
 {
     struct tw_cache_config cfg;
     tw_cache_config_init(&cfg);
-    cfg.default_ttl_ms = 50;
+    cfg.default_ttl_ms = 200;
     cfg.jitter = 0;
     cfg.free_value = counted_free;
     cfg.value_ctx = &ctr;
@@ -162,12 +162,12 @@ static void test_real_clock_expiry(void)
     CHECK_EQ_INT(tw_cache_set(c, K("k7"), &vals[7]), 0);
     uint64_t set_end = mono_ns();
     int violations = 0, hits = 0;
-    while (mono_ms() - t0 < 120) {
+    while (mono_ms() - t0 < 260) {
         void *v;
         uint64_t before = mono_ns();
         int rc = tw_cache_get(c, K("k7"), &v);
         hits += rc == 0;
-        if (rc == 0 && before > set_end + 51000000u)
+        if (rc == 0 && before > set_end + 201000000u)
             violations++;
     }
     CHECK_EQ_INT(violations, 0);
