@@ -6,5 +6,6 @@
 #include "twheel/wheel.h"
 #include "twheel/tasks.h"
 #include "twheel/runner.h"
+#include "twheel/cache.h"
 
 #endif /* TWHEEL_H */

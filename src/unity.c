@@ -1,7 +1,7 @@
 /* The whole library as one translation unit, for embedders who vendor one
  * file (compile with -DTW_STATIC_BUILD) and for compilers that optimise
  * better across files. Every layer's source is listed once, here. */
-/* The POSIX parts (clocks, threads) need this before any system header. */
+/* Before any system header: the cache needs POSIX (clock_gettime, threads). */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
 #endif
@@ -9,3 +9,5 @@
 #include "wheel.c"
 #include "tasks.c"
 #include "runner.c"
+#include "cache_map.c"
+#include "cache.c"
