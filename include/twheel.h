@@ -4,6 +4,8 @@
 
 #include "twheel/common.h"
 #include "twheel/wheel.h"
+#include "twheel/tasks.h"
+#include "twheel/runner.h"
 #include "twheel/cache.h"
 
 #endif /* TWHEEL_H */

@@ -7,5 +7,7 @@
 #endif
 #include "common.c"
 #include "wheel.c"
+#include "tasks.c"
+#include "runner.c"
 #include "cache_map.c"
 #include "cache.c"

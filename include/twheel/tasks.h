@@ -1,0 +1,188 @@
+/* twheel keyed layer: go-zero's TimingWheel API over the core wheel.
+ *
+ * A tw_tasks maps keys to tasks: set(key, value, delay) inserts or replaces a
+ * task due `delay` ticks from now, move(key, delay) re-arms it, remove(key)
+ * forgets it, drain(fn) hands every pending task to fn at once, and advancing
+ * time runs execute(task) for each task as it comes due. Time is in core ticks:
+ * the caller says what time it is (tw_tasks_advance), as with tw_wheel.
+ *
+ * Keys: an instance uses either byte-string keys (copied into the instance,
+ * 0..TW_TASKS_KEY_MAX bytes, equal when their bytes are equal) or 64-bit
+ * integer keys (the fast path), chosen at creation. Calling the functions of
+ * the other kind returns TW_EINVAL. Values are opaque pointers, never touched.
+ *
+ * Rules (tests/test_tasks_rules.c pins each one, spec/keyed.md is the contract):
+ *  - Exact: a task (re-)armed with delay d at time now fires during the first
+ *    advance that reaches now + d, never before and never later.
+ *  - Delay 0 means the next tick; a task fires at most once per arming.
+ *  - Each arming fires exactly once unless it is removed, replaced (set on a
+ *    present key), moved (re-armed), or drained first; never twice.
+ *  - Order: tasks due at earlier ticks run before tasks due at later ones;
+ *    tasks due at the same tick run in an unspecified order.
+ *  - When a task runs it has already left the instance: its key is free again,
+ *    tw_tasks_remove() of it returns TW_ENOENT, set() of it arms a new task.
+ *  - Re-entrancy: execute and drain's fn may call set, move, remove, get and
+ *    drain on the same instance (any key, their own included). They may not
+ *    call tw_tasks_advance (TW_EBUSY) or tw_tasks_free.
+ *  - Drain leaves nothing behind: a key set after (or during) drain is a new
+ *    task that fires normally.
+ *
+ * Memory: one allocation for the instance (about 24 KB, mostly the core wheel),
+ * a pool of task entries in chunks of TW_TASKS_CHUNK entries, one open-
+ * addressing index of 32-bit slots, and for string keys one block per key
+ * (length + 2 bytes). Per task: 56 bytes of entry (a 40-byte core timer, the
+ * value, the key or a pointer to it) plus 4.6..7.3 bytes of index (load
+ * factor 0.55..0.8), so <= 64 bytes plus the key block. Memory is returned:
+ * the index shrinks when it falls below 1/8 full, and when fewer than a quarter
+ * of the pool's entries are live the live ones are moved down and the emptied
+ * chunks freed (outside callbacks; amortised O(1) per removal).
+ *
+ * Hashing: the index is keyed by a per-instance random seed (getrandom), so
+ * keys chosen by an adversary who does not know it cannot be made to collide:
+ * SipHash-1-3 for string keys (as Redis and Rust), a seeded 64-bit mixer
+ * (splitmix64's finaliser with the seed folded in twice) for integer keys. The
+ * mixer is not a PRF: if integer keys come from an attacker who can also time
+ * your calls, use string keys.
+ *
+ * Costs: set, move, remove and get are O(1) expected (one hash, a few index
+ * slots on one or two cache lines, one entry); an insert that grows the index
+ * rehashes it (amortised O(1)). Advancing costs the core's cost plus O(1) per
+ * task run. Drain is O(pending + index size).
+ *
+ * Thread safety: none; one thread at a time. tw_runner (twheel/runner.h) is the
+ * thread-safe service around a tw_tasks.
+ */
+#ifndef TWHEEL_TASKS_H
+#define TWHEEL_TASKS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "twheel/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Longest byte-string key accepted; longer ones give TW_E2BIG. */
+#define TW_TASKS_KEY_MAX 65535
+/* Entries per pool chunk (the unit in which task memory is allocated/freed). */
+#define TW_TASKS_CHUNK 1024
+
+struct tw_tasks;
+
+/* A task handed to execute or to drain's fn. Valid during the call only (copy
+ * the key if you keep it). */
+struct tw_task {
+    const void *key;   /* string keys: the key's bytes; integer keys: NULL */
+    size_t key_len;    /* string keys: its length; integer keys: 0 */
+    uint64_t key_int;  /* integer keys: the key; string keys: 0 */
+    void *value;       /* the value given to set */
+    uint64_t deadline; /* the tick the task was due at */
+};
+
+/* Runs a task: `ctx` is the config's ctx (or drain's ctx). */
+typedef void tw_tasks_fn(void *ctx, const struct tw_task *task);
+
+enum tw_tasks_key_kind {
+    TW_TASKS_KEY_BYTES = 0, /* byte-string keys, copied */
+    TW_TASKS_KEY_INT = 1,   /* 64-bit integer keys */
+};
+
+struct tw_tasks_config {
+    tw_tasks_fn *execute;                  /* required: runs each due task */
+    void *ctx;                             /* passed to execute */
+    enum tw_tasks_key_kind key_kind;       /* TW_TASKS_KEY_BYTES (default) or _INT */
+    uint64_t now;                          /* starting tick */
+    size_t max_pending;                    /* 0 = no limit; else set of a new key
+                                              beyond it gives TW_EFULL */
+    const struct tw_allocator *allocator;  /* NULL = realloc/free; copied */
+    uint64_t seed[2];                      /* hash seed; {0, 0} = random */
+};
+
+/* Figures, for tuning and for the benchmarks. */
+struct tw_tasks_stats {
+    size_t pending;        /* tasks armed */
+    size_t index_slots;    /* capacity of the hash index */
+    size_t index_tombs;    /* deleted slots awaiting a rehash */
+    size_t pool_entries;   /* entries allocated (live + free), a multiple of the chunk */
+    size_t bytes;          /* every byte allocated by this instance, key blocks included */
+    size_t max_probe;      /* longest probe sequence of a pending key (O(n) to compute) */
+};
+
+/* ---- lifetime ------------------------------------------------------------ */
+
+/* Create an instance. Returns 0 and sets *out, or TW_EINVAL (NULL out or cfg,
+ * no execute, bad key_kind), TW_ENOMEM or TW_ESYS (no random seed could be
+ * read; pass one); *out is then NULL and nothing is allocated. */
+TW_API int tw_tasks_new(struct tw_tasks **out, const struct tw_tasks_config *cfg);
+
+/* Free the instance and every pending task without running them. NULL is a
+ * no-op. Must not be called from one of its callbacks. O(pending). */
+TW_API void tw_tasks_free(struct tw_tasks *t);
+
+/* ---- operations ---------------------------------------------------------- */
+/* Keys: `key`/`len` for string-key instances (key may not be NULL, len <=
+ * TW_TASKS_KEY_MAX), `key` for integer-key instances (the *_int calls).
+ * Delays are in ticks from tw_tasks_now(); 0 = the next tick; negative ->
+ * TW_EINVAL. Every failing call changes nothing. */
+
+/* Arm `key` to run `delay` ticks from now with `value`. Returns 1 if the key
+ * was new, 0 if it was present (its value replaced, re-armed; its previous
+ * arming will not run), or TW_EINVAL, TW_E2BIG, TW_EFULL (max_pending reached
+ * and the key is new), TW_ENOMEM. */
+TW_API int tw_tasks_set(struct tw_tasks *t, const void *key, size_t len, void *value,
+                        int64_t delay);
+TW_API int tw_tasks_set_int(struct tw_tasks *t, uint64_t key, void *value, int64_t delay);
+
+/* Re-arm a present key to `delay` ticks from now, keeping its value. Returns
+ * 0, TW_ENOENT (absent: nothing happens), TW_EINVAL, TW_E2BIG. */
+TW_API int tw_tasks_move(struct tw_tasks *t, const void *key, size_t len, int64_t delay);
+TW_API int tw_tasks_move_int(struct tw_tasks *t, uint64_t key, int64_t delay);
+
+/* Forget a key: its task will not run. Returns 0, TW_ENOENT, TW_EINVAL,
+ * TW_E2BIG. If `value` is not NULL it receives the task's value. Never
+ * allocates. */
+TW_API int tw_tasks_remove(struct tw_tasks *t, const void *key, size_t len, void **value);
+TW_API int tw_tasks_remove_int(struct tw_tasks *t, uint64_t key, void **value);
+
+/* Look a key up without changing anything. Returns 0 (filling *value and
+ * *deadline, the tick it is due at, where not NULL), TW_ENOENT, TW_EINVAL,
+ * TW_E2BIG. */
+TW_API int tw_tasks_get(const struct tw_tasks *t, const void *key, size_t len, void **value,
+                        uint64_t *deadline);
+TW_API int tw_tasks_get_int(const struct tw_tasks *t, uint64_t key, void **value,
+                            uint64_t *deadline);
+
+/* Remove every pending task, then call fn(ctx, task) once for each (fn NULL:
+ * the config's execute and ctx), in an unspecified order. Tasks that fn sets
+ * are new tasks, not drained by this call. Returns the number of tasks
+ * drained, or TW_EINVAL. Allocates nothing. */
+TW_API int64_t tw_tasks_drain(struct tw_tasks *t, tw_tasks_fn *fn, void *ctx);
+
+/* Advance time to `now`, running each task due by then in deadline order.
+ * Returns the number of tasks run, TW_EINVAL, or TW_EBUSY from a callback.
+ * An earlier `now` is a no-op. */
+TW_API int64_t tw_tasks_advance(struct tw_tasks *t, uint64_t now);
+
+/* As tw_tasks_advance, but run at most `max` tasks (0 = no limit). When it
+ * stops at the limit, time is the deadline of the last task run and the
+ * remaining due tasks run on the next call. For callers that must not hold
+ * on for long (tw_runner). */
+TW_API int64_t tw_tasks_advance_max(struct tw_tasks *t, uint64_t now, size_t max);
+
+/* ---- figures --------------------------------------------------------------- */
+
+TW_API size_t tw_tasks_pending(const struct tw_tasks *t);
+TW_API uint64_t tw_tasks_now(const struct tw_tasks *t);
+/* The earliest tick at which something may be due (see tw_wheel_next_expiry),
+ * TW_NEVER when nothing is pending. O(1). */
+TW_API uint64_t tw_tasks_next_expiry(const struct tw_tasks *t);
+/* Fill *s. O(index size) because of max_probe. */
+TW_API void tw_tasks_stats(const struct tw_tasks *t, struct tw_tasks_stats *s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TWHEEL_TASKS_H */

@@ -1,0 +1,712 @@
+/* twheel runner: tw_runner, the thread-safe service around keyed tasks.
+ *
+ * Threads and locks
+ * -----------------
+ *   shard[i].lock  guards shard[i].tasks and shard[i].closed. Held by a
+ *                  producer for one tw_tasks call, by the tick thread to pop
+ *                  at most BATCH due tasks (copied out) or to read the next
+ *                  expiry. Never held while user code runs.
+ *   ctl            guards `stopping` and is the tick thread's sleep mutex
+ *                  (tick_cv, CLOCK_MONOTONIC).
+ *   q              guards the ring of fired tasks waiting for a worker.
+ *   stop_lock      serialises stop/free.
+ * Lock order: stop_lock -> shard -> (nothing); ctl and q are leaves.
+ *
+ * Waking the tick thread: `sleep_until` (atomic) is the tick it will sleep
+ * until: 0 while it is awake or has been kicked, UINT64_MAX while it is
+ * computing its next deadline. A producer that arms a deadline earlier than
+ * sleep_until (read under the shard lock) swaps it to 0 and, if it won the
+ * swap, signals tick_cv under ctl. The tick thread stores UINT64_MAX before
+ * reading the shards' next expiries and installs the result with a CAS from
+ * UINT64_MAX, so an arming either is seen by that scan or sees a value that
+ * makes it kick; the sleep loop re-checks sleep_until under ctl, so no kick
+ * is lost. While the thread is awake (0) producers do not touch ctl at all.
+ *
+ * Order across shards: each round finds the earliest next expiry over all
+ * shards and advances every shard to it, so tasks due at earlier ticks are
+ * dispatched before later ones even while catching up after a stall.
+ */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, pthread_condattr_setclock */
+#endif
+#include "twheel/runner.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "tasks_hash.h"
+#include "twheel/wheel.h"
+
+#define RN_BATCH 64
+#define RN_DEFAULT_SHARDS 16
+#define RN_MAX_SHARDS 1024
+#define RN_DEFAULT_QUEUE 1024
+
+/* A fired task on its way to a callback: the key travels inline. */
+struct rn_job {
+    struct tw_task task;
+    unsigned char key[TW_RUNNER_KEY_MAX];
+};
+
+struct rn_shard {
+    pthread_mutex_t lock;
+    struct tw_tasks *tasks; /* under lock */
+    int closed;             /* under lock */
+    char pad[64];           /* keep neighbours' locks off this cache line */
+};
+
+struct tw_runner {
+    tw_tasks_fn *execute;
+    void *ctx;
+    uint64_t tick_ns;
+    uint64_t start_ns;
+    size_t max_pending;
+    int int_keys;
+    uint64_t k0, k1; /* shard hash seed */
+    struct tw_allocator alloc;
+    struct tw_tasks_config tcfg; /* for the shards' instances */
+
+    struct rn_shard *shards;
+    unsigned nshards;
+
+    /* Thread ids: written by tw_runner_new only (read by any thread). */
+    pthread_t tick_thread;
+    int tick_started;
+    pthread_t *workers;
+    unsigned nworkers, workers_started;
+    int joined; /* under stop_lock */
+
+    pthread_mutex_t ctl;
+    pthread_cond_t tick_cv;
+    int stopping; /* under ctl */
+    _Atomic uint64_t sleep_until;
+
+    /* tick thread only */
+    struct rn_job *batch;
+    unsigned nbatch;
+
+    pthread_mutex_t q;
+    pthread_cond_t q_nonempty, q_nonfull;
+    struct rn_job *ring; /* under q */
+    size_t qcap, qhead, qcount;
+    int q_quit;
+
+    pthread_mutex_t stop_lock;
+    int stopped; /* under stop_lock */
+
+    _Atomic size_t pending; /* kept only when max_pending != 0 */
+    _Atomic uint64_t fired, late, worst_ns, drained, tick;
+};
+
+/* ---- small helpers ----------------------------------------------------------- */
+
+static void *rn_default_alloc(void *ctx, void *ptr, size_t old_size, size_t new_size)
+{
+    (void)ctx;
+    (void)old_size;
+    if (new_size == 0) {
+        free(ptr);
+        return NULL;
+    }
+    return realloc(ptr, new_size);
+}
+
+static inline void *rn_mem(struct tw_runner *r, void *p, size_t old_size, size_t new_size)
+{
+    return r->alloc.fn(r->alloc.ctx, p, old_size, new_size);
+}
+
+static inline uint64_t rn_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* The first tick at or after now + delay_ns. */
+static inline uint64_t rn_due_tick(const struct tw_runner *r, int64_t delay_ns)
+{
+    uint64_t x = rn_now_ns() - r->start_ns + (uint64_t)delay_ns;
+    return x / r->tick_ns + (x % r->tick_ns != 0);
+}
+
+static inline struct rn_shard *rn_shard_of(const struct tw_runner *r, uint64_t h)
+{
+    return &r->shards[tw_hash_home(h, r->nshards)];
+}
+
+static int rn_self_is_runner_thread(const struct tw_runner *r)
+{
+    pthread_t self = pthread_self();
+    if (r->tick_started && pthread_equal(self, r->tick_thread))
+        return 1;
+    for (unsigned i = 0; i < r->workers_started; i++)
+        if (pthread_equal(self, r->workers[i]))
+            return 1;
+    return 0;
+}
+
+/* A producer armed `deadline`; `sleeping` is sleep_until as read under the
+ * shard lock. */
+static void rn_kick(struct tw_runner *r, uint64_t deadline, uint64_t sleeping)
+{
+    while (deadline < sleeping) {
+        if (atomic_compare_exchange_weak(&r->sleep_until, &sleeping, 0)) {
+            pthread_mutex_lock(&r->ctl);
+            pthread_cond_signal(&r->tick_cv);
+            pthread_mutex_unlock(&r->ctl);
+            return;
+        }
+    }
+}
+
+static void rn_pending_sub(struct tw_runner *r, size_t n)
+{
+    if (r->max_pending && n)
+        atomic_fetch_sub_explicit(&r->pending, n, memory_order_relaxed);
+}
+
+/* ---- running callbacks -------------------------------------------------------- */
+
+static void rn_run_job(struct tw_runner *r, struct rn_job *job)
+{
+    if (job->task.key)
+        job->task.key = job->key; /* the job may have been copied */
+    uint64_t now = rn_now_ns();
+    uint64_t due = r->start_ns + job->task.deadline * r->tick_ns;
+    uint64_t late = now > due ? now - due : 0;
+    atomic_fetch_add_explicit(&r->fired, 1, memory_order_relaxed);
+    if (late > r->tick_ns)
+        atomic_fetch_add_explicit(&r->late, 1, memory_order_relaxed);
+    uint64_t worst = atomic_load_explicit(&r->worst_ns, memory_order_relaxed);
+    while (late > worst &&
+           !atomic_compare_exchange_weak_explicit(&r->worst_ns, &worst, late,
+                                                  memory_order_relaxed, memory_order_relaxed))
+        ;
+    r->execute(r->ctx, &job->task);
+}
+
+static void *rn_worker(void *arg)
+{
+    struct tw_runner *r = arg;
+    struct rn_job job;
+    for (;;) {
+        pthread_mutex_lock(&r->q);
+        while (r->qcount == 0 && !r->q_quit)
+            pthread_cond_wait(&r->q_nonempty, &r->q);
+        if (r->qcount == 0) { /* quitting and nothing left */
+            pthread_mutex_unlock(&r->q);
+            return NULL;
+        }
+        job = r->ring[r->qhead];
+        r->qhead = (r->qhead + 1) % r->qcap;
+        r->qcount--;
+        pthread_cond_signal(&r->q_nonfull);
+        pthread_mutex_unlock(&r->q);
+        rn_run_job(r, &job);
+    }
+}
+
+/* Hand the tick thread's batch to the workers (or run it, with none). */
+static void rn_dispatch(struct tw_runner *r)
+{
+    unsigned n = r->nbatch;
+    r->nbatch = 0;
+    if (!r->nworkers) {
+        for (unsigned i = 0; i < n; i++)
+            rn_run_job(r, &r->batch[i]);
+        return;
+    }
+    pthread_mutex_lock(&r->q);
+    for (unsigned i = 0; i < n; i++) {
+        while (r->qcount == r->qcap)
+            pthread_cond_wait(&r->q_nonfull, &r->q);
+        r->ring[(r->qhead + r->qcount) % r->qcap] = r->batch[i];
+        r->qcount++;
+        pthread_cond_signal(&r->q_nonempty);
+    }
+    pthread_mutex_unlock(&r->q);
+}
+
+/* The shards' execute: runs on the tick thread under a shard lock, inside
+ * tw_tasks_advance_max(..., RN_BATCH): copy the task into the batch. */
+static void rn_collect(void *ctx, const struct tw_task *task)
+{
+    struct tw_runner *r = ctx;
+    struct rn_job *job = &r->batch[r->nbatch++];
+    job->task = *task;
+    if (task->key) {
+        memcpy(job->key, task->key, task->key_len);
+        job->task.key = job->key;
+    }
+    rn_pending_sub(r, 1);
+}
+
+/* ---- the tick thread ----------------------------------------------------------- */
+
+static uint64_t rn_next_expiry(struct tw_runner *r)
+{
+    uint64_t next = TW_NEVER;
+    for (unsigned i = 0; i < r->nshards; i++) {
+        struct rn_shard *s = &r->shards[i];
+        pthread_mutex_lock(&s->lock);
+        uint64_t e = tw_tasks_next_expiry(s->tasks);
+        pthread_mutex_unlock(&s->lock);
+        if (e < next)
+            next = e;
+    }
+    return next;
+}
+
+/* Advance one shard to `to`, dispatching batch by batch. */
+static void rn_advance_shard(struct tw_runner *r, struct rn_shard *s, uint64_t to)
+{
+    int64_t n;
+    do {
+        pthread_mutex_lock(&s->lock);
+        n = tw_tasks_advance_max(s->tasks, to, RN_BATCH);
+        pthread_mutex_unlock(&s->lock);
+        if (r->nbatch)
+            rn_dispatch(r);
+    } while (n == RN_BATCH);
+}
+
+/* Run everything due by tick `target`, earliest ticks first across shards. */
+static void rn_run_due(struct tw_runner *r, uint64_t target)
+{
+    for (;;) {
+        uint64_t t = rn_next_expiry(r);
+        if (t > target)
+            break;
+        for (unsigned i = 0; i < r->nshards; i++)
+            rn_advance_shard(r, &r->shards[i], t);
+    }
+    for (unsigned i = 0; i < r->nshards; i++) /* move time on; fires what raced in */
+        rn_advance_shard(r, &r->shards[i], target);
+    atomic_store_explicit(&r->tick, target, memory_order_relaxed);
+}
+
+static void *rn_tick_main(void *arg)
+{
+    struct tw_runner *r = arg;
+    for (;;) {
+        uint64_t now_tick = (rn_now_ns() - r->start_ns) / r->tick_ns;
+        rn_run_due(r, now_tick);
+
+        atomic_store(&r->sleep_until, UINT64_MAX);
+        uint64_t next = rn_next_expiry(r);
+        uint64_t expect = UINT64_MAX;
+        if (next <= now_tick || !atomic_compare_exchange_strong(&r->sleep_until, &expect, next)) {
+            atomic_store(&r->sleep_until, 0); /* kicked, or due already */
+            pthread_mutex_lock(&r->ctl);
+            int stop = r->stopping;
+            pthread_mutex_unlock(&r->ctl);
+            if (stop)
+                break;
+            continue;
+        }
+        pthread_mutex_lock(&r->ctl);
+        while (!r->stopping && atomic_load(&r->sleep_until) != 0) {
+            if (next == TW_NEVER) {
+                pthread_cond_wait(&r->tick_cv, &r->ctl);
+                continue;
+            }
+            uint64_t at = r->start_ns + next * r->tick_ns;
+            if (rn_now_ns() >= at)
+                break;
+            struct timespec ts = {(time_t)(at / 1000000000u), (long)(at % 1000000000u)};
+            if (pthread_cond_timedwait(&r->tick_cv, &r->ctl, &ts) == ETIMEDOUT)
+                break;
+        }
+        int stop = r->stopping;
+        pthread_mutex_unlock(&r->ctl);
+        atomic_store(&r->sleep_until, 0);
+        if (stop)
+            break;
+    }
+    return NULL;
+}
+
+/* ---- lifetime -------------------------------------------------------------------- */
+
+static void rn_noop(void *ctx, const struct tw_task *task)
+{
+    (void)ctx;
+    (void)task;
+}
+
+/* Free what tw_runner_new built (threads already joined). */
+static void rn_destroy(struct tw_runner *r)
+{
+    if (r->shards) {
+        for (unsigned i = 0; i < r->nshards; i++) {
+            if (r->shards[i].tasks) {
+                tw_tasks_free(r->shards[i].tasks);
+                pthread_mutex_destroy(&r->shards[i].lock);
+            }
+        }
+        rn_mem(r, r->shards, r->nshards * sizeof *r->shards, 0);
+    }
+    if (r->ring)
+        rn_mem(r, r->ring, r->qcap * sizeof *r->ring, 0);
+    if (r->batch)
+        rn_mem(r, r->batch, RN_BATCH * sizeof *r->batch, 0);
+    if (r->workers)
+        rn_mem(r, r->workers, r->nworkers * sizeof *r->workers, 0);
+    pthread_mutex_destroy(&r->ctl);
+    pthread_cond_destroy(&r->tick_cv);
+    pthread_mutex_destroy(&r->q);
+    pthread_cond_destroy(&r->q_nonempty);
+    pthread_cond_destroy(&r->q_nonfull);
+    pthread_mutex_destroy(&r->stop_lock);
+    struct tw_allocator a = r->alloc;
+    a.fn(a.ctx, r, sizeof *r, 0);
+}
+
+static void rn_join_all(struct tw_runner *r)
+{
+    if (r->joined)
+        return;
+    r->joined = 1;
+    if (r->tick_started) {
+        pthread_mutex_lock(&r->ctl);
+        r->stopping = 1;
+        pthread_cond_signal(&r->tick_cv);
+        pthread_mutex_unlock(&r->ctl);
+        pthread_join(r->tick_thread, NULL);
+    }
+    pthread_mutex_lock(&r->q);
+    r->q_quit = 1;
+    pthread_cond_broadcast(&r->q_nonempty);
+    pthread_mutex_unlock(&r->q);
+    for (unsigned i = 0; i < r->workers_started; i++)
+        pthread_join(r->workers[i], NULL);
+}
+
+int tw_runner_new(struct tw_runner **out, const struct tw_runner_config *cfg)
+{
+    if (!out)
+        return TW_EINVAL;
+    *out = NULL;
+    if (!cfg || !cfg->execute || cfg->tick_ns < 1000 || cfg->shards > RN_MAX_SHARDS ||
+        (cfg->key_kind != TW_TASKS_KEY_BYTES && cfg->key_kind != TW_TASKS_KEY_INT) ||
+        (cfg->allocator && !cfg->allocator->fn) || cfg->workers > 4096)
+        return TW_EINVAL;
+    struct tw_allocator a = {rn_default_alloc, NULL};
+    if (cfg->allocator)
+        a = *cfg->allocator;
+    struct tw_runner *r = a.fn(a.ctx, NULL, 0, sizeof *r);
+    if (!r)
+        return TW_ENOMEM;
+    memset(r, 0, sizeof *r);
+    r->alloc = a;
+    r->execute = cfg->execute;
+    r->ctx = cfg->ctx;
+    r->tick_ns = cfg->tick_ns;
+    r->max_pending = cfg->max_pending;
+    r->int_keys = cfg->key_kind == TW_TASKS_KEY_INT;
+    r->nshards = cfg->shards ? cfg->shards : RN_DEFAULT_SHARDS;
+    r->qcap = cfg->queue ? cfg->queue : RN_DEFAULT_QUEUE;
+    r->nworkers = cfg->workers;
+    uint64_t seed[2];
+    if (getrandom(seed, sizeof seed, GRND_NONBLOCK) != (ssize_t)sizeof seed) {
+        seed[0] = rn_now_ns() ^ (uint64_t)(uintptr_t)r;
+        seed[1] = tw_hash_int(seed[0], (uint64_t)(uintptr_t)&seed, 0x9e3779b97f4a7c15u);
+    }
+    r->k0 = seed[0];
+    r->k1 = seed[1];
+    atomic_init(&r->sleep_until, 0);
+    atomic_init(&r->pending, 0);
+    atomic_init(&r->fired, 0);
+    atomic_init(&r->late, 0);
+    atomic_init(&r->worst_ns, 0);
+    atomic_init(&r->drained, 0);
+    atomic_init(&r->tick, 0);
+
+    int rc = TW_ESYS;
+    pthread_condattr_t ca;
+    int sys = pthread_mutex_init(&r->ctl, NULL) | pthread_mutex_init(&r->q, NULL) |
+              pthread_mutex_init(&r->stop_lock, NULL) | pthread_cond_init(&r->q_nonempty, NULL) |
+              pthread_cond_init(&r->q_nonfull, NULL);
+    if (pthread_condattr_init(&ca) == 0) {
+        sys |= pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        sys |= pthread_cond_init(&r->tick_cv, &ca);
+        pthread_condattr_destroy(&ca);
+    } else {
+        sys = 1;
+        pthread_cond_init(&r->tick_cv, NULL);
+    }
+    if (sys)
+        goto fail;
+
+    rc = TW_ENOMEM;
+    r->batch = rn_mem(r, NULL, 0, RN_BATCH * sizeof *r->batch);
+    r->ring = r->nworkers ? rn_mem(r, NULL, 0, r->qcap * sizeof *r->ring) : NULL;
+    r->workers = r->nworkers ? rn_mem(r, NULL, 0, r->nworkers * sizeof *r->workers) : NULL;
+    r->shards = rn_mem(r, NULL, 0, r->nshards * sizeof *r->shards);
+    if (r->shards)
+        memset(r->shards, 0, r->nshards * sizeof *r->shards);
+    if (!r->batch || !r->shards || (r->nworkers && (!r->ring || !r->workers)))
+        goto fail;
+    r->tcfg = (struct tw_tasks_config){
+        .execute = rn_collect,
+        .ctx = r,
+        .key_kind = cfg->key_kind,
+        .allocator = cfg->allocator,
+    };
+    for (unsigned i = 0; i < r->nshards; i++) {
+        int e = tw_tasks_new(&r->shards[i].tasks, &r->tcfg);
+        if (e) {
+            rc = e;
+            goto fail;
+        }
+        if (pthread_mutex_init(&r->shards[i].lock, NULL)) {
+            tw_tasks_free(r->shards[i].tasks);
+            r->shards[i].tasks = NULL;
+            rc = TW_ESYS;
+            goto fail;
+        }
+    }
+    r->start_ns = rn_now_ns();
+    rc = TW_ESYS;
+    for (unsigned i = 0; i < r->nworkers; i++) {
+        if (pthread_create(&r->workers[i], NULL, rn_worker, r))
+            goto fail;
+        r->workers_started++;
+    }
+    if (pthread_create(&r->tick_thread, NULL, rn_tick_main, r))
+        goto fail;
+    r->tick_started = 1;
+    *out = r;
+    return 0;
+fail:
+    rn_join_all(r);
+    rn_destroy(r);
+    return rc;
+}
+
+/* ---- operations ------------------------------------------------------------------ */
+
+/* A validated key and its shard. */
+struct rn_key {
+    const void *p;
+    size_t len;
+    uint64_t num;
+    struct rn_shard *shard;
+};
+
+static int rn_key_bytes(const struct tw_runner *r, const void *key, size_t len, struct rn_key *k)
+{
+    if (!r || !key || r->int_keys)
+        return TW_EINVAL;
+    if (len > TW_RUNNER_KEY_MAX)
+        return TW_E2BIG;
+    k->p = key;
+    k->len = len;
+    k->num = 0;
+    k->shard = rn_shard_of(r, tw_siphash13(key, len, r->k0, r->k1));
+    return 0;
+}
+
+static int rn_key_int(const struct tw_runner *r, uint64_t key, struct rn_key *k)
+{
+    if (!r || !r->int_keys)
+        return TW_EINVAL;
+    k->p = NULL;
+    k->len = 0;
+    k->num = key;
+    k->shard = rn_shard_of(r, tw_hash_int(key, r->k0, r->k1));
+    return 0;
+}
+
+enum rn_op { RN_SET, RN_MOVE, RN_REMOVE };
+
+static int rn_apply(struct tw_runner *r, const struct rn_key *k, enum rn_op op, void *value,
+                    void **out_value, int64_t delay_ns)
+{
+    if (op != RN_REMOVE && delay_ns < 0)
+        return TW_EINVAL;
+    uint64_t due = op == RN_REMOVE ? 0 : rn_due_tick(r, delay_ns);
+    struct rn_shard *s = k->shard;
+    pthread_mutex_lock(&s->lock);
+    if (s->closed) {
+        pthread_mutex_unlock(&s->lock);
+        return TW_ECLOSED;
+    }
+    struct tw_tasks *t = s->tasks;
+    uint64_t now = tw_tasks_now(t);
+    int64_t delay = due > now ? (int64_t)(due - now) : 0;
+    uint64_t deadline = now + (delay ? (uint64_t)delay : 1);
+    int rc;
+    switch (op) {
+    case RN_SET:
+        rc = r->int_keys ? tw_tasks_set_int(t, k->num, value, delay)
+                         : tw_tasks_set(t, k->p, k->len, value, delay);
+        if (rc == 1 && r->max_pending &&
+            atomic_fetch_add_explicit(&r->pending, 1, memory_order_relaxed) >= r->max_pending) {
+            atomic_fetch_sub_explicit(&r->pending, 1, memory_order_relaxed);
+            if (r->int_keys)
+                tw_tasks_remove_int(t, k->num, NULL);
+            else
+                tw_tasks_remove(t, k->p, k->len, NULL);
+            rc = TW_EFULL;
+        }
+        break;
+    case RN_MOVE:
+        rc = r->int_keys ? tw_tasks_move_int(t, k->num, delay) : tw_tasks_move(t, k->p, k->len, delay);
+        break;
+    default:
+        rc = r->int_keys ? tw_tasks_remove_int(t, k->num, out_value)
+                         : tw_tasks_remove(t, k->p, k->len, out_value);
+        if (rc == 0)
+            rn_pending_sub(r, 1);
+        break;
+    }
+    uint64_t sleeping = atomic_load_explicit(&r->sleep_until, memory_order_relaxed);
+    pthread_mutex_unlock(&s->lock);
+    if (rc >= 0 && op != RN_REMOVE && deadline < sleeping)
+        rn_kick(r, deadline, sleeping);
+    return rc;
+}
+
+int tw_runner_set(struct tw_runner *r, const void *key, size_t len, void *value, int64_t delay_ns)
+{
+    struct rn_key k;
+    int rc = rn_key_bytes(r, key, len, &k);
+    return rc ? rc : rn_apply(r, &k, RN_SET, value, NULL, delay_ns);
+}
+
+int tw_runner_set_int(struct tw_runner *r, uint64_t key, void *value, int64_t delay_ns)
+{
+    struct rn_key k;
+    int rc = rn_key_int(r, key, &k);
+    return rc ? rc : rn_apply(r, &k, RN_SET, value, NULL, delay_ns);
+}
+
+int tw_runner_move(struct tw_runner *r, const void *key, size_t len, int64_t delay_ns)
+{
+    struct rn_key k;
+    int rc = rn_key_bytes(r, key, len, &k);
+    return rc ? rc : rn_apply(r, &k, RN_MOVE, NULL, NULL, delay_ns);
+}
+
+int tw_runner_move_int(struct tw_runner *r, uint64_t key, int64_t delay_ns)
+{
+    struct rn_key k;
+    int rc = rn_key_int(r, key, &k);
+    return rc ? rc : rn_apply(r, &k, RN_MOVE, NULL, NULL, delay_ns);
+}
+
+int tw_runner_remove(struct tw_runner *r, const void *key, size_t len, void **value)
+{
+    struct rn_key k;
+    int rc = rn_key_bytes(r, key, len, &k);
+    return rc ? rc : rn_apply(r, &k, RN_REMOVE, NULL, value, 0);
+}
+
+int tw_runner_remove_int(struct tw_runner *r, uint64_t key, void **value)
+{
+    struct rn_key k;
+    int rc = rn_key_int(r, key, &k);
+    return rc ? rc : rn_apply(r, &k, RN_REMOVE, NULL, value, 0);
+}
+
+/* ---- drain, stop, free ------------------------------------------------------------ */
+
+int64_t tw_runner_drain(struct tw_runner *r, tw_tasks_fn *fn, void *ctx)
+{
+    if (!r)
+        return TW_EINVAL;
+    if (!fn) {
+        fn = r->execute;
+        ctx = r->ctx;
+    }
+    int64_t total = 0;
+    for (unsigned i = 0; i < r->nshards; i++) {
+        /* Swap the shard's tasks for an empty instance, then drain the old one
+         * with no lock held: fn may call back in, nothing is copied. */
+        struct tw_tasks *fresh;
+        int rc = tw_tasks_new(&fresh, &r->tcfg);
+        if (rc)
+            return total ? total : rc;
+        struct rn_shard *s = &r->shards[i];
+        pthread_mutex_lock(&s->lock);
+        if (s->closed) {
+            pthread_mutex_unlock(&s->lock);
+            tw_tasks_free(fresh);
+            return total ? total : TW_ECLOSED;
+        }
+        struct tw_tasks *old = s->tasks;
+        tw_tasks_advance(fresh, tw_tasks_now(old)); /* empty: only sets its time */
+        s->tasks = fresh;
+        rn_pending_sub(r, tw_tasks_pending(old));
+        pthread_mutex_unlock(&s->lock);
+        int64_t n = tw_tasks_drain(old, fn, ctx);
+        tw_tasks_free(old);
+        atomic_fetch_add_explicit(&r->drained, (uint64_t)n, memory_order_relaxed);
+        total += n;
+    }
+    return total;
+}
+
+int tw_runner_stop(struct tw_runner *r, unsigned flags)
+{
+    if (!r || (flags & ~TW_RUNNER_STOP_DRAIN))
+        return TW_EINVAL;
+    if (rn_self_is_runner_thread(r))
+        return TW_EBUSY;
+    pthread_mutex_lock(&r->stop_lock);
+    if (r->stopped) {
+        pthread_mutex_unlock(&r->stop_lock);
+        return 0;
+    }
+    /* Close every shard: from here on calls return TW_ECLOSED and nobody but
+     * us touches the shards' tasks. */
+    for (unsigned i = 0; i < r->nshards; i++) {
+        pthread_mutex_lock(&r->shards[i].lock);
+        r->shards[i].closed = 1;
+        pthread_mutex_unlock(&r->shards[i].lock);
+    }
+    rn_join_all(r); /* tick thread, then workers once the queue is empty */
+    for (unsigned i = 0; i < r->nshards; i++) {
+        struct tw_tasks *t = r->shards[i].tasks;
+        size_t n = tw_tasks_pending(t);
+        rn_pending_sub(r, n);
+        if (flags & TW_RUNNER_STOP_DRAIN) {
+            atomic_fetch_add_explicit(&r->drained, n, memory_order_relaxed);
+            tw_tasks_drain(t, r->execute, r->ctx);
+        } else {
+            tw_tasks_drain(t, rn_noop, NULL);
+        }
+    }
+    r->stopped = 1;
+    pthread_mutex_unlock(&r->stop_lock);
+    return 0;
+}
+
+void tw_runner_free(struct tw_runner *r)
+{
+    if (!r || tw_runner_stop(r, 0) != 0)
+        return; /* from a callback: refuse rather than free under our feet */
+    rn_destroy(r);
+}
+
+void tw_runner_stats(struct tw_runner *r, struct tw_runner_stats *st)
+{
+    memset(st, 0, sizeof *st);
+    for (unsigned i = 0; i < r->nshards; i++) {
+        pthread_mutex_lock(&r->shards[i].lock);
+        st->pending += tw_tasks_pending(r->shards[i].tasks);
+        pthread_mutex_unlock(&r->shards[i].lock);
+    }
+    st->fired = atomic_load_explicit(&r->fired, memory_order_relaxed);
+    st->late = atomic_load_explicit(&r->late, memory_order_relaxed);
+    st->worst_lateness_ns = atomic_load_explicit(&r->worst_ns, memory_order_relaxed);
+    st->drained = atomic_load_explicit(&r->drained, memory_order_relaxed);
+    st->tick = atomic_load_explicit(&r->tick, memory_order_relaxed);
+}

@@ -1,0 +1,806 @@
+/* twheel keyed layer: tw_tasks, go-zero's key -> task API over the core wheel.
+ *
+ * Layout
+ * ------
+ *   entries  a pool of 56-byte entries in chunks of TW_TASKS_CHUNK, addressed
+ *            by a 32-bit index (chunk = idx / CHUNK). Chunks never move, so the
+ *            core timer embedded in each entry can stay linked in the wheel.
+ *            Free entries form a LIFO list through the entry itself.
+ *   index    open addressing with linear probing over 32-bit slots:
+ *                0 = empty, 1 = tombstone,
+ *                else (tag << bits) | (entry index + 2),
+ *            where `bits` is just wide enough for the pool and the tag is the
+ *            hash's low 32 bits above `bits` (12 bits at 10^6 tasks). A probe
+ *            compares tags first and touches an entry only on a tag match
+ *            (false match rate 2^-(32-bits)), so a miss costs no entry load.
+ *            Slot positions come from the hash's high 32 bits by fast range
+ *            reduction, so the capacity need not be a power of two: it is
+ *            sized to a load of 0.55 after a rehash and rehashed past 0.8
+ *            (counting tombstones), which keeps the index at 4.6..7.3 bytes per
+ *            task. Deletion writes a tombstone, or an empty slot (clearing the
+ *            tombstones before it too) when the next slot is empty.
+ *   wheel    the core wheel, driven through its pull interface
+ *            (tw_wheel_expire_next): the core timers' own callbacks are never
+ *            called, and each due entry is taken out of the index before
+ *            execute runs, so execute sees a table in which its task is gone.
+ *
+ * Memory returned: the index shrinks (rehash) when under 1/8 full. When fewer
+ * than a quarter of the pool's entries are live, outside callbacks, the live
+ * entries above the first ceil(2 * live / CHUNK) chunks are moved into free
+ * entries below (cancel + re-arm at the same deadline, one index slot
+ * rewritten), and the emptied chunks are freed. Each compaction costs
+ * O(pool + index) after at least pool/2 removals: amortised O(1).
+ *
+ * Re-entrancy: `depth` counts the callbacks running. Everything a callback
+ * may do keeps the invariants between two calls of it: the firing loop holds
+ * no index position across a callback, and drain detaches its whole batch
+ * before the first call. Only compaction (which moves entries) waits for
+ * depth 0.
+ */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+#endif
+#include "twheel/tasks.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "tasks_hash.h"
+#include "twheel/wheel.h"
+
+#define CHUNK TW_TASKS_CHUNK
+#define NIL UINT32_MAX
+#define SLOT_EMPTY 0u
+#define SLOT_TOMB 1u
+#define MIN_CAP 16u
+#define MAX_POOL (UINT32_C(1) << 31)
+
+_Static_assert((CHUNK & (CHUNK - 1)) == 0, "chunk size: a power of two");
+
+struct entry {
+    union {
+        struct tw_timer timer; /* while the task is pending */
+        struct {               /* while free, or detached by drain */
+            uint32_t next;     /* next free / detached entry, NIL at the end */
+            uint64_t deadline; /* drain: the tick it was due at */
+        } idle;
+    } u;
+    void *value;
+    uint64_t key; /* integer key, or the address of the key block: u16 length
+                     (little-endian) then the bytes */
+};
+_Static_assert(sizeof(struct entry) == 56 || sizeof(void *) != 8, "56-byte entries on LP64");
+
+struct tw_tasks {
+    struct tw_wheel wheel;
+    tw_tasks_fn *execute;
+    void *ctx;
+    struct tw_allocator alloc;
+    uint64_t k0, k1;        /* hash seed */
+    size_t max_pending;
+    size_t bytes;           /* every byte allocated through `alloc` */
+    int int_keys;
+    int depth;              /* callbacks running (execute or drain's fn) */
+    int advancing;          /* inside tw_tasks_advance */
+    /* pool */
+    struct entry **chunks;  /* chunks[0..nchunks) allocated */
+    uint32_t nchunks, chunks_cap;
+    uint32_t free_head;     /* first free entry, NIL if none */
+    /* index */
+    uint32_t *slots;
+    uint32_t cap;           /* slots; >= MIN_CAP */
+    uint32_t used;          /* live + tombstones; <= 0.8 cap */
+    uint32_t tombs;
+    uint32_t live;          /* pending tasks */
+    uint32_t bits;          /* low bits of a slot holding index + 2 */
+    uint32_t mask;          /* (1 << bits) - 1 */
+};
+
+/* A key being looked up. */
+struct keyref {
+    const unsigned char *p; /* bytes (string keys) */
+    size_t len;
+    uint64_t num; /* integer key */
+    uint64_t h;
+};
+
+/* ---- memory ----------------------------------------------------------------- */
+
+static void *default_alloc(void *ctx, void *ptr, size_t old_size, size_t new_size)
+{
+    (void)ctx;
+    (void)old_size;
+    if (new_size == 0) {
+        free(ptr);
+        return NULL;
+    }
+    return realloc(ptr, new_size);
+}
+
+static void *mem(struct tw_tasks *t, void *ptr, size_t old_size, size_t new_size)
+{
+    void *r = t->alloc.fn(t->alloc.ctx, ptr, old_size, new_size);
+    if (new_size == 0) {
+        t->bytes -= old_size;
+        return NULL;
+    }
+    if (r)
+        t->bytes = t->bytes - old_size + new_size;
+    return r;
+}
+
+/* ---- pool ------------------------------------------------------------------- */
+
+static inline struct entry *entry_at(const struct tw_tasks *t, uint32_t idx)
+{
+    return &t->chunks[idx / CHUNK][idx % CHUNK];
+}
+
+static inline const unsigned char *key_block(const struct entry *e)
+{
+    return (const unsigned char *)(uintptr_t)e->key;
+}
+
+static inline size_t block_len(const unsigned char *b)
+{
+    return (size_t)b[0] | (size_t)b[1] << 8;
+}
+
+static void never_called(struct tw_timer *timer, void *arg)
+{
+    /* tw_tasks drives its wheel with tw_wheel_expire_next only. */
+    (void)timer;
+    (void)arg;
+    abort();
+}
+
+static inline void free_entry(struct tw_tasks *t, uint32_t idx)
+{
+    struct entry *e = entry_at(t, idx);
+    e->u.idle.next = t->free_head;
+    t->free_head = idx;
+}
+
+static void free_key(struct tw_tasks *t, uint64_t key)
+{
+    if (!t->int_keys) {
+        unsigned char *b = (unsigned char *)(uintptr_t)key;
+        mem(t, b, block_len(b) + 2, 0);
+    }
+}
+
+static int rehash(struct tw_tasks *t, uint32_t new_cap, uint32_t new_bits);
+
+/* Add one chunk of free entries. Widens the index's entry field first if the
+ * pool outgrows it. Returns 0 or TW_ENOMEM (nothing changed). */
+static int add_chunk(struct tw_tasks *t)
+{
+    uint64_t pool = (uint64_t)t->nchunks * CHUNK;
+    if (pool + CHUNK > MAX_POOL)
+        return TW_ENOMEM;
+    if (pool + CHUNK + 2 > (uint64_t)t->mask + 1) {
+        if (rehash(t, t->cap, t->bits + 1))
+            return TW_ENOMEM;
+    }
+    if (t->nchunks == t->chunks_cap) {
+        uint32_t ncap = t->chunks_cap ? t->chunks_cap * 2 : 4;
+        struct entry **c = mem(t, t->chunks, t->chunks_cap * sizeof *c, ncap * sizeof *c);
+        if (!c)
+            return TW_ENOMEM;
+        t->chunks = c;
+        t->chunks_cap = ncap;
+    }
+    struct entry *chunk = mem(t, NULL, 0, CHUNK * sizeof *chunk);
+    if (!chunk)
+        return TW_ENOMEM;
+    uint32_t base = t->nchunks * CHUNK;
+    t->chunks[t->nchunks++] = chunk;
+    for (uint32_t i = CHUNK; i-- > 0;) {
+        chunk[i].u.idle.next = t->free_head;
+        t->free_head = base + i;
+    }
+    return 0;
+}
+
+/* ---- index ------------------------------------------------------------------ */
+
+static inline uint64_t hash_entry(const struct tw_tasks *t, const struct entry *e)
+{
+    if (t->int_keys)
+        return tw_hash_int(e->key, t->k0, t->k1);
+    const unsigned char *b = key_block(e);
+    return tw_siphash13(b + 2, block_len(b), t->k0, t->k1);
+}
+
+static inline int key_eq(const struct tw_tasks *t, const struct entry *e, const struct keyref *k)
+{
+    if (t->int_keys)
+        return e->key == k->num;
+    const unsigned char *b = key_block(e);
+    return block_len(b) == k->len && memcmp(b + 2, k->p, k->len) == 0;
+}
+
+static inline uint32_t tag_of(uint64_t h, uint32_t mask)
+{
+    return (uint32_t)h & ~mask;
+}
+
+/* The slot holding key k, or NIL. With insert_at, also the slot where k
+ * would be inserted (the first tombstone or the empty slot that ended the
+ * probe). */
+static uint32_t probe(const struct tw_tasks *t, const struct keyref *k, uint32_t *insert_at)
+{
+    uint32_t mask = t->mask, tag = tag_of(k->h, mask);
+    uint32_t pos = tw_hash_home(k->h, t->cap), tomb = NIL;
+    for (;;) {
+        uint32_t s = t->slots[pos];
+        if (s == SLOT_EMPTY) {
+            if (insert_at)
+                *insert_at = tomb != NIL ? tomb : pos;
+            return NIL;
+        }
+        if (s == SLOT_TOMB) {
+            if (tomb == NIL)
+                tomb = pos;
+        } else if ((s & ~mask) == tag && key_eq(t, entry_at(t, (s & mask) - 2), k)) {
+            return pos;
+        }
+        if (++pos == t->cap)
+            pos = 0;
+    }
+}
+
+/* The slot pointing at entry e (which is in the index). */
+static uint32_t slot_of_entry(const struct tw_tasks *t, const struct entry *e)
+{
+    uint64_t h = hash_entry(t, e);
+    uint32_t pos = tw_hash_home(h, t->cap), tag = tag_of(h, t->mask);
+    for (;; pos = pos + 1 == t->cap ? 0 : pos + 1) {
+        uint32_t s = t->slots[pos];
+        if (s > SLOT_TOMB && (s & ~t->mask) == tag && entry_at(t, (s & t->mask) - 2) == e)
+            return pos;
+    }
+}
+
+/* Empty slot pos. If the next slot is empty no probe needs pos (nor the
+ * tombstones just before it) to go on: they become empty; else a tombstone. */
+static void clear_slot(struct tw_tasks *t, uint32_t pos)
+{
+    uint32_t next = pos + 1 == t->cap ? 0 : pos + 1;
+    t->live--;
+    if (t->slots[next] != SLOT_EMPTY) {
+        t->slots[pos] = SLOT_TOMB;
+        t->tombs++;
+        return;
+    }
+    t->slots[pos] = SLOT_EMPTY;
+    t->used--;
+    for (;;) {
+        pos = pos == 0 ? t->cap - 1 : pos - 1;
+        if (t->slots[pos] != SLOT_TOMB)
+            break;
+        t->slots[pos] = SLOT_EMPTY;
+        t->used--;
+        t->tombs--;
+    }
+}
+
+/* Capacity for n keys at load 0.55. */
+static uint32_t cap_for(uint64_t n)
+{
+    uint64_t c = n * 20 / 11 + 1;
+    if (c < MIN_CAP)
+        c = MIN_CAP;
+    if (c > UINT32_MAX)
+        c = UINT32_MAX;
+    return (uint32_t)c;
+}
+
+/* Rebuild the index with new_cap slots and new_bits entry bits, dropping the
+ * tombstones. Entries are hashed again (they hold the keys); loads are issued
+ * a few slots ahead so that their cache misses overlap. Returns 0 or
+ * TW_ENOMEM (the old index stays). */
+static int rehash(struct tw_tasks *t, uint32_t new_cap, uint32_t new_bits)
+{
+    if (new_cap < MIN_CAP)
+        new_cap = MIN_CAP;
+    uint32_t *ns = mem(t, NULL, 0, (size_t)new_cap * sizeof *ns);
+    if (!ns)
+        return TW_ENOMEM;
+    memset(ns, 0, (size_t)new_cap * sizeof *ns);
+    uint32_t new_mask = new_bits >= 32 ? UINT32_MAX : (UINT32_C(1) << new_bits) - 1;
+    enum { AHEAD = 16 };
+    for (uint32_t i = 0; i < t->cap; i++) {
+        if (i + AHEAD < t->cap && t->slots[i + AHEAD] > SLOT_TOMB) {
+            const struct entry *pe = entry_at(t, (t->slots[i + AHEAD] & t->mask) - 2);
+            __builtin_prefetch(pe);
+            if (!t->int_keys && i + AHEAD / 2 < t->cap && t->slots[i + AHEAD / 2] > SLOT_TOMB)
+                __builtin_prefetch(key_block(entry_at(t, (t->slots[i + AHEAD / 2] & t->mask) - 2)));
+        }
+        uint32_t s = t->slots[i];
+        if (s <= SLOT_TOMB)
+            continue;
+        uint32_t idx = (s & t->mask) - 2;
+        uint64_t h = hash_entry(t, entry_at(t, idx));
+        uint32_t pos = tw_hash_home(h, new_cap);
+        while (ns[pos] != SLOT_EMPTY) {
+            if (++pos == new_cap)
+                pos = 0;
+        }
+        ns[pos] = tag_of(h, new_mask) | (idx + 2);
+    }
+    mem(t, t->slots, (size_t)t->cap * sizeof *t->slots, 0);
+    t->slots = ns;
+    t->cap = new_cap;
+    t->used = t->live;
+    t->tombs = 0;
+    t->bits = new_bits;
+    t->mask = new_mask;
+    return 0;
+}
+
+static void maybe_shrink(struct tw_tasks *t)
+{
+    if (t->cap > MIN_CAP && (uint64_t)t->live * 8 < t->cap)
+        (void)rehash(t, cap_for(t->live), t->bits); /* on failure keep the larger one */
+}
+
+/* Move an entry's task to another (free) entry. */
+static void relocate(struct tw_tasks *t, struct entry *from, struct entry *to)
+{
+    uint64_t deadline = tw_timer_deadline(&from->u.timer);
+    tw_timer_cancel(&t->wheel, &from->u.timer);
+    tw_timer_init(&to->u.timer, never_called, NULL);
+    to->value = from->value;
+    to->key = from->key;
+    tw_timer_arm_at(&t->wheel, &to->u.timer, deadline);
+}
+
+/* Give chunks back when under a quarter of the pool is live (see the top). */
+static void maybe_compact(struct tw_tasks *t)
+{
+    if (t->depth || t->nchunks <= 1 || (uint64_t)t->live * 4 >= (uint64_t)t->nchunks * CHUNK)
+        return;
+    /* Tasks left due by tw_tasks_advance_max (deadline == now) would be
+     * re-armed to now + 1 by relocation: wait until they have run. */
+    if (tw_wheel_next_expiry(&t->wheel) <= tw_wheel_now(&t->wheel))
+        return;
+    uint32_t keep = (uint32_t)(((uint64_t)t->live * 2 + CHUNK - 1) / CHUNK);
+    if (keep == 0)
+        keep = 1;
+    if (keep >= t->nchunks)
+        return;
+    uint32_t limit = keep * CHUNK;
+    /* The free entries below the limit: enough for every live one above it,
+     * since limit >= 2 * live. */
+    uint32_t holes = NIL;
+    for (uint32_t i = t->free_head; i != NIL;) {
+        uint32_t next = entry_at(t, i)->u.idle.next;
+        if (i < limit) {
+            entry_at(t, i)->u.idle.next = holes;
+            holes = i;
+        }
+        i = next;
+    }
+    for (uint32_t pos = 0; pos < t->cap; pos++) {
+        uint32_t s = t->slots[pos];
+        if (s <= SLOT_TOMB || (s & t->mask) - 2 < limit)
+            continue;
+        uint32_t to = holes;
+        holes = entry_at(t, to)->u.idle.next;
+        relocate(t, entry_at(t, (s & t->mask) - 2), entry_at(t, to));
+        t->slots[pos] = (s & ~t->mask) | (to + 2);
+    }
+    for (uint32_t c = keep; c < t->nchunks; c++)
+        mem(t, t->chunks[c], CHUNK * sizeof(struct entry), 0);
+    t->nchunks = keep;
+    t->free_head = holes;
+}
+
+/* ---- lifetime ----------------------------------------------------------------- */
+
+static void random_seed(uint64_t seed[2])
+{
+    if (getrandom(seed, 2 * sizeof seed[0], GRND_NONBLOCK) == (ssize_t)(2 * sizeof seed[0]))
+        return;
+    /* No entropy source: mix what differs between runs and instances. */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    static uint64_t counter;
+    uint64_t x = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    seed[0] = tw_hash_int(x, (uint64_t)(uintptr_t)seed, ++counter);
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    seed[1] = tw_hash_int((uint64_t)ts.tv_nsec, seed[0], (uint64_t)(uintptr_t)&counter);
+}
+
+int tw_tasks_new(struct tw_tasks **out, const struct tw_tasks_config *cfg)
+{
+    if (!out)
+        return TW_EINVAL;
+    *out = NULL;
+    if (!cfg || !cfg->execute ||
+        (cfg->key_kind != TW_TASKS_KEY_BYTES && cfg->key_kind != TW_TASKS_KEY_INT) ||
+        (cfg->allocator && !cfg->allocator->fn))
+        return TW_EINVAL;
+    struct tw_allocator alloc = {default_alloc, NULL};
+    if (cfg->allocator)
+        alloc = *cfg->allocator;
+    struct tw_tasks *t = alloc.fn(alloc.ctx, NULL, 0, sizeof *t);
+    if (!t)
+        return TW_ENOMEM;
+    memset(t, 0, sizeof *t);
+    t->alloc = alloc;
+    t->bytes = sizeof *t;
+    tw_wheel_init(&t->wheel, cfg->now);
+    t->execute = cfg->execute;
+    t->ctx = cfg->ctx;
+    t->int_keys = cfg->key_kind == TW_TASKS_KEY_INT;
+    t->max_pending = cfg->max_pending;
+    uint64_t seed[2] = {cfg->seed[0], cfg->seed[1]};
+    if (!seed[0] && !seed[1])
+        random_seed(seed);
+    t->k0 = seed[0];
+    t->k1 = seed[1];
+    t->free_head = NIL;
+    t->bits = 11; /* room for the first two chunks */
+    t->mask = (UINT32_C(1) << t->bits) - 1;
+    t->slots = mem(t, NULL, 0, MIN_CAP * sizeof *t->slots);
+    if (!t->slots) {
+        alloc.fn(alloc.ctx, t, sizeof *t, 0);
+        return TW_ENOMEM;
+    }
+    memset(t->slots, 0, MIN_CAP * sizeof *t->slots);
+    t->cap = MIN_CAP;
+    *out = t;
+    return 0;
+}
+
+void tw_tasks_free(struct tw_tasks *t)
+{
+    if (!t)
+        return;
+    for (uint32_t pos = 0; pos < t->cap; pos++) {
+        uint32_t s = t->slots[pos];
+        if (s > SLOT_TOMB)
+            free_key(t, entry_at(t, (s & t->mask) - 2)->key);
+    }
+    for (uint32_t c = 0; c < t->nchunks; c++)
+        mem(t, t->chunks[c], CHUNK * sizeof(struct entry), 0);
+    mem(t, t->chunks, t->chunks_cap * sizeof *t->chunks, 0);
+    mem(t, t->slots, (size_t)t->cap * sizeof *t->slots, 0);
+    struct tw_allocator alloc = t->alloc;
+    alloc.fn(alloc.ctx, t, sizeof *t, 0);
+}
+
+/* ---- operations --------------------------------------------------------------- */
+
+/* Check a string key; fill k. */
+static int bytes_key(const struct tw_tasks *t, const void *key, size_t len, struct keyref *k)
+{
+    if (!t || !key || t->int_keys)
+        return TW_EINVAL;
+    if (len > TW_TASKS_KEY_MAX)
+        return TW_E2BIG;
+    k->p = key;
+    k->len = len;
+    k->num = 0;
+    k->h = tw_siphash13(key, len, t->k0, t->k1);
+    return 0;
+}
+
+static int int_key(const struct tw_tasks *t, uint64_t key, struct keyref *k)
+{
+    if (!t || !t->int_keys)
+        return TW_EINVAL;
+    k->p = NULL;
+    k->len = 0;
+    k->num = key;
+    k->h = tw_hash_int(key, t->k0, t->k1);
+    return 0;
+}
+
+static inline void arm(struct tw_tasks *t, struct entry *e, int64_t delay)
+{
+    tw_timer_arm(&t->wheel, &e->u.timer, (uint64_t)delay);
+}
+
+static int do_set(struct tw_tasks *t, const struct keyref *k, void *value, int64_t delay)
+{
+    if (delay < 0)
+        return TW_EINVAL;
+    if (tw_wheel_now(&t->wheel) == UINT64_MAX)
+        return TW_ERANGE;
+    uint32_t ins;
+    uint32_t pos = probe(t, k, &ins);
+    if (pos != NIL) {
+        struct entry *e = entry_at(t, (t->slots[pos] & t->mask) - 2);
+        e->value = value;
+        arm(t, e, delay);
+        return 0;
+    }
+    if (t->max_pending && t->live >= t->max_pending)
+        return TW_EFULL;
+    if (t->live >= MAX_POOL - 1)
+        return TW_ENOMEM;
+    /* Make room first (each step leaves a valid instance if a later one fails),
+     * then commit. */
+    int moved = 0;
+    if ((uint64_t)(t->used + 1) * 5 > (uint64_t)t->cap * 4) {
+        if (rehash(t, cap_for((uint64_t)t->live + 1), t->bits))
+            return TW_ENOMEM;
+        moved = 1;
+    }
+    if (t->free_head == NIL) {
+        uint32_t bits = t->bits;
+        if (add_chunk(t))
+            return TW_ENOMEM;
+        moved |= bits != t->bits;
+    }
+    uint64_t key = k->num;
+    if (!t->int_keys) {
+        unsigned char *b = mem(t, NULL, 0, k->len + 2);
+        if (!b)
+            return TW_ENOMEM;
+        b[0] = (unsigned char)(k->len & 0xff);
+        b[1] = (unsigned char)(k->len >> 8);
+        if (k->len)
+            memcpy(b + 2, k->p, k->len);
+        key = (uint64_t)(uintptr_t)b;
+    }
+    if (moved)
+        (void)probe(t, k, &ins);
+    uint32_t idx = t->free_head;
+    struct entry *e = entry_at(t, idx);
+    t->free_head = e->u.idle.next;
+    tw_timer_init(&e->u.timer, never_called, NULL);
+    e->value = value;
+    e->key = key;
+    if (t->slots[ins] == SLOT_EMPTY)
+        t->used++;
+    else
+        t->tombs--;
+    t->slots[ins] = tag_of(k->h, t->mask) | (idx + 2);
+    t->live++;
+    arm(t, e, delay);
+    return 1;
+}
+
+static int do_move(struct tw_tasks *t, const struct keyref *k, int64_t delay)
+{
+    if (delay < 0)
+        return TW_EINVAL;
+    uint32_t pos = probe(t, k, NULL);
+    if (pos == NIL)
+        return TW_ENOENT;
+    if (tw_wheel_now(&t->wheel) == UINT64_MAX)
+        return TW_ERANGE;
+    arm(t, entry_at(t, (t->slots[pos] & t->mask) - 2), delay);
+    return 0;
+}
+
+static int do_remove(struct tw_tasks *t, const struct keyref *k, void **value)
+{
+    uint32_t pos = probe(t, k, NULL);
+    if (pos == NIL)
+        return TW_ENOENT;
+    uint32_t idx = (t->slots[pos] & t->mask) - 2;
+    struct entry *e = entry_at(t, idx);
+    tw_timer_cancel(&t->wheel, &e->u.timer);
+    if (value)
+        *value = e->value;
+    free_key(t, e->key);
+    clear_slot(t, pos);
+    free_entry(t, idx);
+    maybe_shrink(t);
+    maybe_compact(t);
+    return 0;
+}
+
+static int do_get(const struct tw_tasks *t, const struct keyref *k, void **value,
+                  uint64_t *deadline)
+{
+    uint32_t pos = probe(t, k, NULL);
+    if (pos == NIL)
+        return TW_ENOENT;
+    const struct entry *e = entry_at(t, (t->slots[pos] & t->mask) - 2);
+    if (value)
+        *value = e->value;
+    if (deadline)
+        *deadline = tw_timer_deadline(&e->u.timer);
+    return 0;
+}
+
+int tw_tasks_set(struct tw_tasks *t, const void *key, size_t len, void *value, int64_t delay)
+{
+    struct keyref k;
+    int rc = bytes_key(t, key, len, &k);
+    return rc ? rc : do_set(t, &k, value, delay);
+}
+
+int tw_tasks_set_int(struct tw_tasks *t, uint64_t key, void *value, int64_t delay)
+{
+    struct keyref k;
+    int rc = int_key(t, key, &k);
+    return rc ? rc : do_set(t, &k, value, delay);
+}
+
+int tw_tasks_move(struct tw_tasks *t, const void *key, size_t len, int64_t delay)
+{
+    struct keyref k;
+    int rc = bytes_key(t, key, len, &k);
+    return rc ? rc : do_move(t, &k, delay);
+}
+
+int tw_tasks_move_int(struct tw_tasks *t, uint64_t key, int64_t delay)
+{
+    struct keyref k;
+    int rc = int_key(t, key, &k);
+    return rc ? rc : do_move(t, &k, delay);
+}
+
+int tw_tasks_remove(struct tw_tasks *t, const void *key, size_t len, void **value)
+{
+    struct keyref k;
+    int rc = bytes_key(t, key, len, &k);
+    return rc ? rc : do_remove(t, &k, value);
+}
+
+int tw_tasks_remove_int(struct tw_tasks *t, uint64_t key, void **value)
+{
+    struct keyref k;
+    int rc = int_key(t, key, &k);
+    return rc ? rc : do_remove(t, &k, value);
+}
+
+int tw_tasks_get(const struct tw_tasks *t, const void *key, size_t len, void **value,
+                 uint64_t *deadline)
+{
+    struct keyref k;
+    int rc = bytes_key(t, key, len, &k);
+    return rc ? rc : do_get(t, &k, value, deadline);
+}
+
+int tw_tasks_get_int(const struct tw_tasks *t, uint64_t key, void **value, uint64_t *deadline)
+{
+    struct keyref k;
+    int rc = int_key(t, key, &k);
+    return rc ? rc : do_get(t, &k, value, deadline);
+}
+
+/* ---- running tasks ------------------------------------------------------------ */
+
+static inline void fill_task(const struct tw_tasks *t, struct tw_task *task, uint64_t key,
+                             void *value, uint64_t deadline)
+{
+    if (t->int_keys) {
+        task->key = NULL;
+        task->key_len = 0;
+        task->key_int = key;
+    } else {
+        const unsigned char *b = (const unsigned char *)(uintptr_t)key;
+        task->key = b + 2;
+        task->key_len = block_len(b);
+        task->key_int = 0;
+    }
+    task->value = value;
+    task->deadline = deadline;
+}
+
+int64_t tw_tasks_drain(struct tw_tasks *t, tw_tasks_fn *fn, void *ctx)
+{
+    if (!t)
+        return TW_EINVAL;
+    if (!fn) {
+        fn = t->execute;
+        ctx = t->ctx;
+    }
+    /* Detach the whole batch first: the index is then empty, and whatever fn
+     * does lands in it as new tasks. */
+    uint32_t head = NIL;
+    int64_t n = 0;
+    for (uint32_t pos = 0; pos < t->cap; pos++) {
+        uint32_t s = t->slots[pos];
+        if (s <= SLOT_TOMB)
+            continue;
+        uint32_t idx = (s & t->mask) - 2;
+        struct entry *e = entry_at(t, idx);
+        uint64_t deadline = tw_timer_deadline(&e->u.timer);
+        tw_timer_cancel(&t->wheel, &e->u.timer);
+        e->u.idle.deadline = deadline;
+        e->u.idle.next = head;
+        head = idx;
+        n++;
+    }
+    memset(t->slots, 0, (size_t)t->cap * sizeof *t->slots);
+    t->used = t->tombs = t->live = 0;
+    maybe_shrink(t);
+    t->depth++;
+    while (head != NIL) {
+        uint32_t idx = head;
+        struct entry *e = entry_at(t, idx);
+        head = e->u.idle.next;
+        struct tw_task task;
+        uint64_t key = e->key;
+        fill_task(t, &task, key, e->value, e->u.idle.deadline);
+        free_entry(t, idx);
+        fn(ctx, &task);
+        free_key(t, key);
+    }
+    t->depth--;
+    maybe_compact(t);
+    return n;
+}
+
+int64_t tw_tasks_advance_max(struct tw_tasks *t, uint64_t now, size_t max)
+{
+    if (!t)
+        return TW_EINVAL;
+    if (t->advancing)
+        return TW_EBUSY;
+    t->advancing = 1;
+    t->depth++;
+    int64_t n = 0;
+    struct tw_timer *timer;
+    while ((max == 0 || (size_t)n < max) && (timer = tw_wheel_expire_next(&t->wheel, now))) {
+        struct entry *e = tw_container_of(timer, struct entry, u.timer);
+        /* Entries do not store their index: their slot has it. */
+        uint32_t pos = slot_of_entry(t, e);
+        uint32_t idx = (t->slots[pos] & t->mask) - 2;
+        struct tw_task task;
+        uint64_t key = e->key;
+        fill_task(t, &task, key, e->value, tw_wheel_now(&t->wheel));
+        clear_slot(t, pos);
+        free_entry(t, idx);
+        n++;
+        t->execute(t->ctx, &task);
+        free_key(t, key);
+    }
+    t->depth--;
+    t->advancing = 0;
+    maybe_shrink(t);
+    maybe_compact(t);
+    return n;
+}
+
+int64_t tw_tasks_advance(struct tw_tasks *t, uint64_t now)
+{
+    return tw_tasks_advance_max(t, now, 0);
+}
+
+/* ---- figures ------------------------------------------------------------------ */
+
+size_t tw_tasks_pending(const struct tw_tasks *t)
+{
+    return t->live;
+}
+
+uint64_t tw_tasks_now(const struct tw_tasks *t)
+{
+    return tw_wheel_now(&t->wheel);
+}
+
+uint64_t tw_tasks_next_expiry(const struct tw_tasks *t)
+{
+    return tw_wheel_next_expiry(&t->wheel);
+}
+
+void tw_tasks_stats(const struct tw_tasks *t, struct tw_tasks_stats *s)
+{
+    memset(s, 0, sizeof *s);
+    s->pending = t->live;
+    s->index_slots = t->cap;
+    s->index_tombs = t->tombs;
+    s->pool_entries = (size_t)t->nchunks * CHUNK;
+    s->bytes = t->bytes;
+    for (uint32_t pos = 0; pos < t->cap; pos++) {
+        uint32_t sl = t->slots[pos];
+        if (sl <= SLOT_TOMB)
+            continue;
+        uint32_t home = tw_hash_home(hash_entry(t, entry_at(t, (sl & t->mask) - 2)), t->cap);
+        size_t dist = (size_t)(pos >= home ? pos - home : pos + t->cap - home) + 1;
+        if (dist > s->max_probe)
+            s->max_probe = dist;
+    }
+}

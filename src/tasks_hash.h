@@ -1,0 +1,108 @@
+/* Internal: the keyed hashes of tw_tasks' index. Not installed; the hash
+ * flooding test includes it to build colliding keys for a known seed.
+ *
+ * - Byte strings: SipHash-1-3 (Aumasson & Bernstein; 1 compression round and 3
+ *   finalisation rounds, the variant Rust's HashMap and Redis use): a keyed PRF,
+ *   so without the 128-bit seed an attacker cannot pick colliding keys.
+ * - Integers: splitmix64's finaliser (Stafford's "mix13") with both seed words
+ *   folded in; a bijection for a fixed seed, cheap (2 multiplies), and every
+ *   output bit depends on every key and seed bit. Not a PRF.
+ */
+#ifndef TWHEEL_TASKS_HASH_H
+#define TWHEEL_TASKS_HASH_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+static inline uint64_t tw_hash_rotl_(uint64_t x, unsigned b)
+{
+    return (x << b) | (x >> (64 - b));
+}
+
+static inline uint64_t tw_hash_load64le_(const unsigned char *p)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+#else
+    uint64_t v = 0;
+    for (unsigned i = 0; i < 8; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+#endif
+}
+
+#define TW_SIPROUND_(v0, v1, v2, v3)                                             \
+    do {                                                                          \
+        v0 += v1;                                                                 \
+        v1 = tw_hash_rotl_(v1, 13);                                               \
+        v1 ^= v0;                                                                 \
+        v0 = tw_hash_rotl_(v0, 32);                                               \
+        v2 += v3;                                                                 \
+        v3 = tw_hash_rotl_(v3, 16);                                               \
+        v3 ^= v2;                                                                 \
+        v0 += v3;                                                                 \
+        v3 = tw_hash_rotl_(v3, 21);                                               \
+        v3 ^= v0;                                                                 \
+        v2 += v1;                                                                 \
+        v1 = tw_hash_rotl_(v1, 17);                                               \
+        v1 ^= v2;                                                                 \
+        v2 = tw_hash_rotl_(v2, 32);                                               \
+    } while (0)
+
+/* SipHash-1-3 of in[0..len) under the key (k0, k1). */
+static inline uint64_t tw_siphash13(const void *in, size_t len, uint64_t k0, uint64_t k1)
+{
+    const unsigned char *p = in;
+    uint64_t v0 = UINT64_C(0x736f6d6570736575) ^ k0;
+    uint64_t v1 = UINT64_C(0x646f72616e646f6d) ^ k1;
+    uint64_t v2 = UINT64_C(0x6c7967656e657261) ^ k0;
+    uint64_t v3 = UINT64_C(0x7465646279746573) ^ k1;
+    const unsigned char *end = p + (len & ~(size_t)7);
+    for (; p != end; p += 8) {
+        uint64_t m = tw_hash_load64le_(p);
+        v3 ^= m;
+        TW_SIPROUND_(v0, v1, v2, v3);
+        v0 ^= m;
+    }
+    uint64_t b = (uint64_t)len << 56;
+    switch (len & 7) {
+    case 7: b |= (uint64_t)p[6] << 48; /* fall through */
+    case 6: b |= (uint64_t)p[5] << 40; /* fall through */
+    case 5: b |= (uint64_t)p[4] << 32; /* fall through */
+    case 4: b |= (uint64_t)p[3] << 24; /* fall through */
+    case 3: b |= (uint64_t)p[2] << 16; /* fall through */
+    case 2: b |= (uint64_t)p[1] << 8;  /* fall through */
+    case 1: b |= (uint64_t)p[0]; break;
+    default: break;
+    }
+    v3 ^= b;
+    TW_SIPROUND_(v0, v1, v2, v3);
+    v0 ^= b;
+    v2 ^= 0xff;
+    TW_SIPROUND_(v0, v1, v2, v3);
+    TW_SIPROUND_(v0, v1, v2, v3);
+    TW_SIPROUND_(v0, v1, v2, v3);
+    return v0 ^ v1 ^ v2 ^ v3;
+}
+
+/* Seeded mixer for integer keys. */
+static inline uint64_t tw_hash_int(uint64_t key, uint64_t k0, uint64_t k1)
+{
+    uint64_t x = key ^ k0;
+    x = (x ^ (x >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    x ^= k1;
+    x = (x ^ (x >> 27)) * UINT64_C(0x94d049bb133111eb);
+    return x ^ (x >> 31);
+}
+
+/* Home slot of hash h in an index of `cap` slots (Lemire's fast range
+ * reduction of the high 32 bits; cap need not be a power of two). */
+static inline uint32_t tw_hash_home(uint64_t h, uint32_t cap)
+{
+    return (uint32_t)(((h >> 32) * (uint64_t)cap) >> 32);
+}
+
+#endif /* TWHEEL_TASKS_HASH_H */

@@ -1,0 +1,472 @@
+/* A reference model of tw_tasks: a plain array indexed by key number holding
+ * (present, value, deadline). Every operation is applied to both and the
+ * results compared; any disagreement aborts with a message. Used by
+ * tests/test_tasks_model.c (random operations) and fuzz/fuzz_tasks.c (bytes
+ * -> operations).
+ *
+ * Covered: set/move/remove/get with both key kinds (string keys of many
+ * shapes: empty, embedded NULs, long), advance (to any time, or bounded by a
+ * maximum count), drain, max_pending, an allocator that fails at random
+ * (every failing call must change nothing), re-entrant calls from execute and
+ * from drain's fn, exact firing ticks, deadline order, exactly-once firing,
+ * and that every byte allocated is freed.
+ */
+#ifndef TWHEEL_TASKS_MODEL_H
+#define TWHEEL_TASKS_MODEL_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "twheel.h"
+
+#define TM_MAXK 20000
+#define TM_FAIL(...)                                                             \
+    do {                                                                         \
+        fprintf(stderr, "tasks model: " __VA_ARGS__);                            \
+        fprintf(stderr, "\n");                                                   \
+        abort();                                                                 \
+    } while (0)
+
+struct tm_key {
+    int present;
+    uintptr_t value;
+    uint64_t deadline;
+    int drained; /* in the batch of the drain running now, with: */
+    uintptr_t drained_value;
+    uint64_t drained_deadline;
+};
+
+struct tmodel {
+    struct tw_tasks *t;
+    int int_keys;
+    uint32_t nkeys;
+    struct tm_key k[TM_MAXK];
+    uint64_t now;         /* model time (outside callbacks) */
+    uint64_t target;      /* time the running advance goes to */
+    uint64_t cb_now;      /* time while a callback runs */
+    int in_cb;
+    int in_advance;
+    uint64_t last_fire;   /* deadline of the last fire in this advance */
+    uint64_t fires_this;  /* fires in this advance */
+    uint64_t drain_left;  /* tasks still to be handed to drain's fn */
+    uint64_t rng;
+    unsigned cb_ops;      /* re-entrant operations per callback (max) */
+    unsigned fail_per_mille; /* allocator failure rate */
+    size_t max_pending;
+    size_t pending;
+    int64_t outstanding;  /* bytes held through the allocator */
+    uint64_t serial;
+    uint64_t total_fires, total_drained, total_ops, enomem;
+    struct tw_allocator alloc;
+    unsigned char kbuf[128];
+};
+
+static inline uint64_t tm_rand(uint64_t *s)
+{
+    uint64_t z = (*s += UINT64_C(0x9e3779b97f4a7c15));
+    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+    return z ^ (z >> 31);
+}
+
+static void *tm_alloc(void *ctx, void *ptr, size_t old_size, size_t new_size)
+{
+    struct tmodel *m = ctx;
+    if (new_size == 0) {
+        m->outstanding -= (int64_t)old_size;
+        free(ptr);
+        return NULL;
+    }
+    if (m->fail_per_mille && tm_rand(&m->rng) % 1000 < m->fail_per_mille)
+        return NULL;
+    void *r = realloc(ptr, new_size);
+    if (r)
+        m->outstanding += (int64_t)new_size - (int64_t)old_size;
+    return r;
+}
+
+/* The key of number i: integers spread over 64 bits; strings of many shapes. */
+static inline uint64_t tm_int_key(uint32_t i)
+{
+    return (uint64_t)i | ((uint64_t)(i * 2654435761u) << 40);
+}
+
+static size_t tm_bytes_key(uint32_t i, unsigned char *buf)
+{
+    switch (i % 4) {
+    case 0:
+        if (i == 0)
+            return 0; /* the empty key */
+        return (size_t)sprintf((char *)buf, "conn:%u", i);
+    case 1: /* embedded NULs, short */
+        buf[0] = 0;
+        buf[1] = (unsigned char)i;
+        buf[2] = (unsigned char)(i >> 8);
+        buf[3] = 0;
+        return 4;
+    case 2: { /* long: 20..100 bytes */
+        size_t n = 20 + i % 81;
+        for (size_t j = 0; j < n; j++)
+            buf[j] = (unsigned char)(i * 31 + j);
+        return n;
+    }
+    default: /* prefixes of one another: p:3, p:35, p:355 */
+        return (size_t)sprintf((char *)buf, "p:%u", i);
+    }
+}
+
+static inline uint32_t tm_key_of_value(uintptr_t v)
+{
+    return (uint32_t)(v >> 24);
+}
+
+static void tm_execute(void *ctx, const struct tw_task *task);
+
+static inline uint64_t tm_time(const struct tmodel *m)
+{
+    return m->in_cb ? m->cb_now : m->now;
+}
+
+static int tm_set(struct tmodel *m, uint32_t i, int64_t delay)
+{
+    uintptr_t value = ((uintptr_t)i << 24) | (uintptr_t)(++m->serial & 0xffffff);
+    int rc;
+    if (m->int_keys) {
+        rc = tw_tasks_set_int(m->t, tm_int_key(i), (void *)value, delay);
+    } else {
+        size_t n = tm_bytes_key(i, m->kbuf);
+        rc = tw_tasks_set(m->t, m->kbuf, n, (void *)value, delay);
+    }
+    struct tm_key *k = &m->k[i];
+    if (delay < 0) {
+        if (rc != TW_EINVAL)
+            TM_FAIL("set(%u, %lld) = %d, want EINVAL", i, (long long)delay, rc);
+        return rc;
+    }
+    int want = k->present ? 0 : (m->max_pending && m->pending >= m->max_pending) ? TW_EFULL : 1;
+    if (rc == TW_ENOMEM && m->fail_per_mille && want == 1) {
+        m->enomem++;
+        return rc;
+    }
+    if (rc != want)
+        TM_FAIL("set(%u) = %d (%s), want %d", i, rc, tw_err_name(rc), want);
+    if (rc < 0)
+        return rc;
+    if (!k->present)
+        m->pending++;
+    k->present = 1;
+    k->value = value;
+    k->deadline = tm_time(m) + (delay ? (uint64_t)delay : 1);
+    return rc;
+}
+
+static int tm_move(struct tmodel *m, uint32_t i, int64_t delay)
+{
+    int rc;
+    if (m->int_keys) {
+        rc = tw_tasks_move_int(m->t, tm_int_key(i), delay);
+    } else {
+        size_t n = tm_bytes_key(i, m->kbuf);
+        rc = tw_tasks_move(m->t, m->kbuf, n, delay);
+    }
+    struct tm_key *k = &m->k[i];
+    int want = delay < 0 ? TW_EINVAL : k->present ? 0 : TW_ENOENT;
+    if (rc != want)
+        TM_FAIL("move(%u, %lld) = %d, want %d", i, (long long)delay, rc, want);
+    if (rc == 0)
+        k->deadline = tm_time(m) + (delay ? (uint64_t)delay : 1);
+    return rc;
+}
+
+static int tm_remove(struct tmodel *m, uint32_t i)
+{
+    int rc;
+    void *v = NULL;
+    if (m->int_keys) {
+        rc = tw_tasks_remove_int(m->t, tm_int_key(i), &v);
+    } else {
+        size_t n = tm_bytes_key(i, m->kbuf);
+        rc = tw_tasks_remove(m->t, m->kbuf, n, &v);
+    }
+    struct tm_key *k = &m->k[i];
+    if (rc != (k->present ? 0 : TW_ENOENT))
+        TM_FAIL("remove(%u) = %d, present %d", i, rc, k->present);
+    if (rc == 0) {
+        if ((uintptr_t)v != k->value)
+            TM_FAIL("remove(%u): value %p want %p", i, v, (void *)k->value);
+        k->present = 0;
+        m->pending--;
+    }
+    return rc;
+}
+
+static void tm_check_key(struct tmodel *m, uint32_t i)
+{
+    int rc;
+    void *v = NULL;
+    uint64_t d = 0;
+    if (m->int_keys) {
+        rc = tw_tasks_get_int(m->t, tm_int_key(i), &v, &d);
+    } else {
+        size_t n = tm_bytes_key(i, m->kbuf);
+        rc = tw_tasks_get(m->t, m->kbuf, n, &v, &d);
+    }
+    struct tm_key *k = &m->k[i];
+    if (rc != (k->present ? 0 : TW_ENOENT))
+        TM_FAIL("get(%u) = %d, present %d", i, rc, k->present);
+    if (rc == 0 && ((uintptr_t)v != k->value || d != k->deadline))
+        TM_FAIL("get(%u): value %p deadline %llu, want %p %llu", i, v, (unsigned long long)d,
+                (void *)k->value, (unsigned long long)k->deadline);
+}
+
+static void tm_check_pending(struct tmodel *m)
+{
+    if (tw_tasks_pending(m->t) != m->pending)
+        TM_FAIL("pending %zu, want %zu", tw_tasks_pending(m->t), m->pending);
+}
+
+/* One random operation on a random key; `r` chooses everything. */
+static int64_t tm_delay(uint64_t r)
+{
+    switch (r % 8) {
+    case 0: return 0;
+    case 1: return 1;
+    case 2: return (int64_t)(r >> 8) % 64;
+    case 3: return (int64_t)(r >> 8) % 4096;
+    case 4: return (int64_t)(r >> 8) % 300000;
+    case 5: return (int64_t)(r >> 8) % (INT64_C(1) << 40);
+    case 6: return (r >> 8) % 64 == 0 ? -1 - (int64_t)((r >> 16) % 5) : 2;
+    default: return 64 - (int64_t)((r >> 8) % 3);
+    }
+}
+
+static void tm_small_op(struct tmodel *m, uint64_t r)
+{
+    uint32_t i = (uint32_t)((r >> 4) % m->nkeys);
+    int64_t d = tm_delay(r >> 20);
+    switch (r % 4) {
+    case 0: tm_set(m, i, d); break;
+    case 1: tm_move(m, i, d); break;
+    case 2: tm_remove(m, i); break;
+    default: tm_check_key(m, i); break;
+    }
+    tm_check_pending(m);
+}
+
+static void tm_callback_ops(struct tmodel *m)
+{
+    if (!m->cb_ops)
+        return;
+    unsigned n = (unsigned)(tm_rand(&m->rng) % (m->cb_ops + 1));
+    for (unsigned j = 0; j < n; j++)
+        tm_small_op(m, tm_rand(&m->rng));
+}
+
+static void tm_execute(void *ctx, const struct tw_task *task)
+{
+    struct tmodel *m = ctx;
+    uint32_t i = tm_key_of_value((uintptr_t)task->value);
+    if (!m->in_advance || m->in_cb)
+        TM_FAIL("execute outside advance or nested");
+    if (i >= m->nkeys)
+        TM_FAIL("execute: bad value %p", task->value);
+    struct tm_key *k = &m->k[i];
+    if (!k->present || k->value != (uintptr_t)task->value)
+        TM_FAIL("execute(%u): not armed (present %d) or stale value", i, k->present);
+    if (task->deadline != k->deadline || tw_tasks_now(m->t) != task->deadline)
+        TM_FAIL("execute(%u): deadline %llu now %llu, want %llu", i,
+                (unsigned long long)task->deadline, (unsigned long long)tw_tasks_now(m->t),
+                (unsigned long long)k->deadline);
+    if (task->deadline < m->last_fire || task->deadline < m->now || task->deadline > m->target)
+        TM_FAIL("execute(%u): out of order (%llu after %llu, start %llu)", i,
+                (unsigned long long)task->deadline, (unsigned long long)m->last_fire,
+                (unsigned long long)m->now);
+    if (m->int_keys) {
+        if (task->key || task->key_len || task->key_int != tm_int_key(i))
+            TM_FAIL("execute(%u): wrong int key", i);
+    } else {
+        size_t n = tm_bytes_key(i, m->kbuf);
+        if (!task->key || task->key_len != n || memcmp(task->key, m->kbuf, n) != 0)
+            TM_FAIL("execute(%u): wrong key bytes", i);
+    }
+    m->last_fire = task->deadline;
+    k->present = 0;
+    m->pending--;
+    m->fires_this++;
+    m->total_fires++;
+    m->in_cb = 1;
+    m->cb_now = task->deadline;
+    tm_check_key(m, i); /* gone already */
+    tm_check_pending(m);
+    if (tw_tasks_advance(m->t, task->deadline + 1) != TW_EBUSY)
+        TM_FAIL("advance from execute must be TW_EBUSY");
+    tm_callback_ops(m);
+    m->in_cb = 0;
+}
+
+static void tm_drain_fn(void *ctx, const struct tw_task *task)
+{
+    struct tmodel *m = ctx;
+    uint32_t i = tm_key_of_value((uintptr_t)task->value);
+    if (i >= m->nkeys || !m->k[i].drained || m->k[i].drained_value != (uintptr_t)task->value ||
+        m->k[i].drained_deadline != task->deadline)
+        TM_FAIL("drain fn: unexpected task %p (key %u, drained %d, value %p, deadline %llu vs %llu)",
+                task->value, i, i < m->nkeys ? m->k[i].drained : -1,
+                i < m->nkeys ? (void *)m->k[i].drained_value : NULL,
+                (unsigned long long)task->deadline,
+                (unsigned long long)(i < m->nkeys ? m->k[i].drained_deadline : 0));
+    m->k[i].drained = 0;
+    m->drain_left--;
+    m->total_drained++;
+    int was = m->in_cb;
+    uint64_t was_now = m->cb_now;
+    if (!was) {
+        m->in_cb = 1;
+        m->cb_now = m->now;
+    }
+    tm_callback_ops(m);
+    m->in_cb = was;
+    m->cb_now = was_now;
+}
+
+static void tm_drain(struct tmodel *m)
+{
+    uint64_t n = 0;
+    for (uint32_t i = 0; i < m->nkeys; i++) {
+        if (m->k[i].present) {
+            m->k[i].present = 0;
+            m->k[i].drained = 1;
+            m->k[i].drained_value = m->k[i].value;
+            m->k[i].drained_deadline = m->k[i].deadline;
+            n++;
+        }
+    }
+    m->pending = 0;
+    m->drain_left = n;
+    int64_t rc = tw_tasks_drain(m->t, tm_drain_fn, m);
+    if (rc != (int64_t)n || m->drain_left)
+        TM_FAIL("drain = %lld, want %llu (%llu not handed out)", (long long)rc,
+                (unsigned long long)n, (unsigned long long)m->drain_left);
+    tm_check_pending(m);
+}
+
+static void tm_advance(struct tmodel *m, uint64_t target, size_t max)
+{
+    m->in_advance = 1;
+    m->target = target;
+    m->last_fire = 0;
+    m->fires_this = 0;
+    int64_t rc = tw_tasks_advance_max(m->t, target, max);
+    m->in_advance = 0;
+    if (rc < 0 || (uint64_t)rc != m->fires_this)
+        TM_FAIL("advance = %lld, fired %llu", (long long)rc, (unsigned long long)m->fires_this);
+    uint64_t now = tw_tasks_now(m->t);
+    if (max && (size_t)rc == max) {
+        if (now > target || (target > m->now && now < m->now))
+            TM_FAIL("bounded advance left time at %llu", (unsigned long long)now);
+    } else if (target > m->now && now != target) {
+        TM_FAIL("advance to %llu left time at %llu", (unsigned long long)target,
+                (unsigned long long)now);
+    }
+    if (now > m->now)
+        m->now = now;
+    for (uint32_t i = 0; i < m->nkeys; i++)
+        if (m->k[i].present && m->k[i].deadline < m->now + (max && (size_t)rc == max ? 0 : 1))
+            TM_FAIL("key %u due at %llu still pending at %llu", i,
+                    (unsigned long long)m->k[i].deadline, (unsigned long long)m->now);
+    tm_check_pending(m);
+}
+
+/* Create the instance (retrying while the failing allocator refuses). */
+static void tm_init(struct tmodel *m, int int_keys, uint32_t nkeys, uint64_t seed, unsigned cb_ops,
+                    unsigned fail_per_mille, size_t max_pending, uint64_t start)
+{
+    memset(m, 0, sizeof *m);
+    m->int_keys = int_keys;
+    m->nkeys = nkeys < 1 ? 1 : nkeys > TM_MAXK ? TM_MAXK : nkeys;
+    m->rng = seed;
+    m->cb_ops = cb_ops;
+    m->fail_per_mille = fail_per_mille;
+    m->max_pending = max_pending;
+    m->now = start;
+    m->alloc.fn = tm_alloc;
+    m->alloc.ctx = m;
+    struct tw_tasks_config cfg = {
+        .execute = tm_execute,
+        .ctx = m,
+        .key_kind = int_keys ? TW_TASKS_KEY_INT : TW_TASKS_KEY_BYTES,
+        .now = start,
+        .max_pending = max_pending,
+        .allocator = &m->alloc,
+        .seed = {seed, seed ^ 0x5bd1e995},
+    };
+    int rc;
+    while ((rc = tw_tasks_new(&m->t, &cfg)) == TW_ENOMEM) {
+        if (m->outstanding)
+            TM_FAIL("failed new leaked %lld bytes", (long long)m->outstanding);
+    }
+    if (rc)
+        TM_FAIL("tw_tasks_new = %d", rc);
+}
+
+static void tm_check_all(struct tmodel *m)
+{
+    for (uint32_t i = 0; i < m->nkeys; i++)
+        tm_check_key(m, i);
+    tm_check_pending(m);
+}
+
+/* One top-level operation chosen by r. `grow` biases towards sets. */
+static void tm_op(struct tmodel *m, uint64_t r, int grow)
+{
+    m->total_ops++;
+    unsigned kind = (unsigned)(r % 100);
+    uint64_t r2 = r >> 7;
+    if (kind < 2 && !grow) {
+        tm_drain(m);
+    } else if (kind >= 2 && kind < 12) {
+        uint64_t step;
+        switch (grow ? r2 % 2 : r2 % 6) {
+        case 0: step = 0; break;
+        case 1: step = 1; break;
+        case 2: step = (r2 >> 3) % 70; break;
+        case 3: step = (r2 >> 3) % 5000; break;
+        case 4: step = (r2 >> 3) % 400000; break;
+        default: step = (r2 >> 3) % (UINT64_C(1) << 41); break;
+        }
+        if (UINT64_MAX - m->now < step + (UINT64_C(1) << 44))
+            step = 0; /* stay clear of the end of time: delays are up to 2^40 */
+        size_t max = (r2 >> 50) % 4 == 0 ? 1 + (size_t)((r2 >> 52) % 8) : 0;
+        tm_advance(m, m->now + step, max);
+    } else if (kind < 14) {
+        tm_check_key(m, (uint32_t)(r2 % m->nkeys));
+    } else {
+        unsigned k2 = kind - 14; /* 0..85 */
+        uint32_t i = (uint32_t)(r2 % m->nkeys);
+        int64_t d = tm_delay(r2 >> 20);
+        if (k2 < (grow ? 50u : 20u))
+            tm_set(m, i, d);
+        else if (k2 < (grow ? 70u : 45u))
+            tm_move(m, i, d);
+        else
+            tm_remove(m, i);
+        tm_check_pending(m);
+    }
+}
+
+/* Drain what is left, free everything, and check no byte is held. */
+static void tm_finish(struct tmodel *m)
+{
+    tm_check_all(m);
+    m->cb_ops = 0;
+    tm_advance(m, m->now + (UINT64_C(1) << 42), 0);
+    tm_drain(m);
+    tw_tasks_free(m->t);
+    m->t = NULL;
+    if (m->outstanding != 0)
+        TM_FAIL("%lld bytes not freed", (long long)m->outstanding);
+}
+
+#endif /* TWHEEL_TASKS_MODEL_H */

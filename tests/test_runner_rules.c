@@ -1,0 +1,410 @@
+/* Tests of tw_runner: the spec's operations through the thread-safe service,
+ * the runner rules (monotonic ticks, catching up after a stall in deadline
+ * order, waking for an earlier deadline, executor pool, admission limit,
+ * stop/drain/closed), and memory. Timing is observed, not asserted, except
+ * "never early" (safe whatever the load) and generous sanity bounds. */
+#define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "test.h"
+#include "twheel.h"
+
+#define TICK_NS 1000000 /* 1 ms */
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void sleep_ms(unsigned ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+    nanosleep(&ts, NULL);
+}
+
+#define MAXF 1024
+struct fires {
+    pthread_mutex_t lock;
+    int n;
+    uint64_t key[MAXF];
+    uintptr_t value[MAXF];
+    uint64_t deadline[MAXF];
+    uint64_t at_ns[MAXF];
+    struct tw_runner *r;
+    int concurrent, max_concurrent;
+    atomic_int block; /* callbacks with value 999 wait while set */
+    int stall_ms;     /* callbacks with value 777 sleep this long */
+    int stop_rc;      /* what stop returned from inside a callback */
+};
+
+static void fire_cb(void *ctx, const struct tw_task *task)
+{
+    struct fires *f = ctx;
+    pthread_mutex_lock(&f->lock);
+    if (f->n < MAXF) {
+        f->key[f->n] = task->key ? (uint64_t)((const char *)task->key)[0] : task->key_int;
+        f->value[f->n] = (uintptr_t)task->value;
+        f->deadline[f->n] = task->deadline;
+        f->at_ns[f->n] = now_ns();
+    }
+    f->n++;
+    f->concurrent++;
+    if (f->concurrent > f->max_concurrent)
+        f->max_concurrent = f->concurrent;
+    pthread_mutex_unlock(&f->lock);
+    if ((uintptr_t)task->value == 999)
+        while (atomic_load(&f->block))
+            sleep_ms(1);
+    if ((uintptr_t)task->value == 777)
+        sleep_ms((unsigned)f->stall_ms);
+    if ((uintptr_t)task->value == 555)
+        f->stop_rc = tw_runner_stop(f->r, 0);
+    if ((uintptr_t)task->value == 444) /* re-arm itself from the callback */
+        tw_runner_set_int(f->r, task->key_int + 1, (void *)1, 2 * TICK_NS);
+    pthread_mutex_lock(&f->lock);
+    f->concurrent--;
+    pthread_mutex_unlock(&f->lock);
+}
+
+static int fires_n(struct fires *f)
+{
+    pthread_mutex_lock(&f->lock);
+    int n = f->n;
+    pthread_mutex_unlock(&f->lock);
+    return n;
+}
+
+/* Wait (bounded: 5 s) until at least n fires. */
+static int wait_fires(struct fires *f, int n)
+{
+    for (int i = 0; i < 5000 && fires_n(f) < n; i++)
+        sleep_ms(1);
+    return fires_n(f);
+}
+
+static struct fires F;
+
+static struct tw_runner *start(unsigned workers, enum tw_tasks_key_kind kind, size_t max_pending)
+{
+    pthread_mutex_destroy(&F.lock);
+    memset(&F, 0, sizeof F);
+    pthread_mutex_init(&F.lock, NULL);
+    struct tw_runner_config cfg = {.execute = fire_cb, .ctx = &F, .tick_ns = TICK_NS,
+                                   .workers = workers, .key_kind = kind,
+                                   .max_pending = max_pending};
+    struct tw_runner *r = NULL;
+    CHECK_EQ_INT(tw_runner_new(&r, &cfg), 0);
+    F.r = r;
+    return r;
+}
+
+struct counting {
+    atomic_llong outstanding;
+    atomic_long calls;
+    long fail_at;
+};
+
+static void *counting_alloc(void *ctx, void *ptr, size_t old_size, size_t new_size)
+{
+    struct counting *c = ctx;
+    if (new_size == 0) {
+        atomic_fetch_sub(&c->outstanding, (long long)old_size);
+        free(ptr);
+        return NULL;
+    }
+    if (atomic_fetch_add(&c->calls, 1) + 1 == c->fail_at)
+        return NULL;
+    void *p = realloc(ptr, new_size);
+    if (p)
+        atomic_fetch_add(&c->outstanding, (long long)new_size - (long long)old_size);
+    return p;
+}
+
+/* ---- construction ------------------------------------------------------------ */
+
+static void test_config(void)
+{
+    struct tw_runner *r = (struct tw_runner *)&F;
+    struct tw_runner_config cfg = {.execute = fire_cb, .ctx = &F, .tick_ns = TICK_NS};
+    CHECK_EQ_INT(tw_runner_new(NULL, &cfg), TW_EINVAL);
+    CHECK_EQ_INT(tw_runner_new(&r, NULL), TW_EINVAL);
+    CHECK_EQ_PTR(r, NULL);
+    cfg.tick_ns = 0;
+    CHECK_EQ_INT(tw_runner_new(&r, &cfg), TW_EINVAL);
+    cfg.tick_ns = TICK_NS;
+    cfg.execute = NULL;
+    CHECK_EQ_INT(tw_runner_new(&r, &cfg), TW_EINVAL);
+    cfg.execute = fire_cb;
+    cfg.shards = 100000;
+    CHECK_EQ_INT(tw_runner_new(&r, &cfg), TW_EINVAL);
+    cfg.shards = 0;
+    cfg.key_kind = (enum tw_tasks_key_kind)9;
+    CHECK_EQ_INT(tw_runner_new(&r, &cfg), TW_EINVAL);
+    cfg.key_kind = TW_TASKS_KEY_INT;
+    /* Out of memory at every allocation of new: a clean error, nothing left. */
+    cfg.workers = 2;
+    for (long k = 1;; k++) {
+        struct counting c = {.fail_at = k};
+        struct tw_allocator a = {counting_alloc, &c};
+        cfg.allocator = &a;
+        int rc = tw_runner_new(&r, &cfg);
+        if (rc == 0) {
+            tw_runner_free(r);
+            CHECK_EQ_INT(atomic_load(&c.outstanding), 0);
+            break;
+        }
+        CHECK_EQ_INT(rc, TW_ENOMEM);
+        CHECK_EQ_PTR(r, NULL);
+        CHECK_EQ_INT(atomic_load(&c.outstanding), 0);
+    }
+    tw_runner_free(NULL);
+}
+
+/* ---- operations -------------------------------------------------------------- */
+
+static void test_set_fires_once_never_early(void)
+{
+    struct tw_runner *r = start(2, TW_TASKS_KEY_BYTES, 0);
+    uint64_t t0 = now_ns();
+    CHECK_EQ_INT(tw_runner_set(r, "a", 1, (void *)1, 5 * TICK_NS), 1);
+    CHECK_EQ_INT(tw_runner_set(r, "b", 1, (void *)2, 0), 1); /* below one tick: next tick */
+    CHECK_EQ_INT(tw_runner_set(r, "c", 1, (void *)3, TICK_NS / 3), 1);
+    CHECK_EQ_INT(tw_runner_set(r, NULL, 1, NULL, 1), TW_EINVAL);
+    CHECK_EQ_INT(tw_runner_set(r, "d", 1, NULL, -1), TW_EINVAL);
+    CHECK_EQ_INT(tw_runner_set_int(r, 1, NULL, 1), TW_EINVAL); /* other kind */
+    char big[TW_RUNNER_KEY_MAX + 1] = {0};
+    CHECK_EQ_INT(tw_runner_set(r, big, sizeof big, NULL, 1), TW_E2BIG);
+    CHECK_EQ_INT(tw_runner_set(r, big, TW_RUNNER_KEY_MAX, (void *)4, 1), 1);
+    CHECK_EQ_INT(wait_fires(&F, 4), 4);
+    sleep_ms(20);
+    CHECK_EQ_INT(fires_n(&F), 4); /* each once */
+    for (int i = 0; i < 4; i++) {
+        uint64_t min_delay = F.value[i] == 1 ? 5 * TICK_NS : F.value[i] == 3 ? TICK_NS / 3 : 0;
+        CHECK(F.at_ns[i] >= t0 + min_delay); /* never early */
+        if (F.value[i] == 1)
+            CHECK_EQ_INT(F.key[i], 'a'); /* the key's bytes reach the callback */
+    }
+    struct tw_runner_stats st;
+    tw_runner_stats(r, &st);
+    CHECK_EQ_U64(st.fired, 4);
+    CHECK_EQ_U64(st.pending, 0);
+    CHECK(st.tick > 0);
+    printf("  4 fires: late %llu, worst lateness %.3f ms\n", (unsigned long long)st.late,
+           (double)st.worst_lateness_ns / 1e6);
+    tw_runner_free(r);
+}
+
+static void test_move_remove_replace(void)
+{
+    struct tw_runner *r = start(0, TW_TASKS_KEY_INT, 0);
+    CHECK_EQ_INT(tw_runner_move_int(r, 1, TICK_NS), TW_ENOENT);
+    CHECK_EQ_INT(tw_runner_remove_int(r, 1, NULL), TW_ENOENT);
+    uint64_t t0 = now_ns();
+    CHECK_EQ_INT(tw_runner_set_int(r, 1, (void *)10, 3 * TICK_NS), 1);
+    CHECK_EQ_INT(tw_runner_move_int(r, 1, 30 * TICK_NS), 0); /* later */
+    CHECK_EQ_INT(tw_runner_move_int(r, 1, -1), TW_EINVAL);
+    CHECK_EQ_INT(tw_runner_set_int(r, 2, (void *)20, 2 * TICK_NS), 1);
+    CHECK_EQ_INT(tw_runner_set_int(r, 2, (void *)21, 4 * TICK_NS), 0); /* replaced */
+    CHECK_EQ_INT(tw_runner_set_int(r, 3, (void *)30, 2 * TICK_NS), 1);
+    void *v = NULL;
+    CHECK_EQ_INT(tw_runner_remove_int(r, 3, &v), 0);
+    CHECK_EQ_PTR(v, (void *)30);
+    CHECK_EQ_INT(tw_runner_set_int(r, 4, (void *)40, 50 * TICK_NS), 1);
+    CHECK_EQ_INT(tw_runner_move_int(r, 4, 0), 0); /* go-zero ran this twice */
+    CHECK_EQ_INT(wait_fires(&F, 3), 3);
+    sleep_ms(60);
+    CHECK_EQ_INT(fires_n(&F), 3);
+    for (int i = 0; i < 3; i++) {
+        if (F.key[i] == 1) {
+            CHECK_EQ_U64(F.value[i], 10);
+            CHECK(F.at_ns[i] >= t0 + 30 * TICK_NS);
+        } else if (F.key[i] == 2) {
+            CHECK_EQ_U64(F.value[i], 21);
+            CHECK(F.at_ns[i] >= t0 + 4 * TICK_NS);
+        } else {
+            CHECK_EQ_U64(F.key[i], 4);
+        }
+    }
+    CHECK_EQ_INT(tw_runner_move_int(r, 4, TICK_NS), TW_ENOENT); /* ran: gone */
+    tw_runner_free(r);
+}
+
+/* The tick thread sleeps until the next deadline, and an earlier set wakes
+ * it: a 5 ms task set after a 60 s one runs long before 60 s. */
+static void test_earlier_deadline_wakes(void)
+{
+    struct tw_runner *r = start(0, TW_TASKS_KEY_INT, 0);
+    CHECK_EQ_INT(tw_runner_set_int(r, 1, NULL, INT64_C(60000000000)), 1);
+    sleep_ms(20); /* let it go to sleep for 60 s */
+    uint64_t t0 = now_ns();
+    CHECK_EQ_INT(tw_runner_set_int(r, 2, NULL, 5 * TICK_NS), 1);
+    CHECK_EQ_INT(wait_fires(&F, 1), 1);
+    CHECK_EQ_U64(F.key[0], 2);
+    CHECK(F.at_ns[0] - t0 < UINT64_C(2000000000)); /* sanity bound */
+    printf("  woken for an earlier deadline: fired %.3f ms after set (delay 5 ms)\n",
+           (double)(F.at_ns[0] - t0) / 1e6);
+    tw_runner_free(r);
+}
+
+/* A stall (a long inline callback) loses no time: the tasks due during it
+ * all run right after it, in deadline order. */
+static void test_catch_up_in_order(void)
+{
+    struct tw_runner *r = start(0, TW_TASKS_KEY_INT, 0);
+    F.stall_ms = 80;
+    CHECK_EQ_INT(tw_runner_set_int(r, 0, (void *)777, TICK_NS), 1);
+    for (uint64_t k = 1; k <= 60; k++)
+        CHECK_EQ_INT(tw_runner_set_int(r, k, (void *)k, (int64_t)(2 + (k * 37) % 60) * TICK_NS), 1);
+    CHECK_EQ_INT(wait_fires(&F, 61), 61);
+    CHECK_EQ_U64(F.value[0], 777);
+    for (int i = 2; i < 61; i++)
+        CHECK(F.deadline[i - 1] <= F.deadline[i]);
+    struct tw_runner_stats st;
+    tw_runner_stats(r, &st);
+    CHECK(st.late > 0); /* they were due during the stall */
+    printf("  after an 80 ms stall: %llu late fires, worst %.3f ms\n",
+           (unsigned long long)st.late, (double)st.worst_lateness_ns / 1e6);
+    tw_runner_free(r);
+}
+
+/* A blocked callback delays only its own worker; concurrency is bounded. */
+static void test_executor_pool(void)
+{
+    struct tw_runner *r = start(2, TW_TASKS_KEY_INT, 0);
+    atomic_store(&F.block, 1);
+    CHECK_EQ_INT(tw_runner_set_int(r, 1, (void *)999, TICK_NS), 1);
+    CHECK_EQ_INT(wait_fires(&F, 1), 1);
+    for (uint64_t k = 10; k < 40; k++)
+        tw_runner_set_int(r, k, (void *)k, (int64_t)(k % 5) * TICK_NS);
+    CHECK_EQ_INT(wait_fires(&F, 31), 31); /* ran on the other worker */
+    atomic_store(&F.block, 0);
+    CHECK(F.max_concurrent <= 2);
+    tw_runner_free(r);
+    /* Callbacks may call back in: 444 re-arms key + 1. */
+    r = start(2, TW_TASKS_KEY_INT, 0);
+    tw_runner_set_int(r, 100, (void *)444, TICK_NS);
+    CHECK_EQ_INT(wait_fires(&F, 2), 2);
+    CHECK_EQ_U64(F.key[1], 101);
+    tw_runner_free(r);
+}
+
+static void test_admission_limit(void)
+{
+    struct tw_runner *r = start(0, TW_TASKS_KEY_INT, 3);
+    for (uint64_t k = 0; k < 3; k++)
+        CHECK_EQ_INT(tw_runner_set_int(r, k, NULL, 5 * TICK_NS), 1);
+    CHECK_EQ_INT(tw_runner_set_int(r, 3, NULL, 5 * TICK_NS), TW_EFULL);
+    CHECK_EQ_INT(tw_runner_set_int(r, 2, NULL, 5 * TICK_NS), 0); /* replace is fine */
+    CHECK_EQ_INT(tw_runner_remove_int(r, 0, NULL), 0);
+    CHECK_EQ_INT(tw_runner_set_int(r, 3, NULL, 5 * TICK_NS), 1);
+    CHECK_EQ_INT(wait_fires(&F, 3), 3);
+    CHECK_EQ_INT(tw_runner_set_int(r, 4, NULL, 5 * TICK_NS), 1); /* room again */
+    tw_runner_free(r);
+}
+
+/* ---- drain and stop --------------------------------------------------------------- */
+
+struct drain_ctx {
+    struct tw_runner *r;
+    int calls;
+};
+
+static void drain_fn(void *ctx, const struct tw_task *task)
+{
+    struct drain_ctx *d = ctx;
+    d->calls++;
+    if (task->key_int == 1) /* calling back in: go-zero deadlocks here */
+        CHECK_EQ_INT(tw_runner_set_int(d->r, 1, (void *)11, 2 * TICK_NS), 1);
+}
+
+static void test_drain(void)
+{
+    struct tw_runner *r = start(1, TW_TASKS_KEY_INT, 100);
+    struct drain_ctx d = {.r = r};
+    for (uint64_t k = 1; k <= 20; k++)
+        tw_runner_set_int(r, k, (void *)k, INT64_C(10000000000));
+    CHECK_EQ_INT(tw_runner_drain(r, drain_fn, &d), 20);
+    CHECK_EQ_INT(d.calls, 20);
+    /* fn's set and a set after drain (no stale key) both fire. */
+    CHECK_EQ_INT(tw_runner_set_int(r, 2, (void *)22, 2 * TICK_NS), 1);
+    CHECK_EQ_INT(wait_fires(&F, 2), 2);
+    CHECK_EQ_INT(F.value[0] + F.value[1], 33);
+    struct tw_runner_stats st;
+    tw_runner_stats(r, &st);
+    CHECK_EQ_U64(st.drained, 20);
+    CHECK_EQ_U64(st.pending, 0);
+    /* The pending count of the admission limit went down with the drain. */
+    for (uint64_t k = 100; k < 200; k++)
+        CHECK_EQ_INT(tw_runner_set_int(r, k, NULL, INT64_C(10000000000)), 1);
+    CHECK_EQ_INT(tw_runner_set_int(r, 200, NULL, TICK_NS), TW_EFULL);
+    tw_runner_free(r);
+}
+
+static void test_stop(void)
+{
+    struct counting c = {0};
+    struct tw_allocator a = {counting_alloc, &c};
+    pthread_mutex_destroy(&F.lock);
+    memset(&F, 0, sizeof F);
+    pthread_mutex_init(&F.lock, NULL);
+    struct tw_runner_config cfg = {.execute = fire_cb, .ctx = &F, .tick_ns = TICK_NS,
+                                   .workers = 2, .key_kind = TW_TASKS_KEY_BYTES,
+                                   .allocator = &a};
+    struct tw_runner *r;
+    CHECK_EQ_INT(tw_runner_new(&r, &cfg), 0);
+    F.r = r;
+    /* stop from a callback: refused, not a deadlock */
+    CHECK_EQ_INT(tw_runner_set(r, "s", 1, (void *)555, 0), 1);
+    CHECK_EQ_INT(wait_fires(&F, 1), 1);
+    sleep_ms(5);
+    CHECK_EQ_INT(F.stop_rc, TW_EBUSY);
+    char key[32];
+    for (int k = 0; k < 1000; k++) {
+        int n = snprintf(key, sizeof key, "conn:%d", k);
+        tw_runner_set(r, key, (size_t)n, (void *)1, INT64_C(10000000000));
+    }
+    CHECK_EQ_INT(tw_runner_stop(r, 0), 0);
+    CHECK_EQ_INT(tw_runner_stop(r, 0), 0); /* twice: fine (go-zero panics) */
+    CHECK_EQ_INT(tw_runner_stop(r, TW_RUNNER_STOP_DRAIN), 0);
+    CHECK_EQ_INT(fires_n(&F), 1); /* released, not run */
+    CHECK_EQ_INT(tw_runner_set(r, "x", 1, NULL, 1), TW_ECLOSED);
+    CHECK_EQ_INT(tw_runner_move(r, "x", 1, 1), TW_ECLOSED);
+    CHECK_EQ_INT(tw_runner_remove(r, "x", 1, NULL), TW_ECLOSED);
+    CHECK_EQ_INT(tw_runner_drain(r, NULL, NULL), TW_ECLOSED);
+    struct tw_runner_stats st;
+    tw_runner_stats(r, &st);
+    CHECK_EQ_U64(st.pending, 0);
+    tw_runner_free(r);
+    CHECK_EQ_INT(atomic_load(&c.outstanding), 0); /* destroy frees everything */
+
+    /* stop with the drain flag runs what is pending, once. */
+    r = start(1, TW_TASKS_KEY_INT, 0);
+    for (uint64_t k = 0; k < 50; k++)
+        tw_runner_set_int(r, k, (void *)k, INT64_C(10000000000));
+    CHECK_EQ_INT(tw_runner_stop(r, TW_RUNNER_STOP_DRAIN), 0);
+    CHECK_EQ_INT(fires_n(&F), 50);
+    CHECK_EQ_INT(tw_runner_stop(r, TW_RUNNER_STOP_DRAIN), 0);
+    CHECK_EQ_INT(fires_n(&F), 50);
+    CHECK_EQ_INT(tw_runner_stop(r, 2), TW_EINVAL);
+    tw_runner_free(r);
+}
+
+int main(void)
+{
+    pthread_mutex_init(&F.lock, NULL);
+    RUN(test_config);
+    RUN(test_set_fires_once_never_early);
+    RUN(test_move_remove_replace);
+    RUN(test_earlier_deadline_wakes);
+    RUN(test_catch_up_in_order);
+    RUN(test_executor_pool);
+    RUN(test_admission_limit);
+    RUN(test_drain);
+    RUN(test_stop);
+    return test_summary();
+}

@@ -1,0 +1,769 @@
+/* Unit tests of tw_tasks: one test per row and rule of spec/keyed.md that the
+ * single-threaded layer owns, the go-zero bugs pinned as regressions, and the
+ * layer's own promises (errors, memory, allocator failures, hash flooding,
+ * bytes per task). */
+#include <stdlib.h>
+
+#include "tasks_hash.h"
+#include "test.h"
+#include "twheel.h"
+
+/* ---- helpers ---------------------------------------------------------------- */
+
+#define MAXREC 4096
+
+/* What execute saw. */
+struct rec {
+    int n;
+    uint64_t key[MAXREC];
+    uintptr_t value[MAXREC];
+    uint64_t deadline[MAXREC];
+    uint64_t now[MAXREC];
+    char skey[MAXREC][16];
+    struct tw_tasks *t;
+    void (*hook)(struct rec *r, const struct tw_task *task); /* re-entrant actions */
+    int hook_state;
+};
+
+static void record(void *ctx, const struct tw_task *task)
+{
+    struct rec *r = ctx;
+    if (r->n < MAXREC) {
+        r->key[r->n] = task->key_int;
+        r->value[r->n] = (uintptr_t)task->value;
+        r->deadline[r->n] = task->deadline;
+        r->now[r->n] = tw_tasks_now(r->t);
+        size_t n = task->key_len < 15 ? task->key_len : 15;
+        if (task->key)
+            memcpy(r->skey[r->n], task->key, n);
+        r->skey[r->n][n] = 0;
+    }
+    r->n++;
+    if (r->hook)
+        r->hook(r, task);
+}
+
+static struct tw_tasks *new_tasks(struct rec *r, enum tw_tasks_key_kind kind, uint64_t now)
+{
+    memset(r, 0, sizeof *r);
+    struct tw_tasks_config cfg = {.execute = record, .ctx = r, .key_kind = kind, .now = now};
+    struct tw_tasks *t = NULL;
+    CHECK_EQ_INT(tw_tasks_new(&t, &cfg), 0);
+    r->t = t;
+    return t;
+}
+
+static struct rec R; /* large */
+
+static uint64_t tm_rand_(uint64_t *s)
+{
+    uint64_t z = (*s += UINT64_C(0x9e3779b97f4a7c15));
+    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+    return z ^ (z >> 31);
+}
+
+/* Counting allocator that can fail the n-th call (n from 1), or always. */
+struct counting {
+    int64_t outstanding;
+    long calls;
+    long fail_at; /* 0 = never */
+    int fail_all;
+};
+
+static void *counting_alloc(void *ctx, void *ptr, size_t old_size, size_t new_size)
+{
+    struct counting *c = ctx;
+    if (new_size == 0) {
+        c->outstanding -= (int64_t)old_size;
+        free(ptr);
+        return NULL;
+    }
+    c->calls++;
+    if (c->fail_all || c->calls == c->fail_at)
+        return NULL;
+    void *p = realloc(ptr, new_size);
+    if (p)
+        c->outstanding += (int64_t)new_size - (int64_t)old_size;
+    return p;
+}
+
+/* ---- construction ------------------------------------------------------------ */
+
+static void test_config_errors(void)
+{
+    struct rec r;
+    struct tw_tasks *t = (struct tw_tasks *)&r;
+    struct tw_tasks_config cfg = {.execute = record, .ctx = &r};
+    CHECK_EQ_INT(tw_tasks_new(NULL, &cfg), TW_EINVAL);
+    CHECK_EQ_INT(tw_tasks_new(&t, NULL), TW_EINVAL);
+    CHECK_EQ_PTR(t, NULL); /* *out is cleared on failure */
+    cfg.execute = NULL;
+    CHECK_EQ_INT(tw_tasks_new(&t, &cfg), TW_EINVAL);
+    cfg.execute = record;
+    cfg.key_kind = (enum tw_tasks_key_kind)7;
+    CHECK_EQ_INT(tw_tasks_new(&t, &cfg), TW_EINVAL);
+    cfg.key_kind = TW_TASKS_KEY_INT;
+    struct tw_allocator bad = {NULL, NULL};
+    cfg.allocator = &bad;
+    CHECK_EQ_INT(tw_tasks_new(&t, &cfg), TW_EINVAL);
+    /* Out of memory at creation: nothing is half-built, nothing leaks. */
+    for (long k = 1; k <= 3; k++) {
+        struct counting c = {.fail_at = k};
+        struct tw_allocator a = {counting_alloc, &c};
+        cfg.allocator = &a;
+        int rc = tw_tasks_new(&t, &cfg);
+        if (rc == 0) {
+            tw_tasks_free(t);
+        } else {
+            CHECK_EQ_INT(rc, TW_ENOMEM);
+            CHECK_EQ_PTR(t, NULL);
+        }
+        CHECK_EQ_INT(c.outstanding, 0);
+    }
+    tw_tasks_free(NULL); /* no-op */
+}
+
+/* ---- keys ---------------------------------------------------------------------- */
+
+static void test_string_keys(void)
+{
+    struct tw_tasks *t = new_tasks(&R, TW_TASKS_KEY_BYTES, 0);
+    char buf[8] = "abc";
+    CHECK_EQ_INT(tw_tasks_set(t, buf, 3, (void *)1, 5), 1);
+    buf[0] = 'X'; /* the key was copied */
+    void *v = NULL;
+    CHECK_EQ_INT(tw_tasks_get(t, "abc", 3, &v, NULL), 0);
+    CHECK_EQ_PTR(v, (void *)1);
+    CHECK_EQ_INT(tw_tasks_get(t, "ab", 2, &v, NULL), TW_ENOENT);   /* prefix */
+    CHECK_EQ_INT(tw_tasks_get(t, "abcd", 4, &v, NULL), TW_ENOENT); /* extension */
+    /* Bytes, not C strings: embedded NULs count, equal bytes are equal keys. */
+    CHECK_EQ_INT(tw_tasks_set(t, "a\0b", 3, (void *)2, 5), 1);
+    CHECK_EQ_INT(tw_tasks_set(t, "a\0c", 3, (void *)3, 5), 1);
+    CHECK_EQ_INT(tw_tasks_set(t, "a", 1, (void *)4, 5), 1);
+    char copy[3] = {'a', 0, 'b'};
+    CHECK_EQ_INT(tw_tasks_set(t, copy, 3, (void *)5, 5), 0); /* same key: replaced */
+    CHECK_EQ_INT(tw_tasks_get(t, "a\0b", 3, &v, NULL), 0);
+    CHECK_EQ_PTR(v, (void *)5);
+    /* The empty key is a key. */
+    CHECK_EQ_INT(tw_tasks_set(t, "", 0, (void *)6, 5), 1);
+    CHECK_EQ_INT(tw_tasks_get(t, "", 0, &v, NULL), 0);
+    CHECK_EQ_U64(tw_tasks_pending(t), 5);
+    /* NULL and oversize keys: a clear error, no change. */
+    CHECK_EQ_INT(tw_tasks_set(t, NULL, 0, NULL, 1), TW_EINVAL);
+    CHECK_EQ_INT(tw_tasks_set(t, NULL, 3, NULL, 1), TW_EINVAL);
+    CHECK_EQ_INT(tw_tasks_move(t, NULL, 3, 1), TW_EINVAL);
+    CHECK_EQ_INT(tw_tasks_remove(t, NULL, 3, NULL), TW_EINVAL);
+    CHECK_EQ_INT(tw_tasks_get(t, NULL, 3, NULL, NULL), TW_EINVAL);
+    char *big = calloc(1, TW_TASKS_KEY_MAX + 1);
+    CHECK_EQ_INT(tw_tasks_set(t, big, TW_TASKS_KEY_MAX + 1, NULL, 1), TW_E2BIG);
+    CHECK_EQ_INT(tw_tasks_move(t, big, TW_TASKS_KEY_MAX + 1, 1), TW_E2BIG);
+    CHECK_EQ_INT(tw_tasks_remove(t, big, TW_TASKS_KEY_MAX + 1, NULL), TW_E2BIG);
+    CHECK_EQ_INT(tw_tasks_get(t, big, TW_TASKS_KEY_MAX + 1, NULL, NULL), TW_E2BIG);
+    CHECK_EQ_U64(tw_tasks_pending(t), 5);
+    CHECK_EQ_INT(tw_tasks_set(t, big, TW_TASKS_KEY_MAX, (void *)7, 1), 1); /* the maximum is fine */
+    /* The other kind's calls are refused. */
+    CHECK_EQ_INT(tw_tasks_set_int(t, 1, NULL, 1), TW_EINVAL);
+    CHECK_EQ_INT(tw_tasks_move_int(t, 1, 1), TW_EINVAL);
+    CHECK_EQ_INT(tw_tasks_remove_int(t, 1, NULL), TW_EINVAL);
+    CHECK_EQ_INT(tw_tasks_get_int(t, 1, NULL, NULL), TW_EINVAL);
+    CHECK_EQ_U64(tw_tasks_pending(t), 6);
+    /* execute gets the key's bytes. */
+    CHECK_EQ_INT(tw_tasks_advance(t, 1), 1);
+    CHECK_EQ_INT(R.n, 1);
+    CHECK_EQ_INT(tw_tasks_advance(t, 5), 5);
+    int saw_abc = 0;
+    for (int i = 0; i < R.n; i++)
+        saw_abc += strcmp(R.skey[i], "abc") == 0 && R.value[i] == 1;
+    CHECK_EQ_INT(saw_abc, 1);
+    free(big);
+    tw_tasks_free(t);
+}
+
+static void test_int_keys(void)
+{
+    struct tw_tasks *t = new_tasks(&R, TW_TASKS_KEY_INT, 0);
+    CHECK_EQ_INT(tw_tasks_set_int(t, 0, (void *)1, 3), 1);
+    CHECK_EQ_INT(tw_tasks_set_int(t, UINT64_MAX, (void *)2, 3), 1);
+    CHECK_EQ_INT(tw_tasks_set_int(t, 0, (void *)3, 3), 0);
+    CHECK_EQ_INT(tw_tasks_set(t, "a", 1, NULL, 1), TW_EINVAL);
+    CHECK_EQ_INT(tw_tasks_get(t, "a", 1, NULL, NULL), TW_EINVAL);
+    CHECK_EQ_INT(tw_tasks_advance(t, 3), 2);
+    CHECK_EQ_INT(R.n, 2);
+    for (int i = 0; i < 2; i++) {
+        CHECK(R.key[i] == 0 || R.key[i] == UINT64_MAX);
+        CHECK_EQ_U64(R.value[i], R.key[i] == 0 ? 3 : 2);
+        CHECK_EQ_INT(R.skey[i][0], 0);
+    }
+    tw_tasks_free(t);
+}
+
+/* ---- operations table ------------------------------------------------------------ */
+
+static void test_set_absent_arms(void)
+{
+    struct tw_tasks *t = new_tasks(&R, TW_TASKS_KEY_INT, 100);
+    CHECK_EQ_INT(tw_tasks_set_int(t, 7, (void *)70, 10), 1);
+    uint64_t d = 0;
+    CHECK_EQ_INT(tw_tasks_get_int(t, 7, NULL, &d), 0);
+    CHECK_EQ_U64(d, 110);
+    CHECK_EQ_INT(tw_tasks_advance(t, 109), 0); /* never early */
+    CHECK_EQ_INT(R.n, 0);
+    CHECK_EQ_INT(tw_tasks_advance(t, 110), 1);
+    CHECK_EQ_INT(R.n, 1);
+    CHECK_EQ_U64(R.key[0], 7);
+    CHECK_EQ_U64(R.value[0], 70);
+    CHECK_EQ_U64(R.deadline[0], 110);
+    CHECK_EQ_U64(R.now[0], 110);
+    CHECK_EQ_U64(tw_tasks_pending(t), 0);
+    tw_tasks_free(t);
+}
+
+static void test_set_present_replaces(void)
+{
+    struct tw_tasks *t = new_tasks(&R, TW_TASKS_KEY_INT, 0);
+    CHECK_EQ_INT(tw_tasks_set_int(t, 1, (void *)10, 5), 1);
+    CHECK_EQ_INT(tw_tasks_advance(t, 3), 0);
+    CHECK_EQ_INT(tw_tasks_set_int(t, 1, (void *)11, 5), 0); /* due at 8 now, value 11 */
+    CHECK_EQ_U64(tw_tasks_pending(t), 1);
+    CHECK_EQ_INT(tw_tasks_advance(t, 7), 0); /* the first arming (5) does not run */
+    CHECK_EQ_INT(tw_tasks_advance(t, 8), 1);
+    CHECK_EQ_INT(R.n, 1);
+    CHECK_EQ_U64(R.value[0], 11);
+    CHECK_EQ_U64(R.deadline[0], 8);
+    /* Replacing with an earlier deadline works too. */
+    CHECK_EQ_INT(tw_tasks_set_int(t, 2, (void *)20, 100), 1);
+    CHECK_EQ_INT(tw_tasks_set_int(t, 2, (void *)21, 2), 0);
+    CHECK_EQ_INT(tw_tasks_advance(t, 10), 1);
+    CHECK_EQ_U64(R.value[1], 21);
+    CHECK_EQ_INT(tw_tasks_advance(t, 1000), 0);
+    CHECK_EQ_INT(R.n, 2);
+    tw_tasks_free(t);
+}
+
+static void test_move(void)
+{
+    struct tw_tasks *t = new_tasks(&R, TW_TASKS_KEY_BYTES, 0);
+    CHECK_EQ_INT(tw_tasks_move(t, "k", 1, 5), TW_ENOENT); /* absent: no-op */
+    CHECK_EQ_U64(tw_tasks_pending(t), 0);
+    CHECK_EQ_INT(tw_tasks_advance(t, 100), 0);
+    CHECK_EQ_INT(R.n, 0);
+    CHECK_EQ_INT(tw_tasks_set(t, "k", 1, (void *)9, 5), 1);
+    CHECK_EQ_INT(tw_tasks_move(t, "k", 1, 50), 0); /* later */
+    CHECK_EQ_INT(tw_tasks_advance(t, 149), 0);
+    CHECK_EQ_INT(tw_tasks_move(t, "k", 1, 3), 0); /* earlier */
+    CHECK_EQ_INT(tw_tasks_advance(t, 151), 0);
+    CHECK_EQ_INT(tw_tasks_advance(t, 152), 1);
+    CHECK_EQ_U64(R.value[0], 9); /* value kept */
+    CHECK_EQ_U64(R.deadline[0], 152);
+    CHECK_EQ_INT(tw_tasks_move(t, "k", 1, 5), TW_ENOENT); /* it ran: gone */
+    tw_tasks_free(t);
+}
+
+static void test_remove(void)
+{
+    struct tw_tasks *t = new_tasks(&R, TW_TASKS_KEY_INT, 0);
+    CHECK_EQ_INT(tw_tasks_remove_int(t, 1, NULL), TW_ENOENT);
+    CHECK_EQ_INT(tw_tasks_set_int(t, 1, (void *)5, 5), 1);
+    CHECK_EQ_INT(tw_tasks_set_int(t, 2, (void *)6, 5), 1);
+    void *v = NULL;
+    CHECK_EQ_INT(tw_tasks_remove_int(t, 1, &v), 0);
+    CHECK_EQ_PTR(v, (void *)5);
+    CHECK_EQ_INT(tw_tasks_remove_int(t, 1, &v), TW_ENOENT);
+    CHECK_EQ_U64(tw_tasks_pending(t), 1);
+    CHECK_EQ_INT(tw_tasks_advance(t, 10), 1); /* only key 2 */
+    CHECK_EQ_INT(R.n, 1);
+    CHECK_EQ_U64(R.key[0], 2);
+    tw_tasks_free(t);
+}
+
+/* ---- exactness ------------------------------------------------------------------- */
+
+static void test_exact_random(void)
+{
+    /* Random delays, random moves, advanced in random steps: each task runs at
+     * the tick it is due (the advance that reaches it, with now == deadline). */
+    struct tw_tasks *t = new_tasks(&R, TW_TASKS_KEY_INT, 12345);
+    uint64_t rng = 99, due[512] = {0};
+    for (uint64_t k = 0; k < 512; k++) {
+        uint64_t d = tm_rand_(&rng) % 70000;
+        CHECK_EQ_INT(tw_tasks_set_int(t, k, (void *)(uintptr_t)k, (int64_t)d), 1);
+        due[k] = 12345 + (d ? d : 1);
+    }
+    uint64_t now = 12345;
+    while (tw_tasks_pending(t)) {
+        if (tm_rand_(&rng) % 4 == 0) { /* move a random pending key */
+            uint64_t k = tm_rand_(&rng) % 512, d = tm_rand_(&rng) % 5000;
+            if (tw_tasks_move_int(t, k, (int64_t)d) == 0)
+                due[k] = now + (d ? d : 1);
+        }
+        now += tm_rand_(&rng) % 300;
+        int before = R.n;
+        tw_tasks_advance(t, now);
+        for (int i = before; i < R.n; i++) {
+            CHECK_EQ_U64(R.deadline[i], due[R.key[i]]);
+            CHECK_EQ_U64(R.now[i], due[R.key[i]]);
+            CHECK(R.deadline[i] <= now);
+            if (i > before)
+                CHECK(R.deadline[i] >= R.deadline[i - 1]); /* order */
+        }
+    }
+    CHECK_EQ_INT(R.n, 512);
+    tw_tasks_free(t);
+}
+
+/* go-zero: a move whose old and new slots straddle the wheel's wrap fires a
+ * revolution early or late. Our "wraps" are the level boundaries (every 64,
+ * 4096, 262144 ticks): move across each of them, both ways, from times on
+ * both sides of them. Every moved task runs exactly at now + delay. */
+static void test_move_across_wrap(void)
+{
+    static const uint64_t bounds[] = {64, 4096, 262144, UINT64_C(1) << 24};
+    int cases = 0;
+    for (size_t b = 0; b < sizeof bounds / sizeof bounds[0]; b++) {
+        for (uint64_t back = 1; back <= 5; back += 2) {
+            uint64_t start = bounds[b] - back; /* just before the wrap */
+            static const int64_t first[] = {1, 3, 10, 70, 5000};
+            static const int64_t second[] = {1, 2, 6, 63, 64, 65, 4095, 4097, 300000};
+            for (size_t i = 0; i < 5; i++) {
+                for (size_t j = 0; j < 9; j++) {
+                    struct tw_tasks *t = new_tasks(&R, TW_TASKS_KEY_INT, start);
+                    tw_tasks_set_int(t, 1, NULL, first[i]);
+                    tw_tasks_advance(t, start + (uint64_t)back); /* cross or reach the wrap */
+                    uint64_t at = tw_tasks_now(t);
+                    if (R.n == 0) {
+                        CHECK_EQ_INT(tw_tasks_move_int(t, 1, second[j]), 0);
+                        uint64_t want = at + (uint64_t)second[j];
+                        tw_tasks_advance(t, want - 1);
+                        CHECK_EQ_INT(R.n, 0);
+                        tw_tasks_advance(t, want);
+                        CHECK_EQ_INT(R.n, 1);
+                        CHECK_EQ_U64(R.deadline[0], want);
+                        tw_tasks_advance(t, want + 3 * bounds[b]); /* and not again */
+                        CHECK_EQ_INT(R.n, 1);
+                        cases++;
+                    }
+                    tw_tasks_free(t);
+                }
+            }
+        }
+    }
+    CHECK(cases > 100);
+}
+
+/* A delay below one tick (0) is due at the next tick and runs exactly once;
+ * go-zero's move with such a delay ran the task at once and left it armed. */
+static void test_delay_below_one_tick(void)
+{
+    struct tw_tasks *t = new_tasks(&R, TW_TASKS_KEY_INT, 50);
+    CHECK_EQ_INT(tw_tasks_set_int(t, 1, NULL, 0), 1);
+    CHECK_EQ_INT(tw_tasks_advance(t, 50), 0); /* not now */
+    CHECK_EQ_INT(tw_tasks_advance(t, 51), 1);
+    CHECK_EQ_INT(tw_tasks_advance(t, 500), 0);
+    CHECK_EQ_INT(R.n, 1);
+    CHECK_EQ_INT(tw_tasks_set_int(t, 2, NULL, 100), 1);
+    CHECK_EQ_INT(tw_tasks_move_int(t, 2, 0), 0);
+    CHECK_EQ_INT(R.n, 1); /* move does not run it at once */
+    CHECK_EQ_INT(tw_tasks_advance(t, 501), 1);
+    CHECK_EQ_U64(R.deadline[1], 501);
+    CHECK_EQ_INT(tw_tasks_advance(t, 10000), 0); /* nor again later */
+    CHECK_EQ_INT(R.n, 2);
+    CHECK_EQ_U64(tw_tasks_pending(t), 0);
+    tw_tasks_free(t);
+}
+
+static void test_negative_delay(void)
+{
+    struct tw_tasks *t = new_tasks(&R, TW_TASKS_KEY_BYTES, 0);
+    CHECK_EQ_INT(tw_tasks_set(t, "a", 1, NULL, -1), TW_EINVAL);
+    CHECK_EQ_U64(tw_tasks_pending(t), 0);
+    CHECK_EQ_INT(tw_tasks_set(t, "a", 1, (void *)1, 10), 1);
+    CHECK_EQ_INT(tw_tasks_set(t, "a", 1, (void *)2, INT64_MIN), TW_EINVAL);
+    CHECK_EQ_INT(tw_tasks_move(t, "a", 1, -5), TW_EINVAL);
+    void *v;
+    uint64_t d;
+    CHECK_EQ_INT(tw_tasks_get(t, "a", 1, &v, &d), 0); /* unchanged */
+    CHECK_EQ_PTR(v, (void *)1);
+    CHECK_EQ_U64(d, 10);
+    tw_tasks_free(t);
+}
+
+static void test_order(void)
+{
+    struct tw_tasks *t = new_tasks(&R, TW_TASKS_KEY_INT, 0);
+    for (uint64_t k = 0; k < 1000; k++)
+        tw_tasks_set_int(t, k, NULL, (int64_t)((k * 7919) % 100000));
+    CHECK_EQ_INT(tw_tasks_advance(t, 200000), 1000);
+    for (int i = 1; i < R.n; i++)
+        CHECK(R.deadline[i - 1] <= R.deadline[i]);
+    tw_tasks_free(t);
+}
+
+/* ---- re-entrancy ------------------------------------------------------------------ */
+
+static void reentrant_hook(struct rec *r, const struct tw_task *task)
+{
+    struct tw_tasks *t = r->t;
+    CHECK_EQ_INT(tw_tasks_advance(t, 1000), TW_EBUSY);
+    CHECK_EQ_INT(tw_tasks_get_int(t, task->key_int, NULL, NULL), TW_ENOENT); /* gone already */
+    switch (task->key_int) {
+    case 1: /* re-arm itself (a periodic task) up to 3 times */
+        if (r->hook_state++ < 2)
+            CHECK_EQ_INT(tw_tasks_set_int(t, 1, task->value, 10), 1);
+        break;
+    case 2: /* remove 3, due at the same tick: it must not run */
+        CHECK_EQ_INT(tw_tasks_remove_int(t, 3, NULL), 0);
+        CHECK_EQ_INT(tw_tasks_move_int(t, 4, 1), 0); /* and pull 4 in */
+        CHECK_EQ_INT(tw_tasks_move_int(t, 5, 500), 0); /* push 5 out */
+        break;
+    case 6: /* drain from execute: takes everything pending now */
+        CHECK_EQ_INT(tw_tasks_drain(t, NULL, NULL) >= 0, 1);
+        break;
+    default:
+        break;
+    }
+}
+
+static void test_reentrant_execute(void)
+{
+    struct tw_tasks *t = new_tasks(&R, TW_TASKS_KEY_INT, 0);
+    R.hook = reentrant_hook;
+    tw_tasks_set_int(t, 1, (void *)1, 10);
+    tw_tasks_set_int(t, 2, (void *)2, 20);
+    tw_tasks_set_int(t, 3, (void *)3, 20);
+    tw_tasks_set_int(t, 4, (void *)4, 300);
+    tw_tasks_set_int(t, 5, (void *)5, 25);
+    CHECK_EQ_INT(tw_tasks_advance(t, 21), 4); /* 1 at 10, 1 again and 2 at 20, 4 moved to 21 */
+    CHECK_EQ_INT(tw_tasks_advance(t, 21), 0);
+    int fired[8] = {0};
+    for (int i = 0; i < R.n; i++)
+        fired[R.key[i]]++;
+    CHECK_EQ_INT(fired[3], 0);
+    CHECK_EQ_INT(fired[2], 1);
+    CHECK_EQ_INT(fired[1], 2);
+    CHECK_EQ_INT(fired[4], 1);
+    CHECK_EQ_INT(tw_tasks_advance(t, 100), 1); /* 1 at 30, the third time */
+    CHECK_EQ_INT(tw_tasks_advance(t, 519), 0); /* 5 moved to 20 + 500 */
+    CHECK_EQ_INT(tw_tasks_advance(t, 520), 1);
+    CHECK_EQ_INT(tw_tasks_advance(t, 10000), 0);
+    /* A drain from execute: 6 runs and drains 7 and 8 (run by execute). */
+    R.n = 0;
+    tw_tasks_set_int(t, 6, NULL, 5);
+    tw_tasks_set_int(t, 7, NULL, 50);
+    tw_tasks_set_int(t, 8, NULL, 60);
+    CHECK_EQ_INT(tw_tasks_advance(t, 10005), 1);
+    CHECK_EQ_INT(R.n, 3);
+    CHECK_EQ_U64(tw_tasks_pending(t), 0);
+    CHECK_EQ_INT(tw_tasks_advance(t, 20000), 0);
+    tw_tasks_free(t);
+}
+
+/* ---- drain ------------------------------------------------------------------------- */
+
+struct drain_ctx {
+    struct tw_tasks *t;
+    int calls;
+    int seen[16];
+};
+
+static void drain_fn(void *ctx, const struct tw_task *task)
+{
+    struct drain_ctx *d = ctx;
+    d->calls++;
+    d->seen[task->key_int]++;
+    CHECK_EQ_INT(tw_tasks_get_int(d->t, task->key_int, NULL, NULL), TW_ENOENT);
+    /* Calling back in (go-zero deadlocks here): set, move, remove. */
+    if (task->key_int == 1)
+        CHECK_EQ_INT(tw_tasks_set_int(d->t, 1, (void *)100, 5), 1); /* a new task */
+    if (task->key_int == 2)
+        CHECK_EQ_INT(tw_tasks_remove_int(d->t, 3, NULL), TW_ENOENT); /* drained too */
+    if (task->key_int == 4) {
+        CHECK_EQ_INT(tw_tasks_set_int(d->t, 9, NULL, 5), 1);
+        CHECK_EQ_INT(tw_tasks_move_int(d->t, 9, 7), 0);
+        CHECK_EQ_INT(tw_tasks_remove_int(d->t, 9, NULL), 0);
+    }
+}
+
+static void test_drain(void)
+{
+    struct tw_tasks *t = new_tasks(&R, TW_TASKS_KEY_INT, 0);
+    struct drain_ctx d = {.t = t};
+    CHECK_EQ_INT(tw_tasks_drain(NULL, drain_fn, &d), TW_EINVAL);
+    CHECK_EQ_INT(tw_tasks_drain(t, drain_fn, &d), 0); /* empty */
+    for (uint64_t k = 1; k <= 5; k++)
+        tw_tasks_set_int(t, k, (void *)k, (int64_t)(k * 1000));
+    CHECK_EQ_INT(tw_tasks_drain(t, drain_fn, &d), 5);
+    CHECK_EQ_INT(d.calls, 5);
+    for (int k = 1; k <= 5; k++)
+        CHECK_EQ_INT(d.seen[k], 1);
+    CHECK_EQ_U64(tw_tasks_pending(t), 1); /* only fn's new key 1 */
+    CHECK_EQ_INT(tw_tasks_advance(t, 100000), 1);
+    CHECK_EQ_INT(R.n, 1);
+    CHECK_EQ_U64(R.value[0], 100);
+    /* Drain then set: no stale key (go-zero bug): the key fires normally. */
+    tw_tasks_set_int(t, 2, (void *)2, 10);
+    CHECK_EQ_INT(tw_tasks_drain(t, drain_fn, &d), 1);
+    CHECK_EQ_INT(tw_tasks_set_int(t, 2, (void *)22, 10), 1);
+    CHECK_EQ_INT(tw_tasks_move_int(t, 2, 20), 0);
+    CHECK_EQ_INT(tw_tasks_advance(t, 100020), 1);
+    CHECK_EQ_U64(R.value[1], 22);
+    /* fn NULL: the config's execute runs them. */
+    tw_tasks_set_int(t, 3, (void *)3, 10);
+    CHECK_EQ_INT(tw_tasks_drain(t, NULL, NULL), 1);
+    CHECK_EQ_INT(R.n, 3);
+    CHECK_EQ_U64(R.value[2], 3);
+    CHECK_EQ_INT(tw_tasks_advance(t, 1000000), 0);
+    tw_tasks_free(t);
+}
+
+/* ---- limits, memory, allocator ------------------------------------------------------ */
+
+static void test_max_pending(void)
+{
+    memset(&R, 0, sizeof R);
+    struct tw_tasks_config cfg = {.execute = record, .ctx = &R, .key_kind = TW_TASKS_KEY_INT,
+                                  .max_pending = 3};
+    struct tw_tasks *t;
+    CHECK_EQ_INT(tw_tasks_new(&t, &cfg), 0);
+    R.t = t;
+    for (uint64_t k = 0; k < 3; k++)
+        CHECK_EQ_INT(tw_tasks_set_int(t, k, NULL, 5), 1);
+    CHECK_EQ_INT(tw_tasks_set_int(t, 3, NULL, 5), TW_EFULL);
+    CHECK_EQ_INT(tw_tasks_get_int(t, 3, NULL, NULL), TW_ENOENT);
+    CHECK_EQ_INT(tw_tasks_set_int(t, 2, (void *)1, 9), 0); /* replacing is fine */
+    CHECK_EQ_INT(tw_tasks_remove_int(t, 0, NULL), 0);
+    CHECK_EQ_INT(tw_tasks_set_int(t, 3, NULL, 5), 1);
+    CHECK_EQ_INT(tw_tasks_advance(t, 5), 2);
+    CHECK_EQ_INT(tw_tasks_set_int(t, 4, NULL, 5), 1);
+    CHECK_EQ_U64(tw_tasks_pending(t), 2); /* 2 (due at 9) and 4 */
+    tw_tasks_free(t);
+}
+
+/* Every allocation failure leaves the instance as it was, and nothing leaks:
+ * fail the n-th allocation for every n reached by a workload that grows the
+ * index and the pool and allocates key blocks. */
+static void test_failing_allocator(void)
+{
+    long total_calls = 0;
+    for (long fail_at = 1;; fail_at++) {
+        struct counting c = {.fail_at = fail_at};
+        struct tw_allocator a = {counting_alloc, &c};
+        memset(&R, 0, sizeof R);
+        struct tw_tasks_config cfg = {.execute = record, .ctx = &R, .allocator = &a};
+        struct tw_tasks *t;
+        int rc = tw_tasks_new(&t, &cfg);
+        if (rc) {
+            CHECK_EQ_INT(rc, TW_ENOMEM);
+            CHECK_EQ_INT(c.outstanding, 0);
+            continue;
+        }
+        R.t = t;
+        int enomem = 0;
+        size_t want = 0;
+        char key[32];
+        for (int k = 0; k < 1100; k++) {
+            int n = snprintf(key, sizeof key, "conn:%d", k);
+            rc = tw_tasks_set(t, key, (size_t)n, (void *)(uintptr_t)k, 10 + k % 7);
+            if (rc == TW_ENOMEM) {
+                enomem++;
+                CHECK_EQ_INT(tw_tasks_get(t, key, (size_t)n, NULL, NULL), TW_ENOENT);
+            } else {
+                CHECK_EQ_INT(rc, 1);
+                want++;
+            }
+            CHECK_EQ_U64(tw_tasks_pending(t), want);
+        }
+        CHECK(enomem <= 1);
+        /* Everything that was accepted fires, once. */
+        CHECK_EQ_INT(tw_tasks_advance(t, 100), (int64_t)want);
+        total_calls = c.calls;
+        tw_tasks_free(t);
+        CHECK_EQ_INT(c.outstanding, 0);
+        if (fail_at > c.calls)
+            break; /* the failure point is past the last allocation */
+    }
+    CHECK(total_calls > 1100);
+    /* An allocator that always fails: sets fail cleanly. */
+    struct counting c = {0};
+    struct tw_allocator a = {counting_alloc, &c};
+    struct tw_tasks_config cfg = {.execute = record, .ctx = &R, .allocator = &a};
+    struct tw_tasks *t;
+    CHECK_EQ_INT(tw_tasks_new(&t, &cfg), 0);
+    c.fail_all = 1;
+    CHECK_EQ_INT(tw_tasks_set(t, "x", 1, NULL, 1), TW_ENOMEM);
+    CHECK_EQ_U64(tw_tasks_pending(t), 0);
+    CHECK_EQ_INT(tw_tasks_remove(t, "x", 1, NULL), TW_ENOENT);
+    c.fail_all = 0;
+    CHECK_EQ_INT(tw_tasks_set(t, "x", 1, NULL, 1), 1);
+    tw_tasks_free(t);
+    CHECK_EQ_INT(c.outstanding, 0);
+}
+
+/* Memory goes back when tasks leave (by remove, by firing, by drain). */
+static void test_memory_returned(void)
+{
+    struct counting c = {0};
+    struct tw_allocator a = {counting_alloc, &c};
+    memset(&R, 0, sizeof R);
+    struct tw_tasks_config cfg = {.execute = record, .ctx = &R, .allocator = &a};
+    struct tw_tasks *t;
+    CHECK_EQ_INT(tw_tasks_new(&t, &cfg), 0);
+    R.t = t;
+    struct tw_tasks_stats st;
+    tw_tasks_stats(t, &st);
+    size_t empty = st.bytes;
+    char key[32];
+    for (int round = 0; round < 3; round++) {
+        for (int k = 0; k < 50000; k++) {
+            int n = snprintf(key, sizeof key, "conn:%d", k);
+            tw_tasks_set(t, key, (size_t)n, NULL, 1 + k % 1000);
+        }
+        tw_tasks_stats(t, &st);
+        CHECK_EQ_U64(st.pending, 50000);
+        CHECK(st.bytes > 50000 * 56);
+        CHECK_EQ_INT(c.outstanding, (int64_t)st.bytes);
+        if (round == 0) { /* remove them */
+            for (int k = 0; k < 50000; k++) {
+                int n = snprintf(key, sizeof key, "conn:%d", k);
+                CHECK_EQ_INT(tw_tasks_remove(t, key, (size_t)n, NULL), 0);
+            }
+        } else if (round == 1) { /* let them fire */
+            tw_tasks_advance(t, tw_tasks_now(t) + 1000);
+        } else {
+            CHECK_EQ_INT(tw_tasks_drain(t, NULL, NULL), 50000);
+        }
+        tw_tasks_stats(t, &st);
+        CHECK_EQ_U64(st.pending, 0);
+        /* Back to at most one chunk of entries and a small index. */
+        CHECK(st.pool_entries <= TW_TASKS_CHUNK);
+        CHECK(st.index_slots <= 64);
+        CHECK(st.bytes <= empty + TW_TASKS_CHUNK * 56 + 1024);
+    }
+    tw_tasks_free(t);
+    CHECK_EQ_INT(c.outstanding, 0);
+}
+
+/* Compaction moves tasks between entries: they must still fire exactly. */
+static void test_compaction_keeps_tasks(void)
+{
+    struct tw_tasks *t = new_tasks(&R, TW_TASKS_KEY_INT, 0);
+    for (uint64_t k = 0; k < 20000; k++)
+        tw_tasks_set_int(t, k, (void *)(uintptr_t)k, (int64_t)(10 + k % 5000));
+    for (uint64_t k = 0; k < 20000; k++) /* keep every 10th, from all chunks */
+        if (k % 10)
+            tw_tasks_remove_int(t, k, NULL);
+    struct tw_tasks_stats st;
+    tw_tasks_stats(t, &st);
+    CHECK_EQ_U64(st.pending, 2000);
+    CHECK(st.pool_entries <= 4 * 2000 + TW_TASKS_CHUNK); /* 20 chunks before */
+    for (uint64_t k = 0; k < 20000; k += 10) {
+        void *v = NULL;
+        uint64_t d = 0;
+        CHECK_EQ_INT(tw_tasks_get_int(t, k, &v, &d), 0);
+        CHECK_EQ_U64((uintptr_t)v, k);
+        CHECK_EQ_U64(d, 10 + k % 5000);
+    }
+    CHECK_EQ_INT(tw_tasks_advance(t, 10000), 2000);
+    for (int i = 0; i < R.n && i < MAXREC; i++)
+        CHECK_EQ_U64(R.deadline[i], 10 + R.key[i] % 5000);
+    tw_tasks_free(t);
+}
+
+/* <= 64 bytes per task (entry + index + pool slack) for integer keys, plus the
+ * key block for string keys. */
+static void test_bytes_per_task(void)
+{
+    static const size_t sizes[] = {10000, 100000, 300000};
+    for (size_t i = 0; i < 3; i++) {
+        struct tw_tasks *t = new_tasks(&R, TW_TASKS_KEY_INT, 0);
+        for (uint64_t k = 0; k < sizes[i]; k++)
+            tw_tasks_set_int(t, k, NULL, (int64_t)(k % 100000));
+        struct tw_tasks_stats st;
+        tw_tasks_stats(t, &st);
+        double per = (double)(st.bytes - 24000) / (double)sizes[i];
+        printf("  int keys, %zu tasks: %.1f bytes per task (index %zu slots, max probe %zu)\n",
+               sizes[i], per, st.index_slots, st.max_probe);
+        CHECK(per <= 64.0);
+        tw_tasks_free(t);
+    }
+}
+
+/* Hash flooding: keys that all land in one slot under a known seed (what an
+ * attacker who knew the seed would send) spread out under another seed. */
+static void test_hash_flooding(void)
+{
+    const uint64_t seed_a[2] = {0x1234, 0x5678};
+    enum { N = 1500 };
+    static uint64_t ikeys[N];
+    static char skeys[N][24];
+    static size_t slen[N];
+    /* Keys whose hash has the same top 12 bits: one home slot (or two) for
+     * any index of up to 4096 slots. */
+    int n = 0;
+    for (uint64_t k = 0; n < N; k++)
+        if (tw_hash_int(k, seed_a[0], seed_a[1]) >> 52 == 0xabc)
+            ikeys[n++] = k;
+    n = 0;
+    for (uint64_t k = 0; n < N; k++) {
+        char buf[24];
+        int len = snprintf(buf, sizeof buf, "conn:%llu", (unsigned long long)k);
+        if (tw_siphash13(buf, (size_t)len, seed_a[0], seed_a[1]) >> 52 == 0xabc) {
+            memcpy(skeys[n], buf, (size_t)len);
+            slen[n++] = (size_t)len;
+        }
+    }
+    for (int kind = 0; kind < 2; kind++) {
+        size_t probe[2];
+        for (int s = 0; s < 2; s++) {
+            memset(&R, 0, sizeof R);
+            struct tw_tasks_config cfg = {.execute = record, .ctx = &R,
+                                          .key_kind = kind ? TW_TASKS_KEY_INT : TW_TASKS_KEY_BYTES};
+            if (s == 0) {
+                cfg.seed[0] = seed_a[0];
+                cfg.seed[1] = seed_a[1];
+            } /* else: a random seed */
+            struct tw_tasks *t;
+            CHECK_EQ_INT(tw_tasks_new(&t, &cfg), 0);
+            for (int i = 0; i < N; i++) {
+                if (kind)
+                    tw_tasks_set_int(t, ikeys[i], NULL, 5);
+                else
+                    tw_tasks_set(t, skeys[i], slen[i], NULL, 5);
+            }
+            struct tw_tasks_stats st;
+            tw_tasks_stats(t, &st);
+            probe[s] = st.max_probe;
+            CHECK_EQ_U64(st.pending, N);
+            tw_tasks_free(t);
+        }
+        printf("  %s keys: longest probe %zu with the attacked seed, %zu with a random one\n",
+               kind ? "int" : "string", probe[0], probe[1]);
+        CHECK(probe[0] > N / 2); /* the attack works when the seed is known */
+        CHECK(probe[1] < 64);    /* and not with the instance's own seed */
+    }
+}
+
+int main(void)
+{
+    RUN(test_config_errors);
+    RUN(test_string_keys);
+    RUN(test_int_keys);
+    RUN(test_set_absent_arms);
+    RUN(test_set_present_replaces);
+    RUN(test_move);
+    RUN(test_remove);
+    RUN(test_exact_random);
+    RUN(test_move_across_wrap);
+    RUN(test_delay_below_one_tick);
+    RUN(test_negative_delay);
+    RUN(test_order);
+    RUN(test_reentrant_execute);
+    RUN(test_drain);
+    RUN(test_max_pending);
+    RUN(test_failing_allocator);
+    RUN(test_memory_returned);
+    RUN(test_compaction_keeps_tasks);
+    RUN(test_bytes_per_task);
+    RUN(test_hash_flooding);
+    return test_summary();
+}
