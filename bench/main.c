@@ -487,13 +487,24 @@ static void run_workload(const struct workload *wl)
 
 /* ---- main ---------------------------------------------------------------- */
 
-static void usage(void)
+static void usage(int code)
 {
-    fprintf(stderr,
+    fprintf(code ? stderr : stdout,
             "usage: bench_twheel [--full | --tiny] [--reps K] [--only w1,w2,w3,w4]\n"
             "                    [--impl NAME,...] [--sizes N,...] [--budget SECONDS]\n"
-            "                    [--out DIR] [--no-plot] [--list]\n");
-    exit(2);
+            "                    [--out DIR] [--no-plot] [--list]\n"
+            "  --full      W1 up to 1e7 timers, budget 600 s (default set: about 3 minutes)\n"
+            "  --tiny      every workload at a tiny size, 1 rep: the harness test\n"
+            "  --reps K    repetitions per cell (default 3; medians are reported)\n"
+            "  --only 13   workloads to run (digits of 1-4)\n"
+            "  --impl a,b  implementations to run (see --list); the ratios need twheel\n"
+            "  --sizes N,. sizes for every selected workload instead of the set's\n"
+            "  --budget S  seconds one run is worth: larger sizes projected past it are\n"
+            "              not run, a run is killed after max(4 S, 60 s)\n"
+            "  --out DIR   where tables.md, *.csv, *.png, *.svg go (default %s)\n"
+            "  --no-plot   no gnuplot\n",
+            BENCH_DEFAULT_OUT);
+    exit(code);
 }
 
 static void mkdirs(const char *path)
@@ -515,7 +526,9 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--full")) {
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(0);
+        } else if (!strcmp(a, "--full")) {
             opt.set = SET_FULL;
         } else if (!strcmp(a, "--tiny")) {
             opt.set = SET_TINY;
@@ -530,7 +543,7 @@ int main(int argc, char **argv)
         } else if (v && !strcmp(a, "--reps")) {
             opt.reps = atoi(v), reps_set = 1, i++;
             if (opt.reps < 1 || opt.reps > MAX_REPS)
-                usage();
+                usage(2);
         } else if (v && !strcmp(a, "--budget")) {
             opt.budget = atof(v), budget_set = 1, i++;
         } else if (v && !strcmp(a, "--out")) {
@@ -548,12 +561,12 @@ int main(int argc, char **argv)
                 char *e;
                 double d = strtod(p, &e);
                 if (e == p || d < 1)
-                    usage();
+                    usage(2);
                 opt.sizes[k++] = (size_t)d;
                 p = *e == ',' ? e + 1 : e;
             }
         } else {
-            usage();
+            usage(2);
         }
     }
     if (opt.set == SET_TINY) {
