@@ -294,7 +294,7 @@ static void run_workload(const struct workload *wl)
         last_n[i] = 0;
     }
     char nb[32];
-    fprintf(stderr, "\n== W%d: %s\n", wl->id, wl->title);
+    fprintf(stderr, "\n== %s\n", wl->title);
     for (int si = 0; si < nsizes; si++) {
         size_t n = sizes[si];
         uint64_t seed = UINT64_C(0x74776865656c) ^ ((uint64_t)wl->id << 40) ^ n;
@@ -348,7 +348,7 @@ static void run_workload(const struct workload *wl)
     }
 
     /* the table (markdown) */
-    out("\n### W%d: %s\n\n", wl->id, wl->title);
+    out("\n### %s\n\n", wl->title);
     out("Median of %d repetitions; %s; x = figure / twheel's (x > 1: slower than twheel). "
         "B/timer: structure bytes per timer; RSS/timer: peak RSS growth per timer.\n\n",
         opt.reps, wl->unit);
@@ -460,7 +460,7 @@ static void run_workload(const struct workload *wl)
         else
             fprintf(gp, "set terminal svg size %d,460 font 'sans,10'\nset output '%s/w%d.svg'\n",
                     420 * panels + 40, opt.out, wl->id);
-        fprintf(gp, "set multiplot layout 1,%d title 'W%d: %s'\n", panels, wl->id, wl->title);
+        fprintf(gp, "set multiplot layout 1,%d title '%s'\n", panels, wl->title);
         for (int k = 0; k < wl->nmetrics; k++) {
             if (!wl->m[k].plot)
                 continue;
@@ -469,8 +469,12 @@ static void run_workload(const struct workload *wl)
             for (size_t i = 0; i < NIMPL; i++) {
                 if (!in_run[i] || (!all_impls[i] && !wl->m[k].probe))
                     continue;
-                fprintf(gp, "%s$d%d_%zu using 1:2 with linespoints lw 2 title '%s'", first ? "" : ", ",
-                        k, i, impl_name(all_impls[i]));
+                fprintf(gp, "%s$d%d_%zu using 1:2 with linespoints %s title '%s'", first ? "" : ", ",
+                        k, i,
+                        i == 0 ? "lw 4"
+                        : all_impls[i] ? "lw 2"
+                                       : "lw 2 dt 2 lc rgb 'black'",
+                        impl_name(all_impls[i]));
                 first = 0;
             }
             fprintf(gp, "\n");
@@ -480,9 +484,13 @@ static void run_workload(const struct workload *wl)
     fclose(gp);
     char cmd[1200];
     snprintf(cmd, sizeof cmd, "gnuplot '%s' 2>'%s/w%d.gnuplot.log'", gpname, opt.out, wl->id);
-    if (system(cmd) != 0)
+    if (system(cmd) != 0) {
         fprintf(stderr, "bench: gnuplot failed for W%d (see %s/w%d.gnuplot.log)\n", wl->id, opt.out,
                 wl->id);
+    } else {
+        snprintf(cmd, sizeof cmd, "%s/w%d.gnuplot.log", opt.out, wl->id);
+        remove(cmd);
+    }
 }
 
 /* ---- main ---------------------------------------------------------------- */
@@ -523,6 +531,7 @@ static void mkdirs(const char *path)
 int main(int argc, char **argv)
 {
     int reps_set = 0, budget_set = 0;
+    setvbuf(stdout, NULL, _IOLBF, 0); /* tables and progress interleave right in a log */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
