@@ -4,5 +4,6 @@
 
 #include "twheel/common.h"
 #include "twheel/wheel.h"
+#include "twheel/cache.h"
 
 #endif /* TWHEEL_H */

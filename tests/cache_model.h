@@ -1,0 +1,329 @@
+/* A reference model of tw_cache, shared by the randomized model test
+ * (tests/test_cache_model.c) and the fuzz target (fuzz/fuzz_cache.c).
+ *
+ * The model is a plain array over a handful of keys: for each, whether it
+ * is stored (expired keys stay stored until an advance collects them, as in
+ * the cache), its value, its expiry tick and its last-use stamp. Operations
+ * (set, set_ttl, invalid set, get, del, take with a loader that succeeds or
+ * fails, advance, set_now) are applied to a manual-clock cache (jitter off,
+ * so expiries are exact) and to the model; every answer is compared:
+ *   - get/take hit exactly when the key is stored and now < expiry, with the
+ *     value last stored; misses leave the LRU alone;
+ *   - advance expires exactly the stored keys with expiry <= now;
+ *   - with a limit, a new key beyond it evicts the stored key least recently
+ *     set or hit (expired-but-uncollected keys included);
+ *   - each value is freed exactly once, when the model drops it, and every
+ *     stored value is freed by tw_cache_free;
+ *   - the entry count matches.
+ * On a mismatch the model prints it and calls abort().
+ *
+ * Input layout: byte 0 shards and lock flavour, byte 1 limit, byte 2
+ * default TTL, then two bytes per operation. */
+#ifndef TWHEEL_CACHE_MODEL_H
+#define TWHEEL_CACHE_MODEL_H
+
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "twheel/cache.h"
+
+#define CM_KEYS 12
+#define CM_MAX_VALUES 8192
+
+struct cm_value {
+    int id;
+    int freed;
+};
+
+struct cm_key {
+    bool stored;
+    struct cm_value *value;
+    uint64_t expiry;
+    uint64_t stamp;
+};
+
+struct cmodel {
+    struct tw_cache *c;
+    uint64_t now;
+    uint64_t seq;
+    size_t limit;
+    int64_t ttl;
+    size_t count;
+    struct cm_key k[CM_KEYS];
+    struct cm_value values[CM_MAX_VALUES];
+    int nvalues;
+    int loader_calls;
+};
+
+#define CM_FAIL(...)                                                                 \
+    do {                                                                             \
+        fprintf(stderr, "cache model mismatch at %s:%d: ", __FILE__, __LINE__);      \
+        fprintf(stderr, __VA_ARGS__);                                                \
+        fputc('\n', stderr);                                                         \
+        abort();                                                                     \
+    } while (0)
+
+static void cm_free(void *ctx, void *value)
+{
+    (void)ctx;
+    struct cm_value *v = value;
+    if (v->freed++ != 0)
+        CM_FAIL("value %d freed twice", v->id);
+}
+
+static struct cm_value *cm_new_value(struct cmodel *m)
+{
+    if (m->nvalues >= CM_MAX_VALUES)
+        return NULL;
+    struct cm_value *v = &m->values[m->nvalues];
+    v->id = m->nvalues++;
+    v->freed = 0;
+    return v;
+}
+
+static void cm_key_name(int i, char out[16])
+{
+    /* keys of different lengths, one of them empty */
+    static const char *names[CM_KEYS] = {"", "a", "b", "ab", "ba", "key", "kez", "long-key-1",
+                                         "long-key-2", "\x01\x02", "x", "yy"};
+    snprintf(out, 16, "%s", names[i]);
+}
+
+static void cm_expect_freed(struct cm_value *v, int want, const char *what)
+{
+    if (v->freed != want)
+        CM_FAIL("%s: value %d freed %d times, want %d", what, v->id, v->freed, want);
+}
+
+/* The model's LRU victim among stored keys. */
+static void cm_evict(struct cmodel *m)
+{
+    while (m->limit && m->count > m->limit) {
+        int victim = -1;
+        for (int i = 0; i < CM_KEYS; i++)
+            if (m->k[i].stored && (victim < 0 || m->k[i].stamp < m->k[victim].stamp))
+                victim = i;
+        m->k[victim].stored = false;
+        m->count--;
+        cm_expect_freed(m->k[victim].value, 1, "eviction");
+    }
+}
+
+/* Model side of a successful store of v under key i with ttl. */
+static void cm_store(struct cmodel *m, int i, struct cm_value *v, int64_t ttl)
+{
+    struct cm_key *k = &m->k[i];
+    if (k->stored) {
+        cm_expect_freed(k->value, 1, "overwrite");
+    } else {
+        k->stored = true;
+        m->count++;
+    }
+    k->value = v;
+    k->expiry = m->now + (uint64_t)ttl;
+    k->stamp = ++m->seq;
+    cm_expect_freed(v, 0, "store");
+    cm_evict(m);
+}
+
+static bool cm_live(const struct cmodel *m, int i)
+{
+    return m->k[i].stored && m->now < m->k[i].expiry;
+}
+
+static int cm_loader(void *ctx, const void *key, size_t klen, void **value, size_t *vlen)
+{
+    struct cmodel *m = ctx;
+    (void)key;
+    (void)klen;
+    (void)vlen;
+    m->loader_calls++;
+    struct cm_value *v = cm_new_value(m);
+    if (!v)
+        return -1000;
+    *value = v;
+    return 0;
+}
+
+static int cm_fail_loader(void *ctx, const void *key, size_t klen, void **value, size_t *vlen)
+{
+    struct cmodel *m = ctx;
+    (void)key;
+    (void)klen;
+    (void)value;
+    (void)vlen;
+    m->loader_calls++;
+    return -99;
+}
+
+static void cm_collect(struct cmodel *m, int64_t got)
+{
+    int64_t want = 0;
+    for (int i = 0; i < CM_KEYS; i++) {
+        if (m->k[i].stored && m->k[i].expiry <= m->now) {
+            m->k[i].stored = false;
+            m->count--;
+            want++;
+            cm_expect_freed(m->k[i].value, 1, "expiry");
+        }
+    }
+    if (got != want)
+        CM_FAIL("advance to %" PRIu64 " expired %lld, want %lld", m->now, (long long)got,
+                (long long)want);
+}
+
+static void cm_check_count(struct cmodel *m)
+{
+    struct tw_cache_stats st;
+    tw_cache_stats(m->c, &st);
+    if (st.entries != m->count)
+        CM_FAIL("entries %" PRIu64 ", want %zu", st.entries, m->count);
+}
+
+static void cm_op(struct cmodel *m, uint8_t op, uint8_t arg)
+{
+#ifdef CM_TRACE
+    fprintf(stderr, "op %d key %d arg %d now %llu\n", op % 10, arg % CM_KEYS, arg,
+            (unsigned long long)m->now);
+#endif
+    int i = arg % CM_KEYS;
+    char name[16];
+    cm_key_name(i, name);
+    size_t kl = strlen(name);
+    int64_t ttl = 1 + (arg / CM_KEYS) % 24;
+    void *got = NULL;
+    int rc;
+    switch (op % 10) {
+    case 0:
+    case 1: { /* set_ttl */
+        struct cm_value *v = cm_new_value(m);
+        if (!v)
+            return;
+        rc = tw_cache_set_ttl(m->c, name, kl, v, ttl);
+        if (rc != 0)
+            CM_FAIL("set_ttl: %d", rc);
+        cm_store(m, i, v, ttl);
+        break;
+    }
+    case 2: { /* set with the default TTL */
+        struct cm_value *v = cm_new_value(m);
+        if (!v)
+            return;
+        rc = tw_cache_set(m->c, name, kl, v);
+        if (rc != 0)
+            CM_FAIL("set: %d", rc);
+        cm_store(m, i, v, m->ttl);
+        break;
+    }
+    case 3: { /* invalid TTL: nothing changes */
+        struct cm_value *v = cm_new_value(m);
+        if (!v)
+            return;
+        rc = tw_cache_set_ttl(m->c, name, kl, v, -(int64_t)(arg % 3));
+        if (rc != TW_EINVAL)
+            CM_FAIL("set_ttl(<= 0): %d", rc);
+        v->freed = 1; /* never stored; mark as done for the final check */
+        break;
+    }
+    case 4:
+    case 5: /* get */
+        rc = tw_cache_get(m->c, name, kl, &got);
+        if (cm_live(m, i)) {
+            if (rc != 0 || got != m->k[i].value)
+                CM_FAIL("get key %d at %" PRIu64 ": rc %d, want hit", i, m->now, rc);
+            m->k[i].stamp = ++m->seq;
+        } else if (rc != TW_ENOENT) {
+            CM_FAIL("get key %d at %" PRIu64 ": rc %d, want miss (stored %d expiry %" PRIu64 ")",
+                    i, m->now, rc, m->k[i].stored, m->k[i].expiry);
+        }
+        break;
+    case 6: /* del */
+        rc = tw_cache_del(m->c, name, kl);
+        if (m->k[i].stored) {
+            if (rc != 0)
+                CM_FAIL("del key %d: %d, want 0", i, rc);
+            m->k[i].stored = false;
+            m->count--;
+            cm_expect_freed(m->k[i].value, 1, "del");
+        } else if (rc != TW_ENOENT) {
+            CM_FAIL("del absent key %d: %d", i, rc);
+        }
+        break;
+    case 7: { /* take, with a loader that succeeds or fails */
+        bool fail = arg & 0x80;
+        int calls = m->loader_calls;
+        bool live = cm_live(m, i);
+        struct cm_value *expect = live ? m->k[i].value : NULL;
+        if (!live && !fail && m->nvalues >= CM_MAX_VALUES)
+            return;
+        rc = (arg & 0x40) ? tw_cache_take_ttl(m->c, name, kl, fail ? cm_fail_loader : cm_loader,
+                                              m, &got, ttl)
+                          : tw_cache_take(m->c, name, kl, fail ? cm_fail_loader : cm_loader, m,
+                                          &got);
+        if (live) {
+            if (rc != 0 || got != expect || m->loader_calls != calls)
+                CM_FAIL("take hit key %d: rc %d", i, rc);
+            m->k[i].stamp = ++m->seq;
+        } else if (fail) {
+            if (rc != -99 || m->loader_calls != calls + 1)
+                CM_FAIL("take failing key %d: rc %d", i, rc);
+        } else {
+            if (rc != 0 || m->loader_calls != calls + 1 || got != &m->values[m->nvalues - 1])
+                CM_FAIL("take load key %d: rc %d", i, rc);
+            cm_store(m, i, got, (arg & 0x40) ? ttl : m->ttl);
+        }
+        break;
+    }
+    case 8: /* advance: expire what is due */
+        m->now += arg % 40;
+        cm_collect(m, tw_cache_advance(m->c, m->now));
+        break;
+    default: /* time moves, nothing expires; then check the count */
+        m->now += arg % 8;
+        if (tw_cache_set_now(m->c, m->now) != 0)
+            CM_FAIL("set_now");
+        cm_check_count(m);
+        break;
+    }
+}
+
+/* Run one input through a fresh cache and model. */
+static void cm_run(struct cmodel *m, const uint8_t *data, size_t size)
+{
+    if (size < 3)
+        return;
+    static const unsigned shard_choices[4] = {1, 2, 4, 16};
+    memset(m, 0, sizeof *m);
+    struct tw_cache_config cfg;
+    tw_cache_config_init(&cfg);
+    cfg.shards = shard_choices[data[0] % 4];
+    cfg.lock = (data[0] & 4) ? TW_CACHE_LOCK_RWLOCK : TW_CACHE_LOCK_MUTEX;
+    cfg.limit = data[1] % 3 == 0 ? 0 : 1 + data[1] % 9;
+    cfg.default_ttl_ms = 1 + data[2] % 32;
+    cfg.jitter = 0;
+    cfg.manual_clock = true;
+    cfg.free_value = cm_free;
+    m->limit = cfg.limit;
+    m->ttl = cfg.default_ttl_ms;
+#ifdef CM_TRACE
+    fprintf(stderr, "run: shards %u lock %d limit %zu ttl %lld\n", cfg.shards, (int)cfg.lock,
+            cfg.limit, (long long)cfg.default_ttl_ms);
+#endif
+    if (tw_cache_new(&m->c, &cfg) != 0)
+        CM_FAIL("tw_cache_new");
+    for (size_t p = 3; p + 2 <= size; p += 2)
+        cm_op(m, data[p], data[p + 1]);
+    cm_check_count(m);
+    m->now += 100;
+    cm_collect(m, tw_cache_advance(m->c, m->now));
+    cm_check_count(m);
+    tw_cache_free(m->c);
+    for (int v = 0; v < m->nvalues; v++)
+        cm_expect_freed(&m->values[v], 1, "final");
+}
+
+#endif /* TWHEEL_CACHE_MODEL_H */
