@@ -451,6 +451,20 @@ static void run_workload(const struct workload *wl)
             fprintf(gp, "EOD\n");
         }
     }
+    /* gnuplot's enhanced text: 2^20 must be 2^{20} */
+    char gp_title[256];
+    size_t o = 0;
+    for (const char *p = wl->title; *p && o + 4 < sizeof gp_title; p++) {
+        gp_title[o++] = *p;
+        if (*p == '^' && p[1] >= '0' && p[1] <= '9') {
+            gp_title[o++] = '{';
+            while (p[1] >= '0' && p[1] <= '9' && o + 3 < sizeof gp_title)
+                gp_title[o++] = *++p;
+            gp_title[o++] = '}';
+        }
+    }
+    gp_title[o] = 0;
+    fprintf(gp, "set xrange [%g:%g]\n", (double)sizes[0] / 1.6, (double)sizes[nsizes - 1] * 1.6);
     fprintf(gp, "set logscale xy\nset grid\nset key top left font ',9'\nset xlabel 'N (timers)'\n");
     fprintf(gp, "set format x '10^{%%L}'\nset pointsize 1\n");
     for (int pass = 0; pass < 2; pass++) {
@@ -460,7 +474,7 @@ static void run_workload(const struct workload *wl)
         else
             fprintf(gp, "set terminal svg size %d,460 font 'sans,10'\nset output '%s/w%d.svg'\n",
                     420 * panels + 40, opt.out, wl->id);
-        fprintf(gp, "set multiplot layout 1,%d title '%s'\n", panels, wl->title);
+        fprintf(gp, "set multiplot layout 1,%d title '%s'\n", panels, gp_title);
         for (int k = 0; k < wl->nmetrics; k++) {
             if (!wl->m[k].plot)
                 continue;
