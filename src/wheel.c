@@ -189,6 +189,8 @@ static int process_next_slot(struct tw_wheel *w, uint64_t limit)
                     continue;
                 live++;
                 chain[c] = t->next;
+                if (t->next) /* start its miss now, a round before its turn */
+                    __builtin_prefetch(t->next);
                 if (t->deadline <= tick) {
                     list_push(&w->ready, t);
                 } else {
