@@ -323,6 +323,9 @@ static void cache_evict(struct tw_cache *c)
 {
     if (!c->limit || atomic_load_explicit(&c->count, memory_order_relaxed) <= c->limit)
         return;
+    /* Victims are freed after evict_mu is released: free_value may call the
+     * cache (a set evicts in turn) and must never run under a cache lock. */
+    struct cache_garbage g = {0};
     pthread_mutex_lock(&c->evict_mu);
     while (atomic_load_explicit(&c->count, memory_order_relaxed) > c->limit) {
         struct cache_shard *best = NULL;
@@ -336,7 +339,6 @@ static void cache_evict(struct tw_cache *c)
         }
         if (!best)
             break;
-        struct cache_garbage g = {0};
         cache_lock(c, best);
         struct cache_entry *e = best->lru_tail;
         if (e) {
@@ -344,9 +346,9 @@ static void cache_evict(struct tw_cache *c)
             cache_bump(&best->evictions, 1, false);
         }
         cache_unlock(c, best);
-        cache_garbage_release(c, &g);
     }
     pthread_mutex_unlock(&c->evict_mu);
+    cache_garbage_release(c, &g);
 }
 
 /* ---- argument checks --------------------------------------------------- */

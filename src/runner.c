@@ -45,6 +45,7 @@
 #define RN_BATCH 64
 #define RN_DEFAULT_SHARDS 16
 #define RN_MAX_SHARDS 1024
+#define RN_MAX_QUEUE (SIZE_MAX / sizeof(struct rn_job) / 2) /* ring bytes must not wrap */
 #define RN_DEFAULT_QUEUE 1024
 
 /* A fired task on its way to a callback: the key travels inline. */
@@ -57,6 +58,7 @@ struct rn_shard {
     pthread_mutex_t lock;
     struct tw_tasks *tasks; /* under lock */
     int closed;             /* under lock */
+    int lock_ready;         /* lock initialised (for teardown) */
     char pad[64];           /* keep neighbours' locks off this cache line */
 };
 
@@ -98,6 +100,8 @@ struct tw_runner {
 
     pthread_mutex_t stop_lock;
     int stopped; /* under stop_lock */
+    pthread_t stopper;        /* the thread inside tw_runner_stop, ... */
+    atomic_int stopper_set;   /* ... valid when set (release/acquire) */
 
     _Atomic size_t pending; /* kept only when max_pending != 0 */
     _Atomic uint64_t fired, late, worst_ns, drained, tick;
@@ -345,10 +349,9 @@ static void rn_destroy(struct tw_runner *r)
 {
     if (r->shards) {
         for (unsigned i = 0; i < r->nshards; i++) {
-            if (r->shards[i].tasks) {
-                tw_tasks_free(r->shards[i].tasks);
+            tw_tasks_free(r->shards[i].tasks); /* NULL after stop: a no-op */
+            if (r->shards[i].lock_ready)
                 pthread_mutex_destroy(&r->shards[i].lock);
-            }
         }
         rn_mem(r, r->shards, r->nshards * sizeof *r->shards, 0);
     }
@@ -395,7 +398,8 @@ int tw_runner_new(struct tw_runner **out, const struct tw_runner_config *cfg)
     *out = NULL;
     if (!cfg || !cfg->execute || cfg->tick_ns < 1000 || cfg->shards > RN_MAX_SHARDS ||
         (cfg->key_kind != TW_TASKS_KEY_BYTES && cfg->key_kind != TW_TASKS_KEY_INT) ||
-        (cfg->allocator && !cfg->allocator->fn) || cfg->workers > 4096)
+        (cfg->allocator && !cfg->allocator->fn) || cfg->workers > 4096 ||
+        cfg->queue > RN_MAX_QUEUE)
         return TW_EINVAL;
     struct tw_allocator a = {rn_default_alloc, NULL};
     if (cfg->allocator)
@@ -427,6 +431,7 @@ int tw_runner_new(struct tw_runner **out, const struct tw_runner_config *cfg)
     atomic_init(&r->worst_ns, 0);
     atomic_init(&r->drained, 0);
     atomic_init(&r->tick, 0);
+    atomic_init(&r->stopper_set, 0);
 
     int rc = TW_ESYS;
     pthread_condattr_t ca;
@@ -457,7 +462,8 @@ int tw_runner_new(struct tw_runner **out, const struct tw_runner_config *cfg)
         .execute = rn_collect,
         .ctx = r,
         .key_kind = cfg->key_kind,
-        .allocator = cfg->allocator,
+        /* Our copy: drain makes new instances long after cfg is gone. */
+        .allocator = cfg->allocator ? &r->alloc : NULL,
     };
     for (unsigned i = 0; i < r->nshards; i++) {
         int e = tw_tasks_new(&r->shards[i].tasks, &r->tcfg);
@@ -466,11 +472,10 @@ int tw_runner_new(struct tw_runner **out, const struct tw_runner_config *cfg)
             goto fail;
         }
         if (pthread_mutex_init(&r->shards[i].lock, NULL)) {
-            tw_tasks_free(r->shards[i].tasks);
-            r->shards[i].tasks = NULL;
             rc = TW_ESYS;
             goto fail;
         }
+        r->shards[i].lock_ready = 1;
     }
     r->start_ns = rn_now_ns();
     rc = TW_ESYS;
@@ -660,6 +665,11 @@ int tw_runner_stop(struct tw_runner *r, unsigned flags)
         return TW_EINVAL;
     if (rn_self_is_runner_thread(r))
         return TW_EBUSY;
+    /* A callback of the drain that this very thread's stop is running: it
+     * would wait for the stop_lock it holds. */
+    if (atomic_load_explicit(&r->stopper_set, memory_order_acquire) &&
+        pthread_equal(r->stopper, pthread_self()))
+        return TW_EBUSY;
     pthread_mutex_lock(&r->stop_lock);
     if (r->stopped) {
         pthread_mutex_unlock(&r->stop_lock);
@@ -673,8 +683,15 @@ int tw_runner_stop(struct tw_runner *r, unsigned flags)
         pthread_mutex_unlock(&r->shards[i].lock);
     }
     rn_join_all(r); /* tick thread, then workers once the queue is empty */
+    r->stopper = pthread_self();
+    atomic_store_explicit(&r->stopper_set, 1, memory_order_release);
     for (unsigned i = 0; i < r->nshards; i++) {
+        /* Detach the shard's tasks under its lock (tw_runner_stats may be
+         * reading), then release or drain them with no lock held. */
+        pthread_mutex_lock(&r->shards[i].lock);
         struct tw_tasks *t = r->shards[i].tasks;
+        r->shards[i].tasks = NULL;
+        pthread_mutex_unlock(&r->shards[i].lock);
         size_t n = tw_tasks_pending(t);
         rn_pending_sub(r, n);
         if (flags & TW_RUNNER_STOP_DRAIN) {
@@ -683,7 +700,9 @@ int tw_runner_stop(struct tw_runner *r, unsigned flags)
         } else {
             tw_tasks_drain(t, rn_noop, NULL);
         }
+        tw_tasks_free(t);
     }
+    atomic_store_explicit(&r->stopper_set, 0, memory_order_release);
     r->stopped = 1;
     pthread_mutex_unlock(&r->stop_lock);
     return 0;
@@ -701,7 +720,8 @@ void tw_runner_stats(struct tw_runner *r, struct tw_runner_stats *st)
     memset(st, 0, sizeof *st);
     for (unsigned i = 0; i < r->nshards; i++) {
         pthread_mutex_lock(&r->shards[i].lock);
-        st->pending += tw_tasks_pending(r->shards[i].tasks);
+        if (r->shards[i].tasks) /* NULL once stopped */
+            st->pending += tw_tasks_pending(r->shards[i].tasks);
         pthread_mutex_unlock(&r->shards[i].lock);
     }
     st->fired = atomic_load_explicit(&r->fired, memory_order_relaxed);

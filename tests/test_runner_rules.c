@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "test.h"
 #include "twheel.h"
@@ -146,6 +147,10 @@ static void test_config(void)
     cfg.key_kind = (enum tw_tasks_key_kind)9;
     CHECK_EQ_INT(tw_runner_new(&r, &cfg), TW_EINVAL);
     cfg.key_kind = TW_TASKS_KEY_INT;
+    cfg.workers = 1;
+    cfg.queue = SIZE_MAX; /* its ring's size would wrap round */
+    CHECK_EQ_INT(tw_runner_new(&r, &cfg), TW_EINVAL);
+    cfg.queue = 0;
     /* Out of memory at every allocation of new: a clean error, nothing left. */
     cfg.workers = 2;
     for (long k = 1;; k++) {
@@ -394,8 +399,84 @@ static void test_stop(void)
     tw_runner_free(r);
 }
 
+static void *refuse_alloc(void *ctx, void *ptr, size_t old_size, size_t new_size)
+{
+    (void)ctx;
+    (void)old_size;
+    if (new_size == 0)
+        free(ptr);
+    return NULL;
+}
+
+/* The runner copies the allocator: drain, which makes new instances, must not
+ * read the caller's struct after tw_runner_new (it may be gone). */
+static void test_allocator_is_copied(void)
+{
+    struct counting c = {0};
+    struct tw_allocator a = {counting_alloc, &c};
+    pthread_mutex_destroy(&F.lock);
+    memset(&F, 0, sizeof F);
+    pthread_mutex_init(&F.lock, NULL);
+    struct tw_runner_config cfg = {.execute = fire_cb, .ctx = &F, .tick_ns = TICK_NS,
+                                   .key_kind = TW_TASKS_KEY_INT, .allocator = &a};
+    struct tw_runner *r;
+    CHECK_EQ_INT(tw_runner_new(&r, &cfg), 0);
+    a.fn = refuse_alloc; /* the caller's struct changes (or dies) */
+    for (uint64_t k = 0; k < 10; k++)
+        tw_runner_set_int(r, k, (void *)1, INT64_C(10000000000));
+    CHECK_EQ_INT(tw_runner_drain(r, NULL, NULL), 10);
+    tw_runner_free(r);
+    CHECK_EQ_INT(atomic_load(&c.outstanding), 0);
+}
+
+/* A callback run by stop's own drain may call stop or free: refused with
+ * TW_EBUSY (it used to wait for the lock its own thread held: a hang). */
+static void test_stop_drain_callback_calls_stop(void)
+{
+    struct tw_runner *r = start(1, TW_TASKS_KEY_INT, 0);
+    F.stop_rc = 1;
+    tw_runner_set_int(r, 7, (void *)555, INT64_C(10000000000));
+    CHECK_EQ_INT(tw_runner_stop(r, TW_RUNNER_STOP_DRAIN), 0);
+    CHECK_EQ_INT(fires_n(&F), 1);
+    CHECK_EQ_INT(F.stop_rc, TW_EBUSY);
+    tw_runner_free(r);
+}
+
+static atomic_int stats_stop;
+
+static void *stats_reader(void *arg)
+{
+    struct tw_runner *r = arg;
+    struct tw_runner_stats st;
+    while (!atomic_load(&stats_stop))
+        tw_runner_stats(r, &st);
+    return NULL;
+}
+
+/* Figures may be read from any thread while another stops the runner (TSan
+ * saw stop drain a shard unlocked while stats read it). */
+static void test_stats_while_stopping(void)
+{
+    struct tw_runner *r = start(1, TW_TASKS_KEY_INT, 0);
+    for (uint64_t k = 0; k < 20000; k++)
+        tw_runner_set_int(r, k, (void *)1, INT64_C(10000000000));
+    atomic_store(&stats_stop, 0);
+    pthread_t th;
+    CHECK_EQ_INT(pthread_create(&th, NULL, stats_reader, r), 0);
+    sleep_ms(2);
+    CHECK_EQ_INT(tw_runner_stop(r, TW_RUNNER_STOP_DRAIN), 0);
+    atomic_store(&stats_stop, 1);
+    pthread_join(th, NULL);
+    CHECK_EQ_INT(fires_n(&F), 20000);
+    struct tw_runner_stats st;
+    tw_runner_stats(r, &st);
+    CHECK_EQ_U64(st.pending, 0);
+    tw_runner_free(r);
+}
+
 int main(void)
 {
+    alarm(120); /* a deadlock fails the test instead of hanging CI */
     pthread_mutex_init(&F.lock, NULL);
     RUN(test_config);
     RUN(test_set_fires_once_never_early);
@@ -406,5 +487,8 @@ int main(void)
     RUN(test_admission_limit);
     RUN(test_drain);
     RUN(test_stop);
+    RUN(test_allocator_is_copied);
+    RUN(test_stop_drain_callback_calls_stop);
+    RUN(test_stats_while_stopping);
     return test_summary();
 }

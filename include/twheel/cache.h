@@ -125,7 +125,7 @@ struct tw_cache_config {
     uint64_t log_interval_ms;   /* ... every this often; default 60000 */
     bool manual_clock;          /* no thread: time moves by tw_cache_advance */
     uint64_t start_ms;          /* manual clock: the time at creation (< 2^44) */
-    const struct tw_allocator *allocator; /* NULL = realloc/free; kept by pointer */
+    const struct tw_allocator *allocator; /* NULL = realloc/free; copied */
 };
 
 /* Counters since creation. */
