@@ -98,7 +98,7 @@ static inline bool cache_read_shared(const struct tw_cache *c)
 
 static inline uint64_t cache_hash(const struct tw_cache *c, const void *key, size_t klen)
 {
-    return tw_cache_siphash13_(c->seed, key, klen);
+    return tw_siphash13(key, klen, c->seed[0], c->seed[1]);
 }
 
 static inline struct cache_shard *cache_shard_of(struct tw_cache *c, uint64_t hash)
@@ -924,7 +924,7 @@ int tw_cache_new(struct tw_cache **out, const struct tw_cache_config *cfg)
     atomic_init(&c->sleep_until, 0);
     atomic_init(&c->earliest, TW_NEVER);
     c->epoch_ns = cache_mono_ns();
-    tw_cache_random_seed_(c->seed);
+    tw_random_seed_(c->seed);
     c->log_due = atomic_load(&c->manual_now) + c->log_interval;
 
     int rc = TW_ENOMEM;

@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "hash.h"
 #include "twheel/cache.h"
 #include "twheel/wheel.h"
 
@@ -153,8 +154,6 @@ struct tw_cache {
 
 /* ---- src/cache_map.c -------------------------------------------------- */
 
-uint64_t tw_cache_siphash13_(const uint64_t key[2], const void *data, size_t len);
-void tw_cache_random_seed_(uint64_t out[2]);
 
 /* Find key in s (hash is the full 64-bit hash). NULL if absent. */
 struct cache_entry *tw_cache_map_find_(const struct cache_shard *s, const void *key,

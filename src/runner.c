@@ -36,10 +36,9 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <time.h>
 
-#include "tasks_hash.h"
+#include "hash.h"
 #include "twheel/wheel.h"
 
 #define RN_BATCH 64
@@ -418,10 +417,7 @@ int tw_runner_new(struct tw_runner **out, const struct tw_runner_config *cfg)
     r->qcap = cfg->queue ? cfg->queue : RN_DEFAULT_QUEUE;
     r->nworkers = cfg->workers;
     uint64_t seed[2];
-    if (getrandom(seed, sizeof seed, GRND_NONBLOCK) != (ssize_t)sizeof seed) {
-        seed[0] = rn_now_ns() ^ (uint64_t)(uintptr_t)r;
-        seed[1] = tw_hash_int(seed[0], (uint64_t)(uintptr_t)&seed, 0x9e3779b97f4a7c15u);
-    }
+    tw_random_seed_(seed);
     r->k0 = seed[0];
     r->k1 = seed[1];
     atomic_init(&r->sleep_until, 0);

@@ -44,10 +44,9 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <time.h>
 
-#include "tasks_hash.h"
+#include "hash.h"
 #include "twheel/wheel.h"
 
 #define CHUNK TW_TASKS_CHUNK
@@ -401,20 +400,6 @@ static void maybe_compact(struct tw_tasks *t)
 
 /* ---- lifetime ----------------------------------------------------------------- */
 
-static void random_seed(uint64_t seed[2])
-{
-    if (getrandom(seed, 2 * sizeof seed[0], GRND_NONBLOCK) == (ssize_t)(2 * sizeof seed[0]))
-        return;
-    /* No entropy source: mix what differs between runs and instances. */
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    static uint64_t counter;
-    uint64_t x = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-    seed[0] = tw_hash_int(x, (uint64_t)(uintptr_t)seed, ++counter);
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    seed[1] = tw_hash_int((uint64_t)ts.tv_nsec, seed[0], (uint64_t)(uintptr_t)&counter);
-}
-
 int tw_tasks_new(struct tw_tasks **out, const struct tw_tasks_config *cfg)
 {
     if (!out)
@@ -440,7 +425,7 @@ int tw_tasks_new(struct tw_tasks **out, const struct tw_tasks_config *cfg)
     t->max_pending = cfg->max_pending;
     uint64_t seed[2] = {cfg->seed[0], cfg->seed[1]};
     if (!seed[0] && !seed[1])
-        random_seed(seed);
+        tw_random_seed_(seed);
     t->k0 = seed[0];
     t->k1 = seed[1];
     t->free_head = NIL;

@@ -10,4 +10,5 @@
 #include "tasks.c"
 #include "runner.c"
 #include "cache_map.c"
+#include "random.c"
 #include "cache.c"

@@ -4,7 +4,7 @@
  * bytes per task). */
 #include <stdlib.h>
 
-#include "tasks_hash.h"
+#include "hash.h"
 #include "test.h"
 #include "twheel.h"
 

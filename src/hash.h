@@ -1,4 +1,5 @@
-/* Internal: the keyed hashes of tw_tasks' index. Not installed; the hash
+/* Internal: the keyed hashes every layer uses (tasks, runner, cache), and
+ * the per-instance random seed they are keyed with. Not installed; the hash
  * flooding test includes it to build colliding keys for a known seed.
  *
  * - Byte strings: SipHash-1-3 (Aumasson & Bernstein; 1 compression round and 3
@@ -8,8 +9,8 @@
  *   folded in; a bijection for a fixed seed, cheap (2 multiplies), and every
  *   output bit depends on every key and seed bit. Not a PRF.
  */
-#ifndef TWHEEL_TASKS_HASH_H
-#define TWHEEL_TASKS_HASH_H
+#ifndef TWHEEL_HASH_H
+#define TWHEEL_HASH_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -105,4 +106,9 @@ static inline uint32_t tw_hash_home(uint64_t h, uint32_t cap)
     return (uint32_t)(((h >> 32) * (uint64_t)cap) >> 32);
 }
 
-#endif /* TWHEEL_TASKS_HASH_H */
+/* 128 random bits for a hash seed: getrandom, else /dev/urandom, else the
+ * clock and an address (weak, only when the kernel offers nothing better).
+ * No global state. In src/random.c. */
+void tw_random_seed_(uint64_t out[2]);
+
+#endif /* TWHEEL_HASH_H */

@@ -1,0 +1,45 @@
+/* Random seeds for the keyed hashes of every layer (see hash.h). */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L
+#endif
+#include <fcntl.h>
+#include <stdint.h>
+#include <time.h>
+#include <unistd.h>
+#if defined(__linux__)
+#include <sys/random.h>
+#endif
+
+#include "hash.h"
+
+void tw_random_seed_(uint64_t out[2])
+{
+    unsigned char *p = (unsigned char *)out;
+    size_t got = 0;
+#if defined(__linux__)
+    while (got < 16) {
+        ssize_t n = getrandom(p + got, 16 - got, 0);
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+#endif
+    if (got < 16) {
+        int fd = open("/dev/urandom", O_RDONLY);
+        if (fd >= 0) {
+            while (got < 16) {
+                ssize_t n = read(fd, p + got, 16 - got);
+                if (n <= 0)
+                    break;
+                got += (size_t)n;
+            }
+            close(fd);
+        }
+    }
+    if (got < 16) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        out[0] = (uint64_t)ts.tv_nsec * UINT64_C(0x9e3779b97f4a7c15) ^ (uint64_t)ts.tv_sec;
+        out[1] = (uint64_t)(uintptr_t)out * UINT64_C(0xbf58476d1ce4e5b9) ^ out[0];
+    }
+}
