@@ -82,7 +82,8 @@ extern "C" {
 struct tw_cache;
 
 /* Frees (or releases) a value the cache drops; called exactly once per
- * stored pointer, outside any cache lock. */
+ * stored pointer, outside any cache lock, so it may call the cache, except
+ * while tw_cache_free runs (no call may be made then). */
 typedef void tw_cache_free_fn(void *ctx, void *value);
 /* Takes a reference on a value being returned to a caller (pointer mode);
  * called under a shard lock, so it must not call into the cache. */
