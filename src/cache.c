@@ -210,7 +210,7 @@ static uint64_t cache_deadline(struct tw_cache *c, struct cache_shard *s, uint64
         ttl_ns = (uint64_t)ttl_ms > max_ns / CACHE_NS_PER_TICK ? max_ns
                                                                 : (uint64_t)ttl_ms * CACHE_NS_PER_TICK;
     }
-    uint64_t at = now_ns > max_ns ? now_ns + (ttl_ns > max_ns ? max_ns : ttl_ns) : now_ns + ttl_ns;
+    uint64_t at = now_ns > UINT64_MAX - ttl_ns ? UINT64_MAX : now_ns + ttl_ns;
     uint64_t tick = at / CACHE_NS_PER_TICK + (at % CACHE_NS_PER_TICK != 0);
     uint64_t now_tick = now_ns / CACHE_NS_PER_TICK;
     return tick > now_tick ? tick : now_tick + 1;
@@ -276,6 +276,8 @@ static int cache_store_locked(struct tw_cache *c, struct cache_shard *s,
         *deadline = tick;
         return 0;
     }
+    if (v->len > SIZE_MAX - cache_entry_size(c, k->len, 0))
+        return TW_ENOMEM; /* no block that large can exist */
     size_t bytes = cache_entry_size(c, k->len, v->len);
     char *block = tw_cache_mem_alloc_(&c->alloc, bytes);
     if (!block)

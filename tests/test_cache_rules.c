@@ -160,29 +160,73 @@ static void test_set_default_ttl_and_bad_ttl(void)
     tw_cache_free(c);
 }
 
+/* take: a hit does not call the loader; a miss calls it once and stores
+ * the result with the default TTL; an error reaches the caller and is not
+ * cached; take_ttl stores with its TTL; ttl <= 0 is an error. */
+struct loader_state {
+    int calls;
+    int fail; /* return this if non-zero */
+    struct counted *value;
+};
+
+static int test_loader(void *ctx, const void *key, size_t klen, void **value, size_t *vlen)
+{
+    struct loader_state *ls = ctx;
+    (void)key;
+    (void)klen;
+    (void)vlen;
+    ls->calls++;
+    if (ls->fail)
+        return ls->fail;
+    *value = ls->value;
+    return 0;
+}
+
 /* A key is never returned after its expiry even if no timer has run: the
  * clock moves with set_now (no expiry), and the read still misses. Then
  * advance collects it: entries drop, expirations count, value freed once. */
 static void test_expired_key_never_returned(void)
 {
     struct tw_cache *c = make(100, 0, 2, 0);
-    struct counted *a = val(1);
+    struct counted *a = val(1), *t_old = val(2), *t_new = val(3);
     CHECK_EQ_INT(tw_cache_set(c, K("a"), a), 0);
+    CHECK_EQ_INT(tw_cache_set(c, K("t"), t_old), 0);
     CHECK_EQ_INT(tw_cache_set_now(c, 100), 0);
     struct tw_cache_stats st;
     tw_cache_stats(c, &st);
-    CHECK_EQ_U64(st.entries, 1); /* not collected yet */
+    CHECK_EQ_U64(st.entries, 2); /* not collected yet */
     CHECK_EQ_INT(hit(c, "a", NULL), 0);
+    /* take sees the expired key as a miss: the loader runs, its value wins. */
+    struct loader_state ls = {0, 0, t_new};
     void *v = NULL;
-    CHECK_EQ_INT(tw_cache_take(c, K("a"), NULL, NULL, &v), TW_EINVAL);
+    CHECK_EQ_INT(tw_cache_take(c, K("t"), test_loader, &ls, &v), 0);
+    CHECK_EQ_INT(ls.calls, 1);
+    CHECK(v == t_new);
+    CHECK_EQ_INT(atomic_load(&t_old->freed), 1); /* replaced: freed once */
     CHECK_EQ_INT(atomic_load(&a->freed), 0);
-    CHECK_EQ_INT(tw_cache_advance(c, 100), 1);
+    CHECK_EQ_INT(tw_cache_advance(c, 100), 1); /* only a: t was stored anew */
     tw_cache_stats(c, &st);
-    CHECK_EQ_U64(st.entries, 0);
+    CHECK_EQ_U64(st.entries, 1);
     CHECK_EQ_U64(st.expirations, 1);
     CHECK_EQ_INT(atomic_load(&a->freed), 1);
+    CHECK_EQ_INT(hit(c, "t", t_new), 1);
     tw_cache_free(c);
-    CHECK_EQ_INT(atomic_load(&ctr.frees), 1);
+    CHECK_EQ_INT(atomic_load(&ctr.frees), 3);
+}
+
+/* The longest TTL at the latest time the manual clock allows still lies in
+ * the future: the deadline saturates, it never wraps round to "now". */
+static void test_huge_ttl_late_clock(void)
+{
+    struct tw_cache *c = make(1000, 0, 1, 0.05);
+    uint64_t late = (UINT64_C(1) << 44) - 2;
+    CHECK_EQ_INT(tw_cache_set_now(c, late), 0);
+    struct counted *a = val(1);
+    CHECK_EQ_INT(tw_cache_set_ttl(c, K("a"), a, INT64_MAX), 0);
+    CHECK_EQ_INT(tw_cache_advance(c, late + 1), 0);
+    CHECK_EQ_INT(hit(c, "a", a), 1);
+    tw_cache_free(c);
+    CHECK_EQ_INT(atomic_load(&a->freed), 1);
 }
 
 /* Expiry by the wheel: exactly at the TTL, not a tick before. */
@@ -392,28 +436,6 @@ static void test_lru(void)
     }
     tw_cache_free(c);
     CHECK_EQ_INT(atomic_load(&ctr.frees), 150);
-}
-
-/* take: a hit does not call the loader; a miss calls it once and stores
- * the result with the default TTL; an error reaches the caller and is not
- * cached; take_ttl stores with its TTL; ttl <= 0 is an error. */
-struct loader_state {
-    int calls;
-    int fail; /* return this if non-zero */
-    struct counted *value;
-};
-
-static int test_loader(void *ctx, const void *key, size_t klen, void **value, size_t *vlen)
-{
-    struct loader_state *ls = ctx;
-    (void)key;
-    (void)klen;
-    (void)vlen;
-    ls->calls++;
-    if (ls->fail)
-        return ls->fail;
-    *value = ls->value;
-    return 0;
 }
 
 static void test_take(void)
@@ -795,6 +817,7 @@ int main(void)
     RUN(test_call_arguments);
     RUN(test_set_default_ttl_and_bad_ttl);
     RUN(test_expired_key_never_returned);
+    RUN(test_huge_ttl_late_clock);
     RUN(test_expiry_exact);
     RUN(test_jitter);
     RUN(test_get_does_not_extend);

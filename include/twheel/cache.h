@@ -82,7 +82,8 @@ extern "C" {
 struct tw_cache;
 
 /* Frees (or releases) a value the cache drops; called exactly once per
- * stored pointer, outside any cache lock, so it may call the cache, except
+ * stored pointer, outside any cache lock, so it may call the cache (on any
+ * thread, the expiry thread included), except tw_cache_free, and except
  * while tw_cache_free runs (no call may be made then). */
 typedef void tw_cache_free_fn(void *ctx, void *value);
 /* Takes a reference on a value being returned to a caller (pointer mode);
@@ -99,7 +100,10 @@ typedef void tw_cache_retain_fn(void *ctx, void *value);
 typedef int tw_cache_loader_fn(void *ctx, const void *key, size_t klen, void **value,
                                size_t *vlen);
 
-/* Receives the periodic statistics line (no trailing newline). */
+/* Receives the periodic statistics line (no trailing newline). Called with
+ * the cache's clock lock held (on the expiry thread, or in tw_cache_advance):
+ * it may call tw_cache_stats and the get calls, nothing else (a set may
+ * need that lock to wake the thread). */
 typedef void tw_cache_log_fn(void *ctx, const char *line);
 
 /* Which lock guards a shard. With an rwlock, reads share the lock when the
