@@ -82,7 +82,6 @@ struct tw_tasks {
     size_t bytes;           /* every byte allocated through `alloc` */
     int int_keys;
     int depth;              /* callbacks running (execute or drain's fn) */
-    int advancing;          /* inside tw_tasks_advance */
     /* pool */
     struct entry **chunks;  /* chunks[0..nchunks) allocated */
     uint32_t nchunks, chunks_cap;
@@ -722,9 +721,8 @@ int64_t tw_tasks_advance_max(struct tw_tasks *t, uint64_t now, size_t max)
 {
     if (!t)
         return TW_EINVAL;
-    if (t->advancing)
+    if (t->depth) /* inside execute or drain's fn */
         return TW_EBUSY;
-    t->advancing = 1;
     t->depth++;
     int64_t n = 0;
     struct tw_timer *timer;
@@ -743,7 +741,6 @@ int64_t tw_tasks_advance_max(struct tw_tasks *t, uint64_t now, size_t max)
         free_key(t, key);
     }
     t->depth--;
-    t->advancing = 0;
     maybe_shrink(t);
     maybe_compact(t);
     return n;

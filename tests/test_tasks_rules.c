@@ -475,8 +475,10 @@ static void drain_fn(void *ctx, const struct tw_task *task)
     /* Calling back in (go-zero deadlocks here): set, move, remove. */
     if (task->key_int == 1)
         CHECK_EQ_INT(tw_tasks_set_int(d->t, 1, (void *)100, 5), 1); /* a new task */
-    if (task->key_int == 2)
+    if (task->key_int == 2) {
         CHECK_EQ_INT(tw_tasks_remove_int(d->t, 3, NULL), TW_ENOENT); /* drained too */
+        CHECK_EQ_INT(tw_tasks_advance(d->t, 1u << 30), TW_EBUSY); /* as from execute */
+    }
     if (task->key_int == 4) {
         CHECK_EQ_INT(tw_tasks_set_int(d->t, 9, NULL, 5), 1);
         CHECK_EQ_INT(tw_tasks_move_int(d->t, 9, 7), 0);

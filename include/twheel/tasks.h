@@ -113,8 +113,10 @@ struct tw_tasks_stats {
 /* ---- lifetime ------------------------------------------------------------ */
 
 /* Create an instance. Returns 0 and sets *out, or TW_EINVAL (NULL out or cfg,
- * no execute, bad key_kind), TW_ENOMEM or TW_ESYS (no random seed could be
- * read; pass one); *out is then NULL and nothing is allocated. */
+ * no execute, bad key_kind, allocator without fn) or TW_ENOMEM; *out is then
+ * NULL and nothing is allocated. The seed comes from getrandom, else
+ * /dev/urandom; where neither answers it falls back to the clock and an
+ * address, which an attacker may guess: pass cfg.seed there. */
 TW_API int tw_tasks_new(struct tw_tasks **out, const struct tw_tasks_config *cfg);
 
 /* Free the instance and every pending task without running them. NULL is a
@@ -130,13 +132,15 @@ TW_API void tw_tasks_free(struct tw_tasks *t);
 /* Arm `key` to run `delay` ticks from now with `value`. Returns 1 if the key
  * was new, 0 if it was present (its value replaced, re-armed; its previous
  * arming will not run), or TW_EINVAL, TW_E2BIG, TW_EFULL (max_pending reached
- * and the key is new), TW_ENOMEM. */
+ * and the key is new), TW_ENOMEM, TW_ERANGE (time is at UINT64_MAX: no later
+ * tick exists). */
 TW_API int tw_tasks_set(struct tw_tasks *t, const void *key, size_t len, void *value,
                         int64_t delay);
 TW_API int tw_tasks_set_int(struct tw_tasks *t, uint64_t key, void *value, int64_t delay);
 
 /* Re-arm a present key to `delay` ticks from now, keeping its value. Returns
- * 0, TW_ENOENT (absent: nothing happens), TW_EINVAL, TW_E2BIG. */
+ * 0, TW_ENOENT (absent: nothing happens), TW_EINVAL, TW_E2BIG, TW_ERANGE (as
+ * set). */
 TW_API int tw_tasks_move(struct tw_tasks *t, const void *key, size_t len, int64_t delay);
 TW_API int tw_tasks_move_int(struct tw_tasks *t, uint64_t key, int64_t delay);
 
@@ -161,8 +165,8 @@ TW_API int tw_tasks_get_int(const struct tw_tasks *t, uint64_t key, void **value
 TW_API int64_t tw_tasks_drain(struct tw_tasks *t, tw_tasks_fn *fn, void *ctx);
 
 /* Advance time to `now`, running each task due by then in deadline order.
- * Returns the number of tasks run, TW_EINVAL, or TW_EBUSY from a callback.
- * An earlier `now` is a no-op. */
+ * Returns the number of tasks run, TW_EINVAL, or TW_EBUSY from inside execute
+ * or drain's fn. An earlier `now` is a no-op. */
 TW_API int64_t tw_tasks_advance(struct tw_tasks *t, uint64_t now);
 
 /* As tw_tasks_advance, but run at most `max` tasks (0 = no limit). When it
