@@ -467,6 +467,34 @@ static void test_expire_next_pulls_in_order(void)
         CHECK_EQ_INT(p[i].fires, 0); /* no callback ran */
 }
 
+/* Timers a pull left due at the current tick: an advance to an earlier time
+ * fires them (at that tick, time does not go back) and nothing else; destroy
+ * detaches them like any other pending timer. */
+static void test_timers_left_ready_by_a_pull(void)
+{
+    struct tw_wheel w;
+    struct probe p[5];
+    tw_wheel_init(&w, 0);
+    for (int i = 0; i < 5; i++) {
+        probe_init(&p[i], &w);
+        tw_timer_arm(&w, &p[i].timer, i < 3 ? 10 : 20);
+    }
+    CHECK(tw_wheel_expire_next(&w, 10) != NULL); /* two more are left due at 10 */
+    CHECK_EQ_U64(tw_wheel_pending(&w), 4);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 5), 2);
+    CHECK_EQ_U64(tw_wheel_now(&w), 10);
+    for (int i = 0; i < 3; i++)
+        CHECK(p[i].fires == 0 || p[i].fired_at == 10);
+    CHECK_EQ_INT(p[3].fires + p[4].fires, 0);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 5), 0); /* now nothing is left */
+    CHECK(tw_wheel_expire_next(&w, 20) != NULL);
+    CHECK_EQ_INT(tw_wheel_destroy(&w), 1);
+    CHECK(!tw_timer_pending(&p[3].timer) && !tw_timer_pending(&p[4].timer));
+    CHECK_EQ_U64(tw_wheel_pending(&w), 0);
+    CHECK_EQ_U64(tw_wheel_next_expiry(&w), TW_NEVER);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 1000), 0);
+}
+
 /* ---- periodic timers ---------------------------------------------------------- */
 
 struct ticker {
@@ -593,6 +621,7 @@ int main(void)
     RUN(test_callback_arms_timer_due_in_same_advance);
     RUN(test_nested_advance_refused);
     RUN(test_expire_next_pulls_in_order);
+    RUN(test_timers_left_ready_by_a_pull);
     RUN(test_periodic_no_drift_catch_up);
     RUN(test_periodic_skip_missed);
     RUN(test_periodic_stopped_by_its_callback);

@@ -104,14 +104,16 @@ TW_API int64_t tw_wheel_destroy(struct tw_wheel *w);
 /* Advance time to `now`, firing every timer whose deadline is <= now, tick by
  * tick in deadline order. Returns the number of callbacks run (>= 0), or
  * TW_EINVAL for NULL, or TW_EBUSY when called from inside one of this wheel's
- * callbacks. A `now` earlier than the wheel's time is a no-op returning 0: time
- * never goes back and nothing is rescanned. Idle ticks cost nothing. */
+ * callbacks. A `now` earlier than the wheel's time does not move time back and
+ * rescans nothing: it only fires timers that tw_wheel_expire_next left due at
+ * the current tick (usually none, so it returns 0). Idle ticks cost nothing. */
 TW_API int64_t tw_wheel_advance(struct tw_wheel *w, uint64_t now);
 
 /* Pull interface, for callers that prefer to run expired work themselves:
  * remove and return the next timer due by `now` (earliest deadline first; the
  * timer is idle and its callback is NOT called, periodic ones included), or
- * NULL when none is left, in which case the wheel's time is `now`. Between
+ * NULL when none is left, in which case the wheel's time is `now` (or stays
+ * where it was if `now` is earlier: time never goes back). Between
  * calls the caller may arm, cancel or re-arm anything; the wheel's time is
  * then the returned timer's deadline. Returns NULL for a NULL wheel, or while
  * tw_wheel_advance is running. O(1) amortised per timer, as advance. */
@@ -187,7 +189,7 @@ typedef void tw_periodic_fn(struct tw_periodic *p, void *arg);
 
 /* A periodic timer re-arms from its previous deadline, so it never drifts:
  * its n-th deadline is first + n * period exactly (saturating). It is a core
- * timer plus 32 bytes; treat every field as private. */
+ * timer plus 40 bytes on LP64; treat every field as private. */
 struct tw_periodic {
     struct tw_timer timer;
     struct tw_wheel *wheel;
