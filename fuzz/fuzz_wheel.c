@@ -21,7 +21,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                                        UINT64_MAX - 100};
     uint64_t seed = 0;
     memcpy(&seed, data, size < 8 ? size : 8);
-    model_init(&m, 1 + data[0] % 64, starts[data[1] % 4] - data[1] / 4, seed, data[2] % 4);
+    /* Class 0 starts a little after 0, the others a little before their
+     * start (never wrapping round to the end of time). */
+    uint64_t start = data[1] % 4 ? starts[data[1] % 4] - data[1] / 4 : data[1] / 4;
+    model_init(&m, 1 + data[0] % 64, start, seed, data[2] % 4);
     for (size_t i = 3; i + 8 <= size; i += 8) {
         uint64_t r;
         memcpy(&r, data + i, 8);
