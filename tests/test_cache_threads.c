@@ -47,6 +47,7 @@ struct sf {
     pthread_barrier_t start;
     _Atomic int calls;
     int fail;
+    uint64_t miss_base; /* misses counted before this run */
     struct counted value;
     int rc[SF_THREADS];
     void *got[SF_THREADS];
@@ -64,7 +65,16 @@ static int sf_loader(void *ctx, const void *key, size_t klen, void **value, size
     (void)klen;
     (void)vlen;
     atomic_fetch_add(&sf->calls, 1);
-    sleep_ms(100); /* long enough for every thread to arrive and wait */
+    /* Hold the load until every caller waits for it: a caller counts its
+     * miss and joins the flight under one lock hold, so once all misses are
+     * counted all are waiting (a sleep instead could flake on a busy box). */
+    for (int ms = 0; ms < 10000; ms++) {
+        struct tw_cache_stats st;
+        tw_cache_stats(sf->c, &st);
+        if (st.misses >= sf->miss_base + SF_THREADS)
+            break;
+        sleep_ms(1);
+    }
     if (sf->fail)
         return sf->fail;
     *value = &sf->value;
@@ -118,6 +128,7 @@ static void test_single_flight(void)
     CHECK_EQ_INT(tw_cache_get(sf.c, K("hot"), &v), TW_ENOENT); /* not cached */
 
     sf.fail = 0;
+    sf.miss_base = SF_THREADS + 1;
     atomic_store(&sf.calls, 0);
     sf_run(&sf);
     CHECK_EQ_INT(atomic_load(&sf.calls), 1);
