@@ -3,14 +3,27 @@
  * Threads and locks
  * -----------------
  *   shard[i].lock  guards shard[i].tasks and shard[i].closed. Held by a
- *                  producer for one tw_tasks call, by the tick thread to pop
- *                  at most BATCH due tasks (copied out) or to read the next
- *                  expiry. Never held while user code runs.
+ *                  producer for one tw_tasks call, by the tick thread for one
+ *                  tw_tasks_advance_max(..., BATCH) (it pops at most BATCH
+ *                  due tasks, copied out, but also does the wheel's cascades
+ *                  on the way and, now and then, the index shrink and pool
+ *                  compaction: O(that shard's tasks), amortised O(1)) or to
+ *                  read the next expiry. Never held while user code runs.
  *   ctl            guards `stopping` and is the tick thread's sleep mutex
  *                  (tick_cv, CLOCK_MONOTONIC).
  *   q              guards the ring of fired tasks waiting for a worker.
  *   stop_lock      serialises stop/free.
- * Lock order: stop_lock -> shard -> (nothing); ctl and q are leaves.
+ *   drain_lock     guards the list of threads inside tw_runner_drain
+ *                  (drain_done: signalled when it becomes empty).
+ * Lock order: stop_lock -> shard -> (nothing); stop_lock -> drain_lock;
+ * ctl, q and drain_lock are leaves.
+ *
+ * Drains in progress: each tw_runner_drain links a record of its thread, on
+ * its own stack, into `drainers` for its whole length. stop and free from a
+ * listed thread (from drain's fn, which runs on it) are refused with
+ * TW_EBUSY, since that drain still uses the runner after fn returns; a stop
+ * from any other thread closes the shards (so no drain takes more tasks) and
+ * then waits for the list to empty, so that free after it is safe.
  *
  * Waking the tick thread: `sleep_until` (atomic) is the tick it will sleep
  * until: 0 while it is awake or has been kicked, UINT64_MAX while it is
@@ -44,13 +57,35 @@
 #define RN_BATCH 64
 #define RN_DEFAULT_SHARDS 16
 #define RN_MAX_SHARDS 1024
-#define RN_MAX_QUEUE (SIZE_MAX / sizeof(struct rn_job) / 2) /* ring bytes must not wrap */
 #define RN_DEFAULT_QUEUE 1024
 
 /* A fired task on its way to a callback: the key travels inline. */
 struct rn_job {
     struct tw_task task;
     unsigned char key[TW_RUNNER_KEY_MAX];
+};
+/* TW_RUNNER_QUEUE_MAX is documented in these terms: the ring's bytes must not
+ * wrap round. */
+_Static_assert(sizeof(struct rn_job) == sizeof(struct tw_task) + TW_RUNNER_KEY_MAX,
+               "TW_RUNNER_QUEUE_MAX counts a job's bytes right");
+
+/* A thread inside tw_runner_drain (the record lives on its stack). */
+struct rn_drainer {
+    pthread_t thread;
+    struct rn_drainer *next;
+};
+
+/* Bits of tw_runner.ready: which locks and conditions were initialised, so
+ * that a failing tw_runner_new tears down only those. */
+enum {
+    RN_CTL = 1u << 0,
+    RN_TICK_CV = 1u << 1,
+    RN_Q = 1u << 2,
+    RN_Q_NONEMPTY = 1u << 3,
+    RN_Q_NONFULL = 1u << 4,
+    RN_STOP_LOCK = 1u << 5,
+    RN_DRAIN_LOCK = 1u << 6,
+    RN_DRAIN_DONE = 1u << 7,
 };
 
 struct rn_shard {
@@ -101,6 +136,12 @@ struct tw_runner {
     int stopped; /* under stop_lock */
     pthread_t stopper;        /* the thread inside tw_runner_stop, ... */
     atomic_int stopper_set;   /* ... valid when set (release/acquire) */
+
+    pthread_mutex_t drain_lock;
+    pthread_cond_t drain_done;    /* signalled when drainers becomes NULL */
+    struct rn_drainer *drainers;  /* under drain_lock: threads inside drain */
+
+    unsigned ready; /* RN_* bits; written by tw_runner_new only */
 
     _Atomic size_t pending; /* kept only when max_pending != 0 */
     _Atomic uint64_t fired, late, worst_ns, drained, tick;
@@ -360,16 +401,29 @@ static void rn_destroy(struct tw_runner *r)
         rn_mem(r, r->batch, RN_BATCH * sizeof *r->batch, 0);
     if (r->workers)
         rn_mem(r, r->workers, r->nworkers * sizeof *r->workers, 0);
-    pthread_mutex_destroy(&r->ctl);
-    pthread_cond_destroy(&r->tick_cv);
-    pthread_mutex_destroy(&r->q);
-    pthread_cond_destroy(&r->q_nonempty);
-    pthread_cond_destroy(&r->q_nonfull);
-    pthread_mutex_destroy(&r->stop_lock);
+    if (r->ready & RN_CTL)
+        pthread_mutex_destroy(&r->ctl);
+    if (r->ready & RN_TICK_CV)
+        pthread_cond_destroy(&r->tick_cv);
+    if (r->ready & RN_Q)
+        pthread_mutex_destroy(&r->q);
+    if (r->ready & RN_Q_NONEMPTY)
+        pthread_cond_destroy(&r->q_nonempty);
+    if (r->ready & RN_Q_NONFULL)
+        pthread_cond_destroy(&r->q_nonfull);
+    if (r->ready & RN_STOP_LOCK)
+        pthread_mutex_destroy(&r->stop_lock);
+    if (r->ready & RN_DRAIN_LOCK)
+        pthread_mutex_destroy(&r->drain_lock);
+    if (r->ready & RN_DRAIN_DONE)
+        pthread_cond_destroy(&r->drain_done);
     struct tw_allocator a = r->alloc;
     a.fn(a.ctx, r, sizeof *r, 0);
 }
 
+/* Join the threads that were started. Threads start only once every lock
+ * and condition exists, so ctl and q are touched only if a thread uses them
+ * (a tw_runner_new that failed before may not have them). */
 static void rn_join_all(struct tw_runner *r)
 {
     if (r->joined)
@@ -382,12 +436,57 @@ static void rn_join_all(struct tw_runner *r)
         pthread_mutex_unlock(&r->ctl);
         pthread_join(r->tick_thread, NULL);
     }
+    if (!r->workers_started)
+        return;
     pthread_mutex_lock(&r->q);
     r->q_quit = 1;
     pthread_cond_broadcast(&r->q_nonempty);
     pthread_mutex_unlock(&r->q);
     for (unsigned i = 0; i < r->workers_started; i++)
         pthread_join(r->workers[i], NULL);
+}
+
+static int rn_mutex_init(struct tw_runner *r, pthread_mutex_t *m, unsigned bit)
+{
+    if (pthread_mutex_init(m, NULL))
+        return 0;
+    r->ready |= bit;
+    return 1;
+}
+
+static int rn_cond_init(struct tw_runner *r, pthread_cond_t *c, unsigned bit)
+{
+    if (pthread_cond_init(c, NULL))
+        return 0;
+    r->ready |= bit;
+    return 1;
+}
+
+/* tick_cv waits on CLOCK_MONOTONIC (tick instants are on that clock). */
+static int rn_tick_cv_init(struct tw_runner *r)
+{
+    pthread_condattr_t ca;
+    if (pthread_condattr_init(&ca))
+        return 0;
+    int e = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    if (!e)
+        e = pthread_cond_init(&r->tick_cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (e)
+        return 0;
+    r->ready |= RN_TICK_CV;
+    return 1;
+}
+
+/* Every lock and condition, one at a time, each noted in r->ready. */
+static int rn_init_sync(struct tw_runner *r)
+{
+    return rn_mutex_init(r, &r->ctl, RN_CTL) && rn_tick_cv_init(r) &&
+           rn_mutex_init(r, &r->q, RN_Q) && rn_cond_init(r, &r->q_nonempty, RN_Q_NONEMPTY) &&
+           rn_cond_init(r, &r->q_nonfull, RN_Q_NONFULL) &&
+           rn_mutex_init(r, &r->stop_lock, RN_STOP_LOCK) &&
+           rn_mutex_init(r, &r->drain_lock, RN_DRAIN_LOCK) &&
+           rn_cond_init(r, &r->drain_done, RN_DRAIN_DONE);
 }
 
 int tw_runner_new(struct tw_runner **out, const struct tw_runner_config *cfg)
@@ -397,8 +496,8 @@ int tw_runner_new(struct tw_runner **out, const struct tw_runner_config *cfg)
     *out = NULL;
     if (!cfg || !cfg->execute || cfg->tick_ns < 1000 || cfg->shards > RN_MAX_SHARDS ||
         (cfg->key_kind != TW_TASKS_KEY_BYTES && cfg->key_kind != TW_TASKS_KEY_INT) ||
-        (cfg->allocator && !cfg->allocator->fn) || cfg->workers > 4096 ||
-        cfg->queue > RN_MAX_QUEUE)
+        (cfg->allocator && !cfg->allocator->fn) || cfg->workers > TW_RUNNER_WORKERS_MAX ||
+        cfg->queue > TW_RUNNER_QUEUE_MAX)
         return TW_EINVAL;
     struct tw_allocator a = {rn_default_alloc, NULL};
     if (cfg->allocator)
@@ -430,19 +529,7 @@ int tw_runner_new(struct tw_runner **out, const struct tw_runner_config *cfg)
     atomic_init(&r->stopper_set, 0);
 
     int rc = TW_ESYS;
-    pthread_condattr_t ca;
-    int sys = pthread_mutex_init(&r->ctl, NULL) | pthread_mutex_init(&r->q, NULL) |
-              pthread_mutex_init(&r->stop_lock, NULL) | pthread_cond_init(&r->q_nonempty, NULL) |
-              pthread_cond_init(&r->q_nonfull, NULL);
-    if (pthread_condattr_init(&ca) == 0) {
-        sys |= pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        sys |= pthread_cond_init(&r->tick_cv, &ca);
-        pthread_condattr_destroy(&ca);
-    } else {
-        sys = 1;
-        pthread_cond_init(&r->tick_cv, NULL);
-    }
-    if (sys)
+    if (!rn_init_sync(r))
         goto fail;
 
     rc = TW_ENOMEM;
@@ -619,6 +706,84 @@ int tw_runner_remove_int(struct tw_runner *r, uint64_t key, void **value)
 
 /* ---- drain, stop, free ------------------------------------------------------------ */
 
+static void rn_drain_enter(struct tw_runner *r, struct rn_drainer *me)
+{
+    me->thread = pthread_self();
+    pthread_mutex_lock(&r->drain_lock);
+    me->next = r->drainers;
+    r->drainers = me;
+    pthread_mutex_unlock(&r->drain_lock);
+}
+
+/* The last touch of r by a drain: a stop waiting in rn_wait_drains may free
+ * the runner as soon as drain_lock is released. */
+static void rn_drain_leave(struct tw_runner *r, struct rn_drainer *me)
+{
+    pthread_mutex_lock(&r->drain_lock);
+    struct rn_drainer **p = &r->drainers;
+    while (*p != me)
+        p = &(*p)->next;
+    *p = me->next;
+    if (!r->drainers)
+        pthread_cond_broadcast(&r->drain_done);
+    pthread_mutex_unlock(&r->drain_lock);
+}
+
+/* Is the calling thread inside a drain of r (so, in drain's fn)? */
+static int rn_self_is_drainer(struct tw_runner *r)
+{
+    pthread_t self = pthread_self();
+    int found = 0;
+    pthread_mutex_lock(&r->drain_lock);
+    for (struct rn_drainer *d = r->drainers; d && !found; d = d->next)
+        found = pthread_equal(d->thread, self);
+    pthread_mutex_unlock(&r->drain_lock);
+    return found;
+}
+
+/* For stop, with the shards closed: drains on other threads take no more
+ * tasks; wait until they have handed theirs to fn and returned. */
+static void rn_wait_drains(struct tw_runner *r)
+{
+    pthread_mutex_lock(&r->drain_lock);
+    while (r->drainers)
+        pthread_cond_wait(&r->drain_done, &r->drain_lock);
+    pthread_mutex_unlock(&r->drain_lock);
+}
+
+/* Drain the shards one by one. *spare is an empty instance: it replaces the
+ * shard's, and the shard's, drained with no lock held (fn may call back in,
+ * nothing is copied), is empty afterwards (fn cannot reach it) and becomes
+ * the spare for the next shard. So drain allocates only the first spare. */
+static int64_t rn_drain_shards(struct tw_runner *r, struct tw_tasks **spare, tw_tasks_fn *fn,
+                               void *ctx)
+{
+    int64_t total = 0;
+    for (unsigned i = 0; i < r->nshards; i++) {
+        struct rn_shard *s = &r->shards[i];
+        pthread_mutex_lock(&s->lock);
+        if (s->closed) {
+            pthread_mutex_unlock(&s->lock);
+            return total ? total : TW_ECLOSED;
+        }
+        struct tw_tasks *old = s->tasks;
+        /* Empty: this only sets its time. If it is already later (the spare
+         * came from a shard the tick thread had advanced further), it stays
+         * so: shard times differ only while the tick thread goes round the
+         * shards and none is past its last tick, so sets here are armed as
+         * in a shard it has already advanced. */
+        tw_tasks_advance(*spare, tw_tasks_now(old));
+        s->tasks = *spare;
+        rn_pending_sub(r, tw_tasks_pending(old));
+        pthread_mutex_unlock(&s->lock);
+        int64_t n = tw_tasks_drain(old, fn, ctx);
+        *spare = old;
+        atomic_fetch_add_explicit(&r->drained, (uint64_t)n, memory_order_relaxed);
+        total += n;
+    }
+    return total;
+}
+
 int64_t tw_runner_drain(struct tw_runner *r, tw_tasks_fn *fn, void *ctx)
 {
     if (!r)
@@ -627,31 +792,17 @@ int64_t tw_runner_drain(struct tw_runner *r, tw_tasks_fn *fn, void *ctx)
         fn = r->execute;
         ctx = r->ctx;
     }
-    int64_t total = 0;
-    for (unsigned i = 0; i < r->nshards; i++) {
-        /* Swap the shard's tasks for an empty instance, then drain the old one
-         * with no lock held: fn may call back in, nothing is copied. */
-        struct tw_tasks *fresh;
-        int rc = tw_tasks_new(&fresh, &r->tcfg);
-        if (rc)
-            return total ? total : rc;
-        struct rn_shard *s = &r->shards[i];
-        pthread_mutex_lock(&s->lock);
-        if (s->closed) {
-            pthread_mutex_unlock(&s->lock);
-            tw_tasks_free(fresh);
-            return total ? total : TW_ECLOSED;
-        }
-        struct tw_tasks *old = s->tasks;
-        tw_tasks_advance(fresh, tw_tasks_now(old)); /* empty: only sets its time */
-        s->tasks = fresh;
-        rn_pending_sub(r, tw_tasks_pending(old));
-        pthread_mutex_unlock(&s->lock);
-        int64_t n = tw_tasks_drain(old, fn, ctx);
-        tw_tasks_free(old);
-        atomic_fetch_add_explicit(&r->drained, (uint64_t)n, memory_order_relaxed);
-        total += n;
+    struct rn_drainer me;
+    rn_drain_enter(r, &me);
+    /* The only allocation, made before anything is drained: when it fails
+     * the runner is left as it was (TW_ENOMEM, or TW_ESYS without a seed). */
+    struct tw_tasks *spare;
+    int64_t total = tw_tasks_new(&spare, &r->tcfg);
+    if (total == 0) {
+        total = rn_drain_shards(r, &spare, fn, ctx);
+        tw_tasks_free(spare);
     }
+    rn_drain_leave(r, &me);
     return total;
 }
 
@@ -659,7 +810,9 @@ int tw_runner_stop(struct tw_runner *r, unsigned flags)
 {
     if (!r || (flags & ~TW_RUNNER_STOP_DRAIN))
         return TW_EINVAL;
-    if (rn_self_is_runner_thread(r))
+    /* From a callback (it would join its own thread) or from drain's fn
+     * (that drain goes on using the runner when fn returns). */
+    if (rn_self_is_runner_thread(r) || rn_self_is_drainer(r))
         return TW_EBUSY;
     /* A callback of the drain that this very thread's stop is running: it
      * would wait for the stop_lock it holds. */
@@ -679,6 +832,7 @@ int tw_runner_stop(struct tw_runner *r, unsigned flags)
         pthread_mutex_unlock(&r->shards[i].lock);
     }
     rn_join_all(r); /* tick thread, then workers once the queue is empty */
+    rn_wait_drains(r); /* drains of user threads: they meet closed shards */
     r->stopper = pthread_self();
     atomic_store_explicit(&r->stopper_set, 1, memory_order_release);
     for (unsigned i = 0; i < r->nshards; i++) {
@@ -707,7 +861,7 @@ int tw_runner_stop(struct tw_runner *r, unsigned flags)
 void tw_runner_free(struct tw_runner *r)
 {
     if (!r || tw_runner_stop(r, 0) != 0)
-        return; /* from a callback: refuse rather than free under our feet */
+        return; /* from a callback or drain's fn: refuse rather than free under our feet */
     rn_destroy(r);
 }
 

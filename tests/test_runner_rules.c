@@ -107,7 +107,7 @@ static struct tw_runner *start(unsigned workers, enum tw_tasks_key_kind kind, si
 struct counting {
     atomic_llong outstanding;
     atomic_long calls;
-    long fail_at;
+    atomic_long fail_at; /* atomic: set while runner threads may allocate */
 };
 
 static void *counting_alloc(void *ctx, void *ptr, size_t old_size, size_t new_size)
@@ -118,7 +118,7 @@ static void *counting_alloc(void *ctx, void *ptr, size_t old_size, size_t new_si
         free(ptr);
         return NULL;
     }
-    if (atomic_fetch_add(&c->calls, 1) + 1 == c->fail_at)
+    if (atomic_fetch_add(&c->calls, 1) + 1 == atomic_load(&c->fail_at))
         return NULL;
     void *p = realloc(ptr, new_size);
     if (p)
@@ -150,7 +150,12 @@ static void test_config(void)
     cfg.workers = 1;
     cfg.queue = SIZE_MAX; /* its ring's size would wrap round */
     CHECK_EQ_INT(tw_runner_new(&r, &cfg), TW_EINVAL);
+    cfg.queue = TW_RUNNER_QUEUE_MAX + 1; /* the documented limits */
+    CHECK_EQ_INT(tw_runner_new(&r, &cfg), TW_EINVAL);
     cfg.queue = 0;
+    cfg.workers = TW_RUNNER_WORKERS_MAX + 1;
+    CHECK_EQ_INT(tw_runner_new(&r, &cfg), TW_EINVAL);
+    CHECK_EQ_PTR(r, NULL);
     /* Out of memory at every allocation of new: a clean error, nothing left. */
     cfg.workers = 2;
     for (long k = 1;; k++) {
@@ -442,6 +447,172 @@ static void test_stop_drain_callback_calls_stop(void)
     tw_runner_free(r);
 }
 
+/* Calling stop or free from drain's fn (drain run by a user thread) is
+ * refused: drain goes on using the runner after fn returns. Free used to
+ * destroy it under drain's feet (a use after free, caught by ASan). */
+struct drain_stop {
+    struct tw_runner *r;
+    int calls, inner_calls;
+    int stop_rc, stop_drain_rc, nested_stop_rc;
+};
+
+static void drain_stop_inner(void *ctx, const struct tw_task *task)
+{
+    struct drain_stop *d = ctx;
+    (void)task;
+    d->inner_calls++;
+    d->nested_stop_rc = tw_runner_stop(d->r, 0);
+}
+
+static void drain_stop_fn(void *ctx, const struct tw_task *task)
+{
+    struct drain_stop *d = ctx;
+    (void)task;
+    d->calls++;
+    d->stop_rc = tw_runner_stop(d->r, 0);
+    d->stop_drain_rc = tw_runner_stop(d->r, TW_RUNNER_STOP_DRAIN);
+    tw_runner_free(d->r); /* refused: must do nothing */
+    /* From a nested drain's fn too (key 100 gives it a task). */
+    if (task->key_int == 1) {
+        tw_runner_set_int(d->r, 100, NULL, INT64_C(10000000000));
+        tw_runner_drain(d->r, drain_stop_inner, d);
+    }
+}
+
+static void test_drain_fn_calls_stop_free(void)
+{
+    struct tw_runner *r = start(1, TW_TASKS_KEY_INT, 0);
+    struct drain_stop d = {.r = r, .stop_rc = 1, .stop_drain_rc = 1, .nested_stop_rc = 1};
+    for (uint64_t k = 1; k <= 5; k++)
+        tw_runner_set_int(r, k, (void *)k, INT64_C(10000000000));
+    int64_t n = tw_runner_drain(r, drain_stop_fn, &d);
+    CHECK_EQ_INT(n, d.calls);
+    /* The nested drain took key 100 and whatever the outer had not reached. */
+    CHECK(d.calls >= 1 && d.inner_calls >= 1);
+    CHECK_EQ_INT(d.calls + d.inner_calls, 6);
+    CHECK_EQ_INT(d.stop_rc, TW_EBUSY);
+    CHECK_EQ_INT(d.stop_drain_rc, TW_EBUSY);
+    CHECK_EQ_INT(d.nested_stop_rc, TW_EBUSY);
+    /* Still running: a set fires, and the stop below is the first. */
+    CHECK_EQ_INT(tw_runner_set_int(r, 7, (void *)7, TICK_NS), 1);
+    CHECK_EQ_INT(wait_fires(&F, 1), 1);
+    CHECK_EQ_INT(tw_runner_stop(r, 0), 0);
+    tw_runner_free(r);
+}
+
+/* A stop from another thread while a drain's fn runs is not refused: it
+ * closes the runner and waits for that drain to return, so that free right
+ * after it cannot pull the runner from under the drain. */
+struct slow_drain {
+    struct tw_runner *r;
+    atomic_int in_fn, release, stop_returned;
+    int64_t drained;
+    int stop_rc;
+};
+
+static void slow_drain_fn(void *ctx, const struct tw_task *task)
+{
+    struct slow_drain *s = ctx;
+    (void)task;
+    atomic_store(&s->in_fn, 1);
+    while (!atomic_load(&s->release))
+        sleep_ms(1);
+}
+
+static void *slow_drain_thread(void *arg)
+{
+    struct slow_drain *s = arg;
+    s->drained = tw_runner_drain(s->r, slow_drain_fn, s);
+    return NULL;
+}
+
+static void *stop_thread(void *arg)
+{
+    struct slow_drain *s = arg;
+    s->stop_rc = tw_runner_stop(s->r, 0);
+    atomic_store(&s->stop_returned, 1);
+    return NULL;
+}
+
+static void test_stop_waits_for_drain(void)
+{
+    struct tw_runner *r = start(1, TW_TASKS_KEY_INT, 0);
+    struct slow_drain s = {.r = r, .stop_rc = 1};
+    tw_runner_set_int(r, 1, NULL, INT64_C(10000000000)); /* one task: one fn call */
+    pthread_t drainer, stopper;
+    CHECK_EQ_INT(pthread_create(&drainer, NULL, slow_drain_thread, &s), 0);
+    for (int i = 0; i < 5000 && !atomic_load(&s.in_fn); i++)
+        sleep_ms(1);
+    CHECK(atomic_load(&s.in_fn));
+    CHECK_EQ_INT(pthread_create(&stopper, NULL, stop_thread, &s), 0);
+    sleep_ms(30);
+    CHECK_EQ_INT(atomic_load(&s.stop_returned), 0); /* waiting for the drain */
+    atomic_store(&s.release, 1);
+    pthread_join(stopper, NULL);
+    CHECK_EQ_INT(s.stop_rc, 0);
+    pthread_join(drainer, NULL);
+    CHECK_EQ_INT(s.drained, 1); /* the shards after the stop were closed */
+    CHECK_EQ_INT(tw_runner_drain(r, NULL, NULL), TW_ECLOSED);
+    tw_runner_free(r);
+}
+
+static void count_fn(void *ctx, const struct tw_task *task)
+{
+    (void)task;
+    (*(int *)ctx)++;
+}
+
+/* Out of memory in drain: TW_ENOMEM and nothing drained, wherever the
+ * failing allocation falls (drain used to return a partial count, leaving
+ * the later shards' tasks pending). */
+static void test_drain_out_of_memory(void)
+{
+    struct counting c = {0};
+    struct tw_allocator a = {counting_alloc, &c};
+    pthread_mutex_destroy(&F.lock);
+    memset(&F, 0, sizeof F);
+    pthread_mutex_init(&F.lock, NULL);
+    struct tw_runner_config cfg = {.execute = fire_cb, .ctx = &F, .tick_ns = TICK_NS,
+                                   .key_kind = TW_TASKS_KEY_INT, .shards = 4,
+                                   .max_pending = 100, .allocator = &a};
+    struct tw_runner *r;
+    CHECK_EQ_INT(tw_runner_new(&r, &cfg), 0);
+    int failures = 0;
+    uint64_t drained = 0;
+    for (long k = 1; k < 1000; k++) {
+        for (uint64_t key = 0; key < 40; key++)
+            tw_runner_set_int(r, key, (void *)1, INT64_C(10000000000));
+        long fail_at = atomic_load(&c.calls) + k; /* fail the k-th allocation from now */
+        atomic_store(&c.fail_at, fail_at);
+        int calls = 0;
+        int64_t n = tw_runner_drain(r, count_fn, &calls);
+        struct tw_runner_stats st;
+        tw_runner_stats(r, &st);
+        if (n >= 0) { /* the failure fell on an allocation whose failure is harmless */
+            CHECK_EQ_INT(n, 40);
+            CHECK_EQ_INT(calls, 40);
+            CHECK_EQ_U64(st.pending, 0);
+            drained += 40;
+            if (atomic_load(&c.calls) < fail_at)
+                break; /* not reached: every allocation of drain has failed once */
+            continue;
+        }
+        failures++;
+        CHECK_EQ_INT(n, TW_ENOMEM);
+        CHECK_EQ_INT(calls, 0);
+        CHECK_EQ_U64(st.pending, 40);
+        CHECK_EQ_U64(st.drained, drained);
+    }
+    CHECK(failures > 0);
+    atomic_store(&c.fail_at, 0);
+    /* The admission count went down by the drain only. */
+    for (uint64_t k = 0; k < 100; k++)
+        CHECK_EQ_INT(tw_runner_set_int(r, k, NULL, INT64_C(10000000000)), 1);
+    CHECK_EQ_INT(tw_runner_set_int(r, 100, NULL, TICK_NS), TW_EFULL);
+    tw_runner_free(r);
+    CHECK_EQ_INT(atomic_load(&c.outstanding), 0);
+}
+
 static atomic_int stats_stop;
 
 static void *stats_reader(void *arg)
@@ -490,5 +661,8 @@ int main(void)
     RUN(test_allocator_is_copied);
     RUN(test_stop_drain_callback_calls_stop);
     RUN(test_stats_while_stopping);
+    RUN(test_drain_fn_calls_stop_free);
+    RUN(test_stop_waits_for_drain);
+    RUN(test_drain_out_of_memory);
     return test_summary();
 }

@@ -15,16 +15,22 @@
  * dropped, and the tasks due during the stall run at once in deadline order.
  *
  * Producers: each call takes one shard's mutex for the length of one tw_tasks
- * operation (about 0.1-0.3 us) and never waits for the tick thread to run:
- * the tick thread holds a shard's mutex only to pop at most 64 due tasks at a
- * time, never while a callback runs. A call that returns success has been
- * applied, with its true result (TW_ENOENT, TW_EFULL, replaced or new): its
- * effect is ordered after every earlier call of the same thread. (A command
- * queue drained by one owner thread was measured against this in
- * bench/w5_keyed.c: with 2 producers both reach about 4.5 M ops/s on 2 cores;
- * with 1 producer the queue applied more commands per second but its owner
- * thread, saturated, fired with a p99 lateness of ~25 ms, it spins a core,
- * and it cannot return move/remove/set results. The critical section stays.)
+ * operation (about 0.1-0.3 us; longer when it resizes that shard's index,
+ * amortised O(1)) and never waits for the tick thread to run: the tick thread
+ * holds a shard's mutex for one tw_tasks_advance_max call, never while a
+ * callback runs. That call pops at most 64 due tasks (copying each out), and
+ * on its way does the wheel's cascades (moving timers of that shard down a
+ * level) and, now and then, tw_tasks' housekeeping: the index shrink and the
+ * pool compaction, O(that shard's tasks) but amortised O(1) per removal (see
+ * twheel/tasks.h, Memory). More shards make these pauses shorter.
+ * A call that returns success has been applied, with its true result
+ * (TW_ENOENT, TW_EFULL, replaced or new): its effect is ordered after every
+ * earlier call of the same thread. (A command queue drained by one owner
+ * thread was measured against this in bench/w5_keyed.c: with 2 producers
+ * both reach about 4.5 M ops/s on 2 cores; with 1 producer the queue applied
+ * more commands per second but its owner thread, saturated, fired with a p99
+ * lateness of ~25 ms, it spins a core, and it cannot return move/remove/set
+ * results. The critical section stays.)
  *
  * Callbacks: execute runs on one of `workers` executor threads (so at most
  * `workers` callbacks run at once, and a callback that blocks delays only its
@@ -33,6 +39,7 @@
  * full the tick thread waits (due tasks then stay in the wheel, still
  * removable). Callbacks may call set/move/remove/drain on the runner; they
  * must not call stop or free (stop returns TW_EBUSY from a runner thread).
+ * The same holds for drain's fn: see tw_runner_drain.
  *
  * Figures (tw_runner_stats): pending tasks, fired, late fires (callback
  * started more than one tick after its due instant), worst lateness.
@@ -59,6 +66,14 @@ extern "C" {
  * to the worker, inline, so that firing never allocates). */
 #define TW_RUNNER_KEY_MAX 256
 
+/* Most executor threads (config.workers). */
+#define TW_RUNNER_WORKERS_MAX 4096u
+
+/* Longest queue of fired tasks (config.queue): each slot holds a task and
+ * its key (sizeof(struct tw_task) + TW_RUNNER_KEY_MAX bytes), and the ring
+ * may take at most half the address space. */
+#define TW_RUNNER_QUEUE_MAX (SIZE_MAX / 2 / (sizeof(struct tw_task) + TW_RUNNER_KEY_MAX))
+
 struct tw_runner;
 
 struct tw_runner_config {
@@ -84,7 +99,9 @@ struct tw_runner_stats {
 
 /* Start a runner (its threads run from here on). Returns 0 and sets *out, or
  * TW_EINVAL (NULL out/cfg/execute, tick_ns < 1000, bad key_kind, shards >
- * 1024), TW_ENOMEM, TW_ESYS; *out is NULL then and nothing is left behind. */
+ * 1024, workers > TW_RUNNER_WORKERS_MAX, queue > TW_RUNNER_QUEUE_MAX, an
+ * allocator whose fn is NULL), TW_ENOMEM, TW_ESYS; *out is NULL then and
+ * nothing is left behind. */
 TW_API int tw_runner_new(struct tw_runner **out, const struct tw_runner_config *cfg);
 
 /* Arm `key` to run `delay_ns` nanoseconds from now with `value` (see Time).
@@ -107,23 +124,41 @@ TW_API int tw_runner_remove_int(struct tw_runner *r, uint64_t key, void **value)
 
 /* Remove every pending task and call fn(ctx, task) for each on the calling
  * thread (fn NULL: the config's execute and ctx), without holding any lock:
- * fn may call back into the runner. Returns the number drained, TW_ECLOSED,
- * TW_ENOMEM (nothing drained) or TW_EINVAL. Shard by shard: a task set into
- * an already drained shard meanwhile stays pending. */
+ * fn may call set/move/remove/drain/stats on the runner. Returns the number
+ * drained, TW_ECLOSED (stopped: nothing drained), TW_ENOMEM or
+ * TW_ESYS (then nothing is drained: drain's one allocation comes first), or
+ * TW_EINVAL. Shard by shard: a task set into an already drained shard
+ * meanwhile stays pending, and if the runner is stopped meanwhile the count
+ * of the shards drained before is returned (the others' tasks go to stop).
+ *
+ * Stop and free from fn are refused: stop returns TW_EBUSY and free does
+ * nothing, on the thread running the drain (at any depth: a drain in fn,
+ * or a drain in a callback), since the drain still uses the runner after fn
+ * returns. Drains on other threads refuse nothing: a stop from elsewhere
+ * closes the runner, then waits for every drain in progress to return (they
+ * take no more tasks, but finish running fn on those they took), so free may
+ * follow it safely. Hence fn must not wait for another thread's stop. */
 TW_API int64_t tw_runner_drain(struct tw_runner *r, tw_tasks_fn *fn, void *ctx);
 
 /* Stop flags. */
 #define TW_RUNNER_STOP_DRAIN 1u /* run every pending task (execute, on this thread) */
 
 /* Stop: every later call returns TW_ECLOSED; the tick thread is joined; fired
- * tasks already queued still run, then the workers are joined; pending tasks
- * are released without running (or run, with TW_RUNNER_STOP_DRAIN). Idempotent:
- * a second stop returns 0 at once. Returns 0, TW_EINVAL, or TW_EBUSY when
- * called from a callback of this runner. */
+ * tasks already queued still run, then the workers are joined; drains in
+ * progress on other threads are waited for (see tw_runner_drain); pending
+ * tasks are released without running (or run, with TW_RUNNER_STOP_DRAIN).
+ * When it returns no callback and no drain's fn of this runner is running.
+ * Idempotent: a second stop returns 0 at once. Returns 0, TW_EINVAL, or
+ * TW_EBUSY when called from a callback of this runner (stop's own drain
+ * included) or from a drain's fn (see tw_runner_drain); nothing is done
+ * then. */
 TW_API int tw_runner_stop(struct tw_runner *r, unsigned flags);
 
-/* Stop (if not stopped) and free everything. NULL is a no-op. Not from a
- * callback. */
+/* Stop (if not stopped) and free everything. NULL is a no-op. From a
+ * callback or a drain's fn, where stop returns TW_EBUSY, it does nothing (the
+ * runner stays usable; free it later from another place). No call of
+ * another thread may overlap free, except a drain that was in progress when
+ * the runner was stopped (stop waited for it). */
 TW_API void tw_runner_free(struct tw_runner *r);
 
 /* Figures, consistent per shard. */
