@@ -9,6 +9,9 @@
 # connection fd once the load has gone, and that it shuts down cleanly on
 # SIGINT / SIGTERM (exit 0, as many fds at exit as at start). Then shuts a
 # server down with connections still open, and checks they are all closed.
+# Then runs one out of descriptors (a low `ulimit -n`, more clients than fit):
+# it must refuse the extra ones without spinning, accept again once clients
+# leave, and still stop promptly on SIGTERM.
 # The allowance is generous (tick 10 ms + 250 ms): this runs beside the rest of
 # the suite, sanitizers included, on a shared machine; the distribution is
 # printed either way. Registered with CTest under the label "scene".
@@ -18,6 +21,7 @@ LOAD=${2:?load binary}
 TMP=$(mktemp -d)
 failures=0
 server_pid=""
+nofile="" # when set, start_server runs the server under `ulimit -n $nofile`
 
 cleanup() {
     [ -n "$server_pid" ] && kill -KILL "$server_pid" 2>/dev/null
@@ -34,7 +38,12 @@ fail() {
 start_server() {
     local out=$1
     shift
-    "$SRV" --port 0 --stats 0 "$@" >"$out" 2>&1 &
+    if [ -n "$nofile" ]; then
+        # Soft and hard: the server raises its soft limit to the hard one.
+        (ulimit -n "$nofile" && exec "$SRV" --port 0 --stats 0 "$@") >"$out" 2>&1 &
+    else
+        "$SRV" --port 0 --stats 0 "$@" >"$out" 2>&1 &
+    fi
     server_pid=$!
     port=""
     for _ in $(seq 100); do
@@ -49,6 +58,18 @@ start_server() {
 }
 
 fd_count() { ls "/proc/$1/fd" 2>/dev/null | wc -l; }
+
+# wait_fds PID N: wait (up to 5 s) until the process holds N fds; 0 if it did.
+wait_fds() {
+    for _ in $(seq 50); do
+        [ "$(fd_count "$1")" = "$2" ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+# CPU time (user + system) of a process so far, in clock ticks.
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null; }
 
 # stop_server SIGNAL OUT: signal it, wait for it, check exit status 0.
 stop_server() {
@@ -94,15 +115,14 @@ done
 echo "=== shutdown with connections open"
 out=$TMP/server-open.out
 if start_server "$out" --strategy wheel --timeout 60; then
+    base=$(fd_count "$server_pid")
     # Five connections from this shell, each with a heartbeat.
     for fd in 11 12 13 14 15; do
         eval "exec $fd<>/dev/tcp/127.0.0.1/$port" && echo hb >&"$fd"
     done
-    for _ in $(seq 50); do
-        [ "$(fd_count "$server_pid")" -ge 5 ] && grep -q . "$out" && break
-        sleep 0.1
-    done
-    sleep 0.3
+    # Once it holds five more fds it has accepted (and recorded) all five.
+    wait_fds "$server_pid" $((base + 5)) ||
+        fail "server holds $(fd_count "$server_pid") fds, not $base + 5 connections"
     stop_server TERM
     sed 's/^/  server: /' "$out"
     [ "$(summary_field "$out" shutdown_closed)" = 5 ] || fail "shutdown did not close the 5 open connections"
@@ -116,6 +136,66 @@ if start_server "$out" --strategy wheel --timeout 60; then
         eval "exec $fd>&-"
     done
 fi
+
+echo "=== out of descriptors: ulimit -n 32, 48 clients"
+out=$TMP/server-emfile.out
+nofile=32
+if start_server "$out" --strategy wheel --timeout 60; then
+    nofile=""
+    base=$(fd_count "$server_pid")
+    clients=()
+    for _ in $(seq 48); do
+        exec {cfd}<>/dev/tcp/127.0.0.1/"$port" && clients+=("$cfd")
+    done
+    # The kernel completed every handshake; the server takes what fits (every
+    # fd below 32 in use) and must refuse the rest (take each with its spare
+    # fd and close it) without spinning: accept4 says EMFILE even when the
+    # backlog is empty.
+    full=0
+    for _ in $(seq 50); do
+        full=$(ls "/proc/$server_pid/fd" | awk '$1 < 32' | wc -l)
+        [ "$full" = 32 ] && break
+        sleep 0.1
+    done
+    [ "$full" = 32 ] || fail "emfile: server uses $full of its 32 fds with 48 clients waiting"
+    c0=$(cpu_ticks "$server_pid")
+    sleep 1
+    c1=$(cpu_ticks "$server_pid")
+    hz=$(getconf CLK_TCK)
+    echo "  server CPU in the second after: $((c1 - c0)) of $hz ticks"
+    [ $(((c1 - c0) * 4)) -lt "$hz" ] || fail "emfile: server busy ($((c1 - c0)) of $hz ticks in 1 s)"
+    # Every client leaves; then a new one must be accepted again.
+    for cfd in "${clients[@]}"; do exec {cfd}>&-; done
+    wait_fds "$server_pid" "$base" ||
+        fail "emfile: server holds $(fd_count "$server_pid") fds after the clients left, $base before"
+    exec {cfd}<>/dev/tcp/127.0.0.1/"$port" && echo hb >&"$cfd"
+    wait_fds "$server_pid" $((base + 1)) || fail "emfile: server did not accept after the clients left"
+    # SIGTERM, with a deadline: a spinning loop never reads its signalfd.
+    kill -TERM "$server_pid"
+    for _ in $(seq 30); do
+        kill -0 "$server_pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    if kill -0 "$server_pid" 2>/dev/null; then
+        fail "emfile: server still running 3 s after SIGTERM"
+        kill -KILL "$server_pid"
+    fi
+    rc=0
+    wait "$server_pid" || rc=$?
+    server_pid=""
+    exec {cfd}>&-
+    sed 's/^/  server: /' "$out"
+    [ "$rc" = 0 ] || fail "emfile: server exit status $rc after SIGTERM"
+    accepted=$(summary_field "$out" accepted)
+    refused=$(summary_field "$out" refused)
+    [ "${refused:-0}" -gt 0 ] || fail "emfile: server refused no connection"
+    [ $((${accepted:-0} + ${refused:-0})) = 49 ] ||
+        fail "emfile: accepted $accepted + refused $refused is not the 49 connections made"
+    [ "$(summary_field "$out" shutdown_closed)" = 1 ] || fail "emfile: shutdown did not close the last client"
+    [ "$(summary_field "$out" fds_start)" = "$(summary_field "$out" fds_end)" ] ||
+        fail "emfile: server fds at start and exit differ"
+fi
+nofile=""
 
 if [ "$failures" = 0 ]; then
     echo "idle scene: PASS"

@@ -13,9 +13,19 @@
  *
  * Deadlines are in ticks of --tick ms since the server started. A heartbeat
  * processed at time r gets the deadline ceil((r + timeout) / tick): never
- * before r + timeout, at most one tick after it. Events are handled before
+ * before r + timeout, at most one tick after it. r is read from the clock
+ * after the read that returned the line, not when the loop woke: a line that
+ * arrived while the loop was busy with other events is read later in the same
+ * turn, and a deadline from the wake time would cut its timeout short by up to
+ * a turn. (The clock is the vDSO, some 20 ns against the microsecond of the
+ * read; the summary prints the measured cost.) Events are handled before
  * timers in each loop turn, so a heartbeat already sitting in a socket buffer
  * always counts, even when the loop woke late.
+ *
+ * Out of descriptors, the server takes each waiting connection with a spare
+ * descriptor and closes it at once (counted as refused), so the backlog does
+ * not wake it forever; when even that is impossible it stops listening until
+ * a connection closes, or for ACCEPT_RETRY_MS.
  *
  * Output: a line of live counts every --stats seconds, a summary on exit, and
  * a last line "SUMMARY key=value ..." for scripts. Exit status: 0 after a
@@ -38,6 +48,14 @@
 
 #define PROG "twheel-idled"
 #define MAX_EVENTS 1024
+/* The connection table grows by chunks of this many connections (64 KB): a
+ * container's open-file limit can be 2^20 or 2^30, far more than the
+ * connections that will ever come, and sizing the table to it up front would
+ * take gigabytes for nothing. */
+#define CONN_CHUNK 1024
+/* Out of descriptors with no way to refuse connections: how long the listener
+ * stays out of the epoll set when no connection closes first. */
+#define ACCEPT_RETRY_MS 100
 
 enum strategy { STRATEGY_WHEEL, STRATEGY_SCAN };
 
@@ -59,9 +77,14 @@ struct server {
     int64_t tick_ns, timeout_ns, scan_period_ns, stats_ns, duration_ns;
     /* descriptors */
     int listen_fd, epoll_fd, signal_fd, reserve_fd;
-    /* connections, indexed by fd */
-    struct conn *conns;
-    size_t capacity;      /* entries of conns: the soft open-file limit */
+    /* connections, indexed by fd, in chunks of CONN_CHUNK allocated on first
+     * use: a chunk never moves, since the wheel links the timers in it and
+     * the epoll set points at it. */
+    struct conn **chunks;
+    size_t nchunks, chunks_room; /* chunks in use, entries of chunks */
+    size_t capacity;      /* connection slots: nchunks * CONN_CHUNK, and the
+                           * entries of beats, idle and live */
+    size_t fd_limit;      /* the soft open-file limit: every fd is below it */
     struct conn **beats;  /* connections to re-arm at the end of this turn */
     size_t nbeats;
     struct conn **live;   /* scan: dense array of open connections */
@@ -70,6 +93,12 @@ struct server {
     size_t nidle;
     struct tw_wheel wheel;
     uint64_t next_scan_tick;
+    /* out of descriptors: see shed_one */
+    int accept_paused;      /* the listener is out of the epoll set */
+    int starved;            /* no spare fd, or paused: retry at a close or at retry_ns */
+    uint64_t starved_closed; /* connections closed when that began */
+    int64_t retry_ns;
+    uint64_t accept_pauses;
     /* time */
     int64_t t0_ns, clock_cost_ns;
     /* counters */
@@ -117,6 +146,51 @@ static int64_t tick_start_ns(const struct server *s, uint64_t tick)
 
 /* ---- connections ----------------------------------------------------------- */
 
+static struct conn *conn_at(const struct server *s, size_t fd)
+{
+    return &s->chunks[fd / CONN_CHUNK][fd % CONN_CHUNK];
+}
+
+static int grow_array(struct conn ***a, size_t n)
+{
+    struct conn **p = realloc(*a, n * sizeof *p);
+    if (!p)
+        return -1;
+    *a = p;
+    return 0;
+}
+
+/* Make room for connection `fd`: chunks up to its own. The arrays of
+ * connection pointers grow first, so that capacity only counts slots that all
+ * of them can hold (an open connection is at most once in each). */
+static int grow_table(struct server *s, size_t fd)
+{
+    while (s->capacity <= fd) {
+        size_t cap = s->capacity + CONN_CHUNK;
+        if (s->nchunks == s->chunks_room) {
+            size_t room = s->chunks_room ? 2 * s->chunks_room : 16;
+            struct conn **p = realloc(s->chunks, room * sizeof *p);
+            if (!p)
+                return -1;
+            s->chunks = p;
+            s->chunks_room = room;
+        }
+        if (grow_array(&s->beats, cap) != 0 || grow_array(&s->idle, cap) != 0 ||
+            (s->strategy == STRATEGY_SCAN && grow_array(&s->live, cap) != 0))
+            return -1;
+        size_t bytes = (CONN_CHUNK * sizeof(struct conn) + 63) / 64 * 64;
+        struct conn *chunk = aligned_alloc(64, bytes);
+        if (!chunk)
+            return -1;
+        memset(chunk, 0, bytes);
+        for (size_t i = 0; i < CONN_CHUNK; i++)
+            chunk[i].fd = -1;
+        s->chunks[s->nchunks++] = chunk;
+        s->capacity = cap;
+    }
+    return 0;
+}
+
 static void on_idle(struct tw_timer *t, void *arg)
 {
     struct server *s = arg;
@@ -145,6 +219,92 @@ static void close_conn(struct server *s, struct conn *c)
     /* c stays in the beat list if it is there: the re-arm loop skips it. */
 }
 
+static uint64_t closed_conns(const struct server *s)
+{
+    return s->idle_closed + s->peer_closed;
+}
+
+/* Note that the server is short of descriptors: retry (the spare, the
+ * listener) when a connection closes, or at retry_ns at the latest. */
+static void note_starved(struct server *s)
+{
+    if (!s->starved) {
+        s->starved = 1;
+        s->starved_closed = closed_conns(s);
+        s->retry_ns = scene_now_ns() + ACCEPT_RETRY_MS * NS_PER_MS;
+    }
+}
+
+static void reopen_reserve(struct server *s)
+{
+    s->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (s->reserve_fd < 0)
+        note_starved(s);
+}
+
+/* Waiting connections that cannot be taken keep the listener readable: take
+ * it out of the epoll set rather than wake for them again and again. */
+static void pause_accepting(struct server *s, int err)
+{
+    if (!s->accept_paused && epoll_ctl(s->epoll_fd, EPOLL_CTL_DEL, s->listen_fd, NULL) == 0) {
+        s->accept_paused = 1;
+        if (s->accept_pauses++ == 0)
+            fprintf(stderr,
+                    PROG ": accept: %s, and no spare descriptor to refuse connections with: "
+                    "not accepting until a connection closes (or for %d ms)\n",
+                    strerror(err), ACCEPT_RETRY_MS);
+    }
+    note_starved(s);
+}
+
+/* End of a turn while starved: once a connection has closed (its descriptor
+ * is free) or the retry time has come, get the spare back and listen again.
+ * If that fails, starved again, with a new retry time: one attempt per
+ * ACCEPT_RETRY_MS at most, never a busy loop. */
+static void recover(struct server *s, int64_t now)
+{
+    if (closed_conns(s) == s->starved_closed && now < s->retry_ns)
+        return;
+    s->starved = 0;
+    if (s->reserve_fd < 0)
+        reopen_reserve(s);
+    if (s->accept_paused) {
+        struct epoll_event lev = {.events = EPOLLIN, .data.ptr = &s->listen_fd};
+        if (epoll_ctl(s->epoll_fd, EPOLL_CTL_ADD, s->listen_fd, &lev) == 0)
+            s->accept_paused = 0;
+        else
+            note_starved(s);
+    }
+}
+
+/* accept failed with EMFILE or ENFILE (err): out of descriptors, and maybe
+ * connections in the backlog, which keep the listener readable. Take one with
+ * the spare descriptor and close it at once. Returns 1 when one was shed
+ * (there may be more: the caller tries again), 0 when the caller must stop:
+ * the backlog is empty (Linux checks the descriptor limit before the backlog,
+ * so accept4 says EMFILE even then: only this accept can tell), or nothing
+ * could be shed, and accepting is paused. */
+static int shed_one(struct server *s, int err)
+{
+    if (s->reserve_fd >= 0) {
+        close(s->reserve_fd);
+        int fd = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+        err = errno;
+        if (fd >= 0) {
+            close(fd);
+            s->rejected++;
+        }
+        reopen_reserve(s);
+        if (fd >= 0 || err == ECONNABORTED || err == EINTR)
+            return 1; /* without a spare now, the next accept4 ends up below */
+        if (err == EAGAIN || err == EWOULDBLOCK)
+            return 0;
+        /* ENFILE: the whole system is out, our spare was not enough. */
+    }
+    pause_accepting(s, err);
+    return 0;
+}
+
 static void accept_all(struct server *s)
 {
     for (;;) {
@@ -153,30 +313,29 @@ static void accept_all(struct server *s)
             if (errno == EINTR || errno == ECONNABORTED)
                 continue;
             if (errno == EMFILE || errno == ENFILE) {
-                /* Out of descriptors: take the connection with the spare one
-                 * and refuse it, or it would stay in the backlog and wake us
-                 * forever. */
-                if (s->reserve_fd >= 0) {
-                    close(s->reserve_fd);
-                    fd = accept(s->listen_fd, NULL, NULL);
-                    if (fd >= 0) {
-                        close(fd);
-                        s->rejected++;
-                    }
-                    s->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+                if (shed_one(s, errno))
                     continue;
-                }
-            } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
-                fprintf(stderr, PROG ": accept: %s\n", strerror(errno));
+                return;
             }
+            if (errno != EAGAIN && errno != EWOULDBLOCK)
+                fprintf(stderr, PROG ": accept: %s\n", strerror(errno));
             return;
         }
-        if ((size_t)fd >= s->capacity || s->nbeats >= s->capacity) {
+        /* The accept is the connection's first sign of life: its deadline
+         * counts from now, like a heartbeat's from its read (see the top). */
+        int64_t t = scene_now_ns();
+        if ((size_t)fd >= s->capacity && grow_table(s, (size_t)fd) != 0) {
+            fprintf(stderr, PROG ": out of memory for connection %d, refusing it\n", fd);
             close(fd);
             s->rejected++;
             continue;
         }
-        struct conn *c = &s->conns[fd];
+        if (s->nbeats >= s->capacity) { /* cannot happen: each is at most once in beats */
+            close(fd);
+            s->rejected++;
+            continue;
+        }
+        struct conn *c = conn_at(s, (size_t)fd);
         struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = c};
         if (epoll_ctl(s->epoll_fd, EPOLL_CTL_ADD, fd, &ev) != 0) {
             fprintf(stderr, PROG ": epoll_ctl: %s\n", strerror(errno));
@@ -185,14 +344,14 @@ static void accept_all(struct server *s)
             continue;
         }
         c->fd = fd;
+        c->last_ns = t;
         if (s->strategy == STRATEGY_WHEEL) {
             tw_timer_init(&c->timer, on_idle, s);
         } else {
             c->scan_index = (uint32_t)s->nlive;
             s->live[s->nlive++] = c;
         }
-        /* The accept counts as the first sign of life; the timer is armed at
-         * the end of this turn with the heartbeats. */
+        /* The timer is armed at the end of this turn with the heartbeats. */
         queue_beat(s, c);
         s->accepted++;
         uint64_t open = s->accepted - s->idle_closed - s->peer_closed;
@@ -226,35 +385,33 @@ static void handle_readable(struct server *s, struct conn *c)
         return;
     }
     if (lines) {
+        /* After the last read: every line counted was in by now. */
+        c->last_ns = scene_now_ns();
         s->heartbeats += lines;
         queue_beat(s, c);
     }
 }
 
 /* End of a loop turn: re-arm (or store) the deadlines of the connections
- * heard from in this turn, then let the timers find the idle ones, then close
- * those. The first two steps are the strategy's timer work, and are timed. */
-static void run_timers(struct server *s, int64_t now_ns)
+ * heard from in this turn, each from the time it was heard from (last_ns),
+ * then let the timers find the idle ones, then close those. The first two
+ * steps are the strategy's timer work, and are timed. */
+static void run_timers(struct server *s)
 {
-    uint64_t deadline = deadline_of(s, now_ns);
     int64_t t_a = scene_now_ns();
     if (s->strategy == STRATEGY_WHEEL) {
         for (size_t i = 0; i < s->nbeats; i++) {
             struct conn *c = s->beats[i];
             c->in_beat_list = 0;
-            if (c->fd >= 0) {
-                tw_timer_arm_at(&s->wheel, &c->timer, deadline);
-                c->last_ns = now_ns;
-            }
+            if (c->fd >= 0)
+                tw_timer_arm_at(&s->wheel, &c->timer, deadline_of(s, c->last_ns));
         }
     } else {
         for (size_t i = 0; i < s->nbeats; i++) {
             struct conn *c = s->beats[i];
             c->in_beat_list = 0;
-            if (c->fd >= 0) {
-                c->deadline = deadline;
-                c->last_ns = now_ns;
-            }
+            if (c->fd >= 0)
+                c->deadline = deadline_of(s, c->last_ns);
         }
     }
     int64_t t_b = scene_now_ns();
@@ -298,7 +455,8 @@ static void run_timers(struct server *s, int64_t now_ns)
 }
 
 /* How long epoll may sleep: until the next timer work, or the next stats
- * line, or the end of --duration; NULL for "no limit". */
+ * line, or the end of --duration, or the retry when short of descriptors;
+ * NULL for "no limit". */
 static struct timespec *poll_timeout(struct server *s, int64_t now_ns, int64_t next_stats_ns,
                                      int64_t end_ns, struct timespec *ts)
 {
@@ -314,6 +472,8 @@ static struct timespec *poll_timeout(struct server *s, int64_t now_ns, int64_t n
         until = next_stats_ns;
     if (end_ns < until)
         until = end_ns;
+    if (s->starved && s->retry_ns < until)
+        until = s->retry_ns;
     if (until == INT64_MAX)
         return NULL;
     int64_t d = until - now_ns;
@@ -325,15 +485,21 @@ static struct timespec *poll_timeout(struct server *s, int64_t now_ns, int64_t n
 }
 
 /* epoll_pwait2 has a nanosecond timeout (Linux 5.11); epoll_wait's is in ms,
- * which would add up to a millisecond to every idle close. */
+ * which would add up to a millisecond to every idle close. Without it, fall
+ * back for good: ENOSYS from an older kernel, EPERM from a seccomp profile
+ * that predates it (the usual errno of container runtimes), EINVAL from
+ * sandboxes that reject what they do not know (our arguments are valid; were
+ * they not, epoll_wait fails the same way and the caller sees it). */
 static int wait_events(int epfd, struct epoll_event *evs, int max, const struct timespec *ts)
 {
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))
     static int have_pwait2 = 1;
     if (have_pwait2) {
         int n = epoll_pwait2(epfd, evs, max, ts, NULL);
-        if (n >= 0 || errno != ENOSYS)
+        if (n >= 0 || (errno != ENOSYS && errno != EPERM && errno != EINVAL))
             return n;
+        fprintf(stderr, PROG ": epoll_pwait2: %s; using epoll_wait (timeouts in whole ms)\n",
+                strerror(errno));
         have_pwait2 = 0;
     }
 #endif
@@ -401,6 +567,9 @@ static void print_summary(const struct server *s, int64_t end_ns, int fds_start,
            run, s->accepted, s->open_max, s->rejected, s->heartbeats, (double)s->heartbeats / run);
     printf("  closed: %" PRIu64 " idle, %" PRIu64 " by the peer, %" PRIu64 " at shutdown\n",
            s->idle_closed, s->peer_closed, s->shutdown_closed);
+    if (s->accept_pauses)
+        printf("  out of descriptors with no spare: stopped accepting %" PRIu64 " times\n",
+               s->accept_pauses);
     printf("  CPU: user %.2f s + system %.2f s = %.2f s (%.1f%% of one core)\n", (double)user / 1e9,
            (double)sys / 1e9, (double)(user + sys) / 1e9, 100.0 * (double)(user + sys) / 1e9 / run);
     printf("  wakeups: %" PRIu64 " (%.0f/s), %" PRIu64 " of them by the timeout alone; %.2f events "
@@ -514,20 +683,8 @@ int main(int argc, char **argv)
     scene_hist_init(&s->late);
 
     int fds_start = scene_count_fds();
-    long limit = scene_raise_nofile(PROG, stdout);
-    s->capacity = (size_t)limit;
-    s->conns = aligned_alloc(64, (s->capacity * sizeof *s->conns + 63) / 64 * 64);
-    s->beats = calloc(s->capacity, sizeof *s->beats);
-    s->idle = calloc(s->capacity, sizeof *s->idle);
-    s->live = strategy == STRATEGY_SCAN ? calloc(s->capacity, sizeof *s->live) : NULL;
+    s->fd_limit = (size_t)scene_raise_nofile(PROG, stdout);
     int rc = 1;
-    if (!s->conns || !s->beats || !s->idle || (strategy == STRATEGY_SCAN && !s->live)) {
-        fprintf(stderr, PROG ": out of memory for %zu connections\n", s->capacity);
-        goto out;
-    }
-    memset(s->conns, 0, s->capacity * sizeof *s->conns);
-    for (size_t i = 0; i < s->capacity; i++)
-        s->conns[i].fd = -1;
 
     /* SIGINT and SIGTERM arrive as readable data on a signalfd: the loop
      * handles them like any event and shuts down cleanly. */
@@ -563,7 +720,7 @@ int main(int argc, char **argv)
            (double)s->tick_ns / 1e6);
     if (strategy == STRATEGY_SCAN)
         printf(", sweep every %g ms", (double)s->scan_period_ns / 1e6);
-    printf(", room for %zu connections\n", s->capacity - (size_t)fds_start - 4);
+    printf(", room for %zu connections\n", s->fd_limit - (size_t)fds_start - 4);
 
     s->clock_cost_ns = scene_clock_cost_ns();
     s->t0_ns = scene_now_ns();
@@ -607,7 +764,9 @@ int main(int argc, char **argv)
                     handle_readable(s, c);
             }
         }
-        run_timers(s, now);
+        run_timers(s);
+        if (s->starved)
+            recover(s, now);
         if (now >= end) {
             printf(PROG ": --duration reached, shutting down\n");
             stop = 1;
@@ -622,12 +781,11 @@ int main(int argc, char **argv)
 out:;
     int64_t end_ns = scene_now_ns();
     /* Close everything we opened, then check that nothing is left. */
-    if (s->conns) {
-        for (size_t i = 0; i < s->capacity; i++) {
-            if (s->conns[i].fd >= 0) {
-                s->shutdown_closed++;
-                close_conn(s, &s->conns[i]);
-            }
+    for (size_t i = 0; i < s->capacity; i++) {
+        struct conn *c = conn_at(s, i);
+        if (c->fd >= 0) {
+            s->shutdown_closed++;
+            close_conn(s, c);
         }
     }
     s->moves = tw_wheel_moves(&s->wheel); /* destroy resets the wheel's counters */
@@ -644,7 +802,9 @@ out:;
         if (fds_start != fds_end)
             rc = 3;
     }
-    free(s->conns);
+    for (size_t i = 0; i < s->nchunks; i++)
+        free(s->chunks[i]);
+    free(s->chunks);
     free(s->beats);
     free(s->idle);
     free(s->live);
