@@ -42,6 +42,12 @@
  * list), and timers it arms are due at a later tick, so an advance always
  * terminates.
  *
+ * Nodes: what the slots hold is a struct tw_node (next, pprev, deadline);
+ * a tw_timer is a node plus its callback and argument. Users who pull due
+ * work (the keyed layer, the cache) embed bare 24-byte nodes; the `bare` flag
+ * then keeps advance and tw_wheel_expire_next from treating a node as a
+ * timer.
+ *
  * Lists: singly linked forward plus `pprev`, a pointer to the link that points
  * at the timer (a chain head or the previous timer's `next`), as in the Linux
  * kernel's hlist. Unlinking needs no slot index; whether a slot became empty
@@ -96,7 +102,7 @@ static inline uint64_t saturating_add(uint64_t a, uint64_t b)
     return a > UINT64_MAX - b ? UINT64_MAX : a + b;
 }
 
-static inline void list_push(struct tw_timer **head, struct tw_timer *t)
+static inline void list_push(struct tw_node **head, struct tw_node *t)
 {
     t->next = *head;
     if (t->next)
@@ -107,13 +113,13 @@ static inline void list_push(struct tw_timer **head, struct tw_timer *t)
 
 /* If `link` is one of the wheel's chain heads, the flat index of its slot
  * (level * TW_WHEEL_SLOTS + slot); else -1. */
-static inline long slot_index(const struct tw_wheel *w, struct tw_timer **link)
+static inline long slot_index(const struct tw_wheel *w, struct tw_node **link)
 {
     uintptr_t base = (uintptr_t)&w->slots[0][0][0];
     uintptr_t off = (uintptr_t)link - base;
     if (off >= sizeof w->slots)
         return -1;
-    return (long)(off / (sizeof(struct tw_timer *) * CHAINS));
+    return (long)(off / (sizeof(struct tw_node *) * CHAINS));
 }
 
 static inline int slot_is_empty(const struct tw_wheel *w, unsigned level, unsigned slot)
@@ -137,10 +143,10 @@ static inline void mark_empty(struct tw_wheel *w, unsigned level, unsigned slot)
         w->levels &= ~(UINT32_C(1) << level);
 }
 
-/* Take a pending timer out of its list; the caller decides what it becomes. */
-static void unlink_timer(struct tw_wheel *w, struct tw_timer *t)
+/* Take a pending node out of its list; the caller decides what it becomes. */
+static void unlink_node(struct tw_wheel *w, struct tw_node *t)
 {
-    struct tw_timer **link = t->pprev;
+    struct tw_node **link = t->pprev;
     *link = t->next;
     if (t->next) {
         t->next->pprev = link;
@@ -156,7 +162,7 @@ static void unlink_timer(struct tw_wheel *w, struct tw_timer *t)
 }
 
 /* Place a timer whose deadline is > now into its slot. */
-static inline void place(struct tw_wheel *w, struct tw_timer *t)
+static inline void place(struct tw_wheel *w, struct tw_node *t)
 {
     unsigned level = level_of(t->deadline ^ w->now);
     unsigned slot = digit_of(t->deadline, level);
@@ -176,7 +182,7 @@ static int process_next_slot(struct tw_wheel *w, uint64_t limit)
         if (tick > limit)
             return 0;
         w->now = tick;
-        struct tw_timer *chain[CHAINS];
+        struct tw_node *chain[CHAINS];
         memcpy(chain, w->slots[level][slot], sizeof chain);
         memset(w->slots[level][slot], 0, sizeof chain);
         mark_empty(w, level, slot);
@@ -184,7 +190,7 @@ static int process_next_slot(struct tw_wheel *w, uint64_t limit)
         for (unsigned live = CHAINS; live;) {
             live = 0;
             for (unsigned c = 0; c < CHAINS; c++) {
-                struct tw_timer *t = chain[c];
+                struct tw_node *t = chain[c];
                 if (!t)
                     continue;
                 live++;
@@ -207,7 +213,7 @@ static int process_next_slot(struct tw_wheel *w, uint64_t limit)
 
 /* Pop the next timer due by `limit`, or NULL (then now == limit, or stays if
  * limit is in the past). */
-static struct tw_timer *pop_due(struct tw_wheel *w, uint64_t limit)
+static struct tw_node *pop_due(struct tw_wheel *w, uint64_t limit)
 {
     if (!w->ready) {
         if (limit <= w->now)
@@ -217,8 +223,8 @@ static struct tw_timer *pop_due(struct tw_wheel *w, uint64_t limit)
             return NULL;
         }
     }
-    struct tw_timer *t = w->ready;
-    unlink_timer(w, t);
+    struct tw_node *t = w->ready;
+    unlink_node(w, t);
     w->pending--;
     return t;
 }
@@ -242,13 +248,13 @@ int64_t tw_wheel_destroy(struct tw_wheel *w)
     if (w->advancing)
         return TW_EBUSY;
     int64_t detached = 0;
-    for (struct tw_timer *t = w->ready; t; t = t->next, detached++)
+    for (struct tw_node *t = w->ready; t; t = t->next, detached++)
         t->pprev = NULL;
     for (unsigned level = 0; level < LEVELS; level++) {
         for (uint64_t bits = w->occupied[level]; bits; bits &= bits - 1) {
             unsigned slot = (unsigned)__builtin_ctzll(bits);
             for (unsigned c = 0; c < CHAINS; c++)
-                for (struct tw_timer *t = w->slots[level][slot][c]; t; t = t->next, detached++)
+                for (struct tw_node *t = w->slots[level][slot][c]; t; t = t->next, detached++)
                     t->pprev = NULL;
         }
     }
@@ -259,7 +265,7 @@ int64_t tw_wheel_destroy(struct tw_wheel *w)
 
 int64_t tw_wheel_advance(struct tw_wheel *w, uint64_t now)
 {
-    if (!w)
+    if (!w || w->bare)
         return TW_EINVAL;
     if (w->advancing)
         return TW_EBUSY;
@@ -270,8 +276,9 @@ int64_t tw_wheel_advance(struct tw_wheel *w, uint64_t now)
     int64_t fired = 0;
     w->advancing = 1;
     w->target = now;
-    struct tw_timer *t;
-    while ((t = pop_due(w, now)) != NULL) {
+    struct tw_node *n;
+    while ((n = pop_due(w, now)) != NULL) {
+        struct tw_timer *t = tw_container_of(n, struct tw_timer, node);
         fired++;
         t->fn(t, t->arg);
     }
@@ -279,13 +286,21 @@ int64_t tw_wheel_advance(struct tw_wheel *w, uint64_t now)
     return fired;
 }
 
-struct tw_timer *tw_wheel_expire_next(struct tw_wheel *w, uint64_t now)
+struct tw_node *tw_wheel_expire_next_node(struct tw_wheel *w, uint64_t now)
 {
     if (!w || w->advancing)
         return NULL;
     if (now > w->now)
         w->target = now;
     return pop_due(w, now);
+}
+
+struct tw_timer *tw_wheel_expire_next(struct tw_wheel *w, uint64_t now)
+{
+    if (!w || w->bare)
+        return NULL;
+    struct tw_node *n = tw_wheel_expire_next_node(w, now);
+    return n ? tw_container_of(n, struct tw_timer, node) : NULL;
 }
 
 uint64_t tw_wheel_now(const struct tw_wheel *w)
@@ -319,15 +334,83 @@ uint64_t tw_wheel_moves(const struct tw_wheel *w)
     return w->moves;
 }
 
-/* ---- timers ----------------------------------------------------------------- */
+/* ---- nodes and timers ------------------------------------------------------- */
+
+int tw_node_init(struct tw_node *n)
+{
+    if (!n)
+        return TW_EINVAL;
+    n->next = NULL;
+    n->pprev = NULL;
+    n->deadline = TW_NEVER;
+    return 0;
+}
+
+/* Arm or re-arm n (both pointers checked by the caller). */
+static int arm_node(struct tw_wheel *w, struct tw_node *n, uint64_t deadline)
+{
+    if (deadline <= w->now) {
+        if (w->now == UINT64_MAX)
+            return TW_ERANGE;
+        deadline = w->now + 1;
+    }
+    if (n->pprev) {
+        /* Later than a deadline still in the future: one store, moved when
+         * its slot comes due. (A ready node has deadline == now: relink.) */
+        if (deadline >= n->deadline && n->deadline > w->now) {
+            n->deadline = deadline;
+            return 0;
+        }
+        unlink_node(w, n);
+    } else {
+        w->pending++;
+    }
+    n->deadline = deadline;
+    place(w, n);
+    return 0;
+}
+
+int tw_node_arm_at(struct tw_wheel *w, struct tw_node *n, uint64_t deadline)
+{
+    if (!w || !n)
+        return TW_EINVAL;
+    w->bare = 1;
+    return arm_node(w, n, deadline);
+}
+
+int tw_node_arm(struct tw_wheel *w, struct tw_node *n, uint64_t delay)
+{
+    if (!w)
+        return TW_EINVAL;
+    return tw_node_arm_at(w, n, saturating_add(w->now, delay));
+}
+
+int tw_node_cancel(struct tw_wheel *w, struct tw_node *n)
+{
+    if (!w || !n)
+        return TW_EINVAL;
+    if (!n->pprev)
+        return 0;
+    unlink_node(w, n);
+    w->pending--;
+    return 1;
+}
+
+bool tw_node_pending(const struct tw_node *n)
+{
+    return n->pprev != NULL;
+}
+
+uint64_t tw_node_deadline(const struct tw_node *n)
+{
+    return n->pprev ? n->deadline : TW_NEVER;
+}
 
 int tw_timer_init(struct tw_timer *t, tw_timer_fn *fn, void *arg)
 {
     if (!t || !fn)
         return TW_EINVAL;
-    t->next = NULL;
-    t->pprev = NULL;
-    t->deadline = TW_NEVER;
+    tw_node_init(&t->node);
     t->fn = fn;
     t->arg = arg;
     return 0;
@@ -337,25 +420,7 @@ int tw_timer_arm_at(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline)
 {
     if (!w || !t || !t->fn)
         return TW_EINVAL;
-    if (deadline <= w->now) {
-        if (w->now == UINT64_MAX)
-            return TW_ERANGE;
-        deadline = w->now + 1;
-    }
-    if (t->pprev) {
-        /* Later than a deadline still in the future: one store, moved when
-         * its slot comes due. (A ready timer has deadline == now: relink.) */
-        if (deadline >= t->deadline && t->deadline > w->now) {
-            t->deadline = deadline;
-            return 0;
-        }
-        unlink_timer(w, t);
-    } else {
-        w->pending++;
-    }
-    t->deadline = deadline;
-    place(w, t);
-    return 0;
+    return arm_node(w, &t->node, deadline);
 }
 
 int tw_timer_arm(struct tw_wheel *w, struct tw_timer *t, uint64_t delay)
@@ -367,23 +432,17 @@ int tw_timer_arm(struct tw_wheel *w, struct tw_timer *t, uint64_t delay)
 
 int tw_timer_cancel(struct tw_wheel *w, struct tw_timer *t)
 {
-    if (!w || !t)
-        return TW_EINVAL;
-    if (!t->pprev)
-        return 0;
-    unlink_timer(w, t);
-    w->pending--;
-    return 1;
+    return t ? tw_node_cancel(w, &t->node) : TW_EINVAL;
 }
 
 bool tw_timer_pending(const struct tw_timer *t)
 {
-    return t->pprev != NULL;
+    return tw_node_pending(&t->node);
 }
 
 uint64_t tw_timer_deadline(const struct tw_timer *t)
 {
-    return t->pprev ? t->deadline : TW_NEVER;
+    return tw_node_deadline(&t->node);
 }
 
 /* ---- periodic timers -------------------------------------------------------- */
@@ -427,7 +486,7 @@ int tw_periodic_start(struct tw_wheel *w, struct tw_periodic *p, uint64_t first_
 {
     if (!w || !p || !p->fn || period == 0)
         return TW_EINVAL;
-    if (p->wheel && p->wheel != w && p->timer.pprev)
+    if (p->wheel && p->wheel != w && p->timer.node.pprev)
         tw_timer_cancel(p->wheel, &p->timer);
     p->wheel = w;
     p->period = period;

@@ -495,6 +495,56 @@ static void test_timers_left_ready_by_a_pull(void)
     CHECK_EQ_INT(tw_wheel_advance(&w, 1000), 0);
 }
 
+/* Bare nodes: the timer rules without a callback. Arming one makes the wheel
+ * pull-only (advance and expire_next refuse, since a node has nothing to
+ * call) until destroy; whole timers on it come out as nodes too. */
+static void test_bare_nodes(void)
+{
+    struct tw_wheel w;
+    struct tw_node a, b, c;
+    struct probe p;
+    tw_wheel_init(&w, 100);
+    CHECK_EQ_INT(tw_node_init(NULL), TW_EINVAL);
+    tw_node_init(&a);
+    tw_node_init(&b);
+    tw_node_init(&c);
+    CHECK(!tw_node_pending(&a));
+    CHECK_EQ_U64(tw_node_deadline(&a), TW_NEVER);
+    CHECK_EQ_INT(tw_node_arm(NULL, &a, 1), TW_EINVAL);
+    CHECK_EQ_INT(tw_node_arm_at(&w, NULL, 1), TW_EINVAL);
+    CHECK_EQ_INT(tw_node_cancel(&w, &a), 0); /* idle: no-op */
+    probe_init(&p, &w);
+    CHECK_EQ_INT(tw_timer_arm(&w, &p.timer, 5), 0);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 101), 0); /* not pull-only yet */
+    CHECK_EQ_INT(tw_node_arm(&w, &a, 0), 0);    /* delay 0: next tick */
+    CHECK_EQ_U64(tw_node_deadline(&a), 102);
+    CHECK_EQ_INT(tw_node_arm(&w, &b, 3000), 0);
+    CHECK_EQ_INT(tw_node_arm(&w, &b, 5000), 0); /* later: lazy */
+    CHECK_EQ_INT(tw_node_arm_at(&w, &c, UINT64_MAX - 1), 0);
+    CHECK_EQ_INT(tw_node_arm(&w, &c, UINT64_MAX), 0); /* saturates */
+    CHECK_EQ_U64(tw_node_deadline(&c), UINT64_MAX);
+    CHECK_EQ_U64(tw_wheel_pending(&w), 4);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 200), TW_EINVAL); /* pull-only now */
+    CHECK(tw_wheel_expire_next(&w, 200) == NULL);
+    CHECK_EQ_U64(tw_wheel_pending(&w), 4);
+    CHECK_EQ_PTR(tw_wheel_expire_next_node(&w, 200), &a);
+    CHECK_EQ_PTR(tw_wheel_expire_next_node(&w, 200), &p.timer.node); /* due at 105 */
+    CHECK_EQ_U64(tw_wheel_now(&w), 105);
+    CHECK_EQ_INT(p.fires, 0);
+    CHECK(tw_wheel_expire_next_node(&w, 5100) == NULL); /* b is due at 5101 */
+    CHECK_EQ_U64(tw_wheel_now(&w), 5100);
+    CHECK_EQ_PTR(tw_wheel_expire_next_node(&w, 5101), &b);
+    CHECK_EQ_INT(tw_node_cancel(&w, &c), 1);
+    CHECK(!tw_node_pending(&c));
+    CHECK_EQ_U64(tw_wheel_pending(&w), 0);
+    CHECK_EQ_INT(tw_node_arm(&w, &a, 10), 0);
+    CHECK_EQ_INT(tw_wheel_destroy(&w), 1); /* back to a wheel that calls back */
+    CHECK(!tw_node_pending(&a));
+    CHECK_EQ_INT(tw_timer_arm(&w, &p.timer, 1), 0);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 6000), 1);
+    CHECK_EQ_INT(p.fires, 1);
+}
+
 /* ---- periodic timers ---------------------------------------------------------- */
 
 struct ticker {
@@ -622,6 +672,7 @@ int main(void)
     RUN(test_nested_advance_refused);
     RUN(test_expire_next_pulls_in_order);
     RUN(test_timers_left_ready_by_a_pull);
+    RUN(test_bare_nodes);
     RUN(test_periodic_no_drift_catch_up);
     RUN(test_periodic_skip_missed);
     RUN(test_periodic_stopped_by_its_callback);

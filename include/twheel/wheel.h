@@ -63,23 +63,31 @@ struct tw_wheel;
  * it is periodic, see tw_periodic), so the callback may re-arm it. */
 typedef void tw_timer_fn(struct tw_timer *timer, void *arg);
 
+/* What the wheel links into its slots: 24 bytes on LP64. Every timer holds
+ * one. A pull-only user (see "bare nodes" below) may embed a bare node
+ * instead of a whole timer and save the callback's 16 bytes. Treat every
+ * field as private. */
+struct tw_node {
+    struct tw_node *next;   /* private: next node in the same slot */
+    struct tw_node **pprev; /* private: link that points at us; NULL = idle */
+    uint64_t deadline;      /* private: use tw_timer_deadline()/tw_node_deadline() */
+};
+
 /* An intrusive timer: 40 bytes on LP64. Initialise it with tw_timer_init
  * before first use; treat every field as private. */
 struct tw_timer {
-    struct tw_timer *next;   /* private: next timer in the same slot */
-    struct tw_timer **pprev; /* private: link that points at us; NULL = idle */
-    uint64_t deadline;       /* private: use tw_timer_deadline() */
-    tw_timer_fn *fn;         /* private: set by tw_timer_init */
-    void *arg;               /* private: set by tw_timer_init */
+    struct tw_node node; /* private: the wheel's link */
+    tw_timer_fn *fn;     /* private: set by tw_timer_init */
+    void *arg;           /* private: set by tw_timer_init */
 };
 
 /* The wheel. Caller-owned (static, inside your struct, or malloc'ed by you);
  * about 23 KB, of which only the slots in use are touched. Every field is
  * private. */
 struct tw_wheel {
-    struct tw_timer *slots[TW_WHEEL_LEVELS][TW_WHEEL_SLOTS][TW_WHEEL_CHAINS];
+    struct tw_node *slots[TW_WHEEL_LEVELS][TW_WHEEL_SLOTS][TW_WHEEL_CHAINS];
     uint64_t occupied[TW_WHEEL_LEVELS]; /* bit s set <=> slots[level][s] non-empty */
-    struct tw_timer *ready;             /* due at `now`, not fired yet */
+    struct tw_node *ready;              /* due at `now`, not fired yet */
     uint64_t now;                       /* current tick */
     uint64_t target;                    /* tick the running advance goes to */
     uint64_t moves;                     /* timers moved down a level, ever */
@@ -87,6 +95,7 @@ struct tw_wheel {
     uint32_t levels;                    /* bit l set <=> occupied[l] != 0 */
     uint32_t chain;                     /* next chain to push onto, round robin */
     int advancing;                      /* inside tw_wheel_advance */
+    int bare;                           /* a bare node was armed since init: pull only */
 };
 
 /* ---- wheel ------------------------------------------------------------- */
@@ -103,7 +112,7 @@ TW_API int64_t tw_wheel_destroy(struct tw_wheel *w);
 
 /* Advance time to `now`, firing every timer whose deadline is <= now, tick by
  * tick in deadline order. Returns the number of callbacks run (>= 0), or
- * TW_EINVAL for NULL, or TW_EBUSY when called from inside one of this wheel's
+ * TW_EINVAL for NULL or a pull-only wheel (see tw_node_arm), or TW_EBUSY when called from inside one of this wheel's
  * callbacks. A `now` earlier than the wheel's time does not move time back and
  * rescans nothing: it only fires timers that tw_wheel_expire_next left due at
  * the current tick (usually none, so it returns 0). Idle ticks cost nothing. */
@@ -115,7 +124,8 @@ TW_API int64_t tw_wheel_advance(struct tw_wheel *w, uint64_t now);
  * NULL when none is left, in which case the wheel's time is `now` (or stays
  * where it was if `now` is earlier: time never goes back). Between
  * calls the caller may arm, cancel or re-arm anything; the wheel's time is
- * then the returned timer's deadline. Returns NULL for a NULL wheel, or while
+ * then the returned timer's deadline. Returns NULL for a NULL wheel, a
+ * pull-only wheel (use tw_wheel_expire_next_node there), or while
  * tw_wheel_advance is running. O(1) amortised per timer, as advance. */
 TW_API struct tw_timer *tw_wheel_expire_next(struct tw_wheel *w, uint64_t now);
 
@@ -171,6 +181,36 @@ TW_API uint64_t tw_timer_deadline(const struct tw_timer *t);
 /* Recover the struct that embeds a timer: container_of. */
 #define tw_container_of(ptr, type, member) \
     ((type *)(void *)((char *)(ptr) - offsetof(type, member)))
+
+/* ---- bare nodes (pull only) -------------------------------------------- */
+/* For users who never let the wheel call back: they embed a struct tw_node
+ * (24 bytes) instead of a struct tw_timer (40) and collect due nodes with
+ * tw_wheel_expire_next_node, as twheel's keyed layer and cache do. Nodes obey
+ * every rule of timers (exactness, lazy later re-arm, saturation, immediate
+ * cancel). Once a bare node has been armed on a wheel, the wheel is pull-only
+ * until tw_wheel_init or tw_wheel_destroy: tw_wheel_advance returns TW_EINVAL
+ * and tw_wheel_expire_next NULL there, since a bare node has no callback.
+ * Whole timers may share a pull-only wheel: tw_wheel_expire_next_node hands
+ * out their nodes too (tw_container_of(n, struct tw_timer, node)). */
+
+/* Prepare a node: idle. Returns 0 or TW_EINVAL. Not on a pending node. */
+TW_API int tw_node_init(struct tw_node *n);
+
+/* As tw_timer_arm_at / tw_timer_arm for a node, with the same results; the
+ * wheel becomes pull-only. O(1). */
+TW_API int tw_node_arm_at(struct tw_wheel *w, struct tw_node *n, uint64_t deadline);
+TW_API int tw_node_arm(struct tw_wheel *w, struct tw_node *n, uint64_t delay);
+
+/* As tw_timer_cancel: 1 if it was pending, 0 if idle, TW_EINVAL. O(1). */
+TW_API int tw_node_cancel(struct tw_wheel *w, struct tw_node *n);
+
+/* Whether n is armed; its deadline if pending, TW_NEVER if idle. O(1). */
+TW_API bool tw_node_pending(const struct tw_node *n);
+TW_API uint64_t tw_node_deadline(const struct tw_node *n);
+
+/* As tw_wheel_expire_next, handing out nodes (bare ones, and those of whole
+ * timers). Works on every wheel, pull-only or not. */
+TW_API struct tw_node *tw_wheel_expire_next_node(struct tw_wheel *w, uint64_t now);
 
 /* ---- periodic timers --------------------------------------------------- */
 
