@@ -2,10 +2,13 @@
  *
  * Layout
  * ------
- *   entries  a pool of 56-byte entries in chunks of TW_TASKS_CHUNK, addressed
+ *   entries  a pool of 48-byte entries in chunks of TW_TASKS_CHUNK, addressed
  *            by a 32-bit index (chunk = idx / CHUNK). Chunks never move, so the
- *            core timer embedded in each entry can stay linked in the wheel.
- *            Free entries form a LIFO list through the entry itself.
+ *            wheel node embedded in each entry can stay linked in the wheel.
+ *            Free entries form a LIFO list through the entry itself. An entry
+ *            holds its key: an integer, a string of up to KEY_INLINE bytes in
+ *            place (no pointer to chase on a lookup), or a pointer to a block
+ *            for a longer string.
  *   index    open addressing with linear probing over 32-bit slots:
  *                0 = empty, 1 = tombstone,
  *                else (tag << bits) | (entry index + 2),
@@ -19,9 +22,8 @@
  *            (counting tombstones), which keeps the index at 4.6..7.3 bytes per
  *            task. Deletion writes a tombstone, or an empty slot (clearing the
  *            tombstones before it too) when the next slot is empty.
- *   wheel    the core wheel, driven through its pull interface
- *            (tw_wheel_expire_next): the core timers' own callbacks are never
- *            called, and each due entry is taken out of the index before
+ *   wheel    the core wheel holding bare 24-byte nodes (no callback), driven
+ *            through its pull interface (tw_wheel_expire_next_node); each due entry is taken out of the index before
  *            execute runs, so execute sees a table in which its task is gone.
  *
  * Memory returned: the index shrinks (rehash) when under 1/8 full. When fewer
@@ -58,19 +60,32 @@
 
 _Static_assert((CHUNK & (CHUNK - 1)) == 0, "chunk size: a power of two");
 
+/* Strings up to this long are kept in the entry itself. */
+#define KEY_INLINE 15
+#define KEY_OUTSIDE 0xffu
+
+/* A key as an entry keeps it. Integer keys: num. String keys: b[KEY_INLINE]
+ * is the length when it is <= KEY_INLINE, the bytes in b[0..len); else it is
+ * KEY_OUTSIDE and `block` points at a block: u16 length (little-endian), then
+ * the bytes. */
+union stored_key {
+    uint64_t num;
+    unsigned char *block;
+    unsigned char b[KEY_INLINE + 1];
+};
+
 struct entry {
     union {
-        struct tw_timer timer; /* while the task is pending */
+        struct tw_node node;   /* while the task is pending */
         struct {               /* while free, or detached by drain */
             uint32_t next;     /* next free / detached entry, NIL at the end */
             uint64_t deadline; /* drain: the tick it was due at */
         } idle;
     } u;
     void *value;
-    uint64_t key; /* integer key, or the address of the key block: u16 length
-                     (little-endian) then the bytes */
+    union stored_key key;
 };
-_Static_assert(sizeof(struct entry) == 56 || sizeof(void *) != 8, "56-byte entries on LP64");
+_Static_assert(sizeof(struct entry) == 48 || sizeof(void *) != 8, "48-byte entries on LP64");
 
 struct tw_tasks {
     struct tw_wheel wheel;
@@ -136,22 +151,20 @@ static inline struct entry *entry_at(const struct tw_tasks *t, uint32_t idx)
     return &t->chunks[idx / CHUNK][idx % CHUNK];
 }
 
-static inline const unsigned char *key_block(const struct entry *e)
-{
-    return (const unsigned char *)(uintptr_t)e->key;
-}
-
 static inline size_t block_len(const unsigned char *b)
 {
     return (size_t)b[0] | (size_t)b[1] << 8;
 }
 
-static void never_called(struct tw_timer *timer, void *arg)
+/* A string key's bytes and length. */
+static inline const unsigned char *key_bytes(const union stored_key *k, size_t *len)
 {
-    /* tw_tasks drives its wheel with tw_wheel_expire_next only. */
-    (void)timer;
-    (void)arg;
-    abort();
+    if (k->b[KEY_INLINE] != KEY_OUTSIDE) {
+        *len = k->b[KEY_INLINE];
+        return k->b;
+    }
+    *len = block_len(k->block);
+    return k->block + 2;
 }
 
 static inline void free_entry(struct tw_tasks *t, uint32_t idx)
@@ -161,12 +174,10 @@ static inline void free_entry(struct tw_tasks *t, uint32_t idx)
     t->free_head = idx;
 }
 
-static void free_key(struct tw_tasks *t, uint64_t key)
+static void free_key(struct tw_tasks *t, const union stored_key *k)
 {
-    if (!t->int_keys) {
-        unsigned char *b = (unsigned char *)(uintptr_t)key;
-        mem(t, b, block_len(b) + 2, 0);
-    }
+    if (!t->int_keys && k->b[KEY_INLINE] == KEY_OUTSIDE)
+        mem(t, k->block, block_len(k->block) + 2, 0);
 }
 
 static int rehash(struct tw_tasks *t, uint32_t new_cap, uint32_t new_bits);
@@ -207,17 +218,20 @@ static int add_chunk(struct tw_tasks *t)
 static inline uint64_t hash_entry(const struct tw_tasks *t, const struct entry *e)
 {
     if (t->int_keys)
-        return tw_hash_int(e->key, t->k0, t->k1);
-    const unsigned char *b = key_block(e);
-    return tw_siphash13(b + 2, block_len(b), t->k0, t->k1);
+        return tw_hash_int(e->key.num, t->k0, t->k1);
+    size_t len;
+    const unsigned char *p = key_bytes(&e->key, &len);
+    return tw_siphash13(p, len, t->k0, t->k1);
 }
 
 static inline int key_eq(const struct tw_tasks *t, const struct entry *e, const struct keyref *k)
 {
     if (t->int_keys)
-        return e->key == k->num;
-    const unsigned char *b = key_block(e);
-    return block_len(b) == k->len && memcmp(b + 2, k->p, k->len) == 0;
+        return e->key.num == k->num;
+    if (k->len <= KEY_INLINE)
+        return e->key.b[KEY_INLINE] == k->len && memcmp(e->key.b, k->p, k->len) == 0;
+    return e->key.b[KEY_INLINE] == KEY_OUTSIDE && block_len(e->key.block) == k->len &&
+           memcmp(e->key.block + 2, k->p, k->len) == 0;
 }
 
 static inline uint32_t tag_of(uint64_t h, uint32_t mask)
@@ -314,8 +328,11 @@ static int rehash(struct tw_tasks *t, uint32_t new_cap, uint32_t new_bits)
         if (i + AHEAD < t->cap && t->slots[i + AHEAD] > SLOT_TOMB) {
             const struct entry *pe = entry_at(t, (t->slots[i + AHEAD] & t->mask) - 2);
             __builtin_prefetch(pe);
-            if (!t->int_keys && i + AHEAD / 2 < t->cap && t->slots[i + AHEAD / 2] > SLOT_TOMB)
-                __builtin_prefetch(key_block(entry_at(t, (t->slots[i + AHEAD / 2] & t->mask) - 2)));
+            if (!t->int_keys && i + AHEAD / 2 < t->cap && t->slots[i + AHEAD / 2] > SLOT_TOMB) {
+                const struct entry *e = entry_at(t, (t->slots[i + AHEAD / 2] & t->mask) - 2);
+                if (e->key.b[KEY_INLINE] == KEY_OUTSIDE)
+                    __builtin_prefetch(e->key.block);
+            }
         }
         uint32_t s = t->slots[i];
         if (s <= SLOT_TOMB)
@@ -348,12 +365,12 @@ static void maybe_shrink(struct tw_tasks *t)
 /* Move an entry's task to another (free) entry. */
 static void relocate(struct tw_tasks *t, struct entry *from, struct entry *to)
 {
-    uint64_t deadline = tw_timer_deadline(&from->u.timer);
-    tw_timer_cancel(&t->wheel, &from->u.timer);
-    tw_timer_init(&to->u.timer, never_called, NULL);
+    uint64_t deadline = tw_node_deadline(&from->u.node);
+    tw_node_cancel(&t->wheel, &from->u.node);
+    tw_node_init(&to->u.node);
     to->value = from->value;
     to->key = from->key;
-    tw_timer_arm_at(&t->wheel, &to->u.timer, deadline);
+    tw_node_arm_at(&t->wheel, &to->u.node, deadline);
 }
 
 /* Give chunks back when under a quarter of the pool is live (see the top). */
@@ -448,7 +465,7 @@ void tw_tasks_free(struct tw_tasks *t)
     for (uint32_t pos = 0; pos < t->cap; pos++) {
         uint32_t s = t->slots[pos];
         if (s > SLOT_TOMB)
-            free_key(t, entry_at(t, (s & t->mask) - 2)->key);
+            free_key(t, &entry_at(t, (s & t->mask) - 2)->key);
     }
     for (uint32_t c = 0; c < t->nchunks; c++)
         mem(t, t->chunks[c], CHUNK * sizeof(struct entry), 0);
@@ -487,7 +504,7 @@ static int int_key(const struct tw_tasks *t, uint64_t key, struct keyref *k)
 
 static inline void arm(struct tw_tasks *t, struct entry *e, int64_t delay)
 {
-    tw_timer_arm(&t->wheel, &e->u.timer, (uint64_t)delay);
+    tw_node_arm(&t->wheel, &e->u.node, (uint64_t)delay);
 }
 
 static int do_set(struct tw_tasks *t, const struct keyref *k, void *value, int64_t delay)
@@ -522,23 +539,30 @@ static int do_set(struct tw_tasks *t, const struct keyref *k, void *value, int64
             return TW_ENOMEM;
         moved |= bits != t->bits;
     }
-    uint64_t key = k->num;
-    if (!t->int_keys) {
+    union stored_key key;
+    memset(&key, 0, sizeof key);
+    if (t->int_keys) {
+        key.num = k->num;
+    } else if (k->len <= KEY_INLINE) {
+        if (k->len)
+            memcpy(key.b, k->p, k->len);
+        key.b[KEY_INLINE] = (unsigned char)k->len;
+    } else {
         unsigned char *b = mem(t, NULL, 0, k->len + 2);
         if (!b)
             return TW_ENOMEM;
         b[0] = (unsigned char)(k->len & 0xff);
         b[1] = (unsigned char)(k->len >> 8);
-        if (k->len)
-            memcpy(b + 2, k->p, k->len);
-        key = (uint64_t)(uintptr_t)b;
+        memcpy(b + 2, k->p, k->len);
+        key.block = b;
+        key.b[KEY_INLINE] = KEY_OUTSIDE;
     }
     if (moved)
         (void)probe(t, k, &ins);
     uint32_t idx = t->free_head;
     struct entry *e = entry_at(t, idx);
     t->free_head = e->u.idle.next;
-    tw_timer_init(&e->u.timer, never_called, NULL);
+    tw_node_init(&e->u.node);
     e->value = value;
     e->key = key;
     if (t->slots[ins] == SLOT_EMPTY)
@@ -571,10 +595,10 @@ static int do_remove(struct tw_tasks *t, const struct keyref *k, void **value)
         return TW_ENOENT;
     uint32_t idx = (t->slots[pos] & t->mask) - 2;
     struct entry *e = entry_at(t, idx);
-    tw_timer_cancel(&t->wheel, &e->u.timer);
+    tw_node_cancel(&t->wheel, &e->u.node);
     if (value)
         *value = e->value;
-    free_key(t, e->key);
+    free_key(t, &e->key);
     clear_slot(t, pos);
     free_entry(t, idx);
     maybe_shrink(t);
@@ -592,7 +616,7 @@ static int do_get(const struct tw_tasks *t, const struct keyref *k, void **value
     if (value)
         *value = e->value;
     if (deadline)
-        *deadline = tw_timer_deadline(&e->u.timer);
+        *deadline = tw_node_deadline(&e->u.node);
     return 0;
 }
 
@@ -655,17 +679,17 @@ int tw_tasks_get_int(const struct tw_tasks *t, uint64_t key, void **value, uint6
 
 /* ---- running tasks ------------------------------------------------------------ */
 
-static inline void fill_task(const struct tw_tasks *t, struct tw_task *task, uint64_t key,
-                             void *value, uint64_t deadline)
+/* `key` is the caller's copy of the entry's key: the entry itself may be
+ * reused by a set in the callback. */
+static inline void fill_task(const struct tw_tasks *t, struct tw_task *task,
+                             const union stored_key *key, void *value, uint64_t deadline)
 {
     if (t->int_keys) {
         task->key = NULL;
         task->key_len = 0;
-        task->key_int = key;
+        task->key_int = key->num;
     } else {
-        const unsigned char *b = (const unsigned char *)(uintptr_t)key;
-        task->key = b + 2;
-        task->key_len = block_len(b);
+        task->key = key_bytes(key, &task->key_len);
         task->key_int = 0;
     }
     task->value = value;
@@ -690,8 +714,8 @@ int64_t tw_tasks_drain(struct tw_tasks *t, tw_tasks_fn *fn, void *ctx)
             continue;
         uint32_t idx = (s & t->mask) - 2;
         struct entry *e = entry_at(t, idx);
-        uint64_t deadline = tw_timer_deadline(&e->u.timer);
-        tw_timer_cancel(&t->wheel, &e->u.timer);
+        uint64_t deadline = tw_node_deadline(&e->u.node);
+        tw_node_cancel(&t->wheel, &e->u.node);
         e->u.idle.deadline = deadline;
         e->u.idle.next = head;
         head = idx;
@@ -706,11 +730,11 @@ int64_t tw_tasks_drain(struct tw_tasks *t, tw_tasks_fn *fn, void *ctx)
         struct entry *e = entry_at(t, idx);
         head = e->u.idle.next;
         struct tw_task task;
-        uint64_t key = e->key;
-        fill_task(t, &task, key, e->value, e->u.idle.deadline);
+        union stored_key key = e->key;
+        fill_task(t, &task, &key, e->value, e->u.idle.deadline);
         free_entry(t, idx);
         fn(ctx, &task);
-        free_key(t, key);
+        free_key(t, &key);
     }
     t->depth--;
     maybe_compact(t);
@@ -725,20 +749,20 @@ int64_t tw_tasks_advance_max(struct tw_tasks *t, uint64_t now, size_t max)
         return TW_EBUSY;
     t->depth++;
     int64_t n = 0;
-    struct tw_timer *timer;
-    while ((max == 0 || (size_t)n < max) && (timer = tw_wheel_expire_next(&t->wheel, now))) {
-        struct entry *e = tw_container_of(timer, struct entry, u.timer);
+    struct tw_node *node;
+    while ((max == 0 || (size_t)n < max) && (node = tw_wheel_expire_next_node(&t->wheel, now))) {
+        struct entry *e = tw_container_of(node, struct entry, u.node);
         /* Entries do not store their index: their slot has it. */
         uint32_t pos = slot_of_entry(t, e);
         uint32_t idx = (t->slots[pos] & t->mask) - 2;
         struct tw_task task;
-        uint64_t key = e->key;
-        fill_task(t, &task, key, e->value, tw_wheel_now(&t->wheel));
+        union stored_key key = e->key;
+        fill_task(t, &task, &key, e->value, tw_wheel_now(&t->wheel));
         clear_slot(t, pos);
         free_entry(t, idx);
         n++;
         t->execute(t->ctx, &task);
-        free_key(t, key);
+        free_key(t, &key);
     }
     t->depth--;
     maybe_shrink(t);

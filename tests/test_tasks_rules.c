@@ -180,6 +180,54 @@ static void test_string_keys(void)
     tw_tasks_free(t);
 }
 
+/* Keys of up to 15 bytes live in the entry, longer ones in a block of their
+ * own: lengths around that edge are distinct keys, compare by bytes, and
+ * reach execute intact even when execute's own set reuses the entry. */
+struct reuse_ctx {
+    struct tw_tasks *t;
+    int runs, intact;
+};
+
+static void reuse_execute(void *ctx, const struct tw_task *task)
+{
+    struct reuse_ctx *rc = ctx;
+    char before[40];
+    size_t len = task->key_len;
+    memcpy(before, task->key, len);
+    /* The freed entry is the first to be reused: overwrite it with a new key
+     * of another length class, then look at the task's key again. */
+    CHECK_EQ_INT(tw_tasks_set(rc->t, "zzzzzzzzzzzzzzzzzzzzzzzzzzzzzz", 30 - len % 20, NULL, 100), 1);
+    rc->intact += task->key_len == len && memcmp(before, task->key, len) == 0;
+    rc->runs++;
+}
+
+static void test_key_lengths_around_inline(void)
+{
+    struct reuse_ctx rc = {0};
+    struct tw_tasks_config cfg = {.execute = reuse_execute, .ctx = &rc};
+    CHECK_EQ_INT(tw_tasks_new(&rc.t, &cfg), 0);
+    const char *k = "0123456789abcdefghij";
+    for (size_t len = 13; len <= 18; len++)
+        CHECK_EQ_INT(tw_tasks_set(rc.t, k, len, (void *)(uintptr_t)len, 10), 1);
+    for (size_t len = 13; len <= 18; len++) {
+        void *v = NULL;
+        CHECK_EQ_INT(tw_tasks_get(rc.t, k, len, &v, NULL), 0);
+        CHECK_EQ_U64((uintptr_t)v, len);
+        char other[20];
+        memcpy(other, k, len);
+        other[len - 1] ^= 1; /* same length, last byte differs */
+        CHECK_EQ_INT(tw_tasks_get(rc.t, other, len, NULL, NULL), TW_ENOENT);
+    }
+    CHECK_EQ_INT(tw_tasks_remove(rc.t, k, 15, NULL), 0);
+    CHECK_EQ_INT(tw_tasks_remove(rc.t, k, 16, NULL), 0);
+    CHECK_EQ_INT(tw_tasks_get(rc.t, k, 14, NULL, NULL), 0);
+    CHECK_EQ_INT(tw_tasks_get(rc.t, k, 17, NULL, NULL), 0);
+    CHECK_EQ_INT(tw_tasks_advance(rc.t, 10), 4);
+    CHECK_EQ_INT(rc.runs, 4);
+    CHECK_EQ_INT(rc.intact, 4);
+    tw_tasks_free(rc.t);
+}
+
 static void test_int_keys(void)
 {
     struct tw_tasks *t = new_tasks(&R, TW_TASKS_KEY_INT, 0);
@@ -563,8 +611,8 @@ static void test_failing_allocator(void)
         int enomem = 0;
         size_t want = 0;
         char key[32];
-        for (int k = 0; k < 1100; k++) {
-            int n = snprintf(key, sizeof key, "conn:%d", k);
+        for (int k = 0; k < 1100; k++) { /* longer than 15 bytes: a block each */
+            int n = snprintf(key, sizeof key, "connection:%06d", k);
             rc = tw_tasks_set(t, key, (size_t)n, (void *)(uintptr_t)k, 10 + k % 7);
             if (rc == TW_ENOMEM) {
                 enomem++;
@@ -616,17 +664,17 @@ static void test_memory_returned(void)
     size_t empty = st.bytes;
     char key[32];
     for (int round = 0; round < 3; round++) {
-        for (int k = 0; k < 50000; k++) {
-            int n = snprintf(key, sizeof key, "conn:%d", k);
+        for (int k = 0; k < 50000; k++) { /* odd keys long enough for a block */
+            int n = snprintf(key, sizeof key, k % 2 ? "connection-%d-of-many" : "conn:%d", k);
             tw_tasks_set(t, key, (size_t)n, NULL, 1 + k % 1000);
         }
         tw_tasks_stats(t, &st);
         CHECK_EQ_U64(st.pending, 50000);
-        CHECK(st.bytes > 50000 * 56);
+        CHECK(st.bytes > 50000 * 48 + 25000 * 20);
         CHECK_EQ_INT(c.outstanding, (int64_t)st.bytes);
         if (round == 0) { /* remove them */
             for (int k = 0; k < 50000; k++) {
-                int n = snprintf(key, sizeof key, "conn:%d", k);
+                int n = snprintf(key, sizeof key, k % 2 ? "connection-%d-of-many" : "conn:%d", k);
                 CHECK_EQ_INT(tw_tasks_remove(t, key, (size_t)n, NULL), 0);
             }
         } else if (round == 1) { /* let them fire */
@@ -749,6 +797,7 @@ int main(void)
 {
     RUN(test_config_errors);
     RUN(test_string_keys);
+    RUN(test_key_lengths_around_inline);
     RUN(test_int_keys);
     RUN(test_set_absent_arms);
     RUN(test_set_present_replaces);

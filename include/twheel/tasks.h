@@ -29,10 +29,12 @@
  *
  * Memory: one allocation for the instance (about 24 KB, mostly the core wheel),
  * a pool of task entries in chunks of TW_TASKS_CHUNK entries, one open-
- * addressing index of 32-bit slots, and for string keys one block per key
- * (length + 2 bytes). Per task: 56 bytes of entry (a 40-byte core timer, the
- * value, the key or a pointer to it) plus 4.6..7.3 bytes of index (load
- * factor 0.55..0.8), so <= 64 bytes plus the key block. Memory is returned:
+ * addressing index of 32-bit slots, and for string keys longer than 15 bytes
+ * one block per key (length + 2 bytes). Per task: 48 bytes of entry (the
+ * wheel's 24-byte node, the value, and the key: an integer, a string of up to
+ * 15 bytes in place, or a pointer to its block) plus 4.6..7.3 bytes of index
+ * (load factor 0.55..0.8), so <= 56 bytes, plus the block of a string key
+ * longer than 15 bytes. Memory is returned:
  * the index shrinks when it falls below 1/8 full, and when fewer than a quarter
  * of the pool's entries are live the live ones are moved down and the emptied
  * chunks freed (outside callbacks; amortised O(1) per removal).
