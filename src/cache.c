@@ -8,7 +8,7 @@
  *
  * Expiry: each shard's entries carry a timer on the shard's wheel (1 ms
  * ticks). The expiry thread (none under the manual clock) pulls due timers
- * with tw_wheel_expire_next, CACHE_EXPIRE_BATCH at a time per lock hold, then
+ * with tw_wheel_expire_next_node, CACHE_EXPIRE_BATCH at a time per lock hold, then
  * sleeps on a CLOCK_MONOTONIC condition until the earliest next deadline of
  * all shards. A set whose deadline is earlier than that wakes it (see
  * cache_note_deadline for the handshake). Reads never depend on the thread:
@@ -128,13 +128,6 @@ static inline size_t cache_entry_bytes(const struct tw_cache *c, const struct ca
     return cache_entry_size(c, e->klen, c->copy_values ? e->value.len : 0);
 }
 
-/* The timers' callback is never called: expiry pulls them. */
-static void cache_timer_unused(struct tw_timer *t, void *arg)
-{
-    (void)t;
-    (void)arg;
-}
-
 /* Entries (and pointer-mode values) dropped under a lock, released after. */
 struct cache_garbage {
     struct cache_entry *entries; /* linked through hnext */
@@ -168,7 +161,7 @@ static void cache_garbage_release(struct tw_cache *c, struct cache_garbage *g)
 static void cache_unlink(struct tw_cache *c, struct cache_shard *s, struct cache_entry *e,
                          struct cache_garbage *g)
 {
-    tw_timer_cancel(&s->wheel, &e->timer);
+    tw_node_cancel(&s->wheel, &e->timer);
     tw_cache_map_remove_(c, s, e);
     if (c->limit)
         tw_cache_lru_unlink_(s, e);
@@ -178,7 +171,7 @@ static void cache_unlink(struct tw_cache *c, struct cache_shard *s, struct cache
 
 static inline bool cache_live(const struct cache_entry *e, uint64_t now_ns)
 {
-    return now_ns / CACHE_NS_PER_TICK < tw_timer_deadline(&e->timer);
+    return now_ns / CACHE_NS_PER_TICK < tw_node_deadline(&e->timer);
 }
 
 /* xorshift64*: uniform double in [0, 1). */
@@ -272,7 +265,7 @@ static int cache_store_locked(struct tw_cache *c, struct cache_shard *s,
             cache_lru_of(e)->stamp = cache_stamp(c, now_ns);
             tw_cache_lru_touch_(s, e);
         }
-        tw_timer_arm_at(&s->wheel, &e->timer, tick);
+        tw_node_arm_at(&s->wheel, &e->timer, tick);
         *deadline = tick;
         return 0;
     }
@@ -283,7 +276,7 @@ static int cache_store_locked(struct tw_cache *c, struct cache_shard *s,
     if (!block)
         return TW_ENOMEM;
     struct cache_entry *n = (struct cache_entry *)(void *)(block + cache_pre(c));
-    tw_timer_init(&n->timer, cache_timer_unused, NULL);
+    tw_node_init(&n->timer);
     n->hnext = NULL;
     if (c->limit) {
         struct cache_lru *l = cache_lru_of(n);
@@ -303,7 +296,7 @@ static int cache_store_locked(struct tw_cache *c, struct cache_shard *s,
     }
     if (e) {
         /* Copy mode, new size: the new entry takes the old one's place. */
-        tw_timer_cancel(&s->wheel, &e->timer);
+        tw_node_cancel(&s->wheel, &e->timer);
         tw_cache_map_replace_(s, e, n);
         if (c->limit)
             tw_cache_lru_unlink_(s, e);
@@ -314,7 +307,7 @@ static int cache_store_locked(struct tw_cache *c, struct cache_shard *s,
     }
     if (c->limit)
         tw_cache_lru_push_(s, n);
-    tw_timer_arm_at(&s->wheel, &n->timer, tick);
+    tw_node_arm_at(&s->wheel, &n->timer, tick);
     *deadline = tick;
     return 0;
 }
@@ -668,8 +661,8 @@ static uint64_t cache_expire_shard(struct tw_cache *c, struct cache_shard *s, ui
         struct cache_garbage g = {0};
         unsigned n = 0;
         cache_lock(c, s);
-        struct tw_timer *t;
-        while (n < CACHE_EXPIRE_BATCH && (t = tw_wheel_expire_next(&s->wheel, now_tick))) {
+        struct tw_node *t;
+        while (n < CACHE_EXPIRE_BATCH && (t = tw_wheel_expire_next_node(&s->wheel, now_tick))) {
             struct cache_entry *e = tw_container_of(t, struct cache_entry, timer);
             tw_cache_map_remove_(c, s, e);
             if (c->limit)

@@ -28,12 +28,12 @@
 #define CACHE_MIN_BUCKETS 16u
 #define CACHE_MAX_SHARDS 4096u
 
-/* One key: 64 bytes on LP64 before the key bytes (value pointer included),
+/* One key: 48 bytes on LP64 before the key bytes (value pointer included),
  * allocated as one block with the key (and in copy mode the value) bytes.
  * A cache with an LRU limit puts a struct cache_lru just before each entry
- * in the same block (88 bytes then); a cache without one does not pay for it. */
+ * in the same block (72 bytes then); a cache without one does not pay for it. */
 struct cache_entry {
-    struct tw_timer timer;       /* pending on the shard's wheel; deadline = expiry tick */
+    struct tw_node timer;        /* pending on the shard's wheel; deadline = expiry tick */
     struct cache_entry *hnext;   /* next in the bucket's chain */
     uint32_t hash;               /* low 32 bits of the key's hash */
     uint32_t klen;
