@@ -515,7 +515,7 @@ static void usage(int code)
             "usage: bench_twheel [--full | --tiny] [--reps K] [--only w1,w2,w3,w4]\n"
             "                    [--impl NAME,...] [--sizes N,...] [--budget SECONDS]\n"
             "                    [--out DIR] [--no-plot] [--list]\n"
-            "  --full      W1 up to 1e7 timers, budget 600 s (default set: about 3 minutes)\n"
+            "  --full      W1 up to 1e7 timers, budget 600 s (default set: about 4-6 minutes)\n"
             "  --tiny      every workload at a tiny size, 1 rep: the harness test\n"
             "  --reps K    repetitions per cell (default 3; medians are reported)\n"
             "  --only 13   workloads to run (digits of 1-4)\n"
