@@ -332,6 +332,59 @@ static void drain_fn(void *ctx, const struct tw_task *task)
         CHECK_EQ_INT(tw_runner_set_int(d->r, 1, (void *)11, 2 * TICK_NS), 1);
 }
 
+/* Task deadlines are ticks of the runner's clock (tick k = creation + k
+ * ticks), whichever shard holds the task: in execute, in drain's fn and in
+ * stop's drain. Each shard's wheel counts from its own origin (staggered), so
+ * this fails if a deadline leaks out on a shard's clock. */
+struct clock_check {
+    uint64_t lo, hi; /* bounds of a right deadline */
+    int calls, inside;
+};
+
+static void clock_check_fn(void *ctx, const struct tw_task *task)
+{
+    struct clock_check *c = ctx;
+    c->calls++;
+    c->inside += task->deadline >= c->lo && task->deadline <= c->hi;
+}
+
+/* How many of F's fires from..to-1 have a deadline in [lo, hi]. */
+static int fires_inside(int from, int to, uint64_t lo, uint64_t hi)
+{
+    int inside = 0;
+    pthread_mutex_lock(&F.lock);
+    for (int i = from; i < to; i++)
+        inside += F.deadline[i] >= lo && F.deadline[i] <= hi;
+    pthread_mutex_unlock(&F.lock);
+    return inside;
+}
+
+static void test_deadlines_on_runner_clock(void)
+{
+    const uint64_t far = 10000; /* ticks */
+    uint64_t before = now_ns(); /* <= the runner's tick 0 */
+    struct tw_runner *r = start(0, TW_TASKS_KEY_INT, 0);
+    for (uint64_t k = 1; k <= 64; k++) /* over every shard */
+        CHECK_EQ_INT(tw_runner_set_int(r, k, NULL, (int64_t)(far * TICK_NS)), 1);
+    struct clock_check c = {far, (now_ns() - before) / TICK_NS + far + 1, 0, 0};
+    CHECK_EQ_INT(tw_runner_drain(r, clock_check_fn, &c), 64);
+    CHECK_EQ_INT(c.inside, 64);
+    /* execute */
+    for (uint64_t k = 1; k <= 64; k++)
+        CHECK_EQ_INT(tw_runner_set_int(r, k, NULL, 2 * TICK_NS), 1);
+    uint64_t hi = (now_ns() - before) / TICK_NS + 3;
+    CHECK_EQ_INT(wait_fires(&F, 64), 64);
+    CHECK_EQ_INT(fires_inside(0, 64, 2, hi), 64);
+    /* stop's drain */
+    for (uint64_t k = 1; k <= 64; k++)
+        CHECK_EQ_INT(tw_runner_set_int(r, k, NULL, (int64_t)(far * TICK_NS)), 1);
+    hi = (now_ns() - before) / TICK_NS + far + 1;
+    CHECK_EQ_INT(tw_runner_stop(r, TW_RUNNER_STOP_DRAIN), 0);
+    CHECK_EQ_INT(fires_n(&F), 128);
+    CHECK_EQ_INT(fires_inside(64, 128, far, hi), 64);
+    tw_runner_free(r);
+}
+
 static void test_drain(void)
 {
     struct tw_runner *r = start(1, TW_TASKS_KEY_INT, 100);
@@ -656,6 +709,7 @@ int main(void)
     RUN(test_catch_up_in_order);
     RUN(test_executor_pool);
     RUN(test_admission_limit);
+    RUN(test_deadlines_on_runner_clock);
     RUN(test_drain);
     RUN(test_stop);
     RUN(test_allocator_is_copied);
