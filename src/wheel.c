@@ -374,8 +374,14 @@ int tw_node_arm_at(struct tw_wheel *w, struct tw_node *n, uint64_t deadline)
 {
     if (!w || !n)
         return TW_EINVAL;
-    w->bare = 1;
-    return arm_node(w, n, deadline);
+    /* From a callback: the advance running would hand the node to that
+     * callback-calling loop, which would take it for a timer. */
+    if (w->advancing)
+        return TW_EBUSY;
+    int rc = arm_node(w, n, deadline);
+    if (rc == 0)
+        w->bare = 1;
+    return rc;
 }
 
 int tw_node_arm(struct tw_wheel *w, struct tw_node *n, uint64_t delay)

@@ -498,8 +498,39 @@ static void test_timers_left_ready_by_a_pull(void)
 /* Bare nodes: the timer rules without a callback. Arming one makes the wheel
  * pull-only (advance and expire_next refuse, since a node has nothing to
  * call) until destroy; whole timers on it come out as nodes too. */
+struct node_from_callback {
+    struct tw_timer timer;
+    struct tw_wheel *wheel;
+    struct tw_node node;
+    int rc;
+};
+
+static void arm_node_from_callback(struct tw_timer *t, void *arg)
+{
+    struct node_from_callback *x = arg;
+    (void)t;
+    x->rc = tw_node_arm(x->wheel, &x->node, 0);
+}
+
 static void test_bare_nodes(void)
 {
+    /* Not from a callback: that advance would take the node for a timer. */
+    struct tw_wheel w0;
+    struct node_from_callback x = {.wheel = &w0, .rc = 1};
+    tw_wheel_init(&w0, 0);
+    tw_node_init(&x.node);
+    tw_timer_init(&x.timer, arm_node_from_callback, &x);
+    tw_timer_arm(&w0, &x.timer, 1);
+    CHECK_EQ_INT(tw_wheel_advance(&w0, 10), 1);
+    CHECK_EQ_INT(x.rc, TW_EBUSY);
+    CHECK(!tw_node_pending(&x.node));
+    tw_timer_arm(&w0, &x.timer, 1); /* still a wheel that calls back */
+    CHECK_EQ_INT(tw_wheel_advance(&w0, 20), 1);
+    /* A failed arm (no later tick exists) leaves the wheel as it was. */
+    tw_wheel_init(&w0, UINT64_MAX);
+    CHECK_EQ_INT(tw_node_arm(&w0, &x.node, 5), TW_ERANGE);
+    CHECK_EQ_INT(tw_wheel_advance(&w0, UINT64_MAX), 0);
+
     struct tw_wheel w;
     struct tw_node a, b, c;
     struct probe p;

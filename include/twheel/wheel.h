@@ -196,8 +196,9 @@ TW_API uint64_t tw_timer_deadline(const struct tw_timer *t);
 /* Prepare a node: idle. Returns 0 or TW_EINVAL. Not on a pending node. */
 TW_API int tw_node_init(struct tw_node *n);
 
-/* As tw_timer_arm_at / tw_timer_arm for a node, with the same results; the
- * wheel becomes pull-only. O(1). */
+/* As tw_timer_arm_at / tw_timer_arm for a node, with the same results, and
+ * TW_EBUSY from inside a callback of tw_wheel_advance (that advance would
+ * take the node for a timer); on success the wheel becomes pull-only. O(1). */
 TW_API int tw_node_arm_at(struct tw_wheel *w, struct tw_node *n, uint64_t deadline);
 TW_API int tw_node_arm(struct tw_wheel *w, struct tw_node *n, uint64_t delay);
 
