@@ -226,6 +226,15 @@ static void test_key_lengths_around_inline(void)
     CHECK_EQ_INT(rc.runs, 4);
     CHECK_EQ_INT(rc.intact, 4);
     tw_tasks_free(rc.t);
+    /* The same through drain, whose fn may also reuse the freed entries. */
+    rc = (struct reuse_ctx){0};
+    CHECK_EQ_INT(tw_tasks_new(&rc.t, &cfg), 0);
+    for (size_t len = 13; len <= 18; len++)
+        CHECK_EQ_INT(tw_tasks_set(rc.t, k, len, NULL, 10), 1);
+    CHECK_EQ_INT(tw_tasks_drain(rc.t, NULL, NULL), 6);
+    CHECK_EQ_INT(rc.runs, 6);
+    CHECK_EQ_INT(rc.intact, 6);
+    tw_tasks_free(rc.t);
 }
 
 static void test_int_keys(void)
