@@ -852,7 +852,7 @@ int64_t tw_runner_drain(struct tw_runner *r, tw_tasks_fn *fn, void *ctx)
     struct rn_drainer me;
     rn_drain_enter(r, &me);
     /* The only allocation, made before anything is drained: when it fails
-     * the runner is left as it was (TW_ENOMEM, or TW_ESYS without a seed). */
+     * the runner is left as it was (TW_ENOMEM). */
     struct tw_tasks *spare;
     int64_t total = tw_tasks_new(&spare, &r->tcfg);
     if (total == 0) {

@@ -129,9 +129,8 @@ TW_API int tw_runner_remove_int(struct tw_runner *r, uint64_t key, void **value)
 /* Remove every pending task and call fn(ctx, task) for each on the calling
  * thread (fn NULL: the config's execute and ctx), without holding any lock:
  * fn may call set/move/remove/drain/stats on the runner. Returns the number
- * drained, TW_ECLOSED (stopped: nothing drained), TW_ENOMEM or
- * TW_ESYS (then nothing is drained: drain's one allocation comes first), or
- * TW_EINVAL. Shard by shard: a task set into an already drained shard
+ * drained, TW_ECLOSED (stopped: nothing drained), TW_ENOMEM (then nothing
+ * is drained: drain's one allocation comes first), or TW_EINVAL. Shard by shard: a task set into an already drained shard
  * meanwhile stays pending, and if the runner is stopped meanwhile the count
  * of the shards drained before is returned (the others' tasks go to stop).
  *
