@@ -90,11 +90,17 @@ static int wait_fires(struct fires *f, int n)
 
 static struct fires F;
 
-static struct tw_runner *start(unsigned workers, enum tw_tasks_key_kind kind, size_t max_pending)
+/* Forget every recorded fire. */
+static void reset_fires(void)
 {
     pthread_mutex_destroy(&F.lock);
     memset(&F, 0, sizeof F);
     pthread_mutex_init(&F.lock, NULL);
+}
+
+static struct tw_runner *start(unsigned workers, enum tw_tasks_key_kind kind, size_t max_pending)
+{
+    reset_fires();
     struct tw_runner_config cfg = {.execute = fire_cb, .ctx = &F, .tick_ns = TICK_NS,
                                    .workers = workers, .key_kind = kind,
                                    .max_pending = max_pending};
@@ -412,9 +418,7 @@ static void test_stop(void)
 {
     struct counting c = {0};
     struct tw_allocator a = {counting_alloc, &c};
-    pthread_mutex_destroy(&F.lock);
-    memset(&F, 0, sizeof F);
-    pthread_mutex_init(&F.lock, NULL);
+    reset_fires();
     struct tw_runner_config cfg = {.execute = fire_cb, .ctx = &F, .tick_ns = TICK_NS,
                                    .workers = 2, .key_kind = TW_TASKS_KEY_BYTES,
                                    .allocator = &a};
@@ -472,9 +476,7 @@ static void test_allocator_is_copied(void)
 {
     struct counting c = {0};
     struct tw_allocator a = {counting_alloc, &c};
-    pthread_mutex_destroy(&F.lock);
-    memset(&F, 0, sizeof F);
-    pthread_mutex_init(&F.lock, NULL);
+    reset_fires();
     struct tw_runner_config cfg = {.execute = fire_cb, .ctx = &F, .tick_ns = TICK_NS,
                                    .key_kind = TW_TASKS_KEY_INT, .allocator = &a};
     struct tw_runner *r;
@@ -622,9 +624,7 @@ static void test_drain_out_of_memory(void)
 {
     struct counting c = {0};
     struct tw_allocator a = {counting_alloc, &c};
-    pthread_mutex_destroy(&F.lock);
-    memset(&F, 0, sizeof F);
-    pthread_mutex_init(&F.lock, NULL);
+    reset_fires();
     struct tw_runner_config cfg = {.execute = fire_cb, .ctx = &F, .tick_ns = TICK_NS,
                                    .key_kind = TW_TASKS_KEY_INT, .shards = 4,
                                    .max_pending = 100, .allocator = &a};
