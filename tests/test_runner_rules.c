@@ -13,6 +13,10 @@
 #include "test.h"
 #include "twheel.h"
 
+#if defined(__linux__)
+#include <sys/prctl.h>
+#endif
+
 #define TICK_NS 1000000 /* 1 ms */
 
 static uint64_t now_ns(void)
@@ -285,6 +289,34 @@ static void test_catch_up_in_order(void)
     CHECK(st.late > 0); /* they were due during the stall */
     printf("  after an 80 ms stall: %llu late fires, worst %.3f ms\n",
            (unsigned long long)st.late, (double)st.worst_lateness_ns / 1e6);
+    tw_runner_free(r);
+}
+
+/* The tick thread sleeps to tick boundaries without Linux's default 50 us of
+ * timer slack (callbacks with workers = 0 run on it, so one can ask). */
+static atomic_long tick_thread_slack = -1;
+
+static void read_slack(void *ctx, const struct tw_task *task)
+{
+    (void)ctx;
+    (void)task;
+#if defined(PR_GET_TIMERSLACK)
+    atomic_store(&tick_thread_slack, (long)prctl(PR_GET_TIMERSLACK, 0UL, 0UL, 0UL, 0UL));
+#else
+    atomic_store(&tick_thread_slack, 1);
+#endif
+}
+
+static void test_tick_thread_timer_slack(void)
+{
+    struct tw_runner_config cfg = {.execute = read_slack, .tick_ns = TICK_NS,
+                                   .key_kind = TW_TASKS_KEY_INT};
+    struct tw_runner *r;
+    CHECK_EQ_INT(tw_runner_new(&r, &cfg), 0);
+    CHECK_EQ_INT(tw_runner_set_int(r, 1, NULL, TICK_NS), 1);
+    for (int i = 0; i < 5000 && atomic_load(&tick_thread_slack) < 0; i++)
+        sleep_ms(1);
+    CHECK_EQ_INT(atomic_load(&tick_thread_slack), 1);
     tw_runner_free(r);
 }
 
@@ -707,6 +739,7 @@ int main(void)
     RUN(test_move_remove_replace);
     RUN(test_earlier_deadline_wakes);
     RUN(test_catch_up_in_order);
+    RUN(test_tick_thread_timer_slack);
     RUN(test_executor_pool);
     RUN(test_admission_limit);
     RUN(test_deadlines_on_runner_clock);
