@@ -30,11 +30,11 @@
  * (TW_ENOENT, TW_EFULL, replaced or new): its effect is ordered after every
  * earlier call of the same thread. (A command queue drained by one owner
  * thread was measured against this in bench/w5_keyed.c, with 10^6 tasks
- * pending on 2 cores: with 2 producers the critical section took 2.9 M ops/s
- * and the queue 2.3 M; with 1 producer the queue applied more (3.2 M against
- * 2.1 M) but its owner thread, saturated, fired with a p99 lateness of ~19
- * ms, it spins a core, and it cannot return move/remove/set results. The
- * critical section stays.)
+ * pending on 2 cores, three runs: with 2 producers the critical section took
+ * 2.5-2.9 M ops/s and the queue 1.8-2.6 M; with 1 producer the queue applied
+ * more (2.6-3.8 M against 2.1-2.3 M), but its owner thread, saturated, fired
+ * with a p99 lateness of 17-30 ms against 2-4 ms, it spins a core, and it
+ * cannot return move/remove/set results. The critical section stays.)
  *
  * Callbacks: execute runs on one of `workers` executor threads (so at most
  * `workers` callbacks run at once, and a callback that blocks delays only its
