@@ -7,7 +7,8 @@
 # Asserts the load's verdict (every silent one closed, none early, each within
 # a tick plus an allowance, no live one closed), that the server holds no
 # connection fd once the load has gone, and that it shuts down cleanly on
-# SIGINT / SIGTERM (exit 0, as many fds at exit as at start). Then shuts a
+# SIGINT / SIGTERM (exit 0, as many fds at exit as at start), and that it
+# asked for no timer slack. Then shuts a
 # server down with connections still open, and checks they are all closed.
 # Then runs one out of descriptors (a low `ulimit -n`, more clients than fit):
 # it must refuse the extra ones without spinning, accept again once clients
@@ -88,6 +89,9 @@ for strategy in wheel scan; do
     out=$TMP/server-$strategy.out
     start_server "$out" --strategy "$strategy" --timeout 2 --tick 10 || continue
     base=$(fd_count "$server_pid")
+    # It sleeps to tick boundaries without the kernel's 50 us of timer slack.
+    slack=$(cat "/proc/$server_pid/timerslack_ns" 2>/dev/null || echo 1)
+    [ "$slack" = 1 ] || fail "$strategy: server timer slack is $slack ns, not 1"
     "$LOAD" --port "$port" --conns 500 --timeout 2 --tick 10 --slack 250 --interval 0.5 \
         --silent 0.2 --silent-window 1 --margin 1 >"$TMP/load-$strategy.out" 2>&1
     load_rc=$?
