@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* twheel benchmark suite: the adapter interface every implementation sits
  * behind, and the few helpers the workloads and adapters share.
  *

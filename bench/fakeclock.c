@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* A simulated clock for libuv and libevent.
  *
  * Both libraries read time from clock_gettime(CLOCK_MONOTONIC[_COARSE]) and

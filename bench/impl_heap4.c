@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* A 4-ary min-heap of our own: the textbook alternative to a wheel.
  *
  * Entries are {deadline, id} (16 bytes) in one array, so the four children of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* libevent's timers behind the benchmark interface, driven by its real loop;
  * two variants:
  *

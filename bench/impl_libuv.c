@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* libuv's timers (a binary heap of intrusive uv_timer_t handles) behind the
  * benchmark interface, driven by its real loop.
  *

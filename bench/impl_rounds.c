@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* A single-level wheel with rounds: go-zero's TimingWheel and Netty's
  * HashedWheelTimer algorithm, in C, as the baseline that shows what the
  * hierarchy buys.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Scan: a deadline per timer, and every tick a pass over all of them (the
  * approach a timing wheel replaces: "for each connection, if idle too long,
  * close"). Exact only if the pass runs every tick, which W2 demands (lateness

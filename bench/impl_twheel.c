@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* twheel's core wheel behind the benchmark interface: one struct tw_timer
  * (40 bytes) per id in one array; an id is the timer's index. */
 #include <stdlib.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* bench_twheel: twheel against its peers on workloads W1-W4.
  *
  *   bench_twheel [--full | --tiny] [--reps K] [--only w1,w3] [--impl twheel,heap4]

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # W5 keyed benchmark (bench/WORKLOADS.md): tw_tasks single-threaded and
 # tw_runner with 1 and 2 producers. Hook it in from bench/CMakeLists.txt with
 #   include(${CMAKE_CURRENT_SOURCE_DIR}/w5.cmake)

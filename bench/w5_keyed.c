@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* W5 keyed benchmark (bench/WORKLOADS.md): go-zero's API.
  *
  * Part 1, single-threaded tw_tasks, N in {1e4, 1e5, 1e6}, integer keys and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # W6 cache benchmark (bench/w6_cache.c). Include this from bench/CMakeLists.txt:
 #   include(${CMAKE_CURRENT_SOURCE_DIR}/w6.cmake)
 # Needs only twheel and libm; run: ./w6_cache [--keys 1e6] [--csv results/w6.csv]

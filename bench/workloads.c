@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The workloads W1-W4 of ../shared/bench/WORKLOADS.md, and the limit probe.
  *
  * Each run is one "cell": one workload, one size, one implementation, one

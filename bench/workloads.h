@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The workloads (workloads.c): one cell = one workload, size, implementation
  * and repetition, run in the calling process. */
 #ifndef TWHEEL_BENCH_WORKLOADS_H

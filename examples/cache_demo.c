@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The TTL cache: go-zero's collection.Cache with its races fixed. A loader
  * fills misses once per key however many threads ask (single flight); keys
  * expire on their own (jittered TTL) or by the LRU limit; values are freed

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* libFuzzer target for the cache: the input bytes become a cache
  * configuration and a sequence of operations (set, get, del, take, advance,
  * set_now) applied to a manual-clock cache and to the reference model of

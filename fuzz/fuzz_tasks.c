@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* libFuzzer target for tw_tasks: the input bytes become a sequence of
  * operations (set, move, remove, get, advance, bounded advance, drain; with
  * re-entrant calls from execute and drain's fn, and an allocator that fails

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* libFuzzer target for the core wheel: the input bytes become a sequence of
  * operations (arm, arm at, cancel, advance, pull; callbacks act on other
  * timers) applied to the wheel and to the reference model of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* twheel: timing wheels for C. One include for every layer. */
 #ifndef TWHEEL_H
 #define TWHEEL_H

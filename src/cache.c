@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* twheel cache: the public calls, expiry, single flight, eviction, stats.
  *
  * Locks, in the only order they are ever nested:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* twheel cache internals, shared by src/cache.c and src/cache_map.c.
  *
  * Layout: a cache is an array of shards; a key's shard is the top bits of

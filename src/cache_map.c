@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* twheel cache: the per-shard map. Keys hashed by SipHash-1-3 (hash.h) under
  * a random per-instance key, a chained hash table that doubles at load 1 and
  * halves below 1/8, and an intrusive LRU list. Every function here runs under

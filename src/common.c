@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Error strings and version: the parts of twheel shared by every layer. */
 #include "twheel/common.h"
 

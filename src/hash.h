@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Internal: the keyed hashes every layer uses (tasks, runner, cache), and
  * the per-instance random seed they are keyed with. Not installed; the hash
  * flooding test includes it to build colliding keys for a known seed.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Random seeds for the keyed hashes of every layer (see hash.h). */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L

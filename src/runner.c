@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* twheel runner: tw_runner, the thread-safe service around keyed tasks.
  *
  * Threads and locks

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* twheel keyed layer: tw_tasks, go-zero's key -> task API over the core wheel.
  *
  * Layout

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* twheel core: the hierarchical timing wheel.
  *
  * Design

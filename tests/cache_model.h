@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* A reference model of tw_cache, shared by the randomized model test
  * (tests/test_cache_model.c) and the fuzz target (fuzz/fuzz_cache.c).
  *

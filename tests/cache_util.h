@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Helpers shared by the cache tests: counted values, a failing allocator. */
 #ifndef TWHEEL_CACHE_UTIL_H
 #define TWHEEL_CACHE_UTIL_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Replays inputs through a fuzz target's LLVMFuzzerTestOneInput, so that the
  * seed corpus and every crash ever found (fuzz/corpus/<name>/) run in every
  * build, with any compiler, as an ordinary test.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* A reference model of tw_tasks: a plain array indexed by key number holding
  * (present, value, deadline). Every operation is applied to both and the
  * results compared; any disagreement aborts with a message. Used by

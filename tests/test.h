@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* A tiny test harness: typed checks that print both values, and a summary.
  *
  *   static void test_something(void) { CHECK_EQ_U64(tw_wheel_now(&w), 5); }

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Randomized model test of tw_cache: many random inputs through the fuzz
  * target's model (tests/cache_model.h), with a fixed seed so that a failure
  * is reproducible (the corpus is replayed by fuzz_replay_cache). */

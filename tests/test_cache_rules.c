@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The rules of spec/cache.md, one test each (single-threaded, manual clock).
  * Each test is written to fail if its rule is broken; the comment above it
  * says which rule. */

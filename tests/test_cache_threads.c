@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Threaded cache tests (labelled "threads": run under TSan too): single
  * flight with many threads on one key, expiry on the real clock (and the
  * expiry thread's wake-up), the two races of spec/cache.md as targeted

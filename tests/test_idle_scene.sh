@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The connection scene, small: twheel-idled and twheel-load on loopback.
 #
 #   tests/test_idle_scene.sh path/to/twheel-idled path/to/twheel-load

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Tests of tw_runner: the spec's operations through the thread-safe service,
  * the runner rules (monotonic ticks, catching up after a stall in deadline
  * order, waking for an earlier deadline, executor pool, admission limit,

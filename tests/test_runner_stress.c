@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Multi-threaded stress test of tw_runner: producer threads set/move/remove
  * random keys at full speed while the tick thread runs (0.2 ms ticks) and
  * callbacks run on workers (or inline), for a bounded time.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Randomized model test of tw_tasks: random operations checked one by one
  * against the reference of tasks_model.h, for both key kinds, with
  * re-entrant callbacks, a pending limit, and an allocator that fails at

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Randomized model test of the core wheel: >= 10^6 random operations per run
  * against the reference in wheel_model.h (delays from 0 to beyond 2^40 and
  * saturating ones, callbacks that arm/cancel/re-arm others and themselves,

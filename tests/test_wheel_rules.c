@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Unit tests of the core wheel: one test per rule of include/twheel/wheel.h,
  * and the edge cases (delay 0, huge delays, the end of the tick range,
  * re-arming from inside a callback, cancelling the firing timer or its

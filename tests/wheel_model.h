@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* A reference model of the core wheel, shared by the randomized model test
  * (tests/test_wheel_model.c) and the fuzz target (fuzz/fuzz_wheel.c).
  *

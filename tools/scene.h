@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Shared bits of the connection scene (twheel-idled and twheel-load).
  *
  * Header-only and static: each tool is one translation unit plus this file.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* twheel-idled: an idle-timeout TCP server on one epoll loop.
  *
  * Every connection must send a line (a heartbeat) within --timeout seconds or

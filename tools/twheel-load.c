@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* twheel-load: the other side of the connection scene, and its judge.
  *
  * Opens --conns connections to 127.0.0.1:--port (loopback only, always),

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* twheel cache: a thread-safe TTL cache whose keys expire through timing
  * wheels (go-zero's collection.Cache, made correct and complete).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* twheel: definitions shared by every layer.
  *
  * Version macros, the export macro, the error codes (one X-macro list, negative

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* twheel runner: a thread-safe keyed timing wheel service (go-zero's
  * TimingWheel, made exact and non-blocking).
  *

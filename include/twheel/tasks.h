@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* twheel keyed layer: go-zero's TimingWheel API over the core wheel.
  *
  * A tw_tasks maps keys to tasks: set(key, value, delay) inserts or replaces a

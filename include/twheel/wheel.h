@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* twheel core: a hierarchical timing wheel over abstract ticks.
  *
  * No threads, no clock, no allocation. Time is an unsigned 64-bit tick count
