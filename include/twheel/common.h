@@ -40,8 +40,10 @@ extern "C" {
     XX(ENOENT, -5, "no such key")                                           \
     XX(ECLOSED, -6, "closed: stop has been called")                         \
     XX(EFULL, -7, "pending-task limit reached")                             \
-    XX(E2BIG, -8, "key too long")                                           \
-    XX(ESYS, -9, "system call failed (thread, clock or lock)")
+    XX(E2BIG, -8, "key or payload too long")                                \
+    XX(ESYS, -9, "system call failed (thread, clock or lock)")              \
+    XX(EIO, -10, "server unreachable or connection lost")                   \
+    XX(EPROTO, -11, "unexpected reply from the server")
 
 enum tw_errno {
 #define TW_ERRNO_ENUM_(name, value, text) TW_##name = (value),

@@ -1,0 +1,146 @@
+/* SPDX-License-Identifier: MIT */
+/** @file
+ * twheel durable layer: delayed tasks that survive crashes and span machines.
+ *
+ * Redis (one standalone server, or a Redis Cluster) holds every task; each
+ * worker process claims the near window of due work with a lease and keeps it
+ * in a local timing wheel, so a task runs at its tick, not at the next poll.
+ * This is the only part of twheel that links hiredis (library target
+ * twheel_redis, CMake option TWHEEL_BUILD_REDIS).
+ *
+ * Contract (each rule has a test against a real redis-server):
+ *  - set/move/remove are durable in Redis before they return.
+ *  - Never early: a task runs at or after its due time by the Redis server's
+ *    clock (a worker whose clock is skewed cannot run it early).
+ *  - At least once, one holder at a time: a claimed task carries a lease
+ *    (token + deadline); only the current token can acknowledge it; a worker
+ *    that dies or stalls past its lease loses it and the task is delivered
+ *    again with attempt + 1.
+ *  - No stale deletes; replace and remove win: once set/move/remove returned,
+ *    no worker starts the old arming.
+ *  - Catch-up: tasks that became due while no worker (or Redis) ran are
+ *    delivered as soon as a worker runs, in due order, with their due time.
+ *  - No polling for due work.
+ */
+#ifndef TWHEEL_REDIS_H
+#define TWHEEL_REDIS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "twheel/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Longest key accepted, in bytes. */
+#define TW_REDIS_KEY_MAX 512
+/** Longest payload accepted, in bytes. */
+#define TW_REDIS_PAYLOAD_MAX (1u << 20)
+
+/** A client of one durable queue; with an execute callback, also a worker. */
+struct tw_redis;
+
+/** One delivery, as handed to the execute callback. Valid during the call only. */
+struct tw_redis_task {
+    const char *key;     /**< the task's key (not NUL-terminated) */
+    size_t key_len;      /**< its length */
+    const void *payload; /**< the payload bytes */
+    size_t payload_len;  /**< their length */
+    uint64_t due_ms;     /**< due time, ms since the epoch on the Redis server's clock */
+    uint32_t attempt;    /**< 1 for the first delivery, 2 after one failure or lost lease, ... */
+};
+
+/** What execute answers. */
+enum tw_redis_result {
+    TW_REDIS_DONE = 0,  /**< the task is deleted (if the lease is still ours) */
+    TW_REDIS_FAILED = 1 /**< the task is delivered again later, with backoff */
+};
+
+/** Runs a due task on one of the worker's executor threads. */
+typedef enum tw_redis_result tw_redis_execute_fn(void *arg, const struct tw_redis_task *task);
+
+/** Configuration; fill it with tw_redis_config_init, then change what you need. */
+struct tw_redis_config {
+    const char *const *servers; /**< "host:port" seeds: the server, or any nodes of a cluster */
+    size_t nservers;            /**< number of seeds (>= 1) */
+    const char *queue;          /**< queue name, the prefix of every key (default "twq") */
+    uint32_t partitions;        /**< hash-tag partitions (default 16); every client of a queue must agree */
+    tw_redis_execute_fn *execute; /**< NULL: a client only (set/move/remove/stats), no worker */
+    void *arg;                  /**< passed to execute */
+    uint32_t threads;           /**< executor threads running execute (default 4) */
+    uint32_t lease_ms;          /**< lease length (default 30000) */
+    uint32_t window_ms;         /**< how far ahead a worker claims into its wheel (default 2000) */
+    uint32_t tick_ms;           /**< the local wheel's tick (default 1) */
+    uint32_t retry_base_ms;     /**< backoff after FAILED: base * 2^(attempt-1) ... (default 1000) */
+    uint32_t retry_max_ms;      /**< ... capped here (default 60000) */
+    uint32_t connect_timeout_ms; /**< per connection attempt (default 1000) */
+    uint32_t command_timeout_ms; /**< per call, retries included (default 2000) */
+};
+
+/** Statistics; every count since tw_redis_new. */
+struct tw_redis_stats {
+    uint64_t pending;     /**< tasks stored in Redis (all partitions) */
+    uint64_t leased;      /**< tasks this worker holds leases on now */
+    uint64_t delivered;   /**< execute calls that answered DONE and were acknowledged */
+    uint64_t redelivered; /**< deliveries with attempt > 1 */
+    uint64_t failed;      /**< execute calls that answered FAILED */
+    uint64_t stale_acks;  /**< acknowledgements refused because the lease was no longer ours */
+    uint64_t reconnects;  /**< connections re-established after a failure */
+    uint64_t late_p50_us; /**< delivery lateness (start of execute - due), median */
+    uint64_t late_p99_us; /**< ... 99th percentile */
+    uint64_t late_max_us; /**< ... maximum */
+};
+
+/** Fill @p cfg with the defaults above (servers NULL: must be set). */
+TW_API void tw_redis_config_init(struct tw_redis_config *cfg);
+
+/** Connect and, with an execute callback, start the worker.
+ * @return 0 and *out, or TW_EINVAL (bad config), TW_EIO (no server reachable),
+ *         TW_EPROTO, TW_ENOMEM, TW_ESYS. */
+TW_API int tw_redis_new(const struct tw_redis_config *cfg, struct tw_redis **out);
+
+/** Store or replace a task due at now + delay_ms (Redis server clock); durable
+ * when it returns. @return 0, or TW_EINVAL (NULL, negative delay), TW_E2BIG,
+ * TW_EIO (nothing written), TW_ECLOSED, TW_ENOMEM. */
+TW_API int tw_redis_set(struct tw_redis *r, const void *key, size_t key_len,
+                        const void *payload, size_t payload_len, int64_t delay_ms);
+
+/** Re-arm a stored task to now + delay_ms. @return 0, TW_ENOENT, or as tw_redis_set. */
+TW_API int tw_redis_move(struct tw_redis *r, const void *key, size_t key_len, int64_t delay_ms);
+
+/** Remove a task: not delivered after this returns (unless already running).
+ * @return 0, TW_ENOENT, or as tw_redis_set. */
+TW_API int tw_redis_remove(struct tw_redis *r, const void *key, size_t key_len);
+
+/** One item of tw_redis_set_many. */
+struct tw_redis_item {
+    const void *key;     /**< key bytes */
+    size_t key_len;      /**< key length */
+    const void *payload; /**< payload bytes */
+    size_t payload_len;  /**< payload length */
+    int64_t delay_ms;    /**< delay from now */
+};
+
+/** Pipelined sets: all items are validated first (one bad item: nothing sent).
+ * @return the number stored (n on success), or an error code; on TW_EIO some
+ *         prefix may be stored, and the count of those is not known. */
+TW_API int tw_redis_set_many(struct tw_redis *r, const struct tw_redis_item *items, size_t n);
+
+/** Stop claiming, let running callbacks finish, release held leases so other
+ * workers take those tasks at once. Idempotent. @return 0. */
+TW_API int tw_redis_stop(struct tw_redis *r);
+
+/** Stop (if needed) and free everything. NULL is a no-op. */
+TW_API void tw_redis_free(struct tw_redis *r);
+
+/** Fill @p out. @return 0, TW_EINVAL, or TW_EIO (pending unknown: set to UINT64_MAX, rest filled). */
+TW_API int tw_redis_stats(struct tw_redis *r, struct tw_redis_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TWHEEL_REDIS_H */
