@@ -1,0 +1,22 @@
+# SPDX-License-Identifier: MIT
+# twheel.pc, relocatable: its prefix is computed from the .pc file's own
+# place (${pcfiledir}), so an installed tree still works after it is moved.
+# An absolute CMAKE_INSTALL_LIBDIR or INCLUDEDIR is kept as given.
+if(IS_ABSOLUTE "${CMAKE_INSTALL_LIBDIR}")
+  set(TWHEEL_PC_PREFIX "${CMAKE_INSTALL_PREFIX}")
+  set(TWHEEL_PC_LIBDIR "${CMAKE_INSTALL_LIBDIR}")
+else()
+  # lib -> ../.., lib/x86_64-linux-gnu -> ../../..
+  file(RELATIVE_PATH _twheel_up "/p/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/p")
+  string(REGEX REPLACE "/$" "" _twheel_up "${_twheel_up}")
+  set(TWHEEL_PC_PREFIX "\${pcfiledir}/${_twheel_up}")
+  set(TWHEEL_PC_LIBDIR "\${prefix}/${CMAKE_INSTALL_LIBDIR}")
+endif()
+if(IS_ABSOLUTE "${CMAKE_INSTALL_INCLUDEDIR}")
+  set(TWHEEL_PC_INCLUDEDIR "${CMAKE_INSTALL_INCLUDEDIR}")
+else()
+  set(TWHEEL_PC_INCLUDEDIR "\${prefix}/${CMAKE_INSTALL_INCLUDEDIR}")
+endif()
+configure_file(${CMAKE_CURRENT_LIST_DIR}/twheel.pc.in ${CMAKE_CURRENT_BINARY_DIR}/twheel.pc @ONLY)
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/twheel.pc
+  DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
