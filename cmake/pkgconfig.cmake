@@ -2,6 +2,12 @@
 # twheel.pc, relocatable: its prefix is computed from the .pc file's own
 # place (${pcfiledir}), so an installed tree still works after it is moved.
 # An absolute CMAKE_INSTALL_LIBDIR or INCLUDEDIR is kept as given.
+# A .pc.in starts with these three lines (see twheel.pc.in):
+#   prefix=@TWHEEL_PC_PREFIX@
+#   libdir=@TWHEEL_PC_LIBDIR@
+#   includedir=@TWHEEL_PC_INCLUDEDIR@
+# and twheel_install_pc(NAME) configures cmake/NAME.pc.in and installs it
+# (an optional layer's own .pc file too).
 if(IS_ABSOLUTE "${CMAKE_INSTALL_LIBDIR}")
   set(TWHEEL_PC_PREFIX "${CMAKE_INSTALL_PREFIX}")
   set(TWHEEL_PC_LIBDIR "${CMAKE_INSTALL_LIBDIR}")
@@ -30,6 +36,10 @@ if(_twheel_defs)
     endif()
   endforeach()
 endif()
-configure_file(${CMAKE_CURRENT_LIST_DIR}/twheel.pc.in ${CMAKE_CURRENT_BINARY_DIR}/twheel.pc @ONLY)
-install(FILES ${CMAKE_CURRENT_BINARY_DIR}/twheel.pc
-  DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+set(_TWHEEL_PC_IN_DIR ${CMAKE_CURRENT_LIST_DIR})
+function(twheel_install_pc name)
+  configure_file(${_TWHEEL_PC_IN_DIR}/${name}.pc.in ${CMAKE_CURRENT_BINARY_DIR}/${name}.pc @ONLY)
+  install(FILES ${CMAKE_CURRENT_BINARY_DIR}/${name}.pc
+    DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+endfunction()
+twheel_install_pc(twheel)
