@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* twheel: timing wheels for C. One include for every layer. */
+/** @file
+ * twheel: timing wheels for C. One include for every layer. */
 #ifndef TWHEEL_H
 #define TWHEEL_H
 
