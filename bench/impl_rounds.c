@@ -9,7 +9,7 @@
  * fire it if its count is 0, else decrement the count (go-zero's `circle--`,
  * Netty's `remainingRounds--`). Cancel and re-arm unlink at once (doubly
  * linked, O(1)), as Netty's bucket list does; go-zero's lazy "diff" move is
- * not copied (it fires early or late across the wrap, see DESIGN.md).
+ * not copied (it fires early or late across the wrap, see docs/contracts.md, Keyed tasks).
  *
  * The slot count is generous: 2^16 slots (512 KB of list heads; Netty's
  * default is 512, go-zero's users pick a few hundred to a few thousand), so

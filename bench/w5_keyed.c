@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* W5 keyed benchmark (bench/WORKLOADS.md): go-zero's API.
+/* W5 keyed benchmark (docs/workloads.md): go-zero's API.
  *
  * Part 1, single-threaded tw_tasks, N in {1e4, 1e5, 1e6}, integer keys and
  * "conn:<i>" string keys: set all N (random delays in [1, 2^20] ticks), move

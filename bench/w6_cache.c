@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* W6 cache (bench/WORKLOADS.md): tw_cache with 1e6 keys and a 60 s TTL,
+/* W6 cache (docs/workloads.md): tw_cache with 1e6 keys and a 60 s TTL,
  * Zipf reads (s = 0.99) with 10% writes from 1 and 2 threads: ops/s and hit
  * ratio; then a mass expiry of every key: time from due to gone, and read
  * latency (p50/p99/max) during it. Also bytes per entry beyond key and value,

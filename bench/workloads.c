@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The workloads W1-W4 of ../shared/bench/WORKLOADS.md, and the limit probe.
+/* The workloads W1-W4 of docs/workloads.md, and the limit probe.
  *
  * Each run is one "cell": one workload, one size, one implementation, one
  * repetition, in a process of its own (main.c forks), so that peak RSS is the

@@ -6,7 +6,7 @@
  * lock: a chained hash table, an LRU list (only maintained when the cache has
  * a limit), a core wheel with 1 ms ticks, and the entries' timers in it.
  *
- * Invariant (what makes the races of spec/cache.md impossible): an entry is
+ * Invariant (what makes the races of docs/contracts.md impossible): an entry is
  * in its shard's table  <=>  its timer is pending on its shard's wheel, and
  * the timer's deadline is the entry's expiry tick. The three change together,
  * under the shard lock, and nowhere else.

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The rules of spec/cache.md, one test each (single-threaded, manual clock).
+/* The rules of docs/contracts.md (TTL cache), one test each (single-threaded, manual clock).
  * Each test is written to fail if its rule is broken; the comment above it
  * says which rule. */
 #define _POSIX_C_SOURCE 200809L /* alarm */

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Threaded cache tests (labelled "threads": run under TSan too): single
  * flight with many threads on one key, expiry on the real clock (and the
- * expiry thread's wake-up), the two races of spec/cache.md as targeted
+ * expiry thread's wake-up), the two races of docs/contracts.md as targeted
  * stress tests, and a mixed stress test with free counting. Each is bounded
  * to a few seconds and makes no assertion about speed. */
 #define _POSIX_C_SOURCE 200809L

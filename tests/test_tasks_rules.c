@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Unit tests of tw_tasks: one test per row and rule of spec/keyed.md that the
+/* Unit tests of tw_tasks: one test per row and rule of docs/contracts.md that the
  * single-threaded layer owns, the go-zero bugs pinned as regressions, and the
  * layer's own promises (errors, memory, allocator failures, hash flooding,
  * bytes per task). */

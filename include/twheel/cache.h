@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* twheel cache: a thread-safe TTL cache whose keys expire through timing
+/** @file
+ * twheel cache: a thread-safe TTL cache whose keys expire through timing
  * wheels (go-zero's collection.Cache, made correct and complete).
  *
+ * @code
  *   struct tw_cache_config cfg;
  *   tw_cache_config_init(&cfg);          // defaults: jitter 0.05, 16 shards
  *   cfg.default_ttl_ms = 60000;
@@ -14,6 +16,7 @@
  *       if (tw_cache_get(c, "k", 1, &v) == 0) use(v);
  *       tw_cache_free(c);                // frees every value, joins the thread
  *   }
+ * @endcode
  *
  * Keys are byte strings (any bytes, up to UINT32_MAX of them), copied into
  * the cache. Values come in one of two modes, fixed at creation:
@@ -82,16 +85,16 @@ extern "C" {
 
 struct tw_cache;
 
-/* Frees (or releases) a value the cache drops; called exactly once per
+/** Frees (or releases) a value the cache drops; called exactly once per
  * stored pointer, outside any cache lock, so it may call the cache (on any
  * thread, the expiry thread included), except tw_cache_free, and except
  * while tw_cache_free runs (no call may be made then). */
 typedef void tw_cache_free_fn(void *ctx, void *value);
-/* Takes a reference on a value being returned to a caller (pointer mode);
+/** Takes a reference on a value being returned to a caller (pointer mode);
  * called under a shard lock, so it must not call into the cache. */
 typedef void tw_cache_retain_fn(void *ctx, void *value);
 
-/* Produces the value of a missing key for take. Return 0 and set *value
+/** Produces the value of a missing key for take. Return 0 and set *value
  * (and, in copy mode, *vlen: the cache copies *vlen bytes from *value and
  * then passes *value to free_value if set), or return a non-zero error code
  * (negative by convention) that every waiting caller receives. In pointer
@@ -101,128 +104,138 @@ typedef void tw_cache_retain_fn(void *ctx, void *value);
 typedef int tw_cache_loader_fn(void *ctx, const void *key, size_t klen, void **value,
                                size_t *vlen);
 
-/* Receives the periodic statistics line (no trailing newline). Called with
+/** Receives the periodic statistics line (no trailing newline). Called with
  * the cache's clock lock held (on the expiry thread, or in tw_cache_advance):
  * it may call tw_cache_stats and the get calls, nothing else (a set may
  * need that lock to wake the thread). */
 typedef void tw_cache_log_fn(void *ctx, const char *line);
 
-/* Which lock guards a shard. With an rwlock, reads share the lock when the
+/** Which lock guards a shard. With an rwlock, reads share the lock when the
  * cache has no LRU limit (a read then writes nothing to the entry); with a
  * limit, reads move the entry in the LRU and take it exclusively anyway. */
 enum tw_cache_lock {
-    TW_CACHE_LOCK_MUTEX = 0, /* default: faster on 2 cores (see README, W6) */
+    TW_CACHE_LOCK_MUTEX = 0, /**< default: faster on 2 cores (see bench/README.md, W6) */
+    /** a read-write lock: reads share it when there is no LRU limit */
     TW_CACHE_LOCK_RWLOCK = 1,
 };
 
+/** What tw_cache_new needs: fill it with tw_cache_config_init, then set
+ * default_ttl_ms and whatever else you need. */
 struct tw_cache_config {
-    int64_t default_ttl_ms;     /* > 0: TTL of set and take */
-    size_t limit;               /* LRU cap on entries; 0 = unbounded */
-    const char *name;           /* for the log line; copied; NULL = "cache" */
-    double jitter;              /* TTL factor in [1-jitter, 1+jitter]; 0 = off; < 1 */
-    unsigned shards;            /* power of two in [1, 4096]; default 16 */
-    enum tw_cache_lock lock;    /* default TW_CACHE_LOCK_MUTEX */
-    bool copy_values;           /* copy mode (see above) instead of pointers */
+    int64_t default_ttl_ms;     /**< > 0: TTL of set and take */
+    size_t limit;               /**< LRU cap on entries; 0 = unbounded */
+    const char *name;           /**< for the log line; copied; NULL = "cache" */
+    double jitter;              /**< TTL factor in [1-jitter, 1+jitter]; 0 = off; < 1 */
+    unsigned shards;            /**< power of two in [1, 4096]; default 16 */
+    enum tw_cache_lock lock;    /**< default TW_CACHE_LOCK_MUTEX */
+    bool copy_values;           /**< copy mode (see above) instead of pointers */
+    /** frees the values the cache drops (pointer mode), or the buffers that
+     * loaders return (copy mode); NULL = nothing is freed */
     tw_cache_free_fn *free_value;
-    tw_cache_retain_fn *retain_value; /* pointer mode only */
-    void *value_ctx;            /* first argument of free_value/retain_value */
-    tw_cache_log_fn *log;       /* optional statistics line ... */
+    tw_cache_retain_fn *retain_value; /**< pointer mode only */
+    void *value_ctx;            /**< first argument of free_value/retain_value */
+    tw_cache_log_fn *log;       /**< optional statistics line ... */
+    /** first argument of log */
     void *log_ctx;
-    uint64_t log_interval_ms;   /* ... every this often; default 60000 */
-    bool manual_clock;          /* no thread: time moves by tw_cache_advance */
-    uint64_t start_ms;          /* manual clock: the time at creation (< 2^44) */
-    const struct tw_allocator *allocator; /* NULL = realloc/free; copied */
+    uint64_t log_interval_ms;   /**< ... every this often; default 60000 */
+    bool manual_clock;          /**< no thread: time moves by tw_cache_advance */
+    uint64_t start_ms;          /**< manual clock: the time at creation (< 2^44) */
+    const struct tw_allocator *allocator; /**< NULL = realloc/free; copied */
 };
 
-/* Counters since creation. */
+/** Counters since creation. */
 struct tw_cache_stats {
-    uint64_t hits;        /* get/take calls that found a live key */
-    uint64_t misses;      /* get/take calls that did not */
-    double hit_ratio;     /* hits / (hits + misses); 0 when both are 0 */
-    uint64_t entries;     /* keys stored now (expired ones not yet removed included) */
-    uint64_t evictions;   /* keys dropped by the LRU limit */
-    uint64_t expirations; /* keys dropped by their timer */
+    uint64_t hits;        /**< get/take calls that found a live key */
+    uint64_t misses;      /**< get/take calls that did not */
+    double hit_ratio;     /**< hits / (hits + misses); 0 when both are 0 */
+    uint64_t entries;     /**< keys stored now (expired ones not yet removed included) */
+    uint64_t evictions;   /**< keys dropped by the LRU limit */
+    uint64_t expirations; /**< keys dropped by their timer */
 };
 
-/* Fill *cfg with the defaults (every field zero except jitter 0.05,
+/** Fill *cfg with the defaults (every field zero except jitter 0.05,
  * shards 16, log_interval_ms 60000). default_ttl_ms must still be set. */
 TW_API void tw_cache_config_init(struct tw_cache_config *cfg);
 
-/* Create a cache and, unless cfg->manual_clock, its expiry thread. Returns 0
+/** Create a cache and, unless cfg->manual_clock, its expiry thread. Returns 0
  * and sets *out, or TW_EINVAL (NULL argument, ttl <= 0, jitter outside
  * [0, 1), shards not a power of two in range, retain_value in copy mode),
  * TW_ENOMEM, TW_ESYS (thread or lock creation failed). On failure nothing is
  * left allocated and *out is untouched. */
 TW_API int tw_cache_new(struct tw_cache **out, const struct tw_cache_config *cfg);
 
-/* Stop the expiry thread and join it, free every entry (free_value once per
+/** Stop the expiry thread and join it, free every entry (free_value once per
  * stored pointer) and the cache. NULL is a no-op. No other call may be
  * running or made afterwards (takes in flight included). */
 TW_API void tw_cache_free(struct tw_cache *c);
 
-/* Store value under key with the default TTL (jittered), replacing any old
+/** Store value under key with the default TTL (jittered), replacing any old
  * value (freed, unless it is the same pointer) and re-arming the key's timer.
  * Pointer mode only. Returns 0, TW_EINVAL (NULL cache, NULL key with klen >
  * 0, copy mode), TW_E2BIG (klen > UINT32_MAX) or TW_ENOMEM (nothing changed;
  * value still the caller's). May evict the least recently used key. */
 TW_API int tw_cache_set(struct tw_cache *c, const void *key, size_t klen, void *value);
-/* As tw_cache_set with this TTL; ttl_ms <= 0 is TW_EINVAL. */
+/** As tw_cache_set with this TTL; ttl_ms <= 0 is TW_EINVAL. */
 TW_API int tw_cache_set_ttl(struct tw_cache *c, const void *key, size_t klen, void *value,
                             int64_t ttl_ms);
-/* Copy mode: store a copy of vlen bytes (value may be NULL if vlen is 0). */
+/** Copy mode: store a copy of vlen bytes (value may be NULL if vlen is 0). */
 TW_API int tw_cache_set_copy(struct tw_cache *c, const void *key, size_t klen,
                              const void *value, size_t vlen);
+/** Copy mode, as tw_cache_set_copy with this TTL; ttl_ms <= 0 is TW_EINVAL. */
 TW_API int tw_cache_set_copy_ttl(struct tw_cache *c, const void *key, size_t klen,
                                  const void *value, size_t vlen, int64_t ttl_ms);
 
-/* Look key up. Hit: 0, *value set (retained if retain_value is set), the key
+/** Look key up. Hit: 0, *value set (retained if retain_value is set), the key
  * becomes the most recently used; its TTL is unchanged. Miss (absent or
  * expired): TW_ENOENT. TW_EINVAL for bad arguments or copy mode. */
 TW_API int tw_cache_get(struct tw_cache *c, const void *key, size_t klen, void **value);
-/* Copy mode: copy up to cap bytes of the value into buf and set *vlen to its
+/** Copy mode: copy up to cap bytes of the value into buf and set *vlen to its
  * full length (a shorter cap truncates: compare). 0, TW_ENOENT or TW_EINVAL. */
 TW_API int tw_cache_get_copy(struct tw_cache *c, const void *key, size_t klen, void *buf,
                              size_t cap, size_t *vlen);
 
-/* Remove key: its timer is cancelled and its value freed (once). Returns 0,
+/** Remove key: its timer is cancelled and its value freed (once). Returns 0,
  * TW_ENOENT if it was not stored (an expired key not yet collected counts as
  * stored: it is removed), or TW_EINVAL. */
 TW_API int tw_cache_del(struct tw_cache *c, const void *key, size_t klen);
 
-/* Get, or on a miss load with single flight (see tw_cache_loader_fn) and
+/** Get, or on a miss load with single flight (see tw_cache_loader_fn) and
  * store with the default TTL. Returns 0 with *value set (retained as by get),
  * the loader's error, TW_ENOMEM (the loaded value could not be stored: it was
  * freed, and every waiter gets TW_ENOMEM), or TW_EINVAL. Pointer mode. */
 TW_API int tw_cache_take(struct tw_cache *c, const void *key, size_t klen,
                          tw_cache_loader_fn *loader, void *loader_ctx, void **value);
+/** As tw_cache_take, storing a loaded value with this TTL; ttl_ms <= 0 is
+ * TW_EINVAL. */
 TW_API int tw_cache_take_ttl(struct tw_cache *c, const void *key, size_t klen,
                              tw_cache_loader_fn *loader, void *loader_ctx, void **value,
                              int64_t ttl_ms);
-/* Copy mode take: the value is copied out as by tw_cache_get_copy. */
+/** Copy mode take: the value is copied out as by tw_cache_get_copy. */
 TW_API int tw_cache_take_copy(struct tw_cache *c, const void *key, size_t klen,
                               tw_cache_loader_fn *loader, void *loader_ctx, void *buf,
                               size_t cap, size_t *vlen);
+/** Copy mode, as tw_cache_take_copy with this TTL; ttl_ms <= 0 is TW_EINVAL. */
 TW_API int tw_cache_take_copy_ttl(struct tw_cache *c, const void *key, size_t klen,
                                   tw_cache_loader_fn *loader, void *loader_ctx, void *buf,
                                   size_t cap, size_t *vlen, int64_t ttl_ms);
 
-/* Counters (each read without stopping the cache, so a snapshot under load
+/** Counters (each read without stopping the cache, so a snapshot under load
  * is not atomic as a whole). Returns 0 or TW_EINVAL. */
 TW_API int tw_cache_stats(struct tw_cache *c, struct tw_cache_stats *out);
 
-/* Manual clock only: set the time to now_ms (ignored if earlier than the
+/** Manual clock only: set the time to now_ms (ignored if earlier than the
  * current time), expire every key due by then and, if a log callback is set
  * and an interval has passed, log. Returns the number of keys expired, or
  * TW_EINVAL (NULL, a cache with a real clock, now_ms >= 2^44). Any thread
  * may call it. */
 TW_API int64_t tw_cache_advance(struct tw_cache *c, uint64_t now_ms);
 
-/* Manual clock only: set the time to now_ms (ignored if earlier) without
+/** Manual clock only: set the time to now_ms (ignored if earlier) without
  * expiring anything, as if the expiry were running late: reads still miss
  * keys whose expiry has passed. For tests. Returns 0 or TW_EINVAL. */
 TW_API int tw_cache_set_now(struct tw_cache *c, uint64_t now_ms);
 
-/* The cache's time in milliseconds: the manual clock, or CLOCK_MONOTONIC
+/** The cache's time in milliseconds: the manual clock, or CLOCK_MONOTONIC
  * since creation. 0 for NULL. */
 TW_API uint64_t tw_cache_now(const struct tw_cache *c);
 

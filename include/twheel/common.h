@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* twheel: definitions shared by every layer.
+/** @file
+ * twheel: definitions shared by every layer.
  *
  * Version macros, the export macro, the error codes (one X-macro list, negative
  * values, with tw_strerror/tw_err_name) and the optional allocator hook.
@@ -14,13 +15,17 @@
 extern "C" {
 #endif
 
+/** Major version number (0: the API may still change between minor versions). */
 #define TW_VERSION_MAJOR 0
+/** Minor version number. */
 #define TW_VERSION_MINOR 1
+/** Patch version number. */
 #define TW_VERSION_PATCH 0
+/** The version as one number, 0xMMmmpp, as tw_version() returns it at run time. */
 #define TW_VERSION_HEX \
     ((TW_VERSION_MAJOR << 16) | (TW_VERSION_MINOR << 8) | TW_VERSION_PATCH)
 
-/* Everything the library exports carries TW_API; the rest is built with hidden
+/** Everything the library exports carries TW_API; the rest is built with hidden
  * visibility. Define TW_STATIC_BUILD when vendoring the amalgamation. */
 #if defined(TW_STATIC_BUILD)
 #define TW_API
@@ -30,8 +35,11 @@ extern "C" {
 #define TW_API
 #endif
 
-/* Error codes: every public call that can fail returns 0 (or a count) on
- * success and one of these negative values on failure. */
+/** Error codes: every public call that can fail returns 0 (or a count) on
+ * success and one of these negative values on failure.
+ *
+ * One X-macro list, XX(name, value, message), from which enum tw_errno,
+ * tw_strerror() and tw_err_name() are generated. */
 #define TW_ERRNO_MAP(XX)                                                    \
     XX(EINVAL, -1, "invalid argument")                                      \
     XX(EBUSY, -2, "not allowed while the wheel is advancing")               \
@@ -45,34 +53,55 @@ extern "C" {
     XX(EIO, -10, "server unreachable or connection lost")                   \
     XX(EPROTO, -11, "unexpected reply from the server")
 
+/** The error codes, generated from TW_ERRNO_MAP: TW_ followed by the name.
+ *
+ * | code | value | meaning |
+ * |---|---:|---|
+ * | TW_EINVAL | -1 | invalid argument |
+ * | TW_EBUSY | -2 | not allowed while the wheel is advancing (a call from inside a callback) |
+ * | TW_ERANGE | -3 | tick out of range: the clock is at its end |
+ * | TW_ENOMEM | -4 | out of memory |
+ * | TW_ENOENT | -5 | no such key |
+ * | TW_ECLOSED | -6 | closed: stop has been called |
+ * | TW_EFULL | -7 | pending-task limit reached |
+ * | TW_E2BIG | -8 | key or payload too long |
+ * | TW_ESYS | -9 | system call failed (thread, clock or lock) |
+ * | TW_EIO | -10 | server unreachable or connection lost (Redis layer) |
+ * | TW_EPROTO | -11 | unexpected reply from the server (Redis layer) |
+ */
 enum tw_errno {
 #define TW_ERRNO_ENUM_(name, value, text) TW_##name = (value),
     TW_ERRNO_MAP(TW_ERRNO_ENUM_)
 #undef TW_ERRNO_ENUM_
 };
 
-/* A human-readable message for an error code; never NULL ("unknown error"
+/** A human-readable message for an error code; never NULL ("unknown error"
  * for a value that is not a twheel error code). */
 TW_API const char *tw_strerror(int err);
-/* The symbolic name ("TW_EINVAL"); "TW_UNKNOWN" for a value that is not one. */
+/** The symbolic name ("TW_EINVAL"); "TW_UNKNOWN" for a value that is not one. */
 TW_API const char *tw_err_name(int err);
 
-/* Library version as "MAJOR.MINOR.PATCH", and as TW_VERSION_HEX. */
+/** Library version as "MAJOR.MINOR.PATCH", and as TW_VERSION_HEX. */
 TW_API const char *tw_version_string(void);
+/** The library's version as TW_VERSION_HEX: compare it with the macro to
+ * check that the library linked is the one the headers describe. */
 TW_API unsigned tw_version(void);
 
-/* Optional allocator hook, Lua-style: one function does it all.
- *   new_size > 0:  return a block of new_size bytes holding the first
- *                  min(old_size, new_size) bytes of ptr (ptr may be NULL);
- *                  NULL on failure, ptr untouched.
- *   new_size == 0: free ptr (which may be NULL) and return NULL.
+/** Optional allocator hook, Lua-style: one function does it all.
+ *  - new_size > 0:  return a block of new_size bytes holding the first
+ *                   min(old_size, new_size) bytes of ptr (ptr may be NULL);
+ *                   NULL on failure, ptr untouched.
+ *  - new_size == 0: free ptr (which may be NULL) and return NULL.
+ *
  * The layers that allocate (tasks, runner, cache) take a const pointer to one;
  * NULL means the C library's realloc/free. The core wheel never allocates. */
 typedef void *tw_alloc_fn(void *ctx, void *ptr, size_t old_size, size_t new_size);
 
+/** An allocator: the hook and its context, passed by const pointer in the
+ * configurations of tw_tasks, tw_runner and tw_cache (which copy it). */
 struct tw_allocator {
-    tw_alloc_fn *fn;
-    void *ctx;
+    tw_alloc_fn *fn; /**< required: the hook */
+    void *ctx;       /**< first argument of every call of fn */
 };
 
 #ifdef __cplusplus

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* twheel runner: a thread-safe keyed timing wheel service (go-zero's
+/** @file
+ * twheel runner: a thread-safe keyed timing wheel service (go-zero's
  * TimingWheel, made exact and non-blocking).
  *
  * A tw_runner owns a tick thread on CLOCK_MONOTONIC, an optional pool of
@@ -67,67 +68,72 @@
 extern "C" {
 #endif
 
-/* Longest string key a runner accepts (fired tasks carry a copy of the key
+/** Longest string key a runner accepts (fired tasks carry a copy of the key
  * to the worker, inline, so that firing never allocates). */
 #define TW_RUNNER_KEY_MAX 256
 
-/* Most executor threads (config.workers). */
+/** Most executor threads (config.workers). */
 #define TW_RUNNER_WORKERS_MAX 4096u
 
-/* Longest queue of fired tasks (config.queue): each slot holds a task and
+/** Longest queue of fired tasks (config.queue): each slot holds a task and
  * its key (sizeof(struct tw_task) + TW_RUNNER_KEY_MAX bytes), and the ring
  * may take at most half the address space. */
 #define TW_RUNNER_QUEUE_MAX (SIZE_MAX / 2 / (sizeof(struct tw_task) + TW_RUNNER_KEY_MAX))
 
 struct tw_runner;
 
+/** What tw_runner_new needs; zero every field you do not set. */
 struct tw_runner_config {
-    tw_tasks_fn *execute;                 /* required; task->deadline is in ticks */
-    void *ctx;                            /* passed to execute */
-    uint64_t tick_ns;                     /* required: tick length, >= 1000 ns */
-    unsigned workers;                     /* executor threads; 0 = run on the tick thread */
-    enum tw_tasks_key_kind key_kind;      /* TW_TASKS_KEY_BYTES (default) or _INT */
-    size_t max_pending;                   /* 0 = no limit; beyond it set -> TW_EFULL */
-    unsigned shards;                      /* 0 = 16; at most 1024 */
-    size_t queue;                         /* fired tasks waiting for a worker; 0 = 1024 */
-    const struct tw_allocator *allocator; /* NULL = realloc/free */
+    tw_tasks_fn *execute;                 /**< required; task->deadline is in ticks */
+    void *ctx;                            /**< passed to execute */
+    uint64_t tick_ns;                     /**< required: tick length, >= 1000 ns */
+    unsigned workers;                     /**< executor threads; 0 = run on the tick thread */
+    enum tw_tasks_key_kind key_kind;      /**< TW_TASKS_KEY_BYTES (default) or _INT */
+    size_t max_pending;                   /**< 0 = no limit; beyond it set -> TW_EFULL */
+    unsigned shards;                      /**< 0 = 16; at most 1024 */
+    size_t queue;                         /**< fired tasks waiting for a worker; 0 = 1024 */
+    const struct tw_allocator *allocator; /**< NULL = realloc/free */
 };
 
+/** The runner's figures (see Figures above), filled by tw_runner_stats. */
 struct tw_runner_stats {
-    size_t pending;              /* tasks armed */
-    uint64_t fired;              /* callbacks started by ticks */
-    uint64_t late;               /* ... more than one tick after their due instant */
-    uint64_t worst_lateness_ns;  /* the worst of them */
-    uint64_t drained;            /* tasks handed to drain (or to stop's drain) */
-    uint64_t tick;               /* the last tick processed */
+    size_t pending;              /**< tasks armed */
+    uint64_t fired;              /**< callbacks started by ticks */
+    uint64_t late;               /**< ... more than one tick after their due instant */
+    uint64_t worst_lateness_ns;  /**< the worst of them */
+    uint64_t drained;            /**< tasks handed to drain (or to stop's drain) */
+    uint64_t tick;               /**< the last tick processed */
 };
 
-/* Start a runner (its threads run from here on). Returns 0 and sets *out, or
+/** Start a runner (its threads run from here on). Returns 0 and sets *out, or
  * TW_EINVAL (NULL out/cfg/execute, tick_ns < 1000, bad key_kind, shards >
  * 1024, workers > TW_RUNNER_WORKERS_MAX, queue > TW_RUNNER_QUEUE_MAX, an
  * allocator whose fn is NULL), TW_ENOMEM, TW_ESYS; *out is NULL then and
  * nothing is left behind. */
 TW_API int tw_runner_new(struct tw_runner **out, const struct tw_runner_config *cfg);
 
-/* Arm `key` to run `delay_ns` nanoseconds from now with `value` (see Time).
+/** Arm `key` to run `delay_ns` nanoseconds from now with `value` (see Time).
  * Returns 1 if the key was new, 0 if it was replaced (its previous arming
  * will not run unless it already started), or an error. O(1). */
 TW_API int tw_runner_set(struct tw_runner *r, const void *key, size_t len, void *value,
                          int64_t delay_ns);
+/** As tw_runner_set, for an integer key. */
 TW_API int tw_runner_set_int(struct tw_runner *r, uint64_t key, void *value, int64_t delay_ns);
 
-/* Re-arm a pending key to `delay_ns` from now, keeping its value. 0 or
+/** Re-arm a pending key to `delay_ns` from now, keeping its value. 0 or
  * TW_ENOENT (absent, or already fired). O(1). */
 TW_API int tw_runner_move(struct tw_runner *r, const void *key, size_t len, int64_t delay_ns);
+/** As tw_runner_move, for an integer key. */
 TW_API int tw_runner_move_int(struct tw_runner *r, uint64_t key, int64_t delay_ns);
 
-/* Forget a pending key: its callback will not run. 0 (with *value if not
+/** Forget a pending key: its callback will not run. 0 (with *value if not
  * NULL) or TW_ENOENT (absent, or already fired: then its callback runs or
  * has run). O(1). */
 TW_API int tw_runner_remove(struct tw_runner *r, const void *key, size_t len, void **value);
+/** As tw_runner_remove, for an integer key. */
 TW_API int tw_runner_remove_int(struct tw_runner *r, uint64_t key, void **value);
 
-/* Remove every pending task and call fn(ctx, task) for each on the calling
+/** Remove every pending task and call fn(ctx, task) for each on the calling
  * thread (fn NULL: the config's execute and ctx), without holding any lock:
  * fn may call set/move/remove/drain/stats on the runner. Returns the number
  * drained, TW_ECLOSED (stopped: nothing drained), TW_ENOMEM (then nothing
@@ -144,10 +150,11 @@ TW_API int tw_runner_remove_int(struct tw_runner *r, uint64_t key, void **value)
  * follow it safely. Hence fn must not wait for another thread's stop. */
 TW_API int64_t tw_runner_drain(struct tw_runner *r, tw_tasks_fn *fn, void *ctx);
 
-/* Stop flags. */
+/** Stop flag (tw_runner_stop): run every pending task (execute, on the
+ * calling thread) instead of releasing it. */
 #define TW_RUNNER_STOP_DRAIN 1u /* run every pending task (execute, on this thread) */
 
-/* Stop: every later call returns TW_ECLOSED; the tick thread is joined; fired
+/** Stop: every later call returns TW_ECLOSED; the tick thread is joined; fired
  * tasks already queued still run, then the workers are joined; drains in
  * progress on other threads are waited for (see tw_runner_drain); pending
  * tasks are released without running (or run, with TW_RUNNER_STOP_DRAIN).
@@ -158,14 +165,14 @@ TW_API int64_t tw_runner_drain(struct tw_runner *r, tw_tasks_fn *fn, void *ctx);
  * then. */
 TW_API int tw_runner_stop(struct tw_runner *r, unsigned flags);
 
-/* Stop (if not stopped) and free everything. NULL is a no-op. From a
+/** Stop (if not stopped) and free everything. NULL is a no-op. From a
  * callback or a drain's fn, where stop returns TW_EBUSY, it does nothing (the
  * runner stays usable; free it later from another place). No call of
  * another thread may overlap free, except a drain that was in progress when
  * the runner was stopped (stop waited for it). */
 TW_API void tw_runner_free(struct tw_runner *r);
 
-/* Figures, consistent per shard. */
+/** Figures, consistent per shard. */
 TW_API void tw_runner_stats(struct tw_runner *r, struct tw_runner_stats *s);
 
 #ifdef __cplusplus

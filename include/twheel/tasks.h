@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* twheel keyed layer: go-zero's TimingWheel API over the core wheel.
+/** @file
+ * twheel keyed layer: go-zero's TimingWheel API over the core wheel.
  *
  * A tw_tasks maps keys to tasks: set(key, value, delay) inserts or replaces a
  * task due `delay` ticks from now, move(key, delay) re-arms it, remove(key)
@@ -12,7 +13,7 @@
  * integer keys (the fast path), chosen at creation. Calling the functions of
  * the other kind returns TW_EINVAL. Values are opaque pointers, never touched.
  *
- * Rules (tests/test_tasks_rules.c pins each one, spec/keyed.md is the contract):
+ * Rules (tests/test_tasks_rules.c pins each one, docs/contracts.md states the contract):
  *  - Exact: a task (re-)armed with delay d at time now fires during the first
  *    advance that reaches now + d, never before and never later.
  *  - Delay 0 means the next tick; a task fires at most once per arming.
@@ -67,125 +68,136 @@
 extern "C" {
 #endif
 
-/* Longest byte-string key accepted; longer ones give TW_E2BIG. */
+/** Longest byte-string key accepted; longer ones give TW_E2BIG. */
 #define TW_TASKS_KEY_MAX 65535
-/* Entries per pool chunk (the unit in which task memory is allocated/freed). */
+/** Entries per pool chunk (the unit in which task memory is allocated/freed). */
 #define TW_TASKS_CHUNK 1024
 
 struct tw_tasks;
 
-/* A task handed to execute or to drain's fn. Valid during the call only (copy
+/** A task handed to execute or to drain's fn. Valid during the call only (copy
  * the key if you keep it). */
 struct tw_task {
-    const void *key;   /* string keys: the key's bytes; integer keys: NULL */
-    size_t key_len;    /* string keys: its length; integer keys: 0 */
-    uint64_t key_int;  /* integer keys: the key; string keys: 0 */
-    void *value;       /* the value given to set */
-    uint64_t deadline; /* the tick the task was due at */
+    const void *key;   /**< string keys: the key's bytes; integer keys: NULL */
+    size_t key_len;    /**< string keys: its length; integer keys: 0 */
+    uint64_t key_int;  /**< integer keys: the key; string keys: 0 */
+    void *value;       /**< the value given to set */
+    uint64_t deadline; /**< the tick the task was due at */
 };
 
-/* Runs a task: `ctx` is the config's ctx (or drain's ctx). */
+/** Runs a task: `ctx` is the config's ctx (or drain's ctx). */
 typedef void tw_tasks_fn(void *ctx, const struct tw_task *task);
 
+/** The kind of key an instance takes, fixed at creation. */
 enum tw_tasks_key_kind {
-    TW_TASKS_KEY_BYTES = 0, /* byte-string keys, copied */
-    TW_TASKS_KEY_INT = 1,   /* 64-bit integer keys */
+    TW_TASKS_KEY_BYTES = 0, /**< byte-string keys, copied */
+    TW_TASKS_KEY_INT = 1,   /**< 64-bit integer keys */
 };
 
+/** What tw_tasks_new needs; zero every field you do not set. */
 struct tw_tasks_config {
-    tw_tasks_fn *execute;                  /* required: runs each due task */
-    void *ctx;                             /* passed to execute */
-    enum tw_tasks_key_kind key_kind;       /* TW_TASKS_KEY_BYTES (default) or _INT */
-    uint64_t now;                          /* starting tick */
-    size_t max_pending;                    /* 0 = no limit; else set of a new key
+    tw_tasks_fn *execute;                  /**< required: runs each due task */
+    void *ctx;                             /**< passed to execute */
+    enum tw_tasks_key_kind key_kind;       /**< TW_TASKS_KEY_BYTES (default) or _INT */
+    uint64_t now;                          /**< starting tick */
+    size_t max_pending;                    /**< 0 = no limit; else set of a new key
                                               beyond it gives TW_EFULL */
-    const struct tw_allocator *allocator;  /* NULL = realloc/free; copied */
-    uint64_t seed[2];                      /* hash seed; {0, 0} = random */
+    const struct tw_allocator *allocator;  /**< NULL = realloc/free; copied */
+    uint64_t seed[2];                      /**< hash seed; {0, 0} = random */
 };
 
-/* Figures, for tuning and for the benchmarks. */
+/** Figures, for tuning and for the benchmarks. */
 struct tw_tasks_stats {
-    size_t pending;        /* tasks armed */
-    size_t index_slots;    /* capacity of the hash index */
-    size_t index_tombs;    /* deleted slots awaiting a rehash */
-    size_t pool_entries;   /* entries allocated (live + free), a multiple of the chunk */
-    size_t bytes;          /* every byte allocated by this instance, key blocks included */
-    size_t max_probe;      /* longest probe sequence of a pending key (O(n) to compute) */
+    size_t pending;        /**< tasks armed */
+    size_t index_slots;    /**< capacity of the hash index */
+    size_t index_tombs;    /**< deleted slots awaiting a rehash */
+    size_t pool_entries;   /**< entries allocated (live + free), a multiple of the chunk */
+    size_t bytes;          /**< every byte allocated by this instance, key blocks included */
+    size_t max_probe;      /**< longest probe sequence of a pending key (O(n) to compute) */
 };
 
 /* ---- lifetime ------------------------------------------------------------ */
 
-/* Create an instance. Returns 0 and sets *out, or TW_EINVAL (NULL out or cfg,
+/** Create an instance. Returns 0 and sets *out, or TW_EINVAL (NULL out or cfg,
  * no execute, bad key_kind, allocator without fn) or TW_ENOMEM; *out is then
  * NULL and nothing is allocated. The seed comes from getrandom, else
  * /dev/urandom; where neither answers it falls back to the clock and an
  * address, which an attacker may guess: pass cfg.seed there. */
 TW_API int tw_tasks_new(struct tw_tasks **out, const struct tw_tasks_config *cfg);
 
-/* Free the instance and every pending task without running them. NULL is a
+/** Free the instance and every pending task without running them. NULL is a
  * no-op. Must not be called from one of its callbacks. O(pending). */
 TW_API void tw_tasks_free(struct tw_tasks *t);
 
 /* ---- operations ---------------------------------------------------------- */
-/* Keys: `key`/`len` for string-key instances (key may not be NULL, len <=
+/** @name Operations
+ * Keys: `key`/`len` for string-key instances (key may not be NULL, len <=
  * TW_TASKS_KEY_MAX), `key` for integer-key instances (the *_int calls).
  * Delays are in ticks from tw_tasks_now(); 0 = the next tick; negative ->
- * TW_EINVAL. Every failing call changes nothing. */
+ * TW_EINVAL. Every failing call changes nothing.
+ * @{ */
 
-/* Arm `key` to run `delay` ticks from now with `value`. Returns 1 if the key
+/** Arm `key` to run `delay` ticks from now with `value`. Returns 1 if the key
  * was new, 0 if it was present (its value replaced, re-armed; its previous
  * arming will not run), or TW_EINVAL, TW_E2BIG, TW_EFULL (max_pending reached
  * and the key is new), TW_ENOMEM, TW_ERANGE (time is at UINT64_MAX: no later
  * tick exists). */
 TW_API int tw_tasks_set(struct tw_tasks *t, const void *key, size_t len, void *value,
                         int64_t delay);
+/** As tw_tasks_set, for an integer key. */
 TW_API int tw_tasks_set_int(struct tw_tasks *t, uint64_t key, void *value, int64_t delay);
 
-/* Re-arm a present key to `delay` ticks from now, keeping its value. Returns
+/** Re-arm a present key to `delay` ticks from now, keeping its value. Returns
  * 0, TW_ENOENT (absent: nothing happens), TW_EINVAL, TW_E2BIG, TW_ERANGE (as
  * set). */
 TW_API int tw_tasks_move(struct tw_tasks *t, const void *key, size_t len, int64_t delay);
+/** As tw_tasks_move, for an integer key. */
 TW_API int tw_tasks_move_int(struct tw_tasks *t, uint64_t key, int64_t delay);
 
-/* Forget a key: its task will not run. Returns 0, TW_ENOENT, TW_EINVAL,
+/** Forget a key: its task will not run. Returns 0, TW_ENOENT, TW_EINVAL,
  * TW_E2BIG. If `value` is not NULL it receives the task's value. Never
  * allocates. */
 TW_API int tw_tasks_remove(struct tw_tasks *t, const void *key, size_t len, void **value);
+/** As tw_tasks_remove, for an integer key. */
 TW_API int tw_tasks_remove_int(struct tw_tasks *t, uint64_t key, void **value);
 
-/* Look a key up without changing anything. Returns 0 (filling *value and
+/** Look a key up without changing anything. Returns 0 (filling *value and
  * *deadline, the tick it is due at, where not NULL), TW_ENOENT, TW_EINVAL,
  * TW_E2BIG. */
 TW_API int tw_tasks_get(const struct tw_tasks *t, const void *key, size_t len, void **value,
                         uint64_t *deadline);
+/** As tw_tasks_get, for an integer key. */
 TW_API int tw_tasks_get_int(const struct tw_tasks *t, uint64_t key, void **value,
                             uint64_t *deadline);
 
-/* Remove every pending task, then call fn(ctx, task) once for each (fn NULL:
+/** Remove every pending task, then call fn(ctx, task) once for each (fn NULL:
  * the config's execute and ctx), in an unspecified order. Tasks that fn sets
  * are new tasks, not drained by this call. Returns the number of tasks
  * drained, or TW_EINVAL. Allocates nothing. */
 TW_API int64_t tw_tasks_drain(struct tw_tasks *t, tw_tasks_fn *fn, void *ctx);
 
-/* Advance time to `now`, running each task due by then in deadline order.
+/** Advance time to `now`, running each task due by then in deadline order.
  * Returns the number of tasks run, TW_EINVAL, or TW_EBUSY from inside execute
  * or drain's fn. An earlier `now` is a no-op. */
 TW_API int64_t tw_tasks_advance(struct tw_tasks *t, uint64_t now);
 
-/* As tw_tasks_advance, but run at most `max` tasks (0 = no limit). When it
+/** As tw_tasks_advance, but run at most `max` tasks (0 = no limit). When it
  * stops at the limit, time is the deadline of the last task run and the
  * remaining due tasks run on the next call. For callers that must not hold
  * on for long (tw_runner). */
 TW_API int64_t tw_tasks_advance_max(struct tw_tasks *t, uint64_t now, size_t max);
+/** @} */
 
 /* ---- figures --------------------------------------------------------------- */
 
+/** Number of tasks armed. O(1). */
 TW_API size_t tw_tasks_pending(const struct tw_tasks *t);
+/** The instance's current tick: where the last advance left it. O(1). */
 TW_API uint64_t tw_tasks_now(const struct tw_tasks *t);
-/* The earliest tick at which something may be due (see tw_wheel_next_expiry),
+/** The earliest tick at which something may be due (see tw_wheel_next_expiry),
  * TW_NEVER when nothing is pending. O(1). */
 TW_API uint64_t tw_tasks_next_expiry(const struct tw_tasks *t);
-/* Fill *s. O(index size) because of max_probe. */
+/** Fill *s. O(index size) because of max_probe. */
 TW_API void tw_tasks_stats(const struct tw_tasks *t, struct tw_tasks_stats *s);
 
 #ifdef __cplusplus

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* twheel core: a hierarchical timing wheel over abstract ticks.
+/** @file
+ * twheel core: a hierarchical timing wheel over abstract ticks.
  *
  * No threads, no clock, no allocation. Time is an unsigned 64-bit tick count
  * owned by the wheel; the caller says what time it is (tw_wheel_advance) and
@@ -44,74 +45,78 @@
 extern "C" {
 #endif
 
-/* Geometry: levels of 64 slots, enough levels to cover all 64 bits of time. */
+/** Geometry: levels of 64 slots, enough levels to cover all 64 bits of time.
+ * This is log2 of the slots per level. */
 #define TW_WHEEL_SLOT_BITS 6
+/** Slots per level: 64. */
 #define TW_WHEEL_SLOTS (1u << TW_WHEEL_SLOT_BITS)
+/** Levels: 11, enough for every 64-bit deadline. */
 #define TW_WHEEL_LEVELS ((64 + TW_WHEEL_SLOT_BITS - 1) / TW_WHEEL_SLOT_BITS)
-/* Each slot is kept as this many independent lists, filled in turn and walked
+/** Each slot is kept as this many independent lists, filled in turn and walked
  * side by side when the slot comes due, so that that many cache misses are in
  * flight at once instead of one (a single list is a chain of dependent loads:
  * with millions of timers, each one a trip to DRAM). */
 #define TW_WHEEL_CHAINS 4
 
-/* The tick value meaning "no deadline" where a function returns one. */
+/** The tick value meaning "no deadline" where a function returns one. */
 #define TW_NEVER UINT64_MAX
 
 struct tw_timer;
 struct tw_wheel;
 
-/* Called when a timer fires. The timer is idle again when this runs (unless
+/** Called when a timer fires. The timer is idle again when this runs (unless
  * it is periodic, see tw_periodic), so the callback may re-arm it. */
 typedef void tw_timer_fn(struct tw_timer *timer, void *arg);
 
-/* What the wheel links into its slots: 24 bytes on LP64. Every timer holds
+/** What the wheel links into its slots: 24 bytes on LP64. Every timer holds
  * one. A pull-only user (see "bare nodes" below) may embed a bare node
  * instead of a whole timer and save the callback's 16 bytes. Treat every
  * field as private. */
 struct tw_node {
-    struct tw_node *next;   /* private: next node in the same slot */
-    struct tw_node **pprev; /* private: link that points at us; NULL = idle */
-    uint64_t deadline;      /* private: use tw_timer_deadline()/tw_node_deadline() */
+    struct tw_node *next;   /**< private: next node in the same slot */
+    struct tw_node **pprev; /**< private: link that points at us; NULL = idle */
+    uint64_t deadline;      /**< private: use tw_timer_deadline()/tw_node_deadline() */
 };
 
-/* An intrusive timer: 40 bytes on LP64. Initialise it with tw_timer_init
+/** An intrusive timer: 40 bytes on LP64. Initialise it with tw_timer_init
  * before first use; treat every field as private. */
 struct tw_timer {
-    struct tw_node node; /* private: the wheel's link */
-    tw_timer_fn *fn;     /* private: set by tw_timer_init */
-    void *arg;           /* private: set by tw_timer_init */
+    struct tw_node node; /**< private: the wheel's link */
+    tw_timer_fn *fn;     /**< private: set by tw_timer_init */
+    void *arg;           /**< private: set by tw_timer_init */
 };
 
-/* The wheel. Caller-owned (static, inside your struct, or malloc'ed by you);
+/** The wheel. Caller-owned (static, inside your struct, or malloc'ed by you);
  * about 23 KB, of which only the slots in use are touched. Every field is
  * private. */
 struct tw_wheel {
+    /** private: the slots, each kept as TW_WHEEL_CHAINS lists */
     struct tw_node *slots[TW_WHEEL_LEVELS][TW_WHEEL_SLOTS][TW_WHEEL_CHAINS];
-    uint64_t occupied[TW_WHEEL_LEVELS]; /* bit s set <=> slots[level][s] non-empty */
-    struct tw_node *ready;              /* due at `now`, not fired yet */
-    uint64_t now;                       /* current tick */
-    uint64_t target;                    /* tick the running advance goes to */
-    uint64_t moves;                     /* timers moved down a level, ever */
-    size_t pending;                     /* armed timers, ready list included */
-    uint32_t levels;                    /* bit l set <=> occupied[l] != 0 */
-    uint32_t chain;                     /* next chain to push onto, round robin */
-    int advancing;                      /* inside tw_wheel_advance */
-    int bare;                           /* a bare node was armed since init: pull only */
+    uint64_t occupied[TW_WHEEL_LEVELS]; /**< bit s set <=> slots[level][s] non-empty */
+    struct tw_node *ready;              /**< due at `now`, not fired yet */
+    uint64_t now;                       /**< current tick */
+    uint64_t target;                    /**< tick the running advance goes to */
+    uint64_t moves;                     /**< timers moved down a level, ever */
+    size_t pending;                     /**< armed timers, ready list included */
+    uint32_t levels;                    /**< bit l set <=> occupied[l] != 0 */
+    uint32_t chain;                     /**< next chain to push onto, round robin */
+    int advancing;                      /**< inside tw_wheel_advance */
+    int bare;                           /**< a bare node was armed since init: pull only */
 };
 
 /* ---- wheel ------------------------------------------------------------- */
 
-/* Make an empty wheel whose time is `now`. Returns 0, or TW_EINVAL if w is
+/** Make an empty wheel whose time is `now`. Returns 0, or TW_EINVAL if w is
  * NULL. O(size of the wheel). */
 TW_API int tw_wheel_init(struct tw_wheel *w, uint64_t now);
 
-/* Detach every pending timer (each becomes idle; no callback runs) and leave
+/** Detach every pending timer (each becomes idle; no callback runs) and leave
  * the wheel empty. The timers' memory stays the caller's. Returns the number
  * of timers detached, TW_EINVAL for NULL, or TW_EBUSY when called from inside
  * a callback of this wheel (nothing is changed then). O(pending + slots). */
 TW_API int64_t tw_wheel_destroy(struct tw_wheel *w);
 
-/* Advance time to `now`, firing every timer whose deadline is <= now, tick by
+/** Advance time to `now`, firing every timer whose deadline is <= now, tick by
  * tick in deadline order. Returns the number of callbacks run (>= 0), or
  * TW_EINVAL for NULL or a pull-only wheel (see tw_node_arm), or TW_EBUSY when called from inside one of this wheel's
  * callbacks. A `now` earlier than the wheel's time does not move time back and
@@ -119,7 +124,7 @@ TW_API int64_t tw_wheel_destroy(struct tw_wheel *w);
  * the current tick (usually none, so it returns 0). Idle ticks cost nothing. */
 TW_API int64_t tw_wheel_advance(struct tw_wheel *w, uint64_t now);
 
-/* Pull interface, for callers that prefer to run expired work themselves:
+/** Pull interface, for callers that prefer to run expired work themselves:
  * remove and return the next timer due by `now` (earliest deadline first; the
  * timer is idle and its callback is NOT called, periodic ones included), or
  * NULL when none is left, in which case the wheel's time is `now` (or stays
@@ -130,10 +135,10 @@ TW_API int64_t tw_wheel_advance(struct tw_wheel *w, uint64_t now);
  * tw_wheel_advance is running. O(1) amortised per timer, as advance. */
 TW_API struct tw_timer *tw_wheel_expire_next(struct tw_wheel *w, uint64_t now);
 
-/* The wheel's current tick. */
+/** The wheel's current tick. */
 TW_API uint64_t tw_wheel_now(const struct tw_wheel *w);
 
-/* The earliest tick at which the wheel has work: no timer is due before it,
+/** The earliest tick at which the wheel has work: no timer is due before it,
  * so a poller may sleep until then. It is never later than the earliest
  * deadline, and equal to it unless a later re-arm or a far slot makes the
  * wheel stop early to move timers (advancing to it then fires nothing).
@@ -142,49 +147,50 @@ TW_API uint64_t tw_wheel_now(const struct tw_wheel *w);
  * O(1). */
 TW_API uint64_t tw_wheel_next_expiry(const struct tw_wheel *w);
 
-/* Ticks from now until tw_wheel_next_expiry: 0 if something is due now,
+/** Ticks from now until tw_wheel_next_expiry: 0 if something is due now,
  * TW_NEVER if nothing is pending. Handy as a poll timeout. O(1). */
 TW_API uint64_t tw_wheel_timeout(const struct tw_wheel *w);
 
-/* Number of armed timers. O(1). */
+/** Number of armed timers. O(1). */
 TW_API size_t tw_wheel_pending(const struct tw_wheel *w);
 
-/* How many times timers have been moved from one slot to another by
+/** How many times timers have been moved from one slot to another by
  * advancing (cascades and lazy re-arms), since init. For tuning. O(1). */
 TW_API uint64_t tw_wheel_moves(const struct tw_wheel *w);
 
 /* ---- timers ------------------------------------------------------------ */
 
-/* Prepare a timer: idle, calling fn(timer, arg) when it fires. fn may not be
+/** Prepare a timer: idle, calling fn(timer, arg) when it fires. fn may not be
  * NULL. Returns 0 or TW_EINVAL. Must not be called on a pending timer. */
 TW_API int tw_timer_init(struct tw_timer *t, tw_timer_fn *fn, void *arg);
 
-/* Arm t to fire `delay` ticks from now (0 means the next tick; deadlines past
+/** Arm t to fire `delay` ticks from now (0 means the next tick; deadlines past
  * UINT64_MAX saturate). Arming a pending timer re-arms it: lazy when the new
  * deadline is not earlier, immediate otherwise. Returns 0, TW_EINVAL (NULL
  * argument or uninitialised timer), or TW_ERANGE when the wheel's time is
  * already UINT64_MAX (no later tick exists; t is left unchanged). O(1). */
 TW_API int tw_timer_arm(struct tw_wheel *w, struct tw_timer *t, uint64_t delay);
 
-/* As tw_timer_arm, at an absolute deadline (a deadline <= now means now + 1). */
+/** As tw_timer_arm, at an absolute deadline (a deadline <= now means now + 1). */
 TW_API int tw_timer_arm_at(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline);
 
-/* Disarm t. Returns 1 if it was pending (its callback will not run), 0 if it
+/** Disarm t. Returns 1 if it was pending (its callback will not run), 0 if it
  * was idle (no-op), TW_EINVAL for NULL. t must be idle or pending on w. O(1). */
 TW_API int tw_timer_cancel(struct tw_wheel *w, struct tw_timer *t);
 
-/* Whether t is armed. O(1). */
+/** Whether t is armed. O(1). */
 TW_API bool tw_timer_pending(const struct tw_timer *t);
 
-/* t's deadline if pending, TW_NEVER if idle. O(1). */
+/** t's deadline if pending, TW_NEVER if idle. O(1). */
 TW_API uint64_t tw_timer_deadline(const struct tw_timer *t);
 
-/* Recover the struct that embeds a timer: container_of. */
+/** Recover the struct that embeds a timer: container_of. */
 #define tw_container_of(ptr, type, member) \
     ((type *)(void *)((char *)(ptr) - offsetof(type, member)))
 
 /* ---- bare nodes (pull only) -------------------------------------------- */
-/* For users who never let the wheel call back: they embed a struct tw_node
+/** @name Bare nodes (pull only)
+ * For users who never let the wheel call back: they embed a struct tw_node
  * (24 bytes) instead of a struct tw_timer (40) and collect due nodes with
  * tw_wheel_expire_next_node, as twheel's keyed layer and cache do. Nodes obey
  * every rule of timers (exactness, lazy later re-arm, saturation, immediate
@@ -192,67 +198,76 @@ TW_API uint64_t tw_timer_deadline(const struct tw_timer *t);
  * until tw_wheel_init or tw_wheel_destroy: tw_wheel_advance returns TW_EINVAL
  * and tw_wheel_expire_next NULL there, since a bare node has no callback.
  * Whole timers may share a pull-only wheel: tw_wheel_expire_next_node hands
- * out their nodes too (tw_container_of(n, struct tw_timer, node)). */
+ * out their nodes too (tw_container_of(n, struct tw_timer, node)).
+ * @{ */
 
-/* Prepare a node: idle. Returns 0 or TW_EINVAL. Not on a pending node. */
+/** Prepare a node: idle. Returns 0 or TW_EINVAL. Not on a pending node. */
 TW_API int tw_node_init(struct tw_node *n);
 
-/* As tw_timer_arm_at / tw_timer_arm for a node, with the same results, and
+/** As tw_timer_arm_at / tw_timer_arm for a node, with the same results, and
  * TW_EBUSY from inside a callback of tw_wheel_advance (that advance would
  * take the node for a timer); on success the wheel becomes pull-only. O(1). */
 TW_API int tw_node_arm_at(struct tw_wheel *w, struct tw_node *n, uint64_t deadline);
+/** As tw_timer_arm for a node: `delay` ticks from now; the results of
+ * tw_node_arm_at. O(1). */
 TW_API int tw_node_arm(struct tw_wheel *w, struct tw_node *n, uint64_t delay);
 
-/* As tw_timer_cancel: 1 if it was pending, 0 if idle, TW_EINVAL. O(1). */
+/** As tw_timer_cancel: 1 if it was pending, 0 if idle, TW_EINVAL. O(1). */
 TW_API int tw_node_cancel(struct tw_wheel *w, struct tw_node *n);
 
-/* Whether n is armed; its deadline if pending, TW_NEVER if idle. O(1). */
+/** Whether n is armed; its deadline if pending, TW_NEVER if idle. O(1). */
 TW_API bool tw_node_pending(const struct tw_node *n);
+/** n's deadline if pending, TW_NEVER if idle. O(1). */
 TW_API uint64_t tw_node_deadline(const struct tw_node *n);
 
-/* As tw_wheel_expire_next, handing out nodes (bare ones, and those of whole
+/** As tw_wheel_expire_next, handing out nodes (bare ones, and those of whole
  * timers). Works on every wheel, pull-only or not. */
 TW_API struct tw_node *tw_wheel_expire_next_node(struct tw_wheel *w, uint64_t now);
+/** @} */
 
 /* ---- periodic timers --------------------------------------------------- */
 
-/* What a periodic timer does when an advance passes several of its periods. */
+/** What a periodic timer does when an advance passes several of its periods. */
 enum tw_missed_policy {
-    /* Fire once for every period, each at its own tick (deadline order is
+    /** Fire once for every period, each at its own tick (deadline order is
      * kept with other timers). The default. */
     TW_MISSED_CATCH_UP = 0,
-    /* Fire once, at the first missed deadline; the next deadline is the first
+    /** Fire once, at the first missed deadline; the next deadline is the first
      * one of the original phase after the advance's target. */
     TW_MISSED_SKIP = 1,
 };
 
 struct tw_periodic;
+/** Called at each deadline of a periodic timer, with the arg given to
+ * tw_periodic_init. The timer is already re-armed for its next period when
+ * this runs (unless time is at its end, UINT64_MAX); the callback may stop or
+ * restart it. */
 typedef void tw_periodic_fn(struct tw_periodic *p, void *arg);
 
-/* A periodic timer re-arms from its previous deadline, so it never drifts:
+/** A periodic timer re-arms from its previous deadline, so it never drifts:
  * its n-th deadline is first + n * period exactly (saturating). It is a core
  * timer plus 40 bytes on LP64; treat every field as private. */
 struct tw_periodic {
-    struct tw_timer timer;
-    struct tw_wheel *wheel;
-    uint64_t period;
-    tw_periodic_fn *fn;
-    void *arg;
-    enum tw_missed_policy policy;
+    struct tw_timer timer;        /**< private: the core timer it re-arms */
+    struct tw_wheel *wheel;       /**< private: the wheel it runs on */
+    uint64_t period;              /**< private: ticks between deadlines */
+    tw_periodic_fn *fn;           /**< private: set by tw_periodic_init */
+    void *arg;                    /**< private: set by tw_periodic_init */
+    enum tw_missed_policy policy; /**< private: set by tw_periodic_init */
 };
 
-/* Prepare p (idle). fn may not be NULL; policy must be a tw_missed_policy.
+/** Prepare p (idle). fn may not be NULL; policy must be a tw_missed_policy.
  * Returns 0 or TW_EINVAL. */
 TW_API int tw_periodic_init(struct tw_periodic *p, tw_periodic_fn *fn, void *arg,
                             enum tw_missed_policy policy);
 
-/* Start p on w: first fire `first_delay` ticks from now (0 = next tick), then
+/** Start p on w: first fire `first_delay` ticks from now (0 = next tick), then
  * every `period` ticks. Restarts p if it was running. The callback may stop
  * or restart p. Returns 0, TW_EINVAL (NULL, period 0), or TW_ERANGE. O(1). */
 TW_API int tw_periodic_start(struct tw_wheel *w, struct tw_periodic *p,
                              uint64_t first_delay, uint64_t period);
 
-/* Stop p. Returns 1 if it was running, 0 if not, TW_EINVAL for NULL. O(1). */
+/** Stop p. Returns 1 if it was running, 0 if not, TW_EINVAL for NULL. O(1). */
 TW_API int tw_periodic_stop(struct tw_periodic *p);
 
 #ifdef __cplusplus
