@@ -935,7 +935,11 @@ void tw_runner_free(struct tw_runner *r)
 
 void tw_runner_stats(struct tw_runner *r, struct tw_runner_stats *st)
 {
+    if (!st)
+        return;
     memset(st, 0, sizeof *st);
+    if (!r)
+        return;
     for (unsigned i = 0; i < r->nshards; i++) {
         pthread_mutex_lock(&r->shards[i].lock);
         if (r->shards[i].tasks) /* NULL once stopped */

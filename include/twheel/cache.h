@@ -223,7 +223,8 @@ TW_API int64_t tw_cache_advance(struct tw_cache *c, uint64_t now_ms);
 TW_API int tw_cache_set_now(struct tw_cache *c, uint64_t now_ms);
 
 /* The cache's time in milliseconds: the manual clock, or CLOCK_MONOTONIC
- * since creation. 0 for NULL. */
+ * since creation. 0 for NULL (the getter rule of twheel/common.h; calls that
+ * can fail, tw_cache_stats included, return TW_EINVAL for NULL). */
 TW_API uint64_t tw_cache_now(const struct tw_cache *c);
 
 #ifdef __cplusplus

@@ -31,7 +31,20 @@ extern "C" {
 #endif
 
 /* Error codes: every public call that can fail returns 0 (or a count) on
- * success and one of these negative values on failure. */
+ * success and one of these negative values on failure.
+ *
+ * NULL, one rule for every layer:
+ *  - a call that can fail returns TW_EINVAL for a NULL object or a NULL
+ *    required argument, and changes nothing (a call returning a pointer
+ *    returns NULL instead);
+ *  - a getter, a call with no error return that reads a count, a time, a
+ *    flag or a deadline, returns the value meaning "nothing" for a NULL
+ *    object: 0 for counts and times, false for flags, TW_NEVER (UINT64_MAX)
+ *    for deadlines, expiries and timeouts;
+ *  - a void stats call (tw_tasks_stats, tw_runner_stats) zeroes *out for a
+ *    NULL object and does nothing for a NULL out;
+ *  - free and destroy calls ignore NULL.
+ * Each header restates the rule for its own getters. */
 #define TW_ERRNO_MAP(XX)                                                    \
     XX(EINVAL, -1, "invalid argument")                                      \
     XX(EBUSY, -2, "not allowed while the wheel is advancing")               \

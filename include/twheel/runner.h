@@ -165,7 +165,8 @@ TW_API int tw_runner_stop(struct tw_runner *r, unsigned flags);
  * the runner was stopped (stop waited for it). */
 TW_API void tw_runner_free(struct tw_runner *r);
 
-/* Figures, consistent per shard. */
+/* Figures, consistent per shard. Getters and NULL (the rule of
+ * twheel/common.h): *s is zeroed for a NULL r; a NULL s does nothing. */
 TW_API void tw_runner_stats(struct tw_runner *r, struct tw_runner_stats *s);
 
 #ifdef __cplusplus
