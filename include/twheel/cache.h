@@ -144,7 +144,7 @@ struct tw_cache_config {
     const struct tw_allocator *allocator; /* NULL = realloc/free; copied */
 };
 
-/* Longest TTL in milliseconds: 2^62 ns rounded down to whole ms, about 146
+/** Longest TTL in milliseconds: 2^62 ns rounded down to whole ms, about 146
  * years. A longer TTL (INT64_MAX included) is not an error: it is silently
  * stored as this one, after jitter (no key lives longer). */
 #define TW_CACHE_TTL_MAX_MS INT64_C(4611686018427)
