@@ -191,10 +191,10 @@ TW_API uint64_t tw_wheel_now(const struct tw_wheel *w);
 TW_API uint64_t tw_wheel_next_expiry(const struct tw_wheel *w);
 
 /* Ticks from the wheel's time until tw_wheel_next_expiry: 0 if something is
- * due now, TW_NEVER if nothing is pending (a timer due at the last tick,
- * UINT64_MAX, gives UINT64_MAX - now; from now = 0 that is TW_NEVER too). In
- * an event loop use tw_wheel_timeout_from: the wheel's time is stale while
- * the loop sleeps. O(1). */
+ * due now, TW_NEVER if nothing is pending; with timers pending always
+ * next_expiry - now, the last tick included (time 2^64-2 and a timer due at
+ * 2^64-1 give 1). In an event loop use tw_wheel_timeout_from: the wheel's
+ * time is stale while the loop sleeps. O(1). */
 TW_API uint64_t tw_wheel_timeout(const struct tw_wheel *w);
 
 /** The poll timeout of an event loop: ticks from the caller's `now` until
