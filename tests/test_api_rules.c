@@ -264,7 +264,9 @@ static void test_null_getters(void)
     CHECK_EQ_INT(tw_runner_new(&r, &rc), 0);
     tw_runner_stats(r, NULL);
     tw_runner_free(r);
-    /* Free calls ignore NULL. */
+    /* Free and config_init calls ignore NULL. */
+    tw_cache_config_init(NULL);
+    CHECK_EQ_INT(tw_wheel_destroy(NULL), TW_EINVAL);
     tw_tasks_free(NULL);
     tw_runner_free(NULL);
     tw_cache_free(NULL);

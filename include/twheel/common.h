@@ -43,7 +43,8 @@ extern "C" {
  *    for deadlines, expiries and timeouts;
  *  - a void stats call (tw_tasks_stats, tw_runner_stats) zeroes *out for a
  *    NULL object and does nothing for a NULL out;
- *  - free and destroy calls ignore NULL.
+ *  - free calls and config_init calls ignore NULL (tw_wheel_destroy, which
+ *    returns a count, returns TW_EINVAL).
  * Each header restates the rule for its own getters. */
 #define TW_ERRNO_MAP(XX)                                                    \
     XX(EINVAL, -1, "invalid argument")                                      \
