@@ -549,6 +549,12 @@ int tw_periodic_stop(struct tw_periodic *p)
 }
 
 /* ---- event loops: time from the caller's clock ------------------------------ */
+/* The wheel's time moves only when it is advanced, so in an event loop it is
+ * stale between advances: a delay counted from it would end early, and a
+ * timeout counted from it would end late (and, re-aimed every turn, never).
+ * These take the caller's clock instead: arming becomes an absolute deadline
+ * (arm_at, which only moves a past one to the next tick), and the timeout is
+ * measured from the caller's now. Nothing here touches the fast paths. */
 
 uint64_t tw_wheel_timeout_from(const struct tw_wheel *w, uint64_t now)
 {
