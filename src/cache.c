@@ -192,7 +192,8 @@ static inline double cache_uniform(struct cache_shard *s)
 static uint64_t cache_deadline(struct tw_cache *c, struct cache_shard *s, uint64_t now_ns,
                                int64_t ttl_ms)
 {
-    const uint64_t max_ns = UINT64_C(1) << 62;
+    /* The documented cap (cache.h): just under 2^62 ns, far from overflow. */
+    const uint64_t max_ns = (uint64_t)TW_CACHE_TTL_MAX_MS * CACHE_NS_PER_TICK;
     uint64_t ttl_ns;
     if (c->jitter > 0) {
         double f = 1.0 - c->jitter + 2.0 * c->jitter * cache_uniform(s);
@@ -705,17 +706,25 @@ static void cache_maybe_log(struct tw_cache *c, uint64_t now_tick)
         return;
     struct tw_cache_stats st;
     tw_cache_stats(c, &st);
+    /* Every count is for the interval since the previous line; qpm is a
+     * true rate (per minute of the interval's real length); elements is the
+     * one figure of now. */
     uint64_t dh = st.hits - c->log_hits, dm = st.misses - c->log_misses;
-    char line[256];
+    uint64_t dev = st.evictions - c->log_evictions, dex = st.expirations - c->log_expirations;
+    uint64_t span = now_tick > c->log_at ? now_tick - c->log_at : 1; /* ms */
+    char line[320];
     snprintf(line, sizeof line,
-             "cache(%s) - qpm: %llu, hit_ratio: %.1f%%, elements: %llu, hit: %llu, miss: %llu, "
-             "evictions: %llu, expirations: %llu",
-             c->name, (unsigned long long)(dh + dm),
-             dh + dm ? 100.0 * (double)dh / (double)(dh + dm) : 0.0,
-             (unsigned long long)st.entries, (unsigned long long)dh, (unsigned long long)dm,
-             (unsigned long long)st.evictions, (unsigned long long)st.expirations);
+             "cache(%s) - last %.1f s: queries: %llu (qpm: %.0f), hits: %llu, misses: %llu, "
+             "hit_ratio: %.1f%%, evictions: %llu, expirations: %llu; elements now: %llu",
+             c->name, (double)span / 1000.0, (unsigned long long)(dh + dm),
+             (double)(dh + dm) * 60000.0 / (double)span, (unsigned long long)dh,
+             (unsigned long long)dm, dh + dm ? 100.0 * (double)dh / (double)(dh + dm) : 0.0,
+             (unsigned long long)dev, (unsigned long long)dex, (unsigned long long)st.entries);
     c->log_hits = st.hits;
     c->log_misses = st.misses;
+    c->log_evictions = st.evictions;
+    c->log_expirations = st.expirations;
+    c->log_at = now_tick;
     while (c->log_due <= now_tick)
         c->log_due += c->log_interval;
     c->log(c->log_ctx, line);
@@ -922,6 +931,7 @@ int tw_cache_new(struct tw_cache **out, const struct tw_cache_config *cfg)
     c->epoch_ns = cache_mono_ns();
     tw_random_seed_(c->seed);
     c->log_due = atomic_load(&c->manual_now) + c->log_interval;
+    c->log_at = c->log_due - c->log_interval;
 
     int rc = TW_ENOMEM;
     const char *name = cfg->name ? cfg->name : "cache";

@@ -151,6 +151,8 @@ struct tw_cache {
     _Atomic uint64_t earliest;
     uint64_t log_due;           /* next log tick */
     uint64_t log_hits, log_misses; /* totals at the previous log line */
+    uint64_t log_evictions, log_expirations; /* ... likewise */
+    uint64_t log_at;            /* tick of the previous line (creation at first) */
 };
 
 /* ---- src/cache_map.c -------------------------------------------------- */

@@ -105,6 +105,7 @@ struct rn_shard {
 struct tw_runner {
     tw_tasks_fn *execute;
     void *ctx;
+    tw_tasks_fn *release; /* optional: gets what stop drops (config.release) */
     uint64_t tick_ns;
     uint64_t start_ns;
     size_t max_pending;
@@ -572,6 +573,7 @@ int tw_runner_new(struct tw_runner **out, const struct tw_runner_config *cfg)
     r->alloc = a;
     r->execute = cfg->execute;
     r->ctx = cfg->ctx;
+    r->release = cfg->release;
     r->tick_ns = cfg->tick_ns;
     r->max_pending = cfg->max_pending;
     r->int_keys = cfg->key_kind == TW_TASKS_KEY_INT;
@@ -916,7 +918,8 @@ int tw_runner_stop(struct tw_runner *r, unsigned flags)
             atomic_fetch_add_explicit(&r->drained, n, memory_order_relaxed);
             rn_drain_instance(t, r->shards[i].off, r->execute, r->ctx);
         } else {
-            tw_tasks_drain(t, rn_noop, NULL);
+            /* Dropped without running: handed to release (no lock held). */
+            tw_tasks_drain(t, r->release ? r->release : rn_noop, r->ctx);
         }
         tw_tasks_free(t);
     }
@@ -935,7 +938,11 @@ void tw_runner_free(struct tw_runner *r)
 
 void tw_runner_stats(struct tw_runner *r, struct tw_runner_stats *st)
 {
+    if (!st)
+        return;
     memset(st, 0, sizeof *st);
+    if (!r)
+        return;
     for (unsigned i = 0; i < r->nshards; i++) {
         pthread_mutex_lock(&r->shards[i].lock);
         if (r->shards[i].tasks) /* NULL once stopped */

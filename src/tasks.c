@@ -86,7 +86,9 @@ struct entry {
     void *value;
     union stored_key key;
 };
-_Static_assert(sizeof(struct entry) == 48 || sizeof(void *) != 8, "48-byte entries on LP64");
+/* (TWHEEL_DEBUG builds add 8 bytes to every node: see twheel/wheel.h.) */
+_Static_assert(sizeof(struct entry) == 48 || sizeof(void *) != 8 || TW_NODE_DEBUG_BYTES,
+               "48-byte entries on LP64");
 
 struct tw_tasks {
     struct tw_wheel wheel;
@@ -780,22 +782,26 @@ int64_t tw_tasks_advance(struct tw_tasks *t, uint64_t now)
 
 size_t tw_tasks_pending(const struct tw_tasks *t)
 {
-    return t->live;
+    return t ? t->live : 0;
 }
 
 uint64_t tw_tasks_now(const struct tw_tasks *t)
 {
-    return tw_wheel_now(&t->wheel);
+    return t ? tw_wheel_now(&t->wheel) : 0;
 }
 
 uint64_t tw_tasks_next_expiry(const struct tw_tasks *t)
 {
-    return tw_wheel_next_expiry(&t->wheel);
+    return t ? tw_wheel_next_expiry(&t->wheel) : TW_NEVER;
 }
 
 void tw_tasks_stats(const struct tw_tasks *t, struct tw_tasks_stats *s)
 {
+    if (!s)
+        return;
     memset(s, 0, sizeof *s);
+    if (!t)
+        return;
     s->pending = t->live;
     s->index_slots = t->cap;
     s->index_tombs = t->tombs;

@@ -306,11 +306,13 @@ struct tw_timer *tw_wheel_expire_next(struct tw_wheel *w, uint64_t now)
 
 uint64_t tw_wheel_now(const struct tw_wheel *w)
 {
-    return w->now;
+    return w ? w->now : 0;
 }
 
 uint64_t tw_wheel_next_expiry(const struct tw_wheel *w)
 {
+    if (!w)
+        return TW_NEVER;
     if (w->ready)
         return w->now;
     if (!w->levels)
@@ -321,21 +323,48 @@ uint64_t tw_wheel_next_expiry(const struct tw_wheel *w)
 
 uint64_t tw_wheel_timeout(const struct tw_wheel *w)
 {
-    uint64_t next = tw_wheel_next_expiry(w);
-    return next == TW_NEVER ? TW_NEVER : next - w->now;
+    /* Not next == TW_NEVER: that is also the last tick, where a timer may be
+     * due (now 2^64-2, due 2^64-1: timeout 1). */
+    if (!w || !w->pending)
+        return TW_NEVER;
+    return tw_wheel_next_expiry(w) - w->now;
 }
 
 size_t tw_wheel_pending(const struct tw_wheel *w)
 {
-    return w->pending;
+    return w ? w->pending : 0;
 }
 
 uint64_t tw_wheel_moves(const struct tw_wheel *w)
 {
-    return w->moves;
+    return w ? w->moves : 0;
 }
 
 /* ---- nodes and timers ------------------------------------------------------- */
+
+/* Debug builds (TWHEEL_DEBUG): a pending node remembers its wheel, and the
+ * public arm and cancel calls refuse a node pending on another wheel. In
+ * release builds both are nothing at all. */
+static inline bool owned_or_idle(const struct tw_wheel *w, const struct tw_node *n)
+{
+#ifdef TWHEEL_DEBUG
+    return !n->pprev || n->owner == w;
+#else
+    (void)w;
+    (void)n;
+    return true;
+#endif
+}
+
+static inline void set_owner(struct tw_node *n, struct tw_wheel *w)
+{
+#ifdef TWHEEL_DEBUG
+    n->owner = w;
+#else
+    (void)n;
+    (void)w;
+#endif
+}
 
 int tw_node_init(struct tw_node *n)
 {
@@ -344,6 +373,7 @@ int tw_node_init(struct tw_node *n)
     n->next = NULL;
     n->pprev = NULL;
     n->deadline = TW_NEVER;
+    set_owner(n, NULL);
     return 0;
 }
 
@@ -379,9 +409,13 @@ int tw_node_arm_at(struct tw_wheel *w, struct tw_node *n, uint64_t deadline)
      * callback-calling loop, which would take it for a timer. */
     if (w->advancing)
         return TW_EBUSY;
+    if (!owned_or_idle(w, n))
+        return TW_EINVAL;
     int rc = arm_node(w, n, deadline);
-    if (rc == 0)
+    if (rc == 0) {
         w->bare = 1;
+        set_owner(n, w);
+    }
     return rc;
 }
 
@@ -398,6 +432,8 @@ int tw_node_cancel(struct tw_wheel *w, struct tw_node *n)
         return TW_EINVAL;
     if (!n->pprev)
         return 0;
+    if (!owned_or_idle(w, n))
+        return TW_EINVAL;
     unlink_node(w, n);
     w->pending--;
     return 1;
@@ -405,12 +441,12 @@ int tw_node_cancel(struct tw_wheel *w, struct tw_node *n)
 
 bool tw_node_pending(const struct tw_node *n)
 {
-    return n->pprev != NULL;
+    return n && n->pprev != NULL;
 }
 
 uint64_t tw_node_deadline(const struct tw_node *n)
 {
-    return n->pprev ? n->deadline : TW_NEVER;
+    return n && n->pprev ? n->deadline : TW_NEVER;
 }
 
 int tw_timer_init(struct tw_timer *t, tw_timer_fn *fn, void *arg)
@@ -425,9 +461,12 @@ int tw_timer_init(struct tw_timer *t, tw_timer_fn *fn, void *arg)
 
 int tw_timer_arm_at(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline)
 {
-    if (!w || !t || !t->fn)
+    if (!w || !t || !t->fn || !owned_or_idle(w, &t->node))
         return TW_EINVAL;
-    return arm_node(w, &t->node, deadline);
+    int rc = arm_node(w, &t->node, deadline);
+    if (rc == 0)
+        set_owner(&t->node, w);
+    return rc;
 }
 
 int tw_timer_arm(struct tw_wheel *w, struct tw_timer *t, uint64_t delay)
@@ -444,12 +483,12 @@ int tw_timer_cancel(struct tw_wheel *w, struct tw_timer *t)
 
 bool tw_timer_pending(const struct tw_timer *t)
 {
-    return tw_node_pending(&t->node);
+    return t && tw_node_pending(&t->node);
 }
 
 uint64_t tw_timer_deadline(const struct tw_timer *t)
 {
-    return tw_node_deadline(&t->node);
+    return t ? tw_node_deadline(&t->node) : TW_NEVER;
 }
 
 /* ---- periodic timers -------------------------------------------------------- */
@@ -507,4 +546,32 @@ int tw_periodic_stop(struct tw_periodic *p)
     if (!p->wheel)
         return 0;
     return tw_timer_cancel(p->wheel, &p->timer);
+}
+
+/* ---- event loops: time from the caller's clock ------------------------------ */
+/* The wheel's time moves only when it is advanced, so in an event loop it is
+ * stale between advances: a delay counted from it would end early, and a
+ * timeout counted from it would end late (and, re-aimed every turn, never).
+ * These take the caller's clock instead: arming becomes an absolute deadline
+ * (arm_at, which only moves a past one to the next tick), and the timeout is
+ * measured from the caller's now. Nothing here touches the fast paths. */
+
+uint64_t tw_wheel_timeout_from(const struct tw_wheel *w, uint64_t now)
+{
+    if (!w || !w->pending)
+        return TW_NEVER;
+    uint64_t next = tw_wheel_next_expiry(w);
+    return next <= now ? 0 : next - now;
+}
+
+int tw_timer_arm_from(struct tw_wheel *w, struct tw_timer *t, uint64_t now, uint64_t delay)
+{
+    /* An absolute deadline: a stale wheel cannot shorten it, and one already
+     * past the caller's now is moved to the wheel's next tick by arm_at. */
+    return tw_timer_arm_at(w, t, saturating_add(now, delay));
+}
+
+int tw_node_arm_from(struct tw_wheel *w, struct tw_node *n, uint64_t now, uint64_t delay)
+{
+    return tw_node_arm_at(w, n, saturating_add(now, delay));
 }

@@ -534,7 +534,7 @@ static void test_log_line(void)
     CHECK_EQ_INT(ls.lines, 1);
     CHECK(strstr(ls.last, "cache(users)") != NULL);
     CHECK(strstr(ls.last, "hit_ratio: 50.0%") != NULL);
-    CHECK(strstr(ls.last, "elements: 1") != NULL);
+    CHECK(strstr(ls.last, "elements now: 1") != NULL);
     tw_cache_advance(c, 119999);
     CHECK_EQ_INT(ls.lines, 1);
     tw_cache_advance(c, 120000);

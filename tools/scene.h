@@ -72,6 +72,54 @@ static inline int64_t scene_clock_cost_ns(void)
     return d[SAMPLES / 2];
 }
 
+/* ---- how busy the machine is ------------------------------------------------ */
+
+/* The 1-minute load average from /proc/loadavg, or -1 if unreadable. */
+static inline double scene_loadavg(void)
+{
+    FILE *f = fopen("/proc/loadavg", "r");
+    double v = -1;
+    if (f) {
+        if (fscanf(f, "%lf", &v) != 1)
+            v = -1;
+        fclose(f);
+    }
+    return v;
+}
+
+/* CPU counters of the whole machine from /proc/stat's "cpu" line, in clock
+ * ticks: all of them, and the steal (time a hypervisor gave this VM's CPUs
+ * to someone else). 0 if unreadable. */
+struct scene_cpu_sample {
+    unsigned long long total, steal;
+};
+
+static inline struct scene_cpu_sample scene_cpu_sample(void)
+{
+    struct scene_cpu_sample s = {0, 0};
+    unsigned long long v[8] = {0};
+    FILE *f = fopen("/proc/stat", "r");
+    if (!f)
+        return s;
+    int n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
+                   &v[4], &v[5], &v[6], &v[7]);
+    fclose(f);
+    if (n < 4)
+        return s;
+    for (int i = 0; i < n; i++)
+        s.total += v[i];
+    s.steal = n >= 8 ? v[7] : 0;
+    return s;
+}
+
+/* Steal between two samples, in % of all CPU time; -1 if not visible. */
+static inline double scene_steal_pct(struct scene_cpu_sample a, struct scene_cpu_sample b)
+{
+    if (b.total <= a.total)
+        return -1;
+    return 100.0 * (double)(b.steal - a.steal) / (double)(b.total - a.total);
+}
+
 /* Raise the soft open-file limit to the hard one; say so on `out` when it
  * changes. Returns the soft limit now in force. */
 static inline long scene_raise_nofile(const char *prog, FILE *out)

@@ -30,8 +30,10 @@
  *
  * Output: a line of live counts every --stats seconds, a summary on exit, and
  * a last line "SUMMARY key=value ..." for scripts. Exit status: 0 after a
- * clean shutdown (SIGINT, SIGTERM or --duration), 3 if it left an fd open, 1
- * on a setup error, 2 on a usage error.
+ * clean shutdown (SIGINT, SIGTERM or --duration), and after --help and
+ * --version; 2 on every usage error (an unknown option, a missing or bad
+ * value, --bind not an IPv4 address), before anything is set up; 1 on a
+ * setup error (the port is taken, no epoll...); 3 if it left an fd open.
  */
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -71,7 +73,8 @@ struct conn {
 };
 /* One cache line per connection: the scan reads one line per connection, the
  * wheel one per heartbeat. */
-_Static_assert(sizeof(struct conn) <= 64, "struct conn fits a cache line");
+_Static_assert(sizeof(struct conn) <= 64 + TW_NODE_DEBUG_BYTES, /* debug builds: 8 more */
+               "struct conn fits a cache line");
 
 struct server {
     /* configuration */
@@ -123,7 +126,11 @@ static void usage(FILE *out)
             "  --scan-period MS   scan: sweep every MS milliseconds (default: one tick)\n"
             "  --stats S          live counts every S seconds, 0 for none (default 1)\n"
             "  --duration S       stop by itself after S seconds (default: at SIGINT/SIGTERM)\n"
-            "The first line printed is \"listening on ADDR:PORT\".\n");
+            "  --version          print the version and exit\n"
+            "  -h, --help         print this and exit\n"
+            "The first line printed is \"listening on ADDR:PORT\".\n"
+            "Exit status: 0 after a clean shutdown (SIGINT, SIGTERM, --duration); 1 on a\n"
+            "setup error; 2 on a usage error; 3 if an fd was left open.\n");
 }
 
 /* ---- time ------------------------------------------------------------------- */
@@ -640,9 +647,17 @@ int main(int argc, char **argv)
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             usage(stdout);
             return 0;
+        } else if (!strcmp(argv[i], "--version")) {
+            printf(PROG " (twheel %s)\n", tw_version_string());
+            return 0;
         } else if ((v = scene_opt(argc, argv, &i, "--port"))) {
             port = (int)scene_num("--port", v, 0, 65535);
         } else if ((v = scene_opt(argc, argv, &i, "--bind"))) {
+            struct in_addr probe;
+            if (inet_pton(AF_INET, v, &probe) != 1) {
+                fprintf(stderr, PROG ": --bind %s: not an IPv4 address\n", v);
+                return 2; /* a usage error, like every other */
+            }
             bind_addr = v;
         } else if ((v = scene_opt(argc, argv, &i, "--timeout"))) {
             timeout_s = scene_num("--timeout", v, 0.001, 86400);

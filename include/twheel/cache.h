@@ -39,7 +39,8 @@
  *
  * Rules (tests/test_cache_*.c pin each of them):
  *  - TTLs are in milliseconds, > 0 (ttl <= 0 is TW_EINVAL; there is no
- *    "forever"). Each stored TTL is scaled by a factor uniform in
+ *    "forever"), capped at TW_CACHE_TTL_MAX_MS (about 2^62 ns, 146 years):
+ *    a longer one is stored as that, silently. Each stored TTL is scaled by a factor uniform in
  *    [1 - jitter, 1 + jitter] (cfg.jitter, default 0.05; 0 turns it off), so
  *    keys set together do not all expire in the same tick. The expiry instant
  *    is kept in the entry, rounded up to the next whole millisecond.
@@ -104,7 +105,16 @@ typedef void tw_cache_retain_fn(void *ctx, void *value);
 typedef int tw_cache_loader_fn(void *ctx, const void *key, size_t klen, void **value,
                                size_t *vlen);
 
-/** Receives the periodic statistics line (no trailing newline). Called with
+/** Receives the periodic statistics line (no trailing newline), e.g.
+ *   cache(users) - last 60.0 s: queries: 1200 (qpm: 1200), hits: 1100,
+ *   misses: 100, hit_ratio: 91.7%, evictions: 3, expirations: 40;
+ *   elements now: 5000
+ * (one line). Every count is for the interval since the previous line (its
+ * real length is printed: the first interval starts at creation); qpm is
+ * the queries (get and take calls) of that interval per minute of it, a
+ * true rate whatever log_interval_ms is; hit_ratio is the interval's;
+ * "elements now" is the only figure that is not per interval. Cumulative
+ * counters are in tw_cache_stats. Called with
  * the cache's clock lock held (on the expiry thread, or in tw_cache_advance):
  * it may call tw_cache_stats and the get calls, nothing else (a set may
  * need that lock to wake the thread). */
@@ -142,6 +152,11 @@ struct tw_cache_config {
     uint64_t start_ms;          /**< manual clock: the time at creation (< 2^44) */
     const struct tw_allocator *allocator; /**< NULL = realloc/free; copied */
 };
+
+/** Longest TTL in milliseconds: 2^62 ns rounded down to whole ms, about 146
+ * years. A longer TTL (INT64_MAX included) is not an error: it is silently
+ * stored as this one, after jitter (no key lives longer). */
+#define TW_CACHE_TTL_MAX_MS INT64_C(4611686018427)
 
 /** Counters since creation. */
 struct tw_cache_stats {
@@ -236,7 +251,8 @@ TW_API int64_t tw_cache_advance(struct tw_cache *c, uint64_t now_ms);
 TW_API int tw_cache_set_now(struct tw_cache *c, uint64_t now_ms);
 
 /** The cache's time in milliseconds: the manual clock, or CLOCK_MONOTONIC
- * since creation. 0 for NULL. */
+ * since creation. 0 for NULL (the getter rule of twheel/common.h; calls that
+ * can fail, tw_cache_stats included, return TW_EINVAL for NULL). */
 TW_API uint64_t tw_cache_now(const struct tw_cache *c);
 
 #ifdef __cplusplus

@@ -38,8 +38,19 @@ extern "C" {
 /** Error codes: every public call that can fail returns 0 (or a count) on
  * success and one of these negative values on failure.
  *
- * One X-macro list, XX(name, value, message), from which enum tw_errno,
- * tw_strerror() and tw_err_name() are generated. */
+ * NULL, one rule for every layer:
+ *  - a call that can fail returns TW_EINVAL for a NULL object or a NULL
+ *    required argument, and changes nothing (a call returning a pointer
+ *    returns NULL instead);
+ *  - a getter, a call with no error return that reads a count, a time, a
+ *    flag or a deadline, returns the value meaning "nothing" for a NULL
+ *    object: 0 for counts and times, false for flags, TW_NEVER (UINT64_MAX)
+ *    for deadlines, expiries and timeouts;
+ *  - a void stats call (tw_tasks_stats, tw_runner_stats) zeroes *out for a
+ *    NULL object and does nothing for a NULL out;
+ *  - free calls and config_init calls ignore NULL (tw_wheel_destroy, which
+ *    returns a count, returns TW_EINVAL).
+ * Each header restates the rule for its own getters. */
 #define TW_ERRNO_MAP(XX)                                                    \
     XX(EINVAL, -1, "invalid argument")                                      \
     XX(EBUSY, -2, "not allowed while the wheel is advancing")               \

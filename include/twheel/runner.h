@@ -93,6 +93,18 @@ struct tw_runner_config {
     unsigned shards;                      /**< 0 = 16; at most 1024 */
     size_t queue;                         /**< fired tasks waiting for a worker; 0 = 1024 */
     const struct tw_allocator *allocator; /**< NULL = realloc/free */
+    /** Optional: called once for every pending task that tw_runner_stop
+     * without TW_RUNNER_STOP_DRAIN (or tw_runner_free) drops without running
+     * it, with ctx, on the stopping thread, with no lock held, before stop
+     * returns; typically frees task->value. So with heap values nothing
+     * leaks, whatever sets race the stop: a set that returned success before
+     * the runner closed is either run (execute), handed to drain's fn, or
+     * dropped here, exactly once; a set that returned TW_ECLOSED did not
+     * take its value. It must not call the runner. (A value replaced by a
+     * set of the same key is not passed here: remove the key first, which
+     * hands the old value back, if the runner is to own it.) NULL: dropped
+     * tasks are forgotten. */
+    tw_tasks_fn *release;
 };
 
 /** The runner's figures (see Figures above), filled by tw_runner_stats. */
@@ -157,7 +169,8 @@ TW_API int64_t tw_runner_drain(struct tw_runner *r, tw_tasks_fn *fn, void *ctx);
 /** Stop: every later call returns TW_ECLOSED; the tick thread is joined; fired
  * tasks already queued still run, then the workers are joined; drains in
  * progress on other threads are waited for (see tw_runner_drain); pending
- * tasks are released without running (or run, with TW_RUNNER_STOP_DRAIN).
+ * tasks are dropped without running, each passed to config.release if set
+ * (or run, with TW_RUNNER_STOP_DRAIN).
  * When it returns no callback and no drain's fn of this runner is running.
  * Idempotent: a second stop returns 0 at once. Returns 0, TW_EINVAL, or
  * TW_EBUSY when called from a callback of this runner (stop's own drain
@@ -172,7 +185,8 @@ TW_API int tw_runner_stop(struct tw_runner *r, unsigned flags);
  * the runner was stopped (stop waited for it). */
 TW_API void tw_runner_free(struct tw_runner *r);
 
-/** Figures, consistent per shard. */
+/** Figures, consistent per shard. Getters and NULL (the rule of
+ * twheel/common.h): *s is zeroed for a NULL r; a NULL s does nothing. */
 TW_API void tw_runner_stats(struct tw_runner *r, struct tw_runner_stats *s);
 
 #ifdef __cplusplus

@@ -189,15 +189,18 @@ TW_API int64_t tw_tasks_advance_max(struct tw_tasks *t, uint64_t now, size_t max
 /** @} */
 
 /* ---- figures --------------------------------------------------------------- */
+/* Getters and NULL (the rule of twheel/common.h): pending and now return 0,
+ * next_expiry TW_NEVER, and stats zeroes *s (nothing for a NULL s). */
 
-/** Number of tasks armed. O(1). */
+/** Tasks armed. O(1). 0 for NULL. */
 TW_API size_t tw_tasks_pending(const struct tw_tasks *t);
-/** The instance's current tick: where the last advance left it. O(1). */
+/** The instance's current tick. O(1). 0 for NULL. */
 TW_API uint64_t tw_tasks_now(const struct tw_tasks *t);
 /** The earliest tick at which something may be due (see tw_wheel_next_expiry),
- * TW_NEVER when nothing is pending. O(1). */
+ * TW_NEVER when nothing is pending or t is NULL. O(1). */
 TW_API uint64_t tw_tasks_next_expiry(const struct tw_tasks *t);
-/** Fill *s. O(index size) because of max_probe. */
+/** Fill *s (zeroed for a NULL t; nothing for a NULL s). O(index size) because
+ * of max_probe. */
 TW_API void tw_tasks_stats(const struct tw_tasks *t, struct tw_tasks_stats *s);
 
 #ifdef __cplusplus

@@ -24,6 +24,30 @@
  *  - Re-arming to a later deadline is lazy (one store: the timer moves when
  *    its old slot comes due); re-arming earlier relocates it at once.
  *
+ * Time and event loops (the rule):
+ *  - The wheel's time moves only when you advance it. While your loop sleeps,
+ *    the wheel's time is stale: tw_timer_arm(w, t, d) counts d from the
+ *    wheel's time, not from the present, so a timer armed after a long sleep
+ *    without advancing first fires early. In a loop with a clock, read the
+ *    clock once per turn and either advance first (tw_wheel_advance(w, now),
+ *    then tw_timer_arm), or, simpler and safe anywhere (in callbacks too),
+ *    arm with tw_timer_arm_from(w, t, now, d): the deadline is never earlier
+ *    than now + d, whatever the wheel's time.
+ *  - Sleep with tw_wheel_timeout_from(w, now), the ticks from your now to the
+ *    next expiry (0 if it is due or past). tw_wheel_timeout counts from the
+ *    wheel's stale time and would push a re-armed loop timer forward forever.
+ *  - Ticks from a clock: tick = floor(clock / tick length) for advance and for
+ *    timeouts. A deadline of now + d ticks with a floored now can come up to
+ *    one tick length less than d ticks after the real instant: when the delay
+ *    is a minimum (an idle timeout), arm from the clock rounded up, or arm
+ *    with d + 1. examples/ shows it for epoll, libuv and libevent.
+ *
+ * Getters (tw_wheel_now, _next_expiry, _timeout*, _pending, _moves,
+ * tw_timer_/tw_node_pending and _deadline) accept NULL and then return the
+ * value meaning "nothing": 0, false, or TW_NEVER for a tick (the rule of
+ * every layer, see twheel/common.h). Calls that change state return
+ * TW_EINVAL for NULL.
+ *
  * Thread safety: none. A wheel and its timers belong to one thread at a time;
  * tw_runner (twheel/runner.h) is the thread-safe service.
  *
@@ -76,7 +100,31 @@ struct tw_node {
     struct tw_node *next;   /**< private: next node in the same slot */
     struct tw_node **pprev; /**< private: link that points at us; NULL = idle */
     uint64_t deadline;      /**< private: use tw_timer_deadline()/tw_node_deadline() */
+#ifdef TWHEEL_DEBUG
+    struct tw_wheel *owner; /**< private, debug builds: the wheel it is pending on */
+#endif
 };
+
+#ifdef TWHEEL_DEBUG
+/** Debug builds (TWHEEL_DEBUG defined, as CMake does for
+ * CMAKE_BUILD_TYPE=Debug or -DTWHEEL_DEBUG=ON, for the library and for every
+ * program that uses it): a node remembers the wheel it is pending on, and
+ * arming or cancelling it on another wheel returns TW_EINVAL instead of
+ * corrupting both wheels. Nodes and timers are then 8 bytes larger, so the
+ * init functions get other link names: a program compiled without
+ * TWHEEL_DEBUG against a debug library (or the reverse) fails to link
+ * instead of passing nodes of the wrong size. Release builds are unchanged. */
+#define tw_wheel_init tw_wheel_init_debug
+/** See tw_wheel_init_debug. */
+#define tw_timer_init tw_timer_init_debug
+/** See tw_wheel_init_debug. */
+#define tw_node_init tw_node_init_debug
+/** Bytes that debug builds add to every node and timer (8 on LP64). */
+#define TW_NODE_DEBUG_BYTES sizeof(struct tw_wheel *)
+#else
+/** Bytes that debug builds add to every node and timer: none in this one. */
+#define TW_NODE_DEBUG_BYTES 0
+#endif
 
 /** An intrusive timer: 40 bytes on LP64. Initialise it with tw_timer_init
  * before first use; treat every field as private. */
@@ -147,9 +195,19 @@ TW_API uint64_t tw_wheel_now(const struct tw_wheel *w);
  * O(1). */
 TW_API uint64_t tw_wheel_next_expiry(const struct tw_wheel *w);
 
-/** Ticks from now until tw_wheel_next_expiry: 0 if something is due now,
- * TW_NEVER if nothing is pending. Handy as a poll timeout. O(1). */
+/** Ticks from the wheel's time until tw_wheel_next_expiry: 0 if something is
+ * due now, TW_NEVER if nothing is pending; with timers pending always
+ * next_expiry - now, the last tick included (time 2^64-2 and a timer due at
+ * 2^64-1 give 1). In an event loop use tw_wheel_timeout_from: the wheel's
+ * time is stale while the loop sleeps. O(1). */
 TW_API uint64_t tw_wheel_timeout(const struct tw_wheel *w);
+
+/** The poll timeout of an event loop: ticks from the caller's `now` until
+ * tw_wheel_next_expiry, 0 if that is at or before `now` (advance, then ask
+ * again), TW_NEVER if nothing is pending or w is NULL. Measured from the
+ * caller's clock, not from the wheel's last advance, so a loop that re-aims
+ * its poll or loop timer with it never pushes an expiry forward. O(1). */
+TW_API uint64_t tw_wheel_timeout_from(const struct tw_wheel *w, uint64_t now);
 
 /** Number of armed timers. O(1). */
 TW_API size_t tw_wheel_pending(const struct tw_wheel *w);
@@ -174,8 +232,22 @@ TW_API int tw_timer_arm(struct tw_wheel *w, struct tw_timer *t, uint64_t delay);
 /** As tw_timer_arm, at an absolute deadline (a deadline <= now means now + 1). */
 TW_API int tw_timer_arm_at(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline);
 
+/** Arm t to fire `delay` ticks after the caller's `now` (its clock read in
+ * ticks), whatever the wheel's time: the deadline is now + delay (saturating),
+ * or the wheel's next tick if that is already past. So the deadline is never
+ * earlier than now + delay, even on a wheel not advanced for a while: the
+ * way to arm from an event loop (see "Time and event loops" above). Same
+ * results as tw_timer_arm. O(1). */
+TW_API int tw_timer_arm_from(struct tw_wheel *w, struct tw_timer *t, uint64_t now,
+                             uint64_t delay);
+
 /** Disarm t. Returns 1 if it was pending (its callback will not run), 0 if it
- * was idle (no-op), TW_EINVAL for NULL. t must be idle or pending on w. O(1). */
+ * was idle (no-op), TW_EINVAL for NULL. O(1).
+ *
+ * A pending timer or node belongs to the wheel it was armed on until it fires
+ * or is cancelled: arming or cancelling it with another wheel is the caller's
+ * error (release builds corrupt both wheels' counts; debug builds, see
+ * TWHEEL_DEBUG, return TW_EINVAL and change nothing). */
 TW_API int tw_timer_cancel(struct tw_wheel *w, struct tw_timer *t);
 
 /** Whether t is armed. O(1). */
@@ -211,6 +283,10 @@ TW_API int tw_node_arm_at(struct tw_wheel *w, struct tw_node *n, uint64_t deadli
 /** As tw_timer_arm for a node: `delay` ticks from now; the results of
  * tw_node_arm_at. O(1). */
 TW_API int tw_node_arm(struct tw_wheel *w, struct tw_node *n, uint64_t delay);
+
+/** As tw_timer_arm_from, for a node. O(1). */
+TW_API int tw_node_arm_from(struct tw_wheel *w, struct tw_node *n, uint64_t now,
+                            uint64_t delay);
 
 /** As tw_timer_cancel: 1 if it was pending, 0 if idle, TW_EINVAL. O(1). */
 TW_API int tw_node_cancel(struct tw_wheel *w, struct tw_node *n);

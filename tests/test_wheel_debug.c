@@ -1,0 +1,107 @@
+/* SPDX-License-Identifier: MIT */
+/* The wheel built as in a debug build (TWHEEL_DEBUG, see twheel/wheel.h):
+ * arming or cancelling a timer or node that is pending on another wheel is
+ * refused with TW_EINVAL and leaves both wheels as they were. This file
+ * compiles src/wheel.c itself with TWHEEL_DEBUG, so the check runs in every
+ * test stage whatever the build type of the library. */
+#define TWHEEL_DEBUG 1
+#include "wheel.c" /* src/, on this test's include path */
+
+#include "test.h"
+
+static int fired;
+
+static void on_fire(struct tw_timer *t, void *arg)
+{
+    (void)t;
+    (void)arg;
+    fired++;
+}
+
+static void test_debug_layout(void)
+{
+    CHECK_EQ_INT(sizeof(struct tw_node), 3 * sizeof(void *) + TW_NODE_DEBUG_BYTES);
+    CHECK(TW_NODE_DEBUG_BYTES == sizeof(void *));
+}
+
+static void test_timer_on_two_wheels(void)
+{
+    static struct tw_wheel a, b;
+    struct tw_timer t, u;
+    tw_wheel_init(&a, 0);
+    tw_wheel_init(&b, 100);
+    tw_timer_init(&t, on_fire, NULL);
+    tw_timer_init(&u, on_fire, NULL);
+    CHECK_EQ_INT(tw_timer_arm(&a, &t, 10), 0);
+    CHECK_EQ_INT(tw_timer_arm(&a, &u, 20), 0); /* t is not alone in its wheel */
+    /* Pending on a: every arm and cancel through b is refused. */
+    CHECK_EQ_INT(tw_timer_arm(&b, &t, 5), TW_EINVAL);
+    CHECK_EQ_INT(tw_timer_arm_at(&b, &t, 500), TW_EINVAL);
+    CHECK_EQ_INT(tw_timer_arm_from(&b, &t, 100, 5), TW_EINVAL);
+    CHECK_EQ_INT(tw_timer_cancel(&b, &t), TW_EINVAL);
+    CHECK_EQ_U64(tw_wheel_pending(&a), 2);
+    CHECK_EQ_U64(tw_wheel_pending(&b), 0);
+    CHECK_EQ_U64(tw_timer_deadline(&t), 10);
+    /* Re-arming on its own wheel is fine. */
+    CHECK_EQ_INT(tw_timer_arm(&a, &t, 15), 0);
+    fired = 0;
+    CHECK_EQ_INT(tw_wheel_advance(&a, 15), 1);
+    /* Idle again: it may go to b. */
+    CHECK_EQ_INT(tw_timer_arm(&b, &t, 5), 0);
+    CHECK_EQ_U64(tw_wheel_pending(&b), 1);
+    CHECK_EQ_INT(tw_timer_arm(&a, &t, 5), TW_EINVAL);
+    CHECK_EQ_INT(tw_timer_cancel(&a, &t), TW_EINVAL);
+    CHECK_EQ_INT(tw_timer_cancel(&b, &t), 1);
+    CHECK_EQ_INT(tw_timer_arm(&a, &t, 5), 0);
+    CHECK_EQ_INT(tw_wheel_advance(&a, 100), 2);
+    CHECK_EQ_U64(tw_wheel_pending(&a), 0);
+    CHECK_EQ_U64(tw_wheel_pending(&b), 0);
+}
+
+static void test_node_on_two_wheels(void)
+{
+    static struct tw_wheel a, b;
+    struct tw_node n;
+    tw_wheel_init(&a, 0);
+    tw_wheel_init(&b, 0);
+    tw_node_init(&n);
+    CHECK_EQ_INT(tw_node_arm(&a, &n, 7), 0);
+    CHECK_EQ_INT(tw_node_arm(&b, &n, 7), TW_EINVAL);
+    CHECK_EQ_INT(tw_node_arm_from(&b, &n, 0, 7), TW_EINVAL);
+    CHECK_EQ_INT(tw_node_cancel(&b, &n), TW_EINVAL);
+    CHECK_EQ_U64(tw_wheel_pending(&a), 1);
+    CHECK_EQ_U64(tw_wheel_pending(&b), 0);
+    CHECK_EQ_PTR(tw_wheel_expire_next_node(&a, 7), &n);
+    CHECK_EQ_INT(tw_node_arm(&b, &n, 7), 0); /* idle after the pull */
+    CHECK_EQ_INT(tw_node_cancel(&b, &n), 1);
+}
+
+/* A periodic timer moved from one wheel to another is stopped on the first. */
+static void on_periodic(struct tw_periodic *p, void *arg)
+{
+    (void)p;
+    (void)arg;
+}
+
+static void test_periodic_changes_wheel(void)
+{
+    static struct tw_wheel a, b;
+    struct tw_periodic p;
+    tw_wheel_init(&a, 0);
+    tw_wheel_init(&b, 0);
+    tw_periodic_init(&p, on_periodic, NULL, TW_MISSED_CATCH_UP);
+    CHECK_EQ_INT(tw_periodic_start(&a, &p, 5, 5), 0);
+    CHECK_EQ_INT(tw_periodic_start(&b, &p, 5, 5), 0);
+    CHECK_EQ_U64(tw_wheel_pending(&a), 0);
+    CHECK_EQ_U64(tw_wheel_pending(&b), 1);
+    CHECK_EQ_INT(tw_periodic_stop(&p), 1);
+}
+
+int main(void)
+{
+    RUN(test_debug_layout);
+    RUN(test_timer_on_two_wheels);
+    RUN(test_node_on_two_wheels);
+    RUN(test_periodic_changes_wheel);
+    return test_summary();
+}
