@@ -371,6 +371,7 @@ static int arm_node_slack(struct tw_wheel *w, struct tw_node *n, uint64_t deadli
         if (n->deadline >= deadline && n->deadline <= last && n->deadline > w->now)
             return 0;
         unlink_node(w, n);
+        w->moves++; /* relocated now instead of by a later advance */
     } else {
         w->pending++;
     }

@@ -174,7 +174,8 @@ TW_API uint64_t tw_wheel_timeout(const struct tw_wheel *w);
 TW_API size_t tw_wheel_pending(const struct tw_wheel *w);
 
 /* How many times timers have been moved from one slot to another by
- * advancing (cascades and lazy re-arms), since init. For tuning. O(1). */
+ * advancing (cascades and lazy re-arms) or by a re-arm with slack that
+ * relocated a pending timer, since init. For tuning. O(1). */
 TW_API uint64_t tw_wheel_moves(const struct tw_wheel *w);
 
 /* ---- timers ------------------------------------------------------------ */
