@@ -37,6 +37,20 @@
  * re-placed. Re-arming earlier unlinks and re-inserts at once. Either way no
  * timer fires before its (latest) deadline nor after the slot of it comes due.
  *
+ * Slack: a timer allowed to fire anywhere in [D, D + S] is planned at the
+ * earliest slot boundary of the highest level that falls in that window
+ * (plan_tick), and that planned tick is simply its deadline from then on:
+ * nothing else in the wheel knows about slack, and the exact paths are the
+ * same instructions as before slack existed. A timer planned at a boundary of
+ * level L fires straight from the level-L slot it reaches, so it moves at
+ * most through the levels between the one it is placed at (the highest bit
+ * in which the planned tick and now differ) and L; with S = D/8 that is
+ * usually none. Timers whose windows hold the same boundary share a tick and
+ * fire together. A re-arm with slack is a no-op while the planned tick stays
+ * inside the new window, and otherwise relocates at once rather than lazily:
+ * a lazy re-arm moves the timer in a later advance, which is the very tick
+ * work slack exists to remove (W2 in bench/README.md shows both sides).
+ *
  * Firing: the timers due at one tick are first collected on the `ready` list,
  * then their callbacks run one by one. A callback may cancel or re-arm any
  * timer, ready ones included (the ready list is an ordinary doubly linked
