@@ -29,15 +29,16 @@
  *  - never fires before D, and never after D + S (saturating): it fires
  *    during the first advance whose new time is >= its planned tick P, some
  *    tick in [D, D + S], which tw_timer_deadline() reports;
- *  - is planned at the slot boundary of the highest wheel level that falls in
- *    [D, D + S], so that it fires from the slot where it lands at that level
- *    without being moved down, and fires together with every timer whose
- *    window holds the same boundary (with S = D/8, a timer due 30 s ahead is
- *    rounded up to a multiple of 4096 ticks);
+ *  - is planned at the earliest slot boundary in [D, D + S] of the highest
+ *    wheel level that has one there, so that it fires from the slot where it
+ *    lands at that level without being moved down, and fires together with
+ *    every timer whose window holds the same boundary (with S = 1/8 of the
+ *    delay, a timer due 30000 ticks ahead is rounded up to a multiple of
+ *    4096 ticks);
  *  - re-armed with slack, stays where it is if its planned tick is inside the
  *    new window (nothing to do), else is relocated at once, never lazily, so
- *    that advancing never has to move it; re-armed with an exact function it
- *    is exact again; cancelling works as for any timer;
+ *    that a re-arm leaves no move for a later advance; re-armed with an exact
+ *    function it is exact again; cancelling works as for any timer;
  *  - D <= now means now + 1, as for exact timers (the window is then
  *    [now + 1, now + 1 + S]); S = 0 is exact;
  *  - a periodic timer with slack keeps its phase: its n-th fire happens in
