@@ -74,11 +74,17 @@ struct bench_impl {
     /* Optional: a work counter per timer, for tuning (twheel: moves between
      * slots; single-level wheel: entries visited without firing). */
     uint64_t (*moves)(void *s);
+    /* Slack: 0 for exact implementations. Otherwise a timer armed at time t
+     * for deadline d may fire at any tick in [d, d + ((d - t) >> slack_shift)]
+     * and the workloads check that window instead of the exact tick (W2 and
+     * W3 only; see README.md). */
+    unsigned slack_shift;
 };
 
 /* The implementations (impl_*.c), in table order. bench_impls[0] is twheel,
  * the reference of every ratio. */
 extern const struct bench_impl bench_impl_twheel;
+extern const struct bench_impl bench_impl_twheel_slack;
 extern const struct bench_impl bench_impl_libuv;
 extern const struct bench_impl bench_impl_libevent;
 extern const struct bench_impl bench_impl_libevent_common;

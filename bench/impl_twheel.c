@@ -1,6 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /* twheel's core wheel behind the benchmark interface: one struct tw_timer
- * (40 bytes) per id in one array; an id is the timer's index. */
+ * (40 bytes) per id in one array; an id is the timer's index.
+ *
+ * Two entries: "twheel", exact (tw_timer_arm_at), and "twheel-slack", every
+ * timer armed with slack = 1/8 of its delay (tw_timer_arm_at_slack with
+ * tw_slack_fraction(delay, 3)). For both, moves are tw_wheel_moves: the
+ * wheel's moves in advancing plus, with slack, the re-arms that relocated a
+ * pending timer (a re-arm with slack relocates at once instead of lazily). */
 #include <stdlib.h>
 
 #include "bench.h"
@@ -55,6 +61,17 @@ static void tws_arm(void *p, uint32_t id, uint64_t deadline)
     tw_timer_arm_at(&s->wheel, &s->timers[id], deadline);
 }
 
+#define TWS_SLACK_SHIFT 3
+
+static void tws_arm_slack(void *p, uint32_t id, uint64_t deadline)
+{
+    struct tws *s = p;
+    uint64_t delay = deadline - tw_wheel_now(&s->wheel);
+    tw_timer_arm_at_slack(&s->wheel, &s->timers[id], deadline,
+                          tw_slack_fraction(delay, TWS_SLACK_SHIFT));
+}
+
+
 static void tws_cancel(void *p, uint32_t id)
 {
     struct tws *s = p;
@@ -98,4 +115,20 @@ const struct bench_impl bench_impl_twheel = {
     .next_deadline = tws_next_deadline,
     .bytes = tws_bytes,
     .moves = tws_moves,
+};
+
+const struct bench_impl bench_impl_twheel_slack = {
+    .name = "twheel-slack",
+    .what = "twheel core, every timer armed with slack = 1/8 of its delay (tw_timer_arm_at_slack)",
+    .workloads = BENCH_W2 | BENCH_W3,
+    .create = tws_create,
+    .destroy = tws_destroy,
+    .arm = tws_arm_slack,
+    .reset = tws_arm_slack, /* re-arming is arming */
+    .cancel = tws_cancel,
+    .advance_to = tws_advance_to,
+    .next_deadline = tws_next_deadline,
+    .bytes = tws_bytes,
+    .moves = tws_moves,
+    .slack_shift = TWS_SLACK_SHIFT,
 };

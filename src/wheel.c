@@ -37,6 +37,20 @@
  * re-placed. Re-arming earlier unlinks and re-inserts at once. Either way no
  * timer fires before its (latest) deadline nor after the slot of it comes due.
  *
+ * Slack: a timer allowed to fire anywhere in [D, D + S] is planned at the
+ * earliest slot boundary of the highest level that falls in that window
+ * (plan_tick), and that planned tick is simply its deadline from then on:
+ * nothing else in the wheel knows about slack, and the exact paths are the
+ * same instructions as before slack existed. A timer planned at a boundary of
+ * level L fires straight from the level-L slot it reaches, so it moves at
+ * most through the levels between the one it is placed at (the highest bit
+ * in which the planned tick and now differ) and L; with S = D/8 that is
+ * usually none. Timers whose windows hold the same boundary share a tick and
+ * fire together. A re-arm with slack is a no-op while the planned tick stays
+ * inside the new window, and otherwise relocates at once rather than lazily:
+ * a lazy re-arm moves the timer in a later advance, which is the very tick
+ * work slack exists to remove (W2 in bench/README.md shows both sides).
+ *
  * Firing: the timers due at one tick are first collected on the `ready` list,
  * then their callbacks run one by one. A callback may cancel or re-arm any
  * timer, ready ones included (the ready list is an ordinary doubly linked
@@ -340,6 +354,51 @@ uint64_t tw_wheel_moves(const struct tw_wheel *w)
     return w ? w->moves : 0;
 }
 
+/* ---- slack ------------------------------------------------------------------ */
+
+/* The tick at which a timer allowed to fire anywhere in [first, last] is
+ * planned (first > now, last >= first): `first` rounded up to the slot
+ * boundary of the highest level whose boundaries fall in the window. That
+ * level is floor(h / 6) for h the highest bit in which first - 1 and last
+ * differ (a multiple of 2^h lies in (first - 1, last], and no multiple of
+ * 2^(h+1) does). A timer planned at such a boundary fires from the slot it
+ * reaches at that level without being moved again, and every timer whose
+ * window holds the same boundary fires at the same tick. */
+static inline uint64_t plan_tick(uint64_t first, uint64_t last)
+{
+    if (last == first)
+        return first;
+    unsigned shift = level_of((first - 1) ^ last) * SLOT_BITS;
+    uint64_t mask = shift ? (UINT64_C(1) << shift) - 1 : 0;
+    return ((first - 1) | mask) + 1; /* <= last, so no overflow */
+}
+
+/* Arm or re-arm n to fire in [deadline, deadline + slack] (both pointers
+ * checked by the caller). A pending node already planned inside the window
+ * stays where it is; otherwise it is relocated at once, so that a later
+ * advance never has to move it (see the file comment of wheel.h). */
+static int arm_node_slack(struct tw_wheel *w, struct tw_node *n, uint64_t deadline,
+                          uint64_t slack)
+{
+    if (deadline <= w->now) {
+        if (w->now == UINT64_MAX)
+            return TW_ERANGE;
+        deadline = w->now + 1;
+    }
+    uint64_t last = saturating_add(deadline, slack);
+    if (n->pprev) {
+        if (n->deadline >= deadline && n->deadline <= last && n->deadline > w->now)
+            return 0;
+        unlink_node(w, n);
+        w->moves++; /* relocated now instead of by a later advance */
+    } else {
+        w->pending++;
+    }
+    n->deadline = plan_tick(deadline, last);
+    place(w, n);
+    return 0;
+}
+
 /* ---- nodes and timers ------------------------------------------------------- */
 
 /* Debug builds (TWHEEL_DEBUG): a pending node remembers its wheel, and the
@@ -426,6 +485,26 @@ int tw_node_arm(struct tw_wheel *w, struct tw_node *n, uint64_t delay)
     return tw_node_arm_at(w, n, saturating_add(w->now, delay));
 }
 
+int tw_node_arm_at_slack(struct tw_wheel *w, struct tw_node *n, uint64_t deadline,
+                         uint64_t slack)
+{
+    if (!w || !n)
+        return TW_EINVAL;
+    if (w->advancing)
+        return TW_EBUSY;
+    int rc = arm_node_slack(w, n, deadline, slack);
+    if (rc == 0)
+        w->bare = 1;
+    return rc;
+}
+
+int tw_node_arm_slack(struct tw_wheel *w, struct tw_node *n, uint64_t delay, uint64_t slack)
+{
+    if (!w)
+        return TW_EINVAL;
+    return tw_node_arm_at_slack(w, n, saturating_add(w->now, delay), slack);
+}
+
 int tw_node_cancel(struct tw_wheel *w, struct tw_node *n)
 {
     if (!w || !n)
@@ -476,6 +555,21 @@ int tw_timer_arm(struct tw_wheel *w, struct tw_timer *t, uint64_t delay)
     return tw_timer_arm_at(w, t, saturating_add(w->now, delay));
 }
 
+int tw_timer_arm_at_slack(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline,
+                          uint64_t slack)
+{
+    if (!w || !t || !t->fn)
+        return TW_EINVAL;
+    return arm_node_slack(w, &t->node, deadline, slack);
+}
+
+int tw_timer_arm_slack(struct tw_wheel *w, struct tw_timer *t, uint64_t delay, uint64_t slack)
+{
+    if (!w)
+        return TW_EINVAL;
+    return tw_timer_arm_at_slack(w, t, saturating_add(w->now, delay), slack);
+}
+
 int tw_timer_cancel(struct tw_wheel *w, struct tw_timer *t)
 {
     return t ? tw_node_cancel(w, &t->node) : TW_EINVAL;
@@ -500,7 +594,7 @@ static void periodic_fire(struct tw_timer *t, void *arg)
 {
     struct tw_periodic *p = arg;
     struct tw_wheel *w = p->wheel;
-    uint64_t fired_at = w->now; /* == the deadline that fired */
+    uint64_t fired_at = p->due; /* the nominal deadline that fired (== now without slack) */
     uint64_t next = saturating_add(fired_at, p->period);
     if (p->policy == TW_MISSED_SKIP && next <= w->target) {
         uint64_t periods = (w->target - fired_at) / p->period + 1;
@@ -508,8 +602,11 @@ static void periodic_fire(struct tw_timer *t, void *arg)
                    ? UINT64_MAX
                    : fired_at + periods * p->period;
     }
-    /* At the end of time (next == now == UINT64_MAX) the timer stays idle. */
-    tw_timer_arm_at(w, t, next);
+    /* At the end of time (next == now == UINT64_MAX) the timer stays idle.
+     * The slack is below the period, so next > now: never moved to now + 1. */
+    if ((p->slack ? arm_node_slack(w, &t->node, next, p->slack)
+                  : arm_node(w, &t->node, next)) == 0)
+        p->due = next;
     p->fn(p, p->arg);
 }
 
@@ -521,22 +618,36 @@ int tw_periodic_init(struct tw_periodic *p, tw_periodic_fn *fn, void *arg,
     tw_timer_init(&p->timer, periodic_fire, p);
     p->wheel = NULL;
     p->period = 0;
+    p->slack = 0;
+    p->due = 0;
     p->fn = fn;
     p->arg = arg;
     p->policy = policy;
     return 0;
 }
 
-int tw_periodic_start(struct tw_wheel *w, struct tw_periodic *p, uint64_t first_delay,
-                      uint64_t period)
+int tw_periodic_start_slack(struct tw_wheel *w, struct tw_periodic *p, uint64_t first_delay,
+                            uint64_t period, uint64_t slack)
 {
     if (!w || !p || !p->fn || period == 0)
         return TW_EINVAL;
+    if (w->now == UINT64_MAX)
+        return TW_ERANGE;
     if (p->wheel && p->wheel != w && p->timer.node.pprev)
         tw_timer_cancel(p->wheel, &p->timer);
     p->wheel = w;
     p->period = period;
-    return tw_timer_arm(w, &p->timer, first_delay);
+    p->slack = slack < period ? slack : period - 1;
+    uint64_t first = saturating_add(w->now, first_delay);
+    p->due = first > w->now ? first : w->now + 1;
+    return p->slack ? arm_node_slack(w, &p->timer.node, p->due, p->slack)
+                    : arm_node(w, &p->timer.node, p->due);
+}
+
+int tw_periodic_start(struct tw_wheel *w, struct tw_periodic *p, uint64_t first_delay,
+                      uint64_t period)
+{
+    return tw_periodic_start_slack(w, p, first_delay, period, 0);
 }
 
 int tw_periodic_stop(struct tw_periodic *p)

@@ -2,17 +2,20 @@
 /* A reference model of the core wheel, shared by the randomized model test
  * (tests/test_wheel_model.c) and the fuzz target (fuzz/fuzz_wheel.c).
  *
- * The model keeps, for every timer, whether it is armed and its exact deadline
- * (a plain array: the "sorted list" is implicit, since the checks below look
- * for the minimum). Every operation is applied to the real wheel and to the
- * model, and each fire is checked as it happens:
+ * The model keeps, for every timer, whether it is armed, its deadline D and
+ * its slack S (0 for the exact functions; a plain array: the "sorted list" is
+ * implicit, since the checks below look for the minimum). About one arming in
+ * four uses the *_slack functions. Every operation is applied to the real
+ * wheel and to the model, and each fire is checked as it happens:
  *   - the timer was armed in the model (so it fires at most once per arming,
  *     and never after a cancel or a re-arm that moved it);
- *   - the wheel's time at the fire equals the model deadline (never early,
- *     never late, tick exact);
+ *   - the wheel's time at the fire is in [D, D + S] (never early, never
+ *     late: tick exact when S is 0);
  *   - fire ticks never go back within an advance (deadline order);
- * and after each advance, no armed timer is left with a deadline <= target
- * (nothing missed). Callbacks perform random operations on other timers and
+ * and after each advance, no armed timer is left with D + S <= target
+ * (nothing missed); at any time each pending timer's planned tick
+ * (tw_timer_deadline) is in [D, D + S] and tw_wheel_next_expiry is no later
+ * than the earliest of them (a poller may sleep on it). Callbacks perform random operations on other timers and
  * on themselves, so re-entrancy is part of every run.
  *
  * On a mismatch the model prints what it saw and calls abort(): a test or a
@@ -36,6 +39,7 @@ struct model_timer {
     struct tw_timer timer;
     struct model *model;
     uint64_t deadline; /* model's deadline when armed */
+    uint64_t last;     /* deadline + slack (saturating): the latest fire */
     int armed;
 };
 
@@ -105,8 +109,9 @@ static void model_fire(struct tw_timer *t, void *arg)
     MODEL_REQUIRE(m, !m->pulling, "callback %zu ran during a pull", id);
     MODEL_REQUIRE(m, &mt->timer == t, "callback got a foreign timer");
     MODEL_REQUIRE(m, mt->armed, "timer %zu fired but is not armed", id);
-    MODEL_REQUIRE(m, mt->deadline == now, "timer %zu due %" PRIu64 " fired at %" PRIu64, id,
-                  mt->deadline, now);
+    MODEL_REQUIRE(m, mt->deadline <= now && now <= mt->last,
+                  "timer %zu due in [%" PRIu64 ", %" PRIu64 "] fired at %" PRIu64, id,
+                  mt->deadline, mt->last, now);
     MODEL_REQUIRE(m, now >= m->last_fire, "fire order went back from %" PRIu64, m->last_fire);
     MODEL_REQUIRE(m, now <= m->target, "fired past the target %" PRIu64, m->target);
     MODEL_REQUIRE(m, !tw_timer_pending(t), "timer %zu still pending in its callback", id);
@@ -146,16 +151,18 @@ static inline void model_init(struct model *m, size_t n, uint64_t start, uint64_
         m->timers[i].model = m;
         m->timers[i].armed = 0;
         m->timers[i].deadline = 0;
+        m->timers[i].last = 0;
         tw_timer_init(&m->timers[i].timer, model_fire, &m->timers[i]);
     }
 }
 
+/* The earliest planned tick of a pending timer. */
 static inline uint64_t model_min_deadline(const struct model *m)
 {
     uint64_t min = TW_NEVER;
     for (size_t i = 0; i < m->n; i++)
-        if (m->timers[i].armed && m->timers[i].deadline < min)
-            min = m->timers[i].deadline;
+        if (m->timers[i].armed && tw_timer_deadline(&m->timers[i].timer) < min)
+            min = tw_timer_deadline(&m->timers[i].timer);
     return min;
 }
 
@@ -167,9 +174,11 @@ static inline void model_check_all(struct model *m)
     for (size_t i = 0; i < m->n; i++) {
         const struct model_timer *mt = &m->timers[i];
         MODEL_REQUIRE(m, tw_timer_pending(&mt->timer) == (mt->armed != 0), "timer %zu pending", i);
-        MODEL_REQUIRE(m, tw_timer_deadline(&mt->timer) == (mt->armed ? mt->deadline : TW_NEVER),
-                      "timer %zu deadline %" PRIu64 ", model %" PRIu64, i,
-                      tw_timer_deadline(&mt->timer), mt->deadline);
+        uint64_t planned = tw_timer_deadline(&mt->timer);
+        MODEL_REQUIRE(m, mt->armed ? mt->deadline <= planned && planned <= mt->last
+                                   : planned == TW_NEVER,
+                      "timer %zu deadline %" PRIu64 ", model [%" PRIu64 ", %" PRIu64 "]", i,
+                      planned, mt->deadline, mt->last);
     }
     uint64_t next = tw_wheel_next_expiry(&m->wheel);
     uint64_t min = model_min_deadline(m);
@@ -205,9 +214,9 @@ static void model_advance(struct model *m, uint64_t target, int pull)
     MODEL_REQUIRE(m, m->wheel.now == m->target, "now %" PRIu64 " after advancing to %" PRIu64,
                   m->wheel.now, m->target);
     for (size_t i = 0; i < m->n; i++)
-        MODEL_REQUIRE(m, !m->timers[i].armed || m->timers[i].deadline > m->target,
-                      "timer %zu due %" PRIu64 " was missed by %" PRIu64, i,
-                      m->timers[i].deadline, m->target);
+        MODEL_REQUIRE(m, !m->timers[i].armed || m->timers[i].last > m->target,
+                      "timer %zu due by %" PRIu64 " was missed by %" PRIu64, i,
+                      m->timers[i].last, m->target);
 }
 
 /* One operation, chosen and parametrised by the bits of r:
@@ -224,8 +233,31 @@ static void model_op(struct model *m, uint64_t r)
     case 1: { /* arm absolute */
         uint64_t deadline = op == 0 ? (value > UINT64_MAX - now ? UINT64_MAX : now + value)
                                     : (value & 1 ? now - (value >> 1) % 8 : value);
-        int rc = op == 0 ? tw_timer_arm(&m->wheel, &mt->timer, value)
-                         : tw_timer_arm_at(&m->wheel, &mt->timer, deadline);
+        /* One arming in four has slack: a little, 1/8 of the delay, a lot,
+         * or so much that the window reaches the end of time. */
+        uint64_t slack = 0;
+        if ((r >> 60) % 4 == 0) {
+            uint64_t sv = r >> 24;
+            switch ((r >> 62) & 3) {
+            case 0:
+                slack = sv % 100;
+                break;
+            case 1:
+                slack = tw_slack_fraction(value, 3);
+                break;
+            case 2:
+                slack = sv % (UINT64_C(1) << 30);
+                break;
+            default:
+                slack = UINT64_MAX - sv % 1000;
+                break;
+            }
+        }
+        int rc = slack == 0 ? (op == 0 ? tw_timer_arm(&m->wheel, &mt->timer, value)
+                                       : tw_timer_arm_at(&m->wheel, &mt->timer, deadline))
+                            : (op == 0 ? tw_timer_arm_slack(&m->wheel, &mt->timer, value, slack)
+                                       : tw_timer_arm_at_slack(&m->wheel, &mt->timer, deadline,
+                                                               slack));
         if (now == UINT64_MAX) {
             MODEL_REQUIRE(m, rc == TW_ERANGE, "arm at the end of time returned %d", rc);
             break;
@@ -235,7 +267,11 @@ static void model_op(struct model *m, uint64_t r)
             m->armed++;
         mt->armed = 1;
         mt->deadline = model_due(now, deadline);
-        MODEL_REQUIRE(m, tw_timer_deadline(&mt->timer) == mt->deadline, "deadline after arm");
+        mt->last = mt->deadline > UINT64_MAX - slack ? UINT64_MAX : mt->deadline + slack;
+        uint64_t planned = tw_timer_deadline(&mt->timer);
+        MODEL_REQUIRE(m, mt->deadline <= planned && planned <= mt->last,
+                      "deadline %" PRIu64 " after arm in [%" PRIu64 ", %" PRIu64 "]", planned,
+                      mt->deadline, mt->last);
         break;
     }
     case 2: { /* cancel */

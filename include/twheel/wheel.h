@@ -48,6 +48,31 @@
  * every layer, see twheel/common.h). Calls that change state return
  * TW_EINVAL for NULL.
  *
+ * Slack (opt-in, per arming; see "slack" below). Exact is the default: only
+ * the *_slack functions give a timer any slack, and the exact functions pay
+ * nothing for it. A timer armed with deadline D and slack S:
+ *  - never fires before D, and never after D + S (saturating): it fires
+ *    during the first advance whose new time is >= its planned tick P, some
+ *    tick in [D, D + S], which tw_timer_deadline() reports;
+ *  - is planned at the earliest slot boundary in [D, D + S] of the highest
+ *    wheel level that has one there, so that it fires from the slot where it
+ *    lands at that level without being moved down, and fires together with
+ *    every timer whose window holds the same boundary (with S = 1/8 of the
+ *    delay, a timer due 30000 ticks ahead is rounded up to a multiple of
+ *    4096 ticks);
+ *  - re-armed with slack, stays where it is if its planned tick is inside the
+ *    new window (nothing to do), else is relocated at once, never lazily, so
+ *    that a re-arm leaves no move for a later advance; re-armed with an exact
+ *    function it is exact again; cancelling works as for any timer;
+ *  - D <= now means now + 1, as for exact timers (the window is then
+ *    [now + 1, now + 1 + S]); S = 0 is exact;
+ *  - a periodic timer with slack keeps its phase: its n-th fire happens in
+ *    [first + n * period, first + n * period + S] and the next deadline is
+ *    computed from the nominal one, never from the late tick it fired at
+ *    (the slack is capped at period - 1, so fires stay in order);
+ *  - tw_wheel_next_expiry stays a lower bound on the next fire (never later
+ *    than any planned tick), so a poller may sleep until it.
+ *
  * Thread safety: none. A wheel and its timers belong to one thread at a time;
  * tw_runner (twheel/runner.h) is the thread-safe service.
  *
@@ -213,7 +238,8 @@ TW_API uint64_t tw_wheel_timeout_from(const struct tw_wheel *w, uint64_t now);
 TW_API size_t tw_wheel_pending(const struct tw_wheel *w);
 
 /** How many times timers have been moved from one slot to another by
- * advancing (cascades and lazy re-arms), since init. For tuning. O(1). */
+ * advancing (cascades and lazy re-arms) or by a re-arm with slack that
+ * relocated a pending timer, since init. For tuning. O(1). */
 TW_API uint64_t tw_wheel_moves(const struct tw_wheel *w);
 
 /* ---- timers ------------------------------------------------------------ */
@@ -256,6 +282,34 @@ TW_API bool tw_timer_pending(const struct tw_timer *t);
 /** t's deadline if pending, TW_NEVER if idle. O(1). */
 TW_API uint64_t tw_timer_deadline(const struct tw_timer *t);
 
+/* ---- slack ------------------------------------------------------------- */
+/* Timers that may fire late, by at most `slack` ticks (rules at the top of
+ * this file). The wheel uses the freedom to plan each timer on a slot
+ * boundary it can fire from without moving down a level, and to fire timers
+ * together; exact timers and these may share a wheel. */
+
+/** As tw_timer_arm, but t may fire at any tick in [now + delay, now + delay +
+ * slack] (delay 0 means now + 1 as ever; the end saturates at UINT64_MAX).
+ * Re-arming a pending t: nothing to do if its planned tick is inside the new
+ * window, else it is relocated at once (never lazily). Returns 0, TW_EINVAL
+ * (NULL argument or uninitialised timer) or TW_ERANGE (the wheel's time is
+ * UINT64_MAX). O(1). */
+TW_API int tw_timer_arm_slack(struct tw_wheel *w, struct tw_timer *t, uint64_t delay,
+                              uint64_t slack);
+
+/** As tw_timer_arm_slack, at an absolute deadline (<= now means now + 1): t
+ * fires at some tick in [deadline, deadline + slack]. */
+TW_API int tw_timer_arm_at_slack(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline,
+                                 uint64_t slack);
+
+/** A slack of delay / 2^shift: tw_slack_fraction(delay, 3) is 1/8 of the
+ * delay, the lateness Linux's timer wheel allows every timer. A shift of 64
+ * or more gives 0 (exact). */
+static inline uint64_t tw_slack_fraction(uint64_t delay, unsigned shift)
+{
+    return shift >= 64 ? 0 : delay >> shift;
+}
+
 /** Recover the struct that embeds a timer: container_of. */
 #define tw_container_of(ptr, type, member) \
     ((type *)(void *)((char *)(ptr) - offsetof(type, member)))
@@ -287,6 +341,16 @@ TW_API int tw_node_arm(struct tw_wheel *w, struct tw_node *n, uint64_t delay);
 /** As tw_timer_arm_from, for a node. O(1). */
 TW_API int tw_node_arm_from(struct tw_wheel *w, struct tw_node *n, uint64_t now,
                             uint64_t delay);
+
+/** As tw_timer_arm_at_slack / tw_timer_arm_slack for a node: it fires in
+ * [deadline, deadline + slack]. Same results as tw_node_arm_at (TW_EBUSY
+ * from inside a callback; the wheel becomes pull-only). O(1). */
+TW_API int tw_node_arm_at_slack(struct tw_wheel *w, struct tw_node *n, uint64_t deadline,
+                                uint64_t slack);
+/** As tw_node_arm_at_slack, with a delay from the wheel's time: n fires in
+ * [now + delay, now + delay + slack]. */
+TW_API int tw_node_arm_slack(struct tw_wheel *w, struct tw_node *n, uint64_t delay,
+                             uint64_t slack);
 
 /** As tw_timer_cancel: 1 if it was pending, 0 if idle, TW_EINVAL. O(1). */
 TW_API int tw_node_cancel(struct tw_wheel *w, struct tw_node *n);
@@ -322,11 +386,13 @@ typedef void tw_periodic_fn(struct tw_periodic *p, void *arg);
 
 /** A periodic timer re-arms from its previous deadline, so it never drifts:
  * its n-th deadline is first + n * period exactly (saturating). It is a core
- * timer plus 40 bytes on LP64; treat every field as private. */
+ * timer plus 56 bytes on LP64; treat every field as private. */
 struct tw_periodic {
     struct tw_timer timer;        /**< private: the core timer it re-arms */
     struct tw_wheel *wheel;       /**< private: the wheel it runs on */
     uint64_t period;              /**< private: ticks between deadlines */
+    uint64_t slack;               /**< private: < period; 0 = exact */
+    uint64_t due;                 /**< private: nominal deadline of the pending fire */
     tw_periodic_fn *fn;           /**< private: set by tw_periodic_init */
     void *arg;                    /**< private: set by tw_periodic_init */
     enum tw_missed_policy policy; /**< private: set by tw_periodic_init */
@@ -342,6 +408,14 @@ TW_API int tw_periodic_init(struct tw_periodic *p, tw_periodic_fn *fn, void *arg
  * or restart p. Returns 0, TW_EINVAL (NULL, period 0), or TW_ERANGE. O(1). */
 TW_API int tw_periodic_start(struct tw_wheel *w, struct tw_periodic *p,
                              uint64_t first_delay, uint64_t period);
+
+/** As tw_periodic_start, with slack: the n-th fire happens at some tick in
+ * [first + n * period, first + n * period + slack], and the phase is kept
+ * (each deadline counts from the nominal one before it, not from the tick it
+ * fired at). A slack >= period is taken as period - 1. Same results as
+ * tw_periodic_start. O(1). */
+TW_API int tw_periodic_start_slack(struct tw_wheel *w, struct tw_periodic *p,
+                                   uint64_t first_delay, uint64_t period, uint64_t slack);
 
 /** Stop p. Returns 1 if it was running, 0 if not, TW_EINVAL for NULL. O(1). */
 TW_API int tw_periodic_stop(struct tw_periodic *p);

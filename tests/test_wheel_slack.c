@@ -1,0 +1,295 @@
+/* SPDX-License-Identifier: MIT */
+/* Unit tests of per-timer slack (include/twheel/wheel.h, "Slack"): never
+ * early, never later than deadline + slack, planned on a slot boundary so
+ * that nothing moves, fired together, re-arm and cancel, periodic phase, the
+ * poller's lower bound, bare nodes, bad arguments and the end of time. The
+ * randomized rules (windows, next expiry, mixing with exact timers) are in
+ * the model test and the fuzz target (tests/wheel_model.h). */
+#include <stdlib.h>
+
+#include "test.h"
+#include "twheel.h"
+
+struct rec {
+    struct tw_timer timer;
+    struct tw_wheel *wheel;
+    int fires;
+    uint64_t fired_at;
+};
+
+static void rec_fire(struct tw_timer *t, void *arg)
+{
+    struct rec *r = arg;
+    (void)t;
+    r->fires++;
+    r->fired_at = tw_wheel_now(r->wheel);
+}
+
+static void rec_init(struct rec *r, struct tw_wheel *w)
+{
+    memset(r, 0, sizeof *r);
+    r->wheel = w;
+    CHECK_EQ_INT(tw_timer_init(&r->timer, rec_fire, r), 0);
+}
+
+static void test_bad_arguments_and_end_of_time(void)
+{
+    struct tw_wheel w;
+    struct rec r;
+    struct tw_node n;
+    tw_wheel_init(&w, 0);
+    rec_init(&r, &w);
+    tw_node_init(&n);
+    CHECK_EQ_INT(tw_timer_arm_slack(NULL, &r.timer, 1, 1), TW_EINVAL);
+    CHECK_EQ_INT(tw_timer_arm_slack(&w, NULL, 1, 1), TW_EINVAL);
+    CHECK_EQ_INT(tw_timer_arm_at_slack(NULL, &r.timer, 1, 1), TW_EINVAL);
+    CHECK_EQ_INT(tw_timer_arm_at_slack(&w, NULL, 1, 1), TW_EINVAL);
+    CHECK_EQ_INT(tw_node_arm_slack(NULL, &n, 1, 1), TW_EINVAL);
+    CHECK_EQ_INT(tw_node_arm_at_slack(&w, NULL, 1, 1), TW_EINVAL);
+    CHECK_EQ_INT(tw_periodic_start_slack(NULL, NULL, 1, 1, 0), TW_EINVAL);
+    struct tw_timer raw;
+    memset(&raw, 0, sizeof raw); /* never initialised: no callback */
+    CHECK_EQ_INT(tw_timer_arm_slack(&w, &raw, 1, 1), TW_EINVAL);
+    CHECK_EQ_U64(tw_slack_fraction(800, 3), 100);
+    CHECK_EQ_U64(tw_slack_fraction(800, 64), 0);
+    CHECK_EQ_U64(tw_slack_fraction(UINT64_MAX, 63), 1);
+
+    /* The end of time: no later tick exists. */
+    tw_wheel_init(&w, UINT64_MAX);
+    CHECK_EQ_INT(tw_timer_arm_slack(&w, &r.timer, 5, 100), TW_ERANGE);
+    CHECK(!tw_timer_pending(&r.timer));
+    /* A window past UINT64_MAX saturates. */
+    tw_wheel_init(&w, UINT64_MAX - 10);
+    CHECK_EQ_INT(tw_timer_arm_slack(&w, &r.timer, 5, UINT64_MAX), 0);
+    uint64_t p = tw_timer_deadline(&r.timer);
+    CHECK(p >= UINT64_MAX - 5);
+    CHECK_EQ_INT(tw_wheel_advance(&w, UINT64_MAX), 1);
+    CHECK_EQ_U64(r.fired_at, p);
+}
+
+/* A 30 s timeout at 1 ms ticks with 1/8 slack is planned on a multiple of
+ * 4096 ticks, fires there with every other timer of that window, and is never
+ * moved; delay 0 with slack is still due no earlier than the next tick. */
+static void test_planned_on_a_boundary_fired_together(void)
+{
+    enum { N = 300 };
+    struct tw_wheel w;
+    struct rec *r = calloc(N, sizeof *r);
+    CHECK(r != NULL);
+    if (!r)
+        return;
+    tw_wheel_init(&w, 0);
+    for (int i = 0; i < N; i++) {
+        rec_init(&r[i], &w);
+        tw_wheel_advance(&w, (uint64_t)i * 7); /* armed at different times */
+        uint64_t now = tw_wheel_now(&w);
+        CHECK_EQ_INT(tw_timer_arm_slack(&w, &r[i].timer, 30000, tw_slack_fraction(30000, 3)), 0);
+        uint64_t p = tw_timer_deadline(&r[i].timer);
+        CHECK(p >= now + 30000 && p <= now + 33750);
+        CHECK_EQ_U64(p % 4096, 0);
+    }
+    int64_t fired = 0;
+    int advances = 0;
+    while (tw_wheel_pending(&w) && advances < 1000) {
+        uint64_t next = tw_wheel_next_expiry(&w);
+        CHECK_EQ_INT(tw_wheel_advance(&w, next - 1), 0); /* a lower bound */
+        fired += tw_wheel_advance(&w, next);
+        advances++;
+    }
+    CHECK_EQ_INT(fired, N);
+    CHECK(advances <= 2); /* 300 timers, two fire ticks (32768 and 36864) */
+    CHECK_EQ_U64(tw_wheel_moves(&w), 0);
+    for (int i = 0; i < N; i++) {
+        CHECK_EQ_INT(r[i].fires, 1);
+        CHECK(r[i].fired_at >= (uint64_t)i * 7 + 30000 && r[i].fired_at <= (uint64_t)i * 7 + 33750);
+    }
+
+    /* Delay 0 and slack: the window is [now + 1, now + 1 + slack]. */
+    tw_wheel_init(&w, 100);
+    rec_init(&r[0], &w);
+    rec_init(&r[1], &w);
+    CHECK_EQ_INT(tw_timer_arm_slack(&w, &r[0].timer, 0, 27), 0);
+    CHECK(tw_timer_deadline(&r[0].timer) >= 101 && tw_timer_deadline(&r[0].timer) <= 128);
+    CHECK_EQ_U64(tw_timer_deadline(&r[0].timer), 128); /* the level-1 boundary in it */
+    CHECK_EQ_INT(tw_timer_arm_at_slack(&w, &r[1].timer, 50, 0), 0); /* in the past, exact */
+    CHECK_EQ_U64(tw_timer_deadline(&r[1].timer), 101);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 127), 1);
+    CHECK_EQ_INT(r[0].fires, 0);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 128), 1);
+    CHECK_EQ_INT(r[0].fires, 1);
+    CHECK_EQ_U64(r[0].fired_at, 128);
+    free(r);
+}
+
+/* The rounding is to the highest level boundary inside the window, and no
+ * further: a window holding no boundary of level 1 stays tick exact. */
+static void test_highest_boundary_in_window(void)
+{
+    struct tw_wheel w;
+    struct rec r;
+    tw_wheel_init(&w, 0);
+    rec_init(&r, &w);
+    const struct {
+        uint64_t deadline, slack, planned;
+    } cases[] = {
+        {100, 0, 100},                      /* exact */
+        {100, 28, 128},                     /* level 1 */
+        {100, 10, 100},                     /* no multiple of 64 in [100, 110] */
+        {4000, 200, 4096},                  /* level 2 */
+        {4097, 4094, 4097 + 63},            /* level 1: 4160 */
+        {4097, 4095, 8192},                 /* level 2 */
+        {(UINT64_C(1) << 40) - 5, 1000, UINT64_C(1) << 40},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        CHECK_EQ_INT(tw_timer_arm_at_slack(&w, &r.timer, cases[i].deadline, cases[i].slack), 0);
+        CHECK_EQ_U64(tw_timer_deadline(&r.timer), cases[i].planned);
+        tw_timer_cancel(&w, &r.timer);
+    }
+}
+
+/* Re-arming with slack is free while the planned tick is inside the new
+ * window, and relocates at once otherwise (no lazy move for a later advance);
+ * an exact re-arm makes the timer exact again; cancel works as ever. */
+static void test_rearm_and_cancel(void)
+{
+    struct tw_wheel w;
+    struct rec r;
+    tw_wheel_init(&w, 0);
+    rec_init(&r, &w);
+    CHECK_EQ_INT(tw_timer_arm_slack(&w, &r.timer, 30000, 3750), 0);
+    CHECK_EQ_U64(tw_timer_deadline(&r.timer), 32768);
+    tw_wheel_advance(&w, 2000);
+    CHECK_EQ_INT(tw_timer_arm_slack(&w, &r.timer, 30000, 3750), 0); /* [32000, 35750] */
+    CHECK_EQ_U64(tw_timer_deadline(&r.timer), 32768);               /* kept */
+    tw_wheel_advance(&w, 3000);
+    CHECK_EQ_INT(tw_timer_arm_slack(&w, &r.timer, 30000, 3750), 0); /* [33000, 36750] */
+    uint64_t p = tw_timer_deadline(&r.timer);
+    CHECK_EQ_U64(p, 33024); /* the window holds no multiple of 4096: 64 */
+    CHECK_EQ_U64(tw_wheel_moves(&w), 1); /* relocated at once, and counted */
+    /* Nothing is due at the old tick; the one move there is its level-2
+     * slot handing it to level 1 (33024 is not a multiple of 4096). */
+    CHECK_EQ_INT(tw_wheel_advance(&w, 32768), 0);
+    CHECK_EQ_U64(tw_wheel_moves(&w), 2);
+    CHECK_EQ_INT(tw_wheel_advance(&w, p - 1), 0);
+    CHECK_EQ_INT(tw_wheel_advance(&w, p), 1);
+    CHECK_EQ_U64(r.fired_at, p);
+
+    /* Earlier with slack relocates too. */
+    CHECK_EQ_INT(tw_timer_arm_slack(&w, &r.timer, 5000, 600), 0);
+    CHECK_EQ_INT(tw_timer_arm_slack(&w, &r.timer, 100, 10), 0);
+    p = tw_timer_deadline(&r.timer);
+    CHECK(p >= tw_wheel_now(&w) + 100 && p <= tw_wheel_now(&w) + 110);
+
+    /* An exact re-arm: exact again. */
+    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, 1234), 0);
+    CHECK_EQ_U64(tw_timer_deadline(&r.timer), tw_wheel_now(&w) + 1234);
+    /* Cancel. */
+    CHECK_EQ_INT(tw_timer_arm_slack(&w, &r.timer, 777, 100), 0);
+    CHECK_EQ_INT(tw_timer_cancel(&w, &r.timer), 1);
+    CHECK_EQ_INT(tw_timer_cancel(&w, &r.timer), 0);
+    CHECK_EQ_U64(tw_wheel_pending(&w), 0);
+    CHECK_EQ_INT(tw_wheel_advance(&w, tw_wheel_now(&w) + 100000), 0);
+    CHECK_EQ_INT(r.fires, 1);
+}
+
+struct ticker {
+    struct tw_periodic periodic;
+    uint64_t at[64];
+    int n;
+};
+
+static void ticker_fire(struct tw_periodic *p, void *arg)
+{
+    struct ticker *k = arg;
+    if (k->n < 64)
+        k->at[k->n] = tw_wheel_now(p->wheel);
+    k->n++;
+}
+
+/* A periodic timer with slack keeps its phase: fire n is in
+ * [first + n * period, first + n * period + slack], catching up or skipping. */
+static void test_periodic_keeps_phase(void)
+{
+    struct tw_wheel w;
+    struct ticker k = {0};
+    tw_wheel_init(&w, 5);
+    CHECK_EQ_INT(tw_periodic_init(&k.periodic, ticker_fire, &k, TW_MISSED_CATCH_UP), 0);
+    CHECK_EQ_INT(tw_periodic_start_slack(&w, &k.periodic, 1000, 1000, 125), 0);
+    for (uint64_t t = 5; t <= 40000; t += 37)
+        tw_wheel_advance(&w, t);
+    CHECK(k.n >= 39 && k.n <= 40);
+    int late = 0;
+    for (int i = 0; i < k.n && i < 64; i++) {
+        uint64_t nominal = 1005 + 1000 * (uint64_t)i;
+        CHECK(k.at[i] >= nominal && k.at[i] <= nominal + 125);
+        late += k.at[i] != nominal;
+    }
+    CHECK(late > 0); /* the slack was used */
+
+    /* Catch-up over many periods in one advance, slack >= period capped. */
+    struct ticker c = {0};
+    tw_wheel_init(&w, 0);
+    tw_periodic_init(&c.periodic, ticker_fire, &c, TW_MISSED_CATCH_UP);
+    CHECK_EQ_INT(tw_periodic_start_slack(&w, &c.periodic, 0, 10, 1000), 0);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 300), 30);
+    for (int i = 0; i < c.n && i < 64; i++)
+        CHECK(c.at[i] >= 1 + 10 * (uint64_t)i && c.at[i] <= 10 + 10 * (uint64_t)i);
+
+    /* Skip: one fire, then the next nominal deadline of the phase. */
+    struct ticker s = {0};
+    tw_wheel_init(&w, 0);
+    tw_periodic_init(&s.periodic, ticker_fire, &s, TW_MISSED_SKIP);
+    CHECK_EQ_INT(tw_periodic_start_slack(&w, &s.periodic, 100, 100, 12), 0);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 950), 1);
+    uint64_t p = tw_timer_deadline(&s.periodic.timer);
+    CHECK(p >= 1000 && p <= 1012);
+    CHECK_EQ_INT(tw_periodic_stop(&s.periodic), 1);
+}
+
+/* Bare nodes take slack too, under the same rules; arming one from inside a
+ * callback is refused as for tw_node_arm_at. */
+static struct tw_node cb_node;
+static int cb_rc;
+static void arm_node_from_callback(struct tw_timer *t, void *arg)
+{
+    struct rec *r = arg;
+    (void)t;
+    cb_rc = tw_node_arm_slack(r->wheel, &cb_node, 10, 5);
+}
+
+static void test_bare_nodes(void)
+{
+    struct tw_wheel w;
+    struct tw_node n;
+    tw_wheel_init(&w, 0);
+    tw_node_init(&n);
+    CHECK_EQ_INT(tw_node_arm_slack(&w, &n, 200, 30), 0);
+    uint64_t p = tw_node_deadline(&n);
+    CHECK(p >= 200 && p <= 230);
+    CHECK(tw_wheel_expire_next_node(&w, p - 1) == NULL);
+    CHECK(tw_wheel_expire_next_node(&w, p) == &n);
+    CHECK_EQ_INT(tw_node_arm_at_slack(&w, &n, 1000, 0), 0);
+    CHECK_EQ_U64(tw_node_deadline(&n), 1000);
+    CHECK_EQ_INT(tw_node_cancel(&w, &n), 1);
+
+    struct rec r;
+    tw_wheel_init(&w, 0);
+    rec_init(&r, &w);
+    tw_node_init(&cb_node);
+    CHECK_EQ_INT(tw_timer_init(&r.timer, arm_node_from_callback, &r), 0);
+    tw_timer_arm(&w, &r.timer, 3);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 3), 1);
+    CHECK_EQ_INT(cb_rc, TW_EBUSY);
+    CHECK(!tw_node_pending(&cb_node));
+}
+
+int main(void)
+{
+    RUN(test_bad_arguments_and_end_of_time);
+    RUN(test_planned_on_a_boundary_fired_together);
+    RUN(test_highest_boundary_in_window);
+    RUN(test_rearm_and_cancel);
+    RUN(test_periodic_keeps_phase);
+    RUN(test_bare_nodes);
+    return test_summary();
+}
