@@ -678,6 +678,142 @@ int tw_tasks_get_int(const struct tw_tasks *t, uint64_t key, void **value, uint6
     return rc ? rc : do_get(t, &k, value, deadline);
 }
 
+/* ---- batched keyed calls ------------------------------------------------------ */
+/* A software pipeline over the items (see twheel/tasks.h). Item i is worked
+ * on while item i + B_SLOT has been hashed and its home slot prefetched,
+ * item i + B_ENTRY's slot read (a tag match: its entry prefetched), and for
+ * move and remove item i + B_NODE's entry read (its wheel neighbours, which
+ * unlinking writes, prefetched). The look-ahead stages only read (slots by
+ * tag, never a key compare) and only prefetch: the real call on item i starts
+ * from its hash alone, so an earlier item that rehashes the index, compacts
+ * the pool or frees an entry cannot make a stage read freed memory (a stale
+ * prefetch address is harmless: prefetches do not fault) nor change a result.
+ * Results are those of the single calls in array order. */
+
+#define B_SLOT 8  /* hash and prefetch the home slot this many items ahead */
+#define B_ENTRY 4 /* then the entry */
+#define B_NODE 2  /* then the wheel neighbours (move, remove) */
+#define B_RING 16 /* > B_SLOT, a power of two */
+
+enum batch_op { B_SET, B_MOVE, B_REMOVE, B_GET };
+
+/* Validate item's key as the single calls do; fill k (hash included). */
+static inline int item_key(const struct tw_tasks *t, const struct tw_tasks_item *it,
+                           struct keyref *k)
+{
+    if (t->int_keys) {
+        k->p = NULL;
+        k->len = 0;
+        k->num = it->key_int;
+        k->h = tw_hash_int(it->key_int, t->k0, t->k1);
+        return 0;
+    }
+    if (!it->key)
+        return TW_EINVAL;
+    if (it->key_len > TW_TASKS_KEY_MAX)
+        return TW_E2BIG;
+    k->p = it->key;
+    k->len = it->key_len;
+    k->num = 0;
+    k->h = tw_siphash13(it->key, it->key_len, t->k0, t->k1);
+    return 0;
+}
+
+/* The entry a slot scan from h's home finds by tag alone (no key compare:
+ * for prefetching only), or NULL. Looks at most 8 slots. */
+static inline const struct entry *entry_by_tag(const struct tw_tasks *t, uint64_t h)
+{
+    uint32_t mask = t->mask, tag = tag_of(h, mask);
+    uint32_t pos = tw_hash_home(h, t->cap);
+    for (unsigned n = 0; n < 8; n++) {
+        uint32_t s = t->slots[pos];
+        if (s == SLOT_EMPTY)
+            return NULL;
+        if (s != SLOT_TOMB && (s & ~mask) == tag)
+            return entry_at(t, (s & mask) - 2);
+        if (++pos == t->cap)
+            pos = 0;
+    }
+    return NULL;
+}
+
+static int64_t run_batch(struct tw_tasks *t, struct tw_tasks_item *items, size_t n,
+                         enum batch_op op)
+{
+    if (!t || (!items && n))
+        return TW_EINVAL;
+    struct keyref ring[B_RING];
+    int bad[B_RING];
+    size_t primed = n < B_SLOT ? n : B_SLOT;
+    for (size_t j = 0; j < primed; j++) {
+        bad[j] = item_key(t, &items[j], &ring[j]);
+        if (!bad[j])
+            __builtin_prefetch(&t->slots[tw_hash_home(ring[j].h, t->cap)]);
+    }
+    int64_t ok = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t j = i + B_SLOT;
+        if (j < n) {
+            struct keyref *k = &ring[j % B_RING];
+            bad[j % B_RING] = item_key(t, &items[j], k);
+            if (!bad[j % B_RING])
+                __builtin_prefetch(&t->slots[tw_hash_home(k->h, t->cap)]);
+        }
+        j = i + B_ENTRY;
+        if (j < n && !bad[j % B_RING]) {
+            const struct entry *e = entry_by_tag(t, ring[j % B_RING].h);
+            if (e)
+                __builtin_prefetch(e, 1); /* get only reads it: no matter */
+        }
+        j = i + B_NODE;
+        if ((op == B_MOVE || op == B_REMOVE) && j < n && !bad[j % B_RING]) {
+            const struct entry *e = entry_by_tag(t, ring[j % B_RING].h);
+            if (e && e->u.node.pprev) {
+                __builtin_prefetch(e->u.node.pprev, 1);
+                if (e->u.node.next)
+                    __builtin_prefetch(e->u.node.next, 1);
+            }
+        }
+        if (op == B_SET && t->free_head != NIL)
+            __builtin_prefetch(entry_at(t, t->free_head), 1);
+        struct tw_tasks_item *it = &items[i];
+        const struct keyref *k = &ring[i % B_RING];
+        int rc = bad[i % B_RING];
+        if (!rc) {
+            switch (op) {
+            case B_SET: rc = do_set(t, k, it->value, it->delay); break;
+            case B_MOVE: rc = do_move(t, k, it->delay); break;
+            case B_REMOVE: rc = do_remove(t, k, &it->value); break;
+            default: rc = do_get(t, k, &it->value, &it->deadline); break;
+            }
+        }
+        it->result = rc;
+        ok += rc >= 0;
+    }
+    return ok;
+}
+
+int64_t tw_tasks_set_many(struct tw_tasks *t, struct tw_tasks_item *items, size_t n)
+{
+    return run_batch(t, items, n, B_SET);
+}
+
+int64_t tw_tasks_move_many(struct tw_tasks *t, struct tw_tasks_item *items, size_t n)
+{
+    return run_batch(t, items, n, B_MOVE);
+}
+
+int64_t tw_tasks_remove_many(struct tw_tasks *t, struct tw_tasks_item *items, size_t n)
+{
+    return run_batch(t, items, n, B_REMOVE);
+}
+
+int64_t tw_tasks_get_many(const struct tw_tasks *t, struct tw_tasks_item *items, size_t n)
+{
+    /* get never writes the instance: run_batch's B_GET path only reads it. */
+    return run_batch((struct tw_tasks *)t, items, n, B_GET);
+}
+
 /* ---- running tasks ------------------------------------------------------------ */
 
 /* `key` is the caller's copy of the entry's key: the entry itself may be
