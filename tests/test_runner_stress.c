@@ -13,6 +13,11 @@
  * fire counts, and callbacks call back in. Checked at the end: no id fires
  * twice, no superseded id fires, no surviving id is lost.
  *
+ * Runs: 3 producers on 4 shards (callbacks on 2 workers, then inline), and
+ * 16 producers on the default shard count with 1 worker (the many-producer
+ * case of issue 12: more threads than this machine's cores, so lock holders
+ * are preempted and the spinning shard lock falls back to sleeping).
+ *
  * Usage: test_runner_stress [milliseconds]  (default 1500)
  */
 #define _POSIX_C_SOURCE 200809L
@@ -24,7 +29,7 @@
 #include "test.h"
 #include "twheel.h"
 
-#define PRODUCERS 3
+#define PRODUCERS 16 /* at most; each run says how many */
 #define KEYS_PER 512
 #define MAX_IDS (1u << 21) /* per producer */
 #define SHARED_BASE (UINT64_C(1) << 40)
@@ -32,6 +37,7 @@
 
 enum { UNKNOWN = 0, MUST_FIRE = 1, MUST_NOT = 2 };
 
+static unsigned nprod; /* producers of this run */
 static _Atomic uint8_t fires[PRODUCERS + 1][MAX_IDS];
 static uint8_t expect[PRODUCERS][MAX_IDS];
 static atomic_int stop_flag;
@@ -156,29 +162,30 @@ static void *chaos(void *arg)
 
 static struct producer P[PRODUCERS];
 
-static void run(unsigned workers, unsigned ms)
+static void run(unsigned workers, unsigned ms, unsigned producers, unsigned shards)
 {
+    nprod = producers;
     memset(fires, 0, sizeof fires);
     memset(expect, 0, sizeof expect);
     memset(P, 0, sizeof P);
     atomic_store(&stop_flag, 0);
     atomic_store(&callbacks, 0);
     struct tw_runner_config cfg = {.execute = on_fire, .tick_ns = TICK_NS, .workers = workers,
-                                   .key_kind = TW_TASKS_KEY_INT, .shards = 4};
+                                   .key_kind = TW_TASKS_KEY_INT, .shards = shards};
     CHECK_EQ_INT(tw_runner_new(&R, &cfg), 0);
     pthread_t th[PRODUCERS + 1];
-    for (unsigned p = 0; p < PRODUCERS; p++) {
+    for (unsigned p = 0; p < nprod; p++) {
         P[p].p = p;
         pthread_create(&th[p], NULL, produce, &P[p]);
     }
-    pthread_create(&th[PRODUCERS], NULL, chaos, NULL);
+    pthread_create(&th[nprod], NULL, chaos, NULL);
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
     nanosleep(&ts, NULL);
     atomic_store(&stop_flag, 1);
     void *chaos_ops;
-    for (unsigned p = 0; p < PRODUCERS; p++)
+    for (unsigned p = 0; p < nprod; p++)
         pthread_join(th[p], NULL);
-    pthread_join(th[PRODUCERS], &chaos_ops);
+    pthread_join(th[nprod], &chaos_ops);
     /* The survivors: fire by themselves (<= 4 ms) or are drained by stop. */
     ts.tv_sec = 0;
     ts.tv_nsec = 20000000;
@@ -189,7 +196,7 @@ static void run(unsigned workers, unsigned ms)
     tw_runner_free(R);
 
     uint64_t ops = 0, twice = 0, superseded = 0, lost = 0, checked = 0;
-    for (unsigned p = 0; p < PRODUCERS; p++) {
+    for (unsigned p = 0; p < nprod; p++) {
         ops += P[p].ops;
         for (unsigned k = 0; k < KEYS_PER; k++)
             if (P[p].cur[k])
@@ -209,17 +216,19 @@ static void run(unsigned workers, unsigned ms)
     CHECK_EQ_U64(superseded, 0);
     CHECK_EQ_U64(lost, 0);
     CHECK(checked > 1000);
-    printf("  workers %u: %llu tracked ops + %llu shared, %llu armings checked, %llu callbacks "
+    CHECK(shards ? st.shards == shards : st.shards >= 16); /* the default: >= 16 */
+    printf("  %u producers, %u shards, workers %u: %llu lock waits; %llu tracked ops + %llu shared, %llu armings checked, %llu callbacks "
            "(%llu re-entrant sets), %llu late, worst %.2f ms\n",
-           workers, (unsigned long long)ops, (unsigned long long)(uintptr_t)chaos_ops,
+           nprod, st.shards, workers, (unsigned long long)st.contended, (unsigned long long)ops, (unsigned long long)(uintptr_t)chaos_ops,
            (unsigned long long)checked, (unsigned long long)atomic_load(&callbacks),
            (unsigned long long)atomic_load(&reentrant_sets), (unsigned long long)st.late,
            (double)st.worst_lateness_ns / 1e6);
 }
 
 static unsigned MS = 1500;
-static void test_stress_workers(void) { run(2, MS); }
-static void test_stress_inline(void) { run(0, MS); }
+static void test_stress_workers(void) { run(2, MS, 3, 4); }
+static void test_stress_inline(void) { run(0, MS, 3, 4); }
+static void test_stress_16_producers(void) { run(1, MS * 2 / 3, 16, 0); }
 
 int main(int argc, char **argv)
 {
@@ -227,5 +236,6 @@ int main(int argc, char **argv)
         MS = (unsigned)strtoul(argv[1], NULL, 10);
     RUN(test_stress_workers);
     RUN(test_stress_inline);
+    RUN(test_stress_16_producers);
     return test_summary();
 }

@@ -37,6 +37,16 @@
  * with a p99 lateness of 17-30 ms against 2-4 ms, it spins a core, and it
  * cannot return move/remove/set results. The critical section stays.)
  *
+ * Many producers: the shards are independent (own lock, own tw_tasks), a
+ * call takes exactly one shard lock and writes only that shard's lines, and
+ * the default shard count is 8 per online CPU (at least 16, at most 1024:
+ * 16 on a 2-core machine, 128 on 16 cores; each empty shard costs about
+ * 24 KB), so that with one producer per core a call meets another thread on
+ * its shard less than one time in eight; a thread that does spins briefly
+ * before sleeping. tw_runner_stats counts those waits (`contended`). Set
+ * config.shards to override. src/runner.c's design comment counts the locks
+ * and shared cache lines of a call; bench/README.md has the figures.
+ *
  * Callbacks: execute runs on one of `workers` executor threads (so at most
  * `workers` callbacks run at once, and a callback that blocks delays only its
  * own worker), or on the tick thread itself when workers is 0 (for cheap
@@ -88,7 +98,8 @@ struct tw_runner_config {
     unsigned workers;                     /* executor threads; 0 = run on the tick thread */
     enum tw_tasks_key_kind key_kind;      /* TW_TASKS_KEY_BYTES (default) or _INT */
     size_t max_pending;                   /* 0 = no limit; beyond it set -> TW_EFULL */
-    unsigned shards;                      /* 0 = 16; at most 1024 */
+    unsigned shards;                      /* 0 = 8 per online CPU, at least 16 (see
+                                             Producers); at most 1024 */
     size_t queue;                         /* fired tasks waiting for a worker; 0 = 1024 */
     const struct tw_allocator *allocator; /* NULL = realloc/free */
 };
@@ -100,6 +111,9 @@ struct tw_runner_stats {
     uint64_t worst_lateness_ns;  /* the worst of them */
     uint64_t drained;            /* tasks handed to drain (or to stop's drain) */
     uint64_t tick;               /* the last tick processed */
+    uint64_t contended;          /* shard lock acquisitions that found the lock held
+                                    (producers' and the tick thread's), ever */
+    unsigned shards;             /* shards in use (config.shards or the default) */
 };
 
 /* Start a runner (its threads run from here on). Returns 0 and sets *out, or
