@@ -324,22 +324,35 @@ static int rehash(struct tw_tasks *t, uint32_t new_cap, uint32_t new_bits)
         return TW_ENOMEM;
     memset(ns, 0, (size_t)new_cap * sizeof *ns);
     uint32_t new_mask = new_bits >= 32 ? UINT32_MAX : (UINT32_C(1) << new_bits) - 1;
-    enum { AHEAD = 16 };
-    for (uint32_t i = 0; i < t->cap; i++) {
-        if (i + AHEAD < t->cap && t->slots[i + AHEAD] > SLOT_TOMB) {
-            const struct entry *pe = entry_at(t, (t->slots[i + AHEAD] & t->mask) - 2);
-            __builtin_prefetch(pe);
-            if (!t->int_keys && i + AHEAD / 2 < t->cap && t->slots[i + AHEAD / 2] > SLOT_TOMB) {
-                const struct entry *e = entry_at(t, (t->slots[i + AHEAD / 2] & t->mask) - 2);
-                if (e->key.b[KEY_INLINE] == KEY_OUTSIDE)
-                    __builtin_prefetch(e->key.block);
-            }
+    /* Three stages ahead of slot i: slot i + AHEAD's entry is prefetched;
+     * i + BLOCK's long key block (string keys); slot i + HASHED's entry is
+     * hashed and its new slot prefetched (writes to the new index are random
+     * misses too); hr[] keeps those hashes for HASHED slots. */
+    enum { AHEAD = 16, BLOCK = 12, HASHED = 8 };
+    uint64_t hr[HASHED] = {0};
+    uint32_t cap = t->cap;
+    for (uint32_t j = 0; j < HASHED && j < cap; j++)
+        if (t->slots[j] > SLOT_TOMB)
+            hr[j] = hash_entry(t, entry_at(t, (t->slots[j] & t->mask) - 2));
+    for (uint32_t i = 0; i < cap; i++) {
+        if (i + AHEAD < cap && t->slots[i + AHEAD] > SLOT_TOMB)
+            __builtin_prefetch(entry_at(t, (t->slots[i + AHEAD] & t->mask) - 2));
+        if (!t->int_keys && i + BLOCK < cap && t->slots[i + BLOCK] > SLOT_TOMB) {
+            const struct entry *e = entry_at(t, (t->slots[i + BLOCK] & t->mask) - 2);
+            if (e->key.b[KEY_INLINE] == KEY_OUTSIDE)
+                __builtin_prefetch(e->key.block);
+        }
+        uint64_t h = hr[i % HASHED];
+        uint32_t j = i + HASHED;
+        if (j < cap && t->slots[j] > SLOT_TOMB) {
+            uint64_t hj = hash_entry(t, entry_at(t, (t->slots[j] & t->mask) - 2));
+            hr[j % HASHED] = hj;
+            __builtin_prefetch(&ns[tw_hash_home(hj, new_cap)], 1);
         }
         uint32_t s = t->slots[i];
         if (s <= SLOT_TOMB)
             continue;
         uint32_t idx = (s & t->mask) - 2;
-        uint64_t h = hash_entry(t, entry_at(t, idx));
         uint32_t pos = tw_hash_home(h, new_cap);
         while (ns[pos] != SLOT_EMPTY) {
             if (++pos == new_cap)
@@ -392,15 +405,61 @@ static void maybe_compact(struct tw_tasks *t)
     /* The free entries below the limit: enough for every live one above it,
      * since limit >= 2 * live. */
     uint32_t holes = NIL;
-    for (uint32_t i = t->free_head; i != NIL;) {
-        uint32_t next = entry_at(t, i)->u.idle.next;
-        if (i < limit) {
-            entry_at(t, i)->u.idle.next = holes;
-            holes = i;
+    size_t words = ((size_t)limit + 63) / 64;
+    uint64_t *live = mem(t, NULL, 0, words * sizeof *live);
+    if (live) {
+        /* Outside callbacks every entry is in the index or on the free list,
+         * so the free ones below the limit are those the index does not
+         * point at: one sequential pass over the index marks them in a
+         * bitmap (limit / 8 bytes: it stays in cache), and a sequential pass
+         * over the chunks lists them, lowest first. (Walking the free list
+         * instead is a chain of dependent loads in random order: a cache miss
+         * per free entry, most of the cost of a compaction at 10^6 tasks.) */
+        memset(live, 0, words * sizeof *live);
+        for (uint32_t pos = 0; pos < t->cap; pos++) {
+            uint32_t s = t->slots[pos];
+            if (s > SLOT_TOMB && (s & t->mask) - 2 < limit) {
+                uint32_t i = (s & t->mask) - 2;
+                live[i / 64] |= UINT64_C(1) << (i % 64);
+            }
         }
-        i = next;
+        for (uint32_t i = limit; i-- > 0;) {
+            if (!(live[i / 64] >> (i % 64) & 1)) {
+                entry_at(t, i)->u.idle.next = holes;
+                holes = i;
+            }
+        }
+        mem(t, live, words * sizeof *live, 0);
+    } else { /* no memory for the bitmap: walk the free list */
+        for (uint32_t i = t->free_head; i != NIL;) {
+            uint32_t next = entry_at(t, i)->u.idle.next;
+            if (i < limit) {
+                entry_at(t, i)->u.idle.next = holes;
+                holes = i;
+            }
+            i = next;
+        }
     }
+    /* Relocate the live entries above the limit, prefetching the entry of
+     * a slot AHEAD slots on, and the wheel neighbours (which unlinking
+     * writes) of the one NEAR slots on. */
+    enum { AHEAD = 16, NEAR = 8 };
     for (uint32_t pos = 0; pos < t->cap; pos++) {
+        if (pos + AHEAD < t->cap) {
+            uint32_t sa = t->slots[pos + AHEAD];
+            if (sa > SLOT_TOMB && (sa & t->mask) - 2 >= limit)
+                __builtin_prefetch(entry_at(t, (sa & t->mask) - 2), 1);
+        }
+        if (pos + NEAR < t->cap) {
+            uint32_t sn = t->slots[pos + NEAR];
+            if (sn > SLOT_TOMB && (sn & t->mask) - 2 >= limit) {
+                const struct tw_node *n = &entry_at(t, (sn & t->mask) - 2)->u.node;
+                if (n->pprev)
+                    __builtin_prefetch(n->pprev, 1);
+                if (n->next)
+                    __builtin_prefetch(n->next, 1);
+            }
+        }
         uint32_t s = t->slots[pos];
         if (s <= SLOT_TOMB || (s & t->mask) - 2 < limit)
             continue;
