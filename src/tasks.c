@@ -749,6 +749,7 @@ int tw_tasks_get_int(const struct tw_tasks *t, uint64_t key, void **value, uint6
  * prefetch address is harmless: prefetches do not fault) nor change a result.
  * Results are those of the single calls in array order. */
 
+#define B_KEY 16  /* string keys: prefetch the key's bytes this many items ahead */
 #define B_SLOT 8  /* hash and prefetch the home slot this many items ahead */
 #define B_ENTRY 4 /* then the entry */
 #define B_NODE 2  /* then the wheel neighbours (move, remove) */
@@ -811,7 +812,10 @@ static int64_t run_batch(struct tw_tasks *t, struct tw_tasks_item *items, size_t
     }
     int64_t ok = 0;
     for (size_t i = 0; i < n; i++) {
-        size_t j = i + B_SLOT;
+        size_t j = i + B_KEY;
+        if (!t->int_keys && j < n && items[j].key)
+            __builtin_prefetch(items[j].key); /* the caller's key bytes, hashed at i + B_SLOT */
+        j = i + B_SLOT;
         if (j < n) {
             struct keyref *k = &ring[j % B_RING];
             bad[j % B_RING] = item_key(t, &items[j], k);
