@@ -878,6 +878,172 @@ int tw_runner_remove_int(struct tw_runner *r, uint64_t key, void **value)
     return rc ? rc : rn_apply(r, &k, RN_REMOVE, NULL, value, 0);
 }
 
+/* ---- batched calls ---------------------------------------------------------------- */
+/* Items are taken RN_GROUP at a time: validated, their due ticks computed
+ * from one clock read, grouped by shard (a stable counting sort, so items
+ * of one key keep their order), and each shard's group applied under one
+ * acquisition of its lock with tw_tasks' batched call (which prefetches the
+ * next keys' slots and entries). With max_pending, sets go one by one under
+ * that lock, since a refused new key must be taken out before the next item
+ * of the same key is applied. */
+#define RN_GROUP 256
+
+static uint64_t rn_item_shard(const struct tw_runner *r, const struct tw_tasks_item *it)
+{
+    uint64_t h = r->int_keys ? tw_hash_int(it->key_int, r->k0, r->k1)
+                             : tw_siphash13(it->key, it->key_len, r->k0, r->k1);
+    return tw_hash_home(h, r->nshards);
+}
+
+/* Sets of one shard's group one by one, as rn_apply does (max_pending). */
+static void rn_set_limited(struct tw_runner *r, struct tw_tasks *t, struct tw_tasks_item *it,
+                           size_t m)
+{
+    for (size_t i = 0; i < m; i++) {
+        int rc = r->int_keys ? tw_tasks_set_int(t, it[i].key_int, it[i].value, it[i].delay)
+                             : tw_tasks_set(t, it[i].key, it[i].key_len, it[i].value, it[i].delay);
+        if (rc == 1 &&
+            atomic_fetch_add_explicit(&r->pending, 1, memory_order_relaxed) >= r->max_pending) {
+            atomic_fetch_sub_explicit(&r->pending, 1, memory_order_relaxed);
+            if (r->int_keys)
+                tw_tasks_remove_int(t, it[i].key_int, NULL);
+            else
+                tw_tasks_remove(t, it[i].key, it[i].key_len, NULL);
+            rc = TW_EFULL;
+        }
+        it[i].result = rc;
+    }
+}
+
+/* One shard's group, copied into tmp[0..m) with `delay` holding due ticks. */
+static void rn_apply_group(struct tw_runner *r, struct rn_shard *s, struct tw_tasks_item *tmp,
+                           size_t m, enum rn_op op)
+{
+    rn_lock(s);
+    if (s->closed) {
+        rn_unlock(s);
+        for (size_t i = 0; i < m; i++)
+            tmp[i].result = TW_ECLOSED;
+        return;
+    }
+    struct tw_tasks *t = s->tasks;
+    uint64_t now = rn_shard_now(s), earliest = UINT64_MAX;
+    for (size_t i = 0; i < m; i++) { /* due tick -> delay from the shard's now */
+        uint64_t due = (uint64_t)tmp[i].delay;
+        tmp[i].delay = due > now ? (int64_t)(due - now) : 0;
+        uint64_t deadline = now + (tmp[i].delay ? (uint64_t)tmp[i].delay : 1);
+        if (deadline < earliest)
+            earliest = deadline;
+    }
+    switch (op) {
+    case RN_SET:
+        if (r->max_pending)
+            rn_set_limited(r, t, tmp, m);
+        else
+            (void)tw_tasks_set_many(t, tmp, m);
+        break;
+    case RN_MOVE:
+        (void)tw_tasks_move_many(t, tmp, m);
+        break;
+    default:
+        (void)tw_tasks_remove_many(t, tmp, m);
+        for (size_t i = 0; i < m; i++)
+            if (tmp[i].result == 0)
+                rn_pending_sub(r, 1);
+        break;
+    }
+    uint64_t sleeping = atomic_load_explicit(&r->sleep_until, memory_order_relaxed);
+    rn_unlock(s);
+    if (op != RN_REMOVE && earliest < sleeping)
+        rn_kick(r, earliest, sleeping);
+}
+
+static int64_t rn_many_group(struct tw_runner *r, struct tw_tasks_item *items, size_t m,
+                             enum rn_op op)
+{
+    struct tw_tasks_item tmp[RN_GROUP];
+    uint16_t shard_of[RN_GROUP], order[RN_GROUP];
+    uint16_t count[RN_MAX_SHARDS + 1];
+    memset(count, 0, (r->nshards + 1) * sizeof count[0]);
+    uint64_t now_ns = rn_now_ns() - r->start_ns;
+    size_t good = 0;
+    for (size_t i = 0; i < m; i++) {
+        struct tw_tasks_item *it = &items[i];
+        int rc = 0;
+        if (!r->int_keys && !it->key)
+            rc = TW_EINVAL;
+        else if (!r->int_keys && it->key_len > TW_RUNNER_KEY_MAX)
+            rc = TW_E2BIG;
+        else if (op != RN_REMOVE && it->delay < 0)
+            rc = TW_EINVAL;
+        it->result = rc;
+        if (rc) {
+            shard_of[i] = UINT16_MAX;
+            continue;
+        }
+        shard_of[i] = (uint16_t)rn_item_shard(r, it);
+        count[shard_of[i] + 1]++;
+        good++;
+    }
+    for (unsigned sh = 0; sh < r->nshards; sh++) /* count[sh] = start of shard sh */
+        count[sh + 1] += count[sh];
+    for (size_t i = 0; i < m; i++) {
+        if (shard_of[i] == UINT16_MAX)
+            continue;
+        uint16_t at = count[shard_of[i]]++;
+        order[at] = (uint16_t)i;
+        tmp[at] = items[i];
+        if (op != RN_REMOVE) { /* the due tick, as rn_due_tick, from one clock read */
+            uint64_t x = now_ns + (uint64_t)items[i].delay;
+            tmp[at].delay = (int64_t)(x / r->tick_ns + (x % r->tick_ns != 0));
+        } else {
+            tmp[at].delay = 0;
+        }
+    }
+    /* count[sh] is now the end of shard sh's run. */
+    for (size_t lo = 0; lo < good;) {
+        unsigned sh = shard_of[order[lo]];
+        size_t hi = count[sh];
+        rn_apply_group(r, &r->shards[sh], tmp + lo, hi - lo, op);
+        lo = hi;
+    }
+    int64_t ok = 0;
+    for (size_t j = 0; j < good; j++) {
+        struct tw_tasks_item *it = &items[order[j]];
+        it->result = tmp[j].result;
+        if (op == RN_REMOVE && tmp[j].result == 0)
+            it->value = tmp[j].value;
+    }
+    for (size_t i = 0; i < m; i++)
+        ok += items[i].result >= 0;
+    return ok;
+}
+
+static int64_t rn_many(struct tw_runner *r, struct tw_tasks_item *items, size_t n, enum rn_op op)
+{
+    if (!r || (!items && n))
+        return TW_EINVAL;
+    int64_t ok = 0;
+    for (size_t base = 0; base < n; base += RN_GROUP)
+        ok += rn_many_group(r, items + base, n - base < RN_GROUP ? n - base : RN_GROUP, op);
+    return ok;
+}
+
+int64_t tw_runner_set_many(struct tw_runner *r, struct tw_tasks_item *items, size_t n)
+{
+    return rn_many(r, items, n, RN_SET);
+}
+
+int64_t tw_runner_move_many(struct tw_runner *r, struct tw_tasks_item *items, size_t n)
+{
+    return rn_many(r, items, n, RN_MOVE);
+}
+
+int64_t tw_runner_remove_many(struct tw_runner *r, struct tw_tasks_item *items, size_t n)
+{
+    return rn_many(r, items, n, RN_REMOVE);
+}
+
 /* ---- drain, stop, free ------------------------------------------------------------ */
 
 static void rn_drain_enter(struct tw_runner *r, struct rn_drainer *me)

@@ -328,7 +328,7 @@ static int rehash(struct tw_tasks *t, uint32_t new_cap, uint32_t new_bits)
      * i + BLOCK's long key block (string keys); slot i + HASHED's entry is
      * hashed and its new slot prefetched (writes to the new index are random
      * misses too); hr[] keeps those hashes for HASHED slots. */
-    enum { AHEAD = 16, BLOCK = 12, HASHED = 8 };
+    enum { AHEAD = 24, BLOCK = 16, HASHED = 8 };
     uint64_t hr[HASHED] = {0};
     uint32_t cap = t->cap;
     for (uint32_t j = 0; j < HASHED && j < cap; j++)

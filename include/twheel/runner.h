@@ -141,6 +141,26 @@ TW_API int tw_runner_move_int(struct tw_runner *r, uint64_t key, int64_t delay_n
 TW_API int tw_runner_remove(struct tw_runner *r, const void *key, size_t len, void **value);
 TW_API int tw_runner_remove_int(struct tw_runner *r, uint64_t key, void **value);
 
+/** Batched set: tw_runner_set / tw_runner_set_int on each of items[0..n)
+ * (struct tw_tasks_item of twheel/tasks.h: the key fields of the runner's key
+ * kind, `value`, and `delay` in nanoseconds), each item's result in
+ * item->result. A producer with many keys takes each shard's lock once per
+ * group of up to 256 items instead of once per key, and the shard's index
+ * slots and entries are prefetched ahead (see tw_tasks_set_many). The items
+ * are applied as if by single calls at one instant (the clock is read once
+ * per 256 items), items of one key in array order; items of different keys
+ * may be applied in any order, so that when the runner is stopped meanwhile
+ * (TW_ECLOSED) or max_pending is reached (TW_EFULL) the items refused are not
+ * necessarily the last ones. Returns how many items succeeded, or TW_EINVAL
+ * (r NULL, or items NULL with n > 0). */
+TW_API int64_t tw_runner_set_many(struct tw_runner *r, struct tw_tasks_item *items, size_t n);
+/** Batched move (tw_runner_move / _int on each item, delay in ns); as
+ * tw_runner_set_many. */
+TW_API int64_t tw_runner_move_many(struct tw_runner *r, struct tw_tasks_item *items, size_t n);
+/** Batched remove (tw_runner_remove / _int on each item; a removed task's
+ * value goes to item->value); as tw_runner_set_many. */
+TW_API int64_t tw_runner_remove_many(struct tw_runner *r, struct tw_tasks_item *items, size_t n);
+
 /* Remove every pending task and call fn(ctx, task) for each on the calling
  * thread (fn NULL: the config's execute and ctx), without holding any lock:
  * fn may call set/move/remove/drain/stats on the runner. Returns the number
