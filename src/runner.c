@@ -81,6 +81,11 @@
  * transfer per line per call, whatever P is. Measured (bench/w8_runner.c,
  * bench/README.md): waits per call against producers on 2 cores.
  *
+ * Batched calls (tw_runner_*_many) take each shard's lock once per group of
+ * up to RN_GROUP items: a group of m items on S shards takes at most
+ * min(m, S) locks, not m, and writes each shard's lock line and tw_tasks
+ * header once per group; the per-key lines are as above.
+ *
  * The one runner-wide line a producer writes: with max_pending != 0, each
  * set of a new key and each remove also updates `pending` (one atomic add on
  * a line of its own), so that TW_EFULL is exact; that line is shared by all
