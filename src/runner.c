@@ -1175,9 +1175,9 @@ int tw_runner_stop(struct tw_runner *r, unsigned flags)
     /* Close every shard: from here on calls return TW_ECLOSED and nobody but
      * us touches the shards' tasks. */
     for (unsigned i = 0; i < r->nshards; i++) {
-        rn_lock(&r->shards[i]);
+        pthread_mutex_lock(&r->shards[i].lock);
         r->shards[i].closed = 1;
-        rn_unlock(&r->shards[i]);
+        pthread_mutex_unlock(&r->shards[i].lock);
     }
     rn_join_all(r); /* tick thread, then workers once the queue is empty */
     rn_wait_drains(r); /* drains of user threads: they meet closed shards */
@@ -1186,10 +1186,10 @@ int tw_runner_stop(struct tw_runner *r, unsigned flags)
     for (unsigned i = 0; i < r->nshards; i++) {
         /* Detach the shard's tasks under its lock (tw_runner_stats may be
          * reading), then release or drain them with no lock held. */
-        rn_lock(&r->shards[i]);
+        pthread_mutex_lock(&r->shards[i].lock);
         struct tw_tasks *t = r->shards[i].tasks;
         r->shards[i].tasks = NULL;
-        rn_unlock(&r->shards[i]);
+        pthread_mutex_unlock(&r->shards[i].lock);
         size_t n = tw_tasks_pending(t);
         rn_pending_sub(r, n);
         if (flags & TW_RUNNER_STOP_DRAIN) {
