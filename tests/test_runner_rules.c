@@ -847,6 +847,27 @@ static void test_batched_calls(void)
     tw_runner_free(r);
 }
 
+/* The default shard count follows the CPUs (8 per online CPU, 16 to 1024);
+ * a configured count is kept. */
+static void test_default_shards(void)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    unsigned want = cpus < 2 ? 16 : cpus * 8 > 1024 ? 1024 : (unsigned)cpus * 8;
+    if (want < 16)
+        want = 16;
+    struct tw_runner *r = start(0, TW_TASKS_KEY_INT, 0);
+    struct tw_runner_stats st;
+    tw_runner_stats(r, &st);
+    CHECK_EQ_INT((int)st.shards, (int)want);
+    tw_runner_free(r);
+    struct tw_runner_config cfg = {.execute = fire_cb, .ctx = &F, .tick_ns = TICK_NS,
+                                   .shards = 3};
+    CHECK_EQ_INT(tw_runner_new(&r, &cfg), 0);
+    tw_runner_stats(r, &st);
+    CHECK_EQ_INT((int)st.shards, 3);
+    tw_runner_free(r);
+}
+
 int main(void)
 {
     alarm(120); /* a deadlock fails the test instead of hanging CI */
@@ -869,5 +890,6 @@ int main(void)
     RUN(test_stop_waits_for_drain);
     RUN(test_drain_out_of_memory);
     RUN(test_batched_calls);
+    RUN(test_default_shards);
     return test_summary();
 }
