@@ -39,6 +39,57 @@
  * Order across shards: each round finds the earliest next expiry over all
  * shards and advances every shard to it, so tasks due at earlier ticks are
  * dispatched before later ones even while catching up after a stall.
+ *
+ * Many producers (issue 12)
+ * -------------------------
+ * A producer call cannot be deferred (it returns its true result, and its
+ * effect must be ordered after the same thread's earlier calls), so producers
+ * do not buffer: each call does its tw_tasks operation at once, under the one
+ * shard lock its key hashes to. What a call costs other threads, with the
+ * default max_pending = 0 (counted from the code; `contended` in
+ * tw_runner_stats counts the waits):
+ *
+ *   per set / move / remove         count  written by other threads too?
+ *   locks taken                       1    the key's shard lock only
+ *   shard line (lock, tasks, off)     1    yes, by calls on keys of that shard
+ *   tw_tasks header (free list,       1    yes, same shard only (set of a new
+ *     live/used counts)                      key, remove; move writes none)
+ *   index slot line of the key        1    same shard only (set new, remove)
+ *   the key's entry                  1-2   calls on the same key only
+ *   wheel: slot head + bookkeeping    2    same shard only
+ *   wheel neighbours (un)linked      0-3   same shard only (entries of
+ *                                          other keys in the same list)
+ *   runner config (shards, seed,      2    never written after tw_runner_new
+ *     clock origin, tick): read only       (padded off the written fields)
+ *   sleep_until: read only            1    by the tick thread, <= 3 times a tick
+ *   ctl (the tick thread's mutex)     0    only by the first call, per sleep
+ *                                          of the tick thread, that arms a
+ *                                          deadline earlier than its wake-up
+ *   runner-wide counters              0    (fired/late: workers; pending:
+ *                                          only with max_pending, see below)
+ *
+ * So a call writes at most ~10 lines, all of one shard (plus the key's own
+ * entry), and none that every call writes: the count does not depend on the
+ * number of producers. What grows with producers P over S shards is only the
+ * chance that a call meets another thread on its shard: about
+ * (P - 1) * u / S, u being the share of a producer's time spent inside the
+ * lock (< 1). The default S is 8 per online CPU (16 at least), so with up to
+ * one producer per core that chance stays below 1/8 whatever the core count,
+ * and a meeting costs a short spin (rn_lock: RN_SPIN tries before a futex
+ * sleep), not a sleep and a wake-up. The shard lines a call writes move from
+ * the core that touched that shard last, as the keys themselves do: one
+ * transfer per line per call, whatever P is. Measured (bench/w8_runner.c,
+ * bench/README.md): waits per call against producers on 2 cores.
+ *
+ * Batched calls (tw_runner_*_many) take each shard's lock once per group of
+ * up to RN_GROUP items: a group of m items on S shards takes at most
+ * min(m, S) locks, not m, and writes each shard's lock line and tw_tasks
+ * header once per group; the per-key lines are as above.
+ *
+ * The one runner-wide line a producer writes: with max_pending != 0, each
+ * set of a new key and each remove also updates `pending` (one atomic add on
+ * a line of its own), so that TW_EFULL is exact; that line is shared by all
+ * producers. Leave max_pending at 0 where producers must scale.
  */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, pthread_condattr_setclock */
@@ -51,6 +102,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "hash.h"
 
@@ -60,8 +112,10 @@
 #include "twheel/wheel.h"
 
 #define RN_BATCH 64
-#define RN_DEFAULT_SHARDS 16
+#define RN_MIN_DEFAULT_SHARDS 16
+#define RN_SHARDS_PER_CPU 8
 #define RN_MAX_SHARDS 1024
+#define RN_SPIN 128 /* tries of a held shard lock before sleeping on it */
 #define RN_DEFAULT_QUEUE 1024
 
 /* A fired task on its way to a callback: the key travels inline. */
@@ -99,6 +153,7 @@ struct rn_shard {
     uint64_t off;           /* under lock: tasks' tick = the runner's tick + off */
     int closed;             /* under lock */
     int lock_ready;         /* lock initialised (for teardown) */
+    uint64_t contended;     /* under lock: acquisitions that found it held */
     char pad[64];           /* keep neighbours' locks off this cache line */
 };
 
@@ -124,12 +179,18 @@ struct tw_runner {
     unsigned nworkers, workers_started;
     int joined; /* under stop_lock */
 
+    /* Every group written after tw_runner_new starts on a line of its own,
+     * so that the fields above, which every producer call reads, stay
+     * shared in every core's cache (see the design comment's table). */
+    char pad_config[64];
     pthread_mutex_t ctl;
     pthread_cond_t tick_cv;
     int stopping; /* under ctl */
     _Atomic uint64_t sleep_until;
 
-    /* tick thread only */
+    /* tick thread only (written for every fired task: off the line of
+     * sleep_until, which producers read on every set and move) */
+    char pad_tick[64];
     struct rn_job *batch;
     unsigned nbatch;
     uint64_t collect_off; /* off of the shard being advanced */
@@ -151,9 +212,62 @@ struct tw_runner {
 
     unsigned ready; /* RN_* bits; written by tw_runner_new only */
 
+    char pad_pending[64];
     _Atomic size_t pending; /* kept only when max_pending != 0 */
+    char pad_figures[64];   /* pending: producers; these: workers and the tick thread */
     _Atomic uint64_t fired, late, worst_ns, drained, tick;
 };
+
+/* ---- shard locks ---------------------------------------------------------------- */
+
+static inline void rn_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/* Take a shard's lock. A shard is held for a fraction of a microsecond (one
+ * tw_tasks call, or one bounded advance of the tick thread), so a thread that
+ * finds it held tries again RN_SPIN times, pausing in between, before it
+ * sleeps in the kernel: a futex sleep and wake-up would cost ten times the
+ * wait. Acquisitions that found the lock held are counted (under the lock,
+ * on the shard's own line) for tw_runner_stats. */
+static inline void rn_lock(struct rn_shard *s)
+{
+    if (pthread_mutex_trylock(&s->lock) == 0)
+        return;
+    for (unsigned i = 0; i < RN_SPIN; i++) {
+        rn_cpu_relax();
+        if (pthread_mutex_trylock(&s->lock) == 0)
+            goto won;
+    }
+    pthread_mutex_lock(&s->lock);
+won:
+    s->contended++;
+}
+
+static inline void rn_unlock(struct rn_shard *s)
+{
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* Shards by default: RN_SHARDS_PER_CPU per online CPU, at
+ * least RN_MIN_DEFAULT_SHARDS, at most RN_MAX_SHARDS (see runner.h). */
+static unsigned rn_default_shards(void)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cpus < 1)
+        cpus = 1;
+    uint64_t n = (uint64_t)cpus * RN_SHARDS_PER_CPU;
+    if (n < RN_MIN_DEFAULT_SHARDS)
+        n = RN_MIN_DEFAULT_SHARDS;
+    if (n > RN_MAX_SHARDS)
+        n = RN_MAX_SHARDS;
+    return (unsigned)n;
+}
 
 /* ---- small helpers ----------------------------------------------------------- */
 
@@ -353,11 +467,11 @@ static uint64_t rn_next_expiry(struct tw_runner *r)
     uint64_t next = TW_NEVER;
     for (unsigned i = 0; i < r->nshards; i++) {
         struct rn_shard *s = &r->shards[i];
-        pthread_mutex_lock(&s->lock);
+        rn_lock(s);
         uint64_t e = tw_tasks_next_expiry(s->tasks);
         if (e != TW_NEVER)
             e -= s->off;
-        pthread_mutex_unlock(&s->lock);
+        rn_unlock(s);
         if (e < next)
             next = e;
     }
@@ -369,10 +483,10 @@ static void rn_advance_shard(struct tw_runner *r, struct rn_shard *s, uint64_t t
 {
     int64_t n;
     do {
-        pthread_mutex_lock(&s->lock);
+        rn_lock(s);
         r->collect_off = s->off;
         n = tw_tasks_advance_max(s->tasks, to + s->off, RN_BATCH);
-        pthread_mutex_unlock(&s->lock);
+        rn_unlock(s);
         if (r->nbatch)
             rn_dispatch(r);
     } while (n == RN_BATCH);
@@ -577,7 +691,7 @@ int tw_runner_new(struct tw_runner **out, const struct tw_runner_config *cfg)
     r->tick_ns = cfg->tick_ns;
     r->max_pending = cfg->max_pending;
     r->int_keys = cfg->key_kind == TW_TASKS_KEY_INT;
-    r->nshards = cfg->shards ? cfg->shards : RN_DEFAULT_SHARDS;
+    r->nshards = cfg->shards ? cfg->shards : rn_default_shards();
     r->qcap = cfg->queue ? cfg->queue : RN_DEFAULT_QUEUE;
     r->nworkers = cfg->workers;
     uint64_t seed[2];
@@ -688,9 +802,9 @@ static int rn_apply(struct tw_runner *r, const struct rn_key *k, enum rn_op op, 
         return TW_EINVAL;
     uint64_t due = op == RN_REMOVE ? 0 : rn_due_tick(r, delay_ns);
     struct rn_shard *s = k->shard;
-    pthread_mutex_lock(&s->lock);
+    rn_lock(s);
     if (s->closed) {
-        pthread_mutex_unlock(&s->lock);
+        rn_unlock(s);
         return TW_ECLOSED;
     }
     struct tw_tasks *t = s->tasks;
@@ -723,7 +837,7 @@ static int rn_apply(struct tw_runner *r, const struct rn_key *k, enum rn_op op, 
         break;
     }
     uint64_t sleeping = atomic_load_explicit(&r->sleep_until, memory_order_relaxed);
-    pthread_mutex_unlock(&s->lock);
+    rn_unlock(s);
     if (rc >= 0 && op != RN_REMOVE && deadline < sleeping)
         rn_kick(r, deadline, sleeping);
     return rc;
@@ -769,6 +883,172 @@ int tw_runner_remove_int(struct tw_runner *r, uint64_t key, void **value)
     struct rn_key k;
     int rc = rn_key_int(r, key, &k);
     return rc ? rc : rn_apply(r, &k, RN_REMOVE, NULL, value, 0);
+}
+
+/* ---- batched calls ---------------------------------------------------------------- */
+/* Items are taken RN_GROUP at a time: validated, their due ticks computed
+ * from one clock read, grouped by shard (a stable counting sort, so items
+ * of one key keep their order), and each shard's group applied under one
+ * acquisition of its lock with tw_tasks' batched call (which prefetches the
+ * next keys' slots and entries). With max_pending, sets go one by one under
+ * that lock, since a refused new key must be taken out before the next item
+ * of the same key is applied. */
+#define RN_GROUP 256
+
+static uint64_t rn_item_shard(const struct tw_runner *r, const struct tw_tasks_item *it)
+{
+    uint64_t h = r->int_keys ? tw_hash_int(it->key_int, r->k0, r->k1)
+                             : tw_siphash13(it->key, it->key_len, r->k0, r->k1);
+    return tw_hash_home(h, r->nshards);
+}
+
+/* Sets of one shard's group one by one, as rn_apply does (max_pending). */
+static void rn_set_limited(struct tw_runner *r, struct tw_tasks *t, struct tw_tasks_item *it,
+                           size_t m)
+{
+    for (size_t i = 0; i < m; i++) {
+        int rc = r->int_keys ? tw_tasks_set_int(t, it[i].key_int, it[i].value, it[i].delay)
+                             : tw_tasks_set(t, it[i].key, it[i].key_len, it[i].value, it[i].delay);
+        if (rc == 1 &&
+            atomic_fetch_add_explicit(&r->pending, 1, memory_order_relaxed) >= r->max_pending) {
+            atomic_fetch_sub_explicit(&r->pending, 1, memory_order_relaxed);
+            if (r->int_keys)
+                tw_tasks_remove_int(t, it[i].key_int, NULL);
+            else
+                tw_tasks_remove(t, it[i].key, it[i].key_len, NULL);
+            rc = TW_EFULL;
+        }
+        it[i].result = rc;
+    }
+}
+
+/* One shard's group, copied into tmp[0..m) with `delay` holding due ticks. */
+static void rn_apply_group(struct tw_runner *r, struct rn_shard *s, struct tw_tasks_item *tmp,
+                           size_t m, enum rn_op op)
+{
+    rn_lock(s);
+    if (s->closed) {
+        rn_unlock(s);
+        for (size_t i = 0; i < m; i++)
+            tmp[i].result = TW_ECLOSED;
+        return;
+    }
+    struct tw_tasks *t = s->tasks;
+    uint64_t now = rn_shard_now(s), earliest = UINT64_MAX;
+    for (size_t i = 0; i < m; i++) { /* due tick -> delay from the shard's now */
+        uint64_t due = (uint64_t)tmp[i].delay;
+        tmp[i].delay = due > now ? (int64_t)(due - now) : 0;
+        uint64_t deadline = now + (tmp[i].delay ? (uint64_t)tmp[i].delay : 1);
+        if (deadline < earliest)
+            earliest = deadline;
+    }
+    switch (op) {
+    case RN_SET:
+        if (r->max_pending)
+            rn_set_limited(r, t, tmp, m);
+        else
+            (void)tw_tasks_set_many(t, tmp, m);
+        break;
+    case RN_MOVE:
+        (void)tw_tasks_move_many(t, tmp, m);
+        break;
+    default:
+        (void)tw_tasks_remove_many(t, tmp, m);
+        for (size_t i = 0; i < m; i++)
+            if (tmp[i].result == 0)
+                rn_pending_sub(r, 1);
+        break;
+    }
+    uint64_t sleeping = atomic_load_explicit(&r->sleep_until, memory_order_relaxed);
+    rn_unlock(s);
+    if (op != RN_REMOVE && earliest < sleeping)
+        rn_kick(r, earliest, sleeping);
+}
+
+static int64_t rn_many_group(struct tw_runner *r, struct tw_tasks_item *items, size_t m,
+                             enum rn_op op)
+{
+    struct tw_tasks_item tmp[RN_GROUP];
+    uint16_t shard_of[RN_GROUP], order[RN_GROUP];
+    uint16_t count[RN_MAX_SHARDS + 1];
+    memset(count, 0, (r->nshards + 1) * sizeof count[0]);
+    uint64_t now_ns = rn_now_ns() - r->start_ns;
+    size_t good = 0;
+    for (size_t i = 0; i < m; i++) {
+        struct tw_tasks_item *it = &items[i];
+        int rc = 0;
+        if (!r->int_keys && !it->key)
+            rc = TW_EINVAL;
+        else if (!r->int_keys && it->key_len > TW_RUNNER_KEY_MAX)
+            rc = TW_E2BIG;
+        else if (op != RN_REMOVE && it->delay < 0)
+            rc = TW_EINVAL;
+        it->result = rc;
+        if (rc) {
+            shard_of[i] = UINT16_MAX;
+            continue;
+        }
+        shard_of[i] = (uint16_t)rn_item_shard(r, it);
+        count[shard_of[i] + 1]++;
+        good++;
+    }
+    for (unsigned sh = 0; sh < r->nshards; sh++) /* count[sh] = start of shard sh */
+        count[sh + 1] += count[sh];
+    for (size_t i = 0; i < m; i++) {
+        if (shard_of[i] == UINT16_MAX)
+            continue;
+        uint16_t at = count[shard_of[i]]++;
+        order[at] = (uint16_t)i;
+        tmp[at] = items[i];
+        if (op != RN_REMOVE) { /* the due tick, as rn_due_tick, from one clock read */
+            uint64_t x = now_ns + (uint64_t)items[i].delay;
+            tmp[at].delay = (int64_t)(x / r->tick_ns + (x % r->tick_ns != 0));
+        } else {
+            tmp[at].delay = 0;
+        }
+    }
+    /* count[sh] is now the end of shard sh's run. */
+    for (size_t lo = 0; lo < good;) {
+        unsigned sh = shard_of[order[lo]];
+        size_t hi = count[sh];
+        rn_apply_group(r, &r->shards[sh], tmp + lo, hi - lo, op);
+        lo = hi;
+    }
+    int64_t ok = 0;
+    for (size_t j = 0; j < good; j++) {
+        struct tw_tasks_item *it = &items[order[j]];
+        it->result = tmp[j].result;
+        if (op == RN_REMOVE && tmp[j].result == 0)
+            it->value = tmp[j].value;
+    }
+    for (size_t i = 0; i < m; i++)
+        ok += items[i].result >= 0;
+    return ok;
+}
+
+static int64_t rn_many(struct tw_runner *r, struct tw_tasks_item *items, size_t n, enum rn_op op)
+{
+    if (!r || (!items && n))
+        return TW_EINVAL;
+    int64_t ok = 0;
+    for (size_t base = 0; base < n; base += RN_GROUP)
+        ok += rn_many_group(r, items + base, n - base < RN_GROUP ? n - base : RN_GROUP, op);
+    return ok;
+}
+
+int64_t tw_runner_set_many(struct tw_runner *r, struct tw_tasks_item *items, size_t n)
+{
+    return rn_many(r, items, n, RN_SET);
+}
+
+int64_t tw_runner_move_many(struct tw_runner *r, struct tw_tasks_item *items, size_t n)
+{
+    return rn_many(r, items, n, RN_MOVE);
+}
+
+int64_t tw_runner_remove_many(struct tw_runner *r, struct tw_tasks_item *items, size_t n)
+{
+    return rn_many(r, items, n, RN_REMOVE);
 }
 
 /* ---- drain, stop, free ------------------------------------------------------------ */
@@ -828,9 +1108,9 @@ static int64_t rn_drain_shards(struct tw_runner *r, struct tw_tasks **spare, tw_
     int64_t total = 0;
     for (unsigned i = 0; i < r->nshards; i++) {
         struct rn_shard *s = &r->shards[i];
-        pthread_mutex_lock(&s->lock);
+        rn_lock(s);
         if (s->closed) {
-            pthread_mutex_unlock(&s->lock);
+            rn_unlock(s);
             return total ? total : TW_ECLOSED;
         }
         struct tw_tasks *old = s->tasks;
@@ -845,7 +1125,7 @@ static int64_t rn_drain_shards(struct tw_runner *r, struct tw_tasks **spare, tw_
         tw_tasks_advance(*spare, tw_tasks_now(old));
         s->tasks = *spare;
         rn_pending_sub(r, tw_tasks_pending(old));
-        pthread_mutex_unlock(&s->lock);
+        rn_unlock(s);
         int64_t n = rn_drain_instance(old, s->off, fn, ctx);
         *spare = old;
         atomic_fetch_add_explicit(&r->drained, (uint64_t)n, memory_order_relaxed);
@@ -944,14 +1224,16 @@ void tw_runner_stats(struct tw_runner *r, struct tw_runner_stats *st)
     if (!r)
         return;
     for (unsigned i = 0; i < r->nshards; i++) {
-        pthread_mutex_lock(&r->shards[i].lock);
+        rn_lock(&r->shards[i]);
         if (r->shards[i].tasks) /* NULL once stopped */
             st->pending += tw_tasks_pending(r->shards[i].tasks);
-        pthread_mutex_unlock(&r->shards[i].lock);
+        st->contended += r->shards[i].contended;
+        rn_unlock(&r->shards[i]);
     }
     st->fired = atomic_load_explicit(&r->fired, memory_order_relaxed);
     st->late = atomic_load_explicit(&r->late, memory_order_relaxed);
     st->worst_lateness_ns = atomic_load_explicit(&r->worst_ns, memory_order_relaxed);
     st->drained = atomic_load_explicit(&r->drained, memory_order_relaxed);
     st->tick = atomic_load_explicit(&r->tick, memory_order_relaxed);
+    st->shards = r->nshards;
 }

@@ -373,34 +373,6 @@ static inline uint64_t plan_tick(uint64_t first, uint64_t last)
     return ((first - 1) | mask) + 1; /* <= last, so no overflow */
 }
 
-/* Arm or re-arm n to fire in [deadline, deadline + slack] (both pointers
- * checked by the caller). A pending node already planned inside the window
- * stays where it is; otherwise it is relocated at once, so that a later
- * advance never has to move it (see the file comment of wheel.h). */
-static int arm_node_slack(struct tw_wheel *w, struct tw_node *n, uint64_t deadline,
-                          uint64_t slack)
-{
-    if (deadline <= w->now) {
-        if (w->now == UINT64_MAX)
-            return TW_ERANGE;
-        deadline = w->now + 1;
-    }
-    uint64_t last = saturating_add(deadline, slack);
-    if (n->pprev) {
-        if (n->deadline >= deadline && n->deadline <= last && n->deadline > w->now)
-            return 0;
-        unlink_node(w, n);
-        w->moves++; /* relocated now instead of by a later advance */
-    } else {
-        w->pending++;
-    }
-    n->deadline = plan_tick(deadline, last);
-    place(w, n);
-    return 0;
-}
-
-/* ---- nodes and timers ------------------------------------------------------- */
-
 /* Debug builds (TWHEEL_DEBUG): a pending node remembers its wheel, and the
  * public arm and cancel calls refuse a node pending on another wheel. In
  * release builds both are nothing at all. */
@@ -424,6 +396,35 @@ static inline void set_owner(struct tw_node *n, struct tw_wheel *w)
     (void)w;
 #endif
 }
+
+/* Arm or re-arm n to fire in [deadline, deadline + slack] (both pointers
+ * checked by the caller). A pending node already planned inside the window
+ * stays where it is; otherwise it is relocated at once, so that a later
+ * advance never has to move it (see the file comment of wheel.h). */
+static int arm_node_slack(struct tw_wheel *w, struct tw_node *n, uint64_t deadline,
+                          uint64_t slack)
+{
+    if (deadline <= w->now) {
+        if (w->now == UINT64_MAX)
+            return TW_ERANGE;
+        deadline = w->now + 1;
+    }
+    uint64_t last = saturating_add(deadline, slack);
+    if (n->pprev) {
+        if (n->deadline >= deadline && n->deadline <= last && n->deadline > w->now)
+            return 0;
+        unlink_node(w, n);
+        w->moves++; /* relocated now instead of by a later advance */
+    } else {
+        w->pending++;
+    }
+    n->deadline = plan_tick(deadline, last);
+    place(w, n);
+    set_owner(n, w);
+    return 0;
+}
+
+/* ---- nodes and timers ------------------------------------------------------- */
 
 int tw_node_init(struct tw_node *n)
 {
@@ -457,6 +458,7 @@ static int arm_node(struct tw_wheel *w, struct tw_node *n, uint64_t deadline)
     }
     n->deadline = deadline;
     place(w, n);
+    set_owner(n, w);
     return 0;
 }
 
@@ -471,10 +473,8 @@ int tw_node_arm_at(struct tw_wheel *w, struct tw_node *n, uint64_t deadline)
     if (!owned_or_idle(w, n))
         return TW_EINVAL;
     int rc = arm_node(w, n, deadline);
-    if (rc == 0) {
+    if (rc == 0)
         w->bare = 1;
-        set_owner(n, w);
-    }
     return rc;
 }
 
@@ -492,6 +492,8 @@ int tw_node_arm_at_slack(struct tw_wheel *w, struct tw_node *n, uint64_t deadlin
         return TW_EINVAL;
     if (w->advancing)
         return TW_EBUSY;
+    if (!owned_or_idle(w, n))
+        return TW_EINVAL;
     int rc = arm_node_slack(w, n, deadline, slack);
     if (rc == 0)
         w->bare = 1;
@@ -542,10 +544,7 @@ int tw_timer_arm_at(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline)
 {
     if (!w || !t || !t->fn || !owned_or_idle(w, &t->node))
         return TW_EINVAL;
-    int rc = arm_node(w, &t->node, deadline);
-    if (rc == 0)
-        set_owner(&t->node, w);
-    return rc;
+    return arm_node(w, &t->node, deadline);
 }
 
 int tw_timer_arm(struct tw_wheel *w, struct tw_timer *t, uint64_t delay)
@@ -558,7 +557,7 @@ int tw_timer_arm(struct tw_wheel *w, struct tw_timer *t, uint64_t delay)
 int tw_timer_arm_at_slack(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline,
                           uint64_t slack)
 {
-    if (!w || !t || !t->fn)
+    if (!w || !t || !t->fn || !owned_or_idle(w, &t->node))
         return TW_EINVAL;
     return arm_node_slack(w, &t->node, deadline, slack);
 }

@@ -10,7 +10,8 @@
  * maximum count), drain, max_pending, an allocator that fails at random
  * (every failing call must change nothing), re-entrant calls from execute and
  * from drain's fn, exact firing ticks, deadline order, exactly-once firing,
- * and that every byte allocated is freed.
+ * and that every byte allocated is freed; the batched calls (tw_tasks_*_many)
+ * item by item against the same model, as if the single calls were made.
  */
 #ifndef TWHEEL_TASKS_MODEL_H
 #define TWHEEL_TASKS_MODEL_H
@@ -59,7 +60,7 @@ struct tmodel {
     size_t pending;
     int64_t outstanding;  /* bytes held through the allocator */
     uint64_t serial;
-    uint64_t total_fires, total_drained, total_ops, enomem;
+    uint64_t total_fires, total_drained, total_ops, enomem, total_batched;
     struct tw_allocator alloc;
     unsigned char kbuf[128];
 };
@@ -130,16 +131,9 @@ static inline uint64_t tm_time(const struct tmodel *m)
     return m->in_cb ? m->cb_now : m->now;
 }
 
-static int tm_set(struct tmodel *m, uint32_t i, int64_t delay)
+/* Check set(i, delay, value)'s result rc against the model and apply it. */
+static int tm_set_seen(struct tmodel *m, uint32_t i, int64_t delay, uintptr_t value, int rc)
 {
-    uintptr_t value = ((uintptr_t)i << 24) | (uintptr_t)(++m->serial & 0xffffff);
-    int rc;
-    if (m->int_keys) {
-        rc = tw_tasks_set_int(m->t, tm_int_key(i), (void *)value, delay);
-    } else {
-        size_t n = tm_bytes_key(i, m->kbuf);
-        rc = tw_tasks_set(m->t, m->kbuf, n, (void *)value, delay);
-    }
     struct tm_key *k = &m->k[i];
     if (delay < 0) {
         if (rc != TW_EINVAL)
@@ -163,6 +157,35 @@ static int tm_set(struct tmodel *m, uint32_t i, int64_t delay)
     return rc;
 }
 
+static uintptr_t tm_new_value(struct tmodel *m, uint32_t i)
+{
+    return ((uintptr_t)i << 24) | (uintptr_t)(++m->serial & 0xffffff);
+}
+
+static int tm_set(struct tmodel *m, uint32_t i, int64_t delay)
+{
+    uintptr_t value = tm_new_value(m, i);
+    int rc;
+    if (m->int_keys) {
+        rc = tw_tasks_set_int(m->t, tm_int_key(i), (void *)value, delay);
+    } else {
+        size_t n = tm_bytes_key(i, m->kbuf);
+        rc = tw_tasks_set(m->t, m->kbuf, n, (void *)value, delay);
+    }
+    return tm_set_seen(m, i, delay, value, rc);
+}
+
+static int tm_move_seen(struct tmodel *m, uint32_t i, int64_t delay, int rc)
+{
+    struct tm_key *k = &m->k[i];
+    int want = delay < 0 ? TW_EINVAL : k->present ? 0 : TW_ENOENT;
+    if (rc != want)
+        TM_FAIL("move(%u, %lld) = %d, want %d", i, (long long)delay, rc, want);
+    if (rc == 0)
+        k->deadline = tm_time(m) + (delay ? (uint64_t)delay : 1);
+    return rc;
+}
+
 static int tm_move(struct tmodel *m, uint32_t i, int64_t delay)
 {
     int rc;
@@ -172,12 +195,20 @@ static int tm_move(struct tmodel *m, uint32_t i, int64_t delay)
         size_t n = tm_bytes_key(i, m->kbuf);
         rc = tw_tasks_move(m->t, m->kbuf, n, delay);
     }
+    return tm_move_seen(m, i, delay, rc);
+}
+
+static int tm_remove_seen(struct tmodel *m, uint32_t i, void *v, int rc)
+{
     struct tm_key *k = &m->k[i];
-    int want = delay < 0 ? TW_EINVAL : k->present ? 0 : TW_ENOENT;
-    if (rc != want)
-        TM_FAIL("move(%u, %lld) = %d, want %d", i, (long long)delay, rc, want);
-    if (rc == 0)
-        k->deadline = tm_time(m) + (delay ? (uint64_t)delay : 1);
+    if (rc != (k->present ? 0 : TW_ENOENT))
+        TM_FAIL("remove(%u) = %d, present %d", i, rc, k->present);
+    if (rc == 0) {
+        if ((uintptr_t)v != k->value)
+            TM_FAIL("remove(%u): value %p want %p", i, v, (void *)k->value);
+        k->present = 0;
+        m->pending--;
+    }
     return rc;
 }
 
@@ -191,16 +222,17 @@ static int tm_remove(struct tmodel *m, uint32_t i)
         size_t n = tm_bytes_key(i, m->kbuf);
         rc = tw_tasks_remove(m->t, m->kbuf, n, &v);
     }
+    return tm_remove_seen(m, i, v, rc);
+}
+
+static void tm_get_seen(struct tmodel *m, uint32_t i, void *v, uint64_t d, int rc)
+{
     struct tm_key *k = &m->k[i];
     if (rc != (k->present ? 0 : TW_ENOENT))
-        TM_FAIL("remove(%u) = %d, present %d", i, rc, k->present);
-    if (rc == 0) {
-        if ((uintptr_t)v != k->value)
-            TM_FAIL("remove(%u): value %p want %p", i, v, (void *)k->value);
-        k->present = 0;
-        m->pending--;
-    }
-    return rc;
+        TM_FAIL("get(%u) = %d, present %d", i, rc, k->present);
+    if (rc == 0 && ((uintptr_t)v != k->value || d != k->deadline))
+        TM_FAIL("get(%u): value %p deadline %llu, want %p %llu", i, v, (unsigned long long)d,
+                (void *)k->value, (unsigned long long)k->deadline);
 }
 
 static void tm_check_key(struct tmodel *m, uint32_t i)
@@ -214,12 +246,7 @@ static void tm_check_key(struct tmodel *m, uint32_t i)
         size_t n = tm_bytes_key(i, m->kbuf);
         rc = tw_tasks_get(m->t, m->kbuf, n, &v, &d);
     }
-    struct tm_key *k = &m->k[i];
-    if (rc != (k->present ? 0 : TW_ENOENT))
-        TM_FAIL("get(%u) = %d, present %d", i, rc, k->present);
-    if (rc == 0 && ((uintptr_t)v != k->value || d != k->deadline))
-        TM_FAIL("get(%u): value %p deadline %llu, want %p %llu", i, v, (unsigned long long)d,
-                (void *)k->value, (unsigned long long)k->deadline);
+    tm_get_seen(m, i, v, d, rc);
 }
 
 static void tm_check_pending(struct tmodel *m)
@@ -243,10 +270,85 @@ static int64_t tm_delay(uint64_t r)
     }
 }
 
+/* A batched call (tw_tasks_*_many) of 1..TM_BATCH items of one kind on
+ * random keys (repeats likely, some bad delays, and for string keys now and
+ * then a NULL or oversize key), checked item by item against the model as if
+ * the single calls had been made in array order. */
+#define TM_BATCH 40
+static void tm_batch(struct tmodel *m, uint64_t r)
+{
+    struct tw_tasks_item it[TM_BATCH];
+    uint32_t key[TM_BATCH];
+    uintptr_t val[TM_BATCH];
+    static unsigned char kb[TM_BATCH][128]; /* key bytes (test is single-threaded) */
+    static unsigned char huge[1]; /* its length is a lie: never read (E2BIG first) */
+    unsigned op = (unsigned)(r % 4), n = 1 + (unsigned)((r >> 2) % TM_BATCH);
+    /* A narrow window of keys half of the time, so that items repeat. */
+    uint32_t span = (r >> 8) % 2 ? m->nkeys : (m->nkeys < 8 ? m->nkeys : 8);
+    uint32_t base = (uint32_t)((r >> 10) % (m->nkeys - span + 1));
+    memset(it, 0, sizeof it);
+    for (unsigned j = 0; j < n; j++) {
+        uint64_t x = tm_rand(&m->rng);
+        key[j] = base + (uint32_t)(x % span);
+        if (m->int_keys) {
+            it[j].key_int = tm_int_key(key[j]);
+        } else {
+            it[j].key_len = tm_bytes_key(key[j], kb[j]);
+            it[j].key = kb[j];
+            if ((x >> 40) % 64 == 0) {
+                it[j].key = NULL; /* TW_EINVAL */
+            } else if ((x >> 40) % 64 == 1) {
+                it[j].key = huge;
+                it[j].key_len = (size_t)TW_TASKS_KEY_MAX + 1; /* TW_E2BIG */
+            }
+        }
+        it[j].delay = tm_delay(x >> 20);
+        val[j] = tm_new_value(m, key[j]);
+        it[j].value = op == 0 ? (void *)val[j] : NULL;
+        it[j].result = 12345;
+    }
+    int64_t rc;
+    switch (op) {
+    case 0: rc = tw_tasks_set_many(m->t, it, n); break;
+    case 1: rc = tw_tasks_move_many(m->t, it, n); break;
+    case 2: rc = tw_tasks_remove_many(m->t, it, n); break;
+    default: rc = tw_tasks_get_many(m->t, it, n); break;
+    }
+    int64_t ok = 0;
+    for (unsigned j = 0; j < n; j++) {
+        int res = it[j].result;
+        ok += res >= 0;
+        if (!m->int_keys && !it[j].key) {
+            if (res != TW_EINVAL)
+                TM_FAIL("batch %u item %u: NULL key gave %d", op, j, res);
+            continue;
+        }
+        if (!m->int_keys && it[j].key == huge) {
+            if (res != TW_E2BIG)
+                TM_FAIL("batch %u item %u: oversize key gave %d", op, j, res);
+            continue;
+        }
+        switch (op) {
+        case 0: tm_set_seen(m, key[j], it[j].delay, val[j], res); break;
+        case 1: tm_move_seen(m, key[j], it[j].delay, res); break;
+        case 2: tm_remove_seen(m, key[j], it[j].value, res); break;
+        default: tm_get_seen(m, key[j], it[j].value, it[j].deadline, res); break;
+        }
+    }
+    if (rc != ok)
+        TM_FAIL("batch %u returned %lld, %lld items succeeded", op, (long long)rc, (long long)ok);
+    m->total_batched += n;
+    tm_check_pending(m);
+}
+
 static void tm_small_op(struct tmodel *m, uint64_t r)
 {
     uint32_t i = (uint32_t)((r >> 4) % m->nkeys);
     int64_t d = tm_delay(r >> 20);
+    if ((r >> 60) == 0) { /* one in 16: a batched call, from a callback too */
+        tm_batch(m, r >> 8);
+        return;
+    }
     switch (r % 4) {
     case 0: tm_set(m, i, d); break;
     case 1: tm_move(m, i, d); break;
@@ -441,8 +543,10 @@ static void tm_op(struct tmodel *m, uint64_t r, int grow)
             step = 0; /* stay clear of the end of time: delays are up to 2^40 */
         size_t max = (r2 >> 50) % 4 == 0 ? 1 + (size_t)((r2 >> 52) % 8) : 0;
         tm_advance(m, m->now + step, max);
-    } else if (kind < 14) {
+    } else if (kind == 12) {
         tm_check_key(m, (uint32_t)(r2 % m->nkeys));
+    } else if (kind == 13) {
+        tm_batch(m, r2);
     } else {
         unsigned k2 = kind - 14; /* 0..85 */
         uint32_t i = (uint32_t)(r2 % m->nkeys);

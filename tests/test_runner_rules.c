@@ -731,6 +731,143 @@ static void test_stats_while_stopping(void)
     tw_runner_free(r);
 }
 
+/* Batched calls: each item gets what the single call would return, items
+ * of one key in array order, across several groups of 256 and many shards;
+ * bad items fail alone; the limit and stop hold; the tasks fire once. */
+static void test_batched_calls(void)
+{
+    enum { N = 700, KEYS = 300 };
+    static struct tw_tasks_item it[N];
+    static uintptr_t last[KEYS];
+    static int seen[KEYS];
+    const int64_t hour = INT64_C(3600) * 1000000000;
+    struct tw_runner *r = start(1, TW_TASKS_KEY_INT, 0);
+    memset(it, 0, sizeof it);
+    memset(seen, 0, sizeof seen);
+    for (int i = 0; i < N; i++) {
+        it[i].key_int = (uint64_t)(i % KEYS) * 7919; /* repeated keys */
+        it[i].value = (void *)(uintptr_t)(i + 1);
+        it[i].delay = i == 5 ? -1 : hour; /* item 5: a bad delay */
+        it[i].result = 99;
+    }
+    CHECK_EQ_INT(tw_runner_set_many(r, it, N), N - 1);
+    for (int i = 0; i < N; i++) {
+        int k = i % KEYS, want = i == 5 ? TW_EINVAL : seen[k] ? 0 : 1;
+        if (i != 5) {
+            seen[k] = 1;
+            last[k] = (uintptr_t)(i + 1);
+        }
+        CHECK_EQ_INT(it[i].result, want);
+    }
+    struct tw_runner_stats st;
+    tw_runner_stats(r, &st);
+    CHECK_EQ_U64(st.pending, KEYS);
+
+    for (int i = 0; i < 2 * KEYS; i++) { /* move: present, then absent keys */
+        it[i].key_int = (uint64_t)i * 7919;
+        it[i].delay = i == 7 ? -3 : hour;
+    }
+    CHECK_EQ_INT(tw_runner_move_many(r, it, 2 * KEYS), KEYS - 1);
+    for (int i = 0; i < 2 * KEYS; i++)
+        CHECK_EQ_INT(it[i].result, i == 7 ? TW_EINVAL : i < KEYS ? 0 : TW_ENOENT);
+
+    for (int i = 0; i < KEYS + 100; i++) { /* remove: each key, then 100 again */
+        it[i].key_int = (uint64_t)(i % KEYS) * 7919;
+        it[i].value = NULL;
+    }
+    CHECK_EQ_INT(tw_runner_remove_many(r, it, KEYS + 100), KEYS);
+    for (int i = 0; i < KEYS + 100; i++) {
+        CHECK_EQ_INT(it[i].result, i < KEYS ? 0 : TW_ENOENT);
+        if (i < KEYS)
+            CHECK_EQ_PTR(it[i].value, (void *)last[i]);
+    }
+    tw_runner_stats(r, &st);
+    CHECK_EQ_U64(st.pending, 0);
+
+    /* Short delays: every task fires, once. */
+    for (int i = 0; i < 50; i++) {
+        it[i].key_int = 100000 + (uint64_t)i;
+        it[i].value = (void *)(uintptr_t)(5000 + i);
+        it[i].delay = (int64_t)(i % 5) * TICK_NS;
+    }
+    CHECK_EQ_INT(tw_runner_set_many(r, it, 50), 50);
+    CHECK_EQ_INT(wait_fires(&F, 50), 50);
+    sleep_ms(10);
+    CHECK_EQ_INT(fires_n(&F), 50);
+    int once[50] = {0};
+    for (int i = 0; i < 50 && i < F.n; i++)
+        if (F.key[i] >= 100000 && F.key[i] < 100050)
+            once[F.key[i] - 100000]++;
+    for (int i = 0; i < 50; i++)
+        CHECK_EQ_INT(once[i], 1);
+
+    CHECK_EQ_INT(tw_runner_set_many(NULL, it, 1), TW_EINVAL);
+    CHECK_EQ_INT(tw_runner_move_many(r, NULL, 1), TW_EINVAL);
+    CHECK_EQ_INT(tw_runner_remove_many(r, NULL, 0), 0);
+    CHECK_EQ_INT(tw_runner_stop(r, 0), 0);
+    it[0].key_int = 1;
+    it[0].delay = hour;
+    CHECK_EQ_INT(tw_runner_set_many(r, it, 1), 0);
+    CHECK_EQ_INT(it[0].result, TW_ECLOSED);
+    tw_runner_free(r);
+
+    /* max_pending: exactly the room left is taken. */
+    r = start(0, TW_TASKS_KEY_INT, 10);
+    for (int i = 0; i < 40; i++) {
+        it[i].key_int = (uint64_t)i;
+        it[i].delay = hour;
+    }
+    CHECK_EQ_INT(tw_runner_set_many(r, it, 40), 10);
+    int full = 0;
+    for (int i = 0; i < 40; i++)
+        full += it[i].result == TW_EFULL;
+    CHECK_EQ_INT(full, 30);
+    tw_runner_stats(r, &st);
+    CHECK_EQ_U64(st.pending, 10);
+    tw_runner_free(r);
+
+    /* String keys: a NULL and an oversize key fail alone. */
+    r = start(0, TW_TASKS_KEY_BYTES, 0);
+    static char big[TW_RUNNER_KEY_MAX + 1];
+    const char *keys[4] = {"a", "b", NULL, big};
+    size_t lens[4] = {1, 1, 0, sizeof big};
+    for (int i = 0; i < 4; i++) {
+        it[i].key = keys[i];
+        it[i].key_len = lens[i];
+        it[i].value = (void *)(uintptr_t)(i + 1);
+        it[i].delay = hour;
+    }
+    CHECK_EQ_INT(tw_runner_set_many(r, it, 4), 2);
+    CHECK_EQ_INT(it[0].result, 1);
+    CHECK_EQ_INT(it[1].result, 1);
+    CHECK_EQ_INT(it[2].result, TW_EINVAL);
+    CHECK_EQ_INT(it[3].result, TW_E2BIG);
+    CHECK_EQ_INT(tw_runner_remove_many(r, it, 2), 2);
+    CHECK_EQ_PTR(it[1].value, (void *)2);
+    tw_runner_free(r);
+}
+
+/* The default shard count follows the CPUs (8 per online CPU, 16 to 1024);
+ * a configured count is kept. */
+static void test_default_shards(void)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    unsigned want = cpus < 2 ? 16 : cpus * 8 > 1024 ? 1024 : (unsigned)cpus * 8;
+    if (want < 16)
+        want = 16;
+    struct tw_runner *r = start(0, TW_TASKS_KEY_INT, 0);
+    struct tw_runner_stats st;
+    tw_runner_stats(r, &st);
+    CHECK_EQ_INT((int)st.shards, (int)want);
+    tw_runner_free(r);
+    struct tw_runner_config cfg = {.execute = fire_cb, .ctx = &F, .tick_ns = TICK_NS,
+                                   .shards = 3};
+    CHECK_EQ_INT(tw_runner_new(&r, &cfg), 0);
+    tw_runner_stats(r, &st);
+    CHECK_EQ_INT((int)st.shards, 3);
+    tw_runner_free(r);
+}
+
 int main(void)
 {
     alarm(120); /* a deadlock fails the test instead of hanging CI */
@@ -752,5 +889,7 @@ int main(void)
     RUN(test_drain_fn_calls_stop_free);
     RUN(test_stop_waits_for_drain);
     RUN(test_drain_out_of_memory);
+    RUN(test_batched_calls);
+    RUN(test_default_shards);
     return test_summary();
 }

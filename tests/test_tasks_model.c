@@ -57,9 +57,10 @@ int main(int argc, char **argv)
                             (long long)m.outstanding);
             }
         }
-        printf("run %zu: %s keys, %u keys, %llu ops, %llu fires, %llu drained, %llu ENOMEM, "
-               "peak %zu bytes\n",
+        printf("run %zu: %s keys, %u keys, %llu ops, %llu batched items, %llu fires, "
+               "%llu drained, %llu ENOMEM, peak %zu bytes\n",
                r, runs[r].int_keys ? "int" : "string", m.nkeys, (unsigned long long)m.total_ops,
+               (unsigned long long)m.total_batched,
                (unsigned long long)m.total_fires, (unsigned long long)m.total_drained,
                (unsigned long long)m.enomem, peak_bytes);
         tm_finish(&m);

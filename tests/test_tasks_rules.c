@@ -803,6 +803,36 @@ static void test_hash_flooding(void)
     }
 }
 
+/* Batched calls: argument errors, an empty batch, and a bad item that fails
+ * alone (the model test checks results item by item at random). */
+static void test_batched_arguments(void)
+{
+    struct tw_tasks *t = new_tasks(&R, TW_TASKS_KEY_INT, 0);
+    struct tw_tasks_item it[3];
+    memset(it, 0, sizeof it);
+    CHECK_EQ_INT(tw_tasks_set_many(NULL, it, 1), TW_EINVAL);
+    CHECK_EQ_INT(tw_tasks_move_many(t, NULL, 1), TW_EINVAL);
+    CHECK_EQ_INT(tw_tasks_remove_many(t, NULL, 0), 0);
+    CHECK_EQ_INT(tw_tasks_get_many(t, it, 0), 0);
+    it[0].key_int = 1;
+    it[0].delay = 5;
+    it[1].key_int = 2;
+    it[1].delay = -1; /* fails alone */
+    it[2].key_int = 1; /* the same key again: replaced */
+    it[2].delay = 9;
+    CHECK_EQ_INT(tw_tasks_set_many(t, it, 3), 2);
+    CHECK_EQ_INT(it[0].result, 1);
+    CHECK_EQ_INT(it[1].result, TW_EINVAL);
+    CHECK_EQ_INT(it[2].result, 0);
+    CHECK_EQ_INT(tw_tasks_get_many(t, it, 3), 2);
+    CHECK_EQ_U64(it[0].deadline, 9);
+    CHECK_EQ_INT(it[1].result, TW_ENOENT);
+    CHECK_EQ_INT(tw_tasks_remove_many(t, it, 3), 1);
+    CHECK_EQ_INT(it[2].result, TW_ENOENT);
+    CHECK_EQ_INT((int)tw_tasks_pending(t), 0);
+    tw_tasks_free(t);
+}
+
 int main(void)
 {
     RUN(test_config_errors);
@@ -826,5 +856,6 @@ int main(void)
     RUN(test_compaction_keeps_tasks);
     RUN(test_bytes_per_task);
     RUN(test_hash_flooding);
+    RUN(test_batched_arguments);
     return test_summary();
 }

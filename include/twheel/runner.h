@@ -38,6 +38,16 @@
  * with a p99 lateness of 17-30 ms against 2-4 ms, it spins a core, and it
  * cannot return move/remove/set results. The critical section stays.)
  *
+ * Many producers: the shards are independent (own lock, own tw_tasks), a
+ * call takes exactly one shard lock and writes only that shard's lines, and
+ * the default shard count is 8 per online CPU (at least 16, at most 1024:
+ * 16 on a 2-core machine, 128 on 16 cores; each empty shard costs about
+ * 24 KB), so that with one producer per core a call meets another thread on
+ * its shard less than one time in eight; a thread that does spins briefly
+ * before sleeping. tw_runner_stats counts those waits (`contended`). Set
+ * config.shards to override. src/runner.c's design comment counts the locks
+ * and shared cache lines of a call; bench/README.md has the figures.
+ *
  * Callbacks: execute runs on one of `workers` executor threads (so at most
  * `workers` callbacks run at once, and a callback that blocks delays only its
  * own worker), or on the tick thread itself when workers is 0 (for cheap
@@ -90,7 +100,8 @@ struct tw_runner_config {
     unsigned workers;                     /**< executor threads; 0 = run on the tick thread */
     enum tw_tasks_key_kind key_kind;      /**< TW_TASKS_KEY_BYTES (default) or _INT */
     size_t max_pending;                   /**< 0 = no limit; beyond it set -> TW_EFULL */
-    unsigned shards;                      /**< 0 = 16; at most 1024 */
+    unsigned shards;                      /**< 0 = 8 per online CPU, at least 16 (see
+                                             Producers); at most 1024 */
     size_t queue;                         /**< fired tasks waiting for a worker; 0 = 1024 */
     const struct tw_allocator *allocator; /**< NULL = realloc/free */
     /** Optional: called once for every pending task that tw_runner_stop
@@ -115,6 +126,9 @@ struct tw_runner_stats {
     uint64_t worst_lateness_ns;  /**< the worst of them */
     uint64_t drained;            /**< tasks handed to drain (or to stop's drain) */
     uint64_t tick;               /**< the last tick processed */
+    uint64_t contended;          /**< shard lock acquisitions that found the lock held
+                                    (producers' and the tick thread's), ever */
+    unsigned shards;             /**< shards in use (config.shards or the default) */
 };
 
 /** Start a runner (its threads run from here on). Returns 0 and sets *out, or
@@ -144,6 +158,27 @@ TW_API int tw_runner_move_int(struct tw_runner *r, uint64_t key, int64_t delay_n
 TW_API int tw_runner_remove(struct tw_runner *r, const void *key, size_t len, void **value);
 /** As tw_runner_remove, for an integer key. */
 TW_API int tw_runner_remove_int(struct tw_runner *r, uint64_t key, void **value);
+
+/** Batched set: tw_runner_set / tw_runner_set_int on each of items[0..n)
+ * (struct tw_tasks_item of twheel/tasks.h: the key fields of the runner's key
+ * kind, `value`, and `delay` in nanoseconds), each item's result in
+ * item->result. A producer with many keys takes each shard's lock once per
+ * group of up to 256 items instead of once per key, and the shard's index
+ * slots and entries are prefetched ahead (see tw_tasks_set_many). The items
+ * are applied as if by single calls at one instant (the clock is read once
+ * per 256 items), items of one key in array order; items of different keys
+ * may be applied in any order, so that when the runner is stopped meanwhile
+ * (TW_ECLOSED) or max_pending is reached (TW_EFULL) the items refused are not
+ * necessarily the last ones. Allocates nothing (about 18 KB of stack).
+ * Returns how many items succeeded, or TW_EINVAL (r NULL, or items NULL with
+ * n > 0). */
+TW_API int64_t tw_runner_set_many(struct tw_runner *r, struct tw_tasks_item *items, size_t n);
+/** Batched move (tw_runner_move / _int on each item, delay in ns); as
+ * tw_runner_set_many. */
+TW_API int64_t tw_runner_move_many(struct tw_runner *r, struct tw_tasks_item *items, size_t n);
+/** Batched remove (tw_runner_remove / _int on each item; a removed task's
+ * value goes to item->value); as tw_runner_set_many. */
+TW_API int64_t tw_runner_remove_many(struct tw_runner *r, struct tw_tasks_item *items, size_t n);
 
 /** Remove every pending task and call fn(ctx, task) for each on the calling
  * thread (fn NULL: the config's execute and ctx), without holding any lock:

@@ -170,6 +170,47 @@ TW_API int tw_tasks_get(const struct tw_tasks *t, const void *key, size_t len, v
 TW_API int tw_tasks_get_int(const struct tw_tasks *t, uint64_t key, void **value,
                             uint64_t *deadline);
 
+/* ---- batched keyed calls ------------------------------------------------- */
+/* For a caller with many keys at once. With 10^6 tasks every keyed call waits
+ * on DRAM two to five times (the index slot, the entry, the wheel neighbours
+ * it unlinks from); a batched call overlaps those waits: while it works on
+ * item i it has already hashed item i+8 and prefetched its index slot, looked
+ * at item i+4's slot and prefetched its entry, and (move, remove) read item
+ * i+2's entry and prefetched the wheel nodes it will unlink from.
+ *
+ * Semantics: exactly those of calling the single function on each item in
+ * array order (duplicates included; each item sees the effects of the ones
+ * before it), with each item's result stored in item->result. Items may mix
+ * valid and invalid keys or delays: a bad item gets its error and the others
+ * go on. Like the single calls they may be made from execute or drain's fn. */
+
+/** One key of a batched call (tw_tasks_set_many and friends). Fill the key
+ * fields of the instance's kind and the inputs of the call; the call fills
+ * the outputs. */
+struct tw_tasks_item {
+    const void *key;   /**< in, string keys: the key's bytes (NULL -> TW_EINVAL) */
+    size_t key_len;    /**< in, string keys: its length (> TW_TASKS_KEY_MAX -> TW_E2BIG) */
+    uint64_t key_int;  /**< in, integer keys: the key */
+    void *value;       /**< set: in, the value; remove and get: out, the task's value */
+    int64_t delay;     /**< set and move: in, ticks from now (as the single calls) */
+    uint64_t deadline; /**< get: out, the tick the task is due at */
+    int result;        /**< out: what the single call returns for this item */
+};
+
+/** tw_tasks_set / tw_tasks_set_int on each of items[0..n) in order (see
+ * "batched keyed calls"). Returns how many items succeeded (result >= 0), or
+ * TW_EINVAL (t NULL, or items NULL with n > 0) having done nothing. */
+TW_API int64_t tw_tasks_set_many(struct tw_tasks *t, struct tw_tasks_item *items, size_t n);
+/** tw_tasks_move / tw_tasks_move_int on each item in order; as set_many. */
+TW_API int64_t tw_tasks_move_many(struct tw_tasks *t, struct tw_tasks_item *items, size_t n);
+/** tw_tasks_remove / tw_tasks_remove_int on each item in order (each found
+ * task's value goes to item->value); as set_many. */
+TW_API int64_t tw_tasks_remove_many(struct tw_tasks *t, struct tw_tasks_item *items, size_t n);
+/** tw_tasks_get / tw_tasks_get_int on each item (filling value and deadline
+ * of the found ones); as set_many. Changes nothing. */
+TW_API int64_t tw_tasks_get_many(const struct tw_tasks *t, struct tw_tasks_item *items,
+                                 size_t n);
+
 /** Remove every pending task, then call fn(ctx, task) once for each (fn NULL:
  * the config's execute and ctx), in an unspecified order. Tasks that fn sets
  * are new tasks, not drained by this call. Returns the number of tasks
