@@ -12,4 +12,6 @@
 #include "runner.c"
 #include "cache_map.c"
 #include "random.c"
+#include "clock.c"
+#include "cache_epoch.c"
 #include "cache.c"

@@ -71,8 +71,8 @@ static void test_create_arguments(void)
     cfg.jitter = 1.0;
     CHECK_EQ_INT(tw_cache_new(&c, &cfg), TW_EINVAL);
     cfg.jitter = 0.05;
-    unsigned bad_shards[] = {0, 3, 12, 8192};
-    for (unsigned i = 0; i < 4; i++) {
+    unsigned bad_shards[] = {3, 12, 8192}; /* 0 is valid: by the CPUs */
+    for (unsigned i = 0; i < 3; i++) {
         cfg.shards = bad_shards[i];
         CHECK_EQ_INT(tw_cache_new(&c, &cfg), TW_EINVAL);
     }
