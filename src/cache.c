@@ -154,11 +154,6 @@ static inline size_t cache_entry_size(const struct tw_cache *c, size_t klen, siz
     return cache_pre(c) + sizeof(struct cache_entry) + klen + (c->copy_values ? vlen : 0);
 }
 
-static inline void cache_entry_release(struct tw_cache *c, struct cache_entry *e, size_t bytes)
-{
-    tw_cache_mem_free_(&c->alloc, (char *)e - cache_pre(c), bytes);
-}
-
 /* After writers dropped the shard lock: free what is safe, and move the
  * epoch on when a shard's limbo has grown. */
 static void cache_after_write(struct tw_cache *c, struct cache_garbage *g, bool advance)
