@@ -568,12 +568,21 @@ int tw_cache_get_copy(struct tw_cache *c, const void *key, size_t klen, void *bu
 
 /* ---- batches ----------------------------------------------------------- */
 
-/* Batched calls hide the memory latency of many keys: while key i is looked
- * up, the bucket of key i + AHEAD and the first entry of key i + AHEAD/2
- * are being fetched. A key's shard lock (set) or read section (get) is
- * taken per key or per batch as for single calls. */
-#define CACHE_AHEAD 8
-#define CACHE_RING 16 /* > CACHE_AHEAD, a power of two */
+/* Batched calls hide the memory latency of many keys with a software
+ * pipeline of D = CACHE_STAGE keys per stage: while key i is looked up, the
+ * first entry of key i + D (its bucket is in cache by then), the bucket of
+ * key i + 2D (hashed now; its key bytes were fetched a stage ago) and the
+ * key bytes of key i + 3D are being fetched. A key's shard lock (set) or
+ * read section (get) is taken per key or per batch as for single calls. */
+#ifndef CACHE_STAGE
+#define CACHE_STAGE 4
+#endif
+#define CACHE_RING (4 * CACHE_STAGE) /* > 2 * CACHE_STAGE, a power of two */
+
+static inline bool cache_key_ok(const void *const *keys, const size_t *klens, size_t j)
+{
+    return (keys[j] || !klens[j]) && klens[j] <= UINT32_MAX;
+}
 
 static inline void cache_prefetch_bucket(struct tw_cache *c, uint64_t hash)
 {
@@ -594,6 +603,42 @@ static inline void cache_prefetch_entry(struct tw_cache *c, uint64_t hash)
     }
 }
 
+/* One step of the pipeline before key i is worked on: hashes land in ring. */
+static inline void cache_pipeline(struct tw_cache *c, size_t n, const void *const *keys,
+                                  const size_t *klens, size_t i, uint64_t *ring)
+{
+    size_t j = i + 3 * CACHE_STAGE;
+    if (j < n && keys[j])
+        __builtin_prefetch(keys[j]);
+    j = i + 2 * CACHE_STAGE;
+    if (j < n && cache_key_ok(keys, klens, j)) {
+        ring[j % CACHE_RING] = cache_hash(c, keys[j] ? keys[j] : "", klens[j]);
+        cache_prefetch_bucket(c, ring[j % CACHE_RING]);
+    }
+    j = i + CACHE_STAGE;
+    if (j < n && cache_key_ok(keys, klens, j))
+        cache_prefetch_entry(c, ring[j % CACHE_RING]);
+}
+
+/* Fill the pipeline: the first 2D keys hashed, their buckets and the first
+ * D keys' entries on their way, the next keys' bytes too. */
+static void cache_pipeline_start(struct tw_cache *c, size_t n, const void *const *keys,
+                                 const size_t *klens, uint64_t *ring)
+{
+    for (size_t j = 0; j < n && j < 3 * CACHE_STAGE; j++)
+        if (keys[j])
+            __builtin_prefetch(keys[j]);
+    for (size_t j = 0; j < n && j < 2 * CACHE_STAGE; j++) {
+        if (cache_key_ok(keys, klens, j)) {
+            ring[j % CACHE_RING] = cache_hash(c, keys[j] ? keys[j] : "", klens[j]);
+            cache_prefetch_bucket(c, ring[j % CACHE_RING]);
+        }
+    }
+    for (size_t j = 0; j < n && j < CACHE_STAGE; j++)
+        if (cache_key_ok(keys, klens, j))
+            cache_prefetch_entry(c, ring[j % CACHE_RING]);
+}
+
 static int cache_check_keys(const struct tw_cache *c, size_t n, const void *const *keys,
                             const size_t *klens)
 {
@@ -611,25 +656,13 @@ int tw_cache_get_many(struct tw_cache *c, size_t n, const void *const *keys,
     int hits = 0;
     struct cache_rd rd;
     tw_cache_rd_enter_(c, &rd);
-    for (size_t i = 0; i < n + CACHE_AHEAD; i++) {
-        size_t j = i + CACHE_AHEAD;
-        if (j < n) {
-            const void *kp = keys[j];
-            if ((kp || !klens[j]) && klens[j] <= UINT32_MAX) {
-                ring[j % CACHE_RING] = cache_hash(c, kp ? kp : "", klens[j]);
-                cache_prefetch_bucket(c, ring[j % CACHE_RING]);
-            }
-        }
-        j = i + CACHE_AHEAD / 2;
-        if (j >= CACHE_AHEAD && j < n && (keys[j] || !klens[j]) && klens[j] <= UINT32_MAX)
-            cache_prefetch_entry(c, ring[j % CACHE_RING]);
-        if (i >= n)
-            continue;
+    cache_pipeline_start(c, n, keys, klens, ring);
+    for (size_t i = 0; i < n; i++) {
+        cache_pipeline(c, n, keys, klens, i, ring);
         const void *kp = keys[i];
         int rc = cache_check_key(c, &kp, klens[i]);
         if (rc == 0) {
-            uint64_t h = i >= CACHE_AHEAD ? ring[i % CACHE_RING] : cache_hash(c, kp, klens[i]);
-            struct cache_key k = {kp, klens[i], h};
+            struct cache_key k = {kp, klens[i], ring[i % CACHE_RING]};
             struct cache_out out = {&values[i], NULL, 0, NULL};
             rc = cache_get_in(c, &k, &out, true, rd.st);
         }
@@ -651,25 +684,13 @@ int tw_cache_set_many(struct tw_cache *c, size_t n, const void *const *keys, con
         return TW_EINVAL;
     uint64_t ring[CACHE_RING] = {0};
     int stored = 0;
-    for (size_t i = 0; i < n + CACHE_AHEAD; i++) {
-        size_t j = i + CACHE_AHEAD;
-        if (j < n) {
-            const void *kp = keys[j];
-            if ((kp || !klens[j]) && klens[j] <= UINT32_MAX) {
-                ring[j % CACHE_RING] = cache_hash(c, kp ? kp : "", klens[j]);
-                cache_prefetch_bucket(c, ring[j % CACHE_RING]);
-            }
-        }
-        j = i + CACHE_AHEAD / 2;
-        if (j >= CACHE_AHEAD && j < n && (keys[j] || !klens[j]) && klens[j] <= UINT32_MAX)
-            cache_prefetch_entry(c, ring[j % CACHE_RING]);
-        if (i >= n)
-            continue;
+    cache_pipeline_start(c, n, keys, klens, ring);
+    for (size_t i = 0; i < n; i++) {
+        cache_pipeline(c, n, keys, klens, i, ring);
         const void *kp = keys[i];
         int rc = cache_check_key(c, &kp, klens[i]);
         if (rc == 0) {
-            uint64_t h = i >= CACHE_AHEAD ? ring[i % CACHE_RING] : cache_hash(c, kp, klens[i]);
-            struct cache_key k = {kp, klens[i], h};
+            struct cache_key k = {kp, klens[i], ring[i % CACHE_RING]};
             struct cache_val v = {values[i], NULL, 0};
             rc = cache_set_hashed(c, &k, &v, c->default_ttl_ms);
         }
