@@ -33,6 +33,7 @@
 
 #include <inttypes.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -71,6 +72,7 @@ struct cmodel {
     bool concurrent;
     _Atomic bool reader_stop;
     _Atomic long reader_hits;
+    _Atomic long reader_rounds;
 };
 
 #define CM_FAIL(...)                                                                 \
@@ -351,6 +353,7 @@ static void *cm_reader(void *arg)
     long hits = 0;
     for (unsigned round = 0; round < 1000000 && !atomic_load(&m->reader_stop); round++) {
         void *got[CM_KEYS];
+        atomic_fetch_add(&m->reader_rounds, 1);
         if (round & 1) {
             int h = tw_cache_get_many(m->c, CM_KEYS, keys, kls, got, NULL);
             hits += h > 0 ? h : 0;
@@ -395,6 +398,9 @@ static void cm_run_ex(struct cmodel *m, const uint8_t *data, size_t size, bool c
     pthread_t reader;
     if (concurrent && pthread_create(&reader, NULL, cm_reader, m) != 0)
         CM_FAIL("pthread_create");
+    if (concurrent) /* let the reader start, so that it overlaps the run */
+        for (int spin = 0; spin < 1000000 && !atomic_load(&m->reader_rounds); spin++)
+            sched_yield();
     for (size_t p = 3; p + 2 <= size; p += 2)
         cm_op(m, data[p], data[p + 1]);
     cm_check_count(m);
