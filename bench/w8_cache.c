@@ -200,12 +200,15 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+static unsigned cache_shards; /* 0: the default */
+
 static struct tw_cache *make_cache(struct tw_clock *clk)
 {
     struct tw_cache_config cfg;
     tw_cache_config_init(&cfg);
     cfg.default_ttl_ms = 60000;
     cfg.clock = clk;
+    cfg.shards = cache_shards;
     struct tw_cache *c = NULL;
     if (tw_cache_new(&c, &cfg) != 0) {
         fprintf(stderr, "tw_cache_new failed\n");
@@ -218,6 +221,81 @@ static void preload(struct tw_cache *c)
 {
     for (size_t i = 0; i < nkeys; i++)
         tw_cache_set(c, keys[i], klens[i], (void *)(uintptr_t)(i + 1));
+}
+
+/* ---- a hot key set, read-only ----------------------------------------- */
+
+/* 1,000 hot keys (in cache), 100% get, T threads for `seconds`: ops/s, and
+ * each thread's CPU ns per get (a get that bounced a shared line or spun on
+ * a lock would cost more CPU with 2 threads than with 1; this holds even on
+ * a machine other processes share, where wall-clock ops/s cannot show it). */
+struct hot {
+    struct tw_cache *c;
+    _Atomic int *stop;
+    pthread_barrier_t *start;
+    uint64_t ops, cpu;
+    int id;
+};
+
+static void *hot_main(void *p)
+{
+    struct hot *h = p;
+    uint64_t s = 0x12345u + (uint64_t)h->id, ops = 0;
+    void *v;
+    pthread_barrier_wait(h->start);
+    uint64_t c0 = cpu_ns();
+    while (!atomic_load_explicit(h->stop, memory_order_relaxed)) {
+        for (int i = 0; i < 256; i++) {
+            size_t k = xs(&s) % 1000;
+            tw_cache_get(h->c, keys[k], klens[k], &v);
+        }
+        ops += 256;
+    }
+    h->cpu = cpu_ns() - c0;
+    h->ops = ops;
+    return NULL;
+}
+
+static void hot_set(int reps, double seconds, FILE *csv)
+{
+    struct tw_cache *c = make_cache(NULL);
+    for (size_t i = 0; i < 1000; i++)
+        tw_cache_set(c, keys[i], klens[i], (void *)(uintptr_t)(i + 1));
+    for (int threads = 1; threads <= 2; threads++) {
+        double ops[15], cpu[15];
+        for (int r = 0; r < reps; r++) {
+            _Atomic int stop = 0;
+            pthread_barrier_t start;
+            pthread_barrier_init(&start, NULL, (unsigned)threads + 1);
+            struct hot h[2];
+            pthread_t th[2];
+            for (int i = 0; i < threads; i++) {
+                h[i] = (struct hot){c, &stop, &start, 0, 0, i};
+                pthread_create(&th[i], NULL, hot_main, &h[i]);
+            }
+            pthread_barrier_wait(&start);
+            uint64_t t0 = now_ns();
+            struct timespec ts = {(time_t)seconds,
+                                  (long)((seconds - (double)(time_t)seconds) * 1e9)};
+            nanosleep(&ts, NULL);
+            atomic_store(&stop, 1);
+            uint64_t n = 0, cn = 0;
+            for (int i = 0; i < threads; i++) {
+                pthread_join(th[i], NULL);
+                n += h[i].ops;
+                cn += h[i].cpu;
+            }
+            ops[r] = (double)n / ((double)(now_ns() - t0) / 1e9);
+            cpu[r] = (double)cn / (double)n;
+            pthread_barrier_destroy(&start);
+        }
+        double m = median(ops, reps), cm = median(cpu, reps);
+        printf("hot set (1,000 keys), 100%% get, %d thread%s: %6.2f M ops/s, %.1f CPU ns per get\n",
+               threads, threads > 1 ? "s" : " ", m / 1e6, cm);
+        if (csv)
+            fprintf(csv, "hot,%d,%.0f,%.1f\n", threads, m, cm);
+    }
+    tw_cache_free(c);
 }
 
 /* ---- batched vs single at 1e6 keys -------------------------------------- */
@@ -266,8 +344,9 @@ static double batch_ns(struct tw_cache *c, int what, int reps)
 
 /* ---- 1,000 caches on one clock ------------------------------------------ */
 
-static void many_caches(FILE *csv)
+static void many_caches(FILE *csv, unsigned shards)
 {
+    cache_shards = shards;
     enum { NC = 1000 };
     long th0 = proc_status("Threads"), rss0 = proc_status("VmRSS");
     struct tw_clock *clk;
@@ -291,14 +370,17 @@ static void many_caches(FILE *csv)
                           a.ru_stime.tv_usec) / 1e6;
     printf("1,000 caches on one clock (%u shards each, 10 keys each): %ld threads added, "
            "%.1f MB RSS (%.1f KB per cache), idle CPU %.3f%% of a core over 2 s\n",
-           tw_cache_default_shards(), th1 - th0, (double)(rss1 - rss0) / 1024.0,
+           shards ? shards : tw_cache_default_shards(), th1 - th0, (double)(rss1 - rss0) / 1024.0,
            (double)(rss1 - rss0) / NC, 100.0 * cpu / 2.0);
     if (csv)
-        fprintf(csv, "many,threads_added,%ld\nmany,rss_kb_per_cache,%.1f\nmany,idle_cpu_pct,%.3f\n",
-                th1 - th0, (double)(rss1 - rss0) / NC, 100.0 * cpu / 2.0);
+        fprintf(csv, "many,%u,threads_added,%ld\nmany,%u,rss_kb_per_cache,%.1f\n"
+                     "many,%u,idle_cpu_pct,%.3f\n",
+                shards, th1 - th0, shards, (double)(rss1 - rss0) / NC, shards,
+                100.0 * cpu / 2.0);
     for (int i = 0; i < NC; i++)
         tw_cache_free(cs[i]);
     tw_clock_free(clk);
+    cache_shards = 0;
 }
 
 int main(int argc, char **argv)
@@ -365,6 +447,7 @@ int main(int argc, char **argv)
         }
     }
     if (!skip_batch) {
+        hot_set(reps, seconds, csv);
         struct tw_cache *c = make_cache(NULL);
         preload(c);
         static const char *names[4] = {"get", "get_many", "set", "set_many"};
@@ -377,8 +460,10 @@ int main(int argc, char **argv)
         }
         tw_cache_free(c);
     }
-    if (!skip_many)
-        many_caches(csv);
+    if (!skip_many) {
+        many_caches(csv, 0);
+        many_caches(csv, 1);
+    }
     if (csv)
         fclose(csv);
     return 0;
