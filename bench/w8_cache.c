@@ -15,7 +15,8 @@
  * inverted Zipf CDF, the same generator as the peers in bench/peers), mapped to keys
  * through a random permutation. Medians of R runs. The same program text
  * drives the peers in bench/peers/ (CaffeineW8.java, gozero_w8.go).
- * CSV rows: impl,mix,threads,ops_per_s (mix "90/10" or "100/0"), then
+ * CSV rows: impl,mix,threads,ops_per_s,cpu_ns_per_op (mix "90/10" or "100/0";
+ * the process's CPU time per op, all its threads, meanwhile), then
  * batch,<what>,ns_per_op and many,<what>,<value>. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -162,7 +163,17 @@ static void *worker_main(void *p)
     return NULL;
 }
 
-static double run_mix(struct tw_cache *c, int threads, double seconds)
+static uint64_t proc_cpu_ns(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ((uint64_t)ru.ru_utime.tv_sec + (uint64_t)ru.ru_stime.tv_sec) * 1000000000u +
+           ((uint64_t)ru.ru_utime.tv_usec + (uint64_t)ru.ru_stime.tv_usec) * 1000u;
+}
+
+/* ops/s; *cpu_per_op = the process's CPU ns per op meanwhile (every thread:
+ * a figure other processes on the machine cannot inflate). */
+static double run_mix(struct tw_cache *c, int threads, double seconds, double *cpu_per_op)
 {
     _Atomic int stop = 0;
     pthread_barrier_t start;
@@ -174,7 +185,7 @@ static double run_mix(struct tw_cache *c, int threads, double seconds)
         pthread_create(&th[i], NULL, worker_main, &w[i]);
     }
     pthread_barrier_wait(&start);
-    uint64_t t0 = now_ns();
+    uint64_t t0 = now_ns(), c0 = proc_cpu_ns();
     struct timespec ts = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
     nanosleep(&ts, NULL);
     atomic_store(&stop, 1);
@@ -184,6 +195,7 @@ static double run_mix(struct tw_cache *c, int threads, double seconds)
         ops += w[i].ops;
     }
     uint64_t t1 = now_ns();
+    *cpu_per_op = (double)(proc_cpu_ns() - c0) / (double)(ops ? ops : 1);
     pthread_barrier_destroy(&start);
     return (double)ops / ((double)(t1 - t0) / 1e9);
 }
@@ -432,15 +444,17 @@ int main(int argc, char **argv)
             struct tw_cache *c = make_cache(NULL);
             preload(c);
             for (int ti = 0; ti < nt; ti++) {
-                double ops[15];
+                double ops[15], cpu[15];
                 for (int r = 0; r < reps; r++)
-                    ops[r] = run_mix(c, tlist[ti], seconds);
-                double m = median(ops, reps);
-                printf("zipf 0.99, %s, %2d thread%s: %7.2f M ops/s%s\n",
+                    ops[r] = run_mix(c, tlist[ti], seconds, &cpu[r]);
+                double m = median(ops, reps), cm = median(cpu, reps);
+                printf("zipf 0.99, %s, %2d thread%s: %7.2f M ops/s, %6.1f CPU ns/op%s\n",
                        writes ? "90/10" : "100/0", tlist[ti], tlist[ti] > 1 ? "s" : " ", m / 1e6,
+                       cm,
                        tlist[ti] > (int)sysconf(_SC_NPROCESSORS_ONLN) ? " (oversubscribed)" : "");
                 if (csv)
-                    fprintf(csv, "twheel,%s,%d,%.0f\n", writes ? "90/10" : "100/0", tlist[ti], m);
+                    fprintf(csv, "twheel,%s,%d,%.0f,%.1f\n", writes ? "90/10" : "100/0",
+                            tlist[ti], m, cm);
                 fflush(stdout);
             }
             tw_cache_free(c);

@@ -6,7 +6,7 @@
 // samples per thread, 90% get / 10% put and 100% get, T threads, medians.
 // Values are preallocated boxed integers (a put of a live key stores the
 // same object again, as tw_cache's driver stores the same pointer).
-// Output lines: caffeine,<mix>,<threads>,<ops per second>
+// Output lines: caffeine,<mix>,<threads>,<ops per second>,<process CPU ns per op>
 //
 //   java -cp caffeine.jar:. CaffeineW8 [keys] [seconds] [reps] [threads,...]
 import com.github.benmanes.caffeine.cache.Cache;
@@ -79,6 +79,13 @@ public final class CaffeineW8 {
         }
     }
 
+    static double cpuPerOp;
+
+    static long procCpuNs() {
+        return ((com.sun.management.OperatingSystemMXBean)
+                java.lang.management.ManagementFactory.getOperatingSystemMXBean()).getProcessCpuTime();
+    }
+
     static double runMix(Cache<String, Integer> c, int threads, double seconds) throws Exception {
         AtomicBoolean stop = new AtomicBoolean(false);
         CyclicBarrier start = new CyclicBarrier(threads + 1);
@@ -115,7 +122,7 @@ public final class CaffeineW8 {
             th[i].start();
         }
         start.await();
-        long t0 = System.nanoTime();
+        long t0 = System.nanoTime(), c0 = procCpuNs();
         Thread.sleep((long) (seconds * 1000));
         stop.set(true);
         long total = 0;
@@ -124,6 +131,7 @@ public final class CaffeineW8 {
             total += ops[i];
         }
         long t1 = System.nanoTime();
+        cpuPerOp = (double) (procCpuNs() - c0) / Math.max(total, 1);
         return total / ((t1 - t0) / 1e9);
     }
 
@@ -147,11 +155,17 @@ public final class CaffeineW8 {
             // warm-up: let the JIT compile the loops before timing
             runMix(c, 1, Math.min(seconds, 1.0));
             for (int t : threads) {
-                double[] r = new double[reps];
-                for (int i = 0; i < reps; i++) r[i] = runMix(c, t, seconds);
+                double[] r = new double[reps], cp = new double[reps];
+                for (int i = 0; i < reps; i++) {
+                    r[i] = runMix(c, t, seconds);
+                    cp[i] = cpuPerOp;
+                }
                 java.util.Arrays.sort(r);
+                java.util.Arrays.sort(cp);
                 double m = reps % 2 == 1 ? r[reps / 2] : (r[reps / 2 - 1] + r[reps / 2]) / 2;
-                System.out.printf("caffeine,%s,%d,%.0f%n", writes > 0 ? "90/10" : "100/0", t, m);
+                double mc = reps % 2 == 1 ? cp[reps / 2] : (cp[reps / 2 - 1] + cp[reps / 2]) / 2;
+                System.out.printf("caffeine,%s,%d,%.0f,%.1f%n", writes > 0 ? "90/10" : "100/0", t, m,
+                                  mc);
                 System.out.flush();
             }
         }

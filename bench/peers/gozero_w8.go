@@ -12,7 +12,7 @@
 // a channel send. The wheel keeps its timers in a map under an RWMutex
 // (go-zero's SafeMap). Driven exactly like bench/w8_cache.c (same keys,
 // generator, seeds, permutation, precomputed samples, mixes, medians).
-// Output lines: gozero,<mix>,<threads>,<ops per second>
+// Output lines: gozero,<mix>,<threads>,<ops per second>,<process CPU ns per op>
 //
 //	go run gozero_w8.go [keys] [seconds] [reps] [threads,...]
 package main
@@ -28,8 +28,17 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
+
+func procCPUNs() int64 {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return ru.Utime.Nano() + ru.Stime.Nano()
+}
+
+var cpuPerOp float64
 
 // ---- TimingWheel (go-zero core/collection/timingwheel.go) ----
 
@@ -418,6 +427,7 @@ func runMix(c *Cache, threads int, seconds float64) float64 {
 	}
 	ready.Wait()
 	t0 := time.Now()
+	c0 := procCPUNs()
 	close(start)
 	time.Sleep(time.Duration(seconds * float64(time.Second)))
 	atomic.StoreInt32(&stop, 1)
@@ -427,6 +437,10 @@ func runMix(c *Cache, threads int, seconds float64) float64 {
 	for _, o := range ops {
 		total += o
 	}
+	if total == 0 {
+		total = 1
+	}
+	cpuPerOp = float64(procCPUNs()-c0) / float64(total)
 	return float64(total) / el
 }
 
@@ -468,15 +482,19 @@ func main() {
 		}
 		for _, t := range threads {
 			r := make([]float64, reps)
+			cp := make([]float64, reps)
 			for i := range r {
 				r[i] = runMix(c, t, seconds)
+				cp[i] = cpuPerOp
 			}
 			sort.Float64s(r)
-			m := r[reps/2]
+			sort.Float64s(cp)
+			m, mc := r[reps/2], cp[reps/2]
 			if reps%2 == 0 {
 				m = (r[reps/2-1] + r[reps/2]) / 2
+				mc = (cp[reps/2-1] + cp[reps/2]) / 2
 			}
-			fmt.Printf("gozero,%s,%d,%.0f\n", mix, t, m)
+			fmt.Printf("gozero,%s,%d,%.0f,%.1f\n", mix, t, m, mc)
 		}
 		c.timingWheel.Stop()
 	}
