@@ -156,11 +156,18 @@ static inline size_t cache_entry_size(const struct tw_cache *c, size_t klen, siz
 
 /* After writers dropped the shard lock: free what is safe, and move the
  * epoch on when a shard's limbo has grown. */
-static void cache_after_write(struct tw_cache *c, struct cache_garbage *g, bool advance)
+static inline void cache_after_write(struct tw_cache *c, struct cache_garbage *g, bool advance)
 {
-    tw_cache_garbage_release_(c, g);
+    if (g->n)
+        tw_cache_garbage_release_(c, g);
     if (advance)
         tw_cache_epoch_advance_(c);
+}
+
+/* tw_cache_retire_locked_, skipping the call when there is nothing. */
+static inline bool cache_retire(struct tw_cache *c, struct cache_shard *s, struct cache_garbage *g)
+{
+    return g->n ? tw_cache_retire_locked_(c, s, g) : false;
 }
 
 /* Take e out of the shard (table, LRU, wheel) into the garbage. */
@@ -393,7 +400,7 @@ static int cache_set_hashed(struct tw_cache *c, const struct cache_key *kp,
     uint64_t tick = 0;
     cache_lock(c, s);
     int rc = cache_store_locked(c, s, &k, v, ttl_ms, cache_now_ns(c), &tick, &g);
-    bool advance = tw_cache_retire_locked_(c, s, &g);
+    bool advance = cache_retire(c, s, &g);
     cache_unlock(c, s);
     if (rc)
         return rc;
@@ -716,7 +723,7 @@ int tw_cache_del(struct tw_cache *c, const void *key, size_t klen)
     struct cache_entry *e = tw_cache_map_find_(s, key, klen, hash);
     if (e)
         cache_unlink(c, s, e, &g);
-    bool advance = tw_cache_retire_locked_(c, s, &g);
+    bool advance = cache_retire(c, s, &g);
     cache_unlock(c, s);
     cache_after_write(c, &g, advance);
     return e ? 0 : TW_ENOENT;
@@ -781,7 +788,7 @@ static int cache_take(struct tw_cache *c, const void *key, size_t klen,
         struct cache_val v = {loaded, loaded, loaded_len};
         cache_lock(c, s);
         err = cache_store_locked(c, s, &k, &v, ttl_ms, cache_now_ns(c), &tick, &g);
-        advance = tw_cache_retire_locked_(c, s, &g);
+        advance = cache_retire(c, s, &g);
         if (err == 0) {
             stored = true;
             /* Every caller gets the value; retain/copy it while it is
