@@ -85,10 +85,14 @@ struct cache_entry *tw_cache_map_find_rcu_(const struct cache_shard *s, const vo
         *torn = true;
         return NULL;
     }
-    const struct cache_table *t = atomic_load_explicit(&s->table, ACQ);
+    /* seq_cst loads (plain moves on x86, ldar on Arm, as acquire would be):
+     * with the reader's seq_cst entry into its read section and the
+     * writer's seq_cst fence after an unlink, C11 then guarantees that a
+     * reader the writer did not see as inside sees the unlink (cache_epoch.c). */
+    const struct cache_table *t = atomic_load_explicit(&s->table, memory_order_seq_cst);
     size_t steps = 0;
-    for (struct cache_entry *e = atomic_load_explicit(&t->b[h & t->mask], ACQ); e;
-         e = atomic_load_explicit(&e->hnext, ACQ)) {
+    for (struct cache_entry *e = atomic_load_explicit(&t->b[h & t->mask], memory_order_seq_cst);
+         e; e = atomic_load_explicit(&e->hnext, memory_order_seq_cst)) {
         if (cache_key_eq(e, key, klen, h))
             return e;
         if (++steps > 4096)
