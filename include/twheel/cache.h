@@ -88,6 +88,12 @@
  * one thread); without it each cache starts a service of its own.
  * With cfg.manual_clock there is no thread and no real clock: time is what the
  * last tw_cache_advance said (for tests, simulations and event loops).
+ *
+ * Memory: with millions of keys each read waits on DRAM and, in a VM above
+ * all, on page walks. Transparent huge pages for malloc'ed memory (glibc
+ * 2.35+: GLIBC_TUNABLES=glibc.malloc.hugetlb=1) cut a read at 1e6 keys from
+ * about 660 to 410 CPU ns in bench W8; tw_cache_get_many/set_many hide most
+ * of the rest when the caller has many keys at once.
  */
 #ifndef TWHEEL_CACHE_H
 #define TWHEEL_CACHE_H
