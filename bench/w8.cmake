@@ -4,3 +4,8 @@
 # Run: w8_runner SECONDS PRODUCERS [SHARDS, or -1 for 8 per producer]
 add_executable(w8_runner ${CMAKE_CURRENT_LIST_DIR}/w8_runner.c)
 target_link_libraries(w8_runner PRIVATE twheel_static Threads::Threads)
+
+# W8 cache benchmark (bench/w8_cache.c); the peers in bench/peers/ are built
+# and run by scripts/bench-w8-cache (javac, go), not by CMake.
+add_executable(w8_cache ${CMAKE_CURRENT_LIST_DIR}/w8_cache.c)
+target_link_libraries(w8_cache PRIVATE twheel_static m)

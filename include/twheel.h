@@ -29,6 +29,7 @@
 #include "twheel/wheel.h"
 #include "twheel/tasks.h"
 #include "twheel/runner.h"
+#include "twheel/clock.h"
 #include "twheel/cache.h"
 
 #endif /* TWHEEL_H */

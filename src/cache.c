@@ -1,27 +1,71 @@
 /* SPDX-License-Identifier: MIT */
 /* twheel cache: the public calls, expiry, single flight, eviction, stats.
  *
+ * Reads (get, and take's hit path) take no lock and write no cache line that
+ * a reader on another CPU writes. A read: enters a read section (its CPU's
+ * stripe, see cache_epoch.c), hashes the key, walks the shard's chain with
+ * acquire loads, compares the entry's expiry tick with the clock, retains
+ * the value (retain_value, inside the read section, so the value cannot be
+ * freed under it), raises the entry's LRU stamp if the cache has a limit and
+ * the stamp is older than the current tick, counts the hit in its stripe,
+ * and leaves. Per hit, with C CPUs and T threads:
+ *
+ *   | what                         | locks | lines written, shared with other readers |
+ *   |------------------------------|-------|-------------------------------------------|
+ *   | stripe: active[], hits       | 0     | 0 (one stripe per CPU; two threads on one |
+ *   |                              |       |   CPU never run at once)                   |
+ *   | epoch, shard table, chain    | 0     | 0 (read only)                             |
+ *   | entry's LRU stamp (limit>0)  | 0     | at most once per key per 1 ms tick, by    |
+ *   |                              |       |   whichever reader sees it stale           |
+ *   | manual clock, limit > 0      | 0     | the stamp counter on every hit (tests)     |
+ *
+ * None of these grows with T. A miss is the same with its own counter. If
+ * a resize relinked the shard's chains during the walk (seq changed), a miss
+ * is not trusted: the read retries once, then looks under the shard lock.
+ *
+ * Writers take the shard lock. Entries never change in place except for
+ * their expiry, their LRU stamp and their links: a set of a new value (or,
+ * in copy mode, of any value) allocates a new entry and swaps it into the
+ * chain; the old one is retired. A set of the same pointer keeps the entry
+ * and stores its new expiry (a reader sees the old or the new one: either is
+ * a state the key had). Unlinked entries keep their hnext, so a reader on one
+ * walks on. Retired entries, their values and replaced bucket arrays are
+ * freed by the epoch scheme of cache_epoch.c: at once when no reader is
+ * inside, else once every reader that could see them has left. free_value
+ * then runs on the thread that frees (a writer, or the expiry pass).
+ *
+ * LRU with lock-free reads: a hit only raises the entry's stamp (ticks of
+ * the real clock, or a counter under the manual clock); the list stays
+ * ordered by the stamp each entry was placed with, and eviction moves a
+ * tail whose stamp has passed to where it belongs before taking the tail.
+ * So eviction order is exact by last use (up to the 1 ms tick with the real
+ * clock), except that a move walks at most 64 entries from the head.
+ *
  * Locks, in the only order they are ever nested:
  *   shard flight_mu  ->  shard lock          (take: join or finish a flight)
  *   cache evict_mu   ->  shard lock          (eviction, one shard at a time)
- *   cache thread_mu                          (never held with another lock)
+ *   cache log_mu                             (never held with another lock)
  * Values are freed, and entries released, after the shard lock is dropped.
  *
  * Expiry: each shard's entries carry a timer on the shard's wheel (1 ms
- * ticks). The expiry thread (none under the manual clock) pulls due timers
- * with tw_wheel_expire_next_node, CACHE_EXPIRE_BATCH at a time per lock hold, then
- * sleeps on a CLOCK_MONOTONIC condition until the earliest next deadline of
- * all shards. A set whose deadline is earlier than that wakes it (see
- * cache_note_deadline for the handshake). Reads never depend on the thread:
- * they compare the entry's deadline with the clock.
+ * ticks). The cache is a member of a clock service (twheel/clock.h: the
+ * one in cfg.clock, shared with other caches, or one of its own): its run
+ * pulls due timers with tw_wheel_expire_next_node, CACHE_EXPIRE_BATCH at a
+ * time per lock hold, and returns the earliest next deadline of all shards.
+ * A set whose deadline is earlier wakes the service (tw_clock_wake). Expiry
+ * never shrinks a table (a shrink would relink chains while readers look):
+ * del and set do. Reads never depend on expiry: they compare the entry's
+ * expiry with the clock, and never wait for the expiring thread.
  */
 #include <errno.h>
+#include <stdalign.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "cache_internal.h"
+#include "twheel/clock.h"
 
 /* ---- clock ------------------------------------------------------------- */
 
@@ -40,12 +84,13 @@ static inline uint64_t cache_now_ns(const struct tw_cache *c)
     return cache_mono_ns() - c->epoch_ns;
 }
 
-/* The LRU stamp for an access at now_ns, under the shard lock. */
+/* The LRU stamp for an access at now_ns: the tick, or a counter under the
+ * manual clock (so that tests see exact order). */
 static inline uint64_t cache_stamp(struct tw_cache *c, uint64_t now_ns)
 {
     if (c->manual)
-        return atomic_fetch_add_explicit(&c->seq, 1, memory_order_relaxed);
-    return now_ns;
+        return atomic_fetch_add_explicit(&c->seq, 1, memory_order_relaxed) + 1;
+    return now_ns / CACHE_NS_PER_TICK;
 }
 
 /* ---- locks ------------------------------------------------------------- */
@@ -77,22 +122,12 @@ static inline void cache_unlock(struct tw_cache *c, struct cache_shard *s)
         pthread_mutex_unlock(&s->lock.mu);
 }
 
-/* Bump a shard counter. Under an exclusive shard lock a plain relaxed
- * load+store suffices (no locked instruction; stats readers see a value that
- * is at most a little old); readers sharing an rwlock need the atomic add. */
-static inline void cache_bump(_Atomic uint64_t *x, uint64_t n, bool shared)
+/* Bump a counter only written under the shard lock: a plain relaxed
+ * load+store (no locked instruction); stats readers see it a little old. */
+static inline void cache_bump(_Atomic uint64_t *x, uint64_t n)
 {
-    if (shared)
-        atomic_fetch_add_explicit(x, n, memory_order_relaxed);
-    else
-        atomic_store_explicit(x, atomic_load_explicit(x, memory_order_relaxed) + n,
-                              memory_order_relaxed);
-}
-
-/* Whether a read holds its shard lock shared (see cache_lock_read). */
-static inline bool cache_read_shared(const struct tw_cache *c)
-{
-    return c->rwlock && !c->limit;
+    atomic_store_explicit(x, atomic_load_explicit(x, memory_order_relaxed) + n,
+                          memory_order_relaxed);
 }
 
 /* ---- entries ----------------------------------------------------------- */
@@ -119,43 +154,20 @@ static inline size_t cache_entry_size(const struct tw_cache *c, size_t klen, siz
     return cache_pre(c) + sizeof(struct cache_entry) + klen + (c->copy_values ? vlen : 0);
 }
 
-static inline void cache_entry_release(struct tw_cache *c, struct cache_entry *e, size_t bytes)
+/* After writers dropped the shard lock: free what is safe, and move the
+ * epoch on when a shard's limbo has grown. */
+static inline void cache_after_write(struct tw_cache *c, struct cache_garbage *g, bool advance)
 {
-    tw_cache_mem_free_(&c->alloc, (char *)e - cache_pre(c), bytes);
+    if (g->n)
+        tw_cache_garbage_release_(c, g);
+    if (advance)
+        tw_cache_epoch_advance_(c);
 }
 
-static inline size_t cache_entry_bytes(const struct tw_cache *c, const struct cache_entry *e)
+/* tw_cache_retire_locked_, skipping the call when there is nothing. */
+static inline bool cache_retire(struct tw_cache *c, struct cache_shard *s, struct cache_garbage *g)
 {
-    return cache_entry_size(c, e->klen, c->copy_values ? e->value.len : 0);
-}
-
-/* Entries (and pointer-mode values) dropped under a lock, released after. */
-struct cache_garbage {
-    struct cache_entry *entries; /* linked through hnext */
-    void *value;                 /* one value replaced by a set */
-    bool has_value;
-};
-
-static void cache_garbage_add(struct cache_garbage *g, struct cache_entry *e)
-{
-    e->hnext = g->entries;
-    g->entries = e;
-}
-
-static void cache_garbage_release(struct tw_cache *c, struct cache_garbage *g)
-{
-    if (g->has_value && c->free_value)
-        c->free_value(c->value_ctx, g->value);
-    struct cache_entry *e = g->entries;
-    while (e) {
-        struct cache_entry *next = e->hnext;
-        if (!c->copy_values && c->free_value)
-            c->free_value(c->value_ctx, e->value.ptr);
-        cache_entry_release(c, e, cache_entry_bytes(c, e));
-        e = next;
-    }
-    g->entries = NULL;
-    g->has_value = false;
+    return g->n ? tw_cache_retire_locked_(c, s, g) : false;
 }
 
 /* Take e out of the shard (table, LRU, wheel) into the garbage. */
@@ -163,16 +175,17 @@ static void cache_unlink(struct tw_cache *c, struct cache_shard *s, struct cache
                          struct cache_garbage *g)
 {
     tw_node_cancel(&s->wheel, &e->timer);
-    tw_cache_map_remove_(c, s, e);
+    tw_cache_map_remove_(c, s, e, true, g);
     if (c->limit)
         tw_cache_lru_unlink_(s, e);
     atomic_fetch_sub_explicit(&c->count, 1, memory_order_relaxed);
-    cache_garbage_add(g, e);
+    tw_cache_garbage_add_(g, e);
 }
 
 static inline bool cache_live(const struct cache_entry *e, uint64_t now_ns)
 {
-    return now_ns / CACHE_NS_PER_TICK < tw_node_deadline(&e->timer);
+    return now_ns / CACHE_NS_PER_TICK <
+           atomic_load_explicit(&e->expires, memory_order_relaxed);
 }
 
 /* xorshift64*: uniform double in [0, 1). */
@@ -211,22 +224,13 @@ static uint64_t cache_deadline(struct tw_cache *c, struct cache_shard *s, uint64
     return tick > now_tick ? tick : now_tick + 1;
 }
 
-/* Tell the expiry thread about a deadline just armed. Handshake (seq_cst on
- * both sides, Dekker style): we lower `earliest`, then read `sleep_until`;
- * the thread publishes `sleep_until`, then reads `earliest`. Either the
- * thread sees our deadline, or we see that it sleeps past it and wake it. */
+/* Tell the clock service about a deadline just armed (cheap when the
+ * cache is already due by then; see tw_clock_wake). */
 static void cache_note_deadline(struct tw_cache *c, uint64_t tick)
 {
     if (c->manual)
         return;
-    uint64_t cur = atomic_load(&c->earliest);
-    while (tick < cur && !atomic_compare_exchange_weak(&c->earliest, &cur, tick)) {
-    }
-    if (tick < atomic_load(&c->sleep_until)) {
-        pthread_mutex_lock(&c->thread_mu);
-        pthread_cond_signal(&c->thread_cv);
-        pthread_mutex_unlock(&c->thread_mu);
-    }
+    tw_clock_wake(c->clock, c->member, c->epoch_ns + tick * CACHE_NS_PER_TICK);
 }
 
 /* Key bytes as given by the caller. */
@@ -244,7 +248,9 @@ struct cache_val {
 };
 
 /* Store under the shard lock (held). On success *deadline is the armed tick
- * and anything displaced is in g. TW_ENOMEM leaves everything unchanged. */
+ * and anything displaced is in g. TW_ENOMEM leaves everything unchanged.
+ * Entries readers may see are not changed in place except for the expiry of
+ * a set of the same pointer: a new value comes in a new entry. */
 static int cache_store_locked(struct tw_cache *c, struct cache_shard *s,
                               const struct cache_key *k, const struct cache_val *v,
                               int64_t ttl_ms, uint64_t now_ns, uint64_t *deadline,
@@ -252,20 +258,14 @@ static int cache_store_locked(struct tw_cache *c, struct cache_shard *s,
 {
     struct cache_entry *e = tw_cache_map_find_(s, k->p, k->len, k->hash);
     uint64_t tick = cache_deadline(c, s, now_ns, ttl_ms);
-    if (e && (!c->copy_values || e->value.len == v->len)) {
-        /* Same entry: new value, new stamp, timer re-armed to the new
+    if (e && !c->copy_values &&
+        atomic_load_explicit(&e->value.ptr, memory_order_relaxed) == v->ptr) {
+        /* Same pointer: new expiry, new stamp, timer re-armed to the new
          * expiry (lazy when later, relocated when earlier). */
-        if (c->copy_values) {
-            if (v->len)
-                memcpy(e->key + e->klen, v->bytes, v->len);
-        } else if (e->value.ptr != v->ptr) {
-            g->value = e->value.ptr;
-            g->has_value = true;
-            e->value.ptr = v->ptr;
-        }
+        atomic_store_explicit(&e->expires, tick, memory_order_release);
         if (c->limit) {
-            cache_lru_of(e)->stamp = cache_stamp(c, now_ns);
-            tw_cache_lru_touch_(s, e);
+            tw_cache_lru_unlink_(s, e);
+            tw_cache_lru_push_(s, e, cache_stamp(c, now_ns));
         }
         tw_node_arm_at(&s->wheel, &e->timer, tick);
         *deadline = tick;
@@ -279,11 +279,12 @@ static int cache_store_locked(struct tw_cache *c, struct cache_shard *s,
         return TW_ENOMEM;
     struct cache_entry *n = (struct cache_entry *)(void *)(block + cache_pre(c));
     tw_node_init(&n->timer);
-    n->hnext = NULL;
+    atomic_init(&n->hnext, NULL);
     if (c->limit) {
         struct cache_lru *l = cache_lru_of(n);
         l->prev = l->next = NULL;
-        l->stamp = cache_stamp(c, now_ns);
+        l->pos = 0;
+        atomic_init(&l->stamp, 0);
     }
     n->hash = (uint32_t)k->hash;
     n->klen = (uint32_t)k->len;
@@ -294,28 +295,48 @@ static int cache_store_locked(struct tw_cache *c, struct cache_shard *s,
         if (v->len)
             memcpy(n->key + k->len, v->bytes, v->len);
     } else {
-        n->value.ptr = v->ptr;
+        atomic_init(&n->value.ptr, v->ptr);
     }
+    atomic_init(&n->expires, tick);
+    tw_node_arm_at(&s->wheel, &n->timer, tick);
     if (e) {
-        /* Copy mode, new size: the new entry takes the old one's place. */
+        /* The new entry takes the old one's place in its chain (a release
+         * store publishes it); the old one is retired. */
         tw_node_cancel(&s->wheel, &e->timer);
         tw_cache_map_replace_(s, e, n);
         if (c->limit)
             tw_cache_lru_unlink_(s, e);
-        cache_garbage_add(g, e);
+        tw_cache_garbage_add_(g, e);
     } else {
-        tw_cache_map_insert_(c, s, n);
+        tw_cache_map_insert_(c, s, n, g);
         atomic_fetch_add_explicit(&c->count, 1, memory_order_relaxed);
     }
     if (c->limit)
-        tw_cache_lru_push_(s, n);
-    tw_node_arm_at(&s->wheel, &n->timer, tick);
+        tw_cache_lru_push_(s, n, cache_stamp(c, now_ns));
     *deadline = tick;
     return 0;
 }
 
+/* The shard with the smallest `oldest` (a lower bound of its least recent
+ * use), skipping `skip`; NULL when all are empty. */
+static struct cache_shard *cache_oldest_shard(struct tw_cache *c, uint64_t *oldest)
+{
+    struct cache_shard *best = NULL;
+    uint64_t o = UINT64_MAX;
+    for (unsigned i = 0; i < c->nshards; i++) {
+        uint64_t x = atomic_load_explicit(&c->shards[i].oldest, memory_order_relaxed);
+        if (x < o) {
+            o = x;
+            best = &c->shards[i];
+        }
+    }
+    *oldest = o;
+    return best;
+}
+
 /* While the cache holds more than `limit` entries, evict the least recently
- * used: the tail of the shard whose tail is oldest. */
+ * used: settle the tail of the shard whose tail looks oldest (reads may have
+ * made it younger); if another shard's tail is now older, look there. */
 static void cache_evict(struct tw_cache *c)
 {
     if (!c->limit || atomic_load_explicit(&c->count, memory_order_relaxed) <= c->limit)
@@ -323,29 +344,35 @@ static void cache_evict(struct tw_cache *c)
     /* Victims are freed after evict_mu is released: free_value may call the
      * cache (a set evicts in turn) and must never run under a cache lock. */
     struct cache_garbage g = {0};
+    bool advance = false;
+    unsigned repicks = 0;
     pthread_mutex_lock(&c->evict_mu);
     while (atomic_load_explicit(&c->count, memory_order_relaxed) > c->limit) {
-        struct cache_shard *best = NULL;
-        uint64_t oldest = UINT64_MAX;
-        for (unsigned i = 0; i < c->nshards; i++) {
-            uint64_t o = atomic_load_explicit(&c->shards[i].oldest, memory_order_relaxed);
-            if (o < oldest) {
-                oldest = o;
-                best = &c->shards[i];
-            }
-        }
+        uint64_t oldest;
+        struct cache_shard *best = cache_oldest_shard(c, &oldest);
         if (!best)
             break;
         cache_lock(c, best);
+        tw_cache_lru_settle_(best);
         struct cache_entry *e = best->lru_tail;
+        if (e && repicks < c->nshards) {
+            uint64_t other;
+            cache_oldest_shard(c, &other);
+            if (other < cache_lru_of(e)->pos) {
+                repicks++;
+                cache_unlock(c, best);
+                continue;
+            }
+        }
         if (e) {
             cache_unlink(c, best, e, &g);
-            cache_bump(&best->evictions, 1, false);
+            cache_bump(&best->evictions, 1);
+            advance |= tw_cache_retire_locked_(c, best, &g);
         }
         cache_unlock(c, best);
     }
     pthread_mutex_unlock(&c->evict_mu);
-    cache_garbage_release(c, &g);
+    cache_after_write(c, &g, advance);
 }
 
 /* ---- argument checks --------------------------------------------------- */
@@ -365,24 +392,32 @@ static int cache_check_key(const struct tw_cache *c, const void **key, size_t kl
 
 /* ---- set --------------------------------------------------------------- */
 
+static int cache_set_hashed(struct tw_cache *c, const struct cache_key *kp,
+                            const struct cache_val *v, int64_t ttl_ms)
+{
+    struct cache_key k = *kp;
+    struct cache_shard *s = cache_shard_of(c, k.hash);
+    struct cache_garbage g = {0};
+    uint64_t tick = 0;
+    cache_lock(c, s);
+    int rc = cache_store_locked(c, s, &k, v, ttl_ms, cache_now_ns(c), &tick, &g);
+    bool advance = cache_retire(c, s, &g);
+    cache_unlock(c, s);
+    if (rc)
+        return rc;
+    cache_note_deadline(c, tick);
+    cache_after_write(c, &g, advance);
+    cache_evict(c);
+    return 0;
+}
+
 static int cache_set(struct tw_cache *c, const void *key, size_t klen, const struct cache_val *v,
                      int64_t ttl_ms)
 {
     if (ttl_ms <= 0)
         return TW_EINVAL;
     struct cache_key k = {key, klen, cache_hash(c, key, klen)};
-    struct cache_shard *s = cache_shard_of(c, k.hash);
-    struct cache_garbage g = {0};
-    uint64_t tick = 0;
-    cache_lock(c, s);
-    int rc = cache_store_locked(c, s, &k, v, ttl_ms, cache_now_ns(c), &tick, &g);
-    cache_unlock(c, s);
-    if (rc)
-        return rc;
-    cache_note_deadline(c, tick);
-    cache_garbage_release(c, &g);
-    cache_evict(c);
-    return 0;
+    return cache_set_hashed(c, &k, v, ttl_ms);
 }
 
 int tw_cache_set_ttl(struct tw_cache *c, const void *key, size_t klen, void *value,
@@ -432,7 +467,8 @@ struct cache_out {
     size_t *vlen;
 };
 
-/* Hand e's value to out (shard lock held). */
+/* Hand e's value to out (inside a read section or under the shard lock:
+ * e and its value cannot be freed meanwhile). */
 static void cache_output(struct tw_cache *c, const struct cache_entry *e,
                          const struct cache_out *out)
 {
@@ -442,33 +478,74 @@ static void cache_output(struct tw_cache *c, const struct cache_entry *e,
             memcpy(out->buf, e->key + e->klen, n);
         *out->vlen = e->value.len;
     } else {
+        void *p = atomic_load_explicit(&((struct cache_entry *)(uintptr_t)e)->value.ptr,
+                                       memory_order_acquire);
         if (c->retain_value)
-            c->retain_value(c->value_ctx, e->value.ptr);
-        *out->value = e->value.ptr;
+            c->retain_value(c->value_ctx, p);
+        *out->value = p;
     }
 }
 
-/* Look k up and output it. Counts the hit or, if count_miss, the miss. */
+/* A hit raises the entry's LRU stamp, writing only when it is stale (once
+ * per tick under the real clock), so hot keys read by many threads do not
+ * bounce their line. */
+static inline void cache_touch(struct tw_cache *c, struct cache_entry *e, uint64_t now_ns)
+{
+    _Atomic uint64_t *st = &cache_lru_of(e)->stamp;
+    if (c->manual) {
+        atomic_store_explicit(st, cache_stamp(c, now_ns), memory_order_relaxed);
+        return;
+    }
+    uint64_t t = now_ns / CACHE_NS_PER_TICK;
+    if (atomic_load_explicit(st, memory_order_relaxed) < t)
+        atomic_store_explicit(st, t, memory_order_relaxed);
+}
+
+/* Find k without the lock; a torn miss is retried once, then looked up
+ * under the shard lock (a resize is relinking that shard right now). */
+static struct cache_entry *cache_find_read(struct tw_cache *c, struct cache_shard *s,
+                                           const struct cache_key *k)
+{
+    bool torn = false;
+    struct cache_entry *e = tw_cache_map_find_rcu_(s, k->p, k->len, k->hash, &torn);
+    if (e || !torn)
+        return e;
+    e = tw_cache_map_find_rcu_(s, k->p, k->len, k->hash, &torn);
+    if (e || !torn)
+        return e;
+    cache_lock_read(c, s);
+    e = tw_cache_map_find_(s, k->p, k->len, k->hash);
+    cache_unlock(c, s);
+    return e; /* still inside the read section: safe to use after unlock */
+}
+
+/* Look k up and output it (caller inside a read section). Counts the hit or,
+ * if count_miss, the miss, in the reader's stripe. */
+static int cache_get_in(struct tw_cache *c, const struct cache_key *k,
+                        const struct cache_out *out, bool count_miss, struct cache_stripe *st)
+{
+    struct cache_shard *s = cache_shard_of(c, k->hash);
+    struct cache_entry *e = cache_find_read(c, s, k);
+    uint64_t now_ns = cache_now_ns(c);
+    if (e && cache_live(e, now_ns)) {
+        cache_output(c, e, out);
+        if (c->limit)
+            cache_touch(c, e, now_ns);
+        atomic_fetch_add_explicit(&st->hits, 1, memory_order_relaxed);
+        return 0;
+    }
+    if (count_miss)
+        atomic_fetch_add_explicit(&st->misses, 1, memory_order_relaxed);
+    return TW_ENOENT;
+}
+
 static int cache_get(struct tw_cache *c, const struct cache_key *k, const struct cache_out *out,
                      bool count_miss)
 {
-    struct cache_shard *s = cache_shard_of(c, k->hash);
-    cache_lock_read(c, s);
-    uint64_t now_ns = cache_now_ns(c);
-    struct cache_entry *e = tw_cache_map_find_(s, k->p, k->len, k->hash);
-    int rc = TW_ENOENT;
-    if (e && cache_live(e, now_ns)) {
-        cache_output(c, e, out);
-        if (c->limit) {
-            cache_lru_of(e)->stamp = cache_stamp(c, now_ns);
-            tw_cache_lru_touch_(s, e);
-        }
-        cache_bump(&s->hits, 1, cache_read_shared(c));
-        rc = 0;
-    } else if (count_miss) {
-        cache_bump(&s->misses, 1, cache_read_shared(c));
-    }
-    cache_unlock(c, s);
+    struct cache_rd rd;
+    tw_cache_rd_enter_(c, &rd);
+    int rc = cache_get_in(c, k, out, count_miss, rd.st);
+    tw_cache_rd_exit_(&rd);
     return rc;
 }
 
@@ -497,6 +574,142 @@ int tw_cache_get_copy(struct tw_cache *c, const void *key, size_t klen, void *bu
     return cache_get(c, &k, &out, true);
 }
 
+/* ---- batches ----------------------------------------------------------- */
+
+/* Batched calls hide the memory latency of many keys with a software
+ * pipeline of D = CACHE_STAGE keys per stage: while key i is looked up, the
+ * first entry of key i + D (its bucket is in cache by then), the bucket of
+ * key i + 2D (hashed now; its key bytes were fetched a stage ago) and the
+ * key bytes of key i + 3D are being fetched. A key's shard lock (set) or
+ * read section (get) is taken per key or per batch as for single calls. */
+#ifndef CACHE_STAGE
+#define CACHE_STAGE 4
+#endif
+#define CACHE_RING (4 * CACHE_STAGE) /* > 2 * CACHE_STAGE, a power of two */
+
+static inline bool cache_key_ok(const void *const *keys, const size_t *klens, size_t j)
+{
+    return (keys[j] || !klens[j]) && klens[j] <= UINT32_MAX;
+}
+
+static inline void cache_prefetch_bucket(struct tw_cache *c, uint64_t hash)
+{
+    struct cache_shard *s = cache_shard_of(c, hash);
+    struct cache_table *t = atomic_load_explicit(&s->table, memory_order_acquire);
+    __builtin_prefetch(&t->b[(uint32_t)hash & t->mask]);
+}
+
+static inline void cache_prefetch_entry(struct tw_cache *c, uint64_t hash)
+{
+    struct cache_shard *s = cache_shard_of(c, hash);
+    struct cache_table *t = atomic_load_explicit(&s->table, memory_order_acquire);
+    struct cache_entry *e =
+        atomic_load_explicit(&t->b[(uint32_t)hash & t->mask], memory_order_acquire);
+    if (e) {
+        __builtin_prefetch(e);
+        __builtin_prefetch((char *)e + 63);
+    }
+}
+
+/* One step of the pipeline before key i is worked on: hashes land in ring. */
+static inline void cache_pipeline(struct tw_cache *c, size_t n, const void *const *keys,
+                                  const size_t *klens, size_t i, uint64_t *ring)
+{
+    size_t j = i + 3 * CACHE_STAGE;
+    if (j < n && keys[j])
+        __builtin_prefetch(keys[j]);
+    j = i + 2 * CACHE_STAGE;
+    if (j < n && cache_key_ok(keys, klens, j)) {
+        ring[j % CACHE_RING] = cache_hash(c, keys[j] ? keys[j] : "", klens[j]);
+        cache_prefetch_bucket(c, ring[j % CACHE_RING]);
+    }
+    j = i + CACHE_STAGE;
+    if (j < n && cache_key_ok(keys, klens, j))
+        cache_prefetch_entry(c, ring[j % CACHE_RING]);
+}
+
+/* Fill the pipeline: the first 2D keys hashed, their buckets and the first
+ * D keys' entries on their way, the next keys' bytes too. */
+static void cache_pipeline_start(struct tw_cache *c, size_t n, const void *const *keys,
+                                 const size_t *klens, uint64_t *ring)
+{
+    for (size_t j = 0; j < n && j < 3 * CACHE_STAGE; j++)
+        if (keys[j])
+            __builtin_prefetch(keys[j]);
+    for (size_t j = 0; j < n && j < 2 * CACHE_STAGE; j++) {
+        if (cache_key_ok(keys, klens, j)) {
+            ring[j % CACHE_RING] = cache_hash(c, keys[j] ? keys[j] : "", klens[j]);
+            cache_prefetch_bucket(c, ring[j % CACHE_RING]);
+        }
+    }
+    for (size_t j = 0; j < n && j < CACHE_STAGE; j++)
+        if (cache_key_ok(keys, klens, j))
+            cache_prefetch_entry(c, ring[j % CACHE_RING]);
+}
+
+static int cache_check_keys(const struct tw_cache *c, size_t n, const void *const *keys,
+                            const size_t *klens)
+{
+    if (!c || (n && (!keys || !klens)))
+        return TW_EINVAL;
+    return 0;
+}
+
+int tw_cache_get_many(struct tw_cache *c, size_t n, const void *const *keys,
+                      const size_t *klens, void **values, int *results)
+{
+    if (cache_check_keys(c, n, keys, klens) || c->copy_values || (n && !values))
+        return TW_EINVAL;
+    uint64_t ring[CACHE_RING] = {0};
+    int hits = 0;
+    struct cache_rd rd;
+    tw_cache_rd_enter_(c, &rd);
+    cache_pipeline_start(c, n, keys, klens, ring);
+    for (size_t i = 0; i < n; i++) {
+        cache_pipeline(c, n, keys, klens, i, ring);
+        const void *kp = keys[i];
+        int rc = cache_check_key(c, &kp, klens[i]);
+        if (rc == 0) {
+            struct cache_key k = {kp, klens[i], ring[i % CACHE_RING]};
+            struct cache_out out = {&values[i], NULL, 0, NULL};
+            rc = cache_get_in(c, &k, &out, true, rd.st);
+        }
+        if (rc)
+            values[i] = NULL;
+        else
+            hits++;
+        if (results)
+            results[i] = rc;
+    }
+    tw_cache_rd_exit_(&rd);
+    return hits;
+}
+
+int tw_cache_set_many(struct tw_cache *c, size_t n, const void *const *keys, const size_t *klens,
+                      void *const *values, int *results)
+{
+    if (cache_check_keys(c, n, keys, klens) || c->copy_values || (n && !values))
+        return TW_EINVAL;
+    uint64_t ring[CACHE_RING] = {0};
+    int stored = 0;
+    cache_pipeline_start(c, n, keys, klens, ring);
+    for (size_t i = 0; i < n; i++) {
+        cache_pipeline(c, n, keys, klens, i, ring);
+        const void *kp = keys[i];
+        int rc = cache_check_key(c, &kp, klens[i]);
+        if (rc == 0) {
+            struct cache_key k = {kp, klens[i], ring[i % CACHE_RING]};
+            struct cache_val v = {values[i], NULL, 0};
+            rc = cache_set_hashed(c, &k, &v, c->default_ttl_ms);
+        }
+        if (rc == 0)
+            stored++;
+        if (results)
+            results[i] = rc;
+    }
+    return stored;
+}
+
 /* ---- del --------------------------------------------------------------- */
 
 int tw_cache_del(struct tw_cache *c, const void *key, size_t klen)
@@ -511,8 +724,9 @@ int tw_cache_del(struct tw_cache *c, const void *key, size_t klen)
     struct cache_entry *e = tw_cache_map_find_(s, key, klen, hash);
     if (e)
         cache_unlink(c, s, e, &g);
+    bool advance = cache_retire(c, s, &g);
     cache_unlock(c, s);
-    cache_garbage_release(c, &g);
+    cache_after_write(c, &g, advance);
     return e ? 0 : TW_ENOENT;
 }
 
@@ -569,12 +783,13 @@ static int cache_take(struct tw_cache *c, const void *key, size_t klen,
 
     struct cache_garbage g = {0};
     uint64_t tick = TW_NEVER;
-    bool stored = false;
+    bool stored = false, advance = false;
     pthread_mutex_lock(&s->flight_mu);
     if (err == 0) {
         struct cache_val v = {loaded, loaded, loaded_len};
         cache_lock(c, s);
         err = cache_store_locked(c, s, &k, &v, ttl_ms, cache_now_ns(c), &tick, &g);
+        advance = cache_retire(c, s, &g);
         if (err == 0) {
             stored = true;
             /* Every caller gets the value; retain/copy it while it is
@@ -606,7 +821,7 @@ static int cache_take(struct tw_cache *c, const void *key, size_t klen,
         c->free_value(c->value_ctx, loaded);
     if (stored) {
         cache_note_deadline(c, tick);
-        cache_garbage_release(c, &g);
+        cache_after_write(c, &g, advance);
         cache_evict(c);
     }
     return err;
@@ -653,8 +868,10 @@ int tw_cache_take_copy(struct tw_cache *c, const void *key, size_t klen,
 
 /* ---- expiry ------------------------------------------------------------ */
 
-/* Expire s's entries due by now_tick, a batch per lock hold. Returns how many
- * and sets *next to the shard's next expiry. */
+/* Expire s's entries due by now_tick, a batch per lock hold, and collect its
+ * limbo. Returns how many expired and sets *next to the shard's next expiry.
+ * Tables are not shrunk here: readers would have to distrust their misses
+ * while a shrink relinks, and a read must not wait on expiry. */
 static uint64_t cache_expire_shard(struct tw_cache *c, struct cache_shard *s, uint64_t now_tick,
                                    uint64_t *next)
 {
@@ -666,40 +883,57 @@ static uint64_t cache_expire_shard(struct tw_cache *c, struct cache_shard *s, ui
         struct tw_node *t;
         while (n < CACHE_EXPIRE_BATCH && (t = tw_wheel_expire_next_node(&s->wheel, now_tick))) {
             struct cache_entry *e = tw_container_of(t, struct cache_entry, timer);
-            tw_cache_map_remove_(c, s, e);
+            tw_cache_map_remove_(c, s, e, false, &g);
             if (c->limit)
                 tw_cache_lru_unlink_(s, e);
-            cache_garbage_add(&g, e);
+            tw_cache_garbage_add_(&g, e);
             n++;
         }
         if (n < CACHE_EXPIRE_BATCH)
             *next = tw_wheel_next_expiry(&s->wheel);
         if (n) {
             atomic_fetch_sub_explicit(&c->count, n, memory_order_relaxed);
-            cache_bump(&s->expirations, n, false);
+            cache_bump(&s->expirations, n);
         }
+        if (g.n)
+            tw_cache_retire_locked_(c, s, &g);
+        else
+            tw_cache_limbo_collect_(c, s, &g, false);
         cache_unlock(c, s);
-        cache_garbage_release(c, &g);
+        tw_cache_garbage_release_(c, &g);
         total += n;
         if (n < CACHE_EXPIRE_BATCH)
             return total;
     }
 }
 
+/* One expiry pass over every shard; *next = the earliest next expiry, or
+ * 10 ms from now while some shard still holds limbo. */
 static uint64_t cache_expire_all(struct tw_cache *c, uint64_t now_tick, uint64_t *next)
 {
     uint64_t total = 0, earliest = TW_NEVER;
+    size_t limbo = 0;
+    for (unsigned i = 0; i < c->nshards; i++)
+        limbo += atomic_load_explicit(&c->shards[i].limbo_n, memory_order_relaxed);
+    if (limbo) {
+        tw_cache_epoch_advance_(c);
+        tw_cache_epoch_advance_(c);
+    }
+    limbo = 0;
     for (unsigned i = 0; i < c->nshards; i++) {
         uint64_t n = TW_NEVER;
         total += cache_expire_shard(c, &c->shards[i], now_tick, &n);
         if (n < earliest)
             earliest = n;
+        limbo += atomic_load_explicit(&c->shards[i].limbo_n, memory_order_relaxed);
     }
+    if (limbo && now_tick + 10 < earliest)
+        earliest = now_tick + 10;
     *next = earliest;
     return total;
 }
 
-/* Log a line if one is due at now_tick (thread_mu held). */
+/* Log a line if one is due at now_tick (log_mu held). */
 static void cache_maybe_log(struct tw_cache *c, uint64_t now_tick)
 {
     if (!c->log || now_tick < c->log_due)
@@ -730,45 +964,19 @@ static void cache_maybe_log(struct tw_cache *c, uint64_t now_tick)
     c->log(c->log_ctx, line);
 }
 
-static void cache_abs_time(const struct tw_cache *c, uint64_t tick, struct timespec *ts)
+/* The cache's work as a member of its clock service. */
+static uint64_t cache_clock_run(void *ctx, uint64_t now_ns)
 {
-    uint64_t ns = c->epoch_ns + tick * CACHE_NS_PER_TICK;
-    ts->tv_sec = (time_t)(ns / UINT64_C(1000000000));
-    ts->tv_nsec = (long)(ns % UINT64_C(1000000000));
-}
-
-static void *cache_thread_main(void *arg)
-{
-    struct tw_cache *c = arg;
-    pthread_mutex_lock(&c->thread_mu);
-    while (!c->stop) {
-        atomic_store(&c->sleep_until, 0);
-        pthread_mutex_unlock(&c->thread_mu);
-
-        atomic_store(&c->earliest, TW_NEVER);
-        uint64_t now = cache_now_ns(c) / CACHE_NS_PER_TICK;
-        uint64_t next = TW_NEVER;
-        cache_expire_all(c, now, &next);
-
-        pthread_mutex_lock(&c->thread_mu);
-        if (c->stop)
-            break;
-        cache_maybe_log(c, now);
-        if (c->log && c->log_due < next)
-            next = c->log_due;
-        atomic_store(&c->sleep_until, next);
-        uint64_t e = atomic_load(&c->earliest);
-        uint64_t wake = e < next ? e : next;
-        if (wake == TW_NEVER) {
-            pthread_cond_wait(&c->thread_cv, &c->thread_mu);
-        } else if (wake > cache_now_ns(c) / CACHE_NS_PER_TICK) {
-            struct timespec ts;
-            cache_abs_time(c, wake, &ts);
-            pthread_cond_timedwait(&c->thread_cv, &c->thread_mu, &ts);
-        }
-    }
-    pthread_mutex_unlock(&c->thread_mu);
-    return NULL;
+    struct tw_cache *c = ctx;
+    uint64_t now = now_ns > c->epoch_ns ? (now_ns - c->epoch_ns) / CACHE_NS_PER_TICK : 0;
+    uint64_t next = TW_NEVER;
+    cache_expire_all(c, now, &next);
+    pthread_mutex_lock(&c->log_mu);
+    cache_maybe_log(c, now);
+    if (c->log && c->log_due < next)
+        next = c->log_due;
+    pthread_mutex_unlock(&c->log_mu);
+    return next == TW_NEVER ? TW_CLOCK_NEVER : c->epoch_ns + next * CACHE_NS_PER_TICK;
 }
 
 int tw_cache_set_now(struct tw_cache *c, uint64_t now_ms)
@@ -787,9 +995,9 @@ int64_t tw_cache_advance(struct tw_cache *c, uint64_t now_ms)
         return TW_EINVAL;
     uint64_t now = atomic_load(&c->manual_now), next;
     uint64_t n = cache_expire_all(c, now, &next);
-    pthread_mutex_lock(&c->thread_mu);
+    pthread_mutex_lock(&c->log_mu);
     cache_maybe_log(c, now);
-    pthread_mutex_unlock(&c->thread_mu);
+    pthread_mutex_unlock(&c->log_mu);
     return (int64_t)n;
 }
 
@@ -805,10 +1013,13 @@ int tw_cache_stats(struct tw_cache *c, struct tw_cache_stats *out)
     if (!c || !out)
         return TW_EINVAL;
     memset(out, 0, sizeof *out);
+    for (unsigned i = 0; i <= c->stripe_mask; i++) {
+        struct cache_stripe *st = &c->stripes[i];
+        out->hits += atomic_load_explicit(&st->hits, memory_order_relaxed);
+        out->misses += atomic_load_explicit(&st->misses, memory_order_relaxed);
+    }
     for (unsigned i = 0; i < c->nshards; i++) {
         struct cache_shard *s = &c->shards[i];
-        out->hits += atomic_load_explicit(&s->hits, memory_order_relaxed);
-        out->misses += atomic_load_explicit(&s->misses, memory_order_relaxed);
         out->evictions += atomic_load_explicit(&s->evictions, memory_order_relaxed);
         out->expirations += atomic_load_explicit(&s->expirations, memory_order_relaxed);
     }
@@ -826,28 +1037,37 @@ void tw_cache_config_init(struct tw_cache_config *cfg)
         return;
     memset(cfg, 0, sizeof *cfg);
     cfg->jitter = 0.05;
-    cfg->shards = 16;
+    cfg->shards = 0; /* by the CPUs: see tw_cache_default_shards */
     cfg->log_interval_ms = 60000;
 }
 
+unsigned tw_cache_default_shards(void)
+{
+    return tw_cache_shards_default_();
+}
+
 /* Tear down the first `inited` shards' locks and wheels, free their
- * entries (and values), and the shard block. */
+ * entries (and values), limbo and tables, and the shard block. No reader
+ * may be inside any more. */
 static void cache_free_shards(struct tw_cache *c, unsigned inited)
 {
     for (unsigned i = 0; i < inited; i++) {
         struct cache_shard *s = &c->shards[i];
         tw_wheel_destroy(&s->wheel);
         struct cache_garbage g = {0};
-        for (size_t b = 0; b <= s->mask; b++) {
-            struct cache_entry *e = s->buckets[b];
+        tw_cache_limbo_collect_(c, s, &g, true);
+        struct cache_table *t = atomic_load_explicit(&s->table, memory_order_relaxed);
+        for (size_t b = 0; b <= t->mask; b++) {
+            struct cache_entry *e = atomic_load_explicit(&t->b[b], memory_order_relaxed);
             while (e) {
-                struct cache_entry *next = e->hnext;
-                cache_garbage_add(&g, e);
+                struct cache_entry *next = atomic_load_explicit(&e->hnext, memory_order_relaxed);
+                tw_cache_garbage_add_(&g, e);
                 e = next;
             }
         }
-        cache_garbage_release(c, &g);
-        tw_cache_mem_free_(&c->alloc, s->buckets, (s->mask + 1) * sizeof *s->buckets);
+        t->free_next = g.tables;
+        g.tables = t;
+        tw_cache_garbage_release_(c, &g);
         if (c->rwlock)
             pthread_rwlock_destroy(&s->lock.rw);
         else
@@ -861,17 +1081,18 @@ static void cache_free_shards(struct tw_cache *c, unsigned inited)
 static int cache_init_shard(struct tw_cache *c, struct cache_shard *s, uint64_t rng)
 {
     memset(s, 0, sizeof *s);
-    s->buckets = tw_cache_mem_alloc_(&c->alloc, CACHE_MIN_BUCKETS * sizeof *s->buckets);
-    if (!s->buckets)
+    struct cache_table *t = tw_cache_table_new_(c, CACHE_MIN_BUCKETS);
+    if (!t)
         return TW_ENOMEM;
-    memset(s->buckets, 0, CACHE_MIN_BUCKETS * sizeof *s->buckets);
-    s->mask = CACHE_MIN_BUCKETS - 1;
+    atomic_init(&s->table, t);
+    atomic_init(&s->seq, 0);
+    atomic_init(&s->limbo_n, 0);
     s->rng = rng ? rng : 1;
     atomic_init(&s->oldest, UINT64_MAX);
     int rc = c->rwlock ? pthread_rwlock_init(&s->lock.rw, NULL)
                        : pthread_mutex_init(&s->lock.mu, NULL);
     if (rc)
-        goto fail_buckets;
+        goto fail_table;
     if (pthread_mutex_init(&s->flight_mu, NULL))
         goto fail_lock;
     if (pthread_cond_init(&s->flight_cv, NULL))
@@ -885,20 +1106,20 @@ fail_lock:
         pthread_rwlock_destroy(&s->lock.rw);
     else
         pthread_mutex_destroy(&s->lock.mu);
-fail_buckets:
-    tw_cache_mem_free_(&c->alloc, s->buckets, CACHE_MIN_BUCKETS * sizeof *s->buckets);
+fail_table:
+    tw_cache_table_free_(c, t);
     return TW_ESYS;
 }
 
 static bool cache_config_valid(const struct tw_cache_config *cfg)
 {
     unsigned n = cfg->shards;
-    return cfg->default_ttl_ms > 0 && cfg->jitter >= 0.0 && cfg->jitter < 1.0 && n >= 1 &&
+    return cfg->default_ttl_ms > 0 && cfg->jitter >= 0.0 && cfg->jitter < 1.0 &&
            n <= CACHE_MAX_SHARDS && (n & (n - 1)) == 0 &&
            (cfg->lock == TW_CACHE_LOCK_MUTEX || cfg->lock == TW_CACHE_LOCK_RWLOCK) &&
            !(cfg->copy_values && cfg->retain_value) && cfg->start_ms < (UINT64_C(1) << 44) &&
            (!cfg->log || cfg->log_interval_ms > 0) &&
-           (!cfg->allocator || cfg->allocator->fn);
+           (!cfg->allocator || cfg->allocator->fn) && !(cfg->manual_clock && cfg->clock);
 }
 
 int tw_cache_new(struct tw_cache **out, const struct tw_cache_config *cfg)
@@ -923,11 +1144,10 @@ int tw_cache_new(struct tw_cache **out, const struct tw_cache_config *cfg)
     c->log = cfg->log;
     c->log_ctx = cfg->log_ctx;
     c->log_interval = cfg->log_interval_ms;
+    atomic_init(&c->epoch, 2);
     atomic_init(&c->manual_now, c->manual ? cfg->start_ms : 0);
     atomic_init(&c->seq, 0);
     atomic_init(&c->count, 0);
-    atomic_init(&c->sleep_until, 0);
-    atomic_init(&c->earliest, TW_NEVER);
     c->epoch_ns = cache_mono_ns();
     tw_random_seed_(c->seed);
     c->log_due = atomic_load(&c->manual_now) + c->log_interval;
@@ -941,7 +1161,21 @@ int tw_cache_new(struct tw_cache **out, const struct tw_cache_config *cfg)
         goto fail_cache;
     memcpy(c->name, name, c->name_bytes);
 
-    c->nshards = cfg->shards;
+    unsigned nst = tw_cache_stripes_default_();
+    c->stripe_mask = nst - 1;
+    c->stripes_bytes = (size_t)nst * sizeof(struct cache_stripe) + 64;
+    c->stripes_block = tw_cache_mem_alloc_(&alloc, c->stripes_bytes);
+    if (!c->stripes_block)
+        goto fail_name;
+    c->stripes = (struct cache_stripe *)(((uintptr_t)c->stripes_block + 63) & ~(uintptr_t)63);
+    for (unsigned i = 0; i < nst; i++) {
+        atomic_init(&c->stripes[i].active[0], 0);
+        atomic_init(&c->stripes[i].active[1], 0);
+        atomic_init(&c->stripes[i].hits, 0);
+        atomic_init(&c->stripes[i].misses, 0);
+    }
+
+    c->nshards = cfg->shards ? cfg->shards : tw_cache_shards_default_();
     unsigned bits = 0;
     while ((1u << bits) < c->nshards)
         bits++;
@@ -949,7 +1183,7 @@ int tw_cache_new(struct tw_cache **out, const struct tw_cache_config *cfg)
     c->shards_bytes = (size_t)c->nshards * sizeof(struct cache_shard) + 64;
     c->shards_block = tw_cache_mem_alloc_(&alloc, c->shards_bytes);
     if (!c->shards_block)
-        goto fail_name;
+        goto fail_stripes;
     c->shards = (struct cache_shard *)(((uintptr_t)c->shards_block + 63) & ~(uintptr_t)63);
     unsigned inited = 0;
     for (; inited < c->nshards; inited++) {
@@ -961,32 +1195,34 @@ int tw_cache_new(struct tw_cache **out, const struct tw_cache_config *cfg)
     rc = TW_ESYS;
     if (pthread_mutex_init(&c->evict_mu, NULL))
         goto fail_shards;
-    if (pthread_mutex_init(&c->thread_mu, NULL))
+    if (pthread_mutex_init(&c->log_mu, NULL))
         goto fail_evict;
-    pthread_condattr_t ca;
-    if (pthread_condattr_init(&ca))
-        goto fail_thread_mu;
-    int crc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    crc = crc ? crc : pthread_cond_init(&c->thread_cv, &ca);
-    pthread_condattr_destroy(&ca);
-    if (crc)
-        goto fail_thread_mu;
     if (!c->manual) {
-        if (pthread_create(&c->thread, NULL, cache_thread_main, c))
-            goto fail_cv;
-        c->thread_started = true;
+        c->clock = cfg->clock;
+        if (!c->clock) {
+            rc = tw_clock_new(&c->clock, cfg->allocator);
+            if (rc)
+                goto fail_log_mu;
+            c->own_clock = true;
+        }
+        rc = tw_clock_join(c->clock, cache_clock_run, c, TW_CLOCK_NEVER, &c->member);
+        if (rc)
+            goto fail_clock;
     }
     *out = c;
     return 0;
 
-fail_cv:
-    pthread_cond_destroy(&c->thread_cv);
-fail_thread_mu:
-    pthread_mutex_destroy(&c->thread_mu);
+fail_clock:
+    if (c->own_clock)
+        tw_clock_free(c->clock);
+fail_log_mu:
+    pthread_mutex_destroy(&c->log_mu);
 fail_evict:
     pthread_mutex_destroy(&c->evict_mu);
 fail_shards:
     cache_free_shards(c, inited);
+fail_stripes:
+    tw_cache_mem_free_(&alloc, c->stripes_block, c->stripes_bytes);
 fail_name:
     tw_cache_mem_free_(&alloc, c->name, c->name_bytes);
 fail_cache:
@@ -998,18 +1234,15 @@ void tw_cache_free(struct tw_cache *c)
 {
     if (!c)
         return;
-    if (c->thread_started) {
-        pthread_mutex_lock(&c->thread_mu);
-        c->stop = true;
-        pthread_cond_signal(&c->thread_cv);
-        pthread_mutex_unlock(&c->thread_mu);
-        pthread_join(c->thread, NULL);
-    }
-    pthread_cond_destroy(&c->thread_cv);
-    pthread_mutex_destroy(&c->thread_mu);
+    if (c->member)
+        tw_clock_leave(c->clock, c->member);
+    if (c->own_clock)
+        tw_clock_free(c->clock);
+    pthread_mutex_destroy(&c->log_mu);
     pthread_mutex_destroy(&c->evict_mu);
     cache_free_shards(c, c->nshards);
     struct tw_allocator alloc = c->alloc;
+    tw_cache_mem_free_(&alloc, c->stripes_block, c->stripes_bytes);
     tw_cache_mem_free_(&alloc, c->name, c->name_bytes);
     tw_cache_mem_free_(&alloc, c, sizeof *c);
 }

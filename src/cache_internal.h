@@ -6,6 +6,10 @@
  * lock: a chained hash table, an LRU list (only maintained when the cache has
  * a limit), a core wheel with 1 ms ticks, and the entries' timers in it.
  *
+ * Readers (get, and the hit path of take) take no lock: see the design
+ * comment of cache.c. Writers (set, del, expiry, eviction) still take the
+ * shard lock and publish every change with release stores.
+ *
  * Invariant (what makes the races of docs/contracts.md impossible): an entry is
  * in its shard's table  <=>  its timer is pending on its shard's wheel, and
  * the timer's deadline is the entry's expiry tick. The three change together,
@@ -15,6 +19,7 @@
 #define TWHEEL_CACHE_INTERNAL_H
 
 #include <pthread.h>
+#include <stdalign.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -28,34 +33,77 @@
 #define CACHE_EXPIRE_BATCH 64   /* entries expired per hold of a shard lock */
 #define CACHE_MIN_BUCKETS 16u
 #define CACHE_MAX_SHARDS 4096u
+#define CACHE_MAX_STRIPES 1024u
+#define CACHE_LIMBO_ADVANCE 64  /* limbo entries in a shard that make a writer advance the epoch */
+#define CACHE_LRU_WALK 64       /* longest walk of an LRU re-insertion */
 
-/* One key: 48 bytes on LP64 before the key bytes (value pointer included),
+/* One key: 56 bytes on LP64 before the key bytes (value pointer included),
  * allocated as one block with the key (and in copy mode the value) bytes.
  * A cache with an LRU limit puts a struct cache_lru just before each entry
- * in the same block (72 bytes then); a cache without one does not pay for it. */
+ * in the same block (88 bytes then); a cache without one does not pay for it.
+ *
+ * Readers walk chains and read entries without any lock (see cache.c), so
+ * every field a reader looks at is either immutable once the entry is
+ * published (hash, klen, key and copy-mode value bytes, value.len) or an
+ * atomic (hnext, value.ptr, expires, the LRU stamp). An entry that leaves
+ * the table keeps its hnext, so a reader standing on it walks on; its memory
+ * is reclaimed only after every reader that could see it has left (epochs). */
 struct cache_entry {
-    struct tw_node timer;        /* pending on the shard's wheel; deadline = expiry tick */
-    struct cache_entry *hnext;   /* next in the bucket's chain */
+    struct tw_node timer;        /* pending on the shard's wheel; deadline = expiry tick.
+                                  * Once unlinked, timer.next links it in garbage lists. */
+    _Atomic(struct cache_entry *) hnext; /* next in the bucket's chain */
     uint32_t hash;               /* low 32 bits of the key's hash */
     uint32_t klen;
     union {
-        void *ptr;  /* pointer mode: the value */
-        size_t len; /* copy mode: bytes after the key */
+        _Atomic(void *) ptr; /* pointer mode: the value */
+        size_t len;          /* copy mode: bytes after the key (immutable) */
     } value;
+    _Atomic uint64_t expires;    /* the expiry tick (= the timer's deadline), for readers */
     unsigned char key[];         /* klen bytes, then the value bytes in copy mode */
 };
 
-/* LRU links, in front of the entry (limit > 0 only). */
+/* LRU links, in front of the entry (limit > 0 only). The list is ordered by
+ * pos (head = largest); stamp >= pos is the last use, which a reader raises
+ * without a lock. Eviction re-inserts a tail whose stamp passed its pos. */
 struct cache_lru {
     struct cache_entry *prev;    /* toward the most recently used */
     struct cache_entry *next;    /* toward the least recently used */
-    uint64_t stamp;              /* last set or hit: clock ns, or a counter (manual clock) */
+    uint64_t pos;                /* the stamp the entry was placed with */
+    _Atomic uint64_t stamp;      /* last set or hit: tick (real clock) or a counter (manual) */
 };
 
 static inline struct cache_lru *cache_lru_of(const struct cache_entry *e)
 {
     return (struct cache_lru *)(void *)((char *)(uintptr_t)e - sizeof(struct cache_lru));
 }
+
+/* A bucket array; replaced whole when the table grows or shrinks. */
+struct cache_table {
+    size_t mask;
+    struct cache_table *free_next; /* garbage link once replaced */
+    _Atomic(struct cache_entry *) b[];
+};
+
+/* Unlinked entries and replaced tables, freed once no reader can see them. */
+struct cache_garbage {
+    struct tw_node *entries;     /* linked through the entries' timer.next */
+    struct cache_table *tables;  /* linked through free_next */
+    size_t n;
+};
+
+/* A shard's garbage retired at epoch `tag`: freed once the epoch is tag + 2. */
+struct cache_limbo {
+    struct cache_garbage g;
+    uint64_t tag;
+};
+
+/* One stripe of the readers' epoch counters and hit counters, on a cache
+ * line of its own. Readers pick it by CPU, so two readers running at once
+ * write the same stripe only if the thread moved between CPUs mid-call. */
+struct cache_stripe {
+    _Alignas(64) _Atomic uint64_t active[2]; /* readers inside, by epoch parity */
+    _Atomic uint64_t hits, misses;
+};
 
 /* A caller waiting on another caller's load of the same key (single flight).
  * Lives on the waiter's stack; the leader fills it in and sets done. */
@@ -80,23 +128,26 @@ struct cache_flight {
 };
 
 struct cache_shard {
-    /* Guards everything below down to `wheel`, entries and their timers. */
-    union {
+    /* Read by readers without the lock; written (rarely) under it. */
+    _Alignas(64) _Atomic(struct cache_table *) table;
+    _Atomic uint32_t seq; /* odd while a resize relinks the chains */
+
+    /* Everything below is the writers' and guarded by the lock. */
+    _Alignas(64) union {
         pthread_mutex_t mu;
         pthread_rwlock_t rw;
     } lock;
-    struct cache_entry **buckets; /* mask + 1 chains */
-    size_t mask;
     size_t count;                 /* entries in the table */
     struct cache_entry *lru_head; /* most recently used (limit > 0 only) */
     struct cache_entry *lru_tail; /* least recently used */
     uint64_t rng;                 /* jitter state (xorshift64*) */
-    /* Read without the lock by eviction to pick a shard: lru_tail's stamp, or
+    /* Read without the lock by eviction to pick a shard: lru_tail's pos, or
      * UINT64_MAX when the LRU list is empty. Written under the lock. */
     _Atomic uint64_t oldest;
-    /* Counters: relaxed atomics, since readers under a shared rwlock bump
-     * them concurrently. */
-    _Atomic uint64_t hits, misses, evictions, expirations;
+    /* Counters written under the lock, read by stats without it. */
+    _Atomic uint64_t evictions, expirations;
+    struct cache_limbo limbo[3];  /* by tag % 3 */
+    _Atomic size_t limbo_n;       /* entries and tables in limbo; written under the lock */
     /* Single flight: flights and the condition waiters sleep on. flight_mu is
      * taken before the shard lock, never after. */
     pthread_mutex_t flight_mu;
@@ -105,12 +156,25 @@ struct cache_shard {
     struct tw_wheel wheel;
 };
 
+struct tw_clock;
+struct tw_clock_member;
+
 struct tw_cache {
+    /* Read by every reader, written only by an epoch advance: alone on its
+     * cache line whatever the block's alignment (malloc gives 16). */
+    char pad_epoch0[64];
+    _Atomic uint64_t epoch;
+    char pad_epoch1[64 - sizeof(uint64_t)];
+
     struct cache_shard *shards; /* nshards of them, 64-byte aligned */
     void *shards_block;         /* what was allocated for them */
     size_t shards_bytes;
     unsigned nshards;
     unsigned shard_shift;       /* 64 - log2(nshards), 64 when one shard */
+    struct cache_stripe *stripes; /* stripe_mask + 1 of them */
+    void *stripes_block;
+    size_t stripes_bytes;
+    unsigned stripe_mask;
     uint64_t seed[2];           /* SipHash key, random per instance */
 
     /* Configuration, fixed after creation. */
@@ -138,17 +202,11 @@ struct tw_cache {
     _Atomic uint64_t count;     /* entries in all shards */
     pthread_mutex_t evict_mu;   /* one evictor at a time; taken before shard locks */
 
-    /* Expiry thread. thread_mu guards stop, the log fields and the wait. */
-    pthread_mutex_t thread_mu;
-    pthread_cond_t thread_cv;   /* on CLOCK_MONOTONIC */
-    pthread_t thread;
-    bool thread_started;
-    bool stop;
-    /* The tick the thread sleeps until, 0 while it is scanning; a set that
-     * arms an earlier deadline wakes it. */
-    _Atomic uint64_t sleep_until;
-    /* The earliest deadline armed since the thread's last scan began. */
-    _Atomic uint64_t earliest;
+    /* Expiry: a member of a clock service (cfg.clock, or one of our own). */
+    struct tw_clock *clock;
+    struct tw_clock_member *member;
+    bool own_clock;
+    pthread_mutex_t log_mu;     /* guards the log fields; the "clock lock" of the log callback */
     uint64_t log_due;           /* next log tick */
     uint64_t log_hits, log_misses; /* totals at the previous log line */
     uint64_t log_evictions, log_expirations; /* ... likewise */
@@ -158,22 +216,72 @@ struct tw_cache {
 /* ---- src/cache_map.c -------------------------------------------------- */
 
 
-/* Find key in s (hash is the full 64-bit hash). NULL if absent. */
+/* Find key in s under the shard lock (hash is the full 64-bit hash). */
 struct cache_entry *tw_cache_map_find_(const struct cache_shard *s, const void *key,
                                        size_t klen, uint64_t hash);
-/* Link e into the table (e->hash set; the key is absent). May grow the table;
- * a failed growth is ignored (chains get longer). */
-void tw_cache_map_insert_(struct tw_cache *c, struct cache_shard *s, struct cache_entry *e);
-/* Unlink e (present) from the table. May shrink it. */
-void tw_cache_map_remove_(struct tw_cache *c, struct cache_shard *s, struct cache_entry *e);
+/* Find key without the lock (inside a read section): *torn is set when a
+ * resize ran meanwhile, so that a miss cannot be trusted. */
+struct cache_entry *tw_cache_map_find_rcu_(const struct cache_shard *s, const void *key,
+                                           size_t klen, uint64_t hash, bool *torn);
+/* Link e into the table (e->hash set; the key is absent). May grow the table
+ * (the old bucket array goes to g); a failed growth is ignored. */
+void tw_cache_map_insert_(struct tw_cache *c, struct cache_shard *s, struct cache_entry *e,
+                          struct cache_garbage *g);
+/* Unlink e (present) from the table; e keeps its hnext for readers on it.
+ * With may_shrink, a table below 1/8 load is halved (old array to g). */
+void tw_cache_map_remove_(struct tw_cache *c, struct cache_shard *s, struct cache_entry *e,
+                          bool may_shrink, struct cache_garbage *g);
 /* Replace old (present) by e with the same key, in place in its chain. */
 void tw_cache_map_replace_(struct cache_shard *s, struct cache_entry *old,
                            struct cache_entry *e);
+/* Allocate an empty table of n buckets (a power of two). */
+struct cache_table *tw_cache_table_new_(struct tw_cache *c, size_t n);
+void tw_cache_table_free_(struct tw_cache *c, struct cache_table *t);
 
-/* LRU list; each keeps s->oldest up to date. */
-void tw_cache_lru_push_(struct cache_shard *s, struct cache_entry *e);
+/* LRU list, ordered by pos; each keeps s->oldest up to date. */
+void tw_cache_lru_push_(struct cache_shard *s, struct cache_entry *e, uint64_t stamp);
 void tw_cache_lru_unlink_(struct cache_shard *s, struct cache_entry *e);
-void tw_cache_lru_touch_(struct cache_shard *s, struct cache_entry *e);
+/* Re-insert tails whose stamp passed their pos, until the tail is the least
+ * recently used of the shard (up to clock resolution). */
+void tw_cache_lru_settle_(struct cache_shard *s);
+
+/* ---- src/cache_epoch.c ------------------------------------------------- */
+
+/* A read section: readers of the same stripe and epoch parity. */
+struct cache_rd {
+    struct cache_stripe *st;
+    unsigned idx;
+};
+void tw_cache_rd_enter_(struct tw_cache *c, struct cache_rd *rd);
+static inline void tw_cache_rd_exit_(struct cache_rd *rd)
+{
+    atomic_fetch_sub_explicit(&rd->st->active[rd->idx], 1, memory_order_release);
+}
+/* Garbage g was just unlinked under s's lock (held): keep it in g to be
+ * freed at once when no reader is inside any read section, else move it to
+ * s's limbo (and take out of limbo into g whatever has become safe).
+ * Returns whether the writer should try to advance the epoch afterwards. */
+bool tw_cache_retire_locked_(struct tw_cache *c, struct cache_shard *s,
+                             struct cache_garbage *g);
+/* Take what has become safe out of s's limbo into g (lock held). */
+void tw_cache_limbo_collect_(struct tw_cache *c, struct cache_shard *s,
+                             struct cache_garbage *g, bool all);
+/* Advance the epoch if no reader is still inside the one before. */
+bool tw_cache_epoch_advance_(struct tw_cache *c);
+/* Free g's entries (free_value on pointer-mode values) and tables. */
+void tw_cache_garbage_release_(struct tw_cache *c, struct cache_garbage *g);
+static inline void tw_cache_garbage_add_(struct cache_garbage *g, struct cache_entry *e)
+{
+    e->timer.next = g->entries;
+    g->entries = &e->timer;
+    g->n++;
+}
+/* Limbo: reclaim every shard's (expiry pass, advance); returns entries left. */
+size_t tw_cache_reclaim_(struct tw_cache *c);
+/* Stripes for this machine: a power of two >= the CPUs configured. */
+unsigned tw_cache_stripes_default_(void);
+/* Shards for this machine when cfg.shards is 0. */
+unsigned tw_cache_shards_default_(void);
 
 /* Allocator hook wrappers. */
 void *tw_cache_mem_alloc_(const struct tw_allocator *a, size_t size);

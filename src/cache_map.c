@@ -2,7 +2,7 @@
 /* twheel cache: the per-shard map. Keys hashed by SipHash-1-3 (hash.h) under
  * a random per-instance key, a chained hash table that doubles at load 1 and
  * halves below 1/8, and an intrusive LRU list. Every function here runs under
- * the shard lock. */
+ * the shard lock, except tw_cache_map_find_rcu_ (readers, no lock). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,93 +29,187 @@ void tw_cache_mem_free_(const struct tw_allocator *a, void *p, size_t size)
 
 /* ---- hash table -------------------------------------------------------- */
 
+#define RLX memory_order_relaxed
+#define ACQ memory_order_acquire
+#define REL memory_order_release
+
+struct cache_table *tw_cache_table_new_(struct tw_cache *c, size_t n)
+{
+    if (n > (SIZE_MAX - sizeof(struct cache_table)) / sizeof(void *))
+        return NULL;
+    struct cache_table *t =
+        tw_cache_mem_alloc_(&c->alloc, sizeof *t + n * sizeof(t->b[0]));
+    if (!t)
+        return NULL;
+    t->mask = n - 1;
+    t->free_next = NULL;
+    for (size_t i = 0; i < n; i++)
+        atomic_init(&t->b[i], NULL);
+    return t;
+}
+
+void tw_cache_table_free_(struct tw_cache *c, struct cache_table *t)
+{
+    tw_cache_mem_free_(&c->alloc, t, sizeof *t + (t->mask + 1) * sizeof(t->b[0]));
+}
+
+static inline bool cache_key_eq(const struct cache_entry *e, const void *key, size_t klen,
+                                uint32_t h)
+{
+    return e->hash == h && e->klen == klen && memcmp(e->key, key, klen) == 0;
+}
+
 struct cache_entry *tw_cache_map_find_(const struct cache_shard *s, const void *key,
                                        size_t klen, uint64_t hash)
 {
     uint32_t h = (uint32_t)hash;
-    for (struct cache_entry *e = s->buckets[h & s->mask]; e; e = e->hnext)
-        if (e->hash == h && e->klen == klen && memcmp(e->key, key, klen) == 0)
+    const struct cache_table *t = atomic_load_explicit(&s->table, RLX);
+    for (struct cache_entry *e = atomic_load_explicit(&t->b[h & t->mask], RLX); e;
+         e = atomic_load_explicit(&e->hnext, RLX))
+        if (cache_key_eq(e, key, klen, h))
             return e;
     return NULL;
 }
 
-/* Rehash into `n` buckets (a power of two). On allocation failure the table
- * stays as it is: still correct, only slower. */
-static void cache_map_resize(struct tw_cache *c, struct cache_shard *s, size_t n)
+/* Lock-free lookup. A hit is always a true hit: the entry's key bytes never
+ * change, and the entry was in the table at some instant of the walk (entries
+ * leave a chain keeping their hnext). A miss is only trusted if no resize
+ * relinked chains meanwhile (seq unchanged and even). The walk is bounded,
+ * so a chain relinked under our feet cannot keep us forever. */
+struct cache_entry *tw_cache_map_find_rcu_(const struct cache_shard *s, const void *key,
+                                           size_t klen, uint64_t hash, bool *torn)
 {
-    struct cache_entry **nb = tw_cache_mem_alloc_(&c->alloc, n * sizeof *nb);
-    if (!nb)
+    uint32_t h = (uint32_t)hash;
+    uint32_t seq = atomic_load_explicit(&s->seq, ACQ);
+    if (seq & 1) {
+        *torn = true;
+        return NULL;
+    }
+    /* seq_cst loads (plain moves on x86, ldar on Arm, as acquire would be):
+     * with the reader's seq_cst entry into its read section and the
+     * writer's seq_cst fence after an unlink, C11 then guarantees that a
+     * reader the writer did not see as inside sees the unlink (cache_epoch.c). */
+    const struct cache_table *t = atomic_load_explicit(&s->table, memory_order_seq_cst);
+    size_t steps = 0;
+    for (struct cache_entry *e = atomic_load_explicit(&t->b[h & t->mask], memory_order_seq_cst);
+         e; e = atomic_load_explicit(&e->hnext, memory_order_seq_cst)) {
+        if (cache_key_eq(e, key, klen, h))
+            return e;
+        if (++steps > 4096)
+            break;
+    }
+    atomic_thread_fence(ACQ);
+    *torn = atomic_load_explicit(&s->seq, RLX) != seq || steps > 4096;
+    return NULL;
+}
+
+/* Rehash into `n` buckets (a power of two), with seq odd meanwhile so that
+ * readers distrust their misses. On allocation failure the table stays as
+ * it is: still correct, only slower. The old array goes to g (readers may
+ * still be reading it). */
+static void cache_map_resize(struct tw_cache *c, struct cache_shard *s, size_t n,
+                             struct cache_garbage *g)
+{
+    struct cache_table *nt = tw_cache_table_new_(c, n);
+    if (!nt)
         return;
-    memset(nb, 0, n * sizeof *nb);
-    size_t old_n = s->mask + 1;
-    for (size_t i = 0; i < old_n; i++) {
-        struct cache_entry *e = s->buckets[i];
+    struct cache_table *ot = atomic_load_explicit(&s->table, RLX);
+    uint32_t seq = atomic_load_explicit(&s->seq, RLX);
+    atomic_store_explicit(&s->seq, seq + 1, RLX);
+    atomic_thread_fence(REL);
+    for (size_t i = 0; i <= ot->mask; i++) {
+        struct cache_entry *e = atomic_load_explicit(&ot->b[i], RLX);
         while (e) {
-            struct cache_entry *next = e->hnext;
-            struct cache_entry **head = &nb[e->hash & (n - 1)];
-            e->hnext = *head;
-            *head = e;
+            struct cache_entry *next = atomic_load_explicit(&e->hnext, RLX);
+            _Atomic(struct cache_entry *) *head = &nt->b[e->hash & (n - 1)];
+            atomic_store_explicit(&e->hnext, atomic_load_explicit(head, RLX), REL);
+            atomic_store_explicit(head, e, RLX);
             e = next;
         }
     }
-    tw_cache_mem_free_(&c->alloc, s->buckets, old_n * sizeof *s->buckets);
-    s->buckets = nb;
-    s->mask = n - 1;
+    atomic_store_explicit(&s->table, nt, REL);
+    atomic_store_explicit(&s->seq, seq + 2, REL);
+    ot->free_next = g->tables;
+    g->tables = ot;
+    g->n++;
 }
 
-void tw_cache_map_insert_(struct tw_cache *c, struct cache_shard *s, struct cache_entry *e)
+void tw_cache_map_insert_(struct tw_cache *c, struct cache_shard *s, struct cache_entry *e,
+                          struct cache_garbage *g)
 {
-    struct cache_entry **head = &s->buckets[e->hash & s->mask];
-    e->hnext = *head;
-    *head = e;
+    struct cache_table *t = atomic_load_explicit(&s->table, RLX);
+    _Atomic(struct cache_entry *) *head = &t->b[e->hash & t->mask];
+    atomic_store_explicit(&e->hnext, atomic_load_explicit(head, RLX), RLX);
+    atomic_store_explicit(head, e, REL); /* publishes the entry's fields */
     s->count++;
-    size_t n = s->mask + 1;
-    if (s->count > n && n <= (SIZE_MAX / sizeof(void *)) / 2 && n < (UINT64_C(1) << 32))
-        cache_map_resize(c, s, n * 2);
+    size_t n = t->mask + 1;
+    if (s->count > n && n <= (SIZE_MAX / sizeof(void *)) / 4 && n < (UINT64_C(1) << 32))
+        cache_map_resize(c, s, n * 2, g);
 }
 
-void tw_cache_map_remove_(struct tw_cache *c, struct cache_shard *s, struct cache_entry *e)
+/* The link that points at e (present). */
+static _Atomic(struct cache_entry *) *cache_map_link(struct cache_shard *s,
+                                                     const struct cache_entry *e)
 {
-    struct cache_entry **link = &s->buckets[e->hash & s->mask];
-    while (*link != e)
-        link = &(*link)->hnext;
-    *link = e->hnext;
-    e->hnext = NULL;
+    struct cache_table *t = atomic_load_explicit(&s->table, RLX);
+    _Atomic(struct cache_entry *) *link = &t->b[e->hash & t->mask];
+    struct cache_entry *cur;
+    while ((cur = atomic_load_explicit(link, RLX)) != e)
+        link = &cur->hnext;
+    return link;
+}
+
+void tw_cache_map_remove_(struct tw_cache *c, struct cache_shard *s, struct cache_entry *e,
+                          bool may_shrink, struct cache_garbage *g)
+{
+    _Atomic(struct cache_entry *) *link = cache_map_link(s, e);
+    atomic_store_explicit(link, atomic_load_explicit(&e->hnext, RLX), REL);
     s->count--;
-    size_t n = s->mask + 1;
-    if (n > CACHE_MIN_BUCKETS && s->count < n / 8)
-        cache_map_resize(c, s, n / 2);
+    size_t n = atomic_load_explicit(&s->table, RLX)->mask + 1;
+    if (may_shrink && n > CACHE_MIN_BUCKETS && s->count < n / 8)
+        cache_map_resize(c, s, n / 2, g);
 }
 
 void tw_cache_map_replace_(struct cache_shard *s, struct cache_entry *old,
                            struct cache_entry *e)
 {
-    struct cache_entry **link = &s->buckets[old->hash & s->mask];
-    while (*link != old)
-        link = &(*link)->hnext;
-    e->hnext = old->hnext;
-    *link = e;
-    old->hnext = NULL;
+    _Atomic(struct cache_entry *) *link = cache_map_link(s, old);
+    atomic_store_explicit(&e->hnext, atomic_load_explicit(&old->hnext, RLX), RLX);
+    atomic_store_explicit(link, e, REL);
 }
 
-/* ---- LRU list: head = most recently used, tail = least ------------------ */
+/* ---- LRU list: head = most recently used (largest pos), tail = least ---- */
 
 static inline void cache_lru_oldest(struct cache_shard *s)
 {
-    atomic_store_explicit(&s->oldest, s->lru_tail ? cache_lru_of(s->lru_tail)->stamp : UINT64_MAX,
+    atomic_store_explicit(&s->oldest, s->lru_tail ? cache_lru_of(s->lru_tail)->pos : UINT64_MAX,
                           memory_order_relaxed);
 }
 
-void tw_cache_lru_push_(struct cache_shard *s, struct cache_entry *e)
+/* Link e before `at` (NULL: at the tail). */
+static void cache_lru_link_before(struct cache_shard *s, struct cache_entry *e,
+                                  struct cache_entry *at)
 {
     struct cache_lru *l = cache_lru_of(e);
-    l->prev = NULL;
-    l->next = s->lru_head;
-    if (s->lru_head)
-        cache_lru_of(s->lru_head)->prev = e;
+    struct cache_entry *prev = at ? cache_lru_of(at)->prev : s->lru_tail;
+    l->prev = prev;
+    l->next = at;
+    if (prev)
+        cache_lru_of(prev)->next = e;
+    else
+        s->lru_head = e;
+    if (at)
+        cache_lru_of(at)->prev = e;
     else
         s->lru_tail = e;
-    s->lru_head = e;
+}
+
+void tw_cache_lru_push_(struct cache_shard *s, struct cache_entry *e, uint64_t stamp)
+{
+    struct cache_lru *l = cache_lru_of(e);
+    l->pos = stamp;
+    atomic_store_explicit(&l->stamp, stamp, memory_order_relaxed);
+    cache_lru_link_before(s, e, s->lru_head);
     cache_lru_oldest(s);
 }
 
@@ -134,13 +228,29 @@ void tw_cache_lru_unlink_(struct cache_shard *s, struct cache_entry *e)
     cache_lru_oldest(s);
 }
 
-void tw_cache_lru_touch_(struct cache_shard *s, struct cache_entry *e)
+/* Readers only raise an entry's stamp; the list is ordered by pos, and
+ * stamp >= pos. So a tail whose stamp equals its pos is the least recently
+ * used key of the shard; a tail read since it was placed is moved to where
+ * its stamp belongs (walking from the head, at most CACHE_LRU_WALK entries:
+ * beyond that it goes there, a little too close to the tail). Each read
+ * causes at most one such move; at most 1024 moves per call, so readers
+ * raising stamps meanwhile cannot keep an evictor here. */
+void tw_cache_lru_settle_(struct cache_shard *s)
 {
-    if (s->lru_head == e) {
-        if (s->lru_tail == e)
-            cache_lru_oldest(s);
-        return;
+    struct cache_entry *t;
+    unsigned moves = 0;
+    while ((t = s->lru_tail) != NULL && moves++ < 1024) {
+        struct cache_lru *l = cache_lru_of(t);
+        uint64_t st = atomic_load_explicit(&l->stamp, memory_order_relaxed);
+        if (st <= l->pos)
+            break;
+        tw_cache_lru_unlink_(s, t);
+        l->pos = st;
+        struct cache_entry *at = s->lru_head;
+        unsigned walk = 0;
+        while (at && cache_lru_of(at)->pos > st && walk++ < CACHE_LRU_WALK)
+            at = cache_lru_of(at)->next;
+        cache_lru_link_before(s, t, at);
     }
-    tw_cache_lru_unlink_(s, e);
-    tw_cache_lru_push_(s, e);
+    cache_lru_oldest(s);
 }

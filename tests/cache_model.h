@@ -16,6 +16,14 @@
  *   - each value is freed exactly once, when the model drops it, and every
  *     stored value is freed by tw_cache_free;
  *   - the entry count matches.
+ * get and set also go through the batched calls (get_many/set_many) for
+ * some operations. With `concurrent` (cm_run_ex; no limit then, since the
+ * reader's hits would move the LRU), a second thread reads every key without
+ * pause while the model runs: its reads are not checked against the model
+ * (they race with it), but every pointer it is handed must not have been
+ * freed yet (checked in retain_value), and frees, which a running reader may
+ * defer, are checked as "at most once" during the run and "exactly once"
+ * after tw_cache_free.
  * On a mismatch the model prints it and calls abort().
  *
  * Input layout: byte 0 shards and lock flavour, byte 1 limit, byte 2
@@ -24,6 +32,9 @@
 #define TWHEEL_CACHE_MODEL_H
 
 #include <inttypes.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -37,7 +48,7 @@
 
 struct cm_value {
     int id;
-    int freed;
+    _Atomic int freed;
 };
 
 struct cm_key {
@@ -58,6 +69,10 @@ struct cmodel {
     struct cm_value values[CM_MAX_VALUES];
     int nvalues;
     int loader_calls;
+    bool concurrent;
+    _Atomic bool reader_stop;
+    _Atomic long reader_hits;
+    _Atomic long reader_rounds;
 };
 
 #define CM_FAIL(...)                                                                 \
@@ -82,7 +97,7 @@ static struct cm_value *cm_new_value(struct cmodel *m)
         return NULL;
     struct cm_value *v = &m->values[m->nvalues];
     v->id = m->nvalues++;
-    v->freed = 0;
+    atomic_store(&v->freed, 0);
     return v;
 }
 
@@ -94,10 +109,21 @@ static void cm_key_name(int i, char out[16])
     snprintf(out, 16, "%s", names[i]);
 }
 
+static bool cm_concurrent_; /* set while a concurrent run is going */
+
 static void cm_expect_freed(struct cm_value *v, int want, const char *what)
 {
-    if (v->freed != want)
-        CM_FAIL("%s: value %d freed %d times, want %d", what, v->id, v->freed, want);
+    int f = atomic_load(&v->freed);
+    if (cm_concurrent_ && want == 1 ? f > 1 : f != want)
+        CM_FAIL("%s: value %d freed %d times, want %d", what, v->id, f, want);
+}
+
+static void cm_retain(void *ctx, void *value)
+{
+    (void)ctx;
+    struct cm_value *v = value;
+    if (atomic_load(&v->freed) != 0)
+        CM_FAIL("value %d handed out after it was freed", v->id);
 }
 
 /* The model's LRU victim among stored keys. */
@@ -214,7 +240,15 @@ static void cm_op(struct cmodel *m, uint8_t op, uint8_t arg)
         struct cm_value *v = cm_new_value(m);
         if (!v)
             return;
-        rc = tw_cache_set(m->c, name, kl, v);
+        if (arg & 0x80) {
+            const void *keys[1] = {name};
+            size_t kls[1] = {kl};
+            void *vals[1] = {v};
+            int rcs[1] = {-1};
+            rc = tw_cache_set_many(m->c, 1, keys, kls, vals, rcs) == 1 ? rcs[0] : -1000;
+        } else {
+            rc = tw_cache_set(m->c, name, kl, v);
+        }
         if (rc != 0)
             CM_FAIL("set: %d", rc);
         cm_store(m, i, v, m->ttl);
@@ -227,12 +261,24 @@ static void cm_op(struct cmodel *m, uint8_t op, uint8_t arg)
         rc = tw_cache_set_ttl(m->c, name, kl, v, -(int64_t)(arg % 3));
         if (rc != TW_EINVAL)
             CM_FAIL("set_ttl(<= 0): %d", rc);
-        v->freed = 1; /* never stored; mark as done for the final check */
+        atomic_store(&v->freed, 1); /* never stored; marked done for the final check */
         break;
     }
     case 4:
-    case 5: /* get */
-        rc = tw_cache_get(m->c, name, kl, &got);
+    case 5: /* get, or a batched get of this key and an absent one */
+        if (arg & 0x80) {
+            const void *keys[2] = {name, "absent-key"};
+            size_t kls[2] = {kl, 10};
+            void *vals[2];
+            int rcs[2];
+            int hits = tw_cache_get_many(m->c, 2, keys, kls, vals, rcs);
+            if (rcs[1] != TW_ENOENT || vals[1] != NULL || hits != (rcs[0] == 0))
+                CM_FAIL("get_many: hits %d rcs %d %d", hits, rcs[0], rcs[1]);
+            rc = rcs[0];
+            got = vals[0];
+        } else {
+            rc = tw_cache_get(m->c, name, kl, &got);
+        }
         if (cm_live(m, i)) {
             if (rc != 0 || got != m->k[i].value)
                 CM_FAIL("get key %d at %" PRIu64 ": rc %d, want hit", i, m->now, rc);
@@ -292,8 +338,37 @@ static void cm_op(struct cmodel *m, uint8_t op, uint8_t arg)
     }
 }
 
-/* Run one input through a fresh cache and model. */
-static void cm_run(struct cmodel *m, const uint8_t *data, size_t size)
+/* The concurrent reader: every key, over and over, single and batched. */
+static void *cm_reader(void *arg)
+{
+    struct cmodel *m = arg;
+    char names[CM_KEYS][16];
+    const void *keys[CM_KEYS];
+    size_t kls[CM_KEYS];
+    for (int i = 0; i < CM_KEYS; i++) {
+        cm_key_name(i, names[i]);
+        keys[i] = names[i];
+        kls[i] = strlen(names[i]);
+    }
+    long hits = 0;
+    for (unsigned round = 0; round < 1000000 && !atomic_load(&m->reader_stop); round++) {
+        void *got[CM_KEYS];
+        atomic_fetch_add(&m->reader_rounds, 1);
+        if (round & 1) {
+            int h = tw_cache_get_many(m->c, CM_KEYS, keys, kls, got, NULL);
+            hits += h > 0 ? h : 0;
+        } else {
+            for (int i = 0; i < CM_KEYS; i++)
+                hits += tw_cache_get(m->c, keys[i], kls[i], &got[i]) == 0;
+        }
+    }
+    atomic_store(&m->reader_hits, hits);
+    return NULL;
+}
+
+/* Run one input through a fresh cache and model; with concurrent, a reader
+ * thread reads all along (see the top comment). */
+static void cm_run_ex(struct cmodel *m, const uint8_t *data, size_t size, bool concurrent)
 {
     if (size < 3)
         return;
@@ -308,6 +383,10 @@ static void cm_run(struct cmodel *m, const uint8_t *data, size_t size)
     cfg.jitter = 0;
     cfg.manual_clock = true;
     cfg.free_value = cm_free;
+    cfg.retain_value = cm_retain;
+    if (concurrent)
+        cfg.limit = 0;
+    m->concurrent = cm_concurrent_ = concurrent;
     m->limit = cfg.limit;
     m->ttl = cfg.default_ttl_ms;
 #ifdef CM_TRACE
@@ -316,15 +395,31 @@ static void cm_run(struct cmodel *m, const uint8_t *data, size_t size)
 #endif
     if (tw_cache_new(&m->c, &cfg) != 0)
         CM_FAIL("tw_cache_new");
+    pthread_t reader;
+    if (concurrent && pthread_create(&reader, NULL, cm_reader, m) != 0)
+        CM_FAIL("pthread_create");
+    if (concurrent) /* let the reader start, so that it overlaps the run */
+        for (int spin = 0; spin < 1000000 && !atomic_load(&m->reader_rounds); spin++)
+            sched_yield();
     for (size_t p = 3; p + 2 <= size; p += 2)
         cm_op(m, data[p], data[p + 1]);
     cm_check_count(m);
     m->now += 100;
     cm_collect(m, tw_cache_advance(m->c, m->now));
     cm_check_count(m);
+    if (concurrent) {
+        atomic_store(&m->reader_stop, true);
+        pthread_join(reader, NULL);
+    }
     tw_cache_free(m->c);
+    cm_concurrent_ = false;
     for (int v = 0; v < m->nvalues; v++)
         cm_expect_freed(&m->values[v], 1, "final");
+}
+
+static inline void cm_run(struct cmodel *m, const uint8_t *data, size_t size)
+{
+    cm_run_ex(m, data, size, false);
 }
 
 #endif /* TWHEEL_CACHE_MODEL_H */

@@ -14,6 +14,7 @@
 #include "cache_util.h"
 #include "test.h"
 #include "twheel/cache.h"
+#include "twheel/clock.h"
 
 #define K(s) (s), strlen(s)
 
@@ -508,6 +509,287 @@ static void test_mixed_stress(void)
     }
 }
 
+/* ---- lock-free reads -------------------------------------------------- */
+
+/* Readers retain (a reference count) every value they are handed while
+ * writers replace, delete and evict values and the real clock expires them
+ * (TTLs of 1-4 ms, an LRU limit): no value may be retained after it was
+ * freed, none freed twice, and every stored value is freed by the end.
+ * Readers also check that a hit's expiry has not passed: they know each
+ * value's expiry from its id (set time + TTL, recorded before the set). */
+struct lf {
+    struct tw_cache *c;
+    _Atomic int stop;
+    _Atomic long retained_after_free;
+    _Atomic long hits;
+};
+
+static struct lf lf;
+
+static void lf_retain(void *ctx, void *value)
+{
+    (void)ctx;
+    struct counted *v = value;
+    if (atomic_load(&v->freed) != 0)
+        atomic_fetch_add(&lf.retained_after_free, 1);
+    atomic_fetch_add(&v->refs, 1);
+}
+
+static void *lf_reader(void *p)
+{
+    (void)p;
+    char key[16];
+    uint64_t x = (uint64_t)(uintptr_t)&key | 1;
+    long hits = 0;
+    for (int i = 0; i < 400000 && !atomic_load(&lf.stop); i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        int kl = snprintf(key, sizeof key, "k%u", (unsigned)(x % 48));
+        void *v;
+        if (i & 1) {
+            const void *keys[1] = {key};
+            size_t kls[1] = {(size_t)kl};
+            hits += tw_cache_get_many(lf.c, 1, keys, kls, &v, NULL) == 1;
+        } else {
+            hits += tw_cache_get(lf.c, key, (size_t)kl, &v) == 0;
+        }
+    }
+    atomic_fetch_add(&lf.hits, hits);
+    return NULL;
+}
+
+struct lf_writer {
+    struct counted *vals;
+    int n, stored;
+    unsigned seed;
+};
+
+static void *lf_writer_main(void *p)
+{
+    struct lf_writer *w = p;
+    char key[16];
+    uint64_t x = w->seed | 1;
+    for (int i = 0; i < w->n; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        int kl = snprintf(key, sizeof key, "k%u", (unsigned)(x % 48));
+        if (x % 8 == 0) {
+            tw_cache_del(lf.c, key, (size_t)kl);
+        } else if (tw_cache_set_ttl(lf.c, key, (size_t)kl, &w->vals[i], 1 + (int64_t)(x % 4)) ==
+                   0) {
+            w->stored++;
+        }
+        if (i % 64 == 0)
+            sleep_ms(0);
+    }
+    return NULL;
+}
+
+static void test_lockfree_reads(void)
+{
+    for (int limit = 0; limit < 2; limit++) {
+        struct tw_cache_config cfg;
+        tw_cache_config_init(&cfg);
+        cfg.default_ttl_ms = 2;
+        cfg.limit = limit ? 16 : 0;
+        cfg.free_value = counted_free;
+        cfg.retain_value = lf_retain;
+        cfg.value_ctx = &ctr;
+        memset(&ctr, 0, sizeof ctr);
+        memset(&lf, 0, sizeof lf);
+        CHECK_EQ_INT(tw_cache_new(&lf.c, &cfg), 0);
+        enum { R = 3, W = 2, N = 20000 };
+        pthread_t rt[R], wt[W];
+        struct lf_writer w[W];
+        for (int i = 0; i < R; i++)
+            pthread_create(&rt[i], NULL, lf_reader, NULL);
+        for (int i = 0; i < W; i++) {
+            w[i] = (struct lf_writer){calloc(N, sizeof(struct counted)), N, 0, 7u * (unsigned)i + 3};
+            pthread_create(&wt[i], NULL, lf_writer_main, &w[i]);
+        }
+        for (int i = 0; i < W; i++)
+            pthread_join(wt[i], NULL);
+        atomic_store(&lf.stop, 1);
+        for (int i = 0; i < R; i++)
+            pthread_join(rt[i], NULL);
+        tw_cache_free(lf.c);
+        CHECK_EQ_INT(atomic_load(&lf.retained_after_free), 0);
+        CHECK_EQ_INT(atomic_load(&ctr.double_frees), 0);
+        long stored = 0;
+        for (int i = 0; i < W; i++)
+            stored += w[i].stored;
+        CHECK_EQ_INT(atomic_load(&ctr.frees), stored);
+        for (int i = 0; i < W; i++)
+            free(w[i].vals);
+    }
+}
+
+/* Expiry never returns a key at or after its expiry while readers race with
+ * a mass expiry: 2,000 keys with a 30 ms TTL (jitter off), read until all
+ * are gone; a hit that began at or after the key's latest possible expiry
+ * (the cache's ms clock after its set, + 31: the expiry is rounded up to a
+ * whole ms) is an error. */
+struct mx {
+    struct tw_cache *c;
+    uint64_t set_at[2000]; /* cache ms after each key's set: expiry <= set_at + 31 */
+    _Atomic long late_hits, hits;
+};
+
+static void *mx_reader(void *p)
+{
+    struct mx *m = p;
+    char key[16];
+    long late = 0, hits = 0;
+    for (int round = 0; round < 200; round++) {
+        for (int i = 0; i < 2000; i++) {
+            int kl = snprintf(key, sizeof key, "m%d", i);
+            void *v;
+            uint64_t before = tw_cache_now(m->c);
+            if (tw_cache_get(m->c, key, (size_t)kl, &v) == 0) {
+                hits++;
+                if (before >= m->set_at[i] + 31)
+                    late++;
+            }
+        }
+        struct tw_cache_stats st;
+        tw_cache_stats(m->c, &st);
+        if (st.entries == 0)
+            break;
+    }
+    atomic_fetch_add(&m->late_hits, late);
+    atomic_fetch_add(&m->hits, hits);
+    return NULL;
+}
+
+static void test_reads_during_mass_expiry(void)
+{
+    struct tw_cache_config cfg;
+    tw_cache_config_init(&cfg);
+    cfg.default_ttl_ms = 30;
+    cfg.jitter = 0;
+    static struct mx m;
+    memset(&m, 0, sizeof m);
+    CHECK_EQ_INT(tw_cache_new(&m.c, &cfg), 0);
+    char key[16];
+    for (int i = 0; i < 2000; i++) {
+        int kl = snprintf(key, sizeof key, "m%d", i);
+        CHECK_EQ_INT(tw_cache_set(m.c, key, (size_t)kl, (void *)(uintptr_t)(i + 1)), 0);
+        m.set_at[i] = tw_cache_now(m.c);
+    }
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        pthread_create(&th[i], NULL, mx_reader, &m);
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    CHECK_EQ_INT(atomic_load(&m.late_hits), 0);
+    tw_cache_free(m.c);
+}
+
+/* ---- one clock service for many caches ------------------------------- */
+
+static long threads_now(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    long n = -1;
+    char line[256];
+    if (!f)
+        return -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "Threads: %ld", &n) == 1)
+            break;
+    fclose(f);
+    return n;
+}
+
+/* 100 caches on one tw_clock run one thread between them, and each one's
+ * keys expire on time; the clock refuses to go while caches use it. */
+static void test_shared_clock(void)
+{
+    struct tw_clock *clk;
+    CHECK_EQ_INT(tw_clock_new(&clk, NULL), 0);
+    long before = threads_now();
+    enum { NC = 100 };
+    static struct tw_cache *cs[NC];
+    struct tw_cache_config cfg;
+    tw_cache_config_init(&cfg);
+    cfg.default_ttl_ms = 40;
+    cfg.jitter = 0;
+    cfg.clock = clk;
+    cfg.free_value = counted_free;
+    cfg.value_ctx = &ctr;
+    memset(&ctr, 0, sizeof ctr);
+    static struct counted vals[NC];
+    memset(vals, 0, sizeof vals);
+    for (int i = 0; i < NC; i++) {
+        CHECK_EQ_INT(tw_cache_new(&cs[i], &cfg), 0);
+        CHECK_EQ_INT(tw_cache_set_ttl(cs[i], K("x"), &vals[i], 20 + i % 20), 0);
+    }
+    CHECK_EQ_INT(tw_clock_members(clk), NC);
+    if (before > 0)
+        CHECK_EQ_INT(threads_now(), before); /* no thread per cache */
+    CHECK_EQ_INT(tw_clock_free(clk), TW_EBUSY);
+    uint64_t t0 = mono_ms();
+    while (atomic_load(&ctr.frees) < NC && mono_ms() - t0 < 5000)
+        sleep_ms(5);
+    CHECK_EQ_INT(atomic_load(&ctr.frees), NC); /* expired by the one thread */
+    for (int i = 0; i < NC; i++) {
+        struct tw_cache_stats st;
+        tw_cache_stats(cs[i], &st);
+        CHECK_EQ_U64(st.expirations, 1);
+        tw_cache_free(cs[i]);
+    }
+    CHECK_EQ_INT(tw_clock_members(clk), 0);
+    CHECK_EQ_INT(tw_clock_free(clk), 0);
+    CHECK_EQ_INT(tw_clock_free(NULL), TW_EINVAL);
+    cfg.manual_clock = true; /* a clock with a manual clock makes no sense */
+    struct tw_cache *c;
+    CHECK_EQ_INT(tw_clock_new(&clk, NULL), 0);
+    cfg.clock = clk;
+    CHECK_EQ_INT(tw_cache_new(&c, &cfg), TW_EINVAL);
+    CHECK_EQ_INT(tw_clock_free(clk), 0);
+}
+
+/* A member of one's own: run is called at the asked time, again at what it
+ * returns, earlier when woken; after leave it is never called again. */
+struct own {
+    _Atomic int runs;
+    _Atomic uint64_t last;
+};
+
+static uint64_t own_run(void *ctx, uint64_t now_ns)
+{
+    struct own *o = ctx;
+    atomic_store(&o->last, now_ns);
+    int n = atomic_fetch_add(&o->runs, 1) + 1;
+    return n < 3 ? now_ns + 2000000 : TW_CLOCK_NEVER; /* twice more, 2 ms apart */
+}
+
+static void test_clock_member(void)
+{
+    struct tw_clock *clk;
+    CHECK_EQ_INT(tw_clock_new(&clk, NULL), 0);
+    static struct own o;
+    memset(&o, 0, sizeof o);
+    struct tw_clock_member *m;
+    uint64_t t0 = tw_clock_now_ns();
+    CHECK_EQ_INT(tw_clock_join(clk, own_run, &o, t0 + 5000000, &m), 0);
+    uint64_t w0 = mono_ms();
+    while (atomic_load(&o.runs) < 3 && mono_ms() - w0 < 5000)
+        sleep_ms(1);
+    CHECK_EQ_INT(atomic_load(&o.runs), 3);
+    CHECK(atomic_load(&o.last) >= t0 + 9000000); /* 5 + 2 + 2 ms */
+    tw_clock_wake(clk, m, 0); /* due now: runs a 4th time */
+    w0 = mono_ms();
+    while (atomic_load(&o.runs) < 4 && mono_ms() - w0 < 5000)
+        sleep_ms(1);
+    CHECK_EQ_INT(atomic_load(&o.runs), 4);
+    tw_clock_leave(clk, m);
+    CHECK_EQ_INT(tw_clock_free(clk), 0);
+    CHECK_EQ_INT(tw_clock_join(NULL, own_run, &o, 0, &m), TW_EINVAL);
+}
+
 int main(void)
 {
     RUN(test_single_flight);
@@ -516,5 +798,9 @@ int main(void)
     RUN(test_race_expiry_vs_set);
     RUN(test_race_del_vs_set);
     RUN(test_mixed_stress);
+    RUN(test_lockfree_reads);
+    RUN(test_reads_during_mass_expiry);
+    RUN(test_shared_clock);
+    RUN(test_clock_member);
     return test_summary();
 }

@@ -5,7 +5,7 @@
  *
  * @code
  *   struct tw_cache_config cfg;
- *   tw_cache_config_init(&cfg);          // defaults: jitter 0.05, 16 shards
+ *   tw_cache_config_init(&cfg);          // defaults: jitter 0.05, shards by CPUs
  *   cfg.default_ttl_ms = 60000;
  *   cfg.limit = 100000;                  // LRU cap; 0 = unbounded
  *   cfg.free_value = my_free;            // optional
@@ -28,10 +28,18 @@
  *    pointer: it is still the caller's.
  *    What tw_cache_get hands back is the stored pointer. Another thread may
  *    drop it (and free it) at any moment; if that can happen, set
- *    cfg.retain_value (e.g. a reference-count increment): it is called under
- *    the shard lock on every pointer that get/take return, and the caller
- *    then releases that reference itself. Without free_value, values are
- *    never freed by the cache and the question does not arise.
+ *    cfg.retain_value (e.g. a reference-count increment): it is called on
+ *    every pointer that get/take return, at a moment the cache guarantees the
+ *    value is not freed (inside the read's epoch section, or under the shard
+ *    lock), and the caller then releases that reference itself. Without
+ *    free_value, values are never freed by the cache and the question does
+ *    not arise.
+ *    When free_value runs: reads take no lock, so a dropped value may still
+ *    be in a reader's hands. If no get/take is running at that moment (for
+ *    instance single-threaded use), it is freed before the call that dropped
+ *    it returns; otherwise it is freed later, once every read that could have
+ *    seen it has finished (epoch-based reclamation), on the thread of a later
+ *    set/del/expiry pass, or by tw_cache_free at the latest.
  *  - copy mode (cfg.copy_values): set copies the value bytes into the entry,
  *    the *_copy calls copy them back out into the caller's buffer, and the
  *    cache owns nothing of the caller's. free_value, if set, is only used to
@@ -50,9 +58,14 @@
  *  - When limit > 0 and a set of a new key makes the cache hold more than
  *    limit entries, the least recently used key (set or read longest ago) is
  *    evicted: its timer is cancelled and its value freed. Recency is one
- *    timestamp per entry; LRU lists are per shard and eviction takes the
- *    oldest of the shards' oldest, so the order is exact with shards = 1 and
- *    exact up to clock resolution otherwise.
+ *    timestamp per entry, in 1 ms ticks of the real clock (a counter under
+ *    the manual clock), raised by reads without a lock; eviction takes the
+ *    oldest of the shards' oldest. So the order is exact under the manual
+ *    clock and exact up to the 1 ms tick otherwise, with one relaxation
+ *    under heavy writes: a key read since it was placed is re-placed by
+ *    eviction walking at most 64 keys from the most recent end, so one that
+ *    is older than 64 newer keys of its shard lands a little early. A read
+ *    racing with the eviction of its key may return it and not save it.
  *  - take/take_*: a hit returns the value; on a miss the loader runs once for
  *    all concurrent callers of that key (single flight). Its success is
  *    stored with the TTL and handed to every caller; its error (any non-zero
@@ -62,14 +75,29 @@
  *    set after it was due, and no key is ever stored without an armed timer.
  *
  * Threads: every call is thread-safe except tw_cache_free, which must be the
- * last call. Keys are spread over cfg.shards shards (a power of two) by a
- * SipHash-1-3 of the key under a per-instance random seed (hash flooding
- * proof); each shard has a lock, a hash table, an LRU list and a core wheel
- * (twheel/wheel.h) with 1 ms ticks. One expiry thread per cache sleeps until
- * the earliest deadline of any shard (no wake-ups for empty ticks) and expires
- * keys in small batches, so readers wait at most one batch for a shard.
+ * last call. Keys are spread over cfg.shards shards (a power of two; 0 =
+ * tw_cache_default_shards(), 4 per CPU online, 8 to 256) by a SipHash-1-3 of
+ * the key under a per-instance random seed (hash flooding proof); each shard
+ * has a writers' lock, a hash table, an LRU list and a core wheel
+ * (twheel/wheel.h) with 1 ms ticks.
+ * Reads take no lock and write no cache line that readers on other CPUs
+ * write (hit and miss counts go to a per-CPU stripe): get and the hit path
+ * of take scale with the cores; only a table resize (growth by a set) makes
+ * readers of that one shard look under its lock. Writes (set, del, take's
+ * store, expiry, eviction) lock their shard.
+ * Expiry: a clock service (twheel/clock.h) sleeps until the earliest
+ * deadline of any shard (no wake-ups for empty ticks) and expires keys in
+ * batches of 64 per lock hold; reads never wait for it. Pass one service in
+ * cfg.clock to many caches and they share its single thread (1,000 caches,
+ * one thread); without it each cache starts a service of its own.
  * With cfg.manual_clock there is no thread and no real clock: time is what the
  * last tw_cache_advance said (for tests, simulations and event loops).
+ *
+ * Memory: with millions of keys each read waits on DRAM and, in a VM above
+ * all, on page walks. Transparent huge pages for malloc'ed memory (glibc
+ * 2.35+: GLIBC_TUNABLES=glibc.malloc.hugetlb=1) cut a read at 1e6 keys from
+ * about 660 to 410 CPU ns in bench W8; tw_cache_get_many/set_many hide most
+ * of the rest when the caller has many keys at once.
  */
 #ifndef TWHEEL_CACHE_H
 #define TWHEEL_CACHE_H
@@ -78,6 +106,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "twheel/clock.h"
 #include "twheel/common.h"
 
 #ifdef __cplusplus
@@ -120,12 +149,12 @@ typedef int tw_cache_loader_fn(void *ctx, const void *key, size_t klen, void **v
  * need that lock to wake the thread). */
 typedef void tw_cache_log_fn(void *ctx, const char *line);
 
-/** Which lock guards a shard. With an rwlock, reads share the lock when the
- * cache has no LRU limit (a read then writes nothing to the entry); with a
- * limit, reads move the entry in the LRU and take it exclusively anyway. */
+/** Which lock guards a shard's writers. Reads take no lock (they fall back to
+ * the lock, shared when it is an rwlock, only while a resize relinks the
+ * shard's table), so the choice matters little now. */
 enum tw_cache_lock {
     TW_CACHE_LOCK_MUTEX = 0, /**< default: faster on 2 cores (see bench/README.md, W6) */
-    /** a read-write lock: reads share it when there is no LRU limit */
+    /** a read-write lock for the writers (reads take no lock) */
     TW_CACHE_LOCK_RWLOCK = 1,
 };
 
@@ -136,7 +165,7 @@ struct tw_cache_config {
     size_t limit;               /**< LRU cap on entries; 0 = unbounded */
     const char *name;           /**< for the log line; copied; NULL = "cache" */
     double jitter;              /**< TTL factor in [1-jitter, 1+jitter]; 0 = off; < 1 */
-    unsigned shards;            /**< power of two in [1, 4096]; default 16 */
+    unsigned shards;            /**< power of two in [1, 4096]; 0 (default) = by CPUs */
     enum tw_cache_lock lock;    /**< default TW_CACHE_LOCK_MUTEX */
     bool copy_values;           /**< copy mode (see above) instead of pointers */
     /** frees the values the cache drops (pointer mode), or the buffers that
@@ -151,6 +180,8 @@ struct tw_cache_config {
     bool manual_clock;          /**< no thread: time moves by tw_cache_advance */
     uint64_t start_ms;          /**< manual clock: the time at creation (< 2^44) */
     const struct tw_allocator *allocator; /**< NULL = realloc/free; copied */
+    struct tw_clock *clock;     /**< shared expiry service; NULL = one of its own.
+                                 * Must outlive the cache. Not with manual_clock. */
 };
 
 /** Longest TTL in milliseconds: 2^62 ns rounded down to whole ms, about 146
@@ -168,19 +199,27 @@ struct tw_cache_stats {
     uint64_t expirations; /**< keys dropped by their timer */
 };
 
-/** Fill *cfg with the defaults (every field zero except jitter 0.05,
- * shards 16, log_interval_ms 60000). default_ttl_ms must still be set. */
+/** Fill *cfg with the defaults (every field zero except jitter 0.05 and
+ * log_interval_ms 60000; shards 0 = by CPUs). default_ttl_ms must still be set. */
 TW_API void tw_cache_config_init(struct tw_cache_config *cfg);
 
-/** Create a cache and, unless cfg->manual_clock, its expiry thread. Returns 0
+/** The shard count used when cfg.shards is 0: 4 per CPU online, rounded up
+ * to a power of two, at least 8 and at most 256 (8 on 2 CPUs, 64 on 16).
+ * Shards only spread writers: reads take no lock. */
+TW_API unsigned tw_cache_default_shards(void);
+
+/** Create a cache and, unless cfg->manual_clock, join cfg->clock (or start a
+ * clock service of its own). Returns 0
  * and sets *out, or TW_EINVAL (NULL argument, ttl <= 0, jitter outside
- * [0, 1), shards not a power of two in range, retain_value in copy mode),
+ * [0, 1), shards not 0 nor a power of two in range, retain_value in copy
+ * mode, a clock with manual_clock),
  * TW_ENOMEM, TW_ESYS (thread or lock creation failed). On failure nothing is
  * left allocated and *out is untouched. */
 TW_API int tw_cache_new(struct tw_cache **out, const struct tw_cache_config *cfg);
 
-/** Stop the expiry thread and join it, free every entry (free_value once per
- * stored pointer) and the cache. NULL is a no-op. No other call may be
+/** Leave the clock service (stopping and joining its thread if it is the
+ * cache's own), free every entry (free_value once per stored pointer) and
+ * the cache. NULL is a no-op. No other call may be
  * running or made afterwards (takes in flight included). */
 TW_API void tw_cache_free(struct tw_cache *c);
 
@@ -208,6 +247,26 @@ TW_API int tw_cache_get(struct tw_cache *c, const void *key, size_t klen, void *
  * full length (a shorter cap truncates: compare). 0, TW_ENOENT or TW_EINVAL. */
 TW_API int tw_cache_get_copy(struct tw_cache *c, const void *key, size_t klen, void *buf,
                              size_t cap, size_t *vlen);
+
+/** Batched get (pointer mode): look up n keys (keys[i], klens[i] bytes) at
+ * once, as n tw_cache_get calls would, but fetching the buckets and entries
+ * of the next keys from memory while working on the current one (at 1e6
+ * keys most single gets wait on DRAM). values[i] gets the value (retained as
+ * by get) or NULL; results, if not NULL, gets each key's 0, TW_ENOENT,
+ * TW_EINVAL or TW_E2BIG. Returns the number of hits, or TW_EINVAL (NULL
+ * cache, keys, klens or values with n > 0, copy mode). Not atomic as a
+ * whole: each key is read as by its own get. */
+TW_API int tw_cache_get_many(struct tw_cache *c, size_t n, const void *const *keys,
+                             const size_t *klens, void **values, int *results);
+
+/** Batched set (pointer mode) with the default TTL: as n tw_cache_set calls
+ * in order, with the next keys' buckets and entries prefetched. results, if
+ * not NULL, gets each key's return code (a failed key's value is still the
+ * caller's). Returns the number of keys stored, or TW_EINVAL as get_many.
+ * Setting the same key twice in one batch stores the later value (the
+ * earlier one is freed as by an overwrite). */
+TW_API int tw_cache_set_many(struct tw_cache *c, size_t n, const void *const *keys,
+                             const size_t *klens, void *const *values, int *results);
 
 /** Remove key: its timer is cancelled and its value freed (once). Returns 0,
  * TW_ENOENT if it was not stored (an expired key not yet collected counts as

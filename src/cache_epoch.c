@@ -1,0 +1,240 @@
+/* SPDX-License-Identifier: MIT */
+/* twheel cache: read sections and the safe reclamation of what writers
+ * unlink (epoch-based, after Fraser's EBR, with per-CPU reader counts).
+ *
+ * Readers take no lock, so an entry (and its pointer-mode value) that a
+ * writer unlinks may still be under a reader's eyes. A reader therefore runs
+ * inside a read section:
+ *
+ *   enter: e = epoch; active[e & 1] += 1 (seq_cst); if epoch != e, undo, retry
+ *   exit:  active[idx] -= 1 (release)
+ *
+ * where `active` lives in the reader's stripe, chosen by the CPU it runs on
+ * (sched_getcpu, cheap with glibc's rseq), so readers on different CPUs
+ * write different cache lines and no line is written by two readers at
+ * once. The epoch counter is only read by readers.
+ *
+ * Writers retire what they unlink (entries, replaced bucket arrays):
+ *  - at once, if after the unlink (and a seq_cst fence) every stripe's two
+ *    counts are zero: no reader is inside, and any reader that enters later
+ *    cannot see the unlinked object (the store-buffer pattern, seq_cst on
+ *    both sides). This keeps single-threaded use synchronous: free_value
+ *    runs before del/set returns when no get runs at the same time;
+ *  - else into their shard's limbo, tagged with the epoch read after the
+ *    unlink, and freed once the epoch has reached tag + 2.
+ * The epoch moves from e to e + 1 only when no reader that entered with
+ * e - 1 is still inside (all stripes' active[(e + 1) & 1] are zero), so when
+ * it reaches tag + 2 every reader that entered at tag or before has left,
+ * and readers that entered later saw the unlink. A reader that read a stale
+ * epoch re-checks it after counting itself, so it never runs counted under
+ * the wrong parity. Writers advance the epoch when their shard's limbo holds
+ * CACHE_LIMBO_ADVANCE items; the expiry pass advances and collects every
+ * shard's limbo, and keeps waking every 10 ms while some is left.
+ *
+ * So values are freed exactly once (they leave the table once, under the
+ * shard lock) and never while a reader may still hand them out: retain_value
+ * runs inside the read section.
+ */
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cache_internal.h"
+
+#if defined(__linux__)
+/* glibc and musl both have it; declared here too so that a strict
+ * _POSIX_C_SOURCE build (the amalgamation) still sees it. */
+extern int sched_getcpu(void);
+#endif
+
+static unsigned cache_epoch_cpus(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_CONF);
+    return n < 1 ? 1u : n > (long)CACHE_MAX_STRIPES ? CACHE_MAX_STRIPES : (unsigned)n;
+}
+
+static unsigned cache_epoch_pow2(unsigned n)
+{
+    unsigned p = 1;
+    while (p < n)
+        p <<= 1;
+    return p;
+}
+
+unsigned tw_cache_stripes_default_(void)
+{
+    return cache_epoch_pow2(cache_epoch_cpus());
+}
+
+/* Shards only spread writers now (readers take no lock): 4 per CPU online
+ * keeps two writers on one shard unlikely (P writers meet with probability
+ * about P/(4*CPUs)) and costs one 23 KB wheel each. 8 to 256. */
+unsigned tw_cache_shards_default_(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    unsigned cpus = n < 1 ? 1u : n > 64 ? 64u : (unsigned)n;
+    unsigned s = cache_epoch_pow2(4 * cpus);
+    return s < 8 ? 8 : s > 256 ? 256 : s;
+}
+
+static inline struct cache_stripe *cache_epoch_stripe(struct tw_cache *c)
+{
+    int cpu = -1;
+#if defined(__linux__)
+    cpu = sched_getcpu();
+#endif
+    if (cpu < 0) {
+        /* No CPU number: spread threads by their stack's address. */
+        char probe;
+        uintptr_t a = (uintptr_t)&probe >> 16;
+        cpu = (int)((a * UINT64_C(0x9e3779b97f4a7c15)) >> 40);
+    }
+    return &c->stripes[(unsigned)cpu & c->stripe_mask];
+}
+
+void tw_cache_rd_enter_(struct tw_cache *c, struct cache_rd *rd)
+{
+    struct cache_stripe *st = cache_epoch_stripe(c);
+    for (;;) {
+        uint64_t e = atomic_load_explicit(&c->epoch, memory_order_seq_cst);
+        atomic_fetch_add_explicit(&st->active[e & 1], 1, memory_order_seq_cst);
+        if (atomic_load_explicit(&c->epoch, memory_order_seq_cst) == e) {
+            rd->st = st;
+            rd->idx = (unsigned)(e & 1);
+            return;
+        }
+        atomic_fetch_sub_explicit(&st->active[e & 1], 1, memory_order_relaxed);
+    }
+}
+
+/* Whether no reader is inside a read section of either parity. */
+static bool cache_epoch_quiet(const struct tw_cache *c)
+{
+    for (unsigned i = 0; i <= c->stripe_mask; i++) {
+        const struct cache_stripe *st = &c->stripes[i];
+        if (atomic_load_explicit(&st->active[0], memory_order_seq_cst) ||
+            atomic_load_explicit(&st->active[1], memory_order_seq_cst))
+            return false;
+    }
+    return true;
+}
+
+bool tw_cache_epoch_advance_(struct tw_cache *c)
+{
+    atomic_thread_fence(memory_order_seq_cst);
+    uint64_t e = atomic_load_explicit(&c->epoch, memory_order_seq_cst);
+    unsigned old = (unsigned)((e + 1) & 1);
+    for (unsigned i = 0; i <= c->stripe_mask; i++)
+        if (atomic_load_explicit(&c->stripes[i].active[old], memory_order_seq_cst))
+            return false;
+    return atomic_compare_exchange_strong(&c->epoch, &e, e + 1);
+}
+
+static void cache_garbage_splice(struct cache_garbage *to, struct cache_garbage *from)
+{
+    if (from->entries) {
+        struct tw_node *last = from->entries;
+        while (last->next)
+            last = last->next;
+        last->next = to->entries;
+        to->entries = from->entries;
+    }
+    if (from->tables) {
+        struct cache_table *last = from->tables;
+        while (last->free_next)
+            last = last->free_next;
+        last->free_next = to->tables;
+        to->tables = from->tables;
+    }
+    to->n += from->n;
+    memset(from, 0, sizeof *from);
+}
+
+void tw_cache_limbo_collect_(struct tw_cache *c, struct cache_shard *s, struct cache_garbage *g,
+                             bool all)
+{
+    if (!atomic_load_explicit(&s->limbo_n, memory_order_relaxed))
+        return;
+    uint64_t e = atomic_load_explicit(&c->epoch, memory_order_seq_cst);
+    for (unsigned i = 0; i < 3; i++) {
+        struct cache_limbo *l = &s->limbo[i];
+        if (l->g.n && (all || l->tag + 2 <= e)) {
+            s->limbo_n -= l->g.n;
+            cache_garbage_splice(g, &l->g);
+        }
+    }
+}
+
+bool tw_cache_retire_locked_(struct tw_cache *c, struct cache_shard *s, struct cache_garbage *g)
+{
+    if (!g->n)
+        return false;
+    atomic_thread_fence(memory_order_seq_cst);
+    if (cache_epoch_quiet(c)) {
+        tw_cache_limbo_collect_(c, s, g, false);
+        return false;
+    }
+    uint64_t tag = atomic_load_explicit(&c->epoch, memory_order_seq_cst);
+    struct cache_garbage keep = *g;
+    memset(g, 0, sizeof *g);
+    /* Whatever was safe goes out; the slot for `tag` is then either empty
+     * or already holds `tag` (an older tag in it would be <= tag - 3). */
+    tw_cache_limbo_collect_(c, s, g, false);
+    struct cache_limbo *l = &s->limbo[tag % 3];
+    l->tag = tag;
+    s->limbo_n += keep.n;
+    cache_garbage_splice(&l->g, &keep);
+    return atomic_load_explicit(&s->limbo_n, memory_order_relaxed) >= CACHE_LIMBO_ADVANCE;
+}
+
+void tw_cache_garbage_release_(struct tw_cache *c, struct cache_garbage *g)
+{
+    struct tw_node *n = g->entries;
+    while (n) {
+        struct tw_node *next = n->next;
+        struct cache_entry *e = tw_container_of(n, struct cache_entry, timer);
+        size_t vlen = c->copy_values ? e->value.len : 0;
+        if (!c->copy_values && c->free_value)
+            c->free_value(c->value_ctx, atomic_load_explicit(&e->value.ptr, memory_order_relaxed));
+        size_t pre = c->limit ? sizeof(struct cache_lru) : 0;
+        tw_cache_mem_free_(&c->alloc, (char *)e - pre,
+                           pre + sizeof(struct cache_entry) + e->klen + vlen);
+        n = next;
+    }
+    struct cache_table *t = g->tables;
+    while (t) {
+        struct cache_table *next = t->free_next;
+        tw_cache_table_free_(c, t);
+        t = next;
+    }
+    memset(g, 0, sizeof *g);
+}
+
+size_t tw_cache_reclaim_(struct tw_cache *c)
+{
+    size_t left = 0;
+    bool any = false;
+    for (unsigned i = 0; i < c->nshards && !any; i++)
+        any = atomic_load_explicit(&c->shards[i].limbo_n, memory_order_relaxed) != 0;
+    if (!any)
+        return 0;
+    tw_cache_epoch_advance_(c);
+    tw_cache_epoch_advance_(c);
+    for (unsigned i = 0; i < c->nshards; i++) {
+        struct cache_shard *s = &c->shards[i];
+        struct cache_garbage g = {0};
+        if (c->rwlock)
+            pthread_rwlock_wrlock(&s->lock.rw);
+        else
+            pthread_mutex_lock(&s->lock.mu);
+        tw_cache_limbo_collect_(c, s, &g, false);
+        left += s->limbo_n;
+        if (c->rwlock)
+            pthread_rwlock_unlock(&s->lock.rw);
+        else
+            pthread_mutex_unlock(&s->lock.mu);
+        tw_cache_garbage_release_(c, &g);
+    }
+    return left;
+}
