@@ -226,12 +226,12 @@ static void test_move_remove_replace(void)
     CHECK_EQ_INT(tw_runner_move_int(r, 1, TICK_NS), TW_ENOENT);
     CHECK_EQ_INT(tw_runner_remove_int(r, 1, NULL), TW_ENOENT);
     uint64_t t0 = now_ns();
-    CHECK_EQ_INT(tw_runner_set_int(r, 1, (void *)10, 3 * TICK_NS), 1);
+    CHECK_EQ_INT(tw_runner_set_int(r, 1, (void *)10, 20 * TICK_NS), 1);
     CHECK_EQ_INT(tw_runner_move_int(r, 1, 30 * TICK_NS), 0); /* later */
     CHECK_EQ_INT(tw_runner_move_int(r, 1, -1), TW_EINVAL);
-    CHECK_EQ_INT(tw_runner_set_int(r, 2, (void *)20, 2 * TICK_NS), 1);
+    CHECK_EQ_INT(tw_runner_set_int(r, 2, (void *)20, 200 * TICK_NS), 1);
     CHECK_EQ_INT(tw_runner_set_int(r, 2, (void *)21, 4 * TICK_NS), 0); /* replaced */
-    CHECK_EQ_INT(tw_runner_set_int(r, 3, (void *)30, 2 * TICK_NS), 1);
+    CHECK_EQ_INT(tw_runner_set_int(r, 3, (void *)30, 500 * TICK_NS), 1); /* far: removed first even on a busy machine */
     void *v = NULL;
     CHECK_EQ_INT(tw_runner_remove_int(r, 3, &v), 0);
     CHECK_EQ_PTR(v, (void *)30);
