@@ -21,6 +21,18 @@
  *  - Catch-up: tasks that became due while no worker (or Redis) ran are
  *    delivered as soon as a worker runs, in due order, with their due time.
  *  - No polling for due work.
+ *
+ * Threads: set/move/remove/set_many/stats may be called from any thread
+ * (they share one set of connections under a mutex). A worker runs a claim
+ * thread, a subscriber thread, a tick thread and `threads` executor threads,
+ * each with its own connections. execute may call set/move/remove on the same
+ * client; it must not call stop or free.
+ *
+ * Leases: lease_ms bounds both how long a claimed task may wait in a worker's
+ * wheel past its due time and how long execute may run: the lease is renewed
+ * to now + lease_ms when execute starts, and not extended while it runs. An
+ * execute that runs longer loses its lease: the task is delivered again and
+ * its acknowledgement is refused (stale_acks).
  */
 #ifndef TWHEEL_REDIS_H
 #define TWHEEL_REDIS_H
@@ -39,6 +51,12 @@ extern "C" {
 #define TW_REDIS_KEY_MAX 512
 /** Longest payload accepted, in bytes. */
 #define TW_REDIS_PAYLOAD_MAX (1u << 20)
+/** Longest delay accepted, in ms (about 31 years); more gives TW_EINVAL. */
+#define TW_REDIS_DELAY_MAX 1000000000000LL
+/** Most partitions a queue may have. */
+#define TW_REDIS_PARTITIONS_MAX 16384u
+/** Most executor threads of a worker. */
+#define TW_REDIS_THREADS_MAX 256u
 
 /** A client of one durable queue; with an execute callback, also a worker. */
 struct tw_redis;
@@ -92,6 +110,12 @@ struct tw_redis_stats {
     uint64_t late_p50_us; /**< delivery lateness (start of execute - due), median */
     uint64_t late_p99_us; /**< ... 99th percentile */
     uint64_t late_max_us; /**< ... maximum */
+    uint64_t claims;      /**< claim script calls (refills, notifications, catch-up batches) */
+    uint64_t refills;     /**< periodic refill rounds (one claim per partition, every window/2) */
+    uint64_t notifications; /**< notifications received (a set earlier than the held window) */
+    uint64_t recovered;   /**< expired leases this worker's claims moved back to due */
+    uint64_t lost_leases; /**< held tasks not started because their lease was gone (replaced,
+                               moved, removed or expired) */
 };
 
 /** Fill @p cfg with the defaults above (servers NULL: must be set). */
