@@ -474,7 +474,8 @@ static int rr_claim_round(struct tw_redis *r, unsigned char *want)
                 more = true;
             }
         }
-        qsort(b.v, b.n, sizeof *b.v, rr_item_cmp);
+        if (b.n > 1)
+            qsort(b.v, b.n, sizeof *b.v, rr_item_cmp);
         for (size_t i = 0; i < b.n; i++)
             if (tw_rr_local_add(r->local, b.v[i]) != 0)
                 rr_orphan(r, b.v[i]);
