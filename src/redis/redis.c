@@ -573,6 +573,44 @@ static int rr_claim_part(struct tw_redis *r, uint32_t p, struct rr_batch *b)
     return (int)(k > got ? k : got);
 }
 
+/* Before claiming, a fresh and tight clock sample of every node serving a
+ * wanted partition: TIME is a quick round trip, where the claim's own reply
+ * comes after its whole script and its payloads (up to ~4 MB), so the
+ * claim's sample is loose; the held tasks' local due times are only as good
+ * as the offset known when they are claimed. */
+#define RR_SAMPLE_NODES 64
+static void rr_clock_round(struct tw_redis *r, const unsigned char *want)
+{
+    uint64_t srv[RR_SAMPLE_NODES], loc[RR_SAMPLE_NODES];
+    unsigned char have[RR_SAMPLE_NODES] = {0};
+    for (uint32_t p = 0; p < r->cfg.partitions; p++) {
+        if (!want[p])
+            continue;
+        int nd = tw_rr_node_of(&r->claim_rt, r->slots[p]);
+        if (nd < 0 || nd >= RR_SAMPLE_NODES)
+            continue;
+        if (!have[nd]) {
+            const char *av[1] = {"TIME"};
+            size_t al[1] = {4};
+            redisReply *x;
+            have[nd] = 2; /* tried */
+            if (tw_rr_command(&r->claim_rt, r->slots[p], 1, av, al, &x) != 0)
+                continue;
+            loc[nd] = tw_rr_mono_ns();
+            if (x->type == REDIS_REPLY_ARRAY && x->elements == 2 &&
+                x->element[0]->type == REDIS_REPLY_STRING &&
+                x->element[1]->type == REDIS_REPLY_STRING) {
+                srv[nd] = strtoull(x->element[0]->str, NULL, 10) * 1000000u +
+                          strtoull(x->element[1]->str, NULL, 10);
+                have[nd] = 1;
+            }
+            freeReplyObject(x);
+        }
+        if (have[nd] == 1)
+            rr_clock_sample(r, p, srv[nd], loc[nd]);
+    }
+}
+
 /* Claim the flagged partitions until each returns less than a full batch
  * (or the worker holds RR_HELD_MAX tasks); hands items to the local window in
  * due order per pass. Returns 0 or the last error. */
@@ -581,6 +619,7 @@ static int rr_claim_round(struct tw_redis *r, unsigned char *want, bool *capped)
     struct rr_batch b = {0};
     int err = 0;
     bool more = true;
+    rr_clock_round(r, want);
     while (more) {
         more = false;
         for (uint32_t p = 0; p < r->cfg.partitions; p++) {

@@ -64,6 +64,8 @@ int tw_rr_parse_addr(const char *s, char *host, size_t hostcap, int *port);
 /* Redis Cluster key slot (CRC16 of the hash tag or of the key, mod 16384). */
 unsigned tw_rr_key_slot(const void *key, size_t len);
 
+/* Index of the node serving `slot` by the current map (0 standalone), or -1. */
+int tw_rr_node_of(const struct tw_rr_router *rt, int slot);
 /* Run one command routed by `slot` (any node when slot < 0), following
  * MOVED/ASK, retrying connection errors with backoff until the command
  * timeout. Returns 0 and *reply (an error reply is returned as a reply), or

@@ -294,6 +294,14 @@ void tw_rr_router_free(struct tw_rr_router *rt)
     memset(rt, 0, sizeof *rt);
 }
 
+int tw_rr_node_of(const struct tw_rr_router *rt, int slot)
+{
+    if (!rt->cluster || slot < 0)
+        return 0;
+    uint16_t n = rt->slot_node[slot];
+    return n == UINT16_MAX ? -1 : n;
+}
+
 /* The node for a slot; -1 when the map does not know it. */
 static int rr_node_for(struct tw_rr_router *rt, int slot)
 {
