@@ -28,6 +28,22 @@
  * each with its own connections. execute may call set/move/remove on the same
  * client; it must not call stop or free.
  *
+ * Durability: a call returns once Redis has applied it; what survives a crash
+ * of Redis itself is Redis's choice: with `appendonly yes` and `appendfsync
+ * always` nothing acknowledged is lost; `appendfsync everysec` (Redis's
+ * default with AOF) may lose the last second of sets, moves, removes and
+ * acknowledgements (a lost acknowledgement means a second delivery, a lost
+ * set a task never delivered); RDB snapshots alone lose everything since the
+ * last snapshot. With replicas, a failover may lose what the master had not
+ * replicated yet.
+ *
+ * Lateness: a worker claims tasks window_ms ahead (every window_ms / 2) and
+ * holds them in a wheel of tick_ms ticks, so a task normally starts within a
+ * tick plus one round trip of its due time; a task set or moved earlier than
+ * what workers hold reaches them through a PUBLISH on its partition's
+ * channel. Tasks due while no worker ran are claimed in due order (per
+ * partition, and sorted within each claim round).
+ *
  * Leases: lease_ms bounds both how long a claimed task may wait in a worker's
  * wheel past its due time and how long execute may run: the lease is renewed
  * to now + lease_ms when execute starts, and not extended while it runs. An
@@ -107,7 +123,8 @@ struct tw_redis_stats {
     uint64_t failed;      /**< execute calls that answered FAILED */
     uint64_t stale_acks;  /**< acknowledgements refused because the lease was no longer ours */
     uint64_t reconnects;  /**< connections re-established after a failure */
-    uint64_t late_p50_us; /**< delivery lateness (start of execute - due), median */
+    uint64_t late_p50_us; /**< delivery lateness (server's clock when the start of the task
+                               was granted - due), median, from a log-linear histogram */
     uint64_t late_p99_us; /**< ... 99th percentile */
     uint64_t late_max_us; /**< ... maximum */
     uint64_t claims;      /**< claim script calls (refills, notifications, catch-up batches) */
@@ -148,9 +165,12 @@ struct tw_redis_item {
     int64_t delay_ms;    /**< delay from now */
 };
 
-/** Pipelined sets: all items are validated first (one bad item: nothing sent).
+/** Pipelined sets: all items are validated first (one bad item: nothing sent);
+ * then one script call per partition per 64 items, pipelined. A key given
+ * twice: the last item wins.
  * @return the number stored (n on success), or an error code; on TW_EIO some
- *         prefix may be stored, and the count of those is not known. */
+ *         of the items may be stored (not necessarily a prefix), and which is
+ *         not known. */
 TW_API int tw_redis_set_many(struct tw_redis *r, const struct tw_redis_item *items, size_t n);
 
 /** Stop claiming, let running callbacks finish, release held leases so other

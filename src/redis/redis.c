@@ -19,24 +19,40 @@
  *   {q:p}:ch       channel PUBLISH due ms when a task becomes     set move fail release
  *                          due before hold (a worker claims now)
  *
- * Calls, each one script (atomic: nothing half-written), and their cost in
- * Redis operations (n = tasks in the partition; k = tasks in the batch):
+ * Calls, each one script call (atomic: nothing half-written), and their cost
+ * in Redis operations (n = tasks in the partition, k = tasks in the call):
  *
- *   call      script   round trips  Redis work                        when
- *   set       SET      1            TIME HSET ZREM ZADD GET [PUBLISH]  O(log n)
- *   move      MOVE     1            HGET TIME HSET ZREM ZADD GET [PUB] O(log n)
- *   remove    REMOVE   1            HDEL ZREM ZREM                     O(log n)
- *   claim     CLAIM    1 per k<=256 ZRANGEBYSCORE..LIMIT twice, per task HGET ZREM INCR HSET ZADD,
- *                                   SET                                O(k log n)
- *   start     START    1 per task   HGET TIME ZSCORE HSET ZADD         O(log n)
- *   ack       ACK      1 per task   HGET TIME ZSCORE HDEL ZREM         O(log n)
- *   fail      FAIL     1 per task   HGET TIME ZSCORE HSET ZREM ZADD GET [PUBLISH]  O(log n)
- *   release   RELEASE  1 per held   HGET HSET ZREM ZADD GET [PUBLISH]  O(log n)
- *   stats     HLEN     1 per part.  O(1)
+ *   call       script   round trips            Redis work per call              cost
+ *   set        SET      1                      TIME GET, HSET ZREM ZADD [PUBLISH] O(log n)
+ *   set_many   SET      pipelined, 1 call per  the same, each of HSET ZREM ZADD   O(k log n)
+ *                       partition per <= 64    taking the k tasks at once
+ *   move       MOVE     1                      HGET TIME HSET ZREM ZADD GET [PUB] O(log n)
+ *   remove     REMOVE   1                      HDEL ZREM ZREM                     O(log n)
+ *   claim      CLAIM    1 per <= 256 tasks     ZRANGEBYSCORE..LIMIT x2 (expired    O(k log n)
+ *                                              leases, due tasks), per task HGET
+ *                                              ZREM INCR HSET ZADD; GET SET
+ *   (worker)   TIME     1 per node per round   TIME                               O(1)
+ *   start      START    1 per executor batch   TIME, per task HGET ZSCORE HSET    O(k log n)
+ *                       (<= 32 tasks; one call ZADD
+ *                       per partition, pipelined)
+ *   ack        ACK      as start               TIME, per task HGET ZSCORE HDEL    O(k log n)
+ *                                              ZREM
+ *   fail       FAIL     1 per FAILED task      HGET TIME ZSCORE HSET ZREM ZADD    O(log n)
+ *                                              GET [PUBLISH]
+ *   release    RELEASE  pipelined, 1 per held  HGET HSET ZREM ZADD GET [PUBLISH]  O(log n)
+ *   stats      HLEN     1 per partition        HLEN                               O(1)
  * Nothing ever scans: claim reads at most 256 expired leases and 256 due
- * tasks (and at most ~4 MB of payload) per call. A worker's periodic work is
- * one claim per partition every window/2 (refill + lease recovery), counted
- * in stats (claims, refills). A delivered task costs claim/k + start + ack.
+ * tasks (and stops past ~4 MB of payload) per call. A worker's periodic work
+ * is one refill round every window/2: a TIME per node and one claim per
+ * partition (more while partitions return full batches), counted in stats
+ * (claims, refills). A delivered task costs about claim/256 + start/batch +
+ * ack/batch script calls.
+ *
+ * Memory in Redis: a pending task is one HASH field (the key, and
+ * "0 0 <due ms> " + payload) and one ZSET member (the key and its score):
+ * with 16-byte keys and 32-byte payloads, 268 bytes per task on Redis 7.0
+ * (INFO used_memory over 1e5 tasks), about half of it the ZSET's skiplist
+ * node and dict entry and half the HASH's entry and two strings.
  *
  * Why these calls:
  *  - claim leases a task up to window_ms before it is due, with a lease that
@@ -57,21 +73,26 @@
  *    window_ms ahead, so each task is claimed >= window/2 before its due time.
  *
  * Never early, the argument: (1) claim hands out tasks due by server_now +
- * window only; (2) the worker's local due time is t_reply + (due - server_now)
- * where server_now is the TIME read inside claim and t_reply the local
- * monotonic time after the reply arrived, so the server's clock had reached
- * server_now before t_reply: the local estimate of the server's clock never
- * runs ahead of it (drift aside); (3) start checks TIME >= due on the server
- * itself, and when the local estimate was early (drift) the worker waits the
- * remaining time start reports. (3) alone makes the rule hold; (2) makes it
- * cheap (start almost never answers "not yet").
+ * window only; (2) the worker fires a held task when its local monotonic
+ * clock reaches due - offset, where offset (server clock - local clock) is
+ * the largest of recent lower bounds: each reply carrying the server's TIME
+ * (read during the call) gives one as server_time - local_time_after_reply,
+ * since the server's clock had reached server_time before the reply
+ * arrived; so the local estimate of the server's clock never runs ahead of
+ * it (drift aside: samples older than 5-10 s are dropped). A TIME round trip
+ * per node before each claim round keeps the bound tight (a claim's own
+ * reply is loose by its script and payload time). (3) start checks TIME >=
+ * due on the server itself, and when the local estimate was early the
+ * worker waits the remaining time start reports. (3) alone makes the rule
+ * hold; (2) makes it cheap (start almost never answers "not yet").
  *
  * Threads and connections: the client API (set, move, remove, set_many,
  * stats, and stop's releases) shares one router under api_mu; a worker adds a
  * claim thread (own router), a subscriber thread (own connection, SUBSCRIBE
  * to every partition's channel on one node: in a cluster PUBLISH reaches
- * every node), the local wheel's tick thread and `threads` executors, each
- * executor with its own router. No connection is ever shared unlocked.
+ * every node; new returns once it is subscribed), the local wheel's tick
+ * thread and `threads` executors, each executor with its own router. No
+ * connection is ever shared unlocked.
  *
  * Faults: a call gives TW_EIO after command_timeout_ms of failed attempts
  * (reconnecting with backoff); the claim thread and the subscriber reconnect
