@@ -702,6 +702,7 @@ static void test_unreachable(void)
     }
     CHECK_EQ_INT(tw_redis_set(w, "a", 1, "1", 1, 50), 0);
     CHECK(rec_wait(&R, 1, 3000));
+    wait_delivered(w, 1, 3000); /* acknowledged before the server goes */
     CHECK_EQ_INT(rfx_kill(&s), 0);
     CHECK_EQ_INT(tw_redis_set(w, "b", 1, "2", 1, 50), TW_EIO);
     CHECK_EQ_INT(tw_redis_move(w, "b", 1, 50), TW_EIO);
