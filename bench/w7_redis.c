@@ -37,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <hiredis/hiredis.h>
 
@@ -226,8 +227,10 @@ static int crew_start(struct crew *w, const struct rfx_server *s, enum kind k, c
 {
     memset(w, 0, sizeof *w);
     for (int i = 0; i < 2; i++) {
-        snprintf(w->out[i], sizeof w->out[i], "%s/%s.%d", s->dir, tag, i);
-        snprintf(w->stats[i], sizeof w->stats[i], "%s/%s.stats.%d", s->dir, tag, i);
+        snprintf(w->out[i], sizeof w->out[i], "%s/%s.%d.%d", s->dir, tag, (int)k, i);
+        snprintf(w->stats[i], sizeof w->stats[i], "%s/%s.stats.%d.%d", s->dir, tag, (int)k, i);
+        unlink(w->out[i]);
+        unlink(w->stats[i]);
         struct rw_opts o = {.servers = rfx_addr(s), .queue = "w7", .out = w->out[i],
                             .stats = w->stats[i], .lease_ms = lease_ms};
         if (k != TWHEEL) {

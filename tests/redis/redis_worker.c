@@ -228,9 +228,12 @@ static int run_wheel(const struct opts *o, const sigset_t *set)
             fprintf(f,
                     "delivered %" PRIu64 "\nredelivered %" PRIu64 "\nfailed %" PRIu64
                     "\nstale_acks %" PRIu64 "\nreconnects %" PRIu64 "\nlate_p50_us %" PRIu64
-                    "\nlate_p99_us %" PRIu64 "\nlate_max_us %" PRIu64 "\n",
+                    "\nlate_p99_us %" PRIu64 "\nlate_max_us %" PRIu64 "\nclaims %" PRIu64
+                    "\nrefills %" PRIu64 "\nnotifications %" PRIu64 "\nrecovered %" PRIu64
+                    "\nlost_leases %" PRIu64 "\n",
                     st.delivered, st.redelivered, st.failed, st.stale_acks, st.reconnects,
-                    st.late_p50_us, st.late_p99_us, st.late_max_us);
+                    st.late_p50_us, st.late_p99_us, st.late_max_us, st.claims, st.refills,
+                    st.notifications, st.recovered, st.lost_leases);
             fclose(f);
         }
     }
