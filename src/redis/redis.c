@@ -1,0 +1,1138 @@
+/* SPDX-License-Identifier: MIT */
+/* twheel Redis layer: durable delayed tasks shared by worker processes.
+ *
+ * Redis holds every task; a worker claims the near window with a lease and
+ * holds it in a local wheel (local.c), so a task starts at its tick, not at
+ * the next poll. Notifications bring in work set earlier than what workers
+ * hold.
+ *
+ * Schema, per partition p of queue q (hash tag {q:p}, so a partition's keys
+ * share one cluster slot and the partitions spread over the masters; a key
+ * goes to partition FNV-1a-64(key) % partitions, the same in every client):
+ *
+ *   key            type    holds                                 touched by
+ *   {q:p}:due      ZSET    key -> due ms (waiting, not leased)    set move remove claim fail release
+ *   {q:p}:lease    ZSET    key -> lease end ms (claimed)          set move remove claim start ack fail release
+ *   {q:p}:task     HASH    key -> "token attempt due " payload    all
+ *   {q:p}:seq      STRING  lease token counter (INCR)             claim
+ *   {q:p}:hold     STRING  latest window end any worker claimed   claim (SET PX); set move fail release (GET)
+ *   {q:p}:ch       channel PUBLISH due ms when a task becomes     set move fail release
+ *                          due before hold (a worker claims now)
+ *
+ * Calls, each one script (atomic: nothing half-written), and their cost in
+ * Redis operations (n = tasks in the partition; k = tasks in the batch):
+ *
+ *   call      script   round trips  Redis work                        when
+ *   set       SET      1            TIME HSET ZREM ZADD GET [PUBLISH]  O(log n)
+ *   move      MOVE     1            HGET TIME HSET ZREM ZADD GET [PUB] O(log n)
+ *   remove    REMOVE   1            HDEL ZREM ZREM                     O(log n)
+ *   claim     CLAIM    1 per k<=256 ZRANGEBYSCORE..LIMIT twice, per task HGET ZREM INCR HSET ZADD,
+ *                                   SET                                O(k log n)
+ *   start     START    1 per task   HGET TIME ZSCORE HSET ZADD         O(log n)
+ *   ack       ACK      1 per task   HGET TIME ZSCORE HDEL ZREM         O(log n)
+ *   fail      FAIL     1 per task   HGET TIME ZSCORE HSET ZREM ZADD GET [PUBLISH]  O(log n)
+ *   release   RELEASE  1 per held   HGET HSET ZREM ZADD GET [PUBLISH]  O(log n)
+ *   stats     HLEN     1 per part.  O(1)
+ * Nothing ever scans: claim reads at most 256 expired leases and 256 due
+ * tasks (and at most ~4 MB of payload) per call. A worker's periodic work is
+ * one claim per partition every window/2 (refill + lease recovery), counted
+ * in stats (claims, refills). A delivered task costs claim/k + start + ack.
+ *
+ * Why these calls:
+ *  - claim leases a task up to window_ms before it is due, with a lease that
+ *    ends lease_ms after its due time; the worker holds it in its wheel.
+ *  - start, run when the local wheel fires the task, is the gate: it checks
+ *    that the lease is still this worker's (same token, not expired: a set,
+ *    move or remove since the claim reset the token to 0, so "replace and
+ *    remove win" hold for held tasks too), that the task is due by the
+ *    server's clock (TIME >= due: never early, whatever the local clock
+ *    says), counts the attempt and renews the lease to now + lease_ms.
+ *  - ack and fail act only for the current token with an unexpired lease: a
+ *    stale acknowledgement deletes nothing.
+ *  - an expired lease goes back to due (keeping its due time) at the next
+ *    claim of that partition by any worker; attempt counts only starts.
+ *  - hold tells set whether a worker already holds the window the new task
+ *    falls in (then it must be told: PUBLISH); later tasks will be claimed
+ *    by the periodic refill, which runs every window/2 and claims
+ *    window_ms ahead, so each task is claimed >= window/2 before its due time.
+ *
+ * Never early, the argument: (1) claim hands out tasks due by server_now +
+ * window only; (2) the worker's local due time is t_reply + (due - server_now)
+ * where server_now is the TIME read inside claim and t_reply the local
+ * monotonic time after the reply arrived, so the server's clock had reached
+ * server_now before t_reply: the local estimate of the server's clock never
+ * runs ahead of it (drift aside); (3) start checks TIME >= due on the server
+ * itself, and when the local estimate was early (drift) the worker waits the
+ * remaining time start reports. (3) alone makes the rule hold; (2) makes it
+ * cheap (start almost never answers "not yet").
+ *
+ * Threads and connections: the client API (set, move, remove, set_many,
+ * stats, and stop's releases) shares one router under api_mu; a worker adds a
+ * claim thread (own router), a subscriber thread (own connection, SUBSCRIBE
+ * to every partition's channel on one node: in a cluster PUBLISH reaches
+ * every node), the local wheel's tick thread and `threads` executors, each
+ * executor with its own router. No connection is ever shared unlocked.
+ *
+ * Faults: a call gives TW_EIO after command_timeout_ms of failed attempts
+ * (reconnecting with backoff); the claim thread and the subscriber reconnect
+ * with backoff and, once back, claim every partition (catching up what came
+ * due). A start that fails for I/O puts the task back into the wheel 100 ms
+ * later; an ack that fails leaves the lease to expire (at-least-once).
+ */
+#define _GNU_SOURCE
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "redis_internal.h"
+
+#define RR_QUEUE_MAX 64      /* queue name bytes */
+#define RR_KEYBUF 96         /* "{queue:p}:lease" fits */
+#define RR_BATCH 256         /* tasks per claim call */
+#define RR_BATCH_BYTES (4u << 20)
+#define RR_HELD_MAX 8192     /* claimed tasks a worker holds before it stops claiming */
+#define RR_RETRY_MS 100      /* a start that failed for I/O is retried this much later */
+#define RR_HIST 512
+
+static const char *const rr_suffix[6] = {":due", ":lease", ":task", ":seq", ":hold", ":ch"};
+
+struct tw_redis {
+    /* configuration (copied) */
+    struct tw_redis_config cfg;
+    char **servers;
+    char queue[RR_QUEUE_MAX + 1];
+    char sha[TW_RR_NSCRIPTS][41];
+    const char *shas[TW_RR_NSCRIPTS];
+    int *slots;                     /* slot of each partition */
+
+    /* client API: one router under api_mu */
+    pthread_mutex_t api_mu;
+    struct tw_rr_router api;
+    atomic_bool closed;             /* stop has begun: calls give TW_ECLOSED */
+
+    /* worker */
+    bool worker;
+    pthread_mutex_t mu;             /* guards flags, nflagged, stop_claim, orphans */
+    pthread_cond_t cv;              /* wakes the claim thread */
+    unsigned char *flags;           /* partitions to claim now */
+    size_t nflagged;
+    bool stop_claim;
+    struct tw_rr_item *orphans;     /* items an executor could not put back (stopping) */
+    atomic_bool stop_sub;
+    struct tw_rr_router claim_rt;
+    struct tw_rr_router sub_rt;     /* only its node list is used */
+    struct tw_rr_router *exec_rt;   /* one per executor thread */
+    struct tw_rr_local *local;
+    pthread_t claim_thread, sub_thread;
+    bool claim_started, sub_started;
+    bool stopped;                   /* stop has finished */
+    pthread_mutex_t stop_mu;        /* serialises stop */
+
+    /* figures */
+    atomic_uint_fast64_t delivered, redelivered, failed, stale_acks, claims, refills,
+        notifications, recovered, lost_leases, sub_reconnects, worker_reconnects;
+    pthread_mutex_t hist_mu;
+    uint64_t hist[RR_HIST];
+    uint64_t hist_n, late_max_us;
+};
+
+/* ---- small helpers ---------------------------------------------------------- */
+
+static uint32_t rr_part_of(const struct tw_redis *r, const void *key, size_t len)
+{
+    const unsigned char *k = key;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < len; i++) {
+        h ^= k[i];
+        h *= 0x100000001b3ull;
+    }
+    return (uint32_t)(h % r->cfg.partitions);
+}
+
+/* The five keys and the channel of partition p, into buf. */
+static void rr_keys(const struct tw_redis *r, uint32_t p, char buf[6][RR_KEYBUF],
+                    const char **argv, size_t *lens)
+{
+    for (int i = 0; i < 6; i++) {
+        int n = snprintf(buf[i], RR_KEYBUF, "{%s:%u}%s", r->queue, (unsigned)p, rr_suffix[i]);
+        argv[i] = buf[i];
+        lens[i] = (size_t)n;
+    }
+}
+
+static unsigned rr_bucket(uint64_t v)
+{
+    if (v < 16)
+        return (unsigned)v;
+    unsigned e = 63u - (unsigned)__builtin_clzll(v);
+    return 16u + (e - 4u) * 8u + (unsigned)((v >> (e - 3u)) & 7u);
+}
+
+static uint64_t rr_bucket_value(unsigned b)
+{
+    if (b < 16)
+        return b;
+    unsigned e = (b - 16u) / 8u + 4u, sub = (b - 16u) % 8u;
+    return ((uint64_t)(8u + sub) << (e - 3u)) + (((uint64_t)1 << (e - 3u)) - 1u);
+}
+
+static void rr_note_late(struct tw_redis *r, uint64_t us)
+{
+    pthread_mutex_lock(&r->hist_mu);
+    r->hist[rr_bucket(us)]++;
+    r->hist_n++;
+    if (us > r->late_max_us)
+        r->late_max_us = us;
+    pthread_mutex_unlock(&r->hist_mu);
+}
+
+static uint64_t rr_pct(const struct tw_redis *r, double q)
+{
+    if (r->hist_n == 0)
+        return 0;
+    uint64_t want = (uint64_t)((double)r->hist_n * q + 0.999999), seen = 0;
+    if (want == 0)
+        want = 1;
+    for (unsigned b = 0; b < RR_HIST; b++) {
+        seen += r->hist[b];
+        if (seen >= want) {
+            uint64_t v = rr_bucket_value(b);
+            return v < r->late_max_us ? v : r->late_max_us;
+        }
+    }
+    return r->late_max_us;
+}
+
+static int rr_int_reply(const redisReply *x, long long *out)
+{
+    if (x->type != REDIS_REPLY_INTEGER)
+        return TW_EPROTO;
+    *out = x->integer;
+    return 0;
+}
+
+/* ---- configuration ---------------------------------------------------------- */
+
+void tw_redis_config_init(struct tw_redis_config *cfg)
+{
+    if (!cfg)
+        return;
+    memset(cfg, 0, sizeof *cfg);
+    cfg->queue = "twq";
+    cfg->partitions = 16;
+    cfg->threads = 4;
+    cfg->lease_ms = 30000;
+    cfg->window_ms = 2000;
+    cfg->tick_ms = 1;
+    cfg->retry_base_ms = 1000;
+    cfg->retry_max_ms = 60000;
+    cfg->connect_timeout_ms = 1000;
+    cfg->command_timeout_ms = 2000;
+}
+
+static int rr_check_config(const struct tw_redis_config *c)
+{
+    if (!c->servers || c->nservers == 0 || c->nservers > 1024 || !c->queue)
+        return TW_EINVAL;
+    size_t ql = strlen(c->queue);
+    if (ql == 0 || ql > RR_QUEUE_MAX || strpbrk(c->queue, "{}"))
+        return TW_EINVAL;
+    for (size_t i = 0; i < c->nservers; i++) {
+        char host[256];
+        int port;
+        if (tw_rr_parse_addr(c->servers[i], host, sizeof host, &port) != 0)
+            return TW_EINVAL;
+    }
+    if (c->partitions == 0 || c->partitions > TW_REDIS_PARTITIONS_MAX)
+        return TW_EINVAL;
+    if (c->connect_timeout_ms == 0 || c->command_timeout_ms == 0 ||
+        c->connect_timeout_ms > 3600000u || c->command_timeout_ms > 3600000u)
+        return TW_EINVAL;
+    if (c->execute) {
+        if (c->threads == 0 || c->threads > TW_REDIS_THREADS_MAX)
+            return TW_EINVAL;
+        if (c->tick_ms == 0 || c->tick_ms > 1000 || c->window_ms < 2 * c->tick_ms ||
+            c->window_ms > 86400000u)
+            return TW_EINVAL;
+        if (c->lease_ms == 0 || c->lease_ms > 86400000u)
+            return TW_EINVAL;
+        if (c->retry_max_ms < c->retry_base_ms || c->retry_max_ms > 86400000u)
+            return TW_EINVAL;
+    }
+    return 0;
+}
+
+/* ---- the worker: executing one held task ------------------------------------ */
+
+static void rr_orphan(struct tw_redis *r, struct tw_rr_item *it)
+{
+    pthread_mutex_lock(&r->mu);
+    it->next = r->orphans;
+    r->orphans = it;
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void rr_requeue(struct tw_redis *r, struct tw_rr_item *it, uint64_t wait_ns)
+{
+    it->due_local_ns = tw_rr_mono_ns() + wait_ns;
+    if (tw_rr_local_add(r->local, it) != 0)
+        rr_orphan(r, it); /* stopping (or no memory): released by stop */
+}
+
+static void rr_run(void *ctx, struct tw_rr_item *it, unsigned thread)
+{
+    struct tw_redis *r = ctx;
+    struct tw_rr_router *rt = &r->exec_rt[thread];
+    char kb[6][RR_KEYBUF], tok[24], lease[16];
+    const char *av[8];
+    size_t al[8];
+    rr_keys(r, it->part, kb, av, al);
+    av[5] = it->data;
+    al[5] = it->key_len;
+    al[6] = (size_t)snprintf(tok, sizeof tok, "%llu", (unsigned long long)it->token);
+    av[6] = tok;
+    al[7] = (size_t)snprintf(lease, sizeof lease, "%u", r->cfg.lease_ms);
+    av[7] = lease;
+    redisReply *x;
+    uint64_t rc0 = rt->reconnects;
+    int rc = tw_rr_eval(rt, TW_RR_START, r->slots[it->part], TW_RR_NKEYS, 3, av, al, &x);
+    atomic_fetch_add(&r->worker_reconnects, rt->reconnects - rc0);
+    if (rc) {
+        rr_requeue(r, it, (uint64_t)RR_RETRY_MS * 1000000u);
+        return;
+    }
+    long long st = -1, a1 = 0, a2 = 0;
+    if (x->type == REDIS_REPLY_ARRAY && x->elements >= 1 &&
+        x->element[0]->type == REDIS_REPLY_INTEGER) {
+        st = x->element[0]->integer;
+        if (x->elements >= 2 && x->element[1]->type == REDIS_REPLY_INTEGER)
+            a1 = x->element[1]->integer;
+        if (x->elements >= 3 && x->element[2]->type == REDIS_REPLY_INTEGER)
+            a2 = x->element[2]->integer;
+    }
+    freeReplyObject(x);
+    if (st == 0) { /* not due yet by the server's clock: wait what it says */
+        rr_requeue(r, it, (uint64_t)(a1 > 0 ? a1 : 1) * 1000u);
+        return;
+    }
+    if (st != 1) {
+        atomic_fetch_add(&r->lost_leases, 1);
+        free(it);
+        return;
+    }
+    uint64_t now_us = (uint64_t)a2, due_us = it->due_ms * 1000u;
+    rr_note_late(r, now_us > due_us ? now_us - due_us : 0);
+    if (a1 > 1)
+        atomic_fetch_add(&r->redelivered, 1);
+    struct tw_redis_task t = {it->data, it->key_len, it->payload, it->payload_len, it->due_ms,
+                              (uint32_t)a1};
+    enum tw_redis_result res = r->cfg.execute(r->cfg.arg, &t);
+    if (res == TW_REDIS_FAILED)
+        atomic_fetch_add(&r->failed, 1);
+    char base[24], max[24];
+    const char *fv[10];
+    size_t fl[10];
+    memcpy(fv, av, 7 * sizeof *fv);
+    memcpy(fl, al, 7 * sizeof *fl);
+    int nargs = 2;
+    unsigned id = TW_RR_ACK;
+    if (res == TW_REDIS_FAILED) {
+        id = TW_RR_FAIL;
+        fl[7] = (size_t)snprintf(base, sizeof base, "%u", r->cfg.retry_base_ms);
+        fv[7] = base;
+        fl[8] = (size_t)snprintf(max, sizeof max, "%u", r->cfg.retry_max_ms);
+        fv[8] = max;
+        fv[9] = kb[5];
+        fl[9] = strlen(kb[5]);
+        nargs = 5;
+    }
+    rc = tw_rr_eval(rt, id, r->slots[it->part], TW_RR_NKEYS, nargs, fv, fl, &x);
+    if (rc == 0) {
+        long long v = 0;
+        if (rr_int_reply(x, &v) == 0 && v == 1) {
+            if (res == TW_REDIS_DONE)
+                atomic_fetch_add(&r->delivered, 1);
+        } else {
+            atomic_fetch_add(&r->stale_acks, 1);
+        }
+        freeReplyObject(x);
+    }
+    free(it);
+}
+
+/* ---- the worker: claiming ----------------------------------------------------- */
+
+struct rr_batch {
+    struct tw_rr_item **v;
+    size_t n, cap;
+};
+
+static int rr_item_cmp(const void *a, const void *b)
+{
+    const struct tw_rr_item *x = *(struct tw_rr_item *const *)a, *y = *(struct tw_rr_item *const *)b;
+    if (x->due_ms != y->due_ms)
+        return x->due_ms < y->due_ms ? -1 : 1;
+    return x->due_local_ns < y->due_local_ns ? -1 : x->due_local_ns > y->due_local_ns;
+}
+
+/* One claim call on partition p; appends the items to b. Returns the number
+ * claimed (>= 0) or an error. */
+static int rr_claim_part(struct tw_redis *r, uint32_t p, struct rr_batch *b)
+{
+    char kb[6][RR_KEYBUF], win[16], n[16], lease[16], bytes[16];
+    const char *av[10];
+    size_t al[10];
+    rr_keys(r, p, kb, av, al);
+    al[5] = (size_t)snprintf(win, sizeof win, "%u", r->cfg.window_ms);
+    av[5] = win;
+    al[6] = (size_t)snprintf(n, sizeof n, "%u", RR_BATCH);
+    av[6] = n;
+    al[7] = (size_t)snprintf(lease, sizeof lease, "%u", r->cfg.lease_ms);
+    av[7] = lease;
+    al[8] = (size_t)snprintf(bytes, sizeof bytes, "%u", RR_BATCH_BYTES);
+    av[8] = bytes;
+    redisReply *x;
+    uint64_t rc0 = r->claim_rt.reconnects;
+    int rc = tw_rr_eval(&r->claim_rt, TW_RR_CLAIM, r->slots[p], TW_RR_NKEYS, 4, av, al, &x);
+    atomic_fetch_add(&r->worker_reconnects, r->claim_rt.reconnects - rc0);
+    atomic_fetch_add(&r->claims, 1);
+    if (rc)
+        return rc;
+    uint64_t t_reply = tw_rr_mono_ns();
+    if (x->type != REDIS_REPLY_ARRAY || x->elements < 2 || (x->elements - 2) % 4 != 0 ||
+        x->element[0]->type != REDIS_REPLY_INTEGER || x->element[1]->type != REDIS_REPLY_INTEGER) {
+        freeReplyObject(x);
+        return TW_EPROTO;
+    }
+    uint64_t now_us = (uint64_t)x->element[0]->integer;
+    atomic_fetch_add(&r->recovered, (uint64_t)x->element[1]->integer);
+    size_t k = (x->elements - 2) / 4;
+    if (b->n + k > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + k)
+            cap *= 2;
+        struct tw_rr_item **v = realloc(b->v, cap * sizeof *v);
+        if (!v) {
+            freeReplyObject(x);
+            return TW_ENOMEM; /* claimed tasks come back when their leases end */
+        }
+        b->v = v;
+        b->cap = cap;
+    }
+    size_t got = 0;
+    for (size_t i = 0; i < k; i++) {
+        redisReply **e = x->element + 2 + 4 * i;
+        if (e[0]->type != REDIS_REPLY_STRING || e[1]->type != REDIS_REPLY_INTEGER ||
+            e[2]->type != REDIS_REPLY_INTEGER || e[3]->type != REDIS_REPLY_STRING)
+            continue;
+        struct tw_rr_item *it = malloc(sizeof *it + e[0]->len + e[3]->len + 1);
+        if (!it)
+            continue; /* its lease will expire and it comes back */
+        it->next = NULL;
+        it->part = p;
+        it->due_ms = (uint64_t)e[1]->integer;
+        it->token = (uint64_t)e[2]->integer;
+        it->key_len = e[0]->len;
+        it->payload_len = e[3]->len;
+        memcpy(it->data, e[0]->str, e[0]->len);
+        it->payload = it->data + e[0]->len;
+        memcpy(it->payload, e[3]->str, e[3]->len);
+        it->payload[e[3]->len] = 0;
+        uint64_t due_us = it->due_ms * 1000u;
+        it->due_local_ns = t_reply + (due_us > now_us ? (due_us - now_us) * 1000u : 0);
+        b->v[b->n++] = it;
+        got++;
+    }
+    freeReplyObject(x);
+    return (int)(k > got ? k : got);
+}
+
+/* Claim the flagged partitions until each returns less than a full batch
+ * (or the worker holds RR_HELD_MAX tasks); hands items to the local window in
+ * due order per pass. Returns 0 or the last error. */
+static int rr_claim_round(struct tw_redis *r, unsigned char *want)
+{
+    struct rr_batch b = {0};
+    int err = 0;
+    bool more = true;
+    while (more) {
+        more = false;
+        for (uint32_t p = 0; p < r->cfg.partitions; p++) {
+            if (!want[p])
+                continue;
+            want[p] = 0;
+            if (tw_rr_local_held(r->local) + b.n >= RR_HELD_MAX)
+                break;
+            int got = rr_claim_part(r, p, &b);
+            if (got < 0)
+                err = got;
+            else if (got >= RR_BATCH) {
+                want[p] = 1;
+                more = true;
+            }
+        }
+        if (b.n > 1)
+            qsort(b.v, b.n, sizeof *b.v, rr_item_cmp);
+        for (size_t i = 0; i < b.n; i++)
+            if (tw_rr_local_add(r->local, b.v[i]) != 0)
+                rr_orphan(r, b.v[i]);
+        b.n = 0;
+        pthread_mutex_lock(&r->mu);
+        bool stop = r->stop_claim;
+        pthread_mutex_unlock(&r->mu);
+        if (stop)
+            break;
+    }
+    free(b.v);
+    return err;
+}
+
+static void *rr_claim_main(void *arg)
+{
+    struct tw_redis *r = arg;
+    uint32_t P = r->cfg.partitions;
+    unsigned char *want = calloc(P, 1);
+    uint64_t half = (uint64_t)r->cfg.window_ms * 1000000u / 2, next_refill = 0;
+    uint32_t backoff_ms = 0;
+    pthread_mutex_lock(&r->mu);
+    while (!r->stop_claim) {
+        uint64_t now = tw_rr_mono_ns();
+        bool refill = now >= next_refill;
+        if (!refill && r->nflagged == 0) {
+            struct timespec ts = {(time_t)(next_refill / 1000000000u),
+                                  (long)(next_refill % 1000000000u)};
+            (void)pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+            continue;
+        }
+        for (uint32_t p = 0; p < P; p++) {
+            if (want)
+                want[p] = (unsigned char)(refill || r->flags[p]);
+            r->flags[p] = 0;
+        }
+        r->nflagged = 0;
+        pthread_mutex_unlock(&r->mu);
+        int rc = 0;
+        if (want) {
+            if (refill)
+                atomic_fetch_add(&r->refills, 1);
+            rc = rr_claim_round(r, want);
+        }
+        now = tw_rr_mono_ns();
+        if (rc == TW_EIO || rc == TW_EPROTO || rc == TW_ENOMEM || !want) {
+            /* Redis away: try again soon, then less often, at most every window/2. */
+            backoff_ms = backoff_ms ? backoff_ms * 2 : 50;
+            uint64_t wait = (uint64_t)backoff_ms * 1000000u;
+            if (wait > half) {
+                wait = half;
+                backoff_ms /= 2;
+            }
+            next_refill = now + wait;
+        } else {
+            backoff_ms = 0;
+            if (refill)
+                next_refill = now + half;
+        }
+        pthread_mutex_lock(&r->mu);
+    }
+    pthread_mutex_unlock(&r->mu);
+    free(want);
+    return NULL;
+}
+
+/* ---- the worker: notifications ---------------------------------------------- */
+
+static void rr_flag_all(struct tw_redis *r)
+{
+    pthread_mutex_lock(&r->mu);
+    for (uint32_t p = 0; p < r->cfg.partitions; p++)
+        r->flags[p] = 1;
+    r->nflagged = r->cfg.partitions;
+    pthread_cond_signal(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void rr_on_message(struct tw_redis *r, const redisReply *m)
+{
+    if (m->type != REDIS_REPLY_ARRAY || m->elements < 3 || m->element[0]->type != REDIS_REPLY_STRING ||
+        strcmp(m->element[0]->str, "message") != 0 || m->element[1]->type != REDIS_REPLY_STRING)
+        return;
+    /* "{queue:p}:ch" */
+    const char *ch = m->element[1]->str;
+    size_t ql = strlen(r->queue);
+    if (strncmp(ch, "{", 1) != 0 || strncmp(ch + 1, r->queue, ql) != 0 || ch[1 + ql] != ':')
+        return;
+    char *end;
+    unsigned long p = strtoul(ch + 2 + ql, &end, 10);
+    if (*end != '}' || p >= r->cfg.partitions)
+        return;
+    atomic_fetch_add(&r->notifications, 1);
+    pthread_mutex_lock(&r->mu);
+    if (!r->flags[p]) {
+        r->flags[p] = 1;
+        r->nflagged++;
+    }
+    pthread_cond_signal(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* Sleep up to ms, in steps, returning early when stop is asked. */
+static void rr_sub_sleep(struct tw_redis *r, uint32_t ms)
+{
+    while (ms > 0 && !atomic_load(&r->stop_sub)) {
+        uint32_t s = ms < 50 ? ms : 50;
+        tw_rr_sleep_ms(s);
+        ms -= s;
+    }
+}
+
+static redisContext *rr_sub_connect(struct tw_redis *r, size_t node)
+{
+    const struct tw_rr_node *nd = &r->sub_rt.nodes[node];
+    struct timeval tv = {(time_t)(r->cfg.connect_timeout_ms / 1000),
+                         (suseconds_t)(r->cfg.connect_timeout_ms % 1000) * 1000};
+    redisContext *c = redisConnectWithTimeout(nd->host, nd->port, tv);
+    if (!c || c->err) {
+        if (c)
+            redisFree(c);
+        return NULL;
+    }
+    struct timeval ct = {(time_t)(r->cfg.command_timeout_ms / 1000),
+                         (suseconds_t)(r->cfg.command_timeout_ms % 1000) * 1000};
+    uint32_t P = r->cfg.partitions;
+    const char **av = malloc((P + 1) * sizeof *av);
+    size_t *al = malloc((P + 1) * sizeof *al);
+    char *names = malloc((size_t)P * RR_KEYBUF);
+    bool ok = av && al && names && redisSetTimeout(c, ct) == REDIS_OK;
+    if (ok) {
+        av[0] = "SUBSCRIBE";
+        al[0] = 9;
+        for (uint32_t p = 0; p < P; p++) {
+            char *s = names + (size_t)p * RR_KEYBUF;
+            al[p + 1] = (size_t)snprintf(s, RR_KEYBUF, "{%s:%u}:ch", r->queue, (unsigned)p);
+            av[p + 1] = s;
+        }
+        int done = 0;
+        ok = redisAppendCommandArgv(c, (int)P + 1, av, al) == REDIS_OK;
+        while (ok && !done)
+            ok = redisBufferWrite(c, &done) == REDIS_OK;
+    }
+    free(av);
+    free(al);
+    free(names);
+    if (!ok) {
+        redisFree(c);
+        return NULL;
+    }
+    return c;
+}
+
+static void *rr_sub_main(void *arg)
+{
+    struct tw_redis *r = arg;
+    size_t node = 0;
+    uint32_t backoff = 0;
+    bool first = true;
+    while (!atomic_load(&r->stop_sub)) {
+        redisContext *c = rr_sub_connect(r, node);
+        if (!c) {
+            node = (node + 1) % r->sub_rt.nnodes;
+            backoff = backoff ? (backoff * 2 > 1000 ? 1000 : backoff * 2) : 10;
+            rr_sub_sleep(r, backoff);
+            continue;
+        }
+        backoff = 0;
+        if (!first) {
+            atomic_fetch_add(&r->sub_reconnects, 1);
+            rr_flag_all(r); /* notifications may have been missed: claim everything */
+        }
+        first = false;
+        bool ok = true;
+        while (ok && !atomic_load(&r->stop_sub)) {
+            struct pollfd pfd = {c->fd, POLLIN, 0};
+            int pr = poll(&pfd, 1, 100);
+            if (pr < 0)
+                continue;
+            if (pr == 0)
+                continue;
+            if (redisBufferRead(c) != REDIS_OK) {
+                ok = false;
+                break;
+            }
+            void *m = NULL;
+            while (ok) {
+                if (redisGetReplyFromReader(c, &m) != REDIS_OK) {
+                    ok = false;
+                    break;
+                }
+                if (!m)
+                    break;
+                rr_on_message(r, m);
+                freeReplyObject(m);
+                m = NULL;
+            }
+        }
+        redisFree(c);
+    }
+    return NULL;
+}
+
+/* ---- lifetime ---------------------------------------------------------------- */
+
+static void rr_free_all(struct tw_redis *r)
+{
+    if (r->local)
+        tw_rr_local_free(r->local);
+    while (r->orphans) {
+        struct tw_rr_item *n = r->orphans->next;
+        free(r->orphans);
+        r->orphans = n;
+    }
+    if (r->exec_rt) {
+        for (uint32_t i = 0; i < r->cfg.threads; i++)
+            tw_rr_router_free(&r->exec_rt[i]);
+        free(r->exec_rt);
+    }
+    tw_rr_router_free(&r->claim_rt);
+    tw_rr_router_free(&r->sub_rt);
+    tw_rr_router_free(&r->api);
+    if (r->servers) {
+        for (size_t i = 0; i < r->cfg.nservers; i++)
+            free(r->servers[i]);
+        free(r->servers);
+    }
+    free(r->flags);
+    free(r->slots);
+    pthread_mutex_destroy(&r->api_mu);
+    pthread_mutex_destroy(&r->mu);
+    pthread_mutex_destroy(&r->stop_mu);
+    pthread_mutex_destroy(&r->hist_mu);
+    pthread_cond_destroy(&r->cv);
+    free(r);
+}
+
+static int rr_router(struct tw_redis *r, struct tw_rr_router *rt)
+{
+    int rc = tw_rr_router_init(rt, (const char *const *)r->servers, r->cfg.nservers,
+                               r->cfg.connect_timeout_ms, r->cfg.command_timeout_ms);
+    rt->shas = r->shas;
+    rt->bodies = tw_rr_scripts;
+    return rc;
+}
+
+static int rr_load_scripts(struct tw_redis *r)
+{
+    for (unsigned i = 0; i < TW_RR_NSCRIPTS; i++) {
+        const char *av[3] = {"SCRIPT", "LOAD", tw_rr_scripts[i]};
+        size_t al[3] = {6, 4, strlen(tw_rr_scripts[i])};
+        redisReply *x;
+        int rc = tw_rr_command(&r->api, -1, 3, av, al, &x);
+        if (rc)
+            return rc;
+        if (x->type != REDIS_REPLY_STRING || x->len != 40) {
+            freeReplyObject(x);
+            return TW_EPROTO;
+        }
+        memcpy(r->sha[i], x->str, 41);
+        r->shas[i] = r->sha[i];
+        freeReplyObject(x);
+    }
+    return 0;
+}
+
+int tw_redis_new(const struct tw_redis_config *cfg, struct tw_redis **out)
+{
+    if (out)
+        *out = NULL;
+    if (!cfg || !out)
+        return TW_EINVAL;
+    int rc = rr_check_config(cfg);
+    if (rc)
+        return rc;
+    struct tw_redis *r = calloc(1, sizeof *r);
+    if (!r)
+        return TW_ENOMEM;
+    r->cfg = *cfg;
+    if (pthread_mutex_init(&r->api_mu, NULL) || pthread_mutex_init(&r->mu, NULL) ||
+        pthread_mutex_init(&r->stop_mu, NULL) || pthread_mutex_init(&r->hist_mu, NULL)) {
+        free(r); /* on Linux these inits cannot fail; nothing to destroy */
+        return TW_ESYS;
+    }
+    pthread_condattr_t ca;
+    if (pthread_condattr_init(&ca) || pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) ||
+        pthread_cond_init(&r->cv, &ca)) {
+        free(r);
+        return TW_ESYS;
+    }
+    pthread_condattr_destroy(&ca);
+    strcpy(r->queue, cfg->queue);
+    r->cfg.queue = r->queue;
+    r->worker = cfg->execute != NULL;
+    if (!r->worker)
+        r->cfg.threads = 0;
+    r->servers = calloc(cfg->nservers, sizeof *r->servers);
+    r->slots = malloc(cfg->partitions * sizeof *r->slots);
+    r->flags = calloc(cfg->partitions, 1);
+    if (!r->servers || !r->slots || !r->flags)
+        goto nomem;
+    for (size_t i = 0; i < cfg->nservers; i++)
+        if (!(r->servers[i] = strdup(cfg->servers[i])))
+            goto nomem;
+    r->cfg.servers = (const char *const *)r->servers;
+    for (uint32_t p = 0; p < cfg->partitions; p++) {
+        char tag[RR_KEYBUF];
+        int n = snprintf(tag, sizeof tag, "{%s:%u}", r->queue, (unsigned)p);
+        r->slots[p] = (int)tw_rr_key_slot(tag, (size_t)n);
+    }
+    if ((rc = rr_router(r, &r->api)) != 0 || (rc = rr_load_scripts(r)) != 0)
+        goto fail;
+    if (r->worker) {
+        r->exec_rt = calloc(r->cfg.threads, sizeof *r->exec_rt);
+        if (!r->exec_rt)
+            goto nomem;
+        if ((rc = rr_router(r, &r->claim_rt)) != 0 || (rc = rr_router(r, &r->sub_rt)) != 0)
+            goto fail;
+        for (uint32_t i = 0; i < r->cfg.threads; i++)
+            if ((rc = rr_router(r, &r->exec_rt[i])) != 0)
+                goto fail;
+        if ((rc = tw_rr_local_new(&r->local, r->cfg.tick_ms, r->cfg.threads, rr_run, r)) != 0)
+            goto fail;
+        if (pthread_create(&r->sub_thread, NULL, rr_sub_main, r) != 0) {
+            rc = TW_ESYS;
+            goto fail;
+        }
+        r->sub_started = true;
+        if (pthread_create(&r->claim_thread, NULL, rr_claim_main, r) != 0) {
+            rc = TW_ESYS;
+            goto fail;
+        }
+        r->claim_started = true;
+    }
+    *out = r;
+    return 0;
+nomem:
+    rc = TW_ENOMEM;
+fail:
+    (void)tw_redis_stop(r);
+    rr_free_all(r);
+    return rc;
+}
+
+/* ---- client calls ------------------------------------------------------------ */
+
+static int rr_check_key(const void *key, size_t key_len)
+{
+    if (!key)
+        return TW_EINVAL;
+    return key_len > TW_REDIS_KEY_MAX ? TW_E2BIG : 0;
+}
+
+static int rr_check_delay(int64_t delay_ms)
+{
+    return delay_ms < 0 || delay_ms > TW_REDIS_DELAY_MAX ? TW_EINVAL : 0;
+}
+
+static int rr_api_eval(struct tw_redis *r, unsigned id, uint32_t p, int nargs, const char **av,
+                       const size_t *al, long long *result)
+{
+    redisReply *x;
+    pthread_mutex_lock(&r->api_mu);
+    int rc = tw_rr_eval(&r->api, id, r->slots[p], TW_RR_NKEYS, nargs, av, al, &x);
+    pthread_mutex_unlock(&r->api_mu);
+    if (rc)
+        return rc;
+    rc = rr_int_reply(x, result);
+    freeReplyObject(x);
+    return rc;
+}
+
+int tw_redis_set(struct tw_redis *r, const void *key, size_t key_len, const void *payload,
+                 size_t payload_len, int64_t delay_ms)
+{
+    if (!r)
+        return TW_EINVAL;
+    int rc = rr_check_key(key, key_len);
+    if (rc)
+        return rc;
+    if (!payload && payload_len)
+        return TW_EINVAL;
+    if (payload_len > TW_REDIS_PAYLOAD_MAX)
+        return TW_E2BIG;
+    if ((rc = rr_check_delay(delay_ms)) != 0)
+        return rc;
+    if (atomic_load(&r->closed))
+        return TW_ECLOSED;
+    uint32_t p = rr_part_of(r, key, key_len);
+    char kb[6][RR_KEYBUF], d[24];
+    const char *av[9];
+    size_t al[9];
+    rr_keys(r, p, kb, av, al);
+    av[8] = av[5]; /* the channel */
+    al[8] = al[5];
+    av[5] = key;
+    al[5] = key_len;
+    av[6] = payload ? payload : "";
+    al[6] = payload_len;
+    al[7] = (size_t)snprintf(d, sizeof d, "%lld", (long long)delay_ms);
+    av[7] = d;
+    long long due;
+    return rr_api_eval(r, TW_RR_SET, p, 4, av, al, &due);
+}
+
+int tw_redis_move(struct tw_redis *r, const void *key, size_t key_len, int64_t delay_ms)
+{
+    if (!r)
+        return TW_EINVAL;
+    int rc = rr_check_key(key, key_len);
+    if (rc || (rc = rr_check_delay(delay_ms)) != 0)
+        return rc;
+    if (atomic_load(&r->closed))
+        return TW_ECLOSED;
+    uint32_t p = rr_part_of(r, key, key_len);
+    char kb[6][RR_KEYBUF], d[24];
+    const char *av[8];
+    size_t al[8];
+    rr_keys(r, p, kb, av, al);
+    av[7] = av[5];
+    al[7] = al[5];
+    av[5] = key;
+    al[5] = key_len;
+    al[6] = (size_t)snprintf(d, sizeof d, "%lld", (long long)delay_ms);
+    av[6] = d;
+    long long due;
+    rc = rr_api_eval(r, TW_RR_MOVE, p, 3, av, al, &due);
+    return rc ? rc : due < 0 ? TW_ENOENT : 0;
+}
+
+int tw_redis_remove(struct tw_redis *r, const void *key, size_t key_len)
+{
+    if (!r)
+        return TW_EINVAL;
+    int rc = rr_check_key(key, key_len);
+    if (rc)
+        return rc;
+    if (atomic_load(&r->closed))
+        return TW_ECLOSED;
+    uint32_t p = rr_part_of(r, key, key_len);
+    char kb[6][RR_KEYBUF];
+    const char *av[6];
+    size_t al[6];
+    rr_keys(r, p, kb, av, al);
+    av[5] = key;
+    al[5] = key_len;
+    long long v;
+    rc = rr_api_eval(r, TW_RR_REMOVE, p, 1, av, al, &v);
+    return rc ? rc : v < 0 ? TW_ENOENT : 0;
+}
+
+struct rr_many {
+    struct tw_redis *r;
+    const struct tw_redis_item *items;
+    char kb[6][RR_KEYBUF];
+    char d[24];
+};
+
+static int rr_many_build(void *ctx, size_t i, int *slot, const char **av, size_t *al)
+{
+    struct rr_many *m = ctx;
+    const struct tw_redis_item *it = &m->items[i];
+    uint32_t p = rr_part_of(m->r, it->key, it->key_len);
+    *slot = m->r->slots[p];
+    rr_keys(m->r, p, m->kb, av, al);
+    av[8] = av[5];
+    al[8] = al[5];
+    av[5] = it->key;
+    al[5] = it->key_len;
+    av[6] = it->payload ? it->payload : "";
+    al[6] = it->payload_len;
+    al[7] = (size_t)snprintf(m->d, sizeof m->d, "%lld", (long long)it->delay_ms);
+    av[7] = m->d;
+    return 0;
+}
+
+static int rr_many_check(const redisReply *x)
+{
+    return x->type == REDIS_REPLY_INTEGER ? 0 : TW_EPROTO;
+}
+
+int tw_redis_set_many(struct tw_redis *r, const struct tw_redis_item *items, size_t n)
+{
+    if (!r || (!items && n) || n > INT32_MAX)
+        return TW_EINVAL;
+    for (size_t i = 0; i < n; i++) {
+        int rc = rr_check_key(items[i].key, items[i].key_len);
+        if (rc)
+            return rc;
+        if (!items[i].payload && items[i].payload_len)
+            return TW_EINVAL;
+        if (items[i].payload_len > TW_REDIS_PAYLOAD_MAX)
+            return TW_E2BIG;
+        if ((rc = rr_check_delay(items[i].delay_ms)) != 0)
+            return rc;
+    }
+    if (atomic_load(&r->closed))
+        return TW_ECLOSED;
+    if (n == 0)
+        return 0;
+    struct rr_many *m = malloc(sizeof *m);
+    if (!m)
+        return TW_ENOMEM;
+    m->r = r;
+    m->items = items;
+    pthread_mutex_lock(&r->api_mu);
+    int rc = tw_rr_eval_many(&r->api, TW_RR_SET, n, TW_RR_NKEYS, 4, rr_many_build, m,
+                             rr_many_check);
+    pthread_mutex_unlock(&r->api_mu);
+    free(m);
+    return rc ? rc : (int)n;
+}
+
+/* ---- stop, free, stats ------------------------------------------------------- */
+
+struct rr_rel {
+    struct tw_redis *r;
+    struct tw_rr_item **v;
+    char kb[6][RR_KEYBUF];
+    char tok[24];
+};
+
+static int rr_rel_build(void *ctx, size_t i, int *slot, const char **av, size_t *al)
+{
+    struct rr_rel *m = ctx;
+    const struct tw_rr_item *it = m->v[i];
+    *slot = m->r->slots[it->part];
+    rr_keys(m->r, it->part, m->kb, av, al);
+    av[7] = av[5];
+    al[7] = al[5];
+    av[5] = it->data;
+    al[5] = it->key_len;
+    al[6] = (size_t)snprintf(m->tok, sizeof m->tok, "%llu", (unsigned long long)it->token);
+    av[6] = m->tok;
+    return 0;
+}
+
+/* Give the leases of a list of held items back (they become due at their due
+ * time for any worker), and free the items. Best effort: what cannot be
+ * released (Redis away) comes back when its lease ends. */
+static void rr_release(struct tw_redis *r, struct tw_rr_item *list)
+{
+    size_t n = 0;
+    for (struct tw_rr_item *it = list; it; it = it->next)
+        n++;
+    struct rr_rel *m = malloc(sizeof *m);
+    struct tw_rr_item **v = malloc((n ? n : 1) * sizeof *v);
+    if (m && v) {
+        size_t i = 0;
+        for (struct tw_rr_item *it = list; it; it = it->next)
+            v[i++] = it;
+        m->r = r;
+        m->v = v;
+        pthread_mutex_lock(&r->api_mu);
+        (void)tw_rr_eval_many(&r->api, TW_RR_RELEASE, n, TW_RR_NKEYS, 3, rr_rel_build, m,
+                              rr_many_check);
+        pthread_mutex_unlock(&r->api_mu);
+    }
+    free(m);
+    free(v);
+    while (list) {
+        struct tw_rr_item *nx = list->next;
+        free(list);
+        list = nx;
+    }
+}
+
+int tw_redis_stop(struct tw_redis *r)
+{
+    if (!r)
+        return TW_EINVAL;
+    pthread_mutex_lock(&r->stop_mu);
+    if (r->stopped) {
+        pthread_mutex_unlock(&r->stop_mu);
+        return 0;
+    }
+    atomic_store(&r->closed, true);
+    pthread_mutex_lock(&r->mu);
+    r->stop_claim = true;
+    pthread_cond_signal(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    atomic_store(&r->stop_sub, true);
+    if (r->claim_started)
+        pthread_join(r->claim_thread, NULL);
+    if (r->sub_started)
+        pthread_join(r->sub_thread, NULL);
+    r->claim_started = r->sub_started = false;
+    if (r->local) {
+        struct tw_rr_item *list = tw_rr_local_stop(r->local); /* running callbacks finish */
+        pthread_mutex_lock(&r->mu);
+        struct tw_rr_item *o = r->orphans;
+        r->orphans = NULL;
+        pthread_mutex_unlock(&r->mu);
+        while (o) {
+            struct tw_rr_item *nx = o->next;
+            o->next = list;
+            list = o;
+            o = nx;
+        }
+        if (list)
+            rr_release(r, list);
+    }
+    r->stopped = true;
+    pthread_mutex_unlock(&r->stop_mu);
+    return 0;
+}
+
+void tw_redis_free(struct tw_redis *r)
+{
+    if (!r)
+        return;
+    (void)tw_redis_stop(r);
+    rr_free_all(r);
+}
+
+int tw_redis_stats(struct tw_redis *r, struct tw_redis_stats *out)
+{
+    if (!r || !out)
+        return TW_EINVAL;
+    memset(out, 0, sizeof *out);
+    out->leased = r->local ? tw_rr_local_held(r->local) : 0;
+    out->delivered = atomic_load(&r->delivered);
+    out->redelivered = atomic_load(&r->redelivered);
+    out->failed = atomic_load(&r->failed);
+    out->stale_acks = atomic_load(&r->stale_acks);
+    out->claims = atomic_load(&r->claims);
+    out->refills = atomic_load(&r->refills);
+    out->notifications = atomic_load(&r->notifications);
+    out->recovered = atomic_load(&r->recovered);
+    out->lost_leases = atomic_load(&r->lost_leases);
+    pthread_mutex_lock(&r->hist_mu);
+    out->late_p50_us = rr_pct(r, 0.50);
+    out->late_p99_us = rr_pct(r, 0.99);
+    out->late_max_us = r->late_max_us;
+    pthread_mutex_unlock(&r->hist_mu);
+    int rc = 0;
+    uint64_t pending = 0;
+    pthread_mutex_lock(&r->api_mu);
+    out->reconnects = r->api.reconnects + atomic_load(&r->sub_reconnects) +
+                      atomic_load(&r->worker_reconnects);
+    for (uint32_t p = 0; p < r->cfg.partitions && rc == 0; p++) {
+        char kb[6][RR_KEYBUF];
+        const char *av[6];
+        size_t al[6];
+        rr_keys(r, p, kb, av, al);
+        const char *cmd[2] = {"HLEN", av[2]};
+        size_t cl[2] = {4, al[2]};
+        redisReply *x;
+        rc = tw_rr_command(&r->api, r->slots[p], 2, cmd, cl, &x);
+        if (rc == 0) {
+            long long v = 0;
+            rc = rr_int_reply(x, &v);
+            freeReplyObject(x);
+            pending += (uint64_t)v;
+        }
+    }
+    pthread_mutex_unlock(&r->api_mu);
+    out->pending = rc ? UINT64_MAX : pending;
+    return rc ? TW_EIO : 0;
+}
