@@ -107,8 +107,16 @@ static void test_kill_one_worker(void)
 
     struct rdel_set d = {0};
     uint64_t got = 0, deadline = rfx_mono_ms() + DEADLINE_MS;
-    while ((got = load_all(&d, out, n)) < n && rfx_mono_ms() < deadline)
+    uint64_t last_print = rfx_mono_ms();
+    while ((got = load_all(&d, out, n)) < n && rfx_mono_ms() < deadline) {
+        if (rfx_mono_ms() - last_print >= 5000) {
+            last_print = rfx_mono_ms();
+            printf("  %" PRIu64 " ms: %" PRIu64 " of %" PRIu64 " delivered\n",
+                   last_print - start, got, n);
+            fflush(stdout);
+        }
         rfx_sleep_ms(500);
+    }
     struct tw_redis_stats st = {0};
     do {
         CHECK_EQ_INT(tw_redis_stats(client, &st), 0);
