@@ -14,7 +14,7 @@
  * 3 SIGKILL worker 1; 4 SIGKILL redis-server; 6 restart it; 6.5 a new
  * worker. Leases 3 s, windows 1 s.
  *
- * Usage: redis_scene WORKER [--n N] [--quick]   (--quick: N = 3000, shorter)
+ * Usage: redis_scene WORKER [--n N] [--quick]   (N = 5000; --quick: 3000, half the timeline)
  */
 #define _GNU_SOURCE
 #include <inttypes.h>
@@ -43,7 +43,7 @@ int main(int argc, char **argv)
         return 2;
     }
     const char *worker = argv[1];
-    uint64_t n = 20000;
+    uint64_t n = 5000;
     double scale = 1.0; /* timeline scale */
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) {
@@ -196,8 +196,12 @@ int main(int argc, char **argv)
         rfx_sleep_ms(200);
     }
     struct tw_redis_stats st = {0};
-    while (rfx_mono_ms() < deadline && (tw_redis_stats(client, &st) != 0 || st.pending != 0))
+    for (;;) {
+        int src = tw_redis_stats(client, &st);
+        if ((src == 0 && st.pending == 0) || rfx_mono_ms() >= deadline)
+            break;
         rfx_sleep_ms(100);
+    }
     uint64_t all_done = rfx_mono_ms() - start;
     for (int w = 0; w < nw; w++)
         if (pid[w] > 0)
