@@ -588,6 +588,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "w7: N >= 1000 and min <= max, please\n");
         return 2;
     }
+    setvbuf(stdout, NULL, _IOLBF, 0); /* progress lines, also into a log */
     double t0 = now_s();
     struct rfx_server srv, always;
     struct rfx_options o = {.appendonly = true, .appendfsync = cfg.fsync};

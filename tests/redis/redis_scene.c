@@ -42,6 +42,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: redis_scene WORKER [--n N] [--quick]\n");
         return 2;
     }
+    setvbuf(stdout, NULL, _IOLBF, 0);
     const char *worker = argv[1];
     uint64_t n = 5000;
     double scale = 1.0; /* timeline scale */

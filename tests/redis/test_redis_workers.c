@@ -4,8 +4,8 @@
  *
  * N tasks (1e5; $TWHEEL_REDIS_TEST_N, a fifth under sanitizers) are set in
  * pipelined batches over about two seconds, due 0.2-3.2 s after their set;
- * three redis_worker processes (2 executor threads each, 2 s leases) record
- * every delivery; worker 0 is SIGKILLed 1.5 s in. Then:
+ * three redis_worker processes (2 executor threads each, 2 s leases, 0.2 ms
+ * in execute, so a kill finds work in flight) record every delivery; worker 0 is SIGKILLed 1.5 s in. Then:
  *  - every task is delivered (none lost), none before its due time by the
  *    Redis clock, none reported with a due time earlier than it was set for;
  *  - a task delivered twice was first delivered by the killed worker and
@@ -54,7 +54,8 @@ static void test_kill_one_worker(void)
     for (int w = 0; w < NWORKERS; w++) {
         snprintf(out[w], sizeof out[w], "%s/deliveries.%d", srv.dir, w);
         struct rw_opts o = {.servers = rfx_addr(&srv), .queue = "wk", .out = out[w],
-                            .threads = 2, .lease_ms = LEASE_MS, .window_ms = WINDOW_MS};
+                            .threads = 2, .lease_ms = LEASE_MS, .window_ms = WINDOW_MS,
+                            .exec_us = 200};
         CHECK_EQ_INT(rw_spawn(RFX_WORKER_PATH, &o, &pid[w], NULL), 0);
     }
 
