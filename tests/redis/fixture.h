@@ -12,7 +12,9 @@
  * SIGKILL, so it dies with the test even if the test is SIGKILLed; every
  * child still running at exit() is killed and reaped and every directory
  * removed by an atexit handler, so a failing test leaves no zombie, no
- * server and no directory. The registry behind that is the one piece of
+ * server and no directory. A test SIGKILLed itself leaves its directories:
+ * the first rfx_start of a process removes such leftovers (ours, idle for
+ * 10 minutes, their server gone). The registry behind that is the one piece of
  * global state, guarded by a mutex; it belongs to the test process only.
  *
  * Every function returns 0 on success and -1 on failure, after printing the
