@@ -6,7 +6,8 @@
  * A tw_tasks wheel with integer keys (a local sequence number per item, so
  * two claims of one key never collide) holds the future ones; a tick thread
  * advances it on CLOCK_MONOTONIC and moves what comes due to a FIFO; executor
- * threads take the FIFO in order. Items already due when added go straight to
+ * threads take the FIFO in order, each a fair share of what is ready (at most
+ * TW_RR_RUN_BATCH), so that a backlog costs one round trip per batch. Items already due when added go straight to
  * the FIFO in the order they were added (catch-up keeps due order).
  *
  * Locking: one mutex `mu` guards the wheel, the FIFO and the counters; it is
@@ -26,9 +27,9 @@ struct tw_rr_local {
     pthread_mutex_t mu;
     pthread_cond_t tick_cv; /* wakes the tick thread: earlier work, or stop */
     pthread_cond_t run_cv;  /* wakes executors: FIFO not empty, or stop */
-    pthread_cond_t idle_cv; /* stop waits here for running items */
     struct tw_tasks *wheel; /* under mu */
     struct tw_rr_item *head, *tail; /* the FIFO, under mu */
+    size_t nready;          /* items in the FIFO */
     uint64_t start_ns, tick_ns;
     uint64_t seq;           /* wheel keys */
     uint64_t sleep_until;   /* tick the tick thread sleeps until (UINT64_MAX: no work) */
@@ -52,6 +53,7 @@ static void loc_push(struct tw_rr_local *l, struct tw_rr_item *it)
     else
         l->head = it;
     l->tail = it;
+    l->nready++;
 }
 
 /* tw_tasks' execute: runs under mu on the tick thread. */
@@ -98,24 +100,34 @@ static void *loc_exec_main(void *arg)
     struct tw_rr_local *l = ((struct loc_exec_arg *)arg)->l;
     unsigned me = ((struct loc_exec_arg *)arg)->i;
     free(arg);
+    struct tw_rr_item *batch[TW_RR_RUN_BATCH];
     pthread_mutex_lock(&l->mu);
     for (;;) {
         while (!l->head && !l->stopping)
             pthread_cond_wait(&l->run_cv, &l->mu);
         if (l->stopping)
             break;
-        struct tw_rr_item *it = l->head;
-        l->head = it->next;
+        /* A fair share of what is ready: the batch saves round trips when
+         * work piles up, and one item at a time keeps every thread busy when
+         * it does not. */
+        size_t n = (l->nready + l->nthreads - 1) / l->nthreads;
+        if (n > TW_RR_RUN_BATCH)
+            n = TW_RR_RUN_BATCH;
+        for (size_t i = 0; i < n; i++) {
+            batch[i] = l->head;
+            l->head = l->head->next;
+        }
         if (!l->head)
             l->tail = NULL;
-        l->running++;
+        l->nready -= n;
+        l->running += n;
+        if (l->head)
+            pthread_cond_signal(&l->run_cv);
         pthread_mutex_unlock(&l->mu);
-        l->run(l->ctx, it, me); /* takes ownership of it */
+        l->run(l->ctx, batch, n, me); /* takes ownership of the items */
         pthread_mutex_lock(&l->mu);
-        l->running--;
-        l->held--;
-        if (l->stopping && l->running == 0)
-            pthread_cond_broadcast(&l->idle_cv);
+        l->running -= n;
+        l->held -= n;
     }
     pthread_mutex_unlock(&l->mu);
     return NULL;
@@ -185,15 +197,6 @@ int tw_rr_local_new(struct tw_rr_local **out, uint32_t tick_ms, uint32_t threads
     }
     pthread_condattr_destroy(&ca);
     if (pthread_cond_init(&l->run_cv, NULL) != 0) {
-        pthread_cond_destroy(&l->tick_cv);
-        pthread_mutex_destroy(&l->mu);
-        tw_tasks_free(l->wheel);
-        free(l->threads);
-        free(l);
-        return TW_ESYS;
-    }
-    if (pthread_cond_init(&l->idle_cv, NULL) != 0) {
-        pthread_cond_destroy(&l->run_cv);
         pthread_cond_destroy(&l->tick_cv);
         pthread_mutex_destroy(&l->mu);
         tw_tasks_free(l->wheel);
@@ -281,6 +284,7 @@ struct tw_rr_item *tw_rr_local_stop(struct tw_rr_local *l)
         list = l->head;
     }
     l->head = l->tail = NULL;
+    l->nready = 0;
     l->held = 0;
     pthread_mutex_unlock(&l->mu);
     return list;
@@ -297,7 +301,6 @@ void tw_rr_local_free(struct tw_rr_local *l)
         it = n;
     }
     tw_tasks_free(l->wheel);
-    pthread_cond_destroy(&l->idle_cv);
     pthread_cond_destroy(&l->run_cv);
     pthread_cond_destroy(&l->tick_cv);
     pthread_mutex_destroy(&l->mu);

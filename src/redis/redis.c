@@ -93,7 +93,8 @@
 #define RR_KEYBUF 96         /* "{queue:p}:lease" fits */
 #define RR_BATCH 256         /* tasks per claim call */
 #define RR_BATCH_BYTES (4u << 20)
-#define RR_HELD_MAX 8192     /* claimed tasks a worker holds before it stops claiming */
+#define RR_HELD_MAX 65536    /* claimed tasks a worker holds before it stops claiming */
+#define RR_OFF_EPOCH_NS 5000000000ull /* clock offset samples are kept 5-10 s */
 #define RR_RETRY_MS 100      /* a start that failed for I/O is retried this much later */
 #define RR_HIST 512
 
@@ -107,6 +108,9 @@ struct tw_redis {
     char sha[TW_RR_NSCRIPTS][41];
     const char *shas[TW_RR_NSCRIPTS];
     int *slots;                     /* slot of each partition */
+    /* Per partition, the best lower bound of (server clock - local monotonic
+     * clock) in us seen in this epoch and the previous one (INT64_MIN: none). */
+    _Atomic int_fast64_t *off_cur, *off_prev;
 
     /* client API: one router under api_mu */
     pthread_mutex_t api_mu;
@@ -214,6 +218,28 @@ static int rr_int_reply(const redisReply *x, long long *out)
     return 0;
 }
 
+/* A clock sample: the server read `server_us` before the reply that carried it
+ * reached us at local `local_ns`, so server_us - local_us is a lower bound of
+ * the offset between the two clocks; the largest such bound is the best. */
+static void rr_clock_sample(struct tw_redis *r, uint32_t p, uint64_t server_us, uint64_t local_ns)
+{
+    int_fast64_t off = (int_fast64_t)server_us - (int_fast64_t)(local_ns / 1000u);
+    int_fast64_t cur = atomic_load(&r->off_cur[p]);
+    while (off > cur && !atomic_compare_exchange_weak(&r->off_cur[p], &cur, off)) {
+    }
+}
+
+/* Local monotonic ns at which the server's clock has surely reached due_ms. */
+static uint64_t rr_local_due(struct tw_redis *r, uint32_t p, uint64_t due_ms)
+{
+    int_fast64_t a = atomic_load(&r->off_cur[p]), b = atomic_load(&r->off_prev[p]);
+    int_fast64_t off = a > b ? a : b;
+    if (off == INT64_MIN)
+        return 0; /* no sample yet: start will tell how long to wait */
+    int_fast64_t us = (int_fast64_t)(due_ms * 1000u) - off;
+    return us > 0 ? (uint64_t)us * 1000u : 0;
+}
+
 /* ---- configuration ---------------------------------------------------------- */
 
 void tw_redis_config_init(struct tw_redis_config *cfg)
@@ -282,85 +308,155 @@ static void rr_requeue(struct tw_redis *r, struct tw_rr_item *it, uint64_t wait_
         rr_orphan(r, it); /* stopping (or no memory): released by stop */
 }
 
-static void rr_run(void *ctx, struct tw_rr_item *it, unsigned thread)
+/* Run one script over a group of items of one partition: START (with
+ * lease_ms first) or ACK, key and token per item. Fills res (the reply's
+ * integers after `skip` leading ones) and *now_us when asked. */
+static int rr_group_eval(struct tw_redis *r, struct tw_rr_router *rt, unsigned id,
+                         struct tw_rr_item **g, size_t n, long long *res, uint64_t *now_us)
+{
+    char kb[6][RR_KEYBUF], tok[TW_RR_RUN_BATCH][24], lease[16];
+    const char *av[6 + 2 * TW_RR_RUN_BATCH];
+    size_t al[6 + 2 * TW_RR_RUN_BATCH];
+    rr_keys(r, g[0]->part, kb, av, al);
+    int na = 0;
+    if (id == TW_RR_START) {
+        al[5] = (size_t)snprintf(lease, sizeof lease, "%u", r->cfg.lease_ms);
+        av[5] = lease;
+        na = 1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        av[5 + na] = g[i]->data;
+        al[5 + na] = g[i]->key_len;
+        al[6 + na] = (size_t)snprintf(tok[i], sizeof tok[i], "%llu",
+                                      (unsigned long long)g[i]->token);
+        av[6 + na] = tok[i];
+        na += 2;
+    }
+    redisReply *x;
+    uint64_t rc0 = rt->reconnects;
+    int rc = tw_rr_eval(rt, id, r->slots[g[0]->part], TW_RR_NKEYS, na, av, al, &x);
+    uint64_t t_reply = tw_rr_mono_ns();
+    atomic_fetch_add(&r->worker_reconnects, rt->reconnects - rc0);
+    if (rc)
+        return rc;
+    size_t skip = id == TW_RR_START ? 1 : 0, per = id == TW_RR_START ? 2 : 1;
+    if (x->type != REDIS_REPLY_ARRAY || x->elements != skip + per * n) {
+        freeReplyObject(x);
+        return TW_EPROTO;
+    }
+    for (size_t i = 0; i < x->elements; i++)
+        if (x->element[i]->type != REDIS_REPLY_INTEGER) {
+            freeReplyObject(x);
+            return TW_EPROTO;
+        }
+    if (now_us) {
+        *now_us = (uint64_t)x->element[0]->integer;
+        rr_clock_sample(r, g[0]->part, *now_us, t_reply);
+    }
+    for (size_t i = 0; i < per * n; i++)
+        res[i] = x->element[skip + i]->integer;
+    freeReplyObject(x);
+    return 0;
+}
+
+/* Apply fn to the items of `v` (n of them) group by group, a group being the
+ * items of one partition, in the order of their first appearance. */
+#define RR_GROUPS(v, n, g, gi, ng, BODY)                                                    \
+    do {                                                                                    \
+        bool done_[TW_RR_RUN_BATCH] = {false};                                              \
+        for (size_t i_ = 0; i_ < (n); i_++) {                                               \
+            if (done_[i_])                                                                  \
+                continue;                                                                   \
+            size_t ng = 0;                                                                  \
+            for (size_t j_ = i_; j_ < (n); j_++)                                            \
+                if (!done_[j_] && (v)[j_]->part == (v)[i_]->part) {                         \
+                    done_[j_] = true;                                                       \
+                    gi[ng] = j_;                                                            \
+                    g[ng++] = (v)[j_];                                                      \
+                }                                                                           \
+            BODY                                                                            \
+        }                                                                                   \
+    } while (0)
+
+/* Run a batch of held items whose local due time has come (executor
+ * `thread`): one START per partition, execute each started task in order,
+ * one ACK per partition for those answered DONE, a FAIL for each FAILED. */
+static void rr_run(void *ctx, struct tw_rr_item **v, size_t n, unsigned thread)
 {
     struct tw_redis *r = ctx;
     struct tw_rr_router *rt = &r->exec_rt[thread];
-    char kb[6][RR_KEYBUF], tok[24], lease[16];
-    const char *av[8];
-    size_t al[8];
-    rr_keys(r, it->part, kb, av, al);
-    av[5] = it->data;
-    al[5] = it->key_len;
-    al[6] = (size_t)snprintf(tok, sizeof tok, "%llu", (unsigned long long)it->token);
-    av[6] = tok;
-    al[7] = (size_t)snprintf(lease, sizeof lease, "%u", r->cfg.lease_ms);
-    av[7] = lease;
-    redisReply *x;
-    uint64_t rc0 = rt->reconnects;
-    int rc = tw_rr_eval(rt, TW_RR_START, r->slots[it->part], TW_RR_NKEYS, 3, av, al, &x);
-    atomic_fetch_add(&r->worker_reconnects, rt->reconnects - rc0);
-    if (rc) {
-        rr_requeue(r, it, (uint64_t)RR_RETRY_MS * 1000000u);
-        return;
-    }
-    long long st = -1, a1 = 0, a2 = 0;
-    if (x->type == REDIS_REPLY_ARRAY && x->elements >= 1 &&
-        x->element[0]->type == REDIS_REPLY_INTEGER) {
-        st = x->element[0]->integer;
-        if (x->elements >= 2 && x->element[1]->type == REDIS_REPLY_INTEGER)
-            a1 = x->element[1]->integer;
-        if (x->elements >= 3 && x->element[2]->type == REDIS_REPLY_INTEGER)
-            a2 = x->element[2]->integer;
-    }
-    freeReplyObject(x);
-    if (st == 0) { /* not due yet by the server's clock: wait what it says */
-        rr_requeue(r, it, (uint64_t)(a1 > 0 ? a1 : 1) * 1000u);
-        return;
-    }
-    if (st != 1) {
-        atomic_fetch_add(&r->lost_leases, 1);
-        free(it);
-        return;
-    }
-    uint64_t now_us = (uint64_t)a2, due_us = it->due_ms * 1000u;
-    rr_note_late(r, now_us > due_us ? now_us - due_us : 0);
-    if (a1 > 1)
-        atomic_fetch_add(&r->redelivered, 1);
-    struct tw_redis_task t = {it->data, it->key_len, it->payload, it->payload_len, it->due_ms,
-                              (uint32_t)a1};
-    enum tw_redis_result res = r->cfg.execute(r->cfg.arg, &t);
-    if (res == TW_REDIS_FAILED)
-        atomic_fetch_add(&r->failed, 1);
-    char base[24], max[24];
-    const char *fv[10];
-    size_t fl[10];
-    memcpy(fv, av, 7 * sizeof *fv);
-    memcpy(fl, al, 7 * sizeof *fl);
-    int nargs = 2;
-    unsigned id = TW_RR_ACK;
-    if (res == TW_REDIS_FAILED) {
-        id = TW_RR_FAIL;
-        fl[7] = (size_t)snprintf(base, sizeof base, "%u", r->cfg.retry_base_ms);
-        fv[7] = base;
-        fl[8] = (size_t)snprintf(max, sizeof max, "%u", r->cfg.retry_max_ms);
-        fv[8] = max;
-        fv[9] = kb[5];
-        fl[9] = strlen(kb[5]);
-        nargs = 5;
-    }
-    rc = tw_rr_eval(rt, id, r->slots[it->part], TW_RR_NKEYS, nargs, fv, fl, &x);
-    if (rc == 0) {
-        long long v = 0;
-        if (rr_int_reply(x, &v) == 0 && v == 1) {
-            if (res == TW_REDIS_DONE)
-                atomic_fetch_add(&r->delivered, 1);
-        } else {
-            atomic_fetch_add(&r->stale_acks, 1);
+    struct tw_rr_item *g[TW_RR_RUN_BATCH];
+    size_t gi[TW_RR_RUN_BATCH];
+    long long st[TW_RR_RUN_BATCH], arg[TW_RR_RUN_BATCH], res[2 * TW_RR_RUN_BATCH];
+    uint64_t now[TW_RR_RUN_BATCH];
+    RR_GROUPS(v, n, g, gi, ng, {
+        uint64_t t = 0;
+        int rc = rr_group_eval(r, rt, TW_RR_START, g, ng, res, &t);
+        for (size_t k = 0; k < ng; k++) {
+            st[gi[k]] = rc ? -2 : res[2 * k];
+            arg[gi[k]] = rc ? 0 : res[2 * k + 1];
+            now[gi[k]] = t;
         }
-        freeReplyObject(x);
+    });
+    size_t ndone = 0;
+    struct tw_rr_item *done[TW_RR_RUN_BATCH];
+    for (size_t i = 0; i < n; i++) {
+        struct tw_rr_item *it = v[i];
+        if (st[i] == -2) { /* Redis away: try again a little later */
+            rr_requeue(r, it, (uint64_t)RR_RETRY_MS * 1000000u);
+            continue;
+        }
+        if (st[i] == 0) { /* not due yet by the server's clock: wait what it says */
+            rr_requeue(r, it, (uint64_t)(arg[i] > 0 ? arg[i] : 1) * 1000u);
+            continue;
+        }
+        if (st[i] != 1) {
+            atomic_fetch_add(&r->lost_leases, 1);
+            free(it);
+            continue;
+        }
+        uint64_t due_us = it->due_ms * 1000u;
+        rr_note_late(r, now[i] > due_us ? now[i] - due_us : 0);
+        if (arg[i] > 1)
+            atomic_fetch_add(&r->redelivered, 1);
+        struct tw_redis_task t = {it->data, it->key_len, it->payload, it->payload_len,
+                                  it->due_ms, (uint32_t)arg[i]};
+        if (r->cfg.execute(r->cfg.arg, &t) == TW_REDIS_DONE) {
+            done[ndone++] = it;
+            continue;
+        }
+        atomic_fetch_add(&r->failed, 1);
+        char kb[6][RR_KEYBUF], tok[24], base[16], max[16];
+        const char *av[10];
+        size_t al[10];
+        rr_keys(r, it->part, kb, av, al);
+        av[9] = av[5];
+        al[9] = al[5];
+        av[5] = it->data;
+        al[5] = it->key_len;
+        al[6] = (size_t)snprintf(tok, sizeof tok, "%llu", (unsigned long long)it->token);
+        av[6] = tok;
+        al[7] = (size_t)snprintf(base, sizeof base, "%u", r->cfg.retry_base_ms);
+        av[7] = base;
+        al[8] = (size_t)snprintf(max, sizeof max, "%u", r->cfg.retry_max_ms);
+        av[8] = max;
+        redisReply *x;
+        if (tw_rr_eval(rt, TW_RR_FAIL, r->slots[it->part], TW_RR_NKEYS, 5, av, al, &x) == 0) {
+            long long ok = 0;
+            if (rr_int_reply(x, &ok) != 0 || ok != 1)
+                atomic_fetch_add(&r->stale_acks, 1);
+            freeReplyObject(x);
+        }
+        free(it);
     }
-    free(it);
+    RR_GROUPS(done, ndone, g, gi, ng, {
+        /* An ACK lost to I/O leaves the lease to run out: delivered again. */
+        if (rr_group_eval(r, rt, TW_RR_ACK, g, ng, res, NULL) == 0)
+            for (size_t k = 0; k < ng; k++)
+                atomic_fetch_add(res[k] == 1 ? &r->delivered : &r->stale_acks, 1);
+    });
+    for (size_t i = 0; i < ndone; i++)
+        free(done[i]);
 }
 
 /* ---- the worker: claiming ----------------------------------------------------- */
@@ -408,6 +504,7 @@ static int rr_claim_part(struct tw_redis *r, uint32_t p, struct rr_batch *b)
         return TW_EPROTO;
     }
     uint64_t now_us = (uint64_t)x->element[0]->integer;
+    rr_clock_sample(r, p, now_us, t_reply);
     atomic_fetch_add(&r->recovered, (uint64_t)x->element[1]->integer);
     size_t k = (x->elements - 2) / 4;
     if (b->n + k > b->cap) {
@@ -441,8 +538,7 @@ static int rr_claim_part(struct tw_redis *r, uint32_t p, struct rr_batch *b)
         it->payload = it->data + e[0]->len;
         memcpy(it->payload, e[3]->str, e[3]->len);
         it->payload[e[3]->len] = 0;
-        uint64_t due_us = it->due_ms * 1000u;
-        it->due_local_ns = t_reply + (due_us > now_us ? (due_us - now_us) * 1000u : 0);
+        it->due_local_ns = rr_local_due(r, p, it->due_ms);
         b->v[b->n++] = it;
         got++;
     }
@@ -453,7 +549,7 @@ static int rr_claim_part(struct tw_redis *r, uint32_t p, struct rr_batch *b)
 /* Claim the flagged partitions until each returns less than a full batch
  * (or the worker holds RR_HELD_MAX tasks); hands items to the local window in
  * due order per pass. Returns 0 or the last error. */
-static int rr_claim_round(struct tw_redis *r, unsigned char *want)
+static int rr_claim_round(struct tw_redis *r, unsigned char *want, bool *capped)
 {
     struct rr_batch b = {0};
     int err = 0;
@@ -464,8 +560,10 @@ static int rr_claim_round(struct tw_redis *r, unsigned char *want)
             if (!want[p])
                 continue;
             want[p] = 0;
-            if (tw_rr_local_held(r->local) + b.n >= RR_HELD_MAX)
+            if (tw_rr_local_held(r->local) + b.n >= RR_HELD_MAX) {
+                *capped = true;
                 break;
+            }
             int got = rr_claim_part(r, p, &b);
             if (got < 0)
                 err = got;
@@ -497,9 +595,15 @@ static void *rr_claim_main(void *arg)
     unsigned char *want = calloc(P, 1);
     uint64_t half = (uint64_t)r->cfg.window_ms * 1000000u / 2, next_refill = 0;
     uint32_t backoff_ms = 0;
+    uint64_t epoch = tw_rr_mono_ns();
     pthread_mutex_lock(&r->mu);
     while (!r->stop_claim) {
         uint64_t now = tw_rr_mono_ns();
+        if (now - epoch > RR_OFF_EPOCH_NS) { /* forget old clock samples (drift) */
+            epoch = now;
+            for (uint32_t p = 0; p < P; p++)
+                atomic_store(&r->off_prev[p], atomic_exchange(&r->off_cur[p], INT64_MIN));
+        }
         bool refill = now >= next_refill;
         if (!refill && r->nflagged == 0) {
             struct timespec ts = {(time_t)(next_refill / 1000000000u),
@@ -515,10 +619,11 @@ static void *rr_claim_main(void *arg)
         r->nflagged = 0;
         pthread_mutex_unlock(&r->mu);
         int rc = 0;
+        bool capped = false;
         if (want) {
             if (refill)
                 atomic_fetch_add(&r->refills, 1);
-            rc = rr_claim_round(r, want);
+            rc = rr_claim_round(r, want, &capped);
         }
         now = tw_rr_mono_ns();
         if (rc == TW_EIO || rc == TW_EPROTO || rc == TW_ENOMEM || !want) {
@@ -532,7 +637,9 @@ static void *rr_claim_main(void *arg)
             next_refill = now + wait;
         } else {
             backoff_ms = 0;
-            if (refill)
+            if (capped) /* holding all it may: look again once some have run */
+                next_refill = now + (half < 20000000u ? half : 20000000u);
+            else if (refill)
                 next_refill = now + half;
         }
         pthread_mutex_lock(&r->mu);
@@ -705,6 +812,8 @@ static void rr_free_all(struct tw_redis *r)
     }
     free(r->flags);
     free(r->slots);
+    free(r->off_cur);
+    free(r->off_prev);
     pthread_mutex_destroy(&r->api_mu);
     pthread_mutex_destroy(&r->mu);
     pthread_mutex_destroy(&r->stop_mu);
@@ -775,8 +884,14 @@ int tw_redis_new(const struct tw_redis_config *cfg, struct tw_redis **out)
     r->servers = calloc(cfg->nservers, sizeof *r->servers);
     r->slots = malloc(cfg->partitions * sizeof *r->slots);
     r->flags = calloc(cfg->partitions, 1);
-    if (!r->servers || !r->slots || !r->flags)
+    r->off_cur = malloc(cfg->partitions * sizeof *r->off_cur);
+    r->off_prev = malloc(cfg->partitions * sizeof *r->off_prev);
+    if (!r->servers || !r->slots || !r->flags || !r->off_cur || !r->off_prev)
         goto nomem;
+    for (uint32_t p = 0; p < cfg->partitions; p++) {
+        atomic_init(&r->off_cur[p], INT64_MIN);
+        atomic_init(&r->off_prev[p], INT64_MIN);
+    }
     for (size_t i = 0; i < cfg->nservers; i++)
         if (!(r->servers[i] = strdup(cfg->servers[i])))
             goto nomem;

@@ -113,9 +113,11 @@ struct tw_rr_item {
 
 /* ---- the local window: wheel, tick thread, executors ----------------------- */
 struct tw_rr_local;
-typedef void tw_rr_run_fn(void *ctx, struct tw_rr_item *it, unsigned thread);
-/* Start the tick thread and `threads` executor threads; run(ctx, item, i)
- * runs each item on executor i when its local due time has come. */
+#define TW_RR_RUN_BATCH 32
+typedef void tw_rr_run_fn(void *ctx, struct tw_rr_item **items, size_t n, unsigned thread);
+/* Start the tick thread and `threads` executor threads; run(ctx, items, n, i)
+ * runs a batch of 1..TW_RR_RUN_BATCH items, in FIFO order, on executor i
+ * once their local due time has come. */
 int tw_rr_local_new(struct tw_rr_local **out, uint32_t tick_ms, uint32_t threads,
                     tw_rr_run_fn *run, void *ctx);
 /* Hold an item until item->due_local_ns (at once when already past: FIFO in

@@ -30,7 +30,7 @@
 #define RR_BACKOFF_MIN_MS 10u
 #define RR_BACKOFF_MAX_MS 1000u
 #define RR_PIPE_CHUNK 512u
-#define RR_ARGV_MAX 24
+#define RR_ARGV_MAX 80 /* 3 + 5 keys + 1 + 2 * TW_RR_RUN_BATCH */
 
 uint64_t tw_rr_mono_ns(void)
 {

@@ -92,27 +92,37 @@
     "if hi > hold() then redis.call('SET', KEYS[5], hi, 'PX', 2 * tonumber(ARGV[1]) + 1000) end\n" \
     "return out\n"
 
-/* ARGV: key, token, lease_ms
- * -> {1, attempt, now_us} start now (lease renewed to now + lease_ms),
- *    {0, wait_us} not due yet by the server's clock, {-1} lease gone. */
+/* ARGV: lease_ms, then key, token pairs (a batch of one partition)
+ * -> {now_us, s1, a1, s2, a2, ...} per task: s = 1 start now (a = attempt;
+ *    the lease is renewed to now + lease_ms), s = 0 not due yet by the
+ *    server's clock (a = microseconds to wait), s = -1 lease gone (a = 0). */
 #define START_LUA                                                                          \
-    PRELUDE "local v = redis.call('HGET', KEYS[3], ARGV[1])\n"                             \
-    "if not v then return {-1} end\n"                                                      \
-    "local tok, att, due, pos = parse(v) local now = now_us()\n"                           \
-    "if not held(ARGV[1], tok, tonumber(ARGV[2]), now) then return {-1} end\n"             \
-    "if now < due * 1000 then return {0, due * 1000 - now} end\n"                          \
-    "redis.call('HSET', KEYS[3], ARGV[1], rec(tok, att + 1, due, string.sub(v, pos)))\n"   \
-    "redis.call('ZADD', KEYS[2], math.floor(now / 1000) + tonumber(ARGV[3]), ARGV[1])\n"   \
-    "return {1, att + 1, now}\n"
+    PRELUDE "local now = now_us() local lease = math.floor(now / 1000) + tonumber(ARGV[1])\n" \
+    "local out = {now}\n"                                                                   \
+    "for i = 2, #ARGV, 2 do local k = ARGV[i] local s, a = -1, 0\n"                         \
+    "  local v = redis.call('HGET', KEYS[3], k)\n"                                          \
+    "  if v then local tok, att, due, pos = parse(v)\n"                                     \
+    "    if held(k, tok, tonumber(ARGV[i + 1]), now) then\n"                                \
+    "      if now < due * 1000 then s = 0 a = due * 1000 - now else s = 1 a = att + 1\n"   \
+    "        redis.call('HSET', KEYS[3], k, rec(tok, a, due, string.sub(v, pos)))\n"        \
+    "        redis.call('ZADD', KEYS[2], lease, k) end\n"                                   \
+    "    end\n"                                                                             \
+    "  end\n"                                                                               \
+    "  out[#out + 1] = s out[#out + 1] = a\n"                                               \
+    "end\n"                                                                                 \
+    "return out\n"
 
-/* ARGV: key, token -> 1 deleted, 0 stale (not our lease any more) */
+/* ARGV: key, token pairs (one partition) -> {r1, r2, ...}: 1 deleted, 0 stale
+ * (not our lease any more: nothing deleted) */
 #define ACK_LUA                                                                            \
-    PRELUDE "local v = redis.call('HGET', KEYS[3], ARGV[1])\n"                             \
-    "if not v then return 0 end\n"                                                         \
-    "local tok = parse(v)\n"                                                               \
-    "if not held(ARGV[1], tok, tonumber(ARGV[2]), now_us()) then return 0 end\n"           \
-    "redis.call('HDEL', KEYS[3], ARGV[1]) redis.call('ZREM', KEYS[2], ARGV[1])\n"          \
-    "return 1\n"
+    PRELUDE "local now = now_us() local out = {}\n"                                         \
+    "for i = 1, #ARGV, 2 do local k = ARGV[i] local r = 0\n"                                \
+    "  local v = redis.call('HGET', KEYS[3], k)\n"                                          \
+    "  if v and held(k, (parse(v)), tonumber(ARGV[i + 1]), now) then\n"                     \
+    "    redis.call('HDEL', KEYS[3], k) redis.call('ZREM', KEYS[2], k) r = 1 end\n"         \
+    "  out[#out + 1] = r\n"                                                                 \
+    "end\n"                                                                                 \
+    "return out\n"
 
 /* ARGV: key, token, retry_base_ms, retry_max_ms, channel -> 1 rescheduled, 0 stale */
 #define FAIL_LUA                                                                           \
