@@ -589,6 +589,7 @@ int main(int argc, char **argv)
         return 2;
     }
     setvbuf(stdout, NULL, _IOLBF, 0); /* progress lines, also into a log */
+    rfx_cleanup_on_signals();
     double t0 = now_s();
     struct rfx_server srv, always;
     struct rfx_options o = {.appendonly = true, .appendfsync = cfg.fsync};

@@ -190,6 +190,32 @@ static int reg_find_pid(pid_t pid)
     return slot;
 }
 
+/* SIGINT/SIGTERM/SIGHUP: kill and reap every child, then die of the signal.
+ * Only async-signal-safe calls; the registry is read without its lock (the
+ * process is going away). Directories stay (the next run's sweep removes them). */
+static void on_fatal_signal(int sig)
+{
+    for (int i = 0; i < RFX_REG_MAX; i++)
+        if (reg[i].used && reg[i].pid > 0)
+            kill(reg[i].pid, SIGKILL);
+    for (int i = 0; i < RFX_REG_MAX; i++)
+        if (reg[i].used && reg[i].pid > 0)
+            waitpid(reg[i].pid, NULL, 0);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+void rfx_cleanup_on_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_fatal_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+}
+
 /* ---- processes ----------------------------------------------------------- */
 /* The child side of every fork: die with the parent, redirect, exec. Only
  * async-signal-safe calls (the parent may have threads). */

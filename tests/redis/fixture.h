@@ -114,6 +114,10 @@ int rfx_wait(pid_t pid, int timeout_ms, int *status);
 /* SIGKILL and reap (for cleanup paths). */
 void rfx_reap(pid_t pid);
 
+/* For long-running programs (bench, demo): on SIGINT, SIGTERM or SIGHUP kill
+ * and reap every child, then die of the signal. */
+void rfx_cleanup_on_signals(void);
+
 /* Milliseconds / microseconds of CLOCK_REALTIME and CLOCK_MONOTONIC. */
 uint64_t rfx_realtime_us(void);
 uint64_t rfx_mono_ms(void);

@@ -43,6 +43,7 @@ int main(int argc, char **argv)
         return 2;
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
+    rfx_cleanup_on_signals();
     const char *worker = argv[1];
     uint64_t n = 5000;
     double scale = 1.0; /* timeline scale */
