@@ -20,8 +20,8 @@
  *  3. burst: N tasks all due at the same millisecond, two workers; delivered
  *     per second = N / (time from that due time until nothing is pending).
  *  4. kill (a second server, appendfsync always): 2e4 tasks (N/5 at most)
- *     due in 0.5-5 s, two workers, one SIGKILLed 2 s in; lost and delivered
- *     twice (twheel: leases of 3 s; the baseline has no lease: what the killed
+ *     due in 0.5-5 s, 0.2 ms of work each, two workers, one SIGKILLed 2 s
+ *     in; lost and delivered twice (twheel: leases of 3 s; the baseline has no lease: what the killed
  *     poller had claimed is gone).
  *
  * Usage: w7_redis [--n N] [--min-ms A] [--max-ms B] [--fsync everysec|always]
@@ -51,6 +51,7 @@
 
 #define PAYLOAD "0123456789abcdef0123456789abcdef"
 #define KILL_LEASE_MS 3000
+#define KILL_EXEC_US 200 /* work in execute, so a kill finds tasks in flight */
 
 enum kind { TWHEEL, POLL100, POLL1000, NKINDS };
 static const char *kind_name[NKINDS] = {"twheel", "poll 100 ms", "poll 1 s"};
@@ -223,7 +224,7 @@ struct crew {
 };
 
 static int crew_start(struct crew *w, const struct rfx_server *s, enum kind k, const char *tag,
-                      unsigned lease_ms)
+                      unsigned lease_ms, unsigned exec_us)
 {
     memset(w, 0, sizeof *w);
     for (int i = 0; i < 2; i++) {
@@ -232,7 +233,7 @@ static int crew_start(struct crew *w, const struct rfx_server *s, enum kind k, c
         unlink(w->out[i]);
         unlink(w->stats[i]);
         struct rw_opts o = {.servers = rfx_addr(s), .queue = "w7", .out = w->out[i],
-                            .stats = w->stats[i], .lease_ms = lease_ms};
+                            .stats = w->stats[i], .lease_ms = lease_ms, .exec_us = exec_us};
         if (k != TWHEEL) {
             o.mode = "poll";
             o.interval_ms = k == POLL100 ? 100 : 1000;
@@ -362,7 +363,7 @@ static int one_run(const struct rfx_server *s, enum kind k, bool burst, struct r
     zc = k == TWHEEL ? NULL : rfx_connect(s);
     if (!r && !zc)
         goto out;
-    if (crew_start(&w, s, k, burst ? "burst" : "spread", 0))
+    if (crew_start(&w, s, k, burst ? "burst" : "spread", 0, 0))
         goto out;
     rfx_sleep_ms(300); /* workers connected */
     srand(42);
@@ -435,7 +436,7 @@ static int kill_run(const struct rfx_server *s, enum kind k, struct row *row)
     flushall(s);
     r = k == TWHEEL ? client_new(s) : NULL;
     zc = k == TWHEEL ? NULL : rfx_connect(s);
-    if ((!r && !zc) || crew_start(&w, s, k, "kill", KILL_LEASE_MS))
+    if ((!r && !zc) || crew_start(&w, s, k, "kill", KILL_LEASE_MS, KILL_EXEC_US))
         goto out;
     rfx_sleep_ms(300);
     srand(9);
