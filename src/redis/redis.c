@@ -121,6 +121,8 @@ struct tw_redis {
     bool worker;
     pthread_mutex_t mu;             /* guards flags, nflagged, stop_claim, orphans */
     pthread_cond_t cv;              /* wakes the claim thread */
+    pthread_cond_t sub_cv;          /* new waits here for the first subscription */
+    bool subscribed;                /* the subscriber has subscribed once */
     unsigned char *flags;           /* partitions to claim now */
     size_t nflagged;
     bool stop_claim;
@@ -129,6 +131,7 @@ struct tw_redis {
     struct tw_rr_router claim_rt;
     struct tw_rr_router sub_rt;     /* only its node list is used */
     struct tw_rr_router *exec_rt;   /* one per executor thread */
+    struct rr_exec *exec;           /* one per executor thread: its batch state */
     struct tw_rr_local *local;
     pthread_t claim_thread, sub_thread;
     bool claim_started, sub_started;
@@ -308,119 +311,138 @@ static void rr_requeue(struct tw_redis *r, struct tw_rr_item *it, uint64_t wait_
         rr_orphan(r, it); /* stopping (or no memory): released by stop */
 }
 
-/* Run one script over a group of items of one partition: START (with
- * lease_ms first) or ACK, key and token per item. Fills res (the reply's
- * integers after `skip` leading ones) and *now_us when asked. */
-static int rr_group_eval(struct tw_redis *r, struct tw_rr_router *rt, unsigned id,
-                         struct tw_rr_item **g, size_t n, long long *res, uint64_t *now_us)
+/* A batch of held items on an executor: START or ACK scripts, one per
+ * partition present, pipelined (one round trip for the whole batch). */
+struct rr_exec {
+    struct tw_redis *r;
+    unsigned id;                      /* TW_RR_START or TW_RR_ACK */
+    struct tw_rr_item **v;
+    size_t n, ngroups;
+    size_t order[TW_RR_RUN_BATCH];    /* indexes into v, grouped by partition */
+    size_t group[TW_RR_RUN_BATCH + 1]; /* first position in order of each group */
+    long long st[TW_RR_RUN_BATCH];    /* START: 1/0/-1, -2 no answer; ACK: 1/0, -2 */
+    long long arg[TW_RR_RUN_BATCH];   /* START: attempt, or us to wait */
+    uint64_t now[TW_RR_RUN_BATCH];    /* START: the server's clock, us */
+    char kb[6][RR_KEYBUF];
+    char tok[TW_RR_RUN_BATCH][24];
+    char lease[16];
+};
+
+static void rr_exec_group(struct rr_exec *e)
 {
-    char kb[6][RR_KEYBUF], tok[TW_RR_RUN_BATCH][24], lease[16];
-    const char *av[6 + 2 * TW_RR_RUN_BATCH];
-    size_t al[6 + 2 * TW_RR_RUN_BATCH];
-    rr_keys(r, g[0]->part, kb, av, al);
+    bool done[TW_RR_RUN_BATCH] = {false};
+    size_t k = 0;
+    e->ngroups = 0;
+    for (size_t i = 0; i < e->n; i++) {
+        if (done[i])
+            continue;
+        e->group[e->ngroups++] = k;
+        for (size_t j = i; j < e->n; j++)
+            if (!done[j] && e->v[j]->part == e->v[i]->part) {
+                done[j] = true;
+                e->order[k++] = j;
+            }
+    }
+    e->group[e->ngroups] = k;
+    for (size_t i = 0; i < e->n; i++)
+        e->st[i] = -2;
+}
+
+static int rr_exec_build(void *ctx, size_t g, int *slot, const char **av, size_t *al, int *nargs)
+{
+    struct rr_exec *e = ctx;
+    struct tw_rr_item *first = e->v[e->order[e->group[g]]];
+    *slot = e->r->slots[first->part];
+    rr_keys(e->r, first->part, e->kb, av, al);
     int na = 0;
-    if (id == TW_RR_START) {
-        al[5] = (size_t)snprintf(lease, sizeof lease, "%u", r->cfg.lease_ms);
-        av[5] = lease;
+    if (e->id == TW_RR_START) {
+        al[5] = (size_t)snprintf(e->lease, sizeof e->lease, "%u", e->r->cfg.lease_ms);
+        av[5] = e->lease;
         na = 1;
     }
-    for (size_t i = 0; i < n; i++) {
-        av[5 + na] = g[i]->data;
-        al[5 + na] = g[i]->key_len;
-        al[6 + na] = (size_t)snprintf(tok[i], sizeof tok[i], "%llu",
-                                      (unsigned long long)g[i]->token);
-        av[6 + na] = tok[i];
+    for (size_t k = e->group[g]; k < e->group[g + 1]; k++) {
+        const struct tw_rr_item *it = e->v[e->order[k]];
+        av[5 + na] = it->data;
+        al[5 + na] = it->key_len;
+        al[6 + na] = (size_t)snprintf(e->tok[k], sizeof e->tok[k], "%llu",
+                                      (unsigned long long)it->token);
+        av[6 + na] = e->tok[k];
         na += 2;
     }
-    redisReply *x;
-    uint64_t rc0 = rt->reconnects;
-    int rc = tw_rr_eval(rt, id, r->slots[g[0]->part], TW_RR_NKEYS, na, av, al, &x);
-    uint64_t t_reply = tw_rr_mono_ns();
-    atomic_fetch_add(&r->worker_reconnects, rt->reconnects - rc0);
-    if (rc)
-        return rc;
-    size_t skip = id == TW_RR_START ? 1 : 0, per = id == TW_RR_START ? 2 : 1;
-    if (x->type != REDIS_REPLY_ARRAY || x->elements != skip + per * n) {
-        freeReplyObject(x);
-        return TW_EPROTO;
-    }
-    for (size_t i = 0; i < x->elements; i++)
-        if (x->element[i]->type != REDIS_REPLY_INTEGER) {
-            freeReplyObject(x);
-            return TW_EPROTO;
-        }
-    if (now_us) {
-        *now_us = (uint64_t)x->element[0]->integer;
-        rr_clock_sample(r, g[0]->part, *now_us, t_reply);
-    }
-    for (size_t i = 0; i < per * n; i++)
-        res[i] = x->element[skip + i]->integer;
-    freeReplyObject(x);
+    *nargs = na;
     return 0;
 }
 
-/* Apply fn to the items of `v` (n of them) group by group, a group being the
- * items of one partition, in the order of their first appearance. */
-#define RR_GROUPS(v, n, g, gi, ng, BODY)                                                    \
-    do {                                                                                    \
-        bool done_[TW_RR_RUN_BATCH] = {false};                                              \
-        for (size_t i_ = 0; i_ < (n); i_++) {                                               \
-            if (done_[i_])                                                                  \
-                continue;                                                                   \
-            size_t ng = 0;                                                                  \
-            for (size_t j_ = i_; j_ < (n); j_++)                                            \
-                if (!done_[j_] && (v)[j_]->part == (v)[i_]->part) {                         \
-                    done_[j_] = true;                                                       \
-                    gi[ng] = j_;                                                            \
-                    g[ng++] = (v)[j_];                                                      \
-                }                                                                           \
-            BODY                                                                            \
-        }                                                                                   \
-    } while (0)
+static int rr_exec_check(void *ctx, size_t g, const redisReply *x)
+{
+    struct rr_exec *e = ctx;
+    uint64_t t_reply = tw_rr_mono_ns();
+    size_t from = e->group[g], n = e->group[g + 1] - from;
+    size_t skip = e->id == TW_RR_START ? 1 : 0, per = e->id == TW_RR_START ? 2 : 1;
+    if (x->type != REDIS_REPLY_ARRAY || x->elements != skip + per * n)
+        return TW_EPROTO;
+    for (size_t i = 0; i < x->elements; i++)
+        if (x->element[i]->type != REDIS_REPLY_INTEGER)
+            return TW_EPROTO;
+    uint64_t now = skip ? (uint64_t)x->element[0]->integer : 0;
+    if (skip)
+        rr_clock_sample(e->r, e->v[e->order[from]]->part, now, t_reply);
+    for (size_t k = 0; k < n; k++) {
+        size_t i = e->order[from + k];
+        e->st[i] = x->element[skip + per * k]->integer;
+        if (per == 2)
+            e->arg[i] = x->element[skip + per * k + 1]->integer;
+        e->now[i] = now;
+    }
+    return 0;
+}
+
+static void rr_exec_eval(struct rr_exec *e, struct tw_rr_router *rt, unsigned id)
+{
+    e->id = id;
+    rr_exec_group(e);
+    uint64_t rc0 = rt->reconnects;
+    /* On an error the groups without an answer keep st = -2. */
+    (void)tw_rr_eval_many(rt, id, e->ngroups, TW_RR_NKEYS, rr_exec_build, e, rr_exec_check);
+    atomic_fetch_add(&e->r->worker_reconnects, rt->reconnects - rc0);
+}
 
 /* Run a batch of held items whose local due time has come (executor
- * `thread`): one START per partition, execute each started task in order,
- * one ACK per partition for those answered DONE, a FAIL for each FAILED. */
+ * `thread`): START them (one script per partition, pipelined), execute each
+ * started task in order, ACK those answered DONE (likewise), FAIL each one
+ * answered FAILED. */
 static void rr_run(void *ctx, struct tw_rr_item **v, size_t n, unsigned thread)
 {
     struct tw_redis *r = ctx;
     struct tw_rr_router *rt = &r->exec_rt[thread];
-    struct tw_rr_item *g[TW_RR_RUN_BATCH];
-    size_t gi[TW_RR_RUN_BATCH];
-    long long st[TW_RR_RUN_BATCH], arg[TW_RR_RUN_BATCH], res[2 * TW_RR_RUN_BATCH];
-    uint64_t now[TW_RR_RUN_BATCH];
-    RR_GROUPS(v, n, g, gi, ng, {
-        uint64_t t = 0;
-        int rc = rr_group_eval(r, rt, TW_RR_START, g, ng, res, &t);
-        for (size_t k = 0; k < ng; k++) {
-            st[gi[k]] = rc ? -2 : res[2 * k];
-            arg[gi[k]] = rc ? 0 : res[2 * k + 1];
-            now[gi[k]] = t;
-        }
-    });
+    struct rr_exec *e = &r->exec[thread];
+    e->r = r;
+    e->v = v;
+    e->n = n;
+    rr_exec_eval(e, rt, TW_RR_START);
     size_t ndone = 0;
     struct tw_rr_item *done[TW_RR_RUN_BATCH];
     for (size_t i = 0; i < n; i++) {
         struct tw_rr_item *it = v[i];
-        if (st[i] == -2) { /* Redis away: try again a little later */
+        if (e->st[i] == -2) { /* Redis away: try again a little later */
             rr_requeue(r, it, (uint64_t)RR_RETRY_MS * 1000000u);
             continue;
         }
-        if (st[i] == 0) { /* not due yet by the server's clock: wait what it says */
-            rr_requeue(r, it, (uint64_t)(arg[i] > 0 ? arg[i] : 1) * 1000u);
+        if (e->st[i] == 0) { /* not due yet by the server's clock: wait what it says */
+            rr_requeue(r, it, (uint64_t)(e->arg[i] > 0 ? e->arg[i] : 1) * 1000u);
             continue;
         }
-        if (st[i] != 1) {
+        if (e->st[i] != 1) {
             atomic_fetch_add(&r->lost_leases, 1);
             free(it);
             continue;
         }
         uint64_t due_us = it->due_ms * 1000u;
-        rr_note_late(r, now[i] > due_us ? now[i] - due_us : 0);
-        if (arg[i] > 1)
+        rr_note_late(r, e->now[i] > due_us ? e->now[i] - due_us : 0);
+        if (e->arg[i] > 1)
             atomic_fetch_add(&r->redelivered, 1);
         struct tw_redis_task t = {it->data, it->key_len, it->payload, it->payload_len,
-                                  it->due_ms, (uint32_t)arg[i]};
+                                  it->due_ms, (uint32_t)e->arg[i]};
         if (r->cfg.execute(r->cfg.arg, &t) == TW_REDIS_DONE) {
             done[ndone++] = it;
             continue;
@@ -449,14 +471,19 @@ static void rr_run(void *ctx, struct tw_rr_item **v, size_t n, unsigned thread)
         }
         free(it);
     }
-    RR_GROUPS(done, ndone, g, gi, ng, {
+    if (ndone) {
         /* An ACK lost to I/O leaves the lease to run out: delivered again. */
-        if (rr_group_eval(r, rt, TW_RR_ACK, g, ng, res, NULL) == 0)
-            for (size_t k = 0; k < ng; k++)
-                atomic_fetch_add(res[k] == 1 ? &r->delivered : &r->stale_acks, 1);
-    });
-    for (size_t i = 0; i < ndone; i++)
-        free(done[i]);
+        e->v = done;
+        e->n = ndone;
+        rr_exec_eval(e, rt, TW_RR_ACK);
+        for (size_t i = 0; i < ndone; i++) {
+            if (e->st[i] == 1)
+                atomic_fetch_add(&r->delivered, 1);
+            else if (e->st[i] == 0)
+                atomic_fetch_add(&r->stale_acks, 1);
+            free(done[i]);
+        }
+    }
 }
 
 /* ---- the worker: claiming ----------------------------------------------------- */
@@ -546,6 +573,44 @@ static int rr_claim_part(struct tw_redis *r, uint32_t p, struct rr_batch *b)
     return (int)(k > got ? k : got);
 }
 
+/* Before claiming, a fresh and tight clock sample of every node serving a
+ * wanted partition: TIME is a quick round trip, where the claim's own reply
+ * comes after its whole script and its payloads (up to ~4 MB), so the
+ * claim's sample is loose; the held tasks' local due times are only as good
+ * as the offset known when they are claimed. */
+#define RR_SAMPLE_NODES 64
+static void rr_clock_round(struct tw_redis *r, const unsigned char *want)
+{
+    uint64_t srv[RR_SAMPLE_NODES], loc[RR_SAMPLE_NODES];
+    unsigned char have[RR_SAMPLE_NODES] = {0};
+    for (uint32_t p = 0; p < r->cfg.partitions; p++) {
+        if (!want[p])
+            continue;
+        int nd = tw_rr_node_of(&r->claim_rt, r->slots[p]);
+        if (nd < 0 || nd >= RR_SAMPLE_NODES)
+            continue;
+        if (!have[nd]) {
+            const char *av[1] = {"TIME"};
+            size_t al[1] = {4};
+            redisReply *x;
+            have[nd] = 2; /* tried */
+            if (tw_rr_command(&r->claim_rt, r->slots[p], 1, av, al, &x) != 0)
+                continue;
+            loc[nd] = tw_rr_mono_ns();
+            if (x->type == REDIS_REPLY_ARRAY && x->elements == 2 &&
+                x->element[0]->type == REDIS_REPLY_STRING &&
+                x->element[1]->type == REDIS_REPLY_STRING) {
+                srv[nd] = strtoull(x->element[0]->str, NULL, 10) * 1000000u +
+                          strtoull(x->element[1]->str, NULL, 10);
+                have[nd] = 1;
+            }
+            freeReplyObject(x);
+        }
+        if (have[nd] == 1)
+            rr_clock_sample(r, p, srv[nd], loc[nd]);
+    }
+}
+
 /* Claim the flagged partitions until each returns less than a full batch
  * (or the worker holds RR_HELD_MAX tasks); hands items to the local window in
  * due order per pass. Returns 0 or the last error. */
@@ -554,6 +619,7 @@ static int rr_claim_round(struct tw_redis *r, unsigned char *want, bool *capped)
     struct rr_batch b = {0};
     int err = 0;
     bool more = true;
+    rr_clock_round(r, want);
     while (more) {
         more = false;
         for (uint32_t p = 0; p < r->cfg.partitions; p++) {
@@ -721,10 +787,15 @@ static redisContext *rr_sub_connect(struct tw_redis *r, size_t node)
             al[p + 1] = (size_t)snprintf(s, RR_KEYBUF, "{%s:%u}:ch", r->queue, (unsigned)p);
             av[p + 1] = s;
         }
-        int done = 0;
         ok = redisAppendCommandArgv(c, (int)P + 1, av, al) == REDIS_OK;
-        while (ok && !done)
-            ok = redisBufferWrite(c, &done) == REDIS_OK;
+        /* Wait for every confirmation: from here on no PUBLISH is missed. */
+        for (uint32_t p = 0; ok && p < P; p++) {
+            void *m = NULL;
+            ok = redisGetReply(c, &m) == REDIS_OK && m &&
+                 ((redisReply *)m)->type == REDIS_REPLY_ARRAY;
+            if (m)
+                freeReplyObject(m);
+        }
     }
     free(av);
     free(al);
@@ -751,6 +822,10 @@ static void *rr_sub_main(void *arg)
             continue;
         }
         backoff = 0;
+        pthread_mutex_lock(&r->mu);
+        r->subscribed = true;
+        pthread_cond_broadcast(&r->sub_cv);
+        pthread_mutex_unlock(&r->mu);
         if (!first) {
             atomic_fetch_add(&r->sub_reconnects, 1);
             rr_flag_all(r); /* notifications may have been missed: claim everything */
@@ -802,6 +877,7 @@ static void rr_free_all(struct tw_redis *r)
             tw_rr_router_free(&r->exec_rt[i]);
         free(r->exec_rt);
     }
+    free(r->exec);
     tw_rr_router_free(&r->claim_rt);
     tw_rr_router_free(&r->sub_rt);
     tw_rr_router_free(&r->api);
@@ -819,6 +895,7 @@ static void rr_free_all(struct tw_redis *r)
     pthread_mutex_destroy(&r->stop_mu);
     pthread_mutex_destroy(&r->hist_mu);
     pthread_cond_destroy(&r->cv);
+    pthread_cond_destroy(&r->sub_cv);
     free(r);
 }
 
@@ -871,7 +948,7 @@ int tw_redis_new(const struct tw_redis_config *cfg, struct tw_redis **out)
     }
     pthread_condattr_t ca;
     if (pthread_condattr_init(&ca) || pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) ||
-        pthread_cond_init(&r->cv, &ca)) {
+        pthread_cond_init(&r->cv, &ca) || pthread_cond_init(&r->sub_cv, &ca)) {
         free(r);
         return TW_ESYS;
     }
@@ -905,7 +982,8 @@ int tw_redis_new(const struct tw_redis_config *cfg, struct tw_redis **out)
         goto fail;
     if (r->worker) {
         r->exec_rt = calloc(r->cfg.threads, sizeof *r->exec_rt);
-        if (!r->exec_rt)
+        r->exec = calloc(r->cfg.threads, sizeof *r->exec);
+        if (!r->exec_rt || !r->exec)
             goto nomem;
         if ((rc = rr_router(r, &r->claim_rt)) != 0 || (rc = rr_router(r, &r->sub_rt)) != 0)
             goto fail;
@@ -919,6 +997,15 @@ int tw_redis_new(const struct tw_redis_config *cfg, struct tw_redis **out)
             goto fail;
         }
         r->sub_started = true;
+        /* Return once notifications are flowing (bounded: the subscriber
+         * keeps trying on its own if this server is slow to answer). */
+        uint64_t until = tw_rr_mono_ns() +
+                         (uint64_t)(r->cfg.connect_timeout_ms + r->cfg.command_timeout_ms) * 1000000u;
+        struct timespec ts = {(time_t)(until / 1000000000u), (long)(until % 1000000000u)};
+        pthread_mutex_lock(&r->mu);
+        while (!r->subscribed && pthread_cond_timedwait(&r->sub_cv, &r->mu, &ts) == 0) {
+        }
+        pthread_mutex_unlock(&r->mu);
         if (pthread_create(&r->claim_thread, NULL, rr_claim_main, r) != 0) {
             rc = TW_ESYS;
             goto fail;
@@ -983,17 +1070,15 @@ int tw_redis_set(struct tw_redis *r, const void *key, size_t key_len, const void
     char kb[6][RR_KEYBUF], d[24];
     const char *av[9];
     size_t al[9];
-    rr_keys(r, p, kb, av, al);
-    av[8] = av[5]; /* the channel */
-    al[8] = al[5];
-    av[5] = key;
-    al[5] = key_len;
-    av[6] = payload ? payload : "";
-    al[6] = payload_len;
-    al[7] = (size_t)snprintf(d, sizeof d, "%lld", (long long)delay_ms);
-    av[7] = d;
-    long long due;
-    return rr_api_eval(r, TW_RR_SET, p, 4, av, al, &due);
+    rr_keys(r, p, kb, av, al); /* av[5] is the channel, ARGV[1] */
+    av[6] = key;
+    al[6] = key_len;
+    av[7] = payload ? payload : "";
+    al[7] = payload_len;
+    al[8] = (size_t)snprintf(d, sizeof d, "%lld", (long long)delay_ms);
+    av[8] = d;
+    long long nargv;
+    return rr_api_eval(r, TW_RR_SET, p, 4, av, al, &nargv);
 }
 
 int tw_redis_move(struct tw_redis *r, const void *key, size_t key_len, int64_t delay_ms)
@@ -1042,33 +1127,47 @@ int tw_redis_remove(struct tw_redis *r, const void *key, size_t key_len)
     return rc ? rc : v < 0 ? TW_ENOENT : 0;
 }
 
+/* set_many: the items sorted by partition (stable), cut into calls of at
+ * most TW_RR_SET_BATCH items and about RR_SET_BYTES of payload. */
+#define RR_SET_BYTES (512u << 10)
+
 struct rr_many {
     struct tw_redis *r;
     const struct tw_redis_item *items;
+    uint32_t *part;  /* partition of each item */
+    size_t *order;   /* item indexes by partition */
+    size_t *call;    /* first position in order of each call, and one past the last */
     char kb[6][RR_KEYBUF];
-    char d[24];
+    char d[TW_RR_SET_BATCH][24];
 };
 
-static int rr_many_build(void *ctx, size_t i, int *slot, const char **av, size_t *al)
+static int rr_many_build(void *ctx, size_t c, int *slot, const char **av, size_t *al, int *nargs)
 {
     struct rr_many *m = ctx;
-    const struct tw_redis_item *it = &m->items[i];
-    uint32_t p = rr_part_of(m->r, it->key, it->key_len);
+    size_t from = m->call[c], to = m->call[c + 1];
+    uint32_t p = m->part[m->order[from]];
     *slot = m->r->slots[p];
-    rr_keys(m->r, p, m->kb, av, al);
-    av[8] = av[5];
-    al[8] = al[5];
-    av[5] = it->key;
-    al[5] = it->key_len;
-    av[6] = it->payload ? it->payload : "";
-    al[6] = it->payload_len;
-    al[7] = (size_t)snprintf(m->d, sizeof m->d, "%lld", (long long)it->delay_ms);
-    av[7] = m->d;
+    rr_keys(m->r, p, m->kb, av, al); /* av[5]: the channel */
+    int na = 1;
+    for (size_t j = from; j < to; j++) {
+        const struct tw_redis_item *it = &m->items[m->order[j]];
+        av[5 + na] = it->key;
+        al[5 + na] = it->key_len;
+        av[6 + na] = it->payload ? it->payload : "";
+        al[6 + na] = it->payload_len;
+        al[7 + na] = (size_t)snprintf(m->d[j - from], sizeof m->d[0], "%lld",
+                                      (long long)it->delay_ms);
+        av[7 + na] = m->d[j - from];
+        na += 3;
+    }
+    *nargs = na;
     return 0;
 }
 
-static int rr_many_check(const redisReply *x)
+static int rr_many_check(void *ctx, size_t i, const redisReply *x)
 {
+    (void)ctx;
+    (void)i;
     return x->type == REDIS_REPLY_INTEGER ? 0 : TW_EPROTO;
 }
 
@@ -1091,16 +1190,54 @@ int tw_redis_set_many(struct tw_redis *r, const struct tw_redis_item *items, siz
         return TW_ECLOSED;
     if (n == 0)
         return 0;
+    uint32_t P = r->cfg.partitions;
     struct rr_many *m = malloc(sizeof *m);
-    if (!m)
+    size_t *count = calloc((size_t)P + 1, sizeof *count);
+    if (m) {
+        m->part = malloc(n * sizeof *m->part);
+        m->order = malloc(n * sizeof *m->order);
+        m->call = malloc((n + 1) * sizeof *m->call);
+    }
+    if (!m || !count || !m->part || !m->order || !m->call) {
+        if (m) {
+            free(m->part);
+            free(m->order);
+            free(m->call);
+        }
+        free(m);
+        free(count);
         return TW_ENOMEM;
+    }
     m->r = r;
     m->items = items;
+    for (size_t i = 0; i < n; i++) { /* counting sort by partition, stable */
+        m->part[i] = rr_part_of(r, items[i].key, items[i].key_len);
+        count[m->part[i] + 1]++;
+    }
+    for (uint32_t p = 0; p < P; p++)
+        count[p + 1] += count[p];
+    for (size_t i = 0; i < n; i++)
+        m->order[count[m->part[i]]++] = i;
+    size_t ncalls = 0, bytes = 0;
+    for (size_t j = 0; j < n; j++) {
+        const struct tw_redis_item *it = &items[m->order[j]];
+        if (j == 0 || m->part[m->order[j]] != m->part[m->order[j - 1]] ||
+            j - m->call[ncalls - 1] >= TW_RR_SET_BATCH || bytes + it->payload_len > RR_SET_BYTES) {
+            m->call[ncalls++] = j;
+            bytes = 0;
+        }
+        bytes += it->payload_len + it->key_len;
+    }
+    m->call[ncalls] = n;
     pthread_mutex_lock(&r->api_mu);
-    int rc = tw_rr_eval_many(&r->api, TW_RR_SET, n, TW_RR_NKEYS, 4, rr_many_build, m,
+    int rc = tw_rr_eval_many(&r->api, TW_RR_SET, ncalls, TW_RR_NKEYS, rr_many_build, m,
                              rr_many_check);
     pthread_mutex_unlock(&r->api_mu);
+    free(m->part);
+    free(m->order);
+    free(m->call);
     free(m);
+    free(count);
     return rc ? rc : (int)n;
 }
 
@@ -1113,8 +1250,9 @@ struct rr_rel {
     char tok[24];
 };
 
-static int rr_rel_build(void *ctx, size_t i, int *slot, const char **av, size_t *al)
+static int rr_rel_build(void *ctx, size_t i, int *slot, const char **av, size_t *al, int *nargs)
 {
+    *nargs = 3;
     struct rr_rel *m = ctx;
     const struct tw_rr_item *it = m->v[i];
     *slot = m->r->slots[it->part];
@@ -1145,7 +1283,7 @@ static void rr_release(struct tw_redis *r, struct tw_rr_item *list)
         m->r = r;
         m->v = v;
         pthread_mutex_lock(&r->api_mu);
-        (void)tw_rr_eval_many(&r->api, TW_RR_RELEASE, n, TW_RR_NKEYS, 3, rr_rel_build, m,
+        (void)tw_rr_eval_many(&r->api, TW_RR_RELEASE, n, TW_RR_NKEYS, rr_rel_build, m,
                               rr_many_check);
         pthread_mutex_unlock(&r->api_mu);
     }

@@ -64,6 +64,8 @@ int tw_rr_parse_addr(const char *s, char *host, size_t hostcap, int *port);
 /* Redis Cluster key slot (CRC16 of the hash tag or of the key, mod 16384). */
 unsigned tw_rr_key_slot(const void *key, size_t len);
 
+/* Index of the node serving `slot` by the current map (0 standalone), or -1. */
+int tw_rr_node_of(const struct tw_rr_router *rt, int slot);
 /* Run one command routed by `slot` (any node when slot < 0), following
  * MOVED/ASK, retrying connection errors with backoff until the command
  * timeout. Returns 0 and *reply (an error reply is returned as a reply), or
@@ -75,13 +77,18 @@ int tw_rr_command(struct tw_rr_router *rt, int slot, int argc, const char **argv
  * TW_EPROTO (the reply is freed). */
 int tw_rr_eval(struct tw_rr_router *rt, unsigned id, int slot, int nkeys, int nargs,
                const char **argv, const size_t *lens, redisReply **reply);
-/* Pipelined EVALSHA of `n` calls of script `id` on one slot each: the calls
- * are sent in chunks, grouped by node; every reply is checked with `check`
- * (0: fine). Redirected or NOSCRIPT calls are redone one by one with
- * tw_rr_eval. Returns 0, or the first error. */
-typedef int tw_rr_build_fn(void *ctx, size_t i, int *slot, const char **argv, size_t *lens);
-int tw_rr_eval_many(struct tw_rr_router *rt, unsigned id, size_t n, int nkeys, int nargs,
-                    tw_rr_build_fn *build, void *ctx, int (*check)(const redisReply *));
+/* Pipelined EVALSHA of `n` calls of script `id` on one slot each: build(i)
+ * gives call i's slot, keys and arguments (and their count, *nargs); the
+ * calls are sent in chunks; every reply is checked with `check` (0: fine).
+ * Redirected or NOSCRIPT calls are redone one by one with tw_rr_eval.
+ * Returns 0, or the first error. */
+typedef int tw_rr_build_fn(void *ctx, size_t i, int *slot, const char **argv, size_t *lens,
+                           int *nargs);
+typedef int tw_rr_check_fn(void *ctx, size_t i, const redisReply *reply);
+int tw_rr_eval_many(struct tw_rr_router *rt, unsigned id, size_t n, int nkeys,
+                    tw_rr_build_fn *build, void *ctx, tw_rr_check_fn *check);
+/* Most tasks in one SET script call (set_many groups them by partition). */
+#define TW_RR_SET_BATCH 64
 
 /* ---- scripts --------------------------------------------------------------- */
 enum {

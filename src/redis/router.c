@@ -30,7 +30,7 @@
 #define RR_BACKOFF_MIN_MS 10u
 #define RR_BACKOFF_MAX_MS 1000u
 #define RR_PIPE_CHUNK 512u
-#define RR_ARGV_MAX 80 /* 3 + 5 keys + 1 + 2 * TW_RR_RUN_BATCH */
+#define RR_ARGV_MAX (9 + 3 * TW_RR_SET_BATCH) /* EVALSHA sha n, 5 keys, channel, a batched SET */
 
 uint64_t tw_rr_mono_ns(void)
 {
@@ -294,6 +294,14 @@ void tw_rr_router_free(struct tw_rr_router *rt)
     memset(rt, 0, sizeof *rt);
 }
 
+int tw_rr_node_of(const struct tw_rr_router *rt, int slot)
+{
+    if (!rt->cluster || slot < 0)
+        return 0;
+    uint16_t n = rt->slot_node[slot];
+    return n == UINT16_MAX ? -1 : n;
+}
+
 /* The node for a slot; -1 when the map does not know it. */
 static int rr_node_for(struct tw_rr_router *rt, int slot)
 {
@@ -478,15 +486,13 @@ int tw_rr_eval(struct tw_rr_router *rt, unsigned id, int slot, int nkeys, int na
     return 0;
 }
 
-int tw_rr_eval_many(struct tw_rr_router *rt, unsigned id, size_t n, int nkeys, int nargs,
-                    tw_rr_build_fn *build, void *ctx, int (*check)(const redisReply *))
+int tw_rr_eval_many(struct tw_rr_router *rt, unsigned id, size_t n, int nkeys,
+                    tw_rr_build_fn *build, void *ctx, tw_rr_check_fn *check)
 {
     const char *av[RR_ARGV_MAX];
     size_t al[RR_ARGV_MAX];
     char nk[16];
-    int argc = 3 + nkeys + nargs;
-    if (argc > RR_ARGV_MAX)
-        return TW_EINVAL;
+    int nargs;
     snprintf(nk, sizeof nk, "%d", nkeys);
     int *node = malloc(RR_PIPE_CHUNK * sizeof *node);
     unsigned char *redo = malloc(RR_PIPE_CHUNK);
@@ -508,9 +514,14 @@ int tw_rr_eval_many(struct tw_rr_router *rt, unsigned id, size_t n, int nkeys, i
             al[1] = strlen(av[1]);
             av[2] = nk;
             al[2] = strlen(nk);
-            rc = build(ctx, base + j, &slot, av + 3, al + 3);
+            rc = build(ctx, base + j, &slot, av + 3, al + 3, &nargs);
             if (rc)
                 break;
+            int argc = 3 + nkeys + nargs;
+            if (argc > RR_ARGV_MAX) {
+                rc = TW_EINVAL;
+                break;
+            }
             int nd = rr_node_for(rt, slot);
             if (nd >= 0 && !rt->nodes[nd].c)
                 (void)rr_connect(rt, (size_t)nd);
@@ -540,7 +551,7 @@ int tw_rr_eval_many(struct tw_rr_router *rt, unsigned id, size_t n, int nkeys, i
                     rt->map_stale = true;
             } else if (r->type == REDIS_REPLY_ERROR) {
                 rc = TW_EPROTO;
-            } else if (check(r) != 0) {
+            } else if (check(ctx, base + j, r) != 0) {
                 rc = TW_EPROTO;
             }
             freeReplyObject(r);
@@ -554,13 +565,13 @@ int tw_rr_eval_many(struct tw_rr_router *rt, unsigned id, size_t n, int nkeys, i
             if (!redo[j])
                 continue;
             int slot;
-            rc = build(ctx, base + j, &slot, av + 3, al + 3);
+            rc = build(ctx, base + j, &slot, av + 3, al + 3, &nargs);
             if (rc)
                 break;
             redisReply *r;
             rc = tw_rr_eval(rt, id, slot, nkeys, nargs, av + 3, al + 3, &r);
             if (rc == 0) {
-                rc = check(r) ? TW_EPROTO : 0;
+                rc = check(ctx, base + j, r) ? TW_EPROTO : 0;
                 freeReplyObject(r);
             }
         }

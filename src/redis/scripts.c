@@ -31,14 +31,24 @@
     "local ls = redis.call('ZSCORE', KEYS[2], k) "                                         \
     "return ls and tonumber(ls) * 1000 > now end\n"
 
-/* ARGV: key, payload, delay_ms, channel -> due ms */
+/* ARGV: channel, then key, payload, delay_ms triples (one partition; a
+ * key given twice: the last wins) -> number of ARGV. One PUBLISH at most,
+ * with the earliest due time that falls before hold. */
 #define SET_LUA                                                                            \
-    PRELUDE "local now = now_us() local due = due_at(now, tonumber(ARGV[3]))\n"            \
-    "redis.call('HSET', KEYS[3], ARGV[1], rec(0, 0, due, ARGV[2]))\n"                      \
-    "redis.call('ZREM', KEYS[2], ARGV[1])\n"                                               \
-    "redis.call('ZADD', KEYS[1], due, ARGV[1])\n"                                          \
-    "if due < hold() then redis.call('PUBLISH', ARGV[4], due) end\n"                       \
-    "return due\n"
+    "local t = redis.call('TIME')\n"                                                        \
+    "local now = math.floor((tonumber(t[1]) * 1000000 + tonumber(t[2]) + 999) / 1000)\n"    \
+    "local h = tonumber(redis.call('GET', KEYS[5]) or '0')\n"                               \
+    "local hs, zs, zr, first = {}, {}, {}, nil\n"                                           \
+    "for i = 2, #ARGV, 3 do local k = ARGV[i] local due = now + tonumber(ARGV[i + 2])\n"   \
+    "  hs[#hs + 1] = k hs[#hs + 1] = string.format('0 0 %d ', due) .. ARGV[i + 1]\n"       \
+    "  zs[#zs + 1] = due zs[#zs + 1] = k zr[#zr + 1] = k\n"                                 \
+    "  if due < h and (not first or due < first) then first = due end\n"                    \
+    "end\n"                                                                                 \
+    "redis.call('HSET', KEYS[3], unpack(hs))\n"                                             \
+    "redis.call('ZREM', KEYS[2], unpack(zr))\n"                                             \
+    "redis.call('ZADD', KEYS[1], unpack(zs))\n"                                             \
+    "if first then redis.call('PUBLISH', ARGV[1], first) end\n"                             \
+    "return #ARGV\n"
 
 /* ARGV: key, delay_ms, channel -> due ms, or -1 (absent) */
 #define MOVE_LUA                                                                           \
