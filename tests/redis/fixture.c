@@ -16,6 +16,7 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -187,6 +188,32 @@ static int reg_find_pid(pid_t pid)
         }
     pthread_mutex_unlock(&reg_lock);
     return slot;
+}
+
+/* SIGINT/SIGTERM/SIGHUP: kill and reap every child, then die of the signal.
+ * Only async-signal-safe calls; the registry is read without its lock (the
+ * process is going away). Directories stay (the next run's sweep removes them). */
+static void on_fatal_signal(int sig)
+{
+    for (int i = 0; i < RFX_REG_MAX; i++)
+        if (reg[i].used && reg[i].pid > 0)
+            kill(reg[i].pid, SIGKILL);
+    for (int i = 0; i < RFX_REG_MAX; i++)
+        if (reg[i].used && reg[i].pid > 0)
+            waitpid(reg[i].pid, NULL, 0);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+void rfx_cleanup_on_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_fatal_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
 }
 
 /* ---- processes ----------------------------------------------------------- */
@@ -417,6 +444,55 @@ static int launch(struct rfx_server *s)
     return -1;
 }
 
+/* The last pid that wrote to a redis.log ("1234:M 23 Nov ..."), or 0. */
+static pid_t log_pid(const char *log)
+{
+    FILE *f = fopen(log, "r");
+    if (!f)
+        return 0;
+    char line[512];
+    long pid = 0;
+    while (fgets(line, sizeof line, f)) {
+        char *end;
+        long v = strtol(line, &end, 10);
+        if (end != line && *end == ':' && v > 0)
+            pid = v;
+    }
+    fclose(f);
+    return (pid_t)pid;
+}
+
+/* Directories left by a test process that was SIGKILLed (a CTest timeout):
+ * its servers died with it (PDEATHSIG) but nobody removed their directory.
+ * Remove ours that are idle for 10 minutes and whose server is gone. */
+static void sweep_stale(const char *tmp)
+{
+    DIR *d = opendir(tmp);
+    if (!d)
+        return;
+    struct dirent *e;
+    time_t now = time(NULL);
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, "twheel-redis-", 13) != 0)
+            continue;
+        char dir[512], log[600];
+        snprintf(dir, sizeof dir, "%s/%s", tmp, e->d_name);
+        snprintf(log, sizeof log, "%s/redis.log", dir);
+        struct stat st;
+        if (lstat(dir, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != getuid())
+            continue;
+        struct stat ls;
+        time_t last = stat(log, &ls) == 0 ? ls.st_mtime : st.st_mtime;
+        if (now - last < 600)
+            continue;
+        pid_t pid = log_pid(log);
+        if (pid > 0 && (kill(pid, 0) == 0 || errno == EPERM))
+            continue;
+        remove_dir(dir);
+    }
+    closedir(d);
+}
+
 int rfx_start(struct rfx_server *s, const struct rfx_options *opts)
 {
     memset(s, 0, sizeof *s);
@@ -424,6 +500,9 @@ int rfx_start(struct rfx_server *s, const struct rfx_options *opts)
     if (opts)
         s->opts = *opts;
     const char *tmp = env_or("TMPDIR", "/tmp");
+    static atomic_flag swept = ATOMIC_FLAG_INIT;
+    if (!atomic_flag_test_and_set(&swept))
+        sweep_stale(tmp);
     snprintf(s->dir, sizeof s->dir, "%s/twheel-redis-XXXXXX", tmp);
     if (!mkdtemp(s->dir)) {
         fail("mkdtemp %s: %s", s->dir, strerror(errno));

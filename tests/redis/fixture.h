@@ -12,7 +12,9 @@
  * SIGKILL, so it dies with the test even if the test is SIGKILLed; every
  * child still running at exit() is killed and reaped and every directory
  * removed by an atexit handler, so a failing test leaves no zombie, no
- * server and no directory. The registry behind that is the one piece of
+ * server and no directory. A test SIGKILLed itself leaves its directories:
+ * the first rfx_start of a process removes such leftovers (ours, idle for
+ * 10 minutes, their server gone). The registry behind that is the one piece of
  * global state, guarded by a mutex; it belongs to the test process only.
  *
  * Every function returns 0 on success and -1 on failure, after printing the
@@ -111,6 +113,10 @@ int rfx_signal(pid_t pid, int sig);
 int rfx_wait(pid_t pid, int timeout_ms, int *status);
 /* SIGKILL and reap (for cleanup paths). */
 void rfx_reap(pid_t pid);
+
+/* For long-running programs (bench, demo): on SIGINT, SIGTERM or SIGHUP kill
+ * and reap every child, then die of the signal. */
+void rfx_cleanup_on_signals(void);
 
 /* Milliseconds / microseconds of CLOCK_REALTIME and CLOCK_MONOTONIC. */
 uint64_t rfx_realtime_us(void);
