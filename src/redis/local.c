@@ -308,6 +308,14 @@ void tw_rr_local_free(struct tw_rr_local *l)
     free(l);
 }
 
+size_t tw_rr_local_ready(struct tw_rr_local *l)
+{
+    pthread_mutex_lock(&l->mu);
+    size_t n = l->nready + l->running;
+    pthread_mutex_unlock(&l->mu);
+    return n;
+}
+
 size_t tw_rr_local_held(struct tw_rr_local *l)
 {
     pthread_mutex_lock(&l->mu);

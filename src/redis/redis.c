@@ -115,6 +115,8 @@
 #define RR_BATCH 256         /* tasks per claim call */
 #define RR_BATCH_BYTES (4u << 20)
 #define RR_HELD_MAX 65536    /* claimed tasks a worker holds before it stops claiming */
+#define RR_READY_PER_THREAD (4 * TW_RR_RUN_BATCH) /* due tasks waiting per executor, at most */
+#define RR_CAPPED_RETRY_NS 5000000u /* a worker at its fill claims again this soon */
 #define RR_OFF_EPOCH_NS 5000000000ull /* clock offset samples are kept 5-10 s */
 #define RR_RETRY_MS 100      /* a start that failed for I/O is retried this much later */
 #define RR_HIST 512
@@ -147,6 +149,7 @@ struct tw_redis {
     unsigned char *flags;           /* partitions to claim now */
     size_t nflagged;
     bool stop_claim;
+    uint32_t claim_start;           /* claim thread only: first partition of a round */
     struct tw_rr_item *orphans;     /* items an executor could not put back (stopping) */
     atomic_bool stop_sub;
     struct tw_rr_router claim_rt;
@@ -512,6 +515,7 @@ static void rr_run(void *ctx, struct tw_rr_item **v, size_t n, unsigned thread)
 struct rr_batch {
     struct tw_rr_item **v;
     size_t n, cap;
+    size_t due; /* items already due (their local due time has passed) */
 };
 
 static int rr_item_cmp(const void *a, const void *b)
@@ -524,7 +528,7 @@ static int rr_item_cmp(const void *a, const void *b)
 
 /* One claim call on partition p; appends the items to b. Returns the number
  * claimed (>= 0) or an error. */
-static int rr_claim_part(struct tw_redis *r, uint32_t p, struct rr_batch *b)
+static int rr_claim_part(struct tw_redis *r, uint32_t p, unsigned batch, struct rr_batch *b)
 {
     char kb[6][RR_KEYBUF], win[16], n[16], lease[16], bytes[16];
     const char *av[10];
@@ -532,7 +536,7 @@ static int rr_claim_part(struct tw_redis *r, uint32_t p, struct rr_batch *b)
     rr_keys(r, p, kb, av, al);
     al[5] = (size_t)snprintf(win, sizeof win, "%u", r->cfg.window_ms);
     av[5] = win;
-    al[6] = (size_t)snprintf(n, sizeof n, "%u", RR_BATCH);
+    al[6] = (size_t)snprintf(n, sizeof n, "%u", batch);
     av[6] = n;
     al[7] = (size_t)snprintf(lease, sizeof lease, "%u", r->cfg.lease_ms);
     av[7] = lease;
@@ -587,6 +591,8 @@ static int rr_claim_part(struct tw_redis *r, uint32_t p, struct rr_batch *b)
         memcpy(it->payload, e[3]->str, e[3]->len);
         it->payload[e[3]->len] = 0;
         it->due_local_ns = rr_local_due(r, p, it->due_ms);
+        if (it->due_local_ns <= t_reply)
+            b->due++;
         b->v[b->n++] = it;
         got++;
     }
@@ -632,29 +638,39 @@ static void rr_clock_round(struct tw_redis *r, const unsigned char *want)
     }
 }
 
-/* Claim the flagged partitions until each returns less than a full batch
- * (or the worker holds RR_HELD_MAX tasks); hands items to the local window in
- * due order per pass. Returns 0 or the last error. */
+/* Claim the flagged partitions until each returns less than a full batch;
+ * hands items to the local window in due order per pass. A worker takes no
+ * more due work than its executors can start soon (RR_READY_PER_THREAD per
+ * thread waiting, and RR_HELD_MAX held in all): claiming a backlog faster
+ * than it can run would let the leases run out before the tasks start, and
+ * workers would only pass the tasks around. *capped says it stopped there.
+ * Returns 0 or the last error. */
 static int rr_claim_round(struct tw_redis *r, unsigned char *want, bool *capped)
 {
     struct rr_batch b = {0};
     int err = 0;
     bool more = true;
+    size_t ready_max = (size_t)r->cfg.threads * RR_READY_PER_THREAD;
     rr_clock_round(r, want);
-    while (more) {
+    r->claim_start = (r->claim_start + 1) % r->cfg.partitions;
+    while (more && !*capped) {
         more = false;
-        for (uint32_t p = 0; p < r->cfg.partitions; p++) {
+        for (uint32_t i = 0; i < r->cfg.partitions; i++) {
+            uint32_t p = (r->claim_start + i) % r->cfg.partitions; /* fair under a cap */
             if (!want[p])
                 continue;
-            want[p] = 0;
-            if (tw_rr_local_held(r->local) + b.n >= RR_HELD_MAX) {
+            size_t ready = tw_rr_local_ready(r->local) + b.due;
+            if (ready >= ready_max || tw_rr_local_held(r->local) + b.n >= RR_HELD_MAX) {
                 *capped = true;
                 break;
             }
-            int got = rr_claim_part(r, p, &b);
+            want[p] = 0;
+            size_t room = ready_max - ready;
+            unsigned batch = room < 16 ? 16 : room > RR_BATCH ? RR_BATCH : (unsigned)room;
+            int got = rr_claim_part(r, p, batch, &b);
             if (got < 0)
                 err = got;
-            else if (got >= RR_BATCH) {
+            else if (got >= (int)batch) {
                 want[p] = 1;
                 more = true;
             }
@@ -665,6 +681,7 @@ static int rr_claim_round(struct tw_redis *r, unsigned char *want, bool *capped)
             if (tw_rr_local_add(r->local, b.v[i]) != 0)
                 rr_orphan(r, b.v[i]);
         b.n = 0;
+        b.due = 0;
         pthread_mutex_lock(&r->mu);
         bool stop = r->stop_claim;
         pthread_mutex_unlock(&r->mu);
@@ -681,6 +698,7 @@ static void *rr_claim_main(void *arg)
     uint32_t P = r->cfg.partitions;
     unsigned char *want = calloc(P, 1);
     uint64_t half = (uint64_t)r->cfg.window_ms * 1000000u / 2, next_refill = 0;
+    uint64_t retry_at = UINT64_MAX; /* at its fill: claim again then */
     uint32_t backoff_ms = 0;
     uint64_t epoch = tw_rr_mono_ns();
     pthread_mutex_lock(&r->mu);
@@ -691,16 +709,16 @@ static void *rr_claim_main(void *arg)
             for (uint32_t p = 0; p < P; p++)
                 atomic_store(&r->off_prev[p], atomic_exchange(&r->off_cur[p], INT64_MIN));
         }
-        bool refill = now >= next_refill;
-        if (!refill && r->nflagged == 0) {
-            struct timespec ts = {(time_t)(next_refill / 1000000000u),
-                                  (long)(next_refill % 1000000000u)};
+        bool refill = now >= next_refill, retry = now >= retry_at;
+        if (!refill && !retry && r->nflagged == 0) {
+            uint64_t until = next_refill < retry_at ? next_refill : retry_at;
+            struct timespec ts = {(time_t)(until / 1000000000u), (long)(until % 1000000000u)};
             (void)pthread_cond_timedwait(&r->cv, &r->mu, &ts);
             continue;
         }
         for (uint32_t p = 0; p < P; p++) {
             if (want)
-                want[p] = (unsigned char)(refill || r->flags[p]);
+                want[p] = (unsigned char)(refill || retry || r->flags[p]);
             r->flags[p] = 0;
         }
         r->nflagged = 0;
@@ -713,6 +731,7 @@ static void *rr_claim_main(void *arg)
             rc = rr_claim_round(r, want, &capped);
         }
         now = tw_rr_mono_ns();
+        retry_at = capped ? now + RR_CAPPED_RETRY_NS : UINT64_MAX;
         if (rc == TW_EIO || rc == TW_EPROTO || rc == TW_ENOMEM || !want) {
             /* Redis away: try again soon, then less often, at most every window/2. */
             backoff_ms = backoff_ms ? backoff_ms * 2 : 50;
@@ -722,11 +741,10 @@ static void *rr_claim_main(void *arg)
                 backoff_ms /= 2;
             }
             next_refill = now + wait;
+            retry_at = UINT64_MAX;
         } else {
             backoff_ms = 0;
-            if (capped) /* holding all it may: look again once some have run */
-                next_refill = now + (half < 20000000u ? half : 20000000u);
-            else if (refill)
+            if (refill)
                 next_refill = now + half;
         }
         pthread_mutex_lock(&r->mu);

@@ -136,5 +136,7 @@ struct tw_rr_item *tw_rr_local_stop(struct tw_rr_local *l);
 void tw_rr_local_free(struct tw_rr_local *l);
 /* Items held (waiting in the wheel or FIFO, or running). */
 size_t tw_rr_local_held(struct tw_rr_local *l);
+/* Items due and waiting for an executor, or running. */
+size_t tw_rr_local_ready(struct tw_rr_local *l);
 
 #endif /* TWHEEL_REDIS_INTERNAL_H */
