@@ -41,8 +41,10 @@
  * holds them in a wheel of tick_ms ticks, so a task normally starts within a
  * tick plus one round trip of its due time; a task set or moved earlier than
  * what workers hold reaches them through a PUBLISH on its partition's
- * channel. Tasks due while no worker ran are claimed in due order (per
- * partition, and sorted within each claim round).
+ * channel. Tasks due while no worker ran are handed to the executors in due
+ * order (claims merge the partitions), and a worker takes no more due work
+ * than its executors can start soon (128 tasks per thread), so that a backlog
+ * is shared by the workers instead of expiring in one worker's queue.
  *
  * Leases: lease_ms bounds both how long a claimed task may wait in a worker's
  * wheel past its due time and how long execute may run: the lease is renewed

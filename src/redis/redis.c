@@ -121,6 +121,12 @@
 #define RR_RETRY_MS 100      /* a start that failed for I/O is retried this much later */
 #define RR_HIST 512
 
+/* Claimed items not yet handed to the local window (claim thread only). */
+struct rr_batch {
+    struct tw_rr_item **v;
+    size_t n, cap;
+};
+
 static const char *const rr_suffix[6] = {":due", ":lease", ":task", ":seq", ":hold", ":ch"};
 
 struct tw_redis {
@@ -150,6 +156,11 @@ struct tw_redis {
     size_t nflagged;
     bool stop_claim;
     uint32_t claim_start;           /* claim thread only: first partition of a round */
+    struct rr_batch carry;          /* claim thread only: claimed, waiting for the frontier */
+    uint32_t *carry_n;              /* claim thread only: carry items per partition */
+    uint64_t *last_full;            /* claim thread only: due ms of the last task of the
+                                       partition's last claim if it was a full batch
+                                       (more due work may wait there), else UINT64_MAX */
     struct tw_rr_item *orphans;     /* items an executor could not put back (stopping) */
     atomic_bool stop_sub;
     struct tw_rr_router claim_rt;
@@ -512,11 +523,6 @@ static void rr_run(void *ctx, struct tw_rr_item **v, size_t n, unsigned thread)
 
 /* ---- the worker: claiming ----------------------------------------------------- */
 
-struct rr_batch {
-    struct tw_rr_item **v;
-    size_t n, cap;
-    size_t due; /* items already due (their local due time has passed) */
-};
 
 static int rr_item_cmp(const void *a, const void *b)
 {
@@ -591,11 +597,11 @@ static int rr_claim_part(struct tw_redis *r, uint32_t p, unsigned batch, struct 
         memcpy(it->payload, e[3]->str, e[3]->len);
         it->payload[e[3]->len] = 0;
         it->due_local_ns = rr_local_due(r, p, it->due_ms);
-        if (it->due_local_ns <= t_reply)
-            b->due++;
         b->v[b->n++] = it;
+        r->carry_n[p]++;
         got++;
     }
+    r->last_full[p] = k >= batch && got ? b->v[b->n - 1]->due_ms : UINT64_MAX;
     freeReplyObject(x);
     return (int)(k > got ? k : got);
 }
@@ -638,57 +644,98 @@ static void rr_clock_round(struct tw_redis *r, const unsigned char *want)
     }
 }
 
-/* Claim the flagged partitions until each returns less than a full batch;
- * hands items to the local window in due order per pass. A worker takes no
- * more due work than its executors can start soon (RR_READY_PER_THREAD per
- * thread waiting, and RR_HELD_MAX held in all): claiming a backlog faster
- * than it can run would let the leases run out before the tasks start, and
- * workers would only pass the tasks around. *capped says it stopped there.
- * Returns 0 or the last error. */
+/* Claim the flagged partitions until each returns less than a full batch,
+ * and hand the items to the local window in due order.
+ *
+ * Order: claims are bounded batches, so a partition whose claim came back
+ * full may hold more due tasks, none earlier than the last one returned.
+ * The frontier is the earliest such last due time over all partitions: every
+ * task not claimed yet is due at or after it, so claimed tasks due by the
+ * frontier are handed over (sorted), later ones wait in the carry. The
+ * partition that sets the frontier has nothing left in the carry and is
+ * claimed again next, so the frontier moves on. A partition with items in
+ * the carry is not claimed again until they are gone, nor one whose next
+ * tasks lie beyond the frontier (so the carry stays within one batch per
+ * partition, and holds only what the frontier will reach).
+ *
+ * Load: a worker takes no more work than its executors can start soon
+ * (RR_READY_PER_THREAD per thread due and waiting, RR_HELD_MAX held in all;
+ * the carry stays below one batch per partition): claiming a backlog faster than it can run would let the leases run
+ * out before the tasks start, and workers would only pass the tasks around.
+ * Near that limit every wanted partition gets a small share of the room.
+ * *capped says the round stopped there. Returns 0 or the last error. */
 static int rr_claim_round(struct tw_redis *r, unsigned char *want, bool *capped)
 {
-    struct rr_batch b = {0};
+    struct rr_batch *c = &r->carry;
+    uint32_t P = r->cfg.partitions;
     int err = 0;
     bool more = true;
     size_t ready_max = (size_t)r->cfg.threads * RR_READY_PER_THREAD;
     rr_clock_round(r, want);
-    r->claim_start = (r->claim_start + 1) % r->cfg.partitions;
+    r->claim_start = (r->claim_start + 1) % P;
     while (more && !*capped) {
         more = false;
-        for (uint32_t i = 0; i < r->cfg.partitions; i++) {
-            uint32_t p = (r->claim_start + i) % r->cfg.partitions; /* fair under a cap */
+        uint64_t frontier = UINT64_MAX;
+        for (uint32_t p = 0; p < P; p++)
+            if (r->last_full[p] < frontier)
+                frontier = r->last_full[p];
+        size_t nwanted = 0;
+        for (uint32_t p = 0; p < P; p++) {
+            /* Not a partition with carried items (they go first), nor one
+             * whose next tasks lie beyond the frontier (they would wait). */
+            if (want[p] && (r->carry_n[p] || (r->last_full[p] != UINT64_MAX &&
+                                              r->last_full[p] > frontier)))
+                want[p] = 0;
+            nwanted += want[p];
+        }
+        for (uint32_t i = 0; i < P; i++) {
+            uint32_t p = (r->claim_start + i) % P; /* fair under the cap */
             if (!want[p])
                 continue;
-            size_t ready = tw_rr_local_ready(r->local) + b.due;
-            if (ready >= ready_max || tw_rr_local_held(r->local) + b.n >= RR_HELD_MAX) {
+            size_t ready = tw_rr_local_ready(r->local);
+            if (ready >= ready_max || tw_rr_local_held(r->local) + c->n >= RR_HELD_MAX) {
                 *capped = true;
                 break;
             }
             want[p] = 0;
-            size_t room = ready_max - ready;
-            unsigned batch = room < 16 ? 16 : room > RR_BATCH ? RR_BATCH : (unsigned)room;
-            int got = rr_claim_part(r, p, batch, &b);
-            if (got < 0)
+            size_t share = (ready_max - ready) / (nwanted ? nwanted : 1);
+            unsigned batch = share < 4 ? 4 : share > RR_BATCH ? RR_BATCH : (unsigned)share;
+            nwanted--;
+            int got = rr_claim_part(r, p, batch, c);
+            if (got < 0) {
                 err = got;
-            else if (got >= (int)batch) {
-                want[p] = 1;
-                more = true;
+                r->last_full[p] = UINT64_MAX; /* unreachable: do not hold the others back */
             }
         }
-        if (b.n > 1)
-            qsort(b.v, b.n, sizeof *b.v, rr_item_cmp);
-        for (size_t i = 0; i < b.n; i++)
-            if (tw_rr_local_add(r->local, b.v[i]) != 0)
-                rr_orphan(r, b.v[i]);
-        b.n = 0;
-        b.due = 0;
+        if (c->n > 1)
+            qsort(c->v, c->n, sizeof *c->v, rr_item_cmp);
+        frontier = UINT64_MAX;
+        for (uint32_t p = 0; p < P; p++)
+            if (r->last_full[p] < frontier)
+                frontier = r->last_full[p];
+        size_t k = 0;
+        for (size_t i = 0; i < c->n; i++) {
+            struct tw_rr_item *it = c->v[i];
+            if (it->due_ms > frontier) {
+                c->v[k++] = it;
+                continue;
+            }
+            r->carry_n[it->part]--;
+            if (tw_rr_local_add(r->local, it) != 0)
+                rr_orphan(r, it);
+        }
+        c->n = k;
+        for (uint32_t p = 0; p < P; p++)
+            if (r->last_full[p] != UINT64_MAX && r->carry_n[p] == 0) {
+                want[p] = 1; /* more may wait there */
+                more = true;
+            }
         pthread_mutex_lock(&r->mu);
         bool stop = r->stop_claim;
         pthread_mutex_unlock(&r->mu);
         if (stop)
             break;
     }
-    free(b.v);
     return err;
 }
 
@@ -750,6 +797,9 @@ static void *rr_claim_main(void *arg)
         pthread_mutex_lock(&r->mu);
     }
     pthread_mutex_unlock(&r->mu);
+    for (size_t i = 0; i < r->carry.n; i++) /* released by stop */
+        rr_orphan(r, r->carry.v[i]);
+    r->carry.n = 0;
     free(want);
     return NULL;
 }
@@ -929,6 +979,11 @@ static void rr_free_all(struct tw_redis *r)
     free(r->slots);
     free(r->off_cur);
     free(r->off_prev);
+    free(r->carry_n);
+    free(r->last_full);
+    for (size_t i = 0; i < r->carry.n; i++)
+        free(r->carry.v[i]);
+    free(r->carry.v);
     pthread_mutex_destroy(&r->api_mu);
     pthread_mutex_destroy(&r->mu);
     pthread_mutex_destroy(&r->stop_mu);
@@ -1002,8 +1057,13 @@ int tw_redis_new(const struct tw_redis_config *cfg, struct tw_redis **out)
     r->flags = calloc(cfg->partitions, 1);
     r->off_cur = malloc(cfg->partitions * sizeof *r->off_cur);
     r->off_prev = malloc(cfg->partitions * sizeof *r->off_prev);
-    if (!r->servers || !r->slots || !r->flags || !r->off_cur || !r->off_prev)
+    r->carry_n = calloc(cfg->partitions, sizeof *r->carry_n);
+    r->last_full = malloc(cfg->partitions * sizeof *r->last_full);
+    if (!r->servers || !r->slots || !r->flags || !r->off_cur || !r->off_prev || !r->carry_n ||
+        !r->last_full)
         goto nomem;
+    for (uint32_t p = 0; p < cfg->partitions; p++)
+        r->last_full[p] = UINT64_MAX;
     for (uint32_t p = 0; p < cfg->partitions; p++) {
         atomic_init(&r->off_cur[p], INT64_MIN);
         atomic_init(&r->off_prev[p], INT64_MIN);
