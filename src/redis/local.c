@@ -247,17 +247,18 @@ int tw_rr_local_add(struct tw_rr_local *l, struct tw_rr_item *it)
     uint64_t tick = it->due_local_ns <= l->start_ns
                         ? 0
                         : (it->due_local_ns - l->start_ns + l->tick_ns - 1) / l->tick_ns;
-    if (it->due_local_ns <= now || tick <= wnow) {
+    if (it->due_local_ns <= now) {
         loc_push(l, it);
         pthread_cond_signal(&l->run_cv);
     } else {
-        rc = tw_tasks_set_int(l->wheel, ++l->seq, it, (int64_t)(tick - wnow)); /* fires at tick */
+        /* Fires at `tick`; a tick the wheel has passed already means the next one. */
+        rc = tw_tasks_set_int(l->wheel, ++l->seq, it, (int64_t)(tick > wnow ? tick - wnow : 0));
         if (rc < 0) {
             pthread_mutex_unlock(&l->mu);
             return rc;
         }
         rc = 0;
-        if (tick < l->sleep_until)
+        if ((tick > wnow ? tick : wnow + 1) < l->sleep_until)
             pthread_cond_signal(&l->tick_cv);
     }
     l->held++;
