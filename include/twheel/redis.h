@@ -48,9 +48,12 @@
  *
  * Leases: lease_ms bounds both how long a claimed task may wait in a worker's
  * wheel past its due time and how long execute may run: the lease is renewed
- * to now + lease_ms when execute starts, and not extended while it runs. An
- * execute that runs longer loses its lease: the task is delivered again and
- * its acknowledgement is refused (stale_acks).
+ * to now + lease_ms when the task is started, and not extended while it runs.
+ * An execute that runs longer loses its lease: the task is delivered again
+ * and its acknowledgement is refused (stale_acks). When work piles up an
+ * executor starts several tasks at once (one round trip) and runs them one
+ * after the other; it takes no more than a quarter of lease_ms of work at a
+ * time, judged by the mean time of execute so far.
  */
 #ifndef TWHEEL_REDIS_H
 #define TWHEEL_REDIS_H

@@ -7,7 +7,8 @@
  * two claims of one key never collide) holds the future ones; a tick thread
  * advances it on CLOCK_MONOTONIC and moves what comes due to a FIFO; executor
  * threads take the FIFO in order, each a fair share of what is ready (at most
- * TW_RR_RUN_BATCH), so that a backlog costs one round trip per batch. Items already due when added go straight to
+ * the batch limit the owner sets, <= TW_RR_RUN_BATCH), so that a backlog
+ * costs one round trip per batch. Items already due when added go straight to
  * the FIFO in the order they were added (catch-up keeps due order).
  *
  * Locking: one mutex `mu` guards the wheel, the FIFO and the counters; it is
@@ -16,6 +17,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -30,6 +32,7 @@ struct tw_rr_local {
     struct tw_tasks *wheel; /* under mu */
     struct tw_rr_item *head, *tail; /* the FIFO, under mu */
     size_t nready;          /* items in the FIFO */
+    atomic_size_t batch_max; /* most items an executor takes at once (set by the owner) */
     uint64_t start_ns, tick_ns;
     uint64_t seq;           /* wheel keys */
     uint64_t sleep_until;   /* tick the tick thread sleeps until (UINT64_MAX: no work) */
@@ -111,8 +114,9 @@ static void *loc_exec_main(void *arg)
          * work piles up, and one item at a time keeps every thread busy when
          * it does not. */
         size_t n = (l->nready + l->nthreads - 1) / l->nthreads;
-        if (n > TW_RR_RUN_BATCH)
-            n = TW_RR_RUN_BATCH;
+        size_t max = atomic_load(&l->batch_max);
+        if (n > max)
+            n = max;
         for (size_t i = 0; i < n; i++) {
             batch[i] = l->head;
             l->head = l->head->next;
@@ -166,6 +170,7 @@ int tw_rr_local_new(struct tw_rr_local **out, uint32_t tick_ms, uint32_t threads
     l->ctx = ctx;
     l->nthreads = threads;
     l->sleep_until = TW_NEVER;
+    atomic_init(&l->batch_max, 1);
     struct tw_tasks_config tc = {0};
     tc.execute = loc_fire;
     tc.ctx = l;
@@ -307,6 +312,11 @@ void tw_rr_local_free(struct tw_rr_local *l)
     pthread_mutex_destroy(&l->mu);
     free(l->threads);
     free(l);
+}
+
+void tw_rr_local_batch(struct tw_rr_local *l, size_t max)
+{
+    atomic_store(&l->batch_max, max < 1 ? 1 : max > TW_RR_RUN_BATCH ? TW_RR_RUN_BATCH : max);
 }
 
 size_t tw_rr_local_ready(struct tw_rr_local *l)

@@ -174,6 +174,7 @@ struct tw_redis {
     pthread_mutex_t stop_mu;        /* serialises stop */
 
     /* figures */
+    atomic_uint_fast64_t exec_ns;   /* running mean of one execute call's time */
     atomic_uint_fast64_t delivered, redelivered, failed, stale_acks, claims, refills,
         notifications, recovered, lost_leases, sub_reconnects, worker_reconnects;
     pthread_mutex_t hist_mu;
@@ -442,6 +443,20 @@ static void rr_exec_eval(struct rr_exec *e, struct tw_rr_router *rt, unsigned id
     atomic_fetch_add(&e->r->worker_reconnects, rt->reconnects - rc0);
 }
 
+/* The tasks of a batch are started together (their leases renewed then) and
+ * run one after the other: a batch must run well within lease_ms. Keep a
+ * running mean of execute's time and let a batch take a quarter of the lease
+ * at most (1..TW_RR_RUN_BATCH tasks). */
+static void rr_exec_time(struct tw_redis *r, uint64_t ns)
+{
+    uint64_t avg = atomic_load(&r->exec_ns);
+    avg = avg ? avg - avg / 8 + ns / 8 : ns + 1;
+    atomic_store(&r->exec_ns, avg);
+    uint64_t budget = (uint64_t)r->cfg.lease_ms * 1000000u / 4;
+    tw_rr_local_batch(r->local, (size_t)(budget / avg > TW_RR_RUN_BATCH ? TW_RR_RUN_BATCH
+                                                                           : budget / avg));
+}
+
 /* Run a batch of held items whose local due time has come (executor
  * `thread`): START them (one script per partition, pipelined), execute each
  * started task in order, ACK those answered DONE (likewise), FAIL each one
@@ -478,7 +493,10 @@ static void rr_run(void *ctx, struct tw_rr_item **v, size_t n, unsigned thread)
             atomic_fetch_add(&r->redelivered, 1);
         struct tw_redis_task t = {it->data, it->key_len, it->payload, it->payload_len,
                                   it->due_ms, (uint32_t)e->arg[i]};
-        if (r->cfg.execute(r->cfg.arg, &t) == TW_REDIS_DONE) {
+        uint64_t t0 = tw_rr_mono_ns();
+        enum tw_redis_result res = r->cfg.execute(r->cfg.arg, &t);
+        rr_exec_time(r, tw_rr_mono_ns() - t0);
+        if (res == TW_REDIS_DONE) {
             done[ndone++] = it;
             continue;
         }

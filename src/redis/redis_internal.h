@@ -136,6 +136,8 @@ struct tw_rr_item *tw_rr_local_stop(struct tw_rr_local *l);
 void tw_rr_local_free(struct tw_rr_local *l);
 /* Items held (waiting in the wheel or FIFO, or running). */
 size_t tw_rr_local_held(struct tw_rr_local *l);
+/* Most items one executor takes at once (1..TW_RR_RUN_BATCH; starts at 1). */
+void tw_rr_local_batch(struct tw_rr_local *l, size_t max);
 /* Items due and waiting for an executor, or running. */
 size_t tw_rr_local_ready(struct tw_rr_local *l);
 

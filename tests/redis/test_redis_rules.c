@@ -423,6 +423,44 @@ static void test_failed_backoff(void)
     rec_destroy(&R);
 }
 
+/* A backlog of slow tasks on one executor: batches stay well within the
+ * lease (started together, run one after the other), so no lease runs out. */
+static void test_slow_backlog(void)
+{
+    struct tw_redis_config c;
+    cfg_for(&c, "slow", NULL);
+    struct tw_redis *cl = NULL;
+    CHECK_EQ_INT(tw_redis_new(&c, &cl), 0);
+    if (!cl)
+        return;
+    enum { N = 16 };
+    for (int i = 0; i < N; i++) {
+        char k[16];
+        int n = snprintf(k, sizeof k, "s%d", i);
+        CHECK_EQ_INT(tw_redis_set(cl, k, (size_t)n, "", 0, 0), 0);
+    }
+    struct rec R;
+    rec_init(&R, &srv);
+    R.slow_ms = 100; /* every first attempt */
+    struct tw_redis_config wc;
+    cfg_for(&wc, "slow", &R);
+    wc.threads = 1;
+    wc.lease_ms = 700; /* 16 x 100 ms in one batch would outlive it */
+    struct tw_redis *w = NULL;
+    CHECK_EQ_INT(tw_redis_new(&wc, &w), 0);
+    CHECK(rec_wait(&R, N, 10000));
+    wait_delivered(w, N, 3000);
+    struct tw_redis_stats st;
+    CHECK_EQ_INT(tw_redis_stats(w, &st), 0);
+    CHECK_EQ_U64(st.delivered, N);
+    CHECK_EQ_U64(st.stale_acks, 0);
+    CHECK_EQ_U64(st.redelivered, 0);
+    CHECK_EQ_U64(rec_count(&R), N);
+    tw_redis_free(w);
+    tw_redis_free(cl);
+    rec_destroy(&R);
+}
+
 /* Tasks that came due while no worker ran: delivered when one starts, in due
  * order, with their original due times. */
 static void test_catch_up(void)
@@ -741,6 +779,7 @@ int main(void)
     RUN(test_stale_ack);
     RUN(test_failed_backoff);
     RUN(test_catch_up);
+    RUN(test_slow_backlog);
     RUN(test_notification);
     RUN(test_stop_releases);
     RUN(test_unreachable);
