@@ -21,6 +21,39 @@
  *  - Catch-up: tasks that became due while no worker (or Redis) ran are
  *    delivered as soon as a worker runs, in due order, with their due time.
  *  - No polling for due work.
+ *
+ * Threads: set/move/remove/set_many/stats may be called from any thread
+ * (they share one set of connections under a mutex). A worker runs a claim
+ * thread, a subscriber thread, a tick thread and `threads` executor threads,
+ * each with its own connections. execute may call set/move/remove on the same
+ * client; it must not call stop or free.
+ *
+ * Durability: a call returns once Redis has applied it; what survives a crash
+ * of Redis itself is Redis's choice: with `appendonly yes` and `appendfsync
+ * always` nothing acknowledged is lost; `appendfsync everysec` (Redis's
+ * default with AOF) may lose the last second of sets, moves, removes and
+ * acknowledgements (a lost acknowledgement means a second delivery, a lost
+ * set a task never delivered); RDB snapshots alone lose everything since the
+ * last snapshot. With replicas, a failover may lose what the master had not
+ * replicated yet.
+ *
+ * Lateness: a worker claims tasks window_ms ahead (every window_ms / 2) and
+ * holds them in a wheel of tick_ms ticks, so a task normally starts within a
+ * tick plus one round trip of its due time; a task set or moved earlier than
+ * what workers hold reaches them through a PUBLISH on its partition's
+ * channel. Tasks due while no worker ran are handed to the executors in due
+ * order (claims merge the partitions), and a worker takes no more due work
+ * than its executors can start soon (128 tasks per thread), so that a backlog
+ * is shared by the workers instead of expiring in one worker's queue.
+ *
+ * Leases: lease_ms bounds both how long a claimed task may wait in a worker's
+ * wheel past its due time and how long execute may run: the lease is renewed
+ * to now + lease_ms when the task is started, and not extended while it runs.
+ * An execute that runs longer loses its lease: the task is delivered again
+ * and its acknowledgement is refused (stale_acks). When work piles up an
+ * executor starts several tasks at once (one round trip) and runs them one
+ * after the other; it takes no more than a quarter of lease_ms of work at a
+ * time, judged by the mean time of execute so far.
  */
 #ifndef TWHEEL_REDIS_H
 #define TWHEEL_REDIS_H
@@ -39,6 +72,12 @@ extern "C" {
 #define TW_REDIS_KEY_MAX 512
 /** Longest payload accepted, in bytes. */
 #define TW_REDIS_PAYLOAD_MAX (1u << 20)
+/** Longest delay accepted, in ms (about 31 years); more gives TW_EINVAL. */
+#define TW_REDIS_DELAY_MAX 1000000000000LL
+/** Most partitions a queue may have. */
+#define TW_REDIS_PARTITIONS_MAX 16384u
+/** Most executor threads of a worker. */
+#define TW_REDIS_THREADS_MAX 256u
 
 /** A client of one durable queue; with an execute callback, also a worker. */
 struct tw_redis;
@@ -89,9 +128,16 @@ struct tw_redis_stats {
     uint64_t failed;      /**< execute calls that answered FAILED */
     uint64_t stale_acks;  /**< acknowledgements refused because the lease was no longer ours */
     uint64_t reconnects;  /**< connections re-established after a failure */
-    uint64_t late_p50_us; /**< delivery lateness (start of execute - due), median */
+    uint64_t late_p50_us; /**< delivery lateness (server's clock when the start of the task
+                               was granted - due), median, from a log-linear histogram */
     uint64_t late_p99_us; /**< ... 99th percentile */
     uint64_t late_max_us; /**< ... maximum */
+    uint64_t claims;      /**< claim script calls (refills, notifications, catch-up batches) */
+    uint64_t refills;     /**< periodic refill rounds (one claim per partition, every window/2) */
+    uint64_t notifications; /**< notifications received (a set earlier than the held window) */
+    uint64_t recovered;   /**< expired leases this worker's claims moved back to due */
+    uint64_t lost_leases; /**< held tasks not started because their lease was gone (replaced,
+                               moved, removed or expired) */
 };
 
 /** Fill @p cfg with the defaults above (servers NULL: must be set). */
@@ -124,9 +170,12 @@ struct tw_redis_item {
     int64_t delay_ms;    /**< delay from now */
 };
 
-/** Pipelined sets: all items are validated first (one bad item: nothing sent).
+/** Pipelined sets: all items are validated first (one bad item: nothing sent);
+ * then one script call per partition per 64 items, pipelined. A key given
+ * twice: the last item wins.
  * @return the number stored (n on success), or an error code; on TW_EIO some
- *         prefix may be stored, and the count of those is not known. */
+ *         of the items may be stored (not necessarily a prefix), and which is
+ *         not known. */
 TW_API int tw_redis_set_many(struct tw_redis *r, const struct tw_redis_item *items, size_t n);
 
 /** Stop claiming, let running callbacks finish, release held leases so other

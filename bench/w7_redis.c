@@ -1,0 +1,646 @@
+/* SPDX-License-Identifier: MIT */
+/* W7 durable: twheel's Redis layer against a polling baseline, on one
+ * redis-server started by the test fixture, in one run.
+ *
+ * The baseline is what Sidekiq's scheduled set and Redisson's RDelayedQueue
+ * do: one sorted set scored by due time; a worker claims due members with one
+ * Lua call (ZRANGEBYSCORE ... LIMIT 1000, ZREM) every 100 ms, or every 1 s,
+ * again at once while a full batch comes back (redis_worker --mode poll).
+ *
+ * Phases, each on a flushed server (AOF on, appendfsync everysec unless
+ * --fsync says otherwise):
+ *  1. sets/s from one client thread: tw_redis_set one by one and
+ *     tw_redis_set_many in batches of 1000; ZADD one by one and pipelined;
+ *     Redis memory per pending task (INFO used_memory delta / N) with 16-byte
+ *     keys "order:0000000042" and 32-byte payloads.
+ *  2. spread: N tasks due uniformly in [--min-ms, --max-ms] (1-60 s), two
+ *     worker processes; lateness p50/p99/max of first deliveries against the
+ *     due time (Redis clock), Redis CPU seconds (INFO used_cpu_sys+user) per
+ *     1e5 tasks over the run. Also: early and lost (must be 0).
+ *  3. burst: N tasks all due at the same millisecond, two workers; delivered
+ *     per second = N / (time from that due time until nothing is pending).
+ *  4. kill (a second server, appendfsync always): 2e4 tasks (N/5 at most)
+ *     due in 0.5-5 s, 0.2 ms of work each, two workers, one SIGKILLed 2 s
+ *     in; lost and delivered twice (twheel: leases of 3 s; the baseline has no lease: what the killed
+ *     poller had claimed is gone).
+ *
+ * Usage: w7_redis [--n N] [--min-ms A] [--max-ms B] [--fsync everysec|always]
+ *                 [--quick] [--out FILE]
+ * --quick: N = 2e4, delays 1-8 s. The table (markdown) is printed and, with
+ * --out, written there too. Ratios are twheel / baseline.
+ */
+#define _GNU_SOURCE
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <hiredis/hiredis.h>
+
+#include "fixture.h"
+#include "harness.h"
+#include "twheel/redis.h"
+
+#ifndef W7_WORKER_PATH
+#error "W7_WORKER_PATH: the redis_worker binary"
+#endif
+
+#define PAYLOAD "0123456789abcdef0123456789abcdef"
+#define KILL_LEASE_MS 3000
+#define KILL_EXEC_US 200 /* work in execute, so a kill finds tasks in flight */
+
+enum kind { TWHEEL, POLL100, POLL1000, NKINDS };
+static const char *kind_name[NKINDS] = {"twheel", "poll 100 ms", "poll 1 s"};
+
+struct row {
+    double sets_single, sets_pipe, bytes_per_task; /* per implementation (poll rows share) */
+    double delivered_per_s;
+    double p50_ms, p99_ms, max_ms;
+    double cpu_per_1e5;
+    uint64_t early, lost, spread_missing;
+    uint64_t kill_lost, kill_dups, kill_unexplained;
+    bool have_kill;
+    uint64_t claims; /* twheel: claim calls over the spread run (from worker stats) */
+};
+
+static struct {
+    uint64_t n;
+    uint64_t min_ms, max_ms;
+    const char *fsync;
+    const char *out;
+} cfg = {100000, 1000, 60000, "everysec", NULL};
+
+static struct row rows[NKINDS];
+
+static void key_of(char *k, uint64_t i)
+{
+    snprintf(k, 17, "order:%010" PRIu64, i);
+}
+
+static double now_s(void)
+{
+    return (double)rfx_realtime_us() / 1e6;
+}
+
+static int flushall(const struct rfx_server *s)
+{
+    return rfx_command(s, "FLUSHALL");
+}
+
+static double info(const struct rfx_server *s, const char *f)
+{
+    double v = 0;
+    rfx_info_double(s, f, &v);
+    return v;
+}
+
+static double redis_cpu(const struct rfx_server *s)
+{
+    return info(s, "used_cpu_sys") + info(s, "used_cpu_user");
+}
+
+static struct tw_redis *client_new(const struct rfx_server *s)
+{
+    static const char *servers[1];
+    servers[0] = rfx_addr(s);
+    struct tw_redis_config c;
+    tw_redis_config_init(&c);
+    c.servers = servers;
+    c.nservers = 1;
+    c.queue = "w7";
+    struct tw_redis *r = NULL;
+    int rc = tw_redis_new(&c, &r);
+    if (rc) {
+        fprintf(stderr, "w7: tw_redis_new: %s\n", tw_strerror(rc));
+        return NULL;
+    }
+    return r;
+}
+
+/* ---- phase 1: sets/s and memory --------------------------------------- */
+static int twheel_sets(const struct rfx_server *s, struct row *out)
+{
+    struct tw_redis *r = client_new(s);
+    if (!r)
+        return -1;
+    uint64_t single = cfg.n < 20000 ? cfg.n : 20000;
+    char key[17];
+    flushall(s);
+    double t = now_s();
+    for (uint64_t i = 0; i < single; i++) {
+        key_of(key, i);
+        if (tw_redis_set(r, key, 16, PAYLOAD, 32, 3600000) != 0) {
+            fprintf(stderr, "w7: tw_redis_set failed\n");
+            tw_redis_free(r);
+            return -1;
+        }
+    }
+    out->sets_single = single / (now_s() - t);
+    flushall(s);
+    double mem0 = info(s, "used_memory");
+    struct tw_redis_item *items = calloc(1000, sizeof *items);
+    char *keys = malloc(1000 * 17);
+    if (!items || !keys) {
+        free(items);
+        free(keys);
+        tw_redis_free(r);
+        return -1;
+    }
+    t = now_s();
+    for (uint64_t i = 0; i < cfg.n; i += 1000) {
+        size_t k = cfg.n - i < 1000 ? (size_t)(cfg.n - i) : 1000;
+        for (size_t j = 0; j < k; j++) {
+            key_of(keys + j * 17, i + j);
+            items[j] = (struct tw_redis_item){keys + j * 17, 16, PAYLOAD, 32, 3600000};
+        }
+        if (tw_redis_set_many(r, items, k) != (int)k) {
+            fprintf(stderr, "w7: tw_redis_set_many failed\n");
+            break;
+        }
+    }
+    out->sets_pipe = cfg.n / (now_s() - t);
+    out->bytes_per_task = (info(s, "used_memory") - mem0) / (double)cfg.n;
+    free(items);
+    free(keys);
+    tw_redis_free(r);
+    flushall(s);
+    return 0;
+}
+
+static int poll_sets(const struct rfx_server *s, struct row *out)
+{
+    redisContext *c = rfx_connect(s);
+    if (!c)
+        return -1;
+    uint64_t single = cfg.n < 20000 ? cfg.n : 20000;
+    char member[64];
+    flushall(s);
+    double t = now_s();
+    for (uint64_t i = 0; i < single; i++) {
+        key_of(member, i);
+        strcat(member, "|" PAYLOAD);
+        redisReply *rp = redisCommand(c, "ZADD w7:zset %f %s", 4e12, member);
+        if (!rp) {
+            redisFree(c);
+            return -1;
+        }
+        freeReplyObject(rp);
+    }
+    out->sets_single = single / (now_s() - t);
+    flushall(s);
+    double mem0 = info(s, "used_memory");
+    t = now_s();
+    for (uint64_t i = 0; i < cfg.n; i += 1000) {
+        uint64_t k = cfg.n - i < 1000 ? cfg.n - i : 1000;
+        for (uint64_t j = 0; j < k; j++) {
+            key_of(member, i + j);
+            strcat(member, "|" PAYLOAD);
+            redisAppendCommand(c, "ZADD w7:zset %f %s", 4e12, member);
+        }
+        for (uint64_t j = 0; j < k; j++) {
+            void *rp = NULL;
+            if (redisGetReply(c, &rp) != REDIS_OK) {
+                redisFree(c);
+                return -1;
+            }
+            freeReplyObject(rp);
+        }
+    }
+    out->sets_pipe = cfg.n / (now_s() - t);
+    out->bytes_per_task = (info(s, "used_memory") - mem0) / (double)cfg.n;
+    redisFree(c);
+    flushall(s);
+    return 0;
+}
+
+/* ---- workers ------------------------------------------------------------- */
+struct crew {
+    pid_t pid[2];
+    char out[2][300], stats[2][300];
+};
+
+static int crew_start(struct crew *w, const struct rfx_server *s, enum kind k, const char *tag,
+                      unsigned lease_ms, unsigned exec_us)
+{
+    memset(w, 0, sizeof *w);
+    for (int i = 0; i < 2; i++) {
+        snprintf(w->out[i], sizeof w->out[i], "%s/%s.%d.%d", s->dir, tag, (int)k, i);
+        snprintf(w->stats[i], sizeof w->stats[i], "%s/%s.stats.%d.%d", s->dir, tag, (int)k, i);
+        unlink(w->out[i]);
+        unlink(w->stats[i]);
+        struct rw_opts o = {.servers = rfx_addr(s), .queue = "w7", .out = w->out[i],
+                            .stats = w->stats[i], .lease_ms = lease_ms, .exec_us = exec_us};
+        if (k != TWHEEL) {
+            o.mode = "poll";
+            o.interval_ms = k == POLL100 ? 100 : 1000;
+        }
+        if (rw_spawn(W7_WORKER_PATH, &o, &w->pid[i], NULL) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+static uint64_t stat_of(const char *path, const char *name)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    char line[128];
+    uint64_t v = 0;
+    size_t nl = strlen(name);
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, name, nl) && line[nl] == ' ')
+            v = strtoull(line + nl + 1, NULL, 10);
+    fclose(f);
+    return v;
+}
+
+static void crew_stop(struct crew *w)
+{
+    for (int i = 0; i < 2; i++)
+        if (w->pid[i] > 0) {
+            rw_stop(w->pid[i], 15000);
+            w->pid[i] = 0;
+        }
+}
+
+static uint64_t crew_load(const struct crew *w, struct rdel_set *d, uint64_t n)
+{
+    rdel_free(d);
+    for (int i = 0; i < 2; i++)
+        rdel_load(d, w->out[i], "order:", n);
+    return rdel_count_ids(d, n);
+}
+
+/* Set n tasks, task i due at base_ms + off[i] (absolute, Redis clock) when
+ * base_ms != 0, else at set time + off[i]. due_lo[i] gets the due time. */
+static int set_tasks(const struct rfx_server *s, struct tw_redis *r, redisContext *zc, uint64_t n,
+                     const uint64_t *off, uint64_t base_ms, uint64_t *due_lo)
+{
+    struct tw_redis_item *items = calloc(1000, sizeof *items);
+    char *keys = malloc(1000 * 64);
+    int rc = 0;
+    if (!items || !keys) {
+        rc = -1;
+        goto out;
+    }
+    for (uint64_t i = 0; i < n && !rc; i += 1000) {
+        size_t k = n - i < 1000 ? (size_t)(n - i) : 1000;
+        uint64_t t0 = 0;
+        rfx_time_us(s, &t0);
+        t0 /= 1000u;
+        for (size_t j = 0; j < k; j++) {
+            uint64_t due = base_ms ? base_ms + off[i + j] : t0 + off[i + j];
+            int64_t delay = due > t0 ? (int64_t)(due - t0) : 0;
+            due_lo[i + j] = t0 + (uint64_t)delay;
+            char *key = keys + j * 64;
+            key_of(key, i + j);
+            if (r) {
+                items[j] = (struct tw_redis_item){key, 16, PAYLOAD, 32, delay};
+            } else {
+                strcat(key, "|" PAYLOAD);
+                redisAppendCommand(zc, "ZADD w7:zset %" PRIu64 " %s", t0 + (uint64_t)delay, key);
+            }
+        }
+        if (r) {
+            if (tw_redis_set_many(r, items, k) != (int)k)
+                rc = -1;
+        } else {
+            for (size_t j = 0; j < k; j++) {
+                void *rp = NULL;
+                if (redisGetReply(zc, &rp) != REDIS_OK) {
+                    rc = -1;
+                    break;
+                }
+                freeReplyObject(rp);
+            }
+        }
+    }
+out:
+    free(items);
+    free(keys);
+    return rc;
+}
+
+/* Wait until every id in [0, n) has a delivery and (twheel) nothing is
+ * pending, or the deadline. Returns the time (s) when that was seen. */
+static double wait_all(const struct crew *w, struct tw_redis *r, struct rdel_set *d, uint64_t n,
+                       double deadline)
+{
+    for (;;) {
+        uint64_t got = crew_load(w, d, n);
+        double t = now_s();
+        if (got == n) {
+            if (!r)
+                return t;
+            struct tw_redis_stats st;
+            if (tw_redis_stats(r, &st) == 0 && st.pending == 0)
+                return now_s();
+        }
+        if (t > deadline)
+            return t;
+        rfx_sleep_ms(got == n ? 5 : 200);
+    }
+}
+
+static int one_run(const struct rfx_server *s, enum kind k, bool burst, struct row *row)
+{
+    const uint64_t n = cfg.n;
+    uint64_t *off = malloc(n * sizeof *off), *due = calloc(n, sizeof *due);
+    struct tw_redis *r = NULL;
+    redisContext *zc = NULL;
+    struct crew w;
+    struct rdel_set d = {0};
+    int rc = -1;
+    if (!off || !due)
+        goto out;
+    flushall(s);
+    r = k == TWHEEL ? client_new(s) : NULL;
+    zc = k == TWHEEL ? NULL : rfx_connect(s);
+    if (!r && !zc)
+        goto out;
+    if (crew_start(&w, s, k, burst ? "burst" : "spread", 0, 0))
+        goto out;
+    rfx_sleep_ms(300); /* workers connected */
+    srand(42);
+    uint64_t base = 0;
+    if (burst) {
+        /* all due at one instant, after the sets (at >= 20k/s) are done */
+        uint64_t t0 = 0;
+        rfx_time_us(s, &t0);
+        base = t0 / 1000u + 1000 + n / 20;
+        for (uint64_t i = 0; i < n; i++)
+            off[i] = 0;
+    } else {
+        for (uint64_t i = 0; i < n; i++)
+            off[i] = cfg.min_ms + (uint64_t)rand() % (cfg.max_ms - cfg.min_ms + 1);
+    }
+    double cpu0 = redis_cpu(s);
+    if (set_tasks(s, r, zc, n, off, base, due)) {
+        fprintf(stderr, "w7: setting tasks failed\n");
+        crew_stop(&w);
+        goto out;
+    }
+    double deadline = now_s() + (double)(burst ? 2000 + n / 20 : cfg.max_ms) / 1000.0 + 60.0;
+    double done_at = wait_all(&w, r, &d, n, deadline);
+    double cpu1 = redis_cpu(s);
+    crew_stop(&w);
+    crew_load(&w, &d, n);
+    struct rverdict v;
+    if (rverdict_compute(&d, n, NULL, due, 30000, 2000, &v))
+        goto out;
+    char label[64];
+    snprintf(label, sizeof label, "%s %s", kind_name[k], burst ? "burst" : "spread");
+    rverdict_print(&v, label);
+    if (burst) {
+        double span = done_at - (double)base / 1000.0;
+        row->delivered_per_s = span > 0 ? (double)n / span : 0;
+    } else {
+        row->p50_ms = v.late_p50_us / 1000.0;
+        row->p99_ms = v.late_p99_us / 1000.0;
+        row->max_ms = v.late_max_us / 1000.0;
+        row->cpu_per_1e5 = (cpu1 - cpu0) * 1e5 / (double)n;
+        row->spread_missing = v.missing;
+        if (k == TWHEEL)
+            row->claims = stat_of(w.stats[0], "claims") + stat_of(w.stats[1], "claims");
+        /* where the tail comes from: tasks set less than a window (2 s) before
+         * their due time reach a worker through a notification, the others
+         * through the periodic refill */
+        bool *near = malloc(n * sizeof *near);
+        if (near) {
+            struct rverdict vn, vf;
+            for (uint64_t i = 0; i < n; i++)
+                near[i] = off[i] < 2000;
+            rverdict_compute(&d, n, near, NULL, 30000, 2000, &vn);
+            for (uint64_t i = 0; i < n; i++)
+                near[i] = !near[i];
+            rverdict_compute(&d, n, near, NULL, 30000, 2000, &vf);
+            printf("%s: lateness p50/p99/max of tasks set < 2 s before due (%" PRIu64
+                   "): %.2f/%.2f/%.2f ms; the others (%" PRIu64 "): %.2f/%.2f/%.2f ms\n",
+                   label, vn.expected, vn.late_p50_us / 1000.0, vn.late_p99_us / 1000.0,
+                   vn.late_max_us / 1000.0, vf.expected, vf.late_p50_us / 1000.0,
+                   vf.late_p99_us / 1000.0, vf.late_max_us / 1000.0);
+            free(near);
+        }
+    }
+    row->early += v.early;
+    row->lost += v.missing;
+    rc = 0;
+out:
+    rdel_free(&d);
+    free(off);
+    free(due);
+    tw_redis_free(r);
+    if (zc)
+        redisFree(zc);
+    return rc;
+}
+
+/* Phase 4: SIGKILL one of two workers 2 s into a run of tasks due in 0.5-5 s. */
+static int kill_run(const struct rfx_server *s, enum kind k, struct row *row)
+{
+    const uint64_t n = cfg.n / 5 < 20000 ? cfg.n / 5 : 20000;
+    uint64_t *off = malloc(n * sizeof *off), *due = calloc(n, sizeof *due);
+    struct tw_redis *r = NULL;
+    redisContext *zc = NULL;
+    struct crew w;
+    struct rdel_set d = {0};
+    int rc = -1;
+    if (!off || !due)
+        goto out;
+    flushall(s);
+    r = k == TWHEEL ? client_new(s) : NULL;
+    zc = k == TWHEEL ? NULL : rfx_connect(s);
+    if ((!r && !zc) || crew_start(&w, s, k, "kill", KILL_LEASE_MS, KILL_EXEC_US))
+        goto out;
+    rfx_sleep_ms(300);
+    srand(9);
+    for (uint64_t i = 0; i < n; i++)
+        off[i] = 500 + (uint64_t)rand() % 4500;
+    if (set_tasks(s, r, zc, n, off, 0, due)) {
+        crew_stop(&w);
+        goto out;
+    }
+    rfx_sleep_ms(2000);
+    rfx_signal(w.pid[0], SIGKILL);
+    rfx_wait(w.pid[0], 5000, NULL);
+    w.pid[0] = 0;
+    /* the baseline never gets back what the dead poller claimed: bound the wait */
+    wait_all(&w, r, &d, n, now_s() + (k == TWHEEL ? 30.0 : 8.0));
+    crew_stop(&w);
+    crew_load(&w, &d, n);
+    struct rverdict v;
+    if (rverdict_compute(&d, n, NULL, due, KILL_LEASE_MS, 2000, &v))
+        goto out;
+    char label[64];
+    snprintf(label, sizeof label, "%s kill", kind_name[k]);
+    rverdict_print(&v, label);
+    row->have_kill = true;
+    row->kill_lost = v.missing;
+    row->kill_dups = v.duplicates;
+    row->kill_unexplained = v.unexplained;
+    row->early += v.early;
+    rc = 0;
+out:
+    rdel_free(&d);
+    free(off);
+    free(due);
+    tw_redis_free(r);
+    if (zc)
+        redisFree(zc);
+    return rc;
+}
+
+/* ---- report ---------------------------------------------------------------- */
+static void emit(FILE *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void emit(FILE *f, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    if (f) {
+        va_start(ap, fmt);
+        vfprintf(f, fmt, ap);
+        va_end(ap);
+    }
+}
+
+static void ratio_cell(char *buf, size_t len, double tw, double base, bool higher_better)
+{
+    if (base <= 0 || tw <= 0) {
+        snprintf(buf, len, "-");
+        return;
+    }
+    double r = tw / base;
+    snprintf(buf, len, "%.2fx%s", r, (higher_better ? r >= 1 : r <= 1) ? "" : " (loses)");
+}
+
+static void report(double elapsed)
+{
+    FILE *f = cfg.out ? fopen(cfg.out, "w") : NULL;
+    const struct row *t = &rows[TWHEEL], *p1 = &rows[POLL100], *p2 = &rows[POLL1000];
+    emit(f, "\n## W7 durable: twheel's Redis layer vs a polling sorted set\n\n");
+    emit(f, "redis-server 7.0 on 127.0.0.1 (AOF on, appendfsync %s; kill run: always), "
+            "N = %" PRIu64 " tasks \"order:<10 digits>\" (16-byte keys), 32-byte payloads, "
+            "delays uniform %" PRIu64 "-%" PRIu64 " ms, 2 worker processes; run took %.0f s. "
+            "Ratios: twheel / baseline.\n\n",
+         cfg.fsync, cfg.n, cfg.min_ms, cfg.max_ms, elapsed);
+    emit(f, "| metric | twheel | poll 100 ms | poll 1 s | vs 100 ms | vs 1 s |\n");
+    emit(f, "|---|---:|---:|---:|---:|---:|\n");
+    char a[48], b[48];
+#define ROW(name, fmt, field, hb)                                                      \
+    do {                                                                               \
+        ratio_cell(a, sizeof a, t->field, p1->field, hb);                              \
+        ratio_cell(b, sizeof b, t->field, p2->field, hb);                              \
+        emit(f, "| %s | " fmt " | " fmt " | " fmt " | %s | %s |\n", name, t->field,    \
+             p1->field, p2->field, a, b);                                              \
+    } while (0)
+    ROW("sets/s, one by one (1 thread)", "%.0f", sets_single, true);
+    ROW("sets/s, pipelined (1 thread)", "%.0f", sets_pipe, true);
+    ROW("delivered/s end to end (burst, 2 workers)", "%.0f", delivered_per_s, true);
+    ROW("lateness p50 (ms)", "%.2f", p50_ms, false);
+    ROW("lateness p99 (ms)", "%.2f", p99_ms, false);
+    ROW("lateness max (ms)", "%.2f", max_ms, false);
+    ROW("Redis CPU s per 1e5 tasks (spread run)", "%.3f", cpu_per_1e5, false);
+    ROW("Redis bytes per pending task", "%.0f", bytes_per_task, false);
+#undef ROW
+    emit(f, "| early deliveries (must be 0) | %" PRIu64 " | %" PRIu64 " | %" PRIu64 " | | |\n",
+         t->early, p1->early, p2->early);
+    emit(f, "| lost without a kill (must be 0) | %" PRIu64 " | %" PRIu64 " | %" PRIu64 " | | |\n",
+         t->lost, p1->lost, p2->lost);
+    emit(f, "| SIGKILLed worker: lost | %" PRIu64 " | %" PRIu64 " | %" PRIu64 " | | |\n",
+         t->kill_lost, p1->kill_lost, p2->kill_lost);
+    emit(f, "| SIGKILLed worker: delivered twice | %" PRIu64 " (%" PRIu64
+            " before a lease ran out) | %" PRIu64 " | %" PRIu64 " | | |\n",
+         t->kill_dups, t->kill_unexplained, p1->kill_dups, p2->kill_dups);
+    emit(f, "\ntwheel claim calls during the spread run: %" PRIu64 " (both workers).\n",
+         t->claims);
+    emit(f, "\nTargets (2-core machine, Redis included):\n");
+    emit(f, "- lateness p99 <= 1 tick + 5 ms = 6 ms: %s (%.2f ms)\n",
+         t->p99_ms <= 6.0 ? "reached" : "NOT reached", t->p99_ms);
+    emit(f, "- >= 100k sets/s pipelined: %s (%.0f/s)\n",
+         t->sets_pipe >= 100000 ? "reached" : "NOT reached", t->sets_pipe);
+    emit(f, "- >= 20k delivered/s with 2 workers: %s (%.0f/s)\n",
+         t->delivered_per_s >= 20000 ? "reached" : "NOT reached", t->delivered_per_s);
+    emit(f, "- <= 200 B per pending task: %s (%.0f B)\n",
+         t->bytes_per_task <= 200 ? "reached" : "NOT reached", t->bytes_per_task);
+    emit(f, "- SIGKILLed worker, lost = 0: %s (%" PRIu64 ")\n",
+         t->have_kill && t->kill_lost == 0 ? "reached" : "NOT reached", t->kill_lost);
+    if (f)
+        fclose(f);
+}
+
+int main(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
+        if (!strcmp(a, "--quick")) {
+            cfg.n = 20000;
+            cfg.min_ms = 1000;
+            cfg.max_ms = 8000;
+        } else if (!strcmp(a, "--n") && *v) {
+            cfg.n = strtoull(v, NULL, 10);
+            i++;
+        } else if (!strcmp(a, "--min-ms") && *v) {
+            cfg.min_ms = strtoull(v, NULL, 10);
+            i++;
+        } else if (!strcmp(a, "--max-ms") && *v) {
+            cfg.max_ms = strtoull(v, NULL, 10);
+            i++;
+        } else if (!strcmp(a, "--fsync") && *v) {
+            cfg.fsync = v;
+            i++;
+        } else if (!strcmp(a, "--out") && *v) {
+            cfg.out = v;
+            i++;
+        } else {
+            fprintf(stderr, "usage: w7_redis [--quick] [--n N] [--min-ms A] [--max-ms B] "
+                            "[--fsync everysec|always] [--out FILE]\n");
+            return 2;
+        }
+    }
+    if (cfg.n < 1000 || cfg.max_ms < cfg.min_ms) {
+        fprintf(stderr, "w7: N >= 1000 and min <= max, please\n");
+        return 2;
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0); /* progress lines, also into a log */
+    rfx_cleanup_on_signals();
+    double t0 = now_s();
+    struct rfx_server srv, always;
+    struct rfx_options o = {.appendonly = true, .appendfsync = cfg.fsync};
+    struct rfx_options oa = {.appendonly = true, .appendfsync = "always"};
+    if (rfx_start(&srv, &o) || rfx_start(&always, &oa))
+        return 1;
+    printf("w7: redis-server at %s (appendfsync %s) and %s (always); N = %" PRIu64 "\n",
+           rfx_addr(&srv), cfg.fsync, rfx_addr(&always), cfg.n);
+    int rc = 0;
+    printf("w7: phase 1, sets and memory\n");
+    rc |= twheel_sets(&srv, &rows[TWHEEL]);
+    rc |= poll_sets(&srv, &rows[POLL100]);
+    rows[POLL1000].sets_single = rows[POLL100].sets_single;
+    rows[POLL1000].sets_pipe = rows[POLL100].sets_pipe;
+    rows[POLL1000].bytes_per_task = rows[POLL100].bytes_per_task;
+    for (int k = 0; k < NKINDS && !rc; k++) {
+        printf("w7: %s, burst then spread (%" PRIu64 "-%" PRIu64 " ms)\n", kind_name[k],
+               cfg.min_ms, cfg.max_ms);
+        rc |= one_run(&srv, (enum kind)k, true, &rows[k]);
+        rc |= one_run(&srv, (enum kind)k, false, &rows[k]);
+    }
+    for (int k = 0; k < NKINDS && !rc; k++) {
+        printf("w7: %s, a worker SIGKILLed (appendfsync always)\n", kind_name[k]);
+        rc |= kill_run(&always, (enum kind)k, &rows[k]);
+    }
+    rfx_stop(&srv);
+    rfx_stop(&always);
+    if (rc) {
+        fprintf(stderr, "w7: a phase failed\n");
+        return 1;
+    }
+    report(now_s() - t0);
+    return 0;
+}

@@ -1,0 +1,336 @@
+/* SPDX-License-Identifier: MIT */
+/* twheel Redis layer: a worker's near window.
+ *
+ * Claimed tasks wait here until their due time on the local monotonic clock
+ * (item->due_local_ns, computed conservatively by the claimer: see redis.c).
+ * A tw_tasks wheel with integer keys (a local sequence number per item, so
+ * two claims of one key never collide) holds the future ones; a tick thread
+ * advances it on CLOCK_MONOTONIC and moves what comes due to a FIFO; executor
+ * threads take the FIFO in order, each a fair share of what is ready (at most
+ * the batch limit the owner sets, <= TW_RR_RUN_BATCH), so that a backlog
+ * costs one round trip per batch. Items already due when added go straight to
+ * the FIFO in the order they were added (catch-up keeps due order).
+ *
+ * Locking: one mutex `mu` guards the wheel, the FIFO and the counters; it is
+ * never held while an item runs. Tick k is the instant start + k * tick.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <time.h>
+
+#include "redis_internal.h"
+
+struct tw_rr_local {
+    pthread_mutex_t mu;
+    pthread_cond_t tick_cv; /* wakes the tick thread: earlier work, or stop */
+    pthread_cond_t run_cv;  /* wakes executors: FIFO not empty, or stop */
+    struct tw_tasks *wheel; /* under mu */
+    struct tw_rr_item *head, *tail; /* the FIFO, under mu */
+    size_t nready;          /* items in the FIFO */
+    atomic_size_t batch_max; /* most items an executor takes at once (set by the owner) */
+    uint64_t start_ns, tick_ns;
+    uint64_t seq;           /* wheel keys */
+    uint64_t sleep_until;   /* tick the tick thread sleeps until (UINT64_MAX: no work) */
+    size_t held;            /* items in the wheel, FIFO or running */
+    size_t running;
+    bool stopping;
+    tw_rr_run_fn *run;
+    void *ctx;
+    uint32_t nthreads;
+    pthread_t tick_thread;
+    pthread_t *threads;
+    uint32_t started;       /* executor threads started */
+    bool tick_started;
+};
+
+static void loc_push(struct tw_rr_local *l, struct tw_rr_item *it)
+{
+    it->next = NULL;
+    if (l->tail)
+        l->tail->next = it;
+    else
+        l->head = it;
+    l->tail = it;
+    l->nready++;
+}
+
+/* tw_tasks' execute: runs under mu on the tick thread. */
+static void loc_fire(void *ctx, const struct tw_task *t)
+{
+    struct tw_rr_local *l = ctx;
+    loc_push(l, t->value);
+    pthread_cond_signal(&l->run_cv);
+}
+
+static uint64_t loc_now_tick(const struct tw_rr_local *l)
+{
+    return (tw_rr_mono_ns() - l->start_ns) / l->tick_ns;
+}
+
+static void *loc_tick_main(void *arg)
+{
+    struct tw_rr_local *l = arg;
+    (void)prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL); /* every task waits for this wake-up */
+    pthread_mutex_lock(&l->mu);
+    while (!l->stopping) {
+        (void)tw_tasks_advance(l->wheel, loc_now_tick(l));
+        uint64_t next = tw_tasks_next_expiry(l->wheel);
+        l->sleep_until = next;
+        if (next == TW_NEVER) {
+            pthread_cond_wait(&l->tick_cv, &l->mu);
+        } else {
+            uint64_t at = l->start_ns + next * l->tick_ns;
+            struct timespec ts = {(time_t)(at / 1000000000u), (long)(at % 1000000000u)};
+            (void)pthread_cond_timedwait(&l->tick_cv, &l->mu, &ts);
+        }
+    }
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
+}
+
+struct loc_exec_arg {
+    struct tw_rr_local *l;
+    unsigned i;
+};
+
+static void *loc_exec_main(void *arg)
+{
+    struct tw_rr_local *l = ((struct loc_exec_arg *)arg)->l;
+    unsigned me = ((struct loc_exec_arg *)arg)->i;
+    free(arg);
+    struct tw_rr_item *batch[TW_RR_RUN_BATCH];
+    pthread_mutex_lock(&l->mu);
+    for (;;) {
+        while (!l->head && !l->stopping)
+            pthread_cond_wait(&l->run_cv, &l->mu);
+        if (l->stopping)
+            break;
+        /* A fair share of what is ready: the batch saves round trips when
+         * work piles up, and one item at a time keeps every thread busy when
+         * it does not. */
+        size_t n = (l->nready + l->nthreads - 1) / l->nthreads;
+        size_t max = atomic_load(&l->batch_max);
+        if (n > max)
+            n = max;
+        for (size_t i = 0; i < n; i++) {
+            batch[i] = l->head;
+            l->head = l->head->next;
+        }
+        if (!l->head)
+            l->tail = NULL;
+        l->nready -= n;
+        l->running += n;
+        if (l->head)
+            pthread_cond_signal(&l->run_cv);
+        pthread_mutex_unlock(&l->mu);
+        l->run(l->ctx, batch, n, me); /* takes ownership of the items */
+        pthread_mutex_lock(&l->mu);
+        l->running -= n;
+        l->held -= n;
+    }
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
+}
+
+static void loc_join(struct tw_rr_local *l)
+{
+    pthread_mutex_lock(&l->mu);
+    l->stopping = true;
+    pthread_cond_broadcast(&l->tick_cv);
+    pthread_cond_broadcast(&l->run_cv);
+    pthread_mutex_unlock(&l->mu);
+    if (l->tick_started)
+        pthread_join(l->tick_thread, NULL);
+    for (uint32_t i = 0; i < l->started; i++)
+        pthread_join(l->threads[i], NULL);
+    l->tick_started = false;
+    l->started = 0;
+}
+
+int tw_rr_local_new(struct tw_rr_local **out, uint32_t tick_ms, uint32_t threads,
+                    tw_rr_run_fn *run, void *ctx)
+{
+    *out = NULL;
+    struct tw_rr_local *l = calloc(1, sizeof *l);
+    if (!l)
+        return TW_ENOMEM;
+    l->threads = calloc(threads, sizeof *l->threads);
+    if (!l->threads) {
+        free(l);
+        return TW_ENOMEM;
+    }
+    l->tick_ns = (uint64_t)tick_ms * 1000000u;
+    l->start_ns = tw_rr_mono_ns();
+    l->run = run;
+    l->ctx = ctx;
+    l->nthreads = threads;
+    l->sleep_until = TW_NEVER;
+    atomic_init(&l->batch_max, 1);
+    struct tw_tasks_config tc = {0};
+    tc.execute = loc_fire;
+    tc.ctx = l;
+    tc.key_kind = TW_TASKS_KEY_INT;
+    int rc = tw_tasks_new(&l->wheel, &tc);
+    if (rc) {
+        free(l->threads);
+        free(l);
+        return rc;
+    }
+    pthread_condattr_t ca;
+    bool ca_ok = pthread_condattr_init(&ca) == 0;
+    if (!ca_ok || pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) != 0 ||
+        pthread_mutex_init(&l->mu, NULL) != 0) {
+        if (ca_ok)
+            pthread_condattr_destroy(&ca);
+        tw_tasks_free(l->wheel);
+        free(l->threads);
+        free(l);
+        return TW_ESYS;
+    }
+    if (pthread_cond_init(&l->tick_cv, &ca) != 0) {
+        pthread_condattr_destroy(&ca);
+        pthread_mutex_destroy(&l->mu);
+        tw_tasks_free(l->wheel);
+        free(l->threads);
+        free(l);
+        return TW_ESYS;
+    }
+    pthread_condattr_destroy(&ca);
+    if (pthread_cond_init(&l->run_cv, NULL) != 0) {
+        pthread_cond_destroy(&l->tick_cv);
+        pthread_mutex_destroy(&l->mu);
+        tw_tasks_free(l->wheel);
+        free(l->threads);
+        free(l);
+        return TW_ESYS;
+    }
+    rc = 0;
+    if (pthread_create(&l->tick_thread, NULL, loc_tick_main, l) != 0)
+        rc = TW_ESYS;
+    else
+        l->tick_started = true;
+    for (uint32_t i = 0; rc == 0 && i < threads; i++) {
+        struct loc_exec_arg *a = malloc(sizeof *a);
+        if (!a) {
+            rc = TW_ENOMEM;
+            break;
+        }
+        a->l = l;
+        a->i = i;
+        if (pthread_create(&l->threads[i], NULL, loc_exec_main, a) != 0) {
+            free(a);
+            rc = TW_ESYS;
+            break;
+        }
+        l->started++;
+    }
+    if (rc) {
+        loc_join(l);
+        tw_rr_local_free(l);
+        return rc;
+    }
+    *out = l;
+    return 0;
+}
+
+int tw_rr_local_add(struct tw_rr_local *l, struct tw_rr_item *it)
+{
+    int rc = 0;
+    pthread_mutex_lock(&l->mu);
+    if (l->stopping) {
+        pthread_mutex_unlock(&l->mu);
+        return TW_ECLOSED;
+    }
+    uint64_t now = tw_rr_mono_ns();
+    uint64_t wnow = tw_tasks_now(l->wheel);
+    /* The first tick whose instant is at or after the local due time. */
+    uint64_t tick = it->due_local_ns <= l->start_ns
+                        ? 0
+                        : (it->due_local_ns - l->start_ns + l->tick_ns - 1) / l->tick_ns;
+    if (it->due_local_ns <= now) {
+        loc_push(l, it);
+        pthread_cond_signal(&l->run_cv);
+    } else {
+        /* Fires at `tick`; a tick the wheel has passed already means the next one. */
+        rc = tw_tasks_set_int(l->wheel, ++l->seq, it, (int64_t)(tick > wnow ? tick - wnow : 0));
+        if (rc < 0) {
+            pthread_mutex_unlock(&l->mu);
+            return rc;
+        }
+        rc = 0;
+        if ((tick > wnow ? tick : wnow + 1) < l->sleep_until)
+            pthread_cond_signal(&l->tick_cv);
+    }
+    l->held++;
+    pthread_mutex_unlock(&l->mu);
+    return rc;
+}
+
+static void loc_collect(void *ctx, const struct tw_task *t)
+{
+    struct tw_rr_item **list = ctx, *it = t->value;
+    it->next = *list;
+    *list = it;
+}
+
+struct tw_rr_item *tw_rr_local_stop(struct tw_rr_local *l)
+{
+    loc_join(l); /* running items finished: each executor finishes its run before it exits */
+    pthread_mutex_lock(&l->mu);
+    struct tw_rr_item *list = NULL;
+    (void)tw_tasks_drain(l->wheel, loc_collect, &list);
+    /* FIFO items first (they were due first). */
+    if (l->tail) {
+        l->tail->next = list;
+        list = l->head;
+    }
+    l->head = l->tail = NULL;
+    l->nready = 0;
+    l->held = 0;
+    pthread_mutex_unlock(&l->mu);
+    return list;
+}
+
+void tw_rr_local_free(struct tw_rr_local *l)
+{
+    if (!l)
+        return;
+    struct tw_rr_item *it = tw_rr_local_stop(l);
+    while (it) {
+        struct tw_rr_item *n = it->next;
+        free(it);
+        it = n;
+    }
+    tw_tasks_free(l->wheel);
+    pthread_cond_destroy(&l->run_cv);
+    pthread_cond_destroy(&l->tick_cv);
+    pthread_mutex_destroy(&l->mu);
+    free(l->threads);
+    free(l);
+}
+
+void tw_rr_local_batch(struct tw_rr_local *l, size_t max)
+{
+    atomic_store(&l->batch_max, max < 1 ? 1 : max > TW_RR_RUN_BATCH ? TW_RR_RUN_BATCH : max);
+}
+
+size_t tw_rr_local_ready(struct tw_rr_local *l)
+{
+    pthread_mutex_lock(&l->mu);
+    size_t n = l->nready + l->running;
+    pthread_mutex_unlock(&l->mu);
+    return n;
+}
+
+size_t tw_rr_local_held(struct tw_rr_local *l)
+{
+    pthread_mutex_lock(&l->mu);
+    size_t n = l->held;
+    pthread_mutex_unlock(&l->mu);
+    return n;
+}

@@ -1,0 +1,1548 @@
+/* SPDX-License-Identifier: MIT */
+/* twheel Redis layer: durable delayed tasks shared by worker processes.
+ *
+ * Redis holds every task; a worker claims the near window with a lease and
+ * holds it in a local wheel (local.c), so a task starts at its tick, not at
+ * the next poll. Notifications bring in work set earlier than what workers
+ * hold.
+ *
+ * Schema, per partition p of queue q (hash tag {q:p}, so a partition's keys
+ * share one cluster slot and the partitions spread over the masters; a key
+ * goes to partition FNV-1a-64(key) % partitions, the same in every client):
+ *
+ *   key            type    holds                                 touched by
+ *   {q:p}:due      ZSET    key -> due ms (waiting, not leased)    set move remove claim fail release
+ *   {q:p}:lease    ZSET    key -> lease end ms (claimed)          set move remove claim start ack fail release
+ *   {q:p}:task     HASH    key -> "token attempt due " payload    all
+ *   {q:p}:seq      STRING  lease token counter (INCR)             claim
+ *   {q:p}:hold     STRING  latest window end any worker claimed   claim (SET PX); set move fail release (GET)
+ *   {q:p}:ch       channel PUBLISH due ms when a task becomes     set move fail release
+ *                          due before hold (a worker claims now)
+ *
+ * Calls, each one script call (atomic: nothing half-written), and their cost
+ * in Redis operations (n = tasks in the partition, k = tasks in the call):
+ *
+ *   call       script   round trips            Redis work per call              cost
+ *   set        SET      1                      TIME GET, HSET ZREM ZADD [PUBLISH] O(log n)
+ *   set_many   SET      pipelined, 1 call per  the same, each of HSET ZREM ZADD   O(k log n)
+ *                       partition per <= 64    taking the k tasks at once
+ *   move       MOVE     1                      HGET TIME HSET ZREM ZADD GET [PUB] O(log n)
+ *   remove     REMOVE   1                      HDEL ZREM ZREM                     O(log n)
+ *   claim      CLAIM    1 per <= 256 tasks     ZRANGEBYSCORE..LIMIT x2 (expired    O(k log n)
+ *                                              leases, due tasks), per task HGET
+ *                                              ZREM INCR HSET ZADD; GET SET
+ *   (worker)   TIME     1 per node per round   TIME                               O(1)
+ *   start      START    1 per executor batch   TIME, per task HGET ZSCORE HSET    O(k log n)
+ *                       (<= 32 tasks; one call ZADD
+ *                       per partition, pipelined)
+ *   ack        ACK      as start               TIME, per task HGET ZSCORE HDEL    O(k log n)
+ *                                              ZREM
+ *   fail       FAIL     1 per FAILED task      HGET TIME ZSCORE HSET ZREM ZADD    O(log n)
+ *                                              GET [PUBLISH]
+ *   release    RELEASE  pipelined, 1 per held  HGET HSET ZREM ZADD GET [PUBLISH]  O(log n)
+ *   stats      HLEN     1 per partition        HLEN                               O(1)
+ * Nothing ever scans: claim reads at most 256 expired leases and 256 due
+ * tasks (and stops past ~4 MB of payload) per call. A worker's periodic work
+ * is one refill round every window/2: a TIME per node and one claim per
+ * partition (more while partitions return full batches), counted in stats
+ * (claims, refills). A delivered task costs about claim/256 + start/batch +
+ * ack/batch script calls: measured 0.13 EVALSHA per task in a catch-up of
+ * 2e4 tasks due together (batches of 32 from one partition: tasks due at
+ * the same time sit in the FIFO grouped by partition, by due_local_ns), but
+ * 2 per task when tasks come due one at a time (batches of 1), which is
+ * most of the Redis CPU of a spread load.
+ *
+ * Lateness tail (measured 01:59-02:11 UTC, machine load 5-7 on 2 cores,
+ * 2e4 tasks due 1-8 s ahead, one in-process worker): p50 1.5-4 ms, p99
+ * 35-115 ms. Instrumenting the executor showed the local due time exact
+ * (equal to the one the best clock offset gives at start time) and the task
+ * handed to an executor 10-130 ms after it: the wait is in the ready FIFO,
+ * in bursts that drain over ~100 ms, the same with 16 executor threads as
+ * with 4, so CPU contention between Redis, the worker and the rest of the
+ * machine, not the claim path (the claim limit counts only ready tasks: a
+ * worker holds its whole window, test_window_beyond_ready_cap) nor the
+ * clock. Fewer script calls per task (ACKs sent with the next batch's
+ * START) would be the next lever; not done.
+ *
+ * Memory in Redis: a pending task is one HASH field (the key, and
+ * "0 0 <due ms> " + payload) and one ZSET member (the key and its score).
+ * Measured on Redis 7.0 with 16-byte keys and 32-byte payloads, 1e5 tasks
+ * over 16 partitions (6,250 per partition, so both types use their hashtable
+ * and skiplist encodings):
+ *   MEMORY USAGE {q:p}:task  815,648 B / 6,250 = 130 B per task (dict entry
+ *                            24, bucket 8, key sds 24, value sds "0 0 <due> "
+ *                            + payload 56, allocator rounding)
+ *   MEMORY USAGE {q:p}:due   750,080 B / 6,250 = 120 B per task (skiplist
+ *                            node ~48-64 with its levels, dict entry 24,
+ *                            bucket 8, the member sds 24, shared with the dict)
+ *   INFO used_memory delta   267 B per task (the two above, 250 B, plus key
+ *                            space, script cache and client buffers);
+ *                            W7 (bench/w7_redis.c) reports 267-287 B.
+ * It stays above the 200 B aimed at because both structures are needed and
+ * neither can shrink much: the ZSET orders by due time (claim: O(log n)),
+ * the HASH finds a task by key (set, move, remove, start, ack: O(1)), and a
+ * ZSET entry alone costs ~120 B (the polling baseline, one ZSET whose member
+ * is key|payload, measures 169 B). Dropping the due time from the record
+ * saves ~14 B (it is needed while leased, when the ZSET score is the lease
+ * end). The only large saving would be small listpack-encoded hashes
+ * (task records bucketed by key hash, <= 512 per bucket: ~70 B instead of
+ * 130 B), but the bucket count would have to grow with n (rehashing live
+ * buckets, or O(n / buckets) per access), which breaks "every call O(log n)
+ * with simple scripts"; not done.
+ *
+ * Why these calls:
+ *  - claim leases a task up to window_ms before it is due, with a lease that
+ *    ends lease_ms after its due time; the worker holds it in its wheel.
+ *  - start, run when the local wheel fires the task, is the gate: it checks
+ *    that the lease is still this worker's (same token, not expired: a set,
+ *    move or remove since the claim reset the token to 0, so "replace and
+ *    remove win" hold for held tasks too), that the task is due by the
+ *    server's clock (TIME >= due: never early, whatever the local clock
+ *    says), counts the attempt and renews the lease to now + lease_ms.
+ *  - ack and fail act only for the current token with an unexpired lease: a
+ *    stale acknowledgement deletes nothing.
+ *  - an expired lease goes back to due (keeping its due time) at the next
+ *    claim of that partition by any worker; attempt counts only starts.
+ *  - hold tells set whether a worker already holds the window the new task
+ *    falls in (then it must be told: PUBLISH); later tasks will be claimed
+ *    by the periodic refill, which runs every window/2 and claims
+ *    window_ms ahead, so each task is claimed >= window/2 before its due time.
+ *
+ * Never early, the argument: (1) claim hands out tasks due by server_now +
+ * window only; (2) the worker fires a held task when its local monotonic
+ * clock reaches due - offset, where offset (server clock - local clock) is
+ * the largest of recent lower bounds: each reply carrying the server's TIME
+ * (read during the call) gives one as server_time - local_time_after_reply,
+ * since the server's clock had reached server_time before the reply
+ * arrived; so the local estimate of the server's clock never runs ahead of
+ * it (drift aside: samples older than 5-10 s are dropped). A TIME round trip
+ * per node before each claim round keeps the bound tight (a claim's own
+ * reply is loose by its script and payload time). (3) start checks TIME >=
+ * due on the server itself, and when the local estimate was early the
+ * worker waits the remaining time start reports. (3) alone makes the rule
+ * hold; (2) makes it cheap (start almost never answers "not yet").
+ *
+ * Threads and connections: the client API (set, move, remove, set_many,
+ * stats, and stop's releases) shares one router under api_mu; a worker adds a
+ * claim thread (own router), a subscriber thread (own connection, SUBSCRIBE
+ * to every partition's channel on one node: in a cluster PUBLISH reaches
+ * every node; new returns once it is subscribed), the local wheel's tick
+ * thread and `threads` executors, each executor with its own router. No
+ * connection is ever shared unlocked.
+ *
+ * Faults: a call gives TW_EIO after command_timeout_ms of failed attempts
+ * (reconnecting with backoff); the claim thread and the subscriber reconnect
+ * with backoff and, once back, claim every partition (catching up what came
+ * due). A start that fails for I/O puts the task back into the wheel 100 ms
+ * later; an ack that fails leaves the lease to expire (at-least-once).
+ */
+#define _GNU_SOURCE
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "redis_internal.h"
+
+#define RR_QUEUE_MAX 64      /* queue name bytes */
+#define RR_KEYBUF 96         /* "{queue:p}:lease" fits */
+#define RR_BATCH 256         /* tasks per claim call */
+#define RR_BATCH_BYTES (4u << 20)
+#define RR_HELD_MAX 65536    /* claimed tasks a worker holds before it stops claiming */
+#define RR_READY_PER_THREAD (4 * TW_RR_RUN_BATCH) /* due tasks waiting per executor, at most */
+#define RR_CAPPED_RETRY_NS 5000000u /* a worker at its fill claims again this soon */
+#define RR_OFF_EPOCH_NS 5000000000ull /* clock offset samples are kept 5-10 s */
+#define RR_RETRY_MS 100      /* a start that failed for I/O is retried this much later */
+#define RR_HIST 512
+
+/* Claimed items not yet handed to the local window (claim thread only). */
+struct rr_batch {
+    struct tw_rr_item **v;
+    size_t n, cap;
+};
+
+static const char *const rr_suffix[6] = {":due", ":lease", ":task", ":seq", ":hold", ":ch"};
+
+struct tw_redis {
+    /* configuration (copied) */
+    struct tw_redis_config cfg;
+    char **servers;
+    char queue[RR_QUEUE_MAX + 1];
+    char sha[TW_RR_NSCRIPTS][41];
+    const char *shas[TW_RR_NSCRIPTS];
+    int *slots;                     /* slot of each partition */
+    /* Per partition, the best lower bound of (server clock - local monotonic
+     * clock) in us seen in this epoch and the previous one (INT64_MIN: none). */
+    _Atomic int_fast64_t *off_cur, *off_prev;
+
+    /* client API: one router under api_mu */
+    pthread_mutex_t api_mu;
+    struct tw_rr_router api;
+    atomic_bool closed;             /* stop has begun: calls give TW_ECLOSED */
+
+    /* worker */
+    bool worker;
+    pthread_mutex_t mu;             /* guards flags, nflagged, stop_claim, orphans */
+    pthread_cond_t cv;              /* wakes the claim thread */
+    pthread_cond_t sub_cv;          /* new waits here for the first subscription */
+    bool subscribed;                /* the subscriber has subscribed once */
+    unsigned char *flags;           /* partitions to claim now */
+    size_t nflagged;
+    bool stop_claim;
+    uint32_t claim_start;           /* claim thread only: first partition of a round */
+    struct rr_batch carry;          /* claim thread only: claimed, waiting for the frontier */
+    uint32_t *carry_n;              /* claim thread only: carry items per partition */
+    uint64_t *last_full;            /* claim thread only: due ms of the last task of the
+                                       partition's last claim if it was a full batch
+                                       (more due work may wait there), else UINT64_MAX */
+    struct tw_rr_item *orphans;     /* items an executor could not put back (stopping) */
+    atomic_bool stop_sub;
+    struct tw_rr_router claim_rt;
+    struct tw_rr_router sub_rt;     /* only its node list is used */
+    struct tw_rr_router *exec_rt;   /* one per executor thread */
+    struct rr_exec *exec;           /* one per executor thread: its batch state */
+    struct tw_rr_local *local;
+    pthread_t claim_thread, sub_thread;
+    bool claim_started, sub_started;
+    bool stopped;                   /* stop has finished */
+    pthread_mutex_t stop_mu;        /* serialises stop */
+
+    /* figures */
+    atomic_uint_fast64_t exec_ns;   /* running mean of one execute call's time */
+    atomic_uint_fast64_t delivered, redelivered, failed, stale_acks, claims, refills,
+        notifications, recovered, lost_leases, sub_reconnects, worker_reconnects;
+    pthread_mutex_t hist_mu;
+    uint64_t hist[RR_HIST];
+    uint64_t hist_n, late_max_us;
+};
+
+/* ---- small helpers ---------------------------------------------------------- */
+
+static uint32_t rr_part_of(const struct tw_redis *r, const void *key, size_t len)
+{
+    const unsigned char *k = key;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < len; i++) {
+        h ^= k[i];
+        h *= 0x100000001b3ull;
+    }
+    return (uint32_t)(h % r->cfg.partitions);
+}
+
+/* The five keys and the channel of partition p, into buf. */
+static void rr_keys(const struct tw_redis *r, uint32_t p, char buf[6][RR_KEYBUF],
+                    const char **argv, size_t *lens)
+{
+    for (int i = 0; i < 6; i++) {
+        int n = snprintf(buf[i], RR_KEYBUF, "{%s:%u}%s", r->queue, (unsigned)p, rr_suffix[i]);
+        argv[i] = buf[i];
+        lens[i] = (size_t)n;
+    }
+}
+
+static unsigned rr_bucket(uint64_t v)
+{
+    if (v < 16)
+        return (unsigned)v;
+    unsigned e = 63u - (unsigned)__builtin_clzll(v);
+    return 16u + (e - 4u) * 8u + (unsigned)((v >> (e - 3u)) & 7u);
+}
+
+static uint64_t rr_bucket_value(unsigned b)
+{
+    if (b < 16)
+        return b;
+    unsigned e = (b - 16u) / 8u + 4u, sub = (b - 16u) % 8u;
+    return ((uint64_t)(8u + sub) << (e - 3u)) + (((uint64_t)1 << (e - 3u)) - 1u);
+}
+
+static void rr_note_late(struct tw_redis *r, uint64_t us)
+{
+    pthread_mutex_lock(&r->hist_mu);
+    r->hist[rr_bucket(us)]++;
+    r->hist_n++;
+    if (us > r->late_max_us)
+        r->late_max_us = us;
+    pthread_mutex_unlock(&r->hist_mu);
+}
+
+static uint64_t rr_pct(const struct tw_redis *r, double q)
+{
+    if (r->hist_n == 0)
+        return 0;
+    uint64_t want = (uint64_t)((double)r->hist_n * q + 0.999999), seen = 0;
+    if (want == 0)
+        want = 1;
+    for (unsigned b = 0; b < RR_HIST; b++) {
+        seen += r->hist[b];
+        if (seen >= want) {
+            uint64_t v = rr_bucket_value(b);
+            return v < r->late_max_us ? v : r->late_max_us;
+        }
+    }
+    return r->late_max_us;
+}
+
+static int rr_int_reply(const redisReply *x, long long *out)
+{
+    if (x->type != REDIS_REPLY_INTEGER)
+        return TW_EPROTO;
+    *out = x->integer;
+    return 0;
+}
+
+/* A clock sample: the server read `server_us` before the reply that carried it
+ * reached us at local `local_ns`, so server_us - local_us is a lower bound of
+ * the offset between the two clocks; the largest such bound is the best. */
+static void rr_clock_sample(struct tw_redis *r, uint32_t p, uint64_t server_us, uint64_t local_ns)
+{
+    int_fast64_t off = (int_fast64_t)server_us - (int_fast64_t)(local_ns / 1000u);
+    int_fast64_t cur = atomic_load(&r->off_cur[p]);
+    while (off > cur && !atomic_compare_exchange_weak(&r->off_cur[p], &cur, off)) {
+    }
+}
+
+/* Local monotonic ns at which the server's clock has surely reached due_ms. */
+static uint64_t rr_local_due(struct tw_redis *r, uint32_t p, uint64_t due_ms)
+{
+    int_fast64_t a = atomic_load(&r->off_cur[p]), b = atomic_load(&r->off_prev[p]);
+    int_fast64_t off = a > b ? a : b;
+    if (off == INT64_MIN)
+        return 0; /* no sample yet: start will tell how long to wait */
+    int_fast64_t us = (int_fast64_t)(due_ms * 1000u) - off;
+    return us > 0 ? (uint64_t)us * 1000u : 0;
+}
+
+/* ---- configuration ---------------------------------------------------------- */
+
+void tw_redis_config_init(struct tw_redis_config *cfg)
+{
+    if (!cfg)
+        return;
+    memset(cfg, 0, sizeof *cfg);
+    cfg->queue = "twq";
+    cfg->partitions = 16;
+    cfg->threads = 4;
+    cfg->lease_ms = 30000;
+    cfg->window_ms = 2000;
+    cfg->tick_ms = 1;
+    cfg->retry_base_ms = 1000;
+    cfg->retry_max_ms = 60000;
+    cfg->connect_timeout_ms = 1000;
+    cfg->command_timeout_ms = 2000;
+}
+
+static int rr_check_config(const struct tw_redis_config *c)
+{
+    if (!c->servers || c->nservers == 0 || c->nservers > 1024 || !c->queue)
+        return TW_EINVAL;
+    size_t ql = strlen(c->queue);
+    if (ql == 0 || ql > RR_QUEUE_MAX || strpbrk(c->queue, "{}"))
+        return TW_EINVAL;
+    for (size_t i = 0; i < c->nservers; i++) {
+        char host[256];
+        int port;
+        if (tw_rr_parse_addr(c->servers[i], host, sizeof host, &port) != 0)
+            return TW_EINVAL;
+    }
+    if (c->partitions == 0 || c->partitions > TW_REDIS_PARTITIONS_MAX)
+        return TW_EINVAL;
+    if (c->connect_timeout_ms == 0 || c->command_timeout_ms == 0 ||
+        c->connect_timeout_ms > 3600000u || c->command_timeout_ms > 3600000u)
+        return TW_EINVAL;
+    if (c->execute) {
+        if (c->threads == 0 || c->threads > TW_REDIS_THREADS_MAX)
+            return TW_EINVAL;
+        if (c->tick_ms == 0 || c->tick_ms > 1000 || c->window_ms < 2 * c->tick_ms ||
+            c->window_ms > 86400000u)
+            return TW_EINVAL;
+        if (c->lease_ms == 0 || c->lease_ms > 86400000u)
+            return TW_EINVAL;
+        if (c->retry_max_ms < c->retry_base_ms || c->retry_max_ms > 86400000u)
+            return TW_EINVAL;
+    }
+    return 0;
+}
+
+/* ---- the worker: executing one held task ------------------------------------ */
+
+static void rr_orphan(struct tw_redis *r, struct tw_rr_item *it)
+{
+    pthread_mutex_lock(&r->mu);
+    it->next = r->orphans;
+    r->orphans = it;
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void rr_requeue(struct tw_redis *r, struct tw_rr_item *it, uint64_t wait_ns)
+{
+    it->due_local_ns = tw_rr_mono_ns() + wait_ns;
+    if (tw_rr_local_add(r->local, it) != 0)
+        rr_orphan(r, it); /* stopping (or no memory): released by stop */
+}
+
+/* A batch of held items on an executor: START or ACK scripts, one per
+ * partition present, pipelined (one round trip for the whole batch). */
+struct rr_exec {
+    struct tw_redis *r;
+    unsigned id;                      /* TW_RR_START or TW_RR_ACK */
+    struct tw_rr_item **v;
+    size_t n, ngroups;
+    size_t order[TW_RR_RUN_BATCH];    /* indexes into v, grouped by partition */
+    size_t group[TW_RR_RUN_BATCH + 1]; /* first position in order of each group */
+    long long st[TW_RR_RUN_BATCH];    /* START: 1/0/-1, -2 no answer; ACK: 1/0, -2 */
+    long long arg[TW_RR_RUN_BATCH];   /* START: attempt, or us to wait */
+    uint64_t now[TW_RR_RUN_BATCH];    /* START: the server's clock, us */
+    char kb[6][RR_KEYBUF];
+    char tok[TW_RR_RUN_BATCH][24];
+    char lease[16];
+};
+
+static void rr_exec_group(struct rr_exec *e)
+{
+    bool done[TW_RR_RUN_BATCH] = {false};
+    size_t k = 0;
+    e->ngroups = 0;
+    for (size_t i = 0; i < e->n; i++) {
+        if (done[i])
+            continue;
+        e->group[e->ngroups++] = k;
+        for (size_t j = i; j < e->n; j++)
+            if (!done[j] && e->v[j]->part == e->v[i]->part) {
+                done[j] = true;
+                e->order[k++] = j;
+            }
+    }
+    e->group[e->ngroups] = k;
+    for (size_t i = 0; i < e->n; i++)
+        e->st[i] = -2;
+}
+
+static int rr_exec_build(void *ctx, size_t g, int *slot, const char **av, size_t *al, int *nargs)
+{
+    struct rr_exec *e = ctx;
+    struct tw_rr_item *first = e->v[e->order[e->group[g]]];
+    *slot = e->r->slots[first->part];
+    rr_keys(e->r, first->part, e->kb, av, al);
+    int na = 0;
+    if (e->id == TW_RR_START) {
+        al[5] = (size_t)snprintf(e->lease, sizeof e->lease, "%u", e->r->cfg.lease_ms);
+        av[5] = e->lease;
+        na = 1;
+    }
+    for (size_t k = e->group[g]; k < e->group[g + 1]; k++) {
+        const struct tw_rr_item *it = e->v[e->order[k]];
+        av[5 + na] = it->data;
+        al[5 + na] = it->key_len;
+        al[6 + na] = (size_t)snprintf(e->tok[k], sizeof e->tok[k], "%llu",
+                                      (unsigned long long)it->token);
+        av[6 + na] = e->tok[k];
+        na += 2;
+    }
+    *nargs = na;
+    return 0;
+}
+
+static int rr_exec_check(void *ctx, size_t g, const redisReply *x)
+{
+    struct rr_exec *e = ctx;
+    uint64_t t_reply = tw_rr_mono_ns();
+    size_t from = e->group[g], n = e->group[g + 1] - from;
+    size_t skip = e->id == TW_RR_START ? 1 : 0, per = e->id == TW_RR_START ? 2 : 1;
+    if (x->type != REDIS_REPLY_ARRAY || x->elements != skip + per * n)
+        return TW_EPROTO;
+    for (size_t i = 0; i < x->elements; i++)
+        if (x->element[i]->type != REDIS_REPLY_INTEGER)
+            return TW_EPROTO;
+    uint64_t now = skip ? (uint64_t)x->element[0]->integer : 0;
+    if (skip)
+        rr_clock_sample(e->r, e->v[e->order[from]]->part, now, t_reply);
+    for (size_t k = 0; k < n; k++) {
+        size_t i = e->order[from + k];
+        e->st[i] = x->element[skip + per * k]->integer;
+        if (per == 2)
+            e->arg[i] = x->element[skip + per * k + 1]->integer;
+        e->now[i] = now;
+    }
+    return 0;
+}
+
+static void rr_exec_eval(struct rr_exec *e, struct tw_rr_router *rt, unsigned id)
+{
+    e->id = id;
+    rr_exec_group(e);
+    uint64_t rc0 = rt->reconnects;
+    /* On an error the groups without an answer keep st = -2. */
+    (void)tw_rr_eval_many(rt, id, e->ngroups, TW_RR_NKEYS, rr_exec_build, e, rr_exec_check);
+    atomic_fetch_add(&e->r->worker_reconnects, rt->reconnects - rc0);
+}
+
+/* The tasks of a batch are started together (their leases renewed then) and
+ * run one after the other: a batch must run well within lease_ms. Keep a
+ * running mean of execute's time and let a batch take a quarter of the lease
+ * at most (1..TW_RR_RUN_BATCH tasks). */
+static void rr_exec_time(struct tw_redis *r, uint64_t ns)
+{
+    uint64_t avg = atomic_load(&r->exec_ns);
+    avg = avg ? avg - avg / 8 + ns / 8 : ns + 1;
+    atomic_store(&r->exec_ns, avg);
+    uint64_t budget = (uint64_t)r->cfg.lease_ms * 1000000u / 4;
+    tw_rr_local_batch(r->local, (size_t)(budget / avg > TW_RR_RUN_BATCH ? TW_RR_RUN_BATCH
+                                                                           : budget / avg));
+}
+
+/* Run a batch of held items whose local due time has come (executor
+ * `thread`): START them (one script per partition, pipelined), execute each
+ * started task in order, ACK those answered DONE (likewise), FAIL each one
+ * answered FAILED. */
+static void rr_run(void *ctx, struct tw_rr_item **v, size_t n, unsigned thread)
+{
+    struct tw_redis *r = ctx;
+    struct tw_rr_router *rt = &r->exec_rt[thread];
+    struct rr_exec *e = &r->exec[thread];
+    e->r = r;
+    e->v = v;
+    e->n = n;
+    rr_exec_eval(e, rt, TW_RR_START);
+    size_t ndone = 0;
+    struct tw_rr_item *done[TW_RR_RUN_BATCH];
+    for (size_t i = 0; i < n; i++) {
+        struct tw_rr_item *it = v[i];
+        if (e->st[i] == -2) { /* Redis away: try again a little later */
+            rr_requeue(r, it, (uint64_t)RR_RETRY_MS * 1000000u);
+            continue;
+        }
+        if (e->st[i] == 0) { /* not due yet by the server's clock: wait what it says */
+            rr_requeue(r, it, (uint64_t)(e->arg[i] > 0 ? e->arg[i] : 1) * 1000u);
+            continue;
+        }
+        if (e->st[i] != 1) {
+            atomic_fetch_add(&r->lost_leases, 1);
+            free(it);
+            continue;
+        }
+        uint64_t due_us = it->due_ms * 1000u;
+        rr_note_late(r, e->now[i] > due_us ? e->now[i] - due_us : 0);
+        if (e->arg[i] > 1)
+            atomic_fetch_add(&r->redelivered, 1);
+        struct tw_redis_task t = {it->data, it->key_len, it->payload, it->payload_len,
+                                  it->due_ms, (uint32_t)e->arg[i]};
+        uint64_t t0 = tw_rr_mono_ns();
+        enum tw_redis_result res = r->cfg.execute(r->cfg.arg, &t);
+        rr_exec_time(r, tw_rr_mono_ns() - t0);
+        if (res == TW_REDIS_DONE) {
+            done[ndone++] = it;
+            continue;
+        }
+        atomic_fetch_add(&r->failed, 1);
+        char kb[6][RR_KEYBUF], tok[24], base[16], max[16];
+        const char *av[10];
+        size_t al[10];
+        rr_keys(r, it->part, kb, av, al);
+        av[9] = av[5];
+        al[9] = al[5];
+        av[5] = it->data;
+        al[5] = it->key_len;
+        al[6] = (size_t)snprintf(tok, sizeof tok, "%llu", (unsigned long long)it->token);
+        av[6] = tok;
+        al[7] = (size_t)snprintf(base, sizeof base, "%u", r->cfg.retry_base_ms);
+        av[7] = base;
+        al[8] = (size_t)snprintf(max, sizeof max, "%u", r->cfg.retry_max_ms);
+        av[8] = max;
+        redisReply *x;
+        if (tw_rr_eval(rt, TW_RR_FAIL, r->slots[it->part], TW_RR_NKEYS, 5, av, al, &x) == 0) {
+            long long ok = 0;
+            if (rr_int_reply(x, &ok) != 0 || ok != 1)
+                atomic_fetch_add(&r->stale_acks, 1);
+            freeReplyObject(x);
+        }
+        free(it);
+    }
+    if (ndone) {
+        /* An ACK lost to I/O leaves the lease to run out: delivered again. */
+        e->v = done;
+        e->n = ndone;
+        rr_exec_eval(e, rt, TW_RR_ACK);
+        for (size_t i = 0; i < ndone; i++) {
+            if (e->st[i] == 1)
+                atomic_fetch_add(&r->delivered, 1);
+            else if (e->st[i] == 0)
+                atomic_fetch_add(&r->stale_acks, 1);
+            free(done[i]);
+        }
+    }
+}
+
+/* ---- the worker: claiming ----------------------------------------------------- */
+
+
+static int rr_item_cmp(const void *a, const void *b)
+{
+    const struct tw_rr_item *x = *(struct tw_rr_item *const *)a, *y = *(struct tw_rr_item *const *)b;
+    if (x->due_ms != y->due_ms)
+        return x->due_ms < y->due_ms ? -1 : 1;
+    return x->due_local_ns < y->due_local_ns ? -1 : x->due_local_ns > y->due_local_ns;
+}
+
+/* One claim call on partition p; appends the items to b. Returns the number
+ * claimed (>= 0) or an error. */
+static int rr_claim_part(struct tw_redis *r, uint32_t p, unsigned batch, struct rr_batch *b)
+{
+    char kb[6][RR_KEYBUF], win[16], n[16], lease[16], bytes[16];
+    const char *av[10];
+    size_t al[10];
+    rr_keys(r, p, kb, av, al);
+    al[5] = (size_t)snprintf(win, sizeof win, "%u", r->cfg.window_ms);
+    av[5] = win;
+    al[6] = (size_t)snprintf(n, sizeof n, "%u", batch);
+    av[6] = n;
+    al[7] = (size_t)snprintf(lease, sizeof lease, "%u", r->cfg.lease_ms);
+    av[7] = lease;
+    al[8] = (size_t)snprintf(bytes, sizeof bytes, "%u", RR_BATCH_BYTES);
+    av[8] = bytes;
+    redisReply *x;
+    uint64_t rc0 = r->claim_rt.reconnects;
+    int rc = tw_rr_eval(&r->claim_rt, TW_RR_CLAIM, r->slots[p], TW_RR_NKEYS, 4, av, al, &x);
+    atomic_fetch_add(&r->worker_reconnects, r->claim_rt.reconnects - rc0);
+    atomic_fetch_add(&r->claims, 1);
+    if (rc)
+        return rc;
+    uint64_t t_reply = tw_rr_mono_ns();
+    if (x->type != REDIS_REPLY_ARRAY || x->elements < 2 || (x->elements - 2) % 4 != 0 ||
+        x->element[0]->type != REDIS_REPLY_INTEGER || x->element[1]->type != REDIS_REPLY_INTEGER) {
+        freeReplyObject(x);
+        return TW_EPROTO;
+    }
+    uint64_t now_us = (uint64_t)x->element[0]->integer;
+    rr_clock_sample(r, p, now_us, t_reply);
+    atomic_fetch_add(&r->recovered, (uint64_t)x->element[1]->integer);
+    size_t k = (x->elements - 2) / 4;
+    if (b->n + k > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + k)
+            cap *= 2;
+        struct tw_rr_item **v = realloc(b->v, cap * sizeof *v);
+        if (!v) {
+            freeReplyObject(x);
+            return TW_ENOMEM; /* claimed tasks come back when their leases end */
+        }
+        b->v = v;
+        b->cap = cap;
+    }
+    size_t got = 0;
+    for (size_t i = 0; i < k; i++) {
+        redisReply **e = x->element + 2 + 4 * i;
+        if (e[0]->type != REDIS_REPLY_STRING || e[1]->type != REDIS_REPLY_INTEGER ||
+            e[2]->type != REDIS_REPLY_INTEGER || e[3]->type != REDIS_REPLY_STRING)
+            continue;
+        struct tw_rr_item *it = malloc(sizeof *it + e[0]->len + e[3]->len + 1);
+        if (!it)
+            continue; /* its lease will expire and it comes back */
+        it->next = NULL;
+        it->part = p;
+        it->due_ms = (uint64_t)e[1]->integer;
+        it->token = (uint64_t)e[2]->integer;
+        it->key_len = e[0]->len;
+        it->payload_len = e[3]->len;
+        memcpy(it->data, e[0]->str, e[0]->len);
+        it->payload = it->data + e[0]->len;
+        memcpy(it->payload, e[3]->str, e[3]->len);
+        it->payload[e[3]->len] = 0;
+        it->due_local_ns = rr_local_due(r, p, it->due_ms);
+        b->v[b->n++] = it;
+        r->carry_n[p]++;
+        got++;
+    }
+    r->last_full[p] = k >= batch && got ? b->v[b->n - 1]->due_ms : UINT64_MAX;
+    freeReplyObject(x);
+    return (int)(k > got ? k : got);
+}
+
+/* Before claiming, a fresh and tight clock sample of every node serving a
+ * wanted partition: TIME is a quick round trip, where the claim's own reply
+ * comes after its whole script and its payloads (up to ~4 MB), so the
+ * claim's sample is loose; the held tasks' local due times are only as good
+ * as the offset known when they are claimed. */
+#define RR_SAMPLE_NODES 64
+static void rr_clock_round(struct tw_redis *r, const unsigned char *want)
+{
+    uint64_t srv[RR_SAMPLE_NODES], loc[RR_SAMPLE_NODES];
+    unsigned char have[RR_SAMPLE_NODES] = {0};
+    for (uint32_t p = 0; p < r->cfg.partitions; p++) {
+        if (!want[p])
+            continue;
+        int nd = tw_rr_node_of(&r->claim_rt, r->slots[p]);
+        if (nd < 0 || nd >= RR_SAMPLE_NODES)
+            continue;
+        if (!have[nd]) {
+            const char *av[1] = {"TIME"};
+            size_t al[1] = {4};
+            redisReply *x;
+            have[nd] = 2; /* tried */
+            if (tw_rr_command(&r->claim_rt, r->slots[p], 1, av, al, &x) != 0)
+                continue;
+            loc[nd] = tw_rr_mono_ns();
+            if (x->type == REDIS_REPLY_ARRAY && x->elements == 2 &&
+                x->element[0]->type == REDIS_REPLY_STRING &&
+                x->element[1]->type == REDIS_REPLY_STRING) {
+                srv[nd] = strtoull(x->element[0]->str, NULL, 10) * 1000000u +
+                          strtoull(x->element[1]->str, NULL, 10);
+                have[nd] = 1;
+            }
+            freeReplyObject(x);
+        }
+        if (have[nd] == 1)
+            rr_clock_sample(r, p, srv[nd], loc[nd]);
+    }
+}
+
+/* Claim the flagged partitions until each returns less than a full batch,
+ * and hand the items to the local window in due order.
+ *
+ * Order: claims are bounded batches, so a partition whose claim came back
+ * full may hold more due tasks, none earlier than the last one returned.
+ * The frontier is the earliest such last due time over all partitions: every
+ * task not claimed yet is due at or after it, so claimed tasks due by the
+ * frontier are handed over (sorted), later ones wait in the carry. The
+ * partition that sets the frontier has nothing left in the carry and is
+ * claimed again next, so the frontier moves on. A partition with items in
+ * the carry is not claimed again until they are gone, nor one whose next
+ * tasks lie beyond the frontier (so the carry stays within one batch per
+ * partition, and holds only what the frontier will reach).
+ *
+ * Load: a worker takes no more work than its executors can start soon
+ * (RR_READY_PER_THREAD per thread due and waiting, RR_HELD_MAX held in all;
+ * the carry stays below one batch per partition): claiming a backlog faster
+ * than it can run would let the leases run out before the tasks start, and
+ * workers would only pass the tasks around. "Ready" counts only tasks whose
+ * local due time has come (in the FIFO, or taken by an executor): tasks held
+ * in the wheel for later ticks do not count, so the refill always claims its
+ * whole window ahead whatever the wheel holds (up to RR_HELD_MAX).
+ * Near that limit every wanted partition gets a small share of the room.
+ * *capped says the round stopped there. Returns 0 or the last error. */
+static int rr_claim_round(struct tw_redis *r, unsigned char *want, bool *capped)
+{
+    struct rr_batch *c = &r->carry;
+    uint32_t P = r->cfg.partitions;
+    int err = 0;
+    bool more = true;
+    size_t ready_max = (size_t)r->cfg.threads * RR_READY_PER_THREAD;
+    rr_clock_round(r, want);
+    r->claim_start = (r->claim_start + 1) % P;
+    while (more && !*capped) {
+        more = false;
+        uint64_t frontier = UINT64_MAX;
+        for (uint32_t p = 0; p < P; p++)
+            if (r->last_full[p] < frontier)
+                frontier = r->last_full[p];
+        size_t nwanted = 0;
+        for (uint32_t p = 0; p < P; p++) {
+            /* Not a partition with carried items (they go first), nor one
+             * whose next tasks lie beyond the frontier (they would wait). */
+            if (want[p] && (r->carry_n[p] || (r->last_full[p] != UINT64_MAX &&
+                                              r->last_full[p] > frontier)))
+                want[p] = 0;
+            nwanted += want[p];
+        }
+        for (uint32_t i = 0; i < P; i++) {
+            uint32_t p = (r->claim_start + i) % P; /* fair under the cap */
+            if (!want[p])
+                continue;
+            size_t ready = tw_rr_local_ready(r->local);
+            if (ready >= ready_max || tw_rr_local_held(r->local) + c->n >= RR_HELD_MAX) {
+                *capped = true;
+                break;
+            }
+            want[p] = 0;
+            size_t share = (ready_max - ready) / (nwanted ? nwanted : 1);
+            unsigned batch = share < 4 ? 4 : share > RR_BATCH ? RR_BATCH : (unsigned)share;
+            nwanted--;
+            int got = rr_claim_part(r, p, batch, c);
+            if (got < 0) {
+                err = got;
+                r->last_full[p] = UINT64_MAX; /* unreachable: do not hold the others back */
+            }
+        }
+        if (c->n > 1)
+            qsort(c->v, c->n, sizeof *c->v, rr_item_cmp);
+        frontier = UINT64_MAX;
+        for (uint32_t p = 0; p < P; p++)
+            if (r->last_full[p] < frontier)
+                frontier = r->last_full[p];
+        size_t k = 0;
+        for (size_t i = 0; i < c->n; i++) {
+            struct tw_rr_item *it = c->v[i];
+            if (it->due_ms > frontier) {
+                c->v[k++] = it;
+                continue;
+            }
+            r->carry_n[it->part]--;
+            if (tw_rr_local_add(r->local, it) != 0)
+                rr_orphan(r, it);
+        }
+        c->n = k;
+        for (uint32_t p = 0; p < P; p++)
+            if (r->last_full[p] != UINT64_MAX && r->carry_n[p] == 0) {
+                want[p] = 1; /* more may wait there */
+                more = true;
+            }
+        pthread_mutex_lock(&r->mu);
+        bool stop = r->stop_claim;
+        pthread_mutex_unlock(&r->mu);
+        if (stop)
+            break;
+    }
+    return err;
+}
+
+static void *rr_claim_main(void *arg)
+{
+    struct tw_redis *r = arg;
+    uint32_t P = r->cfg.partitions;
+    unsigned char *want = calloc(P, 1);
+    uint64_t half = (uint64_t)r->cfg.window_ms * 1000000u / 2, next_refill = 0;
+    uint64_t retry_at = UINT64_MAX; /* at its fill: claim again then */
+    uint32_t backoff_ms = 0;
+    uint64_t epoch = tw_rr_mono_ns();
+    pthread_mutex_lock(&r->mu);
+    while (!r->stop_claim) {
+        uint64_t now = tw_rr_mono_ns();
+        if (now - epoch > RR_OFF_EPOCH_NS) { /* forget old clock samples (drift) */
+            epoch = now;
+            for (uint32_t p = 0; p < P; p++)
+                atomic_store(&r->off_prev[p], atomic_exchange(&r->off_cur[p], INT64_MIN));
+        }
+        bool refill = now >= next_refill, retry = now >= retry_at;
+        if (!refill && !retry && r->nflagged == 0) {
+            uint64_t until = next_refill < retry_at ? next_refill : retry_at;
+            struct timespec ts = {(time_t)(until / 1000000000u), (long)(until % 1000000000u)};
+            (void)pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+            continue;
+        }
+        for (uint32_t p = 0; p < P; p++) {
+            if (want)
+                want[p] = (unsigned char)(refill || retry || r->flags[p]);
+            r->flags[p] = 0;
+        }
+        r->nflagged = 0;
+        pthread_mutex_unlock(&r->mu);
+        int rc = 0;
+        bool capped = false;
+        if (want) {
+            if (refill)
+                atomic_fetch_add(&r->refills, 1);
+            rc = rr_claim_round(r, want, &capped);
+        }
+        now = tw_rr_mono_ns();
+        retry_at = capped ? now + RR_CAPPED_RETRY_NS : UINT64_MAX;
+        if (rc == TW_EIO || rc == TW_EPROTO || rc == TW_ENOMEM || !want) {
+            /* Redis away: try again soon, then less often, at most every window/2. */
+            backoff_ms = backoff_ms ? backoff_ms * 2 : 50;
+            uint64_t wait = (uint64_t)backoff_ms * 1000000u;
+            if (wait > half) {
+                wait = half;
+                backoff_ms /= 2;
+            }
+            next_refill = now + wait;
+            retry_at = UINT64_MAX;
+        } else {
+            backoff_ms = 0;
+            if (refill)
+                next_refill = now + half;
+        }
+        pthread_mutex_lock(&r->mu);
+    }
+    pthread_mutex_unlock(&r->mu);
+    for (size_t i = 0; i < r->carry.n; i++) /* released by stop */
+        rr_orphan(r, r->carry.v[i]);
+    r->carry.n = 0;
+    free(want);
+    return NULL;
+}
+
+/* ---- the worker: notifications ---------------------------------------------- */
+
+static void rr_flag_all(struct tw_redis *r)
+{
+    pthread_mutex_lock(&r->mu);
+    for (uint32_t p = 0; p < r->cfg.partitions; p++)
+        r->flags[p] = 1;
+    r->nflagged = r->cfg.partitions;
+    pthread_cond_signal(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void rr_on_message(struct tw_redis *r, const redisReply *m)
+{
+    if (m->type != REDIS_REPLY_ARRAY || m->elements < 3 || m->element[0]->type != REDIS_REPLY_STRING ||
+        strcmp(m->element[0]->str, "message") != 0 || m->element[1]->type != REDIS_REPLY_STRING)
+        return;
+    /* "{queue:p}:ch" */
+    const char *ch = m->element[1]->str;
+    size_t ql = strlen(r->queue);
+    if (strncmp(ch, "{", 1) != 0 || strncmp(ch + 1, r->queue, ql) != 0 || ch[1 + ql] != ':')
+        return;
+    char *end;
+    unsigned long p = strtoul(ch + 2 + ql, &end, 10);
+    if (*end != '}' || p >= r->cfg.partitions)
+        return;
+    atomic_fetch_add(&r->notifications, 1);
+    pthread_mutex_lock(&r->mu);
+    if (!r->flags[p]) {
+        r->flags[p] = 1;
+        r->nflagged++;
+    }
+    pthread_cond_signal(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* Sleep up to ms, in steps, returning early when stop is asked. */
+static void rr_sub_sleep(struct tw_redis *r, uint32_t ms)
+{
+    while (ms > 0 && !atomic_load(&r->stop_sub)) {
+        uint32_t s = ms < 50 ? ms : 50;
+        tw_rr_sleep_ms(s);
+        ms -= s;
+    }
+}
+
+static redisContext *rr_sub_connect(struct tw_redis *r, size_t node)
+{
+    const struct tw_rr_node *nd = &r->sub_rt.nodes[node];
+    struct timeval tv = {(time_t)(r->cfg.connect_timeout_ms / 1000),
+                         (suseconds_t)(r->cfg.connect_timeout_ms % 1000) * 1000};
+    redisContext *c = redisConnectWithTimeout(nd->host, nd->port, tv);
+    if (!c || c->err) {
+        if (c)
+            redisFree(c);
+        return NULL;
+    }
+    struct timeval ct = {(time_t)(r->cfg.command_timeout_ms / 1000),
+                         (suseconds_t)(r->cfg.command_timeout_ms % 1000) * 1000};
+    uint32_t P = r->cfg.partitions;
+    const char **av = malloc((P + 1) * sizeof *av);
+    size_t *al = malloc((P + 1) * sizeof *al);
+    char *names = malloc((size_t)P * RR_KEYBUF);
+    bool ok = av && al && names && redisSetTimeout(c, ct) == REDIS_OK;
+    if (ok) {
+        av[0] = "SUBSCRIBE";
+        al[0] = 9;
+        for (uint32_t p = 0; p < P; p++) {
+            char *s = names + (size_t)p * RR_KEYBUF;
+            al[p + 1] = (size_t)snprintf(s, RR_KEYBUF, "{%s:%u}:ch", r->queue, (unsigned)p);
+            av[p + 1] = s;
+        }
+        ok = redisAppendCommandArgv(c, (int)P + 1, av, al) == REDIS_OK;
+        /* Wait for every confirmation: from here on no PUBLISH is missed. */
+        for (uint32_t p = 0; ok && p < P; p++) {
+            void *m = NULL;
+            ok = redisGetReply(c, &m) == REDIS_OK && m &&
+                 ((redisReply *)m)->type == REDIS_REPLY_ARRAY;
+            if (m)
+                freeReplyObject(m);
+        }
+    }
+    free(av);
+    free(al);
+    free(names);
+    if (!ok) {
+        redisFree(c);
+        return NULL;
+    }
+    return c;
+}
+
+static void *rr_sub_main(void *arg)
+{
+    struct tw_redis *r = arg;
+    size_t node = 0;
+    uint32_t backoff = 0;
+    bool first = true;
+    while (!atomic_load(&r->stop_sub)) {
+        redisContext *c = rr_sub_connect(r, node);
+        if (!c) {
+            node = (node + 1) % r->sub_rt.nnodes;
+            backoff = backoff ? (backoff * 2 > 1000 ? 1000 : backoff * 2) : 10;
+            rr_sub_sleep(r, backoff);
+            continue;
+        }
+        backoff = 0;
+        pthread_mutex_lock(&r->mu);
+        r->subscribed = true;
+        pthread_cond_broadcast(&r->sub_cv);
+        pthread_mutex_unlock(&r->mu);
+        if (!first) {
+            atomic_fetch_add(&r->sub_reconnects, 1);
+            rr_flag_all(r); /* notifications may have been missed: claim everything */
+        }
+        first = false;
+        bool ok = true;
+        while (ok && !atomic_load(&r->stop_sub)) {
+            struct pollfd pfd = {c->fd, POLLIN, 0};
+            int pr = poll(&pfd, 1, 100);
+            if (pr < 0)
+                continue;
+            if (pr == 0)
+                continue;
+            if (redisBufferRead(c) != REDIS_OK) {
+                ok = false;
+                break;
+            }
+            void *m = NULL;
+            while (ok) {
+                if (redisGetReplyFromReader(c, &m) != REDIS_OK) {
+                    ok = false;
+                    break;
+                }
+                if (!m)
+                    break;
+                rr_on_message(r, m);
+                freeReplyObject(m);
+                m = NULL;
+            }
+        }
+        redisFree(c);
+    }
+    return NULL;
+}
+
+/* ---- lifetime ---------------------------------------------------------------- */
+
+static void rr_free_all(struct tw_redis *r)
+{
+    if (r->local)
+        tw_rr_local_free(r->local);
+    while (r->orphans) {
+        struct tw_rr_item *n = r->orphans->next;
+        free(r->orphans);
+        r->orphans = n;
+    }
+    if (r->exec_rt) {
+        for (uint32_t i = 0; i < r->cfg.threads; i++)
+            tw_rr_router_free(&r->exec_rt[i]);
+        free(r->exec_rt);
+    }
+    free(r->exec);
+    tw_rr_router_free(&r->claim_rt);
+    tw_rr_router_free(&r->sub_rt);
+    tw_rr_router_free(&r->api);
+    if (r->servers) {
+        for (size_t i = 0; i < r->cfg.nservers; i++)
+            free(r->servers[i]);
+        free(r->servers);
+    }
+    free(r->flags);
+    free(r->slots);
+    free(r->off_cur);
+    free(r->off_prev);
+    free(r->carry_n);
+    free(r->last_full);
+    for (size_t i = 0; i < r->carry.n; i++)
+        free(r->carry.v[i]);
+    free(r->carry.v);
+    pthread_mutex_destroy(&r->api_mu);
+    pthread_mutex_destroy(&r->mu);
+    pthread_mutex_destroy(&r->stop_mu);
+    pthread_mutex_destroy(&r->hist_mu);
+    pthread_cond_destroy(&r->cv);
+    pthread_cond_destroy(&r->sub_cv);
+    free(r);
+}
+
+static int rr_router(struct tw_redis *r, struct tw_rr_router *rt)
+{
+    int rc = tw_rr_router_init(rt, (const char *const *)r->servers, r->cfg.nservers,
+                               r->cfg.connect_timeout_ms, r->cfg.command_timeout_ms);
+    rt->shas = r->shas;
+    rt->bodies = tw_rr_scripts;
+    return rc;
+}
+
+static int rr_load_scripts(struct tw_redis *r)
+{
+    for (unsigned i = 0; i < TW_RR_NSCRIPTS; i++) {
+        const char *av[3] = {"SCRIPT", "LOAD", tw_rr_scripts[i]};
+        size_t al[3] = {6, 4, strlen(tw_rr_scripts[i])};
+        redisReply *x;
+        int rc = tw_rr_command(&r->api, -1, 3, av, al, &x);
+        if (rc)
+            return rc;
+        if (x->type != REDIS_REPLY_STRING || x->len != 40) {
+            freeReplyObject(x);
+            return TW_EPROTO;
+        }
+        memcpy(r->sha[i], x->str, 41);
+        r->shas[i] = r->sha[i];
+        freeReplyObject(x);
+    }
+    return 0;
+}
+
+int tw_redis_new(const struct tw_redis_config *cfg, struct tw_redis **out)
+{
+    if (out)
+        *out = NULL;
+    if (!cfg || !out)
+        return TW_EINVAL;
+    int rc = rr_check_config(cfg);
+    if (rc)
+        return rc;
+    struct tw_redis *r = calloc(1, sizeof *r);
+    if (!r)
+        return TW_ENOMEM;
+    r->cfg = *cfg;
+    if (pthread_mutex_init(&r->api_mu, NULL) || pthread_mutex_init(&r->mu, NULL) ||
+        pthread_mutex_init(&r->stop_mu, NULL) || pthread_mutex_init(&r->hist_mu, NULL)) {
+        free(r); /* on Linux these inits cannot fail; nothing to destroy */
+        return TW_ESYS;
+    }
+    pthread_condattr_t ca;
+    if (pthread_condattr_init(&ca) || pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) ||
+        pthread_cond_init(&r->cv, &ca) || pthread_cond_init(&r->sub_cv, &ca)) {
+        free(r);
+        return TW_ESYS;
+    }
+    pthread_condattr_destroy(&ca);
+    strcpy(r->queue, cfg->queue);
+    r->cfg.queue = r->queue;
+    r->worker = cfg->execute != NULL;
+    if (!r->worker)
+        r->cfg.threads = 0;
+    r->servers = calloc(cfg->nservers, sizeof *r->servers);
+    r->slots = malloc(cfg->partitions * sizeof *r->slots);
+    r->flags = calloc(cfg->partitions, 1);
+    r->off_cur = malloc(cfg->partitions * sizeof *r->off_cur);
+    r->off_prev = malloc(cfg->partitions * sizeof *r->off_prev);
+    r->carry_n = calloc(cfg->partitions, sizeof *r->carry_n);
+    r->last_full = malloc(cfg->partitions * sizeof *r->last_full);
+    if (!r->servers || !r->slots || !r->flags || !r->off_cur || !r->off_prev || !r->carry_n ||
+        !r->last_full)
+        goto nomem;
+    for (uint32_t p = 0; p < cfg->partitions; p++)
+        r->last_full[p] = UINT64_MAX;
+    for (uint32_t p = 0; p < cfg->partitions; p++) {
+        atomic_init(&r->off_cur[p], INT64_MIN);
+        atomic_init(&r->off_prev[p], INT64_MIN);
+    }
+    for (size_t i = 0; i < cfg->nservers; i++)
+        if (!(r->servers[i] = strdup(cfg->servers[i])))
+            goto nomem;
+    r->cfg.servers = (const char *const *)r->servers;
+    for (uint32_t p = 0; p < cfg->partitions; p++) {
+        char tag[RR_KEYBUF];
+        int n = snprintf(tag, sizeof tag, "{%s:%u}", r->queue, (unsigned)p);
+        r->slots[p] = (int)tw_rr_key_slot(tag, (size_t)n);
+    }
+    if ((rc = rr_router(r, &r->api)) != 0 || (rc = rr_load_scripts(r)) != 0)
+        goto fail;
+    if (r->worker) {
+        r->exec_rt = calloc(r->cfg.threads, sizeof *r->exec_rt);
+        r->exec = calloc(r->cfg.threads, sizeof *r->exec);
+        if (!r->exec_rt || !r->exec)
+            goto nomem;
+        if ((rc = rr_router(r, &r->claim_rt)) != 0 || (rc = rr_router(r, &r->sub_rt)) != 0)
+            goto fail;
+        for (uint32_t i = 0; i < r->cfg.threads; i++)
+            if ((rc = rr_router(r, &r->exec_rt[i])) != 0)
+                goto fail;
+        if ((rc = tw_rr_local_new(&r->local, r->cfg.tick_ms, r->cfg.threads, rr_run, r)) != 0)
+            goto fail;
+        if (pthread_create(&r->sub_thread, NULL, rr_sub_main, r) != 0) {
+            rc = TW_ESYS;
+            goto fail;
+        }
+        r->sub_started = true;
+        /* Return once notifications are flowing (bounded: the subscriber
+         * keeps trying on its own if this server is slow to answer). */
+        uint64_t until = tw_rr_mono_ns() +
+                         (uint64_t)(r->cfg.connect_timeout_ms + r->cfg.command_timeout_ms) * 1000000u;
+        struct timespec ts = {(time_t)(until / 1000000000u), (long)(until % 1000000000u)};
+        pthread_mutex_lock(&r->mu);
+        while (!r->subscribed && pthread_cond_timedwait(&r->sub_cv, &r->mu, &ts) == 0) {
+        }
+        pthread_mutex_unlock(&r->mu);
+        if (pthread_create(&r->claim_thread, NULL, rr_claim_main, r) != 0) {
+            rc = TW_ESYS;
+            goto fail;
+        }
+        r->claim_started = true;
+    }
+    *out = r;
+    return 0;
+nomem:
+    rc = TW_ENOMEM;
+fail:
+    (void)tw_redis_stop(r);
+    rr_free_all(r);
+    return rc;
+}
+
+/* ---- client calls ------------------------------------------------------------ */
+
+static int rr_check_key(const void *key, size_t key_len)
+{
+    if (!key)
+        return TW_EINVAL;
+    return key_len > TW_REDIS_KEY_MAX ? TW_E2BIG : 0;
+}
+
+static int rr_check_delay(int64_t delay_ms)
+{
+    return delay_ms < 0 || delay_ms > TW_REDIS_DELAY_MAX ? TW_EINVAL : 0;
+}
+
+static int rr_api_eval(struct tw_redis *r, unsigned id, uint32_t p, int nargs, const char **av,
+                       const size_t *al, long long *result)
+{
+    redisReply *x;
+    pthread_mutex_lock(&r->api_mu);
+    int rc = tw_rr_eval(&r->api, id, r->slots[p], TW_RR_NKEYS, nargs, av, al, &x);
+    pthread_mutex_unlock(&r->api_mu);
+    if (rc)
+        return rc;
+    rc = rr_int_reply(x, result);
+    freeReplyObject(x);
+    return rc;
+}
+
+int tw_redis_set(struct tw_redis *r, const void *key, size_t key_len, const void *payload,
+                 size_t payload_len, int64_t delay_ms)
+{
+    if (!r)
+        return TW_EINVAL;
+    int rc = rr_check_key(key, key_len);
+    if (rc)
+        return rc;
+    if (!payload && payload_len)
+        return TW_EINVAL;
+    if (payload_len > TW_REDIS_PAYLOAD_MAX)
+        return TW_E2BIG;
+    if ((rc = rr_check_delay(delay_ms)) != 0)
+        return rc;
+    if (atomic_load(&r->closed))
+        return TW_ECLOSED;
+    uint32_t p = rr_part_of(r, key, key_len);
+    char kb[6][RR_KEYBUF], d[24];
+    const char *av[9];
+    size_t al[9];
+    rr_keys(r, p, kb, av, al); /* av[5] is the channel, ARGV[1] */
+    av[6] = key;
+    al[6] = key_len;
+    av[7] = payload ? payload : "";
+    al[7] = payload_len;
+    al[8] = (size_t)snprintf(d, sizeof d, "%lld", (long long)delay_ms);
+    av[8] = d;
+    long long nargv;
+    return rr_api_eval(r, TW_RR_SET, p, 4, av, al, &nargv);
+}
+
+int tw_redis_move(struct tw_redis *r, const void *key, size_t key_len, int64_t delay_ms)
+{
+    if (!r)
+        return TW_EINVAL;
+    int rc = rr_check_key(key, key_len);
+    if (rc || (rc = rr_check_delay(delay_ms)) != 0)
+        return rc;
+    if (atomic_load(&r->closed))
+        return TW_ECLOSED;
+    uint32_t p = rr_part_of(r, key, key_len);
+    char kb[6][RR_KEYBUF], d[24];
+    const char *av[8];
+    size_t al[8];
+    rr_keys(r, p, kb, av, al);
+    av[7] = av[5];
+    al[7] = al[5];
+    av[5] = key;
+    al[5] = key_len;
+    al[6] = (size_t)snprintf(d, sizeof d, "%lld", (long long)delay_ms);
+    av[6] = d;
+    long long due;
+    rc = rr_api_eval(r, TW_RR_MOVE, p, 3, av, al, &due);
+    return rc ? rc : due < 0 ? TW_ENOENT : 0;
+}
+
+int tw_redis_remove(struct tw_redis *r, const void *key, size_t key_len)
+{
+    if (!r)
+        return TW_EINVAL;
+    int rc = rr_check_key(key, key_len);
+    if (rc)
+        return rc;
+    if (atomic_load(&r->closed))
+        return TW_ECLOSED;
+    uint32_t p = rr_part_of(r, key, key_len);
+    char kb[6][RR_KEYBUF];
+    const char *av[6];
+    size_t al[6];
+    rr_keys(r, p, kb, av, al);
+    av[5] = key;
+    al[5] = key_len;
+    long long v;
+    rc = rr_api_eval(r, TW_RR_REMOVE, p, 1, av, al, &v);
+    return rc ? rc : v < 0 ? TW_ENOENT : 0;
+}
+
+/* set_many: the items sorted by partition (stable), cut into calls of at
+ * most TW_RR_SET_BATCH items and about RR_SET_BYTES of payload. */
+#define RR_SET_BYTES (512u << 10)
+
+struct rr_many {
+    struct tw_redis *r;
+    const struct tw_redis_item *items;
+    uint32_t *part;  /* partition of each item */
+    size_t *order;   /* item indexes by partition */
+    size_t *call;    /* first position in order of each call, and one past the last */
+    char kb[6][RR_KEYBUF];
+    char d[TW_RR_SET_BATCH][24];
+};
+
+static int rr_many_build(void *ctx, size_t c, int *slot, const char **av, size_t *al, int *nargs)
+{
+    struct rr_many *m = ctx;
+    size_t from = m->call[c], to = m->call[c + 1];
+    uint32_t p = m->part[m->order[from]];
+    *slot = m->r->slots[p];
+    rr_keys(m->r, p, m->kb, av, al); /* av[5]: the channel */
+    int na = 1;
+    for (size_t j = from; j < to; j++) {
+        const struct tw_redis_item *it = &m->items[m->order[j]];
+        av[5 + na] = it->key;
+        al[5 + na] = it->key_len;
+        av[6 + na] = it->payload ? it->payload : "";
+        al[6 + na] = it->payload_len;
+        al[7 + na] = (size_t)snprintf(m->d[j - from], sizeof m->d[0], "%lld",
+                                      (long long)it->delay_ms);
+        av[7 + na] = m->d[j - from];
+        na += 3;
+    }
+    *nargs = na;
+    return 0;
+}
+
+static int rr_many_check(void *ctx, size_t i, const redisReply *x)
+{
+    (void)ctx;
+    (void)i;
+    return x->type == REDIS_REPLY_INTEGER ? 0 : TW_EPROTO;
+}
+
+int tw_redis_set_many(struct tw_redis *r, const struct tw_redis_item *items, size_t n)
+{
+    if (!r || (!items && n) || n > INT32_MAX)
+        return TW_EINVAL;
+    for (size_t i = 0; i < n; i++) {
+        int rc = rr_check_key(items[i].key, items[i].key_len);
+        if (rc)
+            return rc;
+        if (!items[i].payload && items[i].payload_len)
+            return TW_EINVAL;
+        if (items[i].payload_len > TW_REDIS_PAYLOAD_MAX)
+            return TW_E2BIG;
+        if ((rc = rr_check_delay(items[i].delay_ms)) != 0)
+            return rc;
+    }
+    if (atomic_load(&r->closed))
+        return TW_ECLOSED;
+    if (n == 0)
+        return 0;
+    uint32_t P = r->cfg.partitions;
+    struct rr_many *m = malloc(sizeof *m);
+    size_t *count = calloc((size_t)P + 1, sizeof *count);
+    if (m) {
+        m->part = malloc(n * sizeof *m->part);
+        m->order = malloc(n * sizeof *m->order);
+        m->call = malloc((n + 1) * sizeof *m->call);
+    }
+    if (!m || !count || !m->part || !m->order || !m->call) {
+        if (m) {
+            free(m->part);
+            free(m->order);
+            free(m->call);
+        }
+        free(m);
+        free(count);
+        return TW_ENOMEM;
+    }
+    m->r = r;
+    m->items = items;
+    for (size_t i = 0; i < n; i++) { /* counting sort by partition, stable */
+        m->part[i] = rr_part_of(r, items[i].key, items[i].key_len);
+        count[m->part[i] + 1]++;
+    }
+    for (uint32_t p = 0; p < P; p++)
+        count[p + 1] += count[p];
+    for (size_t i = 0; i < n; i++)
+        m->order[count[m->part[i]]++] = i;
+    size_t ncalls = 0, bytes = 0;
+    for (size_t j = 0; j < n; j++) {
+        const struct tw_redis_item *it = &items[m->order[j]];
+        if (j == 0 || m->part[m->order[j]] != m->part[m->order[j - 1]] ||
+            j - m->call[ncalls - 1] >= TW_RR_SET_BATCH || bytes + it->payload_len > RR_SET_BYTES) {
+            m->call[ncalls++] = j;
+            bytes = 0;
+        }
+        bytes += it->payload_len + it->key_len;
+    }
+    m->call[ncalls] = n;
+    pthread_mutex_lock(&r->api_mu);
+    int rc = tw_rr_eval_many(&r->api, TW_RR_SET, ncalls, TW_RR_NKEYS, rr_many_build, m,
+                             rr_many_check);
+    pthread_mutex_unlock(&r->api_mu);
+    free(m->part);
+    free(m->order);
+    free(m->call);
+    free(m);
+    free(count);
+    return rc ? rc : (int)n;
+}
+
+/* ---- stop, free, stats ------------------------------------------------------- */
+
+struct rr_rel {
+    struct tw_redis *r;
+    struct tw_rr_item **v;
+    char kb[6][RR_KEYBUF];
+    char tok[24];
+};
+
+static int rr_rel_build(void *ctx, size_t i, int *slot, const char **av, size_t *al, int *nargs)
+{
+    *nargs = 3;
+    struct rr_rel *m = ctx;
+    const struct tw_rr_item *it = m->v[i];
+    *slot = m->r->slots[it->part];
+    rr_keys(m->r, it->part, m->kb, av, al);
+    av[7] = av[5];
+    al[7] = al[5];
+    av[5] = it->data;
+    al[5] = it->key_len;
+    al[6] = (size_t)snprintf(m->tok, sizeof m->tok, "%llu", (unsigned long long)it->token);
+    av[6] = m->tok;
+    return 0;
+}
+
+/* Give the leases of a list of held items back (they become due at their due
+ * time for any worker), and free the items. Best effort: what cannot be
+ * released (Redis away) comes back when its lease ends. */
+static void rr_release(struct tw_redis *r, struct tw_rr_item *list)
+{
+    size_t n = 0;
+    for (struct tw_rr_item *it = list; it; it = it->next)
+        n++;
+    struct rr_rel *m = malloc(sizeof *m);
+    struct tw_rr_item **v = malloc((n ? n : 1) * sizeof *v);
+    if (m && v) {
+        size_t i = 0;
+        for (struct tw_rr_item *it = list; it; it = it->next)
+            v[i++] = it;
+        m->r = r;
+        m->v = v;
+        pthread_mutex_lock(&r->api_mu);
+        (void)tw_rr_eval_many(&r->api, TW_RR_RELEASE, n, TW_RR_NKEYS, rr_rel_build, m,
+                              rr_many_check);
+        pthread_mutex_unlock(&r->api_mu);
+    }
+    free(m);
+    free(v);
+    while (list) {
+        struct tw_rr_item *nx = list->next;
+        free(list);
+        list = nx;
+    }
+}
+
+int tw_redis_stop(struct tw_redis *r)
+{
+    if (!r)
+        return TW_EINVAL;
+    pthread_mutex_lock(&r->stop_mu);
+    if (r->stopped) {
+        pthread_mutex_unlock(&r->stop_mu);
+        return 0;
+    }
+    atomic_store(&r->closed, true);
+    pthread_mutex_lock(&r->mu);
+    r->stop_claim = true;
+    pthread_cond_signal(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    atomic_store(&r->stop_sub, true);
+    if (r->claim_started)
+        pthread_join(r->claim_thread, NULL);
+    if (r->sub_started)
+        pthread_join(r->sub_thread, NULL);
+    r->claim_started = r->sub_started = false;
+    if (r->local) {
+        struct tw_rr_item *list = tw_rr_local_stop(r->local); /* running callbacks finish */
+        pthread_mutex_lock(&r->mu);
+        struct tw_rr_item *o = r->orphans;
+        r->orphans = NULL;
+        pthread_mutex_unlock(&r->mu);
+        while (o) {
+            struct tw_rr_item *nx = o->next;
+            o->next = list;
+            list = o;
+            o = nx;
+        }
+        if (list)
+            rr_release(r, list);
+    }
+    r->stopped = true;
+    pthread_mutex_unlock(&r->stop_mu);
+    return 0;
+}
+
+void tw_redis_free(struct tw_redis *r)
+{
+    if (!r)
+        return;
+    (void)tw_redis_stop(r);
+    rr_free_all(r);
+}
+
+int tw_redis_stats(struct tw_redis *r, struct tw_redis_stats *out)
+{
+    if (!r || !out)
+        return TW_EINVAL;
+    memset(out, 0, sizeof *out);
+    out->leased = r->local ? tw_rr_local_held(r->local) : 0;
+    out->delivered = atomic_load(&r->delivered);
+    out->redelivered = atomic_load(&r->redelivered);
+    out->failed = atomic_load(&r->failed);
+    out->stale_acks = atomic_load(&r->stale_acks);
+    out->claims = atomic_load(&r->claims);
+    out->refills = atomic_load(&r->refills);
+    out->notifications = atomic_load(&r->notifications);
+    out->recovered = atomic_load(&r->recovered);
+    out->lost_leases = atomic_load(&r->lost_leases);
+    pthread_mutex_lock(&r->hist_mu);
+    out->late_p50_us = rr_pct(r, 0.50);
+    out->late_p99_us = rr_pct(r, 0.99);
+    out->late_max_us = r->late_max_us;
+    pthread_mutex_unlock(&r->hist_mu);
+    int rc = 0;
+    uint64_t pending = 0;
+    pthread_mutex_lock(&r->api_mu);
+    out->reconnects = r->api.reconnects + atomic_load(&r->sub_reconnects) +
+                      atomic_load(&r->worker_reconnects);
+    for (uint32_t p = 0; p < r->cfg.partitions && rc == 0; p++) {
+        char kb[6][RR_KEYBUF];
+        const char *av[6];
+        size_t al[6];
+        rr_keys(r, p, kb, av, al);
+        const char *cmd[2] = {"HLEN", av[2]};
+        size_t cl[2] = {4, al[2]};
+        redisReply *x;
+        rc = tw_rr_command(&r->api, r->slots[p], 2, cmd, cl, &x);
+        if (rc == 0) {
+            long long v = 0;
+            rc = rr_int_reply(x, &v);
+            freeReplyObject(x);
+            pending += (uint64_t)v;
+        }
+    }
+    pthread_mutex_unlock(&r->api_mu);
+    out->pending = rc ? UINT64_MAX : pending;
+    return rc ? TW_EIO : 0;
+}

@@ -1,0 +1,144 @@
+/* SPDX-License-Identifier: MIT */
+/* twheel Redis layer: what its source files share (not installed).
+ *
+ * router.c  - connections to one server or a Redis Cluster: CRC16 slots,
+ *             CLUSTER SLOTS map, MOVED/ASK, reconnect with backoff, EVALSHA
+ *             with EVAL fallback. One router per thread that uses it (or
+ *             under the caller's mutex): a router is not thread-safe.
+ * scripts.c - the Lua scripts (see the schema in redis.c).
+ * local.c   - a worker's near window: tw_tasks + tick thread + FIFO of ready
+ *             tasks + executor threads.
+ * redis.c   - the public API, the claim and subscriber threads.
+ */
+#ifndef TWHEEL_REDIS_INTERNAL_H
+#define TWHEEL_REDIS_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <hiredis/hiredis.h>
+
+#include "twheel/redis.h"
+#include "twheel/tasks.h"
+#include "twheel/wheel.h"
+
+#define TW_RR_SLOTS 16384u
+
+/* ---- time ------------------------------------------------------------------ */
+uint64_t tw_rr_mono_ns(void);
+void tw_rr_sleep_ms(uint32_t ms);
+
+/* ---- router ---------------------------------------------------------------- */
+struct tw_rr_node {
+    char host[256];
+    int port;
+    redisContext *c;      /* NULL when not connected */
+    bool ever_connected;  /* a later connect counts as a reconnect */
+    uint64_t next_try_ns; /* no connect attempt before (backoff) */
+    uint32_t backoff_ms;  /* current backoff, 0 after a success */
+};
+
+struct tw_rr_router {
+    struct tw_rr_node *nodes; /* seeds first, then nodes learnt from the slot map */
+    size_t nnodes, cap;
+    bool cluster;             /* false: every slot lives on nodes[0] */
+    bool map_stale;           /* refresh CLUSTER SLOTS before the next command */
+    uint16_t *slot_node;      /* cluster: TW_RR_SLOTS node indexes (UINT16_MAX: unknown) */
+    uint32_t connect_timeout_ms, command_timeout_ms;
+    const char *const *shas;  /* script SHA1s (hex), owned by the client */
+    const char *const *bodies; /* script texts */
+    uint64_t reconnects;      /* connections re-established after a failure */
+};
+
+/* Copy the seeds; connect to the first that answers and learn whether it is
+ * a cluster (and its slot map). TW_EIO when none answers, TW_EINVAL for a bad
+ * "host:port", TW_ENOMEM, TW_EPROTO. On failure the router is empty (free it
+ * anyway: tw_rr_router_free is safe). */
+int tw_rr_router_init(struct tw_rr_router *rt, const char *const *seeds, size_t nseeds,
+                      uint32_t connect_timeout_ms, uint32_t command_timeout_ms);
+void tw_rr_router_free(struct tw_rr_router *rt);
+/* Parse "host:port" (host may be a name or an IPv4/IPv6 literal in [ ]). */
+int tw_rr_parse_addr(const char *s, char *host, size_t hostcap, int *port);
+/* Redis Cluster key slot (CRC16 of the hash tag or of the key, mod 16384). */
+unsigned tw_rr_key_slot(const void *key, size_t len);
+
+/* Index of the node serving `slot` by the current map (0 standalone), or -1. */
+int tw_rr_node_of(const struct tw_rr_router *rt, int slot);
+/* Run one command routed by `slot` (any node when slot < 0), following
+ * MOVED/ASK, retrying connection errors with backoff until the command
+ * timeout. Returns 0 and *reply (an error reply is returned as a reply), or
+ * TW_EIO, TW_ENOMEM. */
+int tw_rr_command(struct tw_rr_router *rt, int slot, int argc, const char **argv,
+                  const size_t *lens, redisReply **reply);
+/* EVALSHA script `id` with EVAL fallback on NOSCRIPT. argv holds the keys then
+ * the arguments (nkeys + nargs entries). Error replies other than NOSCRIPT:
+ * TW_EPROTO (the reply is freed). */
+int tw_rr_eval(struct tw_rr_router *rt, unsigned id, int slot, int nkeys, int nargs,
+               const char **argv, const size_t *lens, redisReply **reply);
+/* Pipelined EVALSHA of `n` calls of script `id` on one slot each: build(i)
+ * gives call i's slot, keys and arguments (and their count, *nargs); the
+ * calls are sent in chunks; every reply is checked with `check` (0: fine).
+ * Redirected or NOSCRIPT calls are redone one by one with tw_rr_eval.
+ * Returns 0, or the first error. */
+typedef int tw_rr_build_fn(void *ctx, size_t i, int *slot, const char **argv, size_t *lens,
+                           int *nargs);
+typedef int tw_rr_check_fn(void *ctx, size_t i, const redisReply *reply);
+int tw_rr_eval_many(struct tw_rr_router *rt, unsigned id, size_t n, int nkeys,
+                    tw_rr_build_fn *build, void *ctx, tw_rr_check_fn *check);
+/* Most tasks in one SET script call (set_many groups them by partition). */
+#define TW_RR_SET_BATCH 64
+
+/* ---- scripts --------------------------------------------------------------- */
+enum {
+    TW_RR_SET,
+    TW_RR_MOVE,
+    TW_RR_REMOVE,
+    TW_RR_CLAIM,
+    TW_RR_START,
+    TW_RR_ACK,
+    TW_RR_FAIL,
+    TW_RR_RELEASE,
+    TW_RR_NSCRIPTS
+};
+extern const char *const tw_rr_scripts[TW_RR_NSCRIPTS];
+/* Keys every script takes, in this order (KEYS[1..5]). */
+#define TW_RR_NKEYS 5
+
+/* ---- a claimed task -------------------------------------------------------- */
+struct tw_rr_item {
+    struct tw_rr_item *next; /* in the ready FIFO */
+    uint32_t part;
+    uint64_t token;
+    uint64_t due_ms;       /* Redis clock */
+    uint64_t due_local_ns; /* when the local clock may run it (conservative) */
+    size_t key_len, payload_len;
+    char *payload;         /* points into data, after the key */
+    char data[];           /* key bytes, then payload bytes */
+};
+
+/* ---- the local window: wheel, tick thread, executors ----------------------- */
+struct tw_rr_local;
+#define TW_RR_RUN_BATCH 32
+typedef void tw_rr_run_fn(void *ctx, struct tw_rr_item **items, size_t n, unsigned thread);
+/* Start the tick thread and `threads` executor threads; run(ctx, items, n, i)
+ * runs a batch of 1..TW_RR_RUN_BATCH items, in FIFO order, on executor i
+ * once their local due time has come. */
+int tw_rr_local_new(struct tw_rr_local **out, uint32_t tick_ms, uint32_t threads,
+                    tw_rr_run_fn *run, void *ctx);
+/* Hold an item until item->due_local_ns (at once when already past: FIFO in
+ * the order of the calls). TW_ECLOSED after stop, TW_ENOMEM. */
+int tw_rr_local_add(struct tw_rr_local *l, struct tw_rr_item *it);
+/* Stop: no more runs start; wait for running ones; join every thread; return
+ * every item not run (wheel and FIFO) as a list. */
+struct tw_rr_item *tw_rr_local_stop(struct tw_rr_local *l);
+void tw_rr_local_free(struct tw_rr_local *l);
+/* Items held (waiting in the wheel or FIFO, or running). */
+size_t tw_rr_local_held(struct tw_rr_local *l);
+/* Most items one executor takes at once (1..TW_RR_RUN_BATCH; starts at 1). */
+void tw_rr_local_batch(struct tw_rr_local *l, size_t max);
+/* Items due and waiting for an executor, or running. */
+size_t tw_rr_local_ready(struct tw_rr_local *l);
+
+#endif /* TWHEEL_REDIS_INTERNAL_H */

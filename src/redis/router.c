@@ -1,0 +1,582 @@
+/* SPDX-License-Identifier: MIT */
+/* twheel Redis layer: a small Redis Cluster router over hiredis 0.14 (which
+ * has none).
+ *
+ * - Slots: CRC16-XMODEM of the key, or of its {hash tag}, mod 16384 (the
+ *   cluster spec's algorithm).
+ * - Map: CLUSTER SLOTS from any node answering; a node that replies "cluster
+ *   support disabled" makes the router standalone (every slot on that node).
+ *   The map is refreshed after a MOVED and after a connection failure.
+ * - Redirects: MOVED updates that slot at once (and marks the map stale);
+ *   ASK sends ASKING then the command to the named node, once.
+ * - Failures: a lost connection is closed and retried at once; a failed
+ *   connect backs off 10, 20, 40 ... 1000 ms per node; LOADING, TRYAGAIN,
+ *   CLUSTERDOWN and MASTERDOWN back off too. All of it within the command
+ *   timeout, after which the call gives TW_EIO.
+ * - Scripts: EVALSHA, and EVAL of the text when the server answers NOSCRIPT
+ *   (after a restart or SCRIPT FLUSH); the EVAL caches it again.
+ * A router is used by one thread at a time (the caller owns the lock).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "redis_internal.h"
+
+#define RR_BACKOFF_MIN_MS 10u
+#define RR_BACKOFF_MAX_MS 1000u
+#define RR_PIPE_CHUNK 512u
+#define RR_ARGV_MAX (9 + 3 * TW_RR_SET_BATCH) /* EVALSHA sha n, 5 keys, channel, a batched SET */
+
+uint64_t tw_rr_mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void tw_rr_sleep_ms(uint32_t ms)
+{
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+unsigned tw_rr_key_slot(const void *key, size_t len)
+{
+    const unsigned char *k = key;
+    size_t s, e;
+    for (s = 0; s < len && k[s] != '{'; s++) {
+    }
+    if (s < len) {
+        for (e = s + 1; e < len && k[e] != '}'; e++) {
+        }
+        if (e < len && e > s + 1) {
+            k += s + 1;
+            len = e - s - 1;
+        }
+    }
+    uint16_t crc = 0;
+    for (size_t i = 0; i < len; i++) {
+        crc ^= (uint16_t)(k[i] << 8);
+        for (int b = 0; b < 8; b++)
+            crc = (crc & 0x8000) ? (uint16_t)((crc << 1) ^ 0x1021) : (uint16_t)(crc << 1);
+    }
+    return crc & (TW_RR_SLOTS - 1);
+}
+
+int tw_rr_parse_addr(const char *s, char *host, size_t hostcap, int *port)
+{
+    if (!s)
+        return TW_EINVAL;
+    const char *colon = strrchr(s, ':');
+    if (!colon || colon == s)
+        return TW_EINVAL;
+    const char *h = s;
+    size_t hl = (size_t)(colon - s);
+    if (h[0] == '[') { /* [v6]:port */
+        if (hl < 3 || h[hl - 1] != ']')
+            return TW_EINVAL;
+        h++;
+        hl -= 2;
+    }
+    if (hl == 0 || hl >= hostcap)
+        return TW_EINVAL;
+    char *end;
+    errno = 0;
+    long p = strtol(colon + 1, &end, 10);
+    if (errno || end == colon + 1 || *end || p < 1 || p > 65535)
+        return TW_EINVAL;
+    memcpy(host, h, hl);
+    host[hl] = 0;
+    *port = (int)p;
+    return 0;
+}
+
+static int rr_add_node(struct tw_rr_router *rt, const char *host, int port)
+{
+    for (size_t i = 0; i < rt->nnodes; i++)
+        if (rt->nodes[i].port == port && strcmp(rt->nodes[i].host, host) == 0)
+            return (int)i;
+    if (strlen(host) >= sizeof rt->nodes[0].host || rt->nnodes >= UINT16_MAX - 1)
+        return TW_EPROTO;
+    if (rt->nnodes == rt->cap) {
+        size_t cap = rt->cap ? rt->cap * 2 : 4;
+        struct tw_rr_node *n = realloc(rt->nodes, cap * sizeof *n);
+        if (!n)
+            return TW_ENOMEM;
+        rt->nodes = n;
+        rt->cap = cap;
+    }
+    struct tw_rr_node *n = &rt->nodes[rt->nnodes];
+    memset(n, 0, sizeof *n);
+    strcpy(n->host, host);
+    n->port = port;
+    return (int)rt->nnodes++;
+}
+
+static void rr_drop(struct tw_rr_node *n)
+{
+    if (n->c) {
+        redisFree(n->c);
+        n->c = NULL;
+    }
+}
+
+static void rr_backoff(struct tw_rr_node *n)
+{
+    n->backoff_ms = n->backoff_ms ? n->backoff_ms * 2 : RR_BACKOFF_MIN_MS;
+    if (n->backoff_ms > RR_BACKOFF_MAX_MS)
+        n->backoff_ms = RR_BACKOFF_MAX_MS;
+    n->next_try_ns = tw_rr_mono_ns() + (uint64_t)n->backoff_ms * 1000000u;
+}
+
+/* Connect node i unless it is connected; 0, or TW_EIO (backing off). */
+static int rr_connect(struct tw_rr_router *rt, size_t i)
+{
+    struct tw_rr_node *n = &rt->nodes[i];
+    if (n->c)
+        return 0;
+    if (tw_rr_mono_ns() < n->next_try_ns)
+        return TW_EIO;
+    struct timeval tv = {(time_t)(rt->connect_timeout_ms / 1000),
+                         (suseconds_t)(rt->connect_timeout_ms % 1000) * 1000};
+    redisContext *c = redisConnectWithTimeout(n->host, n->port, tv);
+    if (!c || c->err) {
+        if (c)
+            redisFree(c);
+        rr_backoff(n);
+        return TW_EIO;
+    }
+    struct timeval ct = {(time_t)(rt->command_timeout_ms / 1000),
+                         (suseconds_t)(rt->command_timeout_ms % 1000) * 1000};
+    if (redisSetTimeout(c, ct) != REDIS_OK) {
+        redisFree(c);
+        rr_backoff(n);
+        return TW_EIO;
+    }
+    n->c = c;
+    n->backoff_ms = 0;
+    n->next_try_ns = 0;
+    if (n->ever_connected)
+        rt->reconnects++;
+    n->ever_connected = true;
+    return 0;
+}
+
+/* Parse a CLUSTER SLOTS reply into the map. */
+static int rr_load_slots(struct tw_rr_router *rt, size_t asked, const redisReply *r)
+{
+    if (r->type != REDIS_REPLY_ARRAY)
+        return TW_EPROTO;
+    if (!rt->slot_node) {
+        rt->slot_node = malloc(TW_RR_SLOTS * sizeof *rt->slot_node);
+        if (!rt->slot_node)
+            return TW_ENOMEM;
+    }
+    for (unsigned s = 0; s < TW_RR_SLOTS; s++)
+        rt->slot_node[s] = UINT16_MAX;
+    for (size_t i = 0; i < r->elements; i++) {
+        const redisReply *e = r->element[i];
+        if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 ||
+            e->element[0]->type != REDIS_REPLY_INTEGER || e->element[1]->type != REDIS_REPLY_INTEGER ||
+            e->element[2]->type != REDIS_REPLY_ARRAY || e->element[2]->elements < 2 ||
+            e->element[2]->element[0]->type != REDIS_REPLY_STRING ||
+            e->element[2]->element[1]->type != REDIS_REPLY_INTEGER)
+            return TW_EPROTO;
+        long long lo = e->element[0]->integer, hi = e->element[1]->integer;
+        if (lo < 0 || hi >= TW_RR_SLOTS || lo > hi)
+            return TW_EPROTO;
+        const redisReply *m = e->element[2];
+        char host[256];
+        if (m->element[0]->len == 0 || strcmp(m->element[0]->str, "?") == 0)
+            snprintf(host, sizeof host, "%s", rt->nodes[asked].host);
+        else if (m->element[0]->len < sizeof host)
+            memcpy(host, m->element[0]->str, m->element[0]->len + 1);
+        else
+            return TW_EPROTO;
+        int idx = rr_add_node(rt, host, (int)m->element[1]->integer);
+        if (idx < 0)
+            return idx;
+        for (long long s = lo; s <= hi; s++)
+            rt->slot_node[s] = (uint16_t)idx;
+    }
+    rt->cluster = true;
+    rt->map_stale = false;
+    return 0;
+}
+
+/* Ask node i for the map. 0 (map loaded, or standalone found), TW_EIO,
+ * TW_EPROTO, TW_ENOMEM. */
+static int rr_refresh_from(struct tw_rr_router *rt, size_t i)
+{
+    if (rr_connect(rt, i) != 0)
+        return TW_EIO;
+    redisReply *r = redisCommand(rt->nodes[i].c, "CLUSTER SLOTS");
+    if (!r) {
+        rr_drop(&rt->nodes[i]);
+        return TW_EIO;
+    }
+    int rc;
+    if (r->type == REDIS_REPLY_ERROR) {
+        if (strstr(r->str, "cluster support disabled")) {
+            rt->cluster = false;
+            rt->map_stale = false;
+            if (i != 0) { /* the standalone server becomes node 0 */
+                struct tw_rr_node t = rt->nodes[0];
+                rt->nodes[0] = rt->nodes[i];
+                rt->nodes[i] = t;
+            }
+            rc = 0;
+        } else if (strncmp(r->str, "LOADING", 7) == 0) {
+            rc = TW_EIO;
+        } else {
+            rc = TW_EPROTO;
+        }
+    } else {
+        rc = rr_load_slots(rt, i, r);
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
+static int rr_refresh(struct tw_rr_router *rt)
+{
+    int rc = TW_EIO;
+    /* Known nodes, connected ones first. */
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t i = 0; i < rt->nnodes; i++) {
+            if ((pass == 0) != (rt->nodes[i].c != NULL))
+                continue;
+            rc = rr_refresh_from(rt, i);
+            if (rc == 0 || rc == TW_ENOMEM)
+                return rc;
+        }
+    return rc;
+}
+
+int tw_rr_router_init(struct tw_rr_router *rt, const char *const *seeds, size_t nseeds,
+                      uint32_t connect_timeout_ms, uint32_t command_timeout_ms)
+{
+    memset(rt, 0, sizeof *rt);
+    rt->connect_timeout_ms = connect_timeout_ms;
+    rt->command_timeout_ms = command_timeout_ms;
+    for (size_t i = 0; i < nseeds; i++) {
+        char host[256];
+        int port, rc = tw_rr_parse_addr(seeds[i], host, sizeof host, &port);
+        if (rc == 0)
+            rc = rr_add_node(rt, host, port);
+        if (rc < 0) {
+            tw_rr_router_free(rt);
+            return rc == TW_EPROTO ? TW_EINVAL : rc;
+        }
+    }
+    int rc = TW_EIO;
+    for (size_t i = 0; i < rt->nnodes && rc != 0 && rc != TW_ENOMEM; i++)
+        rc = rr_refresh_from(rt, i);
+    if (rc != 0) {
+        tw_rr_router_free(rt);
+        return rc;
+    }
+    return 0;
+}
+
+void tw_rr_router_free(struct tw_rr_router *rt)
+{
+    for (size_t i = 0; i < rt->nnodes; i++)
+        rr_drop(&rt->nodes[i]);
+    free(rt->nodes);
+    free(rt->slot_node);
+    memset(rt, 0, sizeof *rt);
+}
+
+int tw_rr_node_of(const struct tw_rr_router *rt, int slot)
+{
+    if (!rt->cluster || slot < 0)
+        return 0;
+    uint16_t n = rt->slot_node[slot];
+    return n == UINT16_MAX ? -1 : n;
+}
+
+/* The node for a slot; -1 when the map does not know it. */
+static int rr_node_for(struct tw_rr_router *rt, int slot)
+{
+    if (!rt->cluster || slot < 0)
+        return 0;
+    uint16_t n = rt->slot_node[slot];
+    return n == UINT16_MAX ? -1 : n;
+}
+
+static int rr_redirect_target(struct tw_rr_router *rt, size_t from, const char *msg, int *slot)
+{
+    /* "MOVED 3999 127.0.0.1:6381" / "ASK 3999 :6381" */
+    const char *sp = strchr(msg, ' ');
+    if (!sp)
+        return TW_EPROTO;
+    char *end;
+    long s = strtol(sp + 1, &end, 10);
+    if (*end != ' ' || s < 0 || s >= (long)TW_RR_SLOTS)
+        return TW_EPROTO;
+    const char *addr = end + 1;
+    char host[256];
+    int port;
+    if (addr[0] == ':') {
+        char buf[300];
+        snprintf(buf, sizeof buf, "%s%s", rt->nodes[from].host, addr);
+        if (tw_rr_parse_addr(buf, host, sizeof host, &port) != 0)
+            return TW_EPROTO;
+    } else if (tw_rr_parse_addr(addr, host, sizeof host, &port) != 0) {
+        return TW_EPROTO;
+    }
+    *slot = (int)s;
+    return rr_add_node(rt, host, port);
+}
+
+static bool rr_is_retry_error(const redisReply *r)
+{
+    static const char *const pre[] = {"LOADING", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN",
+                                      "BUSY "};
+    for (size_t i = 0; i < sizeof pre / sizeof pre[0]; i++)
+        if (strncmp(r->str, pre[i], strlen(pre[i])) == 0)
+            return true;
+    return false;
+}
+
+static void rr_wait(struct tw_rr_router *rt, size_t node, uint64_t deadline)
+{
+    uint64_t now = tw_rr_mono_ns(), until = rt->nodes[node].next_try_ns;
+    if (until < now + RR_BACKOFF_MIN_MS * 1000000u)
+        until = now + RR_BACKOFF_MIN_MS * 1000000u;
+    if (until > deadline)
+        until = deadline;
+    if (until > now)
+        tw_rr_sleep_ms((uint32_t)((until - now + 999999) / 1000000));
+}
+
+int tw_rr_command(struct tw_rr_router *rt, int slot, int argc, const char **argv,
+                  const size_t *lens, redisReply **reply)
+{
+    uint64_t deadline = tw_rr_mono_ns() + (uint64_t)rt->command_timeout_ms * 1000000u;
+    int ask = -1;
+    for (;;) {
+        if (rt->cluster && rt->map_stale) {
+            int rc = rr_refresh(rt);
+            if (rc == TW_ENOMEM)
+                return rc;
+        }
+        int n = ask >= 0 ? ask : rr_node_for(rt, slot);
+        if (n < 0) { /* slot unknown: refresh and retry */
+            rt->map_stale = true;
+            if (tw_rr_mono_ns() >= deadline)
+                return TW_EIO;
+            tw_rr_sleep_ms(RR_BACKOFF_MIN_MS);
+            continue;
+        }
+        struct tw_rr_node *nd = &rt->nodes[n];
+        if (rr_connect(rt, (size_t)n) != 0) {
+            if (rt->cluster)
+                rt->map_stale = true;
+            if (tw_rr_mono_ns() >= deadline)
+                return TW_EIO;
+            rr_wait(rt, (size_t)n, deadline);
+            continue;
+        }
+        redisReply *r = NULL;
+        bool ok;
+        if (ask >= 0) {
+            ok = redisAppendCommand(nd->c, "ASKING") == REDIS_OK &&
+                 redisAppendCommandArgv(nd->c, argc, argv, lens) == REDIS_OK;
+            void *a = NULL;
+            ok = ok && redisGetReply(nd->c, &a) == REDIS_OK;
+            if (a)
+                freeReplyObject(a);
+            ok = ok && redisGetReply(nd->c, (void **)&r) == REDIS_OK;
+            ask = -1;
+        } else {
+            r = redisCommandArgv(nd->c, argc, argv, lens);
+            ok = r != NULL;
+        }
+        if (!ok || !r) {
+            if (r)
+                freeReplyObject(r);
+            int oom = nd->c && nd->c->err == REDIS_ERR_OOM;
+            rr_drop(nd);
+            if (oom)
+                return TW_ENOMEM;
+            if (rt->cluster)
+                rt->map_stale = true;
+            if (tw_rr_mono_ns() >= deadline)
+                return TW_EIO;
+            continue; /* reconnect at once */
+        }
+        if (r->type == REDIS_REPLY_ERROR && rt->cluster &&
+            (strncmp(r->str, "MOVED ", 6) == 0 || strncmp(r->str, "ASK ", 4) == 0)) {
+            int s, idx = rr_redirect_target(rt, (size_t)n, r->str, &s);
+            bool moved = r->str[0] == 'M';
+            freeReplyObject(r);
+            if (idx < 0)
+                return idx == TW_ENOMEM ? TW_ENOMEM : TW_EPROTO;
+            if (moved) {
+                rt->slot_node[s] = (uint16_t)idx;
+                rt->map_stale = true;
+            } else {
+                ask = idx;
+            }
+            if (tw_rr_mono_ns() >= deadline)
+                return TW_EIO;
+            continue;
+        }
+        if (r->type == REDIS_REPLY_ERROR && rr_is_retry_error(r)) {
+            freeReplyObject(r);
+            if (rt->cluster)
+                rt->map_stale = true;
+            if (tw_rr_mono_ns() >= deadline)
+                return TW_EIO;
+            rr_backoff(nd);
+            rr_wait(rt, (size_t)n, deadline);
+            nd->next_try_ns = 0;
+            continue;
+        }
+        *reply = r;
+        return 0;
+    }
+}
+
+int tw_rr_eval(struct tw_rr_router *rt, unsigned id, int slot, int nkeys, int nargs,
+               const char **argv, const size_t *lens, redisReply **reply)
+{
+    const char *av[RR_ARGV_MAX];
+    size_t al[RR_ARGV_MAX];
+    char nk[16];
+    int argc = 3 + nkeys + nargs;
+    if (argc > RR_ARGV_MAX)
+        return TW_EINVAL;
+    snprintf(nk, sizeof nk, "%d", nkeys);
+    av[0] = "EVALSHA";
+    al[0] = 7;
+    av[1] = rt->shas[id];
+    al[1] = strlen(av[1]);
+    av[2] = nk;
+    al[2] = strlen(nk);
+    memcpy(av + 3, argv, (size_t)(nkeys + nargs) * sizeof *av);
+    memcpy(al + 3, lens, (size_t)(nkeys + nargs) * sizeof *al);
+    redisReply *r;
+    int rc = tw_rr_command(rt, slot, argc, av, al, &r);
+    if (rc)
+        return rc;
+    if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) {
+        freeReplyObject(r);
+        av[0] = "EVAL";
+        al[0] = 4;
+        av[1] = rt->bodies[id];
+        al[1] = strlen(av[1]);
+        rc = tw_rr_command(rt, slot, argc, av, al, &r);
+        if (rc)
+            return rc;
+    }
+    if (r->type == REDIS_REPLY_ERROR) {
+        freeReplyObject(r);
+        return TW_EPROTO;
+    }
+    *reply = r;
+    return 0;
+}
+
+int tw_rr_eval_many(struct tw_rr_router *rt, unsigned id, size_t n, int nkeys,
+                    tw_rr_build_fn *build, void *ctx, tw_rr_check_fn *check)
+{
+    const char *av[RR_ARGV_MAX];
+    size_t al[RR_ARGV_MAX];
+    char nk[16];
+    int nargs;
+    snprintf(nk, sizeof nk, "%d", nkeys);
+    int *node = malloc(RR_PIPE_CHUNK * sizeof *node);
+    unsigned char *redo = malloc(RR_PIPE_CHUNK);
+    if (!node || !redo) {
+        free(node);
+        free(redo);
+        return TW_ENOMEM;
+    }
+    int rc = 0;
+    for (size_t base = 0; base < n && rc == 0; base += RR_PIPE_CHUNK) {
+        size_t m = n - base < RR_PIPE_CHUNK ? n - base : RR_PIPE_CHUNK;
+        /* Send. A node that is not connected, or a slot the map does not
+         * know, is left to the one-by-one path (which connects and waits). */
+        for (size_t j = 0; j < m && rc == 0; j++) {
+            int slot;
+            av[0] = "EVALSHA";
+            al[0] = 7;
+            av[1] = rt->shas[id];
+            al[1] = strlen(av[1]);
+            av[2] = nk;
+            al[2] = strlen(nk);
+            rc = build(ctx, base + j, &slot, av + 3, al + 3, &nargs);
+            if (rc)
+                break;
+            int argc = 3 + nkeys + nargs;
+            if (argc > RR_ARGV_MAX) {
+                rc = TW_EINVAL;
+                break;
+            }
+            int nd = rr_node_for(rt, slot);
+            if (nd >= 0 && !rt->nodes[nd].c)
+                (void)rr_connect(rt, (size_t)nd);
+            node[j] = nd;
+            redo[j] = 0;
+            if (nd < 0 || !rt->nodes[nd].c) {
+                redo[j] = 1;
+                node[j] = -1;
+            } else if (redisAppendCommandArgv(rt->nodes[nd].c, argc, av, al) != REDIS_OK) {
+                rc = TW_ENOMEM;
+            }
+        }
+        /* Receive, in order (each node answers its commands in order). */
+        for (size_t j = 0; j < m && rc == 0; j++) {
+            if (node[j] < 0)
+                continue;
+            redisReply *r = NULL;
+            if (redisGetReply(rt->nodes[node[j]].c, (void **)&r) != REDIS_OK || !r) {
+                rc = TW_EIO;
+                break;
+            }
+            if (r->type == REDIS_REPLY_ERROR &&
+                (strncmp(r->str, "NOSCRIPT", 8) == 0 || strncmp(r->str, "MOVED ", 6) == 0 ||
+                 strncmp(r->str, "ASK ", 4) == 0 || rr_is_retry_error(r))) {
+                redo[j] = 1;
+                if (r->str[0] == 'M' || r->str[0] == 'A')
+                    rt->map_stale = true;
+            } else if (r->type == REDIS_REPLY_ERROR) {
+                rc = TW_EPROTO;
+            } else if (check(ctx, base + j, r) != 0) {
+                rc = TW_EPROTO;
+            }
+            freeReplyObject(r);
+        }
+        if (rc) { /* replies may be left unread: drop every connection */
+            for (size_t i = 0; i < rt->nnodes; i++)
+                rr_drop(&rt->nodes[i]);
+            break;
+        }
+        for (size_t j = 0; j < m && rc == 0; j++) {
+            if (!redo[j])
+                continue;
+            int slot;
+            rc = build(ctx, base + j, &slot, av + 3, al + 3, &nargs);
+            if (rc)
+                break;
+            redisReply *r;
+            rc = tw_rr_eval(rt, id, slot, nkeys, nargs, av + 3, al + 3, &r);
+            if (rc == 0) {
+                rc = check(ctx, base + j, r) ? TW_EPROTO : 0;
+                freeReplyObject(r);
+            }
+        }
+    }
+    free(node);
+    free(redo);
+    return rc;
+}

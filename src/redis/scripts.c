@@ -1,0 +1,166 @@
+/* SPDX-License-Identifier: MIT */
+/* twheel Redis layer: the Lua scripts (schema and costs: see redis.c).
+ *
+ * Every script takes the same five keys of one partition (one cluster slot):
+ *   KEYS[1] due    ZSET  key -> due ms        (tasks waiting, not leased)
+ *   KEYS[2] lease  ZSET  key -> lease end ms  (tasks claimed by a worker)
+ *   KEYS[3] task   HASH  key -> "token attempt due " .. payload
+ *   KEYS[4] seq    STRING lease token counter
+ *   KEYS[5] hold   STRING latest window end claimed by any worker (ms, with a TTL)
+ * A task is in exactly one of due and lease. token 0 = not leased; tokens
+ * come from seq and are never reused, so a token names one lease of one
+ * arming. attempt counts starts (START increments it).
+ * Times come from redis.call('TIME') (Redis 7 replicates scripts by effects,
+ * so TIME is allowed). Due times are whole ms, rounded up from the server's
+ * microseconds, so that a task is never due before set's instant + delay.
+ */
+#include "redis_internal.h"
+
+#define PRELUDE                                                                            \
+    "local function now_us() local t = redis.call('TIME') "                                \
+    "return tonumber(t[1]) * 1000000 + tonumber(t[2]) end\n"                               \
+    "local function parse(v) local tok, att, due, pos = "                                  \
+    "string.match(v, '^(%d+) (%d+) (%d+) ()') "                                            \
+    "return tonumber(tok), tonumber(att), tonumber(due), pos end\n"                        \
+    "local function rec(tok, att, due, p) "                                                \
+    "return string.format('%d %d %d ', tok, att, due) .. p end\n"                          \
+    "local function hold() return tonumber(redis.call('GET', KEYS[5]) or '0') end\n"     \
+    "local function due_at(now, d) return math.floor((now + 999) / 1000) + d end\n"        \
+    /* the lease of `k` is held by token `t` and still running at `now` */                 \
+    "local function held(k, tok, t, now) if tok ~= t then return false end "               \
+    "local ls = redis.call('ZSCORE', KEYS[2], k) "                                         \
+    "return ls and tonumber(ls) * 1000 > now end\n"
+
+/* ARGV: channel, then key, payload, delay_ms triples (one partition; a
+ * key given twice: the last wins) -> number of ARGV. One PUBLISH at most,
+ * with the earliest due time that falls before hold. */
+#define SET_LUA                                                                            \
+    "local t = redis.call('TIME')\n"                                                        \
+    "local now = math.floor((tonumber(t[1]) * 1000000 + tonumber(t[2]) + 999) / 1000)\n"    \
+    "local h = tonumber(redis.call('GET', KEYS[5]) or '0')\n"                               \
+    "local hs, zs, zr, first = {}, {}, {}, nil\n"                                           \
+    "for i = 2, #ARGV, 3 do local k = ARGV[i] local due = now + tonumber(ARGV[i + 2])\n"   \
+    "  hs[#hs + 1] = k hs[#hs + 1] = string.format('0 0 %d ', due) .. ARGV[i + 1]\n"       \
+    "  zs[#zs + 1] = due zs[#zs + 1] = k zr[#zr + 1] = k\n"                                 \
+    "  if due < h and (not first or due < first) then first = due end\n"                    \
+    "end\n"                                                                                 \
+    "redis.call('HSET', KEYS[3], unpack(hs))\n"                                             \
+    "redis.call('ZREM', KEYS[2], unpack(zr))\n"                                             \
+    "redis.call('ZADD', KEYS[1], unpack(zs))\n"                                             \
+    "if first then redis.call('PUBLISH', ARGV[1], first) end\n"                             \
+    "return #ARGV\n"
+
+/* ARGV: key, delay_ms, channel -> due ms, or -1 (absent) */
+#define MOVE_LUA                                                                           \
+    PRELUDE "local v = redis.call('HGET', KEYS[3], ARGV[1])\n"                             \
+    "if not v then return -1 end\n"                                                        \
+    "local tok, att, due, pos = parse(v)\n"                                                \
+    "due = due_at(now_us(), tonumber(ARGV[2]))\n"                                          \
+    "redis.call('HSET', KEYS[3], ARGV[1], rec(0, 0, due, string.sub(v, pos)))\n"           \
+    "redis.call('ZREM', KEYS[2], ARGV[1])\n"                                               \
+    "redis.call('ZADD', KEYS[1], due, ARGV[1])\n"                                          \
+    "if due < hold() then redis.call('PUBLISH', ARGV[3], due) end\n"                       \
+    "return due\n"
+
+/* ARGV: key -> 0, or -1 (absent) */
+#define REMOVE_LUA                                                                         \
+    "if redis.call('HDEL', KEYS[3], ARGV[1]) == 0 then return -1 end\n"                    \
+    "redis.call('ZREM', KEYS[1], ARGV[1])\n"                                               \
+    "redis.call('ZREM', KEYS[2], ARGV[1])\n"                                               \
+    "return 0\n"
+
+/* ARGV: window_ms, n, lease_ms, max_bytes
+ * -> {now_us, recovered, key1, due1, token1, payload1, key2, ...}
+ * First moves up to n expired leases back to due (their due time kept),
+ * then leases up to n tasks due by now + window (earliest first), stopping
+ * early once the payloads pass max_bytes. A lease ends lease_ms after the
+ * later of now and the task's due time. */
+#define CLAIM_LUA                                                                          \
+    PRELUDE "local now = now_us() local now_ms = math.floor(now / 1000)\n"                 \
+    "local n = tonumber(ARGV[2]) local lease = tonumber(ARGV[3])\n"                        \
+    "local recovered = 0\n"                                                                \
+    "local exp = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now_ms, 'LIMIT', 0, n)\n"    \
+    "for i = 1, #exp do local k = exp[i]\n"                                                \
+    "  local v = redis.call('HGET', KEYS[3], k) redis.call('ZREM', KEYS[2], k)\n"          \
+    "  if v then local tok, att, due, pos = parse(v)\n"                                    \
+    "    redis.call('HSET', KEYS[3], k, rec(0, att, due, string.sub(v, pos)))\n"           \
+    "    redis.call('ZADD', KEYS[1], due, k) recovered = recovered + 1 end\n"              \
+    "end\n"                                                                                \
+    "local hi = now_ms + tonumber(ARGV[1])\n"                                              \
+    "local ks = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', hi, 'LIMIT', 0, n)\n"         \
+    "local out = {now, recovered} local bytes = 0\n"                                       \
+    "for i = 1, #ks do local k = ks[i]\n"                                                  \
+    "  if bytes > tonumber(ARGV[4]) then break end\n"                                      \
+    "  local v = redis.call('HGET', KEYS[3], k) redis.call('ZREM', KEYS[1], k)\n"          \
+    "  if v then local tok, att, due, pos = parse(v)\n"                                    \
+    "    local t = redis.call('INCR', KEYS[4]) local p = string.sub(v, pos)\n"             \
+    "    redis.call('HSET', KEYS[3], k, rec(t, att, due, p))\n"                            \
+    "    redis.call('ZADD', KEYS[2], math.max(due, now_ms) + lease, k)\n"                  \
+    "    out[#out + 1] = k out[#out + 1] = due out[#out + 1] = t out[#out + 1] = p\n"      \
+    "    bytes = bytes + #p + #k end\n"                                                    \
+    "end\n"                                                                                \
+    "if hi > hold() then redis.call('SET', KEYS[5], hi, 'PX', 2 * tonumber(ARGV[1]) + 1000) end\n" \
+    "return out\n"
+
+/* ARGV: lease_ms, then key, token pairs (a batch of one partition)
+ * -> {now_us, s1, a1, s2, a2, ...} per task: s = 1 start now (a = attempt;
+ *    the lease is renewed to now + lease_ms), s = 0 not due yet by the
+ *    server's clock (a = microseconds to wait), s = -1 lease gone (a = 0). */
+#define START_LUA                                                                          \
+    PRELUDE "local now = now_us() local lease = math.floor(now / 1000) + tonumber(ARGV[1])\n" \
+    "local out = {now}\n"                                                                   \
+    "for i = 2, #ARGV, 2 do local k = ARGV[i] local s, a = -1, 0\n"                         \
+    "  local v = redis.call('HGET', KEYS[3], k)\n"                                          \
+    "  if v then local tok, att, due, pos = parse(v)\n"                                     \
+    "    if held(k, tok, tonumber(ARGV[i + 1]), now) then\n"                                \
+    "      if now < due * 1000 then s = 0 a = due * 1000 - now else s = 1 a = att + 1\n"   \
+    "        redis.call('HSET', KEYS[3], k, rec(tok, a, due, string.sub(v, pos)))\n"        \
+    "        redis.call('ZADD', KEYS[2], lease, k) end\n"                                   \
+    "    end\n"                                                                             \
+    "  end\n"                                                                               \
+    "  out[#out + 1] = s out[#out + 1] = a\n"                                               \
+    "end\n"                                                                                 \
+    "return out\n"
+
+/* ARGV: key, token pairs (one partition) -> {r1, r2, ...}: 1 deleted, 0 stale
+ * (not our lease any more: nothing deleted) */
+#define ACK_LUA                                                                            \
+    PRELUDE "local now = now_us() local out = {}\n"                                         \
+    "for i = 1, #ARGV, 2 do local k = ARGV[i] local r = 0\n"                                \
+    "  local v = redis.call('HGET', KEYS[3], k)\n"                                          \
+    "  if v and held(k, (parse(v)), tonumber(ARGV[i + 1]), now) then\n"                     \
+    "    redis.call('HDEL', KEYS[3], k) redis.call('ZREM', KEYS[2], k) r = 1 end\n"         \
+    "  out[#out + 1] = r\n"                                                                 \
+    "end\n"                                                                                 \
+    "return out\n"
+
+/* ARGV: key, token, retry_base_ms, retry_max_ms, channel -> 1 rescheduled, 0 stale */
+#define FAIL_LUA                                                                           \
+    PRELUDE "local v = redis.call('HGET', KEYS[3], ARGV[1])\n"                             \
+    "if not v then return 0 end\n"                                                         \
+    "local tok, att, due, pos = parse(v) local now = now_us()\n"                           \
+    "if not held(ARGV[1], tok, tonumber(ARGV[2]), now) then return 0 end\n"                \
+    "local d = tonumber(ARGV[3]) * 2 ^ math.max(att - 1, 0)\n"                             \
+    "if d > tonumber(ARGV[4]) then d = tonumber(ARGV[4]) end\n"                            \
+    "due = due_at(now, d)\n"                                                               \
+    "redis.call('HSET', KEYS[3], ARGV[1], rec(0, att, due, string.sub(v, pos)))\n"         \
+    "redis.call('ZREM', KEYS[2], ARGV[1]) redis.call('ZADD', KEYS[1], due, ARGV[1])\n"     \
+    "if due < hold() then redis.call('PUBLISH', ARGV[5], due) end\n"                       \
+    "return 1\n"
+
+/* ARGV: key, token, channel -> 1 released (due again at its due time), 0 stale */
+#define RELEASE_LUA                                                                        \
+    PRELUDE "local v = redis.call('HGET', KEYS[3], ARGV[1])\n"                             \
+    "if not v then return 0 end\n"                                                         \
+    "local tok, att, due, pos = parse(v)\n"                                                \
+    "if tok ~= tonumber(ARGV[2]) then return 0 end\n"                                      \
+    "redis.call('HSET', KEYS[3], ARGV[1], rec(0, att, due, string.sub(v, pos)))\n"         \
+    "redis.call('ZREM', KEYS[2], ARGV[1]) redis.call('ZADD', KEYS[1], due, ARGV[1])\n"     \
+    "if due <= hold() then redis.call('PUBLISH', ARGV[3], due) end\n"                      \
+    "return 1\n"
+
+const char *const tw_rr_scripts[TW_RR_NSCRIPTS] = {
+    [TW_RR_SET] = SET_LUA,         [TW_RR_MOVE] = MOVE_LUA,   [TW_RR_REMOVE] = REMOVE_LUA,
+    [TW_RR_CLAIM] = CLAIM_LUA,     [TW_RR_START] = START_LUA, [TW_RR_ACK] = ACK_LUA,
+    [TW_RR_FAIL] = FAIL_LUA,       [TW_RR_RELEASE] = RELEASE_LUA,
+};

@@ -1,0 +1,130 @@
+/* SPDX-License-Identifier: MIT */
+/* Test fixture for the Redis layer: real redis-server processes, no mocks.
+ *
+ * Starts redis-server on 127.0.0.1 at a free port in a fresh mkdtemp
+ * directory, waits (bounded) until PING answers PONG, and stops it (SIGTERM,
+ * SIGKILL after a bound, waitpid, directory removed). Also a three-master
+ * Redis Cluster (redis-cli --cluster create), slot migration by hand
+ * (SETSLOT IMPORTING/MIGRATING, MIGRATE in batches, SETSLOT NODE), and
+ * fork/exec of worker processes that a test can SIGKILL.
+ *
+ * Safety: every child (server or worker) is started with PR_SET_PDEATHSIG =
+ * SIGKILL, so it dies with the test even if the test is SIGKILLed; every
+ * child still running at exit() is killed and reaped and every directory
+ * removed by an atexit handler, so a failing test leaves no zombie, no
+ * server and no directory. A test SIGKILLed itself leaves its directories:
+ * the first rfx_start of a process removes such leftovers (ours, idle for
+ * 10 minutes, their server gone). The registry behind that is the one piece of
+ * global state, guarded by a mutex; it belongs to the test process only.
+ *
+ * Every function returns 0 on success and -1 on failure, after printing the
+ * reason on stderr prefixed "rfx:". Not async-signal-safe. The redis-server
+ * and redis-cli binaries are found in PATH, or in $RFX_REDIS_SERVER and
+ * $RFX_REDIS_CLI.
+ */
+#ifndef TWHEEL_TESTS_REDIS_FIXTURE_H
+#define TWHEEL_TESTS_REDIS_FIXTURE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <hiredis/hiredis.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* How to start a server. Zero-initialised = plain server, no persistence. */
+struct rfx_options {
+    bool appendonly;            /* --appendonly yes */
+    const char *appendfsync;    /* "always", "everysec", "no"; NULL: Redis default */
+    bool cluster;               /* --cluster-enabled yes (bus port = port + 10000) */
+    const char *const *extra;   /* more arguments, NULL-terminated; must outlive the server */
+};
+
+struct rfx_server {
+    pid_t pid;                  /* 0 when not running */
+    int port;
+    char dir[256];              /* the server's own temporary directory */
+    char addr[32];              /* "127.0.0.1:port" */
+    struct rfx_options opts;    /* kept for rfx_restart */
+    int slot_;                  /* registry index (internal) */
+};
+
+/* Start a server at a free port in a new directory. */
+int rfx_start(struct rfx_server *s, const struct rfx_options *opts);
+/* SIGTERM, then SIGKILL after 5 s; reap it; remove its directory. Idempotent. */
+int rfx_stop(struct rfx_server *s);
+/* SIGKILL and reap; the directory and the port stay for rfx_restart. */
+int rfx_kill(struct rfx_server *s);
+/* Start it again on the same port and directory (AOF, if on, is reloaded);
+ * kills it first if it is running. Waits until it answers PONG (not LOADING). */
+int rfx_restart(struct rfx_server *s);
+/* "127.0.0.1:port". */
+const char *rfx_addr(const struct rfx_server *s);
+/* A new control connection (1 s connect timeout, 10 s command timeout), or NULL. */
+redisContext *rfx_connect(const struct rfx_server *s);
+/* One command on a fresh connection, reply checked: 0 if it is not an error. */
+int rfx_command(const struct rfx_server *s, const char *fmt, ...);
+/* One INFO field as an integer/decimal (e.g. "used_memory", "used_cpu_sys"). */
+int rfx_info_double(const struct rfx_server *s, const char *field, double *out);
+/* The server's clock (TIME), microseconds since the epoch. */
+int rfx_time_us(const struct rfx_server *s, uint64_t *out);
+
+/* ---- cluster ----------------------------------------------------------- */
+#define RFX_CLUSTER_MAX 8
+
+struct rfx_cluster {
+    size_t n;
+    struct rfx_server node[RFX_CLUSTER_MAX];
+    char id[RFX_CLUSTER_MAX][48]; /* CLUSTER MYID of each node */
+    const char *addrs[RFX_CLUSTER_MAX]; /* node[i].addr, ready for a seed list */
+};
+
+/* Start n (3..RFX_CLUSTER_MAX) masters, no replicas, slots spread evenly;
+ * returns when every node reports cluster_state:ok and knows every master. */
+int rfx_cluster_start(struct rfx_cluster *c, size_t n);
+/* Stop every node. Idempotent. */
+int rfx_cluster_stop(struct rfx_cluster *c);
+/* Index of the node that owns @p slot (by node 0's view), or -1. */
+int rfx_cluster_owner(const struct rfx_cluster *c, unsigned slot);
+/* A slot owned by node @p from that holds at least one key, or -1. */
+int rfx_cluster_busy_slot(const struct rfx_cluster *c, size_t from);
+/* Move @p slot with its keys to node @p to: IMPORTING on the target,
+ * MIGRATING on the source, MIGRATE keys in batches of 100, SETSLOT NODE on
+ * every node (target first). Nothing to do if @p to owns it already. */
+int rfx_cluster_migrate_slot(struct rfx_cluster *c, unsigned slot, size_t to);
+/* Keys stored on node i (DBSIZE). */
+int rfx_dbsize(const struct rfx_server *s, uint64_t *out);
+/* Redis Cluster hash slot of a key (CRC16 with {hash tags}). */
+unsigned rfx_key_slot(const void *key, size_t len);
+
+/* ---- worker processes -------------------------------------------------- */
+/* fork + execv(argv[0], argv) with PDEATHSIG; stdout/stderr inherited unless
+ * @p log is given (then both go there, appended). The pid is registered for
+ * the atexit cleanup. */
+int rfx_spawn(pid_t *out, char *const argv[], const char *log);
+/* Send a signal to a process started by rfx_spawn. */
+int rfx_signal(pid_t pid, int sig);
+/* Wait up to timeout_ms for it to exit; 0 and *status (waitpid's) when it
+ * did, -1 on timeout (still registered, still running). */
+int rfx_wait(pid_t pid, int timeout_ms, int *status);
+/* SIGKILL and reap (for cleanup paths). */
+void rfx_reap(pid_t pid);
+
+/* For long-running programs (bench, demo): on SIGINT, SIGTERM or SIGHUP kill
+ * and reap every child, then die of the signal. */
+void rfx_cleanup_on_signals(void);
+
+/* Milliseconds / microseconds of CLOCK_REALTIME and CLOCK_MONOTONIC. */
+uint64_t rfx_realtime_us(void);
+uint64_t rfx_mono_ms(void);
+void rfx_sleep_ms(unsigned ms);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TWHEEL_TESTS_REDIS_FIXTURE_H */

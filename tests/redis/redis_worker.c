@@ -1,0 +1,339 @@
+/* SPDX-License-Identifier: MIT */
+/* redis_worker: one worker process for the Redis layer's fault tests, the W7
+ * benchmark and the demo scene. Started (and SIGKILLed) by them through the
+ * fixture's rfx_spawn.
+ *
+ * Every delivery is appended to --out as one line, written with one write()
+ * before execute returns, so a SIGKILL loses no delivery that was
+ * acknowledged:
+ *
+ *     <key> <attempt> <due_ms> <start_us> <pid>\n
+ *
+ * (start_us: CLOCK_REALTIME at the start of execute; the servers run on the
+ * same machine, so it is comparable with the Redis clock.)
+ *
+ * Modes:
+ *   --mode wheel  (default) a tw_redis worker: the layer under test.
+ *   --mode poll   the polling baseline of W7, as Sidekiq's scheduled set and
+ *                 Redisson's delayed queue do it: one sorted set <queue>:zset
+ *                 scored by due time (ms, Redis clock), members "<key>|<payload>";
+ *                 every --interval-ms one Lua call claims up to --batch due
+ *                 members (ZRANGEBYSCORE ... LIMIT + ZREM), repeated while a
+ *                 full batch comes back. Nothing is leased: at most once.
+ *
+ * SIGTERM or SIGINT: stop cleanly (tw_redis_stop, stats to --stats, exit 0).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <hiredis/hiredis.h>
+
+#include "twheel/redis.h"
+
+#define MAX_SERVERS 16
+
+struct opts {
+    const char *servers[MAX_SERVERS];
+    size_t nservers;
+    const char *queue;
+    const char *out;
+    const char *stats;
+    const char *mode;
+    uint32_t partitions, threads, lease_ms, window_ms, tick_ms;
+    uint32_t exec_us, interval_ms, batch;
+};
+
+static int out_fd = -1;
+static pid_t self;
+
+static uint64_t realtime_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+static void record(const char *key, size_t key_len, uint32_t attempt, uint64_t due_ms,
+                   uint64_t start_us)
+{
+    char line[TW_REDIS_KEY_MAX + 96];
+    if (key_len > TW_REDIS_KEY_MAX)
+        key_len = TW_REDIS_KEY_MAX;
+    int n = snprintf(line, sizeof line, "%.*s %" PRIu32 " %" PRIu64 " %" PRIu64 " %d\n",
+                     (int)key_len, key, attempt, due_ms, start_us, (int)self);
+    if (n <= 0 || out_fd < 0)
+        return;
+    size_t len = (size_t)n < sizeof line ? (size_t)n : sizeof line - 1;
+    for (size_t off = 0; off < len;) {
+        ssize_t w = write(out_fd, line + off, len - off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            break;
+        off += (size_t)w;
+    }
+}
+
+static void busy_us(uint32_t us)
+{
+    if (!us)
+        return;
+    struct timespec ts = {(time_t)(us / 1000000u), (long)(us % 1000000u) * 1000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+static enum tw_redis_result execute(void *arg, const struct tw_redis_task *t)
+{
+    const struct opts *o = arg;
+    uint64_t start = realtime_us();
+    record(t->key, t->key_len, t->attempt, t->due_ms, start);
+    busy_us(o->exec_us);
+    return TW_REDIS_DONE;
+}
+
+static int parse_u32(const char *s, uint32_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(s, &end, 10);
+    if (errno || *end || end == s || v > UINT32_MAX)
+        return -1;
+    *out = (uint32_t)v;
+    return 0;
+}
+
+static int parse(int argc, char **argv, struct opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->queue = "twq";
+    o->mode = "wheel";
+    o->interval_ms = 100;
+    o->batch = 1000;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v) {
+            fprintf(stderr, "redis_worker: %s needs a value\n", a);
+            return -1;
+        }
+        i++;
+        int rc = 0;
+        if (!strcmp(a, "--servers")) {
+            char *copy = strdup(v);
+            if (!copy)
+                return -1;
+            for (char *save = NULL, *t = strtok_r(copy, ",", &save); t && o->nservers < MAX_SERVERS;
+                 t = strtok_r(NULL, ",", &save))
+                o->servers[o->nservers++] = t; /* copy lives until exit */
+        } else if (!strcmp(a, "--queue"))
+            o->queue = v;
+        else if (!strcmp(a, "--out"))
+            o->out = v;
+        else if (!strcmp(a, "--stats"))
+            o->stats = v;
+        else if (!strcmp(a, "--mode"))
+            o->mode = v;
+        else if (!strcmp(a, "--partitions"))
+            rc = parse_u32(v, &o->partitions);
+        else if (!strcmp(a, "--threads"))
+            rc = parse_u32(v, &o->threads);
+        else if (!strcmp(a, "--lease-ms"))
+            rc = parse_u32(v, &o->lease_ms);
+        else if (!strcmp(a, "--window-ms"))
+            rc = parse_u32(v, &o->window_ms);
+        else if (!strcmp(a, "--tick-ms"))
+            rc = parse_u32(v, &o->tick_ms);
+        else if (!strcmp(a, "--exec-us"))
+            rc = parse_u32(v, &o->exec_us);
+        else if (!strcmp(a, "--interval-ms"))
+            rc = parse_u32(v, &o->interval_ms);
+        else if (!strcmp(a, "--batch"))
+            rc = parse_u32(v, &o->batch);
+        else
+            rc = -1;
+        if (rc) {
+            fprintf(stderr, "redis_worker: bad option %s %s\n", a, v);
+            return -1;
+        }
+    }
+    if (!o->nservers || !o->out) {
+        fprintf(stderr, "redis_worker: --servers and --out are required\n");
+        return -1;
+    }
+    return 0;
+}
+
+/* Wait for SIGTERM/SIGINT up to timeout_ms (-1: forever). 1 if one came. */
+static int wait_signal(const sigset_t *set, int timeout_ms)
+{
+    if (timeout_ms < 0) {
+        int sig;
+        return sigwait(set, &sig) == 0;
+    }
+    struct timespec ts = {timeout_ms / 1000, (long)(timeout_ms % 1000) * 1000000L};
+    return sigtimedwait(set, NULL, &ts) > 0;
+}
+
+static int run_wheel(const struct opts *o, const sigset_t *set)
+{
+    struct tw_redis_config cfg;
+    tw_redis_config_init(&cfg);
+    cfg.servers = o->servers;
+    cfg.nservers = o->nservers;
+    cfg.queue = o->queue;
+    if (o->partitions)
+        cfg.partitions = o->partitions;
+    if (o->threads)
+        cfg.threads = o->threads;
+    if (o->lease_ms)
+        cfg.lease_ms = o->lease_ms;
+    if (o->window_ms)
+        cfg.window_ms = o->window_ms;
+    if (o->tick_ms)
+        cfg.tick_ms = o->tick_ms;
+    cfg.execute = execute;
+    cfg.arg = (void *)o;
+    struct tw_redis *r = NULL;
+    int rc = TW_EIO;
+    /* The server may be restarting: retry new for up to 10 s. */
+    for (int t = 0; t < 100; t++) {
+        rc = tw_redis_new(&cfg, &r);
+        if (rc != TW_EIO)
+            break;
+        if (wait_signal(set, 100))
+            return 0;
+    }
+    if (rc) {
+        fprintf(stderr, "redis_worker: tw_redis_new: %s\n", tw_strerror(rc));
+        return 1;
+    }
+    wait_signal(set, -1);
+    tw_redis_stop(r);
+    if (o->stats) {
+        struct tw_redis_stats st;
+        memset(&st, 0, sizeof st);
+        tw_redis_stats(r, &st);
+        FILE *f = fopen(o->stats, "w");
+        if (f) {
+            fprintf(f,
+                    "delivered %" PRIu64 "\nredelivered %" PRIu64 "\nfailed %" PRIu64
+                    "\nstale_acks %" PRIu64 "\nreconnects %" PRIu64 "\nlate_p50_us %" PRIu64
+                    "\nlate_p99_us %" PRIu64 "\nlate_max_us %" PRIu64 "\nclaims %" PRIu64
+                    "\nrefills %" PRIu64 "\nnotifications %" PRIu64 "\nrecovered %" PRIu64
+                    "\nlost_leases %" PRIu64 "\n",
+                    st.delivered, st.redelivered, st.failed, st.stale_acks, st.reconnects,
+                    st.late_p50_us, st.late_p99_us, st.late_max_us, st.claims, st.refills,
+                    st.notifications, st.recovered, st.lost_leases);
+            fclose(f);
+        }
+    }
+    tw_redis_free(r);
+    return 0;
+}
+
+/* The polling baseline's claim: due members with their scores, removed in
+ * the same atomic call, judged by the server's clock. */
+static const char poll_script[] =
+    "local t = redis.call('TIME')\n"
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, "
+    "tonumber(ARGV[1]))\n"
+    "local m = {}\n"
+    "for i = 1, #due, 2 do m[#m + 1] = due[i] end\n"
+    "if #m > 0 then redis.call('ZREM', KEYS[1], unpack(m)) end\n"
+    "return due\n";
+
+static int run_poll(const struct opts *o, const sigset_t *set)
+{
+    char host[256];
+    const char *colon = strrchr(o->servers[0], ':');
+    if (!colon || (size_t)(colon - o->servers[0]) >= sizeof host)
+        return 1;
+    memcpy(host, o->servers[0], (size_t)(colon - o->servers[0]));
+    host[colon - o->servers[0]] = 0;
+    int port = atoi(colon + 1);
+    struct timeval tv = {2, 0};
+    redisContext *c = redisConnectWithTimeout(host, port, tv);
+    if (!c || c->err) {
+        fprintf(stderr, "redis_worker: connect %s failed\n", o->servers[0]);
+        if (c)
+            redisFree(c);
+        return 1;
+    }
+    char zkey[256];
+    snprintf(zkey, sizeof zkey, "%s:zset", o->queue);
+    uint64_t claims = 0, got = 0;
+    for (;;) {
+        for (;;) {
+            redisReply *r = redisCommand(c, "EVAL %s 1 %s %u", poll_script, zkey, o->batch);
+            claims++;
+            if (!r) {
+                fprintf(stderr, "redis_worker: poll: %s\n", c->errstr);
+                redisFree(c);
+                return 1;
+            }
+            size_t n = 0;
+            if (r->type == REDIS_REPLY_ARRAY) {
+                uint64_t start = realtime_us();
+                for (size_t i = 0; i + 1 < r->elements; i += 2) {
+                    const char *m = r->element[i]->str;
+                    size_t ml = r->element[i]->len;
+                    const char *bar = memchr(m, '|', ml);
+                    size_t kl = bar ? (size_t)(bar - m) : ml;
+                    uint64_t due = strtoull(r->element[i + 1]->str, NULL, 10);
+                    record(m, kl, 1, due, start);
+                    busy_us(o->exec_us);
+                    n++;
+                }
+            }
+            freeReplyObject(r);
+            got += n;
+            if (n < o->batch)
+                break;
+        }
+        if (wait_signal(set, (int)o->interval_ms))
+            break;
+    }
+    redisFree(c);
+    if (o->stats) {
+        FILE *f = fopen(o->stats, "w");
+        if (f) {
+            fprintf(f, "delivered %" PRIu64 "\nclaims %" PRIu64 "\n", got, claims);
+            fclose(f);
+        }
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    struct opts o;
+    if (parse(argc, argv, &o))
+        return 2;
+    self = getpid();
+    out_fd = open(o.out, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (out_fd < 0) {
+        fprintf(stderr, "redis_worker: open %s: %s\n", o.out, strerror(errno));
+        return 1;
+    }
+    /* Block the stop signals in every thread; main waits for them. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    int rc = !strcmp(o.mode, "poll") ? run_poll(&o, &set) : run_wheel(&o, &set);
+    close(out_fd);
+    return rc;
+}
