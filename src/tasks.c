@@ -34,6 +34,11 @@
  * rewritten), and the emptied chunks are freed. Each compaction costs
  * O(pool + index) after at least pool/2 removals: amortised O(1).
  *
+ * Slack: every arm goes through arm(), which takes the core's exact path
+ * unless the slack (config.slack_shift's fraction, or a *_slack call's) is
+ * non-zero. Compaction re-arms a relocated task exactly at its planned tick,
+ * which is inside its window.
+ *
  * Re-entrancy: `depth` counts the callbacks running. Everything a callback
  * may do keeps the invariants between two calls of it: the firing loop holds
  * no index position across a callback, and drain detaches its whole batch
@@ -100,6 +105,7 @@ struct tw_tasks {
     size_t bytes;           /* every byte allocated through `alloc` */
     int int_keys;
     int depth;              /* callbacks running (execute or drain's fn) */
+    unsigned slack_shift;   /* config.slack_shift: 0 = exact, else slack = delay >> it */
     /* pool */
     struct entry **chunks;  /* chunks[0..nchunks) allocated */
     uint32_t nchunks, chunks_cap;
@@ -485,7 +491,7 @@ int tw_tasks_new(struct tw_tasks **out, const struct tw_tasks_config *cfg)
     *out = NULL;
     if (!cfg || !cfg->execute ||
         (cfg->key_kind != TW_TASKS_KEY_BYTES && cfg->key_kind != TW_TASKS_KEY_INT) ||
-        (cfg->allocator && !cfg->allocator->fn))
+        (cfg->allocator && !cfg->allocator->fn) || cfg->slack_shift > TW_TASKS_SLACK_SHIFT_MAX)
         return TW_EINVAL;
     struct tw_allocator alloc = {default_alloc, NULL};
     if (cfg->allocator)
@@ -501,6 +507,7 @@ int tw_tasks_new(struct tw_tasks **out, const struct tw_tasks_config *cfg)
     t->ctx = cfg->ctx;
     t->int_keys = cfg->key_kind == TW_TASKS_KEY_INT;
     t->max_pending = cfg->max_pending;
+    t->slack_shift = cfg->slack_shift;
     uint64_t seed[2] = {cfg->seed[0], cfg->seed[1]};
     if (!seed[0] && !seed[1])
         tw_random_seed_(seed);
@@ -564,12 +571,24 @@ static int int_key(const struct tw_tasks *t, uint64_t key, struct keyref *k)
     return 0;
 }
 
-static inline void arm(struct tw_tasks *t, struct entry *e, int64_t delay)
+/* The slack the instance gives a delay (config.slack_shift; 0 = exact). Only
+ * called with delay >= 0 mattering: do_set/do_move refuse negative ones. */
+static inline uint64_t inst_slack(const struct tw_tasks *t, int64_t delay)
 {
-    tw_node_arm(&t->wheel, &e->u.node, (uint64_t)delay);
+    return t->slack_shift ? (uint64_t)delay >> t->slack_shift : 0;
 }
 
-static int do_set(struct tw_tasks *t, const struct keyref *k, void *value, int64_t delay)
+/* Exact arms take the core's exact path: slack costs them this one branch. */
+static inline void arm(struct tw_tasks *t, struct entry *e, int64_t delay, uint64_t slack)
+{
+    if (__builtin_expect(slack != 0, 0))
+        tw_node_arm_slack(&t->wheel, &e->u.node, (uint64_t)delay, slack);
+    else
+        tw_node_arm(&t->wheel, &e->u.node, (uint64_t)delay);
+}
+
+static int do_set(struct tw_tasks *t, const struct keyref *k, void *value, int64_t delay,
+                  uint64_t slack)
 {
     if (delay < 0)
         return TW_EINVAL;
@@ -580,7 +599,7 @@ static int do_set(struct tw_tasks *t, const struct keyref *k, void *value, int64
     if (pos != NIL) {
         struct entry *e = entry_at(t, (t->slots[pos] & t->mask) - 2);
         e->value = value;
-        arm(t, e, delay);
+        arm(t, e, delay, slack);
         return 0;
     }
     if (t->max_pending && t->live >= t->max_pending)
@@ -633,11 +652,11 @@ static int do_set(struct tw_tasks *t, const struct keyref *k, void *value, int64
         t->tombs--;
     t->slots[ins] = tag_of(k->h, t->mask) | (idx + 2);
     t->live++;
-    arm(t, e, delay);
+    arm(t, e, delay, slack);
     return 1;
 }
 
-static int do_move(struct tw_tasks *t, const struct keyref *k, int64_t delay)
+static int do_move(struct tw_tasks *t, const struct keyref *k, int64_t delay, uint64_t slack)
 {
     if (delay < 0)
         return TW_EINVAL;
@@ -646,7 +665,7 @@ static int do_move(struct tw_tasks *t, const struct keyref *k, int64_t delay)
         return TW_ENOENT;
     if (tw_wheel_now(&t->wheel) == UINT64_MAX)
         return TW_ERANGE;
-    arm(t, entry_at(t, (t->slots[pos] & t->mask) - 2), delay);
+    arm(t, entry_at(t, (t->slots[pos] & t->mask) - 2), delay, slack);
     return 0;
 }
 
@@ -686,28 +705,59 @@ int tw_tasks_set(struct tw_tasks *t, const void *key, size_t len, void *value, i
 {
     struct keyref k;
     int rc = bytes_key(t, key, len, &k);
-    return rc ? rc : do_set(t, &k, value, delay);
+    return rc ? rc : do_set(t, &k, value, delay, inst_slack(t, delay));
 }
 
 int tw_tasks_set_int(struct tw_tasks *t, uint64_t key, void *value, int64_t delay)
 {
     struct keyref k;
     int rc = int_key(t, key, &k);
-    return rc ? rc : do_set(t, &k, value, delay);
+    return rc ? rc : do_set(t, &k, value, delay, inst_slack(t, delay));
 }
 
 int tw_tasks_move(struct tw_tasks *t, const void *key, size_t len, int64_t delay)
 {
     struct keyref k;
     int rc = bytes_key(t, key, len, &k);
-    return rc ? rc : do_move(t, &k, delay);
+    return rc ? rc : do_move(t, &k, delay, inst_slack(t, delay));
 }
 
 int tw_tasks_move_int(struct tw_tasks *t, uint64_t key, int64_t delay)
 {
     struct keyref k;
     int rc = int_key(t, key, &k);
-    return rc ? rc : do_move(t, &k, delay);
+    return rc ? rc : do_move(t, &k, delay, inst_slack(t, delay));
+}
+
+int tw_tasks_set_slack(struct tw_tasks *t, const void *key, size_t len, void *value,
+                       int64_t delay, uint64_t slack)
+{
+    struct keyref k;
+    int rc = bytes_key(t, key, len, &k);
+    return rc ? rc : do_set(t, &k, value, delay, slack);
+}
+
+int tw_tasks_set_slack_int(struct tw_tasks *t, uint64_t key, void *value, int64_t delay,
+                           uint64_t slack)
+{
+    struct keyref k;
+    int rc = int_key(t, key, &k);
+    return rc ? rc : do_set(t, &k, value, delay, slack);
+}
+
+int tw_tasks_move_slack(struct tw_tasks *t, const void *key, size_t len, int64_t delay,
+                        uint64_t slack)
+{
+    struct keyref k;
+    int rc = bytes_key(t, key, len, &k);
+    return rc ? rc : do_move(t, &k, delay, slack);
+}
+
+int tw_tasks_move_slack_int(struct tw_tasks *t, uint64_t key, int64_t delay, uint64_t slack)
+{
+    struct keyref k;
+    int rc = int_key(t, key, &k);
+    return rc ? rc : do_move(t, &k, delay, slack);
 }
 
 int tw_tasks_remove(struct tw_tasks *t, const void *key, size_t len, void **value)
@@ -846,8 +896,8 @@ static int64_t run_batch(struct tw_tasks *t, struct tw_tasks_item *items, size_t
         int rc = bad[i % B_RING];
         if (!rc) {
             switch (op) {
-            case B_SET: rc = do_set(t, k, it->value, it->delay); break;
-            case B_MOVE: rc = do_move(t, k, it->delay); break;
+            case B_SET: rc = do_set(t, k, it->value, it->delay, inst_slack(t, it->delay)); break;
+            case B_MOVE: rc = do_move(t, k, it->delay, inst_slack(t, it->delay)); break;
             case B_REMOVE: rc = do_remove(t, k, &it->value); break;
             default: rc = do_get(t, k, &it->value, &it->deadline); break;
             }
