@@ -35,8 +35,10 @@
  * O(pool + index) after at least pool/2 removals: amortised O(1).
  *
  * Slack: every arm goes through arm(), which takes the core's exact path
- * unless the slack (config.slack_shift's fraction, or a *_slack call's) is
- * non-zero. Compaction re-arms a relocated task exactly at its planned tick,
+ * after one test of `slack_on` (set while the instance has a slack_shift, or
+ * while a *_slack call runs its do_set/do_move, with the call's slack in
+ * call_slack; those call no user code, so no callback ever sees it), else
+ * arm_slack() with config.slack_shift's fraction or the call's slack. Compaction re-arms a relocated task exactly at its planned tick,
  * which is inside its window.
  *
  * Re-entrancy: `depth` counts the callbacks running. Everything a callback
@@ -106,6 +108,9 @@ struct tw_tasks {
     int int_keys;
     int depth;              /* callbacks running (execute or drain's fn) */
     unsigned slack_shift;   /* config.slack_shift: 0 = exact, else slack = delay >> it */
+    int slack_on;           /* slack_shift != 0, or a *_slack call under way */
+    int call_explicit;      /* a *_slack call under way, with: */
+    uint64_t call_slack;
     /* pool */
     struct entry **chunks;  /* chunks[0..nchunks) allocated */
     uint32_t nchunks, chunks_cap;
@@ -508,6 +513,7 @@ int tw_tasks_new(struct tw_tasks **out, const struct tw_tasks_config *cfg)
     t->int_keys = cfg->key_kind == TW_TASKS_KEY_INT;
     t->max_pending = cfg->max_pending;
     t->slack_shift = cfg->slack_shift;
+    t->slack_on = cfg->slack_shift != 0;
     uint64_t seed[2] = {cfg->seed[0], cfg->seed[1]};
     if (!seed[0] && !seed[1])
         tw_random_seed_(seed);
@@ -571,24 +577,44 @@ static int int_key(const struct tw_tasks *t, uint64_t key, struct keyref *k)
     return 0;
 }
 
-/* The slack the instance gives a delay (config.slack_shift; 0 = exact). Only
- * called with delay >= 0 mattering: do_set/do_move refuse negative ones. */
-static inline uint64_t inst_slack(const struct tw_tasks *t, int64_t delay)
+/* An arm with slack: the *_slack call's (call_slack) or the instance's
+ * (delay >> slack_shift). slack_on guarantees one of them applies. */
+__attribute__((noinline)) static void arm_slack(struct tw_tasks *t, struct entry *e,
+                                                int64_t delay)
 {
-    return t->slack_shift ? (uint64_t)delay >> t->slack_shift : 0;
-}
-
-/* Exact arms take the core's exact path: slack costs them this one branch. */
-static inline void arm(struct tw_tasks *t, struct entry *e, int64_t delay, uint64_t slack)
-{
-    if (__builtin_expect(slack != 0, 0))
+    uint64_t slack = t->call_explicit ? t->call_slack : (uint64_t)delay >> t->slack_shift;
+    if (slack)
         tw_node_arm_slack(&t->wheel, &e->u.node, (uint64_t)delay, slack);
     else
         tw_node_arm(&t->wheel, &e->u.node, (uint64_t)delay);
 }
 
-static int do_set(struct tw_tasks *t, const struct keyref *k, void *value, int64_t delay,
-                  uint64_t slack)
+/* Exact arms take the core's exact path: slack costs them this one branch. */
+static inline void arm(struct tw_tasks *t, struct entry *e, int64_t delay)
+{
+    if (__builtin_expect(t->slack_on, 0))
+        arm_slack(t, e, delay);
+    else
+        tw_node_arm(&t->wheel, &e->u.node, (uint64_t)delay);
+}
+
+/* Around the do_set/do_move of a *_slack call: they call no user code (but
+ * the allocator, which may not call the instance), so nothing else sees it. */
+static inline void call_slack_begin(struct tw_tasks *t, uint64_t slack)
+{
+    t->call_slack = slack;
+    t->call_explicit = 1;
+    t->slack_on = 1;
+}
+
+static inline int call_slack_end(struct tw_tasks *t, int rc)
+{
+    t->call_explicit = 0;
+    t->slack_on = t->slack_shift != 0;
+    return rc;
+}
+
+static int do_set(struct tw_tasks *t, const struct keyref *k, void *value, int64_t delay)
 {
     if (delay < 0)
         return TW_EINVAL;
@@ -599,7 +625,7 @@ static int do_set(struct tw_tasks *t, const struct keyref *k, void *value, int64
     if (pos != NIL) {
         struct entry *e = entry_at(t, (t->slots[pos] & t->mask) - 2);
         e->value = value;
-        arm(t, e, delay, slack);
+        arm(t, e, delay);
         return 0;
     }
     if (t->max_pending && t->live >= t->max_pending)
@@ -652,11 +678,11 @@ static int do_set(struct tw_tasks *t, const struct keyref *k, void *value, int64
         t->tombs--;
     t->slots[ins] = tag_of(k->h, t->mask) | (idx + 2);
     t->live++;
-    arm(t, e, delay, slack);
+    arm(t, e, delay);
     return 1;
 }
 
-static int do_move(struct tw_tasks *t, const struct keyref *k, int64_t delay, uint64_t slack)
+static int do_move(struct tw_tasks *t, const struct keyref *k, int64_t delay)
 {
     if (delay < 0)
         return TW_EINVAL;
@@ -665,7 +691,7 @@ static int do_move(struct tw_tasks *t, const struct keyref *k, int64_t delay, ui
         return TW_ENOENT;
     if (tw_wheel_now(&t->wheel) == UINT64_MAX)
         return TW_ERANGE;
-    arm(t, entry_at(t, (t->slots[pos] & t->mask) - 2), delay, slack);
+    arm(t, entry_at(t, (t->slots[pos] & t->mask) - 2), delay);
     return 0;
 }
 
@@ -705,28 +731,28 @@ int tw_tasks_set(struct tw_tasks *t, const void *key, size_t len, void *value, i
 {
     struct keyref k;
     int rc = bytes_key(t, key, len, &k);
-    return rc ? rc : do_set(t, &k, value, delay, inst_slack(t, delay));
+    return rc ? rc : do_set(t, &k, value, delay);
 }
 
 int tw_tasks_set_int(struct tw_tasks *t, uint64_t key, void *value, int64_t delay)
 {
     struct keyref k;
     int rc = int_key(t, key, &k);
-    return rc ? rc : do_set(t, &k, value, delay, inst_slack(t, delay));
+    return rc ? rc : do_set(t, &k, value, delay);
 }
 
 int tw_tasks_move(struct tw_tasks *t, const void *key, size_t len, int64_t delay)
 {
     struct keyref k;
     int rc = bytes_key(t, key, len, &k);
-    return rc ? rc : do_move(t, &k, delay, inst_slack(t, delay));
+    return rc ? rc : do_move(t, &k, delay);
 }
 
 int tw_tasks_move_int(struct tw_tasks *t, uint64_t key, int64_t delay)
 {
     struct keyref k;
     int rc = int_key(t, key, &k);
-    return rc ? rc : do_move(t, &k, delay, inst_slack(t, delay));
+    return rc ? rc : do_move(t, &k, delay);
 }
 
 int tw_tasks_set_slack(struct tw_tasks *t, const void *key, size_t len, void *value,
@@ -734,7 +760,10 @@ int tw_tasks_set_slack(struct tw_tasks *t, const void *key, size_t len, void *va
 {
     struct keyref k;
     int rc = bytes_key(t, key, len, &k);
-    return rc ? rc : do_set(t, &k, value, delay, slack);
+    if (rc)
+        return rc;
+    call_slack_begin(t, slack);
+    return call_slack_end(t, do_set(t, &k, value, delay));
 }
 
 int tw_tasks_set_slack_int(struct tw_tasks *t, uint64_t key, void *value, int64_t delay,
@@ -742,7 +771,10 @@ int tw_tasks_set_slack_int(struct tw_tasks *t, uint64_t key, void *value, int64_
 {
     struct keyref k;
     int rc = int_key(t, key, &k);
-    return rc ? rc : do_set(t, &k, value, delay, slack);
+    if (rc)
+        return rc;
+    call_slack_begin(t, slack);
+    return call_slack_end(t, do_set(t, &k, value, delay));
 }
 
 int tw_tasks_move_slack(struct tw_tasks *t, const void *key, size_t len, int64_t delay,
@@ -750,14 +782,20 @@ int tw_tasks_move_slack(struct tw_tasks *t, const void *key, size_t len, int64_t
 {
     struct keyref k;
     int rc = bytes_key(t, key, len, &k);
-    return rc ? rc : do_move(t, &k, delay, slack);
+    if (rc)
+        return rc;
+    call_slack_begin(t, slack);
+    return call_slack_end(t, do_move(t, &k, delay));
 }
 
 int tw_tasks_move_slack_int(struct tw_tasks *t, uint64_t key, int64_t delay, uint64_t slack)
 {
     struct keyref k;
     int rc = int_key(t, key, &k);
-    return rc ? rc : do_move(t, &k, delay, slack);
+    if (rc)
+        return rc;
+    call_slack_begin(t, slack);
+    return call_slack_end(t, do_move(t, &k, delay));
 }
 
 int tw_tasks_remove(struct tw_tasks *t, const void *key, size_t len, void **value)
@@ -896,8 +934,8 @@ static int64_t run_batch(struct tw_tasks *t, struct tw_tasks_item *items, size_t
         int rc = bad[i % B_RING];
         if (!rc) {
             switch (op) {
-            case B_SET: rc = do_set(t, k, it->value, it->delay, inst_slack(t, it->delay)); break;
-            case B_MOVE: rc = do_move(t, k, it->delay, inst_slack(t, it->delay)); break;
+            case B_SET: rc = do_set(t, k, it->value, it->delay); break;
+            case B_MOVE: rc = do_move(t, k, it->delay); break;
             case B_REMOVE: rc = do_remove(t, k, &it->value); break;
             default: rc = do_get(t, k, &it->value, &it->deadline); break;
             }
