@@ -165,6 +165,7 @@ struct tw_runner {
     uint64_t start_ns;
     size_t max_pending;
     int int_keys;
+    unsigned slack_shift; /* config.slack_shift: 0 = exact */
     uint64_t k0, k1; /* shard hash seed */
     struct tw_allocator alloc;
     struct tw_tasks_config tcfg; /* for the shards' instances */
@@ -299,6 +300,17 @@ static inline uint64_t rn_due_tick(const struct tw_runner *r, int64_t delay_ns)
 {
     uint64_t x = rn_now_ns() - r->start_ns + (uint64_t)delay_ns;
     return x / r->tick_ns + (x % r->tick_ns != 0);
+}
+
+/* Slack (config.slack_shift): a task set or moved with delay_ns may run up
+ * to (delay_ns >> slack_shift) / tick_ns ticks after its due tick. It is
+ * computed here from the caller's delay, and given to the shard's tw_tasks by
+ * its *_slack calls, because the delay a shard sees is counted from the
+ * shard's time, which lags the clock while the tick thread sleeps: a fraction
+ * of that would be too large. */
+static inline uint64_t rn_slack_ticks(const struct tw_runner *r, int64_t delay_ns)
+{
+    return ((uint64_t)delay_ns >> r->slack_shift) / r->tick_ns;
 }
 
 static inline struct rn_shard *rn_shard_of(const struct tw_runner *r, uint64_t h)
@@ -675,7 +687,7 @@ int tw_runner_new(struct tw_runner **out, const struct tw_runner_config *cfg)
     if (!cfg || !cfg->execute || cfg->tick_ns < 1000 || cfg->shards > RN_MAX_SHARDS ||
         (cfg->key_kind != TW_TASKS_KEY_BYTES && cfg->key_kind != TW_TASKS_KEY_INT) ||
         (cfg->allocator && !cfg->allocator->fn) || cfg->workers > TW_RUNNER_WORKERS_MAX ||
-        cfg->queue > TW_RUNNER_QUEUE_MAX)
+        cfg->queue > TW_RUNNER_QUEUE_MAX || cfg->slack_shift > TW_TASKS_SLACK_SHIFT_MAX)
         return TW_EINVAL;
     struct tw_allocator a = {rn_default_alloc, NULL};
     if (cfg->allocator)
@@ -690,6 +702,7 @@ int tw_runner_new(struct tw_runner **out, const struct tw_runner_config *cfg)
     r->release = cfg->release;
     r->tick_ns = cfg->tick_ns;
     r->max_pending = cfg->max_pending;
+    r->slack_shift = cfg->slack_shift;
     r->int_keys = cfg->key_kind == TW_TASKS_KEY_INT;
     r->nshards = cfg->shards ? cfg->shards : rn_default_shards();
     r->qcap = cfg->queue ? cfg->queue : RN_DEFAULT_QUEUE;
@@ -814,8 +827,14 @@ static int rn_apply(struct tw_runner *r, const struct rn_key *k, enum rn_op op, 
     int rc;
     switch (op) {
     case RN_SET:
-        rc = r->int_keys ? tw_tasks_set_int(t, k->num, value, delay)
-                         : tw_tasks_set(t, k->p, k->len, value, delay);
+        if (__builtin_expect(r->slack_shift != 0, 0)) {
+            uint64_t slack = rn_slack_ticks(r, delay_ns);
+            rc = r->int_keys ? tw_tasks_set_slack_int(t, k->num, value, delay, slack)
+                             : tw_tasks_set_slack(t, k->p, k->len, value, delay, slack);
+        } else {
+            rc = r->int_keys ? tw_tasks_set_int(t, k->num, value, delay)
+                             : tw_tasks_set(t, k->p, k->len, value, delay);
+        }
         if (rc == 1 && r->max_pending &&
             atomic_fetch_add_explicit(&r->pending, 1, memory_order_relaxed) >= r->max_pending) {
             atomic_fetch_sub_explicit(&r->pending, 1, memory_order_relaxed);
@@ -827,7 +846,14 @@ static int rn_apply(struct tw_runner *r, const struct rn_key *k, enum rn_op op, 
         }
         break;
     case RN_MOVE:
-        rc = r->int_keys ? tw_tasks_move_int(t, k->num, delay) : tw_tasks_move(t, k->p, k->len, delay);
+        if (__builtin_expect(r->slack_shift != 0, 0)) {
+            uint64_t slack = rn_slack_ticks(r, delay_ns);
+            rc = r->int_keys ? tw_tasks_move_slack_int(t, k->num, delay, slack)
+                             : tw_tasks_move_slack(t, k->p, k->len, delay, slack);
+        } else {
+            rc = r->int_keys ? tw_tasks_move_int(t, k->num, delay)
+                             : tw_tasks_move(t, k->p, k->len, delay);
+        }
         break;
     default:
         rc = r->int_keys ? tw_tasks_remove_int(t, k->num, out_value)
@@ -902,14 +928,23 @@ static uint64_t rn_item_shard(const struct tw_runner *r, const struct tw_tasks_i
     return tw_hash_home(h, r->nshards);
 }
 
-/* Sets of one shard's group one by one, as rn_apply does (max_pending). */
+/* Sets of one shard's group one by one, as rn_apply does (max_pending, or
+ * slack: each item's slack in ticks is in its `deadline` field, unused by a
+ * set). */
 static void rn_set_limited(struct tw_runner *r, struct tw_tasks *t, struct tw_tasks_item *it,
                            size_t m)
 {
     for (size_t i = 0; i < m; i++) {
-        int rc = r->int_keys ? tw_tasks_set_int(t, it[i].key_int, it[i].value, it[i].delay)
+        int rc;
+        if (r->slack_shift)
+            rc = r->int_keys ? tw_tasks_set_slack_int(t, it[i].key_int, it[i].value, it[i].delay,
+                                                      it[i].deadline)
+                             : tw_tasks_set_slack(t, it[i].key, it[i].key_len, it[i].value,
+                                                  it[i].delay, it[i].deadline);
+        else
+            rc = r->int_keys ? tw_tasks_set_int(t, it[i].key_int, it[i].value, it[i].delay)
                              : tw_tasks_set(t, it[i].key, it[i].key_len, it[i].value, it[i].delay);
-        if (rc == 1 &&
+        if (rc == 1 && r->max_pending &&
             atomic_fetch_add_explicit(&r->pending, 1, memory_order_relaxed) >= r->max_pending) {
             atomic_fetch_sub_explicit(&r->pending, 1, memory_order_relaxed);
             if (r->int_keys)
@@ -944,13 +979,21 @@ static void rn_apply_group(struct tw_runner *r, struct rn_shard *s, struct tw_ta
     }
     switch (op) {
     case RN_SET:
-        if (r->max_pending)
+        if (r->max_pending || r->slack_shift)
             rn_set_limited(r, t, tmp, m);
         else
             (void)tw_tasks_set_many(t, tmp, m);
         break;
     case RN_MOVE:
-        (void)tw_tasks_move_many(t, tmp, m);
+        if (r->slack_shift) /* one by one, each with its slack (in `deadline`) */
+            for (size_t i = 0; i < m; i++)
+                tmp[i].result = r->int_keys
+                                    ? tw_tasks_move_slack_int(t, tmp[i].key_int, tmp[i].delay,
+                                                              tmp[i].deadline)
+                                    : tw_tasks_move_slack(t, tmp[i].key, tmp[i].key_len,
+                                                          tmp[i].delay, tmp[i].deadline);
+        else
+            (void)tw_tasks_move_many(t, tmp, m);
         break;
     default:
         (void)tw_tasks_remove_many(t, tmp, m);
@@ -1003,6 +1046,8 @@ static int64_t rn_many_group(struct tw_runner *r, struct tw_tasks_item *items, s
         if (op != RN_REMOVE) { /* the due tick, as rn_due_tick, from one clock read */
             uint64_t x = now_ns + (uint64_t)items[i].delay;
             tmp[at].delay = (int64_t)(x / r->tick_ns + (x % r->tick_ns != 0));
+            if (r->slack_shift) /* the slack rides in `deadline` (rn_set_limited) */
+                tmp[at].deadline = rn_slack_ticks(r, items[i].delay);
         } else {
             tmp[at].delay = 0;
         }

@@ -34,6 +34,13 @@
  * rewritten), and the emptied chunks are freed. Each compaction costs
  * O(pool + index) after at least pool/2 removals: amortised O(1).
  *
+ * Slack: every arm goes through arm(), which takes the core's exact path
+ * after one test of `slack_on` (set while the instance has a slack_shift, or
+ * while a *_slack call runs its do_set/do_move, with the call's slack in
+ * call_slack; those call no user code, so no callback ever sees it), else
+ * arm_slack() with config.slack_shift's fraction or the call's slack. Compaction re-arms a relocated task exactly at its planned tick,
+ * which is inside its window.
+ *
  * Re-entrancy: `depth` counts the callbacks running. Everything a callback
  * may do keeps the invariants between two calls of it: the firing loop holds
  * no index position across a callback, and drain detaches its whole batch
@@ -100,6 +107,10 @@ struct tw_tasks {
     size_t bytes;           /* every byte allocated through `alloc` */
     int int_keys;
     int depth;              /* callbacks running (execute or drain's fn) */
+    unsigned slack_shift;   /* config.slack_shift: 0 = exact, else slack = delay >> it */
+    int slack_on;           /* slack_shift != 0, or a *_slack call under way */
+    int call_explicit;      /* a *_slack call under way, with: */
+    uint64_t call_slack;
     /* pool */
     struct entry **chunks;  /* chunks[0..nchunks) allocated */
     uint32_t nchunks, chunks_cap;
@@ -485,7 +496,7 @@ int tw_tasks_new(struct tw_tasks **out, const struct tw_tasks_config *cfg)
     *out = NULL;
     if (!cfg || !cfg->execute ||
         (cfg->key_kind != TW_TASKS_KEY_BYTES && cfg->key_kind != TW_TASKS_KEY_INT) ||
-        (cfg->allocator && !cfg->allocator->fn))
+        (cfg->allocator && !cfg->allocator->fn) || cfg->slack_shift > TW_TASKS_SLACK_SHIFT_MAX)
         return TW_EINVAL;
     struct tw_allocator alloc = {default_alloc, NULL};
     if (cfg->allocator)
@@ -501,6 +512,8 @@ int tw_tasks_new(struct tw_tasks **out, const struct tw_tasks_config *cfg)
     t->ctx = cfg->ctx;
     t->int_keys = cfg->key_kind == TW_TASKS_KEY_INT;
     t->max_pending = cfg->max_pending;
+    t->slack_shift = cfg->slack_shift;
+    t->slack_on = cfg->slack_shift != 0;
     uint64_t seed[2] = {cfg->seed[0], cfg->seed[1]};
     if (!seed[0] && !seed[1])
         tw_random_seed_(seed);
@@ -564,9 +577,41 @@ static int int_key(const struct tw_tasks *t, uint64_t key, struct keyref *k)
     return 0;
 }
 
+/* An arm with slack: the *_slack call's (call_slack) or the instance's
+ * (delay >> slack_shift). slack_on guarantees one of them applies. */
+__attribute__((noinline)) static void arm_slack(struct tw_tasks *t, struct entry *e,
+                                                int64_t delay)
+{
+    uint64_t slack = t->call_explicit ? t->call_slack : (uint64_t)delay >> t->slack_shift;
+    if (slack)
+        tw_node_arm_slack(&t->wheel, &e->u.node, (uint64_t)delay, slack);
+    else
+        tw_node_arm(&t->wheel, &e->u.node, (uint64_t)delay);
+}
+
+/* Exact arms take the core's exact path: slack costs them this one branch. */
 static inline void arm(struct tw_tasks *t, struct entry *e, int64_t delay)
 {
-    tw_node_arm(&t->wheel, &e->u.node, (uint64_t)delay);
+    if (__builtin_expect(t->slack_on, 0))
+        arm_slack(t, e, delay);
+    else
+        tw_node_arm(&t->wheel, &e->u.node, (uint64_t)delay);
+}
+
+/* Around the do_set/do_move of a *_slack call: they call no user code (but
+ * the allocator, which may not call the instance), so nothing else sees it. */
+static inline void call_slack_begin(struct tw_tasks *t, uint64_t slack)
+{
+    t->call_slack = slack;
+    t->call_explicit = 1;
+    t->slack_on = 1;
+}
+
+static inline int call_slack_end(struct tw_tasks *t, int rc)
+{
+    t->call_explicit = 0;
+    t->slack_on = t->slack_shift != 0;
+    return rc;
 }
 
 static int do_set(struct tw_tasks *t, const struct keyref *k, void *value, int64_t delay)
@@ -708,6 +753,49 @@ int tw_tasks_move_int(struct tw_tasks *t, uint64_t key, int64_t delay)
     struct keyref k;
     int rc = int_key(t, key, &k);
     return rc ? rc : do_move(t, &k, delay);
+}
+
+int tw_tasks_set_slack(struct tw_tasks *t, const void *key, size_t len, void *value,
+                       int64_t delay, uint64_t slack)
+{
+    struct keyref k;
+    int rc = bytes_key(t, key, len, &k);
+    if (rc)
+        return rc;
+    call_slack_begin(t, slack);
+    return call_slack_end(t, do_set(t, &k, value, delay));
+}
+
+int tw_tasks_set_slack_int(struct tw_tasks *t, uint64_t key, void *value, int64_t delay,
+                           uint64_t slack)
+{
+    struct keyref k;
+    int rc = int_key(t, key, &k);
+    if (rc)
+        return rc;
+    call_slack_begin(t, slack);
+    return call_slack_end(t, do_set(t, &k, value, delay));
+}
+
+int tw_tasks_move_slack(struct tw_tasks *t, const void *key, size_t len, int64_t delay,
+                        uint64_t slack)
+{
+    struct keyref k;
+    int rc = bytes_key(t, key, len, &k);
+    if (rc)
+        return rc;
+    call_slack_begin(t, slack);
+    return call_slack_end(t, do_move(t, &k, delay));
+}
+
+int tw_tasks_move_slack_int(struct tw_tasks *t, uint64_t key, int64_t delay, uint64_t slack)
+{
+    struct keyref k;
+    int rc = int_key(t, key, &k);
+    if (rc)
+        return rc;
+    call_slack_begin(t, slack);
+    return call_slack_end(t, do_move(t, &k, delay));
 }
 
 int tw_tasks_remove(struct tw_tasks *t, const void *key, size_t len, void **value)

@@ -12,6 +12,12 @@
  * from drain's fn, exact firing ticks, deadline order, exactly-once firing,
  * and that every byte allocated is freed; the batched calls (tw_tasks_*_many)
  * item by item against the same model, as if the single calls were made.
+ *
+ * Slack (tm_init_slack): with config.slack_shift, or the *_slack calls, a
+ * task's model holds its window [deadline, hi] instead of one tick: it must
+ * fire at a tick inside it (never before `deadline`), and get, execute and
+ * drain must report a planned tick inside it; once seen, the planned tick is
+ * the one it must fire at.
  */
 #ifndef TWHEEL_TASKS_MODEL_H
 #define TWHEEL_TASKS_MODEL_H
@@ -34,10 +40,11 @@
 struct tm_key {
     int present;
     uintptr_t value;
-    uint64_t deadline;
+    uint64_t deadline; /* the earliest tick it may fire at */
+    uint64_t hi;       /* the latest (deadline + slack, saturating) */
     int drained; /* in the batch of the drain running now, with: */
     uintptr_t drained_value;
-    uint64_t drained_deadline;
+    uint64_t drained_deadline, drained_hi;
 };
 
 struct tmodel {
@@ -57,6 +64,8 @@ struct tmodel {
     unsigned cb_ops;      /* re-entrant operations per callback (max) */
     unsigned fail_per_mille; /* allocator failure rate */
     size_t max_pending;
+    unsigned slack_shift; /* the instance's config.slack_shift */
+    int slack_calls;      /* set and move use the *_slack calls at random too */
     size_t pending;
     int64_t outstanding;  /* bytes held through the allocator */
     uint64_t serial;
@@ -131,8 +140,36 @@ static inline uint64_t tm_time(const struct tmodel *m)
     return m->in_cb ? m->cb_now : m->now;
 }
 
-/* Check set(i, delay, value)'s result rc against the model and apply it. */
-static int tm_set_seen(struct tmodel *m, uint32_t i, int64_t delay, uintptr_t value, int rc)
+/* The slack the instance gives a delay (config.slack_shift). */
+static inline uint64_t tm_inst_slack(const struct tmodel *m, int64_t delay)
+{
+    return m->slack_shift && delay >= 0 ? (uint64_t)delay >> m->slack_shift : 0;
+}
+
+/* A task (re-)armed with delay (>= 0) and slack: its window. */
+static void tm_window(struct tmodel *m, struct tm_key *k, int64_t delay, uint64_t slack)
+{
+    k->deadline = tm_time(m) + (delay ? (uint64_t)delay : 1);
+    k->hi = k->deadline > UINT64_MAX - slack ? UINT64_MAX : k->deadline + slack;
+}
+
+/* A random explicit slack for the *_slack calls. */
+static uint64_t tm_rand_slack(struct tmodel *m, int64_t delay)
+{
+    uint64_t x = tm_rand(&m->rng);
+    switch (x % 6) {
+    case 0: return 0;
+    case 1: return 1;
+    case 2: return delay > 0 ? (uint64_t)delay >> 3 : 0;
+    case 3: return (x >> 8) % 5000;
+    case 4: return (x >> 8) % (UINT64_C(1) << 30);
+    default: return (x >> 8) % 64 == 0 ? UINT64_MAX : (x >> 8) % 70;
+    }
+}
+
+/* Check set(i, delay, value) with `slack`'s result rc against the model and apply it. */
+static int tm_set_seen_slack(struct tmodel *m, uint32_t i, int64_t delay, uintptr_t value,
+                             int rc, uint64_t slack)
 {
     struct tm_key *k = &m->k[i];
     if (delay < 0) {
@@ -153,8 +190,14 @@ static int tm_set_seen(struct tmodel *m, uint32_t i, int64_t delay, uintptr_t va
         m->pending++;
     k->present = 1;
     k->value = value;
-    k->deadline = tm_time(m) + (delay ? (uint64_t)delay : 1);
+    tm_window(m, k, delay, slack);
     return rc;
+}
+
+/* As tm_set_seen_slack, with the instance's slack. */
+static int tm_set_seen(struct tmodel *m, uint32_t i, int64_t delay, uintptr_t value, int rc)
+{
+    return tm_set_seen_slack(m, i, delay, value, rc, tm_inst_slack(m, delay));
 }
 
 static uintptr_t tm_new_value(struct tmodel *m, uint32_t i)
@@ -166,6 +209,16 @@ static int tm_set(struct tmodel *m, uint32_t i, int64_t delay)
 {
     uintptr_t value = tm_new_value(m, i);
     int rc;
+    if (m->slack_calls && tm_rand(&m->rng) % 2) {
+        uint64_t slack = tm_rand_slack(m, delay);
+        if (m->int_keys) {
+            rc = tw_tasks_set_slack_int(m->t, tm_int_key(i), (void *)value, delay, slack);
+        } else {
+            size_t n = tm_bytes_key(i, m->kbuf);
+            rc = tw_tasks_set_slack(m->t, m->kbuf, n, (void *)value, delay, slack);
+        }
+        return tm_set_seen_slack(m, i, delay, value, rc, slack);
+    }
     if (m->int_keys) {
         rc = tw_tasks_set_int(m->t, tm_int_key(i), (void *)value, delay);
     } else {
@@ -175,20 +228,36 @@ static int tm_set(struct tmodel *m, uint32_t i, int64_t delay)
     return tm_set_seen(m, i, delay, value, rc);
 }
 
-static int tm_move_seen(struct tmodel *m, uint32_t i, int64_t delay, int rc)
+static int tm_move_seen_slack(struct tmodel *m, uint32_t i, int64_t delay, int rc,
+                              uint64_t slack)
 {
     struct tm_key *k = &m->k[i];
     int want = delay < 0 ? TW_EINVAL : k->present ? 0 : TW_ENOENT;
     if (rc != want)
         TM_FAIL("move(%u, %lld) = %d, want %d", i, (long long)delay, rc, want);
     if (rc == 0)
-        k->deadline = tm_time(m) + (delay ? (uint64_t)delay : 1);
+        tm_window(m, k, delay, slack);
     return rc;
+}
+
+static int tm_move_seen(struct tmodel *m, uint32_t i, int64_t delay, int rc)
+{
+    return tm_move_seen_slack(m, i, delay, rc, tm_inst_slack(m, delay));
 }
 
 static int tm_move(struct tmodel *m, uint32_t i, int64_t delay)
 {
     int rc;
+    if (m->slack_calls && tm_rand(&m->rng) % 2) {
+        uint64_t slack = tm_rand_slack(m, delay);
+        if (m->int_keys) {
+            rc = tw_tasks_move_slack_int(m->t, tm_int_key(i), delay, slack);
+        } else {
+            size_t n = tm_bytes_key(i, m->kbuf);
+            rc = tw_tasks_move_slack(m->t, m->kbuf, n, delay, slack);
+        }
+        return tm_move_seen_slack(m, i, delay, rc, slack);
+    }
     if (m->int_keys) {
         rc = tw_tasks_move_int(m->t, tm_int_key(i), delay);
     } else {
@@ -230,9 +299,12 @@ static void tm_get_seen(struct tmodel *m, uint32_t i, void *v, uint64_t d, int r
     struct tm_key *k = &m->k[i];
     if (rc != (k->present ? 0 : TW_ENOENT))
         TM_FAIL("get(%u) = %d, present %d", i, rc, k->present);
-    if (rc == 0 && ((uintptr_t)v != k->value || d != k->deadline))
-        TM_FAIL("get(%u): value %p deadline %llu, want %p %llu", i, v, (unsigned long long)d,
-                (void *)k->value, (unsigned long long)k->deadline);
+    if (rc == 0 && ((uintptr_t)v != k->value || d < k->deadline || d > k->hi))
+        TM_FAIL("get(%u): value %p deadline %llu, want %p [%llu, %llu]", i, v,
+                (unsigned long long)d, (void *)k->value, (unsigned long long)k->deadline,
+                (unsigned long long)k->hi);
+    if (rc == 0) /* seen: the planned tick it must fire at */
+        k->deadline = k->hi = d;
 }
 
 static void tm_check_key(struct tmodel *m, uint32_t i)
@@ -378,10 +450,11 @@ static void tm_execute(void *ctx, const struct tw_task *task)
     struct tm_key *k = &m->k[i];
     if (!k->present || k->value != (uintptr_t)task->value)
         TM_FAIL("execute(%u): not armed (present %d) or stale value", i, k->present);
-    if (task->deadline != k->deadline || tw_tasks_now(m->t) != task->deadline)
-        TM_FAIL("execute(%u): deadline %llu now %llu, want %llu", i,
+    if (task->deadline < k->deadline || task->deadline > k->hi ||
+        tw_tasks_now(m->t) != task->deadline)
+        TM_FAIL("execute(%u): deadline %llu now %llu, want [%llu, %llu]", i,
                 (unsigned long long)task->deadline, (unsigned long long)tw_tasks_now(m->t),
-                (unsigned long long)k->deadline);
+                (unsigned long long)k->deadline, (unsigned long long)k->hi);
     if (task->deadline < m->last_fire || task->deadline < m->now || task->deadline > m->target)
         TM_FAIL("execute(%u): out of order (%llu after %llu, start %llu)", i,
                 (unsigned long long)task->deadline, (unsigned long long)m->last_fire,
@@ -414,7 +487,7 @@ static void tm_drain_fn(void *ctx, const struct tw_task *task)
     struct tmodel *m = ctx;
     uint32_t i = tm_key_of_value((uintptr_t)task->value);
     if (i >= m->nkeys || !m->k[i].drained || m->k[i].drained_value != (uintptr_t)task->value ||
-        m->k[i].drained_deadline != task->deadline)
+        task->deadline < m->k[i].drained_deadline || task->deadline > m->k[i].drained_hi)
         TM_FAIL("drain fn: unexpected task %p (key %u, drained %d, value %p, deadline %llu vs %llu)",
                 task->value, i, i < m->nkeys ? m->k[i].drained : -1,
                 i < m->nkeys ? (void *)m->k[i].drained_value : NULL,
@@ -443,6 +516,7 @@ static void tm_drain(struct tmodel *m)
             m->k[i].drained = 1;
             m->k[i].drained_value = m->k[i].value;
             m->k[i].drained_deadline = m->k[i].deadline;
+            m->k[i].drained_hi = m->k[i].hi;
             n++;
         }
     }
@@ -476,15 +550,18 @@ static void tm_advance(struct tmodel *m, uint64_t target, size_t max)
     if (now > m->now)
         m->now = now;
     for (uint32_t i = 0; i < m->nkeys; i++)
-        if (m->k[i].present && m->k[i].deadline < m->now + (max && (size_t)rc == max ? 0 : 1))
-            TM_FAIL("key %u due at %llu still pending at %llu", i,
-                    (unsigned long long)m->k[i].deadline, (unsigned long long)m->now);
+        if (m->k[i].present && m->k[i].hi < m->now + (max && (size_t)rc == max ? 0 : 1))
+            TM_FAIL("key %u due by %llu still pending at %llu", i,
+                    (unsigned long long)m->k[i].hi, (unsigned long long)m->now);
     tm_check_pending(m);
 }
 
-/* Create the instance (retrying while the failing allocator refuses). */
-static void tm_init(struct tmodel *m, int int_keys, uint32_t nkeys, uint64_t seed, unsigned cb_ops,
-                    unsigned fail_per_mille, size_t max_pending, uint64_t start)
+/* Create the instance (retrying while the failing allocator refuses), with
+ * config.slack_shift = slack_shift, and the *_slack calls mixed in if
+ * slack_calls. */
+static void tm_init_slack(struct tmodel *m, int int_keys, uint32_t nkeys, uint64_t seed,
+                          unsigned cb_ops, unsigned fail_per_mille, size_t max_pending,
+                          uint64_t start, unsigned slack_shift, int slack_calls)
 {
     memset(m, 0, sizeof *m);
     m->int_keys = int_keys;
@@ -493,6 +570,8 @@ static void tm_init(struct tmodel *m, int int_keys, uint32_t nkeys, uint64_t see
     m->cb_ops = cb_ops;
     m->fail_per_mille = fail_per_mille;
     m->max_pending = max_pending;
+    m->slack_shift = slack_shift;
+    m->slack_calls = slack_calls;
     m->now = start;
     m->alloc.fn = tm_alloc;
     m->alloc.ctx = m;
@@ -504,6 +583,7 @@ static void tm_init(struct tmodel *m, int int_keys, uint32_t nkeys, uint64_t see
         .max_pending = max_pending,
         .allocator = &m->alloc,
         .seed = {seed, seed ^ 0x5bd1e995},
+        .slack_shift = slack_shift,
     };
     int rc;
     while ((rc = tw_tasks_new(&m->t, &cfg)) == TW_ENOMEM) {
@@ -512,6 +592,13 @@ static void tm_init(struct tmodel *m, int int_keys, uint32_t nkeys, uint64_t see
     }
     if (rc)
         TM_FAIL("tw_tasks_new = %d", rc);
+}
+
+/* Create an exact instance (see tm_init_slack). */
+static inline void tm_init(struct tmodel *m, int int_keys, uint32_t nkeys, uint64_t seed, unsigned cb_ops,
+                    unsigned fail_per_mille, size_t max_pending, uint64_t start)
+{
+    tm_init_slack(m, int_keys, nkeys, seed, cb_ops, fail_per_mille, max_pending, start, 0, 0);
 }
 
 static void tm_check_all(struct tmodel *m)

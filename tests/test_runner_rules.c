@@ -868,6 +868,71 @@ static void test_default_shards(void)
     tw_runner_free(r);
 }
 
+/* config.slack_shift (issue 13): a task with delay d may run up to
+ * (d >> slack_shift) / tick_ns ticks late, never early, through the single
+ * calls and the batched ones, on every shard. Asserted on the task's
+ * reported deadline tick (bounded by clock reads around the calls: tick k is
+ * at creation + k ticks, creation >= `before`) and on "never early" on the
+ * clock; how late the callback starts after its tick is not asserted. */
+static void test_slack(void)
+{
+    enum { K = 16 };
+    const int64_t d = 40 * TICK_NS, d2 = 60 * TICK_NS; /* slack 20 and 30 ticks */
+    reset_fires();
+    struct tw_runner_config cfg = {.execute = fire_cb, .ctx = &F, .tick_ns = TICK_NS,
+                                   .key_kind = TW_TASKS_KEY_INT,
+                                   .slack_shift = TW_TASKS_SLACK_SHIFT_MAX + 1};
+    struct tw_runner *r = NULL;
+    CHECK_EQ_INT(tw_runner_new(&r, &cfg), TW_EINVAL);
+    CHECK_EQ_PTR(r, NULL);
+    cfg.slack_shift = 1;
+    uint64_t before = now_ns();
+    CHECK_EQ_INT(tw_runner_new(&r, &cfg), 0);
+    F.r = r;
+    /* Keys 1..K: single sets; K+1..2K: set_many; 2K+1..3K: set_many, then
+     * move_many further. */
+    uint64_t c0 = now_ns();
+    for (uint64_t k = 1; k <= K; k++)
+        CHECK_EQ_INT(tw_runner_set_int(r, k, (void *)(uintptr_t)k, d), 1);
+    struct tw_tasks_item it[2 * K];
+    memset(it, 0, sizeof it);
+    for (int i = 0; i < 2 * K; i++) {
+        it[i].key_int = (uint64_t)(K + 1 + i);
+        it[i].value = (void *)(uintptr_t)it[i].key_int;
+        it[i].delay = d;
+    }
+    CHECK_EQ_INT(tw_runner_set_many(r, it, 2 * K), 2 * K);
+    uint64_t c1 = now_ns();
+    for (int i = 0; i < K; i++)
+        it[K + i].delay = d2;
+    uint64_t c2 = now_ns();
+    CHECK_EQ_INT(tw_runner_move_many(r, it + K, K), K);
+    uint64_t c3 = now_ns();
+    CHECK_EQ_INT(wait_fires(&F, 3 * K), 3 * K);
+    sleep_ms(5); /* nothing more fires */
+    CHECK_EQ_INT(fires_n(&F), 3 * K);
+    int inside = 0, early = 0;
+    pthread_mutex_lock(&F.lock);
+    for (int i = 0; i < 3 * K; i++) {
+        int moved = F.key[i] > 2 * K;
+        uint64_t delay = (uint64_t)(moved ? d2 : d), from = moved ? c2 : c0;
+        uint64_t until = moved ? c3 : c1;
+        uint64_t lo = delay / TICK_NS; /* due >= (c - creation + d) / tick */
+        uint64_t hi = (until - before + delay) / TICK_NS + 1 + (delay >> 1) / TICK_NS;
+        inside += F.deadline[i] >= lo && F.deadline[i] <= hi;
+        early += F.at_ns[i] < from + delay; /* never before c + d */
+    }
+    pthread_mutex_unlock(&F.lock);
+    CHECK_EQ_INT(inside, 3 * K);
+    CHECK_EQ_INT(early, 0);
+    /* remove before its window: never runs. */
+    CHECK_EQ_INT(tw_runner_set_int(r, 999, NULL, d), 1);
+    CHECK_EQ_INT(tw_runner_remove_int(r, 999, NULL), 0);
+    tw_runner_stop(r, 0);
+    CHECK_EQ_INT(fires_n(&F), 3 * K);
+    tw_runner_free(r);
+}
+
 int main(void)
 {
     alarm(120); /* a deadlock fails the test instead of hanging CI */
@@ -891,5 +956,6 @@ int main(void)
     RUN(test_drain_out_of_memory);
     RUN(test_batched_calls);
     RUN(test_default_shards);
+    RUN(test_slack);
     return test_summary();
 }

@@ -833,6 +833,76 @@ static void test_batched_arguments(void)
     tw_tasks_free(t);
 }
 
+/* ---- slack (issue 13) ----------------------------------------------------------- */
+
+/* config.slack_shift: every set and move (single and batched) may fire late by
+ * delay >> slack_shift, never early; the planned tick is what get and execute
+ * report; an explicit *_slack call overrides the instance (0 = exact). */
+static void test_slack(void)
+{
+    struct tw_tasks_config cfg = {.execute = record, .ctx = &R, .key_kind = TW_TASKS_KEY_INT,
+                                  .slack_shift = TW_TASKS_SLACK_SHIFT_MAX + 1};
+    struct tw_tasks *t = NULL;
+    CHECK_EQ_INT(tw_tasks_new(&t, &cfg), TW_EINVAL);
+    CHECK_EQ_PTR(t, NULL);
+    memset(&R, 0, sizeof R);
+    cfg.slack_shift = 3;
+    cfg.now = 1000;
+    CHECK_EQ_INT(tw_tasks_new(&t, &cfg), 0);
+    R.t = t;
+    const uint64_t d = 30000, s = d >> 3;
+    uint64_t dl = 0;
+    CHECK_EQ_INT(tw_tasks_set_int(t, 1, (void *)1, (int64_t)d), 1);
+    CHECK_EQ_INT(tw_tasks_get_int(t, 1, NULL, &dl), 0);
+    CHECK(dl >= 1000 + d && dl <= 1000 + d + s);
+    CHECK(dl > 1000 + d); /* 31000 is on no level-2 boundary: planned later, on one (32768) */
+    /* Explicit slack 0 overrides the instance: exact. */
+    CHECK_EQ_INT(tw_tasks_set_slack_int(t, 2, (void *)2, (int64_t)d, 0), 1);
+    CHECK_EQ_INT(tw_tasks_get_int(t, 2, NULL, &dl), 0);
+    CHECK_EQ_U64(dl, 1000 + d);
+    /* Delay 0: the window starts at the next tick; slack of 0 >> 3 = 0. */
+    CHECK_EQ_INT(tw_tasks_set_int(t, 3, (void *)3, 0), 1);
+    CHECK_EQ_INT(tw_tasks_get_int(t, 3, NULL, &dl), 0);
+    CHECK_EQ_U64(dl, 1001);
+    /* Batched: the instance's slack too. */
+    struct tw_tasks_item it[2] = {{.key_int = 4, .value = (void *)4, .delay = (int64_t)d},
+                                  {.key_int = 5, .value = (void *)5, .delay = 100}};
+    CHECK_EQ_INT(tw_tasks_set_many(t, it, 2), 2);
+    CHECK_EQ_INT(tw_tasks_get_int(t, 4, NULL, &dl), 0);
+    CHECK(dl >= 1000 + d && dl <= 1000 + d + s);
+    /* Move with an explicit slack; remove as ever. */
+    CHECK_EQ_INT(tw_tasks_move_slack_int(t, 5, 5000, 1000), 0);
+    CHECK_EQ_INT(tw_tasks_get_int(t, 5, NULL, &dl), 0);
+    CHECK(dl >= 6000 && dl <= 7000);
+    CHECK_EQ_INT(tw_tasks_remove_int(t, 3, NULL), 0);
+    CHECK_EQ_INT(tw_tasks_move_slack_int(t, 3, 5, 1), TW_ENOENT);
+    CHECK_EQ_INT(tw_tasks_set_slack_int(t, 6, NULL, -1, 5), TW_EINVAL);
+    /* Never early: nothing fires before its deadline; all fire by D + S. */
+    CHECK_EQ_INT(tw_tasks_advance(t, 1000 + d - 1), 1); /* key 5 only */
+    CHECK_EQ_U64(R.key[0], 5);
+    CHECK(R.deadline[0] >= 6000 && R.deadline[0] <= 7000 && R.now[0] == R.deadline[0]);
+    CHECK_EQ_INT(tw_tasks_advance(t, 1000 + d + s), 3);
+    for (int i = 1; i < 4; i++) {
+        CHECK(R.deadline[i] >= 1000 + d && R.deadline[i] <= 1000 + d + s);
+        CHECK_EQ_U64(R.now[i], R.deadline[i]);
+    }
+    CHECK_EQ_U64(tw_tasks_pending(t), 0);
+    /* String keys: the same calls. */
+    tw_tasks_free(t);
+    cfg.key_kind = TW_TASKS_KEY_BYTES;
+    memset(&R, 0, sizeof R);
+    CHECK_EQ_INT(tw_tasks_new(&t, &cfg), 0);
+    R.t = t;
+    CHECK_EQ_INT(tw_tasks_set_slack(t, "a", 1, NULL, 100, 50), 1);
+    CHECK_EQ_INT(tw_tasks_move_slack(t, "a", 1, 200, 0), 0);
+    CHECK_EQ_INT(tw_tasks_get(t, "a", 1, NULL, &dl), 0);
+    CHECK_EQ_U64(dl, 1200);
+    CHECK_EQ_INT(tw_tasks_move_slack(t, "b", 1, 200, 0), TW_ENOENT);
+    CHECK_EQ_INT(tw_tasks_set_slack(t, NULL, 1, NULL, 200, 0), TW_EINVAL);
+    CHECK_EQ_INT(tw_tasks_set_slack_int(t, 1, NULL, 200, 0), TW_EINVAL); /* wrong kind */
+    tw_tasks_free(t);
+}
+
 int main(void)
 {
     RUN(test_config_errors);
@@ -857,5 +927,6 @@ int main(void)
     RUN(test_bytes_per_task);
     RUN(test_hash_flooding);
     RUN(test_batched_arguments);
+    RUN(test_slack);
     return test_summary();
 }

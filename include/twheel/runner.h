@@ -16,6 +16,17 @@
  * earlier deadline wakes it) and, after a stall, catches up: no tick is
  * dropped, and the tasks due during the stall run at once in deadline order.
  *
+ * Slack (opt-in, config.slack_shift; 0 = exact, the default, whose paths pay
+ * one branch for it): a task set or moved with delay d (ns), single or
+ * batched, may be run late by up to S = floor((d >> slack_shift) / tick_ns)
+ * ticks: it is planned at some tick P in [due, due + S], `due` being the
+ * tick the exact rule above gives, never earlier, and runs when the tick
+ * thread reaches P; task->deadline is P. The core wheel uses the freedom to
+ * plan tasks on slot boundaries they fire from without cascading, and to fire
+ * neighbours together (twheel/wheel.h, "Slack"), so the tick thread does less
+ * work per task and wakes less often. With slack, a batched set or move takes
+ * its items one by one under each shard lock (no prefetching ahead).
+ *
  * Producers: each call takes one shard's mutex for the length of one tw_tasks
  * operation (about 0.1-0.3 us; longer when it resizes that shard's index,
  * amortised O(1)) and never waits for the tick thread to run: the tick thread
@@ -58,7 +69,8 @@
  * The same holds for drain's fn: see tw_runner_drain.
  *
  * Figures (tw_runner_stats): pending tasks, fired, late fires (callback
- * started more than one tick after its due instant), worst lateness.
+ * started more than one tick after its due instant; with slack, after its
+ * planned tick P), worst lateness.
  *
  * Errors: TW_EINVAL (bad argument, negative delay, NULL key, key of the other
  * kind), TW_E2BIG (key longer than TW_RUNNER_KEY_MAX), TW_ENOENT (move/remove
@@ -116,6 +128,11 @@ struct tw_runner_config {
      * hands the old value back, if the runner is to own it.) NULL: dropped
      * tasks are forgotten. */
     tw_tasks_fn *release;
+    /** Slack of every set and move (batched too): a task with delay d ns may
+     * run up to (d >> slack_shift) / tick_ns ticks late, never early (see
+     * Slack above; 3 = 1/8 of the delay, as Linux's timer wheel). 0 = exact
+     * (the default); at most TW_TASKS_SLACK_SHIFT_MAX. */
+    unsigned slack_shift;
 };
 
 /** The runner's figures (see Figures above), filled by tw_runner_stats. */
@@ -134,7 +151,7 @@ struct tw_runner_stats {
 /** Start a runner (its threads run from here on). Returns 0 and sets *out, or
  * TW_EINVAL (NULL out/cfg/execute, tick_ns < 1000, bad key_kind, shards >
  * 1024, workers > TW_RUNNER_WORKERS_MAX, queue > TW_RUNNER_QUEUE_MAX, an
- * allocator whose fn is NULL), TW_ENOMEM, TW_ESYS; *out is NULL then and
+ * allocator whose fn is NULL, slack_shift > TW_TASKS_SLACK_SHIFT_MAX), TW_ENOMEM, TW_ESYS; *out is NULL then and
  * nothing is left behind. */
 TW_API int tw_runner_new(struct tw_runner **out, const struct tw_runner_config *cfg);
 

@@ -15,7 +15,8 @@
  *
  * Rules (tests/test_tasks_rules.c pins each one, docs/contracts.md states the contract):
  *  - Exact: a task (re-)armed with delay d at time now fires during the first
- *    advance that reaches now + d, never before and never later.
+ *    advance that reaches now + d, never before and never later (unless it
+ *    was given slack, see below).
  *  - Delay 0 means the next tick; a task fires at most once per arming.
  *  - Each arming fires exactly once unless it is removed, replaced (set on a
  *    present key), moved (re-armed), or drained first; never twice.
@@ -28,6 +29,20 @@
  *    call tw_tasks_advance (TW_EBUSY) or tw_tasks_free.
  *  - Drain leaves nothing behind: a key set after (or during) drain is a new
  *    task that fires normally.
+ *
+ * Slack (opt-in; exact is the default and its paths pay one branch for it):
+ * a task may be allowed to fire late, by at most S ticks, so that the core
+ * wheel can plan it on a slot boundary it fires from without cascading, and
+ * fire it together with its neighbours (the rules of twheel/wheel.h, "Slack").
+ * A task (re-)armed with delay d and slack S at time now fires during the
+ * first advance that reaches its planned tick P, some tick in [now + d,
+ * now + d + S] (delay 0: [now + 1, now + 1 + S]; saturating), never before
+ * now + d. P is the deadline that tw_tasks_get and task->deadline report.
+ * S comes from the instance's config.slack_shift (S = d >> slack_shift for
+ * every set and move, batched ones included; 0 = exact) or from a *_slack
+ * call, whose explicit S (0 = exact) overrides it. Every other rule holds as
+ * written: move and set re-arm with their own S, remove forgets, order is by
+ * planned tick.
  *
  * Memory: one allocation for the instance (about 24 KB, mostly the core wheel),
  * a pool of task entries in chunks of TW_TASKS_CHUNK entries, one open-
@@ -82,7 +97,8 @@ struct tw_task {
     size_t key_len;    /**< string keys: its length; integer keys: 0 */
     uint64_t key_int;  /**< integer keys: the key; string keys: 0 */
     void *value;       /**< the value given to set */
-    uint64_t deadline; /**< the tick the task was due at */
+    uint64_t deadline; /**< the tick the task was due at (with slack: its planned
+                          tick, in [armed deadline, armed deadline + slack]) */
 };
 
 /** Runs a task: `ctx` is the config's ctx (or drain's ctx). */
@@ -104,7 +120,14 @@ struct tw_tasks_config {
                                               beyond it gives TW_EFULL */
     const struct tw_allocator *allocator;  /**< NULL = realloc/free; copied */
     uint64_t seed[2];                      /**< hash seed; {0, 0} = random */
+    /** Slack of every set and move (batched too) that gives none itself:
+     * delay >> slack_shift ticks (3 = 1/8 of the delay, as Linux's timer
+     * wheel). 0 = exact (the default); at most TW_TASKS_SLACK_SHIFT_MAX. */
+    unsigned slack_shift;
 };
+
+/** Largest config.slack_shift (1/2^63 of a delay); larger ones give TW_EINVAL. */
+#define TW_TASKS_SLACK_SHIFT_MAX 63u
 
 /** Figures, for tuning and for the benchmarks. */
 struct tw_tasks_stats {
@@ -119,7 +142,7 @@ struct tw_tasks_stats {
 /* ---- lifetime ------------------------------------------------------------ */
 
 /** Create an instance. Returns 0 and sets *out, or TW_EINVAL (NULL out or cfg,
- * no execute, bad key_kind, allocator without fn) or TW_ENOMEM; *out is then
+ * no execute, bad key_kind, allocator without fn, slack_shift too large) or TW_ENOMEM; *out is then
  * NULL and nothing is allocated. The seed comes from getrandom, else
  * /dev/urandom; where neither answers it falls back to the clock and an
  * address, which an attacker may guess: pass cfg.seed there. */
@@ -154,6 +177,23 @@ TW_API int tw_tasks_move(struct tw_tasks *t, const void *key, size_t len, int64_
 /** As tw_tasks_move, for an integer key. */
 TW_API int tw_tasks_move_int(struct tw_tasks *t, uint64_t key, int64_t delay);
 
+/** As tw_tasks_set, with an explicit slack whatever config.slack_shift: the
+ * task fires at some tick in [now + delay, now + delay + slack] (see
+ * "Slack" above; 0 = exact). Same results as tw_tasks_set. */
+TW_API int tw_tasks_set_slack(struct tw_tasks *t, const void *key, size_t len, void *value,
+                              int64_t delay, uint64_t slack);
+/** As tw_tasks_set_slack, for an integer key. */
+TW_API int tw_tasks_set_slack_int(struct tw_tasks *t, uint64_t key, void *value, int64_t delay,
+                                  uint64_t slack);
+/** As tw_tasks_move, with an explicit slack whatever config.slack_shift: the
+ * task fires at some tick in [now + delay, now + delay + slack] (0 = exact).
+ * Same results as tw_tasks_move. */
+TW_API int tw_tasks_move_slack(struct tw_tasks *t, const void *key, size_t len, int64_t delay,
+                               uint64_t slack);
+/** As tw_tasks_move_slack, for an integer key. */
+TW_API int tw_tasks_move_slack_int(struct tw_tasks *t, uint64_t key, int64_t delay,
+                                   uint64_t slack);
+
 /** Forget a key: its task will not run. Returns 0, TW_ENOENT, TW_EINVAL,
  * TW_E2BIG. If `value` is not NULL it receives the task's value. Never
  * allocates. */
@@ -162,7 +202,7 @@ TW_API int tw_tasks_remove(struct tw_tasks *t, const void *key, size_t len, void
 TW_API int tw_tasks_remove_int(struct tw_tasks *t, uint64_t key, void **value);
 
 /** Look a key up without changing anything. Returns 0 (filling *value and
- * *deadline, the tick it is due at, where not NULL), TW_ENOENT, TW_EINVAL,
+ * *deadline, the tick it is due at (with slack: its planned tick), where not NULL), TW_ENOENT, TW_EINVAL,
  * TW_E2BIG. */
 TW_API int tw_tasks_get(const struct tw_tasks *t, const void *key, size_t len, void **value,
                         uint64_t *deadline);
