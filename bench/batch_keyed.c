@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Batched keyed calls against single calls (issue 12, point 5), tw_tasks,
+/* Batched keyed calls against single calls, tw_tasks,
  * single thread, N keys pending (default 1e6), integer keys and "conn:<i>"
  * string keys.
  *

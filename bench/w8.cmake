@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-# W8, the runner's half (issue 12): tw_runner with 1e6 keys pending and P
+# W8, the runner's half: tw_runner with 1e6 keys pending and P
 # producers. scripts/bench-w8-runner runs it beside the Go peer.
 # Run: w8_runner SECONDS PRODUCERS [SHARDS, or -1 for 8 per producer]
 add_executable(w8_runner ${CMAKE_CURRENT_LIST_DIR}/w8_runner.c)

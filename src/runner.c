@@ -40,7 +40,7 @@
  * shards and advances every shard to it, so tasks due at earlier ticks are
  * dispatched before later ones even while catching up after a stall.
  *
- * Many producers (issue 12)
+ * Many producers
  * -------------------------
  * A producer call cannot be deferred (it returns its true result, and its
  * effect must be ordered after the same thread's earlier calls), so producers

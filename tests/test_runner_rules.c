@@ -868,7 +868,7 @@ static void test_default_shards(void)
     tw_runner_free(r);
 }
 
-/* config.slack_shift (issue 13): a task with delay d may run up to
+/* config.slack_shift: a task with delay d may run up to
  * (d >> slack_shift) / tick_ns ticks late, never early, through the single
  * calls and the batched ones, on every shard. Asserted on the task's
  * reported deadline tick (bounded by clock reads around the calls: tick k is

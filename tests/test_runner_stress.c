@@ -15,7 +15,7 @@
  *
  * Runs: 3 producers on 4 shards (callbacks on 2 workers, then inline), and
  * 16 producers on the default shard count with 1 worker (the many-producer
- * case of issue 12: more threads than this machine's cores, so lock holders
+ * case of the W8 workload: more threads than this machine's cores, so lock holders
  * are preempted and the spinning shard lock falls back to sleeping); there
  * the odd producers use the batched calls (tw_runner_*_many, 1..8 items of
  * one kind, repeated keys likely) and read each item's result as the single

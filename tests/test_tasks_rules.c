@@ -833,7 +833,7 @@ static void test_batched_arguments(void)
     tw_tasks_free(t);
 }
 
-/* ---- slack (issue 13) ----------------------------------------------------------- */
+/* ---- slack ---------------------------------------------------------------------- */
 
 /* config.slack_shift: every set and move (single and batched) may fire late by
  * delay >> slack_shift, never early; the planned tick is what get and execute
