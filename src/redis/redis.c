@@ -49,10 +49,30 @@
  * ack/batch script calls.
  *
  * Memory in Redis: a pending task is one HASH field (the key, and
- * "0 0 <due ms> " + payload) and one ZSET member (the key and its score):
- * with 16-byte keys and 32-byte payloads, 268 bytes per task on Redis 7.0
- * (INFO used_memory over 1e5 tasks), about half of it the ZSET's skiplist
- * node and dict entry and half the HASH's entry and two strings.
+ * "0 0 <due ms> " + payload) and one ZSET member (the key and its score).
+ * Measured on Redis 7.0 with 16-byte keys and 32-byte payloads, 1e5 tasks
+ * over 16 partitions (6,250 per partition, so both types use their hashtable
+ * and skiplist encodings):
+ *   MEMORY USAGE {q:p}:task  815,648 B / 6,250 = 130 B per task (dict entry
+ *                            24, bucket 8, key sds 24, value sds "0 0 <due> "
+ *                            + payload 56, allocator rounding)
+ *   MEMORY USAGE {q:p}:due   750,080 B / 6,250 = 120 B per task (skiplist
+ *                            node ~48-64 with its levels, dict entry 24,
+ *                            bucket 8, the member sds 24, shared with the dict)
+ *   INFO used_memory delta   267 B per task (the two above, 250 B, plus key
+ *                            space, script cache and client buffers);
+ *                            W7 (bench/w7_redis.c) reports 267-287 B.
+ * It stays above the 200 B aimed at because both structures are needed and
+ * neither can shrink much: the ZSET orders by due time (claim: O(log n)),
+ * the HASH finds a task by key (set, move, remove, start, ack: O(1)), and a
+ * ZSET entry alone costs ~120 B (the polling baseline, one ZSET whose member
+ * is key|payload, measures 169 B). Dropping the due time from the record
+ * saves ~14 B (it is needed while leased, when the ZSET score is the lease
+ * end). The only large saving would be small listpack-encoded hashes
+ * (task records bucketed by key hash, <= 512 per bucket: ~70 B instead of
+ * 130 B), but the bucket count would have to grow with n (rehashing live
+ * buckets, or O(n / buckets) per access), which breaks "every call O(log n)
+ * with simple scripts"; not done.
  *
  * Why these calls:
  *  - claim leases a task up to window_ms before it is due, with a lease that
@@ -678,8 +698,12 @@ static void rr_clock_round(struct tw_redis *r, const unsigned char *want)
  *
  * Load: a worker takes no more work than its executors can start soon
  * (RR_READY_PER_THREAD per thread due and waiting, RR_HELD_MAX held in all;
- * the carry stays below one batch per partition): claiming a backlog faster than it can run would let the leases run
- * out before the tasks start, and workers would only pass the tasks around.
+ * the carry stays below one batch per partition): claiming a backlog faster
+ * than it can run would let the leases run out before the tasks start, and
+ * workers would only pass the tasks around. "Ready" counts only tasks whose
+ * local due time has come (in the FIFO, or taken by an executor): tasks held
+ * in the wheel for later ticks do not count, so the refill always claims its
+ * whole window ahead whatever the wheel holds (up to RR_HELD_MAX).
  * Near that limit every wanted partition gets a small share of the room.
  * *capped says the round stopped there. Returns 0 or the last error. */
 static int rr_claim_round(struct tw_redis *r, unsigned char *want, bool *capped)
