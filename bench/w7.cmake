@@ -1,20 +1,19 @@
 # SPDX-License-Identifier: MIT
 # W7 durable (bench/WORKLOADS.md): the Redis layer against a polling sorted
 # set on one redis-server started by the test fixture (tests/redis/). Built
-# when TWHEEL_BUILD_REDIS is on and the layer (target twheel_redis) exists.
+# when TWHEEL_BUILD_REDIS is on (the layer, target twheel_redis).
 # Hook it in from bench/CMakeLists.txt with
 #   include(${CMAKE_CURRENT_SOURCE_DIR}/w7.cmake)
 # Run: scripts/bench-redis (or w7_redis --help).
-if(TWHEEL_BUILD_REDIS AND (TARGET twheel_redis OR EXISTS ${PROJECT_SOURCE_DIR}/src/redis/CMakeLists.txt))
-  find_package(PkgConfig REQUIRED)
-  pkg_check_modules(TWHEEL_W7_HIREDIS REQUIRED IMPORTED_TARGET hiredis)
+if(TWHEEL_BUILD_REDIS AND TARGET twheel_redis)
   set(TWHEEL_W7_RFX ${PROJECT_SOURCE_DIR}/tests/redis)
   add_executable(w7_worker ${TWHEEL_W7_RFX}/redis_worker.c)
-  target_link_libraries(w7_worker PRIVATE twheel_redis PkgConfig::TWHEEL_W7_HIREDIS Threads::Threads)
+  target_link_libraries(w7_worker PRIVATE twheel_redis ${TWHEEL_HIREDIS_LIBRARY} Threads::Threads)
   add_executable(w7_redis ${CMAKE_CURRENT_LIST_DIR}/w7_redis.c
     ${TWHEEL_W7_RFX}/fixture.c ${TWHEEL_W7_RFX}/harness.c)
-  target_include_directories(w7_redis PRIVATE ${TWHEEL_W7_RFX} ${PROJECT_SOURCE_DIR}/include)
-  target_link_libraries(w7_redis PRIVATE twheel_redis PkgConfig::TWHEEL_W7_HIREDIS Threads::Threads m)
+  target_include_directories(w7_redis PRIVATE ${TWHEEL_W7_RFX} ${PROJECT_SOURCE_DIR}/include
+    ${TWHEEL_HIREDIS_INCLUDE_DIR})
+  target_link_libraries(w7_redis PRIVATE twheel_redis ${TWHEEL_HIREDIS_LIBRARY} Threads::Threads m)
   target_compile_definitions(w7_redis PRIVATE W7_WORKER_PATH="$<TARGET_FILE:w7_worker>")
   add_dependencies(w7_redis w7_worker)
 endif()
