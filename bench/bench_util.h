@@ -10,6 +10,7 @@
 #ifndef TWHEEL_BENCH_UTIL_H
 #define TWHEEL_BENCH_UTIL_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -77,6 +78,39 @@ static inline size_t cdf_rank(const double *cdf, size_t n, double u)
             hi = mid;
     }
     return lo;
+}
+
+/* Fisher-Yates shuffle of a[0..n), n > 0, drawing from xorshift64(s). */
+static inline void shuffle_u32(uint32_t *a, size_t n, uint64_t *s)
+{
+    for (size_t i = n - 1; i > 0; i--) {
+        size_t j = xorshift64(s) % (i + 1);
+        uint32_t t = a[i];
+        a[i] = a[j];
+        a[j] = t;
+    }
+}
+
+/* The unnormalised CDF of a Zipf(s) over ranks 0..n): cdf[i] = sum of
+ * 1/(k+1)^s for k <= i; *sum = cdf[n-1]. NULL if out of memory. */
+static inline double *zipf_cdf(size_t n, double s, double *sum)
+{
+    double *cdf = malloc(n * sizeof *cdf);
+    double acc = 0;
+    if (cdf)
+        for (size_t i = 0; i < n; i++) {
+            acc += 1.0 / pow((double)(i + 1), s);
+            cdf[i] = acc;
+        }
+    *sum = acc;
+    return cdf;
+}
+
+/* One Zipf rank from a zipf_cdf() table, drawing one xorshift64(s). */
+static inline size_t zipf_draw(const double *cdf, size_t n, double sum, uint64_t *s)
+{
+    double u = (double)(xorshift64(s) >> 11) / 9007199254740992.0 * sum;
+    return cdf_rank(cdf, n, u);
 }
 
 #endif

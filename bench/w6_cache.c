@@ -65,30 +65,20 @@ static void make_keys(void)
         klens[i] = (uint8_t)snprintf(keys[i], sizeof keys[i], "key:%zu", i);
         perm[i] = (uint32_t)i;
     }
-    for (size_t i = nkeys - 1; i > 0; i--) {
-        size_t j = rnd() % (i + 1);
-        uint32_t t = perm[i];
-        perm[i] = perm[j];
-        perm[j] = t;
-    }
+    shuffle_u32(perm, nkeys, &rng_state);
 }
 
 /* Samples of a Zipf(s) over nkeys by inverting the CDF; write_pct percent
  * of them flagged as writes. */
 static void make_samples(double s, int write_pct)
 {
-    double *cdf = malloc(nkeys * sizeof *cdf);
-    double sum = 0;
-    for (size_t i = 0; i < nkeys; i++) {
-        sum += 1.0 / pow((double)(i + 1), s);
-        cdf[i] = sum;
-    }
+    double sum;
+    double *cdf = zipf_cdf(nkeys, s, &sum);
     for (int t = 0; t < 2; t++) {
         if (!samples[t])
             samples[t] = malloc(SAMPLES * sizeof(uint32_t));
         for (size_t k = 0; k < SAMPLES; k++) {
-            double u = (double)(rnd() >> 11) / 9007199254740992.0 * sum;
-            size_t lo = cdf_rank(cdf, nkeys, u);
+            size_t lo = zipf_draw(cdf, nkeys, sum, &rng_state);
             uint32_t w = (int)(rnd() % 100) < write_pct ? 0x80000000u : 0;
             samples[t][k] = perm[lo] | w;
         }

@@ -68,31 +68,21 @@ static void make_keys(void)
         klens[i] = (size_t)snprintf(keys[i], sizeof keys[i], "key:%zu", i);
         perm[i] = (uint32_t)i;
     }
-    for (size_t i = nkeys - 1; i > 0; i--) {
-        size_t j = xorshift64(&s) % (i + 1);
-        uint32_t t = perm[i];
-        perm[i] = perm[j];
-        perm[j] = t;
-    }
+    shuffle_u32(perm, nkeys, &s);
 }
 
 static int nstreams = MAXT;
 
 static void make_samples(int write_pct)
 {
-    double *cdf = malloc(nkeys * sizeof *cdf);
-    double sum = 0;
-    for (size_t i = 0; i < nkeys; i++) {
-        sum += 1.0 / pow((double)(i + 1), 0.99);
-        cdf[i] = sum;
-    }
+    double sum;
+    double *cdf = zipf_cdf(nkeys, 0.99, &sum);
     for (int t = 0; t < nstreams; t++) {
         uint64_t s = 0x9e3779b97f4a7c15u * (uint64_t)(t + 1);
         if (!samples[t])
             samples[t] = malloc(SAMPLES * sizeof(uint32_t));
         for (size_t k = 0; k < SAMPLES; k++) {
-            double u = (double)(xorshift64(&s) >> 11) / 9007199254740992.0 * sum;
-            size_t lo = cdf_rank(cdf, nkeys, u);
+            size_t lo = zipf_draw(cdf, nkeys, sum, &s);
             uint32_t w = (int)(xorshift64(&s) % 100) < write_pct ? 0x80000000u : 0;
             samples[t][k] = perm[lo] | w;
         }
