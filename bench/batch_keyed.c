@@ -23,27 +23,7 @@
 #include <time.h>
 
 #include "twheel.h"
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static uint64_t rnd(uint64_t *s)
-{
-    uint64_t z = (*s += UINT64_C(0x9e3779b97f4a7c15));
-    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return z ^ (z >> 31);
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
+#include "bench_util.h"
 
 static void nop(void *ctx, const struct tw_task *task)
 {
@@ -113,12 +93,12 @@ static void run(int use_batch, double r[NOPS])
     }
     for (int op = 0; op < NOPS; op++) {
         struct tw_tasks_item *it = op == OP_SET ? ins : rnd_items;
-        uint64_t a = now_ns();
+        uint64_t a = cpu_now_ns();
         if (use_batch)
             batched(t, op, it);
         else
             single(t, op, it);
-        r[op] = (double)(now_ns() - a) / (double)n;
+        r[op] = (double)(cpu_now_ns() - a) / (double)n;
         if (op == OP_SET && tw_tasks_pending(t) != n)
             fprintf(stderr, "pending %zu after set, want %zu!\n", tw_tasks_pending(t), n);
     }
@@ -137,17 +117,17 @@ static void bench(void)
         size_t len = (size_t)snprintf(skeys[i], sizeof skeys[i], "conn:%zu", i);
         ins[i] = (struct tw_tasks_item){.key = skeys[i], .key_len = len, .key_int = i * 7 + 3,
                                         .value = &ins[i],
-                                        .delay = 1 + (int64_t)(rnd(&seed) % (1u << 20))};
+                                        .delay = 1 + (int64_t)(splitmix64(&seed) % (1u << 20))};
         rnd_items[i] = ins[i];
     }
     for (size_t i = n - 1; i > 0; i--) {
-        size_t j = rnd(&seed) % (i + 1);
+        size_t j = splitmix64(&seed) % (i + 1);
         struct tw_tasks_item x = rnd_items[i];
         rnd_items[i] = rnd_items[j];
         rnd_items[j] = x;
     }
     for (size_t i = 0; i < n; i++)
-        rnd_items[i].delay = 1 + (int64_t)(rnd(&seed) % (1u << 20));
+        rnd_items[i].delay = 1 + (int64_t)(splitmix64(&seed) % (1u << 20));
     double s[NOPS][3], b[NOPS][3];
     for (int rep = 0; rep < 3; rep++) {
         double rs[NOPS], rb[NOPS];

@@ -28,33 +28,7 @@
 #include <time.h>
 
 #include "twheel.h"
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static uint64_t rnd(uint64_t *s)
-{
-    uint64_t z = (*s += UINT64_C(0x9e3779b97f4a7c15));
-    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return z ^ (z >> 31);
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median3(double v[3])
-{
-    qsort(v, 3, sizeof v[0], cmp_double);
-    return v[1];
-}
+#include "bench_util.h"
 
 /* ---- part 1: tw_tasks ---------------------------------------------------------------- */
 
@@ -92,11 +66,11 @@ static void bench_tasks(size_t n, int is_int)
     for (size_t i = 0; i < n; i++) {
         k.len[i] = (uint8_t)snprintf(k.s[i], sizeof k.s[i], "conn:%zu", i);
         k.perm[i] = (uint32_t)i;
-        k.delay[i] = 1 + (int64_t)(rnd(&seed) % (1u << 20));
-        k.delay2[i] = 1 + (int64_t)(rnd(&seed) % (1u << 20));
+        k.delay[i] = 1 + (int64_t)(splitmix64(&seed) % (1u << 20));
+        k.delay2[i] = 1 + (int64_t)(splitmix64(&seed) % (1u << 20));
     }
     for (size_t i = n - 1; i > 0; i--) { /* random order for move/remove */
-        size_t j = rnd(&seed) % (i + 1);
+        size_t j = splitmix64(&seed) % (i + 1);
         uint32_t x = k.perm[i];
         k.perm[i] = k.perm[j];
         k.perm[j] = x;
@@ -152,10 +126,10 @@ static void bench_tasks(size_t n, int is_int)
         tw_tasks_free(t);
     }
     printf("%-7s %8zu %8.1f %8.1f %8.1f %10.1f %8.1f %8.1f %8.1f\n", is_int ? "int" : "string",
-           n, median3(set), median3(move), median3(rem), median3(setfire), median3(fire), bytes,
+           n, median(set, 3), median(move, 3), median(rem, 3), median(setfire, 3), median(fire, 3), bytes,
            keybytes);
     printf("csv,w5_tasks,%s,%zu,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f\n", is_int ? "int" : "string",
-           n, median3(set), median3(move), median3(rem), median3(setfire), median3(fire), bytes,
+           n, median(set, 3), median(move, 3), median(rem, 3), median(setfire, 3), median(fire, 3), bytes,
            keybytes);
     free(k.s);
     free(k.len);
@@ -236,7 +210,7 @@ static void *mutex_producer(void *arg)
         ;
     while (atomic_load_explicit(&running, memory_order_relaxed) == 1) {
         for (int j = 0; j < 64; j++) {
-            uint64_t r = rnd(&s);
+            uint64_t r = splitmix64(&s);
             uint64_t key = (r >> 8) % KEYSPACE;
             int64_t d = pick_delay(r >> 20);
             switch (r % 5) {
@@ -273,7 +247,7 @@ static void bench_runner_mutex(unsigned producers, unsigned shards, double secon
     }
     uint64_t seed = 99;
     for (uint64_t k = 0; k < PREFILL; k++) {
-        int64_t d = pick_delay(rnd(&seed));
+        int64_t d = pick_delay(splitmix64(&seed));
         tw_runner_set_int(r, k * 2, (void *)(uintptr_t)(now_ns() + (uint64_t)d), d);
     }
     struct prod p[2];
@@ -387,7 +361,7 @@ static void *queue_producer(void *arg)
         ;
     while (atomic_load_explicit(&running, memory_order_relaxed) == 1) {
         for (int j = 0; j < 64; j++) {
-            uint64_t r = rnd(&s);
+            uint64_t r = splitmix64(&s);
             uint64_t key = (r >> 8) % KEYSPACE;
             int64_t d = pick_delay(r >> 20);
             uint64_t now = now_ns();
@@ -414,7 +388,7 @@ static void bench_runner_queue(unsigned producers, double seconds)
     q_start = now_ns();
     uint64_t seed = 99;
     for (uint64_t k = 0; k < PREFILL; k++) {
-        int64_t d = pick_delay(rnd(&seed));
+        int64_t d = pick_delay(splitmix64(&seed));
         tw_tasks_set_int(qt, k * 2, (void *)(uintptr_t)(now_ns() + (uint64_t)d),
                          d / TICK_NS + 1);
     }

@@ -25,13 +25,7 @@
 #include <unistd.h>
 
 #include "twheel/cache.h"
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
+#include "bench_util.h"
 
 static long rss_bytes(void)
 {
@@ -46,12 +40,10 @@ static long rss_bytes(void)
 }
 
 static uint64_t rng_state = 88172645463325252u;
+/* xorshift64 on one sequence for the whole program. */
 static uint64_t rnd(void)
 {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
+    return xorshift64(&rng_state);
 }
 
 /* ---- keys and Zipf samples --------------------------------------------- */
@@ -73,37 +65,20 @@ static void make_keys(void)
         klens[i] = (uint8_t)snprintf(keys[i], sizeof keys[i], "key:%zu", i);
         perm[i] = (uint32_t)i;
     }
-    for (size_t i = nkeys - 1; i > 0; i--) {
-        size_t j = rnd() % (i + 1);
-        uint32_t t = perm[i];
-        perm[i] = perm[j];
-        perm[j] = t;
-    }
+    shuffle_u32(perm, nkeys, &rng_state);
 }
 
 /* Samples of a Zipf(s) over nkeys by inverting the CDF; write_pct percent
  * of them flagged as writes. */
 static void make_samples(double s, int write_pct)
 {
-    double *cdf = malloc(nkeys * sizeof *cdf);
-    double sum = 0;
-    for (size_t i = 0; i < nkeys; i++) {
-        sum += 1.0 / pow((double)(i + 1), s);
-        cdf[i] = sum;
-    }
+    double sum;
+    double *cdf = zipf_cdf(nkeys, s, &sum);
     for (int t = 0; t < 2; t++) {
         if (!samples[t])
             samples[t] = malloc(SAMPLES * sizeof(uint32_t));
         for (size_t k = 0; k < SAMPLES; k++) {
-            double u = (double)(rnd() >> 11) / 9007199254740992.0 * sum;
-            size_t lo = 0, hi = nkeys - 1;
-            while (lo < hi) {
-                size_t mid = (lo + hi) / 2;
-                if (cdf[mid] < u)
-                    lo = mid + 1;
-                else
-                    hi = mid;
-            }
+            size_t lo = zipf_draw(cdf, nkeys, sum, &rng_state);
             uint32_t w = (int)(rnd() % 100) < write_pct ? 0x80000000u : 0;
             samples[t][k] = perm[lo] | w;
         }
@@ -196,18 +171,6 @@ static double run_mix(struct tw_cache *c, int threads, double seconds, double *h
     uint64_t h = b.hits - a.hits, m = b.misses - a.misses;
     *hit_ratio = h + m ? (double)h / (double)(h + m) : 0;
     return (double)ops / ((double)(t1 - t0) / 1e9);
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 /* ---- mass expiry --------------------------------------------------------- */

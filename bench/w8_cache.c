@@ -31,22 +31,7 @@
 
 #include "twheel/cache.h"
 #include "twheel/clock.h"
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-/* The calling thread's CPU time: batched vs single is measured in it, so
- * that other processes on a shared machine do not count. */
-static uint64_t cpu_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
+#include "bench_util.h"
 
 static long proc_status(const char *field)
 {
@@ -63,16 +48,6 @@ static long proc_status(const char *field)
         }
     fclose(f);
     return v;
-}
-
-/* xorshift64: the peers use the same generator and seeds. */
-static uint64_t xs(uint64_t *s)
-{
-    uint64_t x = *s;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return *s = x;
 }
 
 #define MAXT 16
@@ -93,39 +68,22 @@ static void make_keys(void)
         klens[i] = (size_t)snprintf(keys[i], sizeof keys[i], "key:%zu", i);
         perm[i] = (uint32_t)i;
     }
-    for (size_t i = nkeys - 1; i > 0; i--) {
-        size_t j = xs(&s) % (i + 1);
-        uint32_t t = perm[i];
-        perm[i] = perm[j];
-        perm[j] = t;
-    }
+    shuffle_u32(perm, nkeys, &s);
 }
 
 static int nstreams = MAXT;
 
 static void make_samples(int write_pct)
 {
-    double *cdf = malloc(nkeys * sizeof *cdf);
-    double sum = 0;
-    for (size_t i = 0; i < nkeys; i++) {
-        sum += 1.0 / pow((double)(i + 1), 0.99);
-        cdf[i] = sum;
-    }
+    double sum;
+    double *cdf = zipf_cdf(nkeys, 0.99, &sum);
     for (int t = 0; t < nstreams; t++) {
         uint64_t s = 0x9e3779b97f4a7c15u * (uint64_t)(t + 1);
         if (!samples[t])
             samples[t] = malloc(SAMPLES * sizeof(uint32_t));
         for (size_t k = 0; k < SAMPLES; k++) {
-            double u = (double)(xs(&s) >> 11) / 9007199254740992.0 * sum;
-            size_t lo = 0, hi = nkeys - 1;
-            while (lo < hi) {
-                size_t mid = (lo + hi) / 2;
-                if (cdf[mid] < u)
-                    lo = mid + 1;
-                else
-                    hi = mid;
-            }
-            uint32_t w = (int)(xs(&s) % 100) < write_pct ? 0x80000000u : 0;
+            size_t lo = zipf_draw(cdf, nkeys, sum, &s);
+            uint32_t w = (int)(xorshift64(&s) % 100) < write_pct ? 0x80000000u : 0;
             samples[t][k] = perm[lo] | w;
         }
     }
@@ -200,18 +158,6 @@ static double run_mix(struct tw_cache *c, int threads, double seconds, double *c
     return (double)ops / ((double)(t1 - t0) / 1e9);
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 static unsigned cache_shards; /* 0: the default */
 
 static struct tw_cache *make_cache(struct tw_clock *clk)
@@ -255,15 +201,15 @@ static void *hot_main(void *p)
     uint64_t s = 0x12345u + (uint64_t)h->id, ops = 0;
     void *v;
     pthread_barrier_wait(h->start);
-    uint64_t c0 = cpu_ns();
+    uint64_t c0 = cpu_now_ns();
     while (!atomic_load_explicit(h->stop, memory_order_relaxed)) {
         for (int i = 0; i < 256; i++) {
-            size_t k = xs(&s) % 1000;
+            size_t k = xorshift64(&s) % 1000;
             tw_cache_get(h->c, keys[k], klens[k], &v);
         }
         ops += 256;
     }
-    h->cpu = cpu_ns() - c0;
+    h->cpu = cpu_now_ns() - c0;
     h->ops = ops;
     return NULL;
 }
@@ -322,14 +268,14 @@ static double batch_ns(struct tw_cache *c, int what, int reps)
     static void *vals[N];
     uint64_t s = 12345;
     for (size_t i = 0; i < N; i++) {
-        size_t k = xs(&s) % nkeys;
+        size_t k = xorshift64(&s) % nkeys;
         kp[i] = keys[k];
         kl[i] = klens[k];
         vals[i] = (void *)(uintptr_t)(k + 1);
     }
     double r[15];
     for (int rep = 0; rep < reps; rep++) {
-        uint64_t t0 = cpu_ns();
+        uint64_t t0 = cpu_now_ns();
         void *out[BATCH];
         switch (what) {
         case 0:
@@ -349,7 +295,7 @@ static double batch_ns(struct tw_cache *c, int what, int reps)
                 tw_cache_set_many(c, BATCH, &kp[i], &kl[i], &vals[i], NULL);
             break;
         }
-        r[rep] = (double)(cpu_ns() - t0) / N;
+        r[rep] = (double)(cpu_now_ns() - t0) / N;
     }
     return median(r, reps);
 }

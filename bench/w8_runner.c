@@ -36,6 +36,7 @@
 #include <time.h>
 
 #include "twheel.h"
+#include "bench_util.h"
 
 #define KEYS 1000000u
 #define STREAM (1u << 22)
@@ -45,21 +46,6 @@
 #define FINE 200000
 #define LAT_BUCKETS (FINE + 6000)
 #define MAXP 64
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static uint64_t rnd(uint64_t *s)
-{
-    uint64_t z = (*s += UINT64_C(0x9e3779b97f4a7c15));
-    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return z ^ (z >> 31);
-}
 
 /* A packed operation: key (20 bits) | op (2 bits) << 20 | delay ms << 22. */
 static uint64_t *stream;
@@ -74,7 +60,7 @@ static void make_stream(void)
     }
     uint64_t s = 2026;
     for (uint32_t i = 0; i < STREAM; i++) {
-        uint64_t r = rnd(&s);
+        uint64_t r = splitmix64(&s);
         uint64_t key = (r >> 8) % KEYS;
         unsigned sel = (unsigned)(r % 10);
         uint64_t op = sel < 7 ? OP_MOVE : sel < 9 ? OP_SET : OP_REMOVE;
@@ -210,7 +196,7 @@ int main(int argc, char **argv)
     }
     uint64_t s = 7;
     for (uint64_t k = 0; k < KEYS; k++) { /* 1e6 keys pending */
-        int64_t d = (int64_t)(1000 + rnd(&s) % 9001) * 1000000;
+        int64_t d = (int64_t)(1000 + splitmix64(&s) % 9001) * 1000000;
         tw_runner_set_int(R, k, (void *)(uintptr_t)(now_ns() + (uint64_t)d), d);
     }
     struct prod *p = calloc(np, sizeof *p);

@@ -129,6 +129,17 @@ static void cfg_for(struct tw_redis_config *c, const char *queue, struct rec *R)
     c->command_timeout_ms = 500;
 }
 
+/* A worker on config c that delivers into R; NULL (the failure checked, R
+ * destroyed) if it cannot be created, for the case to return at once. */
+static struct tw_redis *worker_new(const struct tw_redis_config *c, struct rec *R)
+{
+    struct tw_redis *r = NULL;
+    CHECK_EQ_INT(tw_redis_new(c, &r), 0);
+    if (!r)
+        rec_destroy(R);
+    return r;
+}
+
 static long long redis_int(const struct rfx_server *s, const char *fmt, const char *a)
 {
     redisContext *c = rfx_connect(s);
@@ -238,12 +249,9 @@ static void test_never_early(void)
     cfg_for(&c, "early", &R);
     c.partitions = 4;
     c.window_ms = 1000;
-    struct tw_redis *r = NULL;
-    CHECK_EQ_INT(tw_redis_new(&c, &r), 0);
-    if (!r) {
-        rec_destroy(&R);
+    struct tw_redis *r = worker_new(&c, &R);
+    if (!r)
         return;
-    }
     enum { N = 40 };
     uint64_t before[N];
     for (int i = 0; i < N; i++) {
@@ -304,12 +312,9 @@ static void test_replace_remove_win(void)
     struct tw_redis_config c;
     cfg_for(&c, "win", &R);
     c.window_ms = 5000;
-    struct tw_redis *r = NULL;
-    CHECK_EQ_INT(tw_redis_new(&c, &r), 0);
-    if (!r) {
-        rec_destroy(&R);
+    struct tw_redis *r = worker_new(&c, &R);
+    if (!r)
         return;
-    }
     CHECK_EQ_INT(tw_redis_set(r, "r1", 2, "old", 3, 900), 0);
     CHECK_EQ_INT(tw_redis_set(r, "r2", 2, "gone", 4, 900), 0);
     CHECK_EQ_INT(tw_redis_set(r, "r3", 2, "moved", 5, 1200), 0);
@@ -353,12 +358,9 @@ static void test_stale_ack(void)
     cfg_for(&c, "stale", &R);
     c.lease_ms = 300;
     c.window_ms = 200; /* claims (and so lease recovery) every 100 ms */
-    struct tw_redis *r = NULL;
-    CHECK_EQ_INT(tw_redis_new(&c, &r), 0);
-    if (!r) {
-        rec_destroy(&R);
+    struct tw_redis *r = worker_new(&c, &R);
+    if (!r)
         return;
-    }
     CHECK_EQ_INT(tw_redis_set(r, "s", 1, "p", 1, 0), 0);
     CHECK(rec_wait(&R, 2, 5000));
     uint64_t end = rfx_mono_ms() + 3000;
@@ -394,12 +396,9 @@ static void test_failed_backoff(void)
     c.retry_base_ms = 150;
     c.retry_max_ms = 250;
     c.window_ms = 1000;
-    struct tw_redis *r = NULL;
-    CHECK_EQ_INT(tw_redis_new(&c, &r), 0);
-    if (!r) {
-        rec_destroy(&R);
+    struct tw_redis *r = worker_new(&c, &R);
+    if (!r)
         return;
-    }
     CHECK_EQ_INT(tw_redis_set(r, "f", 1, "x", 1, 0), 0);
     CHECK(rec_wait(&R, 3, 5000));
     rfx_sleep_ms(50);
@@ -514,12 +513,9 @@ static void test_notification(void)
     cfg_for(&c, "notify", &R);
     c.window_ms = 60000;
     c.partitions = 3;
-    struct tw_redis *r = NULL;
-    CHECK_EQ_INT(tw_redis_new(&c, &r), 0);
-    if (!r) {
-        rec_destroy(&R);
+    struct tw_redis *r = worker_new(&c, &R);
+    if (!r)
         return;
-    }
     struct tw_redis_stats st;
     uint64_t end = rfx_mono_ms() + 3000; /* the first refill has run */
     while (tw_redis_stats(r, &st) == 0 && st.claims < 3 && rfx_mono_ms() < end)
@@ -553,12 +549,9 @@ static void test_window_beyond_ready_cap(void)
     c.threads = 1;
     c.partitions = 4;
     c.window_ms = 5000;
-    struct tw_redis *r = NULL;
-    CHECK_EQ_INT(tw_redis_new(&c, &r), 0);
-    if (!r) {
-        rec_destroy(&R);
+    struct tw_redis *r = worker_new(&c, &R);
+    if (!r)
         return;
-    }
     enum { N = 400 };
     static char keys[N][16];
     static struct tw_redis_item it[N];
@@ -591,12 +584,9 @@ static void test_stop_releases(void)
     struct tw_redis_config c;
     cfg_for(&c, "stop", &R);
     c.window_ms = 5000;
-    struct tw_redis *a = NULL;
-    CHECK_EQ_INT(tw_redis_new(&c, &a), 0);
-    if (!a) {
-        rec_destroy(&R);
+    struct tw_redis *a = worker_new(&c, &R);
+    if (!a)
         return;
-    }
     CHECK_EQ_INT(tw_redis_set(a, "run", 3, "r", 1, 0), 0);
     CHECK_EQ_INT(tw_redis_set(a, "held", 4, "h", 1, 3000), 0);
     CHECK(wait_leased(a, 2, 3000));
