@@ -3,7 +3,8 @@
 // W8 cache peer: go-zero's collection.Cache, re-implemented here (no Go
 // modules can be fetched on the benchmark machines, so this is NOT go-zero's
 // code but a faithful re-implementation of its algorithm, from
-// core/collection/cache.go and timingwheel.go): one sync.Mutex around a
+// core/collection/cache.go; the wheel is gozero_timingwheel.go, shared with
+// the runner's peer): one sync.Mutex around a
 // map[string]any (go-zero's Cache holds a Mutex, not an RWMutex: every Get
 // takes it, to touch the LRU, a no-op without a limit), hit/miss counters as
 // atomics, TTLs jittered by +-5% through a mutex-guarded rand (mathx.Unstable),
@@ -18,7 +19,6 @@
 package main
 
 import (
-	"container/list"
 	"fmt"
 	"math"
 	"math/rand"
@@ -39,220 +39,6 @@ func procCPUNs() int64 {
 }
 
 var cpuPerOp float64
-
-// ---- TimingWheel (go-zero core/collection/timingwheel.go) ----
-
-type timingEntry struct {
-	baseEntry
-	value   any
-	circle  int
-	diff    int
-	removed bool
-}
-
-type baseEntry struct {
-	delay time.Duration
-	key   any
-}
-
-type positionEntry struct {
-	pos  int
-	item *timingEntry
-}
-
-type timingTask struct {
-	key   any
-	value any
-}
-
-type safeMap struct {
-	lock sync.RWMutex
-	m    map[any]any
-}
-
-func (s *safeMap) Get(k any) (any, bool) {
-	s.lock.RLock()
-	defer s.lock.RUnlock()
-	v, ok := s.m[k]
-	return v, ok
-}
-
-func (s *safeMap) Set(k, v any) {
-	s.lock.Lock()
-	s.m[k] = v
-	s.lock.Unlock()
-}
-
-func (s *safeMap) Del(k any) {
-	s.lock.Lock()
-	delete(s.m, k)
-	s.lock.Unlock()
-}
-
-type TimingWheel struct {
-	interval      time.Duration
-	ticker        *time.Ticker
-	slots         []*list.List
-	timers        *safeMap
-	tickedPos     int
-	numSlots      int
-	execute       func(key, value any)
-	setChannel    chan timingEntry
-	moveChannel   chan baseEntry
-	removeChannel chan any
-	stopChannel   chan struct{}
-}
-
-func NewTimingWheel(interval time.Duration, numSlots int, execute func(key, value any)) *TimingWheel {
-	tw := &TimingWheel{
-		interval:      interval,
-		ticker:        time.NewTicker(interval),
-		slots:         make([]*list.List, numSlots),
-		timers:        &safeMap{m: make(map[any]any)},
-		tickedPos:     numSlots - 1,
-		numSlots:      numSlots,
-		execute:       execute,
-		setChannel:    make(chan timingEntry),
-		moveChannel:   make(chan baseEntry),
-		removeChannel: make(chan any),
-		stopChannel:   make(chan struct{}),
-	}
-	for i := range tw.slots {
-		tw.slots[i] = list.New()
-	}
-	go tw.run()
-	return tw
-}
-
-func (tw *TimingWheel) SetTimer(key, value any, delay time.Duration) {
-	tw.setChannel <- timingEntry{baseEntry: baseEntry{delay: delay, key: key}, value: value}
-}
-
-func (tw *TimingWheel) MoveTimer(key any, delay time.Duration) {
-	tw.moveChannel <- baseEntry{delay: delay, key: key}
-}
-
-func (tw *TimingWheel) RemoveTimer(key any) {
-	tw.removeChannel <- key
-}
-
-func (tw *TimingWheel) Stop() {
-	close(tw.stopChannel)
-}
-
-func (tw *TimingWheel) run() {
-	for {
-		select {
-		case <-tw.ticker.C:
-			tw.onTick()
-		case task := <-tw.setChannel:
-			tw.setTask(&task)
-		case key := <-tw.removeChannel:
-			tw.removeTask(key)
-		case task := <-tw.moveChannel:
-			tw.moveTask(task)
-		case <-tw.stopChannel:
-			tw.ticker.Stop()
-			return
-		}
-	}
-}
-
-func (tw *TimingWheel) getPositionAndCircle(d time.Duration) (pos, circle int) {
-	steps := int(d / tw.interval)
-	pos = (tw.tickedPos + steps) % tw.numSlots
-	circle = (steps - 1) / tw.numSlots
-	return
-}
-
-func (tw *TimingWheel) setTask(task *timingEntry) {
-	if task.delay < tw.interval {
-		task.delay = tw.interval
-	}
-	if val, ok := tw.timers.Get(task.key); ok {
-		entry := val.(*positionEntry)
-		entry.item.value = task.value
-		tw.moveTask(task.baseEntry)
-	} else {
-		pos, circle := tw.getPositionAndCircle(task.delay)
-		task.circle = circle
-		tw.slots[pos].PushBack(task)
-		tw.timers.Set(task.key, &positionEntry{pos: pos, item: task})
-	}
-}
-
-func (tw *TimingWheel) moveTask(task baseEntry) {
-	val, ok := tw.timers.Get(task.key)
-	if !ok {
-		return
-	}
-	timer := val.(*positionEntry)
-	if task.delay < tw.interval {
-		go tw.execute(timer.item.key, timer.item.value)
-		return
-	}
-	pos, circle := tw.getPositionAndCircle(task.delay)
-	if pos >= timer.pos {
-		timer.item.circle = circle
-		timer.item.diff = pos - timer.pos
-	} else if circle > 0 {
-		circle--
-		timer.item.circle = circle
-		timer.item.diff = tw.numSlots + pos - timer.pos
-	} else {
-		timer.item.removed = true
-		newItem := &timingEntry{baseEntry: task, value: timer.item.value}
-		tw.slots[pos].PushBack(newItem)
-		tw.timers.Set(task.key, &positionEntry{pos: pos, item: newItem})
-	}
-}
-
-func (tw *TimingWheel) removeTask(key any) {
-	val, ok := tw.timers.Get(key)
-	if !ok {
-		return
-	}
-	val.(*positionEntry).item.removed = true
-	tw.timers.Del(key)
-}
-
-func (tw *TimingWheel) onTick() {
-	tw.tickedPos = (tw.tickedPos + 1) % tw.numSlots
-	l := tw.slots[tw.tickedPos]
-	var tasks []timingTask
-	for e := l.Front(); e != nil; {
-		task := e.Value.(*timingEntry)
-		if task.removed {
-			next := e.Next()
-			l.Remove(e)
-			e = next
-			continue
-		} else if task.circle > 0 {
-			task.circle--
-			e = e.Next()
-			continue
-		} else if task.diff > 0 {
-			next := e.Next()
-			l.Remove(e)
-			pos := (tw.tickedPos + task.diff) % tw.numSlots
-			tw.slots[pos].PushBack(task)
-			tw.timers.Set(task.key, &positionEntry{pos: pos, item: task})
-			task.diff = 0
-			e = next
-			continue
-		}
-		tasks = append(tasks, timingTask{key: task.key, value: task.value})
-		next := e.Next()
-		l.Remove(e)
-		tw.timers.Del(task.key)
-		e = next
-	}
-	for _, t := range tasks {
-		go tw.execute(t.key, t.value)
-	}
-}
-
-// ---- Cache (go-zero core/collection/cache.go), no limit ----
 
 type unstable struct {
 	deviation float64
@@ -282,13 +68,17 @@ func NewCache(expire time.Duration) *Cache {
 		expire:         expire,
 		unstableExpiry: unstable{deviation: 0.05, r: rand.New(rand.NewSource(time.Now().UnixNano())), lock: new(sync.Mutex)},
 	}
-	c.timingWheel = NewTimingWheel(time.Second, 300, func(k, v any) {
+	tw, err := NewTimingWheel(time.Second, 300, func(k, v any) {
 		key, ok := k.(string)
 		if !ok {
 			return
 		}
 		c.Del(key)
 	})
+	if err != nil {
+		panic(err)
+	}
+	c.timingWheel = tw
 	return c
 }
 
