@@ -26,6 +26,19 @@
 #define RW_SANITIZED 0
 #endif
 
+struct tw_redis_stats rw_wait_drained(struct tw_redis *client, uint64_t deadline_ms)
+{
+    struct tw_redis_stats st = {.pending = UINT64_MAX};
+    for (;;) {
+        if (tw_redis_stats(client, &st) == 0 && st.pending == 0)
+            break;
+        if (rfx_mono_ms() >= deadline_ms)
+            break;
+        rfx_sleep_ms(100);
+    }
+    return st;
+}
+
 uint64_t rw_test_size(uint64_t dflt)
 {
     const char *e = getenv("TWHEEL_REDIS_TEST_N");

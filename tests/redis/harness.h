@@ -98,6 +98,11 @@ int rw_set_range(struct tw_redis *r, redisContext *tc, const char *prefix, uint6
 /* Redis TIME in ms on @p tc; 0 on failure. */
 uint64_t rw_redis_ms(redisContext *tc);
 
+/* Wait until the queue holds nothing (tw_redis_stats' pending is 0) or the
+ * monotonic clock reaches @p deadline_ms (rfx_mono_ms); polls every 100 ms.
+ * @return the last stats read (pending UINT64_MAX if none could be read). */
+struct tw_redis_stats rw_wait_drained(struct tw_redis *client, uint64_t deadline_ms);
+
 /* Task-count scaling for tests: $TWHEEL_REDIS_TEST_N if set, else @p dflt, divided
  * by 5 under a sanitizer (at least 1000). */
 uint64_t rw_test_size(uint64_t dflt);

@@ -197,13 +197,7 @@ int main(int argc, char **argv)
             break;
         rfx_sleep_ms(200);
     }
-    struct tw_redis_stats st = {0};
-    for (;;) {
-        int src = tw_redis_stats(client, &st);
-        if ((src == 0 && st.pending == 0) || rfx_mono_ms() >= deadline)
-            break;
-        rfx_sleep_ms(100);
-    }
+    struct tw_redis_stats st = rw_wait_drained(client, deadline);
     uint64_t all_done = rfx_mono_ms() - start;
     for (int w = 0; w < nw; w++)
         if (pid[w] > 0)

@@ -116,12 +116,7 @@ static void test_cluster_migrate_midrun(void)
             break;
         rfx_sleep_ms(300);
     }
-    struct tw_redis_stats st = {0};
-    do {
-        if (tw_redis_stats(client, &st) == 0 && st.pending == 0)
-            break;
-        rfx_sleep_ms(100);
-    } while (rfx_mono_ms() < deadline);
+    struct tw_redis_stats st = rw_wait_drained(client, deadline);
     CHECK_EQ_U64(st.pending, 0);
     for (int w = 0; w < NWORKERS; w++) {
         CHECK_EQ_INT(rw_stop(pid[w], 10000), 0);

@@ -137,12 +137,7 @@ static void test_restart_under_load(void)
             break;
         rfx_sleep_ms(300);
     }
-    struct tw_redis_stats st = {0};
-    do {
-        if (tw_redis_stats(client, &st) == 0 && st.pending == 0)
-            break;
-        rfx_sleep_ms(100);
-    } while (rfx_mono_ms() < deadline);
+    struct tw_redis_stats st = rw_wait_drained(client, deadline);
     CHECK_EQ_U64(st.pending, 0);
     CHECK_EQ_INT(rw_stop(pid, 10000), 0);
     pid = 0;
