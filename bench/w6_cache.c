@@ -6,6 +6,14 @@
  * and the shard-lock comparison (mutex vs rwlock, read-only and 10% writes).
  *
  *   w6_cache [--keys N] [--seconds S] [--reps R] [--mass-ttl-ms T] [--csv FILE]
+ *            [--slack-shift K] [--expiry-only]
+ *
+ * --slack-shift sets tw_cache_config.expiry_slack_shift of every cache (the
+ * default is the library's; 0 = exact expiry timers). --expiry-only runs the
+ * expiry figures alone: the expiry cost under the manual clock (1e6 keys set
+ * over 5,000 ms of manual time with a 60 s TTL and the jitter on, then expired
+ * in 1 ms steps: expiry-thread CPU ns per key, exact and with slack 1/8 and
+ * 1/16, back to back), then the real-clock mass expiry.
  *
  * Keys are "key:<i>" (10-11 bytes); values are opaque pointers (8 bytes, no
  * free function). Zipf ranks are mapped to keys through a random permutation
@@ -119,10 +127,14 @@ static void *worker_main(void *p)
     return NULL;
 }
 
+static int slack_shift = -1; /* --slack-shift; -1 = the library's default */
+
 static struct tw_cache *make_cache(enum tw_cache_lock lock, int64_t ttl, double jitter)
 {
     struct tw_cache_config cfg;
     tw_cache_config_init(&cfg);
+    if (slack_shift >= 0)
+        cfg.expiry_slack_shift = (unsigned)slack_shift;
     cfg.default_ttl_ms = ttl;
     cfg.jitter = jitter;
     cfg.lock = lock;
@@ -282,9 +294,10 @@ static void mass_expiry(int64_t ttl_ms, FILE *csv)
     pthread_join(th, NULL);
     double after_last = gone ? ((double)gone - (double)last_due) / 1e9 : -1;
     double span = ((double)gone - (double)first_due) / 1e9;
-    printf("mass expiry: %zu keys due over %.3f s (preload span); gone %.3f s after the last "
+    printf("mass expiry (expiry_slack_shift %s): %zu keys due over %.3f s (preload span); gone %.3f s after the last "
            "was due (%.3f s after the first)\n",
-           nkeys, (double)(last - first) / 1e9, after_last, span);
+           slack_shift >= 0 ? (slack_shift ? "set" : "0, exact") : "default", nkeys,
+           (double)(last - first) / 1e9, after_last, span);
     printf("reads during it: %llu, p50 %.2f us, p99 %.2f us, p99.9 %.2f us, p99.99 %.1f us, "
            "max %.1f us; the reader was preempted %ld times meanwhile (a read takes no lock: "
            "its outliers are preemptions)\n",
@@ -299,6 +312,63 @@ static void mass_expiry(int64_t ttl_ms, FILE *csv)
     tw_cache_free(c);
 }
 
+/* Expiry cost under the manual clock: CPU ns per key of expiring nkeys keys
+ * (set over 5,000 ms with a 60 s TTL, jitter 0.05), advancing 1 ms at a
+ * time as the expiry thread does when it is never late. */
+static double expiry_cost(unsigned shift, double *passes_out)
+{
+    struct tw_cache_config cfg;
+    tw_cache_config_init(&cfg);
+    cfg.default_ttl_ms = 60000;
+    cfg.shards = 64;
+    cfg.manual_clock = true;
+    cfg.expiry_slack_shift = shift;
+    struct tw_cache *c = NULL;
+    if (tw_cache_new(&c, &cfg) != 0) {
+        fprintf(stderr, "tw_cache_new failed\n");
+        exit(1);
+    }
+    uint64_t now = 0;
+    size_t per_ms = nkeys / 5000 ? nkeys / 5000 : 1;
+    for (size_t i = 0; i < nkeys; i++) {
+        if (i % per_ms == 0)
+            tw_cache_set_now(c, ++now);
+        tw_cache_set(c, keys[i], klens[i], (void *)(uintptr_t)(i + 1));
+    }
+    struct tw_cache_stats st;
+    uint64_t cpu = 0, passes = 0;
+    for (;;) {
+        tw_cache_stats(c, &st);
+        if (st.entries == 0 || now > 200000)
+            break;
+        now++;
+        uint64_t t0 = cpu_now_ns();
+        tw_cache_advance(c, now);
+        cpu += cpu_now_ns() - t0;
+        passes++;
+    }
+    tw_cache_free(c);
+    *passes_out = (double)passes;
+    return (double)cpu / (double)nkeys;
+}
+
+static void expiry_costs(int reps, FILE *csv)
+{
+    static const unsigned shifts[3] = {0, 3, 4};
+    double ns[3][15], passes = 0;
+    for (int r = 0; r < reps; r++) /* back to back, alternating */
+        for (int k = 0; k < 3; k++)
+            ns[k][r] = expiry_cost(shifts[k], &passes);
+    for (int k = 0; k < 3; k++) {
+        double m = median(ns[k], reps);
+        printf("expiry cost (manual clock, 1 ms steps), slack shift %u%s: %.1f ns per key "
+               "(median of %d; ratio to exact %.2f)\n",
+               shifts[k], shifts[k] ? "" : " (exact)", m, reps, m / median(ns[0], reps));
+        if (csv)
+            fprintf(csv, "expiry_cost,%zu,%u,%.1f,,,\n", nkeys, shifts[k], m);
+    }
+}
+
 /* ---- main ----------------------------------------------------------------- */
 
 int main(int argc, char **argv)
@@ -307,6 +377,7 @@ int main(int argc, char **argv)
     int reps = 3;
     int64_t mass_ttl = 5000;
     const char *csv_path = NULL;
+    int expiry_only = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--keys") && i + 1 < argc)
             nkeys = (size_t)atof(argv[++i]);
@@ -318,9 +389,13 @@ int main(int argc, char **argv)
             mass_ttl = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--csv") && i + 1 < argc)
             csv_path = argv[++i];
+        else if (!strcmp(argv[i], "--slack-shift") && i + 1 < argc)
+            slack_shift = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--expiry-only"))
+            expiry_only = 1;
         else {
             fprintf(stderr, "usage: %s [--keys N] [--seconds S] [--reps R] [--mass-ttl-ms T] "
-                            "[--csv FILE]\n", argv[0]);
+                            "[--csv FILE] [--slack-shift K] [--expiry-only]\n", argv[0]);
             return 2;
         }
     }
@@ -330,6 +405,14 @@ int main(int argc, char **argv)
     if (csv)
         fprintf(csv, "figure,keys,a,b,c,d,e\n");
     make_keys();
+    if (expiry_only) {
+        expiry_costs(reps, csv);
+        make_samples(0.99, 0); /* the mass expiry's reader */
+        mass_expiry(mass_ttl, csv);
+        if (csv)
+            fclose(csv);
+        return 0;
+    }
 
     /* bytes per entry: RSS growth of a preload, minus the key bytes */
     double klen_avg = 0;
@@ -373,6 +456,7 @@ int main(int argc, char **argv)
             tw_cache_free(c);
         }
     }
+    expiry_costs(reps, csv);
     mass_expiry(mass_ttl, csv);
     if (csv)
         fclose(csv);

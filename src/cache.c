@@ -52,6 +52,9 @@
  * one in cfg.clock, shared with other caches, or one of its own): its run
  * pulls due timers with tw_wheel_expire_next_node, CACHE_EXPIRE_BATCH at a
  * time per lock hold, and returns the earliest next deadline of all shards.
+ * Timers are armed with slack (cfg.expiry_slack_shift, cache_arm): a read
+ * never trusts a timer, so a late one only holds memory a little longer,
+ * and the wheel plans it where it fires without cascading.
  * A set whose deadline is earlier wakes the service (tw_clock_wake). Expiry
  * never shrinks a table (a shrink would relink chains while readers look):
  * del and set do. Reads never depend on expiry: they compare the entry's
@@ -224,6 +227,25 @@ static uint64_t cache_deadline(struct tw_cache *c, struct cache_shard *s, uint64
     return tick > now_tick ? tick : now_tick + 1;
 }
 
+/* Arm an entry's timer for expiry tick `tick` (stored at now_ns). Reads
+ * compare the entry's expiry with the clock, so the timer only reclaims the
+ * entry's memory: with expiry_slack_shift it may fire up to
+ * (tick - now) >> shift ticks late, and the wheel uses that freedom to plan
+ * it on a slot boundary from which it fires without cascading (twheel/wheel.h,
+ * "Slack"). Returns the tick it is planned at (>= tick). */
+static uint64_t cache_arm(struct tw_cache *c, struct cache_shard *s, struct cache_entry *e,
+                          uint64_t tick, uint64_t now_ns)
+{
+    if (!c->slack_shift) {
+        tw_node_arm_at(&s->wheel, &e->timer, tick);
+        return tick;
+    }
+    uint64_t now_tick = now_ns / CACHE_NS_PER_TICK;
+    tw_node_arm_at_slack(&s->wheel, &e->timer, tick,
+                         tw_slack_fraction(tick > now_tick ? tick - now_tick : 0, c->slack_shift));
+    return tw_node_deadline(&e->timer);
+}
+
 /* Tell the clock service about a deadline just armed (cheap when the
  * cache is already due by then; see tw_clock_wake). */
 static void cache_note_deadline(struct tw_cache *c, uint64_t tick)
@@ -267,8 +289,7 @@ static int cache_store_locked(struct tw_cache *c, struct cache_shard *s,
             tw_cache_lru_unlink_(s, e);
             tw_cache_lru_push_(s, e, cache_stamp(c, now_ns));
         }
-        tw_node_arm_at(&s->wheel, &e->timer, tick);
-        *deadline = tick;
+        *deadline = cache_arm(c, s, e, tick, now_ns);
         return 0;
     }
     if (v->len > SIZE_MAX - cache_entry_size(c, k->len, 0))
@@ -298,7 +319,7 @@ static int cache_store_locked(struct tw_cache *c, struct cache_shard *s,
         atomic_init(&n->value.ptr, v->ptr);
     }
     atomic_init(&n->expires, tick);
-    tw_node_arm_at(&s->wheel, &n->timer, tick);
+    uint64_t planned = cache_arm(c, s, n, tick, now_ns);
     if (e) {
         /* The new entry takes the old one's place in its chain (a release
          * store publishes it); the old one is retired. */
@@ -313,7 +334,7 @@ static int cache_store_locked(struct tw_cache *c, struct cache_shard *s,
     }
     if (c->limit)
         tw_cache_lru_push_(s, n, cache_stamp(c, now_ns));
-    *deadline = tick;
+    *deadline = planned;
     return 0;
 }
 
@@ -1037,6 +1058,7 @@ void tw_cache_config_init(struct tw_cache_config *cfg)
         return;
     memset(cfg, 0, sizeof *cfg);
     cfg->jitter = 0.05;
+    cfg->expiry_slack_shift = TW_CACHE_SLACK_SHIFT_DEFAULT;
     cfg->shards = 0; /* by the CPUs: see tw_cache_default_shards */
     cfg->log_interval_ms = 60000;
 }
@@ -1115,6 +1137,7 @@ static bool cache_config_valid(const struct tw_cache_config *cfg)
 {
     unsigned n = cfg->shards;
     return cfg->default_ttl_ms > 0 && cfg->jitter >= 0.0 && cfg->jitter < 1.0 &&
+           cfg->expiry_slack_shift <= TW_CACHE_SLACK_SHIFT_MAX &&
            n <= CACHE_MAX_SHARDS && (n & (n - 1)) == 0 &&
            (cfg->lock == TW_CACHE_LOCK_MUTEX || cfg->lock == TW_CACHE_LOCK_RWLOCK) &&
            !(cfg->copy_values && cfg->retain_value) && cfg->start_ms < (UINT64_C(1) << 44) &&
@@ -1135,6 +1158,7 @@ int tw_cache_new(struct tw_cache **out, const struct tw_cache_config *cfg)
     c->default_ttl_ms = cfg->default_ttl_ms;
     c->limit = cfg->limit;
     c->jitter = cfg->jitter;
+    c->slack_shift = cfg->expiry_slack_shift;
     c->rwlock = cfg->lock == TW_CACHE_LOCK_RWLOCK;
     c->copy_values = cfg->copy_values;
     c->manual = cfg->manual_clock;

@@ -181,6 +181,7 @@ struct tw_cache {
     int64_t default_ttl_ms;
     size_t limit;
     double jitter;
+    unsigned slack_shift;       /* expiry_slack_shift: 0 = exact timers */
     bool rwlock;
     bool copy_values;
     bool manual;

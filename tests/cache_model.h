@@ -7,10 +7,12 @@
  * the cache), its value, its expiry tick and its last-use stamp. Operations
  * (set, set_ttl, invalid set, get, del, take with a loader that succeeds or
  * fails, advance, set_now) are applied to a manual-clock cache (jitter off,
- * so expiries are exact) and to the model; every answer is compared:
+ * so expiries are exact; with bit 3 of byte 0 the expiry timers have slack)
+ * and to the model; every answer is compared:
  *   - get/take hit exactly when the key is stored and now < expiry, with the
  *     value last stored; misses leave the LRU alone;
- *   - advance expires exactly the stored keys with expiry <= now;
+ *   - advance expires exactly the stored keys with expiry <= now (with
+ *     slack: each at some advance in [expiry, expiry + slack]);
  *   - with a limit, a new key beyond it evicts the stored key least recently
  *     set or hit (expired-but-uncollected keys included);
  *   - each value is freed exactly once, when the model drops it, and every
@@ -55,6 +57,7 @@ struct cm_key {
     bool stored;
     struct cm_value *value;
     uint64_t expiry;
+    uint64_t slack; /* the timer may collect it until expiry + slack */
     uint64_t stamp;
 };
 
@@ -65,6 +68,7 @@ struct cmodel {
     size_t limit;
     int64_t ttl;
     size_t count;
+    unsigned shift; /* expiry_slack_shift; 0 = exact */
     struct cm_key k[CM_KEYS];
     struct cm_value values[CM_MAX_VALUES];
     int nvalues;
@@ -152,6 +156,7 @@ static void cm_store(struct cmodel *m, int i, struct cm_value *v, int64_t ttl)
     }
     k->value = v;
     k->expiry = m->now + (uint64_t)ttl;
+    k->slack = m->shift ? (uint64_t)ttl >> m->shift : 0;
     k->stamp = ++m->seq;
     cm_expect_freed(v, 0, "store");
     cm_evict(m);
@@ -191,6 +196,27 @@ static void cm_collect(struct cmodel *m, int64_t got)
 {
     int64_t want = 0;
     for (int i = 0; i < CM_KEYS; i++) {
+        if (m->shift && m->k[i].stored) {
+            /* With slack the timer collects a key at some advance in
+             * [expiry, expiry + slack]: never before, never after. (Not
+             * concurrent, so a collected value is freed at once.) */
+            struct cm_key *k = &m->k[i];
+            int f = atomic_load(&k->value->freed);
+            if (m->now < k->expiry && f)
+                CM_FAIL("key %d collected at %" PRIu64 " before its expiry %" PRIu64, i,
+                        m->now, k->expiry);
+            if (!f && m->now >= k->expiry + k->slack)
+                CM_FAIL("key %d not collected at %" PRIu64 " (expiry %" PRIu64 " slack %" PRIu64
+                        ")",
+                        i, m->now, k->expiry, k->slack);
+            if (f) {
+                k->stored = false;
+                m->count--;
+                want++;
+                cm_expect_freed(k->value, 1, "expiry");
+            }
+            continue;
+        }
         if (m->k[i].stored && m->k[i].expiry <= m->now) {
             m->k[i].stored = false;
             m->count--;
@@ -381,6 +407,9 @@ static void cm_run_ex(struct cmodel *m, const uint8_t *data, size_t size, bool c
     cfg.limit = data[1] % 3 == 0 ? 0 : 1 + data[1] % 9;
     cfg.default_ttl_ms = 1 + data[2] % 32;
     cfg.jitter = 0;
+    /* bit 3: expiry timers with slack (1/2 .. 1/8 of the TTL); keys are
+     * still never returned at or after their expiry */
+    cfg.expiry_slack_shift = (data[0] & 8) && !concurrent ? 1 + (data[0] >> 4) % 3 : 0;
     cfg.manual_clock = true;
     cfg.free_value = cm_free;
     cfg.retain_value = cm_retain;
@@ -388,6 +417,7 @@ static void cm_run_ex(struct cmodel *m, const uint8_t *data, size_t size, bool c
         cfg.limit = 0;
     m->concurrent = cm_concurrent_ = concurrent;
     m->limit = cfg.limit;
+    m->shift = cfg.expiry_slack_shift;
     m->ttl = cfg.default_ttl_ms;
 #ifdef CM_TRACE
     fprintf(stderr, "run: shards %u lock %d limit %zu ttl %lld\n", cfg.shards, (int)cfg.lock,

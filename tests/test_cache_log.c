@@ -91,6 +91,7 @@ static void test_ttl_cap(void)
     tw_cache_config_init(&cfg);
     cfg.default_ttl_ms = 1000;
     cfg.jitter = 0;
+    cfg.expiry_slack_shift = 0; /* pins the exact reclaim tick */
     cfg.manual_clock = true;
     cfg.start_ms = 5;
     struct tw_cache *c;

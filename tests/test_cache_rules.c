@@ -24,6 +24,7 @@ static struct tw_cache *make(int64_t ttl, size_t limit, unsigned shards, double 
     cfg.limit = limit;
     cfg.shards = shards;
     cfg.jitter = jitter;
+    cfg.expiry_slack_shift = 0; /* these tests pin the exact reclaim tick */
     cfg.manual_clock = true;
     cfg.free_value = counted_free;
     cfg.value_ctx = &ctr;
@@ -228,6 +229,71 @@ static void test_huge_ttl_late_clock(void)
     CHECK_EQ_INT(hit(c, "a", a), 1);
     tw_cache_free(c);
     CHECK_EQ_INT(atomic_load(&a->freed), 1);
+}
+
+/* Expiry with slack (cfg.expiry_slack_shift): a key with TTL t is collected
+ * at some tick in [t, t + (t >> shift)], never before, never after; reads
+ * miss from its expiry on, collected or not. Also the config's bounds. */
+static void test_expiry_slack(void)
+{
+    struct tw_cache_config cfg;
+    tw_cache_config_init(&cfg);
+    CHECK_EQ_INT(cfg.expiry_slack_shift, TW_CACHE_SLACK_SHIFT_DEFAULT);
+    cfg.default_ttl_ms = 1000;
+    cfg.manual_clock = true;
+    cfg.jitter = 0;
+    cfg.free_value = counted_free;
+    cfg.value_ctx = &ctr;
+    struct tw_cache *c = NULL;
+    cfg.expiry_slack_shift = TW_CACHE_SLACK_SHIFT_MAX + 1;
+    CHECK_EQ_INT(tw_cache_new(&c, &cfg), TW_EINVAL);
+    cfg.expiry_slack_shift = 3;
+    cfg.shards = 4;
+    CHECK_EQ_INT(tw_cache_new(&c, &cfg), 0);
+    int frees0 = atomic_load(&ctr.frees);
+    enum { N = 2000 };
+    static uint64_t collected_at[N];
+    struct counted *v[N];
+    for (int i = 0; i < N; i++) {
+        char k[16];
+        snprintf(k, sizeof k, "s%d", i);
+        v[i] = val(i);
+        collected_at[i] = 0;
+        CHECK_EQ_INT(tw_cache_set_ttl(c, K(k), v[i], 10 + i * 37), 0);
+    }
+    int64_t total = 0;
+    for (uint64_t t = 1; t <= 10 + (N - 1) * 37 + ((10 + (N - 1) * 37) >> 3) + 1; t++) {
+        int64_t n = tw_cache_advance(c, t);
+        CHECK(n >= 0);
+        total += n;
+        for (int i = 0; i < N; i++) {
+            if (!collected_at[i] && atomic_load(&v[i]->freed))
+                collected_at[i] = t;
+        }
+        /* reads: the key whose expiry is t misses now, the next one hits */
+        if (t >= 10 && (t - 10) % 37 == 0 && (t - 10) / 37 < N) {
+            int i = (int)((t - 10) / 37);
+            char k[16];
+            snprintf(k, sizeof k, "s%d", i);
+            void *got;
+            CHECK_EQ_INT(tw_cache_get(c, K(k), &got), TW_ENOENT);
+            if (i + 1 < N) {
+                snprintf(k, sizeof k, "s%d", i + 1);
+                CHECK_EQ_INT(tw_cache_get(c, K(k), &got), 0);
+            }
+        }
+    }
+    CHECK_EQ_INT(total, N);
+    int late = 0;
+    for (int i = 0; i < N; i++) {
+        uint64_t ttl = 10 + (uint64_t)i * 37;
+        CHECK(collected_at[i] >= ttl);
+        CHECK(collected_at[i] <= ttl + (ttl >> 3));
+        late += collected_at[i] > ttl;
+    }
+    CHECK(late > N / 2); /* the slack is used: most keys go on a later boundary */
+    CHECK_EQ_INT(atomic_load(&ctr.frees) - frees0, N);
+    tw_cache_free(c);
 }
 
 /* Expiry by the wheel: exactly at the TTL, not a tick before. */
@@ -877,6 +943,7 @@ int main(void)
     RUN(test_expired_key_never_returned);
     RUN(test_huge_ttl_late_clock);
     RUN(test_expiry_exact);
+    RUN(test_expiry_slack);
     RUN(test_jitter);
     RUN(test_get_does_not_extend);
     RUN(test_overwrite);

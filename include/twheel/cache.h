@@ -90,6 +90,13 @@
  * batches of 64 per lock hold; reads never wait for it. Pass one service in
  * cfg.clock to many caches and they share its single thread (1,000 caches,
  * one thread); without it each cache starts a service of its own.
+ * Since reads compare every expiry with the clock, the expiry timers only
+ * reclaim memory, so they are armed with slack by default
+ * (cfg.expiry_slack_shift = 3: a key with TTL t is reclaimed within t/8 after
+ * its expiry, never before): the wheel plans them on slot boundaries from
+ * which they fire without being moved down, and expiry costs 0.62x the CPU
+ * of exact timers (bench/w6_cache.c, 1e6 keys). Set it to 0 for exact
+ * reclaim (memory freed at the expiry tick).
  * With cfg.manual_clock there is no thread and no real clock: time is what the
  * last tw_cache_advance said (for tests, simulations and event loops).
  *
@@ -182,7 +189,21 @@ struct tw_cache_config {
     const struct tw_allocator *allocator; /**< NULL = realloc/free; copied */
     struct tw_clock *clock;     /**< shared expiry service; NULL = one of its own.
                                  * Must outlive the cache. Not with manual_clock. */
+    /** Slack of the expiry timers: a key stored with TTL t (after jitter)
+     * may stay in memory up to t >> expiry_slack_shift after its expiry
+     * before its timer removes it (it is never returned at or after its
+     * expiry: reads compare with the clock). The wheel uses the freedom to
+     * plan timers where they fire without cascading, so expiry costs less
+     * (see Expiry above). 0 = exact timers; default
+     * TW_CACHE_SLACK_SHIFT_DEFAULT; at most TW_CACHE_SLACK_SHIFT_MAX. */
+    unsigned expiry_slack_shift;
 };
+
+/** Default tw_cache_config.expiry_slack_shift (set by tw_cache_config_init):
+ * expired keys are reclaimed at most 1/8 of their TTL late. */
+#define TW_CACHE_SLACK_SHIFT_DEFAULT 3u
+/** Largest tw_cache_config.expiry_slack_shift (1/2^16 of the TTL). */
+#define TW_CACHE_SLACK_SHIFT_MAX 16u
 
 /** Longest TTL in milliseconds: 2^62 ns rounded down to whole ms, about 146
  * years. A longer TTL (INT64_MAX included) is not an error: it is silently
@@ -199,7 +220,8 @@ struct tw_cache_stats {
     uint64_t expirations; /**< keys dropped by their timer */
 };
 
-/** Fill *cfg with the defaults (every field zero except jitter 0.05 and
+/** Fill *cfg with the defaults (every field zero except jitter 0.05,
+ * expiry_slack_shift TW_CACHE_SLACK_SHIFT_DEFAULT and
  * log_interval_ms 60000; shards 0 = by CPUs). default_ttl_ms must still be set. */
 TW_API void tw_cache_config_init(struct tw_cache_config *cfg);
 
