@@ -104,6 +104,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock_internal.h"
 #include "hash.h"
 
 #if defined(__linux__)
@@ -117,6 +118,8 @@
 #define RN_MAX_SHARDS 1024
 #define RN_SPIN 128 /* tries of a held shard lock before sleeping on it */
 #define RN_DEFAULT_QUEUE 1024
+#define RN_POOLED_QUEUE 64   /* default queue of a runner on a pool */
+#define RN_CLOCK_BUDGET 256  /* most tasks fired per run on a shared clock */
 
 /* A fired task on its way to a callback: the key travels inline. */
 struct rn_job {
@@ -180,6 +183,15 @@ struct tw_runner {
     unsigned nworkers, workers_started;
     int joined; /* under stop_lock */
 
+    /* On a shared clock (config.clock) and/or a pool (config.pool, or a
+     * private one for config.workers on a clock): written by tw_runner_new
+     * (member: also by stop, after the shards are closed). */
+    struct tw_clock *clock;
+    struct tw_clock_member *member;
+    struct tw_pool *pool;
+    int own_pool, pool_attached;
+    struct tw_pool_client client;
+
     /* Every group written after tw_runner_new starts on a line of its own,
      * so that the fields above, which every producer call reads, stay
      * shared in every core's cache (see the design comment's table). */
@@ -201,6 +213,10 @@ struct tw_runner {
     struct rn_job *ring; /* under q */
     size_t qcap, qhead, qcount;
     int q_quit;
+    size_t inflight;  /* under q: jobs taken by pool threads, not finished */
+    int q_blocked;    /* under q: the clock run stopped on a full ring */
+    int clock_left;   /* under q: stop has left (or is leaving) the clock */
+    size_t collect_tail; /* clock run only: ring slot of the next fired job */
 
     pthread_mutex_t stop_lock;
     int stopped; /* under stop_lock */
@@ -369,6 +385,11 @@ static int rn_self_is_runner_thread(const struct tw_runner *r)
     pthread_t self = pthread_self();
     if (r->tick_started && pthread_equal(self, r->tick_thread))
         return 1;
+    /* A pool thread (ours or shared: a stop would wait for the pool to run
+     * this runner's queue) or the clock's thread (leave would wait for
+     * itself). */
+    if ((r->pool && tw_pool_is_self_(r->pool)) || (r->clock && tw_clock_is_self_(r->clock)))
+        return 1;
     for (unsigned i = 0; i < r->workers_started; i++)
         if (pthread_equal(self, r->workers[i]))
             return 1;
@@ -387,6 +408,15 @@ static void rn_kick(struct tw_runner *r, uint64_t deadline, uint64_t sleeping)
             return;
         }
     }
+}
+
+/* On a shared clock: a producer armed runner tick `deadline`. Called under
+ * the shard lock, so that stop, which closes every shard before it leaves
+ * the clock, never frees the member under a waker. One atomic load when the
+ * clock already runs us by then (tw_clock_wake). */
+static void rn_clock_wake(struct tw_runner *r, uint64_t deadline)
+{
+    tw_clock_wake(r->clock, r->member, r->start_ns + deadline * r->tick_ns);
 }
 
 static void rn_pending_sub(struct tw_runner *r, size_t n)
@@ -441,19 +471,58 @@ static void rn_dispatch(struct tw_runner *r)
 {
     unsigned n = r->nbatch;
     r->nbatch = 0;
-    if (!r->nworkers) {
+    if (!r->nworkers && !r->pool) {
         for (unsigned i = 0; i < n; i++)
             rn_run_job(r, &r->batch[i]);
         return;
     }
     pthread_mutex_lock(&r->q);
     for (unsigned i = 0; i < n; i++) {
-        while (r->qcount == r->qcap)
+        while (r->qcount == r->qcap) {
+            if (r->pool) /* the pool must know before we wait for it */
+                tw_pool_post_(r->pool, &r->client);
             pthread_cond_wait(&r->q_nonfull, &r->q);
+        }
         r->ring[(r->qhead + r->qcount) % r->qcap] = r->batch[i];
         r->qcount++;
-        pthread_cond_signal(&r->q_nonempty);
+        if (!r->pool)
+            pthread_cond_signal(&r->q_nonempty);
     }
+    if (r->pool && n)
+        tw_pool_post_(r->pool, &r->client);
+    pthread_mutex_unlock(&r->q);
+}
+
+/* A pool thread's turn on this runner (struct tw_pool_client.work): take the
+ * first fired task, let the pool give the rest to other threads (post),
+ * wake the clock run if it stopped on a full ring, run the task with no
+ * lock held. inflight counts tasks taken and not finished, for stop. */
+static void rn_pool_work(struct tw_pool_client *c)
+{
+    struct tw_runner *r = (struct tw_runner *)(void *)((char *)c - offsetof(struct tw_runner, client));
+    struct rn_job job;
+    pthread_mutex_lock(&r->q);
+    if (r->qcount == 0) {
+        pthread_mutex_unlock(&r->q);
+        return;
+    }
+    job = r->ring[r->qhead];
+    r->qhead = (r->qhead + 1) % r->qcap;
+    r->qcount--;
+    r->inflight++;
+    if (r->qcount)
+        tw_pool_post_(r->pool, c);
+    if (r->q_blocked && !r->clock_left) {
+        /* Under q, so that stop cannot leave the clock meanwhile. */
+        r->q_blocked = 0;
+        tw_clock_wake(r->clock, r->member, 0);
+    }
+    pthread_cond_signal(&r->q_nonfull);
+    pthread_mutex_unlock(&r->q);
+    rn_run_job(r, &job);
+    pthread_mutex_lock(&r->q);
+    if (--r->inflight == 0 && r->qcount == 0)
+        pthread_cond_broadcast(&r->q_nonfull); /* stop waits for this */
     pthread_mutex_unlock(&r->q);
 }
 
@@ -462,7 +531,10 @@ static void rn_dispatch(struct tw_runner *r)
 static void rn_collect(void *ctx, const struct tw_task *task)
 {
     struct tw_runner *r = ctx;
-    struct rn_job *job = &r->batch[r->nbatch++];
+    /* On a clock the run reserved ring slots from collect_tail on (see
+     * rn_clock_advance_shard); else the tick thread's batch. */
+    struct rn_job *job = r->clock ? &r->ring[(r->collect_tail + r->nbatch++) % r->qcap]
+                                  : &r->batch[r->nbatch++];
     job->task = *task;
     job->task.deadline -= r->collect_off;
     if (task->key) {
@@ -566,6 +638,81 @@ static void *rn_tick_main(void *arg)
     return NULL;
 }
 
+/* ---- on a shared clock ------------------------------------------------------------ */
+/* The runner as a member of a tw_clock: the clock's thread calls
+ * rn_clock_run, which does what one round of rn_tick_main does, but bounded
+ * (RN_CLOCK_BUDGET tasks; then it asks to run again at once, so the clock's
+ * other members get their turn) and without ever waiting: fired tasks go
+ * straight into ring slots reserved under q (no batch copy); when the ring
+ * is full the run stops, sets q_blocked, and the pool thread that frees a
+ * slot wakes the member (rn_pool_work). Due tasks then stay in the wheel,
+ * still removable, as with a tick thread that waits for its workers. A run
+ * that stopped half way recomputes the earliest expiry next time, so ticks
+ * are still processed in order across shards. */
+
+enum { RN_RUN_DONE, RN_RUN_BUDGET, RN_RUN_BLOCKED };
+
+static int rn_clock_advance_shard(struct tw_runner *r, struct rn_shard *s, uint64_t to,
+                                  unsigned *budget)
+{
+    for (;;) {
+        if (*budget == 0)
+            return RN_RUN_BUDGET;
+        pthread_mutex_lock(&r->q);
+        size_t room = r->qcap - r->qcount;
+        r->collect_tail = (r->qhead + r->qcount) % r->qcap;
+        if (room == 0)
+            r->q_blocked = 1;
+        pthread_mutex_unlock(&r->q);
+        if (room == 0)
+            return RN_RUN_BLOCKED;
+        unsigned max = RN_BATCH < *budget ? RN_BATCH : *budget;
+        if (room < max)
+            max = (unsigned)room;
+        rn_lock(s);
+        r->collect_off = s->off;
+        r->nbatch = 0;
+        int64_t n = tw_tasks_advance_max(s->tasks, to + s->off, max);
+        rn_unlock(s);
+        if (r->nbatch) { /* publish the slots written past the tail */
+            pthread_mutex_lock(&r->q);
+            r->qcount += r->nbatch;
+            tw_pool_post_(r->pool, &r->client);
+            pthread_mutex_unlock(&r->q);
+            r->nbatch = 0;
+        }
+        *budget -= (unsigned)n;
+        if (n < (int64_t)max)
+            return RN_RUN_DONE;
+    }
+}
+
+static uint64_t rn_clock_run(void *ctx, uint64_t now_ns)
+{
+    struct tw_runner *r = ctx;
+    uint64_t now_tick = now_ns > r->start_ns ? (now_ns - r->start_ns) / r->tick_ns : 0;
+    unsigned budget = RN_CLOCK_BUDGET;
+    uint64_t next;
+    int rc;
+    for (;;) {
+        next = rn_next_expiry(r);
+        if (next > now_tick)
+            break;
+        for (unsigned i = 0; i < r->nshards; i++)
+            if ((rc = rn_clock_advance_shard(r, &r->shards[i], next, &budget)) != RN_RUN_DONE)
+                goto out;
+    }
+    for (unsigned i = 0; i < r->nshards; i++) /* move time on; fires what raced in */
+        if ((rc = rn_clock_advance_shard(r, &r->shards[i], now_tick, &budget)) != RN_RUN_DONE)
+            goto out;
+    atomic_store_explicit(&r->tick, now_tick, memory_order_relaxed);
+    /* A set after the scan above lowers our deadline itself (tw_clock_wake). */
+    return next == TW_NEVER ? TW_CLOCK_NEVER : r->start_ns + next * r->tick_ns;
+out:
+    /* Out of budget: again at once. Blocked: a pool thread wakes us. */
+    return rc == RN_RUN_BUDGET ? now_ns : TW_CLOCK_NEVER;
+}
+
 /* ---- lifetime -------------------------------------------------------------------- */
 
 static void rn_noop(void *ctx, const struct tw_task *task)
@@ -619,12 +766,34 @@ static void rn_join_all(struct tw_runner *r)
     if (r->joined)
         return;
     r->joined = 1;
+    if (r->member) { /* no run is going on after leave returns */
+        pthread_mutex_lock(&r->q);
+        r->clock_left = 1;
+        pthread_mutex_unlock(&r->q);
+        tw_clock_leave(r->clock, r->member);
+        r->member = NULL;
+    }
     if (r->tick_started) {
         pthread_mutex_lock(&r->ctl);
         r->stopping = 1;
         pthread_cond_signal(&r->tick_cv);
         pthread_mutex_unlock(&r->ctl);
         pthread_join(r->tick_thread, NULL);
+    }
+    if (r->pool_attached) { /* queued tasks still run; then let go of the pool */
+        pthread_mutex_lock(&r->q);
+        while (r->qcount || r->inflight) {
+            if (r->qcount)
+                tw_pool_post_(r->pool, &r->client);
+            pthread_cond_wait(&r->q_nonfull, &r->q);
+        }
+        pthread_mutex_unlock(&r->q);
+        tw_pool_detach_(r->pool, &r->client);
+        r->pool_attached = 0;
+    }
+    if (r->own_pool) {
+        tw_pool_free(r->pool);
+        r->own_pool = 0;
     }
     if (!r->workers_started)
         return;
@@ -687,7 +856,8 @@ int tw_runner_new(struct tw_runner **out, const struct tw_runner_config *cfg)
     if (!cfg || !cfg->execute || cfg->tick_ns < 1000 || cfg->shards > RN_MAX_SHARDS ||
         (cfg->key_kind != TW_TASKS_KEY_BYTES && cfg->key_kind != TW_TASKS_KEY_INT) ||
         (cfg->allocator && !cfg->allocator->fn) || cfg->workers > TW_RUNNER_WORKERS_MAX ||
-        cfg->queue > TW_RUNNER_QUEUE_MAX || cfg->slack_shift > TW_TASKS_SLACK_SHIFT_MAX)
+        cfg->queue > TW_RUNNER_QUEUE_MAX || cfg->slack_shift > TW_TASKS_SLACK_SHIFT_MAX ||
+        (cfg->pool && cfg->workers) || (cfg->clock && !cfg->pool && !cfg->workers))
         return TW_EINVAL;
     struct tw_allocator a = {rn_default_alloc, NULL};
     if (cfg->allocator)
@@ -705,8 +875,12 @@ int tw_runner_new(struct tw_runner **out, const struct tw_runner_config *cfg)
     r->slack_shift = cfg->slack_shift;
     r->int_keys = cfg->key_kind == TW_TASKS_KEY_INT;
     r->nshards = cfg->shards ? cfg->shards : rn_default_shards();
-    r->qcap = cfg->queue ? cfg->queue : RN_DEFAULT_QUEUE;
-    r->nworkers = cfg->workers;
+    r->clock = cfg->clock;
+    r->pool = cfg->pool;
+    r->qcap = cfg->queue ? cfg->queue : r->pool || r->clock ? RN_POOLED_QUEUE : RN_DEFAULT_QUEUE;
+    /* On a clock, config.workers are the threads of a pool of the runner's
+     * own (so the clock run never waits: see rn_clock_run). */
+    r->nworkers = r->clock ? 0 : cfg->workers;
     uint64_t seed[2];
     tw_random_seed_(seed);
     r->k0 = seed[0];
@@ -725,13 +899,16 @@ int tw_runner_new(struct tw_runner **out, const struct tw_runner_config *cfg)
         goto fail;
 
     rc = TW_ENOMEM;
-    r->batch = rn_mem(r, NULL, 0, RN_BATCH * sizeof *r->batch);
-    r->ring = r->nworkers ? rn_mem(r, NULL, 0, r->qcap * sizeof *r->ring) : NULL;
+    /* The batch: the tick thread's (a clock run writes into the ring). */
+    r->batch = r->clock ? NULL : rn_mem(r, NULL, 0, RN_BATCH * sizeof *r->batch);
+    int ring = r->nworkers || r->pool || r->clock;
+    r->ring = ring ? rn_mem(r, NULL, 0, r->qcap * sizeof *r->ring) : NULL;
     r->workers = r->nworkers ? rn_mem(r, NULL, 0, r->nworkers * sizeof *r->workers) : NULL;
     r->shards = rn_mem(r, NULL, 0, r->nshards * sizeof *r->shards);
     if (r->shards)
         memset(r->shards, 0, r->nshards * sizeof *r->shards);
-    if (!r->batch || !r->shards || (r->nworkers && (!r->ring || !r->workers)))
+    if ((!r->clock && !r->batch) || !r->shards || (ring && !r->ring) ||
+        (r->nworkers && !r->workers))
         goto fail;
     r->tcfg = (struct tw_tasks_config){
         .execute = rn_collect,
@@ -755,6 +932,28 @@ int tw_runner_new(struct tw_runner **out, const struct tw_runner_config *cfg)
         r->shards[i].lock_ready = 1;
     }
     r->start_ns = rn_now_ns();
+    if (r->clock && !r->pool) {
+        rc = tw_pool_new(&r->pool, cfg->workers, cfg->allocator ? &r->alloc : NULL);
+        if (rc) {
+            r->pool = NULL;
+            goto fail;
+        }
+        r->own_pool = 1;
+    }
+    if (r->pool) {
+        r->client.work = rn_pool_work;
+        tw_pool_attach_(r->pool, &r->client);
+        r->pool_attached = 1;
+    }
+    if (r->clock) { /* the last step: from here on it may run */
+        rc = tw_clock_join(r->clock, rn_clock_run, r, TW_CLOCK_NEVER, &r->member);
+        if (rc) {
+            r->member = NULL;
+            goto fail;
+        }
+        *out = r;
+        return 0;
+    }
     rc = TW_ESYS;
     for (unsigned i = 0; i < r->nworkers; i++) {
         if (pthread_create(&r->workers[i], NULL, rn_worker, r))
@@ -862,6 +1061,8 @@ static int rn_apply(struct tw_runner *r, const struct rn_key *k, enum rn_op op, 
             rn_pending_sub(r, 1);
         break;
     }
+    if (r->clock && rc >= 0 && op != RN_REMOVE) /* under the lock: see rn_clock_wake */
+        rn_clock_wake(r, deadline);
     uint64_t sleeping = atomic_load_explicit(&r->sleep_until, memory_order_relaxed);
     rn_unlock(s);
     if (rc >= 0 && op != RN_REMOVE && deadline < sleeping)
@@ -1002,6 +1203,8 @@ static void rn_apply_group(struct tw_runner *r, struct rn_shard *s, struct tw_ta
                 rn_pending_sub(r, 1);
         break;
     }
+    if (r->clock && op != RN_REMOVE && earliest != UINT64_MAX)
+        rn_clock_wake(r, earliest);
     uint64_t sleeping = atomic_load_explicit(&r->sleep_until, memory_order_relaxed);
     rn_unlock(s);
     if (op != RN_REMOVE && earliest < sleeping)

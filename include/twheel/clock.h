@@ -21,7 +21,23 @@
  * caches join by themselves; another component (a runner, your own timers)
  * joins with tw_clock_join. Members' run functions share the thread, so one
  * slow member delays the others: keep them short (the cache expires in
- * batches of 64 keys per lock hold).
+ * batches of 64 keys per lock hold; a runner fires at most 256 tasks per
+ * run and asks to run again at once when more are due).
+ *
+ * Runners join a clock too (tw_runner_config.clock): then no runner starts a
+ * tick thread. Their callbacks never run on the clock's thread: they run on
+ * an executor pool, a struct tw_pool of N threads that many runners share
+ * (tw_runner_config.pool), so that 1,000 runners and 1,000 caches run on one
+ * clock thread and N pool threads:
+ *
+ *   struct tw_clock *clk;  struct tw_pool *pool;
+ *   tw_clock_new(&clk, NULL);
+ *   tw_pool_new(&pool, 4, NULL);          // 4 executor threads for all
+ *   rcfg.clock = clk; rcfg.pool = pool;   // for every runner
+ *   ccfg.clock = clk;                     // for every cache
+ *   ...
+ *   // free every runner and cache first, then:
+ *   tw_pool_free(pool); tw_clock_free(clk);
  */
 #ifndef TWHEEL_CLOCK_H
 #define TWHEEL_CLOCK_H
@@ -82,6 +98,34 @@ TW_API void tw_clock_wake(struct tw_clock *k, struct tw_clock_member *m, uint64_
 
 /** Members joined now (0 for NULL). */
 TW_API unsigned tw_clock_members(struct tw_clock *k);
+
+/** An executor pool: threads that run the callbacks of many runners
+ * (tw_runner_config.pool). Opaque. Each runner keeps its own bounded queue
+ * of fired tasks; the pool's threads take the runners that have work in
+ * turn (first come, first served, one task per turn), so one runner's tasks
+ * start in the order they fired and a runner with a backlog does not starve
+ * the others. A callback that blocks holds one pool thread, and so delays
+ * the callbacks of every runner on the pool: give blocking work its own
+ * pool. */
+struct tw_pool;
+
+/** Most threads in a pool. */
+#define TW_POOL_THREADS_MAX 4096u
+
+/** Create a pool and start its threads (1 .. TW_POOL_THREADS_MAX). alloc may
+ * be NULL (realloc/free); it is copied. Returns 0 and sets *out, or
+ * TW_EINVAL (NULL out, threads out of range, allocator without fn),
+ * TW_ENOMEM, TW_ESYS (a thread or lock could not be created; nothing is left
+ * behind). */
+TW_API int tw_pool_new(struct tw_pool **out, unsigned threads, const struct tw_allocator *alloc);
+
+/** Join the threads and free the pool. Returns 0, TW_EINVAL (NULL), or
+ * TW_EBUSY when runners still use it (free them first) or when called from
+ * one of its threads; nothing is freed then. */
+TW_API int tw_pool_free(struct tw_pool *p);
+
+/** The pool's thread count (0 for NULL). */
+TW_API unsigned tw_pool_threads(const struct tw_pool *p);
 
 #ifdef __cplusplus
 }

@@ -83,6 +83,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "twheel/clock.h"
 #include "twheel/common.h"
 #include "twheel/tasks.h"
 
@@ -133,6 +134,16 @@ struct tw_runner_config {
      * Slack above; 3 = 1/8 of the delay, as Linux's timer wheel). 0 = exact
      * (the default); at most TW_TASKS_SLACK_SHIFT_MAX. */
     unsigned slack_shift;
+    /** Optional: a clock service (twheel/clock.h) to join instead of
+     * starting a tick thread; many runners and caches then share its one
+     * thread (see "On a shared clock" above). Must outlive the runner. With
+     * a clock, callbacks run on `pool`, or, if pool is NULL, on a pool of
+     * `workers` threads of the runner's own (workers >= 1 then). */
+    struct tw_clock *clock;
+    /** Optional: an executor pool (tw_pool_new) whose threads run this
+     * runner's callbacks, shared with other runners; workers must be 0.
+     * Must outlive the runner. With a pool, queue defaults to 64. */
+    struct tw_pool *pool;
 };
 
 /** The runner's figures (see Figures above), filled by tw_runner_stats. */
