@@ -18,6 +18,19 @@
  *                  (drain_done: signalled when it becomes empty).
  * Lock order: stop_lock -> shard -> (nothing); stop_lock -> drain_lock;
  * ctl, q and drain_lock are leaves.
+ * On a shared clock or pool (twheel/clock.h) three more edges, all into
+ * the other objects' leaf locks: shard -> clock (a producer's
+ * tw_clock_wake, under the shard lock so that stop, which closes the
+ * shards before it leaves the clock, never frees the member under it),
+ * q -> clock (a pool thread waking a run that stopped on a full ring) and
+ * q -> pool (posting the runner to the pool). The clock run takes shard
+ * and q locks one at a time, never with the clock's lock; pool threads
+ * call rn_pool_work without the pool's lock.
+ *
+ * Without a tick thread (config.clock): rn_clock_run, below, does one
+ * bounded round of the tick thread's loop per turn on the clock's thread
+ * and returns its next deadline; sleep_until stays 0, and producers wake
+ * the clock instead of kicking tick_cv.
  *
  * Drains in progress: each tw_runner_drain links a record of its thread, on
  * its own stack, into `drainers` for its whole length. stop and free from a
@@ -65,8 +78,18 @@
  *   ctl (the tick thread's mutex)     0    only by the first call, per sleep
  *                                          of the tick thread, that arms a
  *                                          deadline earlier than its wake-up
- *   runner-wide counters              0    (fired/late: workers; pending:
- *                                          only with max_pending, see below)
+ *   runner-wide counters              0    (fired/late/worst: written by the
+ *                                          thread that runs the callback, not
+ *                                          by producers; contended: the
+ *                                          shard's own line)
+ *   max_pending counter (pending)     0    with max_pending: one CAS or add
+ *                                          per room_chunk calls of a shard
+ *                                          (see below), never per call
+ *   the clock member's `due`          1    on a shared clock only: read (one
+ *     (config.clock): read only            atomic load) by a set/move; written
+ *                                          by the clock thread per run and by
+ *                                          the first set per sleep that arms
+ *                                          an earlier deadline
  *
  * So a call writes at most ~10 lines, all of one shard (plus the key's own
  * entry), and none that every call writes: the count does not depend on the
@@ -86,10 +109,15 @@
  * min(m, S) locks, not m, and writes each shard's lock line and tw_tasks
  * header once per group; the per-key lines are as above.
  *
- * The one runner-wide line a producer writes: with max_pending != 0, each
- * set of a new key and each remove also updates `pending` (one atomic add on
- * a line of its own), so that TW_EFULL is exact; that line is shared by all
- * producers. Leave max_pending at 0 where producers must scale.
+ * The one runner-wide line a producer may write: with max_pending != 0, the
+ * admission counter `pending`. A set of a new key takes a unit of its
+ * shard's reserved room and a leaving task gives one back, under the shard
+ * lock; the shard moves room to or from `pending` only a chunk at a time
+ * (room_chunk = max_pending / (2 * shards), 1 to 64; see rn_admit), so that
+ * line is written about once per chunk of calls of a shard, whatever the
+ * number of producers. tw_runner_stats.shared_writes counts those writes
+ * (test_runner_clock checks the bound). The price is TW_EFULL's precision
+ * under concurrency, documented in runner.h.
  */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, pthread_condattr_setclock */
@@ -157,6 +185,9 @@ struct rn_shard {
     int closed;             /* under lock */
     int lock_ready;         /* lock initialised (for teardown) */
     uint64_t contended;     /* under lock: acquisitions that found it held */
+    size_t room;            /* under lock: max_pending room this shard reserved
+                               from r->pending and has not used (rn_admit) */
+    uint64_t room_moves;    /* under lock: writes of r->pending by this shard */
     char pad[64];           /* keep neighbours' locks off this cache line */
 };
 
@@ -207,6 +238,7 @@ struct tw_runner {
     struct rn_job *batch;
     unsigned nbatch;
     uint64_t collect_off; /* off of the shard being advanced */
+    struct rn_shard *collect_shard; /* ... and the shard itself */
 
     pthread_mutex_t q;
     pthread_cond_t q_nonempty, q_nonfull;
@@ -230,7 +262,8 @@ struct tw_runner {
     unsigned ready; /* RN_* bits; written by tw_runner_new only */
 
     char pad_pending[64];
-    _Atomic size_t pending; /* kept only when max_pending != 0 */
+    _Atomic size_t pending; /* max_pending only: tasks + every shard's room */
+    size_t room_chunk;      /* room a shard reserves at a time (rn_admit) */
     char pad_figures[64];   /* pending: producers; these: workers and the tick thread */
     _Atomic uint64_t fired, late, worst_ns, drained, tick;
 };
@@ -419,10 +452,78 @@ static void rn_clock_wake(struct tw_runner *r, uint64_t deadline)
     tw_clock_wake(r->clock, r->member, r->start_ns + deadline * r->tick_ns);
 }
 
-static void rn_pending_sub(struct tw_runner *r, size_t n)
+/* ---- max_pending: admission room reserved per shard --------------------------------
+ * r->pending counts the tasks pending plus the room the shards have reserved
+ * and not used, and never exceeds max_pending. A set of a new key takes one
+ * unit of its shard's room (under the shard lock, no shared write); only when
+ * the shard has none does it reserve a chunk (room_chunk, at most
+ * max_pending / (2 * shards), 1 to 64) from r->pending with a CAS. A task
+ * that leaves (fired, removed, drained) gives its unit back to its shard's
+ * room, and a shard holding more than two chunks returns the excess. So the
+ * shared line is written about once per chunk of calls of a shard, not per
+ * call. When r->pending is full, the set first takes back the room of every
+ * other shard whose lock is free at that moment (trylock: never waits, no
+ * lock order issue) and tries once more; so TW_EFULL is exact when no other
+ * call holds a shard lock at that moment, and otherwise may come while up to
+ * 2 * room_chunk units per busy shard are reserved and unused. */
+
+static void rn_room_reclaim(struct tw_runner *r, struct rn_shard *mine)
 {
-    if (r->max_pending && n)
-        atomic_fetch_sub_explicit(&r->pending, n, memory_order_relaxed);
+    for (unsigned i = 0; i < r->nshards; i++) {
+        struct rn_shard *o = &r->shards[i];
+        if (o == mine || pthread_mutex_trylock(&o->lock) != 0)
+            continue;
+        if (o->room) {
+            atomic_fetch_sub_explicit(&r->pending, o->room, memory_order_relaxed);
+            o->room = 0;
+            o->room_moves++;
+        }
+        pthread_mutex_unlock(&o->lock);
+    }
+}
+
+static int rn_room_reserve(struct tw_runner *r, struct rn_shard *s)
+{
+    size_t cur = atomic_load_explicit(&r->pending, memory_order_relaxed);
+    while (cur < r->max_pending) {
+        size_t grab = r->max_pending - cur;
+        if (grab > r->room_chunk)
+            grab = r->room_chunk;
+        if (atomic_compare_exchange_weak_explicit(&r->pending, &cur, cur + grab,
+                                                  memory_order_relaxed, memory_order_relaxed)) {
+            s->room += grab;
+            s->room_moves++;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* A set made key new in shard s (lock held): 1 if it may stay, 0 if
+ * max_pending is reached (the caller takes the key out: TW_EFULL). */
+static int rn_admit(struct tw_runner *r, struct rn_shard *s)
+{
+    if (!s->room && !rn_room_reserve(r, s)) {
+        rn_room_reclaim(r, s);
+        if (!rn_room_reserve(r, s))
+            return 0;
+    }
+    s->room--;
+    return 1;
+}
+
+/* n tasks left shard s (lock held): their room goes back to it. */
+static void rn_pending_sub(struct tw_runner *r, struct rn_shard *s, size_t n)
+{
+    if (!r->max_pending || !n)
+        return;
+    s->room += n;
+    if (s->room > 2 * r->room_chunk) {
+        size_t give = s->room - r->room_chunk;
+        s->room -= give;
+        s->room_moves++;
+        atomic_fetch_sub_explicit(&r->pending, give, memory_order_relaxed);
+    }
 }
 
 /* ---- running callbacks -------------------------------------------------------- */
@@ -541,7 +642,7 @@ static void rn_collect(void *ctx, const struct tw_task *task)
         memcpy(job->key, task->key, task->key_len);
         job->task.key = job->key;
     }
-    rn_pending_sub(r, 1);
+    rn_pending_sub(r, r->collect_shard, 1);
 }
 
 /* ---- the tick thread ----------------------------------------------------------- */
@@ -569,6 +670,7 @@ static void rn_advance_shard(struct tw_runner *r, struct rn_shard *s, uint64_t t
     do {
         rn_lock(s);
         r->collect_off = s->off;
+        r->collect_shard = s;
         n = tw_tasks_advance_max(s->tasks, to + s->off, RN_BATCH);
         rn_unlock(s);
         if (r->nbatch)
@@ -671,6 +773,7 @@ static int rn_clock_advance_shard(struct tw_runner *r, struct rn_shard *s, uint6
             max = (unsigned)room;
         rn_lock(s);
         r->collect_off = s->off;
+        r->collect_shard = s;
         r->nbatch = 0;
         int64_t n = tw_tasks_advance_max(s->tasks, to + s->off, max);
         rn_unlock(s);
@@ -875,6 +978,8 @@ int tw_runner_new(struct tw_runner **out, const struct tw_runner_config *cfg)
     r->slack_shift = cfg->slack_shift;
     r->int_keys = cfg->key_kind == TW_TASKS_KEY_INT;
     r->nshards = cfg->shards ? cfg->shards : rn_default_shards();
+    r->room_chunk = r->max_pending / (2 * (size_t)r->nshards);
+    r->room_chunk = r->room_chunk < 1 ? 1 : r->room_chunk > 64 ? 64 : r->room_chunk;
     r->clock = cfg->clock;
     r->pool = cfg->pool;
     r->qcap = cfg->queue ? cfg->queue : r->pool || r->clock ? RN_POOLED_QUEUE : RN_DEFAULT_QUEUE;
@@ -1034,9 +1139,7 @@ static int rn_apply(struct tw_runner *r, const struct rn_key *k, enum rn_op op, 
             rc = r->int_keys ? tw_tasks_set_int(t, k->num, value, delay)
                              : tw_tasks_set(t, k->p, k->len, value, delay);
         }
-        if (rc == 1 && r->max_pending &&
-            atomic_fetch_add_explicit(&r->pending, 1, memory_order_relaxed) >= r->max_pending) {
-            atomic_fetch_sub_explicit(&r->pending, 1, memory_order_relaxed);
+        if (rc == 1 && r->max_pending && !rn_admit(r, s)) {
             if (r->int_keys)
                 tw_tasks_remove_int(t, k->num, NULL);
             else
@@ -1058,7 +1161,7 @@ static int rn_apply(struct tw_runner *r, const struct rn_key *k, enum rn_op op, 
         rc = r->int_keys ? tw_tasks_remove_int(t, k->num, out_value)
                          : tw_tasks_remove(t, k->p, k->len, out_value);
         if (rc == 0)
-            rn_pending_sub(r, 1);
+            rn_pending_sub(r, s, 1);
         break;
     }
     if (r->clock && rc >= 0 && op != RN_REMOVE) /* under the lock: see rn_clock_wake */
@@ -1132,9 +1235,10 @@ static uint64_t rn_item_shard(const struct tw_runner *r, const struct tw_tasks_i
 /* Sets of one shard's group one by one, as rn_apply does (max_pending, or
  * slack: each item's slack in ticks is in its `deadline` field, unused by a
  * set). */
-static void rn_set_limited(struct tw_runner *r, struct tw_tasks *t, struct tw_tasks_item *it,
+static void rn_set_limited(struct tw_runner *r, struct rn_shard *s, struct tw_tasks_item *it,
                            size_t m)
 {
+    struct tw_tasks *t = s->tasks;
     for (size_t i = 0; i < m; i++) {
         int rc;
         if (r->slack_shift)
@@ -1145,9 +1249,7 @@ static void rn_set_limited(struct tw_runner *r, struct tw_tasks *t, struct tw_ta
         else
             rc = r->int_keys ? tw_tasks_set_int(t, it[i].key_int, it[i].value, it[i].delay)
                              : tw_tasks_set(t, it[i].key, it[i].key_len, it[i].value, it[i].delay);
-        if (rc == 1 && r->max_pending &&
-            atomic_fetch_add_explicit(&r->pending, 1, memory_order_relaxed) >= r->max_pending) {
-            atomic_fetch_sub_explicit(&r->pending, 1, memory_order_relaxed);
+        if (rc == 1 && r->max_pending && !rn_admit(r, s)) {
             if (r->int_keys)
                 tw_tasks_remove_int(t, it[i].key_int, NULL);
             else
@@ -1181,7 +1283,7 @@ static void rn_apply_group(struct tw_runner *r, struct rn_shard *s, struct tw_ta
     switch (op) {
     case RN_SET:
         if (r->max_pending || r->slack_shift)
-            rn_set_limited(r, t, tmp, m);
+            rn_set_limited(r, s, tmp, m);
         else
             (void)tw_tasks_set_many(t, tmp, m);
         break;
@@ -1200,7 +1302,7 @@ static void rn_apply_group(struct tw_runner *r, struct rn_shard *s, struct tw_ta
         (void)tw_tasks_remove_many(t, tmp, m);
         for (size_t i = 0; i < m; i++)
             if (tmp[i].result == 0)
-                rn_pending_sub(r, 1);
+                rn_pending_sub(r, s, 1);
         break;
     }
     if (r->clock && op != RN_REMOVE && earliest != UINT64_MAX)
@@ -1372,7 +1474,7 @@ static int64_t rn_drain_shards(struct tw_runner *r, struct tw_tasks **spare, tw_
          * advanced. */
         tw_tasks_advance(*spare, tw_tasks_now(old));
         s->tasks = *spare;
-        rn_pending_sub(r, tw_tasks_pending(old));
+        rn_pending_sub(r, s, tw_tasks_pending(old));
         rn_unlock(s);
         int64_t n = rn_drain_instance(old, s->off, fn, ctx);
         *spare = old;
@@ -1440,8 +1542,7 @@ int tw_runner_stop(struct tw_runner *r, unsigned flags)
         struct tw_tasks *t = r->shards[i].tasks;
         r->shards[i].tasks = NULL;
         pthread_mutex_unlock(&r->shards[i].lock);
-        size_t n = tw_tasks_pending(t);
-        rn_pending_sub(r, n);
+        size_t n = tw_tasks_pending(t); /* (r->pending no longer matters) */
         if (flags & TW_RUNNER_STOP_DRAIN) {
             atomic_fetch_add_explicit(&r->drained, n, memory_order_relaxed);
             rn_drain_instance(t, r->shards[i].off, r->execute, r->ctx);
@@ -1476,6 +1577,7 @@ void tw_runner_stats(struct tw_runner *r, struct tw_runner_stats *st)
         if (r->shards[i].tasks) /* NULL once stopped */
             st->pending += tw_tasks_pending(r->shards[i].tasks);
         st->contended += r->shards[i].contended;
+        st->shared_writes += r->shards[i].room_moves;
         rn_unlock(&r->shards[i]);
     }
     st->fired = atomic_load_explicit(&r->fired, memory_order_relaxed);

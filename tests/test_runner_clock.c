@@ -547,6 +547,107 @@ static void test_rules(void)
     CHECK_EQ_INT(tw_clock_free(clk), 0);
 }
 
+/* ---- max_pending: room per shard, the shared counter written per chunk --- */
+
+static void noop_cb(void *ctx, const struct tw_task *t)
+{
+    (void)ctx;
+    (void)t;
+}
+
+struct setter {
+    struct tw_runner *r;
+    uint64_t base;
+    int accepted, full;
+};
+
+static void *setter_main(void *arg)
+{
+    struct setter *st = arg;
+    for (int i = 0; i < 3000; i++) {
+        int rc = tw_runner_set_int(st->r, st->base + (uint64_t)i, NULL, INT64_C(3600000000000));
+        if (rc == 1)
+            st->accepted++;
+        else if (rc == TW_EFULL)
+            st->full++;
+        if (i % 3 == 2) /* and remove some: room flows back */
+            tw_runner_remove_int(st->r, st->base + (uint64_t)i, NULL);
+    }
+    return NULL;
+}
+
+static void test_max_pending_room(void)
+{
+    enum { MAXP = 2000, SH = 16 };
+    struct tw_runner *r;
+    struct tw_runner_config cfg = {.execute = noop_cb,
+                                   .tick_ns = TICK_NS,
+                                   .key_kind = TW_TASKS_KEY_INT,
+                                   .shards = SH,
+                                   .max_pending = MAXP};
+    CHECK_EQ_INT(tw_runner_new(&r, &cfg), 0);
+    const int64_t hour = INT64_C(3600000000000);
+    struct tw_runner_stats st;
+    /* below the limit: 1,000 sets and 1,000 removes write the shared counter
+     * about once per chunk (2000 / 32 = 62 tasks) per shard, not per call */
+    for (int k = 0; k < MAXP / 2; k++)
+        CHECK_EQ_INT(tw_runner_set_int(r, (uint64_t)k, NULL, hour), 1);
+    for (int k = 0; k < MAXP / 2; k++)
+        CHECK_EQ_INT(tw_runner_remove_int(r, (uint64_t)k, NULL), 0);
+    tw_runner_stats(r, &st);
+    fprintf(stderr, "max_pending: %llu shared writes for %d calls below the limit\n",
+            (unsigned long long)st.shared_writes, MAXP);
+    CHECK(st.shared_writes <= 2 * SH + 2 * (MAXP / 62));
+    /* alone: exact */
+    for (int k = 0; k < MAXP; k++)
+        CHECK_EQ_INT(tw_runner_set_int(r, (uint64_t)k, NULL, hour), 1);
+    CHECK_EQ_INT(tw_runner_set_int(r, MAXP, NULL, hour), TW_EFULL);
+    for (int k = 0; k < MAXP; k += 2)
+        CHECK_EQ_INT(tw_runner_remove_int(r, (uint64_t)k, NULL), 0);
+    for (int k = 0; k < MAXP / 2; k++)
+        CHECK_EQ_INT(tw_runner_set_int(r, (uint64_t)(MAXP + 1 + k), NULL, hour), 1);
+    CHECK_EQ_INT(tw_runner_set_int(r, 5 * MAXP, NULL, hour), TW_EFULL);
+    tw_runner_stats(r, &st);
+    CHECK_EQ_U64(st.pending, MAXP);
+    /* 3,000 calls (2 sets and removes per key) wrote the shared counter about
+     * once per chunk (2000 / 32 = 62 tasks) per shard, not once per call */
+    uint64_t calls = 3 * MAXP + MAXP / 2 + 2;
+    fprintf(stderr, "max_pending: %llu shared writes for %llu calls\n",
+            (unsigned long long)st.shared_writes, (unsigned long long)calls);
+    CHECK(st.shared_writes * 4 < calls);
+    /* two producers racing near the limit: never more than MAXP pending */
+    CHECK_EQ_INT(tw_runner_drain(r, NULL, NULL), MAXP);
+    struct setter s[2] = {{r, 100000, 0, 0}, {r, 200000, 0, 0}};
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        CHECK_EQ_INT(pthread_create(&th[i], NULL, setter_main, &s[i]), 0);
+    for (int i = 0; i < 200; i++) {
+        tw_runner_stats(r, &st);
+        CHECK(st.pending <= MAXP);
+    }
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    tw_runner_stats(r, &st);
+    CHECK(st.pending <= MAXP);
+    CHECK(s[0].full + s[1].full > 0);
+    /* alone again: the room is all found back (no unit lost or leaked):
+     * remove half, then exactly that many new keys fit */
+    int removed = 0;
+    for (uint64_t k = 100000; k < 103000; k++)
+        removed += tw_runner_remove_int(r, k, NULL) == 0;
+    tw_runner_stats(r, &st);
+    size_t before = st.pending;
+    int more = 0;
+    for (uint64_t k = 900000; k < 900000 + MAXP; k++)
+        more += tw_runner_set_int(r, k, NULL, hour) == 1;
+    tw_runner_stats(r, &st);
+    CHECK_EQ_U64(st.pending, MAXP);
+    CHECK_EQ_INT(tw_runner_set_int(r, 999999999, NULL, hour), TW_EFULL);
+    CHECK(removed > 0);
+    CHECK_EQ_INT(more, (int)(MAXP - before));
+    tw_runner_free(r);
+}
+
 int main(void)
 {
     alarm(120); /* a deadlock fails the test instead of hanging CI */
@@ -555,5 +656,6 @@ int main(void)
     RUN(test_stop_while_others_run);
     RUN(test_stalled_member);
     RUN(test_full_queue);
+    RUN(test_max_pending_room);
     return test_summary();
 }

@@ -58,10 +58,52 @@
  * before sleeping. tw_runner_stats counts those waits (`contended`). Set
  * config.shards to override. src/runner.c's design comment counts the locks
  * and shared cache lines of a call; bench/README.md has the figures.
+ * With max_pending, each shard reserves room for new keys from one
+ * runner-wide counter a chunk at a time (max_pending / (2 * shards), 1 to
+ * 64 tasks), so that counter is written about once per chunk of calls, not
+ * on every call (tw_runner_stats.shared_writes counts it). Never more than
+ * max_pending tasks are pending. TW_EFULL is exact when no other call is
+ * inside a shard at that moment (a set that finds the counter full first
+ * takes back the unused room of every shard whose lock is free, and tries
+ * again); with concurrent calls it may come while up to 2 chunks per busy
+ * shard are reserved and unused.
+ *
+ * On a shared clock (config.clock, twheel/clock.h): the runner starts no
+ * tick thread; it is a member of the clock, whose one thread also drives
+ * other runners and caches (1,000 runners and 1,000 caches: one clock
+ * thread). The rules above hold unchanged: never early, no tick dropped
+ * after a stall (of the clock thread, or of another member, which delays
+ * this runner as a stalled tick thread would), tasks due at earlier ticks
+ * dispatched first, set/move/remove never wait for the clock. A turn of the
+ * runner on the clock fires at most 256 tasks and then lets the other
+ * members run before it goes on, so a burst of due tasks makes them a few
+ * microseconds late, not a burst long. Callbacks never run on the clock's
+ * thread: they run on config.pool, or on a pool of `workers` threads of the
+ * runner's own. A producer's set/move of a deadline earlier than the clock's
+ * wake-up signals the clock (one atomic load otherwise). Memory: an idle
+ * runner on a clock with shards = 1 takes about 45 KB (bench/w8_runner.c,
+ * "many runners"), most of it the empty wheel and the queue; the default
+ * shard count (by CPUs) multiplies the wheel part, so give many small
+ * runners shards = 1.
+ *
+ * Executor pools (config.pool, struct tw_pool of twheel/clock.h): the pool's
+ * threads run the callbacks of every runner that uses it. Each runner keeps
+ * its own queue of fired tasks (config.queue, 64 by default with a pool), and
+ * the pool serves the runners with work in turn, one task each, so one
+ * runner's callbacks start in the order its tasks fired (deadline order), at
+ * most the pool's thread count of them at once, as with `workers` threads.
+ * What changes with a shared pool: a callback that blocks holds a pool thread
+ * and delays the callbacks of every runner on the pool, not only its own;
+ * and stop/free are refused (TW_EBUSY) on any pool thread, not only in this
+ * runner's callbacks, since stop waits for the pool to run this runner's
+ * queue. When a runner's queue is full, its due tasks stay in the wheel
+ * (still removable) until a pool thread frees a slot, without holding up
+ * the clock's other members.
  *
  * Callbacks: execute runs on one of `workers` executor threads (so at most
  * `workers` callbacks run at once, and a callback that blocks delays only its
- * own worker), or on the tick thread itself when workers is 0 (for cheap
+ * own worker), on config.pool's threads, or on the tick thread itself when
+ * workers is 0 and there is neither a pool nor a clock (for cheap
  * callbacks). Fired tasks wait in a bounded queue for a worker; when it is
  * full the tick thread waits (due tasks then stay in the wheel, still
  * removable). Callbacks may call set/move/remove/drain on the runner; they
@@ -112,7 +154,9 @@ struct tw_runner_config {
     uint64_t tick_ns;                     /**< required: tick length, >= 1000 ns */
     unsigned workers;                     /**< executor threads; 0 = run on the tick thread */
     enum tw_tasks_key_kind key_kind;      /**< TW_TASKS_KEY_BYTES (default) or _INT */
-    size_t max_pending;                   /**< 0 = no limit; beyond it set -> TW_EFULL */
+    size_t max_pending;                   /**< 0 = no limit; beyond it set -> TW_EFULL
+                                             (never more pending; see Many
+                                             producers for when it refuses) */
     unsigned shards;                      /**< 0 = 8 per online CPU, at least 16 (see
                                              Producers); at most 1024 */
     size_t queue;                         /**< fired tasks waiting for a worker; 0 = 1024 */
@@ -157,13 +201,19 @@ struct tw_runner_stats {
     uint64_t contended;          /**< shard lock acquisitions that found the lock held
                                     (producers' and the tick thread's), ever */
     unsigned shards;             /**< shards in use (config.shards or the default) */
+    /** Writes of the one runner-wide line that producer calls may write: the
+     * max_pending counter, which each shard updates only a chunk of room
+     * at a time (see Many producers). 0 without max_pending; about
+     * 2 * calls / chunk with it. A debug figure for issue 12's count. */
+    uint64_t shared_writes;
 };
 
 /** Start a runner (its threads run from here on). Returns 0 and sets *out, or
  * TW_EINVAL (NULL out/cfg/execute, tick_ns < 1000, bad key_kind, shards >
  * 1024, workers > TW_RUNNER_WORKERS_MAX, queue > TW_RUNNER_QUEUE_MAX, an
- * allocator whose fn is NULL, slack_shift > TW_TASKS_SLACK_SHIFT_MAX), TW_ENOMEM, TW_ESYS; *out is NULL then and
- * nothing is left behind. */
+ * allocator whose fn is NULL, slack_shift > TW_TASKS_SLACK_SHIFT_MAX, both
+ * pool and workers, a clock with neither pool nor workers), TW_ENOMEM,
+ * TW_ESYS; *out is NULL then and nothing is left behind. */
 TW_API int tw_runner_new(struct tw_runner **out, const struct tw_runner_config *cfg);
 
 /** Arm `key` to run `delay_ns` nanoseconds from now with `value` (see Time).
@@ -235,10 +285,13 @@ TW_API int64_t tw_runner_drain(struct tw_runner *r, tw_tasks_fn *fn, void *ctx);
  * tasks are dropped without running, each passed to config.release if set
  * (or run, with TW_RUNNER_STOP_DRAIN).
  * When it returns no callback and no drain's fn of this runner is running.
+ * On a clock, stop leaves it (after it returns the clock no longer runs
+ * this runner); with a pool, it waits until the pool has run this runner's
+ * queued tasks, then lets go of the pool (a pool of its own is joined).
  * Idempotent: a second stop returns 0 at once. Returns 0, TW_EINVAL, or
  * TW_EBUSY when called from a callback of this runner (stop's own drain
- * included) or from a drain's fn (see tw_runner_drain); nothing is done
- * then. */
+ * included), from a drain's fn (see tw_runner_drain), from any thread of
+ * the runner's pool or from its clock's thread; nothing is done then. */
 TW_API int tw_runner_stop(struct tw_runner *r, unsigned flags);
 
 /** Stop (if not stopped) and free everything. NULL is a no-op. From a
