@@ -9,3 +9,9 @@ target_link_libraries(w8_runner PRIVATE twheel_static Threads::Threads)
 # and run by scripts/bench-w8-cache (javac, go), not by CMake.
 add_executable(w8_cache ${CMAKE_CURRENT_LIST_DIR}/w8_cache.c)
 target_link_libraries(w8_cache PRIVATE twheel_static m)
+
+# W8, many instances: 1,000 runners and 1,000 caches on one shared clock and
+# pool (threads, memory per instance, idle CPU), against runners with their
+# own tick threads. Run: w8_many [--n N] [--pool-threads T].
+add_executable(w8_many ${CMAKE_CURRENT_LIST_DIR}/w8_many.c)
+target_link_libraries(w8_many PRIVATE twheel_static Threads::Threads)

@@ -221,7 +221,6 @@ struct tw_runner {
     struct tw_clock_member *member;
     struct tw_pool *pool;
     int own_pool, pool_attached;
-    struct tw_pool_client client;
 
     /* Every group written after tw_runner_new starts on a line of its own,
      * so that the fields above, which every producer call reads, stay
@@ -249,6 +248,7 @@ struct tw_runner {
     int q_blocked;    /* under q: the clock run stopped on a full ring */
     int clock_left;   /* under q: stop has left (or is leaving) the clock */
     size_t collect_tail; /* clock run only: ring slot of the next fired job */
+    struct tw_pool_client client; /* written by pool threads: off the config line */
 
     pthread_mutex_t stop_lock;
     int stopped; /* under stop_lock */
