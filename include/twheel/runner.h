@@ -75,16 +75,18 @@
  * after a stall (of the clock thread, or of another member, which delays
  * this runner as a stalled tick thread would), tasks due at earlier ticks
  * dispatched first, set/move/remove never wait for the clock. A turn of the
- * runner on the clock fires at most 256 tasks and then lets the other
+ * runner on the clock fires at most 256 tasks (plus one unit of work per
+ * shard advanced) and then lets the other
  * members run before it goes on, so a burst of due tasks makes them a few
  * microseconds late, not a burst long. Callbacks never run on the clock's
  * thread: they run on config.pool, or on a pool of `workers` threads of the
  * runner's own. A producer's set/move of a deadline earlier than the clock's
- * wake-up signals the clock (one atomic load otherwise). Memory: an idle
- * runner on a clock with shards = 1 takes about 45 KB (bench/w8_runner.c,
- * "many runners"), most of it the empty wheel and the queue; the default
- * shard count (by CPUs) multiplies the wheel part, so give many small
- * runners shards = 1.
+ * wake-up signals the clock (one atomic load otherwise). Memory: a runner
+ * on a clock with shards = 1 allocates 43 KB empty (the shard's wheel 23 KB,
+ * the queue of 64 fired tasks 19 KB) and takes about 76 KB of RSS with 10
+ * tasks pending (bench/w8_many.c); the default shard count (by CPUs: 16
+ * here, 617 KB) multiplies the wheel part, so give many small runners
+ * shards = 1.
  *
  * Executor pools (config.pool, struct tw_pool of twheel/clock.h): the pool's
  * threads run the callbacks of every runner that uses it. Each runner keeps
