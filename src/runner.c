@@ -463,22 +463,44 @@ static void rn_clock_wake(struct tw_runner *r, uint64_t deadline)
  * shared line is written about once per chunk of calls of a shard, not per
  * call. When r->pending is full, the set first takes back the room of every
  * other shard whose lock is free at that moment (trylock: never waits, no
- * lock order issue) and tries once more; so TW_EFULL is exact when no other
- * call holds a shard lock at that moment, and otherwise may come while up to
- * 2 * room_chunk units per busy shard are reserved and unused. */
+ * lock order issue) and tries once more; a single call that is still
+ * refused then drops its lock, takes back every shard's room one lock at a
+ * time (rn_room_sweep) and tries a last time. So a single set's TW_EFULL
+ * means the limit was reached at some instant of the call, counting the
+ * room that concurrent sets reserved meanwhile (exact with one producer);
+ * a batched set (rn_set_limited, under its group's lock) only does the
+ * trylock pass, so it may be refused while up to 2 * room_chunk units per
+ * busy shard are reserved and unused. */
 
+static void rn_room_take_back(struct tw_runner *r, struct rn_shard *o)
+{
+    if (o->room) {
+        atomic_fetch_sub_explicit(&r->pending, o->room, memory_order_relaxed);
+        o->room = 0;
+        o->room_moves++;
+    }
+}
+
+/* With mine's lock held: the other shards whose lock is free now. */
 static void rn_room_reclaim(struct tw_runner *r, struct rn_shard *mine)
 {
     for (unsigned i = 0; i < r->nshards; i++) {
         struct rn_shard *o = &r->shards[i];
         if (o == mine || pthread_mutex_trylock(&o->lock) != 0)
             continue;
-        if (o->room) {
-            atomic_fetch_sub_explicit(&r->pending, o->room, memory_order_relaxed);
-            o->room = 0;
-            o->room_moves++;
-        }
+        rn_room_take_back(r, o);
         pthread_mutex_unlock(&o->lock);
+    }
+}
+
+/* With no lock held: every shard, one lock at a time. */
+static void rn_room_sweep(struct tw_runner *r)
+{
+    for (unsigned i = 0; i < r->nshards; i++) {
+        struct rn_shard *o = &r->shards[i];
+        rn_lock(o);
+        rn_room_take_back(r, o);
+        rn_unlock(o);
     }
 }
 
@@ -1123,6 +1145,8 @@ static int rn_apply(struct tw_runner *r, const struct rn_key *k, enum rn_op op, 
         return TW_EINVAL;
     uint64_t due = op == RN_REMOVE ? 0 : rn_due_tick(r, delay_ns);
     struct rn_shard *s = k->shard;
+    int swept = 0;
+again:
     rn_lock(s);
     if (s->closed) {
         rn_unlock(s);
@@ -1170,6 +1194,16 @@ static int rn_apply(struct tw_runner *r, const struct rn_key *k, enum rn_op op, 
     }
     if (r->clock && rc >= 0 && op != RN_REMOVE) /* under the lock: see rn_clock_wake */
         rn_clock_wake(r, deadline);
+    if (rc == TW_EFULL && !swept) {
+        /* Nothing changed (the key was taken out again). Take back every
+         * shard's spare room, each lock alone, and try once more: so a
+         * refusal means the limit was reached at some instant of the call
+         * (exact for one producer). */
+        rn_unlock(s);
+        rn_room_sweep(r);
+        swept = 1;
+        goto again;
+    }
     uint64_t sleeping = atomic_load_explicit(&r->sleep_until, memory_order_relaxed);
     rn_unlock(s);
     if (rc >= 0 && op != RN_REMOVE && deadline < sleeping)

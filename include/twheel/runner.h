@@ -62,11 +62,13 @@
  * runner-wide counter a chunk at a time (max_pending / (2 * shards), 1 to
  * 64 tasks), so that counter is written about once per chunk of calls, not
  * on every call (tw_runner_stats.shared_writes counts it). Never more than
- * max_pending tasks are pending. TW_EFULL is exact when no other call is
- * inside a shard at that moment (a set that finds the counter full first
- * takes back the unused room of every shard whose lock is free, and tries
- * again); with concurrent calls it may come while up to 2 chunks per busy
- * shard are reserved and unused.
+ * max_pending tasks are pending. A single set that finds the counter full
+ * takes back the unused room of every shard and tries again, so its TW_EFULL
+ * is exact with one producer; with concurrent producers it may come while
+ * room they reserved meanwhile (up to 2 chunks per shard) is unused. A
+ * batched set only takes back the room of shards whose lock is free at
+ * that moment (it holds a shard lock), so the same holds for it with "busy
+ * shards", the tick thread's included.
  *
  * On a shared clock (config.clock, twheel/clock.h): the runner starts no
  * tick thread; it is a member of the clock, whose one thread also drives
