@@ -894,10 +894,14 @@ int tw_cache_take_copy(struct tw_cache *c, const void *key, size_t klen,
  * Tables are not shrunk here: readers would have to distrust their misses
  * while a shrink relinks, and a read must not wait on expiry. */
 static uint64_t cache_expire_shard(struct tw_cache *c, struct cache_shard *s, uint64_t now_tick,
-                                   uint64_t *next)
+                                   uint64_t *next, uint64_t *budget)
 {
     uint64_t total = 0;
     for (;;) {
+        if (budget && *budget == 0) { /* more may be due: run again at once */
+            *next = now_tick;
+            return total;
+        }
         struct cache_garbage g = {0};
         unsigned n = 0;
         cache_lock(c, s);
@@ -923,6 +927,8 @@ static uint64_t cache_expire_shard(struct tw_cache *c, struct cache_shard *s, ui
         cache_unlock(c, s);
         tw_cache_garbage_release_(c, &g);
         total += n;
+        if (budget)
+            *budget -= *budget < n + 1 ? *budget : n + 1;
         if (n < CACHE_EXPIRE_BATCH)
             return total;
     }
@@ -930,7 +936,8 @@ static uint64_t cache_expire_shard(struct tw_cache *c, struct cache_shard *s, ui
 
 /* One expiry pass over every shard; *next = the earliest next expiry, or
  * 10 ms from now while some shard still holds limbo. */
-static uint64_t cache_expire_all(struct tw_cache *c, uint64_t now_tick, uint64_t *next)
+static uint64_t cache_expire_all(struct tw_cache *c, uint64_t now_tick, uint64_t *next,
+                                 uint64_t *budget)
 {
     uint64_t total = 0, earliest = TW_NEVER;
     size_t limbo = 0;
@@ -943,7 +950,7 @@ static uint64_t cache_expire_all(struct tw_cache *c, uint64_t now_tick, uint64_t
     limbo = 0;
     for (unsigned i = 0; i < c->nshards; i++) {
         uint64_t n = TW_NEVER;
-        total += cache_expire_shard(c, &c->shards[i], now_tick, &n);
+        total += cache_expire_shard(c, &c->shards[i], now_tick, &n, budget);
         if (n < earliest)
             earliest = n;
         limbo += atomic_load_explicit(&c->shards[i].limbo_n, memory_order_relaxed);
@@ -985,13 +992,19 @@ static void cache_maybe_log(struct tw_cache *c, uint64_t now_tick)
     c->log(c->log_ctx, line);
 }
 
+#define CACHE_RUN_BUDGET 4096 /* keys expired per run on the clock (cache_clock_run) */
+
 /* The cache's work as a member of its clock service. */
 static uint64_t cache_clock_run(void *ctx, uint64_t now_ns)
 {
     struct tw_cache *c = ctx;
     uint64_t now = now_ns > c->epoch_ns ? (now_ns - c->epoch_ns) / CACHE_NS_PER_TICK : 0;
     uint64_t next = TW_NEVER;
-    cache_expire_all(c, now, &next);
+    /* Bounded, as the clock's members share its thread: at most
+     * CACHE_RUN_BUDGET keys (and a unit per batch) per run; a run that
+     * stops early asks to be called again at once. */
+    uint64_t budget = CACHE_RUN_BUDGET;
+    cache_expire_all(c, now, &next, &budget);
     pthread_mutex_lock(&c->log_mu);
     cache_maybe_log(c, now);
     if (c->log && c->log_due < next)
@@ -1015,7 +1028,7 @@ int64_t tw_cache_advance(struct tw_cache *c, uint64_t now_ms)
     if (tw_cache_set_now(c, now_ms))
         return TW_EINVAL;
     uint64_t now = atomic_load(&c->manual_now), next;
-    uint64_t n = cache_expire_all(c, now, &next);
+    uint64_t n = cache_expire_all(c, now, &next, NULL);
     pthread_mutex_lock(&c->log_mu);
     cache_maybe_log(c, now);
     pthread_mutex_unlock(&c->log_mu);

@@ -20,9 +20,9 @@
  * wakes it (tw_clock_wake). Members are anything with a run function:
  * caches join by themselves; another component (a runner, your own timers)
  * joins with tw_clock_join. Members' run functions share the thread, so one
- * slow member delays the others: keep them short (the cache expires in
- * batches of 64 keys per lock hold; a runner fires at most 256 tasks per
- * run and asks to run again at once when more are due).
+ * slow member delays the others: keep them short (a cache expires at most
+ * 4096 keys per run, in batches of 64 per lock hold; a runner fires at most
+ * 256 tasks per run; both ask to run again at once when more are due).
  *
  * Runners join a clock too (tw_runner_config.clock): then no runner starts a
  * tick thread. Their callbacks never run on the clock's thread: they run on
