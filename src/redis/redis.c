@@ -163,7 +163,7 @@ struct rr_batch {
     size_t n, cap;
 };
 
-static const char *const rr_suffix[6] = {":due", ":lease", ":task", ":seq", ":hold", ":ch"};
+static const char *const rr_suffix[6] = {":d", ":lease", ":task", ":seq", ":hold", ":ch"};
 
 struct tw_redis {
     /* configuration (copied) */

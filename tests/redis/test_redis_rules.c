@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "redis_internal.h" /* TW_RR_BUCKET_MS, for the schema checks */
 #include "twheel/redis.h"
 
 static struct rfx_server srv;
@@ -157,6 +158,94 @@ static long long redis_int(const struct rfx_server *s, const char *fmt, const ch
     return v;
 }
 
+/* ---- the schema, read back (white box: redis.c, scripts.c) ---------------- */
+
+/* Checks every invariant of partition {q:p}'s keys: each index member names
+ * a non-empty bucket, each bucket is in the index, each bucket member is a
+ * task with token 0 whose recorded due time is its bucket's base + score,
+ * each task with token 0 sits in a bucket and each other one in the lease
+ * set. -> {violations, tasks waiting in buckets, buckets}, as reply. */
+static const char schema_lua[] =
+    "local W = tonumber(ARGV[1]) local bad, waiting = 0, 0\n"
+    "local idx = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')\n"
+    "for i = 1, #idx, 2 do local b = idx[i]\n"
+    "  if tonumber(idx[i + 1]) ~= tonumber(b) then bad = bad + 1 end\n"
+    "  local m = redis.call('ZRANGE', KEYS[1] .. ':' .. b, 0, -1, 'WITHSCORES')\n"
+    "  if #m == 0 then bad = bad + 1 end\n"
+    "  for j = 1, #m, 2 do waiting = waiting + 1\n"
+    "    local v = redis.call('HGET', KEYS[3], m[j])\n"
+    "    local tok, att, due = string.match(v or '', '^(%d+) (%d+) (%d+) ')\n"
+    "    if not v or tonumber(tok) ~= 0 or tonumber(due) ~= tonumber(b) * W + tonumber(m[j + 1])\n"
+    "      or tonumber(m[j + 1]) >= W then bad = bad + 1 end\n"
+    "  end\n"
+    "end\n"
+    "if #redis.call('KEYS', KEYS[1] .. ':*') ~= #idx / 2 then bad = bad + 1 end\n"
+    "local all = redis.call('HGETALL', KEYS[3]) local zero = 0\n"
+    "for j = 1, #all, 2 do local tok = tonumber(string.match(all[j + 1], '^(%d+) '))\n"
+    "  if tok == 0 then zero = zero + 1\n"
+    "    if redis.call('ZSCORE', KEYS[2], all[j]) then bad = bad + 1 end\n"
+    "  elseif not redis.call('ZSCORE', KEYS[2], all[j]) then bad = bad + 1 end\n"
+    "end\n"
+    "if zero ~= waiting then bad = bad + 1 end\n"
+    "return {bad, waiting, #idx / 2}\n";
+
+/* Checks the schema of queue q's partitions 0..parts-1 (CHECKs each);
+ * returns the tasks waiting in buckets, over all partitions. */
+static uint64_t check_schema(const struct rfx_server *s, const char *q, unsigned parts)
+{
+    redisContext *c = rfx_connect(s);
+    CHECK(c != NULL);
+    if (!c)
+        return 0;
+    uint64_t waiting = 0;
+    for (unsigned p = 0; p < parts; p++) {
+        char k[3][96];
+        snprintf(k[0], sizeof k[0], "{%s:%u}:d", q, p);
+        snprintf(k[1], sizeof k[1], "{%s:%u}:lease", q, p);
+        snprintf(k[2], sizeof k[2], "{%s:%u}:task", q, p);
+        redisReply *x = redisCommand(c, "EVAL %s 3 %s %s %s %d", schema_lua, k[0], k[1], k[2],
+                                     TW_RR_BUCKET_MS);
+        CHECK(x && x->type == REDIS_REPLY_ARRAY && x->elements == 3);
+        if (x && x->type == REDIS_REPLY_ARRAY && x->elements == 3) {
+            if (x->element[0]->integer != 0)
+                printf("schema of {%s:%u}: %lld violations\n", q, p, x->element[0]->integer);
+            CHECK_EQ_INT(x->element[0]->integer, 0);
+            waiting += (uint64_t)x->element[1]->integer;
+        } else if (x && x->type == REDIS_REPLY_ERROR) {
+            printf("schema check: %s\n", x->str);
+        }
+        if (x)
+            freeReplyObject(x);
+    }
+    redisFree(c);
+    return waiting;
+}
+
+/* The due time (ms) of a waiting task of queue q, partition 0, read from its
+ * bucket (base + score), or -1 when it is in no bucket. */
+static long long bucket_due(const struct rfx_server *s, const char *q, const char *key)
+{
+    static const char lua[] =
+        "for _, b in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do\n"
+        "  local sc = redis.call('ZSCORE', KEYS[1] .. ':' .. b, ARGV[1])\n"
+        "  if sc then return tonumber(b) * tonumber(ARGV[2]) + tonumber(sc) end\n"
+        "end\n"
+        "return -1\n";
+    redisContext *c = rfx_connect(s);
+    long long v = -2;
+    if (!c)
+        return v;
+    char k[96];
+    snprintf(k, sizeof k, "{%s:0}:d", q);
+    redisReply *x = redisCommand(c, "EVAL %s 1 %s %s %d", lua, k, key, TW_RR_BUCKET_MS);
+    if (x && x->type == REDIS_REPLY_INTEGER)
+        v = x->integer;
+    if (x)
+        freeReplyObject(x);
+    redisFree(c);
+    return v;
+}
+
 static uint64_t srv_ms(const struct rfx_server *s)
 {
     uint64_t us = 0;
@@ -199,7 +288,7 @@ static void test_set_durable(void)
     uint64_t t0 = srv_ms(&srv);
     CHECK_EQ_INT(tw_redis_set(r, "a", 1, "pa", 2, 5000), 0);
     uint64_t t1 = srv_ms(&srv);
-    long long due = redis_int(&srv, "ZSCORE {durable:0}:due %s", "a");
+    long long due = bucket_due(&srv, "durable", "a");
     CHECK(due >= (long long)(t0 + 5000) && due <= (long long)(t1 + 5001));
     redisContext *rc = rfx_connect(&srv);
     redisReply *x = rc ? redisCommand(rc, "HGET {durable:0}:task a") : NULL;
@@ -216,10 +305,11 @@ static void test_set_durable(void)
     if (rc)
         redisFree(rc);
     CHECK_EQ_INT(redis_int(&srv, "HLEN %s", "{durable:0}:task"), 1);
-    CHECK(redis_int(&srv, "ZSCORE {durable:0}:due %s", "a") >= (long long)(t1 + 100000));
+    CHECK(bucket_due(&srv, "durable", "a") >= (long long)(t1 + 100000));
+    CHECK_EQ_U64(check_schema(&srv, "durable", 1), 1);
     /* move */
     CHECK_EQ_INT(tw_redis_move(r, "a", 1, 7000), 0);
-    long long d2 = redis_int(&srv, "ZSCORE {durable:0}:due %s", "a");
+    long long d2 = bucket_due(&srv, "durable", "a");
     CHECK(d2 >= (long long)(t1 + 7000) && d2 < (long long)(t1 + 100000));
     CHECK_EQ_INT(tw_redis_move(r, "zz", 2, 7000), TW_ENOENT);
     /* binary keys and payloads, empty payload */
@@ -232,11 +322,12 @@ static void test_set_durable(void)
     /* remove */
     CHECK_EQ_INT(tw_redis_remove(r, "a", 1), 0);
     CHECK_EQ_INT(tw_redis_remove(r, "a", 1), TW_ENOENT);
-    CHECK_EQ_INT(redis_int(&srv, "EXISTS %s", "{durable:0}:due") >= 0, 1);
-    CHECK_EQ_INT(redis_int(&srv, "ZCARD %s", "{durable:0}:due"), 2);
+    CHECK_EQ_U64(check_schema(&srv, "durable", 1), 2);
     CHECK_EQ_INT(tw_redis_remove(r, "k\0\1", 3), 0);
     CHECK_EQ_INT(tw_redis_remove(r, "e", 1), 0);
     CHECK_EQ_INT(redis_int(&srv, "HLEN %s", "{durable:0}:task"), 0);
+    CHECK_EQ_U64(check_schema(&srv, "durable", 1), 0);
+    CHECK_EQ_INT(redis_int(&srv, "EXISTS %s", "{durable:0}:d"), 0); /* no bucket left */
     tw_redis_free(r);
 }
 
@@ -600,7 +691,7 @@ static void test_stop_releases(void)
     CHECK_EQ_INT(tw_redis_stop(a), 0);        /* idempotent */
     CHECK_EQ_INT(tw_redis_set(a, "x", 1, "", 0, 0), TW_ECLOSED);
     CHECK_EQ_INT(redis_int(&srv, "ZCARD %s", "{stop:0}:lease"), 0); /* released */
-    CHECK_EQ_INT(redis_int(&srv, "ZCARD %s", "{stop:0}:due"), 1);
+    CHECK_EQ_U64(check_schema(&srv, "stop", 1), 1);
     struct tw_redis_stats st;
     CHECK_EQ_INT(tw_redis_stats(a, &st), 0);
     CHECK_EQ_U64(st.leased, 0);
