@@ -45,15 +45,22 @@
  * (the router retries); see redis.c and tests/redis/test_redis_cluster.c. */
 #define BUCKETS                                                                            \
     "local W = " TW_RR_BUCKET_MS_STR "\n"                                                  \
+    /* numbers reach Redis as integer strings: string.format('%d') is cheaper */          \
+    /* than Lua's own number-to-string ('%.14g')                               */          \
+    "local function I(x) return string.format('%d', x) end\n"                                \
     "local function bkey(b) return KEYS[1] .. ':' .. b end\n"                              \
     /* EXISTS of two absent keys of the slot errors (ASK or TRYAGAIN) on a     */          \
     /* migrating or importing node, and nowhere else                           */          \
     "local function stable() return type(redis.pcall('EXISTS', KEYS[1] .. ':-', "         \
     "KEYS[1] .. ':+')) == 'number' end\n"                                                  \
     "local TRY = 'TRYAGAIN twheel: the slot of ' .. KEYS[1] .. ' is migrating'\n"          \
-    "local function badd(k, due) local b = math.floor(due / W) "                           \
-    "redis.call('ZADD', bkey(b), due - b * W, k) redis.call('ZADD', KEYS[1], b, b) end\n"  \
-    "local function bdel(k, due) local b = math.floor(due / W) local bk = bkey(b) "        \
+    /* the index is touched only when a bucket appears or empties: in a        */          \
+    /* listpack, finding a member scans the whole index                        */          \
+    "local function badd(k, due) local b = math.floor(due / W) local s = I(b) "            \
+    "local bk = bkey(s) local new = redis.call('EXISTS', bk) == 0 "                        \
+    "redis.call('ZADD', bk, I(due - b * W), k) "                                           \
+    "if new then redis.call('ZADD', KEYS[1], s, s) end end\n"                              \
+    "local function bdel(k, due) local b = I(math.floor(due / W)) local bk = bkey(b) "     \
     "local n = redis.call('ZCARD', bk) "                                                   \
     "if n > 0 and redis.call('ZREM', bk, k) == 1 and n == 1 then "                         \
     "redis.call('ZREM', KEYS[1], b) end end\n"
@@ -62,7 +69,9 @@
  * key given twice: the last wins) -> number of ARGV. One PUBLISH at most,
  * with the earliest due time that falls before hold. A replaced task leaves
  * its old bucket (or the lease set). Each command takes the batch at once:
- * HMGET, HSET, ZREM per old bucket, ZADD per new bucket, one index ZADD. */
+ * HMGET, HSET, ZREM per old bucket, ZADD per new bucket, one EXISTS of the
+ * new buckets (one per bucket when some are absent) and one index ZADD for
+ * the buckets that appeared. */
 #define SET_LUA                                                                            \
     PRELUDE BUCKETS "if not stable() then return redis.error_reply(TRY) end\n"             \
     "local t = redis.call('TIME')\n"                                                        \
@@ -77,13 +86,13 @@
     "  local due = now + tonumber(ARGV[i + 2])\n"                                           \
     "  hs[#hs + 1] = k hs[#hs + 1] = string.format('0 0 %d ', due) .. ARGV[i + 1]\n"       \
     "  if old[j] then local tok, att, od = parse(old[j])\n"                                 \
-    "    if tok == 0 then local b = math.floor(od / W)\n"                                   \
+    "    if tok == 0 then local b = I(math.floor(od / W))\n"                                \
     "      rm[b] = rm[b] or {} rm[b][#rm[b] + 1] = k\n"                                     \
     "    else lz[#lz + 1] = k end\n"                                                        \
     "  end\n"                                                                               \
-    "  local b = math.floor(due / W)\n"                                                     \
-    "  if not add[b] then add[b] = {} idx[#idx + 1] = b idx[#idx + 1] = b end\n"            \
-    "  add[b][#add[b] + 1] = due - b * W add[b][#add[b] + 1] = k\n"                         \
+    "  local bn = math.floor(due / W) local b = I(bn)\n"                                    \
+    "  if not add[b] then add[b] = {} end\n"                                                \
+    "  add[b][#add[b] + 1] = I(due - bn * W) add[b][#add[b] + 1] = k\n"                     \
     "  if due < h and (not first or due < first) then first = due end\n"                    \
     "end\n"                                                                                 \
     "for b, v in pairs(rm) do local bk = bkey(b) local n = redis.call('ZCARD', bk)\n"      \
@@ -92,8 +101,13 @@
     "end\n"                                                                                 \
     "if #lz > 0 then redis.call('ZREM', KEYS[2], unpack(lz)) end\n"                         \
     "redis.call('HSET', KEYS[3], unpack(hs))\n"                                             \
-    "for b, v in pairs(add) do redis.call('ZADD', bkey(b), unpack(v)) end\n"                \
-    "redis.call('ZADD', KEYS[1], unpack(idx))\n"                                            \
+    "local bks = {} for b in pairs(add) do bks[#bks + 1] = bkey(b) end\n"                 \
+    "local all = redis.call('EXISTS', unpack(bks)) == #bks\n"                               \
+    "for b, v in pairs(add) do local bk = bkey(b)\n"                                        \
+    "  if not all and redis.call('EXISTS', bk) == 0 then idx[#idx + 1] = b idx[#idx + 1] = b end\n" \
+    "  redis.call('ZADD', bk, unpack(v))\n"                                                 \
+    "end\n"                                                                                 \
+    "if #idx > 0 then redis.call('ZADD', KEYS[1], unpack(idx)) end\n"                       \
     "if first then redis.call('PUBLISH', ARGV[1], first) end\n"                             \
     "return #ARGV\n"
 
