@@ -568,9 +568,9 @@ static void test_catch_up(void)
         int j = (i * 7) % N; /* shuffled delays */
         char k[16];
         int n = snprintf(k, sizeof k, "c%d", j);
-        CHECK_EQ_INT(tw_redis_set(cl, k, (size_t)n, k, (size_t)n, j * 5), 0);
+        CHECK_EQ_INT(tw_redis_set(cl, k, (size_t)n, k, (size_t)n, j * 25), 0);
     }
-    rfx_sleep_ms(N * 5 + 200); /* all due, nobody ran them */
+    rfx_sleep_ms(N * 25 + 200); /* all due, nobody ran them */
     struct rec R;
     rec_init(&R, &srv);
     struct tw_redis_config wc;
@@ -586,7 +586,8 @@ static void test_catch_up(void)
                (unsigned long long)R.d[i - 1].due_ms, (unsigned long long)R.d[i].due_ms);
     for (size_t i = 0; i < rec_count(&R); i++) {
         int j = atoi(R.d[i].key + 1);
-        CHECK(R.d[i].due_ms >= t0 + (uint64_t)j * 5 && R.d[i].due_ms <= t0 + (uint64_t)j * 5 + 1000);
+        CHECK(R.d[i].due_ms >= t0 + (uint64_t)j * 25 &&
+              R.d[i].due_ms <= t0 + (uint64_t)j * 25 + 1000);
         CHECK(R.d[i].srv_us >= R.d[i].due_ms * 1000 + 100000); /* late: nobody ran */
     }
     tw_redis_free(w);
@@ -743,9 +744,107 @@ static void test_set_many(void)
     CHECK_EQ_INT(tw_redis_set_many(r, it, N), N);
     CHECK_EQ_INT(tw_redis_stats(r, &st), 0);
     CHECK_EQ_U64(st.pending, N);
+    CHECK_EQ_U64(check_schema(&srv, "many", 8), N);
     CHECK_EQ_INT(tw_redis_set_many(r, it, 0), 0);
     for (int i = 0; i < N; i++)
         CHECK_EQ_INT(tw_redis_remove(r, keys[i], strlen(keys[i])), 0);
+    CHECK_EQ_U64(check_schema(&srv, "many", 8), 0);
+    tw_redis_free(r);
+}
+
+/* The due buckets against a model: random set, set_many (keys repeated in
+ * a batch: the last wins), move and remove on 200 keys, delays spread over
+ * a few buckets, a far one, and once every key in one bucket (past 128
+ * members: Redis converts that bucket to its skiplist encoding). After each
+ * step the bucket of the touched key gives its due time (set's or move's
+ * instant + delay); every 50 steps and at the end the schema's invariants
+ * hold (check_schema) and pending matches the model; at the end nothing is
+ * left, no bucket, no index. */
+static void test_schema_model(void)
+{
+    struct tw_redis_config c;
+    cfg_for(&c, "model", NULL);
+    struct tw_redis *r = NULL;
+    CHECK_EQ_INT(tw_redis_new(&c, &r), 0);
+    if (!r)
+        return;
+    enum { K = 200, STEPS = 400, BATCH = 80 };
+    static bool live[K];
+    static char keys[BATCH][8];
+    static struct tw_redis_item it[BATCH];
+    memset(live, 0, sizeof live);
+    unsigned seed = 12345;
+    uint64_t nlive = 0;
+    for (int step = 0; step < STEPS; step++) {
+        int op = rand_r(&seed) % 10, k = rand_r(&seed) % K;
+        int64_t delay = rand_r(&seed) % 8 == 0 ? 3600000 + rand_r(&seed) % 5000
+                                               : rand_r(&seed) % 3000;
+        char key[8];
+        int kl = snprintf(key, sizeof key, "k%d", k);
+        if (step == STEPS / 2) {
+            /* every key, one delay: one bucket past the listpack limit */
+            for (int b = 0; b < K; b += BATCH) {
+                int n = K - b < BATCH ? K - b : BATCH;
+                for (int j = 0; j < n; j++) {
+                    int l = snprintf(keys[j], sizeof keys[j], "k%d", b + j);
+                    it[j] = (struct tw_redis_item){keys[j], (size_t)l, "x", 1, 7200000};
+                    live[b + j] = true;
+                }
+                CHECK_EQ_INT(tw_redis_set_many(r, it, (size_t)n), n);
+            }
+            nlive = K;
+        } else if (op < 3) {
+            uint64_t t0 = srv_ms(&srv);
+            CHECK_EQ_INT(tw_redis_set(r, key, (size_t)kl, "p", 1, delay), 0);
+            uint64_t t1 = srv_ms(&srv);
+            long long d = bucket_due(&srv, "model", key);
+            CHECK(d >= (long long)(t0 + (uint64_t)delay) && d <= (long long)(t1 + (uint64_t)delay + 1));
+            nlive += !live[k];
+            live[k] = true;
+        } else if (op < 5) {
+            int n = 1 + rand_r(&seed) % BATCH;
+            for (int j = 0; j < n; j++) {
+                int kk = j > 0 && rand_r(&seed) % 4 == 0 ? atoi(keys[j - 1] + 1) /* repeat */
+                                                         : rand_r(&seed) % K;
+                int l = snprintf(keys[j], sizeof keys[j], "k%d", kk);
+                it[j] = (struct tw_redis_item){keys[j], (size_t)l, "q", 1,
+                                               rand_r(&seed) % 3000};
+                nlive += !live[kk];
+                live[kk] = true;
+            }
+            CHECK_EQ_INT(tw_redis_set_many(r, it, (size_t)n), n);
+        } else if (op < 8) {
+            uint64_t t0 = srv_ms(&srv);
+            CHECK_EQ_INT(tw_redis_move(r, key, (size_t)kl, delay), live[k] ? 0 : TW_ENOENT);
+            uint64_t t1 = srv_ms(&srv);
+            long long d = bucket_due(&srv, "model", key);
+            if (live[k])
+                CHECK(d >= (long long)(t0 + (uint64_t)delay) &&
+                      d <= (long long)(t1 + (uint64_t)delay + 1));
+            else
+                CHECK_EQ_INT(d, -1);
+        } else {
+            CHECK_EQ_INT(tw_redis_remove(r, key, (size_t)kl), live[k] ? 0 : TW_ENOENT);
+            CHECK_EQ_INT(bucket_due(&srv, "model", key), -1);
+            nlive -= live[k];
+            live[k] = false;
+        }
+        if (step % 50 == 49) {
+            CHECK_EQ_U64(check_schema(&srv, "model", 1), nlive);
+            struct tw_redis_stats st;
+            CHECK_EQ_INT(tw_redis_stats(r, &st), 0);
+            CHECK_EQ_U64(st.pending, nlive);
+        }
+    }
+    CHECK_EQ_U64(check_schema(&srv, "model", 1), nlive);
+    for (int k = 0; k < K; k++) {
+        char key[8];
+        int kl = snprintf(key, sizeof key, "k%d", k);
+        CHECK_EQ_INT(tw_redis_remove(r, key, (size_t)kl), live[k] ? 0 : TW_ENOENT);
+    }
+    CHECK_EQ_U64(check_schema(&srv, "model", 1), 0);
+    CHECK_EQ_INT(redis_int(&srv, "EXISTS %s", "{model:0}:d"), 0);
+    CHECK_EQ_INT(redis_int(&srv, "EXISTS %s", "{model:0}:task"), 0);
     tw_redis_free(r);
 }
 
@@ -897,6 +996,7 @@ int main(void)
     RUN(test_bad_input);
     RUN(test_set_durable);
     RUN(test_set_many);
+    RUN(test_schema_model);
     RUN(test_never_early);
     RUN(test_replace_remove_win);
     RUN(test_stale_ack);
