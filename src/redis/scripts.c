@@ -77,35 +77,39 @@
     "local t = redis.call('TIME')\n"                                                        \
     "local now = math.floor((tonumber(t[1]) * 1000000 + tonumber(t[2]) + 999) / 1000)\n"    \
     "local h = tonumber(redis.call('GET', KEYS[5]) or '0')\n"                               \
-    "local last, ks, first = {}, {}, nil\n"                                                 \
-    "for i = 2, #ARGV, 3 do last[ARGV[i]] = i end\n"                                        \
-    "for i = 2, #ARGV, 3 do if last[ARGV[i]] == i then ks[#ks + 1] = ARGV[i] end end\n"     \
+    /* the last of a repeated key wins: walk backwards, skip keys seen */                  \
+    "local seen, ks, at, first = {}, {}, {}, nil\n"                                         \
+    "for i = #ARGV - 2, 2, -3 do local k = ARGV[i]\n"                                       \
+    "  if not seen[k] then seen[k] = true ks[#ks + 1] = k at[#at + 1] = i end\n"            \
+    "end\n"                                                                                 \
     "local old = redis.call('HMGET', KEYS[3], unpack(ks))\n"                                \
-    "local hs, lz, rm, add, idx = {}, {}, {}, {}, {}\n"                                     \
-    "for j = 1, #ks do local k = ks[j] local i = last[k]\n"                                 \
+    "local hs, lz, rm, add, nb = {}, {}, {}, {}, {}\n"                                      \
+    "for j = 1, #ks do local k = ks[j] local i = at[j]\n"                                   \
     "  local due = now + tonumber(ARGV[i + 2])\n"                                           \
     "  hs[#hs + 1] = k hs[#hs + 1] = string.format('0 0 %d ', due) .. ARGV[i + 1]\n"       \
     "  if old[j] then local tok, att, od = parse(old[j])\n"                                 \
-    "    if tok == 0 then local b = I(math.floor(od / W))\n"                                \
-    "      rm[b] = rm[b] or {} rm[b][#rm[b] + 1] = k\n"                                     \
+    "    if tok == 0 then local b = math.floor(od / W)\n"                                   \
+    "      local v = rm[b] if not v then v = {} rm[b] = v end v[#v + 1] = k\n"              \
     "    else lz[#lz + 1] = k end\n"                                                        \
     "  end\n"                                                                               \
-    "  local bn = math.floor(due / W) local b = I(bn)\n"                                    \
-    "  if not add[b] then add[b] = {} end\n"                                                \
-    "  add[b][#add[b] + 1] = I(due - bn * W) add[b][#add[b] + 1] = k\n"                     \
+    "  local b = math.floor(due / W) local v = add[b]\n"                                    \
+    "  if not v then v = {} add[b] = v nb[#nb + 1] = b end\n"                               \
+    "  v[#v + 1] = I(due - b * W) v[#v + 1] = k\n"                                          \
     "  if due < h and (not first or due < first) then first = due end\n"                    \
     "end\n"                                                                                 \
-    "for b, v in pairs(rm) do local bk = bkey(b) local n = redis.call('ZCARD', bk)\n"      \
+    "for b, v in pairs(rm) do local bk = bkey(I(b)) local n = redis.call('ZCARD', bk)\n"   \
     "  if n > 0 and redis.call('ZREM', bk, unpack(v)) == n then\n"                          \
-    "    redis.call('ZREM', KEYS[1], b) end\n"                                              \
+    "    redis.call('ZREM', KEYS[1], I(b)) end\n"                                           \
     "end\n"                                                                                 \
     "if #lz > 0 then redis.call('ZREM', KEYS[2], unpack(lz)) end\n"                         \
     "redis.call('HSET', KEYS[3], unpack(hs))\n"                                             \
-    "local bks = {} for b in pairs(add) do bks[#bks + 1] = bkey(b) end\n"                 \
-    "local all = redis.call('EXISTS', unpack(bks)) == #bks\n"                               \
-    "for b, v in pairs(add) do local bk = bkey(b)\n"                                        \
-    "  if not all and redis.call('EXISTS', bk) == 0 then idx[#idx + 1] = b idx[#idx + 1] = b end\n" \
-    "  redis.call('ZADD', bk, unpack(v))\n"                                                 \
+    "local bs, bks = {}, {}\n"                                                              \
+    "for x = 1, #nb do bs[x] = I(nb[x]) bks[x] = bkey(bs[x]) end\n"                         \
+    "local all = redis.call('EXISTS', unpack(bks)) == #bks local idx = {}\n"                \
+    "for x = 1, #nb do\n"                                                                   \
+    "  if not all and redis.call('EXISTS', bks[x]) == 0 then\n"                             \
+    "    idx[#idx + 1] = bs[x] idx[#idx + 1] = bs[x] end\n"                                 \
+    "  redis.call('ZADD', bks[x], unpack(add[nb[x]]))\n"                                    \
     "end\n"                                                                                 \
     "if #idx > 0 then redis.call('ZADD', KEYS[1], unpack(idx)) end\n"                       \
     "if first then redis.call('PUBLISH', ARGV[1], first) end\n"                             \
