@@ -166,10 +166,10 @@
     "  if #bs == 0 then break end\n"                                                       \
     "  for i = 1, #bs do local b = bs[i] local bk = KEYS[1] .. ':' .. b\n"                 \
     "    local base = tonumber(b) * W local card = redis.call('ZCARD', bk)\n"              \
-    "    local m = redis.call('ZRANGEBYSCORE', bk, '-inf', hi - base, 'WITHSCORES', "      \
-    "'LIMIT', 0, left)\n"                                                                  \
+    "    local m = redis.call('ZRANGEBYSCORE', bk, '-inf', I(hi - base), "                \
+    "'LIMIT', 0, I(left))\n"                                                               \
     "    local taken = {}\n"                                                               \
-    "    for j = 1, #m, 2 do local k = m[j]\n"                                             \
+    "    for j = 1, #m do local k = m[j]\n"                                                \
     "      if bytes > maxb then done = true break end\n"                                   \
     "      taken[#taken + 1] = k left = left - 1\n"                                        \
     "      local v = redis.call('HGET', KEYS[3], k)\n"                                     \
