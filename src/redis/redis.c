@@ -152,11 +152,17 @@
  * total 267 B. The HASH is now most of it; a listpack-encoded record store
  * (records bucketed by key hash) would need its bucket count to grow with n
  * (rehashing live buckets), which is not worth it at 166 B; not done.
- * The price is Redis CPU on set: one ZADD per bucket a batch touches (about
- * one per task when delays are spread) and the HMGET that finds replaced
- * tasks' buckets, where one ZADD took the whole batch: measured 1.3x the
- * Redis CPU per pipelined set of the single-ZSET schema (INFO used_cpu,
- * alternate runs, 1e5 spread tasks), claim about the same as before.
+ * The price is Redis work on set: one ZADD per bucket a batch touches
+ * (about one per task when delays are spread) and the HMGET that finds
+ * replaced tasks' buckets, where one ZADD took the whole batch. Against the
+ * single-ZSET schema, pipelined sets of spread tasks at W7's density cost
+ * 1.9x the Redis instructions (callgrind, 2e4 tasks on 4 partitions) and
+ * 1.3x its CPU time (INFO used_cpu, 1e5 tasks, alternate runs). W7 at 1e5
+ * on the loaded machine (load 3-6, 03:41-04:00 UTC): 105k and 69k
+ * pipelined sets/s in two runs, the old schema 44k in a run between them
+ * (wall clock swings 2x there). Claims cost about the same as before (W7
+ * spread run: 19.2 and 21.4 Redis CPU s per 1e5 tasks against 21.2), and
+ * lateness too (p99 26 ms against 34 ms; a third run's 450 ms was a stall).
  *
  * Why these calls:
  *  - claim leases a task up to window_ms before it is due, with a lease that
