@@ -108,7 +108,9 @@ extern const char *const tw_rr_scripts[TW_RR_NSCRIPTS];
 /* Width of a due-time bucket in ms (the schema in redis.c). Every client of a
  * queue must use the same width: it names the bucket a task sits in. */
 #define TW_RR_BUCKET_MS 500
-#define TW_RR_BUCKET_MS_STR "500"
+#define TW_RR_STR_(x) #x
+#define TW_RR_STR(x) TW_RR_STR_(x)
+#define TW_RR_BUCKET_MS_STR TW_RR_STR(TW_RR_BUCKET_MS) /* "500", for the scripts */
 
 /* ---- a claimed task -------------------------------------------------------- */
 struct tw_rr_item {
