@@ -11,7 +11,11 @@
  * goes to partition FNV-1a-64(key) % partitions, the same in every client):
  *
  *   key            type    holds                                 touched by
- *   {q:p}:due      ZSET    key -> due ms (waiting, not leased)    set move remove claim fail release
+ *   {q:p}:d:<b>    ZSET    due bucket b (a Redis-side timing      set move remove claim fail release
+ *                          wheel): key -> due ms - b * W, the
+ *                          waiting tasks due in [b * W, (b+1) * W)
+ *   {q:p}:d        ZSET    index: b -> b, one member per          as above, when a bucket
+ *                          non-empty bucket                       appears or empties
  *   {q:p}:lease    ZSET    key -> lease end ms (claimed)          set move remove claim start ack fail release
  *   {q:p}:task     HASH    key -> "token attempt due " payload    all
  *   {q:p}:seq      STRING  lease token counter (INCR)             claim
@@ -19,30 +23,94 @@
  *   {q:p}:ch       channel PUBLISH due ms when a task becomes     set move fail release
  *                          due before hold (a worker claims now)
  *
+ * W = TW_RR_BUCKET_MS = 500 ms. A waiting task (token 0) is in exactly the
+ * bucket floor(due / W) of the due time in its record; a claimed one is in
+ * lease instead. set, move and remove find the old bucket from the record;
+ * claim walks the index in score order and each bucket in score order, so
+ * tasks leave in due order (catch-up included).
+ *
+ * Why buckets: a ZSET of <= 128 members (zset-max-listpack-entries) of <= 64
+ * bytes (zset-max-listpack-value) is one listpack, ~21 B per task here (the
+ * key with 2 bytes of framing, the score as a 1-3 byte integer since it is
+ * relative to the bucket) against ~120 B in a skiplist ZSET. A bucket holds
+ * what falls due in 500 ms of one partition, so it stays compact while a
+ * partition has <= 256 tasks due per second (averaged over each 500 ms) and
+ * keys are <= 64 bytes; W7 (1e5 tasks due over 59 s, 16 partitions) puts
+ * ~53 in each. Denser (or longer keys): that bucket converts to a skiplist,
+ * ~120 B per task as before, until it empties (Redis 7.0 does not convert
+ * back); still correct, and O(log n) per operation. Raise partitions to
+ * keep the density down. The index is a listpack while a partition's work
+ * spans <= 128 buckets (64 s), a skiplist beyond: one member per bucket
+ * either way, ~0.4 B per task at W7's density. Every client of a queue
+ * must use the same W (it names the buckets).
+ *
+ * Buckets in a cluster: the bucket keys are not declared to EVALSHA (set
+ * cannot know its bucket before it reads the server's TIME, move and remove
+ * before they read the record). They carry the partition's hash tag, so
+ * they live in the declared keys' slot, and Redis 7.0 serves a script's
+ * undeclared keys of that slot on the node that owns it (another slot's
+ * key fails: "non local key"). The hazard is a slot migration: MIGRATE
+ * moves keys one by one, so a bucket may sit on the other node than the
+ * declared keys, and a script would then fail half-way (source: ASK error
+ * on a moved key, after earlier writes) or, on the target under ASKING,
+ * find the bucket absent and create a second one that MIGRATE later
+ * overwrites (losing tasks). So every bucket script first runs EXISTS of two
+ * absent keys of the slot through redis.pcall (stable() in scripts.c): that
+ * fails on a node that is migrating the slot out (ASK) or importing it
+ * (TRYAGAIN: keys missing under ASKING) and nowhere else; the script then
+ * answers TRYAGAIN before writing anything, and the router retries with
+ * backoff until SETSLOT NODE ends the migration (then MOVED). While the slot
+ * is stable, every key of it is on its owner and the scripts see all of
+ * them. START and ACK touch declared keys only and keep working during a
+ * migration as before. test_redis_cluster (test_bucket_keys) checks all of
+ * this on a 7.0 cluster, with the slot open before and after the declared
+ * keys moved.
+ *
  * Calls, each one script call (atomic: nothing half-written), and their cost
  * in Redis operations (n = tasks in the partition, k = tasks in the call):
  *
  *   call       script   round trips            Redis work per call              cost
- *   set        SET      1                      TIME GET, HSET ZREM ZADD [PUBLISH] O(log n)
- *   set_many   SET      pipelined, 1 call per  the same, each of HSET ZREM ZADD   O(k log n)
- *                       partition per <= 64    taking the k tasks at once
- *   move       MOVE     1                      HGET TIME HSET ZREM ZADD GET [PUB] O(log n)
- *   remove     REMOVE   1                      HDEL ZREM ZREM                     O(log n)
- *   claim      CLAIM    1 per <= 256 tasks     ZRANGEBYSCORE..LIMIT x2 (expired    O(k log n)
- *                                              leases, due tasks), per task HGET
- *                                              ZREM INCR HSET ZADD; GET SET
+ *   set        SET      1                      EXISTS(2) TIME GET HMGET HSET,     O(log n)
+ *                                              ZREM of the old bucket (ZCARD,
+ *                                              [ZREM index]) or of lease, ZADD
+ *                                              bucket, EXISTS [ZADD index] [PUB]
+ *   set_many   SET      pipelined, 1 call per  the same, each of HMGET HSET       O(k log n)
+ *                       partition per <= 64    taking the k tasks at once, one
+ *                                              ZADD per bucket, one EXISTS of all
+ *                                              the buckets (one each if some are
+ *                                              new), one index ZADD
+ *   move       MOVE     1                      EXISTS(2) HGET, old bucket ZCARD   O(log n)
+ *                                              ZREM [ZREM index] or lease ZREM,
+ *                                              TIME HSET EXISTS ZADD [ZADD index]
+ *                                              GET [PUB]
+ *   remove     REMOVE   1                      EXISTS(2) HGET HDEL, bucket ZCARD  O(log n)
+ *                                              ZREM [ZREM index] or lease ZREM
+ *   claim      CLAIM    1 per <= 256 tasks     EXISTS(2) TIME, ZRANGEBYSCORE      O(k log n)
+ *                                              LIMIT of expired leases (each:
+ *                                              HGET ZREM HSET EXISTS ZADD
+ *                                              [ZADD index]); the index, 8
+ *                                              buckets per ZRANGEBYSCORE; per
+ *                                              bucket ZCARD ZRANGEBYSCORE LIMIT
+ *                                              ZREM [ZREM index]; per task HGET
+ *                                              INCR HSET ZADD; GET SET
  *   (worker)   TIME     1 per node per round   TIME                               O(1)
  *   start      START    1 per executor batch   TIME, per task HGET ZSCORE HSET    O(k log n)
  *                       (<= 32 tasks; one call ZADD
  *                       per partition, pipelined)
  *   ack        ACK      as start               TIME, per task HGET ZSCORE HDEL    O(k log n)
  *                                              ZREM
- *   fail       FAIL     1 per FAILED task      HGET TIME ZSCORE HSET ZREM ZADD    O(log n)
+ *   fail       FAIL     1 per FAILED task      HGET TIME ZSCORE EXISTS(2) HSET    O(log n)
+ *                                              ZREM EXISTS ZADD [ZADD index]
  *                                              GET [PUBLISH]
- *   release    RELEASE  pipelined, 1 per held  HGET HSET ZREM ZADD GET [PUBLISH]  O(log n)
+ *   release    RELEASE  pipelined, 1 per held  HGET EXISTS(2) HSET ZREM EXISTS    O(log n)
+ *                                              ZADD [ZADD index] GET [PUBLISH]
  *   stats      HLEN     1 per partition        HLEN                               O(1)
- * Nothing ever scans: claim reads at most 256 expired leases and 256 due
- * tasks (and stops past ~4 MB of payload) per call. A worker's periodic work
+ * A bucket operation costs O(bucket) <= 128 entries while it is a listpack
+ * and O(log n) once a skiplist; the index likewise. Nothing ever scans:
+ * claim reads at most 256 expired leases and 256 due tasks (and stops past
+ * ~4 MB of payload) per call, and visits at most one bucket more than it
+ * takes tasks from (each bucket it passes gives it a task and empties, or
+ * ends the walk). A worker's periodic work
  * is one refill round every window/2: a TIME per node and one claim per
  * partition (more while partitions return full batches), counted in stats
  * (claims, refills). A delivered task costs about claim/256 + start/batch +
@@ -65,30 +133,36 @@
  * START) would be the next lever; not done.
  *
  * Memory in Redis: a pending task is one HASH field (the key, and
- * "0 0 <due ms> " + payload) and one ZSET member (the key and its score).
- * Measured on Redis 7.0 with 16-byte keys and 32-byte payloads, 1e5 tasks
- * over 16 partitions (6,250 per partition, so both types use their hashtable
- * and skiplist encodings):
- *   MEMORY USAGE {q:p}:task  815,648 B / 6,250 = 130 B per task (dict entry
- *                            24, bucket 8, key sds 24, value sds "0 0 <due> "
- *                            + payload 56, allocator rounding)
- *   MEMORY USAGE {q:p}:due   750,080 B / 6,250 = 120 B per task (skiplist
- *                            node ~48-64 with its levels, dict entry 24,
- *                            bucket 8, the member sds 24, shared with the dict)
- *   INFO used_memory delta   267 B per task (the two above, 250 B, plus key
- *                            space, script cache and client buffers);
- *                            W7 (bench/w7_redis.c) reports 267-287 B.
- * It stays above the 200 B aimed at because both structures are needed and
- * neither can shrink much: the ZSET orders by due time (claim: O(log n)),
- * the HASH finds a task by key (set, move, remove, start, ack: O(1)), and a
- * ZSET entry alone costs ~120 B (the polling baseline, one ZSET whose member
- * is key|payload, measures 169 B). Dropping the due time from the record
- * saves ~14 B (it is needed while leased, when the ZSET score is the lease
- * end). The only large saving would be small listpack-encoded hashes
- * (task records bucketed by key hash, <= 512 per bucket: ~70 B instead of
- * 130 B), but the bucket count would have to grow with n (rehashing live
- * buckets, or O(n / buckets) per access), which breaks "every call O(log n)
- * with simple scripts"; not done.
+ * "0 0 <due ms> " + payload) and one listpack entry in its bucket. Measured
+ * on Redis 7.0.15 with 16-byte keys and 32-byte payloads, 1e5 tasks over 16
+ * partitions due 1-60 s (one hour) out, set with tw_redis_set_many
+ * (6,261 tasks in partition 0):
+ *   MEMORY USAGE {q:0}:task       816,968 B = 130 B per task (hashtable:
+ *                                 dict entry 24, bucket 8, key sds 24, value
+ *                                 sds "0 0 <due> " + payload 56, rounding)
+ *   MEMORY USAGE {q:0}:d:<b>      152,656 B in 124 buckets, all listpack =
+ *                                 24.4 B per task (~21 B of entry, the key
+ *                                 and allocator rounding of each bucket)
+ *   MEMORY USAGE {q:0}:d          2,616 B (listpack) = 0.4 B per task
+ *   INFO used_memory delta        166 B per task (the above, 155 B, plus
+ *                                 the keyspace entries of the buckets, the
+ *                                 script cache, client buffers);
+ *                                 w7_redis --sets-only reports the same.
+ * The single due ZSET this replaces cost 120 B per task (skiplist) and the
+ * total 267 B. The HASH is now most of it; a listpack-encoded record store
+ * (records bucketed by key hash) would need its bucket count to grow with n
+ * (rehashing live buckets), which is not worth it at 166 B; not done.
+ * The price is Redis work on set: one ZADD per bucket a batch touches
+ * (about one per task when delays are spread) and the HMGET that finds
+ * replaced tasks' buckets, where one ZADD took the whole batch. Against the
+ * single-ZSET schema, pipelined sets of spread tasks at W7's density cost
+ * 1.9x the Redis instructions (callgrind, 2e4 tasks on 4 partitions) and
+ * 1.3x its CPU time (INFO used_cpu, 1e5 tasks, alternate runs). W7 at 1e5
+ * on the loaded machine (load 3-6, 03:41-04:00 UTC): 105k and 69k
+ * pipelined sets/s in two runs, the old schema 44k in a run between them
+ * (wall clock swings 2x there). Claims cost about the same as before (W7
+ * spread run: 19.2 and 21.4 Redis CPU s per 1e5 tasks against 21.2), and
+ * lateness too (p99 26 ms against 34 ms; a third run's 450 ms was a stall).
  *
  * Why these calls:
  *  - claim leases a task up to window_ms before it is due, with a lease that
@@ -163,7 +237,7 @@ struct rr_batch {
     size_t n, cap;
 };
 
-static const char *const rr_suffix[6] = {":due", ":lease", ":task", ":seq", ":hold", ":ch"};
+static const char *const rr_suffix[6] = {":d", ":lease", ":task", ":seq", ":hold", ":ch"};
 
 struct tw_redis {
     /* configuration (copied) */

@@ -105,6 +105,12 @@ enum {
 extern const char *const tw_rr_scripts[TW_RR_NSCRIPTS];
 /* Keys every script takes, in this order (KEYS[1..5]). */
 #define TW_RR_NKEYS 5
+/* Width of a due-time bucket in ms (the schema in redis.c). Every client of a
+ * queue must use the same width: it names the bucket a task sits in. */
+#define TW_RR_BUCKET_MS 500
+#define TW_RR_STR_(x) #x
+#define TW_RR_STR(x) TW_RR_STR_(x)
+#define TW_RR_BUCKET_MS_STR TW_RR_STR(TW_RR_BUCKET_MS) /* "500", for the scripts */
 
 /* ---- a claimed task -------------------------------------------------------- */
 struct tw_rr_item {

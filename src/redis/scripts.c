@@ -2,12 +2,13 @@
 /* twheel Redis layer: the Lua scripts (schema and costs: see redis.c).
  *
  * Every script takes the same five keys of one partition (one cluster slot):
- *   KEYS[1] due    ZSET  key -> due ms        (tasks waiting, not leased)
+ *   KEYS[1] index  ZSET  bucket number b -> b (the non-empty due buckets;
+ *                        bucket b is the ZSET KEYS[1] .. ':' .. b, below)
  *   KEYS[2] lease  ZSET  key -> lease end ms  (tasks claimed by a worker)
  *   KEYS[3] task   HASH  key -> "token attempt due " .. payload
  *   KEYS[4] seq    STRING lease token counter
  *   KEYS[5] hold   STRING latest window end claimed by any worker (ms, with a TTL)
- * A task is in exactly one of due and lease. token 0 = not leased; tokens
+ * A task is in exactly one of its due bucket and lease. token 0 = not leased; tokens
  * come from seq and are never reused, so a token names one lease of one
  * arming. attempt counts starts (START increments it).
  * Times come from redis.call('TIME') (Redis 7 replicates scripts by effects,
@@ -31,73 +32,160 @@
     "local ls = redis.call('ZSCORE', KEYS[2], k) "                                         \
     "return ls and tonumber(ls) * 1000 > now end\n"
 
+/* The due-time buckets (the Redis-side timing wheel; why: redis.c). A
+ * waiting task (token 0) due at `due` ms is the member key, with score
+ * due - b * W, of the bucket ZSET KEYS[1] .. ':' .. b, b = floor(due / W),
+ * and b is a member (score b) of the index ZSET KEYS[1] while that bucket
+ * is not empty. Every script keeps the two together: badd adds both, bdel
+ * drops the index member with the bucket's last task.
+ * Buckets are not declared keys: they share KEYS[1]'s hash tag (one slot),
+ * which Redis 7.0 Cluster accepts from a script on the node serving that
+ * slot. While the slot migrates (a bucket may then sit on the other node),
+ * stable() fails and the script answers TRYAGAIN before it writes anything
+ * (the router retries); see redis.c and tests/redis/test_redis_cluster.c. */
+#define BUCKETS                                                                            \
+    "local W = " TW_RR_BUCKET_MS_STR "\n"                                                  \
+    /* numbers reach Redis as integer strings: string.format('%d') is cheaper */          \
+    /* than Lua's own number-to-string ('%.14g')                               */          \
+    "local function I(x) return string.format('%d', x) end\n"                                \
+    "local function bkey(b) return KEYS[1] .. ':' .. b end\n"                              \
+    /* EXISTS of two absent keys of the slot errors (ASK or TRYAGAIN) on a     */          \
+    /* migrating or importing node, and nowhere else                           */          \
+    "local function stable() return type(redis.pcall('EXISTS', KEYS[1] .. ':-', "         \
+    "KEYS[1] .. ':+')) == 'number' end\n"                                                  \
+    "local TRY = 'TRYAGAIN twheel: the slot of ' .. KEYS[1] .. ' is migrating'\n"          \
+    /* the index is touched only when a bucket appears or empties: in a        */          \
+    /* listpack, finding a member scans the whole index                        */          \
+    "local function badd(k, due) local b = math.floor(due / W) local s = I(b) "            \
+    "local bk = bkey(s) local new = redis.call('EXISTS', bk) == 0 "                        \
+    "redis.call('ZADD', bk, I(due - b * W), k) "                                           \
+    "if new then redis.call('ZADD', KEYS[1], s, s) end end\n"                              \
+    "local function bdel(k, due) local b = I(math.floor(due / W)) local bk = bkey(b) "     \
+    "local n = redis.call('ZCARD', bk) "                                                   \
+    "if n > 0 and redis.call('ZREM', bk, k) == 1 and n == 1 then "                         \
+    "redis.call('ZREM', KEYS[1], b) end end\n"
+
 /* ARGV: channel, then key, payload, delay_ms triples (one partition; a
  * key given twice: the last wins) -> number of ARGV. One PUBLISH at most,
- * with the earliest due time that falls before hold. */
+ * with the earliest due time that falls before hold. A replaced task leaves
+ * its old bucket (or the lease set). Each command takes the batch at once:
+ * HMGET, HSET, ZREM per old bucket, ZADD per new bucket, one EXISTS of the
+ * new buckets (one per bucket when some are absent) and one index ZADD for
+ * the buckets that appeared. */
 #define SET_LUA                                                                            \
+    PRELUDE BUCKETS "if not stable() then return redis.error_reply(TRY) end\n"             \
     "local t = redis.call('TIME')\n"                                                        \
     "local now = math.floor((tonumber(t[1]) * 1000000 + tonumber(t[2]) + 999) / 1000)\n"    \
     "local h = tonumber(redis.call('GET', KEYS[5]) or '0')\n"                               \
-    "local hs, zs, zr, first = {}, {}, {}, nil\n"                                           \
-    "for i = 2, #ARGV, 3 do local k = ARGV[i] local due = now + tonumber(ARGV[i + 2])\n"   \
+    /* the last of a repeated key wins: walk backwards, skip keys seen */                  \
+    "local seen, ks, at, first = {}, {}, {}, nil\n"                                         \
+    "for i = #ARGV - 2, 2, -3 do local k = ARGV[i]\n"                                       \
+    "  if not seen[k] then seen[k] = true ks[#ks + 1] = k at[#at + 1] = i end\n"            \
+    "end\n"                                                                                 \
+    "local old = redis.call('HMGET', KEYS[3], unpack(ks))\n"                                \
+    "local hs, lz, rm, add, nb = {}, {}, {}, {}, {}\n"                                      \
+    "for j = 1, #ks do local k = ks[j] local i = at[j]\n"                                   \
+    "  local due = now + tonumber(ARGV[i + 2])\n"                                           \
     "  hs[#hs + 1] = k hs[#hs + 1] = string.format('0 0 %d ', due) .. ARGV[i + 1]\n"       \
-    "  zs[#zs + 1] = due zs[#zs + 1] = k zr[#zr + 1] = k\n"                                 \
+    "  if old[j] then local tok, att, od = parse(old[j])\n"                                 \
+    "    if tok == 0 then local b = math.floor(od / W)\n"                                   \
+    "      local v = rm[b] if not v then v = {} rm[b] = v end v[#v + 1] = k\n"              \
+    "    else lz[#lz + 1] = k end\n"                                                        \
+    "  end\n"                                                                               \
+    "  local b = math.floor(due / W) local v = add[b]\n"                                    \
+    "  if not v then v = {} add[b] = v nb[#nb + 1] = b end\n"                               \
+    "  v[#v + 1] = I(due - b * W) v[#v + 1] = k\n"                                          \
     "  if due < h and (not first or due < first) then first = due end\n"                    \
     "end\n"                                                                                 \
+    "for b, v in pairs(rm) do local bk = bkey(I(b)) local n = redis.call('ZCARD', bk)\n"   \
+    "  if n > 0 and redis.call('ZREM', bk, unpack(v)) == n then\n"                          \
+    "    redis.call('ZREM', KEYS[1], I(b)) end\n"                                           \
+    "end\n"                                                                                 \
+    "if #lz > 0 then redis.call('ZREM', KEYS[2], unpack(lz)) end\n"                         \
     "redis.call('HSET', KEYS[3], unpack(hs))\n"                                             \
-    "redis.call('ZREM', KEYS[2], unpack(zr))\n"                                             \
-    "redis.call('ZADD', KEYS[1], unpack(zs))\n"                                             \
+    "local bs, bks = {}, {}\n"                                                              \
+    "for x = 1, #nb do bs[x] = I(nb[x]) bks[x] = bkey(bs[x]) end\n"                         \
+    "local all = redis.call('EXISTS', unpack(bks)) == #bks local idx = {}\n"                \
+    "for x = 1, #nb do\n"                                                                   \
+    "  if not all and redis.call('EXISTS', bks[x]) == 0 then\n"                             \
+    "    idx[#idx + 1] = bs[x] idx[#idx + 1] = bs[x] end\n"                                 \
+    "  redis.call('ZADD', bks[x], unpack(add[nb[x]]))\n"                                    \
+    "end\n"                                                                                 \
+    "if #idx > 0 then redis.call('ZADD', KEYS[1], unpack(idx)) end\n"                       \
     "if first then redis.call('PUBLISH', ARGV[1], first) end\n"                             \
     "return #ARGV\n"
 
 /* ARGV: key, delay_ms, channel -> due ms, or -1 (absent) */
 #define MOVE_LUA                                                                           \
-    PRELUDE "local v = redis.call('HGET', KEYS[3], ARGV[1])\n"                             \
+    PRELUDE BUCKETS "if not stable() then return redis.error_reply(TRY) end\n"             \
+    "local v = redis.call('HGET', KEYS[3], ARGV[1])\n"                                     \
     "if not v then return -1 end\n"                                                        \
     "local tok, att, due, pos = parse(v)\n"                                                \
+    "if tok == 0 then bdel(ARGV[1], due) else redis.call('ZREM', KEYS[2], ARGV[1]) end\n"  \
     "due = due_at(now_us(), tonumber(ARGV[2]))\n"                                          \
     "redis.call('HSET', KEYS[3], ARGV[1], rec(0, 0, due, string.sub(v, pos)))\n"           \
-    "redis.call('ZREM', KEYS[2], ARGV[1])\n"                                               \
-    "redis.call('ZADD', KEYS[1], due, ARGV[1])\n"                                          \
+    "badd(ARGV[1], due)\n"                                                                 \
     "if due < hold() then redis.call('PUBLISH', ARGV[3], due) end\n"                       \
     "return due\n"
 
 /* ARGV: key -> 0, or -1 (absent) */
 #define REMOVE_LUA                                                                         \
-    "if redis.call('HDEL', KEYS[3], ARGV[1]) == 0 then return -1 end\n"                    \
-    "redis.call('ZREM', KEYS[1], ARGV[1])\n"                                               \
-    "redis.call('ZREM', KEYS[2], ARGV[1])\n"                                               \
+    PRELUDE BUCKETS "if not stable() then return redis.error_reply(TRY) end\n"             \
+    "local v = redis.call('HGET', KEYS[3], ARGV[1])\n"                                     \
+    "if not v then return -1 end\n"                                                        \
+    "local tok, att, due = parse(v)\n"                                                     \
+    "redis.call('HDEL', KEYS[3], ARGV[1])\n"                                               \
+    "if tok == 0 then bdel(ARGV[1], due) else redis.call('ZREM', KEYS[2], ARGV[1]) end\n"  \
     "return 0\n"
 
 /* ARGV: window_ms, n, lease_ms, max_bytes
  * -> {now_us, recovered, key1, due1, token1, payload1, key2, ...}
- * First moves up to n expired leases back to due (their due time kept),
- * then leases up to n tasks due by now + window (earliest first), stopping
- * early once the payloads pass max_bytes. A lease ends lease_ms after the
- * later of now and the task's due time. */
+ * First moves up to n expired leases back to their bucket (their due time
+ * kept), then leases up to n tasks due by now + window, earliest first:
+ * it walks the index from its lowest bucket (8 index members per read) and
+ * each bucket in score order, drops emptied buckets from the index, and
+ * stops at the first bucket that keeps a task due after the window, at n
+ * tasks, or once the payloads pass max_bytes. A lease ends lease_ms after
+ * the later of now and the task's due time. */
 #define CLAIM_LUA                                                                          \
-    PRELUDE "local now = now_us() local now_ms = math.floor(now / 1000)\n"                 \
+    PRELUDE BUCKETS "if not stable() then return redis.error_reply(TRY) end\n"             \
+    "local now = now_us() local now_ms = math.floor(now / 1000)\n"                         \
     "local n = tonumber(ARGV[2]) local lease = tonumber(ARGV[3])\n"                        \
-    "local recovered = 0\n"                                                                \
+    "local maxb = tonumber(ARGV[4]) local recovered = 0\n"                                 \
     "local exp = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now_ms, 'LIMIT', 0, n)\n"    \
     "for i = 1, #exp do local k = exp[i]\n"                                                \
     "  local v = redis.call('HGET', KEYS[3], k) redis.call('ZREM', KEYS[2], k)\n"          \
     "  if v then local tok, att, due, pos = parse(v)\n"                                    \
     "    redis.call('HSET', KEYS[3], k, rec(0, att, due, string.sub(v, pos)))\n"           \
-    "    redis.call('ZADD', KEYS[1], due, k) recovered = recovered + 1 end\n"              \
+    "    badd(k, due) recovered = recovered + 1 end\n"                                     \
     "end\n"                                                                                \
-    "local hi = now_ms + tonumber(ARGV[1])\n"                                              \
-    "local ks = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', hi, 'LIMIT', 0, n)\n"         \
-    "local out = {now, recovered} local bytes = 0\n"                                       \
-    "for i = 1, #ks do local k = ks[i]\n"                                                  \
-    "  if bytes > tonumber(ARGV[4]) then break end\n"                                      \
-    "  local v = redis.call('HGET', KEYS[3], k) redis.call('ZREM', KEYS[1], k)\n"          \
-    "  if v then local tok, att, due, pos = parse(v)\n"                                    \
-    "    local t = redis.call('INCR', KEYS[4]) local p = string.sub(v, pos)\n"             \
-    "    redis.call('HSET', KEYS[3], k, rec(t, att, due, p))\n"                            \
-    "    redis.call('ZADD', KEYS[2], math.max(due, now_ms) + lease, k)\n"                  \
-    "    out[#out + 1] = k out[#out + 1] = due out[#out + 1] = t out[#out + 1] = p\n"      \
-    "    bytes = bytes + #p + #k end\n"                                                    \
+    "local hi = now_ms + tonumber(ARGV[1]) local hb = math.floor(hi / W)\n"                \
+    "local out = {now, recovered} local bytes, left, from, done = 0, n, '-inf', false\n"   \
+    "while not done do\n"                                                                  \
+    "  local bs = redis.call('ZRANGEBYSCORE', KEYS[1], from, hb, 'LIMIT', 0, 8)\n"         \
+    "  if #bs == 0 then break end\n"                                                       \
+    "  for i = 1, #bs do local b = bs[i] local bk = KEYS[1] .. ':' .. b\n"                 \
+    "    local base = tonumber(b) * W local card = redis.call('ZCARD', bk)\n"              \
+    "    local m = redis.call('ZRANGEBYSCORE', bk, '-inf', I(hi - base), "                \
+    "'LIMIT', 0, I(left))\n"                                                               \
+    "    local taken = {}\n"                                                               \
+    "    for j = 1, #m do local k = m[j]\n"                                                \
+    "      if bytes > maxb then done = true break end\n"                                   \
+    "      taken[#taken + 1] = k left = left - 1\n"                                        \
+    "      local v = redis.call('HGET', KEYS[3], k)\n"                                     \
+    "      if v then local tok, att, due, pos = parse(v)\n"                                \
+    "        local t = redis.call('INCR', KEYS[4]) local p = string.sub(v, pos)\n"         \
+    "        redis.call('HSET', KEYS[3], k, rec(t, att, due, p))\n"                        \
+    "        redis.call('ZADD', KEYS[2], math.max(due, now_ms) + lease, k)\n"              \
+    "        out[#out + 1] = k out[#out + 1] = due out[#out + 1] = t out[#out + 1] = p\n"  \
+    "        bytes = bytes + #p + #k end\n"                                                \
+    "    end\n"                                                                            \
+    "    if #taken > 0 then redis.call('ZREM', bk, unpack(taken)) end\n"                   \
+    "    if #taken == card then redis.call('ZREM', KEYS[1], b)\n"                          \
+    "    else done = true end\n"                                                           \
+    "    if done or left == 0 then done = true break end\n"                                \
+    "  end\n"                                                                              \
+    "  from = '(' .. bs[#bs]\n"                                                            \
     "end\n"                                                                                \
     "if hi > hold() then redis.call('SET', KEYS[5], hi, 'PX', 2 * tonumber(ARGV[1]) + 1000) end\n" \
     "return out\n"
@@ -136,26 +224,28 @@
 
 /* ARGV: key, token, retry_base_ms, retry_max_ms, channel -> 1 rescheduled, 0 stale */
 #define FAIL_LUA                                                                           \
-    PRELUDE "local v = redis.call('HGET', KEYS[3], ARGV[1])\n"                             \
+    PRELUDE BUCKETS "local v = redis.call('HGET', KEYS[3], ARGV[1])\n"                     \
     "if not v then return 0 end\n"                                                         \
     "local tok, att, due, pos = parse(v) local now = now_us()\n"                           \
     "if not held(ARGV[1], tok, tonumber(ARGV[2]), now) then return 0 end\n"                \
+    "if not stable() then return redis.error_reply(TRY) end\n"                             \
     "local d = tonumber(ARGV[3]) * 2 ^ math.max(att - 1, 0)\n"                             \
     "if d > tonumber(ARGV[4]) then d = tonumber(ARGV[4]) end\n"                            \
     "due = due_at(now, d)\n"                                                               \
     "redis.call('HSET', KEYS[3], ARGV[1], rec(0, att, due, string.sub(v, pos)))\n"         \
-    "redis.call('ZREM', KEYS[2], ARGV[1]) redis.call('ZADD', KEYS[1], due, ARGV[1])\n"     \
+    "redis.call('ZREM', KEYS[2], ARGV[1]) badd(ARGV[1], due)\n"                            \
     "if due < hold() then redis.call('PUBLISH', ARGV[5], due) end\n"                       \
     "return 1\n"
 
 /* ARGV: key, token, channel -> 1 released (due again at its due time), 0 stale */
 #define RELEASE_LUA                                                                        \
-    PRELUDE "local v = redis.call('HGET', KEYS[3], ARGV[1])\n"                             \
+    PRELUDE BUCKETS "local v = redis.call('HGET', KEYS[3], ARGV[1])\n"                     \
     "if not v then return 0 end\n"                                                         \
     "local tok, att, due, pos = parse(v)\n"                                                \
     "if tok ~= tonumber(ARGV[2]) then return 0 end\n"                                      \
+    "if not stable() then return redis.error_reply(TRY) end\n"                             \
     "redis.call('HSET', KEYS[3], ARGV[1], rec(0, att, due, string.sub(v, pos)))\n"         \
-    "redis.call('ZREM', KEYS[2], ARGV[1]) redis.call('ZADD', KEYS[1], due, ARGV[1])\n"     \
+    "redis.call('ZREM', KEYS[2], ARGV[1]) badd(ARGV[1], due)\n"                            \
     "if due <= hold() then redis.call('PUBLISH', ARGV[3], due) end\n"                      \
     "return 1\n"
 

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "redis_internal.h" /* TW_RR_BUCKET_MS, for the schema checks */
 #include "twheel/redis.h"
 
 static struct rfx_server srv;
@@ -157,6 +158,94 @@ static long long redis_int(const struct rfx_server *s, const char *fmt, const ch
     return v;
 }
 
+/* ---- the schema, read back (white box: redis.c, scripts.c) ---------------- */
+
+/* Checks every invariant of partition {q:p}'s keys: each index member names
+ * a non-empty bucket, each bucket is in the index, each bucket member is a
+ * task with token 0 whose recorded due time is its bucket's base + score,
+ * each task with token 0 sits in a bucket and each other one in the lease
+ * set. -> {violations, tasks waiting in buckets, buckets}, as reply. */
+static const char schema_lua[] =
+    "local W = tonumber(ARGV[1]) local bad, waiting = 0, 0\n"
+    "local idx = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')\n"
+    "for i = 1, #idx, 2 do local b = idx[i]\n"
+    "  if tonumber(idx[i + 1]) ~= tonumber(b) then bad = bad + 1 end\n"
+    "  local m = redis.call('ZRANGE', KEYS[1] .. ':' .. b, 0, -1, 'WITHSCORES')\n"
+    "  if #m == 0 then bad = bad + 1 end\n"
+    "  for j = 1, #m, 2 do waiting = waiting + 1\n"
+    "    local v = redis.call('HGET', KEYS[3], m[j])\n"
+    "    local tok, att, due = string.match(v or '', '^(%d+) (%d+) (%d+) ')\n"
+    "    if not v or tonumber(tok) ~= 0 or tonumber(due) ~= tonumber(b) * W + tonumber(m[j + 1])\n"
+    "      or tonumber(m[j + 1]) >= W then bad = bad + 1 end\n"
+    "  end\n"
+    "end\n"
+    "if #redis.call('KEYS', KEYS[1] .. ':*') ~= #idx / 2 then bad = bad + 1 end\n"
+    "local all = redis.call('HGETALL', KEYS[3]) local zero = 0\n"
+    "for j = 1, #all, 2 do local tok = tonumber(string.match(all[j + 1], '^(%d+) '))\n"
+    "  if tok == 0 then zero = zero + 1\n"
+    "    if redis.call('ZSCORE', KEYS[2], all[j]) then bad = bad + 1 end\n"
+    "  elseif not redis.call('ZSCORE', KEYS[2], all[j]) then bad = bad + 1 end\n"
+    "end\n"
+    "if zero ~= waiting then bad = bad + 1 end\n"
+    "return {bad, waiting, #idx / 2}\n";
+
+/* Checks the schema of queue q's partitions 0..parts-1 (CHECKs each);
+ * returns the tasks waiting in buckets, over all partitions. */
+static uint64_t check_schema(const struct rfx_server *s, const char *q, unsigned parts)
+{
+    redisContext *c = rfx_connect(s);
+    CHECK(c != NULL);
+    if (!c)
+        return 0;
+    uint64_t waiting = 0;
+    for (unsigned p = 0; p < parts; p++) {
+        char k[3][96];
+        snprintf(k[0], sizeof k[0], "{%s:%u}:d", q, p);
+        snprintf(k[1], sizeof k[1], "{%s:%u}:lease", q, p);
+        snprintf(k[2], sizeof k[2], "{%s:%u}:task", q, p);
+        redisReply *x = redisCommand(c, "EVAL %s 3 %s %s %s %d", schema_lua, k[0], k[1], k[2],
+                                     TW_RR_BUCKET_MS);
+        CHECK(x && x->type == REDIS_REPLY_ARRAY && x->elements == 3);
+        if (x && x->type == REDIS_REPLY_ARRAY && x->elements == 3) {
+            if (x->element[0]->integer != 0)
+                printf("schema of {%s:%u}: %lld violations\n", q, p, x->element[0]->integer);
+            CHECK_EQ_INT(x->element[0]->integer, 0);
+            waiting += (uint64_t)x->element[1]->integer;
+        } else if (x && x->type == REDIS_REPLY_ERROR) {
+            printf("schema check: %s\n", x->str);
+        }
+        if (x)
+            freeReplyObject(x);
+    }
+    redisFree(c);
+    return waiting;
+}
+
+/* The due time (ms) of a waiting task of queue q, partition 0, read from its
+ * bucket (base + score), or -1 when it is in no bucket. */
+static long long bucket_due(const struct rfx_server *s, const char *q, const char *key)
+{
+    static const char lua[] =
+        "for _, b in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do\n"
+        "  local sc = redis.call('ZSCORE', KEYS[1] .. ':' .. b, ARGV[1])\n"
+        "  if sc then return tonumber(b) * tonumber(ARGV[2]) + tonumber(sc) end\n"
+        "end\n"
+        "return -1\n";
+    redisContext *c = rfx_connect(s);
+    long long v = -2;
+    if (!c)
+        return v;
+    char k[96];
+    snprintf(k, sizeof k, "{%s:0}:d", q);
+    redisReply *x = redisCommand(c, "EVAL %s 1 %s %s %d", lua, k, key, TW_RR_BUCKET_MS);
+    if (x && x->type == REDIS_REPLY_INTEGER)
+        v = x->integer;
+    if (x)
+        freeReplyObject(x);
+    redisFree(c);
+    return v;
+}
+
 static uint64_t srv_ms(const struct rfx_server *s)
 {
     uint64_t us = 0;
@@ -199,7 +288,7 @@ static void test_set_durable(void)
     uint64_t t0 = srv_ms(&srv);
     CHECK_EQ_INT(tw_redis_set(r, "a", 1, "pa", 2, 5000), 0);
     uint64_t t1 = srv_ms(&srv);
-    long long due = redis_int(&srv, "ZSCORE {durable:0}:due %s", "a");
+    long long due = bucket_due(&srv, "durable", "a");
     CHECK(due >= (long long)(t0 + 5000) && due <= (long long)(t1 + 5001));
     redisContext *rc = rfx_connect(&srv);
     redisReply *x = rc ? redisCommand(rc, "HGET {durable:0}:task a") : NULL;
@@ -216,10 +305,11 @@ static void test_set_durable(void)
     if (rc)
         redisFree(rc);
     CHECK_EQ_INT(redis_int(&srv, "HLEN %s", "{durable:0}:task"), 1);
-    CHECK(redis_int(&srv, "ZSCORE {durable:0}:due %s", "a") >= (long long)(t1 + 100000));
+    CHECK(bucket_due(&srv, "durable", "a") >= (long long)(t1 + 100000));
+    CHECK_EQ_U64(check_schema(&srv, "durable", 1), 1);
     /* move */
     CHECK_EQ_INT(tw_redis_move(r, "a", 1, 7000), 0);
-    long long d2 = redis_int(&srv, "ZSCORE {durable:0}:due %s", "a");
+    long long d2 = bucket_due(&srv, "durable", "a");
     CHECK(d2 >= (long long)(t1 + 7000) && d2 < (long long)(t1 + 100000));
     CHECK_EQ_INT(tw_redis_move(r, "zz", 2, 7000), TW_ENOENT);
     /* binary keys and payloads, empty payload */
@@ -232,11 +322,12 @@ static void test_set_durable(void)
     /* remove */
     CHECK_EQ_INT(tw_redis_remove(r, "a", 1), 0);
     CHECK_EQ_INT(tw_redis_remove(r, "a", 1), TW_ENOENT);
-    CHECK_EQ_INT(redis_int(&srv, "EXISTS %s", "{durable:0}:due") >= 0, 1);
-    CHECK_EQ_INT(redis_int(&srv, "ZCARD %s", "{durable:0}:due"), 2);
+    CHECK_EQ_U64(check_schema(&srv, "durable", 1), 2);
     CHECK_EQ_INT(tw_redis_remove(r, "k\0\1", 3), 0);
     CHECK_EQ_INT(tw_redis_remove(r, "e", 1), 0);
     CHECK_EQ_INT(redis_int(&srv, "HLEN %s", "{durable:0}:task"), 0);
+    CHECK_EQ_U64(check_schema(&srv, "durable", 1), 0);
+    CHECK_EQ_INT(redis_int(&srv, "EXISTS %s", "{durable:0}:d"), 0); /* no bucket left */
     tw_redis_free(r);
 }
 
@@ -477,9 +568,9 @@ static void test_catch_up(void)
         int j = (i * 7) % N; /* shuffled delays */
         char k[16];
         int n = snprintf(k, sizeof k, "c%d", j);
-        CHECK_EQ_INT(tw_redis_set(cl, k, (size_t)n, k, (size_t)n, j * 5), 0);
+        CHECK_EQ_INT(tw_redis_set(cl, k, (size_t)n, k, (size_t)n, j * 25), 0);
     }
-    rfx_sleep_ms(N * 5 + 200); /* all due, nobody ran them */
+    rfx_sleep_ms(N * 25 + 200); /* all due, nobody ran them */
     struct rec R;
     rec_init(&R, &srv);
     struct tw_redis_config wc;
@@ -495,7 +586,8 @@ static void test_catch_up(void)
                (unsigned long long)R.d[i - 1].due_ms, (unsigned long long)R.d[i].due_ms);
     for (size_t i = 0; i < rec_count(&R); i++) {
         int j = atoi(R.d[i].key + 1);
-        CHECK(R.d[i].due_ms >= t0 + (uint64_t)j * 5 && R.d[i].due_ms <= t0 + (uint64_t)j * 5 + 1000);
+        CHECK(R.d[i].due_ms >= t0 + (uint64_t)j * 25 &&
+              R.d[i].due_ms <= t0 + (uint64_t)j * 25 + 1000);
         CHECK(R.d[i].srv_us >= R.d[i].due_ms * 1000 + 100000); /* late: nobody ran */
     }
     tw_redis_free(w);
@@ -600,7 +692,7 @@ static void test_stop_releases(void)
     CHECK_EQ_INT(tw_redis_stop(a), 0);        /* idempotent */
     CHECK_EQ_INT(tw_redis_set(a, "x", 1, "", 0, 0), TW_ECLOSED);
     CHECK_EQ_INT(redis_int(&srv, "ZCARD %s", "{stop:0}:lease"), 0); /* released */
-    CHECK_EQ_INT(redis_int(&srv, "ZCARD %s", "{stop:0}:due"), 1);
+    CHECK_EQ_U64(check_schema(&srv, "stop", 1), 1);
     struct tw_redis_stats st;
     CHECK_EQ_INT(tw_redis_stats(a, &st), 0);
     CHECK_EQ_U64(st.leased, 0);
@@ -652,9 +744,107 @@ static void test_set_many(void)
     CHECK_EQ_INT(tw_redis_set_many(r, it, N), N);
     CHECK_EQ_INT(tw_redis_stats(r, &st), 0);
     CHECK_EQ_U64(st.pending, N);
+    CHECK_EQ_U64(check_schema(&srv, "many", 8), N);
     CHECK_EQ_INT(tw_redis_set_many(r, it, 0), 0);
     for (int i = 0; i < N; i++)
         CHECK_EQ_INT(tw_redis_remove(r, keys[i], strlen(keys[i])), 0);
+    CHECK_EQ_U64(check_schema(&srv, "many", 8), 0);
+    tw_redis_free(r);
+}
+
+/* The due buckets against a model: random set, set_many (keys repeated in
+ * a batch: the last wins), move and remove on 200 keys, delays spread over
+ * a few buckets, a far one, and once every key in one bucket (past 128
+ * members: Redis converts that bucket to its skiplist encoding). After each
+ * step the bucket of the touched key gives its due time (set's or move's
+ * instant + delay); every 50 steps and at the end the schema's invariants
+ * hold (check_schema) and pending matches the model; at the end nothing is
+ * left, no bucket, no index. */
+static void test_schema_model(void)
+{
+    struct tw_redis_config c;
+    cfg_for(&c, "model", NULL);
+    struct tw_redis *r = NULL;
+    CHECK_EQ_INT(tw_redis_new(&c, &r), 0);
+    if (!r)
+        return;
+    enum { K = 200, STEPS = 400, BATCH = 80 };
+    static bool live[K];
+    static char keys[BATCH][8];
+    static struct tw_redis_item it[BATCH];
+    memset(live, 0, sizeof live);
+    unsigned seed = 12345;
+    uint64_t nlive = 0;
+    for (int step = 0; step < STEPS; step++) {
+        int op = rand_r(&seed) % 10, k = rand_r(&seed) % K;
+        int64_t delay = rand_r(&seed) % 8 == 0 ? 3600000 + rand_r(&seed) % 5000
+                                               : rand_r(&seed) % 3000;
+        char key[8];
+        int kl = snprintf(key, sizeof key, "k%d", k);
+        if (step == STEPS / 2) {
+            /* every key, one delay: one bucket past the listpack limit */
+            for (int b = 0; b < K; b += BATCH) {
+                int n = K - b < BATCH ? K - b : BATCH;
+                for (int j = 0; j < n; j++) {
+                    int l = snprintf(keys[j], sizeof keys[j], "k%d", b + j);
+                    it[j] = (struct tw_redis_item){keys[j], (size_t)l, "x", 1, 7200000};
+                    live[b + j] = true;
+                }
+                CHECK_EQ_INT(tw_redis_set_many(r, it, (size_t)n), n);
+            }
+            nlive = K;
+        } else if (op < 3) {
+            uint64_t t0 = srv_ms(&srv);
+            CHECK_EQ_INT(tw_redis_set(r, key, (size_t)kl, "p", 1, delay), 0);
+            uint64_t t1 = srv_ms(&srv);
+            long long d = bucket_due(&srv, "model", key);
+            CHECK(d >= (long long)(t0 + (uint64_t)delay) && d <= (long long)(t1 + (uint64_t)delay + 1));
+            nlive += !live[k];
+            live[k] = true;
+        } else if (op < 5) {
+            int n = 1 + rand_r(&seed) % BATCH;
+            for (int j = 0; j < n; j++) {
+                int kk = j > 0 && rand_r(&seed) % 4 == 0 ? atoi(keys[j - 1] + 1) /* repeat */
+                                                         : rand_r(&seed) % K;
+                int l = snprintf(keys[j], sizeof keys[j], "k%d", kk);
+                it[j] = (struct tw_redis_item){keys[j], (size_t)l, "q", 1,
+                                               rand_r(&seed) % 3000};
+                nlive += !live[kk];
+                live[kk] = true;
+            }
+            CHECK_EQ_INT(tw_redis_set_many(r, it, (size_t)n), n);
+        } else if (op < 8) {
+            uint64_t t0 = srv_ms(&srv);
+            CHECK_EQ_INT(tw_redis_move(r, key, (size_t)kl, delay), live[k] ? 0 : TW_ENOENT);
+            uint64_t t1 = srv_ms(&srv);
+            long long d = bucket_due(&srv, "model", key);
+            if (live[k])
+                CHECK(d >= (long long)(t0 + (uint64_t)delay) &&
+                      d <= (long long)(t1 + (uint64_t)delay + 1));
+            else
+                CHECK_EQ_INT(d, -1);
+        } else {
+            CHECK_EQ_INT(tw_redis_remove(r, key, (size_t)kl), live[k] ? 0 : TW_ENOENT);
+            CHECK_EQ_INT(bucket_due(&srv, "model", key), -1);
+            nlive -= live[k];
+            live[k] = false;
+        }
+        if (step % 50 == 49) {
+            CHECK_EQ_U64(check_schema(&srv, "model", 1), nlive);
+            struct tw_redis_stats st;
+            CHECK_EQ_INT(tw_redis_stats(r, &st), 0);
+            CHECK_EQ_U64(st.pending, nlive);
+        }
+    }
+    CHECK_EQ_U64(check_schema(&srv, "model", 1), nlive);
+    for (int k = 0; k < K; k++) {
+        char key[8];
+        int kl = snprintf(key, sizeof key, "k%d", k);
+        CHECK_EQ_INT(tw_redis_remove(r, key, (size_t)kl), live[k] ? 0 : TW_ENOENT);
+    }
+    CHECK_EQ_U64(check_schema(&srv, "model", 1), 0);
+    CHECK_EQ_INT(redis_int(&srv, "EXISTS %s", "{model:0}:d"), 0);
+    CHECK_EQ_INT(redis_int(&srv, "EXISTS %s", "{model:0}:task"), 0);
     tw_redis_free(r);
 }
 
@@ -806,6 +996,7 @@ int main(void)
     RUN(test_bad_input);
     RUN(test_set_durable);
     RUN(test_set_many);
+    RUN(test_schema_model);
     RUN(test_never_early);
     RUN(test_replace_remove_win);
     RUN(test_stale_ack);
