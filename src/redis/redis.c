@@ -200,6 +200,10 @@ struct tw_redis {
     struct rr_batch carry;          /* claim thread only: claimed, waiting for the frontier */
     uint32_t *carry_n;              /* claim thread only: carry items per partition */
     uint32_t paced_calls;           /* claim thread only: calls of the last paced round */
+    unsigned char *unknown;         /* claim thread only: partitions not claimed since the
+                                       claim connection was re-established (rr_reconnected) */
+    uint32_t nunknown;
+    uint64_t rc_seen;               /* claim thread only: claim_rt.reconnects seen */
     uint64_t *last_full;            /* claim thread only: due ms of the last task of the
                                        partition's last claim if it was a full batch
                                        (more due work may wait there), else UINT64_MAX */
@@ -997,6 +1001,53 @@ static void rr_clock_round(struct tw_redis *r, const unsigned char *want, unsign
     }
 }
 
+/* Catch-up after Redis comes back. The frontier (below) takes a partition
+ * whose last claim was not full as holding nothing unclaimed that is due
+ * before the others' tasks. After the claim connection was re-established
+ * (Redis restarted, or was away) that no longer holds: tasks came due during
+ * the outage in every partition. Seen in the restart test, 1 run in 2-6: a
+ * round for one notified partition (or a round that straddled the restart:
+ * partitions claimed before it, one that failed, the rest after) handed the
+ * catch-up of the partitions claimed after the restart to the executors
+ * while the others' earlier tasks were still in Redis; they came ~0.3-0.9 s
+ * later, one block out of due order. So once a reconnect is seen (the
+ * router's count moved: at the round's TIME or during a claim), every
+ * partition is "unknown": claimed in this round whatever it was flagged
+ * for, and the frontier stays at 0 (nothing due is handed over) until each
+ * has been claimed on the new connection, or has failed (a node that stays
+ * unreachable does not hold the others back: its partitions' tasks come
+ * when it is back). And a claim that fails for I/O ends the round for its
+ * node: the other partitions there would fail too, each after a command
+ * timeout. */
+static void rr_reconnected(struct tw_redis *r)
+{
+    if (r->claim_rt.reconnects == r->rc_seen)
+        return;
+    r->rc_seen = r->claim_rt.reconnects;
+    memset(r->unknown, 1, r->cfg.partitions);
+    r->nunknown = r->cfg.partitions;
+}
+
+static void rr_known(struct tw_redis *r, uint32_t p)
+{
+    if (r->unknown[p]) {
+        r->unknown[p] = 0;
+        r->nunknown--;
+    }
+}
+
+/* Every task not claimed yet is due at or after this (see rr_claim_round). */
+static uint64_t rr_frontier(const struct tw_redis *r)
+{
+    if (r->nunknown)
+        return 0;
+    uint64_t f = UINT64_MAX;
+    for (uint32_t p = 0; p < r->cfg.partitions; p++)
+        if (r->last_full[p] < f)
+            f = r->last_full[p];
+    return f;
+}
+
 /* Pacing a refill. A refill round claims what enters the window (tasks due
  * window/2 to window ahead), one claim call per partition or more; run back
  * to back they held single-threaded Redis for 50-80 ms every window/2 (two
@@ -1020,6 +1071,10 @@ static bool rr_pace(struct tw_redis *r, unsigned char *want, size_t *nwanted, si
 {
     struct rr_batch *c = &r->carry;
     uint64_t now = tw_rr_mono_ns(), far = now + quarter;
+    if (r->nunknown) { /* catching up after a reconnect: no pacing */
+        *pace = false;
+        return false;
+    }
     for (size_t i = n0; i < c->n; i++)
         if (c->v[i]->due_local_ns <= far) {
             *pace = false;
@@ -1112,19 +1167,20 @@ static int rr_claim_round(struct tw_redis *r, unsigned char *want, bool pace, bo
      * earlier tasks would have come after theirs (out of due order). */
     unsigned char bad[RR_SAMPLE_NODES + 1] = {0}; /* [RR_SAMPLE_NODES]: unknown nodes */
     rr_clock_round(r, want, bad);
+    rr_reconnected(r);
     r->claim_start = (r->claim_start + 1) % P;
     while (more && !*capped) {
         more = false;
-        uint64_t frontier = UINT64_MAX;
-        for (uint32_t p = 0; p < P; p++)
-            if (r->last_full[p] < frontier)
-                frontier = r->last_full[p];
+        uint64_t frontier = rr_frontier(r);
         size_t nwanted = 0;
         for (uint32_t p = 0; p < P; p++) {
             /* Not a partition with carried items (they go first), nor one
-             * whose next tasks lie beyond the frontier (they would wait). */
-            if (want[p] && (r->carry_n[p] || (r->last_full[p] != UINT64_MAX &&
-                                              r->last_full[p] > frontier)))
+             * whose next tasks lie beyond the frontier (they would wait);
+             * but every partition in an unknown state. */
+            if (r->unknown[p])
+                want[p] = 1;
+            else if (want[p] && (r->carry_n[p] || (r->last_full[p] != UINT64_MAX &&
+                                                   r->last_full[p] > frontier)))
                 want[p] = 0;
             nwanted += want[p];
         }
@@ -1138,6 +1194,7 @@ static int rr_claim_round(struct tw_redis *r, unsigned char *want, bool pace, bo
                 want[p] = 0;
                 nwanted--;
                 r->last_full[p] = UINT64_MAX; /* unreachable: do not hold the others back */
+                rr_known(r, p);
                 continue;
             }
             size_t ready = tw_rr_local_ready(r->local);
@@ -1161,6 +1218,9 @@ static int rr_claim_round(struct tw_redis *r, unsigned char *want, bool pace, bo
                 if (got == TW_EIO)
                     bad[bi] = 1;
             }
+            if (got >= 0)
+                rr_reconnected(r); /* this claim ran on the new connection: p is known */
+            rr_known(r, p);
             if (pace && rr_pace(r, want, &nwanted, n0, pace_until, gap, quarter, &pace)) {
                 more = false;
                 break;
@@ -1172,10 +1232,7 @@ static int rr_claim_round(struct tw_redis *r, unsigned char *want, bool pace, bo
         }
         if (c->n > 1)
             qsort(c->v, c->n, sizeof *c->v, rr_item_cmp);
-        frontier = UINT64_MAX;
-        for (uint32_t p = 0; p < P; p++)
-            if (r->last_full[p] < frontier)
-                frontier = r->last_full[p];
+        frontier = rr_frontier(r);
         size_t k = 0;
         for (size_t i = 0; i < c->n; i++) {
             struct tw_rr_item *it = c->v[i];
@@ -1189,7 +1246,7 @@ static int rr_claim_round(struct tw_redis *r, unsigned char *want, bool pace, bo
         }
         c->n = k;
         for (uint32_t p = 0; p < P; p++)
-            if (r->last_full[p] != UINT64_MAX && r->carry_n[p] == 0) {
+            if (r->unknown[p] || (r->last_full[p] != UINT64_MAX && r->carry_n[p] == 0)) {
                 want[p] = 1; /* more may wait there */
                 more = true;
             }
@@ -1464,6 +1521,7 @@ static void rr_free_all(struct tw_redis *r)
     free(r->off_prev);
     free(r->carry_n);
     free(r->last_full);
+    free(r->unknown);
     for (size_t i = 0; i < r->carry.n; i++)
         free(r->carry.v[i]);
     free(r->carry.v);
@@ -1546,8 +1604,9 @@ int tw_redis_new(const struct tw_redis_config *cfg, struct tw_redis **out)
     r->off_prev = malloc(cfg->partitions * sizeof *r->off_prev);
     r->carry_n = calloc(cfg->partitions, sizeof *r->carry_n);
     r->last_full = malloc(cfg->partitions * sizeof *r->last_full);
+    r->unknown = calloc(cfg->partitions, 1);
     if (!r->servers || !r->slots || !r->flags || !r->off_cur || !r->off_prev || !r->carry_n ||
-        !r->last_full)
+        !r->last_full || !r->unknown)
         goto nomem;
     for (uint32_t p = 0; p < cfg->partitions; p++)
         r->last_full[p] = UINT64_MAX;
