@@ -35,8 +35,12 @@
  *   start      START    1 per executor batch   TIME, per task HGET ZSCORE HSET    O(k log n)
  *                       (<= 32 tasks; one call ZADD
  *                       per partition, pipelined)
- *   ack        ACK      as start               TIME, per task HGET ZSCORE HDEL    O(k log n)
- *                                              ZREM
+ *   start+ack  STARTACK as start, when the     START's, and per acknowledged task O((k+a) log n)
+ *                       partition has delayed  HGET ZSCORE HDEL ZREM (a <= 32)
+ *                       acknowledgements
+ *   ack        ACK      what no START took     TIME, per task HGET ZSCORE HDEL    O(k log n)
+ *                       within 100 ms, 1 per   ZREM
+ *                       partition, pipelined
  *   fail       FAIL     1 per FAILED task      HGET TIME ZSCORE HSET ZREM ZADD    O(log n)
  *                                              GET [PUBLISH]
  *   release    RELEASE  pipelined, 1 per held  HGET HSET ZREM ZADD GET [PUBLISH]  O(log n)
@@ -44,25 +48,48 @@
  * Nothing ever scans: claim reads at most 256 expired leases and 256 due
  * tasks (and stops past ~4 MB of payload) per call. A worker's periodic work
  * is one refill round every window/2: a TIME per node and one claim per
- * partition (more while partitions return full batches), counted in stats
- * (claims, refills). A delivered task costs about claim/256 + start/batch +
- * ack/batch script calls: measured 0.13 EVALSHA per task in a catch-up of
- * 2e4 tasks due together (batches of 32 from one partition: tasks due at
- * the same time sit in the FIFO grouped by partition, by due_local_ns), but
- * 2 per task when tasks come due one at a time (batches of 1), which is
- * most of the Redis CPU of a spread load.
+ * partition (more while partitions return full batches; <= 64 tasks per
+ * call, spread over window/4: rr_pace), counted in stats (claims, refills).
+ * A delivered task costs about claim/64 + start/batch script calls, its
+ * acknowledgement riding on a later START of its partition (rr_ack_push):
+ * measured 1.04-1.08 script calls per task in W7's spread load (1,700
+ * tasks/s over 16 partitions, 2 workers; sets included), where it was
+ * 1.96-2.05 with a START and an ACK call per task (batches of 1: tasks come
+ * due one at a time). A catch-up of tasks due together costs far less (0.13
+ * per task measured: batches of 32 from one partition, as tasks due at the
+ * same time sit in the FIFO grouped by partition, by due_local_ns).
  *
- * Lateness tail (measured 01:59-02:11 UTC, machine load 5-7 on 2 cores,
- * 2e4 tasks due 1-8 s ahead, one in-process worker): p50 1.5-4 ms, p99
- * 35-115 ms. Instrumenting the executor showed the local due time exact
- * (equal to the one the best clock offset gives at start time) and the task
- * handed to an executor 10-130 ms after it: the wait is in the ready FIFO,
- * in bursts that drain over ~100 ms, the same with 16 executor threads as
- * with 4, so CPU contention between Redis, the worker and the rest of the
- * machine, not the claim path (the claim limit counts only ready tasks: a
- * worker holds its whole window, test_window_beyond_ready_cap) nor the
- * clock. Fewer script calls per task (ACKs sent with the next batch's
- * START) would be the next lever; not done.
+ * Redis CPU is not mostly per call, though: halving the calls cut it by
+ * only 10-15% (W7 spread, 2e4 tasks, old and new binaries alternated, 5
+ * pairs each at load 4-9: median 17.9 -> 15.6 s per 1e5 tasks; the polling
+ * baseline: ~1.9). What Redis executes per task stays: INFO counts ~15
+ * commands per task run inside the scripts (a task is written four times,
+ * each time in the HASH and a ZSET: set, claim, start, ack; plus the reads
+ * that check token and lease) and ~690 bytes of AOF per task, against ~3
+ * commands for the baseline's ZADD and its share of a 1000-task claim. Going
+ * much lower needs fewer writes per task (e.g. no lease renewal at START),
+ * a schema change; not done.
+ *
+ * Lateness tail, measured (a -DTW_RR_TRACE build records each start's
+ * stages: wheel fire vs local due, FIFO wait, START request leg up to the
+ * server's TIME, reply leg, on the best clock offset; plus each claim call's
+ * span): W7 spread at 1,700 tasks/s (2e4 tasks due 1-12.8 s ahead, 2 worker
+ * processes of 4 executors, AOF everysec), 03:13 UTC, load 1.2: p99 9.9-10.5
+ * ms, and the tasks above it came in 6-8 bursts of 30-40 ms, each at the
+ * start of a claim round (both workers refill in step): rounds of 23-28
+ * claim calls of ~2 ms each back to back, 50-80 ms during which Redis ran
+ * little else. The tail tasks waited 6.7 ms (mean) in the ready FIFO, for
+ * executors whose START/ACK round trips (2.5 + 1.6 ms, 4x the median) were
+ * queued behind the claims; wheel lateness (1 ms) and the clock offset's
+ * slack (0-46 us) were not it. Changed: refills are paced (rr_pace), ACKs
+ * ride on STARTs (half the calls, so half the round trips an executor
+ * waits behind). After: no burst lines up with claim calls any more; p99
+ * 6.0 ms at load 2.8-3.3 (tail: request leg 3.0 ms, wheel 2.3, FIFO 1.6,
+ * mostly moments when the machine stalled every thread at once, the wheel's
+ * tick thread too). W7 figures before and after: bench/latest/w7.md and
+ * CHANGELOG.md. Not done: firing a task earlier by the START round trip
+ * (p50 would lose ~0.25 ms; a START that arrives early costs a second
+ * round trip), claiming with a script that writes less per task.
  *
  * Memory in Redis: a pending task is one HASH field (the key, and
  * "0 0 <due ms> " + payload) and one ZSET member (the key and its score).
@@ -106,7 +133,8 @@
  *  - hold tells set whether a worker already holds the window the new task
  *    falls in (then it must be told: PUBLISH); later tasks will be claimed
  *    by the periodic refill, which runs every window/2 and claims
- *    window_ms ahead, so each task is claimed >= window/2 before its due time.
+ *    window_ms ahead (its calls spread over window/4: rr_pace), so each task
+ *    is claimed >= window/4 before its due time.
  *
  * Never early, the argument: (1) claim hands out tasks due by server_now +
  * window only; (2) the worker fires a held task when its local monotonic
@@ -127,14 +155,18 @@
  * claim thread (own router), a subscriber thread (own connection, SUBSCRIBE
  * to every partition's channel on one node: in a cluster PUBLISH reaches
  * every node; new returns once it is subscribed), the local wheel's tick
- * thread and `threads` executors, each executor with its own router. No
+ * thread, `threads` executors, each executor with its own router, and an
+ * acknowledger thread (own router) for the delayed ACKs no START took. No
  * connection is ever shared unlocked.
  *
  * Faults: a call gives TW_EIO after command_timeout_ms of failed attempts
  * (reconnecting with backoff); the claim thread and the subscriber reconnect
- * with backoff and, once back, claim every partition (catching up what came
- * due). A start that fails for I/O puts the task back into the wheel 100 ms
- * later; an ack that fails leaves the lease to expire (at-least-once).
+ * with backoff and, once back, claim every partition before handing any due
+ * task over (catching up what came due, in due order: rr_reconnected). A
+ * START that fails for I/O is retried in place every 100 ms (the batch kept,
+ * so the catch-up stays in order) for up to lease_ms / 2, then its tasks go
+ * back to the wheel; an ack that fails leaves the lease to expire
+ * (at-least-once).
  */
 #define _GNU_SOURCE
 #include <poll.h>
