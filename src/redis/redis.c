@@ -645,6 +645,10 @@ static void rr_exec_eval(struct rr_exec *e, struct tw_rr_router *rt, unsigned id
     atomic_fetch_add(&e->r->worker_reconnects, rt->reconnects - rc0);
     for (size_t g = 0; g < e->ngroups; g++) {
         for (size_t j = 0; j < e->nack[g]; j++) {
+            if (e->ack_st[g][j] == -2) { /* no answer: the acknowledger tries once more */
+                rr_ack_push(e->r, e->ack[g][j]);
+                continue;
+            }
             rr_ack_count(e->r, e->ack_st[g][j]);
             free(e->ack[g][j]);
         }
