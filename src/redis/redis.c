@@ -60,9 +60,9 @@
  * same time sit in the FIFO grouped by partition, by due_local_ns).
  *
  * Redis CPU is not mostly per call, though: halving the calls cut it by
- * only 10-15% (W7 spread, 2e4 tasks, old and new binaries alternated, 5
- * pairs each at load 4-9: median 17.9 -> 15.6 s per 1e5 tasks; the polling
- * baseline: ~1.9). What Redis executes per task stays: INFO counts ~15
+ * only 13-19% (W7 spread, old and new binaries alternated at load 4-9: 2e4
+ * tasks, 5 pairs, median 17.9 -> 15.6 s per 1e5 tasks; 1e5 tasks, 2 pairs,
+ * 20.9 and 20.4 -> 16.1 and 17.1; the polling baseline: 1.2-1.9). What Redis executes per task stays: INFO counts ~15
  * commands per task run inside the scripts (a task is written four times,
  * each time in the HASH and a ZSET: set, claim, start, ack; plus the reads
  * that check token and lease) and ~690 bytes of AOF per task, against ~3
