@@ -26,9 +26,11 @@
  *     poller had claimed is gone).
  *
  * Usage: w7_redis [--n N] [--min-ms A] [--max-ms B] [--fsync everysec|always]
- *                 [--quick] [--sets-only] [--out FILE]
+ *                 [--quick] [--sets-only] [--spread-only] [--out FILE]
  * --quick: N = 2e4, delays 1-8 s. --sets-only: phase 1 alone (sets/s and
- * memory, printed; a quick check of the memory figure). The table (markdown) is printed and, with
+ * memory, printed; a quick check of the memory figure). --spread-only: phase 2
+ * for twheel alone, one summary line (no table): for measuring a change to the
+ * layer without the whole run. The table (markdown) is printed and, with
  * --out, written there too. Ratios are twheel / baseline.
  */
 #define _GNU_SOURCE
@@ -63,6 +65,7 @@ struct row {
     double delivered_per_s;
     double p50_ms, p99_ms, max_ms;
     double cpu_per_1e5;
+    double calls_per_task, script_us_per_task; /* spread run: script calls (sets included) */
     uint64_t early, lost, spread_missing;
     uint64_t kill_lost, kill_dups, kill_unexplained;
     bool have_kill;
@@ -75,6 +78,7 @@ static struct {
     const char *fsync;
     const char *out;
     bool sets_only; /* --sets-only: phase 1 alone, figures printed */
+    bool spread_only; /* --spread-only: twheel's spread run alone (no table) */
 } cfg = {100000, 1000, 60000, "everysec", NULL, false};
 
 static struct row rows[NKINDS];
@@ -104,6 +108,31 @@ static double info(const struct rfx_server *s, const char *f)
 static double redis_cpu(const struct rfx_server *s)
 {
     return info(s, "used_cpu_sys") + info(s, "used_cpu_user");
+}
+
+/* Script calls (EVALSHA + EVAL) and their Redis time (us) so far, from
+ * INFO commandstats. */
+static void script_calls(const struct rfx_server *s, double *calls, double *usec)
+{
+    *calls = *usec = 0;
+    redisContext *c = rfx_connect(s);
+    if (!c)
+        return;
+    redisReply *rp = redisCommand(c, "INFO commandstats");
+    if (rp && rp->type == REDIS_REPLY_STRING) {
+        const char *names[2] = {"cmdstat_evalsha:", "cmdstat_eval:"};
+        for (int i = 0; i < 2; i++) {
+            const char *l = strstr(rp->str, names[i]);
+            unsigned long long n = 0, us = 0;
+            if (l && sscanf(l + strlen(names[i]), "calls=%llu,usec=%llu", &n, &us) == 2) {
+                *calls += (double)n;
+                *usec += (double)us;
+            }
+        }
+    }
+    if (rp)
+        freeReplyObject(rp);
+    redisFree(c);
 }
 
 static struct tw_redis *client_new(const struct rfx_server *s)
@@ -345,7 +374,7 @@ out:
  * records of the last batch (up to 2 s). Returns the time (s) when Redis said
  * done (or the deadline); *d holds the records afterwards. */
 static double wait_all(const struct crew *w, struct tw_redis *r, redisContext *zc,
-                       struct rdel_set *d, uint64_t n, double deadline)
+                       struct rdel_set *d, uint64_t n, double deadline, unsigned poll_ms)
 {
     double done = 0;
     for (;;) {
@@ -368,7 +397,7 @@ static double wait_all(const struct crew *w, struct tw_redis *r, redisContext *z
         }
         if (t > deadline)
             break;
-        rfx_sleep_ms(10);
+        rfx_sleep_ms(poll_ms);
     }
     if (!done)
         done = now_s();
@@ -410,15 +439,28 @@ static int one_run(const struct rfx_server *s, enum kind k, bool burst, struct r
         for (uint64_t i = 0; i < n; i++)
             off[i] = cfg.min_ms + (uint64_t)rand() % (cfg.max_ms - cfg.min_ms + 1);
     }
-    double cpu0 = redis_cpu(s);
+    double cpu0 = redis_cpu(s), calls0, us0;
+    double cmd0 = info(s, "total_commands_processed"), aof0 = info(s, "aof_current_size");
+    double ev0 = info(s, "total_net_input_bytes");
+    script_calls(s, &calls0, &us0);
     if (set_tasks(s, r, zc, n, off, base, due)) {
         fprintf(stderr, "w7: setting tasks failed\n");
         crew_stop(&w);
         goto out;
     }
     double deadline = now_s() + (double)(burst ? 2000 + n / 20 : cfg.max_ms) / 1000.0 + 60.0;
-    double done_at = wait_all(&w, r, zc, &d, n, deadline);
-    double cpu1 = redis_cpu(s);
+    /* The burst's end is timed to 10 ms; the spread run only waits for the
+     * end, and polls every 200 ms: twheel's stats cost one HLEN per
+     * partition (16 round trips), which every 10 ms was about as many
+     * commands as the workers sent, and counted in Redis CPU. */
+    double done_at = wait_all(&w, r, zc, &d, n, deadline, burst ? 10 : 200);
+    double cpu1 = redis_cpu(s), calls1, us1;
+    script_calls(s, &calls1, &us1);
+    if (cfg.spread_only)
+        printf("w7: per task: %.2f commands, %.0f AOF bytes, %.0f bytes in\n",
+               (info(s, "total_commands_processed") - cmd0) / (double)n,
+               (info(s, "aof_current_size") - aof0) / (double)n,
+               (info(s, "total_net_input_bytes") - ev0) / (double)n);
     crew_stop(&w);
     crew_load(&w, &d, n);
     struct rverdict v;
@@ -435,6 +477,8 @@ static int one_run(const struct rfx_server *s, enum kind k, bool burst, struct r
         row->p99_ms = v.late_p99_us / 1000.0;
         row->max_ms = v.late_max_us / 1000.0;
         row->cpu_per_1e5 = (cpu1 - cpu0) * 1e5 / (double)n;
+        row->calls_per_task = (calls1 - calls0) / (double)n;
+        row->script_us_per_task = (us1 - us0) / (double)n;
         row->spread_missing = v.missing;
         if (k == TWHEEL)
             row->claims = stat_of(w.stats[0], "claims") + stat_of(w.stats[1], "claims");
@@ -501,7 +545,7 @@ static int kill_run(const struct rfx_server *s, enum kind k, struct row *row)
     rfx_wait(w.pid[0], 5000, NULL);
     w.pid[0] = 0;
     /* the baseline never gets back what the dead poller claimed: bound the wait */
-    wait_all(&w, r, zc, &d, n, now_s() + (k == TWHEEL ? 30.0 : 8.0));
+    wait_all(&w, r, zc, &d, n, now_s() + (k == TWHEEL ? 30.0 : 8.0), 10);
     crew_stop(&w);
     crew_load(&w, &d, n);
     struct rverdict v;
@@ -591,6 +635,10 @@ static void report(double elapsed)
          t->kill_dups, t->kill_unexplained, p1->kill_dups, p2->kill_dups);
     emit(f, "\ntwheel claim calls during the spread run: %" PRIu64 " (both workers).\n",
          t->claims);
+    emit(f, "Script calls per task in the spread run (sets, claims, starts, acks; INFO "
+            "commandstats): twheel %.2f (%.1f us of script time), poll 100 ms %.2f, poll 1 s "
+            "%.2f.\n",
+         t->calls_per_task, t->script_us_per_task, p1->calls_per_task, p2->calls_per_task);
     emit(f, "\nTargets (2-core machine, Redis included):\n");
     emit(f, "- lateness p99 <= 1 tick + 5 ms = 6 ms: %s (%.2f ms)\n",
          t->p99_ms <= 6.0 ? "reached" : "NOT reached", t->p99_ms);
@@ -628,12 +676,14 @@ int main(int argc, char **argv)
             i++;
         } else if (!strcmp(a, "--sets-only")) {
             cfg.sets_only = true;
+        } else if (!strcmp(a, "--spread-only")) {
+            cfg.spread_only = true;
         } else if (!strcmp(a, "--out") && *v) {
             cfg.out = v;
             i++;
         } else {
             fprintf(stderr, "usage: w7_redis [--quick] [--n N] [--min-ms A] [--max-ms B] "
-                            "[--fsync everysec|always] [--sets-only] [--out FILE]\n");
+                            "[--fsync everysec|always] [--sets-only] [--spread-only] [--out FILE]\n");
             return 2;
         }
     }
@@ -652,6 +702,19 @@ int main(int argc, char **argv)
     printf("w7: redis-server at %s (appendfsync %s) and %s (always); N = %" PRIu64 "\n",
            rfx_addr(&srv), cfg.fsync, rfx_addr(&always), cfg.n);
     int rc = 0;
+    if (cfg.spread_only) {
+        rc = one_run(&srv, TWHEEL, false, &rows[TWHEEL]);
+        printf("w7: twheel spread: p50/p99/max %.2f/%.2f/%.2f ms, Redis CPU %.3f s per 1e5 "
+               "tasks, %.2f script calls per task (%.1f us in scripts), %" PRIu64
+               " claim calls, early %" PRIu64 ", lost %" PRIu64 "\n",
+               rows[TWHEEL].p50_ms, rows[TWHEEL].p99_ms, rows[TWHEEL].max_ms,
+               rows[TWHEEL].cpu_per_1e5, rows[TWHEEL].calls_per_task,
+               rows[TWHEEL].script_us_per_task, rows[TWHEEL].claims, rows[TWHEEL].early,
+               rows[TWHEEL].lost);
+        rfx_stop(&srv);
+        rfx_stop(&always);
+        return rc ? 1 : 0;
+    }
     printf("w7: phase 1, sets and memory\n");
     rc |= twheel_sets(&srv, &rows[TWHEEL]);
     rc |= poll_sets(&srv, &rows[POLL100]);

@@ -20,6 +20,13 @@
  *    no worker starts the old arming.
  *  - Catch-up: tasks that became due while no worker (or Redis) ran are
  *    delivered as soon as a worker runs, in due order, with their due time.
+ *    Two exceptions, both about tasks that are not waiting in Redis when it
+ *    comes back: tasks a worker had already claimed when Redis went away
+ *    (due within its window_ms, or running) come back as its retried starts
+ *    or their ending leases bring them, in no set order with the rest; and
+ *    in a Redis Cluster, a master that stays unreachable does not hold the
+ *    others back: its partitions' tasks come when it is back, possibly after
+ *    later tasks of other masters.
  *  - No polling for due work.
  *
  * Threads: set/move/remove/set_many/stats may be called from any thread
@@ -37,8 +44,9 @@
  * last snapshot. With replicas, a failover may lose what the master had not
  * replicated yet.
  *
- * Lateness: a worker claims tasks window_ms ahead (every window_ms / 2) and
- * holds them in a wheel of tick_ms ticks, so a task normally starts within a
+ * Lateness: a worker claims tasks window_ms ahead (every window_ms / 2, its
+ * claim calls spread over window_ms / 4 so that they do not hold Redis in one
+ * burst) and holds them in a wheel of tick_ms ticks, so a task normally starts within a
  * tick plus one round trip of its due time; a task set or moved earlier than
  * what workers hold reaches them through a PUBLISH on its partition's
  * channel. Tasks due while no worker ran are handed to the executors in due
@@ -58,6 +66,15 @@
  * `partitions` to keep the density down. During a Redis Cluster slot
  * migration the calls of the partitions in that slot wait (retrying until
  * command_timeout_ms) for it to finish.
+ *
+ * Acknowledgements are delayed: a task that answered DONE is deleted from
+ * Redis by the next start call of its partition on that worker (one script
+ * call for both), or after at most 100 ms (lease_ms / 8 if that is less) by
+ * a call of its own. So `pending` and `delivered` in the stats lag execute by
+ * up to that much, and a worker that dies leaves up to that much more of its
+ * finished tasks unacknowledged: they are delivered again when their leases
+ * end (at-least-once; the same as an acknowledgement lost on the way). stop
+ * sends every delayed acknowledgement before it returns.
  *
  * Leases: lease_ms bounds both how long a claimed task may wait in a worker's
  * wheel past its due time and how long execute may run: the lease is renewed
@@ -136,7 +153,8 @@ struct tw_redis_config {
 struct tw_redis_stats {
     uint64_t pending;     /**< tasks stored in Redis (all partitions) */
     uint64_t leased;      /**< tasks this worker holds leases on now */
-    uint64_t delivered;   /**< execute calls that answered DONE and were acknowledged */
+    uint64_t delivered;   /**< execute calls that answered DONE and were acknowledged
+                               (acknowledgements are delayed up to 100 ms: see above) */
     uint64_t redelivered; /**< deliveries with attempt > 1 */
     uint64_t failed;      /**< execute calls that answered FAILED */
     uint64_t stale_acks;  /**< acknowledgements refused because the lease was no longer ours */

@@ -51,6 +51,7 @@ struct tw_rr_local {
 static void loc_push(struct tw_rr_local *l, struct tw_rr_item *it)
 {
     it->next = NULL;
+    it->fired_ns = tw_rr_mono_ns();
     if (l->tail)
         l->tail->next = it;
     else

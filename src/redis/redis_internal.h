@@ -100,6 +100,7 @@ enum {
     TW_RR_ACK,
     TW_RR_FAIL,
     TW_RR_RELEASE,
+    TW_RR_STARTACK,
     TW_RR_NSCRIPTS
 };
 extern const char *const tw_rr_scripts[TW_RR_NSCRIPTS];
@@ -119,6 +120,7 @@ struct tw_rr_item {
     uint64_t token;
     uint64_t due_ms;       /* Redis clock */
     uint64_t due_local_ns; /* when the local clock may run it (conservative) */
+    uint64_t fired_ns;     /* local clock when it entered the ready FIFO (stage figures) */
     size_t key_len, payload_len;
     char *payload;         /* points into data, after the key */
     char data[];           /* key bytes, then payload bytes */

@@ -222,6 +222,33 @@
     "end\n"                                                                                 \
     "return out\n"
 
+/* START with the partition's delayed acknowledgements folded in (one
+ * script call instead of two; redis.c: "ACKs ride on STARTs").
+ * ARGV: lease_ms, nack, then nack key, token pairs to acknowledge (as ACK),
+ * then key, token pairs to start (as START)
+ * -> {now_us, r1 .. r_nack, s1, a1, s2, a2, ...} */
+#define STARTACK_LUA                                                                       \
+    PRELUDE "local now = now_us() local lease = math.floor(now / 1000) + tonumber(ARGV[1])\n" \
+    "local nack = tonumber(ARGV[2]) local out = {now}\n"                                    \
+    "for i = 3, 2 + 2 * nack, 2 do local k = ARGV[i] local r = 0\n"                         \
+    "  local v = redis.call('HGET', KEYS[3], k)\n"                                          \
+    "  if v and held(k, (parse(v)), tonumber(ARGV[i + 1]), now) then\n"                     \
+    "    redis.call('HDEL', KEYS[3], k) redis.call('ZREM', KEYS[2], k) r = 1 end\n"         \
+    "  out[#out + 1] = r\n"                                                                 \
+    "end\n"                                                                                 \
+    "for i = 3 + 2 * nack, #ARGV, 2 do local k = ARGV[i] local s, a = -1, 0\n"              \
+    "  local v = redis.call('HGET', KEYS[3], k)\n"                                          \
+    "  if v then local tok, att, due, pos = parse(v)\n"                                     \
+    "    if held(k, tok, tonumber(ARGV[i + 1]), now) then\n"                                \
+    "      if now < due * 1000 then s = 0 a = due * 1000 - now else s = 1 a = att + 1\n"   \
+    "        redis.call('HSET', KEYS[3], k, rec(tok, a, due, string.sub(v, pos)))\n"        \
+    "        redis.call('ZADD', KEYS[2], lease, k) end\n"                                   \
+    "    end\n"                                                                             \
+    "  end\n"                                                                               \
+    "  out[#out + 1] = s out[#out + 1] = a\n"                                               \
+    "end\n"                                                                                 \
+    "return out\n"
+
 /* ARGV: key, token, retry_base_ms, retry_max_ms, channel -> 1 rescheduled, 0 stale */
 #define FAIL_LUA                                                                           \
     PRELUDE BUCKETS "local v = redis.call('HGET', KEYS[3], ARGV[1])\n"                     \
@@ -253,4 +280,5 @@ const char *const tw_rr_scripts[TW_RR_NSCRIPTS] = {
     [TW_RR_SET] = SET_LUA,         [TW_RR_MOVE] = MOVE_LUA,   [TW_RR_REMOVE] = REMOVE_LUA,
     [TW_RR_CLAIM] = CLAIM_LUA,     [TW_RR_START] = START_LUA, [TW_RR_ACK] = ACK_LUA,
     [TW_RR_FAIL] = FAIL_LUA,       [TW_RR_RELEASE] = RELEASE_LUA,
+    [TW_RR_STARTACK] = STARTACK_LUA,
 };
