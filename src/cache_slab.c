@@ -85,13 +85,9 @@ static bool slab_grow(struct tw_cache *c, struct cache_slab *sl)
 {
     size_t bytes = sl->total < 1024 ? 1024 : sl->total > TW_BIG_MIN ? TW_BIG_MIN : sl->total;
     struct cache_chunk *ch;
-    if (!c->alloc.fn && bytes >= TW_BIG_MIN) {
-#ifdef CACHE_SLAB_EAGER
-        ch = tw_big_alloc_(bytes);
-#else
+    if (!c->alloc.fn && bytes >= TW_BIG_MIN)
         ch = tw_big_map_(bytes);
-#endif
-    } else
+    else
         ch = tw_cache_mem_alloc_(&c->alloc, bytes);
     if (!ch)
         return false;

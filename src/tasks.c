@@ -191,11 +191,18 @@ static void *big(struct tw_tasks *t, void *ptr, size_t old_size, size_t new_size
 /* The first GROUP chunks are allocated one by one (a small pool stays
  * small); beyond, GROUP chunks at a time in one block (a group), so that the
  * entries of a big pool are covered by few TLB entries. With the default
- * allocator a group is a 2 MB aligned mapping of TW_BIG_MIN bytes (bigmem.h)
- * filled chunk by chunk in small pages (only what is handed out is
- * resident), and turned into one huge page once its last chunk is handed
- * out; with the user's allocator it is one block of GROUP chunks. A group is
- * freed when the pool shrinks below its first chunk. */
+ * allocator a group is a 2 MB aligned mapping of TW_BIG_MIN bytes (bigmem.h):
+ * see GROUPS_LAZY for when it becomes a huge page. With the user's
+ * allocator it is one block of GROUP chunks. A group is freed when the pool
+ * shrinks below its first chunk. */
+/* The first GROUPS_LAZY groups are filled in small pages and collapsed
+ * into a huge page when full (MADV_COLLAPSE: a 2 MB copy, measured ~18% of
+ * a 10^6-task fill when every group did it); later ones, in a pool already
+ * 10 MB big, are advised at once (one 2 MB page from the first touch: at
+ * most one partly used group, under 2 MB, is resident beyond need). */
+#ifndef GROUPS_LAZY
+#define GROUPS_LAZY 4
+#endif
 #define CHUNK_BYTES (CHUNK * sizeof(struct entry))
 #define GROUP ((uint32_t)(TW_BIG_MIN / CHUNK_BYTES))
 _Static_assert(TW_BIG_MIN / (CHUNK * sizeof(struct entry)) >= 2, "a group holds chunks");
@@ -238,6 +245,11 @@ static struct entry *group_chunk(struct tw_tasks *t, uint32_t g, uint32_t k)
         gr->filled = 0;
         if (t->user_alloc) {
             gr->p = mem(t, NULL, 0, (size_t)GROUP * CHUNK_BYTES);
+        } else if (g + 1 > GROUPS_LAZY) {
+            gr->p = tw_big_alloc_(TW_BIG_MIN);
+            gr->filled = GROUP; /* one huge page from its first touch */
+            if (gr->p)
+                t->bytes += TW_BIG_MIN;
         } else {
             gr->p = tw_big_map_(TW_BIG_MIN);
         }
@@ -446,10 +458,70 @@ static uint32_t cap_for(uint64_t n)
     return (uint32_t)c;
 }
 
+/* Put entry idx, of hash h, in the new index ns (linear probing). */
+static inline void rehash_put(uint32_t *ns, uint32_t new_cap, uint32_t new_mask, uint32_t idx,
+                              uint64_t h)
+{
+    uint32_t pos = tw_hash_home(h, new_cap);
+    while (ns[pos] != SLOT_EMPTY) {
+        if (++pos == new_cap)
+            pos = 0;
+    }
+    ns[pos] = tag_of(h, new_mask) | (idx + 2);
+}
+
+/* Fill ns walking the pool in address order: the live entries are marked in
+ * `live` (one bit per pool entry) from one sequential pass over the index,
+ * then read in address order, which the hardware prefetcher streams, where
+ * walking the index reads them in random order: a cache miss (and without
+ * huge pages a TLB miss) per entry, the larger part of a rehash at 10^6
+ * tasks. The new slots are written in random order: each is prefetched
+ * Q live entries ahead (and a long key's block, whose hash needs it). */
+static void rehash_by_pool(struct tw_tasks *t, uint32_t *ns, uint32_t new_cap,
+                           uint32_t new_mask, uint64_t *live, size_t words)
+{
+    memset(live, 0, words * sizeof *live);
+    for (uint32_t pos = 0; pos < t->cap; pos++) {
+        uint32_t s = t->slots[pos];
+        if (s > SLOT_TOMB) {
+            uint32_t i = (s & t->mask) - 2;
+            live[i / 64] |= UINT64_C(1) << (i % 64);
+        }
+    }
+    enum { Q = 16 }; /* a power of two */
+    uint32_t qi[Q];
+    uint64_t qh[Q];
+    uint32_t head = 0, tail = 0;
+    uint32_t pool = t->nchunks * CHUNK, ahead = 0;
+    for (;;) {
+        while (tail - head < Q && ahead < pool) {
+            uint32_t i = ahead++;
+            if (!(live[i / 64] >> (i % 64) & 1)) {
+                if (!live[i / 64]) /* skip an empty word */
+                    ahead = (i / 64 + 1) * 64;
+                continue;
+            }
+            const struct entry *e = entry_at(t, i);
+            if (!t->int_keys && e->key.b[KEY_INLINE] == KEY_OUTSIDE)
+                __builtin_prefetch(e->key.block);
+            uint64_t h = hash_entry(t, e);
+            __builtin_prefetch(&ns[tw_hash_home(h, new_cap)], 1);
+            qi[tail % Q] = i;
+            qh[tail % Q] = h;
+            tail++;
+        }
+        if (head == tail)
+            break;
+        rehash_put(ns, new_cap, new_mask, qi[head % Q], qh[head % Q]);
+        head++;
+    }
+}
+
 /* Rebuild the index with new_cap slots and new_bits entry bits, dropping the
- * tombstones. Entries are hashed again (they hold the keys); loads are issued
- * a few slots ahead so that their cache misses overlap. Returns 0 or
- * TW_ENOMEM (the old index stays). */
+ * tombstones. Entries are hashed again (they hold the keys): in pool order
+ * (rehash_by_pool) when a bitmap of the pool can be had, else in index
+ * order with loads issued a few slots ahead so that their cache misses
+ * overlap. Returns 0 or TW_ENOMEM (the old index stays). */
 static int rehash(struct tw_tasks *t, uint32_t new_cap, uint32_t new_bits)
 {
     if (new_cap < MIN_CAP)
@@ -459,6 +531,13 @@ static int rehash(struct tw_tasks *t, uint32_t new_cap, uint32_t new_bits)
         return TW_ENOMEM;
     memset(ns, 0, (size_t)new_cap * sizeof *ns);
     uint32_t new_mask = new_bits >= 32 ? UINT32_MAX : (UINT32_C(1) << new_bits) - 1;
+    size_t words = ((size_t)t->nchunks * CHUNK + 63) / 64;
+    uint64_t *live = t->live >= 4096 ? mem(t, NULL, 0, words * sizeof *live) : NULL;
+    if (live) {
+        rehash_by_pool(t, ns, new_cap, new_mask, live, words);
+        mem(t, live, words * sizeof *live, 0);
+        goto done;
+    }
     /* Three stages ahead of slot i: slot i + AHEAD's entry is prefetched;
      * i + BLOCK's long key block (string keys); slot i + HASHED's entry is
      * hashed and its new slot prefetched (writes to the new index are random
@@ -495,6 +574,7 @@ static int rehash(struct tw_tasks *t, uint32_t new_cap, uint32_t new_bits)
         }
         ns[pos] = tag_of(h, new_mask) | (idx + 2);
     }
+done:
     big(t, t->slots, (size_t)t->cap * sizeof *t->slots, 0);
     t->slots = ns;
     t->cap = new_cap;
