@@ -449,15 +449,17 @@ static int cache_check_key(const struct tw_cache *c, const void **key, size_t kl
 
 /* ---- set --------------------------------------------------------------- */
 
-static int cache_set_hashed(struct tw_cache *c, const struct cache_key *kp,
-                            const struct cache_val *v, int64_t ttl_ms)
+/* Store k at now_ns (the cache's time line; a batch passes one reading for
+ * several keys). */
+static int cache_set_at(struct tw_cache *c, const struct cache_key *kp,
+                        const struct cache_val *v, int64_t ttl_ms, uint64_t now_ns)
 {
     struct cache_key k = *kp;
     struct cache_shard *s = cache_shard_of(c, k.hash);
     struct cache_garbage g = {0};
     uint64_t tick = 0;
     cache_lock(c, s);
-    int rc = cache_store_locked(c, s, &k, v, ttl_ms, cache_now_ns(c), &tick, &g);
+    int rc = cache_store_locked(c, s, &k, v, ttl_ms, now_ns, &tick, &g);
     bool advance = cache_retire(c, s, &g);
     cache_unlock(c, s);
     if (rc)
@@ -474,7 +476,7 @@ static int cache_set(struct tw_cache *c, const void *key, size_t klen, const str
     if (ttl_ms <= 0)
         return TW_EINVAL;
     struct cache_key k = {key, klen, cache_hash(c, key, klen)};
-    return cache_set_hashed(c, &k, v, ttl_ms);
+    return cache_set_at(c, &k, v, ttl_ms, cache_now_ns(c));
 }
 
 int tw_cache_set_ttl(struct tw_cache *c, const void *key, size_t klen, void *value,
@@ -576,16 +578,25 @@ static struct cache_entry *cache_find_read(struct tw_cache *c, struct cache_shar
     return e; /* still inside the read section: safe to use after unlock */
 }
 
+/* Hits and misses a batch counts locally, added to its stripe once. */
+struct cache_tally {
+    uint64_t hits, misses;
+};
+
 /* Look k up and output it (caller inside a read section). Counts the hit or,
- * if count_miss, the miss, in the reader's stripe. */
+ * if count_miss, the miss, in the reader's stripe, or in *tl if not NULL. */
 static int cache_get_in(struct tw_cache *c, const struct cache_key *k,
-                        const struct cache_out *out, bool count_miss, struct cache_stripe *st)
+                        const struct cache_out *out, bool count_miss, struct cache_stripe *st,
+                        struct cache_tally *tl)
 {
     struct cache_shard *s = cache_shard_of(c, k->hash);
     struct cache_entry *e = cache_find_read(c, s, k);
     if (e && cache_surely_live(c, e)) { /* no limit: nothing to touch */
         cache_output(c, e, out);
-        atomic_fetch_add_explicit(&st->hits, 1, memory_order_relaxed);
+        if (tl)
+            tl->hits++;
+        else
+            atomic_fetch_add_explicit(&st->hits, 1, memory_order_relaxed);
         return 0;
     }
     uint64_t now_ns = e ? cache_now_ns(c) : 0;
@@ -593,10 +604,15 @@ static int cache_get_in(struct tw_cache *c, const struct cache_key *k,
         cache_output(c, e, out);
         if (c->limit)
             cache_touch(c, e, now_ns);
-        atomic_fetch_add_explicit(&st->hits, 1, memory_order_relaxed);
+        if (tl)
+            tl->hits++;
+        else
+            atomic_fetch_add_explicit(&st->hits, 1, memory_order_relaxed);
         return 0;
     }
-    if (count_miss)
+    if (count_miss && tl)
+        tl->misses++;
+    else if (count_miss)
         atomic_fetch_add_explicit(&st->misses, 1, memory_order_relaxed);
     return TW_ENOENT;
 }
@@ -606,7 +622,7 @@ static int cache_get(struct tw_cache *c, const struct cache_key *k, const struct
 {
     struct cache_rd rd;
     tw_cache_rd_enter_(c, &rd);
-    int rc = cache_get_in(c, k, out, count_miss, rd.st);
+    int rc = cache_get_in(c, k, out, count_miss, rd.st, NULL);
     tw_cache_rd_exit_(&rd);
     return rc;
 }
@@ -648,6 +664,12 @@ int tw_cache_get_copy(struct tw_cache *c, const void *key, size_t klen, void *bu
 #define CACHE_STAGE 4
 #endif
 #define CACHE_RING (4 * CACHE_STAGE) /* > 2 * CACHE_STAGE, a power of two */
+/* set_many reads the clock once per this many keys (~30 ns saved on each
+ * other key): a key's TTL then counts from a reading at most a few
+ * microseconds older than its own store, so it expires no later than a
+ * single set would make it, and earlier by far less than the 1 ms tick
+ * (or the default 5% jitter). */
+#define CACHE_SET_CLOCK 16
 
 static inline bool cache_key_ok(const void *const *keys, const size_t *klens, size_t j)
 {
@@ -724,6 +746,7 @@ int tw_cache_get_many(struct tw_cache *c, size_t n, const void *const *keys,
         return TW_EINVAL;
     uint64_t ring[CACHE_RING] = {0};
     int hits = 0;
+    struct cache_tally tl = {0, 0};
     struct cache_rd rd;
     tw_cache_rd_enter_(c, &rd);
     cache_pipeline_start(c, n, keys, klens, ring);
@@ -734,7 +757,7 @@ int tw_cache_get_many(struct tw_cache *c, size_t n, const void *const *keys,
         if (rc == 0) {
             struct cache_key k = {kp, klens[i], ring[i % CACHE_RING]};
             struct cache_out out = {&values[i], NULL, 0, NULL};
-            rc = cache_get_in(c, &k, &out, true, rd.st);
+            rc = cache_get_in(c, &k, &out, true, rd.st, &tl);
         }
         if (rc)
             values[i] = NULL;
@@ -743,6 +766,10 @@ int tw_cache_get_many(struct tw_cache *c, size_t n, const void *const *keys,
         if (results)
             results[i] = rc;
     }
+    if (tl.hits)
+        atomic_fetch_add_explicit(&rd.st->hits, tl.hits, memory_order_relaxed);
+    if (tl.misses)
+        atomic_fetch_add_explicit(&rd.st->misses, tl.misses, memory_order_relaxed);
     tw_cache_rd_exit_(&rd);
     return hits;
 }
@@ -754,15 +781,18 @@ int tw_cache_set_many(struct tw_cache *c, size_t n, const void *const *keys, con
         return TW_EINVAL;
     uint64_t ring[CACHE_RING] = {0};
     int stored = 0;
+    uint64_t now_ns = 0;
     cache_pipeline_start(c, n, keys, klens, ring);
     for (size_t i = 0; i < n; i++) {
         cache_pipeline(c, n, keys, klens, i, ring);
+        if (i % CACHE_SET_CLOCK == 0)
+            now_ns = cache_now_ns(c);
         const void *kp = keys[i];
         int rc = cache_check_key(c, &kp, klens[i]);
         if (rc == 0) {
             struct cache_key k = {kp, klens[i], ring[i % CACHE_RING]};
             struct cache_val v = {values[i], NULL, 0};
-            rc = cache_set_hashed(c, &k, &v, c->default_ttl_ms);
+            rc = cache_set_at(c, &k, &v, c->default_ttl_ms, now_ns);
         }
         if (rc == 0)
             stored++;
