@@ -37,6 +37,26 @@
 #include "bigmem.h"
 #include "cache_internal.h"
 
+/* Under AddressSanitizer a free block is poisoned but for its link (the
+ * first 16 bytes), so that a read of an entry after it was given back (an
+ * epoch bug) is reported as malloc'ed entries were. */
+#if defined(__SANITIZE_ADDRESS__)
+#define SLAB_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SLAB_ASAN 1
+#endif
+#endif
+#ifdef SLAB_ASAN
+void __asan_poison_memory_region(void const volatile *addr, size_t size);
+void __asan_unpoison_memory_region(void const volatile *addr, size_t size);
+#define SLAB_POISON(p, n) __asan_poison_memory_region((p), (n))
+#define SLAB_UNPOISON(p, n) __asan_unpoison_memory_region((p), (n))
+#else
+#define SLAB_POISON(p, n) ((void)(p), (void)(n))
+#define SLAB_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
 /* A chunk's header, at its start. */
 struct cache_chunk {
     struct cache_chunk *next;
@@ -122,6 +142,7 @@ void *tw_cache_slab_alloc_(struct tw_cache *c, struct cache_slab *sl, size_t byt
     if (f) {
         sl->free[cls] = f->next;
         sl->out++;
+        SLAB_UNPOISON(f, cls * 16);
         return f;
     }
     size_t need = cls * 16;
@@ -142,6 +163,7 @@ void tw_cache_slab_give_(struct cache_slab *sl, void *block, size_t bytes)
 {
     struct cache_free *f = block;
     f->cls = slab_cls(bytes);
+    SLAB_POISON((char *)block + sizeof *f, f->cls * 16 - sizeof *f);
     struct cache_free *head = atomic_load_explicit(&sl->returned, memory_order_relaxed);
     do
         f->next = head;
@@ -162,6 +184,7 @@ void tw_cache_slab_destroy_(struct tw_cache *c, struct cache_slab *sl)
     struct cache_chunk *ch = sl->chunks;
     while (ch) {
         struct cache_chunk *next = ch->next;
+        SLAB_UNPOISON(ch, ch->bytes);
         slab_chunk_free(c, ch);
         ch = next;
     }

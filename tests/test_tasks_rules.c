@@ -735,17 +735,18 @@ static void test_compaction_keeps_tasks(void)
 }
 
 /* A big pool (src/tasks.c, "pool"): past 42 chunks of 1024 entries the pool
- * grows by groups of 42 chunks (one 2 MB block). Failing each allocation of
- * a workload that grows into a second group, shrinks (compaction frees the
- * groups) and grows again leaves the instance as it was, and nothing leaks;
+ * grows by groups of 42 chunks (one 2 MB block). Failing an allocation (the
+ * first group's, every 16th, each of the last ones) of a workload that grows
+ * into a group, shrinks (compaction frees the group) and grows again leaves
+ * the instance as it was, and nothing leaks;
  * the default allocator (mappings turned into huge pages) runs the same. */
 static void test_big_pool(void)
 {
-    enum { N = 50000 };
+    enum { N = 45000 };
     long calls = 0;
     for (long fail_at = -1;; fail_at++) {
         /* -1: fail the first group (the only request of 1 MB or more);
-         * then every 8th call, and the last calls one by one. */
+         * then every 16th call, and the last calls one by one. */
         struct counting c = {.fail_at = fail_at < 0 ? 0 : fail_at,
                              .fail_big = fail_at < 0 ? (size_t)1 << 20 : 0};
         struct tw_allocator a = {counting_alloc, &c};
@@ -794,7 +795,7 @@ static void test_big_pool(void)
         else if (fail_at > calls)
             break;
         if (fail_at > 0 && fail_at + 10 < calls)
-            fail_at += 7;
+            fail_at += 15;
     }
     CHECK(calls > 60);
     /* The default allocator: no allocator in the configuration. */
