@@ -19,6 +19,13 @@
 #if !defined(MAP_ANONYMOUS) && defined(MAP_ANON)
 #define MAP_ANONYMOUS MAP_ANON
 #endif
+#if !defined(MAP_ANONYMOUS) && defined(__linux__) &&                                     \
+    (defined(__x86_64__) || defined(__i386__) || defined(__aarch64__) || defined(__arm__) || \
+     defined(__riscv) || defined(__powerpc__) || defined(__s390x__))
+/* A strict _POSIX_C_SOURCE build (the amalgamation) hides it: Linux's value
+ * on these architectures. */
+#define MAP_ANONYMOUS 0x20
+#endif
 #if defined(__linux__)
 /* Linux's value, and madvise declared here too, so that a strict
  * _POSIX_C_SOURCE build (the amalgamation) still asks for huge pages. */
@@ -31,6 +38,7 @@
 extern int madvise(void *addr, size_t len, int advice);
 #endif
 
+#ifdef MAP_ANONYMOUS
 static size_t big_page(void)
 {
     long p = sysconf(_SC_PAGESIZE);
@@ -42,6 +50,7 @@ static size_t big_round(size_t size)
     size_t pg = big_page();
     return (size + pg - 1) / pg * pg;
 }
+#endif
 
 void *tw_big_map_(size_t size)
 {
