@@ -1269,6 +1269,7 @@ int tw_cache_new(struct tw_cache **out, const struct tw_cache_config *cfg)
     atomic_init(&c->manual_now, c->manual ? cfg->start_ms : 0);
     atomic_init(&c->seq, 0);
     atomic_init(&c->count, 0);
+    atomic_init(&c->slab_bytes, 0);
     c->epoch_ns = cache_mono_ns();
     c->coarse_margin_ns = c->manual || c->limit ? 0 : cache_coarse_margin();
     tw_random_seed_(c->seed);

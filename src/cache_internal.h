@@ -38,6 +38,7 @@
 #define CACHE_LRU_WALK 64       /* longest walk of an LRU re-insertion */
 #define CACHE_SLAB_MAX 512      /* entry blocks up to this size come from the shard's slab */
 #define CACHE_SLAB_CLASSES (CACHE_SLAB_MAX / 16 + 1)
+#define CACHE_SLAB_TRIM ((size_t)256 << 10) /* slab bytes that an emptied cache returns */
 
 /* One key: 56 bytes on LP64 before the key bytes (value pointer included),
  * allocated as one block with the key (and in copy mode the value) bytes.
@@ -224,6 +225,7 @@ struct tw_cache {
     struct tw_clock_member *member;
     bool own_clock;
     bool freeing;               /* tw_cache_free is tearing the shards down */
+    _Atomic size_t slab_bytes;  /* all shards' slab chunks (cache_slab.c) */
     pthread_mutex_t log_mu;     /* guards the log fields; the "clock lock" of the log callback */
     uint64_t log_due;           /* next log tick */
     uint64_t log_hits, log_misses; /* totals at the previous log line */

@@ -22,10 +22,13 @@
  *    The shard is the entry's (the top bits of its stored hash, see
  *    cache_shard_of). The allocator takes the whole stack at once
  *    (atomic_exchange), so the stack has no ABA problem.
- *  - Memory goes back to the system when a shard's blocks all come back
- *    (the shard emptied: checked when the cache's count drops to zero, and
- *    at tw_cache_free); a shard that shrank keeps its chunks for new keys,
- *    as malloc's arenas would.
+ *  - Memory goes back to the system when the cache empties: whoever gives
+ *    back blocks while the cache's count is zero and its slabs hold
+ *    CACHE_SLAB_TRIM bytes or more trims every shard whose blocks have all
+ *    come back (the others when their last blocks come back); and at
+ *    tw_cache_free. A cache that shrank but still holds keys keeps its
+ *    chunks for new keys, as malloc's arenas would; a small cache that
+ *    empties keeps its few KB (no lock round trip for each emptying).
  *
  * Bytes per entry are those of malloc (a 66-byte block takes 80 either
  * way), without malloc's 8-byte header and with at most one 2 MB chunk per
@@ -126,6 +129,7 @@ static bool slab_grow(struct tw_cache *c, struct cache_slab *sl)
     ch->next = sl->chunks;
     sl->chunks = ch;
     sl->total += bytes;
+    atomic_fetch_add_explicit(&c->slab_bytes, bytes, memory_order_relaxed);
     sl->bump = (char *)(ch + 1);
     sl->end = (char *)ch + bytes;
     return true;
@@ -188,6 +192,7 @@ void tw_cache_slab_destroy_(struct tw_cache *c, struct cache_slab *sl)
         slab_chunk_free(c, ch);
         ch = next;
     }
+    atomic_fetch_sub_explicit(&c->slab_bytes, sl->total, memory_order_relaxed);
     memset(sl->free, 0, sizeof sl->free);
     atomic_store_explicit(&sl->returned, NULL, memory_order_relaxed);
     sl->chunks = NULL;

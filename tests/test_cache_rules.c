@@ -804,15 +804,17 @@ static void test_slab_big(void)
 {
     enum { N = 40000 }; /* 40,000 entries of 80 bytes: 3 MB in one shard */
     static signed char in[N];
-    for (int mode = 0; mode < 2; mode++) {
-        struct big_fail bf = {{-1, 0, 0, 0}, 0};
+    /* mode 0: one shard, the first 2 MB chunk refused; 1: the default
+     * allocator; 2: four shards (every one gives its chunks back). */
+    for (int mode = 0; mode < 3; mode++) {
+        struct big_fail bf = {{-1, 0, 0, 0}, mode == 2};
         struct tw_allocator al = {big_fail_fn, &bf};
         struct tw_cache_config cfg;
         tw_cache_config_init(&cfg);
         cfg.default_ttl_ms = 1000000;
         cfg.manual_clock = true;
-        cfg.shards = 1;
-        cfg.allocator = mode == 0 ? &al : NULL;
+        cfg.shards = mode == 2 ? 4 : 1;
+        cfg.allocator = mode == 1 ? NULL : &al;
         struct tw_cache *c = NULL;
         CHECK_EQ_INT(tw_cache_new(&c, &cfg), 0);
         size_t base = bf.fa.live_bytes;
@@ -838,14 +840,14 @@ static void test_slab_big(void)
                 if (in[i])
                     CHECK_EQ_PTR(v, (void *)(uintptr_t)(i + 1));
             }
-            if (mode == 0)
+            if (mode != 1)
                 CHECK(bf.fa.live_bytes > base + ((size_t)2 << 20));
             for (int i = 0; i < N; i++) {
                 char key[24];
                 snprintf(key, sizeof key, "slab-key-%06d", i);
                 CHECK_EQ_INT(tw_cache_del(c, K(key)), in[i] ? 0 : TW_ENOENT);
             }
-            if (mode == 0)
+            if (mode != 1)
                 CHECK_EQ_U64(bf.fa.live_bytes, base); /* every chunk given back */
         }
         for (int i = 0; i < 1000; i++) { /* and a few left for free to find */
