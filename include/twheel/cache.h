@@ -106,8 +106,12 @@
  * "always" or "madvise". With cfg.allocator every chunk comes from it and
  * nothing is madvised. An entry costs what malloc charged (80 bytes for a
  * 10-byte key without a limit; 112 with one) and no malloc header; a shard
- * keeps its chunks while it holds keys (a shard that shrank reuses them)
- * and gives them all back when the cache empties, or at tw_cache_free.
+ * keeps its chunks while the cache holds keys (a shard that shrank reuses
+ * them); they all go back when the cache empties (once the slabs hold
+ * 256 KB or more) or at tw_cache_free. Bucket arrays (8 bytes a bucket,
+ * about one bucket per key) of 1 MB or more are 2 MB aligned mappings
+ * advised huge too, those of 1-2 MB rounded up to 2 MB (at 10^6 keys in 8
+ * shards: about 8 bytes more per key).
  * tw_cache_get_many/set_many hide most of the rest of the memory latency
  * when the caller has many keys at once.
  *
