@@ -110,8 +110,9 @@
  * them); they all go back when the cache empties (once the slabs hold
  * 256 KB or more) or at tw_cache_free. Bucket arrays (8 bytes a bucket,
  * about one bucket per key) of 1 MB or more are 2 MB aligned mappings
- * advised huge too, those of 1-2 MB rounded up to 2 MB (at 10^6 keys in 8
- * shards: about 8 bytes more per key).
+ * advised huge too, those of 1-2 MB rounded up to 2 MB and given the
+ * buckets that page holds (at 10^6 keys in 8 shards: about 8 bytes more per
+ * key, and chains half as long).
  * tw_cache_get_many/set_many hide most of the rest of the memory latency
  * when the caller has many keys at once.
  *
