@@ -96,6 +96,62 @@ static inline uint64_t cache_stamp(struct tw_cache *c, uint64_t now_ns)
     return now_ns / CACHE_NS_PER_TICK;
 }
 
+/* A hit's liveness without the precise clock (31 ns a read on the machine
+ * of bench/README.md, a third of a hot read) when it can be proven with the
+ * vDSO's CLOCK_MONOTONIC_COARSE (10 ns there):
+ *
+ *   The coarse clock is the same timekeeper's monotonic time as of its last
+ *   update, so coarse <= now. Linux updates it every tick (res = one jiffy,
+ *   4 ms at HZ=250); a CPU that wakes from tickless idle updates it before
+ *   running anything; on a tickless busy CPU the housekeeping CPU does; and
+ *   when the CPU in charge stalls (a hypervisor preempted its vCPU), any
+ *   ticking CPU takes over after a few jiffies. So now < coarse + margin
+ *   with margin = max(1 s, 64 * res) holds unless the kernel's timekeeping
+ *   is stalled for that long, far past its own stall recovery.
+ *
+ * A hit is then certainly live when the tick of coarse + margin is still
+ * before the entry's expiry tick (now's tick is no later): no key is ever
+ * returned at or after its expiry. Otherwise (a key within about a second
+ * of expiry, no coarse clock, or its resolution too coarse) the read takes
+ * the precise clock as before. Only for caches without a limit: a limit's
+ * LRU stamp needs the precise tick anyway. */
+#define CACHE_COARSE_MARGIN_NS UINT64_C(1000000000)
+
+static uint64_t cache_coarse_margin(void)
+{
+#ifdef CLOCK_MONOTONIC_COARSE
+    struct timespec r, t;
+    if (clock_getres(CLOCK_MONOTONIC_COARSE, &r) || clock_gettime(CLOCK_MONOTONIC_COARSE, &t) ||
+        r.tv_sec != 0 || r.tv_nsec > 10000000)
+        return 0;
+    uint64_t m = 64 * (uint64_t)r.tv_nsec;
+    return m > CACHE_COARSE_MARGIN_NS ? m : CACHE_COARSE_MARGIN_NS;
+#else
+    return 0;
+#endif
+}
+
+/* Whether e is certainly live now, from the coarse clock alone. */
+static inline bool cache_surely_live(const struct tw_cache *c, const struct cache_entry *e)
+{
+#ifdef CLOCK_MONOTONIC_COARSE
+    if (!c->coarse_margin_ns)
+        return false;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    uint64_t bound = (uint64_t)ts.tv_sec * UINT64_C(1000000000) + (uint64_t)ts.tv_nsec +
+                     c->coarse_margin_ns;
+    if (bound < c->epoch_ns)
+        return false;
+    return (bound - c->epoch_ns) / CACHE_NS_PER_TICK <
+           atomic_load_explicit(&e->expires, memory_order_relaxed);
+#else
+    (void)c;
+    (void)e;
+    return false;
+#endif
+}
+
 /* ---- locks ------------------------------------------------------------- */
 
 static inline void cache_lock(struct tw_cache *c, struct cache_shard *s)
@@ -142,7 +198,7 @@ static inline uint64_t cache_hash(const struct tw_cache *c, const void *key, siz
 
 static inline struct cache_shard *cache_shard_of(struct tw_cache *c, uint64_t hash)
 {
-    return &c->shards[c->shard_shift >= 64 ? 0 : hash >> c->shard_shift];
+    return tw_cache_shard_of_(c, hash);
 }
 
 /* Bytes in front of each entry: its LRU links when there is a limit. */
@@ -295,7 +351,8 @@ static int cache_store_locked(struct tw_cache *c, struct cache_shard *s,
     if (v->len > SIZE_MAX - cache_entry_size(c, k->len, 0))
         return TW_ENOMEM; /* no block that large can exist */
     size_t bytes = cache_entry_size(c, k->len, v->len);
-    char *block = tw_cache_mem_alloc_(&c->alloc, bytes);
+    char *block = tw_cache_slab_fits_(bytes) ? tw_cache_slab_alloc_(c, &s->slab, bytes)
+                                             : tw_cache_mem_alloc_(&c->alloc, bytes);
     if (!block)
         return TW_ENOMEM;
     struct cache_entry *n = (struct cache_entry *)(void *)(block + cache_pre(c));
@@ -413,15 +470,17 @@ static int cache_check_key(const struct tw_cache *c, const void **key, size_t kl
 
 /* ---- set --------------------------------------------------------------- */
 
-static int cache_set_hashed(struct tw_cache *c, const struct cache_key *kp,
-                            const struct cache_val *v, int64_t ttl_ms)
+/* Store k at now_ns (the cache's time line; a batch passes one reading for
+ * several keys). */
+static int cache_set_at(struct tw_cache *c, const struct cache_key *kp,
+                        const struct cache_val *v, int64_t ttl_ms, uint64_t now_ns)
 {
     struct cache_key k = *kp;
     struct cache_shard *s = cache_shard_of(c, k.hash);
     struct cache_garbage g = {0};
     uint64_t tick = 0;
     cache_lock(c, s);
-    int rc = cache_store_locked(c, s, &k, v, ttl_ms, cache_now_ns(c), &tick, &g);
+    int rc = cache_store_locked(c, s, &k, v, ttl_ms, now_ns, &tick, &g);
     bool advance = cache_retire(c, s, &g);
     cache_unlock(c, s);
     if (rc)
@@ -438,7 +497,7 @@ static int cache_set(struct tw_cache *c, const void *key, size_t klen, const str
     if (ttl_ms <= 0)
         return TW_EINVAL;
     struct cache_key k = {key, klen, cache_hash(c, key, klen)};
-    return cache_set_hashed(c, &k, v, ttl_ms);
+    return cache_set_at(c, &k, v, ttl_ms, cache_now_ns(c));
 }
 
 int tw_cache_set_ttl(struct tw_cache *c, const void *key, size_t klen, void *value,
@@ -540,22 +599,41 @@ static struct cache_entry *cache_find_read(struct tw_cache *c, struct cache_shar
     return e; /* still inside the read section: safe to use after unlock */
 }
 
+/* Hits and misses a batch counts locally, added to its stripe once. */
+struct cache_tally {
+    uint64_t hits, misses;
+};
+
 /* Look k up and output it (caller inside a read section). Counts the hit or,
- * if count_miss, the miss, in the reader's stripe. */
+ * if count_miss, the miss, in the reader's stripe, or in *tl if not NULL. */
 static int cache_get_in(struct tw_cache *c, const struct cache_key *k,
-                        const struct cache_out *out, bool count_miss, struct cache_stripe *st)
+                        const struct cache_out *out, bool count_miss, struct cache_stripe *st,
+                        struct cache_tally *tl)
 {
     struct cache_shard *s = cache_shard_of(c, k->hash);
     struct cache_entry *e = cache_find_read(c, s, k);
-    uint64_t now_ns = cache_now_ns(c);
+    if (e && cache_surely_live(c, e)) { /* no limit: nothing to touch */
+        cache_output(c, e, out);
+        if (tl)
+            tl->hits++;
+        else
+            atomic_fetch_add_explicit(&st->hits, 1, memory_order_relaxed);
+        return 0;
+    }
+    uint64_t now_ns = e ? cache_now_ns(c) : 0;
     if (e && cache_live(e, now_ns)) {
         cache_output(c, e, out);
         if (c->limit)
             cache_touch(c, e, now_ns);
-        atomic_fetch_add_explicit(&st->hits, 1, memory_order_relaxed);
+        if (tl)
+            tl->hits++;
+        else
+            atomic_fetch_add_explicit(&st->hits, 1, memory_order_relaxed);
         return 0;
     }
-    if (count_miss)
+    if (count_miss && tl)
+        tl->misses++;
+    else if (count_miss)
         atomic_fetch_add_explicit(&st->misses, 1, memory_order_relaxed);
     return TW_ENOENT;
 }
@@ -565,7 +643,7 @@ static int cache_get(struct tw_cache *c, const struct cache_key *k, const struct
 {
     struct cache_rd rd;
     tw_cache_rd_enter_(c, &rd);
-    int rc = cache_get_in(c, k, out, count_miss, rd.st);
+    int rc = cache_get_in(c, k, out, count_miss, rd.st, NULL);
     tw_cache_rd_exit_(&rd);
     return rc;
 }
@@ -601,12 +679,21 @@ int tw_cache_get_copy(struct tw_cache *c, const void *key, size_t klen, void *bu
  * pipeline of D = CACHE_STAGE keys per stage: while key i is looked up, the
  * first entry of key i + D (its bucket is in cache by then), the bucket of
  * key i + 2D (hashed now; its key bytes were fetched a stage ago) and the
- * key bytes of key i + 3D are being fetched. A key's shard lock (set) or
- * read section (get) is taken per key or per batch as for single calls. */
+ * key bytes of key i + 3D are being fetched; get_many also fetches the
+ * second entry of key i + D/2's chain when its first is another key (only
+ * a reader may look into entries: set_many runs outside a read section).
+ * A key's shard lock (set) or read section (get) is taken per key or per
+ * batch as for single calls. */
 #ifndef CACHE_STAGE
 #define CACHE_STAGE 4
 #endif
 #define CACHE_RING (4 * CACHE_STAGE) /* > 2 * CACHE_STAGE, a power of two */
+/* set_many reads the clock once per this many keys (~30 ns saved on each
+ * other key): a key's TTL then counts from a reading at most a few
+ * microseconds older than its own store, so it expires no later than a
+ * single set would make it, and earlier by far less than the 1 ms tick
+ * (or the default 5% jitter). */
+#define CACHE_SET_CLOCK 16
 
 static inline bool cache_key_ok(const void *const *keys, const size_t *klens, size_t j)
 {
@@ -633,8 +720,27 @@ static inline void cache_prefetch_entry(struct tw_cache *c, uint64_t hash)
 }
 
 /* One step of the pipeline before key i is worked on: hashes land in ring. */
+/* Inside a read section only (get_many): the first entry of hash's bucket
+ * is in cache by now; if it is not the key, prefetch the next one in the
+ * chain (a table at load ~1 has a second entry to walk for about a third of
+ * the hits, a miss that would otherwise wait for the first). */
+static inline void cache_prefetch_chain(struct tw_cache *c, uint64_t hash)
+{
+    struct cache_shard *s = cache_shard_of(c, hash);
+    struct cache_table *t = atomic_load_explicit(&s->table, memory_order_acquire);
+    struct cache_entry *e =
+        atomic_load_explicit(&t->b[(uint32_t)hash & t->mask], memory_order_acquire);
+    if (e && e->hash != (uint32_t)hash) {
+        struct cache_entry *x = atomic_load_explicit(&e->hnext, memory_order_relaxed);
+        if (x) {
+            __builtin_prefetch(x);
+            __builtin_prefetch((char *)x + 63);
+        }
+    }
+}
+
 static inline void cache_pipeline(struct tw_cache *c, size_t n, const void *const *keys,
-                                  const size_t *klens, size_t i, uint64_t *ring)
+                                  const size_t *klens, size_t i, uint64_t *ring, bool reading)
 {
     size_t j = i + 3 * CACHE_STAGE;
     if (j < n && keys[j])
@@ -647,6 +753,9 @@ static inline void cache_pipeline(struct tw_cache *c, size_t n, const void *cons
     j = i + CACHE_STAGE;
     if (j < n && cache_key_ok(keys, klens, j))
         cache_prefetch_entry(c, ring[j % CACHE_RING]);
+    j = i + CACHE_STAGE / 2;
+    if (reading && j < n && cache_key_ok(keys, klens, j))
+        cache_prefetch_chain(c, ring[j % CACHE_RING]);
 }
 
 /* Fill the pipeline: the first 2D keys hashed, their buckets and the first
@@ -683,17 +792,18 @@ int tw_cache_get_many(struct tw_cache *c, size_t n, const void *const *keys,
         return TW_EINVAL;
     uint64_t ring[CACHE_RING] = {0};
     int hits = 0;
+    struct cache_tally tl = {0, 0};
     struct cache_rd rd;
     tw_cache_rd_enter_(c, &rd);
     cache_pipeline_start(c, n, keys, klens, ring);
     for (size_t i = 0; i < n; i++) {
-        cache_pipeline(c, n, keys, klens, i, ring);
+        cache_pipeline(c, n, keys, klens, i, ring, true);
         const void *kp = keys[i];
         int rc = cache_check_key(c, &kp, klens[i]);
         if (rc == 0) {
             struct cache_key k = {kp, klens[i], ring[i % CACHE_RING]};
             struct cache_out out = {&values[i], NULL, 0, NULL};
-            rc = cache_get_in(c, &k, &out, true, rd.st);
+            rc = cache_get_in(c, &k, &out, true, rd.st, &tl);
         }
         if (rc)
             values[i] = NULL;
@@ -702,6 +812,10 @@ int tw_cache_get_many(struct tw_cache *c, size_t n, const void *const *keys,
         if (results)
             results[i] = rc;
     }
+    if (tl.hits)
+        atomic_fetch_add_explicit(&rd.st->hits, tl.hits, memory_order_relaxed);
+    if (tl.misses)
+        atomic_fetch_add_explicit(&rd.st->misses, tl.misses, memory_order_relaxed);
     tw_cache_rd_exit_(&rd);
     return hits;
 }
@@ -713,15 +827,18 @@ int tw_cache_set_many(struct tw_cache *c, size_t n, const void *const *keys, con
         return TW_EINVAL;
     uint64_t ring[CACHE_RING] = {0};
     int stored = 0;
+    uint64_t now_ns = 0;
     cache_pipeline_start(c, n, keys, klens, ring);
     for (size_t i = 0; i < n; i++) {
-        cache_pipeline(c, n, keys, klens, i, ring);
+        cache_pipeline(c, n, keys, klens, i, ring, false);
+        if (i % CACHE_SET_CLOCK == 0)
+            now_ns = cache_now_ns(c);
         const void *kp = keys[i];
         int rc = cache_check_key(c, &kp, klens[i]);
         if (rc == 0) {
             struct cache_key k = {kp, klens[i], ring[i % CACHE_RING]};
             struct cache_val v = {values[i], NULL, 0};
-            rc = cache_set_hashed(c, &k, &v, c->default_ttl_ms);
+            rc = cache_set_at(c, &k, &v, c->default_ttl_ms, now_ns);
         }
         if (rc == 0)
             stored++;
@@ -1086,6 +1203,7 @@ unsigned tw_cache_default_shards(void)
  * may be inside any more. */
 static void cache_free_shards(struct tw_cache *c, unsigned inited)
 {
+    c->freeing = true; /* no slab trims: the shards' locks are going */
     for (unsigned i = 0; i < inited; i++) {
         struct cache_shard *s = &c->shards[i];
         tw_wheel_destroy(&s->wheel);
@@ -1110,6 +1228,8 @@ static void cache_free_shards(struct tw_cache *c, unsigned inited)
         pthread_cond_destroy(&s->flight_cv);
         pthread_mutex_destroy(&s->flight_mu);
     }
+    for (unsigned i = 0; i < inited; i++)
+        tw_cache_slab_destroy_(c, &c->shards[i].slab);
     tw_cache_mem_free_(&c->alloc, c->shards_block, c->shards_bytes);
 }
 
@@ -1122,6 +1242,7 @@ static int cache_init_shard(struct tw_cache *c, struct cache_shard *s, uint64_t 
     atomic_init(&s->table, t);
     atomic_init(&s->seq, 0);
     atomic_init(&s->limbo_n, 0);
+    atomic_init(&s->slab.returned, NULL);
     s->rng = rng ? rng : 1;
     atomic_init(&s->oldest, UINT64_MAX);
     int rc = c->rwlock ? pthread_rwlock_init(&s->lock.rw, NULL)
@@ -1185,7 +1306,9 @@ int tw_cache_new(struct tw_cache **out, const struct tw_cache_config *cfg)
     atomic_init(&c->manual_now, c->manual ? cfg->start_ms : 0);
     atomic_init(&c->seq, 0);
     atomic_init(&c->count, 0);
+    atomic_init(&c->slab_bytes, 0);
     c->epoch_ns = cache_mono_ns();
+    c->coarse_margin_ns = c->manual || c->limit ? 0 : cache_coarse_margin();
     tw_random_seed_(c->seed);
     c->log_due = atomic_load(&c->manual_now) + c->log_interval;
     c->log_at = c->log_due - c->log_interval;
@@ -1216,7 +1339,7 @@ int tw_cache_new(struct tw_cache **out, const struct tw_cache_config *cfg)
     unsigned bits = 0;
     while ((1u << bits) < c->nshards)
         bits++;
-    c->shard_shift = 64 - bits;
+    c->shard_shift = 32 - bits;
     c->shards_bytes = (size_t)c->nshards * sizeof(struct cache_shard) + 64;
     c->shards_block = tw_cache_mem_alloc_(&alloc, c->shards_bytes);
     if (!c->shards_block)

@@ -188,9 +188,33 @@ bool tw_cache_retire_locked_(struct tw_cache *c, struct cache_shard *s, struct c
     return atomic_load_explicit(&s->limbo_n, memory_order_relaxed) >= CACHE_LIMBO_ADVANCE;
 }
 
+/* After entries went back to a slab: if the cache is now empty and its
+ * slabs are big, let every shard whose blocks have all come back return its
+ * chunks (the count is 0 only once every key left; a racing set just makes
+ * a trim keep its shard's chunks). */
+static void cache_slab_maybe_trim(struct tw_cache *c)
+{
+    if (atomic_load_explicit(&c->count, memory_order_relaxed) != 0 ||
+        atomic_load_explicit(&c->slab_bytes, memory_order_relaxed) < CACHE_SLAB_TRIM)
+        return;
+    for (unsigned i = 0; i < c->nshards; i++) {
+        struct cache_shard *s = &c->shards[i];
+        if (c->rwlock)
+            pthread_rwlock_wrlock(&s->lock.rw);
+        else
+            pthread_mutex_lock(&s->lock.mu);
+        tw_cache_slab_trim_(c, &s->slab);
+        if (c->rwlock)
+            pthread_rwlock_unlock(&s->lock.rw);
+        else
+            pthread_mutex_unlock(&s->lock.mu);
+    }
+}
+
 void tw_cache_garbage_release_(struct tw_cache *c, struct cache_garbage *g)
 {
     struct tw_node *n = g->entries;
+    bool gave = false;
     while (n) {
         struct tw_node *next = n->next;
         struct cache_entry *e = tw_container_of(n, struct cache_entry, timer);
@@ -198,10 +222,18 @@ void tw_cache_garbage_release_(struct tw_cache *c, struct cache_garbage *g)
         if (!c->copy_values && c->free_value)
             c->free_value(c->value_ctx, atomic_load_explicit(&e->value.ptr, memory_order_relaxed));
         size_t pre = c->limit ? sizeof(struct cache_lru) : 0;
-        tw_cache_mem_free_(&c->alloc, (char *)e - pre,
-                           pre + sizeof(struct cache_entry) + e->klen + vlen);
+        size_t bytes = pre + sizeof(struct cache_entry) + e->klen + vlen;
+        if (tw_cache_slab_fits_(bytes)) {
+            struct cache_shard *s = tw_cache_shard_of_(c, e->hash);
+            tw_cache_slab_give_(&s->slab, (char *)e - pre, bytes);
+            gave = true;
+        } else {
+            tw_cache_mem_free_(&c->alloc, (char *)e - pre, bytes);
+        }
         n = next;
     }
+    if (gave && !c->freeing)
+        cache_slab_maybe_trim(c);
     struct cache_table *t = g->tables;
     while (t) {
         struct cache_table *next = t->free_next;

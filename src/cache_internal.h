@@ -36,6 +36,9 @@
 #define CACHE_MAX_STRIPES 1024u
 #define CACHE_LIMBO_ADVANCE 64  /* limbo entries in a shard that make a writer advance the epoch */
 #define CACHE_LRU_WALK 64       /* longest walk of an LRU re-insertion */
+#define CACHE_SLAB_MAX 512      /* entry blocks up to this size come from the shard's slab */
+#define CACHE_SLAB_CLASSES (CACHE_SLAB_MAX / 16 + 1)
+#define CACHE_SLAB_TRIM ((size_t)256 << 10) /* slab bytes that an emptied cache returns */
 
 /* One key: 56 bytes on LP64 before the key bytes (value pointer included),
  * allocated as one block with the key (and in copy mode the value) bytes.
@@ -127,6 +130,17 @@ struct cache_flight {
     struct cache_waiter *waiters;
 };
 
+/* A shard's entry memory (src/cache_slab.c). Everything but `returned` is
+ * guarded by the shard lock. */
+struct cache_slab {
+    struct cache_free *free[CACHE_SLAB_CLASSES]; /* free blocks by size / 16 */
+    _Atomic(struct cache_free *) returned; /* given back without the lock */
+    struct cache_chunk *chunks;  /* newest first; carving from the newest */
+    char *bump, *end;            /* the newest chunk's uncarved bytes */
+    size_t total;                /* bytes in chunks */
+    size_t out;                  /* blocks handed out and not drained back */
+};
+
 struct cache_shard {
     /* Read by readers without the lock; written (rarely) under it. */
     _Alignas(64) _Atomic(struct cache_table *) table;
@@ -153,6 +167,7 @@ struct cache_shard {
     pthread_mutex_t flight_mu;
     pthread_cond_t flight_cv;
     struct cache_flight *flights;
+    struct cache_slab slab;
     struct tw_wheel wheel;
 };
 
@@ -170,7 +185,9 @@ struct tw_cache {
     void *shards_block;         /* what was allocated for them */
     size_t shards_bytes;
     unsigned nshards;
-    unsigned shard_shift;       /* 64 - log2(nshards), 64 when one shard */
+    unsigned shard_shift;       /* 32 - log2(nshards): a key's shard is the top bits of
+                                 * its hash's low 32 bits (so an entry's stored hash
+                                 * names its shard); 32 when one shard */
     struct cache_stripe *stripes; /* stripe_mask + 1 of them */
     void *stripes_block;
     size_t stripes_bytes;
@@ -197,6 +214,7 @@ struct tw_cache {
 
     /* Clock. */
     uint64_t epoch_ns;          /* CLOCK_MONOTONIC at creation (real clock) */
+    uint64_t coarse_margin_ns;  /* reads' fast liveness proof (cache.c); 0 = off */
     _Atomic uint64_t manual_now; /* ticks (manual clock) */
     _Atomic uint64_t seq;       /* LRU stamps under the manual clock */
 
@@ -207,6 +225,8 @@ struct tw_cache {
     struct tw_clock *clock;
     struct tw_clock_member *member;
     bool own_clock;
+    bool freeing;               /* tw_cache_free is tearing the shards down */
+    _Atomic size_t slab_bytes;  /* all shards' slab chunks (cache_slab.c) */
     pthread_mutex_t log_mu;     /* guards the log fields; the "clock lock" of the log callback */
     uint64_t log_due;           /* next log tick */
     uint64_t log_hits, log_misses; /* totals at the previous log line */
@@ -283,6 +303,25 @@ size_t tw_cache_reclaim_(struct tw_cache *c);
 unsigned tw_cache_stripes_default_(void);
 /* Shards for this machine when cfg.shards is 0. */
 unsigned tw_cache_shards_default_(void);
+
+/* ---- src/cache_slab.c -------------------------------------------------- */
+
+/* Whether a block of `bytes` comes from the slab (else the allocator). */
+bool tw_cache_slab_fits_(size_t bytes);
+/* A block of `bytes` (<= CACHE_SLAB_MAX) under the shard lock, or NULL. */
+void *tw_cache_slab_alloc_(struct tw_cache *c, struct cache_slab *sl, size_t bytes);
+/* Give a block back (no lock needed; the block's contents are dead). */
+void tw_cache_slab_give_(struct cache_slab *sl, void *block, size_t bytes);
+/* Under the shard lock: free every chunk if every block has come back. */
+void tw_cache_slab_trim_(struct tw_cache *c, struct cache_slab *sl);
+/* Free every chunk (the cache is being freed). */
+void tw_cache_slab_destroy_(struct tw_cache *c, struct cache_slab *sl);
+
+/* The shard of a stored (low 32 bits) or full hash. */
+static inline struct cache_shard *tw_cache_shard_of_(struct tw_cache *c, uint64_t hash)
+{
+    return &c->shards[(uint64_t)(uint32_t)hash >> c->shard_shift];
+}
 
 /* Allocator hook wrappers. */
 void *tw_cache_mem_alloc_(const struct tw_allocator *a, size_t size);

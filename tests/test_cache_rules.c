@@ -846,6 +846,86 @@ static void test_allocation_failures(void)
     CHECK(completed);
 }
 
+/* Entry memory (src/cache_slab.c): a shard grows from 1 KB chunks to 2 MB
+ * ones; the allocator refusing the first 2 MB chunk fails that one set
+ * cleanly (TW_ENOMEM, nothing stored) and the next set retries; every key
+ * stored is found; when the cache empties every chunk goes back; and the
+ * default allocator (2 MB mappings that become huge pages) holds the same. */
+struct big_fail {
+    struct failing_alloc fa;
+    int refused; /* big requests refused so far */
+};
+
+static void *big_fail_fn(void *ctx, void *ptr, size_t old_size, size_t new_size)
+{
+    struct big_fail *b = ctx;
+    if (new_size >= ((size_t)2 << 20) && b->refused == 0) {
+        b->refused++;
+        return NULL;
+    }
+    return failing_alloc_fn(&b->fa, ptr, old_size, new_size);
+}
+
+static void test_slab_big(void)
+{
+    enum { N = 40000 }; /* 40,000 entries of 80 bytes: 3 MB in one shard */
+    static signed char in[N];
+    /* mode 0: one shard, the first 2 MB chunk refused; 1: the default
+     * allocator; 2: four shards (every one gives its chunks back). */
+    for (int mode = 0; mode < 3; mode++) {
+        struct big_fail bf = {{-1, 0, 0, 0}, mode == 2};
+        struct tw_allocator al = {big_fail_fn, &bf};
+        struct tw_cache_config cfg;
+        tw_cache_config_init(&cfg);
+        cfg.default_ttl_ms = 1000000;
+        cfg.manual_clock = true;
+        cfg.shards = mode == 2 ? 4 : 1;
+        cfg.allocator = mode == 1 ? NULL : &al;
+        struct tw_cache *c = NULL;
+        CHECK_EQ_INT(tw_cache_new(&c, &cfg), 0);
+        size_t base = bf.fa.live_bytes;
+        for (int round = 0; round < 2; round++) {
+            int enomem = 0;
+            for (int i = 0; i < N; i++) {
+                char key[24];
+                snprintf(key, sizeof key, "slab-key-%06d", i);
+                int rc = tw_cache_set(c, K(key), (void *)(uintptr_t)(i + 1));
+                in[i] = rc == 0;
+                if (rc) {
+                    CHECK_EQ_INT(rc, TW_ENOMEM);
+                    enomem++;
+                }
+            }
+            CHECK_EQ_INT(enomem, mode == 0 && round == 0 ? 1 : 0);
+            for (int i = 0; i < N; i++) {
+                char key[24];
+                snprintf(key, sizeof key, "slab-key-%06d", i);
+                void *v = NULL;
+                int rc = tw_cache_get(c, K(key), &v);
+                CHECK_EQ_INT(rc, in[i] ? 0 : TW_ENOENT);
+                if (in[i])
+                    CHECK_EQ_PTR(v, (void *)(uintptr_t)(i + 1));
+            }
+            if (mode != 1)
+                CHECK(bf.fa.live_bytes > base + ((size_t)2 << 20));
+            for (int i = 0; i < N; i++) {
+                char key[24];
+                snprintf(key, sizeof key, "slab-key-%06d", i);
+                CHECK_EQ_INT(tw_cache_del(c, K(key)), in[i] ? 0 : TW_ENOENT);
+            }
+            if (mode != 1)
+                CHECK_EQ_U64(bf.fa.live_bytes, base); /* every chunk given back */
+        }
+        for (int i = 0; i < 1000; i++) { /* and a few left for free to find */
+            char key[24];
+            snprintf(key, sizeof key, "slab-key-%06d", i);
+            CHECK_EQ_INT(tw_cache_set(c, K(key), NULL), 0);
+        }
+        tw_cache_free(c);
+        CHECK_EQ_INT(bf.fa.live_blocks, 0);
+    }
+}
+
 /* Destroy frees every value exactly once, whatever state entries are in. */
 static void test_destroy_frees_all(void)
 {
@@ -956,6 +1036,7 @@ int main(void)
     RUN(test_batches);
     RUN(test_copy_mode);
     RUN(test_allocation_failures);
+    RUN(test_slab_big);
     RUN(test_destroy_frees_all);
     RUN(test_rwlock_flavour);
     RUN(test_free_value_may_call_the_cache);

@@ -70,6 +70,7 @@ struct counting {
     long calls;
     long fail_at; /* 0 = never */
     int fail_all;
+    size_t fail_big; /* != 0: fail the first call for at least this many bytes */
 };
 
 static void *counting_alloc(void *ctx, void *ptr, size_t old_size, size_t new_size)
@@ -83,6 +84,10 @@ static void *counting_alloc(void *ctx, void *ptr, size_t old_size, size_t new_si
     c->calls++;
     if (c->fail_all || c->calls == c->fail_at)
         return NULL;
+    if (c->fail_big && new_size >= c->fail_big) {
+        c->fail_big = 0;
+        return NULL;
+    }
     void *p = realloc(ptr, new_size);
     if (p)
         c->outstanding += (int64_t)new_size - (int64_t)old_size;
@@ -729,6 +734,92 @@ static void test_compaction_keeps_tasks(void)
     tw_tasks_free(t);
 }
 
+/* A big pool (src/tasks.c, "pool"): past 42 chunks of 1024 entries the pool
+ * grows by groups of 42 chunks (one 2 MB block). Failing an allocation (the
+ * first group's, every 16th, each of the last ones) of a workload that grows
+ * into a group, shrinks (compaction frees the group) and grows again leaves
+ * the instance as it was, and nothing leaks;
+ * the default allocator (mappings turned into huge pages) runs the same. */
+static void test_big_pool(void)
+{
+    enum { N = 45000 };
+    long calls = 0;
+    for (long fail_at = -1;; fail_at++) {
+        /* -1: fail the first group (the only request of 1 MB or more);
+         * then every 16th call, and the last calls one by one. */
+        struct counting c = {.fail_at = fail_at < 0 ? 0 : fail_at,
+                             .fail_big = fail_at < 0 ? (size_t)1 << 20 : 0};
+        struct tw_allocator a = {counting_alloc, &c};
+        memset(&R, 0, sizeof R);
+        struct tw_tasks_config cfg = {.execute = record, .ctx = &R, .key_kind = TW_TASKS_KEY_INT,
+                                      .allocator = &a};
+        struct tw_tasks *t;
+        if (tw_tasks_new(&t, &cfg)) {
+            CHECK_EQ_INT(c.outstanding, 0);
+            continue;
+        }
+        R.t = t;
+        size_t want = 0;
+        int enomem = 0;
+        for (int phase = 0; phase < 2; phase++) {
+            for (uint64_t k = 0; k < N; k++) {
+                int rc = tw_tasks_set_int(t, k, NULL, 1000 + (int64_t)(k % 5000));
+                if (rc == TW_ENOMEM) {
+                    enomem++;
+                    CHECK_EQ_INT(tw_tasks_get_int(t, k, NULL, NULL), TW_ENOENT);
+                } else {
+                    CHECK(rc == 0 || rc == 1);
+                    want += rc == 1;
+                }
+            }
+            CHECK_EQ_U64(tw_tasks_pending(t), want);
+            if (phase == 0) { /* keep every 16th: the pool compacts below one group */
+                struct tw_tasks_stats before, after;
+                tw_tasks_stats(t, &before);
+                for (uint64_t k = 0; k < N; k++)
+                    if (k % 16 && tw_tasks_remove_int(t, k, NULL) == 0)
+                        want--;
+                tw_tasks_stats(t, &after);
+                CHECK_EQ_U64(tw_tasks_pending(t), want);
+                CHECK(after.pool_entries < before.pool_entries / 4);
+            }
+        }
+        CHECK(enomem <= 2);
+        if (fail_at < 0)
+            CHECK_EQ_INT(enomem, 1);
+        CHECK_EQ_INT(tw_tasks_advance(t, 10000), (int64_t)want);
+        tw_tasks_free(t);
+        CHECK_EQ_INT(c.outstanding, 0);
+        if (fail_at == 0)
+            calls = c.calls;
+        else if (fail_at > calls)
+            break;
+        if (fail_at > 0 && fail_at + 10 < calls)
+            fail_at += 15;
+    }
+    CHECK(calls > 60);
+    /* The default allocator: no allocator in the configuration. */
+    memset(&R, 0, sizeof R);
+    struct tw_tasks_config cfg = {.execute = record, .ctx = &R, .key_kind = TW_TASKS_KEY_INT};
+    struct tw_tasks *t;
+    CHECK_EQ_INT(tw_tasks_new(&t, &cfg), 0);
+    R.t = t;
+    for (int round = 0; round < 2; round++) {
+        for (uint64_t k = 0; k < N; k++)
+            CHECK_EQ_INT(tw_tasks_set_int(t, k, (void *)(uintptr_t)(k + 1), 100 + (int64_t)k), 1);
+        for (uint64_t k = 0; k < N; k += 7) {
+            void *v = NULL;
+            CHECK_EQ_INT(tw_tasks_get_int(t, k, &v, NULL), 0);
+            CHECK_EQ_PTR(v, (void *)(uintptr_t)(k + 1));
+        }
+        for (uint64_t k = 0; k < N; k++)
+            if (k % 16)
+                CHECK_EQ_INT(tw_tasks_remove_int(t, k, NULL), 0);
+        CHECK_EQ_INT(tw_tasks_drain(t, NULL, NULL), (int64_t)((N + 15) / 16));
+    }
+    tw_tasks_free(t);
+}
+
 /* <= 64 bytes per task (entry + index + pool slack) for integer keys, plus the
  * key block for string keys. */
 static void test_bytes_per_task(void)
@@ -922,6 +1013,7 @@ int main(void)
     RUN(test_drain);
     RUN(test_max_pending);
     RUN(test_failing_allocator);
+    RUN(test_big_pool);
     RUN(test_memory_returned);
     RUN(test_compaction_keeps_tasks);
     RUN(test_bytes_per_task);

@@ -101,10 +101,33 @@
  * last tw_cache_advance said (for tests, simulations and event loops).
  *
  * Memory: with millions of keys each read waits on DRAM and, in a VM above
- * all, on page walks. Transparent huge pages for malloc'ed memory (glibc
- * 2.35+: GLIBC_TUNABLES=glibc.malloc.hugetlb=1) cut a read at 1e6 keys from
- * about 660 to 410 CPU ns in bench W8; tw_cache_get_many/set_many hide most
- * of the rest when the caller has many keys at once.
+ * all, on page walks (a TLB miss per read with 4 KB pages). So each shard
+ * carves its entries (LRU links, entry, key and copy-mode value bytes, when
+ * together at most 512 bytes; bigger ones are allocated alone) out of chunks
+ * of its own, in 16-byte size classes: the first chunk is 1 KB (a small
+ * cache stays small), each next one as big as all before, up to 2 MB. With
+ * the default allocator the 2 MB chunks are 2 MB aligned mappings that
+ * become transparent huge pages once full (madvise MADV_HUGEPAGE and, on
+ * Linux 6.1+, MADV_COLLAPSE: a 2 MB copy under the shard's lock, once per
+ * ~25,000 entries); this works whatever glibc does, wherever THP is
+ * "always" or "madvise". With cfg.allocator every chunk comes from it and
+ * nothing is madvised. An entry costs what malloc charged (80 bytes for a
+ * 10-byte key without a limit; 112 with one) and no malloc header; a shard
+ * keeps its chunks while the cache holds keys (a shard that shrank reuses
+ * them); they all go back when the cache empties (once the slabs hold
+ * 256 KB or more) or at tw_cache_free. Bucket arrays (8 bytes a bucket,
+ * about one bucket per key) of 1 MB or more are 2 MB aligned mappings
+ * advised huge too, those of 1-2 MB rounded up to 2 MB and given the
+ * buckets that page holds (at 10^6 keys in 8 shards: about 8 bytes more per
+ * key, and chains half as long).
+ * tw_cache_get_many/set_many hide most of the rest of the memory latency
+ * when the caller has many keys at once.
+ *
+ * Clock on reads: a hit of a cache without a limit proves that the key is
+ * live from CLOCK_MONOTONIC_COARSE (the vDSO's tick-updated clock, ~10 ns)
+ * when the key's expiry is more than max(1 s, 64 ticks) beyond it, else it
+ * reads CLOCK_MONOTONIC (~30 ns) as before; either way no key is returned
+ * at or after its expiry (the argument is in src/cache.c).
  */
 #ifndef TWHEEL_CACHE_H
 #define TWHEEL_CACHE_H

@@ -56,6 +56,18 @@
  * of the pool's entries are live the live ones are moved down and the emptied
  * chunks freed (outside callbacks; amortised O(1) per removal).
  *
+ * Huge pages: at 10^6 tasks the pool (48 MB) and the index (7 MB) are read in
+ * random order, and with 4 KB pages nearly every keyed call also missed the
+ * TLB. So, with the default allocator, an index of 2 MB or more is a 2 MB
+ * aligned mapping advised MADV_HUGEPAGE, and past its first 42 chunks (2 MB)
+ * the pool grows by groups of 42 chunks, each a 2 MB aligned mapping that
+ * becomes one transparent huge page (the first four once full, by
+ * MADV_COLLAPSE on Linux 6.1+; later ones from their first touch, so at most
+ * one group, under 2 MB, is resident beyond need). Bytes per task are
+ * unchanged (about 55 for integer keys). Nothing is madvised when
+ * config.allocator is given: the index and the groups (each one
+ * block of 42 chunks) then come from it.
+ *
  * Hashing: the index is keyed by a per-instance random seed (getrandom), so
  * keys chosen by an adversary who does not know it cannot be made to collide:
  * SipHash-1-3 for string keys (as Redis and Rust), a seeded 64-bit mixer
