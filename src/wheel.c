@@ -126,25 +126,6 @@ static inline void list_push(struct tw_node **head, struct tw_node *t)
     t->pprev = head;
 }
 
-/* If `link` is one of the wheel's chain heads, the flat index of its slot
- * (level * TW_WHEEL_SLOTS + slot); else -1. */
-static inline long slot_index(const struct tw_wheel *w, struct tw_node **link)
-{
-    uintptr_t base = (uintptr_t)&w->slots[0][0][0];
-    uintptr_t off = (uintptr_t)link - base;
-    if (off >= sizeof w->slots)
-        return -1;
-    return (long)(off / (sizeof(struct tw_node *) * CHAINS));
-}
-
-static inline int slot_is_empty(const struct tw_wheel *w, unsigned level, unsigned slot)
-{
-    for (unsigned c = 0; c < CHAINS; c++)
-        if (w->slots[level][slot][c])
-            return 0;
-    return 1;
-}
-
 static inline void mark_occupied(struct tw_wheel *w, unsigned level, unsigned slot)
 {
     w->occupied[level] |= UINT64_C(1) << slot;
@@ -158,31 +139,71 @@ static inline void mark_empty(struct tw_wheel *w, unsigned level, unsigned slot)
         w->levels &= ~(UINT32_C(1) << level);
 }
 
-/* Take a pending node out of its list; the caller decides what it becomes. */
-static void unlink_node(struct tw_wheel *w, struct tw_node *t)
+/* The cold half of unlinking: `link`, a list head, was left NULL; if it is a
+ * chain of a slot whose other chains are empty too, the slot is empty now.
+ * Written with few live values so that, inlined, it costs the hot paths no
+ * stack frame. */
+static inline void chain_emptied(struct tw_wheel *w, struct tw_node **link)
+{
+    size_t off = (size_t)((uintptr_t)link - (uintptr_t)&w->slots[0][0][0]);
+    if (off >= sizeof w->slots)
+        return;
+    size_t idx = off / (sizeof(struct tw_node *) * CHAINS); /* level * 64 + slot */
+    struct tw_node *const *chains = &w->slots[0][0][0] + idx * CHAINS;
+    for (unsigned c = 0; c < CHAINS; c++)
+        if (chains[c])
+            return;
+    mark_empty(w, (unsigned)(idx / TW_WHEEL_SLOTS), (unsigned)(idx % TW_WHEEL_SLOTS));
+}
+
+/* Take a pending node out of its list; the caller decides what it becomes.
+ * Only the last node of a chain can leave its slot empty, and only a chain
+ * head (or the ready list's) points at it then. */
+static inline void unlink_node(struct tw_wheel *w, struct tw_node *t)
 {
     struct tw_node **link = t->pprev;
-    *link = t->next;
-    if (t->next) {
-        t->next->pprev = link;
-    } else if (link != &w->ready && *link == NULL) {
-        long idx = slot_index(w, link); /* t was last in a chain of a slot? */
-        if (idx >= 0) {
-            unsigned level = (unsigned)idx / TW_WHEEL_SLOTS, slot = (unsigned)idx % TW_WHEEL_SLOTS;
-            if (slot_is_empty(w, level, slot))
-                mark_empty(w, level, slot);
-        }
-    }
+    struct tw_node *next = t->next;
+    *link = next;
+    if (next)
+        next->pprev = link;
+    else if (__builtin_expect(link != &w->ready, 1))
+        chain_emptied(w, link);
     t->pprev = NULL;
 }
 
-/* Place a timer whose deadline is > now into its slot. */
-static inline void place(struct tw_wheel *w, struct tw_node *t)
+/* Per highest differing bit b (0..63) of deadline ^ now, the level's digit
+ * shift (6 * level) and the flat index of its first chain head in w->slots
+ * (level * slots * chains): two L1-resident loads instead of a division by
+ * 6 and the multiplications around it, on every arm. */
+#define TW_B1(b) (((b) / SLOT_BITS) * SLOT_BITS)
+#define TW_B4(b) TW_B1(b), TW_B1((b) + 1), TW_B1((b) + 2), TW_B1((b) + 3)
+#define TW_B16(b) TW_B4(b), TW_B4((b) + 4), TW_B4((b) + 8), TW_B4((b) + 12)
+static const uint8_t shift_by_bit[64] = {TW_B16(0), TW_B16(16), TW_B16(32), TW_B16(48)};
+#undef TW_B1
+#define TW_B1(b) (((b) / SLOT_BITS) * TW_WHEEL_SLOTS * CHAINS)
+static const uint16_t base_by_bit[64] = {TW_B16(0), TW_B16(16), TW_B16(32), TW_B16(48)};
+#undef TW_B16
+#undef TW_B4
+#undef TW_B1
+
+/* Place a timer whose deadline is > now into its slot, on chain `chain` (any
+ * number: taken modulo TW_WHEEL_CHAINS). The occupancy bits change only when
+ * the chain was empty: a non-empty chain means the slot is marked already. */
+static inline void place(struct tw_wheel *w, struct tw_node *t, unsigned chain)
 {
-    unsigned level = level_of(t->deadline ^ w->now);
-    unsigned slot = digit_of(t->deadline, level);
-    list_push(&w->slots[level][slot][w->chain++ & (CHAINS - 1)], t);
-    mark_occupied(w, level, slot);
+    uint64_t deadline = t->deadline;
+    unsigned bit = (unsigned)__builtin_clzll(deadline ^ w->now) ^ 63u;
+    size_t slot = (size_t)(deadline >> shift_by_bit[bit]) & SLOT_MASK;
+    size_t base = base_by_bit[bit];
+    struct tw_node **head = &w->slots[0][0][0] + (base + slot * CHAINS + (chain & (CHAINS - 1)));
+    struct tw_node *first = *head;
+    t->next = first;
+    *head = t;
+    t->pprev = head;
+    if (__builtin_expect(first != NULL, 1))
+        first->pprev = &t->next;
+    else
+        mark_occupied(w, (unsigned)(base / (TW_WHEEL_SLOTS * CHAINS)), (unsigned)slot);
 }
 
 /* Move the timers of the next slot due at or before `limit` to their new
@@ -201,7 +222,10 @@ static int process_next_slot(struct tw_wheel *w, uint64_t limit)
         memcpy(chain, w->slots[level][slot], sizeof chain);
         memset(w->slots[level][slot], 0, sizeof chain);
         mark_empty(w, level, slot);
-        /* Walk the chains side by side: their next loads are independent. */
+        /* Walk the chains side by side: their next loads are independent.
+         * Moved timers are spread over the chains of their new slots in turn. */
+        unsigned spread = w->chain;
+        uint64_t moved = 0;
         for (unsigned live = CHAINS; live;) {
             live = 0;
             for (unsigned c = 0; c < CHAINS; c++) {
@@ -215,11 +239,13 @@ static int process_next_slot(struct tw_wheel *w, uint64_t limit)
                 if (t->deadline <= tick) {
                     list_push(&w->ready, t);
                 } else {
-                    place(w, t);
-                    w->moves++;
+                    place(w, t, spread++);
+                    moved++;
                 }
             }
         }
+        w->chain = spread;
+        w->moves += moved;
         if (w->ready)
             return 1;
     }
@@ -368,8 +394,8 @@ static inline uint64_t plan_tick(uint64_t first, uint64_t last)
 {
     if (last == first)
         return first;
-    unsigned shift = level_of((first - 1) ^ last) * SLOT_BITS;
-    uint64_t mask = shift ? (UINT64_C(1) << shift) - 1 : 0;
+    unsigned shift = shift_by_bit[(unsigned)__builtin_clzll((first - 1) ^ last) ^ 63u];
+    uint64_t mask = (UINT64_C(1) << shift) - 1; /* shift <= 60 */
     return ((first - 1) | mask) + 1; /* <= last, so no overflow */
 }
 
@@ -401,17 +427,18 @@ static inline void set_owner(struct tw_node *n, struct tw_wheel *w)
  * checked by the caller). A pending node already planned inside the window
  * stays where it is; otherwise it is relocated at once, so that a later
  * advance never has to move it (see the file comment of wheel.h). */
-static int arm_node_slack(struct tw_wheel *w, struct tw_node *n, uint64_t deadline,
-                          uint64_t slack)
+static inline __attribute__((always_inline)) int
+arm_node_slack(struct tw_wheel *w, struct tw_node *n, uint64_t deadline, uint64_t slack)
 {
-    if (deadline <= w->now) {
+    if (__builtin_expect(deadline <= w->now, 0)) {
         if (w->now == UINT64_MAX)
             return TW_ERANGE;
         deadline = w->now + 1;
     }
     uint64_t last = saturating_add(deadline, slack);
     if (n->pprev) {
-        if (n->deadline >= deadline && n->deadline <= last && n->deadline > w->now)
+        /* Planned inside [deadline, last] (so still ahead of now): stay. */
+        if (n->deadline - deadline <= last - deadline)
             return 0;
         unlink_node(w, n);
         w->moves++; /* relocated now instead of by a later advance */
@@ -419,7 +446,7 @@ static int arm_node_slack(struct tw_wheel *w, struct tw_node *n, uint64_t deadli
         w->pending++;
     }
     n->deadline = plan_tick(deadline, last);
-    place(w, n);
+    place(w, n, w->chain++);
     set_owner(n, w);
     return 0;
 }
@@ -437,10 +464,15 @@ int tw_node_init(struct tw_node *n)
     return 0;
 }
 
-/* Arm or re-arm n (both pointers checked by the caller). */
-static int arm_node(struct tw_wheel *w, struct tw_node *n, uint64_t deadline)
+/* Arm or re-arm n (both pointers checked by the caller). Inlined into each
+ * public entry: the arm is a few dozen instructions, a call is a tenth of it.
+ * Timers are spread over a slot's chains by the wheel's round-robin counter
+ * (the order in which timers due at one tick fire is unspecified, but this
+ * keeps it what it always was). */
+static inline __attribute__((always_inline)) int
+arm_node(struct tw_wheel *w, struct tw_node *n, uint64_t deadline)
 {
-    if (deadline <= w->now) {
+    if (__builtin_expect(deadline <= w->now, 0)) {
         if (w->now == UINT64_MAX)
             return TW_ERANGE;
         deadline = w->now + 1;
@@ -457,12 +489,27 @@ static int arm_node(struct tw_wheel *w, struct tw_node *n, uint64_t deadline)
         w->pending++;
     }
     n->deadline = deadline;
-    place(w, n);
+    place(w, n, w->chain++);
     set_owner(n, w);
     return 0;
 }
 
-int tw_node_arm_at(struct tw_wheel *w, struct tw_node *n, uint64_t deadline)
+/* Cancel n (both pointers checked by the caller). */
+static inline __attribute__((always_inline)) int cancel_node(struct tw_wheel *w,
+                                                             struct tw_node *n)
+{
+    if (!n->pprev)
+        return 0;
+    if (!owned_or_idle(w, n))
+        return TW_EINVAL;
+    unlink_node(w, n);
+    w->pending--;
+    return 1;
+}
+
+/* The checks of tw_node_arm_at, then the arm. */
+static inline __attribute__((always_inline)) int node_arm_at(struct tw_wheel *w,
+                                                             struct tw_node *n, uint64_t deadline)
 {
     if (!w || !n)
         return TW_EINVAL;
@@ -478,15 +525,20 @@ int tw_node_arm_at(struct tw_wheel *w, struct tw_node *n, uint64_t deadline)
     return rc;
 }
 
+int tw_node_arm_at(struct tw_wheel *w, struct tw_node *n, uint64_t deadline)
+{
+    return node_arm_at(w, n, deadline);
+}
+
 int tw_node_arm(struct tw_wheel *w, struct tw_node *n, uint64_t delay)
 {
     if (!w)
         return TW_EINVAL;
-    return tw_node_arm_at(w, n, saturating_add(w->now, delay));
+    return node_arm_at(w, n, saturating_add(w->now, delay));
 }
 
-int tw_node_arm_at_slack(struct tw_wheel *w, struct tw_node *n, uint64_t deadline,
-                         uint64_t slack)
+static inline __attribute__((always_inline)) int
+node_arm_at_slack(struct tw_wheel *w, struct tw_node *n, uint64_t deadline, uint64_t slack)
 {
     if (!w || !n)
         return TW_EINVAL;
@@ -500,24 +552,24 @@ int tw_node_arm_at_slack(struct tw_wheel *w, struct tw_node *n, uint64_t deadlin
     return rc;
 }
 
+int tw_node_arm_at_slack(struct tw_wheel *w, struct tw_node *n, uint64_t deadline,
+                         uint64_t slack)
+{
+    return node_arm_at_slack(w, n, deadline, slack);
+}
+
 int tw_node_arm_slack(struct tw_wheel *w, struct tw_node *n, uint64_t delay, uint64_t slack)
 {
     if (!w)
         return TW_EINVAL;
-    return tw_node_arm_at_slack(w, n, saturating_add(w->now, delay), slack);
+    return node_arm_at_slack(w, n, saturating_add(w->now, delay), slack);
 }
 
 int tw_node_cancel(struct tw_wheel *w, struct tw_node *n)
 {
     if (!w || !n)
         return TW_EINVAL;
-    if (!n->pprev)
-        return 0;
-    if (!owned_or_idle(w, n))
-        return TW_EINVAL;
-    unlink_node(w, n);
-    w->pending--;
-    return 1;
+    return cancel_node(w, n);
 }
 
 bool tw_node_pending(const struct tw_node *n)
@@ -540,38 +592,53 @@ int tw_timer_init(struct tw_timer *t, tw_timer_fn *fn, void *arg)
     return 0;
 }
 
-int tw_timer_arm_at(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline)
+/* The checks of tw_timer_arm_at, then the arm. */
+static inline __attribute__((always_inline)) int timer_arm_at(struct tw_wheel *w,
+                                                              struct tw_timer *t, uint64_t deadline)
 {
     if (!w || !t || !t->fn || !owned_or_idle(w, &t->node))
         return TW_EINVAL;
     return arm_node(w, &t->node, deadline);
 }
 
+int tw_timer_arm_at(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline)
+{
+    return timer_arm_at(w, t, deadline);
+}
+
 int tw_timer_arm(struct tw_wheel *w, struct tw_timer *t, uint64_t delay)
 {
     if (!w)
         return TW_EINVAL;
-    return tw_timer_arm_at(w, t, saturating_add(w->now, delay));
+    return timer_arm_at(w, t, saturating_add(w->now, delay));
 }
 
-int tw_timer_arm_at_slack(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline,
-                          uint64_t slack)
+static inline __attribute__((always_inline)) int
+timer_arm_at_slack(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline, uint64_t slack)
 {
     if (!w || !t || !t->fn || !owned_or_idle(w, &t->node))
         return TW_EINVAL;
     return arm_node_slack(w, &t->node, deadline, slack);
 }
 
+int tw_timer_arm_at_slack(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline,
+                          uint64_t slack)
+{
+    return timer_arm_at_slack(w, t, deadline, slack);
+}
+
 int tw_timer_arm_slack(struct tw_wheel *w, struct tw_timer *t, uint64_t delay, uint64_t slack)
 {
     if (!w)
         return TW_EINVAL;
-    return tw_timer_arm_at_slack(w, t, saturating_add(w->now, delay), slack);
+    return timer_arm_at_slack(w, t, saturating_add(w->now, delay), slack);
 }
 
 int tw_timer_cancel(struct tw_wheel *w, struct tw_timer *t)
 {
-    return t ? tw_node_cancel(w, &t->node) : TW_EINVAL;
+    if (!w || !t)
+        return TW_EINVAL;
+    return cancel_node(w, &t->node);
 }
 
 bool tw_timer_pending(const struct tw_timer *t)
@@ -678,10 +745,10 @@ int tw_timer_arm_from(struct tw_wheel *w, struct tw_timer *t, uint64_t now, uint
 {
     /* An absolute deadline: a stale wheel cannot shorten it, and one already
      * past the caller's now is moved to the wheel's next tick by arm_at. */
-    return tw_timer_arm_at(w, t, saturating_add(now, delay));
+    return timer_arm_at(w, t, saturating_add(now, delay));
 }
 
 int tw_node_arm_from(struct tw_wheel *w, struct tw_node *n, uint64_t now, uint64_t delay)
 {
-    return tw_node_arm_at(w, n, saturating_add(now, delay));
+    return node_arm_at(w, n, saturating_add(now, delay));
 }
