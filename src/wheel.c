@@ -47,7 +47,9 @@
  * in which the planned tick and now differ) and L; with S = D/8 that is
  * usually none. Timers whose windows hold the same boundary share a tick and
  * fire together. A re-arm with slack is a no-op while the planned tick stays
- * inside the new window, and otherwise relocates at once rather than lazily:
+ * inside the new window, and otherwise relocates at once (to a late tick of
+ * the window, plan_late, since a timer pushed back once is likely to be
+ * pushed back again) rather than lazily:
  * a lazy re-arm moves the timer in a later advance, which is the very tick
  * work slack exists to remove (W2 in bench/README.md shows both sides).
  *
@@ -92,16 +94,6 @@ _Static_assert(LEVELS <= 32, "levels bitmap is 32 bits wide");
 _Static_assert(CHAINS >= 1 && (CHAINS & (CHAINS - 1)) == 0, "chains: a power of two");
 
 /* ---- small helpers -------------------------------------------------------- */
-
-static inline unsigned level_of(uint64_t diff) /* diff != 0 */
-{
-    return (unsigned)(63 - __builtin_clzll(diff)) / SLOT_BITS;
-}
-
-static inline unsigned digit_of(uint64_t tick, unsigned level)
-{
-    return (unsigned)((tick >> (level * SLOT_BITS)) & SLOT_MASK);
-}
 
 /* The first tick of slot `slot` at `level`, in the block of the level above
  * that holds `now`. */
@@ -399,6 +391,25 @@ static inline uint64_t plan_tick(uint64_t first, uint64_t last)
     return ((first - 1) | mask) + 1; /* <= last, so no overflow */
 }
 
+/* The tick at which a pending timer pushed back into [first, last] is
+ * planned: the latest boundary in the window of the highest level L that has
+ * one there if L is 1, of level L - 1 if L >= 2 (the window's last tick if L
+ * is 0). A timer re-armed while pending is likely to be re-armed again (a
+ * heartbeat, an idle timeout): planned late, it stays inside the next
+ * windows longer, so more of its re-arms cost nothing. The price, for L >= 2,
+ * is one move more than plan_tick's tick would take if it does come due. */
+static inline uint64_t plan_late(uint64_t first, uint64_t last)
+{
+    if (last == first)
+        return first;
+    unsigned shift = shift_by_bit[(unsigned)__builtin_clzll((first - 1) ^ last) ^ 63u];
+    if (shift > SLOT_BITS)
+        shift -= SLOT_BITS;
+    /* plan_tick's boundary is a multiple of 2^shift in the window: the
+     * result is >= it, so >= first. */
+    return last & ~((UINT64_C(1) << shift) - 1);
+}
+
 /* Debug builds (TWHEEL_DEBUG): a pending node remembers its wheel, and the
  * public arm and cancel calls refuse a node pending on another wheel. In
  * release builds both are nothing at all. */
@@ -442,10 +453,11 @@ arm_node_slack(struct tw_wheel *w, struct tw_node *n, uint64_t deadline, uint64_
             return 0;
         unlink_node(w, n);
         w->moves++; /* relocated now instead of by a later advance */
+        n->deadline = plan_late(deadline, last);
     } else {
         w->pending++;
+        n->deadline = plan_tick(deadline, last);
     }
-    n->deadline = plan_tick(deadline, last);
     place(w, n, w->chain++);
     set_owner(n, w);
     return 0;

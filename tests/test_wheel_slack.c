@@ -147,6 +147,32 @@ static void test_highest_boundary_in_window(void)
     }
 }
 
+/* A timer pushed back while pending is planned at the latest boundary of
+ * the level below the highest one in its window, so that the next re-arms
+ * (heartbeats) find it inside their windows longer and cost nothing. */
+static void test_pushed_back_planned_late(void)
+{
+    struct tw_wheel w;
+    struct rec r;
+    tw_wheel_init(&w, 0);
+    rec_init(&r, &w);
+    CHECK_EQ_INT(tw_timer_arm_slack(&w, &r.timer, 30000, 3750), 0);
+    CHECK_EQ_U64(tw_timer_deadline(&r.timer), 32768); /* fresh: the level-2 boundary */
+    tw_wheel_advance(&w, 3500);
+    CHECK_EQ_INT(tw_timer_arm_slack(&w, &r.timer, 30000, 3750), 0); /* [33500, 37250] */
+    CHECK_EQ_U64(tw_timer_deadline(&r.timer), 37248); /* latest multiple of 64, not 36864 */
+    tw_wheel_advance(&w, 7000);
+    CHECK_EQ_INT(tw_timer_arm_slack(&w, &r.timer, 30000, 3750), 0); /* [37000, 40750] */
+    CHECK_EQ_U64(tw_timer_deadline(&r.timer), 37248); /* kept: free */
+    CHECK_EQ_U64(tw_wheel_moves(&w), 1);
+    /* It fires at its planned tick, never early; one move on the way (its
+     * level-2 slot hands it to level 1). */
+    CHECK_EQ_INT(tw_wheel_advance(&w, 37247), 0);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 37248), 1);
+    CHECK_EQ_U64(r.fired_at, 37248);
+    CHECK_EQ_U64(tw_wheel_moves(&w), 2);
+}
+
 /* Re-arming with slack is free while the planned tick is inside the new
  * window, and relocates at once otherwise (no lazy move for a later advance);
  * an exact re-arm makes the timer exact again; cancel works as ever. */
@@ -164,10 +190,12 @@ static void test_rearm_and_cancel(void)
     tw_wheel_advance(&w, 3000);
     CHECK_EQ_INT(tw_timer_arm_slack(&w, &r.timer, 30000, 3750), 0); /* [33000, 36750] */
     uint64_t p = tw_timer_deadline(&r.timer);
-    CHECK_EQ_U64(p, 33024); /* the window holds no multiple of 4096: 64 */
+    /* Pushed back: planned late. The window holds no multiple of 4096, so
+     * the latest multiple of 64 in it. */
+    CHECK_EQ_U64(p, 36736);
     CHECK_EQ_U64(tw_wheel_moves(&w), 1); /* relocated at once, and counted */
     /* Nothing is due at the old tick; the one move there is its level-2
-     * slot handing it to level 1 (33024 is not a multiple of 4096). */
+     * slot handing it to level 1 (36736 is not a multiple of 4096). */
     CHECK_EQ_INT(tw_wheel_advance(&w, 32768), 0);
     CHECK_EQ_U64(tw_wheel_moves(&w), 2);
     CHECK_EQ_INT(tw_wheel_advance(&w, p - 1), 0);
@@ -289,6 +317,7 @@ int main(void)
     RUN(test_planned_on_a_boundary_fired_together);
     RUN(test_highest_boundary_in_window);
     RUN(test_rearm_and_cancel);
+    RUN(test_pushed_back_planned_late);
     RUN(test_periodic_keeps_phase);
     RUN(test_bare_nodes);
     return test_summary();

@@ -64,6 +64,12 @@
  *    new window (nothing to do), else is relocated at once, never lazily, so
  *    that a re-arm leaves no move for a later advance; re-armed with an exact
  *    function it is exact again; cancelling works as for any timer;
+ *  - relocated while pending (pushed back, as a heartbeat or an idle timeout
+ *    does), it is planned late instead: at the latest boundary in the window
+ *    of the highest level L that has one there if L is 1, of level L - 1 if
+ *    L >= 2. Its next re-arms then find it inside their windows longer and
+ *    cost nothing (W2: 25% fewer relocations); if it does come due, that
+ *    costs at most one move more than the early plan;
  *  - D <= now means now + 1, as for exact timers (the window is then
  *    [now + 1, now + 1 + S]); S = 0 is exact;
  *  - a periodic timer with slack keeps its phase: its n-th fire happens in
