@@ -131,16 +131,43 @@ static inline void mark_empty(struct tw_wheel *w, unsigned level, unsigned slot)
         w->levels &= ~(UINT32_C(1) << level);
 }
 
+/* Level 1's sub-slots: a level-1 slot's 64 ticks in SUBS parts of SUB_WIDTH
+ * ticks (as many parts as chains: 16 ticks). */
+#define SUBS CHAINS
+#define SUB_WIDTH (TW_WHEEL_SLOTS / SUBS)
+_Static_assert(SUB_WIDTH >= 2 && SUB_WIDTH * SUBS == TW_WHEEL_SLOTS, "sub-slots split a slot");
+
+/* Whether level-1 slot `slot` holds nothing, in its chains or sub-lists. */
+static inline bool level1_slot_empty(const struct tw_wheel *w, size_t slot)
+{
+    for (unsigned c = 0; c < CHAINS; c++)
+        if (w->slots[1][slot][c] || w->sub[slot][c])
+            return false;
+    return true;
+}
+
 /* The cold half of unlinking: `link`, a list head, was left NULL; if it is a
- * chain of a slot whose other chains are empty too, the slot is empty now.
- * Written with few live values so that, inlined, it costs the hot paths no
- * stack frame. */
+ * chain (or a level-1 sub-list) of a slot whose other lists are empty too,
+ * the slot is empty now. Written with few live values so that, inlined, it
+ * costs the hot paths no stack frame. */
 static inline void chain_emptied(struct tw_wheel *w, struct tw_node **link)
 {
     size_t off = (size_t)((uintptr_t)link - (uintptr_t)&w->slots[0][0][0]);
-    if (off >= sizeof w->slots)
+    if (off >= sizeof w->slots) {
+        off = (size_t)((uintptr_t)link - (uintptr_t)&w->sub[0][0]);
+        if (off >= sizeof w->sub)
+            return; /* a link inside a node */
+        size_t slot = off / (sizeof(struct tw_node *) * SUBS);
+        if (level1_slot_empty(w, slot))
+            mark_empty(w, 1, (unsigned)slot);
         return;
+    }
     size_t idx = off / (sizeof(struct tw_node *) * CHAINS); /* level * 64 + slot */
+    if (idx / TW_WHEEL_SLOTS == 1) {
+        if (level1_slot_empty(w, idx % TW_WHEEL_SLOTS))
+            mark_empty(w, 1, (unsigned)(idx % TW_WHEEL_SLOTS));
+        return;
+    }
     struct tw_node *const *chains = &w->slots[0][0][0] + idx * CHAINS;
     for (unsigned c = 0; c < CHAINS; c++)
         if (chains[c])
@@ -198,6 +225,63 @@ static inline void place(struct tw_wheel *w, struct tw_node *t, unsigned chain)
         mark_occupied(w, (unsigned)(base / (TW_WHEEL_SLOTS * CHAINS)), (unsigned)slot);
 }
 
+/* Place a timer planned with slack. One whose tick is a sub-slot boundary
+ * (a multiple of 16, not of 64) and that lands at level 1 goes onto that
+ * sub-slot's list: when the level-1 slot comes due, the list goes down to
+ * level 0 in one piece (spliced, not walked), and fires from there at its
+ * tick, so it is never moved one by one. Others are placed as ever. */
+static inline void place_planned(struct tw_wheel *w, struct tw_node *t, unsigned chain)
+{
+    uint64_t p = t->deadline, diff = p ^ w->now;
+    if ((p & (SUB_WIDTH - 1)) || !(p & SLOT_MASK) || diff < TW_WHEEL_SLOTS ||
+        diff >= (uint64_t)TW_WHEEL_SLOTS * TW_WHEEL_SLOTS) {
+        place(w, t, chain);
+        return;
+    }
+    size_t slot = (size_t)(p >> SLOT_BITS) & SLOT_MASK;
+    struct tw_node **head = &w->sub[slot][(p & SLOT_MASK) / SUB_WIDTH];
+    struct tw_node *first = *head;
+    t->next = first;
+    *head = t;
+    t->pprev = head;
+    if (first)
+        first->pprev = &t->next;
+    else
+        mark_occupied(w, 1, (unsigned)slot);
+}
+
+/* Level-1 slot `slot` came due at `tick` (now): hand each of its sub-lists
+ * to the level-0 slot of its tick, on an empty chain there (one store and
+ * one pprev fix), or timer by timer if that slot's chains are all in use.
+ * Returns the timers moved one by one. */
+static uint64_t hand_down_subs(struct tw_wheel *w, unsigned slot, unsigned *spread)
+{
+    uint64_t moved = 0;
+    for (unsigned q = 1; q < SUBS; q++) {
+        struct tw_node *list = w->sub[slot][q];
+        if (!list)
+            continue;
+        w->sub[slot][q] = NULL;
+        unsigned s0 = q * SUB_WIDTH; /* the level-0 slot of tick + 16q */
+        struct tw_node **chains = w->slots[0][s0];
+        unsigned c = 0;
+        while (c < CHAINS && chains[c])
+            c++;
+        if (c < CHAINS) {
+            chains[c] = list;
+            list->pprev = &chains[c];
+            mark_occupied(w, 0, s0);
+            continue;
+        }
+        for (struct tw_node *t = list, *next; t; t = next) {
+            next = t->next;
+            place(w, t, (*spread)++);
+            moved++;
+        }
+    }
+    return moved;
+}
+
 /* Move the timers of the next slot due at or before `limit` to their new
  * places or to the ready list, setting now to that slot's tick. Returns 0 if
  * no slot is due by `limit`. */
@@ -214,10 +298,10 @@ static int process_next_slot(struct tw_wheel *w, uint64_t limit)
         memcpy(chain, w->slots[level][slot], sizeof chain);
         memset(w->slots[level][slot], 0, sizeof chain);
         mark_empty(w, level, slot);
+        unsigned spread = w->chain;
+        uint64_t moved = level == 1 ? hand_down_subs(w, slot, &spread) : 0;
         /* Walk the chains side by side: their next loads are independent.
          * Moved timers are spread over the chains of their new slots in turn. */
-        unsigned spread = w->chain;
-        uint64_t moved = 0;
         for (unsigned live = CHAINS; live;) {
             live = 0;
             for (unsigned c = 0; c < CHAINS; c++) {
@@ -286,9 +370,13 @@ int64_t tw_wheel_destroy(struct tw_wheel *w)
     for (unsigned level = 0; level < LEVELS; level++) {
         for (uint64_t bits = w->occupied[level]; bits; bits &= bits - 1) {
             unsigned slot = (unsigned)__builtin_ctzll(bits);
-            for (unsigned c = 0; c < CHAINS; c++)
+            for (unsigned c = 0; c < CHAINS; c++) {
                 for (struct tw_node *t = w->slots[level][slot][c]; t; t = t->next, detached++)
                     t->pprev = NULL;
+                for (struct tw_node *t = level == 1 ? w->sub[slot][c] : NULL; t;
+                     t = t->next, detached++)
+                    t->pprev = NULL;
+            }
         }
     }
     uint64_t now = w->now;
@@ -387,6 +475,12 @@ static inline uint64_t plan_tick(uint64_t first, uint64_t last)
     if (last == first)
         return first;
     unsigned shift = shift_by_bit[(unsigned)__builtin_clzll((first - 1) ^ last) ^ 63u];
+    if (shift == 0) {
+        /* No multiple of 64 in the window: a sub-slot boundary if it holds
+         * one (place_planned keeps it from moving), else the first tick. */
+        uint64_t sub = ((first - 1) | (SUB_WIDTH - 1)) + 1;
+        return sub <= last && sub > first - 1 ? sub : first;
+    }
     uint64_t mask = (UINT64_C(1) << shift) - 1; /* shift <= 60 */
     return ((first - 1) | mask) + 1; /* <= last, so no overflow */
 }
@@ -405,6 +499,10 @@ static inline uint64_t plan_late(uint64_t first, uint64_t last)
     unsigned shift = shift_by_bit[(unsigned)__builtin_clzll((first - 1) ^ last) ^ 63u];
     if (shift > SLOT_BITS)
         shift -= SLOT_BITS;
+    if (shift == 0) { /* the latest sub-slot boundary, else the last tick */
+        uint64_t sub = last & ~(uint64_t)(SUB_WIDTH - 1);
+        return sub >= first ? sub : last;
+    }
     /* plan_tick's boundary is a multiple of 2^shift in the window: the
      * result is >= it, so >= first. */
     return last & ~((UINT64_C(1) << shift) - 1);
@@ -458,7 +556,7 @@ arm_node_slack(struct tw_wheel *w, struct tw_node *n, uint64_t deadline, uint64_
         w->pending++;
         n->deadline = plan_tick(deadline, last);
     }
-    place(w, n, w->chain++);
+    place_planned(w, n, w->chain++);
     set_owner(n, w);
     return 0;
 }

@@ -173,6 +173,66 @@ static void test_pushed_back_planned_late(void)
     CHECK_EQ_U64(tw_wheel_moves(&w), 2);
 }
 
+/* A window with no multiple of 64 but a multiple of 16 is planned on that
+ * sub-slot boundary; at level 1 such timers wait on the slot's sub-list and
+ * go down to level 0 as one list when the slot comes due: no timer of it is
+ * moved one by one. Cancel, exact and lazy re-arms, relocation and destroy
+ * work on them as on any timer. */
+static void test_sub_slots(void)
+{
+    struct tw_wheel w;
+    struct rec r[4];
+    tw_wheel_init(&w, 0);
+    for (int i = 0; i < 4; i++)
+        rec_init(&r[i], &w);
+    CHECK_EQ_INT(tw_timer_arm_at_slack(&w, &r[0].timer, 200, 20), 0); /* [200, 220] */
+    CHECK_EQ_INT(tw_timer_arm_at_slack(&w, &r[1].timer, 195, 30), 0); /* [195, 225] */
+    CHECK_EQ_INT(tw_timer_arm_at(&w, &r[2].timer, 208), 0);           /* exact */
+    CHECK_EQ_U64(tw_timer_deadline(&r[0].timer), 208);
+    CHECK_EQ_U64(tw_timer_deadline(&r[1].timer), 208);
+    CHECK_EQ_U64(tw_wheel_next_expiry(&w), 192); /* their level-1 slot */
+    CHECK_EQ_INT(tw_wheel_advance(&w, 207), 0);
+    CHECK_EQ_U64(tw_wheel_moves(&w), 1); /* the exact one; the sub-list went down whole */
+    CHECK_EQ_U64(tw_wheel_next_expiry(&w), 208);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 208), 3);
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ_U64(r[i].fired_at, 208);
+
+    /* Cancel from a sub-list empties the slot. */
+    CHECK_EQ_INT(tw_timer_arm_slack(&w, &r[0].timer, 200, 20), 0); /* [408, 428] */
+    CHECK_EQ_U64(tw_timer_deadline(&r[0].timer), 416);
+    CHECK_EQ_INT(tw_timer_cancel(&w, &r[0].timer), 1);
+    CHECK_EQ_U64(tw_wheel_pending(&w), 0);
+    CHECK_EQ_U64(tw_wheel_next_expiry(&w), TW_NEVER);
+
+    /* An exact later re-arm is lazy there too; an earlier one relocates. */
+    CHECK_EQ_INT(tw_timer_arm_slack(&w, &r[0].timer, 200, 20), 0); /* 416 */
+    CHECK_EQ_INT(tw_timer_arm_at(&w, &r[0].timer, 430), 0);
+    CHECK_EQ_U64(tw_timer_deadline(&r[0].timer), 430);
+    CHECK_EQ_INT(tw_timer_arm_slack(&w, &r[1].timer, 200, 20), 0); /* 416 */
+    CHECK_EQ_INT(tw_timer_arm_at(&w, &r[1].timer, 300), 0);
+    CHECK_EQ_INT(tw_timer_arm_slack(&w, &r[2].timer, 200, 20), 0); /* 416 */
+    CHECK_EQ_INT(tw_timer_arm_slack(&w, &r[2].timer, 300, 40), 0); /* pushed back */
+    CHECK(tw_timer_deadline(&r[2].timer) >= 508 && tw_timer_deadline(&r[2].timer) <= 548);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 299), 0);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 300), 1);
+    CHECK_EQ_U64(r[1].fired_at, 300);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 429), 0);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 430), 1);
+    CHECK_EQ_U64(r[0].fired_at, 430);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 600), 1);
+    CHECK(r[2].fired_at >= 508 && r[2].fired_at <= 548);
+
+    /* Destroy detaches sub-list timers too. */
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ_INT(tw_timer_arm_slack(&w, &r[i].timer, 200, 20), 0);
+    CHECK_EQ_INT(tw_timer_arm_at_slack(&w, &r[3].timer, tw_wheel_now(&w) + 5000, 0), 0);
+    CHECK_EQ_INT((int)tw_wheel_destroy(&w), 4);
+    for (int i = 0; i < 4; i++)
+        CHECK(!tw_timer_pending(&r[i].timer));
+    CHECK_EQ_U64(tw_wheel_next_expiry(&w), TW_NEVER);
+}
+
 /* Re-arming with slack is free while the planned tick is inside the new
  * window, and relocates at once otherwise (no lazy move for a later advance);
  * an exact re-arm makes the timer exact again; cancel works as ever. */
@@ -318,6 +378,7 @@ int main(void)
     RUN(test_highest_boundary_in_window);
     RUN(test_rearm_and_cancel);
     RUN(test_pushed_back_planned_late);
+    RUN(test_sub_slots);
     RUN(test_periodic_keeps_phase);
     RUN(test_bare_nodes);
     return test_summary();
