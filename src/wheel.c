@@ -104,6 +104,14 @@ static inline uint64_t slot_tick(uint64_t now, unsigned level, unsigned slot)
     return above | ((uint64_t)slot << (level * SLOT_BITS));
 }
 
+/* The first tick of the earliest occupied slot (w->levels != 0): no timer
+ * is due before it. */
+static inline uint64_t first_slot_tick(const struct tw_wheel *w)
+{
+    unsigned level = (unsigned)__builtin_ctz(w->levels);
+    return slot_tick(w->now, level, (unsigned)__builtin_ctzll(w->occupied[level]));
+}
+
 static inline uint64_t saturating_add(uint64_t a, uint64_t b)
 {
     return a > UINT64_MAX - b ? UINT64_MAX : a + b;
@@ -285,7 +293,7 @@ static uint64_t hand_down_subs(struct tw_wheel *w, unsigned slot, unsigned *spre
 /* Move the timers of the next slot due at or before `limit` to their new
  * places or to the ready list, setting now to that slot's tick. Returns 0 if
  * no slot is due by `limit`. */
-static int process_next_slot(struct tw_wheel *w, uint64_t limit)
+static __attribute__((noinline)) int process_next_slot(struct tw_wheel *w, uint64_t limit)
 {
     while (w->levels) {
         unsigned level = (unsigned)__builtin_ctz(w->levels);
@@ -330,7 +338,7 @@ static int process_next_slot(struct tw_wheel *w, uint64_t limit)
 
 /* Pop the next timer due by `limit`, or NULL (then now == limit, or stays if
  * limit is in the past). */
-static struct tw_node *pop_due(struct tw_wheel *w, uint64_t limit)
+static inline struct tw_node *pop_due(struct tw_wheel *w, uint64_t limit)
 {
     if (!w->ready) {
         if (limit <= w->now)
@@ -390,8 +398,16 @@ int64_t tw_wheel_advance(struct tw_wheel *w, uint64_t now)
         return TW_EINVAL;
     if (w->advancing)
         return TW_EBUSY;
-    if (now <= w->now && !w->ready)
-        return 0;
+    if (!w->ready) {
+        if (now <= w->now)
+            return 0;
+        /* Nothing due by `now` (most ticks of a busy loop): move time, done. */
+        if (!w->levels || first_slot_tick(w) > now) {
+            w->now = now;
+            w->target = now;
+            return 0;
+        }
+    }
     if (now < w->now) /* timers left ready by the pull interface are due now */
         now = w->now;
     int64_t fired = 0;
@@ -437,8 +453,7 @@ uint64_t tw_wheel_next_expiry(const struct tw_wheel *w)
         return w->now;
     if (!w->levels)
         return TW_NEVER;
-    unsigned level = (unsigned)__builtin_ctz(w->levels);
-    return slot_tick(w->now, level, (unsigned)__builtin_ctzll(w->occupied[level]));
+    return first_slot_tick(w);
 }
 
 uint64_t tw_wheel_timeout(const struct tw_wheel *w)
