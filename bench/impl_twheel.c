@@ -84,7 +84,8 @@ static void tws_advance_to(void *p, uint64_t now)
 {
     struct tws *s = p;
     tw_wheel_advance(&s->wheel, now);
-    s->now = tw_wheel_now(&s->wheel);
+    if (now > s->now)
+        s->now = now;
 }
 
 static uint64_t tws_next_deadline(void *p)

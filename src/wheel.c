@@ -143,7 +143,7 @@ static inline void mark_empty(struct tw_wheel *w, unsigned level, unsigned slot)
  * ticks (as many parts as chains: 16 ticks). */
 #define SUBS CHAINS
 #define SUB_WIDTH (TW_WHEEL_SLOTS / SUBS)
-_Static_assert(SUB_WIDTH >= 2 && SUB_WIDTH * SUBS == TW_WHEEL_SLOTS, "sub-slots split a slot");
+_Static_assert(SUBS == 4 && SUB_WIDTH * SUBS == TW_WHEEL_SLOTS, "sub-slots split a slot in 4 (process_next_slot looks at 1..3)");
 
 /* Whether level-1 slot `slot` holds nothing, in its chains or sub-lists. */
 static inline bool level1_slot_empty(const struct tw_wheel *w, size_t slot)
@@ -262,7 +262,7 @@ static inline void place_planned(struct tw_wheel *w, struct tw_node *t, unsigned
  * to the level-0 slot of its tick, on an empty chain there (one store and
  * one pprev fix), or timer by timer if that slot's chains are all in use.
  * Returns the timers moved one by one. */
-static uint64_t hand_down_subs(struct tw_wheel *w, unsigned slot, unsigned *spread)
+static __attribute__((noinline)) uint64_t hand_down_subs(struct tw_wheel *w, unsigned slot, unsigned *spread)
 {
     uint64_t moved = 0;
     for (unsigned q = 1; q < SUBS; q++) {
@@ -307,7 +307,9 @@ static __attribute__((noinline)) int process_next_slot(struct tw_wheel *w, uint6
         memset(w->slots[level][slot], 0, sizeof chain);
         mark_empty(w, level, slot);
         unsigned spread = w->chain;
-        uint64_t moved = level == 1 ? hand_down_subs(w, slot, &spread) : 0;
+        uint64_t moved = 0;
+        if (level == 1 && (w->sub[slot][1] || w->sub[slot][2] || w->sub[slot][3]))
+            moved = hand_down_subs(w, slot, &spread);
         /* Walk the chains side by side: their next loads are independent.
          * Moved timers are spread over the chains of their new slots in turn. */
         for (unsigned live = CHAINS; live;) {
@@ -348,8 +350,11 @@ static inline struct tw_node *pop_due(struct tw_wheel *w, uint64_t limit)
             return NULL;
         }
     }
-    struct tw_node *t = w->ready;
-    unlink_node(w, t);
+    struct tw_node *t = w->ready; /* the ready list's head: no slot to update */
+    w->ready = t->next;
+    if (t->next)
+        t->next->pprev = &w->ready;
+    t->pprev = NULL;
     w->pending--;
     return t;
 }
@@ -401,8 +406,14 @@ int64_t tw_wheel_advance(struct tw_wheel *w, uint64_t now)
     if (!w->ready) {
         if (now <= w->now)
             return 0;
-        /* Nothing due by `now` (most ticks of a busy loop): move time, done. */
-        if (!w->levels || first_slot_tick(w) > now) {
+        /* Nothing due by `now` (most ticks of a busy loop): move time, done.
+         * A cheap lower bound on the first slot's tick: level 0's lowest
+         * occupied slot, or else the next multiple of 64 (every slot of a
+         * higher level starts at one, strictly ahead); 0 if that wraps. */
+        uint64_t bound = w->levels & 1
+                             ? (w->now & ~SLOT_MASK) | (uint64_t)__builtin_ctzll(w->occupied[0])
+                             : (w->now | SLOT_MASK) + 1;
+        if (now < bound) {
             w->now = now;
             w->target = now;
             return 0;
