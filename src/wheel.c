@@ -40,8 +40,8 @@
  * Slack: a timer allowed to fire anywhere in [D, D + S] is planned at the
  * earliest slot boundary of the highest level that falls in that window
  * (plan_tick), and that planned tick is simply its deadline from then on:
- * nothing else in the wheel knows about slack, and the exact paths are the
- * same instructions as before slack existed. A timer planned at a boundary of
+ * apart from the sub-slots below, nothing else in the wheel knows about
+ * slack, and the exact paths pay nothing for it. A timer planned at a boundary of
  * level L fires straight from the level-L slot it reaches, so it moves at
  * most through the levels between the one it is placed at (the highest bit
  * in which the planned tick and now differ) and L; with S = D/8 that is
@@ -52,6 +52,15 @@
  * pushed back again) rather than lazily:
  * a lazy re-arm moves the timer in a later advance, which is the very tick
  * work slack exists to remove (W2 in bench/README.md shows both sides).
+ *
+ * Sub-slots: a window with no multiple of 64 (short delays: W3's 160-240
+ * ticks with 1/8 slack hold one only 40% of the time) is planned on a
+ * multiple of 16 if it holds one. Such a timer, placed at level 1, waits on
+ * one of its slot's three sub-lists (sub[slot][q], tick 16q of the slot)
+ * instead of a chain; when the slot comes due, level 0 is empty (its slots
+ * all lie before), and each sub-list is spliced whole onto a chain of the
+ * level-0 slot of its tick: one store and one pprev fix for the lot, where
+ * the chains' timers are moved one by one. Exact timers never use them.
  *
  * Firing: the timers due at one tick are first collected on the `ready` list,
  * then their callbacks run one by one. A callback may cancel or re-arm any

@@ -59,7 +59,10 @@
  *    lands at that level without being moved down, and fires together with
  *    every timer whose window holds the same boundary (with S = 1/8 of the
  *    delay, a timer due 30000 ticks ahead is rounded up to a multiple of
- *    4096 ticks);
+ *    4096 ticks); a window with no multiple of 64 is planned on its earliest
+ *    multiple of 16 if it holds one (level 1 keeps such timers on sub-slot
+ *    lists that go down to level 0 whole, so they are not moved one by one
+ *    either), else on D;
  *  - re-armed with slack, stays where it is if its planned tick is inside the
  *    new window (nothing to do), else is relocated at once, never lazily, so
  *    that a re-arm leaves no move for a later advance; re-armed with an exact
