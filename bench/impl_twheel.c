@@ -19,6 +19,7 @@ struct tws {
     bench_fire_fn *fire;
     void *ctx;
     uint64_t *target;
+    uint64_t now; /* the wheel's time, kept here: what a caller knows anyway */
 };
 
 static void tws_fire(struct tw_timer *t, void *arg)
@@ -44,6 +45,7 @@ static void *tws_create(const struct bench_setup *setup)
     s->fire = setup->fire;
     s->ctx = setup->ctx;
     s->target = setup->target;
+    s->now = setup->now;
     return s;
 }
 
@@ -66,7 +68,7 @@ static void tws_arm(void *p, uint32_t id, uint64_t deadline)
 static void tws_arm_slack(void *p, uint32_t id, uint64_t deadline)
 {
     struct tws *s = p;
-    uint64_t delay = deadline - tw_wheel_now(&s->wheel);
+    uint64_t delay = deadline - s->now;
     tw_timer_arm_at_slack(&s->wheel, &s->timers[id], deadline,
                           tw_slack_fraction(delay, TWS_SLACK_SHIFT));
 }
@@ -82,6 +84,8 @@ static void tws_advance_to(void *p, uint64_t now)
 {
     struct tws *s = p;
     tw_wheel_advance(&s->wheel, now);
+    if (now > s->now)
+        s->now = now;
 }
 
 static uint64_t tws_next_deadline(void *p)

@@ -40,16 +40,27 @@
  * Slack: a timer allowed to fire anywhere in [D, D + S] is planned at the
  * earliest slot boundary of the highest level that falls in that window
  * (plan_tick), and that planned tick is simply its deadline from then on:
- * nothing else in the wheel knows about slack, and the exact paths are the
- * same instructions as before slack existed. A timer planned at a boundary of
+ * apart from the sub-slots below, nothing else in the wheel knows about
+ * slack, and the exact paths pay nothing for it. A timer planned at a boundary of
  * level L fires straight from the level-L slot it reaches, so it moves at
  * most through the levels between the one it is placed at (the highest bit
  * in which the planned tick and now differ) and L; with S = D/8 that is
  * usually none. Timers whose windows hold the same boundary share a tick and
  * fire together. A re-arm with slack is a no-op while the planned tick stays
- * inside the new window, and otherwise relocates at once rather than lazily:
+ * inside the new window, and otherwise relocates at once (to a late tick of
+ * the window, plan_late, since a timer pushed back once is likely to be
+ * pushed back again) rather than lazily:
  * a lazy re-arm moves the timer in a later advance, which is the very tick
  * work slack exists to remove (W2 in bench/README.md shows both sides).
+ *
+ * Sub-slots: a window with no multiple of 64 (short delays: W3's 160-240
+ * ticks with 1/8 slack hold one only 40% of the time) is planned on a
+ * multiple of 16 if it holds one. Such a timer, placed at level 1, waits on
+ * one of its slot's three sub-lists (sub[slot][q], tick 16q of the slot)
+ * instead of a chain; when the slot comes due, level 0 is empty (its slots
+ * all lie before), and each sub-list is spliced whole onto a chain of the
+ * level-0 slot of its tick: one store and one pprev fix for the lot, where
+ * the chains' timers are moved one by one. Exact timers never use them.
  *
  * Firing: the timers due at one tick are first collected on the `ready` list,
  * then their callbacks run one by one. A callback may cancel or re-arm any
@@ -93,16 +104,6 @@ _Static_assert(CHAINS >= 1 && (CHAINS & (CHAINS - 1)) == 0, "chains: a power of 
 
 /* ---- small helpers -------------------------------------------------------- */
 
-static inline unsigned level_of(uint64_t diff) /* diff != 0 */
-{
-    return (unsigned)(63 - __builtin_clzll(diff)) / SLOT_BITS;
-}
-
-static inline unsigned digit_of(uint64_t tick, unsigned level)
-{
-    return (unsigned)((tick >> (level * SLOT_BITS)) & SLOT_MASK);
-}
-
 /* The first tick of slot `slot` at `level`, in the block of the level above
  * that holds `now`. */
 static inline uint64_t slot_tick(uint64_t now, unsigned level, unsigned slot)
@@ -110,6 +111,14 @@ static inline uint64_t slot_tick(uint64_t now, unsigned level, unsigned slot)
     unsigned shift = (level + 1) * SLOT_BITS;
     uint64_t above = shift >= 64 ? 0 : now & ~((UINT64_C(1) << shift) - 1);
     return above | ((uint64_t)slot << (level * SLOT_BITS));
+}
+
+/* The first tick of the earliest occupied slot (w->levels != 0): no timer
+ * is due before it. */
+static inline uint64_t first_slot_tick(const struct tw_wheel *w)
+{
+    unsigned level = (unsigned)__builtin_ctz(w->levels);
+    return slot_tick(w->now, level, (unsigned)__builtin_ctzll(w->occupied[level]));
 }
 
 static inline uint64_t saturating_add(uint64_t a, uint64_t b)
@@ -126,25 +135,6 @@ static inline void list_push(struct tw_node **head, struct tw_node *t)
     t->pprev = head;
 }
 
-/* If `link` is one of the wheel's chain heads, the flat index of its slot
- * (level * TW_WHEEL_SLOTS + slot); else -1. */
-static inline long slot_index(const struct tw_wheel *w, struct tw_node **link)
-{
-    uintptr_t base = (uintptr_t)&w->slots[0][0][0];
-    uintptr_t off = (uintptr_t)link - base;
-    if (off >= sizeof w->slots)
-        return -1;
-    return (long)(off / (sizeof(struct tw_node *) * CHAINS));
-}
-
-static inline int slot_is_empty(const struct tw_wheel *w, unsigned level, unsigned slot)
-{
-    for (unsigned c = 0; c < CHAINS; c++)
-        if (w->slots[level][slot][c])
-            return 0;
-    return 1;
-}
-
 static inline void mark_occupied(struct tw_wheel *w, unsigned level, unsigned slot)
 {
     w->occupied[level] |= UINT64_C(1) << slot;
@@ -158,37 +148,161 @@ static inline void mark_empty(struct tw_wheel *w, unsigned level, unsigned slot)
         w->levels &= ~(UINT32_C(1) << level);
 }
 
-/* Take a pending node out of its list; the caller decides what it becomes. */
-static void unlink_node(struct tw_wheel *w, struct tw_node *t)
+/* Level 1's sub-slots: a level-1 slot's 64 ticks in SUBS parts of SUB_WIDTH
+ * ticks (as many parts as chains: 16 ticks). */
+#define SUBS CHAINS
+#define SUB_WIDTH (TW_WHEEL_SLOTS / SUBS)
+_Static_assert(SUBS == 4 && SUB_WIDTH * SUBS == TW_WHEEL_SLOTS, "sub-slots split a slot in 4 (process_next_slot looks at 1..3)");
+
+/* Whether level-1 slot `slot` holds nothing, in its chains or sub-lists. */
+static inline bool level1_slot_empty(const struct tw_wheel *w, size_t slot)
+{
+    for (unsigned c = 0; c < CHAINS; c++)
+        if (w->slots[1][slot][c] || w->sub[slot][c])
+            return false;
+    return true;
+}
+
+/* The cold half of unlinking: `link`, a list head, was left NULL; if it is a
+ * chain (or a level-1 sub-list) of a slot whose other lists are empty too,
+ * the slot is empty now. Written with few live values so that, inlined, it
+ * costs the hot paths no stack frame. */
+static inline void chain_emptied(struct tw_wheel *w, struct tw_node **link)
+{
+    size_t off = (size_t)((uintptr_t)link - (uintptr_t)&w->slots[0][0][0]);
+    if (off >= sizeof w->slots) {
+        off = (size_t)((uintptr_t)link - (uintptr_t)&w->sub[0][0]);
+        if (off >= sizeof w->sub)
+            return; /* a link inside a node */
+        size_t slot = off / (sizeof(struct tw_node *) * SUBS);
+        if (level1_slot_empty(w, slot))
+            mark_empty(w, 1, (unsigned)slot);
+        return;
+    }
+    size_t idx = off / (sizeof(struct tw_node *) * CHAINS); /* level * 64 + slot */
+    if (idx / TW_WHEEL_SLOTS == 1) {
+        if (level1_slot_empty(w, idx % TW_WHEEL_SLOTS))
+            mark_empty(w, 1, (unsigned)(idx % TW_WHEEL_SLOTS));
+        return;
+    }
+    struct tw_node *const *chains = &w->slots[0][0][0] + idx * CHAINS;
+    for (unsigned c = 0; c < CHAINS; c++)
+        if (chains[c])
+            return;
+    mark_empty(w, (unsigned)(idx / TW_WHEEL_SLOTS), (unsigned)(idx % TW_WHEEL_SLOTS));
+}
+
+/* Take a pending node out of its list; the caller decides what it becomes.
+ * Only the last node of a chain can leave its slot empty, and only a chain
+ * head (or the ready list's) points at it then. */
+static inline void unlink_node(struct tw_wheel *w, struct tw_node *t)
 {
     struct tw_node **link = t->pprev;
-    *link = t->next;
-    if (t->next) {
-        t->next->pprev = link;
-    } else if (link != &w->ready && *link == NULL) {
-        long idx = slot_index(w, link); /* t was last in a chain of a slot? */
-        if (idx >= 0) {
-            unsigned level = (unsigned)idx / TW_WHEEL_SLOTS, slot = (unsigned)idx % TW_WHEEL_SLOTS;
-            if (slot_is_empty(w, level, slot))
-                mark_empty(w, level, slot);
-        }
-    }
+    struct tw_node *next = t->next;
+    *link = next;
+    if (next)
+        next->pprev = link;
+    else if (__builtin_expect(link != &w->ready, 1))
+        chain_emptied(w, link);
     t->pprev = NULL;
 }
 
-/* Place a timer whose deadline is > now into its slot. */
-static inline void place(struct tw_wheel *w, struct tw_node *t)
+/* Per highest differing bit b (0..63) of deadline ^ now, the level's digit
+ * shift (6 * level) and the flat index of its first chain head in w->slots
+ * (level * slots * chains): two L1-resident loads instead of a division by
+ * 6 and the multiplications around it, on every arm. */
+#define TW_B1(b) (((b) / SLOT_BITS) * SLOT_BITS)
+#define TW_B4(b) TW_B1(b), TW_B1((b) + 1), TW_B1((b) + 2), TW_B1((b) + 3)
+#define TW_B16(b) TW_B4(b), TW_B4((b) + 4), TW_B4((b) + 8), TW_B4((b) + 12)
+static const uint8_t shift_by_bit[64] = {TW_B16(0), TW_B16(16), TW_B16(32), TW_B16(48)};
+#undef TW_B1
+#define TW_B1(b) (((b) / SLOT_BITS) * TW_WHEEL_SLOTS * CHAINS)
+static const uint16_t base_by_bit[64] = {TW_B16(0), TW_B16(16), TW_B16(32), TW_B16(48)};
+#undef TW_B16
+#undef TW_B4
+#undef TW_B1
+
+/* Place a timer whose deadline is > now into its slot, on chain `chain` (any
+ * number: taken modulo TW_WHEEL_CHAINS). The occupancy bits change only when
+ * the chain was empty: a non-empty chain means the slot is marked already. */
+static inline void place(struct tw_wheel *w, struct tw_node *t, unsigned chain)
 {
-    unsigned level = level_of(t->deadline ^ w->now);
-    unsigned slot = digit_of(t->deadline, level);
-    list_push(&w->slots[level][slot][w->chain++ & (CHAINS - 1)], t);
-    mark_occupied(w, level, slot);
+    uint64_t deadline = t->deadline;
+    unsigned bit = (unsigned)__builtin_clzll(deadline ^ w->now) ^ 63u;
+    size_t slot = (size_t)(deadline >> shift_by_bit[bit]) & SLOT_MASK;
+    size_t base = base_by_bit[bit];
+    struct tw_node **head = &w->slots[0][0][0] + (base + slot * CHAINS + (chain & (CHAINS - 1)));
+    struct tw_node *first = *head;
+    t->next = first;
+    *head = t;
+    t->pprev = head;
+    if (__builtin_expect(first != NULL, 1))
+        first->pprev = &t->next;
+    else
+        mark_occupied(w, (unsigned)(base / (TW_WHEEL_SLOTS * CHAINS)), (unsigned)slot);
+}
+
+/* Place a timer planned with slack. One whose tick is a sub-slot boundary
+ * (a multiple of 16, not of 64) and that lands at level 1 goes onto that
+ * sub-slot's list: when the level-1 slot comes due, the list goes down to
+ * level 0 in one piece (spliced, not walked), and fires from there at its
+ * tick, so it is never moved one by one. Others are placed as ever. */
+static inline void place_planned(struct tw_wheel *w, struct tw_node *t, unsigned chain)
+{
+    uint64_t p = t->deadline, diff = p ^ w->now;
+    if ((p & (SUB_WIDTH - 1)) || !(p & SLOT_MASK) || diff < TW_WHEEL_SLOTS ||
+        diff >= (uint64_t)TW_WHEEL_SLOTS * TW_WHEEL_SLOTS) {
+        place(w, t, chain);
+        return;
+    }
+    size_t slot = (size_t)(p >> SLOT_BITS) & SLOT_MASK;
+    struct tw_node **head = &w->sub[slot][(p & SLOT_MASK) / SUB_WIDTH];
+    struct tw_node *first = *head;
+    t->next = first;
+    *head = t;
+    t->pprev = head;
+    if (first)
+        first->pprev = &t->next;
+    else
+        mark_occupied(w, 1, (unsigned)slot);
+}
+
+/* Level-1 slot `slot` came due at `tick` (now): hand each of its sub-lists
+ * to the level-0 slot of its tick, on an empty chain there (one store and
+ * one pprev fix), or timer by timer if that slot's chains are all in use.
+ * Returns the timers moved one by one. */
+static __attribute__((noinline)) uint64_t hand_down_subs(struct tw_wheel *w, unsigned slot, unsigned *spread)
+{
+    uint64_t moved = 0;
+    for (unsigned q = 1; q < SUBS; q++) {
+        struct tw_node *list = w->sub[slot][q];
+        if (!list)
+            continue;
+        w->sub[slot][q] = NULL;
+        unsigned s0 = q * SUB_WIDTH; /* the level-0 slot of tick + 16q */
+        struct tw_node **chains = w->slots[0][s0];
+        unsigned c = 0;
+        while (c < CHAINS && chains[c])
+            c++;
+        if (c < CHAINS) {
+            chains[c] = list;
+            list->pprev = &chains[c];
+            mark_occupied(w, 0, s0);
+            continue;
+        }
+        for (struct tw_node *t = list, *next; t; t = next) {
+            next = t->next;
+            place(w, t, (*spread)++);
+            moved++;
+        }
+    }
+    return moved;
 }
 
 /* Move the timers of the next slot due at or before `limit` to their new
  * places or to the ready list, setting now to that slot's tick. Returns 0 if
  * no slot is due by `limit`. */
-static int process_next_slot(struct tw_wheel *w, uint64_t limit)
+static __attribute__((noinline)) int process_next_slot(struct tw_wheel *w, uint64_t limit)
 {
     while (w->levels) {
         unsigned level = (unsigned)__builtin_ctz(w->levels);
@@ -201,7 +315,12 @@ static int process_next_slot(struct tw_wheel *w, uint64_t limit)
         memcpy(chain, w->slots[level][slot], sizeof chain);
         memset(w->slots[level][slot], 0, sizeof chain);
         mark_empty(w, level, slot);
-        /* Walk the chains side by side: their next loads are independent. */
+        unsigned spread = w->chain;
+        uint64_t moved = 0;
+        if (level == 1 && (w->sub[slot][1] || w->sub[slot][2] || w->sub[slot][3]))
+            moved = hand_down_subs(w, slot, &spread);
+        /* Walk the chains side by side: their next loads are independent.
+         * Moved timers are spread over the chains of their new slots in turn. */
         for (unsigned live = CHAINS; live;) {
             live = 0;
             for (unsigned c = 0; c < CHAINS; c++) {
@@ -215,11 +334,13 @@ static int process_next_slot(struct tw_wheel *w, uint64_t limit)
                 if (t->deadline <= tick) {
                     list_push(&w->ready, t);
                 } else {
-                    place(w, t);
-                    w->moves++;
+                    place(w, t, spread++);
+                    moved++;
                 }
             }
         }
+        w->chain = spread;
+        w->moves += moved;
         if (w->ready)
             return 1;
     }
@@ -228,7 +349,7 @@ static int process_next_slot(struct tw_wheel *w, uint64_t limit)
 
 /* Pop the next timer due by `limit`, or NULL (then now == limit, or stays if
  * limit is in the past). */
-static struct tw_node *pop_due(struct tw_wheel *w, uint64_t limit)
+static inline struct tw_node *pop_due(struct tw_wheel *w, uint64_t limit)
 {
     if (!w->ready) {
         if (limit <= w->now)
@@ -238,8 +359,11 @@ static struct tw_node *pop_due(struct tw_wheel *w, uint64_t limit)
             return NULL;
         }
     }
-    struct tw_node *t = w->ready;
-    unlink_node(w, t);
+    struct tw_node *t = w->ready; /* the ready list's head: no slot to update */
+    w->ready = t->next;
+    if (t->next)
+        t->next->pprev = &w->ready;
+    t->pprev = NULL;
     w->pending--;
     return t;
 }
@@ -268,9 +392,13 @@ int64_t tw_wheel_destroy(struct tw_wheel *w)
     for (unsigned level = 0; level < LEVELS; level++) {
         for (uint64_t bits = w->occupied[level]; bits; bits &= bits - 1) {
             unsigned slot = (unsigned)__builtin_ctzll(bits);
-            for (unsigned c = 0; c < CHAINS; c++)
+            for (unsigned c = 0; c < CHAINS; c++) {
                 for (struct tw_node *t = w->slots[level][slot][c]; t; t = t->next, detached++)
                     t->pprev = NULL;
+                for (struct tw_node *t = level == 1 ? w->sub[slot][c] : NULL; t;
+                     t = t->next, detached++)
+                    t->pprev = NULL;
+            }
         }
     }
     uint64_t now = w->now;
@@ -284,8 +412,22 @@ int64_t tw_wheel_advance(struct tw_wheel *w, uint64_t now)
         return TW_EINVAL;
     if (w->advancing)
         return TW_EBUSY;
-    if (now <= w->now && !w->ready)
-        return 0;
+    if (!w->ready) {
+        if (now <= w->now)
+            return 0;
+        /* Nothing due by `now` (most ticks of a busy loop): move time, done.
+         * A cheap lower bound on the first slot's tick: level 0's lowest
+         * occupied slot, or else the next multiple of 64 (every slot of a
+         * higher level starts at one, strictly ahead); 0 if that wraps. */
+        uint64_t bound = w->levels & 1
+                             ? (w->now & ~SLOT_MASK) | (uint64_t)__builtin_ctzll(w->occupied[0])
+                             : (w->now | SLOT_MASK) + 1;
+        if (now < bound) {
+            w->now = now;
+            w->target = now;
+            return 0;
+        }
+    }
     if (now < w->now) /* timers left ready by the pull interface are due now */
         now = w->now;
     int64_t fired = 0;
@@ -331,8 +473,7 @@ uint64_t tw_wheel_next_expiry(const struct tw_wheel *w)
         return w->now;
     if (!w->levels)
         return TW_NEVER;
-    unsigned level = (unsigned)__builtin_ctz(w->levels);
-    return slot_tick(w->now, level, (unsigned)__builtin_ctzll(w->occupied[level]));
+    return first_slot_tick(w);
 }
 
 uint64_t tw_wheel_timeout(const struct tw_wheel *w)
@@ -368,9 +509,38 @@ static inline uint64_t plan_tick(uint64_t first, uint64_t last)
 {
     if (last == first)
         return first;
-    unsigned shift = level_of((first - 1) ^ last) * SLOT_BITS;
-    uint64_t mask = shift ? (UINT64_C(1) << shift) - 1 : 0;
+    unsigned shift = shift_by_bit[(unsigned)__builtin_clzll((first - 1) ^ last) ^ 63u];
+    if (shift == 0) {
+        /* No multiple of 64 in the window: a sub-slot boundary if it holds
+         * one (place_planned keeps it from moving), else the first tick. */
+        uint64_t sub = ((first - 1) | (SUB_WIDTH - 1)) + 1;
+        return sub <= last && sub > first - 1 ? sub : first;
+    }
+    uint64_t mask = (UINT64_C(1) << shift) - 1; /* shift <= 60 */
     return ((first - 1) | mask) + 1; /* <= last, so no overflow */
+}
+
+/* The tick at which a pending timer pushed back into [first, last] is
+ * planned: the latest boundary in the window of the highest level L that has
+ * one there if L is 1, of level L - 1 if L >= 2 (the window's last tick if L
+ * is 0). A timer re-armed while pending is likely to be re-armed again (a
+ * heartbeat, an idle timeout): planned late, it stays inside the next
+ * windows longer, so more of its re-arms cost nothing. The price, for L >= 2,
+ * is one move more than plan_tick's tick would take if it does come due. */
+static inline uint64_t plan_late(uint64_t first, uint64_t last)
+{
+    if (last == first)
+        return first;
+    unsigned shift = shift_by_bit[(unsigned)__builtin_clzll((first - 1) ^ last) ^ 63u];
+    if (shift > SLOT_BITS)
+        shift -= SLOT_BITS;
+    if (shift == 0) { /* the latest sub-slot boundary, else the last tick */
+        uint64_t sub = last & ~(uint64_t)(SUB_WIDTH - 1);
+        return sub >= first ? sub : last;
+    }
+    /* plan_tick's boundary is a multiple of 2^shift in the window: the
+     * result is >= it, so >= first. */
+    return last & ~((UINT64_C(1) << shift) - 1);
 }
 
 /* Debug builds (TWHEEL_DEBUG): a pending node remembers its wheel, and the
@@ -401,25 +571,27 @@ static inline void set_owner(struct tw_node *n, struct tw_wheel *w)
  * checked by the caller). A pending node already planned inside the window
  * stays where it is; otherwise it is relocated at once, so that a later
  * advance never has to move it (see the file comment of wheel.h). */
-static int arm_node_slack(struct tw_wheel *w, struct tw_node *n, uint64_t deadline,
-                          uint64_t slack)
+static inline __attribute__((always_inline)) int
+arm_node_slack(struct tw_wheel *w, struct tw_node *n, uint64_t deadline, uint64_t slack)
 {
-    if (deadline <= w->now) {
+    if (__builtin_expect(deadline <= w->now, 0)) {
         if (w->now == UINT64_MAX)
             return TW_ERANGE;
         deadline = w->now + 1;
     }
     uint64_t last = saturating_add(deadline, slack);
     if (n->pprev) {
-        if (n->deadline >= deadline && n->deadline <= last && n->deadline > w->now)
+        /* Planned inside [deadline, last] (so still ahead of now): stay. */
+        if (n->deadline - deadline <= last - deadline)
             return 0;
         unlink_node(w, n);
         w->moves++; /* relocated now instead of by a later advance */
+        n->deadline = plan_late(deadline, last);
     } else {
         w->pending++;
+        n->deadline = plan_tick(deadline, last);
     }
-    n->deadline = plan_tick(deadline, last);
-    place(w, n);
+    place_planned(w, n, w->chain++);
     set_owner(n, w);
     return 0;
 }
@@ -437,10 +609,15 @@ int tw_node_init(struct tw_node *n)
     return 0;
 }
 
-/* Arm or re-arm n (both pointers checked by the caller). */
-static int arm_node(struct tw_wheel *w, struct tw_node *n, uint64_t deadline)
+/* Arm or re-arm n (both pointers checked by the caller). Inlined into each
+ * public entry: the arm is a few dozen instructions, a call is a tenth of it.
+ * Timers are spread over a slot's chains by the wheel's round-robin counter
+ * (the order in which timers due at one tick fire is unspecified, but this
+ * keeps it what it always was). */
+static inline __attribute__((always_inline)) int
+arm_node(struct tw_wheel *w, struct tw_node *n, uint64_t deadline)
 {
-    if (deadline <= w->now) {
+    if (__builtin_expect(deadline <= w->now, 0)) {
         if (w->now == UINT64_MAX)
             return TW_ERANGE;
         deadline = w->now + 1;
@@ -457,12 +634,27 @@ static int arm_node(struct tw_wheel *w, struct tw_node *n, uint64_t deadline)
         w->pending++;
     }
     n->deadline = deadline;
-    place(w, n);
+    place(w, n, w->chain++);
     set_owner(n, w);
     return 0;
 }
 
-int tw_node_arm_at(struct tw_wheel *w, struct tw_node *n, uint64_t deadline)
+/* Cancel n (both pointers checked by the caller). */
+static inline __attribute__((always_inline)) int cancel_node(struct tw_wheel *w,
+                                                             struct tw_node *n)
+{
+    if (!n->pprev)
+        return 0;
+    if (!owned_or_idle(w, n))
+        return TW_EINVAL;
+    unlink_node(w, n);
+    w->pending--;
+    return 1;
+}
+
+/* The checks of tw_node_arm_at, then the arm. */
+static inline __attribute__((always_inline)) int node_arm_at(struct tw_wheel *w,
+                                                             struct tw_node *n, uint64_t deadline)
 {
     if (!w || !n)
         return TW_EINVAL;
@@ -478,15 +670,20 @@ int tw_node_arm_at(struct tw_wheel *w, struct tw_node *n, uint64_t deadline)
     return rc;
 }
 
+int tw_node_arm_at(struct tw_wheel *w, struct tw_node *n, uint64_t deadline)
+{
+    return node_arm_at(w, n, deadline);
+}
+
 int tw_node_arm(struct tw_wheel *w, struct tw_node *n, uint64_t delay)
 {
     if (!w)
         return TW_EINVAL;
-    return tw_node_arm_at(w, n, saturating_add(w->now, delay));
+    return node_arm_at(w, n, saturating_add(w->now, delay));
 }
 
-int tw_node_arm_at_slack(struct tw_wheel *w, struct tw_node *n, uint64_t deadline,
-                         uint64_t slack)
+static inline __attribute__((always_inline)) int
+node_arm_at_slack(struct tw_wheel *w, struct tw_node *n, uint64_t deadline, uint64_t slack)
 {
     if (!w || !n)
         return TW_EINVAL;
@@ -500,24 +697,24 @@ int tw_node_arm_at_slack(struct tw_wheel *w, struct tw_node *n, uint64_t deadlin
     return rc;
 }
 
+int tw_node_arm_at_slack(struct tw_wheel *w, struct tw_node *n, uint64_t deadline,
+                         uint64_t slack)
+{
+    return node_arm_at_slack(w, n, deadline, slack);
+}
+
 int tw_node_arm_slack(struct tw_wheel *w, struct tw_node *n, uint64_t delay, uint64_t slack)
 {
     if (!w)
         return TW_EINVAL;
-    return tw_node_arm_at_slack(w, n, saturating_add(w->now, delay), slack);
+    return node_arm_at_slack(w, n, saturating_add(w->now, delay), slack);
 }
 
 int tw_node_cancel(struct tw_wheel *w, struct tw_node *n)
 {
     if (!w || !n)
         return TW_EINVAL;
-    if (!n->pprev)
-        return 0;
-    if (!owned_or_idle(w, n))
-        return TW_EINVAL;
-    unlink_node(w, n);
-    w->pending--;
-    return 1;
+    return cancel_node(w, n);
 }
 
 bool tw_node_pending(const struct tw_node *n)
@@ -540,38 +737,53 @@ int tw_timer_init(struct tw_timer *t, tw_timer_fn *fn, void *arg)
     return 0;
 }
 
-int tw_timer_arm_at(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline)
+/* The checks of tw_timer_arm_at, then the arm. */
+static inline __attribute__((always_inline)) int timer_arm_at(struct tw_wheel *w,
+                                                              struct tw_timer *t, uint64_t deadline)
 {
     if (!w || !t || !t->fn || !owned_or_idle(w, &t->node))
         return TW_EINVAL;
     return arm_node(w, &t->node, deadline);
 }
 
+int tw_timer_arm_at(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline)
+{
+    return timer_arm_at(w, t, deadline);
+}
+
 int tw_timer_arm(struct tw_wheel *w, struct tw_timer *t, uint64_t delay)
 {
     if (!w)
         return TW_EINVAL;
-    return tw_timer_arm_at(w, t, saturating_add(w->now, delay));
+    return timer_arm_at(w, t, saturating_add(w->now, delay));
 }
 
-int tw_timer_arm_at_slack(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline,
-                          uint64_t slack)
+static inline __attribute__((always_inline)) int
+timer_arm_at_slack(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline, uint64_t slack)
 {
     if (!w || !t || !t->fn || !owned_or_idle(w, &t->node))
         return TW_EINVAL;
     return arm_node_slack(w, &t->node, deadline, slack);
 }
 
+int tw_timer_arm_at_slack(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline,
+                          uint64_t slack)
+{
+    return timer_arm_at_slack(w, t, deadline, slack);
+}
+
 int tw_timer_arm_slack(struct tw_wheel *w, struct tw_timer *t, uint64_t delay, uint64_t slack)
 {
     if (!w)
         return TW_EINVAL;
-    return tw_timer_arm_at_slack(w, t, saturating_add(w->now, delay), slack);
+    return timer_arm_at_slack(w, t, saturating_add(w->now, delay), slack);
 }
 
 int tw_timer_cancel(struct tw_wheel *w, struct tw_timer *t)
 {
-    return t ? tw_node_cancel(w, &t->node) : TW_EINVAL;
+    if (!w || !t)
+        return TW_EINVAL;
+    return cancel_node(w, &t->node);
 }
 
 bool tw_timer_pending(const struct tw_timer *t)
@@ -678,10 +890,10 @@ int tw_timer_arm_from(struct tw_wheel *w, struct tw_timer *t, uint64_t now, uint
 {
     /* An absolute deadline: a stale wheel cannot shorten it, and one already
      * past the caller's now is moved to the wheel's next tick by arm_at. */
-    return tw_timer_arm_at(w, t, saturating_add(now, delay));
+    return timer_arm_at(w, t, saturating_add(now, delay));
 }
 
 int tw_node_arm_from(struct tw_wheel *w, struct tw_node *n, uint64_t now, uint64_t delay)
 {
-    return tw_node_arm_at(w, n, saturating_add(now, delay));
+    return node_arm_at(w, n, saturating_add(now, delay));
 }

@@ -147,6 +147,92 @@ static void test_highest_boundary_in_window(void)
     }
 }
 
+/* A timer pushed back while pending is planned at the latest boundary of
+ * the level below the highest one in its window, so that the next re-arms
+ * (heartbeats) find it inside their windows longer and cost nothing. */
+static void test_pushed_back_planned_late(void)
+{
+    struct tw_wheel w;
+    struct rec r;
+    tw_wheel_init(&w, 0);
+    rec_init(&r, &w);
+    CHECK_EQ_INT(tw_timer_arm_slack(&w, &r.timer, 30000, 3750), 0);
+    CHECK_EQ_U64(tw_timer_deadline(&r.timer), 32768); /* fresh: the level-2 boundary */
+    tw_wheel_advance(&w, 3500);
+    CHECK_EQ_INT(tw_timer_arm_slack(&w, &r.timer, 30000, 3750), 0); /* [33500, 37250] */
+    CHECK_EQ_U64(tw_timer_deadline(&r.timer), 37248); /* latest multiple of 64, not 36864 */
+    tw_wheel_advance(&w, 7000);
+    CHECK_EQ_INT(tw_timer_arm_slack(&w, &r.timer, 30000, 3750), 0); /* [37000, 40750] */
+    CHECK_EQ_U64(tw_timer_deadline(&r.timer), 37248); /* kept: free */
+    CHECK_EQ_U64(tw_wheel_moves(&w), 1);
+    /* It fires at its planned tick, never early; one move on the way (its
+     * level-2 slot hands it to level 1). */
+    CHECK_EQ_INT(tw_wheel_advance(&w, 37247), 0);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 37248), 1);
+    CHECK_EQ_U64(r.fired_at, 37248);
+    CHECK_EQ_U64(tw_wheel_moves(&w), 2);
+}
+
+/* A window with no multiple of 64 but a multiple of 16 is planned on that
+ * sub-slot boundary; at level 1 such timers wait on the slot's sub-list and
+ * go down to level 0 as one list when the slot comes due: no timer of it is
+ * moved one by one. Cancel, exact and lazy re-arms, relocation and destroy
+ * work on them as on any timer. */
+static void test_sub_slots(void)
+{
+    struct tw_wheel w;
+    struct rec r[4];
+    tw_wheel_init(&w, 0);
+    for (int i = 0; i < 4; i++)
+        rec_init(&r[i], &w);
+    CHECK_EQ_INT(tw_timer_arm_at_slack(&w, &r[0].timer, 200, 20), 0); /* [200, 220] */
+    CHECK_EQ_INT(tw_timer_arm_at_slack(&w, &r[1].timer, 195, 30), 0); /* [195, 225] */
+    CHECK_EQ_INT(tw_timer_arm_at(&w, &r[2].timer, 208), 0);           /* exact */
+    CHECK_EQ_U64(tw_timer_deadline(&r[0].timer), 208);
+    CHECK_EQ_U64(tw_timer_deadline(&r[1].timer), 208);
+    CHECK_EQ_U64(tw_wheel_next_expiry(&w), 192); /* their level-1 slot */
+    CHECK_EQ_INT(tw_wheel_advance(&w, 207), 0);
+    CHECK_EQ_U64(tw_wheel_moves(&w), 1); /* the exact one; the sub-list went down whole */
+    CHECK_EQ_U64(tw_wheel_next_expiry(&w), 208);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 208), 3);
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ_U64(r[i].fired_at, 208);
+
+    /* Cancel from a sub-list empties the slot. */
+    CHECK_EQ_INT(tw_timer_arm_slack(&w, &r[0].timer, 200, 20), 0); /* [408, 428] */
+    CHECK_EQ_U64(tw_timer_deadline(&r[0].timer), 416);
+    CHECK_EQ_INT(tw_timer_cancel(&w, &r[0].timer), 1);
+    CHECK_EQ_U64(tw_wheel_pending(&w), 0);
+    CHECK_EQ_U64(tw_wheel_next_expiry(&w), TW_NEVER);
+
+    /* An exact later re-arm is lazy there too; an earlier one relocates. */
+    CHECK_EQ_INT(tw_timer_arm_slack(&w, &r[0].timer, 200, 20), 0); /* 416 */
+    CHECK_EQ_INT(tw_timer_arm_at(&w, &r[0].timer, 430), 0);
+    CHECK_EQ_U64(tw_timer_deadline(&r[0].timer), 430);
+    CHECK_EQ_INT(tw_timer_arm_slack(&w, &r[1].timer, 200, 20), 0); /* 416 */
+    CHECK_EQ_INT(tw_timer_arm_at(&w, &r[1].timer, 300), 0);
+    CHECK_EQ_INT(tw_timer_arm_slack(&w, &r[2].timer, 200, 20), 0); /* 416 */
+    CHECK_EQ_INT(tw_timer_arm_slack(&w, &r[2].timer, 300, 40), 0); /* pushed back */
+    CHECK(tw_timer_deadline(&r[2].timer) >= 508 && tw_timer_deadline(&r[2].timer) <= 548);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 299), 0);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 300), 1);
+    CHECK_EQ_U64(r[1].fired_at, 300);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 429), 0);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 430), 1);
+    CHECK_EQ_U64(r[0].fired_at, 430);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 600), 1);
+    CHECK(r[2].fired_at >= 508 && r[2].fired_at <= 548);
+
+    /* Destroy detaches sub-list timers too. */
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ_INT(tw_timer_arm_slack(&w, &r[i].timer, 200, 20), 0);
+    CHECK_EQ_INT(tw_timer_arm_at_slack(&w, &r[3].timer, tw_wheel_now(&w) + 5000, 0), 0);
+    CHECK_EQ_INT((int)tw_wheel_destroy(&w), 4);
+    for (int i = 0; i < 4; i++)
+        CHECK(!tw_timer_pending(&r[i].timer));
+    CHECK_EQ_U64(tw_wheel_next_expiry(&w), TW_NEVER);
+}
+
 /* Re-arming with slack is free while the planned tick is inside the new
  * window, and relocates at once otherwise (no lazy move for a later advance);
  * an exact re-arm makes the timer exact again; cancel works as ever. */
@@ -164,10 +250,12 @@ static void test_rearm_and_cancel(void)
     tw_wheel_advance(&w, 3000);
     CHECK_EQ_INT(tw_timer_arm_slack(&w, &r.timer, 30000, 3750), 0); /* [33000, 36750] */
     uint64_t p = tw_timer_deadline(&r.timer);
-    CHECK_EQ_U64(p, 33024); /* the window holds no multiple of 4096: 64 */
+    /* Pushed back: planned late. The window holds no multiple of 4096, so
+     * the latest multiple of 64 in it. */
+    CHECK_EQ_U64(p, 36736);
     CHECK_EQ_U64(tw_wheel_moves(&w), 1); /* relocated at once, and counted */
     /* Nothing is due at the old tick; the one move there is its level-2
-     * slot handing it to level 1 (33024 is not a multiple of 4096). */
+     * slot handing it to level 1 (36736 is not a multiple of 4096). */
     CHECK_EQ_INT(tw_wheel_advance(&w, 32768), 0);
     CHECK_EQ_U64(tw_wheel_moves(&w), 2);
     CHECK_EQ_INT(tw_wheel_advance(&w, p - 1), 0);
@@ -289,6 +377,8 @@ int main(void)
     RUN(test_planned_on_a_boundary_fired_together);
     RUN(test_highest_boundary_in_window);
     RUN(test_rearm_and_cancel);
+    RUN(test_pushed_back_planned_late);
+    RUN(test_sub_slots);
     RUN(test_periodic_keeps_phase);
     RUN(test_bare_nodes);
     return test_summary();

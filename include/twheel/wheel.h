@@ -59,11 +59,20 @@
  *    lands at that level without being moved down, and fires together with
  *    every timer whose window holds the same boundary (with S = 1/8 of the
  *    delay, a timer due 30000 ticks ahead is rounded up to a multiple of
- *    4096 ticks);
+ *    4096 ticks); a window with no multiple of 64 is planned on its earliest
+ *    multiple of 16 if it holds one (level 1 keeps such timers on sub-slot
+ *    lists that go down to level 0 whole, so they are not moved one by one
+ *    either), else on D;
  *  - re-armed with slack, stays where it is if its planned tick is inside the
  *    new window (nothing to do), else is relocated at once, never lazily, so
  *    that a re-arm leaves no move for a later advance; re-armed with an exact
  *    function it is exact again; cancelling works as for any timer;
+ *  - relocated while pending (pushed back, as a heartbeat or an idle timeout
+ *    does), it is planned late instead: at the latest boundary in the window
+ *    of the highest level L that has one there if L is 1, of level L - 1 if
+ *    L >= 2. Its next re-arms then find it inside their windows longer and
+ *    cost nothing (W2: 25% fewer relocations); if it does come due, that
+ *    costs at most one move more than the early plan;
  *  - D <= now means now + 1, as for exact timers (the window is then
  *    [now + 1, now + 1 + S]); S = 0 is exact;
  *  - a periodic timer with slack keeps its phase: its n-th fire happens in
@@ -160,11 +169,15 @@ struct tw_timer {
 };
 
 /** The wheel. Caller-owned (static, inside your struct, or malloc'ed by you);
- * about 23 KB, of which only the slots in use are touched. Every field is
+ * about 25 KB, of which only the slots in use are touched. Every field is
  * private. */
 struct tw_wheel {
     /** private: the slots, each kept as TW_WHEEL_CHAINS lists */
     struct tw_node *slots[TW_WHEEL_LEVELS][TW_WHEEL_SLOTS][TW_WHEEL_CHAINS];
+    /** private: level 1's sub-slot lists: sub[s][q], q = 1..3, holds timers
+     * planned with slack at tick 16 * q of level-1 slot s; they go down to
+     * level 0 as one list when the slot comes due (q = 0 is unused) */
+    struct tw_node *sub[TW_WHEEL_SLOTS][TW_WHEEL_CHAINS];
     uint64_t occupied[TW_WHEEL_LEVELS]; /**< bit s set <=> slots[level][s] non-empty */
     struct tw_node *ready;              /**< due at `now`, not fired yet */
     uint64_t now;                       /**< current tick */
