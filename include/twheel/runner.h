@@ -208,7 +208,7 @@ struct tw_runner_stats {
     /** Writes of the one runner-wide line that producer calls may write: the
      * max_pending counter, which each shard updates only a chunk of room
      * at a time (see Many producers). 0 without max_pending; about
-     * 2 * calls / chunk with it. A debug figure for issue 12's count. */
+     * 2 * calls / chunk with it. A figure for checking that producers share no line. */
     uint64_t shared_writes;
 };
 
