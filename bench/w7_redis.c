@@ -79,7 +79,7 @@ static struct {
     const char *out;
     bool sets_only; /* --sets-only: phase 1 alone, figures printed */
     bool spread_only; /* --spread-only: twheel's spread run alone (no table) */
-} cfg = {100000, 1000, 60000, "everysec", NULL, false};
+} cfg = {100000, 1000, 60000, "everysec", NULL, false, false};
 
 static struct row rows[NKINDS];
 
