@@ -366,7 +366,7 @@ struct rr_trace {
 
 /* ---- small helpers ---------------------------------------------------------- */
 
-static uint32_t rr_part_of(const struct tw_redis *r, const void *key, size_t len)
+static uint64_t rr_hash_of(const void *key, size_t len)
 {
     const unsigned char *k = key;
     uint64_t h = 0xcbf29ce484222325ull;
@@ -374,6 +374,12 @@ static uint32_t rr_part_of(const struct tw_redis *r, const void *key, size_t len
         h ^= k[i];
         h *= 0x100000001b3ull;
     }
+    return h;
+}
+
+static uint32_t rr_part_of(const struct tw_redis *r, const void *key, size_t len)
+{
+    uint64_t h = rr_hash_of(key, len);
     return (uint32_t)(h % r->cfg.partitions);
 }
 
@@ -1838,17 +1844,19 @@ int tw_redis_set(struct tw_redis *r, const void *key, size_t key_len, const void
         return TW_ECLOSED;
     uint32_t p = rr_part_of(r, key, key_len);
     char kb[6][RR_KEYBUF], d[24];
-    const char *av[9];
-    size_t al[9];
+    const char *av[10];
+    size_t al[10];
     rr_keys(r, p, kb, av, al); /* av[5] is the channel, ARGV[1] */
-    av[6] = key;
-    al[6] = key_len;
-    av[7] = payload ? payload : "";
-    al[7] = payload_len;
-    al[8] = (size_t)snprintf(d, sizeof d, "%lld", (long long)delay_ms);
-    av[8] = d;
+    av[6] = "1"; /* ARGV: channel, n, n keys, n payloads, n delays */
+    al[6] = 1;
+    av[7] = key;
+    al[7] = key_len;
+    av[8] = payload ? payload : "";
+    al[8] = payload_len;
+    al[9] = (size_t)snprintf(d, sizeof d, "%lld", (long long)delay_ms);
+    av[9] = d;
     long long nargv;
-    return rr_api_eval(r, TW_RR_SET, p, 4, av, al, &nargv);
+    return rr_api_eval(r, TW_RR_SET, p, 5, av, al, &nargv);
 }
 
 int tw_redis_move(struct tw_redis *r, const void *key, size_t key_len, int64_t delay_ms)
@@ -1898,18 +1906,33 @@ int tw_redis_remove(struct tw_redis *r, const void *key, size_t key_len)
 }
 
 /* set_many: the items sorted by partition (stable), cut into calls of at
- * most TW_RR_SET_BATCH items and about RR_SET_BYTES of payload. */
+ * most TW_RR_SET_BATCH items and about RR_SET_BYTES of payload. A key given
+ * twice in one call is sent once, its last item (the SET script takes
+ * distinct keys; across calls of a partition, their order makes the last
+ * win). */
 #define RR_SET_BYTES (512u << 10)
 
 struct rr_many {
     struct tw_redis *r;
     const struct tw_redis_item *items;
     uint32_t *part;  /* partition of each item */
+    uint64_t *hash;  /* FNV-1a-64 of each item's key */
     size_t *order;   /* item indexes by partition */
     size_t *call;    /* first position in order of each call, and one past the last */
     char kb[6][RR_KEYBUF];
     char d[TW_RR_SET_BATCH][24];
+    char nbuf[24];
+    size_t sel[TW_RR_SET_BATCH]; /* the call's items, duplicates dropped */
 };
+
+/* the items of order[j] and order[l] have the same key */
+static bool rr_many_same(const struct rr_many *m, size_t j, size_t l)
+{
+    size_t a = m->order[j], b = m->order[l];
+    const struct tw_redis_item *x = &m->items[a], *y = &m->items[b];
+    return m->hash[a] == m->hash[b] && x->key_len == y->key_len &&
+           memcmp(x->key, y->key, x->key_len) == 0;
+}
 
 static int rr_many_build(void *ctx, size_t c, int *slot, const char **av, size_t *al, int *nargs)
 {
@@ -1918,19 +1941,27 @@ static int rr_many_build(void *ctx, size_t c, int *slot, const char **av, size_t
     uint32_t p = m->part[m->order[from]];
     *slot = m->r->slots[p];
     rr_keys(m->r, p, m->kb, av, al); /* av[5]: the channel */
-    int na = 1;
+    size_t k = 0; /* ARGV: channel, k, k keys, k payloads, k delays */
     for (size_t j = from; j < to; j++) {
-        const struct tw_redis_item *it = &m->items[m->order[j]];
-        av[5 + na] = it->key;
-        al[5 + na] = it->key_len;
-        av[6 + na] = it->payload ? it->payload : "";
-        al[6 + na] = it->payload_len;
-        al[7 + na] = (size_t)snprintf(m->d[j - from], sizeof m->d[0], "%lld",
-                                      (long long)it->delay_ms);
-        av[7 + na] = m->d[j - from];
-        na += 3;
+        bool later = false; /* a later item of this call has the same key */
+        for (size_t l = j + 1; l < to && !later; l++)
+            later = rr_many_same(m, j, l);
+        if (!later)
+            m->sel[k++] = m->order[j];
     }
-    *nargs = na;
+    al[6] = (size_t)snprintf(m->nbuf, sizeof m->nbuf, "%zu", k);
+    av[6] = m->nbuf;
+    for (size_t x = 0; x < k; x++) {
+        const struct tw_redis_item *it = &m->items[m->sel[x]];
+        av[7 + x] = it->key;
+        al[7 + x] = it->key_len;
+        av[7 + k + x] = it->payload ? it->payload : "";
+        al[7 + k + x] = it->payload_len;
+        al[7 + 2 * k + x] = (size_t)snprintf(m->d[x], sizeof m->d[0], "%lld",
+                                             (long long)it->delay_ms);
+        av[7 + 2 * k + x] = m->d[x];
+    }
+    *nargs = (int)(2 + 3 * k);
     return 0;
 }
 
@@ -1965,12 +1996,14 @@ int tw_redis_set_many(struct tw_redis *r, const struct tw_redis_item *items, siz
     size_t *count = calloc((size_t)P + 1, sizeof *count);
     if (m) {
         m->part = malloc(n * sizeof *m->part);
+        m->hash = malloc(n * sizeof *m->hash);
         m->order = malloc(n * sizeof *m->order);
         m->call = malloc((n + 1) * sizeof *m->call);
     }
-    if (!m || !count || !m->part || !m->order || !m->call) {
+    if (!m || !count || !m->part || !m->hash || !m->order || !m->call) {
         if (m) {
             free(m->part);
+            free(m->hash);
             free(m->order);
             free(m->call);
         }
@@ -1981,7 +2014,8 @@ int tw_redis_set_many(struct tw_redis *r, const struct tw_redis_item *items, siz
     m->r = r;
     m->items = items;
     for (size_t i = 0; i < n; i++) { /* counting sort by partition, stable */
-        m->part[i] = rr_part_of(r, items[i].key, items[i].key_len);
+        m->hash[i] = rr_hash_of(items[i].key, items[i].key_len);
+        m->part[i] = (uint32_t)(m->hash[i] % P);
         count[m->part[i] + 1]++;
     }
     for (uint32_t p = 0; p < P; p++)
@@ -2004,6 +2038,7 @@ int tw_redis_set_many(struct tw_redis *r, const struct tw_redis_item *items, siz
                              rr_many_check);
     pthread_mutex_unlock(&r->api_mu);
     free(m->part);
+    free(m->hash);
     free(m->order);
     free(m->call);
     free(m);
