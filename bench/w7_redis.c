@@ -99,11 +99,11 @@ static double now_s(void)
 }
 
 /* FLUSHALL, then an AOF rewrite waited for (<= 20 s): FLUSHALL alone leaves
- * the AOF as long as before, so a later phase crossed the 64 MB
- * auto-aof-rewrite-min-size of the phases before it and Redis forked a
- * rewrite in the middle of that phase's measurement (the 1e5 spread run
- * writes ~57 MB of AOF by itself, the burst before it as much). Every phase
- * now starts with an empty AOF, the same for twheel and the baseline. */
+ * the AOF as long as before, so a later phase would cross the 64 MB
+ * auto-aof-rewrite-min-size with the AOF of the phases before it and Redis
+ * would fork a rewrite in the middle of that phase's measurement (the 1e5
+ * spread run writes ~57 MB of AOF by itself, the burst before it as much).
+ * Every phase now starts with an empty AOF, twheel's and the baseline's. */
 static int flushall(const struct rfx_server *s)
 {
     int rc = rfx_command(s, "FLUSHALL");

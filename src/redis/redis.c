@@ -76,9 +76,10 @@
  *                                              bucket, EXISTS [ZADD index] [PUB]
  *   set_many   SET      pipelined, 1 call per  the same, each of HMGET HSET       O(k log n)
  *                       partition per <= 64    taking the k tasks at once, one
- *                                              ZADD per bucket, one EXISTS of all
- *                                              the buckets (one each if some are
- *                                              new), one index ZADD
+ *                       (a key twice in one    ZADD per bucket, one EXISTS of all
+ *                       call: sent once, the   the buckets (and EXISTS of halves
+ *                       last)                  to find the new ones: ~log2 of the
+ *                                              buckets per new one), one index ZADD
  *   move       MOVE     1                      EXISTS(2) HGET, old bucket ZCARD   O(log n)
  *                                              ZREM [ZREM index] or lease ZREM,
  *                                              TIME HSET EXISTS ZADD [ZADD index]
@@ -91,8 +92,9 @@
  *                                              [ZADD index]); the index, 8
  *                                              buckets per ZRANGEBYSCORE; per
  *                                              bucket ZCARD ZRANGEBYSCORE LIMIT
- *                                              ZREM [ZREM index]; per task HGET
- *                                              INCR HSET ZADD; GET SET
+ *                                              HMGET INCRBY HSET ZADD(lease) ZREM
+ *                                              [ZREM index], each taking the
+ *                                              bucket's tasks at once; GET SET
  *   (worker)   TIME     1 per node per round   TIME                               O(1)
  *   start      START    1 per executor batch   TIME, per task HGET ZSCORE HSET    O(k log n)
  *                       (<= 32 tasks; one call ZADD
@@ -193,6 +195,43 @@
  * (wall clock swings 2x there). Claims cost about the same as before (W7
  * spread run: 19.2 and 21.4 Redis CPU s per 1e5 tasks against 21.2), and
  * lateness too (p99 26 ms against 34 ms; a third run's 450 ms was a stall).
+ *
+ * Round 2 of the W7 targets (pipelined sets >= 100k/s, lateness p99 <= 6
+ * ms), measured; the machine's load was 2-4.5 throughout (other builds), so
+ * wall-clock figures are ratios within one run or instruction counts:
+ *  - A pipelined set costs ~55k Redis instructions (callgrind on
+ *    redis-server, w7_redis --pipe-only, 1e5 tasks): ~9 us of Redis CPU
+ *    against 0.5-0.8 us of the client thread, so sets/s is Redis-bound.
+ *    Where: the Lua VM, its GC and string interning ~26%, string.format
+ *    ~10%, the AOF feed ~11% (Redis builds each propagated command with
+ *    small reallocs), ZADD ~11%, HSET ~7%, the per-call plumbing of
+ *    redis.call (~4-5k instructions each) on the rest; plus a fixed ~270M
+ *    while each partition's task HASH is still a listpack (its first 128
+ *    tasks: HMGET scans it). 0.8 ZADD calls per task are the schema's
+ *    price (62 tasks of a call land in ~44 buckets of their partition),
+ *    0.75 EXISTS per task were not: EXISTS of halves now finds the new
+ *    buckets. With keys, payloads and delays as separate ARGV runs
+ *    (duplicates dropped by the client) the script builds no key tables:
+ *    -8.6% instructions per set (callgrind, 2e4 tasks over 1-60 s), -3.5%
+ *    Redis CPU per set (median of 5 alternated pairs at load 3.3-4.5: 11.7
+ *    -> 11.3 us; wall clock there: 61k -> 64k sets/s). 100k/s on a quiet
+ *    machine is not reached by this (the quiet run before: 84k/s); it
+ *    needs fewer propagated commands per task (a ZADD per bucket is one
+ *    AOF command each) or more tasks per call per bucket.
+ *  - Lateness: in the spread run every script call costs ~90 us of Redis
+ *    time (INFO commandstats, 2e4 tasks) against ~30 us of the commands it
+ *    runs; the slowest calls (SLOWLOG > 1.5 ms) were claims of 64 tasks and
+ *    the producer's SET calls. Claims now lease a bucket's tasks with one
+ *    HMGET, INCRBY, HSET and ZADD (it was four calls and two propagated
+ *    writes per task): commands per delivered task 15.4 -> 11.5, AOF bytes
+ *    660 -> 593, Redis CPU 16.3 -> 14.2 s per 1e5 (medians of 3 alternated
+ *    pairs, 2e4 tasks, load 2-2.6); p99 5.1-5.6 ms both (the 2e4 spread
+ *    run meets 6 ms at that load; 1e5: 9.6 ms at load 2.4-3.8, no AOF
+ *    rewrite during it). The 1e5 spread run alone writes 57 MB of AOF,
+ *    and in the full W7 run it follows phases that wrote as much (FLUSHALL
+ *    does not shorten the AOF), so it must cross the 64 MB
+ *    auto-aof-rewrite-min-size and fork a rewrite mid-measurement (not
+ *    observed directly); w7_redis now rewrites the AOF between phases.
  *
  * Why these calls:
  *  - claim leases a task up to window_ms before it is due, with a lease that
