@@ -205,19 +205,21 @@
  *    Where: the Lua VM, its GC and string interning ~26%, string.format
  *    ~10%, the AOF feed ~11% (Redis builds each propagated command with
  *    small reallocs), ZADD ~11%, HSET ~7%, the per-call plumbing of
- *    redis.call (~4-5k instructions each) on the rest; plus a fixed ~270M
- *    while each partition's task HASH is still a listpack (its first 128
- *    tasks: HMGET scans it). 0.8 ZADD calls per task are the schema's
- *    price (62 tasks of a call land in ~44 buckets of their partition),
- *    0.75 EXISTS per task were not: EXISTS of halves now finds the new
- *    buckets. With keys, payloads and delays as separate ARGV runs
- *    (duplicates dropped by the client) the script builds no key tables:
- *    -8.6% instructions per set (callgrind, 2e4 tasks over 1-60 s), -3.5%
- *    Redis CPU per set (median of 5 alternated pairs at load 3.3-4.5: 11.7
- *    -> 11.3 us; wall clock there: 61k -> 64k sets/s). 100k/s on a quiet
- *    machine is not reached by this (the quiet run before: 84k/s); it
- *    needs fewer propagated commands per task (a ZADD per bucket is one
- *    AOF command each) or more tasks per call per bucket.
+ *    redis.call (~4-5k instructions each) on the rest; plus a fixed ~0.5G
+ *    while each partition's task HASH was still a listpack (its first 128
+ *    tasks: every HMGET and HSET scanned it per key). 0.8 ZADD calls per
+ *    task are the schema's price (62 tasks of a call land in ~44 buckets
+ *    of their partition), 0.75 EXISTS per task were not: EXISTS of halves
+ *    now finds the new buckets. With keys, payloads and delays as separate
+ *    ARGV runs (duplicates dropped by the client) the script builds no key
+ *    tables; and the task HASH is created hashtable-encoded (scripts.c).
+ *    Together: 5.50G -> 4.59G Redis instructions for 1e5 pipelined sets
+ *    (-16.5%; the scripts alone 4.53G -> 3.57G), and in alternated runs
+ *    (5 pairs, load 2.7-3.9) Redis CPU per set 12.0 -> 10.7 us (medians),
+ *    wall clock 49k -> 59k sets/s. On a quiet machine (84k/s before) that
+ *    puts it near 100k/s, not measured quietly; more needs fewer
+ *    propagated commands per task (each bucket's ZADD is one AOF command)
+ *    or more tasks per call in each bucket.
  *  - Lateness: in the spread run every script call costs ~90 us of Redis
  *    time (INFO commandstats, 2e4 tasks) against ~30 us of the commands it
  *    runs; the slowest calls (SLOWLOG > 1.5 ms) were claims of 64 tasks and
