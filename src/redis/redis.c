@@ -234,6 +234,11 @@
  *    does not shorten the AOF), so it must cross the 64 MB
  *    auto-aof-rewrite-min-size and fork a rewrite mid-measurement (not
  *    observed directly); w7_redis now rewrites the AOF between phases.
+ *    A trace of the final build (2e4 tasks, load 3.0-3.3): p99 4.0 ms; the
+ *    slowest 1% waited 2.8 ms (mean) for the tick thread to wake (the
+ *    largest stage in 107 of 200), 1.0 + 1.4 ms in the START round trip,
+ *    0.8 ms in the FIFO: on this machine the tail is mostly threads not
+ *    scheduled, not Redis work queued ahead of the START.
  *
  * Why these calls:
  *  - claim leases a task up to window_ms before it is due, with a lease that
