@@ -26,9 +26,11 @@
  *     poller had claimed is gone).
  *
  * Usage: w7_redis [--n N] [--min-ms A] [--max-ms B] [--fsync everysec|always]
- *                 [--quick] [--sets-only] [--spread-only] [--out FILE]
+ *                 [--quick] [--sets-only] [--pipe-only] [--spread-only] [--out FILE]
  * --quick: N = 2e4, delays 1-8 s. --sets-only: phase 1 alone (sets/s and
- * memory, printed; a quick check of the memory figure). --spread-only: phase 2
+ * memory, printed; a quick check of the memory figure). --pipe-only: twheel's
+ * pipelined sets alone, with Redis and client CPU per set (for profiling the
+ * SET script under callgrind). --spread-only: phase 2
  * for twheel alone, one summary line (no table): for measuring a change to the
  * layer without the whole run. The table (markdown) is printed and, with
  * --out, written there too. Ratios are twheel / baseline.
@@ -41,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <hiredis/hiredis.h>
@@ -62,6 +65,7 @@ static const char *kind_name[NKINDS] = {"twheel", "poll 100 ms", "poll 1 s"};
 
 struct row {
     double sets_single, sets_pipe, bytes_per_task; /* per implementation (poll rows share) */
+    double sets_redis_us, sets_script_us, sets_client_us; /* pipelined sets: CPU us per set */
     double delivered_per_s;
     double p50_ms, p99_ms, max_ms;
     double cpu_per_1e5;
@@ -78,8 +82,9 @@ static struct {
     const char *fsync;
     const char *out;
     bool sets_only; /* --sets-only: phase 1 alone, figures printed */
+    bool pipe_only; /* --pipe-only: twheel's pipelined sets alone (for profiling Redis) */
     bool spread_only; /* --spread-only: twheel's spread run alone (no table) */
-} cfg = {100000, 1000, 60000, "everysec", NULL, false, false};
+} cfg = {100000, 1000, 60000, "everysec", NULL, false, false, false};
 
 static struct row rows[NKINDS];
 
@@ -93,9 +98,25 @@ static double now_s(void)
     return (double)rfx_realtime_us() / 1e6;
 }
 
+/* FLUSHALL, then an AOF rewrite waited for (<= 20 s): FLUSHALL alone leaves
+ * the AOF as long as before, so a later phase would cross the 64 MB
+ * auto-aof-rewrite-min-size with the AOF of the phases before it and Redis
+ * would fork a rewrite in the middle of that phase's measurement (the 1e5
+ * spread run writes ~57 MB of AOF by itself, the burst before it as much).
+ * Every phase now starts with an empty AOF, twheel's and the baseline's. */
 static int flushall(const struct rfx_server *s)
 {
-    return rfx_command(s, "FLUSHALL");
+    int rc = rfx_command(s, "FLUSHALL");
+    if (rc || rfx_command(s, "BGREWRITEAOF"))
+        return rc;
+    for (int i = 0; i < 2000; i++) {
+        double busy = 1, sched = 1;
+        if (rfx_info_double(s, "aof_rewrite_in_progress", &busy) ||
+            rfx_info_double(s, "aof_rewrite_scheduled", &sched) || (busy == 0 && sched == 0))
+            break;
+        rfx_sleep_ms(10);
+    }
+    return 0;
 }
 
 static double info(const struct rfx_server *s, const char *f)
@@ -135,6 +156,16 @@ static void script_calls(const struct rfx_server *s, double *calls, double *usec
     redisFree(c);
 }
 
+/* CPU seconds this process has used (user + system). */
+static double self_cpu(void)
+{
+    struct rusage u;
+    if (getrusage(RUSAGE_SELF, &u) != 0)
+        return 0;
+    return (double)u.ru_utime.tv_sec + (double)u.ru_stime.tv_sec +
+           ((double)u.ru_utime.tv_usec + (double)u.ru_stime.tv_usec) / 1e6;
+}
+
 static struct tw_redis *client_new(const struct rfx_server *s)
 {
     static const char *servers[1];
@@ -144,6 +175,8 @@ static struct tw_redis *client_new(const struct rfx_server *s)
     c.servers = servers;
     c.nservers = 1;
     c.queue = "w7";
+    if (cfg.pipe_only)
+        c.command_timeout_ms = 600000; /* redis-server may run under callgrind */
     struct tw_redis *r = NULL;
     int rc = tw_redis_new(&c, &r);
     if (rc) {
@@ -167,7 +200,7 @@ static int twheel_sets(const struct rfx_server *s, struct row *out)
     struct tw_redis *r = client_new(s);
     if (!r)
         return -1;
-    uint64_t single = cfg.n < 20000 ? cfg.n : 20000;
+    uint64_t single = cfg.pipe_only ? 0 : cfg.n < 20000 ? cfg.n : 20000;
     char key[17];
     flushall(s);
     double t = now_s();
@@ -179,7 +212,7 @@ static int twheel_sets(const struct rfx_server *s, struct row *out)
             return -1;
         }
     }
-    out->sets_single = single / (now_s() - t);
+    out->sets_single = single ? single / (now_s() - t) : 0;
     flushall(s);
     double mem0 = info(s, "used_memory");
     srand(7);
@@ -191,6 +224,8 @@ static int twheel_sets(const struct rfx_server *s, struct row *out)
         tw_redis_free(r);
         return -1;
     }
+    double calls0, sus0, cpu0 = redis_cpu(s), self0 = self_cpu();
+    script_calls(s, &calls0, &sus0);
     t = now_s();
     for (uint64_t i = 0; i < cfg.n; i += 1000) {
         size_t k = cfg.n - i < 1000 ? (size_t)(cfg.n - i) : 1000;
@@ -204,6 +239,11 @@ static int twheel_sets(const struct rfx_server *s, struct row *out)
         }
     }
     out->sets_pipe = cfg.n / (now_s() - t);
+    out->sets_client_us = (self_cpu() - self0) * 1e6 / (double)cfg.n;
+    out->sets_redis_us = (redis_cpu(s) - cpu0) * 1e6 / (double)cfg.n;
+    double calls1, sus1;
+    script_calls(s, &calls1, &sus1);
+    out->sets_script_us = (sus1 - sus0) / (double)cfg.n;
     out->bytes_per_task = (info(s, "used_memory") - mem0) / (double)cfg.n;
     free(items);
     free(keys);
@@ -234,6 +274,7 @@ static int poll_sets(const struct rfx_server *s, struct row *out)
     out->sets_single = single / (now_s() - t);
     flushall(s);
     double mem0 = info(s, "used_memory");
+    double cpu0 = redis_cpu(s), self0 = self_cpu();
     t = now_s();
     for (uint64_t i = 0; i < cfg.n; i += 1000) {
         uint64_t k = cfg.n - i < 1000 ? cfg.n - i : 1000;
@@ -252,6 +293,8 @@ static int poll_sets(const struct rfx_server *s, struct row *out)
         }
     }
     out->sets_pipe = cfg.n / (now_s() - t);
+    out->sets_client_us = (self_cpu() - self0) * 1e6 / (double)cfg.n;
+    out->sets_redis_us = (redis_cpu(s) - cpu0) * 1e6 / (double)cfg.n;
     out->bytes_per_task = (info(s, "used_memory") - mem0) / (double)cfg.n;
     redisFree(c);
     flushall(s);
@@ -674,6 +717,8 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--fsync") && *v) {
             cfg.fsync = v;
             i++;
+        } else if (!strcmp(a, "--pipe-only")) {
+            cfg.sets_only = cfg.pipe_only = true;
         } else if (!strcmp(a, "--sets-only")) {
             cfg.sets_only = true;
         } else if (!strcmp(a, "--spread-only")) {
@@ -683,7 +728,7 @@ int main(int argc, char **argv)
             i++;
         } else {
             fprintf(stderr, "usage: w7_redis [--quick] [--n N] [--min-ms A] [--max-ms B] "
-                            "[--fsync everysec|always] [--sets-only] [--spread-only] [--out FILE]\n");
+                            "[--fsync everysec|always] [--sets-only] [--pipe-only] [--spread-only] [--out FILE]\n");
             return 2;
         }
     }
@@ -717,14 +762,19 @@ int main(int argc, char **argv)
     }
     printf("w7: phase 1, sets and memory\n");
     rc |= twheel_sets(&srv, &rows[TWHEEL]);
-    rc |= poll_sets(&srv, &rows[POLL100]);
+    if (!cfg.pipe_only)
+        rc |= poll_sets(&srv, &rows[POLL100]);
     rows[POLL1000].sets_single = rows[POLL100].sets_single;
     rows[POLL1000].sets_pipe = rows[POLL100].sets_pipe;
+    rows[POLL1000].sets_redis_us = rows[POLL100].sets_redis_us;
+    rows[POLL1000].sets_client_us = rows[POLL100].sets_client_us;
     rows[POLL1000].bytes_per_task = rows[POLL100].bytes_per_task;
     if (cfg.sets_only) {
-        for (int k = 0; k < NKINDS; k += 2)
-            printf("w7: %s: %.0f sets/s single, %.0f sets/s pipelined, %.1f B per pending task\n",
-                   kind_name[k], rows[k].sets_single, rows[k].sets_pipe, rows[k].bytes_per_task);
+        for (int k = 0; k < (cfg.pipe_only ? 1 : NKINDS); k += 2)
+            printf("w7: %s: %.0f sets/s single, %.0f sets/s pipelined (CPU us per set: Redis "
+                   "%.2f, scripts %.2f, client %.2f), %.1f B per pending task\n",
+                   kind_name[k], rows[k].sets_single, rows[k].sets_pipe, rows[k].sets_redis_us,
+                   rows[k].sets_script_us, rows[k].sets_client_us, rows[k].bytes_per_task);
         rfx_stop(&srv);
         rfx_stop(&always);
         return rc ? 1 : 0;

@@ -76,9 +76,10 @@
  *                                              bucket, EXISTS [ZADD index] [PUB]
  *   set_many   SET      pipelined, 1 call per  the same, each of HMGET HSET       O(k log n)
  *                       partition per <= 64    taking the k tasks at once, one
- *                                              ZADD per bucket, one EXISTS of all
- *                                              the buckets (one each if some are
- *                                              new), one index ZADD
+ *                       (a key twice in one    ZADD per bucket, one EXISTS of all
+ *                       call: sent once, the   the buckets (and EXISTS of halves
+ *                       last)                  to find the new ones: ~log2 of the
+ *                                              buckets per new one), one index ZADD
  *   move       MOVE     1                      EXISTS(2) HGET, old bucket ZCARD   O(log n)
  *                                              ZREM [ZREM index] or lease ZREM,
  *                                              TIME HSET EXISTS ZADD [ZADD index]
@@ -91,8 +92,9 @@
  *                                              [ZADD index]); the index, 8
  *                                              buckets per ZRANGEBYSCORE; per
  *                                              bucket ZCARD ZRANGEBYSCORE LIMIT
- *                                              ZREM [ZREM index]; per task HGET
- *                                              INCR HSET ZADD; GET SET
+ *                                              HMGET INCRBY HSET ZADD(lease) ZREM
+ *                                              [ZREM index], each taking the
+ *                                              bucket's tasks at once; GET SET
  *   (worker)   TIME     1 per node per round   TIME                               O(1)
  *   start      START    1 per executor batch   TIME, per task HGET ZSCORE HSET    O(k log n)
  *                       (<= 32 tasks; one call ZADD
@@ -193,6 +195,50 @@
  * (wall clock swings 2x there). Claims cost about the same as before (W7
  * spread run: 19.2 and 21.4 Redis CPU s per 1e5 tasks against 21.2), and
  * lateness too (p99 26 ms against 34 ms; a third run's 450 ms was a stall).
+ *
+ * Round 2 of the W7 targets (pipelined sets >= 100k/s, lateness p99 <= 6
+ * ms), measured; the machine's load was 2-4.5 throughout (other builds), so
+ * wall-clock figures are ratios within one run or instruction counts:
+ *  - A pipelined set costs ~55k Redis instructions (callgrind on
+ *    redis-server, w7_redis --pipe-only, 1e5 tasks): ~9 us of Redis CPU
+ *    against 0.5-0.8 us of the client thread, so sets/s is Redis-bound.
+ *    Where: the Lua VM, its GC and string interning ~26%, string.format
+ *    ~10%, the AOF feed ~11% (Redis builds each propagated command with
+ *    small reallocs), ZADD ~11%, HSET ~7%, the per-call plumbing of
+ *    redis.call (~4-5k instructions each) on the rest; plus a fixed ~0.5G
+ *    while each partition's task HASH was still a listpack (its first 128
+ *    tasks: every HMGET and HSET scanned it per key). 0.8 ZADD calls per
+ *    task are the schema's price (62 tasks of a call land in ~44 buckets
+ *    of their partition), 0.75 EXISTS per task were not: EXISTS of halves
+ *    now finds the new buckets. With keys, payloads and delays as separate
+ *    ARGV runs (duplicates dropped by the client) the script builds no key
+ *    tables; and the task HASH is created hashtable-encoded (scripts.c).
+ *    Together: 5.50G -> 4.59G Redis instructions for 1e5 pipelined sets
+ *    (-16.5%; the scripts alone 4.53G -> 3.57G), and in alternated runs
+ *    (5 pairs, load 2.7-3.9) Redis CPU per set 12.0 -> 10.7 us (medians),
+ *    wall clock 49k -> 59k sets/s. On a quiet machine (84k/s before) that
+ *    puts it near 100k/s, not measured quietly; more needs fewer
+ *    propagated commands per task (each bucket's ZADD is one AOF command)
+ *    or more tasks per call in each bucket.
+ *  - Lateness: in the spread run every script call costs ~90 us of Redis
+ *    time (INFO commandstats, 2e4 tasks) against ~30 us of the commands it
+ *    runs; the slowest calls (SLOWLOG > 1.5 ms) were claims of 64 tasks and
+ *    the producer's SET calls. Claims now lease a bucket's tasks with one
+ *    HMGET, INCRBY, HSET and ZADD (it was four calls and two propagated
+ *    writes per task): commands per delivered task 15.4 -> 11.5, AOF bytes
+ *    660 -> 593, Redis CPU 16.3 -> 14.2 s per 1e5 (medians of 3 alternated
+ *    pairs, 2e4 tasks, load 2-2.6); p99 5.1-5.6 ms both (the 2e4 spread
+ *    run meets 6 ms at that load; 1e5: 9.6 ms at load 2.4-3.8, no AOF
+ *    rewrite during it). The 1e5 spread run alone writes 57 MB of AOF,
+ *    and in the full W7 run it follows phases that wrote as much (FLUSHALL
+ *    does not shorten the AOF), so it must cross the 64 MB
+ *    auto-aof-rewrite-min-size and fork a rewrite mid-measurement (not
+ *    observed directly); w7_redis now rewrites the AOF between phases.
+ *    A trace of the final build (2e4 tasks, load 3.0-3.3): p99 4.0 ms; the
+ *    slowest 1% waited 2.8 ms (mean) for the tick thread to wake (the
+ *    largest stage in 107 of 200), 1.0 + 1.4 ms in the START round trip,
+ *    0.8 ms in the FIFO: on this machine the tail is mostly threads not
+ *    scheduled, not Redis work queued ahead of the START.
  *
  * Why these calls:
  *  - claim leases a task up to window_ms before it is due, with a lease that
@@ -366,7 +412,7 @@ struct rr_trace {
 
 /* ---- small helpers ---------------------------------------------------------- */
 
-static uint32_t rr_part_of(const struct tw_redis *r, const void *key, size_t len)
+static uint64_t rr_hash_of(const void *key, size_t len)
 {
     const unsigned char *k = key;
     uint64_t h = 0xcbf29ce484222325ull;
@@ -374,6 +420,12 @@ static uint32_t rr_part_of(const struct tw_redis *r, const void *key, size_t len
         h ^= k[i];
         h *= 0x100000001b3ull;
     }
+    return h;
+}
+
+static uint32_t rr_part_of(const struct tw_redis *r, const void *key, size_t len)
+{
+    uint64_t h = rr_hash_of(key, len);
     return (uint32_t)(h % r->cfg.partitions);
 }
 
@@ -1838,17 +1890,19 @@ int tw_redis_set(struct tw_redis *r, const void *key, size_t key_len, const void
         return TW_ECLOSED;
     uint32_t p = rr_part_of(r, key, key_len);
     char kb[6][RR_KEYBUF], d[24];
-    const char *av[9];
-    size_t al[9];
+    const char *av[10];
+    size_t al[10];
     rr_keys(r, p, kb, av, al); /* av[5] is the channel, ARGV[1] */
-    av[6] = key;
-    al[6] = key_len;
-    av[7] = payload ? payload : "";
-    al[7] = payload_len;
-    al[8] = (size_t)snprintf(d, sizeof d, "%lld", (long long)delay_ms);
-    av[8] = d;
+    av[6] = "1"; /* ARGV: channel, n, n keys, n payloads, n delays */
+    al[6] = 1;
+    av[7] = key;
+    al[7] = key_len;
+    av[8] = payload ? payload : "";
+    al[8] = payload_len;
+    al[9] = (size_t)snprintf(d, sizeof d, "%lld", (long long)delay_ms);
+    av[9] = d;
     long long nargv;
-    return rr_api_eval(r, TW_RR_SET, p, 4, av, al, &nargv);
+    return rr_api_eval(r, TW_RR_SET, p, 5, av, al, &nargv);
 }
 
 int tw_redis_move(struct tw_redis *r, const void *key, size_t key_len, int64_t delay_ms)
@@ -1898,18 +1952,33 @@ int tw_redis_remove(struct tw_redis *r, const void *key, size_t key_len)
 }
 
 /* set_many: the items sorted by partition (stable), cut into calls of at
- * most TW_RR_SET_BATCH items and about RR_SET_BYTES of payload. */
+ * most TW_RR_SET_BATCH items and about RR_SET_BYTES of payload. A key given
+ * twice in one call is sent once, its last item (the SET script takes
+ * distinct keys; across calls of a partition, their order makes the last
+ * win). */
 #define RR_SET_BYTES (512u << 10)
 
 struct rr_many {
     struct tw_redis *r;
     const struct tw_redis_item *items;
     uint32_t *part;  /* partition of each item */
+    uint64_t *hash;  /* FNV-1a-64 of each item's key */
     size_t *order;   /* item indexes by partition */
     size_t *call;    /* first position in order of each call, and one past the last */
     char kb[6][RR_KEYBUF];
     char d[TW_RR_SET_BATCH][24];
+    char nbuf[24];
+    size_t sel[TW_RR_SET_BATCH]; /* the call's items, duplicates dropped */
 };
+
+/* the items of order[j] and order[l] have the same key */
+static bool rr_many_same(const struct rr_many *m, size_t j, size_t l)
+{
+    size_t a = m->order[j], b = m->order[l];
+    const struct tw_redis_item *x = &m->items[a], *y = &m->items[b];
+    return m->hash[a] == m->hash[b] && x->key_len == y->key_len &&
+           memcmp(x->key, y->key, x->key_len) == 0;
+}
 
 static int rr_many_build(void *ctx, size_t c, int *slot, const char **av, size_t *al, int *nargs)
 {
@@ -1918,19 +1987,27 @@ static int rr_many_build(void *ctx, size_t c, int *slot, const char **av, size_t
     uint32_t p = m->part[m->order[from]];
     *slot = m->r->slots[p];
     rr_keys(m->r, p, m->kb, av, al); /* av[5]: the channel */
-    int na = 1;
+    size_t k = 0; /* ARGV: channel, k, k keys, k payloads, k delays */
     for (size_t j = from; j < to; j++) {
-        const struct tw_redis_item *it = &m->items[m->order[j]];
-        av[5 + na] = it->key;
-        al[5 + na] = it->key_len;
-        av[6 + na] = it->payload ? it->payload : "";
-        al[6 + na] = it->payload_len;
-        al[7 + na] = (size_t)snprintf(m->d[j - from], sizeof m->d[0], "%lld",
-                                      (long long)it->delay_ms);
-        av[7 + na] = m->d[j - from];
-        na += 3;
+        bool later = false; /* a later item of this call has the same key */
+        for (size_t l = j + 1; l < to && !later; l++)
+            later = rr_many_same(m, j, l);
+        if (!later)
+            m->sel[k++] = m->order[j];
     }
-    *nargs = na;
+    al[6] = (size_t)snprintf(m->nbuf, sizeof m->nbuf, "%zu", k);
+    av[6] = m->nbuf;
+    for (size_t x = 0; x < k; x++) {
+        const struct tw_redis_item *it = &m->items[m->sel[x]];
+        av[7 + x] = it->key;
+        al[7 + x] = it->key_len;
+        av[7 + k + x] = it->payload ? it->payload : "";
+        al[7 + k + x] = it->payload_len;
+        al[7 + 2 * k + x] = (size_t)snprintf(m->d[x], sizeof m->d[0], "%lld",
+                                             (long long)it->delay_ms);
+        av[7 + 2 * k + x] = m->d[x];
+    }
+    *nargs = (int)(2 + 3 * k);
     return 0;
 }
 
@@ -1965,12 +2042,14 @@ int tw_redis_set_many(struct tw_redis *r, const struct tw_redis_item *items, siz
     size_t *count = calloc((size_t)P + 1, sizeof *count);
     if (m) {
         m->part = malloc(n * sizeof *m->part);
+        m->hash = malloc(n * sizeof *m->hash);
         m->order = malloc(n * sizeof *m->order);
         m->call = malloc((n + 1) * sizeof *m->call);
     }
-    if (!m || !count || !m->part || !m->order || !m->call) {
+    if (!m || !count || !m->part || !m->hash || !m->order || !m->call) {
         if (m) {
             free(m->part);
+            free(m->hash);
             free(m->order);
             free(m->call);
         }
@@ -1981,7 +2060,8 @@ int tw_redis_set_many(struct tw_redis *r, const struct tw_redis_item *items, siz
     m->r = r;
     m->items = items;
     for (size_t i = 0; i < n; i++) { /* counting sort by partition, stable */
-        m->part[i] = rr_part_of(r, items[i].key, items[i].key_len);
+        m->hash[i] = rr_hash_of(items[i].key, items[i].key_len);
+        m->part[i] = (uint32_t)(m->hash[i] % P);
         count[m->part[i] + 1]++;
     }
     for (uint32_t p = 0; p < P; p++)
@@ -2004,6 +2084,7 @@ int tw_redis_set_many(struct tw_redis *r, const struct tw_redis_item *items, siz
                              rr_many_check);
     pthread_mutex_unlock(&r->api_mu);
     free(m->part);
+    free(m->hash);
     free(m->order);
     free(m->call);
     free(m);

@@ -30,7 +30,7 @@
 #define RR_BACKOFF_MIN_MS 10u
 #define RR_BACKOFF_MAX_MS 1000u
 #define RR_PIPE_CHUNK 512u
-#define RR_ARGV_MAX (9 + 3 * TW_RR_SET_BATCH) /* EVALSHA sha n, 5 keys, channel, a batched SET */
+#define RR_ARGV_MAX (10 + 3 * TW_RR_SET_BATCH) /* EVALSHA sha n, 5 keys, channel, count, a batched SET */
 
 uint64_t tw_rr_mono_ns(void)
 {

@@ -65,55 +65,76 @@
     "if n > 0 and redis.call('ZREM', bk, k) == 1 and n == 1 then "                         \
     "redis.call('ZREM', KEYS[1], b) end end\n"
 
-/* ARGV: channel, then key, payload, delay_ms triples (one partition; a
- * key given twice: the last wins) -> number of ARGV. One PUBLISH at most,
- * with the earliest due time that falls before hold. A replaced task leaves
- * its old bucket (or the lease set). Each command takes the batch at once:
- * HMGET, HSET, ZREM per old bucket, ZADD per new bucket, one EXISTS of the
- * new buckets (one per bucket when some are absent) and one index ZADD for
- * the buckets that appeared. */
+/* ARGV: channel, n, then n keys, n payloads, n delays in ms (one
+ * partition; the keys distinct: set_many keeps the last item of a key)
+ * -> number of ARGV. One PUBLISH at most, with the earliest due time that
+ * falls before hold. A replaced task leaves its old bucket (or the lease
+ * set). Each command takes the batch at once: HMGET (of ARGV's keys as
+ * they are), HSET, ZREM per old bucket, ZADD per new bucket, and one index
+ * ZADD for the buckets that appeared.
+ * Which buckets are new: EXISTS of all of them answers how many exist; when
+ * some are missing, EXISTS of halves finds them (newb), ~log2(buckets)
+ * calls per new bucket instead of one EXISTS per bucket (a call of 62 tasks
+ * spread over 59 s touches ~44 buckets, and nearly every call of a fill
+ * creates one: 0.75 EXISTS per task before). The loop is written for the
+ * Lua 5.1 VM: locals for globals, counters instead of #t, no per-call
+ * tables of keys, delays coerced by arithmetic (no tonumber call).
+ * A partition's task HASH is created hashtable-encoded (HSET of a 513-byte
+ * field name with the records, HDEL of it: Redis never converts back): as
+ * a listpack (its first 128 tasks under the default
+ * hash-max-listpack-entries) every HMGET and HSET of a call scanned all of
+ * it per key, ~0.5G instructions per W7 fill, ~10% of it at 1e5 tasks. */
 #define SET_LUA                                                                            \
     PRELUDE BUCKETS "if not stable() then return redis.error_reply(TRY) end\n"             \
-    "local t = redis.call('TIME')\n"                                                        \
-    "local now = math.floor((tonumber(t[1]) * 1000000 + tonumber(t[2]) + 999) / 1000)\n"    \
-    "local h = tonumber(redis.call('GET', KEYS[5]) or '0')\n"                               \
-    /* the last of a repeated key wins: walk backwards, skip keys seen */                  \
-    "local seen, ks, at, first = {}, {}, {}, nil\n"                                         \
-    "for i = #ARGV - 2, 2, -3 do local k = ARGV[i]\n"                                       \
-    "  if not seen[k] then seen[k] = true ks[#ks + 1] = k at[#at + 1] = i end\n"            \
-    "end\n"                                                                                 \
-    "local old = redis.call('HMGET', KEYS[3], unpack(ks))\n"                                \
-    "local hs, lz, rm, add, nb = {}, {}, {}, {}, {}\n"                                      \
-    "for j = 1, #ks do local k = ks[j] local i = at[j]\n"                                   \
-    "  local due = now + tonumber(ARGV[i + 2])\n"                                           \
-    "  hs[#hs + 1] = k hs[#hs + 1] = string.format('0 0 %d ', due) .. ARGV[i + 1]\n"       \
-    "  if old[j] then local tok, att, od = parse(old[j])\n"                                 \
-    "    if tok == 0 then local b = math.floor(od / W)\n"                                   \
+    "local A, fmt, floor, call = ARGV, string.format, math.floor, redis.call\n"             \
+    "local t = call('TIME')\n"                                                              \
+    "local now = floor((tonumber(t[1]) * 1000000 + tonumber(t[2]) + 999) / 1000)\n"        \
+    "local h = tonumber(call('GET', KEYS[5]) or '0')\n"                                     \
+    "local nk = tonumber(A[2]) local first\n"                                               \
+    /* a new task HASH is made a hashtable (a field name over 64 bytes      */              \
+    /* converts it; no task key is 513 bytes long), not a listpack          */              \
+    "local big = call('EXISTS', KEYS[3]) == 0 and string.rep('-', 513)\n"                    \
+    "local old = call('HMGET', KEYS[3], unpack(A, 3, 2 + nk))\n"                            \
+    "local hs, lz, nl, rm, add, na, nb, nnb = {}, {}, 0, {}, {}, {}, {}, 0\n"               \
+    "for j = 1, nk do local k = A[2 + j]\n"                                                 \
+    "  local due = now + A[2 + 2 * nk + j]\n"                                               \
+    "  hs[2 * j - 1] = k hs[2 * j] = fmt('0 0 %d ', due) .. A[2 + nk + j]\n"                \
+    "  local o = old[j]\n"                                                                  \
+    "  if o then local tok, att, od = parse(o)\n"                                           \
+    "    if tok == 0 then local b = floor(od / W)\n"                                        \
     "      local v = rm[b] if not v then v = {} rm[b] = v end v[#v + 1] = k\n"              \
-    "    else lz[#lz + 1] = k end\n"                                                        \
+    "    else nl = nl + 1 lz[nl] = k end\n"                                                 \
     "  end\n"                                                                               \
-    "  local b = math.floor(due / W) local v = add[b]\n"                                    \
-    "  if not v then v = {} add[b] = v nb[#nb + 1] = b end\n"                               \
-    "  v[#v + 1] = I(due - b * W) v[#v + 1] = k\n"                                          \
+    "  local r = due % W local b = (due - r) / W local v = add[b] local c\n"                \
+    "  if v then c = na[b] else v = {} add[b] = v c = 0 nnb = nnb + 1 nb[nnb] = b end\n"    \
+    "  v[c + 1] = fmt('%d', r) v[c + 2] = k na[b] = c + 2\n"                                \
     "  if due < h and (not first or due < first) then first = due end\n"                    \
     "end\n"                                                                                 \
-    "for b, v in pairs(rm) do local bk = bkey(I(b)) local n = redis.call('ZCARD', bk)\n"   \
-    "  if n > 0 and redis.call('ZREM', bk, unpack(v)) == n then\n"                          \
-    "    redis.call('ZREM', KEYS[1], I(b)) end\n"                                           \
+    "for b, v in pairs(rm) do local bk = bkey(I(b)) local n = call('ZCARD', bk)\n"         \
+    "  if n > 0 and call('ZREM', bk, unpack(v)) == n then call('ZREM', KEYS[1], I(b)) end\n" \
     "end\n"                                                                                 \
-    "if #lz > 0 then redis.call('ZREM', KEYS[2], unpack(lz)) end\n"                         \
-    "redis.call('HSET', KEYS[3], unpack(hs))\n"                                             \
-    "local bs, bks = {}, {}\n"                                                              \
-    "for x = 1, #nb do bs[x] = I(nb[x]) bks[x] = bkey(bs[x]) end\n"                         \
-    "local all = redis.call('EXISTS', unpack(bks)) == #bks local idx = {}\n"                \
-    "for x = 1, #nb do\n"                                                                   \
-    "  if not all and redis.call('EXISTS', bks[x]) == 0 then\n"                             \
-    "    idx[#idx + 1] = bs[x] idx[#idx + 1] = bs[x] end\n"                                 \
-    "  redis.call('ZADD', bks[x], unpack(add[nb[x]]))\n"                                    \
+    "if nl > 0 then call('ZREM', KEYS[2], unpack(lz, 1, nl)) end\n"                         \
+    "if big then hs[2 * nk + 1] = big hs[2 * nk + 2] = '' end\n"                             \
+    "call('HSET', KEYS[3], unpack(hs))\n"                                                   \
+    "if big then call('HDEL', KEYS[3], big) end\n"                                           \
+    "local bs, bks, k1 = {}, {}, KEYS[1] .. ':'\n"                                          \
+    "for x = 1, nnb do local s = fmt('%d', nb[x]) bs[x] = s bks[x] = k1 .. s end\n"         \
+    /* newb(lo, hi, e): e of bks[lo..hi] exist; marks the absent ones in isnew */          \
+    "local isnew, nidx = {}, 0\n"                                                           \
+    "local function newb(lo, hi, e)\n"                                                      \
+    "  if e == hi - lo + 1 then return end\n"                                               \
+    "  if e == 0 then for x = lo, hi do isnew[x] = true nidx = nidx + 1 end return end\n"   \
+    "  local mid = floor((lo + hi) / 2) local e1 = call('EXISTS', unpack(bks, lo, mid))\n"  \
+    "  newb(lo, mid, e1) newb(mid + 1, hi, e - e1)\n"                                       \
     "end\n"                                                                                 \
-    "if #idx > 0 then redis.call('ZADD', KEYS[1], unpack(idx)) end\n"                       \
-    "if first then redis.call('PUBLISH', ARGV[1], first) end\n"                             \
-    "return #ARGV\n"
+    "newb(1, nnb, call('EXISTS', unpack(bks, 1, nnb)))\n"                                   \
+    "for x = 1, nnb do call('ZADD', bks[x], unpack(add[nb[x]], 1, na[nb[x]])) end\n"        \
+    "if nidx > 0 then local idx, c = {}, 0\n"                                               \
+    "  for x = 1, nnb do if isnew[x] then idx[c + 1] = bs[x] idx[c + 2] = bs[x] c = c + 2 end end\n" \
+    "  call('ZADD', KEYS[1], unpack(idx, 1, c))\n"                                          \
+    "end\n"                                                                                 \
+    "if first then call('PUBLISH', A[1], first) end\n"                                      \
+    "return #A\n"
 
 /* ARGV: key, delay_ms, channel -> due ms, or -1 (absent) */
 #define MOVE_LUA                                                                           \
@@ -146,7 +167,11 @@
  * each bucket in score order, drops emptied buckets from the index, and
  * stops at the first bucket that keeps a task due after the window, at n
  * tasks, or once the payloads pass max_bytes. A lease ends lease_ms after
- * the later of now and the task's due time. */
+ * the later of now and the task's due time. Per bucket, each command takes
+ * what it leases at once: HMGET of the records, one INCRBY for their tokens
+ * (consecutive; some unused when the byte limit stops the walk early: tokens
+ * need only be unique), HSET, lease ZADD, bucket ZREM (it was HGET INCR
+ * HSET ZADD per task: 4 calls and 2 propagated writes per task). */
 #define CLAIM_LUA                                                                          \
     PRELUDE BUCKETS "if not stable() then return redis.error_reply(TRY) end\n"             \
     "local now = now_us() local now_ms = math.floor(now / 1000)\n"                         \
@@ -168,20 +193,25 @@
     "    local base = tonumber(b) * W local card = redis.call('ZCARD', bk)\n"              \
     "    local m = redis.call('ZRANGEBYSCORE', bk, '-inf', I(hi - base), "                \
     "'LIMIT', 0, I(left))\n"                                                               \
-    "    local taken = {}\n"                                                               \
-    "    for j = 1, #m do local k = m[j]\n"                                                \
-    "      if bytes > maxb then done = true break end\n"                                   \
-    "      taken[#taken + 1] = k left = left - 1\n"                                        \
-    "      local v = redis.call('HGET', KEYS[3], k)\n"                                     \
-    "      if v then local tok, att, due, pos = parse(v)\n"                                \
-    "        local t = redis.call('INCR', KEYS[4]) local p = string.sub(v, pos)\n"         \
-    "        redis.call('HSET', KEYS[3], k, rec(t, att, due, p))\n"                        \
-    "        redis.call('ZADD', KEYS[2], math.max(due, now_ms) + lease, k)\n"              \
-    "        out[#out + 1] = k out[#out + 1] = due out[#out + 1] = t out[#out + 1] = p\n"  \
-    "        bytes = bytes + #p + #k end\n"                                                \
-    "    end\n"                                                                            \
-    "    if #taken > 0 then redis.call('ZREM', bk, unpack(taken)) end\n"                   \
-    "    if #taken == card then redis.call('ZREM', KEYS[1], b)\n"                          \
+    "    local taken, nt, hs, lz, nh = {}, 0, {}, {}, 0\n"                                \
+    "    if #m > 0 then\n"                                                                  \
+    "      local vs = redis.call('HMGET', KEYS[3], unpack(m))\n"                            \
+    "      local t = redis.call('INCRBY', KEYS[4], #m) - #m\n"                              \
+    "      for j = 1, #m do local k = m[j]\n"                                               \
+    "        if bytes > maxb then done = true break end\n"                                  \
+    "        nt = nt + 1 taken[nt] = k left = left - 1\n"                                   \
+    "        local v = vs[j]\n"                                                             \
+    "        if v then local tok, att, due, pos = parse(v) local p = string.sub(v, pos)\n"  \
+    "          t = t + 1 hs[nh + 1] = k hs[nh + 2] = rec(t, att, due, p)\n"                 \
+    "          lz[nh + 1] = I(math.max(due, now_ms) + lease) lz[nh + 2] = k nh = nh + 2\n"  \
+    "          out[#out + 1] = k out[#out + 1] = due out[#out + 1] = t out[#out + 1] = p\n" \
+    "          bytes = bytes + #p + #k end\n"                                               \
+    "      end\n"                                                                           \
+    "    end\n"                                                                             \
+    "    if nh > 0 then redis.call('HSET', KEYS[3], unpack(hs, 1, nh))\n"                   \
+    "      redis.call('ZADD', KEYS[2], unpack(lz, 1, nh)) end\n"                            \
+    "    if nt > 0 then redis.call('ZREM', bk, unpack(taken, 1, nt)) end\n"                 \
+    "    if nt == card then redis.call('ZREM', KEYS[1], b)\n"                               \
     "    else done = true end\n"                                                           \
     "    if done or left == 0 then done = true break end\n"                                \
     "  end\n"                                                                              \
