@@ -82,7 +82,11 @@ void tw_cache_table_free_(struct tw_cache *c, struct cache_table *t)
 static inline bool cache_key_eq(const struct cache_entry *e, const void *key, size_t klen,
                                 uint32_t h)
 {
-    return e->hash == h && e->klen == klen && memcmp(e->key, key, klen) == 0;
+    if (e->hash != h)
+        return false;
+    if (klen < CACHE_KLEN_LONG)
+        return e->klen == klen && memcmp(e->key, key, klen) == 0;
+    return cache_eklen(e) == klen && memcmp(cache_ekey(e), key, klen) == 0;
 }
 
 struct cache_entry *tw_cache_map_find_(const struct cache_shard *s, const void *key,
