@@ -547,14 +547,19 @@ struct cache_out {
 
 /* Hand e's value to out (inside a read section or under the shard lock:
  * e and its value cannot be freed meanwhile). */
-static void cache_output(struct tw_cache *c, const struct cache_entry *e,
-                         const struct cache_out *out)
+static void cache_output_copy(const struct cache_entry *e, const struct cache_out *out)
+{
+    size_t n = e->value.len < out->cap ? e->value.len : out->cap;
+    if (n)
+        memcpy(out->buf, cache_ekey(e) + cache_eklen(e), n);
+    *out->vlen = e->value.len;
+}
+
+static inline void cache_output(struct tw_cache *c, const struct cache_entry *e,
+                                const struct cache_out *out)
 {
     if (c->copy_values) {
-        size_t n = e->value.len < out->cap ? e->value.len : out->cap;
-        if (n)
-            memcpy(out->buf, cache_ekey(e) + cache_eklen(e), n);
-        *out->vlen = e->value.len;
+        cache_output_copy(e, out);
     } else {
         void *p = atomic_load_explicit(&((struct cache_entry *)(uintptr_t)e)->value.ptr,
                                        memory_order_acquire);
