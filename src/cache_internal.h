@@ -51,8 +51,10 @@
  * is 54 bytes rather than 56 (a 16-bit klen), so an entry with a key of up
  * to 10 bytes ("key:999999", a decimal id, a short token) is a 64-byte block,
  * which the slab carves 64-byte aligned: a hit then reads one cache line of
- * the entry instead of two (with a 56-byte header such an entry took an
- * 80-byte block, and 3 blocks in 4 straddled two lines). Keys of 0xFFFF
+ * the entry (with a 56-byte header such an entry took an 80-byte block whose
+ * hash-to-key bytes straddled two lines in 2 blocks of 4). Keys are compared
+ * without libc's memcmp up to 16 bytes (cache_map.c: its vector load read
+ * past the key into the next block's line). Keys of 0xFFFF
  * bytes or more store klen = CACHE_KLEN_LONG and their real length in 4
  * bytes at key[0], the key bytes after them (cache_ekey/cache_eklen).
  *
