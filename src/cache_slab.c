@@ -13,8 +13,10 @@
  *    every chunk comes from it (no madvise: the memory is the user's).
  *  - Blocks (LRU links, entry, key and copy-mode value bytes) are rounded up
  *    to 16 bytes; 64-byte blocks (entries with keys of up to 10 bytes) are
- *    carved on a 64-byte boundary (the 16-48 bytes skipped go on their
- *    class's list), so that such an entry is one cache line; blocks of up to CACHE_SLAB_MAX bytes are carved from the
+ *    carved on a 64-byte boundary, 16 at a time (the 16-48 bytes skipped
+ *    go on their class's list: one gap per run even when entries of other
+ *    sizes are carved in between), so that such an entry is one cache
+ *    line; blocks of up to CACHE_SLAB_MAX bytes are carved from the
  *    chunks, bigger ones allocated alone as before.
  *  - Allocation runs under the shard lock: from the class's free list, else
  *    from what was given back meanwhile, else carved from the chunk.
@@ -144,6 +146,8 @@ static bool slab_grow(struct tw_cache *c, struct cache_slab *sl)
  * (an entry with a short key, see cache_internal.h) starts on a cache line,
  * so that a reader touches one line of it; other sizes are packed. Freed
  * 64-byte blocks keep their alignment on their class list. */
+#define SLAB_RUN64 16 /* 64-byte blocks carved together */
+
 static inline size_t slab_gap(const struct cache_slab *sl, size_t need)
 {
     return need == 64 ? (size_t)(-(uintptr_t)sl->bump & 63) : 0;
@@ -182,6 +186,21 @@ void *tw_cache_slab_alloc_(struct tw_cache *c, struct cache_slab *sl, size_t byt
     void *p = sl->bump;
     sl->bump += need;
     sl->out++;
+    if (need == 64) {
+        /* Carve a run of aligned 64-byte blocks at once (the rest go on the
+         * class's list, lowest address first), so that entries of other
+         * sizes carved in between cost one gap per run, not one per block. */
+        size_t more = (size_t)(sl->end - sl->bump) / 64;
+        if (more > SLAB_RUN64 - 1)
+            more = SLAB_RUN64 - 1;
+        for (size_t i = more; i > 0; i--) {
+            struct cache_free *b = (struct cache_free *)(void *)(sl->bump + (i - 1) * 64);
+            b->cls = 4;
+            b->next = sl->free[4];
+            sl->free[4] = b;
+        }
+        sl->bump += more * 64;
+    }
     return p;
 }
 
