@@ -210,7 +210,7 @@ static inline size_t cache_pre(const struct tw_cache *c)
 /* The size of an entry's block (LRU links, entry, key, value bytes). */
 static inline size_t cache_entry_size(const struct tw_cache *c, size_t klen, size_t vlen)
 {
-    return cache_pre(c) + sizeof(struct cache_entry) + klen + (c->copy_values ? vlen : 0);
+    return cache_pre(c) + CACHE_ENTRY_HDR + cache_key_bytes(klen) + (c->copy_values ? vlen : 0);
 }
 
 /* After writers dropped the shard lock: free what is safe, and move the
@@ -365,13 +365,11 @@ static int cache_store_locked(struct tw_cache *c, struct cache_shard *s,
         atomic_init(&l->stamp, 0);
     }
     n->hash = (uint32_t)k->hash;
-    n->klen = (uint32_t)k->len;
-    if (k->len)
-        memcpy(n->key, k->p, k->len);
+    unsigned char *vbytes = cache_eset_key(n, k->p, k->len);
     if (c->copy_values) {
         n->value.len = v->len;
         if (v->len)
-            memcpy(n->key + k->len, v->bytes, v->len);
+            memcpy(vbytes, v->bytes, v->len);
     } else {
         atomic_init(&n->value.ptr, v->ptr);
     }
@@ -525,7 +523,7 @@ int tw_cache_set_copy_ttl(struct tw_cache *c, const void *key, size_t klen, cons
         return rc;
     if (!c->copy_values || (!value && vlen))
         return TW_EINVAL;
-    if (vlen > SIZE_MAX - sizeof(struct cache_entry) - klen)
+    if (vlen > SIZE_MAX - sizeof(struct cache_lru) - CACHE_ENTRY_HDR - cache_key_bytes(klen))
         return TW_E2BIG;
     struct cache_val v = {NULL, value, vlen};
     return cache_set(c, key, klen, &v, ttl_ms);
@@ -549,14 +547,19 @@ struct cache_out {
 
 /* Hand e's value to out (inside a read section or under the shard lock:
  * e and its value cannot be freed meanwhile). */
-static void cache_output(struct tw_cache *c, const struct cache_entry *e,
-                         const struct cache_out *out)
+static void cache_output_copy(const struct cache_entry *e, const struct cache_out *out)
+{
+    size_t n = e->value.len < out->cap ? e->value.len : out->cap;
+    if (n)
+        memcpy(out->buf, cache_ekey(e) + cache_eklen(e), n);
+    *out->vlen = e->value.len;
+}
+
+static inline void cache_output(struct tw_cache *c, const struct cache_entry *e,
+                                const struct cache_out *out)
 {
     if (c->copy_values) {
-        size_t n = e->value.len < out->cap ? e->value.len : out->cap;
-        if (n)
-            memcpy(out->buf, e->key + e->klen, n);
-        *out->vlen = e->value.len;
+        cache_output_copy(e, out);
     } else {
         void *p = atomic_load_explicit(&((struct cache_entry *)(uintptr_t)e)->value.ptr,
                                        memory_order_acquire);

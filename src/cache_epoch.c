@@ -222,7 +222,7 @@ void tw_cache_garbage_release_(struct tw_cache *c, struct cache_garbage *g)
         if (!c->copy_values && c->free_value)
             c->free_value(c->value_ctx, atomic_load_explicit(&e->value.ptr, memory_order_relaxed));
         size_t pre = c->limit ? sizeof(struct cache_lru) : 0;
-        size_t bytes = pre + sizeof(struct cache_entry) + e->klen + vlen;
+        size_t bytes = pre + CACHE_ENTRY_HDR + cache_key_bytes(cache_eklen(e)) + vlen;
         if (tw_cache_slab_fits_(bytes)) {
             struct cache_shard *s = tw_cache_shard_of_(c, e->hash);
             tw_cache_slab_give_(&s->slab, (char *)e - pre, bytes);

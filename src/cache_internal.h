@@ -24,6 +24,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "hash.h"
 #include "twheel/cache.h"
@@ -40,10 +41,22 @@
 #define CACHE_SLAB_CLASSES (CACHE_SLAB_MAX / 16 + 1)
 #define CACHE_SLAB_TRIM ((size_t)256 << 10) /* slab bytes that an emptied cache returns */
 
-/* One key: 56 bytes on LP64 before the key bytes (value pointer included),
- * allocated as one block with the key (and in copy mode the value) bytes.
- * A cache with an LRU limit puts a struct cache_lru just before each entry
- * in the same block (88 bytes then); a cache without one does not pay for it.
+/* One key: a 54-byte header on LP64 (value pointer included), then the key
+ * bytes (and in copy mode the value bytes), allocated as one block. A cache
+ * with an LRU limit puts a struct cache_lru just before each entry in the
+ * same block (86 bytes then); a cache without one does not pay for it.
+ *
+ * Layout for the reader: everything a hit reads (hnext, value, expires,
+ * hash, klen, the key) is contiguous after the wheel node, and the header
+ * is 54 bytes rather than 56 (a 16-bit klen), so an entry with a key of up
+ * to 10 bytes ("key:999999", a decimal id, a short token) is a 64-byte block,
+ * which the slab carves 64-byte aligned: a hit then reads one cache line of
+ * the entry (with a 56-byte header such an entry took an 80-byte block whose
+ * hash-to-key bytes straddled two lines in 2 blocks of 4). Keys are compared
+ * without libc's memcmp up to 16 bytes (cache_map.c: its vector load read
+ * past the key into the next block's line). Keys of 0xFFFF
+ * bytes or more store klen = CACHE_KLEN_LONG and their real length in 4
+ * bytes at key[0], the key bytes after them (cache_ekey/cache_eklen).
  *
  * Readers walk chains and read entries without any lock (see cache.c), so
  * every field a reader looks at is either immutable once the entry is
@@ -55,15 +68,57 @@ struct cache_entry {
     struct tw_node timer;        /* pending on the shard's wheel; deadline = expiry tick.
                                   * Once unlinked, timer.next links it in garbage lists. */
     _Atomic(struct cache_entry *) hnext; /* next in the bucket's chain */
-    uint32_t hash;               /* low 32 bits of the key's hash */
-    uint32_t klen;
     union {
         _Atomic(void *) ptr; /* pointer mode: the value */
         size_t len;          /* copy mode: bytes after the key (immutable) */
     } value;
     _Atomic uint64_t expires;    /* the expiry tick (= the timer's deadline), for readers */
+    uint32_t hash;               /* low 32 bits of the key's hash */
+    uint16_t klen;               /* key length, or CACHE_KLEN_LONG */
     unsigned char key[];         /* klen bytes, then the value bytes in copy mode */
 };
+
+#define CACHE_KLEN_LONG 0xFFFFu
+/* Bytes of an entry before its key (sizeof would round 54 up to 56). */
+#define CACHE_ENTRY_HDR offsetof(struct cache_entry, key)
+
+/* Bytes an entry needs for a key of klen bytes (its length prefix if long). */
+static inline size_t cache_key_bytes(size_t klen)
+{
+    return klen >= CACHE_KLEN_LONG ? klen + sizeof(uint32_t) : klen;
+}
+
+static inline size_t cache_eklen(const struct cache_entry *e)
+{
+    if (e->klen != CACHE_KLEN_LONG)
+        return e->klen;
+    uint32_t n;
+    memcpy(&n, e->key, sizeof n);
+    return n;
+}
+
+static inline const unsigned char *cache_ekey(const struct cache_entry *e)
+{
+    return e->klen != CACHE_KLEN_LONG ? e->key : e->key + sizeof(uint32_t);
+}
+
+/* Store klen and the key bytes into a new entry; returns where the value
+ * bytes (copy mode) go. */
+static inline unsigned char *cache_eset_key(struct cache_entry *e, const void *key, size_t klen)
+{
+    unsigned char *p = e->key;
+    if (klen >= CACHE_KLEN_LONG) {
+        uint32_t n = (uint32_t)klen;
+        e->klen = CACHE_KLEN_LONG;
+        memcpy(p, &n, sizeof n);
+        p += sizeof n;
+    } else {
+        e->klen = (uint16_t)klen;
+    }
+    if (klen)
+        memcpy(p, key, klen);
+    return p + klen;
+}
 
 /* LRU links, in front of the entry (limit > 0 only). The list is ordered by
  * pos (head = largest); stamp >= pos is the last use, which a reader raises

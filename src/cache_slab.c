@@ -12,7 +12,11 @@
  *    shard with a few keys holds one 1 KB chunk. With a user's allocator
  *    every chunk comes from it (no madvise: the memory is the user's).
  *  - Blocks (LRU links, entry, key and copy-mode value bytes) are rounded up
- *    to 16 bytes; blocks of up to CACHE_SLAB_MAX bytes are carved from the
+ *    to 16 bytes; 64-byte blocks (entries with keys of up to 10 bytes) are
+ *    carved on a 64-byte boundary, 16 at a time (the 16-48 bytes skipped
+ *    go on their class's list: one gap per run even when entries of other
+ *    sizes are carved in between), so that such an entry is one cache
+ *    line; blocks of up to CACHE_SLAB_MAX bytes are carved from the
  *    chunks, bigger ones allocated alone as before.
  *  - Allocation runs under the shard lock: from the class's free list, else
  *    from what was given back meanwhile, else carved from the chunk.
@@ -30,9 +34,10 @@
  *    chunks for new keys, as malloc's arenas would; a small cache that
  *    empties keeps its few KB (no lock round trip for each emptying).
  *
- * Bytes per entry are those of malloc (a 66-byte block takes 80 either
- * way), without malloc's 8-byte header and with at most one 2 MB chunk per
- * shard partly carved.
+ * Bytes per entry are the block's (a 64-byte entry takes 64, where malloc
+ * would take 80 with its 8-byte header), plus at most one 2 MB chunk per
+ * shard partly carved and the alignment gaps in front of 64-byte blocks
+ * (none when all entries have one size).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -122,6 +127,8 @@ static bool slab_grow(struct tw_cache *c, struct cache_slab *sl)
         f->cls = slab_cls(left > CACHE_SLAB_MAX ? CACHE_SLAB_MAX : left);
         if (f->cls * 16 > left)
             f->cls--;
+        if (f->cls == 4 && ((uintptr_t)f & 63))
+            f->cls = 3; /* the 64-byte class holds aligned blocks only */
         f->next = sl->free[f->cls];
         sl->free[f->cls] = f;
     }
@@ -133,6 +140,17 @@ static bool slab_grow(struct tw_cache *c, struct cache_slab *sl)
     sl->bump = (char *)(ch + 1);
     sl->end = (char *)ch + bytes;
     return true;
+}
+
+/* Bytes to skip before carving a block of `need` bytes: a 64-byte block
+ * (an entry with a short key, see cache_internal.h) starts on a cache line,
+ * so that a reader touches one line of it; other sizes are packed. Freed
+ * 64-byte blocks keep their alignment on their class list. */
+#define SLAB_RUN64 16 /* 64-byte blocks carved together */
+
+static inline size_t slab_gap(const struct cache_slab *sl, size_t need)
+{
+    return need == 64 ? (size_t)(-(uintptr_t)sl->bump & 63) : 0;
 }
 
 void *tw_cache_slab_alloc_(struct tw_cache *c, struct cache_slab *sl, size_t bytes)
@@ -150,16 +168,39 @@ void *tw_cache_slab_alloc_(struct tw_cache *c, struct cache_slab *sl, size_t byt
         return f;
     }
     size_t need = cls * 16;
-    if ((size_t)(sl->end - sl->bump) < need) {
+    if (slab_gap(sl, need) + need > (size_t)(sl->end - sl->bump)) {
         /* A full 2 MB mapping becomes one huge page now. */
         if (sl->chunks && !c->alloc.fn && sl->chunks->bytes >= TW_BIG_MIN)
             tw_big_hugify_(sl->chunks, sl->chunks->bytes);
         if (!slab_grow(c, sl))
             return NULL;
     }
+    size_t gap = slab_gap(sl, need);
+    if (gap) { /* 16 to 48 bytes: kept on their class's list */
+        struct cache_free *g = (struct cache_free *)(void *)sl->bump;
+        g->cls = gap / 16;
+        g->next = sl->free[g->cls];
+        sl->free[g->cls] = g;
+        sl->bump += gap;
+    }
     void *p = sl->bump;
     sl->bump += need;
     sl->out++;
+    if (need == 64) {
+        /* Carve a run of aligned 64-byte blocks at once (the rest go on the
+         * class's list, lowest address first), so that entries of other
+         * sizes carved in between cost one gap per run, not one per block. */
+        size_t more = (size_t)(sl->end - sl->bump) / 64;
+        if (more > SLAB_RUN64 - 1)
+            more = SLAB_RUN64 - 1;
+        for (size_t i = more; i > 0; i--) {
+            struct cache_free *b = (struct cache_free *)(void *)(sl->bump + (i - 1) * 64);
+            b->cls = 4;
+            b->next = sl->free[4];
+            sl->free[4] = b;
+        }
+        sl->bump += more * 64;
+    }
     return p;
 }
 

@@ -728,6 +728,7 @@ static void test_copy_mode(void)
     cfg.expiry_slack_shift = 0; /* pins the exact reclaim tick */
     cfg.free_value = copy_free;
     cfg.limit = 2;
+    cfg.expiry_slack_shift = 0; /* pins the exact reclaim tick below */
     struct tw_cache *c;
     CHECK_EQ_INT(tw_cache_new(&c, &cfg), 0);
     char buf[64];
@@ -960,6 +961,7 @@ static void test_rwlock_flavour(void)
         cfg.expiry_slack_shift = 0; /* pins the exact reclaim tick */
         cfg.lock = TW_CACHE_LOCK_RWLOCK;
         cfg.limit = (size_t)limit;
+        cfg.expiry_slack_shift = 0; /* pins the exact reclaim tick below */
         struct tw_cache *c;
         CHECK_EQ_INT(tw_cache_new(&c, &cfg), 0);
         tw_cache_set(c, K("a"), &cfg);
@@ -1016,6 +1018,77 @@ static void test_free_value_may_call_the_cache(void)
     tw_cache_free(re.cache);
 }
 
+/* Key lengths around the entry layout's edges (cache_internal.h): up to 10
+ * bytes an entry is one 64-byte block; from 0xFFFF bytes on, the length is
+ * stored in front of the key. Keys that share a prefix and differ only in
+ * length or in their last byte stay distinct; copy-mode values come back
+ * intact after a key of any length; every key goes at expiry. */
+static void test_key_lengths(void)
+{
+    static const size_t lens[] = {0, 1, 9, 10, 11, 24, 65534, 65535, 65536, 70001};
+    const size_t nl = sizeof lens / sizeof lens[0];
+    unsigned char *kb = malloc(70002);
+    CHECK(kb != NULL);
+    if (!kb)
+        return;
+    for (size_t i = 0; i < 70002; i++)
+        kb[i] = (unsigned char)('a' + i % 26);
+    for (int copy = 0; copy <= 1; copy++) {
+        for (int limit = 0; limit <= 1; limit++) {
+            struct tw_cache_config cfg;
+            tw_cache_config_init(&cfg);
+            cfg.default_ttl_ms = 100;
+            cfg.manual_clock = true;
+            cfg.jitter = 0;
+            cfg.expiry_slack_shift = 0;
+            cfg.copy_values = copy;
+            cfg.limit = limit ? 1000 : 0;
+            cfg.shards = 2;
+            struct tw_cache *c;
+            CHECK_EQ_INT(tw_cache_new(&c, &cfg), 0);
+            for (size_t i = 0; i < nl; i++) {
+                size_t v = i + 1;
+                if (copy)
+                    CHECK_EQ_INT(tw_cache_set_copy(c, kb, lens[i], &v, sizeof v), 0);
+                else
+                    CHECK_EQ_INT(tw_cache_set(c, kb, lens[i], (void *)(uintptr_t)v), 0);
+            }
+            for (size_t i = 0; i < nl; i++) {
+                size_t got = 0, n = 0;
+                void *p = NULL;
+                if (copy) {
+                    CHECK_EQ_INT(tw_cache_get_copy(c, kb, lens[i], &got, sizeof got, &n), 0);
+                    CHECK_EQ_U64(n, sizeof got);
+                } else {
+                    CHECK_EQ_INT(tw_cache_get(c, kb, lens[i], &p), 0);
+                    got = (size_t)(uintptr_t)p;
+                }
+                CHECK_EQ_U64(got, i + 1);
+            }
+            /* Same length, last byte changed: a miss. */
+            for (size_t i = 1; i < nl; i++) {
+                kb[lens[i] - 1] ^= 0x40;
+                size_t got, n;
+                void *p;
+                if (copy)
+                    CHECK_EQ_INT(tw_cache_get_copy(c, kb, lens[i], &got, sizeof got, &n),
+                                 TW_ENOENT);
+                else
+                    CHECK_EQ_INT(tw_cache_get(c, kb, lens[i], &p), TW_ENOENT);
+                kb[lens[i] - 1] ^= 0x40;
+            }
+            CHECK_EQ_INT(tw_cache_del(c, kb, lens[8]), 0);
+            CHECK_EQ_INT(tw_cache_del(c, kb, lens[8]), TW_ENOENT);
+            CHECK_EQ_INT(tw_cache_advance(c, 100), (int64_t)nl - 1);
+            struct tw_cache_stats st;
+            tw_cache_stats(c, &st);
+            CHECK_EQ_U64(st.entries, 0);
+            tw_cache_free(c);
+        }
+    }
+    free(kb);
+}
+
 int main(void)
 {
     alarm(120); /* a deadlock fails the test instead of hanging CI */
@@ -1037,6 +1110,7 @@ int main(void)
     RUN(test_retain);
     RUN(test_batches);
     RUN(test_copy_mode);
+    RUN(test_key_lengths);
     RUN(test_allocation_failures);
     RUN(test_slab_big);
     RUN(test_destroy_frees_all);

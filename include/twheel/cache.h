@@ -111,8 +111,13 @@
  * Linux 6.1+, MADV_COLLAPSE: a 2 MB copy under the shard's lock, once per
  * ~25,000 entries); this works whatever glibc does, wherever THP is
  * "always" or "madvise". With cfg.allocator every chunk comes from it and
- * nothing is madvised. An entry costs what malloc charged (80 bytes for a
- * 10-byte key without a limit; 112 with one) and no malloc header; a shard
+ * nothing is madvised. An entry is a 54-byte header (86 with a limit), the
+ * key (plus 4 bytes if it is 65,535 bytes or longer) and in copy mode the
+ * value, rounded up to 16 bytes: 64 bytes for a key of up to 10 bytes
+ * without a limit (malloc charged 80 for 10 bytes), 80 up to 26 bytes, 96
+ * with a limit and a 10-byte key (was 112). A 64-byte entry starts on a
+ * 64-byte boundary, so a read of a short key touches one cache line of its
+ * entry. No malloc header either; a shard
  * keeps its chunks while the cache holds keys (a shard that shrank reuses
  * them); they all go back when the cache empties (once the slabs hold
  * 256 KB or more) or at tw_cache_free. Bucket arrays (8 bytes a bucket,
