@@ -725,7 +725,6 @@ static void test_copy_mode(void)
     cfg.manual_clock = true;
     cfg.copy_values = true;
     cfg.jitter = 0;
-    cfg.expiry_slack_shift = 0; /* pins the exact reclaim tick */
     cfg.free_value = copy_free;
     cfg.limit = 2;
     cfg.expiry_slack_shift = 0; /* pins the exact reclaim tick below */
@@ -958,7 +957,6 @@ static void test_rwlock_flavour(void)
         cfg.default_ttl_ms = 100;
         cfg.manual_clock = true;
         cfg.jitter = 0;
-        cfg.expiry_slack_shift = 0; /* pins the exact reclaim tick */
         cfg.lock = TW_CACHE_LOCK_RWLOCK;
         cfg.limit = (size_t)limit;
         cfg.expiry_slack_shift = 0; /* pins the exact reclaim tick below */
