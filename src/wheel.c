@@ -159,11 +159,11 @@ _Static_assert(SUBS == 4 && SUB_WIDTH * SUBS == TW_WHEEL_SLOTS, "sub-slots split
 /* Whether level-1 slot `slot` holds nothing, in its chains or sub-lists. */
 static inline bool level1_slot_empty(const struct tw_wheel *w, size_t slot)
 {
-    struct tw_node *const *sub = &w->sub[slot][1][0];
+    struct tw_node *const *sub = &w->sub[slot][0][0];
     for (unsigned c = 0; c < CHAINS; c++)
         if (w->slots[1][slot][c])
             return false;
-    for (unsigned i = 0; i < (SUBS - 1) * CHAINS; i++)
+    for (unsigned i = 0; i < SUBS * CHAINS; i++)
         if (sub[i])
             return false;
     return true;
@@ -225,9 +225,14 @@ static const uint8_t shift_by_bit[64] = {TW_B16(0), TW_B16(16), TW_B16(32), TW_B
 #define TW_B1(b) (((b) / SLOT_BITS) * TW_WHEEL_SLOTS * CHAINS)
 static const uint16_t base_by_bit[64] = {TW_B16(0), TW_B16(16), TW_B16(32), TW_B16(48)};
 #undef TW_B1
-/* ... and the mask of the level's slot width, 2^(6 * level) - 1 (slack). */
-#define TW_B1(b) ((UINT64_C(1) << (((b) / SLOT_BITS) * SLOT_BITS)) - 1)
-static const uint64_t mask_by_bit[64] = {TW_B16(0), TW_B16(16), TW_B16(32), TW_B16(48)};
+/* ... and, for slack (plan_place), the mask that rounds a window's tick up
+ * to its planned tick: the level's slot width less one, 2^(6 * level) - 1,
+ * at levels 1 and up; at level 0, 15 if the window holds a multiple of 16
+ * (b = 4, 5), else 0. */
+#define TW_B1(b)                                                                             \
+    ((b) >= SLOT_BITS ? (UINT64_C(1) << (((b) / SLOT_BITS) * SLOT_BITS)) - 1                 \
+                      : (b) >= SUB_BITS ? (uint64_t)SUB_WIDTH - 1 : 0)
+static const uint64_t plan_mask[64] = {TW_B16(0), TW_B16(16), TW_B16(32), TW_B16(48)};
 #undef TW_B16
 #undef TW_B4
 #undef TW_B1
@@ -253,7 +258,7 @@ static inline void place(struct tw_wheel *w, struct tw_node *t, unsigned chain)
 }
 
 /* Push t onto sub-slot `sub` (bits 4..11 of its tick: level-1 slot * 4 +
- * q, q = 1..3) on chain `chain` (taken modulo TW_WHEEL_CHAINS). */
+ * q) on chain `chain` (taken modulo TW_WHEEL_CHAINS). */
 static inline void place_sub(struct tw_wheel *w, struct tw_node *t, size_t sub, unsigned chain)
 {
     struct tw_node **head = &w->sub[0][0][0] + (sub * CHAINS + (chain & (CHAINS - 1)));
@@ -267,30 +272,22 @@ static inline void place_sub(struct tw_wheel *w, struct tw_node *t, size_t sub, 
         mark_occupied(w, 1, (unsigned)(sub / SUBS));
 }
 
-/* Place a timer planned with slack at a sub-slot boundary p (a multiple of
- * 16, not of 64). If it lands at level 1 it goes onto that sub-slot's
- * chains: when the level-1 slot comes due, they go down to level 0 whole
- * (spliced, not walked) and fire from there at p, so the timer is never
- * moved one by one. Elsewhere it is placed as ever. */
-static inline void place_at_sub(struct tw_wheel *w, struct tw_node *t, uint64_t p,
-                                unsigned chain)
-{
-    if ((p ^ w->now) - TW_WHEEL_SLOTS >= (uint64_t)TW_WHEEL_SLOTS * (TW_WHEEL_SLOTS - 1)) {
-        place(w, t, chain); /* not level 1: level 0 (diff < 64) or above */
-        return;
-    }
-    place_sub(w, t, (size_t)(p >> SUB_BITS) & (TW_WHEEL_SLOTS * SUBS - 1), chain);
-}
-
-/* Place a timer planned with slack at any tick (its deadline): at a
- * sub-slot boundary through place_at_sub, else as ever. */
+/* Place a timer planned with slack (its deadline is its planned tick p).
+ * One planned on a multiple of 16 that lands at level 1 goes onto the
+ * sub-slot of its tick (the level-1 slot's q = 0 sub-list if p is a multiple
+ * of 64): when the level-1 slot comes due, sub-lists 1..3 go down to level 0
+ * whole (spliced, not walked) and fire from there at p, and sub-list 0 is
+ * due at once, so the timer is never moved one by one. A multiple of 4096 is
+ * never at level 1 (it would not be ahead of now), so all it takes is the
+ * level-1 test. Elsewhere the timer is placed as ever. */
 static inline void place_planned(struct tw_wheel *w, struct tw_node *t, unsigned chain)
 {
     uint64_t p = t->deadline;
-    if ((p & (SUB_WIDTH - 1)) || !(p & SLOT_MASK))
-        place(w, t, chain);
+    if (__builtin_expect(!(p & (SUB_WIDTH - 1)), 1) &&
+        (p ^ w->now) - TW_WHEEL_SLOTS < (uint64_t)TW_WHEEL_SLOTS * (TW_WHEEL_SLOTS - 1))
+        place_sub(w, t, (size_t)(p >> SUB_BITS) & (TW_WHEEL_SLOTS * SUBS - 1), chain);
     else
-        place_at_sub(w, t, p, chain);
+        place(w, t, chain);
 }
 
 /* Level-1 slot `slot` came due (now is its first tick): hand each chain of
@@ -330,27 +327,27 @@ static __attribute__((noinline)) uint64_t hand_down_subs(struct tw_wheel *w, uns
 /* Whether any sub-list of level-1 slot `slot` holds a timer. */
 static inline bool subs_in_use(const struct tw_wheel *w, unsigned slot)
 {
-    struct tw_node *const *sub = &w->sub[slot][1][0];
+    struct tw_node *const *sub = &w->sub[slot][0][0];
     uintptr_t any = 0;
-    for (unsigned i = 0; i < (SUBS - 1) * CHAINS; i++)
+    for (unsigned i = 0; i < SUBS * CHAINS; i++)
         any |= (uintptr_t)sub[i];
     return any != 0;
 }
 
-/* Level-0 slot `slot` came due at `tick` (now), the ready list being empty.
- * A level-0 timer is due at its slot's tick unless a lazy re-arm pushed it
- * back: the chains are walked side by side (their loads are independent;
- * each node's successor is prefetched a round ahead) only to read each
- * deadline, the rare timer not due is unlinked and placed anew, and what is
- * left of the chains, all due, becomes the ready list as it stands (its
- * links are already right): no store per timer that fires. Returns the
- * timers moved. */
-static inline uint64_t fire_level0(struct tw_wheel *w, unsigned slot, uint64_t tick,
-                                   unsigned *spread)
+/* The lists `heads` (a level-0 slot's chains, or a level-1 slot's
+ * sub-list 0) came due at `tick` (now): each timer in them is due unless a
+ * lazy re-arm pushed it back. The chains are walked side by side (their
+ * loads are independent; each node's successor is prefetched a round ahead)
+ * only to read each deadline; the rare timer not due is unlinked and placed
+ * anew, and what is left of the chains, all due, is linked in at `tail` (the
+ * end of the ready list) as it stands: its links are already right, so no
+ * store per timer that fires. The heads are left empty. Returns the new end
+ * of the ready list (the caller ends it with NULL); adds to *moved. */
+static inline struct tw_node **splice_due(struct tw_wheel *w, struct tw_node **heads,
+                                          struct tw_node **tail, uint64_t tick,
+                                          unsigned *spread, uint64_t *moved)
 {
-    struct tw_node **heads = w->slots[0][slot];
     struct tw_node *cur[CHAINS], *last[CHAINS];
-    uint64_t moved = 0;
     for (unsigned c = 0; c < CHAINS; c++) {
         cur[c] = heads[c];
         last[c] = NULL;
@@ -372,12 +369,10 @@ static inline uint64_t fire_level0(struct tw_wheel *w, unsigned slot, uint64_t t
                 if (next)
                     next->pprev = t->pprev;
                 place(w, t, (*spread)++);
-                moved++;
+                (*moved)++;
             }
         }
     }
-    /* The lists left (heads[c] .. last[c]) in a row onto the ready list. */
-    struct tw_node **tail = &w->ready;
     for (unsigned c = 0; c < CHAINS; c++) {
         if (!last[c])
             continue;
@@ -387,8 +382,7 @@ static inline uint64_t fire_level0(struct tw_wheel *w, unsigned slot, uint64_t t
         tail = &last[c]->next;
         heads[c] = NULL;
     }
-    *tail = NULL;
-    return moved;
+    return tail;
 }
 
 /* Move the timers of the next slot due at or before `limit` to their new
@@ -406,18 +400,21 @@ static __attribute__((noinline)) int process_next_slot(struct tw_wheel *w, uint6
         mark_empty(w, level, slot);
         unsigned spread = w->chain;
         uint64_t moved = 0;
+        struct tw_node **tail = &w->ready; /* the ready list is empty */
         if (level == 0) {
-            moved = fire_level0(w, slot, tick, &spread);
+            tail = splice_due(w, w->slots[0][slot], tail, tick, &spread, &moved);
+            *tail = NULL;
         } else {
             struct tw_node *chain[CHAINS];
             memcpy(chain, w->slots[level][slot], sizeof chain);
             memset(w->slots[level][slot], 0, sizeof chain);
-            if (level == 1 && subs_in_use(w, slot))
+            if (level == 1 && subs_in_use(w, slot)) {
                 moved = hand_down_subs(w, slot, &spread);
+                tail = splice_due(w, w->sub[slot][0], tail, tick, &spread, &moved);
+            }
             /* Walk the chains side by side: their next loads are
              * independent. Moved timers are spread over the chains of their
              * new slots in turn; due ones are appended to the ready list. */
-            struct tw_node **tail = &w->ready;
             for (unsigned live = CHAINS; live;) {
                 live = 0;
                 for (unsigned c = 0; c < CHAINS; c++) {
@@ -495,8 +492,8 @@ int64_t tw_wheel_destroy(struct tw_wheel *w)
             for (unsigned c = 0; c < CHAINS; c++)
                 for (struct tw_node *t = w->slots[level][slot][c]; t; t = t->next, detached++)
                     t->pprev = NULL;
-            for (unsigned i = 0; level == 1 && i < (SUBS - 1) * CHAINS; i++)
-                for (struct tw_node *t = (&w->sub[slot][1][0])[i]; t; t = t->next, detached++)
+            for (unsigned i = 0; level == 1 && i < SUBS * CHAINS; i++)
+                for (struct tw_node *t = (&w->sub[slot][0][0])[i]; t; t = t->next, detached++)
                     t->pprev = NULL;
         }
     }
@@ -601,29 +598,21 @@ uint64_t tw_wheel_moves(const struct tw_wheel *w)
  * slot boundary of the highest level whose boundaries fall in the window.
  * That level is floor(h / 6) for h the highest bit in which first - 1 and
  * last differ (a multiple of 2^h lies in (first - 1, last], and no multiple
- * of 2^(h+1) does), so h alone picks the case: h >= 6, a multiple of the
- * level's slot width (never overflows: one lies in the window); h = 4 or 5,
- * no multiple of 64 but one of 16, a sub-slot boundary (place_at_sub keeps
- * it from moving); h < 4, the first tick. S = 0 gives `first` in every
- * case. A timer planned at such a boundary fires from the slot it reaches
- * at that level without being moved again, and every timer whose window
- * holds the same boundary fires at the same tick. */
+ * of 2^(h+1) does), so h alone picks the case, with no branch (plan_mask):
+ * h >= 6, a multiple of the level's slot width (never overflows: one lies
+ * in the window); h = 4 or 5, no multiple of 64 but one of 16, a sub-slot
+ * boundary (place_planned keeps it from moving); h < 4, the first tick.
+ * S = 0 gives `first` in every case. A timer planned at such a boundary
+ * fires from the slot it reaches at that level without being moved again,
+ * and every timer whose window holds the same boundary fires at the same
+ * tick. (A branch on the case would be mispredicted about every other arm
+ * in W3, whose windows hold a multiple of 64 four times in ten.) */
 static inline __attribute__((always_inline)) void
 plan_place(struct tw_wheel *w, struct tw_node *n, uint64_t first, uint64_t last, unsigned chain)
 {
     uint64_t before = first - 1;
-    unsigned h = (unsigned)__builtin_clzll(before ^ last) ^ 63u;
-    if (h >= SLOT_BITS) {
-        n->deadline = (before | mask_by_bit[h]) + 1;
-        place(w, n, chain);
-    } else if (h >= SUB_BITS) {
-        uint64_t p = (before | (SUB_WIDTH - 1)) + 1;
-        n->deadline = p;
-        place_at_sub(w, n, p, chain);
-    } else {
-        n->deadline = first;
-        place(w, n, chain);
-    }
+    n->deadline = (before | plan_mask[(unsigned)__builtin_clzll(before ^ last) ^ 63u]) + 1;
+    place_planned(w, n, chain);
 }
 
 /* The tick at which a pending timer pushed back into [first, last] is
