@@ -126,15 +126,6 @@ static inline uint64_t saturating_add(uint64_t a, uint64_t b)
     return a > UINT64_MAX - b ? UINT64_MAX : a + b;
 }
 
-static inline void list_push(struct tw_node **head, struct tw_node *t)
-{
-    t->next = *head;
-    if (t->next)
-        t->next->pprev = &t->next;
-    *head = t;
-    t->pprev = head;
-}
-
 static inline void mark_occupied(struct tw_wheel *w, unsigned level, unsigned slot)
 {
     w->occupied[level] |= UINT64_C(1) << slot;
