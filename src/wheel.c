@@ -55,15 +55,25 @@
  *
  * Sub-slots: a window with no multiple of 64 (short delays: W3's 160-240
  * ticks with 1/8 slack hold one only 40% of the time) is planned on a
- * multiple of 16 if it holds one. Such a timer, placed at level 1, waits on
- * one of its slot's three sub-lists (sub[slot][q], tick 16q of the slot)
- * instead of a chain; when the slot comes due, level 0 is empty (its slots
- * all lie before), and each sub-list is spliced whole onto a chain of the
- * level-0 slot of its tick: one store and one pprev fix for the lot, where
- * the chains' timers are moved one by one. Exact timers never use them.
+ * multiple of 16 if it holds one. Every timer planned with slack on a
+ * multiple of 16 that lands at level 1 waits on one of its slot's four
+ * sub-lists (sub[slot][q], tick 16q of the slot; q = 0 for a multiple of
+ * 64) instead of a chain, and each sub-list is TW_WHEEL_CHAINS chains like
+ * a slot, so that firing them keeps four misses in flight too. When the
+ * slot comes due, level 0 is empty (its slots all lie before): each chain
+ * of sub-lists 1..3 is spliced whole onto the same chain of the level-0
+ * slot of its tick (one store and one pprev fix for the lot, where a
+ * slot's chains' timers are moved one by one), and sub-list 0, due at once,
+ * joins the ready list the same way. The arm then needs a single test (a
+ * multiple of 16 at level 1) and the sub-list index is bits 4..11 of the
+ * tick. Exact timers never use them.
  *
  * Firing: the timers due at one tick are first collected on the `ready` list,
- * then their callbacks run one by one. A callback may cancel or re-arm any
+ * then their callbacks run one by one. A level-0 slot's timers (and a
+ * sub-list 0's) are all due unless a lazy re-arm pushed one back: its
+ * chains are walked only to read the deadlines and move such a timer, then
+ * linked onto the ready list as they stand (splice_due), with no store per
+ * timer that fires. A callback may cancel or re-arm any
  * timer, ready ones included (the ready list is an ordinary doubly linked
  * list), and timers it arms are due at a later tick, so an advance always
  * terminates.
