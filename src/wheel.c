@@ -362,7 +362,8 @@ static inline struct tw_node **splice_due(struct tw_wheel *w, struct tw_node **h
             live++;
             struct tw_node *next = t->next;
             cur[c] = next;
-            __builtin_prefetch(next); /* NULL is harmless: a hint, never a load */
+            if (next) /* never NULL: a page walk for nothing (a nested one in a VM) */
+                __builtin_prefetch(next);
             if (__builtin_expect(t->deadline <= tick, 1)) {
                 last[c] = t;
             } else { /* pushed back lazily: out of the chain, to its new slot */
@@ -424,7 +425,8 @@ static __attribute__((noinline)) int process_next_slot(struct tw_wheel *w, uint6
                         continue;
                     live++;
                     chain[c] = t->next;
-                    __builtin_prefetch(t->next); /* its miss now, a round early */
+                    if (t->next) /* its miss now, a round early (never NULL) */
+                        __builtin_prefetch(t->next);
                     if (t->deadline <= tick) {
                         *tail = t;
                         t->pprev = tail;
