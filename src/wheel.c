@@ -267,10 +267,12 @@ static inline void place_sub(struct tw_wheel *w, struct tw_node *t, size_t sub, 
     t->next = first;
     *head = t;
     t->pprev = head;
-    if (__builtin_expect(first != NULL, 1))
+    if (__builtin_expect(first != NULL, 1)) {
         first->pprev = &t->next;
-    else
+    } else {
         mark_occupied(w, 1, (unsigned)(sub / SUBS));
+        w->subbed |= UINT64_C(1) << (sub / SUBS);
+    }
 }
 
 /* Place a timer planned with slack (its deadline is its planned tick p).
@@ -325,19 +327,8 @@ static __attribute__((noinline)) uint64_t hand_down_subs(struct tw_wheel *w, uns
     return moved;
 }
 
-/* Whether any sub-list of level-1 slot `slot` holds a timer. */
-static inline bool subs_in_use(const struct tw_wheel *w, unsigned slot)
-{
-    struct tw_node *const *sub = &w->sub[slot][0][0];
-    uintptr_t any = 0;
-    for (unsigned i = 0; i < SUBS * CHAINS; i++)
-        any |= (uintptr_t)sub[i];
-    return any != 0;
-}
-
-/* The lists `heads` (a level-0 slot's chains, or a level-1 slot's
- * sub-list 0) came due at `tick` (now): each timer in them is due unless a
- * lazy re-arm pushed it back. The chains are walked side by side (their
+/* The lists `heads` (a level-1 slot's sub-list 0) came due at `tick`
+ * (now): each timer in them is due unless a lazy re-arm pushed it back. The chains are walked side by side (their
  * loads are independent; each node's successor is prefetched a round ahead)
  * only to read each deadline; the rare timer not due is unlinked and placed
  * anew, and what is left of the chains, all due, is linked in at `tail` (the
@@ -402,42 +393,47 @@ static __attribute__((noinline)) int process_next_slot(struct tw_wheel *w, uint6
         mark_empty(w, level, slot);
         unsigned spread = w->chain;
         uint64_t moved = 0;
-        struct tw_node **tail = &w->ready; /* the ready list is empty */
-        if (level == 0) {
-            tail = splice_due(w, w->slots[0][slot], tail, tick, &spread, &moved);
-            *tail = NULL;
-        } else {
-            struct tw_node *chain[CHAINS];
-            memcpy(chain, w->slots[level][slot], sizeof chain);
-            memset(w->slots[level][slot], 0, sizeof chain);
-            if (level == 1 && subs_in_use(w, slot)) {
-                moved = hand_down_subs(w, slot, &spread);
-                tail = splice_due(w, w->sub[slot][0], tail, tick, &spread, &moved);
-            }
-            /* Walk the chains side by side: their next loads are
-             * independent. Moved timers are spread over the chains of their
-             * new slots in turn; due ones are appended to the ready list. */
-            for (unsigned live = CHAINS; live;) {
-                live = 0;
-                for (unsigned c = 0; c < CHAINS; c++) {
-                    struct tw_node *t = chain[c];
-                    if (!t)
-                        continue;
-                    live++;
-                    chain[c] = t->next;
-                    if (t->next) /* its miss now, a round early (never NULL) */
-                        __builtin_prefetch(t->next);
-                    if (t->deadline <= tick) {
-                        *tail = t;
-                        t->pprev = tail;
-                        tail = &t->next;
-                    } else {
-                        place(w, t, spread++);
-                        moved++;
-                    }
+        struct tw_node *head = NULL; /* the ready list (empty on entry), built here */
+        struct tw_node *chain[CHAINS];
+        memcpy(chain, w->slots[level][slot], sizeof chain);
+        memset(w->slots[level][slot], 0, sizeof chain);
+        /* w->subbed may be stale (a cancel emptied the sub-lists): then the
+         * hand-down finds nothing. Exact timers never set it. */
+        if (level == 1 && (w->subbed >> slot & 1)) {
+            w->subbed &= ~(UINT64_C(1) << slot);
+            moved = hand_down_subs(w, slot, &spread);
+            *splice_due(w, w->sub[slot][0], &w->ready, tick, &spread, &moved) = NULL;
+            head = w->ready;
+        }
+        /* Walk the chains side by side: their next loads are independent.
+         * Moved timers are spread over the chains of their new slots in
+         * turn; due ones are pushed onto the ready list, kept here until the
+         * walk ends (the order of the old code: due timers of one tick fire in
+         * an unspecified order, but layers above may have come to rely on it). */
+        for (unsigned live = CHAINS; live;) {
+            live = 0;
+            for (unsigned c = 0; c < CHAINS; c++) {
+                struct tw_node *t = chain[c];
+                if (!t)
+                    continue;
+                live++;
+                chain[c] = t->next;
+                if (t->next) /* its miss now, a round early (never NULL) */
+                    __builtin_prefetch(t->next);
+                if (t->deadline <= tick) {
+                    t->next = head;
+                    if (head)
+                        head->pprev = &t->next;
+                    head = t;
+                } else {
+                    place(w, t, spread++);
+                    moved++;
                 }
             }
-            *tail = NULL;
+        }
+        if (head) {
+            w->ready = head;
+            head->pprev = &w->ready;
         }
         w->chain = spread;
         w->moves += moved;

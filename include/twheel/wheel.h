@@ -189,6 +189,7 @@ struct tw_wheel {
     uint32_t chain;                     /**< next chain to push onto, round robin */
     int advancing;                      /**< inside tw_wheel_advance */
     int bare;                           /**< a bare node was armed since init: pull only */
+    uint64_t subbed; /**< private: bit s set => level-1 slot s may have sub-lists in use */
 };
 
 /* ---- wheel ------------------------------------------------------------- */
