@@ -69,11 +69,12 @@
  * tick. Exact timers never use them.
  *
  * Firing: the timers due at one tick are first collected on the `ready` list,
- * then their callbacks run one by one. A level-0 slot's timers (and a
- * sub-list 0's) are all due unless a lazy re-arm pushed one back: its
- * chains are walked only to read the deadlines and move such a timer, then
- * linked onto the ready list as they stand (splice_due), with no store per
- * timer that fires. A callback may cancel or re-arm any
+ * then their callbacks run one by one. A sub-list 0's timers are all due
+ * unless a lazy re-arm pushed one back: its chains are walked only to read
+ * the deadlines and move such a timer, then linked onto the ready list as
+ * they stand (splice_due), with no store per timer that fires. (Doing the
+ * same for level-0 slots cost more per slot than it saved per timer where
+ * slots hold one timer, W4.) A callback may cancel or re-arm any
  * timer, ready ones included (the ready list is an ordinary doubly linked
  * list), and timers it arms are due at a later tick, so an advance always
  * terminates.
