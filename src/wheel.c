@@ -39,7 +39,7 @@
  *
  * Slack: a timer allowed to fire anywhere in [D, D + S] is planned at the
  * earliest slot boundary of the highest level that falls in that window
- * (plan_tick), and that planned tick is simply its deadline from then on:
+ * (plan_place), and that planned tick is simply its deadline from then on:
  * apart from the sub-slots below, nothing else in the wheel knows about
  * slack, and the exact paths pay nothing for it. A timer planned at a boundary of
  * level L fires straight from the level-L slot it reaches, so it moves at
@@ -55,15 +55,26 @@
  *
  * Sub-slots: a window with no multiple of 64 (short delays: W3's 160-240
  * ticks with 1/8 slack hold one only 40% of the time) is planned on a
- * multiple of 16 if it holds one. Such a timer, placed at level 1, waits on
- * one of its slot's three sub-lists (sub[slot][q], tick 16q of the slot)
- * instead of a chain; when the slot comes due, level 0 is empty (its slots
- * all lie before), and each sub-list is spliced whole onto a chain of the
- * level-0 slot of its tick: one store and one pprev fix for the lot, where
- * the chains' timers are moved one by one. Exact timers never use them.
+ * multiple of 16 if it holds one. Every timer planned with slack on a
+ * multiple of 16 that lands at level 1 waits on one of its slot's four
+ * sub-lists (sub[slot][q], tick 16q of the slot; q = 0 for a multiple of
+ * 64) instead of a chain, and each sub-list is TW_WHEEL_CHAINS chains like
+ * a slot, so that firing them keeps four misses in flight too. When the
+ * slot comes due, level 0 is empty (its slots all lie before): each chain
+ * of sub-lists 1..3 is spliced whole onto the same chain of the level-0
+ * slot of its tick (one store and one pprev fix for the lot, where a
+ * slot's chains' timers are moved one by one), and sub-list 0, due at once,
+ * joins the ready list the same way. The arm then needs a single test (a
+ * multiple of 16 at level 1) and the sub-list index is bits 4..11 of the
+ * tick. Exact timers never use them.
  *
  * Firing: the timers due at one tick are first collected on the `ready` list,
- * then their callbacks run one by one. A callback may cancel or re-arm any
+ * then their callbacks run one by one. A sub-list 0's timers are all due
+ * unless a lazy re-arm pushed one back: its chains are walked only to read
+ * the deadlines and move such a timer, then linked onto the ready list as
+ * they stand (splice_due), with no store per timer that fires. (Doing the
+ * same for level-0 slots cost more per slot than it saved per timer where
+ * slots hold one timer, W4.) A callback may cancel or re-arm any
  * timer, ready ones included (the ready list is an ordinary doubly linked
  * list), and timers it arms are due at a later tick, so an advance always
  * terminates.
@@ -126,15 +137,6 @@ static inline uint64_t saturating_add(uint64_t a, uint64_t b)
     return a > UINT64_MAX - b ? UINT64_MAX : a + b;
 }
 
-static inline void list_push(struct tw_node **head, struct tw_node *t)
-{
-    t->next = *head;
-    if (t->next)
-        t->next->pprev = &t->next;
-    *head = t;
-    t->pprev = head;
-}
-
 static inline void mark_occupied(struct tw_wheel *w, unsigned level, unsigned slot)
 {
     w->occupied[level] |= UINT64_C(1) << slot;
@@ -151,14 +153,20 @@ static inline void mark_empty(struct tw_wheel *w, unsigned level, unsigned slot)
 /* Level 1's sub-slots: a level-1 slot's 64 ticks in SUBS parts of SUB_WIDTH
  * ticks (as many parts as chains: 16 ticks). */
 #define SUBS CHAINS
+#define SUB_BITS 4
 #define SUB_WIDTH (TW_WHEEL_SLOTS / SUBS)
+_Static_assert(SUB_WIDTH == 1u << SUB_BITS, "a sub-slot is 2^SUB_BITS ticks");
 _Static_assert(SUBS == 4 && SUB_WIDTH * SUBS == TW_WHEEL_SLOTS, "sub-slots split a slot in 4 (process_next_slot looks at 1..3)");
 
 /* Whether level-1 slot `slot` holds nothing, in its chains or sub-lists. */
 static inline bool level1_slot_empty(const struct tw_wheel *w, size_t slot)
 {
+    struct tw_node *const *sub = &w->sub[slot][0][0];
     for (unsigned c = 0; c < CHAINS; c++)
-        if (w->slots[1][slot][c] || w->sub[slot][c])
+        if (w->slots[1][slot][c])
+            return false;
+    for (unsigned i = 0; i < SUBS * CHAINS; i++)
+        if (sub[i])
             return false;
     return true;
 }
@@ -171,10 +179,10 @@ static inline void chain_emptied(struct tw_wheel *w, struct tw_node **link)
 {
     size_t off = (size_t)((uintptr_t)link - (uintptr_t)&w->slots[0][0][0]);
     if (off >= sizeof w->slots) {
-        off = (size_t)((uintptr_t)link - (uintptr_t)&w->sub[0][0]);
+        off = (size_t)((uintptr_t)link - (uintptr_t)&w->sub[0][0][0]);
         if (off >= sizeof w->sub)
             return; /* a link inside a node */
-        size_t slot = off / (sizeof(struct tw_node *) * SUBS);
+        size_t slot = off / sizeof w->sub[0];
         if (level1_slot_empty(w, slot))
             mark_empty(w, 1, (unsigned)slot);
         return;
@@ -218,6 +226,15 @@ static const uint8_t shift_by_bit[64] = {TW_B16(0), TW_B16(16), TW_B16(32), TW_B
 #undef TW_B1
 #define TW_B1(b) (((b) / SLOT_BITS) * TW_WHEEL_SLOTS * CHAINS)
 static const uint16_t base_by_bit[64] = {TW_B16(0), TW_B16(16), TW_B16(32), TW_B16(48)};
+#undef TW_B1
+/* ... and, for slack (plan_place), the mask that rounds a window's tick up
+ * to its planned tick: the level's slot width less one, 2^(6 * level) - 1,
+ * at levels 1 and up; at level 0, 15 if the window holds a multiple of 16
+ * (b = 4, 5), else 0. */
+#define TW_B1(b)                                                                             \
+    ((b) >= SLOT_BITS ? (UINT64_C(1) << (((b) / SLOT_BITS) * SLOT_BITS)) - 1                 \
+                      : (b) >= SUB_BITS ? (uint64_t)SUB_WIDTH - 1 : 0)
+static const uint64_t plan_mask[64] = {TW_B16(0), TW_B16(16), TW_B16(32), TW_B16(48)};
 #undef TW_B16
 #undef TW_B4
 #undef TW_B1
@@ -242,66 +259,129 @@ static inline void place(struct tw_wheel *w, struct tw_node *t, unsigned chain)
         mark_occupied(w, (unsigned)(base / (TW_WHEEL_SLOTS * CHAINS)), (unsigned)slot);
 }
 
-/* Place a timer planned with slack. One whose tick is a sub-slot boundary
- * (a multiple of 16, not of 64) and that lands at level 1 goes onto that
- * sub-slot's list: when the level-1 slot comes due, the list goes down to
- * level 0 in one piece (spliced, not walked), and fires from there at its
- * tick, so it is never moved one by one. Others are placed as ever. */
-static inline void place_planned(struct tw_wheel *w, struct tw_node *t, unsigned chain)
+/* Push t onto sub-slot `sub` (bits 4..11 of its tick: level-1 slot * 4 +
+ * q) on chain `chain` (taken modulo TW_WHEEL_CHAINS). */
+static inline void place_sub(struct tw_wheel *w, struct tw_node *t, size_t sub, unsigned chain)
 {
-    uint64_t p = t->deadline, diff = p ^ w->now;
-    if ((p & (SUB_WIDTH - 1)) || !(p & SLOT_MASK) || diff < TW_WHEEL_SLOTS ||
-        diff >= (uint64_t)TW_WHEEL_SLOTS * TW_WHEEL_SLOTS) {
-        place(w, t, chain);
-        return;
-    }
-    size_t slot = (size_t)(p >> SLOT_BITS) & SLOT_MASK;
-    struct tw_node **head = &w->sub[slot][(p & SLOT_MASK) / SUB_WIDTH];
+    struct tw_node **head = &w->sub[0][0][0] + (sub * CHAINS + (chain & (CHAINS - 1)));
     struct tw_node *first = *head;
     t->next = first;
     *head = t;
     t->pprev = head;
-    if (first)
+    if (__builtin_expect(first != NULL, 1)) {
         first->pprev = &t->next;
-    else
-        mark_occupied(w, 1, (unsigned)slot);
+    } else {
+        mark_occupied(w, 1, (unsigned)(sub / SUBS));
+        w->subbed |= UINT64_C(1) << (sub / SUBS);
+    }
 }
 
-/* Level-1 slot `slot` came due at `tick` (now): hand each of its sub-lists
- * to the level-0 slot of its tick, on an empty chain there (one store and
- * one pprev fix), or timer by timer if that slot's chains are all in use.
- * Returns the timers moved one by one. */
-static __attribute__((noinline)) uint64_t hand_down_subs(struct tw_wheel *w, unsigned slot, unsigned *spread)
+/* Place a timer planned with slack (its deadline is its planned tick p).
+ * One planned on a multiple of 16 that lands at level 1 goes onto the
+ * sub-slot of its tick (the level-1 slot's q = 0 sub-list if p is a multiple
+ * of 64): when the level-1 slot comes due, sub-lists 1..3 go down to level 0
+ * whole (spliced, not walked) and fire from there at p, and sub-list 0 is
+ * due at once, so the timer is never moved one by one. A multiple of 4096 is
+ * never at level 1 (it would not be ahead of now), so all it takes is the
+ * level-1 test. Elsewhere the timer is placed as ever. */
+static inline void place_planned(struct tw_wheel *w, struct tw_node *t, unsigned chain)
+{
+    uint64_t p = t->deadline;
+    if (__builtin_expect(!(p & (SUB_WIDTH - 1)), 1) &&
+        (p ^ w->now) - TW_WHEEL_SLOTS < (uint64_t)TW_WHEEL_SLOTS * (TW_WHEEL_SLOTS - 1))
+        place_sub(w, t, (size_t)(p >> SUB_BITS) & (TW_WHEEL_SLOTS * SUBS - 1), chain);
+    else
+        place(w, t, chain);
+}
+
+/* Level-1 slot `slot` came due (now is its first tick): hand each chain of
+ * its sub-lists to the same chain of the level-0 slot of its tick, which is
+ * empty (level 0 holds nothing when a level-1 slot comes due: its slots all
+ * lie before): one store and one pprev fix per chain. Should that chain be
+ * in use after all, its timers are placed one by one (counted as moves). */
+static __attribute__((noinline)) uint64_t hand_down_subs(struct tw_wheel *w, unsigned slot,
+                                                          unsigned *spread)
 {
     uint64_t moved = 0;
     for (unsigned q = 1; q < SUBS; q++) {
-        struct tw_node *list = w->sub[slot][q];
-        if (!list)
-            continue;
-        w->sub[slot][q] = NULL;
+        struct tw_node **sub = w->sub[slot][q];
         unsigned s0 = q * SUB_WIDTH; /* the level-0 slot of tick + 16q */
         struct tw_node **chains = w->slots[0][s0];
-        unsigned c = 0;
-        while (c < CHAINS && chains[c])
-            c++;
-        if (c < CHAINS) {
-            chains[c] = list;
-            list->pprev = &chains[c];
-            mark_occupied(w, 0, s0);
-            continue;
-        }
-        for (struct tw_node *t = list, *next; t; t = next) {
-            next = t->next;
-            place(w, t, (*spread)++);
-            moved++;
+        for (unsigned c = 0; c < CHAINS; c++) {
+            struct tw_node *list = sub[c];
+            if (!list)
+                continue;
+            sub[c] = NULL;
+            if (__builtin_expect(!chains[c], 1)) {
+                chains[c] = list;
+                list->pprev = &chains[c];
+                mark_occupied(w, 0, s0);
+                continue;
+            }
+            for (struct tw_node *t = list, *next; t; t = next) {
+                next = t->next;
+                place(w, t, (*spread)++);
+                moved++;
+            }
         }
     }
     return moved;
 }
 
+/* The lists `heads` (a level-1 slot's sub-list 0) came due at `tick`
+ * (now): each timer in them is due unless a lazy re-arm pushed it back. The chains are walked side by side (their
+ * loads are independent; each node's successor is prefetched a round ahead)
+ * only to read each deadline; the rare timer not due is unlinked and placed
+ * anew, and what is left of the chains, all due, is linked in at `tail` (the
+ * end of the ready list) as it stands: its links are already right, so no
+ * store per timer that fires. The heads are left empty. Returns the new end
+ * of the ready list (the caller ends it with NULL); adds to *moved. */
+static inline struct tw_node **splice_due(struct tw_wheel *w, struct tw_node **heads,
+                                          struct tw_node **tail, uint64_t tick,
+                                          unsigned *spread, uint64_t *moved)
+{
+    struct tw_node *cur[CHAINS], *last[CHAINS];
+    for (unsigned c = 0; c < CHAINS; c++) {
+        cur[c] = heads[c];
+        last[c] = NULL;
+    }
+    for (unsigned live = CHAINS; live;) {
+        live = 0;
+        for (unsigned c = 0; c < CHAINS; c++) {
+            struct tw_node *t = cur[c];
+            if (!t)
+                continue;
+            live++;
+            struct tw_node *next = t->next;
+            cur[c] = next;
+            if (next) /* never NULL: a page walk for nothing (a nested one in a VM) */
+                __builtin_prefetch(next);
+            if (__builtin_expect(t->deadline <= tick, 1)) {
+                last[c] = t;
+            } else { /* pushed back lazily: out of the chain, to its new slot */
+                *t->pprev = next;
+                if (next)
+                    next->pprev = t->pprev;
+                place(w, t, (*spread)++);
+                (*moved)++;
+            }
+        }
+    }
+    for (unsigned c = 0; c < CHAINS; c++) {
+        if (!last[c])
+            continue;
+        struct tw_node *first = heads[c];
+        *tail = first;
+        first->pprev = tail;
+        tail = &last[c]->next;
+        heads[c] = NULL;
+    }
+    return tail;
+}
+
 /* Move the timers of the next slot due at or before `limit` to their new
  * places or to the ready list, setting now to that slot's tick. Returns 0 if
- * no slot is due by `limit`. */
+ * no slot is due by `limit`. Called with the ready list empty. */
 static __attribute__((noinline)) int process_next_slot(struct tw_wheel *w, uint64_t limit)
 {
     while (w->levels) {
@@ -311,16 +391,26 @@ static __attribute__((noinline)) int process_next_slot(struct tw_wheel *w, uint6
         if (tick > limit)
             return 0;
         w->now = tick;
-        struct tw_node *chain[CHAINS];
-        memcpy(chain, w->slots[level][slot], sizeof chain);
-        memset(w->slots[level][slot], 0, sizeof chain);
         mark_empty(w, level, slot);
         unsigned spread = w->chain;
         uint64_t moved = 0;
-        if (level == 1 && (w->sub[slot][1] || w->sub[slot][2] || w->sub[slot][3]))
+        struct tw_node *head = NULL; /* the ready list (empty on entry), built here */
+        struct tw_node *chain[CHAINS];
+        memcpy(chain, w->slots[level][slot], sizeof chain);
+        memset(w->slots[level][slot], 0, sizeof chain);
+        /* w->subbed may be stale (a cancel emptied the sub-lists): then the
+         * hand-down finds nothing. Exact timers never set it. */
+        if (level == 1 && (w->subbed >> slot & 1)) {
+            w->subbed &= ~(UINT64_C(1) << slot);
             moved = hand_down_subs(w, slot, &spread);
+            *splice_due(w, w->sub[slot][0], &w->ready, tick, &spread, &moved) = NULL;
+            head = w->ready;
+        }
         /* Walk the chains side by side: their next loads are independent.
-         * Moved timers are spread over the chains of their new slots in turn. */
+         * Moved timers are spread over the chains of their new slots in
+         * turn; due ones are pushed onto the ready list, kept here until the
+         * walk ends (the order of the old code: due timers of one tick fire in
+         * an unspecified order, but layers above may have come to rely on it). */
         for (unsigned live = CHAINS; live;) {
             live = 0;
             for (unsigned c = 0; c < CHAINS; c++) {
@@ -329,15 +419,22 @@ static __attribute__((noinline)) int process_next_slot(struct tw_wheel *w, uint6
                     continue;
                 live++;
                 chain[c] = t->next;
-                if (t->next) /* start its miss now, a round before its turn */
+                if (t->next) /* its miss now, a round early (never NULL) */
                     __builtin_prefetch(t->next);
                 if (t->deadline <= tick) {
-                    list_push(&w->ready, t);
+                    t->next = head;
+                    if (head)
+                        head->pprev = &t->next;
+                    head = t;
                 } else {
                     place(w, t, spread++);
                     moved++;
                 }
             }
+        }
+        if (head) {
+            w->ready = head;
+            head->pprev = &w->ready;
         }
         w->chain = spread;
         w->moves += moved;
@@ -392,13 +489,12 @@ int64_t tw_wheel_destroy(struct tw_wheel *w)
     for (unsigned level = 0; level < LEVELS; level++) {
         for (uint64_t bits = w->occupied[level]; bits; bits &= bits - 1) {
             unsigned slot = (unsigned)__builtin_ctzll(bits);
-            for (unsigned c = 0; c < CHAINS; c++) {
+            for (unsigned c = 0; c < CHAINS; c++)
                 for (struct tw_node *t = w->slots[level][slot][c]; t; t = t->next, detached++)
                     t->pprev = NULL;
-                for (struct tw_node *t = level == 1 ? w->sub[slot][c] : NULL; t;
-                     t = t->next, detached++)
+            for (unsigned i = 0; level == 1 && i < SUBS * CHAINS; i++)
+                for (struct tw_node *t = (&w->sub[slot][0][0])[i]; t; t = t->next, detached++)
                     t->pprev = NULL;
-            }
         }
     }
     uint64_t now = w->now;
@@ -497,27 +593,26 @@ uint64_t tw_wheel_moves(const struct tw_wheel *w)
 
 /* ---- slack ------------------------------------------------------------------ */
 
-/* The tick at which a timer allowed to fire anywhere in [first, last] is
- * planned (first > now, last >= first): `first` rounded up to the slot
- * boundary of the highest level whose boundaries fall in the window. That
- * level is floor(h / 6) for h the highest bit in which first - 1 and last
- * differ (a multiple of 2^h lies in (first - 1, last], and no multiple of
- * 2^(h+1) does). A timer planned at such a boundary fires from the slot it
- * reaches at that level without being moved again, and every timer whose
- * window holds the same boundary fires at the same tick. */
-static inline uint64_t plan_tick(uint64_t first, uint64_t last)
+/* Plan a fresh timer allowed to fire anywhere in [first, last] (first >
+ * now, last >= first) and place it. Its tick is `first` rounded up to the
+ * slot boundary of the highest level whose boundaries fall in the window.
+ * That level is floor(h / 6) for h the highest bit in which first - 1 and
+ * last differ (a multiple of 2^h lies in (first - 1, last], and no multiple
+ * of 2^(h+1) does), so h alone picks the case, with no branch (plan_mask):
+ * h >= 6, a multiple of the level's slot width (never overflows: one lies
+ * in the window); h = 4 or 5, no multiple of 64 but one of 16, a sub-slot
+ * boundary (place_planned keeps it from moving); h < 4, the first tick.
+ * S = 0 gives `first` in every case. A timer planned at such a boundary
+ * fires from the slot it reaches at that level without being moved again,
+ * and every timer whose window holds the same boundary fires at the same
+ * tick. (A branch on the case would be mispredicted about every other arm
+ * in W3, whose windows hold a multiple of 64 four times in ten.) */
+static inline __attribute__((always_inline)) void
+plan_place(struct tw_wheel *w, struct tw_node *n, uint64_t first, uint64_t last, unsigned chain)
 {
-    if (last == first)
-        return first;
-    unsigned shift = shift_by_bit[(unsigned)__builtin_clzll((first - 1) ^ last) ^ 63u];
-    if (shift == 0) {
-        /* No multiple of 64 in the window: a sub-slot boundary if it holds
-         * one (place_planned keeps it from moving), else the first tick. */
-        uint64_t sub = ((first - 1) | (SUB_WIDTH - 1)) + 1;
-        return sub <= last && sub > first - 1 ? sub : first;
-    }
-    uint64_t mask = (UINT64_C(1) << shift) - 1; /* shift <= 60 */
-    return ((first - 1) | mask) + 1; /* <= last, so no overflow */
+    uint64_t before = first - 1;
+    n->deadline = (before | plan_mask[(unsigned)__builtin_clzll(before ^ last) ^ 63u]) + 1;
+    place_planned(w, n, chain);
 }
 
 /* The tick at which a pending timer pushed back into [first, last] is
@@ -526,7 +621,7 @@ static inline uint64_t plan_tick(uint64_t first, uint64_t last)
  * is 0). A timer re-armed while pending is likely to be re-armed again (a
  * heartbeat, an idle timeout): planned late, it stays inside the next
  * windows longer, so more of its re-arms cost nothing. The price, for L >= 2,
- * is one move more than plan_tick's tick would take if it does come due. */
+ * is one move more than plan_place's tick would take if it does come due. */
 static inline uint64_t plan_late(uint64_t first, uint64_t last)
 {
     if (last == first)
@@ -538,7 +633,7 @@ static inline uint64_t plan_late(uint64_t first, uint64_t last)
         uint64_t sub = last & ~(uint64_t)(SUB_WIDTH - 1);
         return sub >= first ? sub : last;
     }
-    /* plan_tick's boundary is a multiple of 2^shift in the window: the
+    /* plan_place's boundary is a multiple of 2^shift in the window: the
      * result is >= it, so >= first. */
     return last & ~((UINT64_C(1) << shift) - 1);
 }
@@ -587,11 +682,11 @@ arm_node_slack(struct tw_wheel *w, struct tw_node *n, uint64_t deadline, uint64_
         unlink_node(w, n);
         w->moves++; /* relocated now instead of by a later advance */
         n->deadline = plan_late(deadline, last);
+        place_planned(w, n, w->chain++);
     } else {
         w->pending++;
-        n->deadline = plan_tick(deadline, last);
+        plan_place(w, n, deadline, last, w->chain++);
     }
-    place_planned(w, n, w->chain++);
     set_owner(n, w);
     return 0;
 }

@@ -233,6 +233,69 @@ static void test_sub_slots(void)
     CHECK_EQ_U64(tw_wheel_next_expiry(&w), TW_NEVER);
 }
 
+/* The sub-lists' chains and the level-1 slot's sub-list 0 (a multiple of 64
+ * planned with slack): many timers on one sub-slot use every chain, a
+ * cancel from the middle of one leaves the rest, a later exact re-arm of a
+ * sub-list timer is lazy and is moved (not fired) when its list comes due,
+ * and the pull interface hands out sub-list 0's timers at their tick even
+ * when asked for exactly that tick. */
+static void test_sub_slot_chains(void)
+{
+    enum { N = 11 };
+    struct tw_wheel w;
+    struct rec r[N];
+    tw_wheel_init(&w, 0);
+    for (int i = 0; i < N; i++)
+        rec_init(&r[i], &w);
+    /* [200, 220] and [250, 270]: planned at 208 (sub-list 1 of slot 3) and
+     * 256 (sub-list 0 of slot 4). */
+    for (int i = 0; i < 5; i++)
+        CHECK_EQ_INT(tw_timer_arm_at_slack(&w, &r[i].timer, 200, 20), 0);
+    for (int i = 5; i < 10; i++)
+        CHECK_EQ_INT(tw_timer_arm_at_slack(&w, &r[i].timer, 250, 20), 0);
+    CHECK_EQ_INT(tw_timer_arm_at(&w, &r[10].timer, 256), 0); /* exact, same tick */
+    for (int i = 0; i < 5; i++)
+        CHECK_EQ_U64(tw_timer_deadline(&r[i].timer), 208);
+    for (int i = 5; i < 10; i++)
+        CHECK_EQ_U64(tw_timer_deadline(&r[i].timer), 256);
+    CHECK_EQ_INT(tw_timer_cancel(&w, &r[2].timer), 1);
+    CHECK_EQ_INT(tw_timer_cancel(&w, &r[7].timer), 1);
+    CHECK_EQ_INT(tw_timer_arm_at(&w, &r[3].timer, 300), 0); /* lazy: stays on its list */
+    CHECK_EQ_INT(tw_timer_arm_at(&w, &r[8].timer, 301), 0);
+    CHECK_EQ_U64(tw_wheel_pending(&w), 9);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 207), 0);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 208), 3); /* 0, 1, 4 */
+    for (int i = 0; i < 5; i++)
+        CHECK_EQ_INT(r[i].fires, i == 0 || i == 1 || i == 4);
+    CHECK_EQ_U64(tw_timer_deadline(&r[3].timer), 300);
+    /* Pull exactly at 256: sub-list 0's three and the exact one. */
+    CHECK(tw_wheel_expire_next(&w, 255) == NULL);
+    int got = 0;
+    for (struct tw_timer *t; (t = tw_wheel_expire_next(&w, 256)) != NULL; got++) {
+        CHECK_EQ_U64(tw_wheel_now(&w), 256);
+        CHECK(t != &r[7].timer && t != &r[8].timer);
+    }
+    CHECK_EQ_INT(got, 4);
+    CHECK_EQ_U64(tw_wheel_pending(&w), 2);
+    CHECK_EQ_U64(tw_wheel_next_expiry(&w) <= 300, 1);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 299), 0);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 300), 1);
+    CHECK_EQ_U64(r[3].fired_at, 300);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 301), 1);
+    CHECK_EQ_U64(r[8].fired_at, 301);
+    CHECK_EQ_U64(tw_wheel_pending(&w), 0);
+    CHECK_EQ_U64(tw_wheel_next_expiry(&w), TW_NEVER);
+    /* A lazily re-armed exact timer at level 0 is moved, not fired. */
+    CHECK_EQ_INT(tw_timer_arm_at(&w, &r[0].timer, 310), 0);
+    CHECK_EQ_INT(tw_timer_arm_at(&w, &r[1].timer, 310), 0);
+    CHECK_EQ_INT(tw_timer_arm_at(&w, &r[1].timer, 315), 0);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 310), 1);
+    CHECK_EQ_INT(r[1].fires, 1); /* still its first fire, at 208 */
+    CHECK_EQ_INT(tw_wheel_advance(&w, 314), 0);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 315), 1);
+    CHECK_EQ_U64(r[1].fired_at, 315);
+}
+
 /* Re-arming with slack is free while the planned tick is inside the new
  * window, and relocates at once otherwise (no lazy move for a later advance);
  * an exact re-arm makes the timer exact again; cancel works as ever. */
@@ -379,6 +442,7 @@ int main(void)
     RUN(test_rearm_and_cancel);
     RUN(test_pushed_back_planned_late);
     RUN(test_sub_slots);
+    RUN(test_sub_slot_chains);
     RUN(test_periodic_keeps_phase);
     RUN(test_bare_nodes);
     return test_summary();

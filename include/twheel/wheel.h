@@ -169,15 +169,16 @@ struct tw_timer {
 };
 
 /** The wheel. Caller-owned (static, inside your struct, or malloc'ed by you);
- * about 25 KB, of which only the slots in use are touched. Every field is
+ * about 31 KB, of which only the slots in use are touched. Every field is
  * private. */
 struct tw_wheel {
     /** private: the slots, each kept as TW_WHEEL_CHAINS lists */
     struct tw_node *slots[TW_WHEEL_LEVELS][TW_WHEEL_SLOTS][TW_WHEEL_CHAINS];
-    /** private: level 1's sub-slot lists: sub[s][q], q = 1..3, holds timers
-     * planned with slack at tick 16 * q of level-1 slot s; they go down to
-     * level 0 as one list when the slot comes due (q = 0 is unused) */
-    struct tw_node *sub[TW_WHEEL_SLOTS][TW_WHEEL_CHAINS];
+    /** private: level 1's sub-slot lists: sub[s][q] holds the timers planned
+     * with slack at tick 16 * q of level-1 slot s (bits 4..11 of the tick),
+     * as TW_WHEEL_CHAINS chains; when the slot comes due, q = 1..3 go down
+     * to level 0 whole and q = 0 is due at once */
+    struct tw_node *sub[TW_WHEEL_SLOTS][TW_WHEEL_CHAINS][TW_WHEEL_CHAINS];
     uint64_t occupied[TW_WHEEL_LEVELS]; /**< bit s set <=> slots[level][s] non-empty */
     struct tw_node *ready;              /**< due at `now`, not fired yet */
     uint64_t now;                       /**< current tick */
@@ -188,6 +189,7 @@ struct tw_wheel {
     uint32_t chain;                     /**< next chain to push onto, round robin */
     int advancing;                      /**< inside tw_wheel_advance */
     int bare;                           /**< a bare node was armed since init: pull only */
+    uint64_t subbed; /**< private: bit s set => level-1 slot s may have sub-lists in use */
 };
 
 /* ---- wheel ------------------------------------------------------------- */
