@@ -54,17 +54,6 @@ struct tw_clock {
     struct tw_allocator alloc;
 };
 
-static void *clock_alloc(const struct tw_allocator *a, void *p, size_t old, size_t size)
-{
-    if (a->fn)
-        return a->fn(a->ctx, p, old, size);
-    if (!size) {
-        free(p);
-        return NULL;
-    }
-    return realloc(p, size);
-}
-
 uint64_t tw_clock_now_ns(void)
 {
     struct timespec ts;
@@ -144,7 +133,7 @@ int tw_clock_new(struct tw_clock **out, const struct tw_allocator *alloc)
     if (!out || (alloc && !alloc->fn))
         return TW_EINVAL;
     struct tw_allocator a = alloc ? *alloc : (struct tw_allocator){0};
-    struct tw_clock *k = clock_alloc(&a, NULL, 0, sizeof *k);
+    struct tw_clock *k = tw_clock_mem_(&a, NULL, 0, sizeof *k);
     if (!k)
         return TW_ENOMEM;
     memset(k, 0, sizeof *k);
@@ -174,7 +163,7 @@ fail_cv:
 fail_mu:
     pthread_mutex_destroy(&k->mu);
 fail:
-    clock_alloc(&a, k, sizeof *k, 0);
+    tw_clock_mem_(&a, k, sizeof *k, 0);
     return rc;
 }
 
@@ -195,8 +184,8 @@ int tw_clock_free(struct tw_clock *k)
     pthread_cond_destroy(&k->cv);
     pthread_mutex_destroy(&k->mu);
     struct tw_allocator a = k->alloc;
-    clock_alloc(&a, k->members, k->cap * sizeof *k->members, 0);
-    clock_alloc(&a, k, sizeof *k, 0);
+    tw_clock_mem_(&a, k->members, k->cap * sizeof *k->members, 0);
+    tw_clock_mem_(&a, k, sizeof *k, 0);
     return 0;
 }
 
@@ -205,7 +194,7 @@ int tw_clock_join(struct tw_clock *k, tw_clock_run_fn *run, void *ctx, uint64_t 
 {
     if (!k || !run || !out)
         return TW_EINVAL;
-    struct tw_clock_member *m = clock_alloc(&k->alloc, NULL, 0, sizeof *m);
+    struct tw_clock_member *m = tw_clock_mem_(&k->alloc, NULL, 0, sizeof *m);
     if (!m)
         return TW_ENOMEM;
     atomic_init(&m->due, TW_CLOCK_NEVER);
@@ -214,11 +203,11 @@ int tw_clock_join(struct tw_clock *k, tw_clock_run_fn *run, void *ctx, uint64_t 
     pthread_mutex_lock(&k->mu);
     if (k->n == k->cap) {
         unsigned cap = k->cap ? 2 * k->cap : 8;
-        struct tw_clock_member **a = clock_alloc(&k->alloc, k->members,
+        struct tw_clock_member **a = tw_clock_mem_(&k->alloc, k->members,
                                                  k->cap * sizeof *a, cap * sizeof *a);
         if (!a) {
             pthread_mutex_unlock(&k->mu);
-            clock_alloc(&k->alloc, m, sizeof *m, 0);
+            tw_clock_mem_(&k->alloc, m, sizeof *m, 0);
             return TW_ENOMEM;
         }
         k->members = a;
@@ -245,7 +234,7 @@ void tw_clock_leave(struct tw_clock *k, struct tw_clock_member *m)
     while (k->running == m)
         pthread_cond_wait(&k->left_cv, &k->mu);
     pthread_mutex_unlock(&k->mu);
-    clock_alloc(&k->alloc, m, sizeof *m, 0);
+    tw_clock_mem_(&k->alloc, m, sizeof *m, 0);
 }
 
 void tw_clock_wake(struct tw_clock *k, struct tw_clock_member *m, uint64_t at_ns)

@@ -33,17 +33,6 @@ struct tw_pool {
     struct tw_allocator alloc;
 };
 
-static void *pool_mem(const struct tw_allocator *a, void *p, size_t old, size_t size)
-{
-    if (a->fn)
-        return a->fn(a->ctx, p, old, size);
-    if (!size) {
-        free(p);
-        return NULL;
-    }
-    return realloc(p, size);
-}
-
 static void *pool_main(void *arg)
 {
     struct tw_pool *p = arg;
@@ -85,15 +74,15 @@ int tw_pool_new(struct tw_pool **out, unsigned threads, const struct tw_allocato
     if (!out || threads == 0 || threads > TW_POOL_THREADS_MAX || (alloc && !alloc->fn))
         return TW_EINVAL;
     struct tw_allocator a = alloc ? *alloc : (struct tw_allocator){0};
-    struct tw_pool *p = pool_mem(&a, NULL, 0, sizeof *p);
+    struct tw_pool *p = tw_clock_mem_(&a, NULL, 0, sizeof *p);
     if (!p)
         return TW_ENOMEM;
     memset(p, 0, sizeof *p);
     p->alloc = a;
     p->nthreads = threads;
-    p->threads = pool_mem(&a, NULL, 0, threads * sizeof *p->threads);
+    p->threads = tw_clock_mem_(&a, NULL, 0, threads * sizeof *p->threads);
     if (!p->threads) {
-        pool_mem(&a, p, sizeof *p, 0);
+        tw_clock_mem_(&a, p, sizeof *p, 0);
         return TW_ENOMEM;
     }
     if (pthread_mutex_init(&p->mu, NULL))
@@ -115,8 +104,8 @@ fail_cv:
 fail_mu:
     pthread_mutex_destroy(&p->mu);
 fail_threads:
-    pool_mem(&a, p->threads, threads * sizeof *p->threads, 0);
-    pool_mem(&a, p, sizeof *p, 0);
+    tw_clock_mem_(&a, p->threads, threads * sizeof *p->threads, 0);
+    tw_clock_mem_(&a, p, sizeof *p, 0);
     return TW_ESYS;
 }
 
@@ -136,8 +125,8 @@ int tw_pool_free(struct tw_pool *p)
     pthread_cond_destroy(&p->cv);
     pthread_mutex_destroy(&p->mu);
     struct tw_allocator a = p->alloc;
-    pool_mem(&a, p->threads, p->nthreads * sizeof *p->threads, 0);
-    pool_mem(&a, p, sizeof *p, 0);
+    tw_clock_mem_(&a, p->threads, p->nthreads * sizeof *p->threads, 0);
+    tw_clock_mem_(&a, p, sizeof *p, 0);
     return 0;
 }
 
