@@ -220,14 +220,11 @@
     "if hi > hold() then redis.call('SET', KEYS[5], hi, 'PX', 2 * tonumber(ARGV[1]) + 1000) end\n" \
     "return out\n"
 
-/* ARGV: lease_ms, then key, token pairs (a batch of one partition)
- * -> {now_us, s1, a1, s2, a2, ...} per task: s = 1 start now (a = attempt;
- *    the lease is renewed to now + lease_ms), s = 0 not due yet by the
- *    server's clock (a = microseconds to wait), s = -1 lease gone (a = 0). */
-#define START_LUA                                                                          \
-    PRELUDE "local now = now_us() local lease = math.floor(now / 1000) + tonumber(ARGV[1])\n" \
-    "local out = {now}\n"                                                                   \
-    "for i = 2, #ARGV, 2 do local k = ARGV[i] local s, a = -1, 0\n"                         \
+/* The loop bodies START, ACK and STARTACK share (Lua text, spliced in).
+ * START_LOOP(first): start the key, token pairs from ARGV[first] to the end;
+ * ACK_LOOP(first, last): acknowledge the pairs from ARGV[first] to ARGV[last]. */
+#define START_LOOP(first)                                                                  \
+    "for i = " first ", #ARGV, 2 do local k = ARGV[i] local s, a = -1, 0\n"                \
     "  local v = redis.call('HGET', KEYS[3], k)\n"                                          \
     "  if v then local tok, att, due, pos = parse(v)\n"                                     \
     "    if held(k, tok, tonumber(ARGV[i + 1]), now) then\n"                                \
@@ -237,20 +234,27 @@
     "    end\n"                                                                             \
     "  end\n"                                                                               \
     "  out[#out + 1] = s out[#out + 1] = a\n"                                               \
-    "end\n"                                                                                 \
-    "return out\n"
-
-/* ARGV: key, token pairs (one partition) -> {r1, r2, ...}: 1 deleted, 0 stale
- * (not our lease any more: nothing deleted) */
-#define ACK_LUA                                                                            \
-    PRELUDE "local now = now_us() local out = {}\n"                                         \
-    "for i = 1, #ARGV, 2 do local k = ARGV[i] local r = 0\n"                                \
+    "end\n"
+#define ACK_LOOP(first, last)                                                              \
+    "for i = " first ", " last ", 2 do local k = ARGV[i] local r = 0\n"                    \
     "  local v = redis.call('HGET', KEYS[3], k)\n"                                          \
     "  if v and held(k, (parse(v)), tonumber(ARGV[i + 1]), now) then\n"                     \
     "    redis.call('HDEL', KEYS[3], k) redis.call('ZREM', KEYS[2], k) r = 1 end\n"         \
     "  out[#out + 1] = r\n"                                                                 \
-    "end\n"                                                                                 \
-    "return out\n"
+    "end\n"
+
+/* ARGV: lease_ms, then key, token pairs (a batch of one partition)
+ * -> {now_us, s1, a1, s2, a2, ...} per task: s = 1 start now (a = attempt;
+ *    the lease is renewed to now + lease_ms), s = 0 not due yet by the
+ *    server's clock (a = microseconds to wait), s = -1 lease gone (a = 0). */
+#define START_LUA                                                                          \
+    PRELUDE "local now = now_us() local lease = math.floor(now / 1000) + tonumber(ARGV[1])\n" \
+    "local out = {now}\n" START_LOOP("2") "return out\n"
+
+/* ARGV: key, token pairs (one partition) -> {r1, r2, ...}: 1 deleted, 0 stale
+ * (not our lease any more: nothing deleted) */
+#define ACK_LUA                                                                            \
+    PRELUDE "local now = now_us() local out = {}\n" ACK_LOOP("1", "#ARGV") "return out\n"
 
 /* START with the partition's delayed acknowledgements folded in (one
  * script call instead of two; redis.c: "ACKs ride on STARTs").
@@ -260,24 +264,7 @@
 #define STARTACK_LUA                                                                       \
     PRELUDE "local now = now_us() local lease = math.floor(now / 1000) + tonumber(ARGV[1])\n" \
     "local nack = tonumber(ARGV[2]) local out = {now}\n"                                    \
-    "for i = 3, 2 + 2 * nack, 2 do local k = ARGV[i] local r = 0\n"                         \
-    "  local v = redis.call('HGET', KEYS[3], k)\n"                                          \
-    "  if v and held(k, (parse(v)), tonumber(ARGV[i + 1]), now) then\n"                     \
-    "    redis.call('HDEL', KEYS[3], k) redis.call('ZREM', KEYS[2], k) r = 1 end\n"         \
-    "  out[#out + 1] = r\n"                                                                 \
-    "end\n"                                                                                 \
-    "for i = 3 + 2 * nack, #ARGV, 2 do local k = ARGV[i] local s, a = -1, 0\n"              \
-    "  local v = redis.call('HGET', KEYS[3], k)\n"                                          \
-    "  if v then local tok, att, due, pos = parse(v)\n"                                     \
-    "    if held(k, tok, tonumber(ARGV[i + 1]), now) then\n"                                \
-    "      if now < due * 1000 then s = 0 a = due * 1000 - now else s = 1 a = att + 1\n"   \
-    "        redis.call('HSET', KEYS[3], k, rec(tok, a, due, string.sub(v, pos)))\n"        \
-    "        redis.call('ZADD', KEYS[2], lease, k) end\n"                                   \
-    "    end\n"                                                                             \
-    "  end\n"                                                                               \
-    "  out[#out + 1] = s out[#out + 1] = a\n"                                               \
-    "end\n"                                                                                 \
-    "return out\n"
+    ACK_LOOP("3", "2 + 2 * nack") START_LOOP("3 + 2 * nack") "return out\n"
 
 /* ARGV: key, token, retry_base_ms, retry_max_ms, channel -> 1 rescheduled, 0 stale */
 #define FAIL_LUA                                                                           \
