@@ -12,8 +12,10 @@
  *
  * Invariant (what makes the races of docs/contracts.md impossible): an entry is
  * in its shard's table  <=>  its timer is pending on its shard's wheel, and
- * the timer's deadline is the entry's expiry tick. The three change together,
- * under the shard lock, and nowhere else.
+ * the timer's deadline is the entry's expiry tick (with expiry slack: at most
+ * slack after it, or, after a refresh of the same pointer, at or before it:
+ * the expiry pass re-arms such a timer for the entry's expiry instead of
+ * expiring it). They change together, under the shard lock, and nowhere else.
  */
 #ifndef TWHEEL_CACHE_INTERNAL_H
 #define TWHEEL_CACHE_INTERNAL_H

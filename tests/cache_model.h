@@ -5,8 +5,8 @@
  * The model is a plain array over a handful of keys: for each, whether it
  * is stored (expired keys stay stored until an advance collects them, as in
  * the cache), its value, its expiry tick and its last-use stamp. Operations
- * (set, set_ttl, invalid set, get, del, take with a loader that succeeds or
- * fails, advance, set_now) are applied to a manual-clock cache (jitter off,
+ * (set, set_ttl, a refresh: set_ttl of the value a key holds, invalid set,
+ * get, del, take with a loader that succeeds or fails, advance, set_now) are applied to a manual-clock cache (jitter off,
  * so expiries are exact; with bit 3 of byte 0 the expiry timers have slack)
  * and to the model; every answer is compared:
  *   - get/take hit exactly when the key is stored and now < expiry, with the
@@ -144,8 +144,16 @@ static void cm_evict(struct cmodel *m)
     }
 }
 
-/* Model side of a successful store of v under key i with ttl. */
+/* Model side of a successful store of v under key i with ttl; `batch`: v
+ * came in a batch, whose later keys may have dropped it already (the
+ * caller checks v's frees after the batch). */
+static void cm_store_ex(struct cmodel *m, int i, struct cm_value *v, int64_t ttl, bool batch);
 static void cm_store(struct cmodel *m, int i, struct cm_value *v, int64_t ttl)
+{
+    cm_store_ex(m, i, v, ttl, false);
+}
+
+static void cm_store_ex(struct cmodel *m, int i, struct cm_value *v, int64_t ttl, bool batch)
 {
     struct cm_key *k = &m->k[i];
     if (k->stored) {
@@ -158,7 +166,8 @@ static void cm_store(struct cmodel *m, int i, struct cm_value *v, int64_t ttl)
     k->expiry = m->now + (uint64_t)ttl;
     k->slack = m->shift ? (uint64_t)ttl >> m->shift : 0;
     k->stamp = ++m->seq;
-    cm_expect_freed(v, 0, "store");
+    if (!batch)
+        cm_expect_freed(v, 0, "store");
     cm_evict(m);
 }
 
@@ -251,8 +260,20 @@ static void cm_op(struct cmodel *m, uint8_t op, uint8_t arg)
     void *got = NULL;
     int rc;
     switch (op % 10) {
-    case 0:
-    case 1: { /* set_ttl */
+    case 1:
+        if (m->k[i].stored) { /* set_ttl of the value it holds: a refresh */
+            struct cm_key *k = &m->k[i];
+            rc = tw_cache_set_ttl(m->c, name, kl, k->value, ttl);
+            if (rc != 0)
+                CM_FAIL("refresh: %d", rc);
+            k->expiry = m->now + (uint64_t)ttl;
+            k->slack = m->shift ? (uint64_t)ttl >> m->shift : 0;
+            k->stamp = ++m->seq;
+            cm_expect_freed(k->value, 0, "refresh");
+            break;
+        }
+        /* fall through */
+    case 0: { /* set_ttl */
         struct cm_value *v = cm_new_value(m);
         if (!v)
             return;
@@ -267,11 +288,41 @@ static void cm_op(struct cmodel *m, uint8_t op, uint8_t arg)
         if (!v)
             return;
         if (arg & 0x80) {
-            const void *keys[1] = {name};
-            size_t kls[1] = {kl};
-            void *vals[1] = {v};
-            int rcs[1] = {-1};
-            rc = tw_cache_set_many(m->c, 1, keys, kls, vals, rcs) == 1 ? rcs[0] : -1000;
+            /* A batch of 1-5 keys starting with key i (5 keys repeat one:
+             * the later value wins), stored as single sets in batch order. */
+            int nb = 1 + (arg / CM_KEYS) % 5, idx[5];
+            char names[5][16];
+            const void *keys[5];
+            size_t kls[5];
+            void *vals[5];
+            int rcs[5];
+            if (m->nvalues + nb - 1 > CM_MAX_VALUES) {
+                atomic_store(&v->freed, 1); /* never stored */
+                return;
+            }
+            for (int j = 0; j < nb; j++) {
+                idx[j] = (i + 5 * j * j) % CM_KEYS;
+                cm_key_name(idx[j], names[j]);
+                keys[j] = names[j];
+                kls[j] = strlen(names[j]);
+                vals[j] = j ? (void *)cm_new_value(m) : (void *)v;
+                rcs[j] = -1;
+            }
+            int got_n = tw_cache_set_many(m->c, (size_t)nb, keys, kls, vals, rcs);
+            if (got_n != nb)
+                CM_FAIL("set_many of %d keys: %d stored", nb, got_n);
+            for (int j = 0; j < nb; j++) {
+                if (rcs[j] != 0)
+                    CM_FAIL("set_many key %d: %d", idx[j], rcs[j]);
+                cm_store_ex(m, idx[j], vals[j], m->ttl, true);
+            }
+            /* each value of the batch is freed iff the model dropped it
+             * (a later repeat of its key, or an eviction by a later key) */
+            for (int j = 0; j < nb; j++) {
+                bool held = m->k[idx[j]].stored && m->k[idx[j]].value == vals[j];
+                cm_expect_freed(vals[j], held ? 0 : 1, "set_many");
+            }
+            break;
         } else {
             rc = tw_cache_set(m->c, name, kl, v);
         }

@@ -512,7 +512,8 @@ static void test_mixed_stress(void)
 /* ---- lock-free reads -------------------------------------------------- */
 
 /* Readers retain (a reference count) every value they are handed while
- * writers replace, delete and evict values and the real clock expires them
+ * writers replace (set, and set_many in batches of 4), delete and evict
+ * values and the real clock expires them
  * (TTLs of 1-4 ms, an LRU limit): no value may be retained after it was
  * freed, none freed twice, and every stored value is freed by the end.
  * Readers also check that a hit's expiry has not passed: they know each
@@ -577,6 +578,21 @@ static void *lf_writer_main(void *p)
         int kl = snprintf(key, sizeof key, "k%u", (unsigned)(x % 48));
         if (x % 8 == 0) {
             tw_cache_del(lf.c, key, (size_t)kl);
+        } else if (x % 8 == 1 && i + 4 <= w->n) {
+            /* a batch of 4 keys (maybe repeated) with the default TTL:
+             * grouped by shard without a limit, key by key with one */
+            char names[4][16];
+            const void *keys[4];
+            size_t kls[4];
+            void *vals[4];
+            for (int j = 0; j < 4; j++) {
+                kls[j] = (size_t)snprintf(names[j], sizeof names[j], "k%u",
+                                          (unsigned)((x >> (8 * j + 3)) % 48));
+                keys[j] = names[j];
+                vals[j] = &w->vals[i + j];
+            }
+            w->stored += tw_cache_set_many(lf.c, 4, keys, kls, vals, NULL);
+            i += 3;
         } else if (tw_cache_set_ttl(lf.c, key, (size_t)kl, &w->vals[i], 1 + (int64_t)(x % 4)) ==
                    0) {
             w->stored++;
