@@ -364,7 +364,7 @@ static int cache_store_at_locked(struct tw_cache *c, struct cache_shard *s,
         return TW_ENOMEM;
     struct cache_entry *n = (struct cache_entry *)(void *)(block + cache_pre(c));
     tw_node_init(&n->timer);
-    atomic_init(&n->hnext, NULL);
+    atomic_init(&n->hnext, 0);
     if (c->limit) {
         struct cache_lru *l = cache_lru_of(n);
         l->prev = l->next = NULL;
@@ -386,12 +386,12 @@ static int cache_store_at_locked(struct tw_cache *c, struct cache_shard *s,
         /* The new entry takes the old one's place in its chain (a release
          * store publishes it); the old one is retired. */
         tw_node_cancel(&s->wheel, &e->timer);
-        tw_cache_map_replace_(s, e, n);
+        tw_cache_map_replace_(s, e, n, k->hash);
         if (c->limit)
             tw_cache_lru_unlink_(s, e);
         tw_cache_garbage_add_(g, e);
     } else {
-        tw_cache_map_insert_(c, s, n, g);
+        tw_cache_map_insert_(c, s, n, k->hash, g);
         atomic_fetch_add_explicit(&c->count, 1, memory_order_relaxed);
     }
     if (c->limit)
@@ -699,11 +699,11 @@ int tw_cache_get_copy(struct tw_cache *c, const void *key, size_t klen, void *bu
  * pipeline of D = CACHE_STAGE keys per stage: while key i is looked up, the
  * first entry of key i + D (its bucket is in cache by then), the bucket of
  * key i + 2D (hashed now; its key bytes were fetched a stage ago) and the
- * key bytes of key i + 3D are being fetched; get_many also fetches the
- * second entry of key i + D/2's chain when its first is another key (only
- * a reader may look into entries: set_many runs outside a read section).
- * A key's shard lock (set) or read section (get) is taken per key or per
- * batch as for single calls. */
+ * key bytes of key i + 3D are being fetched (the entry is the one whose
+ * tag matches in the bucket's line). The prefetches read the shards' tables
+ * and buckets, so they run inside a read section (a table may be replaced
+ * and freed meanwhile). A key's shard lock (set) or read section (get) is
+ * taken per key or per batch as for single calls. */
 #ifndef CACHE_STAGE
 #define CACHE_STAGE 4
 #endif
@@ -724,43 +724,33 @@ static inline void cache_prefetch_bucket(struct tw_cache *c, uint64_t hash)
 {
     struct cache_shard *s = cache_shard_of(c, hash);
     struct cache_table *t = atomic_load_explicit(&s->table, memory_order_acquire);
-    __builtin_prefetch(&t->b[(uint32_t)hash & t->mask]);
+    __builtin_prefetch(&t->b[cache_bucket_of(t, hash)]);
 }
 
+/* The bucket is in cache by now: prefetch the entry whose tag matches (the
+ * first two that may, without tags). */
 static inline void cache_prefetch_entry(struct tw_cache *c, uint64_t hash)
 {
     struct cache_shard *s = cache_shard_of(c, hash);
     struct cache_table *t = atomic_load_explicit(&s->table, memory_order_acquire);
-    struct cache_entry *e =
-        atomic_load_explicit(&t->b[(uint32_t)hash & t->mask], memory_order_acquire);
-    if (e) {
-        __builtin_prefetch(e);
-        __builtin_prefetch((char *)e + 63);
-    }
-}
-
-/* One step of the pipeline before key i is worked on: hashes land in ring. */
-/* Inside a read section only (get_many): the first entry of hash's bucket
- * is in cache by now; if it is not the key, prefetch the next one in the
- * chain (a table at load ~1 has a second entry to walk for about a third of
- * the hits, a miss that would otherwise wait for the first). */
-static inline void cache_prefetch_chain(struct tw_cache *c, uint64_t hash)
-{
-    struct cache_shard *s = cache_shard_of(c, hash);
-    struct cache_table *t = atomic_load_explicit(&s->table, memory_order_acquire);
-    struct cache_entry *e =
-        atomic_load_explicit(&t->b[(uint32_t)hash & t->mask], memory_order_acquire);
-    if (e && e->hash != (uint32_t)hash) {
-        struct cache_entry *x = atomic_load_explicit(&e->hnext, memory_order_relaxed);
-        if (x) {
-            __builtin_prefetch(x);
-            __builtin_prefetch((char *)x + 63);
+    const _Atomic uintptr_t *bk = &t->b[cache_bucket_of(t, hash)];
+    uintptr_t tag = cache_tag_of(hash);
+    unsigned sent = 0;
+    for (unsigned j = 0; j < CACHE_SLOTS && sent < 2; j++) {
+        uintptr_t l = atomic_load_explicit(&bk[j], memory_order_relaxed);
+        if (l && cache_link_may_match(l, tag)) {
+            struct cache_entry *e = cache_link_entry(l);
+            __builtin_prefetch(e);
+            __builtin_prefetch((char *)e + 63);
+            sent++;
         }
     }
 }
 
+/* One step of the pipeline before key i is worked on: hashes land in ring.
+ * Reads the shards' tables: inside a read section only. */
 static inline void cache_pipeline(struct tw_cache *c, size_t n, const void *const *keys,
-                                  const size_t *klens, size_t i, uint64_t *ring, bool reading)
+                                  const size_t *klens, size_t i, uint64_t *ring)
 {
     size_t j = i + 3 * CACHE_STAGE;
     if (j < n && keys[j])
@@ -773,13 +763,11 @@ static inline void cache_pipeline(struct tw_cache *c, size_t n, const void *cons
     j = i + CACHE_STAGE;
     if (j < n && cache_key_ok(keys, klens, j))
         cache_prefetch_entry(c, ring[j % CACHE_RING]);
-    j = i + CACHE_STAGE / 2;
-    if (reading && j < n && cache_key_ok(keys, klens, j))
-        cache_prefetch_chain(c, ring[j % CACHE_RING]);
 }
 
 /* Fill the pipeline: the first 2D keys hashed, their buckets and the first
- * D keys' entries on their way, the next keys' bytes too. */
+ * D keys' entries on their way, the next keys' bytes too (in a read
+ * section). */
 static void cache_pipeline_start(struct tw_cache *c, size_t n, const void *const *keys,
                                  const size_t *klens, uint64_t *ring)
 {
@@ -817,7 +805,7 @@ int tw_cache_get_many(struct tw_cache *c, size_t n, const void *const *keys,
     tw_cache_rd_enter_(c, &rd);
     cache_pipeline_start(c, n, keys, klens, ring);
     for (size_t i = 0; i < n; i++) {
-        cache_pipeline(c, n, keys, klens, i, ring, true);
+        cache_pipeline(c, n, keys, klens, i, ring);
         const void *kp = keys[i];
         int rc = cache_check_key(c, &kp, klens[i]);
         if (rc == 0) {
@@ -913,9 +901,14 @@ static int cache_set_many_ordered(struct tw_cache *c, size_t n, const void *cons
     uint64_t ring[CACHE_RING] = {0};
     int stored = 0;
     uint64_t now_ns = 0;
+    struct cache_rd rd;
+    tw_cache_rd_enter_(c, &rd);
     cache_pipeline_start(c, n, keys, klens, ring);
+    tw_cache_rd_exit_(&rd);
     for (size_t i = 0; i < n; i++) {
-        cache_pipeline(c, n, keys, klens, i, ring, false);
+        tw_cache_rd_enter_(c, &rd);
+        cache_pipeline(c, n, keys, klens, i, ring);
+        tw_cache_rd_exit_(&rd);
         if (i % CACHE_SET_CLOCK == 0)
             now_ns = cache_now_ns(c);
         const void *kp = keys[i];
@@ -1395,11 +1388,11 @@ static void cache_free_shards(struct tw_cache *c, unsigned inited)
         tw_cache_limbo_collect_(c, s, &g, true);
         struct cache_table *t = atomic_load_explicit(&s->table, memory_order_relaxed);
         for (size_t b = 0; b <= t->mask; b++) {
-            struct cache_entry *e = atomic_load_explicit(&t->b[b], memory_order_relaxed);
-            while (e) {
-                struct cache_entry *next = atomic_load_explicit(&e->hnext, memory_order_relaxed);
+            uintptr_t l = atomic_load_explicit(&t->b[b], memory_order_relaxed);
+            while (l) {
+                struct cache_entry *e = cache_link_entry(l);
+                l = atomic_load_explicit(&e->hnext, memory_order_relaxed);
                 tw_cache_garbage_add_(&g, e);
-                e = next;
             }
         }
         t->free_next = g.tables;

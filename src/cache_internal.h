@@ -69,7 +69,7 @@
 struct cache_entry {
     struct tw_node timer;        /* pending on the shard's wheel; deadline = expiry tick.
                                   * Once unlinked, timer.next links it in garbage lists. */
-    _Atomic(struct cache_entry *) hnext; /* next in the bucket's chain */
+    _Atomic uintptr_t hnext;     /* link to the next in the bucket's chain (cache_link) */
     union {
         _Atomic(void *) ptr; /* pointer mode: the value */
         size_t len;          /* copy mode: bytes after the key (immutable) */
@@ -137,12 +137,120 @@ static inline struct cache_lru *cache_lru_of(const struct cache_entry *e)
     return (struct cache_lru *)(void *)((char *)(uintptr_t)e - sizeof(struct cache_lru));
 }
 
-/* A bucket array; replaced whole when the table grows or shrinks. */
+/* The table is an array of buckets of CACHE_SLOTS links on one cache line
+ * (when the array is 64-byte aligned: always for the huge tables of large
+ * caches); each slot heads a chain through the entries' hnext. A key's
+ * bucket is fixed by its hash; a new key takes a free slot of its bucket,
+ * else goes in front of one slot's chain (rare below load 1).
+ *
+ * A link (a slot, or an entry's hnext) holds the next entry's address and,
+ * where user addresses leave the top bits free (x86-64, AArch64), a tag:
+ * bit 63 set, bits 48-61 = 14 bits of the entry's key hash that neither the
+ * bucket nor the shard uses, bit 62 = "that entry had a successor when the
+ * link was written" (never clear while it has one: a successor is only ever
+ * added by linking a new entry in front, which writes a fresh link). So a
+ * read of a hit loads its bucket's line and then only the entry whose tag
+ * matches (a wrong tag matches 1 time in 16,384), and a miss usually reads
+ * no entry at all; it reads a non-matching entry only to walk past it to
+ * a successor. An address with any of bits 48-63 set is linked untagged
+ * (bit 63 clear): the walk then reads and compares it as before. A link is
+ * one atomic word: a reader never sees a tag with another entry's address. */
+#define CACHE_SLOTS 8
+#if (defined(__x86_64__) || defined(__aarch64__)) && UINTPTR_MAX == UINT64_MAX
+#define CACHE_LINK_TAGS 1
+#define CACHE_LINK_ADDR ((UINT64_C(1) << 48) - 1)
+#define CACHE_LINK_TAGGED (UINT64_C(1) << 63)
+#define CACHE_LINK_NEXT (UINT64_C(1) << 62)
+#define CACHE_LINK_TAG (UINT64_C(0x3fff) << 48)
+#else
+#define CACHE_LINK_TAGS 0
+#endif
+
+/* The tag of a key's 64-bit hash (bits 50-63 of it; 0 without tags). */
+static inline uintptr_t cache_tag_of(uint64_t hash)
+{
+#if CACHE_LINK_TAGS
+    return (uintptr_t)((hash >> 50) << 48);
+#else
+    (void)hash;
+    return 0;
+#endif
+}
+
+/* The link to e (NULL: 0) whose key has tag `tag`, and whose hnext is
+ * `next` (the link e holds, to know whether e has a successor). */
+static inline uintptr_t cache_link(const struct cache_entry *e, uintptr_t tag, uintptr_t next)
+{
+    uintptr_t a = (uintptr_t)e;
+#if CACHE_LINK_TAGS
+    if (!e || (a & ~(uintptr_t)CACHE_LINK_ADDR))
+        return a; /* untaggable address: plain */
+    return a | CACHE_LINK_TAGGED | tag | (next ? CACHE_LINK_NEXT : 0);
+#else
+    (void)tag;
+    (void)next;
+    return a;
+#endif
+}
+
+/* The entry a link points to. */
+static inline struct cache_entry *cache_link_entry(uintptr_t l)
+{
+#if CACHE_LINK_TAGS
+    if (l & CACHE_LINK_TAGGED)
+        l &= CACHE_LINK_ADDR;
+#endif
+    return (struct cache_entry *)l;
+}
+
+/* The tag a link carries for its entry, to write another link to it. */
+static inline uintptr_t cache_link_tag(uintptr_t l)
+{
+#if CACHE_LINK_TAGS
+    return l & CACHE_LINK_TAG;
+#else
+    (void)l;
+    return 0;
+#endif
+}
+
+/* Whether the entry behind link l may hold a key of tag `tag`. */
+static inline bool cache_link_may_match(uintptr_t l, uintptr_t tag)
+{
+#if CACHE_LINK_TAGS
+    return !(l & CACHE_LINK_TAGGED) || (l & CACHE_LINK_TAG) == tag;
+#else
+    (void)l;
+    (void)tag;
+    return true;
+#endif
+}
+
+/* Whether the entry behind link l may have a successor in its chain. */
+static inline bool cache_link_may_continue(uintptr_t l)
+{
+#if CACHE_LINK_TAGS
+    return !(l & CACHE_LINK_TAGGED) || (l & CACHE_LINK_NEXT);
+#else
+    (void)l;
+    return true;
+#endif
+}
+
+/* A bucket array; replaced whole when the table grows or shrinks. b[] starts
+ * 64 bytes in, so that a 64-byte aligned array has one bucket per line. */
 struct cache_table {
-    size_t mask;
+    size_t mask;                   /* slots - 1 (slots: a power of two >= CACHE_SLOTS) */
     struct cache_table *free_next; /* garbage link once replaced */
-    _Atomic(struct cache_entry *) b[];
+    char pad[64 - sizeof(size_t) - sizeof(void *)];
+    _Atomic uintptr_t b[];         /* CACHE_SLOTS links per bucket */
 };
+
+/* The first slot of the bucket of a stored (low 32 bits) or full hash. */
+static inline size_t cache_bucket_of(const struct cache_table *t, uint64_t hash)
+{
+    return ((size_t)(uint32_t)hash * CACHE_SLOTS) & t->mask;
+}
 
 /* Unlinked entries and replaced tables, freed once no reader can see them. */
 struct cache_garbage {
@@ -301,17 +409,19 @@ struct cache_entry *tw_cache_map_find_(const struct cache_shard *s, const void *
  * resize ran meanwhile, so that a miss cannot be trusted. */
 struct cache_entry *tw_cache_map_find_rcu_(const struct cache_shard *s, const void *key,
                                            size_t klen, uint64_t hash, bool *torn);
-/* Link e into the table (e->hash set; the key is absent). May grow the table
+/* Link e into the table (e->hash set, hash its key's full hash; the key is
+ * absent). May grow the table
  * (the old bucket array goes to g); a failed growth is ignored. */
 void tw_cache_map_insert_(struct tw_cache *c, struct cache_shard *s, struct cache_entry *e,
-                          struct cache_garbage *g);
+                          uint64_t hash, struct cache_garbage *g);
 /* Unlink e (present) from the table; e keeps its hnext for readers on it.
  * With may_shrink, a table below 1/8 load is halved (old array to g). */
 void tw_cache_map_remove_(struct tw_cache *c, struct cache_shard *s, struct cache_entry *e,
                           bool may_shrink, struct cache_garbage *g);
-/* Replace old (present) by e with the same key, in place in its chain. */
+/* Replace old (present) by e with the same key (full hash `hash`), in place
+ * in its chain. */
 void tw_cache_map_replace_(struct cache_shard *s, struct cache_entry *old,
-                           struct cache_entry *e);
+                           struct cache_entry *e, uint64_t hash);
 /* Allocate an empty table of n buckets (a power of two). */
 struct cache_table *tw_cache_table_new_(struct tw_cache *c, size_t n);
 void tw_cache_table_free_(struct tw_cache *c, struct cache_table *t);

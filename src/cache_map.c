@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* twheel cache: the per-shard map. Keys hashed by SipHash-1-3 (hash.h) under
- * a random per-instance key, a chained hash table that doubles at load 1 and
- * halves below 1/8, and an intrusive LRU list. Every function here runs under
+ * a random per-instance key, a table of buckets of 8 tagged links (see
+ * cache_internal.h) that doubles above half a key per slot and halves below
+ * 1/16, and an intrusive LRU list. Every function here runs under
  * the shard lock, except tw_cache_map_find_rcu_ (readers, no lock). */
 #include <stdlib.h>
 #include <string.h>
@@ -66,7 +67,7 @@ struct cache_table *tw_cache_table_new_(struct tw_cache *c, size_t n)
     t->mask = n - 1;
     t->free_next = NULL;
     for (size_t i = 0; i < n; i++)
-        atomic_init(&t->b[i], NULL);
+        atomic_init(&t->b[i], 0);
     return t;
 }
 
@@ -127,19 +128,30 @@ struct cache_entry *tw_cache_map_find_(const struct cache_shard *s, const void *
                                        size_t klen, uint64_t hash)
 {
     uint32_t h = (uint32_t)hash;
+    uintptr_t tag = cache_tag_of(hash);
     const struct cache_table *t = atomic_load_explicit(&s->table, RLX);
-    for (struct cache_entry *e = atomic_load_explicit(&t->b[h & t->mask], RLX); e;
-         e = atomic_load_explicit(&e->hnext, RLX))
-        if (cache_key_eq(e, key, klen, h))
-            return e;
+    const _Atomic uintptr_t *bk = &t->b[cache_bucket_of(t, hash)];
+    for (unsigned j = 0; j < CACHE_SLOTS; j++) {
+        for (uintptr_t l = atomic_load_explicit(&bk[j], RLX); l;) {
+            struct cache_entry *e = cache_link_entry(l);
+            if (cache_link_may_match(l, tag) && cache_key_eq(e, key, klen, h))
+                return e;
+            if (!cache_link_may_continue(l))
+                break;
+            l = atomic_load_explicit(&e->hnext, RLX);
+        }
+    }
     return NULL;
 }
 
 /* Lock-free lookup. A hit is always a true hit: the entry's key bytes never
  * change, and the entry was in the table at some instant of the walk (entries
  * leave a chain keeping their hnext). A miss is only trusted if no resize
- * relinked chains meanwhile (seq unchanged and even). The walk is bounded,
- * so a chain relinked under our feet cannot keep us forever. */
+ * relinked chains meanwhile (seq unchanged and even): a resize may move an
+ * entry behind a link whose "successor" bit was clear when read. The walk
+ * is bounded, so a chain relinked under our feet cannot keep us forever.
+ * Entries are read only behind a matching tag or to walk on to a successor:
+ * a hit at the head of a slot reads its bucket's line and its own entry. */
 struct cache_entry *tw_cache_map_find_rcu_(const struct cache_shard *s, const void *key,
                                            size_t klen, uint64_t hash, bool *torn)
 {
@@ -154,23 +166,48 @@ struct cache_entry *tw_cache_map_find_rcu_(const struct cache_shard *s, const vo
      * writer's seq_cst fence after an unlink, C11 then guarantees that a
      * reader the writer did not see as inside sees the unlink (cache_epoch.c). */
     const struct cache_table *t = atomic_load_explicit(&s->table, memory_order_seq_cst);
+    const _Atomic uintptr_t *bk = &t->b[cache_bucket_of(t, hash)];
+    uintptr_t tag = cache_tag_of(hash);
     size_t steps = 0;
-    for (struct cache_entry *e = atomic_load_explicit(&t->b[h & t->mask], memory_order_seq_cst);
-         e; e = atomic_load_explicit(&e->hnext, memory_order_seq_cst)) {
-        if (cache_key_eq(e, key, klen, h))
-            return e;
-        if (++steps > 4096)
-            break;
+    for (unsigned j = 0; j < CACHE_SLOTS; j++) {
+        for (uintptr_t l = atomic_load_explicit(&bk[j], memory_order_seq_cst); l;) {
+            struct cache_entry *e = cache_link_entry(l);
+            if (cache_link_may_match(l, tag) && cache_key_eq(e, key, klen, h))
+                return e;
+            if (!cache_link_may_continue(l) || ++steps > 4096)
+                break;
+            l = atomic_load_explicit(&e->hnext, memory_order_seq_cst);
+        }
     }
     atomic_thread_fence(ACQ);
     *torn = atomic_load_explicit(&s->seq, RLX) != seq || steps > 4096;
     return NULL;
 }
 
-/* Rehash into `n` buckets (a power of two), with seq odd meanwhile so that
+/* Link e (e->hash set; tag its link tag) into table t: into a free slot of
+ * its bucket, else in front of one slot's chain. The last store, with
+ * `mo`, publishes e (release when t is the live table). */
+static void cache_map_place(struct cache_table *t, struct cache_entry *e, uintptr_t tag,
+                            memory_order mo)
+{
+    _Atomic uintptr_t *bk = &t->b[cache_bucket_of(t, e->hash)];
+    for (unsigned j = 0; j < CACHE_SLOTS; j++) {
+        if (!atomic_load_explicit(&bk[j], RLX)) {
+            atomic_store_explicit(&e->hnext, 0, REL);
+            atomic_store_explicit(&bk[j], cache_link(e, tag, 0), mo);
+            return;
+        }
+    }
+    _Atomic uintptr_t *head = &bk[(e->hash >> 20) & (CACHE_SLOTS - 1)];
+    uintptr_t next = atomic_load_explicit(head, RLX);
+    atomic_store_explicit(&e->hnext, next, REL);
+    atomic_store_explicit(head, cache_link(e, tag, next), mo);
+}
+
+/* Rehash into `n` slots (a power of two), with seq odd meanwhile so that
  * readers distrust their misses. On allocation failure the table stays as
  * it is: still correct, only slower. The old array goes to g (readers may
- * still be reading it). */
+ * still be reading it). Each entry keeps the tag of the link that led to it. */
 static void cache_map_resize(struct tw_cache *c, struct cache_shard *s, size_t n,
                              struct cache_garbage *g)
 {
@@ -182,13 +219,12 @@ static void cache_map_resize(struct tw_cache *c, struct cache_shard *s, size_t n
     atomic_store_explicit(&s->seq, seq + 1, RLX);
     atomic_thread_fence(REL);
     for (size_t i = 0; i <= ot->mask; i++) {
-        struct cache_entry *e = atomic_load_explicit(&ot->b[i], RLX);
-        while (e) {
-            struct cache_entry *next = atomic_load_explicit(&e->hnext, RLX);
-            _Atomic(struct cache_entry *) *head = &nt->b[e->hash & (n - 1)];
-            atomic_store_explicit(&e->hnext, atomic_load_explicit(head, RLX), REL);
-            atomic_store_explicit(head, e, RLX);
-            e = next;
+        uintptr_t l = atomic_load_explicit(&ot->b[i], RLX);
+        while (l) {
+            struct cache_entry *e = cache_link_entry(l);
+            uintptr_t next = atomic_load_explicit(&e->hnext, RLX);
+            cache_map_place(nt, e, cache_link_tag(l), RLX);
+            l = next;
         }
     }
     atomic_store_explicit(&s->table, nt, REL);
@@ -199,18 +235,16 @@ static void cache_map_resize(struct tw_cache *c, struct cache_shard *s, size_t n
 }
 
 void tw_cache_map_insert_(struct tw_cache *c, struct cache_shard *s, struct cache_entry *e,
-                          struct cache_garbage *g)
+                          uint64_t hash, struct cache_garbage *g)
 {
     struct cache_table *t = atomic_load_explicit(&s->table, RLX);
-    _Atomic(struct cache_entry *) *head = &t->b[e->hash & t->mask];
-    atomic_store_explicit(&e->hnext, atomic_load_explicit(head, RLX), RLX);
-    atomic_store_explicit(head, e, REL); /* publishes the entry's fields */
+    cache_map_place(t, e, cache_tag_of(hash), REL); /* publishes the entry's fields */
     s->count++;
     size_t n = t->mask + 1;
-    if (s->count > n && n <= (SIZE_MAX / sizeof(void *)) / 8 && n < (UINT64_C(1) << 31)) {
+    /* grow at half a key per slot (4 per bucket of 8): few buckets overflow */
+    if (s->count > n / 2 && n <= (SIZE_MAX / sizeof(void *)) / 8 && n < (UINT64_C(1) << 31)) {
         /* A table that would be rounded up to a 2 MB page anyway gets the
-         * buckets that page holds: load 1/2 instead of 1 at no cost in
-         * memory (fewer second entries to walk). */
+         * slots that page holds (fewer keys per bucket at no cost in memory). */
         size_t nn = n * 2, b = sizeof *t + nn * sizeof(void *);
         if (!c->alloc.fn && b >= CACHE_TABLE_HUGE && b < TW_BIG_ALIGN)
             nn *= 2;
@@ -218,35 +252,46 @@ void tw_cache_map_insert_(struct tw_cache *c, struct cache_shard *s, struct cach
     }
 }
 
-/* The link that points at e (present). */
-static _Atomic(struct cache_entry *) *cache_map_link(struct cache_shard *s,
-                                                     const struct cache_entry *e)
+/* The link that points at e (present); *cur = its value. */
+static _Atomic uintptr_t *cache_map_link(struct cache_shard *s, const struct cache_entry *e,
+                                         uintptr_t *cur)
 {
     struct cache_table *t = atomic_load_explicit(&s->table, RLX);
-    _Atomic(struct cache_entry *) *link = &t->b[e->hash & t->mask];
-    struct cache_entry *cur;
-    while ((cur = atomic_load_explicit(link, RLX)) != e)
-        link = &cur->hnext;
-    return link;
+    _Atomic uintptr_t *bk = &t->b[cache_bucket_of(t, e->hash)];
+    for (unsigned j = 0; j < CACHE_SLOTS; j++) {
+        _Atomic uintptr_t *link = &bk[j];
+        uintptr_t l;
+        while ((l = atomic_load_explicit(link, RLX)) != 0) {
+            if (cache_link_entry(l) == e) {
+                *cur = l;
+                return link;
+            }
+            link = &cache_link_entry(l)->hnext;
+        }
+    }
+    return NULL; /* not reached: e is present */
 }
 
 void tw_cache_map_remove_(struct tw_cache *c, struct cache_shard *s, struct cache_entry *e,
                           bool may_shrink, struct cache_garbage *g)
 {
-    _Atomic(struct cache_entry *) *link = cache_map_link(s, e);
+    uintptr_t cur;
+    _Atomic uintptr_t *link = cache_map_link(s, e, &cur);
     atomic_store_explicit(link, atomic_load_explicit(&e->hnext, RLX), REL);
     s->count--;
     size_t n = atomic_load_explicit(&s->table, RLX)->mask + 1;
-    if (may_shrink && n > CACHE_MIN_BUCKETS && s->count < n / 8)
+    if (may_shrink && n > CACHE_MIN_BUCKETS && s->count < n / 16)
         cache_map_resize(c, s, n / 2, g);
 }
 
 void tw_cache_map_replace_(struct cache_shard *s, struct cache_entry *old,
-                           struct cache_entry *e)
+                           struct cache_entry *e, uint64_t hash)
 {
-    _Atomic(struct cache_entry *) *link = cache_map_link(s, old);
-    atomic_store_explicit(&e->hnext, atomic_load_explicit(&old->hnext, RLX), RLX);
-    atomic_store_explicit(link, e, REL);
+    uintptr_t cur;
+    _Atomic uintptr_t *link = cache_map_link(s, old, &cur);
+    uintptr_t next = atomic_load_explicit(&old->hnext, RLX);
+    atomic_store_explicit(&e->hnext, next, RLX);
+    atomic_store_explicit(link, cache_link(e, cache_tag_of(hash), next), REL);
 }
 
 /* ---- LRU list: head = most recently used (largest pos), tail = least ---- */
