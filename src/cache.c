@@ -735,9 +735,9 @@ static inline void cache_prefetch_entry(struct tw_cache *c, uint64_t hash)
     struct cache_table *t = atomic_load_explicit(&s->table, memory_order_acquire);
     const _Atomic uintptr_t *bk = &t->b[cache_bucket_of(t, hash)];
     uintptr_t tag = cache_tag_of(hash);
-    unsigned sent = 0;
-    for (unsigned j = 0; j < CACHE_SLOTS && sent < 2; j++) {
-        uintptr_t l = atomic_load_explicit(&bk[j], memory_order_relaxed);
+    unsigned sent = 0, j0 = cache_slot_start(tag);
+    for (unsigned k = 0; k < CACHE_SLOTS && sent < 2; k++) {
+        uintptr_t l = atomic_load_explicit(&bk[(j0 + k) & (CACHE_SLOTS - 1)], memory_order_relaxed);
         if (l && cache_link_may_match(l, tag)) {
             struct cache_entry *e = cache_link_entry(l);
             __builtin_prefetch(e);
@@ -926,13 +926,41 @@ static int cache_set_many_ordered(struct tw_cache *c, size_t n, const void *cons
     return stored;
 }
 
+/* ord = key (shard << 8 | position, positions increasing) ordered by
+ * shard, stably: a counting sort when the shards are few (the default: 4
+ * per CPU), else an insertion sort. */
+static void cache_order_by_shard(const struct tw_cache *c, const uint32_t *key, uint32_t *ord,
+                                 size_t m)
+{
+    if (c->nshards <= 256) {
+        unsigned char at[257];
+        memset(at, 0, c->nshards + 1);
+        for (size_t q = 0; q < m; q++)
+            at[(key[q] >> 8) + 1]++;
+        for (unsigned i = 1; i <= c->nshards; i++)
+            at[i] = (unsigned char)(at[i] + at[i - 1]);
+        for (size_t q = 0; q < m; q++)
+            ord[at[key[q] >> 8]++] = key[q];
+        return;
+    }
+    for (size_t q = 0; q < m; q++) {
+        size_t p = q;
+        while (p > 0 && ord[p - 1] > key[q]) {
+            ord[p] = ord[p - 1];
+            p--;
+        }
+        ord[p] = key[q];
+    }
+}
+
 /* Store one chunk (n <= CACHE_SET_CHUNK) of a cache without a limit. */
 static int cache_set_chunk(struct tw_cache *c, size_t n, const void *const *keys,
                            const size_t *klens, void *const *values, int *results,
                            const struct cache_ttl *ttl)
 {
     uint64_t hash[CACHE_SET_CHUNK];
-    uint32_t ord[CACHE_SET_CHUNK]; /* shard index << 8 | position */
+    uint32_t key[CACHE_SET_CHUNK]; /* shard index << 8 | position, in batch order */
+    uint32_t ord[CACHE_SET_CHUNK]; /* the same, ordered by shard */
     size_t m = 0;
     for (size_t j = 0; j < n && j < 8; j++)
         if (keys[j])
@@ -952,15 +980,9 @@ static int cache_set_chunk(struct tw_cache *c, size_t n, const void *const *keys
         hash[j] = cache_hash(c, kp, klens[j]);
         cache_prefetch_bucket(c, hash[j]);
         uint32_t si = (uint32_t)(cache_shard_of(c, hash[j]) - c->shards);
-        /* insertion by shard; equal shards keep batch order */
-        uint32_t x = si << 8 | (uint32_t)j;
-        size_t p = m++;
-        while (p > 0 && ord[p - 1] > x) {
-            ord[p] = ord[p - 1];
-            p--;
-        }
-        ord[p] = x;
+        key[m++] = si << 8 | (uint32_t)j;
     }
+    cache_order_by_shard(c, key, ord, m);
     for (size_t q = 0; q < m; q++)
         cache_prefetch_entry(c, hash[ord[q] & 0xff]);
     tw_cache_rd_exit_(&rd);

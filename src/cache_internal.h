@@ -246,6 +246,19 @@ struct cache_table {
     _Atomic uintptr_t b[];         /* CACHE_SLOTS links per bucket */
 };
 
+/* Where in its bucket a key of tag `tag` is looked for first: inserts take
+ * the first free slot from there on, so a hit is usually the first slot a
+ * read looks at (3 bits of the tag; 0 without tags). */
+static inline unsigned cache_slot_start(uintptr_t tag)
+{
+#if CACHE_LINK_TAGS
+    return (unsigned)(tag >> 48) & (CACHE_SLOTS - 1);
+#else
+    (void)tag;
+    return 0;
+#endif
+}
+
 /* The first slot of the bucket of a stored (low 32 bits) or full hash. */
 static inline size_t cache_bucket_of(const struct cache_table *t, uint64_t hash)
 {

@@ -131,7 +131,9 @@ struct cache_entry *tw_cache_map_find_(const struct cache_shard *s, const void *
     uintptr_t tag = cache_tag_of(hash);
     const struct cache_table *t = atomic_load_explicit(&s->table, RLX);
     const _Atomic uintptr_t *bk = &t->b[cache_bucket_of(t, hash)];
-    for (unsigned j = 0; j < CACHE_SLOTS; j++) {
+    unsigned j0 = cache_slot_start(tag);
+    for (unsigned k = 0; k < CACHE_SLOTS; k++) {
+        unsigned j = (j0 + k) & (CACHE_SLOTS - 1);
         for (uintptr_t l = atomic_load_explicit(&bk[j], RLX); l;) {
             struct cache_entry *e = cache_link_entry(l);
             if (cache_link_may_match(l, tag) && cache_key_eq(e, key, klen, h))
@@ -168,8 +170,10 @@ struct cache_entry *tw_cache_map_find_rcu_(const struct cache_shard *s, const vo
     const struct cache_table *t = atomic_load_explicit(&s->table, memory_order_seq_cst);
     const _Atomic uintptr_t *bk = &t->b[cache_bucket_of(t, hash)];
     uintptr_t tag = cache_tag_of(hash);
+    unsigned j0 = cache_slot_start(tag);
     size_t steps = 0;
-    for (unsigned j = 0; j < CACHE_SLOTS; j++) {
+    for (unsigned k = 0; k < CACHE_SLOTS; k++) {
+        unsigned j = (j0 + k) & (CACHE_SLOTS - 1);
         for (uintptr_t l = atomic_load_explicit(&bk[j], memory_order_seq_cst); l;) {
             struct cache_entry *e = cache_link_entry(l);
             if (cache_link_may_match(l, tag) && cache_key_eq(e, key, klen, h))
@@ -191,14 +195,16 @@ static void cache_map_place(struct cache_table *t, struct cache_entry *e, uintpt
                             memory_order mo)
 {
     _Atomic uintptr_t *bk = &t->b[cache_bucket_of(t, e->hash)];
-    for (unsigned j = 0; j < CACHE_SLOTS; j++) {
+    unsigned j0 = cache_slot_start(tag);
+    for (unsigned k = 0; k < CACHE_SLOTS; k++) {
+        unsigned j = (j0 + k) & (CACHE_SLOTS - 1);
         if (!atomic_load_explicit(&bk[j], RLX)) {
             atomic_store_explicit(&e->hnext, 0, REL);
             atomic_store_explicit(&bk[j], cache_link(e, tag, 0), mo);
             return;
         }
     }
-    _Atomic uintptr_t *head = &bk[(e->hash >> 20) & (CACHE_SLOTS - 1)];
+    _Atomic uintptr_t *head = &bk[j0];
     uintptr_t next = atomic_load_explicit(head, RLX);
     atomic_store_explicit(&e->hnext, next, REL);
     atomic_store_explicit(head, cache_link(e, tag, next), mo);

@@ -613,9 +613,9 @@ static void test_log_line(void)
 
 /* Batched calls answer as the single calls would, key by key, including
  * bad keys in the middle of a batch, duplicates and expired keys. */
-static void test_batches(void)
+static void batches_in(unsigned shards)
 {
-    struct tw_cache *c = make(100, 0, 4, 0);
+    struct tw_cache *c = make(100, 0, shards, 0);
     enum { N = 40 };
     static struct counted vals[N + 1];
     memset(vals, 0, sizeof vals);
@@ -666,6 +666,47 @@ static void test_batches(void)
     tw_cache_free(c);
     CHECK_EQ_INT(atomic_load(&ctr.frees), N - 1);
     CHECK_EQ_INT(atomic_load(&ctr.double_frees), 0);
+}
+
+/* set_many with jitter: every key's TTL within [ttl (1 - j), ttl (1 + j)]
+ * (rounded up to a whole tick), as for single sets. */
+static void batch_jitter(unsigned shards)
+{
+    struct tw_cache *c = make(1000, 0, shards, 0.5);
+    enum { N = 200 };
+    static struct counted vals[N];
+    memset(vals, 0, sizeof vals);
+    char names[N][8];
+    const void *keys[N];
+    size_t kls[N];
+    void *vs[N];
+    for (int i = 0; i < N; i++) {
+        kls[i] = (size_t)snprintf(names[i], sizeof names[i], "j%d", i);
+        keys[i] = names[i];
+        vs[i] = &vals[i];
+    }
+    CHECK_EQ_INT(tw_cache_set_many(c, N, keys, kls, vs, NULL), N);
+    tw_cache_advance(c, 499);
+    struct tw_cache_stats st;
+    tw_cache_stats(c, &st);
+    CHECK_EQ_U64(st.entries, N);
+    tw_cache_advance(c, 1200);
+    tw_cache_stats(c, &st);
+    CHECK(st.entries > 0 && st.entries < N); /* spread, not all at one tick */
+    tw_cache_advance(c, 1500);
+    tw_cache_stats(c, &st);
+    CHECK_EQ_U64(st.entries, 0);
+    tw_cache_free(c);
+    CHECK_EQ_INT(atomic_load(&ctr.frees), N);
+}
+
+/* 4 shards: grouped by a counting sort; 512: by an insertion sort. */
+static void test_batches(void)
+{
+    batches_in(4);
+    batches_in(512);
+    batch_jitter(4);
+    batch_jitter(512);
 }
 
 /* Values: retain_value is called for every pointer handed out. */
