@@ -3,10 +3,12 @@
  *
  * Reads (get, and take's hit path) take no lock and write no cache line that
  * a reader on another CPU writes. A read: enters a read section (its CPU's
- * stripe, see cache_epoch.c), hashes the key, walks the shard's chain with
- * acquire loads, compares the entry's expiry tick with the clock, retains
- * the value (retain_value, inside the read section, so the value cannot be
- * freed under it), raises the entry's LRU stamp if the cache has a limit and
+ * stripe, see cache_epoch.c), hashes the key, looks at the 8 links of its
+ * bucket (one cache line) from the slot its tag names, reading only the
+ * entry whose link carries its tag (cache_internal.h; a bucket's rare
+ * overflow chains are walked), compares the entry's expiry tick with the
+ * clock, retains the value (retain_value, inside the read section, so the
+ * value cannot be freed under it), raises the entry's LRU stamp if the cache has a limit and
  * the stamp is older than the current tick, counts the hit in its stripe,
  * and leaves. Per hit, with C CPUs and T threads:
  *
@@ -14,7 +16,7 @@
  *   |------------------------------|-------|-------------------------------------------|
  *   | stripe: active[], hits       | 0     | 0 (one stripe per CPU; two threads on one |
  *   |                              |       |   CPU never run at once)                   |
- *   | epoch, shard table, chain    | 0     | 0 (read only)                             |
+ *   | epoch, table, bucket, entry  | 0     | 0 (read only)                             |
  *   | entry's LRU stamp (limit>0)  | 0     | at most once per key per 1 ms tick, by    |
  *   |                              |       |   whichever reader sees it stale           |
  *   | manual clock, limit > 0      | 0     | the stamp counter on every hit (tests)     |
@@ -28,7 +30,11 @@
  * in copy mode, of any value) allocates a new entry and swaps it into the
  * chain; the old one is retired. A set of the same pointer keeps the entry
  * and stores its new expiry (a reader sees the old or the new one: either is
- * a state the key had). Unlinked entries keep their hnext, so a reader on one
+ * a state the key had). With expiry slack, such a refresh leaves the timer
+ * where it is when it is planned at or before the new expiry (one store
+ * instead of relinking the timer between two other entries): the expiry
+ * pass then finds the entry's expiry still ahead and re-arms it instead of
+ * expiring it. Unlinked entries keep their hnext, so a reader on one
  * walks on. Retired entries, their values and replaced bucket arrays are
  * freed by the epoch scheme of cache_epoch.c: at once when no reader is
  * inside, else once every reader that could see them has left. free_value

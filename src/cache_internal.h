@@ -2,9 +2,10 @@
 /* twheel cache internals, shared by src/cache.c and src/cache_map.c.
  *
  * Layout: a cache is an array of shards; a key's shard is the top bits of
- * its 64-bit SipHash-1-3, its bucket the low bits. A shard holds, under its
- * lock: a chained hash table, an LRU list (only maintained when the cache has
- * a limit), a core wheel with 1 ms ticks, and the entries' timers in it.
+ * the low 32 bits of its 64-bit SipHash-1-3, its bucket the low bits, its
+ * link tag the top 14 bits. A shard holds, under its lock: a hash table
+ * (buckets of 8 tagged links), an LRU list (only maintained when the cache
+ * has a limit), a core wheel with 1 ms ticks, and the entries' timers in it.
  *
  * Readers (get, and the hit path of take) take no lock: see the design
  * comment of cache.c. Writers (set, del, expiry, eviction) still take the

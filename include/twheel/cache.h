@@ -120,11 +120,15 @@
  * entry. No malloc header either; a shard
  * keeps its chunks while the cache holds keys (a shard that shrank reuses
  * them); they all go back when the cache empties (once the slabs hold
- * 256 KB or more) or at tw_cache_free. Bucket arrays (8 bytes a bucket,
- * about one bucket per key) of 1 MB or more are 2 MB aligned mappings
- * advised huge too, those of 1-2 MB rounded up to 2 MB and given the
- * buckets that page holds (at 10^6 keys in 8 shards: about 8 bytes more per
- * key, and chains half as long).
+ * 256 KB or more) or at tw_cache_free. The hash table of a shard is an
+ * array of buckets of 8 links (one 64-byte line each), 8 bytes a link and
+ * 2-4 links per key (it doubles above 1/2 key per link and halves below
+ * 1/16); each link carries a 14-bit tag of its key's hash on x86-64 and
+ * AArch64, so a hit reads its bucket's line and then only its own entry,
+ * and a miss usually no entry at all. Arrays of 1 MB or more are 2 MB
+ * aligned mappings advised huge too, those of 1-2 MB rounded up to 2 MB
+ * and given the links that page holds (at 10^6 keys in 8 shards: 2^18
+ * links a shard, about 17 bytes per key).
  * tw_cache_get_many/set_many hide most of the rest of the memory latency
  * when the caller has many keys at once.
  *
@@ -309,12 +313,18 @@ TW_API int tw_cache_get_copy(struct tw_cache *c, const void *key, size_t klen, v
 TW_API int tw_cache_get_many(struct tw_cache *c, size_t n, const void *const *keys,
                              const size_t *klens, void **values, int *results);
 
-/** Batched set (pointer mode) with the default TTL: as n tw_cache_set calls
- * in order, with the next keys' buckets and entries prefetched. results, if
- * not NULL, gets each key's return code (a failed key's value is still the
- * caller's). Returns the number of keys stored, or TW_EINVAL as get_many.
- * Setting the same key twice in one batch stores the later value (the
- * earlier one is freed as by an overwrite). */
+/** Batched set (pointer mode) with the default TTL: as n tw_cache_set calls,
+ * with the keys' buckets and entries prefetched. results, if not NULL, gets
+ * each key's return code (a failed key's value is still the caller's).
+ * Returns the number of keys stored, or TW_EINVAL as get_many. Setting the
+ * same key twice in one batch stores the later value (the earlier one is
+ * freed as by an overwrite). A cache with a limit stores the keys in batch
+ * order, one by one (LRU order and evictions as for n sets). Without a
+ * limit, each run of up to 64 keys is stored grouped by shard (one lock
+ * hold per shard, the clock read once for the run): other threads may see
+ * a later key of the batch stored before an earlier one of another shard,
+ * and free_value runs on the values a run displaced after that shard's
+ * group is stored. */
 TW_API int tw_cache_set_many(struct tw_cache *c, size_t n, const void *const *keys,
                              const size_t *klens, void *const *values, int *results);
 
