@@ -837,7 +837,8 @@ int tw_cache_get_many(struct tw_cache *c, size_t n, const void *const *keys,
 /* set_many on a cache without a limit: the batch is taken in chunks of up
  * to CACHE_SET_CHUNK keys. For a chunk, inside a short read section (so that
  * no bucket array is freed under the prefetches): every key is hashed and
- * its bucket prefetched, then the first entry of each bucket; the keys are
+ * its bucket prefetched, and the entry of the key hashed 8 keys before (its
+ * bucket has arrived by then: the entry its tag names); the keys are
  * ordered by shard (stably: a key's repeats keep their order, so the later
  * value wins), the clock is read once, and each run of keys of one shard is
  * stored under one hold of the shard lock, with one retire, one wake of the
@@ -987,10 +988,13 @@ static int cache_set_chunk(struct tw_cache *c, size_t n, const void *const *keys
         cache_prefetch_bucket(c, hash[j]);
         uint32_t si = (uint32_t)(cache_shard_of(c, hash[j]) - c->shards);
         key[m++] = si << 8 | (uint32_t)j;
+        /* the bucket of the key hashed 8 keys ago has arrived by now */
+        if (m > 8)
+            cache_prefetch_entry(c, hash[key[m - 9] & 0xff]);
     }
+    for (size_t q = m > 8 ? m - 8 : 0; q < m; q++)
+        cache_prefetch_entry(c, hash[key[q] & 0xff]);
     cache_order_by_shard(c, key, ord, m);
-    for (size_t q = 0; q < m; q++)
-        cache_prefetch_entry(c, hash[ord[q] & 0xff]);
     tw_cache_rd_exit_(&rd);
 
     int stored = 0;
