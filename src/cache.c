@@ -8,9 +8,9 @@
  * entry whose link carries its tag (cache_internal.h; a bucket's rare
  * overflow chains are walked), compares the entry's expiry tick with the
  * clock, retains the value (retain_value, inside the read section, so the
- * value cannot be freed under it), raises the entry's LRU stamp if the cache has a limit and
- * the stamp is older than the current tick, counts the hit in its stripe,
- * and leaves. Per hit, with C CPUs and T threads:
+ * value cannot be freed under it), raises the entry's LRU stamp if the
+ * cache has a limit and the stamp is older than the current tick, counts
+ * the hit in its stripe, and leaves. Per hit, with C CPUs and T threads:
  *
  *   | what                         | locks | lines written, shared with other readers |
  *   |------------------------------|-------|-------------------------------------------|
@@ -743,7 +743,8 @@ static inline void cache_prefetch_entry(struct tw_cache *c, uint64_t hash)
     uintptr_t tag = cache_tag_of(hash);
     unsigned sent = 0, j0 = cache_slot_start(tag);
     for (unsigned k = 0; k < CACHE_SLOTS && sent < 2; k++) {
-        uintptr_t l = atomic_load_explicit(&bk[(j0 + k) & (CACHE_SLOTS - 1)], memory_order_relaxed);
+        uintptr_t l =
+            atomic_load_explicit(&bk[(j0 + k) & (CACHE_SLOTS - 1)], memory_order_relaxed);
         if (l && cache_link_may_match(l, tag)) {
             struct cache_entry *e = cache_link_entry(l);
             __builtin_prefetch(e);

@@ -6,9 +6,10 @@
  * is stored (expired keys stay stored until an advance collects them, as in
  * the cache), its value, its expiry tick and its last-use stamp. Operations
  * (set, set_ttl, a refresh: set_ttl of the value a key holds, invalid set,
- * get, del, take with a loader that succeeds or fails, advance, set_now) are applied to a manual-clock cache (jitter off,
- * so expiries are exact; with bit 3 of byte 0 the expiry timers have slack)
- * and to the model; every answer is compared:
+ * get, del, take with a loader that succeeds or fails, advance, set_now)
+ * are applied to a manual-clock cache (jitter off, so expiries are exact;
+ * with bit 3 of byte 0 the expiry timers have slack) and to the model;
+ * every answer is compared:
  *   - get/take hit exactly when the key is stored and now < expiry, with the
  *     value last stored; misses leave the LRU alone;
  *   - advance expires exactly the stored keys with expiry <= now (with
@@ -18,9 +19,10 @@
  *   - each value is freed exactly once, when the model drops it, and every
  *     stored value is freed by tw_cache_free;
  *   - the entry count matches.
- * get and set also go through the batched calls (get_many/set_many) for
- * some operations. With `concurrent` (cm_run_ex; no limit then, since the
- * reader's hits would move the LRU), a second thread reads every key without
+ * get and set also go through the batched calls (get_many, and set_many of
+ * 1-5 keys, a key repeated among 5) for some operations. With `concurrent`
+ * (cm_run_ex; no limit then, since the reader's hits would move the LRU), a
+ * second thread reads every key without
  * pause while the model runs: its reads are not checked against the model
  * (they race with it), but every pointer it is handed must not have been
  * freed yet (checked in retain_value), and frees, which a running reader may
