@@ -1955,8 +1955,18 @@ int tw_redis_remove(struct tw_redis *r, const void *key, size_t key_len)
  * most TW_RR_SET_BATCH items and about RR_SET_BYTES of payload. A key given
  * twice in one call is sent once, its last item (the SET script takes
  * distinct keys; across calls of a partition, their order makes the last
- * win). */
+ * win). A call's items go in order of delay: the SET script then meets
+ * each due bucket in one run of consecutive tasks and adds a run with one
+ * ZADD (any order is correct; this one is cheap for the script). */
 #define RR_SET_BYTES (512u << 10)
+
+/* one item of a call: what the client sorts by */
+struct rr_sel {
+    uint64_t hash;
+    int64_t delay;
+    size_t idx; /* in items */
+    const struct tw_redis_item *it;
+};
 
 struct rr_many {
     struct tw_redis *r;
@@ -1968,16 +1978,36 @@ struct rr_many {
     char kb[6][RR_KEYBUF];
     char d[TW_RR_SET_BATCH][24];
     char nbuf[24];
-    size_t sel[TW_RR_SET_BATCH]; /* the call's items, duplicates dropped */
+    struct rr_sel sel[TW_RR_SET_BATCH]; /* the call's items */
 };
 
-/* the items of order[j] and order[l] have the same key */
-static bool rr_many_same(const struct rr_many *m, size_t j, size_t l)
+/* by key (hash first), then by position: a key's items are adjacent, its
+ * last item last */
+static int rr_sel_by_key(const void *a, const void *b)
 {
-    size_t a = m->order[j], b = m->order[l];
-    const struct tw_redis_item *x = &m->items[a], *y = &m->items[b];
-    return m->hash[a] == m->hash[b] && x->key_len == y->key_len &&
-           memcmp(x->key, y->key, x->key_len) == 0;
+    const struct rr_sel *x = a, *y = b;
+    if (x->hash != y->hash)
+        return x->hash < y->hash ? -1 : 1;
+    if (x->it->key_len != y->it->key_len)
+        return x->it->key_len < y->it->key_len ? -1 : 1;
+    int c = memcmp(x->it->key, y->it->key, x->it->key_len);
+    if (c)
+        return c;
+    return x->idx < y->idx ? -1 : x->idx > y->idx;
+}
+
+static int rr_sel_by_delay(const void *a, const void *b)
+{
+    const struct rr_sel *x = a, *y = b;
+    if (x->delay != y->delay)
+        return x->delay < y->delay ? -1 : 1;
+    return x->idx < y->idx ? -1 : x->idx > y->idx;
+}
+
+static bool rr_sel_same_key(const struct rr_sel *x, const struct rr_sel *y)
+{
+    return x->hash == y->hash && x->it->key_len == y->it->key_len &&
+           memcmp(x->it->key, y->it->key, x->it->key_len) == 0;
 }
 
 static int rr_many_build(void *ctx, size_t c, int *slot, const char **av, size_t *al, int *nargs)
@@ -1987,18 +2017,20 @@ static int rr_many_build(void *ctx, size_t c, int *slot, const char **av, size_t
     uint32_t p = m->part[m->order[from]];
     *slot = m->r->slots[p];
     rr_keys(m->r, p, m->kb, av, al); /* av[5]: the channel */
-    size_t k = 0; /* ARGV: channel, k, k keys, k payloads, k delays */
-    for (size_t j = from; j < to; j++) {
-        bool later = false; /* a later item of this call has the same key */
-        for (size_t l = j + 1; l < to && !later; l++)
-            later = rr_many_same(m, j, l);
-        if (!later)
-            m->sel[k++] = m->order[j];
+    size_t n = to - from, k = 0; /* ARGV: channel, k, k keys, k payloads, k delays */
+    for (size_t j = 0; j < n; j++) {
+        size_t i = m->order[from + j];
+        m->sel[j] = (struct rr_sel){m->hash[i], m->items[i].delay_ms, i, &m->items[i]};
     }
+    qsort(m->sel, n, sizeof m->sel[0], rr_sel_by_key);
+    for (size_t j = 0; j < n; j++) /* keep each key's last item */
+        if (j + 1 == n || !rr_sel_same_key(&m->sel[j], &m->sel[j + 1]))
+            m->sel[k++] = m->sel[j];
+    qsort(m->sel, k, sizeof m->sel[0], rr_sel_by_delay);
     al[6] = (size_t)snprintf(m->nbuf, sizeof m->nbuf, "%zu", k);
     av[6] = m->nbuf;
     for (size_t x = 0; x < k; x++) {
-        const struct tw_redis_item *it = &m->items[m->sel[x]];
+        const struct tw_redis_item *it = m->sel[x].it;
         av[7 + x] = it->key;
         al[7 + x] = it->key_len;
         av[7 + k + x] = it->payload ? it->payload : "";

@@ -25,11 +25,14 @@
 #include <strings.h>
 #include <time.h>
 
+#include <hiredis/sds.h>
+
 #include "redis_internal.h"
 
 #define RR_BACKOFF_MIN_MS 10u
 #define RR_BACKOFF_MAX_MS 1000u
 #define RR_PIPE_CHUNK 512u
+#define RR_FLUSH_BYTES 4096u /* tw_rr_eval_many writes a node's buffer at this size */
 #define RR_ARGV_MAX (10 + 3 * TW_RR_SET_BATCH) /* EVALSHA sha n, 5 keys, channel, count, a batched SET */
 
 uint64_t tw_rr_mono_ns(void)
@@ -486,6 +489,20 @@ int tw_rr_eval(struct tw_rr_router *rt, unsigned id, int slot, int nkeys, int na
     return 0;
 }
 
+/* Send what is buffered for c once it reaches RR_FLUSH_BYTES (a SET call of
+ * set_many is ~5 KB): Redis runs that call while the caller formats the
+ * next, instead of waiting for the whole chunk. Small calls (START) stay
+ * buffered until the first read. A write error is left for redisGetReply
+ * to report (the context keeps it). */
+static void rr_flush_big(redisContext *c)
+{
+    int done = 0;
+    if (sdslen(c->obuf) < RR_FLUSH_BYTES)
+        return;
+    while (!done && redisBufferWrite(c, &done) == REDIS_OK)
+        ;
+}
+
 int tw_rr_eval_many(struct tw_rr_router *rt, unsigned id, size_t n, int nkeys,
                     tw_rr_build_fn *build, void *ctx, tw_rr_check_fn *check)
 {
@@ -532,6 +549,8 @@ int tw_rr_eval_many(struct tw_rr_router *rt, unsigned id, size_t n, int nkeys,
                 node[j] = -1;
             } else if (redisAppendCommandArgv(rt->nodes[nd].c, argc, av, al) != REDIS_OK) {
                 rc = TW_ENOMEM;
+            } else {
+                rr_flush_big(rt->nodes[nd].c);
             }
         }
         /* Receive, in order (each node answers its commands in order). */
