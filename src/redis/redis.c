@@ -1858,6 +1858,16 @@ static int rr_check_delay(int64_t delay_ms)
     return delay_ms < 0 || delay_ms > TW_REDIS_DELAY_MAX ? TW_EINVAL : 0;
 }
 
+/* A delay as the SET script reads it: 8 bytes, little-endian (struct.unpack
+ * 'I8': one C call for a call's delays, where a decimal ARGV string per task
+ * cost Redis a Lua string and a string-to-number conversion each). */
+static void rr_put_delay(unsigned char *b, int64_t delay_ms)
+{
+    uint64_t v = (uint64_t)delay_ms;
+    for (int i = 0; i < 8; i++)
+        b[i] = (unsigned char)(v >> (8 * i));
+}
+
 static int rr_api_eval(struct tw_redis *r, unsigned id, uint32_t p, int nargs, const char **av,
                        const size_t *al, long long *result)
 {
@@ -1889,18 +1899,20 @@ int tw_redis_set(struct tw_redis *r, const void *key, size_t key_len, const void
     if (atomic_load(&r->closed))
         return TW_ECLOSED;
     uint32_t p = rr_part_of(r, key, key_len);
-    char kb[6][RR_KEYBUF], d[24];
+    char kb[6][RR_KEYBUF];
+    unsigned char d[8];
     const char *av[10];
     size_t al[10];
     rr_keys(r, p, kb, av, al); /* av[5] is the channel, ARGV[1] */
-    av[6] = "1"; /* ARGV: channel, n, n keys, n payloads, n delays */
+    av[6] = "1"; /* ARGV: channel, n, n keys, n payloads, the delays */
     al[6] = 1;
     av[7] = key;
     al[7] = key_len;
     av[8] = payload ? payload : "";
     al[8] = payload_len;
-    al[9] = (size_t)snprintf(d, sizeof d, "%lld", (long long)delay_ms);
-    av[9] = d;
+    rr_put_delay(d, delay_ms);
+    av[9] = (const char *)d;
+    al[9] = 8;
     long long nargv;
     return rr_api_eval(r, TW_RR_SET, p, 5, av, al, &nargv);
 }
@@ -1976,7 +1988,7 @@ struct rr_many {
     size_t *order;   /* item indexes by partition */
     size_t *call;    /* first position in order of each call, and one past the last */
     char kb[6][RR_KEYBUF];
-    char d[TW_RR_SET_BATCH][24];
+    unsigned char d[8 * TW_RR_SET_BATCH]; /* the call's delays (rr_put_delay) */
     char nbuf[24];
     struct rr_sel sel[TW_RR_SET_BATCH]; /* the call's items */
 };
@@ -2017,7 +2029,7 @@ static int rr_many_build(void *ctx, size_t c, int *slot, const char **av, size_t
     uint32_t p = m->part[m->order[from]];
     *slot = m->r->slots[p];
     rr_keys(m->r, p, m->kb, av, al); /* av[5]: the channel */
-    size_t n = to - from, k = 0; /* ARGV: channel, k, k keys, k payloads, k delays */
+    size_t n = to - from, k = 0; /* ARGV: channel, k, k keys, k payloads, the delays */
     for (size_t j = 0; j < n; j++) {
         size_t i = m->order[from + j];
         m->sel[j] = (struct rr_sel){m->hash[i], m->items[i].delay_ms, i, &m->items[i]};
@@ -2035,11 +2047,11 @@ static int rr_many_build(void *ctx, size_t c, int *slot, const char **av, size_t
         al[7 + x] = it->key_len;
         av[7 + k + x] = it->payload ? it->payload : "";
         al[7 + k + x] = it->payload_len;
-        al[7 + 2 * k + x] = (size_t)snprintf(m->d[x], sizeof m->d[0], "%lld",
-                                             (long long)it->delay_ms);
-        av[7 + 2 * k + x] = m->d[x];
+        rr_put_delay(m->d + 8 * x, it->delay_ms);
     }
-    *nargs = (int)(2 + 3 * k);
+    av[7 + 2 * k] = (const char *)m->d;
+    al[7 + 2 * k] = 8 * k;
+    *nargs = (int)(3 + 2 * k);
     return 0;
 }
 

@@ -65,8 +65,10 @@
     "if n > 0 and redis.call('ZREM', bk, k) == 1 and n == 1 then "                         \
     "redis.call('ZREM', KEYS[1], b) end end\n"
 
-/* ARGV: channel, n, then n keys, n payloads, n delays in ms (one
- * partition; the keys distinct: set_many keeps the last item of a key)
+/* ARGV: channel, n, then n keys, n payloads, and one string of the n
+ * delays in ms as 8-byte little-endian integers (one partition; the keys
+ * distinct: set_many keeps the last item of a key; any order, set_many
+ * sends them by delay so that each bucket is one run of tasks: one ZADD)
  * -> number of ARGV. One PUBLISH at most, with the earliest due time that
  * falls before hold. A replaced task leaves its old bucket (or the lease
  * set). Each command takes the batch at once: HMGET (of ARGV's keys as
@@ -95,9 +97,10 @@
     /* converts it; no task key is 513 bytes long), not a listpack          */              \
     "local big = call('EXISTS', KEYS[3]) == 0 and string.rep('-', 513)\n"                    \
     "local old = call('HMGET', KEYS[3], unpack(A, 3, 2 + nk))\n"                            \
+    "local D = {struct.unpack('<' .. string.rep('I8', nk), A[3 + 2 * nk])}\n"               \
     "local hs, zs, lz, nl, rm, rb, rs, nr, cb = {}, {}, {}, 0, {}, {}, {}, 0, -1\n"          \
     "for j = 1, nk do local k = A[2 + j] local j2 = 2 * j\n"                                \
-    "  local due = now + A[2 + 2 * nk + j]\n"                                               \
+    "  local due = now + D[j]\n"                                                            \
     "  hs[j2 - 1] = k hs[j2] = fmt('0 0 %d ', due) .. A[2 + nk + j]\n"                     \
     "  local o = old[j]\n"                                                                  \
     "  if o then local tok, att, od = parse(o)\n"                                           \

@@ -772,9 +772,10 @@ static void test_set_script_order(void)
         {"a", "c", "i", "d", "j", "h", "k", "l"},
     };
     for (int round = 0; round < 2; round++) {
-        const char *av[34];
-        size_t al[34];
-        char ds[8][24], nb[4];
+        const char *av[27];
+        size_t al[27];
+        unsigned char ds[64]; /* the delays, 8-byte little-endian */
+        char nb[4];
         av[0] = "EVAL";
         av[1] = tw_rr_scripts[TW_RR_SET];
         av[2] = "5";
@@ -789,13 +790,15 @@ static void test_set_script_order(void)
         for (int j = 0; j < 8; j++) {
             av[10 + j] = keys[round][j];
             av[18 + j] = "p";
-            snprintf(ds[j], sizeof ds[j], "%lld", delays[round][j]);
-            av[26 + j] = ds[j];
+            for (int b = 0; b < 8; b++)
+                ds[8 * j + b] = (unsigned char)((unsigned long long)delays[round][j] >> (8 * b));
         }
-        for (int j = 0; j < 34; j++)
+        for (int j = 0; j < 26; j++)
             al[j] = strlen(av[j]);
+        av[26] = (const char *)ds;
+        al[26] = sizeof ds;
         uint64_t t0 = srv_ms(&srv);
-        redisReply *x = redisCommandArgv(c, 34, av, al);
+        redisReply *x = redisCommandArgv(c, 27, av, al);
         uint64_t t1 = srv_ms(&srv);
         CHECK(x && x->type == REDIS_REPLY_INTEGER);
         if (x)
