@@ -75,11 +75,13 @@
  *                                              [ZREM index]) or of lease, ZADD
  *                                              bucket, EXISTS [ZADD index] [PUB]
  *   set_many   SET      pipelined, 1 call per  the same, each of HMGET HSET       O(k log n)
- *                       partition per <= 64    taking the k tasks at once, one
- *                       (a key twice in one    ZADD per bucket, one EXISTS of all
- *                       call: sent once, the   the buckets (and EXISTS of halves
- *                       last)                  to find the new ones: ~log2 of the
- *                                              buckets per new one), one index ZADD
+ *                       partition per <= 96    taking the k tasks at once, one
+ *                       (a key twice in one    ZADD per bucket (the tasks sent by
+ *                       call: sent once, the   delay: a bucket is one run), one
+ *                       last), each call       EXISTS of all the buckets (and
+ *                       written once built     EXISTS of halves to find the new
+ *                                              ones: ~log2 of the buckets per new
+ *                                              one), one index ZADD
  *   move       MOVE     1                      EXISTS(2) HGET, old bucket ZCARD   O(log n)
  *                                              ZREM [ZREM index] or lease ZREM,
  *                                              TIME HSET EXISTS ZADD [ZADD index]
@@ -239,6 +241,31 @@
  *    largest stage in 107 of 200), 1.0 + 1.4 ms in the START round trip,
  *    0.8 ms in the FIFO: on this machine the tail is mostly threads not
  *    scheduled, not Redis work queued ahead of the START.
+ *
+ * Round 3, pipelined sets (tw_redis_set_many), measured with callgrind on
+ * redis-server (w7_redis --pipe-only, 1e5 tasks, W7's spread an hour out):
+ * 4.62G Redis instructions before, of which Lua ran ~47% (its VM, tables,
+ * GC and string interning ~1.3G, string.format 0.53G), ZADD 0.82G (finding
+ * and inserting each member in its listpack bucket: O(bucket), ~6.4k per
+ * task), the AOF feed 0.59G, the ARGV table 0.23G. Changed, and what each
+ * saved: the client sends a call's tasks in order of delay, so each bucket
+ * is one run of consecutive tasks and the script adds it with one ZADD of a
+ * slice of one table (no table per bucket, no bucket map) -> 4.29G (with
+ * calls of up to 96 tasks: a 1000-item batch is one call per partition,
+ * 0.0181 -> 0.0160 calls per set); the delays travel as one string of
+ * 8-byte integers read by one struct.unpack (a decimal ARGV string per task
+ * cost a Lua string, its GC and a string-to-number conversion) -> 4.07G
+ * (-12% in all; 78 -> 73 bytes in per set); and tw_rr_eval_many writes a
+ * node's buffer once it holds 4 KB (a SET call is ~5 KB), so Redis runs the
+ * first partition's call while the client builds the others (before, it
+ * sat idle until the last was built: ~0.6 us per set on the critical
+ * path). Left, per set: ZADD ~7.7k instructions, the AOF ~5.8k (each
+ * propagated argument is formatted and appended on its own: HSET's two and
+ * ZADD's two per task), string.format ~5k (the record's prefix and the
+ * score: fmt is the cheapest number-to-string in Redis's Lua, measured),
+ * HSET ~1.4k. A score shared with the record (absolute due) would save one
+ * format per task but costs 7 B per task in the buckets and touches every
+ * bucket script; not done. Measured: see the figures in bench/README.md.
  *
  * Why these calls:
  *  - claim leases a task up to window_ms before it is due, with a lease that

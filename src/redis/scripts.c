@@ -72,15 +72,17 @@
  * -> number of ARGV. One PUBLISH at most, with the earliest due time that
  * falls before hold. A replaced task leaves its old bucket (or the lease
  * set). Each command takes the batch at once: HMGET (of ARGV's keys as
- * they are), HSET, ZREM per old bucket, ZADD per new bucket, and one index
- * ZADD for the buckets that appeared.
+ * they are), HSET, ZREM per old bucket, ZADD per run of tasks in one new
+ * bucket (a slice of one table of score, key pairs; a bucket met in two
+ * runs gets two ZADDs and is found new, or not, the same both times), and
+ * one index ZADD for the buckets that appeared.
  * Which buckets are new: EXISTS of all of them answers how many exist; when
  * some are missing, EXISTS of halves finds them (newb), ~log2(buckets)
  * calls per new bucket instead of one EXISTS per bucket (a call of 62 tasks
  * spread over 59 s touches ~44 buckets, and nearly every call of a fill
  * creates one: 0.75 EXISTS per task before). The loop is written for the
  * Lua 5.1 VM: locals for globals, counters instead of #t, no per-call
- * tables of keys, delays coerced by arithmetic (no tonumber call).
+ * tables of keys, no table per bucket, the delays read by one C call.
  * A partition's task HASH is created hashtable-encoded (HSET of a 513-byte
  * field name with the records, HDEL of it: Redis never converts back): as
  * a listpack (its first 128 tasks under the default
