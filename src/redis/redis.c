@@ -256,10 +256,13 @@
  * 8-byte integers read by one struct.unpack (a decimal ARGV string per task
  * cost a Lua string, its GC and a string-to-number conversion) -> 4.07G
  * (-12% in all; 78 -> 73 bytes in per set); and tw_rr_eval_many writes a
- * node's buffer once it holds 4 KB (a SET call is ~5 KB), so Redis runs the
- * first partition's call while the client builds the others (before, it
- * sat idle until the last was built: ~0.6 us per set on the critical
- * path). Left, per set: ZADD ~7.7k instructions, the AOF ~5.8k (each
+ * chunk's buffer once its first call is built (a SET call is ~5 KB), so
+ * Redis runs the first partition's call while the client builds the others
+ * (before, it sat idle until the last was built: ~0.7 us per set of client
+ * time on the critical path). Writing after every call cost more than it
+ * gained: +0.5-0.7 us of Redis CPU per set (a wake-up, read, reply and AOF
+ * write per call). Redis CPU per set in alternated runs: 10.3-10.5 -> 8.6-9.6
+ * us (medians, load 3-4.5). Left, per set: ZADD ~7.7k instructions, the AOF ~5.8k (each
  * propagated argument is formatted and appended on its own: HSET's two and
  * ZADD's two per task), string.format ~5k (the record's prefix and the
  * score: fmt is the cheapest number-to-string in Redis's Lua, measured),
