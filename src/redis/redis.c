@@ -262,8 +262,9 @@
  * time on the critical path). Writing after every call cost more than it
  * gained: +0.5-0.7 us of Redis CPU per set (a wake-up, read, reply and AOF
  * write per call): 4.05G with the write once per chunk. Redis CPU per set
- * in 16 alternated --sets-only pairs: 10.3 -> 9.0 us (medians, load
- * 2.3-4.5), sets/s 63k -> 78k. Left, per set: ZADD ~7.7k instructions, the AOF ~5.8k (each
+ * in 21 alternated --sets-only pairs: 10.3 -> 9.1 us (medians, load
+ * 0.8-4.5), sets/s 68k -> 81k; the quietest 5 (load 0.8-2.2): 87k -> 93k,
+ * single runs up to 105k. Left, per set: ZADD ~7.7k instructions, the AOF ~5.8k (each
  * propagated argument is formatted and appended on its own: HSET's two and
  * ZADD's two per task), string.format ~5k (the record's prefix and the
  * score: fmt is the cheapest number-to-string in Redis's Lua, measured),
