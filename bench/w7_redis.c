@@ -66,6 +66,8 @@ static const char *kind_name[NKINDS] = {"twheel", "poll 100 ms", "poll 1 s"};
 struct row {
     double sets_single, sets_pipe, bytes_per_task; /* per implementation (poll rows share) */
     double sets_redis_us, sets_script_us, sets_client_us; /* pipelined sets: CPU us per set */
+    double sets_calls, sets_cmds, sets_aof, sets_in; /* pipelined sets, per set: script calls,
+                                                        commands, AOF bytes, bytes in */
     double delivered_per_s;
     double p50_ms, p99_ms, max_ms;
     double cpu_per_1e5;
@@ -225,6 +227,8 @@ static int twheel_sets(const struct rfx_server *s, struct row *out)
         return -1;
     }
     double calls0, sus0, cpu0 = redis_cpu(s), self0 = self_cpu();
+    double cmd0 = info(s, "total_commands_processed"), aof0 = info(s, "aof_current_size");
+    double in0 = info(s, "total_net_input_bytes");
     script_calls(s, &calls0, &sus0);
     t = now_s();
     for (uint64_t i = 0; i < cfg.n; i += 1000) {
@@ -244,6 +248,10 @@ static int twheel_sets(const struct rfx_server *s, struct row *out)
     double calls1, sus1;
     script_calls(s, &calls1, &sus1);
     out->sets_script_us = (sus1 - sus0) / (double)cfg.n;
+    out->sets_calls = (calls1 - calls0) / (double)cfg.n;
+    out->sets_cmds = (info(s, "total_commands_processed") - cmd0) / (double)cfg.n;
+    out->sets_aof = (info(s, "aof_current_size") - aof0) / (double)cfg.n;
+    out->sets_in = (info(s, "total_net_input_bytes") - in0) / (double)cfg.n;
     out->bytes_per_task = (info(s, "used_memory") - mem0) / (double)cfg.n;
     free(items);
     free(keys);
@@ -775,6 +783,10 @@ int main(int argc, char **argv)
                    "%.2f, scripts %.2f, client %.2f), %.1f B per pending task\n",
                    kind_name[k], rows[k].sets_single, rows[k].sets_pipe, rows[k].sets_redis_us,
                    rows[k].sets_script_us, rows[k].sets_client_us, rows[k].bytes_per_task);
+        printf("w7: twheel pipelined, per set: %.4f script calls, %.2f commands, %.0f AOF "
+               "bytes, %.0f bytes in\n",
+               rows[TWHEEL].sets_calls, rows[TWHEEL].sets_cmds, rows[TWHEEL].sets_aof,
+               rows[TWHEEL].sets_in);
         rfx_stop(&srv);
         rfx_stop(&always);
         return rc ? 1 : 0;

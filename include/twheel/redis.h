@@ -202,8 +202,9 @@ struct tw_redis_item {
 };
 
 /** Pipelined sets: all items are validated first (one bad item: nothing sent);
- * then one script call per partition per 64 items, pipelined. A key given
- * twice: the last item wins.
+ * then one script call per partition per 96 items, pipelined (each call
+ * is written to its server as soon as it is built). A key given twice: the
+ * last item wins.
  * @return the number stored (n on success), or an error code; on TW_EIO some
  *         of the items may be stored (not necessarily a prefix), and which is
  *         not known. */

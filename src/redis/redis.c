@@ -75,11 +75,13 @@
  *                                              [ZREM index]) or of lease, ZADD
  *                                              bucket, EXISTS [ZADD index] [PUB]
  *   set_many   SET      pipelined, 1 call per  the same, each of HMGET HSET       O(k log n)
- *                       partition per <= 64    taking the k tasks at once, one
- *                       (a key twice in one    ZADD per bucket, one EXISTS of all
- *                       call: sent once, the   the buckets (and EXISTS of halves
- *                       last)                  to find the new ones: ~log2 of the
- *                                              buckets per new one), one index ZADD
+ *                       partition per <= 96    taking the k tasks at once, one
+ *                       (a key twice in one    ZADD per bucket (the tasks sent by
+ *                       call: sent once, the   delay: a bucket is one run), one
+ *                       last), each call       EXISTS of all the buckets (and
+ *                       written once built     EXISTS of halves to find the new
+ *                                              ones: ~log2 of the buckets per new
+ *                                              one), one index ZADD
  *   move       MOVE     1                      EXISTS(2) HGET, old bucket ZCARD   O(log n)
  *                                              ZREM [ZREM index] or lease ZREM,
  *                                              TIME HSET EXISTS ZADD [ZADD index]
@@ -239,6 +241,36 @@
  *    largest stage in 107 of 200), 1.0 + 1.4 ms in the START round trip,
  *    0.8 ms in the FIFO: on this machine the tail is mostly threads not
  *    scheduled, not Redis work queued ahead of the START.
+ *
+ * Round 3, pipelined sets (tw_redis_set_many), measured with callgrind on
+ * redis-server (w7_redis --pipe-only, 1e5 tasks, W7's spread an hour out):
+ * 4.62G Redis instructions before, of which Lua ran ~47% (its VM, tables,
+ * GC and string interning ~1.3G, string.format 0.53G), ZADD 0.82G (finding
+ * and inserting each member in its listpack bucket: O(bucket), ~6.4k per
+ * task), the AOF feed 0.59G, the ARGV table 0.23G. Changed, and what each
+ * saved: the client sends a call's tasks in order of delay, so each bucket
+ * is one run of consecutive tasks and the script adds it with one ZADD of a
+ * slice of one table (no table per bucket, no bucket map) -> 4.29G (with
+ * calls of up to 96 tasks: a 1000-item batch is one call per partition,
+ * 0.0181 -> 0.0160 calls per set); the delays travel as one string of
+ * 8-byte integers read by one struct.unpack (a decimal ARGV string per task
+ * cost a Lua string, its GC and a string-to-number conversion) -> 4.07G
+ * (-12% in all; 78 -> 73 bytes in per set); and tw_rr_eval_many writes a
+ * chunk's buffer once its first call is built (a SET call is ~5 KB), so
+ * Redis runs the first partition's call while the client builds the others
+ * (before, it sat idle until the last was built: ~0.7 us per set of client
+ * time on the critical path). Writing after every call cost more than it
+ * gained: +0.5-0.7 us of Redis CPU per set (a wake-up, read, reply and AOF
+ * write per call): 4.05G with the write once per chunk. Redis CPU per set
+ * in 21 alternated --sets-only pairs: 10.3 -> 9.1 us (medians, load
+ * 0.8-4.5), sets/s 68k -> 81k; the quietest 5 (load 0.8-2.2): 87k -> 93k,
+ * single runs up to 105k. Left, per set: ZADD ~7.7k instructions, the AOF ~5.8k (each
+ * propagated argument is formatted and appended on its own: HSET's two and
+ * ZADD's two per task), string.format ~5k (the record's prefix and the
+ * score: fmt is the cheapest number-to-string in Redis's Lua, measured),
+ * HSET ~1.4k. A score shared with the record (absolute due) would save one
+ * format per task but costs 7 B per task in the buckets and touches every
+ * bucket script; not done. Measured: see the figures in bench/README.md.
  *
  * Why these calls:
  *  - claim leases a task up to window_ms before it is due, with a lease that
@@ -1858,6 +1890,16 @@ static int rr_check_delay(int64_t delay_ms)
     return delay_ms < 0 || delay_ms > TW_REDIS_DELAY_MAX ? TW_EINVAL : 0;
 }
 
+/* A delay as the SET script reads it: 8 bytes, little-endian (struct.unpack
+ * 'I8': one C call for a call's delays, where a decimal ARGV string per task
+ * cost Redis a Lua string and a string-to-number conversion each). */
+static void rr_put_delay(unsigned char *b, int64_t delay_ms)
+{
+    uint64_t v = (uint64_t)delay_ms;
+    for (int i = 0; i < 8; i++)
+        b[i] = (unsigned char)(v >> (8 * i));
+}
+
 static int rr_api_eval(struct tw_redis *r, unsigned id, uint32_t p, int nargs, const char **av,
                        const size_t *al, long long *result)
 {
@@ -1889,18 +1931,20 @@ int tw_redis_set(struct tw_redis *r, const void *key, size_t key_len, const void
     if (atomic_load(&r->closed))
         return TW_ECLOSED;
     uint32_t p = rr_part_of(r, key, key_len);
-    char kb[6][RR_KEYBUF], d[24];
+    char kb[6][RR_KEYBUF];
+    unsigned char d[8];
     const char *av[10];
     size_t al[10];
     rr_keys(r, p, kb, av, al); /* av[5] is the channel, ARGV[1] */
-    av[6] = "1"; /* ARGV: channel, n, n keys, n payloads, n delays */
+    av[6] = "1"; /* ARGV: channel, n, n keys, n payloads, the delays */
     al[6] = 1;
     av[7] = key;
     al[7] = key_len;
     av[8] = payload ? payload : "";
     al[8] = payload_len;
-    al[9] = (size_t)snprintf(d, sizeof d, "%lld", (long long)delay_ms);
-    av[9] = d;
+    rr_put_delay(d, delay_ms);
+    av[9] = (const char *)d;
+    al[9] = 8;
     long long nargv;
     return rr_api_eval(r, TW_RR_SET, p, 5, av, al, &nargv);
 }
@@ -1955,8 +1999,18 @@ int tw_redis_remove(struct tw_redis *r, const void *key, size_t key_len)
  * most TW_RR_SET_BATCH items and about RR_SET_BYTES of payload. A key given
  * twice in one call is sent once, its last item (the SET script takes
  * distinct keys; across calls of a partition, their order makes the last
- * win). */
+ * win). A call's items go in order of delay: the SET script then meets
+ * each due bucket in one run of consecutive tasks and adds a run with one
+ * ZADD (any order is correct; this one is cheap for the script). */
 #define RR_SET_BYTES (512u << 10)
+
+/* one item of a call: what the client sorts by */
+struct rr_sel {
+    uint64_t hash;
+    int64_t delay;
+    size_t idx; /* in items */
+    const struct tw_redis_item *it;
+};
 
 struct rr_many {
     struct tw_redis *r;
@@ -1966,18 +2020,38 @@ struct rr_many {
     size_t *order;   /* item indexes by partition */
     size_t *call;    /* first position in order of each call, and one past the last */
     char kb[6][RR_KEYBUF];
-    char d[TW_RR_SET_BATCH][24];
+    unsigned char d[8 * TW_RR_SET_BATCH]; /* the call's delays (rr_put_delay) */
     char nbuf[24];
-    size_t sel[TW_RR_SET_BATCH]; /* the call's items, duplicates dropped */
+    struct rr_sel sel[TW_RR_SET_BATCH]; /* the call's items */
 };
 
-/* the items of order[j] and order[l] have the same key */
-static bool rr_many_same(const struct rr_many *m, size_t j, size_t l)
+/* by key (hash first), then by position: a key's items are adjacent, its
+ * last item last */
+static int rr_sel_by_key(const void *a, const void *b)
 {
-    size_t a = m->order[j], b = m->order[l];
-    const struct tw_redis_item *x = &m->items[a], *y = &m->items[b];
-    return m->hash[a] == m->hash[b] && x->key_len == y->key_len &&
-           memcmp(x->key, y->key, x->key_len) == 0;
+    const struct rr_sel *x = a, *y = b;
+    if (x->hash != y->hash)
+        return x->hash < y->hash ? -1 : 1;
+    if (x->it->key_len != y->it->key_len)
+        return x->it->key_len < y->it->key_len ? -1 : 1;
+    int c = memcmp(x->it->key, y->it->key, x->it->key_len);
+    if (c)
+        return c;
+    return x->idx < y->idx ? -1 : x->idx > y->idx;
+}
+
+static int rr_sel_by_delay(const void *a, const void *b)
+{
+    const struct rr_sel *x = a, *y = b;
+    if (x->delay != y->delay)
+        return x->delay < y->delay ? -1 : 1;
+    return x->idx < y->idx ? -1 : x->idx > y->idx;
+}
+
+static bool rr_sel_same_key(const struct rr_sel *x, const struct rr_sel *y)
+{
+    return x->hash == y->hash && x->it->key_len == y->it->key_len &&
+           memcmp(x->it->key, y->it->key, x->it->key_len) == 0;
 }
 
 static int rr_many_build(void *ctx, size_t c, int *slot, const char **av, size_t *al, int *nargs)
@@ -1987,27 +2061,29 @@ static int rr_many_build(void *ctx, size_t c, int *slot, const char **av, size_t
     uint32_t p = m->part[m->order[from]];
     *slot = m->r->slots[p];
     rr_keys(m->r, p, m->kb, av, al); /* av[5]: the channel */
-    size_t k = 0; /* ARGV: channel, k, k keys, k payloads, k delays */
-    for (size_t j = from; j < to; j++) {
-        bool later = false; /* a later item of this call has the same key */
-        for (size_t l = j + 1; l < to && !later; l++)
-            later = rr_many_same(m, j, l);
-        if (!later)
-            m->sel[k++] = m->order[j];
+    size_t n = to - from, k = 0; /* ARGV: channel, k, k keys, k payloads, the delays */
+    for (size_t j = 0; j < n; j++) {
+        size_t i = m->order[from + j];
+        m->sel[j] = (struct rr_sel){m->hash[i], m->items[i].delay_ms, i, &m->items[i]};
     }
+    qsort(m->sel, n, sizeof m->sel[0], rr_sel_by_key);
+    for (size_t j = 0; j < n; j++) /* keep each key's last item */
+        if (j + 1 == n || !rr_sel_same_key(&m->sel[j], &m->sel[j + 1]))
+            m->sel[k++] = m->sel[j];
+    qsort(m->sel, k, sizeof m->sel[0], rr_sel_by_delay);
     al[6] = (size_t)snprintf(m->nbuf, sizeof m->nbuf, "%zu", k);
     av[6] = m->nbuf;
     for (size_t x = 0; x < k; x++) {
-        const struct tw_redis_item *it = &m->items[m->sel[x]];
+        const struct tw_redis_item *it = m->sel[x].it;
         av[7 + x] = it->key;
         al[7 + x] = it->key_len;
         av[7 + k + x] = it->payload ? it->payload : "";
         al[7 + k + x] = it->payload_len;
-        al[7 + 2 * k + x] = (size_t)snprintf(m->d[x], sizeof m->d[0], "%lld",
-                                             (long long)it->delay_ms);
-        av[7 + 2 * k + x] = m->d[x];
+        rr_put_delay(m->d + 8 * x, it->delay_ms);
     }
-    *nargs = (int)(2 + 3 * k);
+    av[7 + 2 * k] = (const char *)m->d;
+    al[7 + 2 * k] = 8 * k;
+    *nargs = (int)(3 + 2 * k);
     return 0;
 }
 

@@ -65,20 +65,24 @@
     "if n > 0 and redis.call('ZREM', bk, k) == 1 and n == 1 then "                         \
     "redis.call('ZREM', KEYS[1], b) end end\n"
 
-/* ARGV: channel, n, then n keys, n payloads, n delays in ms (one
- * partition; the keys distinct: set_many keeps the last item of a key)
+/* ARGV: channel, n, then n keys, n payloads, and one string of the n
+ * delays in ms as 8-byte little-endian integers (one partition; the keys
+ * distinct: set_many keeps the last item of a key; any order, set_many
+ * sends them by delay so that each bucket is one run of tasks: one ZADD)
  * -> number of ARGV. One PUBLISH at most, with the earliest due time that
  * falls before hold. A replaced task leaves its old bucket (or the lease
  * set). Each command takes the batch at once: HMGET (of ARGV's keys as
- * they are), HSET, ZREM per old bucket, ZADD per new bucket, and one index
- * ZADD for the buckets that appeared.
+ * they are), HSET, ZREM per old bucket, ZADD per run of tasks in one new
+ * bucket (a slice of one table of score, key pairs; a bucket met in two
+ * runs gets two ZADDs and is found new, or not, the same both times), and
+ * one index ZADD for the buckets that appeared.
  * Which buckets are new: EXISTS of all of them answers how many exist; when
  * some are missing, EXISTS of halves finds them (newb), ~log2(buckets)
  * calls per new bucket instead of one EXISTS per bucket (a call of 62 tasks
  * spread over 59 s touches ~44 buckets, and nearly every call of a fill
  * creates one: 0.75 EXISTS per task before). The loop is written for the
  * Lua 5.1 VM: locals for globals, counters instead of #t, no per-call
- * tables of keys, delays coerced by arithmetic (no tonumber call).
+ * tables of keys, no table per bucket, the delays read by one C call.
  * A partition's task HASH is created hashtable-encoded (HSET of a 513-byte
  * field name with the records, HDEL of it: Redis never converts back): as
  * a listpack (its first 128 tasks under the default
@@ -95,21 +99,23 @@
     /* converts it; no task key is 513 bytes long), not a listpack          */              \
     "local big = call('EXISTS', KEYS[3]) == 0 and string.rep('-', 513)\n"                    \
     "local old = call('HMGET', KEYS[3], unpack(A, 3, 2 + nk))\n"                            \
-    "local hs, lz, nl, rm, add, na, nb, nnb = {}, {}, 0, {}, {}, {}, {}, 0\n"               \
-    "for j = 1, nk do local k = A[2 + j]\n"                                                 \
-    "  local due = now + A[2 + 2 * nk + j]\n"                                               \
-    "  hs[2 * j - 1] = k hs[2 * j] = fmt('0 0 %d ', due) .. A[2 + nk + j]\n"                \
+    "local D = {struct.unpack('<' .. string.rep('I8', nk), A[3 + 2 * nk])}\n"               \
+    "local hs, zs, lz, nl, rm, rb, rs, nr, cb = {}, {}, {}, 0, {}, {}, {}, 0, -1\n"          \
+    "for j = 1, nk do local k = A[2 + j] local j2 = 2 * j\n"                                \
+    "  local due = now + D[j]\n"                                                            \
+    "  hs[j2 - 1] = k hs[j2] = fmt('0 0 %d ', due) .. A[2 + nk + j]\n"                     \
     "  local o = old[j]\n"                                                                  \
     "  if o then local tok, att, od = parse(o)\n"                                           \
     "    if tok == 0 then local b = floor(od / W)\n"                                        \
     "      local v = rm[b] if not v then v = {} rm[b] = v end v[#v + 1] = k\n"              \
     "    else nl = nl + 1 lz[nl] = k end\n"                                                 \
     "  end\n"                                                                               \
-    "  local r = due % W local b = (due - r) / W local v = add[b] local c\n"                \
-    "  if v then c = na[b] else v = {} add[b] = v c = 0 nnb = nnb + 1 nb[nnb] = b end\n"    \
-    "  v[c + 1] = fmt('%d', r) v[c + 2] = k na[b] = c + 2\n"                                \
+    "  local r = due % W local b = (due - r) / W\n"                                         \
+    "  if b ~= cb then nr = nr + 1 rb[nr] = b rs[nr] = j2 - 1 cb = b end\n"                 \
+    "  zs[j2 - 1] = fmt('%d', r) zs[j2] = k\n"                                              \
     "  if due < h and (not first or due < first) then first = due end\n"                    \
     "end\n"                                                                                 \
+    "rs[nr + 1] = 2 * nk + 1\n"                                                             \
     "for b, v in pairs(rm) do local bk = bkey(I(b)) local n = call('ZCARD', bk)\n"         \
     "  if n > 0 and call('ZREM', bk, unpack(v)) == n then call('ZREM', KEYS[1], I(b)) end\n" \
     "end\n"                                                                                 \
@@ -118,7 +124,7 @@
     "call('HSET', KEYS[3], unpack(hs))\n"                                                   \
     "if big then call('HDEL', KEYS[3], big) end\n"                                           \
     "local bs, bks, k1 = {}, {}, KEYS[1] .. ':'\n"                                          \
-    "for x = 1, nnb do local s = fmt('%d', nb[x]) bs[x] = s bks[x] = k1 .. s end\n"         \
+    "for x = 1, nr do local s = fmt('%d', rb[x]) bs[x] = s bks[x] = k1 .. s end\n"          \
     /* newb(lo, hi, e): e of bks[lo..hi] exist; marks the absent ones in isnew */          \
     "local isnew, nidx = {}, 0\n"                                                           \
     "local function newb(lo, hi, e)\n"                                                      \
@@ -127,10 +133,10 @@
     "  local mid = floor((lo + hi) / 2) local e1 = call('EXISTS', unpack(bks, lo, mid))\n"  \
     "  newb(lo, mid, e1) newb(mid + 1, hi, e - e1)\n"                                       \
     "end\n"                                                                                 \
-    "newb(1, nnb, call('EXISTS', unpack(bks, 1, nnb)))\n"                                   \
-    "for x = 1, nnb do call('ZADD', bks[x], unpack(add[nb[x]], 1, na[nb[x]])) end\n"        \
+    "newb(1, nr, call('EXISTS', unpack(bks, 1, nr)))\n"                                     \
+    "for x = 1, nr do call('ZADD', bks[x], unpack(zs, rs[x], rs[x + 1] - 1)) end\n"         \
     "if nidx > 0 then local idx, c = {}, 0\n"                                               \
-    "  for x = 1, nnb do if isnew[x] then idx[c + 1] = bs[x] idx[c + 2] = bs[x] c = c + 2 end end\n" \
+    "  for x = 1, nr do if isnew[x] then idx[c + 1] = bs[x] idx[c + 2] = bs[x] c = c + 2 end end\n" \
     "  call('ZADD', KEYS[1], unpack(idx, 1, c))\n"                                          \
     "end\n"                                                                                 \
     "if first then call('PUBLISH', A[1], first) end\n"                                      \

@@ -752,6 +752,67 @@ static void test_set_many(void)
     tw_redis_free(r);
 }
 
+/* The SET script takes a call's tasks in any order: set_many sends them in
+ * order of delay (each due bucket one run of consecutive tasks, added with
+ * one ZADD), but a bucket met in several runs, or runs in falling order,
+ * must give the same schema. Sent here directly (EVAL of the script text):
+ * delays that revisit buckets, some keys replacing tasks of earlier buckets. */
+static void test_set_script_order(void)
+{
+    redisContext *c = rfx_connect(&srv);
+    CHECK(c != NULL);
+    if (!c)
+        return;
+    static const long long delays[2][8] = {
+        {2600, 100, 2700, 120, 2600, 5000, 110, 2650}, /* buckets revisited */
+        {5000, 2600, 2500, 1400, 900, 100, 60, 0},     /* falling, replacing round 1 */
+    };
+    static const char *const keys[2][8] = {
+        {"a", "b", "c", "d", "e", "f", "g", "h"},
+        {"a", "c", "i", "d", "j", "h", "k", "l"},
+    };
+    for (int round = 0; round < 2; round++) {
+        const char *av[27];
+        size_t al[27];
+        unsigned char ds[64]; /* the delays, 8-byte little-endian */
+        char nb[4];
+        av[0] = "EVAL";
+        av[1] = tw_rr_scripts[TW_RR_SET];
+        av[2] = "5";
+        av[3] = "{ord:0}:d";
+        av[4] = "{ord:0}:lease";
+        av[5] = "{ord:0}:task";
+        av[6] = "{ord:0}:seq";
+        av[7] = "{ord:0}:hold";
+        av[8] = "{ord:0}:ch";
+        snprintf(nb, sizeof nb, "%d", 8);
+        av[9] = nb;
+        for (int j = 0; j < 8; j++) {
+            av[10 + j] = keys[round][j];
+            av[18 + j] = "p";
+            for (int b = 0; b < 8; b++)
+                ds[8 * j + b] = (unsigned char)((unsigned long long)delays[round][j] >> (8 * b));
+        }
+        for (int j = 0; j < 26; j++)
+            al[j] = strlen(av[j]);
+        av[26] = (const char *)ds;
+        al[26] = sizeof ds;
+        uint64_t t0 = srv_ms(&srv);
+        redisReply *x = redisCommandArgv(c, 27, av, al);
+        uint64_t t1 = srv_ms(&srv);
+        CHECK(x && x->type == REDIS_REPLY_INTEGER);
+        if (x)
+            freeReplyObject(x);
+        for (int j = 0; j < 8; j++) {
+            long long d = bucket_due(&srv, "ord", keys[round][j]);
+            CHECK(d >= (long long)t0 + delays[round][j] &&
+                  d <= (long long)t1 + delays[round][j] + 1);
+        }
+    }
+    CHECK_EQ_U64(check_schema(&srv, "ord", 1), 12); /* a..l */
+    redisFree(c);
+}
+
 /* The due buckets against a model: random set, set_many (keys repeated in
  * a batch: the last wins), move and remove on 200 keys, delays spread over
  * a few buckets, a far one, and once every key in one bucket (past 128
@@ -812,7 +873,21 @@ static void test_schema_model(void)
                 nlive += !live[kk];
                 live[kk] = true;
             }
+            uint64_t t0 = srv_ms(&srv);
             CHECK_EQ_INT(tw_redis_set_many(r, it, (size_t)n), n);
+            uint64_t t1 = srv_ms(&srv);
+            /* a key given twice: its last item's delay holds (the client
+             * sends a call's items in order of delay, the last of a key) */
+            for (int j = 0; j < n; j++) {
+                bool last = true;
+                for (int l = j + 1; l < n && last; l++)
+                    last = strcmp(keys[j], keys[l]) != 0;
+                if (!last)
+                    continue;
+                long long d = bucket_due(&srv, "model", keys[j]);
+                CHECK(d >= (long long)(t0 + (uint64_t)it[j].delay_ms) &&
+                      d <= (long long)(t1 + (uint64_t)it[j].delay_ms + 1));
+            }
         } else if (op < 8) {
             uint64_t t0 = srv_ms(&srv);
             CHECK_EQ_INT(tw_redis_move(r, key, (size_t)kl, delay), live[k] ? 0 : TW_ENOENT);
@@ -997,6 +1072,7 @@ int main(void)
     RUN(test_set_durable);
     RUN(test_set_many);
     RUN(test_schema_model);
+    RUN(test_set_script_order);
     RUN(test_never_early);
     RUN(test_replace_remove_win);
     RUN(test_stale_ack);
