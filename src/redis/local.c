@@ -11,6 +11,17 @@
  * costs one round trip per batch. Items already due when added go straight to
  * the FIFO in the order they were added (catch-up keeps due order).
  *
+ * Starting ahead (ahead > 0, the worker's start_ahead_ms): an item leaves
+ * the wheel between ahead / 2 and ahead before its local due time, at a
+ * tick that is a multiple of ahead / 2 (in ticks), so the items due in
+ * one such span leave together and an executor takes them all (up to the
+ * batch limit) in one START round trip; the owner (redis.c) then runs each
+ * at its due time. The tick thread wakes at most once per span, and its
+ * own lateness (a wake-up the machine serves late) is absorbed by the
+ * span. With ahead == 0 an item leaves at the first tick at or after its
+ * local due time, and executors take a fair share of what is ready (one
+ * item each when they come due one at a time).
+ *
  * Locking: one mutex `mu` guards the wheel, the FIFO and the counters; it is
  * never held while an item runs. Tick k is the instant start + k * tick.
  */
@@ -34,6 +45,8 @@ struct tw_rr_local {
     size_t nready;          /* items in the FIFO */
     atomic_size_t batch_max; /* most items an executor takes at once (set by the owner) */
     uint64_t start_ns, tick_ns;
+    uint64_t ahead_ns;      /* items leave the wheel up to this much before their due time */
+    uint64_t span;          /* ... at ticks that are multiples of this (>= 1) */
     uint64_t seq;           /* wheel keys */
     uint64_t sleep_until;   /* tick the tick thread sleeps until (UINT64_MAX: no work) */
     size_t held;            /* items in the wheel, FIFO or running */
@@ -104,6 +117,7 @@ static void *loc_exec_main(void *arg)
     struct tw_rr_local *l = ((struct loc_exec_arg *)arg)->l;
     unsigned me = ((struct loc_exec_arg *)arg)->i;
     free(arg);
+    (void)prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL); /* it sleeps until due times */
     struct tw_rr_item *batch[TW_RR_RUN_BATCH];
     pthread_mutex_lock(&l->mu);
     for (;;) {
@@ -113,8 +127,9 @@ static void *loc_exec_main(void *arg)
             break;
         /* A fair share of what is ready: the batch saves round trips when
          * work piles up, and one item at a time keeps every thread busy when
-         * it does not. */
-        size_t n = (l->nready + l->nthreads - 1) / l->nthreads;
+         * it does not. Starting ahead: all of it (up to the limit), the
+         * items of one span in one round trip. */
+        size_t n = l->ahead_ns ? l->nready : (l->nready + l->nthreads - 1) / l->nthreads;
         size_t max = atomic_load(&l->batch_max);
         if (n > max)
             n = max;
@@ -153,8 +168,8 @@ static void loc_join(struct tw_rr_local *l)
     l->started = 0;
 }
 
-int tw_rr_local_new(struct tw_rr_local **out, uint32_t tick_ms, uint32_t threads,
-                    tw_rr_run_fn *run, void *ctx)
+int tw_rr_local_new(struct tw_rr_local **out, uint32_t tick_ms, uint32_t ahead_ms,
+                    uint32_t threads, tw_rr_run_fn *run, void *ctx)
 {
     *out = NULL;
     struct tw_rr_local *l = calloc(1, sizeof *l);
@@ -166,6 +181,8 @@ int tw_rr_local_new(struct tw_rr_local **out, uint32_t tick_ms, uint32_t threads
         return TW_ENOMEM;
     }
     l->tick_ns = (uint64_t)tick_ms * 1000000u;
+    l->ahead_ns = (uint64_t)ahead_ms * 1000000u;
+    l->span = ahead_ms / 2 / tick_ms ? ahead_ms / 2 / tick_ms : 1;
     l->start_ns = tw_rr_mono_ns();
     l->run = run;
     l->ctx = ctx;
@@ -249,11 +266,18 @@ int tw_rr_local_add(struct tw_rr_local *l, struct tw_rr_item *it)
     }
     uint64_t now = tw_rr_mono_ns();
     uint64_t wnow = tw_tasks_now(l->wheel);
-    /* The first tick whose instant is at or after the local due time. */
-    uint64_t tick = it->due_local_ns <= l->start_ns
-                        ? 0
-                        : (it->due_local_ns - l->start_ns + l->tick_ns - 1) / l->tick_ns;
-    if (it->due_local_ns <= now) {
+    uint64_t tick, leave = it->due_local_ns;
+    if (l->ahead_ns == 0) {
+        /* The first tick whose instant is at or after the local due time. */
+        tick = leave <= l->start_ns ? 0 : (leave - l->start_ns + l->tick_ns - 1) / l->tick_ns;
+    } else {
+        /* The last multiple of span ticks at or before due - ahead / 2: its
+         * instant is at most ahead before the due time (span * tick <= ahead / 2). */
+        leave = leave > l->ahead_ns / 2 ? leave - l->ahead_ns / 2 : 0;
+        tick = leave <= l->start_ns ? 0 : (leave - l->start_ns) / l->tick_ns;
+        tick -= tick % l->span;
+    }
+    if (leave <= now) {
         loc_push(l, it);
         pthread_cond_signal(&l->run_cv);
     } else {
