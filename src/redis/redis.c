@@ -598,7 +598,8 @@ static void rr_requeue(struct tw_redis *r, struct tw_rr_item *it, uint64_t wait_
  * way. */
 #define RR_GROUPS_MAX 48 /* partition groups in one round */
 #define RR_ACK_MAX 64    /* acknowledgements in one round */
-#define RR_CALL_ARGV 200 /* arguments of one call, "EVALSHA sha n" included (router.c: 202) */
+#define RR_CALL_ARGV 128 /* arguments of one call, "EVALSHA sha n" included (router.c's
+                            limit, RR_ARGV_MAX, is 202) */
 
 struct rr_grp {
     uint32_t part;
@@ -622,7 +623,9 @@ struct rr_exec {
     struct tw_rr_item *ack[RR_ACK_MAX]; /* grouped by partition */
     size_t nack;
     signed char ack_st[RR_ACK_MAX];   /* 1 deleted, 0 stale, -2 no answer */
+    bool cluster;                     /* one call per group, its keys declared */
     char kb[RR_GROUPS_MAX][2][RR_KEYBUF];
+    size_t kl[RR_GROUPS_MAX][2];
     char cnt[RR_GROUPS_MAX][2][12];
     char tok[TW_RR_RUN_BATCH][24];
     char atok[RR_ACK_MAX][24];
@@ -679,67 +682,69 @@ static size_t rr_ack_take(struct tw_redis *r, uint32_t p, struct tw_rr_item **ou
     return k;
 }
 
-/* The group of partition p (a new one when absent and *cost fits), or -1. */
-static long rr_exec_find(struct rr_exec *e, uint32_t p, size_t *argc, size_t add)
+/* The group of partition p (a new one when absent), or -1 when full. */
+static long rr_exec_find(struct rr_exec *e, uint32_t p)
 {
     for (size_t g = 0; g < e->ngroups; g++)
-        if (e->g[g].part == p) {
-            if (*argc + add > RR_CALL_ARGV)
-                return -1;
-            *argc += add;
+        if (e->g[g].part == p)
             return (long)g;
-        }
-    if (e->ngroups == RR_GROUPS_MAX || *argc + add + 4 > RR_CALL_ARGV)
+    if (e->ngroups == RR_GROUPS_MAX)
         return -1;
-    *argc += add + 4; /* two keys, two counts */
     e->g[e->ngroups] = (struct rr_grp){p, 0, 0, 0, 0};
     return (long)e->ngroups++;
+}
+
+/* Arguments of a call of group g alone, "EVALSHA sha n" and the declared keys included. */
+static size_t rr_grp_argc(const struct rr_grp *g)
+{
+    return 3 + 2 + 2 + 4 + 2 * (g->ns + g->na);
 }
 
 /* Group the round: the items of v by partition (to start, or to
  * acknowledge), and on a START the pending acknowledgements that fit (any
  * partition's on a standalone server, the started partitions' in a
- * cluster; RR_CALL_ARGV arguments per call at most). */
-static void rr_exec_group(struct rr_exec *e)
+ * cluster; each group small enough for a call of its own), then cut the
+ * groups into calls of at most RR_CALL_ARGV arguments (standalone), or one
+ * call per group (cluster). */
+static void rr_exec_group(struct rr_exec *e, bool cluster)
 {
     struct tw_redis *r = e->r;
     struct tw_rr_item *acks[RR_ACK_MAX];
-    size_t ag[RR_ACK_MAX], na = 0, argc = 5; /* EVALSHA sha n lease ahead */
+    size_t ag[RR_ACK_MAX], na = 0;
     size_t gi[TW_RR_RUN_BATCH];
     e->ngroups = 0;
     for (size_t i = 0; i < e->n; i++) {
-        long g = rr_exec_find(e, e->v[i]->part, &argc, 2);
-        gi[i] = (size_t)g; /* always fits: <= 32 items, 6 arguments each */
+        long g = rr_exec_find(e, e->v[i]->part); /* fits: <= 32 items */
+        gi[i] = (size_t)g;
         if (e->starting) {
             e->g[g].ns++;
         } else {
             acks[na] = e->v[i];
             ag[na++] = (size_t)g;
+            e->g[g].na++;
         }
     }
     if (e->starting) {
         pthread_mutex_lock(&r->ack_mu);
         if (r->multi) {
             while (na < RR_ACK_MAX && r->ack_head[0]) {
-                long g = rr_exec_find(e, r->ack_head[0]->part, &argc, 2);
-                if (g < 0)
+                long g = rr_exec_find(e, r->ack_head[0]->part);
+                if (g < 0 || rr_grp_argc(&e->g[g]) + 2 > RR_CALL_ARGV)
                     break;
                 ag[na] = (size_t)g;
+                e->g[g].na++;
                 na += rr_ack_take(r, 0, acks + na, 1);
             }
         } else {
             size_t ng = e->ngroups;
-            for (size_t g = 0; g < ng && r->ack_n; g++) {
+            for (size_t g = 0; g < ng; g++) {
                 uint32_t p = e->g[g].part;
-                while (na < RR_ACK_MAX && r->ack_head[p] && e->g[g].na < RR_ACK_FOLD) {
-                    size_t cargc = 9 + 2 * (e->g[g].ns + e->g[g].na); /* its own call */
-                    if (cargc + 2 > RR_CALL_ARGV)
-                        break;
+                while (na < RR_ACK_MAX && r->ack_head[p] && e->g[g].na < RR_ACK_FOLD &&
+                       rr_grp_argc(&e->g[g]) + 2 <= RR_CALL_ARGV) {
                     ag[na] = g;
                     e->g[g].na++;
                     na += rr_ack_take(r, p, acks + na, 1);
                 }
-                e->g[g].na = 0; /* counted again below */
             }
         }
         pthread_mutex_unlock(&r->ack_mu);
@@ -756,33 +761,48 @@ static void rr_exec_group(struct rr_exec *e)
     k = 0;
     for (size_t g = 0; g < e->ngroups; g++) {
         e->g[g].a0 = k;
-        e->g[g].na = 0;
         for (size_t j = 0; j < na; j++)
             if (ag[j] == g) {
                 e->ack[k] = acks[j];
                 e->ack_st[k++] = -2;
-                e->g[g].na++;
             }
     }
     e->nack = na;
     for (size_t i = 0; i < e->n; i++)
         e->st[i] = -2;
+    /* calls */
+    e->ncalls = 0;
+    size_t argc = RR_CALL_ARGV;
+    for (size_t g = 0; g < e->ngroups; g++) {
+        size_t add = rr_grp_argc(&e->g[g]) - 7; /* its 4 + 2 (ns + na) arguments */
+        if (cluster || argc + add > RR_CALL_ARGV) {
+            e->call[e->ncalls++] = g;
+            argc = 7 - 2; /* EVALSHA sha n lease ahead: no declared keys */
+        }
+        argc += add;
+    }
+    e->call[e->ncalls] = e->ngroups;
 }
 
-/* Call c: its groups' keys, then lease, ahead and each group's lists. */
+/* Call c: in a cluster the group's two keys (declared: one slot), then
+ * lease, ahead and each group's key names and lists. */
 static int rr_exec_build(void *ctx, size_t c, int *slot, const char **av, size_t *al, int *nargs)
 {
     struct rr_exec *e = ctx;
     struct tw_redis *r = e->r;
-    size_t g0 = e->call[c], g1 = e->call[c + 1], nk = 2 * (g1 - g0);
+    size_t g0 = e->call[c], g1 = e->call[c + 1];
     *slot = r->slots[e->g[g0].part];
-    for (size_t g = g0; g < g1; g++) {
-        for (int j = 0; j < 2; j++) { /* lease, task */
-            int len = snprintf(e->kb[g][j], RR_KEYBUF, "{%s:%u}%s", r->queue,
-                               (unsigned)e->g[g].part, rr_suffix[1 + j]);
-            av[2 * (g - g0) + (size_t)j] = e->kb[g][j];
-            al[2 * (g - g0) + (size_t)j] = (size_t)len;
+    for (size_t g = g0; g < g1; g++)
+        for (int j = 0; j < 2; j++) /* lease, task */
+            e->kl[g][j] = (size_t)snprintf(e->kb[g][j], RR_KEYBUF, "{%s:%u}%s", r->queue,
+                                           (unsigned)e->g[g].part, rr_suffix[1 + j]);
+    size_t nk = 0;
+    if (e->cluster) {
+        for (int j = 0; j < 2; j++) {
+            av[j] = e->kb[g0][j];
+            al[j] = e->kl[g0][j];
         }
+        nk = 2;
     }
     const char **a = av + nk;
     size_t *l = al + nk;
@@ -794,6 +814,10 @@ static int rr_exec_build(void *ctx, size_t c, int *slot, const char **av, size_t
     a[na++] = e->ahead;
     for (size_t g = g0; g < g1; g++) {
         const struct rr_grp *G = &e->g[g];
+        for (int j = 0; j < 2; j++) {
+            a[na] = e->kb[g][j];
+            l[na++] = e->kl[g][j];
+        }
         l[na] = (size_t)snprintf(e->cnt[g][0], sizeof e->cnt[g][0], "%zu", G->na);
         a[na++] = e->cnt[g][0];
         l[na] = (size_t)snprintf(e->cnt[g][1], sizeof e->cnt[g][1], "%zu", G->ns);
@@ -862,17 +886,13 @@ static void rr_ack_count(struct tw_redis *r, long long st)
 static void rr_exec_eval(struct rr_exec *e, struct tw_rr_router *rt)
 {
     e->sent_ns = tw_rr_mono_ns();
-    rr_exec_group(e);
+    e->cluster = rt->cluster;
+    rr_exec_group(e, e->cluster);
     if (e->ngroups == 0)
         return;
-    /* one call on a standalone server, one per group in a cluster */
-    bool one = !rt->cluster;
-    e->ncalls = one ? 1 : e->ngroups;
-    for (size_t c = 0; c <= e->ncalls; c++)
-        e->call[c] = one ? (c ? e->ngroups : 0) : c;
     uint64_t rc0 = rt->reconnects;
-    (void)tw_rr_eval_many(rt, TW_RR_START, e->ncalls, one ? (int)(2 * e->ngroups) : 2,
-                          rr_exec_build, e, rr_exec_check);
+    (void)tw_rr_eval_many(rt, TW_RR_START, e->ncalls, e->cluster ? 2 : 0, rr_exec_build, e,
+                          rr_exec_check);
     atomic_fetch_add(&e->r->worker_reconnects, rt->reconnects - rc0);
 }
 

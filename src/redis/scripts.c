@@ -222,12 +222,14 @@
 
 /* START: the gate of every delivery, with the worker's delayed
  * acknowledgements riding along (redis.c: "ACKs ride on STARTs"), for one or
- * more partitions at once. A partition group g is KEYS[2g-1] (its lease
- * ZSET) and KEYS[2g] (its task HASH): one group in a Redis Cluster (the
- * declared keys of one slot), every partition of the call on a standalone
- * server (one call per executor batch instead of one per partition).
- * ARGV: lease_ms, ahead_us, then per group: nack, nstart, nack key, token
- * pairs to acknowledge, nstart key, token pairs to start
+ * more partitions at once: one partition group in a Redis Cluster (its
+ * lease ZSET and task HASH declared as KEYS: one slot), on a standalone
+ * server the groups of up to ~60 tasks of any partitions (no keys declared:
+ * one call per executor round instead of one per partition). The groups
+ * name their keys in ARGV either way.
+ * ARGV: lease_ms, ahead_us, then per group: its lease key, its task key,
+ * nack, nstart, nack key, token pairs to acknowledge, nstart key, token
+ * pairs to start
  * -> {now_us, then per group: r per acknowledgement (1 deleted, 0 stale:
  *    not our lease any more, nothing deleted), then s, a per start:
  *    s = 1 started (a = attempt; the lease renewed to now + lease_ms);
@@ -244,8 +246,8 @@
     PRELUDE "local call, unpack, tonumber = redis.call, unpack, tonumber\n"                \
     "local now = now_us() local lease = math.floor(now / 1000) + tonumber(ARGV[1])\n"     \
     "local ahead = tonumber(ARGV[2]) local out, o, i = {now}, 1, 3\n"                     \
-    "for g = 1, #KEYS, 2 do local LK, TK = KEYS[g], KEYS[g + 1]\n"                        \
-    "  local na, ns = tonumber(ARGV[i]), tonumber(ARGV[i + 1]) i = i + 2\n"                \
+    "while i <= #ARGV do local LK, TK = ARGV[i], ARGV[i + 1]\n"                          \
+    "  local na, ns = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]) i = i + 4\n"            \
     "  if na > 0 then local ks, ts, del, nd = {}, {}, {}, 0\n"                             \
     "    for j = 1, na do ks[j] = ARGV[i] ts[j] = tonumber(ARGV[i + 1]) i = i + 2 end\n"  \
     "    local vs = call('HMGET', TK, unpack(ks)) local ls = call('ZMSCORE', LK, unpack(ks))\n" \
