@@ -17,7 +17,10 @@
  *    that dies or stalls past its lease loses it and the task is delivered
  *    again with attempt + 1.
  *  - No stale deletes; replace and remove win: once set/move/remove returned,
- *    no worker starts the old arming.
+ *    no worker starts the old arming. A start is granted up to start_ahead_ms
+ *    (default 10 ms) before the due time: a call that returns after that
+ *    finds the arming started, as a running one (set start_ahead_ms = 0 for
+ *    starts at the due time only).
  *  - Catch-up: tasks that became due while no worker (or Redis) ran are
  *    delivered as soon as a worker runs, in due order, with their due time.
  *    Two exceptions, both about tasks that are not waiting in Redis when it
@@ -46,8 +49,11 @@
  *
  * Lateness: a worker claims tasks window_ms ahead (every window_ms / 2, its
  * claim calls spread over window_ms / 4 so that they do not hold Redis in one
- * burst) and holds them in a wheel of tick_ms ticks, so a task normally starts within a
- * tick plus one round trip of its due time; a task set or moved earlier than
+ * burst) and holds them in a wheel of tick_ms ticks. It asks Redis to start them
+ * start_ahead_ms / 2 to start_ahead_ms before they are due (the tasks of each such span
+ * together: one round trip) and runs each at its due time by the server's clock, so a task
+ * normally runs within the worker's own wake-up latency of its due time (with
+ * start_ahead_ms = 0: within a tick plus one round trip); a task set or moved earlier than
  * what workers hold reaches them through a PUBLISH on its partition's
  * channel. Tasks due while no worker ran are handed to the executors in due
  * order (claims merge the partitions), and a worker takes no more due work
@@ -68,9 +74,10 @@
  * command_timeout_ms) for it to finish.
  *
  * Acknowledgements are delayed: a task that answered DONE is deleted from
- * Redis by the next start call of its partition on that worker (one script
- * call for both), or after at most 100 ms (lease_ms / 8 if that is less) by
- * a call of its own. So `pending` and `delivered` in the stats lag execute by
+ * Redis by the worker's next start call (on a standalone server any start
+ * call of that worker; in a Redis Cluster one of the same partition: one
+ * script call for both), or after at most 100 ms (lease_ms / 8 if that is
+ * less) by a call of its own. So `pending` and `delivered` in the stats lag execute by
  * up to that much, and a worker that dies leaves up to that much more of its
  * finished tasks unacknowledged: they are delivered again when their leases
  * end (at-least-once; the same as an acknowledgement lost on the way). stop
@@ -170,8 +177,9 @@ struct tw_redis_stats {
     uint64_t failed;      /**< execute calls that answered FAILED */
     uint64_t stale_acks;  /**< acknowledgements refused because the lease was no longer ours */
     uint64_t reconnects;  /**< connections re-established after a failure */
-    uint64_t late_p50_us; /**< delivery lateness (server's clock when the start of the task
-                               was granted - due), median, from a log-linear histogram */
+    uint64_t late_p50_us; /**< delivery lateness (server's clock when execute was called,
+                               known as the clock START read plus the local time since its
+                               reply, - due), median, from a log-linear histogram */
     uint64_t late_p99_us; /**< ... 99th percentile */
     uint64_t late_max_us; /**< ... maximum */
     uint64_t claims;      /**< claim script calls (refills, notifications, catch-up batches) */
@@ -199,7 +207,8 @@ TW_API int tw_redis_set(struct tw_redis *r, const void *key, size_t key_len,
 /** Re-arm a stored task to now + delay_ms. @return 0, TW_ENOENT, or as tw_redis_set. */
 TW_API int tw_redis_move(struct tw_redis *r, const void *key, size_t key_len, int64_t delay_ms);
 
-/** Remove a task: not delivered after this returns (unless already running).
+/** Remove a task: not delivered after this returns (unless already running or started:
+ * up to start_ahead_ms before its due time).
  * @return 0, TW_ENOENT, or as tw_redis_set. */
 TW_API int tw_redis_remove(struct tw_redis *r, const void *key, size_t key_len);
 

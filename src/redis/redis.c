@@ -96,15 +96,17 @@
  *                                              [ZREM index], each taking the
  *                                              bucket's tasks at once; GET SET
  *   (worker)   TIME     1 per node per round   TIME                               O(1)
- *   start      START    1 per executor batch   TIME, per task HGET ZSCORE HSET    O(k log n)
- *                       (<= 32 tasks; one call ZADD
- *                       per partition, pipelined)
- *   start+ack  STARTACK as start, when the     START's, and per acknowledged task O((k+a) log n)
- *                       partition has delayed  HGET ZSCORE HDEL ZREM (a <= 32)
- *                       acknowledgements
- *   ack        ACK      what no START took     TIME, per task HGET ZSCORE HDEL    O(k log n)
- *                       within 100 ms, 1 per   ZREM
- *                       partition, pipelined
+ *   start      START    1 round trip per       TIME; per partition group of the   O((k+a) log n)
+ *                       executor round: the    call: HMGET ZMSCORE HSET ZADD of
+ *                       tasks of one span      its k started tasks, HMGET ZMSCORE
+ *                       (start_ahead_ms / 2;   HDEL ZREM of its a acknowledged
+ *                       <= 32) and pending     ones, each taking them at once
+ *                       ACKs (<= 64): one call
+ *                       standalone (cut at 128
+ *                       arguments), one per
+ *                       partition in a cluster
+ *   (ack)      START    what no START took     as start, nothing started          O(a log n)
+ *                       within 100 ms, as above
  *   fail       FAIL     1 per FAILED task      HGET TIME ZSCORE EXISTS(2) HSET    O(log n)
  *                                              ZREM EXISTS ZADD [ZADD index]
  *                                              GET [PUBLISH]
@@ -121,13 +123,42 @@
  * partition (more while partitions return full batches; <= 64 tasks per
  * call, spread over window/4: rr_pace), counted in stats (claims, refills).
  * A delivered task costs about claim/64 + start/batch script calls, its
- * acknowledgement riding on a later START of its partition (rr_ack_push):
- * measured 1.04-1.08 script calls per task in W7's spread load (1,700
- * tasks/s over 16 partitions, 2 workers; sets included), where it was
- * 1.96-2.05 with a START and an ACK call per task (batches of 1: tasks come
- * due one at a time). A catch-up of tasks due together costs far less (0.13
- * per task measured: batches of 32 from one partition, as tasks due at the
- * same time sit in the FIFO grouped by partition, by due_local_ns).
+ * acknowledgement riding on a later START (rr_ack_push). With a START call
+ * per task (tasks come due one at a time) that was 1.04-1.08 script calls
+ * per task in W7's spread load (1,700 tasks/s over 16 partitions, 2
+ * workers; sets included), 1.96-2.05 before ACKs rode on STARTs. Starting
+ * ahead (below) makes a batch of what comes due in each start_ahead_ms / 2
+ * (5 ms by default: ~4 tasks per worker in W7's spread), and on a
+ * standalone server one START call takes every partition's starts and
+ * pending ACKs: 0.25-0.29 script calls per task (W7 spread, 1e5). A catch-up
+ * of tasks due together costs 0.13 per task or less (batches of 32).
+ *
+ * Starting ahead (start_ahead_ms, A; local.c): a held task leaves the
+ * wheel between A/2 and A before its local due time, at a multiple of A/2,
+ * so what comes due in one A/2 span leaves together and one executor
+ * STARTs it in one round trip. START grants a task once the server's clock
+ * is within A of its due time (TIME + A >= due; earlier: "not yet", nothing
+ * written) and answers its clock; the executor then runs each granted task
+ * at local reply time + (due - that clock) (+ 0.1% + 1 us), in due order,
+ * sleeping in between (never early: below). The wheel's wake-up and the
+ * START round trip happen while the task is not due yet, so their delays
+ * (the lateness tail measured below: the tick thread scheduled late, round
+ * trips queued behind Redis work) cost nothing up to A/2; what remains is
+ * the executor's own wake-up at the due time. The price: a task counts as
+ * started (attempt, lease renewed) up to A before it runs, so a set, move
+ * or remove returning in that span no longer stops that delivery (as for
+ * a running task; redis.h says so), and an executor is busy (asleep) for
+ * up to A per round: with 4 executors and A/2 spans ~2 are. A = 0 is the
+ * old behaviour: START at the due time, one executor per ready task.
+ * Measured, W7 spread (1e5 tasks, 1-60 s, 2 workers, AOF everysec), old
+ * and new binaries alternated (05:59-06:04 UTC, load 2.8-3.5, the other
+ * helpers building): p99 26.1 and 8.9 ms -> 2.0 and 5.7 ms; p50 1.46 and
+ * 0.84 -> 0.40 and 0.48 ms; Redis CPU 16.7 and 15.3 -> 11.5 and 11.8 s per
+ * 1e5 tasks; script calls per task 1.06-1.07 -> 0.25-0.29, commands (INFO,
+ * scripts' included) 11.8 -> 8.4, AOF bytes 581-624 -> 588-590. Script time
+ * per task fell less than the calls (92-115 -> 84 us): most of it is the
+ * per-task writes (start and ack each write the HASH and the lease ZSET),
+ * the claims and the sets.
  *
  * Redis CPU is not mostly per call, though: halving the calls cut it by
  * only 13-19% (W7 spread, old and new binaries alternated at load 4-9: 2e4
@@ -243,12 +274,13 @@
  * Why these calls:
  *  - claim leases a task up to window_ms before it is due, with a lease that
  *    ends lease_ms after its due time; the worker holds it in its wheel.
- *  - start, run when the local wheel fires the task, is the gate: it checks
- *    that the lease is still this worker's (same token, not expired: a set,
- *    move or remove since the claim reset the token to 0, so "replace and
- *    remove win" hold for held tasks too), that the task is due by the
- *    server's clock (TIME >= due: never early, whatever the local clock
- *    says), counts the attempt and renews the lease to now + lease_ms.
+ *  - start, run when the local wheel lets the task out (start_ahead_ms
+ *    before its due time at most), is the gate: it checks that the lease
+ *    is still this worker's (same token, not expired: a set, move or remove
+ *    since the claim reset the token to 0, so "replace and remove win" hold
+ *    for held tasks too), that the task is due within start_ahead_ms by the
+ *    server's clock (TIME + ahead >= due; the worker waits out the rest),
+ *    counts the attempt and renews the lease to now + lease_ms.
  *  - ack and fail act only for the current token with an unexpired lease: a
  *    stale acknowledgement deletes nothing.
  *  - an expired lease goes back to due (keeping its due time) at the next
@@ -268,10 +300,14 @@
  * arrived; so the local estimate of the server's clock never runs ahead of
  * it (drift aside: samples older than 5-10 s are dropped). A TIME round trip
  * per node before each claim round keeps the bound tight (a claim's own
- * reply is loose by its script and payload time). (3) start checks TIME >=
- * due on the server itself, and when the local estimate was early the
- * worker waits the remaining time start reports. (3) alone makes the rule
- * hold; (2) makes it cheap (start almost never answers "not yet").
+ * reply is loose by its script and payload time). (3) start reads TIME on
+ * the server itself and grants a task only within start_ahead_ms of its
+ * due time; the worker runs it once (due - that TIME) has passed on its
+ * monotonic clock since the reply was read: the server's clock had reached
+ * that TIME before the reply arrived, so it has reached the due time by
+ * then (plus 0.1% + 1 us for a local clock running fast against the
+ * server's: the wait is at most start_ahead_ms <= 1 s). (3) alone makes the
+ * rule hold; (2) makes it cheap (start almost never answers "not yet").
  *
  * Threads and connections: the client API (set, move, remove, set_many,
  * stats, and stop's releases) shares one router under api_mu; a worker adds a
