@@ -165,6 +165,12 @@ struct tw_redis_config {
      * start_ahead_ms before it runs, so a set, move or remove that returns in that span
      * may no longer stop that delivery, as for a task already running. */
     uint32_t start_ahead_ms;
+    /** 0 (default): normal scheduling. 1..99: the worker's tick thread, and each executor
+     * while it sleeps until a due time (not while execute runs), use SCHED_FIFO at this
+     * priority, so that a busy machine does not serve those wake-ups late. Needs root or
+     * CAP_SYS_NICE (and an RLIMIT_RTPRIO that allows it); when refused, the thread keeps
+     * normal scheduling and tw_redis_stats counts it in rt_refused (not an error). */
+    uint32_t rt_priority;
 };
 
 /** Statistics; every count since tw_redis_new. */
@@ -188,6 +194,8 @@ struct tw_redis_stats {
     uint64_t recovered;   /**< expired leases this worker's claims moved back to due */
     uint64_t lost_leases; /**< held tasks not started because their lease was gone (replaced,
                                moved, removed or expired) */
+    uint64_t rt_refused;  /**< threads refused the rt_priority of the config (they run with
+                               normal scheduling) */
 };
 
 /** Fill @p cfg with the defaults above (servers NULL: must be set). */

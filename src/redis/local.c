@@ -28,6 +28,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +48,8 @@ struct tw_rr_local {
     uint64_t start_ns, tick_ns;
     uint64_t ahead_ns;      /* items leave the wheel up to this much before their due time */
     uint64_t span;          /* ... at ticks that are multiples of this (>= 1) */
+    uint32_t rt_prio;       /* SCHED_FIFO priority of the tick thread (0: none) */
+    atomic_uint_fast64_t rt_refused; /* threads refused it */
     uint64_t seq;           /* wheel keys */
     uint64_t sleep_until;   /* tick the tick thread sleeps until (UINT64_MAX: no work) */
     size_t held;            /* items in the wheel, FIFO or running */
@@ -90,6 +93,11 @@ static void *loc_tick_main(void *arg)
 {
     struct tw_rr_local *l = arg;
     (void)prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL); /* every task waits for this wake-up */
+    if (l->rt_prio) {
+        struct sched_param sp = {.sched_priority = (int)l->rt_prio};
+        if (pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp) != 0)
+            atomic_fetch_add(&l->rt_refused, 1); /* normal scheduling, counted */
+    }
     pthread_mutex_lock(&l->mu);
     while (!l->stopping) {
         (void)tw_tasks_advance(l->wheel, loc_now_tick(l));
@@ -169,7 +177,7 @@ static void loc_join(struct tw_rr_local *l)
 }
 
 int tw_rr_local_new(struct tw_rr_local **out, uint32_t tick_ms, uint32_t ahead_ms,
-                    uint32_t threads, tw_rr_run_fn *run, void *ctx)
+                    uint32_t rt_prio, uint32_t threads, tw_rr_run_fn *run, void *ctx)
 {
     *out = NULL;
     struct tw_rr_local *l = calloc(1, sizeof *l);
@@ -183,6 +191,8 @@ int tw_rr_local_new(struct tw_rr_local **out, uint32_t tick_ms, uint32_t ahead_m
     l->tick_ns = (uint64_t)tick_ms * 1000000u;
     l->ahead_ns = (uint64_t)ahead_ms * 1000000u;
     l->span = ahead_ms / 2 / tick_ms ? ahead_ms / 2 / tick_ms : 1;
+    l->rt_prio = rt_prio;
+    atomic_init(&l->rt_refused, 0);
     l->start_ns = tw_rr_mono_ns();
     l->run = run;
     l->ctx = ctx;
@@ -358,4 +368,14 @@ size_t tw_rr_local_held(struct tw_rr_local *l)
     size_t n = l->held;
     pthread_mutex_unlock(&l->mu);
     return n;
+}
+
+uint64_t tw_rr_local_rt_refused(struct tw_rr_local *l)
+{
+    return atomic_load(&l->rt_refused);
+}
+
+void tw_rr_local_rt_note(struct tw_rr_local *l)
+{
+    atomic_fetch_add(&l->rt_refused, 1);
 }

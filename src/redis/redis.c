@@ -331,6 +331,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -603,6 +604,8 @@ static int rr_check_config(const struct tw_redis_config *c)
         if (c->start_ahead_ms > 1000 || c->start_ahead_ms > c->lease_ms / 4 ||
             c->start_ahead_ms > c->window_ms / 4)
             return TW_EINVAL;
+        if (c->rt_priority > 99)
+            return TW_EINVAL;
     }
     return 0;
 }
@@ -660,6 +663,9 @@ struct rr_exec {
     size_t nack;
     signed char ack_st[RR_ACK_MAX];   /* 1 deleted, 0 stale, -2 no answer */
     bool cluster;                     /* one call per group, its keys declared */
+    int rt;                           /* rt_priority: 0 not tried, 1 granted, -1 refused */
+    int pol;                          /* the thread's own policy and parameters, */
+    struct sched_param sp;            /* restored after each wait at rt_priority */
     char kb[RR_GROUPS_MAX][2][RR_KEYBUF];
     size_t kl[RR_GROUPS_MAX][2];
     char cnt[RR_GROUPS_MAX][2][12];
@@ -1007,12 +1013,29 @@ static void rr_trace_dump(struct tw_redis *r)
 }
 #endif
 
-/* Sleep until the local monotonic clock reads at_ns. */
-static void rr_sleep_until(uint64_t at_ns)
+/* Sleep until the local monotonic clock reads at_ns; with rt_priority, at
+ * SCHED_FIFO (the wake-up is the task's lateness), back to the thread's own
+ * scheduling before execute runs. A refusal is counted once per executor,
+ * which then sleeps with normal scheduling. */
+static void rr_sleep_until(struct tw_redis *r, struct rr_exec *e, uint64_t at_ns)
 {
     struct timespec ts = {(time_t)(at_ns / 1000000000u), (long)(at_ns % 1000000000u)};
+    bool raised = false;
+    if (r->cfg.rt_priority && e->rt >= 0) {
+        struct sched_param sp = {.sched_priority = (int)r->cfg.rt_priority};
+        if ((e->rt == 1 || pthread_getschedparam(pthread_self(), &e->pol, &e->sp) == 0) &&
+            pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp) == 0) {
+            e->rt = 1;
+            raised = true;
+        } else {
+            e->rt = -1; /* refused: normal scheduling from now on, counted once */
+            tw_rr_local_rt_note(r->local);
+        }
+    }
     while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
     }
+    if (raised)
+        (void)pthread_setschedparam(pthread_self(), e->pol, &e->sp);
 }
 
 /* When a granted start may run: the server's clock read srv_us before the
@@ -1116,7 +1139,7 @@ static void rr_run(void *ctx, struct tw_rr_item **v, size_t n, unsigned thread)
         size_t i = run[q];
         struct tw_rr_item *it = v[i];
         if (at[i] > tw_rr_mono_ns())
-            rr_sleep_until(at[i]);
+            rr_sleep_until(r, e, at[i]);
         uint64_t t1 = tw_rr_mono_ns();
         /* lateness: a lower bound of the server's clock now, against due */
         uint64_t due_us = it->due_ms * 1000u, srv = now[i] + (t1 - rep[i]) / 1000u;
@@ -2022,7 +2045,7 @@ int tw_redis_new(const struct tw_redis_config *cfg, struct tw_redis **out)
         }
         r->ack_started = true;
         if ((rc = tw_rr_local_new(&r->local, r->cfg.tick_ms, r->cfg.start_ahead_ms,
-                                  r->cfg.threads, rr_run, r)) != 0)
+                                  r->cfg.rt_priority, r->cfg.threads, rr_run, r)) != 0)
             goto fail;
         if (pthread_create(&r->sub_thread, NULL, rr_sub_main, r) != 0) {
             rc = TW_ESYS;
@@ -2432,6 +2455,7 @@ int tw_redis_stats(struct tw_redis *r, struct tw_redis_stats *out)
     out->notifications = atomic_load(&r->notifications);
     out->recovered = atomic_load(&r->recovered);
     out->lost_leases = atomic_load(&r->lost_leases);
+    out->rt_refused = r->local ? tw_rr_local_rt_refused(r->local) : 0;
     pthread_mutex_lock(&r->hist_mu);
     out->late_p50_us = rr_pct(r, 0.50);
     out->late_p99_us = rr_pct(r, 0.99);

@@ -134,7 +134,12 @@ typedef void tw_rr_run_fn(void *ctx, struct tw_rr_item **items, size_t n, unsign
  * ahead_ms / 2 .. ahead_ms away (the items of each ahead_ms / 2 span
  * together; see local.c). */
 int tw_rr_local_new(struct tw_rr_local **out, uint32_t tick_ms, uint32_t ahead_ms,
-                    uint32_t threads, tw_rr_run_fn *run, void *ctx);
+                    uint32_t rt_prio, uint32_t threads, tw_rr_run_fn *run, void *ctx);
+/* rt_prio (redis.h's rt_priority, 0: none): the tick thread asks for
+ * SCHED_FIFO at this priority when it starts. Threads refused it so far
+ * (the tick thread, and those counted with tw_rr_local_rt_note). */
+uint64_t tw_rr_local_rt_refused(struct tw_rr_local *l);
+void tw_rr_local_rt_note(struct tw_rr_local *l);
 /* Hold an item until item->due_local_ns (at once when already past: FIFO in
  * the order of the calls). TW_ECLOSED after stop, TW_ENOMEM. */
 int tw_rr_local_add(struct tw_rr_local *l, struct tw_rr_item *it);

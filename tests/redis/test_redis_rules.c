@@ -336,7 +336,7 @@ static void test_set_durable(void)
  * before the due time and waits out the rest itself: ahead = 200 ms makes
  * that wait (not the wheel) what keeps every delivery from being early;
  * ahead = 0 starts at the due time only (Redis answers "not yet" before). */
-static void never_early_with(const char *queue, uint32_t ahead)
+static void never_early_with(const char *queue, uint32_t ahead, uint32_t rt)
 {
     struct rec R;
     rec_init(&R, &srv);
@@ -345,6 +345,7 @@ static void never_early_with(const char *queue, uint32_t ahead)
     c.partitions = 4;
     c.window_ms = 1000;
     c.start_ahead_ms = ahead;
+    c.rt_priority = rt;
     struct tw_redis *r = worker_new(&c, &R);
     if (!r)
         return;
@@ -384,18 +385,22 @@ static void never_early_with(const char *queue, uint32_t ahead)
     CHECK_EQ_U64(st.stale_acks, 0);
     CHECK(st.late_p50_us <= st.late_p99_us && st.late_p99_us <= st.late_max_us);
     CHECK(st.claims >= 1 && st.refills >= 1);
+    /* refused real-time priority (not root nor CAP_SYS_NICE) is counted, not
+     * an error: at most the tick thread and each executor once */
+    CHECK(rt ? st.rt_refused <= 1 + c.threads : st.rt_refused == 0);
     tw_redis_free(r);
     rec_destroy(&R);
 }
 
 static void test_never_early(void)
 {
-    never_early_with("early", 0);
+    never_early_with("early", 0, 0);
 }
 
 static void test_start_ahead(void)
 {
-    never_early_with("ahead", 200);
+    never_early_with("ahead", 200, 0);
+    never_early_with("ahead_rt", 200, 1); /* the waits at SCHED_FIFO, or counted refusals */
 }
 
 /* Wait until the worker holds n leases (claimed into its wheel). */
@@ -909,6 +914,9 @@ static void test_bad_input(void)
     CHECK_EQ_INT(tw_redis_new(&c, &r), TW_EINVAL);
     cfg_for(&c, "bad", &R);
     c.retry_max_ms = c.retry_base_ms - 1;
+    CHECK_EQ_INT(tw_redis_new(&c, &r), TW_EINVAL);
+    cfg_for(&c, "bad", &R);
+    c.rt_priority = 100;
     CHECK_EQ_INT(tw_redis_new(&c, &r), TW_EINVAL);
     cfg_for(&c, "bad", &R);
     c.start_ahead_ms = 1001;
