@@ -151,14 +151,23 @@
  * up to A per round: with 4 executors and A/2 spans ~2 are. A = 0 is the
  * old behaviour: START at the due time, one executor per ready task.
  * Measured, W7 spread (1e5 tasks, 1-60 s, 2 workers, AOF everysec), old
- * and new binaries alternated (05:59-06:04 UTC, load 2.8-3.5, the other
- * helpers building): p99 26.1 and 8.9 ms -> 2.0 and 5.7 ms; p50 1.46 and
- * 0.84 -> 0.40 and 0.48 ms; Redis CPU 16.7 and 15.3 -> 11.5 and 11.8 s per
- * 1e5 tasks; script calls per task 1.06-1.07 -> 0.25-0.29, commands (INFO,
- * scripts' included) 11.8 -> 8.4, AOF bytes 581-624 -> 588-590. Script time
- * per task fell less than the calls (92-115 -> 84 us): most of it is the
- * per-task writes (start and ack each write the HASH and the lease ZSET),
- * the claims and the sets.
+ * and new binaries alternated, 3 pairs (05:59-06:17 UTC, load 2.8-5.4, the
+ * other helpers building): Redis CPU 16.7, 15.3, 15.2 -> 11.5, 11.8, 11.2 s
+ * per 1e5 tasks; script calls per task 1.06-1.07 -> 0.25-0.29, commands
+ * (INFO, scripts' included) 11.8 -> 8.3-8.5; p50 1.46, 0.84, 0.88 -> 0.40,
+ * 0.48, 0.48 ms; p99 26.1, 8.9, 8.6 -> 2.0, 5.7, 81.6 ms (the last at load
+ * 5.4, a 250 ms stall). Script time per task fell less than the calls
+ * (91-115 -> 84-93 us): most of it is the per-task writes (start and ack
+ * each write the HASH and the lease ZSET), the claims and the sets. Traces
+ * (2e4 tasks, load 3.4-3.8): the old build's slowest 1% waited 22.7 ms in
+ * the wheel, 13.7 in the FIFO, 12.1 in the START round trip (mean); the
+ * new build's had the round trip end after the due time in 132 of 200
+ * (request + reply legs 8.0 ms, beyond the head start) and woke late after
+ * a timely reply in the other 68. start_ahead_ms = 20 cut the calls to
+ * 0.18 per task and Redis CPU by another ~15% (quick runs); the default
+ * stays 10, for the narrower span in which a remove no longer wins.
+ * rt_priority (opt-in: the tick thread, and executors while they sleep
+ * until a due time, at SCHED_FIFO) showed no gain in two quick pairs.
  *
  * Redis CPU is not mostly per call, though: halving the calls cut it by
  * only 13-19% (W7 spread, old and new binaries alternated at load 4-9: 2e4
