@@ -155,8 +155,8 @@ struct tw_redis_config {
     uint32_t connect_timeout_ms; /**< per connection attempt (default 1000) */
     uint32_t command_timeout_ms; /**< per call, retries included (default 2000) */
     /** How long before its due time a worker may start a task (default 10; 0: at the due
-     * time only; at most 1000, lease_ms / 4 and window_ms / 4). The worker asks Redis to
-     * start the tasks coming due in the next start_ahead_ms / 2 at once, between
+     * time only; at most 1000; capped at lease_ms / 4 and window_ms / 4). The worker asks
+     * Redis to start the tasks coming due in the next start_ahead_ms / 2 at once, between
      * start_ahead_ms / 2 and start_ahead_ms ahead of their due times (one round trip, and on
      * a standalone server one script call, for all of them), then runs each at its due time
      * by the server's clock, waiting locally what the server's answer says: never early,

@@ -610,8 +610,7 @@ static int rr_check_config(const struct tw_redis_config *c)
             return TW_EINVAL;
         if (c->retry_max_ms < c->retry_base_ms || c->retry_max_ms > 86400000u)
             return TW_EINVAL;
-        if (c->start_ahead_ms > 1000 || c->start_ahead_ms > c->lease_ms / 4 ||
-            c->start_ahead_ms > c->window_ms / 4)
+        if (c->start_ahead_ms > 1000)
             return TW_EINVAL;
         if (c->rt_priority > 99)
             return TW_EINVAL;
@@ -1983,6 +1982,12 @@ int tw_redis_new(const struct tw_redis_config *cfg, struct tw_redis **out)
     if (!r)
         return TW_ENOMEM;
     r->cfg = *cfg;
+    /* starts ahead by a quarter of the lease and of the window at most (a
+     * config valid before start_ahead_ms existed stays valid) */
+    if (r->cfg.start_ahead_ms > r->cfg.lease_ms / 4)
+        r->cfg.start_ahead_ms = r->cfg.lease_ms / 4;
+    if (r->cfg.start_ahead_ms > r->cfg.window_ms / 4)
+        r->cfg.start_ahead_ms = r->cfg.window_ms / 4;
     if (pthread_mutex_init(&r->api_mu, NULL) || pthread_mutex_init(&r->mu, NULL) ||
         pthread_mutex_init(&r->stop_mu, NULL) || pthread_mutex_init(&r->hist_mu, NULL) ||
         pthread_mutex_init(&r->ack_mu, NULL)) {
