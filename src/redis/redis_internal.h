@@ -102,7 +102,7 @@ enum {
     TW_RR_NSCRIPTS
 };
 extern const char *const tw_rr_scripts[TW_RR_NSCRIPTS];
-/* Keys every script takes, in this order (KEYS[1..5]). */
+/* Keys every script but START takes, in this order (KEYS[1..5]). */
 #define TW_RR_NKEYS 5
 /* Width of a due-time bucket in ms (the schema in redis.c). Every client of a
  * queue must use the same width: it names the bucket a task sits in. */

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* twheel Redis layer: the Lua scripts (schema and costs: see redis.c).
  *
- * Every script takes the same five keys of one partition (one cluster slot):
+ * Every script but START takes the same five keys of one partition (one
+ * cluster slot; START names the lease and task keys of its partitions in
+ * ARGV, below):
  *   KEYS[1] index  ZSET  bucket number b -> b (the non-empty due buckets;
  *                        bucket b is the ZSET KEYS[1] .. ':' .. b, below)
  *   KEYS[2] lease  ZSET  key -> lease end ms  (tasks claimed by a worker)
