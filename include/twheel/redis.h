@@ -85,7 +85,8 @@
  *
  * Leases: lease_ms bounds both how long a claimed task may wait in a worker's
  * wheel past its due time and how long execute may run: the lease is renewed
- * to now + lease_ms when the task is started, and not extended while it runs.
+ * to (at least) now + lease_ms when the task is started, and not extended
+ * while it runs.
  * An execute that runs longer loses its lease: the task is delivered again
  * and its acknowledgement is refused (stale_acks). When work piles up an
  * executor starts several tasks at once (one round trip) and runs them one

@@ -234,7 +234,9 @@
  * pairs to start
  * -> {now_us, then per group: r per acknowledgement (1 deleted, 0 stale:
  *    not our lease any more, nothing deleted), then s, a per start:
- *    s = 1 started (a = attempt; the lease renewed to now + lease_ms);
+ *    s = 1 started (a = attempt; the lease renewed to now + lease_ms, unless
+ *    it already ends as late: claim leased it to due + lease_ms, so a start
+ *    ahead of the due time writes no lease);
  *    s = 0 not due within ahead_us by the server's clock (a = us until due);
  *    s = -1 lease gone (a = 0)}.
  * A start is granted once now + ahead_us >= due: the worker then waits
@@ -261,7 +263,7 @@
     "    if nd > 0 then call('HDEL', TK, unpack(del, 1, nd)) "                             \
     "call('ZREM', LK, unpack(del, 1, nd)) end\n"                                           \
     "  end\n"                                                                              \
-    "  if ns > 0 then local ks, ts, hs, lz, nh = {}, {}, {}, {}, 0\n"                      \
+    "  if ns > 0 then local ks, ts, hs, lz, nh, nz = {}, {}, {}, {}, 0, 0\n"               \
     "    for j = 1, ns do ks[j] = ARGV[i] ts[j] = tonumber(ARGV[i + 1]) i = i + 2 end\n"  \
     "    local vs = call('HMGET', TK, unpack(ks)) local ls = call('ZMSCORE', LK, unpack(ks))\n" \
     "    for j = 1, ns do local s, a, v, l = -1, 0, vs[j], ls[j]\n"                        \
@@ -269,15 +271,17 @@
     "        local tok, att, due, pos = parse(v)\n"                                        \
     "        if tok == ts[j] then\n"                                                       \
     "          if now + ahead < due * 1000 then s = 0 a = due * 1000 - now\n"              \
-    "          else s = 1 a = att + 1 hs[nh + 1] = ks[j] lz[nh + 1] = lease\n"             \
-    "            hs[nh + 2] = rec(tok, a, due, string.sub(v, pos)) lz[nh + 2] = ks[j]\n"   \
-    "            nh = nh + 2 end\n"                                                        \
+    "          else s = 1 a = att + 1 hs[nh + 1] = ks[j]\n"                                \
+    "            hs[nh + 2] = rec(tok, a, due, string.sub(v, pos)) nh = nh + 2\n"          \
+    "            if tonumber(l) < lease then\n"                                            \
+    "              lz[nz + 1] = lease lz[nz + 2] = ks[j] nz = nz + 2 end\n"                 \
+    "          end\n"                                                                      \
     "        end\n"                                                                        \
     "      end\n"                                                                          \
     "      out[o + 1] = s out[o + 2] = a o = o + 2\n"                                      \
     "    end\n"                                                                            \
-    "    if nh > 0 then call('HSET', TK, unpack(hs, 1, nh)) "                              \
-    "call('ZADD', LK, unpack(lz, 1, nh)) end\n"                                            \
+    "    if nh > 0 then call('HSET', TK, unpack(hs, 1, nh)) end\n"                        \
+    "    if nz > 0 then call('ZADD', LK, unpack(lz, 1, nz)) end\n"                        \
     "  end\n"                                                                              \
     "end\n"                                                                                \
     "return out\n"
