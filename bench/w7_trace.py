@@ -14,14 +14,21 @@ $TW_RR_TRACE_FILE.<pid>), run a load, and give this script the prefix:
   bench/w7_trace.py /tmp/tr
 
 A line: due_ms due_local_ns fired_ns take_ns sent_ns reply_ns srv_us off_us
-batch thread (local times on CLOCK_MONOTONIC; srv_us the server's TIME in
-START; off_us the best lower bound of server - local clock). thread 9999 is
-a claim call: sent_ns and reply_ns span it, batch is the tasks it returned.
+batch thread [exec_ns] (local times on CLOCK_MONOTONIC; srv_us the server's
+TIME in START; off_us the best lower bound of server - local clock; exec_ns
+when execute was called, absent in traces of builds before start_ahead_ms).
+thread 9999 is a claim call: sent_ns and reply_ns span it, batch is the
+tasks it returned.
 
 Stages of a start, in us on the server's clock: cons (local due time vs due:
-the clock bound's slack), wheel (fired vs local due), fifo (waiting for an
-executor), req (sent until the script ran), rep (script until the reply was
-read); e2e = due to reply read.
+the clock bound's slack), wheel (fired vs local due: negative when the start
+goes out ahead of the due time), fifo (waiting for an executor), req (sent
+until the script ran), rep (script until the reply was read), hold (reply
+read until execute: the wait for the due time, and earlier tasks of the
+batch); e2e = due to execute (to the reply read without exec_ns). The
+lateness itself splits into rlate (how late the reply was already: max(0,
+reply read - due)) and wlate (the rest, after the reply: the executor's
+wake-up at the due time, earlier tasks of its batch).
 """
 import glob
 import sys
@@ -37,19 +44,23 @@ def main():
         claims[f] = []
         for line in open(f):
             a = list(map(int, line.split()))
-            due, dl, fi, tk, se, rp, sv, off, b, th = a
+            due, dl, fi, tk, se, rp, sv, off, b, th = a[:10]
+            ex = a[10] if len(a) > 10 else rp
             if th == 9999:
                 claims[f].append((se, rp, b))
                 continue
             du = due * 1000
-            starts.append(dict(f=f, fired=fi, e2e=rp / 1000 + off - du, cons=dl / 1000 + off - du,
+            e2e = ex / 1000 + off - du
+            rlate = max(0, rp / 1000 + off - du)
+            starts.append(dict(f=f, fired=fi, e2e=e2e, cons=dl / 1000 + off - du,
                                wheel=(fi - dl) / 1000, fifo=(tk - fi) / 1000,
-                               req=sv - (se / 1000 + off), rep=rp / 1000 + off - sv))
+                               req=sv - (se / 1000 + off), rep=rp / 1000 + off - sv,
+                               hold=(ex - rp) / 1000, rlate=rlate, wlate=e2e - rlate))
     if not starts:
         print("no records")
         return 1
     n = len(starts)
-    keys = ["e2e", "cons", "wheel", "fifo", "req", "rep"]
+    keys = ["e2e", "cons", "wheel", "fifo", "req", "rep", "hold", "rlate", "wlate"]
     print("%d starts" % n)
     for k in keys:
         v = sorted(s[k] for s in starts)
@@ -61,7 +72,9 @@ def main():
     for k in keys:
         print("%6s %8.0f us" % (k, sum(s[k] for s in tail) / len(tail)))
     print("largest stage in the tail:",
-          dict(Counter(max(keys[1:], key=lambda k: s[k]) for s in tail)))
+          dict(Counter(max(keys[1:6], key=lambda k: s[k]) for s in tail)))
+    print("where the tail's lateness arose:",
+          dict(Counter("rlate" if s["rlate"] >= s["wlate"] else "wlate" for s in tail)))
     # when: bursts of tail starts against claim rounds, per worker
     for f, cl in claims.items():
         mine = sorted(s["fired"] for s in tail if s["f"] == f)

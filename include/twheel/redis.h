@@ -17,7 +17,10 @@
  *    that dies or stalls past its lease loses it and the task is delivered
  *    again with attempt + 1.
  *  - No stale deletes; replace and remove win: once set/move/remove returned,
- *    no worker starts the old arming.
+ *    no worker starts the old arming. A start is granted up to start_ahead_ms
+ *    (default 10 ms) before the due time: a call that returns after that
+ *    finds the arming started, as a running one (set start_ahead_ms = 0 for
+ *    starts at the due time only).
  *  - Catch-up: tasks that became due while no worker (or Redis) ran are
  *    delivered as soon as a worker runs, in due order, with their due time.
  *    Two exceptions, both about tasks that are not waiting in Redis when it
@@ -46,8 +49,11 @@
  *
  * Lateness: a worker claims tasks window_ms ahead (every window_ms / 2, its
  * claim calls spread over window_ms / 4 so that they do not hold Redis in one
- * burst) and holds them in a wheel of tick_ms ticks, so a task normally starts within a
- * tick plus one round trip of its due time; a task set or moved earlier than
+ * burst) and holds them in a wheel of tick_ms ticks. It asks Redis to start them
+ * start_ahead_ms / 2 to start_ahead_ms before they are due (the tasks of each such span
+ * together: one round trip) and runs each at its due time by the server's clock, so a task
+ * normally runs within the worker's own wake-up latency of its due time (with
+ * start_ahead_ms = 0: within a tick plus one round trip); a task set or moved earlier than
  * what workers hold reaches them through a PUBLISH on its partition's
  * channel. Tasks due while no worker ran are handed to the executors in due
  * order (claims merge the partitions), and a worker takes no more due work
@@ -68,9 +74,10 @@
  * command_timeout_ms) for it to finish.
  *
  * Acknowledgements are delayed: a task that answered DONE is deleted from
- * Redis by the next start call of its partition on that worker (one script
- * call for both), or after at most 100 ms (lease_ms / 8 if that is less) by
- * a call of its own. So `pending` and `delivered` in the stats lag execute by
+ * Redis by the worker's next start call (on a standalone server any start
+ * call of that worker; in a Redis Cluster one of the same partition: one
+ * script call for both), or after at most 100 ms (lease_ms / 8 if that is
+ * less) by a call of its own. So `pending` and `delivered` in the stats lag execute by
  * up to that much, and a worker that dies leaves up to that much more of its
  * finished tasks unacknowledged: they are delivered again when their leases
  * end (at-least-once; the same as an acknowledgement lost on the way). stop
@@ -78,7 +85,8 @@
  *
  * Leases: lease_ms bounds both how long a claimed task may wait in a worker's
  * wheel past its due time and how long execute may run: the lease is renewed
- * to now + lease_ms when the task is started, and not extended while it runs.
+ * to (at least) now + lease_ms when the task is started, and not extended
+ * while it runs.
  * An execute that runs longer loses its lease: the task is delivered again
  * and its acknowledgement is refused (stale_acks). When work piles up an
  * executor starts several tasks at once (one round trip) and runs them one
@@ -147,6 +155,23 @@ struct tw_redis_config {
     uint32_t retry_max_ms;      /**< ... capped here (default 60000) */
     uint32_t connect_timeout_ms; /**< per connection attempt (default 1000) */
     uint32_t command_timeout_ms; /**< per call, retries included (default 2000) */
+    /** How long before its due time a worker may start a task (default 10; 0: at the due
+     * time only; at most 1000; capped at lease_ms / 4 and window_ms / 4). The worker asks
+     * Redis to start the tasks coming due in the next start_ahead_ms / 2 at once, between
+     * start_ahead_ms / 2 and start_ahead_ms ahead of their due times (one round trip, and on
+     * a standalone server one script call, for all of them), then runs each at its due time
+     * by the server's clock, waiting locally what the server's answer says: never early,
+     * and the round trip and the worker's own wake-ups are off the lateness path. The
+     * price: a task counts as started (its attempt counted, its lease renewed) up to
+     * start_ahead_ms before it runs, so a set, move or remove that returns in that span
+     * may no longer stop that delivery, as for a task already running. */
+    uint32_t start_ahead_ms;
+    /** 0 (default): normal scheduling. 1..99: the worker's tick thread, and each executor
+     * while it sleeps until a due time (not while execute runs), use SCHED_FIFO at this
+     * priority, so that a busy machine does not serve those wake-ups late. Needs root or
+     * CAP_SYS_NICE (and an RLIMIT_RTPRIO that allows it); when refused, the thread keeps
+     * normal scheduling and tw_redis_stats counts it in rt_refused (not an error). */
+    uint32_t rt_priority;
 };
 
 /** Statistics; every count since tw_redis_new. */
@@ -159,8 +184,9 @@ struct tw_redis_stats {
     uint64_t failed;      /**< execute calls that answered FAILED */
     uint64_t stale_acks;  /**< acknowledgements refused because the lease was no longer ours */
     uint64_t reconnects;  /**< connections re-established after a failure */
-    uint64_t late_p50_us; /**< delivery lateness (server's clock when the start of the task
-                               was granted - due), median, from a log-linear histogram */
+    uint64_t late_p50_us; /**< delivery lateness (server's clock when execute was called,
+                               known as the clock START read plus the local time since its
+                               reply, - due), median, from a log-linear histogram */
     uint64_t late_p99_us; /**< ... 99th percentile */
     uint64_t late_max_us; /**< ... maximum */
     uint64_t claims;      /**< claim script calls (refills, notifications, catch-up batches) */
@@ -169,6 +195,8 @@ struct tw_redis_stats {
     uint64_t recovered;   /**< expired leases this worker's claims moved back to due */
     uint64_t lost_leases; /**< held tasks not started because their lease was gone (replaced,
                                moved, removed or expired) */
+    uint64_t rt_refused;  /**< threads refused the rt_priority of the config (they run with
+                               normal scheduling) */
 };
 
 /** Fill @p cfg with the defaults above (servers NULL: must be set). */
@@ -188,7 +216,8 @@ TW_API int tw_redis_set(struct tw_redis *r, const void *key, size_t key_len,
 /** Re-arm a stored task to now + delay_ms. @return 0, TW_ENOENT, or as tw_redis_set. */
 TW_API int tw_redis_move(struct tw_redis *r, const void *key, size_t key_len, int64_t delay_ms);
 
-/** Remove a task: not delivered after this returns (unless already running).
+/** Remove a task: not delivered after this returns (unless already running or started:
+ * up to start_ahead_ms before its due time).
  * @return 0, TW_ENOENT, or as tw_redis_set. */
 TW_API int tw_redis_remove(struct tw_redis *r, const void *key, size_t key_len);
 

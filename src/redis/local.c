@@ -11,12 +11,24 @@
  * costs one round trip per batch. Items already due when added go straight to
  * the FIFO in the order they were added (catch-up keeps due order).
  *
+ * Starting ahead (ahead > 0, the worker's start_ahead_ms): an item leaves
+ * the wheel between ahead / 2 and ahead before its local due time, at a
+ * tick that is a multiple of ahead / 2 (in ticks), so the items due in
+ * one such span leave together and an executor takes them all (up to the
+ * batch limit) in one START round trip; the owner (redis.c) then runs each
+ * at its due time. The tick thread wakes at most once per span, and its
+ * own lateness (a wake-up the machine serves late) is absorbed by the
+ * span. With ahead == 0 an item leaves at the first tick at or after its
+ * local due time, and executors take a fair share of what is ready (one
+ * item each when they come due one at a time).
+ *
  * Locking: one mutex `mu` guards the wheel, the FIFO and the counters; it is
  * never held while an item runs. Tick k is the instant start + k * tick.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +46,10 @@ struct tw_rr_local {
     size_t nready;          /* items in the FIFO */
     atomic_size_t batch_max; /* most items an executor takes at once (set by the owner) */
     uint64_t start_ns, tick_ns;
+    uint64_t ahead_ns;      /* items leave the wheel up to this much before their due time */
+    uint64_t span;          /* ... at ticks that are multiples of this (>= 1) */
+    uint32_t rt_prio;       /* SCHED_FIFO priority of the tick thread (0: none) */
+    atomic_uint_fast64_t rt_refused; /* threads refused it */
     uint64_t seq;           /* wheel keys */
     uint64_t sleep_until;   /* tick the tick thread sleeps until (UINT64_MAX: no work) */
     size_t held;            /* items in the wheel, FIFO or running */
@@ -77,6 +93,11 @@ static void *loc_tick_main(void *arg)
 {
     struct tw_rr_local *l = arg;
     (void)prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL); /* every task waits for this wake-up */
+    if (l->rt_prio) {
+        struct sched_param sp = {.sched_priority = (int)l->rt_prio};
+        if (pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp) != 0)
+            atomic_fetch_add(&l->rt_refused, 1); /* normal scheduling, counted */
+    }
     pthread_mutex_lock(&l->mu);
     while (!l->stopping) {
         (void)tw_tasks_advance(l->wheel, loc_now_tick(l));
@@ -104,6 +125,7 @@ static void *loc_exec_main(void *arg)
     struct tw_rr_local *l = ((struct loc_exec_arg *)arg)->l;
     unsigned me = ((struct loc_exec_arg *)arg)->i;
     free(arg);
+    (void)prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL); /* it sleeps until due times */
     struct tw_rr_item *batch[TW_RR_RUN_BATCH];
     pthread_mutex_lock(&l->mu);
     for (;;) {
@@ -113,8 +135,9 @@ static void *loc_exec_main(void *arg)
             break;
         /* A fair share of what is ready: the batch saves round trips when
          * work piles up, and one item at a time keeps every thread busy when
-         * it does not. */
-        size_t n = (l->nready + l->nthreads - 1) / l->nthreads;
+         * it does not. Starting ahead: all of it (up to the limit), the
+         * items of one span in one round trip. */
+        size_t n = l->ahead_ns ? l->nready : (l->nready + l->nthreads - 1) / l->nthreads;
         size_t max = atomic_load(&l->batch_max);
         if (n > max)
             n = max;
@@ -153,8 +176,8 @@ static void loc_join(struct tw_rr_local *l)
     l->started = 0;
 }
 
-int tw_rr_local_new(struct tw_rr_local **out, uint32_t tick_ms, uint32_t threads,
-                    tw_rr_run_fn *run, void *ctx)
+int tw_rr_local_new(struct tw_rr_local **out, uint32_t tick_ms, uint32_t ahead_ms,
+                    uint32_t rt_prio, uint32_t threads, tw_rr_run_fn *run, void *ctx)
 {
     *out = NULL;
     struct tw_rr_local *l = calloc(1, sizeof *l);
@@ -166,6 +189,10 @@ int tw_rr_local_new(struct tw_rr_local **out, uint32_t tick_ms, uint32_t threads
         return TW_ENOMEM;
     }
     l->tick_ns = (uint64_t)tick_ms * 1000000u;
+    l->ahead_ns = (uint64_t)ahead_ms * 1000000u;
+    l->span = ahead_ms / 2 / tick_ms ? ahead_ms / 2 / tick_ms : 1;
+    l->rt_prio = rt_prio;
+    atomic_init(&l->rt_refused, 0);
     l->start_ns = tw_rr_mono_ns();
     l->run = run;
     l->ctx = ctx;
@@ -249,11 +276,18 @@ int tw_rr_local_add(struct tw_rr_local *l, struct tw_rr_item *it)
     }
     uint64_t now = tw_rr_mono_ns();
     uint64_t wnow = tw_tasks_now(l->wheel);
-    /* The first tick whose instant is at or after the local due time. */
-    uint64_t tick = it->due_local_ns <= l->start_ns
-                        ? 0
-                        : (it->due_local_ns - l->start_ns + l->tick_ns - 1) / l->tick_ns;
-    if (it->due_local_ns <= now) {
+    uint64_t tick, leave = it->due_local_ns;
+    if (l->ahead_ns == 0) {
+        /* The first tick whose instant is at or after the local due time. */
+        tick = leave <= l->start_ns ? 0 : (leave - l->start_ns + l->tick_ns - 1) / l->tick_ns;
+    } else {
+        /* The last multiple of span ticks at or before due - ahead / 2: its
+         * instant is at most ahead before the due time (span * tick <= ahead / 2). */
+        leave = leave > l->ahead_ns / 2 ? leave - l->ahead_ns / 2 : 0;
+        tick = leave <= l->start_ns ? 0 : (leave - l->start_ns) / l->tick_ns;
+        tick -= tick % l->span;
+    }
+    if (leave <= now) {
         loc_push(l, it);
         pthread_cond_signal(&l->run_cv);
     } else {
@@ -334,4 +368,14 @@ size_t tw_rr_local_held(struct tw_rr_local *l)
     size_t n = l->held;
     pthread_mutex_unlock(&l->mu);
     return n;
+}
+
+uint64_t tw_rr_local_rt_refused(struct tw_rr_local *l)
+{
+    return atomic_load(&l->rt_refused);
+}
+
+void tw_rr_local_rt_note(struct tw_rr_local *l)
+{
+    atomic_fetch_add(&l->rt_refused, 1);
 }

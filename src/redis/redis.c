@@ -98,15 +98,18 @@
  *                                              [ZREM index], each taking the
  *                                              bucket's tasks at once; GET SET
  *   (worker)   TIME     1 per node per round   TIME                               O(1)
- *   start      START    1 per executor batch   TIME, per task HGET ZSCORE HSET    O(k log n)
- *                       (<= 32 tasks; one call ZADD
- *                       per partition, pipelined)
- *   start+ack  STARTACK as start, when the     START's, and per acknowledged task O((k+a) log n)
- *                       partition has delayed  HGET ZSCORE HDEL ZREM (a <= 32)
- *                       acknowledgements
- *   ack        ACK      what no START took     TIME, per task HGET ZSCORE HDEL    O(k log n)
- *                       within 100 ms, 1 per   ZREM
- *                       partition, pipelined
+ *   start      START    1 round trip per       TIME; per partition group of the   O((k+a) log n)
+ *                       executor round: the    call: HMGET ZMSCORE HSET [ZADD] of
+ *                       tasks of one span      its k started tasks (ZADD of the
+ *                       (start_ahead_ms / 2;   leases that end before now + lease
+ *                       <= 32) and pending     only), HMGET ZMSCORE HDEL ZREM of
+ *                       ACKs (<= 64): one call its a acknowledged ones, each
+ *                                              taking them at once
+ *                       standalone (cut at 128
+ *                       arguments), one per
+ *                       partition in a cluster
+ *   (ack)      START    what no START took     as start, nothing started          O(a log n)
+ *                       within 100 ms, as above
  *   fail       FAIL     1 per FAILED task      HGET TIME ZSCORE EXISTS(2) HSET    O(log n)
  *                                              ZREM EXISTS ZADD [ZADD index]
  *                                              GET [PUBLISH]
@@ -123,13 +126,54 @@
  * partition (more while partitions return full batches; <= 64 tasks per
  * call, spread over window/4: rr_pace), counted in stats (claims, refills).
  * A delivered task costs about claim/64 + start/batch script calls, its
- * acknowledgement riding on a later START of its partition (rr_ack_push):
- * measured 1.04-1.08 script calls per task in W7's spread load (1,700
- * tasks/s over 16 partitions, 2 workers; sets included), where it was
- * 1.96-2.05 with a START and an ACK call per task (batches of 1: tasks come
- * due one at a time). A catch-up of tasks due together costs far less (0.13
- * per task measured: batches of 32 from one partition, as tasks due at the
- * same time sit in the FIFO grouped by partition, by due_local_ns).
+ * acknowledgement riding on a later START (rr_ack_push). With a START call
+ * per task (tasks come due one at a time) that was 1.04-1.08 script calls
+ * per task in W7's spread load (1,700 tasks/s over 16 partitions, 2
+ * workers; sets included), 1.96-2.05 before ACKs rode on STARTs. Starting
+ * ahead (below) makes a batch of what comes due in each start_ahead_ms / 2
+ * (5 ms by default: ~4 tasks per worker in W7's spread), and on a
+ * standalone server one START call takes every partition's starts and
+ * pending ACKs: 0.25-0.29 script calls per task (W7 spread, 1e5). A catch-up
+ * of tasks due together costs 0.13 per task or less (batches of 32).
+ *
+ * Starting ahead (start_ahead_ms, A; local.c): a held task leaves the
+ * wheel between A/2 and A before its local due time, at a multiple of A/2,
+ * so what comes due in one A/2 span leaves together and one executor
+ * STARTs it in one round trip. START grants a task once the server's clock
+ * is within A of its due time (TIME + A >= due; earlier: "not yet", nothing
+ * written) and answers its clock; the executor then runs each granted task
+ * at local reply time + (due - that clock) (+ 0.1% + 1 us), in due order,
+ * sleeping in between (never early: below). The wheel's wake-up and the
+ * START round trip happen while the task is not due yet, so their delays
+ * (the lateness tail measured below: the tick thread scheduled late, round
+ * trips queued behind Redis work) cost nothing up to A/2; what remains is
+ * the executor's own wake-up at the due time. The price: a task counts as
+ * started (attempt, lease renewed) up to A before it runs, so a set, move
+ * or remove returning in that span no longer stops that delivery (as for
+ * a running task; redis.h says so), and an executor is busy (asleep) for
+ * up to A per round: with 4 executors and A/2 spans ~2 are. A = 0 is the
+ * old behaviour: START at the due time, one executor per ready task.
+ * Measured, W7 spread (1e5 tasks, 1-60 s, 2 workers, AOF everysec), old
+ * and new binaries alternated, 3 pairs (05:59-06:17 UTC, load 2.8-5.4, the
+ * other helpers building): Redis CPU 16.7, 15.3, 15.2 -> 11.5, 11.8, 11.2 s
+ * per 1e5 tasks; script calls per task 1.06-1.07 -> 0.25-0.29, commands
+ * (INFO, scripts' included) 11.8 -> 8.3-8.5; p50 1.46, 0.84, 0.88 -> 0.40,
+ * 0.48, 0.48 ms; p99 26.1, 8.9, 8.6 -> 2.0, 5.7, 81.6 ms (the last at load
+ * 5.4, a 250 ms stall). Script time per task fell less than the calls
+ * (91-115 -> 84-93 us): most of it is the per-task writes (start and ack
+ * each write the HASH and the lease ZSET), the claims and the sets.
+ * Since, a start ahead of the due time writes no lease (claim's lease
+ * already ends at due + lease_ms): 7.9 -> 7.25 commands and 570 -> 503 AOF
+ * bytes per task (2e4 quick runs). Traces (2e4 tasks, load 3.4-3.8): the
+ * old build's slowest 1% waited 22.7 ms in the wheel, 13.7 in the FIFO,
+ * 12.1 in the START round trip (mean); the
+ * new build's had the round trip end after the due time in 132 of 200
+ * (request + reply legs 8.0 ms, beyond the head start) and woke late after
+ * a timely reply in the other 68. start_ahead_ms = 20 cut the calls to
+ * 0.18 per task and Redis CPU by another ~15% (quick runs); the default
+ * stays 10, for the narrower span in which a remove no longer wins.
+ * rt_priority (opt-in: the tick thread, and executors while they sleep
+ * until a due time, at SCHED_FIFO) showed no gain in two quick pairs.
  *
  * Redis CPU is not mostly per call, though: halving the calls cut it by
  * only 13-19% (W7 spread, old and new binaries alternated at load 4-9: 2e4
@@ -275,12 +319,13 @@
  * Why these calls:
  *  - claim leases a task up to window_ms before it is due, with a lease that
  *    ends lease_ms after its due time; the worker holds it in its wheel.
- *  - start, run when the local wheel fires the task, is the gate: it checks
- *    that the lease is still this worker's (same token, not expired: a set,
- *    move or remove since the claim reset the token to 0, so "replace and
- *    remove win" hold for held tasks too), that the task is due by the
- *    server's clock (TIME >= due: never early, whatever the local clock
- *    says), counts the attempt and renews the lease to now + lease_ms.
+ *  - start, run when the local wheel lets the task out (start_ahead_ms
+ *    before its due time at most), is the gate: it checks that the lease
+ *    is still this worker's (same token, not expired: a set, move or remove
+ *    since the claim reset the token to 0, so "replace and remove win" hold
+ *    for held tasks too), that the task is due within start_ahead_ms by the
+ *    server's clock (TIME + ahead >= due; the worker waits out the rest),
+ *    counts the attempt and renews the lease to now + lease_ms.
  *  - ack and fail act only for the current token with an unexpired lease: a
  *    stale acknowledgement deletes nothing.
  *  - an expired lease goes back to due (keeping its due time) at the next
@@ -300,10 +345,14 @@
  * arrived; so the local estimate of the server's clock never runs ahead of
  * it (drift aside: samples older than 5-10 s are dropped). A TIME round trip
  * per node before each claim round keeps the bound tight (a claim's own
- * reply is loose by its script and payload time). (3) start checks TIME >=
- * due on the server itself, and when the local estimate was early the
- * worker waits the remaining time start reports. (3) alone makes the rule
- * hold; (2) makes it cheap (start almost never answers "not yet").
+ * reply is loose by its script and payload time). (3) start reads TIME on
+ * the server itself and grants a task only within start_ahead_ms of its
+ * due time; the worker runs it once (due - that TIME) has passed on its
+ * monotonic clock since the reply was read: the server's clock had reached
+ * that TIME before the reply arrived, so it has reached the due time by
+ * then (plus 0.1% + 1 us for a local clock running fast against the
+ * server's: the wait is at most start_ahead_ms <= 1 s). (3) alone makes the
+ * rule hold; (2) makes it cheap (start almost never answers "not yet").
  *
  * Threads and connections: the client API (set, move, remove, set_many,
  * stats, and stop's releases) shares one router under api_mu; a worker adds a
@@ -324,12 +373,15 @@
  * (at-least-once).
  */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "redis_internal.h"
@@ -376,6 +428,7 @@ struct tw_redis {
 
     /* worker */
     bool worker;
+    bool multi;                     /* standalone server: one START call takes any partitions */
     pthread_mutex_t mu;             /* guards flags, nflagged, stop_claim, orphans */
     pthread_cond_t cv;              /* wakes the claim thread */
     pthread_cond_t sub_cv;          /* new waits here for the first subscription */
@@ -436,7 +489,7 @@ struct tw_redis {
 /* Stage figures of each start (a debug build with -DTW_RR_TRACE only): the
  * worker writes them at stop to $TW_RR_TRACE_FILE.<pid>, one line a task. */
 struct rr_trace {
-    uint64_t due_ms, due_local_ns, fired_ns, take_ns, sent_ns, reply_ns, srv_us;
+    uint64_t due_ms, due_local_ns, fired_ns, take_ns, sent_ns, reply_ns, srv_us, exec_ns;
     int64_t off_us;
     uint32_t batch, thread;
 };
@@ -558,6 +611,7 @@ void tw_redis_config_init(struct tw_redis_config *cfg)
     cfg->lease_ms = 30000;
     cfg->window_ms = 2000;
     cfg->tick_ms = 1;
+    cfg->start_ahead_ms = 10;
     cfg->retry_base_ms = 1000;
     cfg->retry_max_ms = 60000;
     cfg->connect_timeout_ms = 1000;
@@ -592,6 +646,10 @@ static int rr_check_config(const struct tw_redis_config *c)
             return TW_EINVAL;
         if (c->retry_max_ms < c->retry_base_ms || c->retry_max_ms > 86400000u)
             return TW_EINVAL;
+        if (c->start_ahead_ms > 1000)
+            return TW_EINVAL;
+        if (c->rt_priority > 99)
+            return TW_EINVAL;
     }
     return 0;
 }
@@ -613,47 +671,77 @@ static void rr_requeue(struct tw_redis *r, struct tw_rr_item *it, uint64_t wait_
         rr_orphan(r, it); /* stopping (or no memory): released by stop */
 }
 
-/* A batch of held items on an executor: START (STARTACK when delayed
- * acknowledgements of the same partition ride along) or ACK scripts, one per
- * partition present, pipelined (one round trip for the whole batch). */
+/* A round of an executor: START a batch of held items, with delayed
+ * acknowledgements riding along (or, on the acknowledger, acknowledgements
+ * alone), in one START script call per partition group. A group is one
+ * partition's starts and acknowledgements. On a standalone server every
+ * group of the round goes in one call (the script takes any number of
+ * partitions' keys there); in a Redis Cluster each group is its own call
+ * (one slot's declared keys), the calls pipelined: one round trip either
+ * way. */
+#define RR_GROUPS_MAX 48 /* partition groups in one round */
+#define RR_ACK_MAX 64    /* acknowledgements in one round */
+#define RR_CALL_ARGV 128 /* arguments of one call, "EVALSHA sha n" included (router.c's
+                            limit, RR_ARGV_MAX, is 202) */
+_Static_assert(RR_CALL_ARGV <= 10 + 3 * TW_RR_SET_BATCH,
+               "a START call must fit router.c's RR_ARGV_MAX (10 + 3 * TW_RR_SET_BATCH)");
+
+struct rr_grp {
+    uint32_t part;
+    size_t s0, ns; /* its starts: order[s0 .. s0 + ns) */
+    size_t a0, na; /* its acknowledgements: ack[a0 .. a0 + na) */
+};
+
 struct rr_exec {
     struct tw_redis *r;
-    unsigned id;                      /* TW_RR_START or TW_RR_ACK */
+    bool starting;                    /* v holds items to start (else: to acknowledge) */
     struct tw_rr_item **v;
-    size_t n, ngroups;
+    size_t n;
+    size_t ngroups, ncalls;
+    struct rr_grp g[RR_GROUPS_MAX];
+    size_t call[RR_GROUPS_MAX + 1];   /* first group of each call */
     size_t order[TW_RR_RUN_BATCH];    /* indexes into v, grouped by partition */
-    size_t group[TW_RR_RUN_BATCH + 1]; /* first position in order of each group */
-    long long st[TW_RR_RUN_BATCH];    /* START: 1/0/-1, -2 no answer; ACK: 1/0, -2 */
-    long long arg[TW_RR_RUN_BATCH];   /* START: attempt, or us to wait */
-    uint64_t now[TW_RR_RUN_BATCH];    /* START: the server's clock, us */
-    uint64_t sent_ns, reply_ns[TW_RR_RUN_BATCH]; /* stage figures (TW_RR_TRACE) */
-    /* START: delayed acknowledgements folded into each group's call */
-    struct tw_rr_item *ack[TW_RR_RUN_BATCH][RR_ACK_FOLD];
-    size_t nack[TW_RR_RUN_BATCH];
-    signed char ack_st[TW_RR_RUN_BATCH][RR_ACK_FOLD]; /* 1 deleted, 0 stale, -2 no answer */
-    char kb[6][RR_KEYBUF];
+    long long st[TW_RR_RUN_BATCH];    /* 1/0/-1, -2 no answer */
+    long long arg[TW_RR_RUN_BATCH];   /* attempt, or us until due */
+    uint64_t now[TW_RR_RUN_BATCH];    /* the server's clock, us */
+    uint64_t sent_ns, reply_ns[TW_RR_RUN_BATCH]; /* local clock when the reply was read */
+    struct tw_rr_item *ack[RR_ACK_MAX]; /* grouped by partition */
+    size_t nack;
+    signed char ack_st[RR_ACK_MAX];   /* 1 deleted, 0 stale, -2 no answer */
+    bool cluster;                     /* one call per group, its keys declared */
+    int rt;                           /* rt_priority: 0 not tried, 1 granted, -1 refused */
+    int pol;                          /* the thread's own policy and parameters, */
+    struct sched_param sp;            /* restored after each wait at rt_priority */
+    char kb[RR_GROUPS_MAX][2][RR_KEYBUF];
+    size_t kl[RR_GROUPS_MAX][2];
+    char cnt[RR_GROUPS_MAX][2][12];
     char tok[TW_RR_RUN_BATCH][24];
-    char atok[RR_ACK_FOLD][24];
-    char lease[16], nacks[16];
-    bool fold;                        /* START sent as STARTACK */
+    char atok[RR_ACK_MAX][24];
+    char lease[16], ahead[24];
 };
 
 /* ---- delayed acknowledgements ------------------------------------------------
  * ACKs ride on STARTs. An executor does not acknowledge a finished task at
- * once: the item goes to its partition's pending list, and the next START
- * call of that partition (from any executor of this worker) carries it
- * (STARTACK: one script call instead of two). What no START picks up within
- * ack_delay (100 ms, at most lease_ms / 8) the acknowledger thread sends in
- * plain ACK calls (one per partition, pipelined); stop sends the rest.
- * With tasks coming due one at a time this halves the script calls per
+ * once: the item goes to a pending list, and the next START call (from any
+ * executor of this worker) carries it: on a standalone server any START
+ * call (one list for every partition), in a cluster the next START call of
+ * its partition (a list per partition: one slot per call). What no START
+ * picks up within ack_delay (100 ms, at most lease_ms / 8) the acknowledger
+ * thread sends in START calls that start nothing; stop sends the rest.
+ * With tasks coming due one at a time this halved the script calls per
  * delivered task (2 -> ~1), most of Redis's CPU in a spread load. The price,
  * at-least-once: a worker that dies has up to ack_delay more of finished
  * tasks unacknowledged, delivered again when their leases end (the same as
  * an acknowledgement lost on the way); and a finished task stays in Redis
  * (pending, in stats) up to ack_delay longer. */
+static uint32_t rr_ack_list(const struct tw_redis *r, uint32_t part)
+{
+    return r->multi ? 0 : part;
+}
+
 static void rr_ack_push(struct tw_redis *r, struct tw_rr_item *it)
 {
-    uint32_t p = it->part;
+    uint32_t p = rr_ack_list(r, it->part);
     it->next = NULL;
     it->due_local_ns = tw_rr_mono_ns(); /* pending since (the field is free now) */
     pthread_mutex_lock(&r->ack_mu);
@@ -667,7 +755,7 @@ static void rr_ack_push(struct tw_redis *r, struct tw_rr_item *it)
     pthread_mutex_unlock(&r->ack_mu);
 }
 
-/* Up to max pending items of partition p, oldest first (ack_mu held). */
+/* Up to max pending items of list p, oldest first (ack_mu held). */
 static size_t rr_ack_take(struct tw_redis *r, uint32_t p, struct tw_rr_item **out, size_t max)
 {
     size_t k = 0;
@@ -682,100 +770,193 @@ static size_t rr_ack_take(struct tw_redis *r, uint32_t p, struct tw_rr_item **ou
     return k;
 }
 
-static void rr_exec_group(struct rr_exec *e)
+/* The group of partition p (a new one when absent), or -1 when full. */
+static long rr_exec_find(struct rr_exec *e, uint32_t p)
 {
-    bool done[TW_RR_RUN_BATCH] = {false};
-    size_t k = 0;
-    e->ngroups = 0;
-    for (size_t i = 0; i < e->n; i++) {
-        if (done[i])
-            continue;
-        e->group[e->ngroups++] = k;
-        for (size_t j = i; j < e->n; j++)
-            if (!done[j] && e->v[j]->part == e->v[i]->part) {
-                done[j] = true;
-                e->order[k++] = j;
-            }
-    }
-    e->group[e->ngroups] = k;
-    for (size_t i = 0; i < e->n; i++)
-        e->st[i] = -2;
     for (size_t g = 0; g < e->ngroups; g++)
-        e->nack[g] = 0;
-    if (e->id == TW_RR_START && e->r->ack_head) {
-        pthread_mutex_lock(&e->r->ack_mu);
-        for (size_t g = 0; g < e->ngroups && e->r->ack_n; g++) {
-            uint32_t p = e->v[e->order[e->group[g]]]->part;
-            e->nack[g] = rr_ack_take(e->r, p, e->ack[g], RR_ACK_FOLD);
-            for (size_t j = 0; j < e->nack[g]; j++)
-                e->ack_st[g][j] = -2;
-        }
-        pthread_mutex_unlock(&e->r->ack_mu);
-    }
+        if (e->g[g].part == p)
+            return (long)g;
+    if (e->ngroups == RR_GROUPS_MAX)
+        return -1;
+    e->g[e->ngroups] = (struct rr_grp){p, 0, 0, 0, 0};
+    return (long)e->ngroups++;
 }
 
-static int rr_exec_build(void *ctx, size_t g, int *slot, const char **av, size_t *al, int *nargs)
+/* Arguments of a call of group g alone, "EVALSHA sha n" and the declared keys included. */
+static size_t rr_grp_argc(const struct rr_grp *g)
 {
-    struct rr_exec *e = ctx;
-    struct tw_rr_item *first = e->v[e->order[e->group[g]]];
-    *slot = e->r->slots[first->part];
-    rr_keys(e->r, first->part, e->kb, av, al);
-    int na = 0;
-    if (e->id == TW_RR_START) {
-        al[5] = (size_t)snprintf(e->lease, sizeof e->lease, "%u", e->r->cfg.lease_ms);
-        av[5] = e->lease;
-        na = 1;
-        if (e->fold) { /* STARTACK: lease, nack, the acknowledgements, then the starts */
-            al[6] = (size_t)snprintf(e->nacks, sizeof e->nacks, "%zu", e->nack[g]);
-            av[6] = e->nacks;
-            na = 2;
-            for (size_t j = 0; j < e->nack[g]; j++) {
-                const struct tw_rr_item *it = e->ack[g][j];
-                av[5 + na] = it->data;
-                al[5 + na] = it->key_len;
-                al[6 + na] = (size_t)snprintf(e->atok[j], sizeof e->atok[j], "%llu",
-                                              (unsigned long long)it->token);
-                av[6 + na] = e->atok[j];
-                na += 2;
-            }
+    return 3 + 2 + 2 + 4 + 2 * (g->ns + g->na);
+}
+
+/* Group the round: the items of v by partition (to start, or to
+ * acknowledge), and on a START the pending acknowledgements that fit (any
+ * partition's on a standalone server, the started partitions' in a
+ * cluster; each group small enough for a call of its own), then cut the
+ * groups into calls of at most RR_CALL_ARGV arguments (standalone), or one
+ * call per group (cluster). */
+static void rr_exec_group(struct rr_exec *e, bool cluster)
+{
+    struct tw_redis *r = e->r;
+    struct tw_rr_item *acks[RR_ACK_MAX];
+    size_t ag[RR_ACK_MAX], na = 0;
+    size_t gi[TW_RR_RUN_BATCH];
+    e->ngroups = 0;
+    for (size_t i = 0; i < e->n; i++) {
+        long g = rr_exec_find(e, e->v[i]->part); /* fits: <= 32 items */
+        gi[i] = (size_t)g;
+        if (e->starting) {
+            e->g[g].ns++;
+        } else {
+            acks[na] = e->v[i];
+            ag[na++] = (size_t)g;
+            e->g[g].na++;
         }
     }
-    for (size_t k = e->group[g]; k < e->group[g + 1]; k++) {
-        const struct tw_rr_item *it = e->v[e->order[k]];
-        av[5 + na] = it->data;
-        al[5 + na] = it->key_len;
-        al[6 + na] = (size_t)snprintf(e->tok[k], sizeof e->tok[k], "%llu",
-                                      (unsigned long long)it->token);
-        av[6 + na] = e->tok[k];
-        na += 2;
+    if (e->starting) {
+        pthread_mutex_lock(&r->ack_mu);
+        if (r->multi) {
+            while (na < RR_ACK_MAX && r->ack_head[0]) {
+                long g = rr_exec_find(e, r->ack_head[0]->part);
+                if (g < 0 || rr_grp_argc(&e->g[g]) + 2 > RR_CALL_ARGV)
+                    break;
+                ag[na] = (size_t)g;
+                e->g[g].na++;
+                na += rr_ack_take(r, 0, acks + na, 1);
+            }
+        } else {
+            size_t ng = e->ngroups;
+            for (size_t g = 0; g < ng; g++) {
+                uint32_t p = e->g[g].part;
+                while (na < RR_ACK_MAX && r->ack_head[p] && e->g[g].na < RR_ACK_FOLD &&
+                       rr_grp_argc(&e->g[g]) + 2 <= RR_CALL_ARGV) {
+                    ag[na] = g;
+                    e->g[g].na++;
+                    na += rr_ack_take(r, p, acks + na, 1);
+                }
+            }
+        }
+        pthread_mutex_unlock(&r->ack_mu);
+    }
+    /* the starts and the acknowledgements, each contiguous per group */
+    size_t k = 0;
+    for (size_t g = 0; g < e->ngroups; g++) {
+        e->g[g].s0 = k;
+        if (e->starting)
+            for (size_t i = 0; i < e->n; i++)
+                if (gi[i] == g)
+                    e->order[k++] = i;
+    }
+    k = 0;
+    for (size_t g = 0; g < e->ngroups; g++) {
+        e->g[g].a0 = k;
+        for (size_t j = 0; j < na; j++)
+            if (ag[j] == g) {
+                e->ack[k] = acks[j];
+                e->ack_st[k++] = -2;
+            }
+    }
+    e->nack = na;
+    for (size_t i = 0; i < e->n; i++)
+        e->st[i] = -2;
+    /* calls */
+    e->ncalls = 0;
+    size_t argc = RR_CALL_ARGV;
+    for (size_t g = 0; g < e->ngroups; g++) {
+        size_t add = rr_grp_argc(&e->g[g]) - 7; /* its 4 + 2 (ns + na) arguments */
+        if (cluster || argc + add > RR_CALL_ARGV) {
+            e->call[e->ncalls++] = g;
+            argc = 7 - 2; /* EVALSHA sha n lease ahead: no declared keys */
+        }
+        argc += add;
+    }
+    e->call[e->ncalls] = e->ngroups;
+}
+
+/* Call c: in a cluster the group's two keys (declared: one slot), then
+ * lease, ahead and each group's key names and lists. */
+static int rr_exec_build(void *ctx, size_t c, int *slot, const char **av, size_t *al, int *nargs)
+{
+    struct rr_exec *e = ctx;
+    struct tw_redis *r = e->r;
+    size_t g0 = e->call[c], g1 = e->call[c + 1];
+    *slot = r->slots[e->g[g0].part];
+    for (size_t g = g0; g < g1; g++)
+        for (int j = 0; j < 2; j++) /* lease, task */
+            e->kl[g][j] = (size_t)snprintf(e->kb[g][j], RR_KEYBUF, "{%s:%u}%s", r->queue,
+                                           (unsigned)e->g[g].part, rr_suffix[1 + j]);
+    size_t nk = 0;
+    if (e->cluster) {
+        for (int j = 0; j < 2; j++) {
+            av[j] = e->kb[g0][j];
+            al[j] = e->kl[g0][j];
+        }
+        nk = 2;
+    }
+    const char **a = av + nk;
+    size_t *l = al + nk;
+    int na = 0;
+    l[na] = (size_t)snprintf(e->lease, sizeof e->lease, "%u", r->cfg.lease_ms);
+    a[na++] = e->lease;
+    l[na] = (size_t)snprintf(e->ahead, sizeof e->ahead, "%llu",
+                             (unsigned long long)r->cfg.start_ahead_ms * 1000u);
+    a[na++] = e->ahead;
+    for (size_t g = g0; g < g1; g++) {
+        const struct rr_grp *G = &e->g[g];
+        for (int j = 0; j < 2; j++) {
+            a[na] = e->kb[g][j];
+            l[na++] = e->kl[g][j];
+        }
+        l[na] = (size_t)snprintf(e->cnt[g][0], sizeof e->cnt[g][0], "%zu", G->na);
+        a[na++] = e->cnt[g][0];
+        l[na] = (size_t)snprintf(e->cnt[g][1], sizeof e->cnt[g][1], "%zu", G->ns);
+        a[na++] = e->cnt[g][1];
+        for (size_t j = G->a0; j < G->a0 + G->na; j++) {
+            const struct tw_rr_item *it = e->ack[j];
+            a[na] = it->data;
+            l[na++] = it->key_len;
+            l[na] = (size_t)snprintf(e->atok[j], sizeof e->atok[j], "%llu",
+                                     (unsigned long long)it->token);
+            a[na++] = e->atok[j];
+        }
+        for (size_t k = G->s0; k < G->s0 + G->ns; k++) {
+            const struct tw_rr_item *it = e->v[e->order[k]];
+            a[na] = it->data;
+            l[na++] = it->key_len;
+            l[na] = (size_t)snprintf(e->tok[k], sizeof e->tok[k], "%llu",
+                                     (unsigned long long)it->token);
+            a[na++] = e->tok[k];
+        }
     }
     *nargs = na;
     return 0;
 }
 
-static int rr_exec_check(void *ctx, size_t g, const redisReply *x)
+static int rr_exec_check(void *ctx, size_t c, const redisReply *x)
 {
     struct rr_exec *e = ctx;
     uint64_t t_reply = tw_rr_mono_ns();
-    size_t from = e->group[g], n = e->group[g + 1] - from;
-    size_t skip = e->id == TW_RR_START ? 1 + e->nack[g] : 0, per = e->id == TW_RR_START ? 2 : 1;
-    if (x->type != REDIS_REPLY_ARRAY || x->elements != skip + per * n)
+    size_t g0 = e->call[c], g1 = e->call[c + 1], want = 1;
+    for (size_t g = g0; g < g1; g++)
+        want += e->g[g].na + 2 * e->g[g].ns;
+    if (x->type != REDIS_REPLY_ARRAY || x->elements != want)
         return TW_EPROTO;
     for (size_t i = 0; i < x->elements; i++)
         if (x->element[i]->type != REDIS_REPLY_INTEGER)
             return TW_EPROTO;
-    uint64_t now = skip ? (uint64_t)x->element[0]->integer : 0;
-    if (skip)
-        rr_clock_sample(e->r, e->v[e->order[from]]->part, now, t_reply);
-    for (size_t j = 0; skip && j < e->nack[g]; j++)
-        e->ack_st[g][j] = x->element[1 + j]->integer == 1 ? 1 : 0;
-    for (size_t k = 0; k < n; k++) {
-        size_t i = e->order[from + k];
-        e->st[i] = x->element[skip + per * k]->integer;
-        if (per == 2)
-            e->arg[i] = x->element[skip + per * k + 1]->integer;
-        e->now[i] = now;
-        e->reply_ns[i] = t_reply;
+    uint64_t now = (uint64_t)x->element[0]->integer;
+    size_t o = 1;
+    for (size_t g = g0; g < g1; g++) {
+        const struct rr_grp *G = &e->g[g];
+        rr_clock_sample(e->r, G->part, now, t_reply);
+        for (size_t j = G->a0; j < G->a0 + G->na; j++)
+            e->ack_st[j] = x->element[o++]->integer == 1 ? 1 : 0;
+        for (size_t k = G->s0; k < G->s0 + G->ns; k++) {
+            size_t i = e->order[k];
+            e->st[i] = x->element[o++]->integer;
+            e->arg[i] = x->element[o++]->integer;
+            e->now[i] = now;
+            e->reply_ns[i] = t_reply;
+        }
     }
     return 0;
 }
@@ -789,32 +970,33 @@ static void rr_ack_count(struct tw_redis *r, long long st)
     /* no answer: the lease runs out and the task is delivered again */
 }
 
-static void rr_exec_eval(struct rr_exec *e, struct tw_rr_router *rt, unsigned id)
+/* One round trip: the calls of the round (e->v, e->n, e->starting set). */
+static void rr_exec_eval(struct rr_exec *e, struct tw_rr_router *rt)
 {
-    e->id = id;
     e->sent_ns = tw_rr_mono_ns();
-    rr_exec_group(e);
+    e->cluster = rt->cluster;
+    rr_exec_group(e, e->cluster);
+    if (e->ngroups == 0)
+        return;
     uint64_t rc0 = rt->reconnects;
-    /* On an error the groups without an answer keep st = -2. When any group
-     * carries acknowledgements, every group goes as STARTACK (the pipeline
-     * runs one script; STARTACK with none to acknowledge is START). */
-    e->fold = false;
-    for (size_t g = 0; g < e->ngroups; g++)
-        e->fold = e->fold || e->nack[g] != 0;
-    (void)tw_rr_eval_many(rt, e->fold ? TW_RR_STARTACK : id, e->ngroups, TW_RR_NKEYS,
-                          rr_exec_build, e, rr_exec_check);
+    (void)tw_rr_eval_many(rt, TW_RR_START, e->ncalls, e->cluster ? 2 : 0, rr_exec_build, e,
+                          rr_exec_check);
     atomic_fetch_add(&e->r->worker_reconnects, rt->reconnects - rc0);
-    for (size_t g = 0; g < e->ngroups; g++) {
-        for (size_t j = 0; j < e->nack[g]; j++) {
-            if (e->ack_st[g][j] == -2) { /* no answer: the acknowledger tries once more */
-                rr_ack_push(e->r, e->ack[g][j]);
-                continue;
-            }
-            rr_ack_count(e->r, e->ack_st[g][j]);
-            free(e->ack[g][j]);
+}
+
+/* The round's acknowledgements, answered: counted and freed; unanswered:
+ * back to the pending list (requeue) or dropped (their leases run out). */
+static void rr_exec_acks_done(struct rr_exec *e, bool requeue)
+{
+    for (size_t j = 0; j < e->nack; j++) {
+        if (e->ack_st[j] == -2 && requeue) { /* no answer: the acknowledger tries again */
+            rr_ack_push(e->r, e->ack[j]);
+            continue;
         }
-        e->nack[g] = 0;
+        rr_ack_count(e->r, e->ack_st[j]);
+        free(e->ack[j]);
     }
+    e->nack = 0;
 }
 
 /* The tasks of a batch are started together (their leases renewed then) and
@@ -832,8 +1014,9 @@ static void rr_exec_time(struct tw_redis *r, uint64_t ns)
 }
 
 #ifdef TW_RR_TRACE
-static void rr_trace_note(struct tw_redis *r, const struct tw_rr_item *it, const struct rr_exec *e,
-                          size_t i, uint64_t take_ns, unsigned thread)
+static void rr_trace_note(struct tw_redis *r, const struct tw_rr_item *it, uint64_t take_ns,
+                          uint64_t sent_ns, uint64_t reply_ns, uint64_t srv_us,
+                          uint64_t exec_ns, uint32_t batch, unsigned thread)
 {
     int_fast64_t a = atomic_load(&r->off_cur[it->part]), b = atomic_load(&r->off_prev[it->part]);
     pthread_mutex_lock(&r->hist_mu);
@@ -847,8 +1030,8 @@ static void rr_trace_note(struct tw_redis *r, const struct tw_rr_item *it, const
     }
     if (r->ntrace < r->trace_cap)
         r->trace[r->ntrace++] = (struct rr_trace){it->due_ms, it->due_local_ns, it->fired_ns,
-                                                  take_ns, e->sent_ns, e->reply_ns[i], e->now[i],
-                                                  a > b ? a : b, (uint32_t)e->n, thread};
+                                                  take_ns, sent_ns, reply_ns, srv_us,
+                                                  exec_ns, a > b ? a : b, batch, thread};
     pthread_mutex_unlock(&r->hist_mu);
 }
 
@@ -861,11 +1044,12 @@ static void rr_trace_dump(struct tw_redis *r)
     if (f) {
         for (size_t i = 0; i < r->ntrace; i++) {
             const struct rr_trace *t = &r->trace[i];
-            fprintf(f, "%llu %llu %llu %llu %llu %llu %llu %lld %u %u\n",
+            fprintf(f, "%llu %llu %llu %llu %llu %llu %llu %lld %u %u %llu\n",
                     (unsigned long long)t->due_ms, (unsigned long long)t->due_local_ns,
                     (unsigned long long)t->fired_ns, (unsigned long long)t->take_ns,
                     (unsigned long long)t->sent_ns, (unsigned long long)t->reply_ns,
-                    (unsigned long long)t->srv_us, (long long)t->off_us, t->batch, t->thread);
+                    (unsigned long long)t->srv_us, (long long)t->off_us, t->batch, t->thread,
+                    (unsigned long long)t->exec_ns);
         }
         fclose(f);
     }
@@ -875,11 +1059,49 @@ static void rr_trace_dump(struct tw_redis *r)
 }
 #endif
 
-/* Run a batch of held items whose local due time has come (executor
- * `thread`): START them (one script per partition, pipelined, with the
- * partitions' delayed acknowledgements folded in), execute each started task
- * in order, queue the acknowledgement of those answered DONE (see
- * rr_ack_push), FAIL each one answered FAILED.
+/* Sleep until the local monotonic clock reads at_ns; with rt_priority, at
+ * SCHED_FIFO (the wake-up is the task's lateness), back to the thread's own
+ * scheduling before execute runs. A refusal is counted once per executor,
+ * which then sleeps with normal scheduling. */
+static void rr_sleep_until(struct tw_redis *r, struct rr_exec *e, uint64_t at_ns)
+{
+    struct timespec ts = {(time_t)(at_ns / 1000000000u), (long)(at_ns % 1000000000u)};
+    bool raised = false;
+    if (r->cfg.rt_priority && e->rt >= 0) {
+        struct sched_param sp = {.sched_priority = (int)r->cfg.rt_priority};
+        if ((e->rt == 1 || pthread_getschedparam(pthread_self(), &e->pol, &e->sp) == 0) &&
+            pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp) == 0) {
+            e->rt = 1;
+            raised = true;
+        } else {
+            e->rt = -1; /* refused: normal scheduling from now on, counted once */
+            tw_rr_local_rt_note(r->local);
+        }
+    }
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
+    }
+    if (raised)
+        (void)pthread_setschedparam(pthread_self(), e->pol, &e->sp);
+}
+
+/* When a granted start may run: the server's clock read srv_us before the
+ * reply that carried it was read here at reply_ns, so after due_us - srv_us
+ * more (plus 0.1% and 1 us against a local clock running fast against the
+ * server's) the server's clock has surely passed the due time. 0: at once. */
+static uint64_t rr_run_at(uint64_t due_ms, uint64_t srv_us, uint64_t reply_ns)
+{
+    uint64_t due_us = due_ms * 1000u;
+    if (srv_us >= due_us)
+        return 0;
+    uint64_t w = due_us - srv_us;
+    return reply_ns + w * 1000u + w + 1000u;
+}
+
+/* Run a batch of held items whose start time has come (executor `thread`):
+ * START them (the pending acknowledgements riding along), then execute each
+ * started task in order, at its due time (a start is granted up to
+ * start_ahead_ms before it), queue the acknowledgement of those answered
+ * DONE (see rr_ack_push), FAIL each one answered FAILED.
  *
  * A START that gets no answer (Redis away, or back but this connection not
  * yet) is retried here every RR_RETRY_MS, the batch kept: putting its items
@@ -893,19 +1115,25 @@ static void rr_run(void *ctx, struct tw_rr_item **v, size_t n, unsigned thread)
     struct tw_rr_router *rt = &r->exec_rt[thread];
     struct rr_exec *e = &r->exec[thread];
     long long st[TW_RR_RUN_BATCH], arg[TW_RR_RUN_BATCH];
-    uint64_t now[TW_RR_RUN_BATCH];
+    uint64_t now[TW_RR_RUN_BATCH], rep[TW_RR_RUN_BATCH], at[TW_RR_RUN_BATCH];
     struct tw_rr_item *sub[TW_RR_RUN_BATCH];
-    size_t map[TW_RR_RUN_BATCH];
+    size_t map[TW_RR_RUN_BATCH], run[TW_RR_RUN_BATCH], nrun = 0;
     e->r = r;
+    e->starting = true;
     e->v = v;
     e->n = n;
 #ifdef TW_RR_TRACE
-    uint64_t t_take = tw_rr_mono_ns();
+    uint64_t t_take = tw_rr_mono_ns(), t_sent;
 #endif
-    rr_exec_eval(e, rt, TW_RR_START);
+    rr_exec_eval(e, rt);
+    rr_exec_acks_done(e, true);
+#ifdef TW_RR_TRACE
+    t_sent = e->sent_ns;
+#endif
     memcpy(st, e->st, n * sizeof *st);
     memcpy(arg, e->arg, n * sizeof *arg);
     memcpy(now, e->now, n * sizeof *now);
+    memcpy(rep, e->reply_ns, n * sizeof *rep);
     uint64_t t0 = tw_rr_mono_ns(), give_up = (uint64_t)r->cfg.lease_ms * 500000u;
     for (;;) {
         size_t m = 0;
@@ -919,11 +1147,13 @@ static void rr_run(void *ctx, struct tw_rr_item **v, size_t n, unsigned thread)
         tw_rr_sleep_ms(RR_RETRY_MS);
         e->v = sub;
         e->n = m;
-        rr_exec_eval(e, rt, TW_RR_START);
+        rr_exec_eval(e, rt);
+        rr_exec_acks_done(e, true);
         for (size_t j = 0; j < m; j++) {
             st[map[j]] = e->st[j];
             arg[map[j]] = e->arg[j];
             now[map[j]] = e->now[j];
+            rep[map[j]] = e->reply_ns[j];
         }
     }
     for (size_t i = 0; i < n; i++) {
@@ -932,7 +1162,7 @@ static void rr_run(void *ctx, struct tw_rr_item **v, size_t n, unsigned thread)
             rr_requeue(r, it, (uint64_t)RR_RETRY_MS * 1000000u);
             continue;
         }
-        if (st[i] == 0) { /* not due yet by the server's clock: wait what it says */
+        if (st[i] == 0) { /* not due within start_ahead_ms by the server's clock */
             rr_requeue(r, it, (uint64_t)(arg[i] > 0 ? arg[i] : 1) * 1000u);
             continue;
         }
@@ -941,19 +1171,32 @@ static void rr_run(void *ctx, struct tw_rr_item **v, size_t n, unsigned thread)
             free(it);
             continue;
         }
-        uint64_t due_us = it->due_ms * 1000u;
-        rr_note_late(r, now[i] > due_us ? now[i] - due_us : 0);
+        /* started: run in the order of the times they may run at (stable:
+         * the ones due already, e.g. a catch-up, keep the batch's order) */
+        at[i] = rr_run_at(it->due_ms, now[i], rep[i]);
+        size_t j = nrun++;
+        while (j > 0 && at[run[j - 1]] > at[i]) {
+            run[j] = run[j - 1];
+            j--;
+        }
+        run[j] = i;
+    }
+    for (size_t q = 0; q < nrun; q++) {
+        size_t i = run[q];
+        struct tw_rr_item *it = v[i];
+        if (at[i] > tw_rr_mono_ns())
+            rr_sleep_until(r, e, at[i]);
+        uint64_t t1 = tw_rr_mono_ns();
+        /* lateness: a lower bound of the server's clock now, against due */
+        uint64_t due_us = it->due_ms * 1000u, srv = now[i] + (t1 - rep[i]) / 1000u;
+        rr_note_late(r, srv > due_us ? srv - due_us : 0);
 #ifdef TW_RR_TRACE
-        e->v = v;
-        e->n = n;
-        e->now[i] = now[i];
-        rr_trace_note(r, it, e, i, t_take, thread);
+        rr_trace_note(r, it, t_take, t_sent, rep[i], now[i], t1, (uint32_t)n, thread);
 #endif
         if (arg[i] > 1)
             atomic_fetch_add(&r->redelivered, 1);
         struct tw_redis_task t = {it->data, it->key_len, it->payload, it->payload_len,
                                   it->due_ms, (uint32_t)arg[i]};
-        uint64_t t1 = tw_rr_mono_ns();
         enum tw_redis_result res = r->cfg.execute(r->cfg.arg, &t);
         rr_exec_time(r, tw_rr_mono_ns() - t1);
         if (res == TW_REDIS_DONE) {
@@ -987,13 +1230,13 @@ static void rr_run(void *ctx, struct tw_rr_item **v, size_t n, unsigned thread)
 }
 
 /* The acknowledger thread: sends what no START took within ack_delay (all of
- * it once stopping), up to TW_RR_RUN_BATCH items per pipelined round. */
+ * it once stopping), up to TW_RR_RUN_BATCH items per round. */
 static void *rr_ack_main(void *arg)
 {
     struct tw_redis *r = arg;
     struct rr_exec *e = r->ack_exec_p;
     struct tw_rr_item *v[TW_RR_RUN_BATCH];
-    uint32_t P = r->cfg.partitions, from = 0;
+    uint32_t P = r->multi ? 1 : r->cfg.partitions, from = 0;
     pthread_mutex_lock(&r->ack_mu);
     for (;;) {
         uint64_t now = tw_rr_mono_ns(), next = UINT64_MAX;
@@ -1003,33 +1246,35 @@ static void *rr_ack_main(void *arg)
             bool all = stop || r->ack_n >= RR_ACK_PENDING_MAX;
             for (uint32_t i = 0; i < P && n < TW_RR_RUN_BATCH; i++) {
                 uint32_t p = (from + i) % P;
-                struct tw_rr_item *h = r->ack_head[p];
-                if (!h)
-                    continue;
-                if (all || now - h->due_local_ns >= r->ack_delay_ns)
-                    n += rr_ack_take(r, p, v + n, TW_RR_RUN_BATCH - n);
-                else if (h->due_local_ns + r->ack_delay_ns < next)
-                    next = h->due_local_ns + r->ack_delay_ns;
+                /* the oldest first, while they are old enough */
+                while (n < TW_RR_RUN_BATCH && r->ack_head[p]) {
+                    struct tw_rr_item *h = r->ack_head[p];
+                    if (!all && now - h->due_local_ns < r->ack_delay_ns) {
+                        if (h->due_local_ns + r->ack_delay_ns < next)
+                            next = h->due_local_ns + r->ack_delay_ns;
+                        break;
+                    }
+                    n += rr_ack_take(r, p, v + n, 1);
+                }
             }
             from = (from + 1) % P;
         }
         if (n) {
             pthread_mutex_unlock(&r->ack_mu);
             e->r = r;
+            e->starting = false;
             e->v = v;
             e->n = n;
-            rr_exec_eval(e, &r->ack_rt, TW_RR_ACK);
+            rr_exec_eval(e, &r->ack_rt);
             bool answered = false;
-            for (size_t i = 0; i < n; i++)
-                answered = answered || e->st[i] != -2;
+            for (size_t j = 0; j < e->nack; j++)
+                answered = answered || e->ack_st[j] != -2;
             if (!answered) /* a connection that died with a restart fails at once: again */
-                rr_exec_eval(e, &r->ack_rt, TW_RR_ACK);
+                rr_exec_eval(e, &r->ack_rt);
             answered = false;
-            for (size_t i = 0; i < n; i++) {
-                answered = answered || e->st[i] != -2;
-                rr_ack_count(r, e->st[i]);
-                free(v[i]);
-            }
+            for (size_t j = 0; j < e->nack; j++)
+                answered = answered || e->ack_st[j] != -2;
+            rr_exec_acks_done(e, false);
             pthread_mutex_lock(&r->ack_mu);
             if (stop && !answered) { /* Redis away at stop: the leases will run out */
                 for (uint32_t p = 0; p < P; p++)
@@ -1099,7 +1344,7 @@ static int rr_claim_part(struct tw_redis *r, uint32_t p, unsigned batch, struct 
                                                       x->type == REDIS_REPLY_ARRAY && x->elements
                                                           ? (uint64_t)x->element[0]->integer
                                                           : 0,
-                                                      0, (uint32_t)(x->elements - 2) / 4, 9999};
+                                                      0, 0, (uint32_t)(x->elements - 2) / 4, 9999};
         pthread_mutex_unlock(&r->hist_mu);
     }
 #endif
@@ -1775,6 +2020,12 @@ int tw_redis_new(const struct tw_redis_config *cfg, struct tw_redis **out)
     if (!r)
         return TW_ENOMEM;
     r->cfg = *cfg;
+    /* starts ahead by a quarter of the lease and of the window at most (a
+     * config valid before start_ahead_ms existed stays valid) */
+    if (r->cfg.start_ahead_ms > r->cfg.lease_ms / 4)
+        r->cfg.start_ahead_ms = r->cfg.lease_ms / 4;
+    if (r->cfg.start_ahead_ms > r->cfg.window_ms / 4)
+        r->cfg.start_ahead_ms = r->cfg.window_ms / 4;
     if (pthread_mutex_init(&r->api_mu, NULL) || pthread_mutex_init(&r->mu, NULL) ||
         pthread_mutex_init(&r->stop_mu, NULL) || pthread_mutex_init(&r->hist_mu, NULL) ||
         pthread_mutex_init(&r->ack_mu, NULL)) {
@@ -1822,6 +2073,7 @@ int tw_redis_new(const struct tw_redis_config *cfg, struct tw_redis **out)
     }
     if ((rc = rr_router(r, &r->api)) != 0 || (rc = rr_load_scripts(r)) != 0)
         goto fail;
+    r->multi = !r->api.cluster;
     if (r->worker) {
         r->exec_rt = calloc(r->cfg.threads, sizeof *r->exec_rt);
         r->exec = calloc(r->cfg.threads, sizeof *r->exec);
@@ -1844,7 +2096,8 @@ int tw_redis_new(const struct tw_redis_config *cfg, struct tw_redis **out)
             goto fail;
         }
         r->ack_started = true;
-        if ((rc = tw_rr_local_new(&r->local, r->cfg.tick_ms, r->cfg.threads, rr_run, r)) != 0)
+        if ((rc = tw_rr_local_new(&r->local, r->cfg.tick_ms, r->cfg.start_ahead_ms,
+                                  r->cfg.rt_priority, r->cfg.threads, rr_run, r)) != 0)
             goto fail;
         if (pthread_create(&r->sub_thread, NULL, rr_sub_main, r) != 0) {
             rc = TW_ESYS;
@@ -2298,6 +2551,7 @@ int tw_redis_stats(struct tw_redis *r, struct tw_redis_stats *out)
     out->notifications = atomic_load(&r->notifications);
     out->recovered = atomic_load(&r->recovered);
     out->lost_leases = atomic_load(&r->lost_leases);
+    out->rt_refused = r->local ? tw_rr_local_rt_refused(r->local) : 0;
     pthread_mutex_lock(&r->hist_mu);
     out->late_p50_us = rr_pct(r, 0.50);
     out->late_p99_us = rr_pct(r, 0.99);

@@ -99,15 +99,13 @@ enum {
     TW_RR_MOVE,
     TW_RR_REMOVE,
     TW_RR_CLAIM,
-    TW_RR_START,
-    TW_RR_ACK,
+    TW_RR_START, /* with the acknowledgements (redis.c: "ACKs ride on STARTs") */
     TW_RR_FAIL,
     TW_RR_RELEASE,
-    TW_RR_STARTACK,
     TW_RR_NSCRIPTS
 };
 extern const char *const tw_rr_scripts[TW_RR_NSCRIPTS];
-/* Keys every script takes, in this order (KEYS[1..5]). */
+/* Keys every script but START takes, in this order (KEYS[1..5]). */
 #define TW_RR_NKEYS 5
 /* Width of a due-time bucket in ms (the schema in redis.c). Every client of a
  * queue must use the same width: it names the bucket a task sits in. */
@@ -135,9 +133,16 @@ struct tw_rr_local;
 typedef void tw_rr_run_fn(void *ctx, struct tw_rr_item **items, size_t n, unsigned thread);
 /* Start the tick thread and `threads` executor threads; run(ctx, items, n, i)
  * runs a batch of 1..TW_RR_RUN_BATCH items, in FIFO order, on executor i
- * once their local due time has come. */
-int tw_rr_local_new(struct tw_rr_local **out, uint32_t tick_ms, uint32_t threads,
-                    tw_rr_run_fn *run, void *ctx);
+ * once their local due time has come, or with ahead_ms > 0 once it is
+ * ahead_ms / 2 .. ahead_ms away (the items of each ahead_ms / 2 span
+ * together; see local.c). */
+int tw_rr_local_new(struct tw_rr_local **out, uint32_t tick_ms, uint32_t ahead_ms,
+                    uint32_t rt_prio, uint32_t threads, tw_rr_run_fn *run, void *ctx);
+/* rt_prio (redis.h's rt_priority, 0: none): the tick thread asks for
+ * SCHED_FIFO at this priority when it starts. Threads refused it so far
+ * (the tick thread, and those counted with tw_rr_local_rt_note). */
+uint64_t tw_rr_local_rt_refused(struct tw_rr_local *l);
+void tw_rr_local_rt_note(struct tw_rr_local *l);
 /* Hold an item until item->due_local_ns (at once when already past: FIFO in
  * the order of the calls). TW_ECLOSED after stop, TW_ENOMEM. */
 int tw_rr_local_add(struct tw_rr_local *l, struct tw_rr_item *it);

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* twheel Redis layer: the Lua scripts (schema and costs: see redis.c).
  *
- * Every script takes the same five keys of one partition (one cluster slot):
+ * Every script but START takes the same five keys of one partition (one
+ * cluster slot; START names the lease and task keys of its partitions in
+ * ARGV, below):
  *   KEYS[1] index  ZSET  bucket number b -> b (the non-empty due buckets;
  *                        bucket b is the ZSET KEYS[1] .. ':' .. b, below)
  *   KEYS[2] lease  ZSET  key -> lease end ms  (tasks claimed by a worker)
@@ -226,51 +228,69 @@
     "if hi > hold() then redis.call('SET', KEYS[5], hi, 'PX', 2 * tonumber(ARGV[1]) + 1000) end\n" \
     "return out\n"
 
-/* The loop bodies START, ACK and STARTACK share (Lua text, spliced in).
- * START_LOOP(first): start the key, token pairs from ARGV[first] to the end;
- * ACK_LOOP(first, last): acknowledge the pairs from ARGV[first] to ARGV[last]. */
-#define START_LOOP(first)                                                                  \
-    "for i = " first ", #ARGV, 2 do local k = ARGV[i] local s, a = -1, 0\n"                \
-    "  local v = redis.call('HGET', KEYS[3], k)\n"                                          \
-    "  if v then local tok, att, due, pos = parse(v)\n"                                     \
-    "    if held(k, tok, tonumber(ARGV[i + 1]), now) then\n"                                \
-    "      if now < due * 1000 then s = 0 a = due * 1000 - now else s = 1 a = att + 1\n"   \
-    "        redis.call('HSET', KEYS[3], k, rec(tok, a, due, string.sub(v, pos)))\n"        \
-    "        redis.call('ZADD', KEYS[2], lease, k) end\n"                                   \
-    "    end\n"                                                                             \
-    "  end\n"                                                                               \
-    "  out[#out + 1] = s out[#out + 1] = a\n"                                               \
-    "end\n"
-#define ACK_LOOP(first, last)                                                              \
-    "for i = " first ", " last ", 2 do local k = ARGV[i] local r = 0\n"                    \
-    "  local v = redis.call('HGET', KEYS[3], k)\n"                                          \
-    "  if v and held(k, (parse(v)), tonumber(ARGV[i + 1]), now) then\n"                     \
-    "    redis.call('HDEL', KEYS[3], k) redis.call('ZREM', KEYS[2], k) r = 1 end\n"         \
-    "  out[#out + 1] = r\n"                                                                 \
-    "end\n"
-
-/* ARGV: lease_ms, then key, token pairs (a batch of one partition)
- * -> {now_us, s1, a1, s2, a2, ...} per task: s = 1 start now (a = attempt;
- *    the lease is renewed to now + lease_ms), s = 0 not due yet by the
- *    server's clock (a = microseconds to wait), s = -1 lease gone (a = 0). */
+/* START: the gate of every delivery, with the worker's delayed
+ * acknowledgements riding along (redis.c: "ACKs ride on STARTs"), for one or
+ * more partitions at once: one partition group in a Redis Cluster (its
+ * lease ZSET and task HASH declared as KEYS: one slot), on a standalone
+ * server the groups of up to ~60 tasks of any partitions (no keys declared:
+ * one call per executor round instead of one per partition). The groups
+ * name their keys in ARGV either way.
+ * ARGV: lease_ms, ahead_us, then per group: its lease key, its task key,
+ * nack, nstart, nack key, token pairs to acknowledge, nstart key, token
+ * pairs to start
+ * -> {now_us, then per group: r per acknowledgement (1 deleted, 0 stale:
+ *    not our lease any more, nothing deleted), then s, a per start:
+ *    s = 1 started (a = attempt; the lease renewed to now + lease_ms, unless
+ *    it already ends as late: claim leased it to due + lease_ms, so a start
+ *    ahead of the due time writes no lease);
+ *    s = 0 not due within ahead_us by the server's clock (a = us until due);
+ *    s = -1 lease gone (a = 0)}.
+ * A start is granted once now + ahead_us >= due: the worker then waits
+ * due - now (from the reply's arrival, on its monotonic clock) before it
+ * runs the task, so it never runs early by the server's clock (redis.c).
+ * Each command takes the group's tasks at once: HMGET of the records,
+ * ZMSCORE of the leases, then one HDEL and ZREM for the acknowledged, one
+ * HSET and ZADD for the started (it was 4 commands per task). The
+ * acknowledgements go first, so a start sees the records they leave. */
 #define START_LUA                                                                          \
-    PRELUDE "local now = now_us() local lease = math.floor(now / 1000) + tonumber(ARGV[1])\n" \
-    "local out = {now}\n" START_LOOP("2") "return out\n"
-
-/* ARGV: key, token pairs (one partition) -> {r1, r2, ...}: 1 deleted, 0 stale
- * (not our lease any more: nothing deleted) */
-#define ACK_LUA                                                                            \
-    PRELUDE "local now = now_us() local out = {}\n" ACK_LOOP("1", "#ARGV") "return out\n"
-
-/* START with the partition's delayed acknowledgements folded in (one
- * script call instead of two; redis.c: "ACKs ride on STARTs").
- * ARGV: lease_ms, nack, then nack key, token pairs to acknowledge (as ACK),
- * then key, token pairs to start (as START)
- * -> {now_us, r1 .. r_nack, s1, a1, s2, a2, ...} */
-#define STARTACK_LUA                                                                       \
-    PRELUDE "local now = now_us() local lease = math.floor(now / 1000) + tonumber(ARGV[1])\n" \
-    "local nack = tonumber(ARGV[2]) local out = {now}\n"                                    \
-    ACK_LOOP("3", "2 + 2 * nack") START_LOOP("3 + 2 * nack") "return out\n"
+    PRELUDE "local call, unpack, tonumber = redis.call, unpack, tonumber\n"                \
+    "local now = now_us() local lease = math.floor(now / 1000) + tonumber(ARGV[1])\n"     \
+    "local ahead = tonumber(ARGV[2]) local out, o, i = {now}, 1, 3\n"                     \
+    "while i <= #ARGV do local LK, TK = ARGV[i], ARGV[i + 1]\n"                          \
+    "  local na, ns = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]) i = i + 4\n"            \
+    "  if na > 0 then local ks, ts, del, nd = {}, {}, {}, 0\n"                             \
+    "    for j = 1, na do ks[j] = ARGV[i] ts[j] = tonumber(ARGV[i + 1]) i = i + 2 end\n"  \
+    "    local vs = call('HMGET', TK, unpack(ks)) local ls = call('ZMSCORE', LK, unpack(ks))\n" \
+    "    for j = 1, na do local r, v, l = 0, vs[j], ls[j]\n"                               \
+    "      if v and l and tonumber(l) * 1000 > now and (parse(v)) == ts[j] then\n"         \
+    "        nd = nd + 1 del[nd] = ks[j] r = 1 end\n"                                      \
+    "      o = o + 1 out[o] = r\n"                                                         \
+    "    end\n"                                                                            \
+    "    if nd > 0 then call('HDEL', TK, unpack(del, 1, nd)) "                             \
+    "call('ZREM', LK, unpack(del, 1, nd)) end\n"                                           \
+    "  end\n"                                                                              \
+    "  if ns > 0 then local ks, ts, hs, lz, nh, nz = {}, {}, {}, {}, 0, 0\n"               \
+    "    for j = 1, ns do ks[j] = ARGV[i] ts[j] = tonumber(ARGV[i + 1]) i = i + 2 end\n"  \
+    "    local vs = call('HMGET', TK, unpack(ks)) local ls = call('ZMSCORE', LK, unpack(ks))\n" \
+    "    for j = 1, ns do local s, a, v, l = -1, 0, vs[j], ls[j]\n"                        \
+    "      if v and l and tonumber(l) * 1000 > now then\n"                                 \
+    "        local tok, att, due, pos = parse(v)\n"                                        \
+    "        if tok == ts[j] then\n"                                                       \
+    "          if now + ahead < due * 1000 then s = 0 a = due * 1000 - now\n"              \
+    "          else s = 1 a = att + 1 hs[nh + 1] = ks[j]\n"                                \
+    "            hs[nh + 2] = rec(tok, a, due, string.sub(v, pos)) nh = nh + 2\n"          \
+    "            if tonumber(l) < lease then\n"                                            \
+    "              lz[nz + 1] = lease lz[nz + 2] = ks[j] nz = nz + 2 end\n"                 \
+    "          end\n"                                                                      \
+    "        end\n"                                                                        \
+    "      end\n"                                                                          \
+    "      out[o + 1] = s out[o + 2] = a o = o + 2\n"                                      \
+    "    end\n"                                                                            \
+    "    if nh > 0 then call('HSET', TK, unpack(hs, 1, nh)) end\n"                        \
+    "    if nz > 0 then call('ZADD', LK, unpack(lz, 1, nz)) end\n"                        \
+    "  end\n"                                                                              \
+    "end\n"                                                                                \
+    "return out\n"
 
 /* ARGV: key, token, retry_base_ms, retry_max_ms, channel -> 1 rescheduled, 0 stale */
 #define FAIL_LUA                                                                           \
@@ -301,7 +321,6 @@
 
 const char *const tw_rr_scripts[TW_RR_NSCRIPTS] = {
     [TW_RR_SET] = SET_LUA,         [TW_RR_MOVE] = MOVE_LUA,   [TW_RR_REMOVE] = REMOVE_LUA,
-    [TW_RR_CLAIM] = CLAIM_LUA,     [TW_RR_START] = START_LUA, [TW_RR_ACK] = ACK_LUA,
-    [TW_RR_FAIL] = FAIL_LUA,       [TW_RR_RELEASE] = RELEASE_LUA,
-    [TW_RR_STARTACK] = STARTACK_LUA,
+    [TW_RR_CLAIM] = CLAIM_LUA,     [TW_RR_START] = START_LUA, [TW_RR_FAIL] = FAIL_LUA,
+    [TW_RR_RELEASE] = RELEASE_LUA,
 };

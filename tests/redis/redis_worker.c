@@ -21,6 +21,9 @@
  *                 members (ZRANGEBYSCORE ... LIMIT + ZREM), repeated while a
  *                 full batch comes back. Nothing is leased: at most once.
  *
+ * --ahead-ms N (or the environment's TW_RW_AHEAD_MS) sets start_ahead_ms,
+ * --rt-priority N (or TW_RW_RT_PRIORITY) rt_priority.
+ *
  * SIGTERM or SIGINT: stop cleanly (tw_redis_stop, stats to --stats, exit 0).
  */
 #define _GNU_SOURCE
@@ -50,6 +53,8 @@ struct opts {
     const char *mode;
     uint32_t partitions, threads, lease_ms, window_ms, tick_ms;
     uint32_t exec_us, interval_ms, batch;
+    int64_t ahead_ms; /* start_ahead_ms; -1: the default */
+    uint32_t rt_priority;
 };
 
 static int out_fd = -1;
@@ -119,6 +124,16 @@ static int parse(int argc, char **argv, struct opts *o)
     o->mode = "wheel";
     o->interval_ms = 100;
     o->batch = 1000;
+    o->ahead_ms = -1;
+    /* the environment can set start_ahead_ms too (benchmarks compare values
+     * without changing the spawning code) */
+    const char *env = getenv("TW_RW_AHEAD_MS");
+    uint32_t u;
+    if (env && *env && parse_u32(env, &u) == 0)
+        o->ahead_ms = u;
+    env = getenv("TW_RW_RT_PRIORITY");
+    if (env && *env && parse_u32(env, &u) == 0)
+        o->rt_priority = u;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -159,6 +174,12 @@ static int parse(int argc, char **argv, struct opts *o)
             rc = parse_u32(v, &o->interval_ms);
         else if (!strcmp(a, "--batch"))
             rc = parse_u32(v, &o->batch);
+        else if (!strcmp(a, "--rt-priority"))
+            rc = parse_u32(v, &o->rt_priority);
+        else if (!strcmp(a, "--ahead-ms")) {
+            rc = parse_u32(v, &u);
+            o->ahead_ms = u;
+        }
         else
             rc = -1;
         if (rc) {
@@ -201,6 +222,9 @@ static int run_wheel(const struct opts *o, const sigset_t *set)
         cfg.window_ms = o->window_ms;
     if (o->tick_ms)
         cfg.tick_ms = o->tick_ms;
+    if (o->ahead_ms >= 0)
+        cfg.start_ahead_ms = (uint32_t)o->ahead_ms;
+    cfg.rt_priority = o->rt_priority;
     cfg.execute = execute;
     cfg.arg = (void *)o;
     struct tw_redis *r = NULL;

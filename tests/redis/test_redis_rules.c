@@ -331,15 +331,21 @@ static void test_set_durable(void)
     tw_redis_free(r);
 }
 
-/* Never early by the server's clock; reported due time is set's + delay. */
-static void test_never_early(void)
+/* Never early by the server's clock; reported due time is set's + delay.
+ * With start_ahead_ms a worker has Redis grant the start up to that much
+ * before the due time and waits out the rest itself: ahead = 200 ms makes
+ * that wait (not the wheel) what keeps every delivery from being early;
+ * ahead = 0 starts at the due time only (Redis answers "not yet" before). */
+static void never_early_with(const char *queue, uint32_t ahead, uint32_t rt)
 {
     struct rec R;
     rec_init(&R, &srv);
     struct tw_redis_config c;
-    cfg_for(&c, "early", &R);
+    cfg_for(&c, queue, &R);
     c.partitions = 4;
     c.window_ms = 1000;
+    c.start_ahead_ms = ahead;
+    c.rt_priority = rt;
     struct tw_redis *r = worker_new(&c, &R);
     if (!r)
         return;
@@ -349,7 +355,8 @@ static void test_never_early(void)
         char k[16];
         int n = snprintf(k, sizeof k, "t%d", i);
         before[i] = srv_ms(&srv);
-        CHECK_EQ_INT(tw_redis_set(r, k, (size_t)n, k, (size_t)n, (i * 37) % 700), 0);
+        /* some due together (one start round for several partitions) */
+        CHECK_EQ_INT(tw_redis_set(r, k, (size_t)n, k, (size_t)n, (i * 37) % 700 / 50 * 50), 0);
     }
     CHECK(rec_wait(&R, N, 10000));
     for (int i = 0; i < N; i++) {
@@ -360,7 +367,7 @@ static void test_never_early(void)
         if (j == SIZE_MAX)
             continue;
         struct delivery *d = &R.d[j];
-        CHECK(d->due_ms >= before[i] + (uint64_t)((i * 37) % 700));
+        CHECK(d->due_ms >= before[i] + (uint64_t)((i * 37) % 700 / 50 * 50));
         CHECK_(d->srv_us >= d->due_ms * 1000, "early: %s due %llu ms, ran at %llu us", d->key,
                (unsigned long long)d->due_ms, (unsigned long long)d->srv_us);
         CHECK_EQ_STR(d->payload, k);
@@ -378,8 +385,22 @@ static void test_never_early(void)
     CHECK_EQ_U64(st.stale_acks, 0);
     CHECK(st.late_p50_us <= st.late_p99_us && st.late_p99_us <= st.late_max_us);
     CHECK(st.claims >= 1 && st.refills >= 1);
+    /* refused real-time priority (not root nor CAP_SYS_NICE) is counted, not
+     * an error: at most the tick thread and each executor once */
+    CHECK(rt ? st.rt_refused <= 1 + c.threads : st.rt_refused == 0);
     tw_redis_free(r);
     rec_destroy(&R);
+}
+
+static void test_never_early(void)
+{
+    never_early_with("early", 0, 0);
+}
+
+static void test_start_ahead(void)
+{
+    never_early_with("ahead", 200, 0);
+    never_early_with("ahead_rt", 200, 1); /* the waits at SCHED_FIFO, or counted refusals */
 }
 
 /* Wait until the worker holds n leases (claimed into its wheel). */
@@ -969,6 +990,12 @@ static void test_bad_input(void)
     cfg_for(&c, "bad", &R);
     c.retry_max_ms = c.retry_base_ms - 1;
     CHECK_EQ_INT(tw_redis_new(&c, &r), TW_EINVAL);
+    cfg_for(&c, "bad", &R);
+    c.rt_priority = 100;
+    CHECK_EQ_INT(tw_redis_new(&c, &r), TW_EINVAL);
+    cfg_for(&c, "bad", &R);
+    c.start_ahead_ms = 1001;
+    CHECK_EQ_INT(tw_redis_new(&c, &r), TW_EINVAL);
     CHECK(r == NULL);
     rec_destroy(&R);
 
@@ -1074,6 +1101,7 @@ int main(void)
     RUN(test_schema_model);
     RUN(test_set_script_order);
     RUN(test_never_early);
+    RUN(test_start_ahead);
     RUN(test_replace_remove_win);
     RUN(test_stale_ack);
     RUN(test_failed_backoff);
