@@ -81,6 +81,8 @@ union stored_key {
     uint64_t num;
     unsigned char *block;
     unsigned char b[KEY_INLINE + 1];
+    uint64_t w[2]; /* an inline key as two words: b[] zero-padded, so equal
+                      keys have equal words (compared and copied as such) */
 };
 
 struct entry {
@@ -133,6 +135,9 @@ struct tw_tasks {
     uint32_t live;          /* pending tasks */
     uint32_t bits;          /* low bits of a slot holding index + 2 */
     uint32_t mask;          /* (1 << bits) - 1 */
+    /* config.capacity: floors */
+    uint32_t floor_cap;     /* the index never shrinks below it (MIN_CAP: no hint) */
+    uint32_t floor_chunks;  /* compaction keeps at least this many chunks */
 };
 
 /* A key being looked up. */
@@ -141,6 +146,7 @@ struct keyref {
     size_t len;
     uint64_t num; /* integer key */
     uint64_t h;
+    union stored_key in; /* string keys up to KEY_INLINE bytes: as stored */
 };
 
 /* ---- memory ----------------------------------------------------------------- */
@@ -245,7 +251,8 @@ static struct entry *group_chunk(struct tw_tasks *t, uint32_t g, uint32_t k)
         gr->filled = 0;
         if (t->user_alloc) {
             gr->p = mem(t, NULL, 0, (size_t)GROUP * CHUNK_BYTES);
-        } else if (g + 1 > GROUPS_LAZY) {
+        } else if (g + 1 > GROUPS_LAZY || t->floor_chunks >= GROUP * (g + 2)) {
+            /* (config.capacity says this group will be filled) */
             gr->p = tw_big_alloc_(TW_BIG_MIN);
             gr->filled = GROUP; /* one huge page from its first touch */
             if (gr->p)
@@ -376,8 +383,8 @@ static inline int key_eq(const struct tw_tasks *t, const struct entry *e, const 
 {
     if (t->int_keys)
         return e->key.num == k->num;
-    if (k->len <= KEY_INLINE)
-        return e->key.b[KEY_INLINE] == k->len && memcmp(e->key.b, k->p, k->len) == 0;
+    if (k->len <= KEY_INLINE) /* the length is in w[1]'s last byte */
+        return ((e->key.w[0] ^ k->in.w[0]) | (e->key.w[1] ^ k->in.w[1])) == 0;
     return e->key.b[KEY_INLINE] == KEY_OUTSIDE && block_len(e->key.block) == k->len &&
            memcmp(e->key.block + 2, k->p, k->len) == 0;
 }
@@ -587,8 +594,10 @@ done:
 
 static void maybe_shrink(struct tw_tasks *t)
 {
-    if (t->cap > MIN_CAP && (uint64_t)t->live * 8 < t->cap)
-        (void)rehash(t, cap_for(t->live), t->bits); /* on failure keep the larger one */
+    if (t->cap > t->floor_cap && (uint64_t)t->live * 8 < t->cap) {
+        uint32_t c = cap_for(t->live);
+        (void)rehash(t, c > t->floor_cap ? c : t->floor_cap, t->bits); /* on failure keep the larger one */
+    }
 }
 
 /* Move an entry's task to another (free) entry. */
@@ -605,13 +614,16 @@ static void relocate(struct tw_tasks *t, struct entry *from, struct entry *to)
 /* Give chunks back when under a quarter of the pool is live (see the top). */
 static void maybe_compact(struct tw_tasks *t)
 {
-    if (t->depth || t->nchunks <= 1 || (uint64_t)t->live * 4 >= (uint64_t)t->nchunks * CHUNK)
+    if (t->depth || t->nchunks <= 1 || t->nchunks <= t->floor_chunks ||
+        (uint64_t)t->live * 4 >= (uint64_t)t->nchunks * CHUNK)
         return;
     /* Tasks left due by tw_tasks_advance_max (deadline == now) would be
      * re-armed to now + 1 by relocation: wait until they have run. */
     if (tw_wheel_next_expiry(&t->wheel) <= tw_wheel_now(&t->wheel))
         return;
     uint32_t keep = (uint32_t)(((uint64_t)t->live * 2 + CHUNK - 1) / CHUNK);
+    if (keep < t->floor_chunks)
+        keep = t->floor_chunks;
     if (keep == 0)
         keep = 1;
     if (keep >= t->nchunks)
@@ -722,14 +734,27 @@ int tw_tasks_new(struct tw_tasks **out, const struct tw_tasks_config *cfg)
     t->k1 = seed[1];
     t->free_head = NIL;
     t->bits = 11; /* room for the first two chunks */
-    t->mask = (UINT32_C(1) << t->bits) - 1;
-    t->slots = big(t, NULL, 0, MIN_CAP * sizeof *t->slots);
+    t->floor_cap = MIN_CAP;
+    if (cfg->capacity) {
+        /* Sized so that `capacity` tasks neither grow the index nor widen
+         * its entry field (add_chunk): bits cover the pool they need. */
+        uint64_t want = cfg->capacity < MAX_POOL - 1 ? cfg->capacity : MAX_POOL - 1;
+        uint64_t pool = (want + CHUNK - 1) / CHUNK * CHUNK;
+        while (((uint64_t)1 << t->bits) < pool + 2)
+            t->bits++;
+        t->floor_cap = cap_for(want);
+        t->floor_chunks = (uint32_t)(pool / CHUNK);
+    }
+    t->mask = t->bits >= 32 ? UINT32_MAX : (UINT32_C(1) << t->bits) - 1;
+    size_t sz = (size_t)t->floor_cap * sizeof *t->slots;
+    t->slots = big(t, NULL, 0, sz);
     if (!t->slots) {
         alloc.fn(alloc.ctx, t, sizeof *t, 0);
         return TW_ENOMEM;
     }
-    memset(t->slots, 0, MIN_CAP * sizeof *t->slots);
-    t->cap = MIN_CAP;
+    if (t->user_alloc || sz < TW_BIG_MIN) /* else a fresh mapping: zero-filled */
+        memset(t->slots, 0, sz);
+    t->cap = t->floor_cap;
     *out = t;
     return 0;
 }
@@ -753,6 +778,88 @@ void tw_tasks_free(struct tw_tasks *t)
 
 /* ---- operations --------------------------------------------------------------- */
 
+static inline uint32_t load32_(const unsigned char *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* k->in for a key of len <= KEY_INLINE bytes: its bytes, zeroes, and len in
+ * the last byte, as do_set stores it (little-endian: two to three loads, no
+ * byte loop and no memcpy call). */
+static inline void inline_form(struct keyref *k, const unsigned char *p, size_t len)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint64_t lo = 0, hi = 0;
+    if (len >= 8) {
+        lo = tw_hash_load64le_(p);
+        if (len > 8) /* bytes 8..len-1 from the word that ends the key */
+            hi = tw_hash_load64le_(p + len - 8) >> (8 * (16 - len));
+    } else if (len >= 4) { /* two overlapping 4-byte loads */
+        lo = load32_(p) | (uint64_t)load32_(p + len - 4) << (8 * (len - 4));
+    } else if (len) {
+        lo = (uint64_t)p[0] | (uint64_t)p[len / 2] << (8 * (len / 2)) |
+             (uint64_t)p[len - 1] << (8 * (len - 1));
+    }
+    k->in.w[0] = lo;
+    k->in.w[1] = hi | (uint64_t)len << 56;
+#else
+    memset(&k->in, 0, sizeof k->in);
+    if (len)
+        memcpy(k->in.b, p, len);
+    k->in.b[KEY_INLINE] = (unsigned char)len;
+#endif
+}
+
+/* SipHash-1-3 of a short key from k->in: equal to tw_siphash13(p, len, k0,
+ * k1) (which hash_entry uses, as the flooding test does), since SipHash
+ * reads the key as little-endian words and its last word is the tail bytes
+ * with the length in the top byte, which is what in.w[] hold. */
+static inline uint64_t siphash13_inline(const struct keyref *k, uint64_t k0, uint64_t k1)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint64_t v0 = UINT64_C(0x736f6d6570736575) ^ k0;
+    uint64_t v1 = UINT64_C(0x646f72616e646f6d) ^ k1;
+    uint64_t v2 = UINT64_C(0x6c7967656e657261) ^ k0;
+    uint64_t v3 = UINT64_C(0x7465646279746573) ^ k1;
+    uint64_t b = k->in.w[1];
+    if (k->len >= 8) {
+        uint64_t m = k->in.w[0];
+        v3 ^= m;
+        TW_SIPROUND_(v0, v1, v2, v3);
+        v0 ^= m;
+    } else {
+        b |= k->in.w[0]; /* w[1] holds only the length */
+    }
+    v3 ^= b;
+    TW_SIPROUND_(v0, v1, v2, v3);
+    v0 ^= b;
+    v2 ^= 0xff;
+    TW_SIPROUND_(v0, v1, v2, v3);
+    TW_SIPROUND_(v0, v1, v2, v3);
+    TW_SIPROUND_(v0, v1, v2, v3);
+    return v0 ^ v1 ^ v2 ^ v3;
+#else
+    return tw_siphash13(k->p, k->len, k0, k1);
+#endif
+}
+
+/* Fill k for a checked string key. */
+static inline void str_keyref(const struct tw_tasks *t, const void *key, size_t len,
+                              struct keyref *k)
+{
+    k->p = key;
+    k->len = len;
+    k->num = 0;
+    if (len <= KEY_INLINE) {
+        inline_form(k, key, len);
+        k->h = siphash13_inline(k, t->k0, t->k1);
+    } else {
+        k->h = tw_siphash13(key, len, t->k0, t->k1);
+    }
+}
+
 /* Check a string key; fill k. */
 static int bytes_key(const struct tw_tasks *t, const void *key, size_t len, struct keyref *k)
 {
@@ -760,10 +867,7 @@ static int bytes_key(const struct tw_tasks *t, const void *key, size_t len, stru
         return TW_EINVAL;
     if (len > TW_TASKS_KEY_MAX)
         return TW_E2BIG;
-    k->p = key;
-    k->len = len;
-    k->num = 0;
-    k->h = tw_siphash13(key, len, t->k0, t->k1);
+    str_keyref(t, key, len, k);
     return 0;
 }
 
@@ -852,9 +956,7 @@ static int do_set(struct tw_tasks *t, const struct keyref *k, void *value, int64
     if (t->int_keys) {
         key.num = k->num;
     } else if (k->len <= KEY_INLINE) {
-        if (k->len)
-            memcpy(key.b, k->p, k->len);
-        key.b[KEY_INLINE] = (unsigned char)k->len;
+        key = k->in;
     } else {
         unsigned char *b = mem(t, NULL, 0, k->len + 2);
         if (!b)
@@ -1063,10 +1165,7 @@ static inline int item_key(const struct tw_tasks *t, const struct tw_tasks_item 
         return TW_EINVAL;
     if (it->key_len > TW_TASKS_KEY_MAX)
         return TW_E2BIG;
-    k->p = it->key;
-    k->len = it->key_len;
-    k->num = 0;
-    k->h = tw_siphash13(it->key, it->key_len, t->k0, t->k1);
+    str_keyref(t, it->key, it->key_len, k);
     return 0;
 }
 

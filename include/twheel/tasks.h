@@ -136,6 +136,15 @@ struct tw_tasks_config {
      * delay >> slack_shift ticks (3 = 1/8 of the delay, as Linux's timer
      * wheel). 0 = exact (the default); at most TW_TASKS_SLACK_SHIFT_MAX. */
     unsigned slack_shift;
+    /** How many tasks the instance is expected to hold (0 = no hint). The
+     * index is created large enough for that many keys (load 0.55), so that
+     * filling it up does not rehash, and it and the pool are never shrunk
+     * below that size: memory for `capacity` tasks (about 7.3 bytes each of
+     * index at once, 48 each of pool as tasks arrive) stays allocated while
+     * the instance lives. Larger hints are clamped to what the instance can
+     * hold (2^31 - 1 tasks); an index that cannot be allocated gives
+     * TW_ENOMEM. Not a limit: see max_pending. */
+    size_t capacity;
 };
 
 /** Largest config.slack_shift (1/2^63 of a delay); larger ones give TW_EINVAL. */
