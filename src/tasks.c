@@ -454,6 +454,15 @@ static void clear_slot(struct tw_tasks *t, uint32_t pos)
     }
 }
 
+/* Entry bits for a pool of n entries: index + 2 < 2^bits, at least 11. */
+static uint32_t bits_for(uint64_t n)
+{
+    uint32_t b = 11;
+    while (b < 32 && ((uint64_t)1 << b) < n + 2)
+        b++;
+    return b;
+}
+
 /* Capacity for n keys at load 0.55. */
 static uint32_t cap_for(uint64_t n)
 {
@@ -533,6 +542,14 @@ static int rehash(struct tw_tasks *t, uint32_t new_cap, uint32_t new_bits)
 {
     if (new_cap < MIN_CAP)
         new_cap = MIN_CAP;
+    /* Wide enough for every pool this index can hold without growing (the
+     * pool grows by a chunk only when it is all live, and live <= 0.8 cap):
+     * add_chunk then never has to rehash just to widen the entry field,
+     * which cost a rehash of every task at each power of two on the way up
+     * (about one more rehash per task on a fill). */
+    uint32_t need = bits_for((uint64_t)new_cap * 4 / 5 + CHUNK);
+    if (need > new_bits)
+        new_bits = need;
     uint32_t *ns = big(t, NULL, 0, (size_t)new_cap * sizeof *ns);
     if (!ns)
         return TW_ENOMEM;
@@ -667,29 +684,37 @@ static void maybe_compact(struct tw_tasks *t)
             i = next;
         }
     }
-    /* Relocate the live entries above the limit, prefetching the entry of
-     * a slot AHEAD slots on, and the wheel neighbours (which unlinking
-     * writes) of the one NEAR slots on. */
-    enum { AHEAD = 16, NEAR = 8 };
-    for (uint32_t pos = 0; pos < t->cap; pos++) {
-        if (pos + AHEAD < t->cap) {
-            uint32_t sa = t->slots[pos + AHEAD];
-            if (sa > SLOT_TOMB && (sa & t->mask) - 2 >= limit)
-                __builtin_prefetch(entry_at(t, (sa & t->mask) - 2), 1);
+    /* Relocate the live entries above the limit, in index order. Few
+     * slots hold one (an eighth of them, at a quarter live and half of those
+     * below the limit), so the look-ahead counts relocations, not slots:
+     * the scan keeps Q of them queued, prefetching each one's entry as it
+     * is queued and the wheel neighbours (which unlinking writes) of the
+     * one NEAR places ahead. Relocating one rewrites its own slot only, so
+     * the queued positions stay valid; a neighbour address read ahead may
+     * be stale by then, which costs a useless prefetch, nothing more. */
+    enum { Q = 16, NEAR = 8 }; /* Q a power of two */
+    uint32_t queue[Q];
+    uint32_t head = 0, tail = 0, scan = 0;
+    for (;;) {
+        while (tail - head < Q && scan < t->cap) {
+            uint32_t s = t->slots[scan++];
+            if (s <= SLOT_TOMB || (s & t->mask) - 2 < limit)
+                continue;
+            __builtin_prefetch(entry_at(t, (s & t->mask) - 2), 1);
+            queue[tail++ % Q] = scan - 1;
         }
-        if (pos + NEAR < t->cap) {
-            uint32_t sn = t->slots[pos + NEAR];
-            if (sn > SLOT_TOMB && (sn & t->mask) - 2 >= limit) {
-                const struct tw_node *n = &entry_at(t, (sn & t->mask) - 2)->u.node;
-                if (n->pprev)
-                    __builtin_prefetch(n->pprev, 1);
-                if (n->next)
-                    __builtin_prefetch(n->next, 1);
-            }
+        if (head == tail)
+            break;
+        if (tail - head > NEAR) {
+            uint32_t sn = t->slots[queue[(head + NEAR) % Q]];
+            const struct tw_node *n = &entry_at(t, (sn & t->mask) - 2)->u.node;
+            if (n->pprev)
+                __builtin_prefetch(n->pprev, 1);
+            if (n->next)
+                __builtin_prefetch(n->next, 1);
         }
+        uint32_t pos = queue[head++ % Q];
         uint32_t s = t->slots[pos];
-        if (s <= SLOT_TOMB || (s & t->mask) - 2 < limit)
-            continue;
         uint32_t to = holes;
         holes = entry_at(t, to)->u.idle.next;
         relocate(t, entry_at(t, (s & t->mask) - 2), entry_at(t, to));
@@ -740,9 +765,10 @@ int tw_tasks_new(struct tw_tasks **out, const struct tw_tasks_config *cfg)
          * its entry field (add_chunk): bits cover the pool they need. */
         uint64_t want = cfg->capacity < MAX_POOL - 1 ? cfg->capacity : MAX_POOL - 1;
         uint64_t pool = (want + CHUNK - 1) / CHUNK * CHUNK;
-        while (((uint64_t)1 << t->bits) < pool + 2)
-            t->bits++;
         t->floor_cap = cap_for(want);
+        t->bits = bits_for(pool > (uint64_t)t->floor_cap * 4 / 5 + CHUNK
+                               ? pool
+                               : (uint64_t)t->floor_cap * 4 / 5 + CHUNK);
         t->floor_chunks = (uint32_t)(pool / CHUNK);
     }
     t->mask = t->bits >= 32 ? UINT32_MAX : (UINT32_C(1) << t->bits) - 1;
