@@ -298,6 +298,16 @@ static inline struct entry *entry_at(const struct tw_tasks *t, uint32_t idx)
     return &t->chunks[idx / CHUNK][idx % CHUNK];
 }
 
+/* Prefetch (for writing) all of an entry. Entries are 48 bytes, so half of
+ * them straddle two cache lines (those at 32 and 48 bytes into a line):
+ * their key, which a lookup compares, is then on the second line, which a
+ * prefetch of the entry's address alone would leave to miss. */
+static inline void prefetch_entry(const struct entry *e)
+{
+    __builtin_prefetch(e, 1);
+    __builtin_prefetch((const char *)e + sizeof *e - 1, 1);
+}
+
 static inline size_t block_len(const unsigned char *b)
 {
     return (size_t)b[0] | (size_t)b[1] << 8;
@@ -700,7 +710,7 @@ static void maybe_compact(struct tw_tasks *t)
             uint32_t s = t->slots[scan++];
             if (s <= SLOT_TOMB || (s & t->mask) - 2 < limit)
                 continue;
-            __builtin_prefetch(entry_at(t, (s & t->mask) - 2), 1);
+            prefetch_entry(entry_at(t, (s & t->mask) - 2));
             queue[tail++ % Q] = scan - 1;
         }
         if (head == tail)
@@ -1157,22 +1167,33 @@ int tw_tasks_get_int(const struct tw_tasks *t, uint64_t key, void **value, uint6
 }
 
 /* ---- batched keyed calls ------------------------------------------------------ */
-/* A software pipeline over the items (see twheel/tasks.h). Item i is worked
- * on while item i + B_SLOT has been hashed and its home slot prefetched,
- * item i + B_ENTRY's slot read (a tag match: its entry prefetched), and for
- * move and remove item i + B_NODE's entry read (its wheel neighbours, which
- * unlinking writes, prefetched). The look-ahead stages only read (slots by
- * tag, never a key compare) and only prefetch: the real call on item i starts
- * from its hash alone, so an earlier item that rehashes the index, compacts
- * the pool or frees an entry cannot make a stage read freed memory (a stale
- * prefetch address is harmless: prefetches do not fault) nor change a result.
- * Results are those of the single calls in array order. */
+/* A software pipeline over groups of B_GROUP items (see twheel/tasks.h).
+ * Each step runs the calls of one group while the groups after it pass
+ * through the look-ahead stages, each stage doing its group's items back to
+ * back:
+ *   group + 4  string keys: the caller's key bytes prefetched
+ *   group + 3  keys checked and hashed, home slots prefetched
+ *   group + 2  slots read (a tag match: the entry prefetched, both lines)
+ *   group + 1  move and remove: entries read, the wheel neighbours that
+ *              unlinking writes prefetched
+ *   group      the calls, in item order.
+ * Grouping is what makes the prefetches overlap: a prefetch that misses
+ * holds up retirement until its line (or its page walk) arrives, so
+ * prefetches one item apart, with a call's worth of work between them,
+ * mostly waited one after the other; issued B_GROUP at a time, their waits
+ * overlap, and a stage's group is a whole step (B_GROUP calls) ahead of the
+ * next stage, time for its lines to arrive.
+ * The look-ahead stages only read (slots by tag, never a key compare) and
+ * only prefetch: the real call on an item starts from its hash alone, so an
+ * earlier item that rehashes the index, compacts the pool or frees an entry
+ * cannot make a stage read freed memory (a stale prefetch address is
+ * harmless: prefetches do not fault) nor change a result. Results are those
+ * of the single calls in array order. */
 
-#define B_KEY 16  /* string keys: prefetch the key's bytes this many items ahead */
-#define B_SLOT 8  /* hash and prefetch the home slot this many items ahead */
-#define B_ENTRY 4 /* then the entry */
-#define B_NODE 2  /* then the wheel neighbours (move, remove) */
-#define B_RING 16 /* > B_SLOT, a power of two */
+#ifndef B_GROUP
+#define B_GROUP 8 /* items per group */
+#endif
+#define B_RING (B_GROUP * 4) /* items hashed but not yet called: 4 groups */
 
 enum batch_op { B_SET, B_MOVE, B_REMOVE, B_GET };
 
@@ -1220,54 +1241,80 @@ static int64_t run_batch(struct tw_tasks *t, struct tw_tasks_item *items, size_t
         return TW_EINVAL;
     struct keyref ring[B_RING];
     int bad[B_RING];
-    size_t primed = n < B_SLOT ? n : B_SLOT;
-    for (size_t j = 0; j < primed; j++) {
-        bad[j] = item_key(t, &items[j], &ring[j]);
-        if (!bad[j])
-            __builtin_prefetch(&t->slots[tw_hash_home(ring[j].h, t->cap)]);
-    }
+    size_t groups = (n + B_GROUP - 1) / B_GROUP;
     int64_t ok = 0;
-    for (size_t i = 0; i < n; i++) {
-        size_t j = i + B_KEY;
-        if (!t->int_keys && j < n && items[j].key)
-            __builtin_prefetch(items[j].key); /* the caller's key bytes, hashed at i + B_SLOT */
-        j = i + B_SLOT;
-        if (j < n) {
-            struct keyref *k = &ring[j % B_RING];
-            bad[j % B_RING] = item_key(t, &items[j], k);
-            if (!bad[j % B_RING])
-                __builtin_prefetch(&t->slots[tw_hash_home(k->h, t->cap)]);
+    /* Step s calls group s - 4; its stages work on groups s - 3 .. s. */
+    for (size_t s = 0; s < groups + 4; s++) {
+        size_t g, j, end;
+        /* Stage 4: the caller's key bytes (hashed a step later). */
+        g = s;
+        if (!t->int_keys && g < groups) {
+            for (j = g * B_GROUP, end = j + B_GROUP < n ? j + B_GROUP : n; j < end; j++)
+                if (items[j].key)
+                    __builtin_prefetch(items[j].key);
         }
-        j = i + B_ENTRY;
-        if (j < n && !bad[j % B_RING]) {
-            const struct entry *e = entry_by_tag(t, ring[j % B_RING].h);
-            if (e)
-                __builtin_prefetch(e, 1); /* get only reads it: no matter */
-        }
-        j = i + B_NODE;
-        if ((op == B_MOVE || op == B_REMOVE) && j < n && !bad[j % B_RING]) {
-            const struct entry *e = entry_by_tag(t, ring[j % B_RING].h);
-            if (e && e->u.node.pprev) {
-                __builtin_prefetch(e->u.node.pprev, 1);
-                if (e->u.node.next)
-                    __builtin_prefetch(e->u.node.next, 1);
+        if (s < 1)
+            continue;
+        /* Stage 3: check and hash, prefetch the home slots. */
+        g = s - 1;
+        if (g < groups) {
+            for (j = g * B_GROUP, end = j + B_GROUP < n ? j + B_GROUP : n; j < end; j++) {
+                struct keyref *k = &ring[j % B_RING];
+                bad[j % B_RING] = item_key(t, &items[j], k);
+                if (!bad[j % B_RING])
+                    __builtin_prefetch(&t->slots[tw_hash_home(k->h, t->cap)]);
             }
         }
-        if (op == B_SET && t->free_head != NIL)
-            __builtin_prefetch(entry_at(t, t->free_head), 1);
-        struct tw_tasks_item *it = &items[i];
-        const struct keyref *k = &ring[i % B_RING];
-        int rc = bad[i % B_RING];
-        if (!rc) {
-            switch (op) {
-            case B_SET: rc = do_set(t, k, it->value, it->delay); break;
-            case B_MOVE: rc = do_move(t, k, it->delay); break;
-            case B_REMOVE: rc = do_remove(t, k, &it->value); break;
-            default: rc = do_get(t, k, &it->value, &it->deadline); break;
+        if (s < 2)
+            continue;
+        /* Stage 2: the entries a tag matches. */
+        g = s - 2;
+        if (g < groups) {
+            for (j = g * B_GROUP, end = j + B_GROUP < n ? j + B_GROUP : n; j < end; j++) {
+                if (bad[j % B_RING])
+                    continue;
+                const struct entry *e = entry_by_tag(t, ring[j % B_RING].h);
+                if (e)
+                    prefetch_entry(e); /* get only reads it: no matter */
             }
         }
-        it->result = rc;
-        ok += rc >= 0;
+        if (s < 3)
+            continue;
+        /* Stage 1: the wheel neighbours (move, remove). */
+        g = s - 3;
+        if ((op == B_MOVE || op == B_REMOVE) && g < groups) {
+            for (j = g * B_GROUP, end = j + B_GROUP < n ? j + B_GROUP : n; j < end; j++) {
+                if (bad[j % B_RING])
+                    continue;
+                const struct entry *e = entry_by_tag(t, ring[j % B_RING].h);
+                if (e && e->u.node.pprev) {
+                    __builtin_prefetch(e->u.node.pprev, 1);
+                    if (e->u.node.next)
+                        __builtin_prefetch(e->u.node.next, 1);
+                }
+            }
+        }
+        if (s < 4)
+            continue;
+        /* The calls. */
+        g = s - 4;
+        for (j = g * B_GROUP, end = j + B_GROUP < n ? j + B_GROUP : n; j < end; j++) {
+            if (op == B_SET && t->free_head != NIL)
+                prefetch_entry(entry_at(t, t->free_head));
+            struct tw_tasks_item *it = &items[j];
+            const struct keyref *k = &ring[j % B_RING];
+            int rc = bad[j % B_RING];
+            if (!rc) {
+                switch (op) {
+                case B_SET: rc = do_set(t, k, it->value, it->delay); break;
+                case B_MOVE: rc = do_move(t, k, it->delay); break;
+                case B_REMOVE: rc = do_remove(t, k, &it->value); break;
+                default: rc = do_get(t, k, &it->value, &it->deadline); break;
+                }
+            }
+            it->result = rc;
+            ok += rc >= 0;
+        }
     }
     return ok;
 }
