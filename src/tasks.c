@@ -560,10 +560,12 @@ static int rehash(struct tw_tasks *t, uint32_t new_cap, uint32_t new_bits)
     uint32_t need = bits_for((uint64_t)new_cap * 4 / 5 + CHUNK);
     if (need > new_bits)
         new_bits = need;
-    uint32_t *ns = big(t, NULL, 0, (size_t)new_cap * sizeof *ns);
+    size_t ns_size = (size_t)new_cap * sizeof(uint32_t);
+    uint32_t *ns = big(t, NULL, 0, ns_size);
     if (!ns)
         return TW_ENOMEM;
-    memset(ns, 0, (size_t)new_cap * sizeof *ns);
+    if (t->user_alloc || ns_size < TW_BIG_MIN) /* else a fresh mapping: zero-filled */
+        memset(ns, 0, ns_size);
     uint32_t new_mask = new_bits >= 32 ? UINT32_MAX : (UINT32_C(1) << new_bits) - 1;
     size_t words = ((size_t)t->nchunks * CHUNK + 63) / 64;
     uint64_t *live = t->live >= 4096 ? mem(t, NULL, 0, words * sizeof *live) : NULL;

@@ -820,6 +820,103 @@ static void test_big_pool(void)
     tw_tasks_free(t);
 }
 
+/* config.capacity: the index is made for that many tasks at once (a fill up
+ * to it never rehashes), neither the index nor the pool shrinks below it,
+ * tasks behave as without it, and a hint that cannot be allocated fails
+ * tw_tasks_new cleanly. */
+static void test_capacity(void)
+{
+    enum { HINT = 5000, MORE = 20000 };
+    for (int kind = 0; kind < 2; kind++) {
+        struct counting c = {0};
+        struct tw_allocator a = {counting_alloc, &c};
+        memset(&R, 0, sizeof R);
+        struct tw_tasks_config cfg = {.execute = record, .ctx = &R, .allocator = &a,
+                                      .key_kind = kind ? TW_TASKS_KEY_INT : TW_TASKS_KEY_BYTES,
+                                      .capacity = HINT};
+        struct tw_tasks *t;
+        CHECK_EQ_INT(tw_tasks_new(&t, &cfg), 0);
+        R.t = t;
+        struct tw_tasks_stats st0, st;
+        tw_tasks_stats(t, &st0);
+        CHECK(st0.index_slots >= (size_t)HINT * 5 / 4 + 1); /* HINT keys stay under 0.8 */
+        char key[32];
+        for (int round = 0; round < 2; round++) {
+            int upto = round ? MORE : HINT;
+            for (int k = 0; k < upto; k++) {
+                int n = snprintf(key, sizeof key, "k%d", k);
+                int rc = kind ? tw_tasks_set_int(t, (uint64_t)k, (void *)(uintptr_t)(k + 1), 10)
+                              : tw_tasks_set(t, key, (size_t)n, (void *)(uintptr_t)(k + 1), 10);
+                CHECK_EQ_INT(rc, 1);
+            }
+            tw_tasks_stats(t, &st);
+            CHECK_EQ_U64(st.pending, (uint64_t)upto);
+            if (round == 0) /* filled up to the hint: never rehashed */
+                CHECK_EQ_U64(st.index_slots, st0.index_slots);
+            else
+                CHECK(st.index_slots > st0.index_slots);
+            for (int k = 0; k < upto; k++) {
+                int n = snprintf(key, sizeof key, "k%d", k);
+                void *v = NULL;
+                int rc = kind ? tw_tasks_remove_int(t, (uint64_t)k, &v)
+                              : tw_tasks_remove(t, key, (size_t)n, &v);
+                CHECK_EQ_INT(rc, 0);
+                CHECK_EQ_PTR(v, (void *)(uintptr_t)(k + 1));
+            }
+            tw_tasks_stats(t, &st);
+            CHECK_EQ_U64(st.pending, 0);
+            CHECK_EQ_U64(st.index_slots, st0.index_slots); /* shrunk back to the floor */
+            CHECK(st.pool_entries >= HINT);                 /* kept for HINT tasks */
+            CHECK(st.pool_entries < MORE);                  /* the rest returned */
+        }
+        /* Tasks still fire as usual. */
+        for (uint64_t k = 0; k < 3; k++)
+            CHECK_EQ_INT(kind ? tw_tasks_set_int(t, k, NULL, 5) : tw_tasks_set(t, "ab", 2 + k, NULL, 5),
+                         1);
+        CHECK_EQ_INT(tw_tasks_advance(t, 5), 3);
+        CHECK_EQ_INT(R.n, 3);
+        tw_tasks_free(t);
+        CHECK_EQ_INT(c.outstanding, 0);
+    }
+    /* Edge cases: a hint of 1, and hints too large to allocate (clamped to
+     * 2^31 - 1 tasks, whose index the allocator refuses): TW_ENOMEM, *out
+     * NULL, nothing held. Every allocation of a hinted tw_tasks_new failing
+     * in turn leaves nothing either. */
+    static const size_t hints[] = {1, (size_t)1 << 31, SIZE_MAX};
+    for (size_t i = 0; i < 3; i++) {
+        struct counting c = {.fail_big = (size_t)64 << 20};
+        struct tw_allocator a = {counting_alloc, &c};
+        struct tw_tasks_config cfg = {.execute = record, .ctx = &R, .allocator = &a,
+                                      .key_kind = TW_TASKS_KEY_INT, .capacity = hints[i]};
+        struct tw_tasks *t = (struct tw_tasks *)&c; /* must become NULL on failure */
+        int rc = tw_tasks_new(&t, &cfg);
+        if (i == 0) {
+            CHECK_EQ_INT(rc, 0);
+            CHECK_EQ_INT(tw_tasks_set_int(t, 1, NULL, 1), 1);
+            CHECK_EQ_INT(tw_tasks_set_int(t, 2, NULL, 1), 1);
+            CHECK_EQ_INT(tw_tasks_remove_int(t, 1, NULL), 0);
+            tw_tasks_free(t);
+        } else {
+            CHECK_EQ_INT(rc, TW_ENOMEM);
+            CHECK(t == NULL);
+        }
+        CHECK_EQ_INT(c.outstanding, 0);
+    }
+    for (long fail_at = 1; fail_at < 4; fail_at++) {
+        struct counting c = {.fail_at = fail_at};
+        struct tw_allocator a = {counting_alloc, &c};
+        struct tw_tasks_config cfg = {.execute = record, .ctx = &R, .allocator = &a,
+                                      .capacity = 100000};
+        struct tw_tasks *t;
+        int rc = tw_tasks_new(&t, &cfg);
+        if (rc == 0)
+            tw_tasks_free(t);
+        else
+            CHECK_EQ_INT(rc, TW_ENOMEM);
+        CHECK_EQ_INT(c.outstanding, 0);
+    }
+}
+
 /* <= 64 bytes per task (entry + index + pool slack) for integer keys, plus the
  * key block for string keys. */
 static void test_bytes_per_task(void)
@@ -1020,5 +1117,6 @@ int main(void)
     RUN(test_hash_flooding);
     RUN(test_batched_arguments);
     RUN(test_slack);
+    RUN(test_capacity);
     return test_summary();
 }
