@@ -19,9 +19,12 @@
  *            (false match rate 2^-(32-bits)), so a miss costs no entry load.
  *            Slot positions come from the hash's high 32 bits by fast range
  *            reduction, so the capacity need not be a power of two: it is
- *            sized to a load of 0.55 after a rehash and rehashed past 0.8
- *            (counting tombstones), which keeps the index at 4.6..7.3 bytes per
- *            task. Deletion writes a tombstone, or an empty slot (clearing the
+ *            rehashed past a load of 0.75 (counting tombstones) to a load
+ *            of 0.4 (a shrink: 0.55), which keeps the index at 5.3..10 bytes
+ *            per task. (It was 0.8 -> 0.55, 4.6..7.3 bytes: a fill then
+ *            rehashed each task about 2.6 times, and inserting near 0.8 scans
+ *            13 slots on average for the empty one; growing to 0.4 rehashes
+ *            each about 1.3 to 2 times, with probes half as long.) Deletion writes a tombstone, or an empty slot (clearing the
  *            tombstones before it too) when the next slot is empty.
  *   wheel    the core wheel holding bare 24-byte nodes (no callback), driven
  *            through its pull interface (tw_wheel_expire_next_node); each due entry is taken out of the index before
@@ -130,7 +133,7 @@ struct tw_tasks {
     /* index */
     uint32_t *slots;
     uint32_t cap;           /* slots; >= MIN_CAP */
-    uint32_t used;          /* live + tombstones; <= 0.8 cap */
+    uint32_t used;          /* live + tombstones; <= 0.75 cap */
     uint32_t tombs;
     uint32_t live;          /* pending tasks */
     uint32_t bits;          /* low bits of a slot holding index + 2 */
@@ -473,7 +476,18 @@ static uint32_t bits_for(uint64_t n)
     return b;
 }
 
-/* Capacity for n keys at load 0.55. */
+/* Capacity for n keys at load 0.4, when the index grows. */
+static uint32_t grow_cap_for(uint64_t n)
+{
+    uint64_t c = n * 5 / 2 + 1;
+    if (c < MIN_CAP)
+        c = MIN_CAP;
+    if (c > UINT32_MAX)
+        c = UINT32_MAX;
+    return (uint32_t)c;
+}
+
+/* Capacity for n keys at load 0.55 (a shrink, config.capacity). */
 static uint32_t cap_for(uint64_t n)
 {
     uint64_t c = n * 20 / 11 + 1;
@@ -553,11 +567,11 @@ static int rehash(struct tw_tasks *t, uint32_t new_cap, uint32_t new_bits)
     if (new_cap < MIN_CAP)
         new_cap = MIN_CAP;
     /* Wide enough for every pool this index can hold without growing (the
-     * pool grows by a chunk only when it is all live, and live <= 0.8 cap):
+     * pool grows by a chunk only when it is all live, and live <= 0.75 cap):
      * add_chunk then never has to rehash just to widen the entry field,
      * which cost a rehash of every task at each power of two on the way up
      * (about one more rehash per task on a fill). */
-    uint32_t need = bits_for((uint64_t)new_cap * 4 / 5 + CHUNK);
+    uint32_t need = bits_for((uint64_t)new_cap * 3 / 4 + CHUNK);
     if (need > new_bits)
         new_bits = need;
     size_t ns_size = (size_t)new_cap * sizeof(uint32_t);
@@ -778,9 +792,9 @@ int tw_tasks_new(struct tw_tasks **out, const struct tw_tasks_config *cfg)
         uint64_t want = cfg->capacity < MAX_POOL - 1 ? cfg->capacity : MAX_POOL - 1;
         uint64_t pool = (want + CHUNK - 1) / CHUNK * CHUNK;
         t->floor_cap = cap_for(want);
-        t->bits = bits_for(pool > (uint64_t)t->floor_cap * 4 / 5 + CHUNK
+        t->bits = bits_for(pool > (uint64_t)t->floor_cap * 3 / 4 + CHUNK
                                ? pool
-                               : (uint64_t)t->floor_cap * 4 / 5 + CHUNK);
+                               : (uint64_t)t->floor_cap * 3 / 4 + CHUNK);
         t->floor_chunks = (uint32_t)(pool / CHUNK);
     }
     t->mask = t->bits >= 32 ? UINT32_MAX : (UINT32_C(1) << t->bits) - 1;
@@ -978,8 +992,8 @@ static int do_set(struct tw_tasks *t, const struct keyref *k, void *value, int64
     /* Make room first (each step leaves a valid instance if a later one fails),
      * then commit. */
     int moved = 0;
-    if ((uint64_t)(t->used + 1) * 5 > (uint64_t)t->cap * 4) {
-        if (rehash(t, cap_for((uint64_t)t->live + 1), t->bits))
+    if ((uint64_t)(t->used + 1) * 4 > (uint64_t)t->cap * 3) {
+        if (rehash(t, grow_cap_for((uint64_t)t->live + 1), t->bits))
             return TW_ENOMEM;
         moved = 1;
     }

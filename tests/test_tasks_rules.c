@@ -871,7 +871,7 @@ static void test_capacity(void)
         }
         /* Tasks still fire as usual. */
         for (uint64_t k = 0; k < 3; k++)
-            CHECK_EQ_INT(kind ? tw_tasks_set_int(t, k, NULL, 5) : tw_tasks_set(t, "ab", 2 + k, NULL, 5),
+            CHECK_EQ_INT(kind ? tw_tasks_set_int(t, k, NULL, 5) : tw_tasks_set(t, "abcd", 2 + k, NULL, 5),
                          1);
         CHECK_EQ_INT(tw_tasks_advance(t, 5), 3);
         CHECK_EQ_INT(R.n, 3);
@@ -918,7 +918,7 @@ static void test_capacity(void)
 }
 
 /* <= 64 bytes per task (entry + index + pool slack) for integer keys, plus the
- * key block for string keys. */
+ * key block for string keys (TWHEEL_DEBUG builds: 8 more, their nodes'). */
 static void test_bytes_per_task(void)
 {
     static const size_t sizes[] = {10000, 100000, 300000};
@@ -931,7 +931,7 @@ static void test_bytes_per_task(void)
         double per = (double)(st.bytes - 24000) / (double)sizes[i];
         printf("  int keys, %zu tasks: %.1f bytes per task (index %zu slots, max probe %zu)\n",
                sizes[i], per, st.index_slots, st.max_probe);
-        CHECK(per <= 64.0);
+        CHECK(per <= 64.0 + (double)TW_NODE_DEBUG_BYTES); /* debug builds: bigger nodes */
         tw_tasks_free(t);
     }
 }
