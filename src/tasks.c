@@ -24,8 +24,17 @@
  *            per task. (It was 0.8 -> 0.55, 4.6..7.3 bytes: a fill then
  *            rehashed each task about 2.6 times, and inserting near 0.8 scans
  *            13 slots on average for the empty one; growing to 0.4 rehashes
- *            each about 1.3 to 2 times, with probes half as long.) Deletion writes a tombstone, or an empty slot (clearing the
+ *            each about 1.3 to 2 times, with probes half as long.)
+ *            Deletion writes a tombstone, or an empty slot (clearing the
  *            tombstones before it too) when the next slot is empty.
+ *            The entry field is sized at each rehash for the largest pool
+ *            the new index can hold before it grows again, so the pool's
+ *            growth never forces a rehash of its own (it did at each power
+ *            of two: one more rehash of every task on a fill).
+ *            String keys of up to 15 bytes are kept zero-padded with their
+ *            length in the last byte: a lookup builds that form once (two
+ *            or three loads, see inline_form) and compares and copies two
+ *            words, and hashes them without re-reading the bytes.
  *   wheel    the core wheel holding bare 24-byte nodes (no callback), driven
  *            through its pull interface (tw_wheel_expire_next_node); each due entry is taken out of the index before
  *            execute runs, so execute sees a table in which its task is gone.
@@ -36,6 +45,11 @@
  * entries below (cancel + re-arm at the same deadline, one index slot
  * rewritten), and the emptied chunks are freed. Each compaction costs
  * O(pool + index) after at least pool/2 removals: amortised O(1).
+ *
+ * config.capacity (a hint): the index starts at cap_for(capacity) slots
+ * (load 0.55 when that many are pending) with an entry field wide enough for
+ * them, and neither shrinking (floor_cap) nor compaction (floor_chunks) goes
+ * below it; pool groups the hint will fill are advised huge at once.
  *
  * Slack: every arm goes through arm(), which takes the core's exact path
  * after one test of `slack_on` (set while the instance has a slack_shift, or
