@@ -19,7 +19,8 @@
  *   --reps R                 runs per path, the median is printed (default 3)
  *   --capacity               create each instance with config.capacity = N
  *                            (pre-sized: the fill does not rehash)
- * Output: a table and "csv,batch,..." lines (0 for a path not run).
+ * Output: a table, "csv,batch,..." lines (0 for a path not run), and the
+ * bytes per task tw_tasks_stats reports after a fill.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -45,6 +46,7 @@ static int is_int, run_single = 1, run_batched = 1;
 static char (*skeys)[16];
 static struct tw_tasks_item *ins, *rnd_items; /* insertion order, random order */
 static uint64_t sink;
+static double fill_bytes; /* tw_tasks_stats bytes per task after the last fill */
 
 static void single(struct tw_tasks *t, int op, struct tw_tasks_item *it)
 {
@@ -108,6 +110,11 @@ static void run(int use_batch, double r[NOPS])
         r[op] = (double)(cpu_now_ns() - a) / (double)n;
         if (op == OP_SET && tw_tasks_pending(t) != n)
             fprintf(stderr, "pending %zu after set, want %zu!\n", tw_tasks_pending(t), n);
+        if (op == OP_SET) {
+            struct tw_tasks_stats st;
+            tw_tasks_stats(t, &st);
+            fill_bytes = (double)st.bytes / (double)n;
+        }
     }
     if (tw_tasks_pending(t) != 0)
         fprintf(stderr, "pending %zu after remove!\n", tw_tasks_pending(t));
@@ -156,6 +163,8 @@ static void bench(void)
         printf("csv,batch,%s,%s,%zu,%zu,%.1f,%.1f\n", is_int ? "int" : "string", op_name[op], n,
                batch, sm, bm);
     }
+    printf("%-7s bytes per task after the fill (tw_tasks_stats): %.1f\n", is_int ? "int" : "string",
+           fill_bytes);
     free(ins);
     free(rnd_items);
     free(skeys);
