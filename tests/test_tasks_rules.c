@@ -688,10 +688,16 @@ static void test_memory_returned(void)
         CHECK(st.bytes > 50000 * 48 + 25000 * 20);
         CHECK_EQ_INT(c.outstanding, (int64_t)st.bytes);
         if (round == 0) { /* remove them */
+            size_t pool = st.pool_entries;
             for (int k = 0; k < 50000; k++) {
                 int n = snprintf(key, sizeof key, k % 2 ? "connection-%d-of-many" : "conn:%d", k);
                 CHECK_EQ_INT(tw_tasks_remove(t, key, (size_t)n, NULL), 0);
             }
+            /* A run of removals moves no entry: the pool is compacted by the
+             * next set, advance or drain (here an advance to now). */
+            tw_tasks_stats(t, &st);
+            CHECK_EQ_U64(st.pool_entries, pool);
+            CHECK_EQ_INT(tw_tasks_advance(t, tw_tasks_now(t)), 0);
         } else if (round == 1) { /* let them fire */
             tw_tasks_advance(t, tw_tasks_now(t) + 1000);
         } else {
@@ -720,6 +726,11 @@ static void test_compaction_keeps_tasks(void)
     struct tw_tasks_stats st;
     tw_tasks_stats(t, &st);
     CHECK_EQ_U64(st.pending, 2000);
+    CHECK(st.pool_entries >= 20000); /* removals alone move nothing */
+    /* The next set compacts (a new key, removed again). */
+    CHECK_EQ_INT(tw_tasks_set_int(t, 1, NULL, 10), 1);
+    CHECK_EQ_INT(tw_tasks_remove_int(t, 1, NULL), 0);
+    tw_tasks_stats(t, &st);
     CHECK(st.pool_entries <= 4 * 2000 + TW_TASKS_CHUNK); /* 20 chunks before */
     for (uint64_t k = 0; k < 20000; k += 10) {
         void *v = NULL;
@@ -779,6 +790,7 @@ static void test_big_pool(void)
                 for (uint64_t k = 0; k < N; k++)
                     if (k % 16 && tw_tasks_remove_int(t, k, NULL) == 0)
                         want--;
+                CHECK_EQ_INT(tw_tasks_advance(t, tw_tasks_now(t)), 0); /* compacts */
                 tw_tasks_stats(t, &after);
                 CHECK_EQ_U64(tw_tasks_pending(t), want);
                 CHECK(after.pool_entries < before.pool_entries / 4);
@@ -863,6 +875,7 @@ static void test_capacity(void)
                 CHECK_EQ_INT(rc, 0);
                 CHECK_EQ_PTR(v, (void *)(uintptr_t)(k + 1));
             }
+            CHECK_EQ_INT(tw_tasks_drain(t, NULL, NULL), 0); /* compacts (nothing to drain) */
             tw_tasks_stats(t, &st);
             CHECK_EQ_U64(st.pending, 0);
             CHECK_EQ_U64(st.index_slots, st0.index_slots); /* shrunk back to the floor */

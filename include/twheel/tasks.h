@@ -53,9 +53,11 @@
  * (it grows past a load of 0.75 to 0.4, and shrinks to 0.55), so <= 58 bytes,
  * plus the block of a string key longer than 15 bytes. Memory is returned:
  * the index shrinks when it falls below 1/8 full, and when fewer than a quarter
- * of the pool's entries are live the live ones are moved down and the emptied
- * chunks freed (outside callbacks; amortised O(1) per removal), but never
- * below config.capacity's size. A rehash borrows a bitmap of one bit per
+ * of the pool's entries are live the next set, advance or drain moves the live
+ * ones down and frees the emptied chunks (outside callbacks; amortised O(1)
+ * per removal), but never below config.capacity's size. Remove itself moves
+ * no entry, so a run of removals (every key, say) pays for no relocation and
+ * what is left moves once; until then the pool keeps what the run freed. A rehash borrows a bitmap of one bit per
  * pool entry for its duration.
  *
  * Huge pages: at 10^6 tasks the pool (48 MB) and the index (7 MB) are read in
