@@ -404,13 +404,48 @@ static int add_chunk(struct tw_tasks *t)
 
 /* ---- index ------------------------------------------------------------------ */
 
+/* SipHash-1-3 of a key of len <= KEY_INLINE bytes in its stored form (an
+ * entry's key, or a lookup's keyref.in): equal to tw_siphash13 of its bytes
+ * (as the flooding test computes it), since SipHash reads the key as
+ * little-endian words and its last word is the tail bytes with the length in
+ * the top byte, which is what w[] hold. No byte loop, no tail switch. */
+static inline uint64_t siphash13_inline(const union stored_key *in, size_t len, uint64_t k0,
+                                        uint64_t k1)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint64_t v0 = UINT64_C(0x736f6d6570736575) ^ k0;
+    uint64_t v1 = UINT64_C(0x646f72616e646f6d) ^ k1;
+    uint64_t v2 = UINT64_C(0x6c7967656e657261) ^ k0;
+    uint64_t v3 = UINT64_C(0x7465646279746573) ^ k1;
+    uint64_t b = in->w[1];
+    if (len >= 8) {
+        uint64_t m = in->w[0];
+        v3 ^= m;
+        TW_SIPROUND_(v0, v1, v2, v3);
+        v0 ^= m;
+    } else {
+        b |= in->w[0]; /* w[1] holds only the length */
+    }
+    v3 ^= b;
+    TW_SIPROUND_(v0, v1, v2, v3);
+    v0 ^= b;
+    v2 ^= 0xff;
+    TW_SIPROUND_(v0, v1, v2, v3);
+    TW_SIPROUND_(v0, v1, v2, v3);
+    TW_SIPROUND_(v0, v1, v2, v3);
+    return v0 ^ v1 ^ v2 ^ v3;
+#else
+    return tw_siphash13(in->b, len, k0, k1);
+#endif
+}
+
 static inline uint64_t hash_entry(const struct tw_tasks *t, const struct entry *e)
 {
     if (t->int_keys)
         return tw_hash_int(e->key.num, t->k0, t->k1);
-    size_t len;
-    const unsigned char *p = key_bytes(&e->key, &len);
-    return tw_siphash13(p, len, t->k0, t->k1);
+    if (e->key.b[KEY_INLINE] != KEY_OUTSIDE)
+        return siphash13_inline(&e->key, e->key.b[KEY_INLINE], t->k0, t->k1);
+    return tw_siphash13(e->key.block + 2, block_len(e->key.block), t->k0, t->k1);
 }
 
 static inline int key_eq(const struct tw_tasks *t, const struct entry *e, const struct keyref *k)
@@ -893,39 +928,6 @@ static inline void inline_form(struct keyref *k, const unsigned char *p, size_t 
 #endif
 }
 
-/* SipHash-1-3 of a short key from k->in: equal to tw_siphash13(p, len, k0,
- * k1) (which hash_entry uses, as the flooding test does), since SipHash
- * reads the key as little-endian words and its last word is the tail bytes
- * with the length in the top byte, which is what in.w[] hold. */
-static inline uint64_t siphash13_inline(const struct keyref *k, uint64_t k0, uint64_t k1)
-{
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    uint64_t v0 = UINT64_C(0x736f6d6570736575) ^ k0;
-    uint64_t v1 = UINT64_C(0x646f72616e646f6d) ^ k1;
-    uint64_t v2 = UINT64_C(0x6c7967656e657261) ^ k0;
-    uint64_t v3 = UINT64_C(0x7465646279746573) ^ k1;
-    uint64_t b = k->in.w[1];
-    if (k->len >= 8) {
-        uint64_t m = k->in.w[0];
-        v3 ^= m;
-        TW_SIPROUND_(v0, v1, v2, v3);
-        v0 ^= m;
-    } else {
-        b |= k->in.w[0]; /* w[1] holds only the length */
-    }
-    v3 ^= b;
-    TW_SIPROUND_(v0, v1, v2, v3);
-    v0 ^= b;
-    v2 ^= 0xff;
-    TW_SIPROUND_(v0, v1, v2, v3);
-    TW_SIPROUND_(v0, v1, v2, v3);
-    TW_SIPROUND_(v0, v1, v2, v3);
-    return v0 ^ v1 ^ v2 ^ v3;
-#else
-    return tw_siphash13(k->p, k->len, k0, k1);
-#endif
-}
-
 /* Fill k for a checked string key. */
 static inline void str_keyref(const struct tw_tasks *t, const void *key, size_t len,
                               struct keyref *k)
@@ -935,7 +937,7 @@ static inline void str_keyref(const struct tw_tasks *t, const void *key, size_t 
     k->num = 0;
     if (len <= KEY_INLINE) {
         inline_form(k, key, len);
-        k->h = siphash13_inline(k, t->k0, t->k1);
+        k->h = siphash13_inline(&k->in, len, t->k0, t->k1);
     } else {
         k->h = tw_siphash13(key, len, t->k0, t->k1);
     }
