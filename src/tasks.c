@@ -584,7 +584,7 @@ static void rehash_by_pool(struct tw_tasks *t, uint32_t *ns, uint32_t new_cap,
             live[i / 64] |= UINT64_C(1) << (i % 64);
         }
     }
-    enum { Q = 16 }; /* a power of two */
+    enum { Q = 16, P_AHEAD = 64 }; /* Q a power of two */
     uint32_t qi[Q];
     uint64_t qh[Q];
     uint32_t head = 0, tail = 0;
@@ -596,6 +596,12 @@ static void rehash_by_pool(struct tw_tasks *t, uint32_t *ns, uint32_t new_cap,
                 if (!live[i / 64]) /* skip an empty word */
                     ahead = (i / 64 + 1) * 64;
                 continue;
+            }
+            /* The walk is sequential but sparse after removals (a shrink):
+             * the hardware prefetcher does not keep up, so read ~3 KB ahead. */
+            if (i + P_AHEAD + 1 < pool) {
+                __builtin_prefetch(entry_at(t, i + P_AHEAD));
+                __builtin_prefetch(entry_at(t, i + P_AHEAD + 1));
             }
             const struct entry *e = entry_at(t, i);
             if (!t->int_keys && e->key.b[KEY_INLINE] == KEY_OUTSIDE)
