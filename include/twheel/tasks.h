@@ -82,7 +82,7 @@
  * Costs: set, move, remove and get are O(1) expected (one hash, a few index
  * slots on one or two cache lines, one entry); an insert that grows the index
  * rehashes it (amortised O(1): a fill from empty rehashes each task 1.3 to 2
- * times, about half of a set's time at 10^6 tasks; config.capacity avoids it
+ * times, 40-50% of a batched set's time at 10^6 tasks; config.capacity avoids it
  * up to that many tasks). Advancing costs the core's cost plus O(1) per
  * task run. Drain is O(pending + index size).
  *
@@ -249,12 +249,10 @@ TW_API int tw_tasks_get_int(const struct tw_tasks *t, uint64_t key, void **value
  * the calls of one group, it has prefetched the wheel nodes the next group
  * unlinks from (move, remove), the entries of the group after, the index
  * slots of the one after that (hashing its keys), and the key bytes of the
- * fourth. At 10^6 tasks (bench/README.md, "Batched keyed calls") batched
- * get, move and remove cost 50-150 ns per key where single calls cost
- * 200-500; set from an empty instance pays for the index's growth unless
- * config.capacity pre-sizes it. String keys that live in 4 KB pages of the
- * caller's (a big array, say) add a TLB miss per key that no prefetch hides
- * well: keep them on huge pages where that matters.
+ * fourth. At 10^6 tasks (bench/README.md, "Batched keyed calls") a batched
+ * call costs 50-150 ns per key where a single call costs 115-500; set from
+ * an empty instance includes the index's growth (about a third of it at
+ * 10^6), which config.capacity avoids.
  *
  * Semantics: exactly those of calling the single function on each item in
  * array order (duplicates included; each item sees the effects of the ones
