@@ -701,7 +701,8 @@ static void maybe_shrink(struct tw_tasks *t)
 {
     if (t->cap > t->floor_cap && (uint64_t)t->live * 8 < t->cap) {
         uint32_t c = cap_for(t->live);
-        (void)rehash(t, c > t->floor_cap ? c : t->floor_cap, t->bits); /* on failure keep the larger one */
+        /* on failure keep the larger one */
+        (void)rehash(t, c > t->floor_cap ? c : t->floor_cap, t->bits);
     }
 }
 

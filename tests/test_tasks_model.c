@@ -74,9 +74,10 @@ int main(int argc, char **argv)
                             (long long)m.outstanding);
             }
         }
-        printf("run %zu: %s keys, %u keys, capacity %zu, slack_shift %u%s, %llu ops, %llu batched items, %llu fires, "
-               "%llu drained, %llu ENOMEM, peak %zu bytes\n",
-               r, runs[r].int_keys ? "int" : "string", m.nkeys, runs[r].capacity, runs[r].slack_shift,
+        printf("run %zu: %s keys, %u keys, capacity %zu, slack_shift %u%s, %llu ops, "
+               "%llu batched items, %llu fires, %llu drained, %llu ENOMEM, peak %zu bytes\n",
+               r, runs[r].int_keys ? "int" : "string", m.nkeys, runs[r].capacity,
+               runs[r].slack_shift,
                runs[r].slack_calls ? " + *_slack calls" : "", (unsigned long long)m.total_ops,
                (unsigned long long)m.total_batched,
                (unsigned long long)m.total_fires, (unsigned long long)m.total_drained,

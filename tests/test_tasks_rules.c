@@ -883,9 +883,11 @@ static void test_capacity(void)
             CHECK(st.pool_entries < MORE);                  /* the rest returned */
         }
         /* Tasks still fire as usual. */
-        for (uint64_t k = 0; k < 3; k++)
-            CHECK_EQ_INT(kind ? tw_tasks_set_int(t, k, NULL, 5) : tw_tasks_set(t, "abcd", 2 + k, NULL, 5),
-                         1);
+        for (uint64_t k = 0; k < 3; k++) {
+            int rc = kind ? tw_tasks_set_int(t, k, NULL, 5)
+                          : tw_tasks_set(t, "abcd", 2 + k, NULL, 5);
+            CHECK_EQ_INT(rc, 1);
+        }
         CHECK_EQ_INT(tw_tasks_advance(t, 5), 3);
         CHECK_EQ_INT(R.n, 3);
         tw_tasks_free(t);

@@ -57,8 +57,8 @@
  * ones down and frees the emptied chunks (outside callbacks; amortised O(1)
  * per removal), but never below config.capacity's size. Remove itself moves
  * no entry, so a run of removals (every key, say) pays for no relocation and
- * what is left moves once; until then the pool keeps what the run freed. A rehash borrows a bitmap of one bit per
- * pool entry for its duration.
+ * what is left moves once; until then the pool keeps what the run freed. A
+ * rehash borrows a bitmap of one bit per pool entry for its duration.
  *
  * Huge pages: at 10^6 tasks the pool (48 MB) and the index (7 MB) are read in
  * random order, and with 4 KB pages nearly every keyed call also missed the
