@@ -250,7 +250,7 @@ TW_API int tw_tasks_get_int(const struct tw_tasks *t, uint64_t key, void **value
  * unlinks from (move, remove), the entries of the group after, the index
  * slots of the one after that (hashing its keys), and the key bytes of the
  * fourth. At 10^6 tasks (bench/README.md, "Batched keyed calls") a batched
- * call costs 50-150 ns per key where a single call costs 115-500; set from
+ * call costs 50-165 ns per key where a single call costs 115-550; set from
  * an empty instance includes the index's growth (about a third of it at
  * 10^6), which config.capacity avoids.
  *
