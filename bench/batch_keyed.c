@@ -13,8 +13,14 @@
  * (CLOCK_THREAD_CPUTIME_ID): on a machine shared with other jobs, time spent
  * preempted would otherwise swamp the difference (caches are still shared).
  *
- * Usage: batch_keyed [N (default 1e6)] [batch (default 256)]
- * Output: a table and "csv,batch,..." lines.
+ * Usage: batch_keyed [N (default 1e6)] [batch (default 256)] [options]
+ *   --keys int|string|both   key kinds to run (default both)
+ *   --mode single|batched|both  which paths to time (default both)
+ *   --reps R                 runs per path, the median is printed (default 3)
+ *   --capacity               create each instance with config.capacity = N
+ *                            (pre-sized: the fill does not rehash)
+ * Output: a table, "csv,batch,..." lines (0 for a path not run), and the
+ * bytes per task tw_tasks_stats reports after a fill.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -32,13 +38,16 @@ static void nop(void *ctx, const struct tw_task *task)
 }
 
 enum { OP_SET, OP_MOVE, OP_GET, OP_REMOVE, NOPS };
+enum { MAX_REPS = 15 };
 static const char *op_name[NOPS] = {"set", "move", "get", "remove"};
 
-static size_t n, batch;
-static int is_int;
+static size_t n, batch, reps = 3, capacity;
+static int is_int, run_single = 1, run_batched = 1;
 static char (*skeys)[16];
 static struct tw_tasks_item *ins, *rnd_items; /* insertion order, random order */
 static uint64_t sink;
+static double fill_bytes; /* tw_tasks_stats bytes per task after the last fill */
+static double tidy_ns;    /* the advance right after the removals, ns per removed key */
 
 static void single(struct tw_tasks *t, int op, struct tw_tasks_item *it)
 {
@@ -85,7 +94,8 @@ static void batched(struct tw_tasks *t, int op, struct tw_tasks_item *it)
 static void run(int use_batch, double r[NOPS])
 {
     struct tw_tasks_config cfg = {.execute = nop,
-                                  .key_kind = is_int ? TW_TASKS_KEY_INT : TW_TASKS_KEY_BYTES};
+                                  .key_kind = is_int ? TW_TASKS_KEY_INT : TW_TASKS_KEY_BYTES,
+                                  .capacity = capacity};
     struct tw_tasks *t;
     if (tw_tasks_new(&t, &cfg)) {
         fprintf(stderr, "tw_tasks_new failed\n");
@@ -101,9 +111,19 @@ static void run(int use_batch, double r[NOPS])
         r[op] = (double)(cpu_now_ns() - a) / (double)n;
         if (op == OP_SET && tw_tasks_pending(t) != n)
             fprintf(stderr, "pending %zu after set, want %zu!\n", tw_tasks_pending(t), n);
+        if (op == OP_SET) {
+            struct tw_tasks_stats st;
+            tw_tasks_stats(t, &st);
+            fill_bytes = (double)st.bytes / (double)n;
+        }
     }
     if (tw_tasks_pending(t) != 0)
         fprintf(stderr, "pending %zu after remove!\n", tw_tasks_pending(t));
+    /* Remove leaves the pool's compaction to the next set, advance or drain:
+     * time that advance too, so that no deferred work goes unseen. */
+    uint64_t a = cpu_now_ns();
+    tw_tasks_advance(t, tw_tasks_now(t));
+    tidy_ns = (double)(cpu_now_ns() - a) / (double)n;
     tw_tasks_free(t);
 }
 
@@ -128,40 +148,81 @@ static void bench(void)
     }
     for (size_t i = 0; i < n; i++)
         rnd_items[i].delay = 1 + (int64_t)(splitmix64(&seed) % (1u << 20));
-    double s[NOPS][3], b[NOPS][3];
-    for (int rep = 0; rep < 3; rep++) {
-        double rs[NOPS], rb[NOPS];
-        run(0, rs); /* interleaved: single, batched, single, ... */
-        run(1, rb);
+    double s[NOPS][MAX_REPS] = {{0}}, b[NOPS][MAX_REPS] = {{0}};
+    for (size_t rep = 0; rep < reps; rep++) {
+        double rs[NOPS] = {0}, rb[NOPS] = {0};
+        if (run_single)
+            run(0, rs); /* interleaved: single, batched, single, ... */
+        if (run_batched)
+            run(1, rb);
         for (int op = 0; op < NOPS; op++) {
             s[op][rep] = rs[op];
             b[op][rep] = rb[op];
         }
     }
     for (int op = 0; op < NOPS; op++) {
-        qsort(s[op], 3, sizeof(double), cmp_double);
-        qsort(b[op], 3, sizeof(double), cmp_double);
+        qsort(s[op], reps, sizeof(double), cmp_double);
+        qsort(b[op], reps, sizeof(double), cmp_double);
+        double sm = s[op][reps / 2], bm = b[op][reps / 2];
         printf("%-7s %-7s %8zu %10.1f %10.1f %8.2fx\n", is_int ? "int" : "string", op_name[op], n,
-               s[op][1], b[op][1], s[op][1] / b[op][1]);
+               sm, bm, bm > 0 ? sm / bm : 0.0);
         printf("csv,batch,%s,%s,%zu,%zu,%.1f,%.1f\n", is_int ? "int" : "string", op_name[op], n,
-               batch, s[op][1], b[op][1]);
+               batch, sm, bm);
     }
+    printf("%-7s bytes per task after the fill (tw_tasks_stats): %.1f; the advance after the "
+           "removals (last run): %.2f ns per removed key\n",
+           is_int ? "int" : "string", fill_bytes, tidy_ns);
     free(ins);
     free(rnd_items);
     free(skeys);
 }
 
+static int usage(void)
+{
+    fprintf(stderr, "usage: batch_keyed [N >= 2] [batch >= 1] [--keys int|string|both]\n"
+                    "       [--mode single|batched|both] [--reps 1..%d] [--capacity]\n",
+            MAX_REPS);
+    return 2;
+}
+
 int main(int argc, char **argv)
 {
-    n = argc > 1 ? (size_t)atof(argv[1]) : 1000000;
-    batch = argc > 2 ? (size_t)atof(argv[2]) : 256;
-    if (n < 2 || batch < 1) {
-        fprintf(stderr, "usage: batch_keyed [N >= 2] [batch >= 1]\n");
-        return 2;
+    n = 1000000;
+    batch = 256;
+    int npos = 0, keys_int = 1, keys_str = 1;
+    for (int a = 1; a < argc; a++) {
+        const char *o = argv[a], *v = a + 1 < argc ? argv[a + 1] : NULL;
+        if (strcmp(o, "--capacity") == 0) {
+            capacity = 1;
+        } else if (strcmp(o, "--keys") == 0 && v) {
+            keys_int = strcmp(v, "string") != 0;
+            keys_str = strcmp(v, "int") != 0;
+            a++;
+        } else if (strcmp(o, "--mode") == 0 && v) {
+            run_single = strcmp(v, "batched") != 0;
+            run_batched = strcmp(v, "single") != 0;
+            a++;
+        } else if (strcmp(o, "--reps") == 0 && v) {
+            reps = (size_t)atoi(v);
+            a++;
+        } else if (o[0] != '-' && npos < 2) {
+            if (npos++ == 0)
+                n = (size_t)atof(o);
+            else
+                batch = (size_t)atof(o);
+        } else {
+            return usage();
+        }
     }
-    printf("tw_tasks, %zu keys pending, batches of %zu; ns per op, median of 3\n", n, batch);
+    if (n < 2 || batch < 1 || reps < 1 || reps > MAX_REPS)
+        return usage();
+    if (capacity)
+        capacity = n;
+    printf("tw_tasks, %zu keys pending, batches of %zu%s; ns per op, median of %zu\n", n, batch,
+           capacity ? ", config.capacity = N" : "", reps);
     printf("%-7s %-7s %8s %10s %10s %9s\n", "keys", "op", "N", "single", "batched", "speed-up");
     for (is_int = 1; is_int >= 0; is_int--)
-        bench();
+        if (is_int ? keys_int : keys_str)
+            bench();
     return sink == 42; /* keep the results alive */
 }

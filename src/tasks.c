@@ -19,20 +19,44 @@
  *            (false match rate 2^-(32-bits)), so a miss costs no entry load.
  *            Slot positions come from the hash's high 32 bits by fast range
  *            reduction, so the capacity need not be a power of two: it is
- *            sized to a load of 0.55 after a rehash and rehashed past 0.8
- *            (counting tombstones), which keeps the index at 4.6..7.3 bytes per
- *            task. Deletion writes a tombstone, or an empty slot (clearing the
+ *            rehashed past a load of 0.75 (counting tombstones) to a load
+ *            of 0.4 (a shrink: 0.55), which keeps the index at 5.3..10 bytes
+ *            per task. (It was 0.8 -> 0.55, 4.6..7.3 bytes: a fill then
+ *            rehashed each task about 2.6 times, and inserting near 0.8 scans
+ *            13 slots on average for the empty one; growing to 0.4 rehashes
+ *            each about 1.3 to 2 times, with probes half as long.)
+ *            Deletion writes a tombstone, or an empty slot (clearing the
  *            tombstones before it too) when the next slot is empty.
+ *            The entry field is sized at each rehash for the largest pool
+ *            the new index can hold before it grows again, so the pool's
+ *            growth never forces a rehash of its own (it did at each power
+ *            of two: one more rehash of every task on a fill).
+ *            String keys of up to 15 bytes are kept zero-padded with their
+ *            length in the last byte: a lookup builds that form once (two
+ *            or three loads, see inline_form) and compares and copies two
+ *            words, and hashes them without re-reading the bytes.
  *   wheel    the core wheel holding bare 24-byte nodes (no callback), driven
  *            through its pull interface (tw_wheel_expire_next_node); each due entry is taken out of the index before
  *            execute runs, so execute sees a table in which its task is gone.
  *
  * Memory returned: the index shrinks (rehash) when under 1/8 full. When fewer
- * than a quarter of the pool's entries are live, outside callbacks, the live
- * entries above the first ceil(2 * live / CHUNK) chunks are moved into free
- * entries below (cancel + re-arm at the same deadline, one index slot
- * rewritten), and the emptied chunks are freed. Each compaction costs
- * O(pool + index) after at least pool/2 removals: amortised O(1).
+ * than a quarter of the pool's entries are live, outside callbacks, the next
+ * set, advance or drain moves the live entries above the first
+ * ceil(2 * live / CHUNK) chunks into free entries below (cancel + re-arm at
+ * the same deadline, one index slot rewritten), and frees the emptied
+ * chunks. Each compaction costs O(pool + index) after at least pool/2
+ * removals: amortised O(1). Remove itself never compacts: a run of removals
+ * (a mass removal, say every key) would relocate a quarter of its tasks
+ * on the way down, step by step, each relocation four or five cache misses
+ * (about 30 ns of every batched remove at 10^6 tasks); deferred, only what
+ * is left when the run ends moves, once, and nothing if nothing is left.
+ * The pool thus holds at most four times the live entries, plus what a run
+ * of removals freed since the last set, advance or drain.
+ *
+ * config.capacity (a hint): the index starts at cap_for(capacity) slots
+ * (load 0.55 when that many are pending) with an entry field wide enough for
+ * them, and neither shrinking (floor_cap) nor compaction (floor_chunks) goes
+ * below it; pool groups the hint will fill are advised huge at once.
  *
  * Slack: every arm goes through arm(), which takes the core's exact path
  * after one test of `slack_on` (set while the instance has a slack_shift, or
@@ -81,6 +105,8 @@ union stored_key {
     uint64_t num;
     unsigned char *block;
     unsigned char b[KEY_INLINE + 1];
+    uint64_t w[2]; /* an inline key as two words: b[] zero-padded, so equal
+                      keys have equal words (compared and copied as such) */
 };
 
 struct entry {
@@ -128,11 +154,14 @@ struct tw_tasks {
     /* index */
     uint32_t *slots;
     uint32_t cap;           /* slots; >= MIN_CAP */
-    uint32_t used;          /* live + tombstones; <= 0.8 cap */
+    uint32_t used;          /* live + tombstones; <= 0.75 cap */
     uint32_t tombs;
     uint32_t live;          /* pending tasks */
     uint32_t bits;          /* low bits of a slot holding index + 2 */
     uint32_t mask;          /* (1 << bits) - 1 */
+    /* config.capacity: floors */
+    uint32_t floor_cap;     /* the index never shrinks below it (MIN_CAP: no hint) */
+    uint32_t floor_chunks;  /* compaction keeps at least this many chunks */
 };
 
 /* A key being looked up. */
@@ -141,6 +170,7 @@ struct keyref {
     size_t len;
     uint64_t num; /* integer key */
     uint64_t h;
+    union stored_key in; /* string keys up to KEY_INLINE bytes: as stored */
 };
 
 /* ---- memory ----------------------------------------------------------------- */
@@ -245,7 +275,8 @@ static struct entry *group_chunk(struct tw_tasks *t, uint32_t g, uint32_t k)
         gr->filled = 0;
         if (t->user_alloc) {
             gr->p = mem(t, NULL, 0, (size_t)GROUP * CHUNK_BYTES);
-        } else if (g + 1 > GROUPS_LAZY) {
+        } else if (g + 1 > GROUPS_LAZY || t->floor_chunks >= GROUP * (g + 2)) {
+            /* (config.capacity says this group will be filled) */
             gr->p = tw_big_alloc_(TW_BIG_MIN);
             gr->filled = GROUP; /* one huge page from its first touch */
             if (gr->p)
@@ -289,6 +320,16 @@ static void pool_release(struct tw_tasks *t, uint32_t keep)
 static inline struct entry *entry_at(const struct tw_tasks *t, uint32_t idx)
 {
     return &t->chunks[idx / CHUNK][idx % CHUNK];
+}
+
+/* Prefetch (for writing) all of an entry. Entries are 48 bytes, so half of
+ * them straddle two cache lines (those at 32 and 48 bytes into a line):
+ * their key, which a lookup compares, is then on the second line, which a
+ * prefetch of the entry's address alone would leave to miss. */
+static inline void prefetch_entry(const struct entry *e)
+{
+    __builtin_prefetch(e, 1);
+    __builtin_prefetch((const char *)e + sizeof *e - 1, 1);
 }
 
 static inline size_t block_len(const unsigned char *b)
@@ -363,21 +404,56 @@ static int add_chunk(struct tw_tasks *t)
 
 /* ---- index ------------------------------------------------------------------ */
 
+/* SipHash-1-3 of a key of len <= KEY_INLINE bytes in its stored form (an
+ * entry's key, or a lookup's keyref.in): equal to tw_siphash13 of its bytes
+ * (as the flooding test computes it), since SipHash reads the key as
+ * little-endian words and its last word is the tail bytes with the length in
+ * the top byte, which is what w[] hold. No byte loop, no tail switch. */
+static inline uint64_t siphash13_inline(const union stored_key *in, size_t len, uint64_t k0,
+                                        uint64_t k1)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint64_t v0 = UINT64_C(0x736f6d6570736575) ^ k0;
+    uint64_t v1 = UINT64_C(0x646f72616e646f6d) ^ k1;
+    uint64_t v2 = UINT64_C(0x6c7967656e657261) ^ k0;
+    uint64_t v3 = UINT64_C(0x7465646279746573) ^ k1;
+    uint64_t b = in->w[1];
+    if (len >= 8) {
+        uint64_t m = in->w[0];
+        v3 ^= m;
+        TW_SIPROUND_(v0, v1, v2, v3);
+        v0 ^= m;
+    } else {
+        b |= in->w[0]; /* w[1] holds only the length */
+    }
+    v3 ^= b;
+    TW_SIPROUND_(v0, v1, v2, v3);
+    v0 ^= b;
+    v2 ^= 0xff;
+    TW_SIPROUND_(v0, v1, v2, v3);
+    TW_SIPROUND_(v0, v1, v2, v3);
+    TW_SIPROUND_(v0, v1, v2, v3);
+    return v0 ^ v1 ^ v2 ^ v3;
+#else
+    return tw_siphash13(in->b, len, k0, k1);
+#endif
+}
+
 static inline uint64_t hash_entry(const struct tw_tasks *t, const struct entry *e)
 {
     if (t->int_keys)
         return tw_hash_int(e->key.num, t->k0, t->k1);
-    size_t len;
-    const unsigned char *p = key_bytes(&e->key, &len);
-    return tw_siphash13(p, len, t->k0, t->k1);
+    if (e->key.b[KEY_INLINE] != KEY_OUTSIDE)
+        return siphash13_inline(&e->key, e->key.b[KEY_INLINE], t->k0, t->k1);
+    return tw_siphash13(e->key.block + 2, block_len(e->key.block), t->k0, t->k1);
 }
 
 static inline int key_eq(const struct tw_tasks *t, const struct entry *e, const struct keyref *k)
 {
     if (t->int_keys)
         return e->key.num == k->num;
-    if (k->len <= KEY_INLINE)
-        return e->key.b[KEY_INLINE] == k->len && memcmp(e->key.b, k->p, k->len) == 0;
+    if (k->len <= KEY_INLINE) /* the length is in w[1]'s last byte */
+        return ((e->key.w[0] ^ k->in.w[0]) | (e->key.w[1] ^ k->in.w[1])) == 0;
     return e->key.b[KEY_INLINE] == KEY_OUTSIDE && block_len(e->key.block) == k->len &&
            memcmp(e->key.block + 2, k->p, k->len) == 0;
 }
@@ -447,7 +523,27 @@ static void clear_slot(struct tw_tasks *t, uint32_t pos)
     }
 }
 
-/* Capacity for n keys at load 0.55. */
+/* Entry bits for a pool of n entries: index + 2 < 2^bits, at least 11. */
+static uint32_t bits_for(uint64_t n)
+{
+    uint32_t b = 11;
+    while (b < 32 && ((uint64_t)1 << b) < n + 2)
+        b++;
+    return b;
+}
+
+/* Capacity for n keys at load 0.4, when the index grows. */
+static uint32_t grow_cap_for(uint64_t n)
+{
+    uint64_t c = n * 5 / 2 + 1;
+    if (c < MIN_CAP)
+        c = MIN_CAP;
+    if (c > UINT32_MAX)
+        c = UINT32_MAX;
+    return (uint32_t)c;
+}
+
+/* Capacity for n keys at load 0.55 (a shrink, config.capacity). */
 static uint32_t cap_for(uint64_t n)
 {
     uint64_t c = n * 20 / 11 + 1;
@@ -488,7 +584,7 @@ static void rehash_by_pool(struct tw_tasks *t, uint32_t *ns, uint32_t new_cap,
             live[i / 64] |= UINT64_C(1) << (i % 64);
         }
     }
-    enum { Q = 16 }; /* a power of two */
+    enum { Q = 16, P_AHEAD = 64 }; /* Q a power of two */
     uint32_t qi[Q];
     uint64_t qh[Q];
     uint32_t head = 0, tail = 0;
@@ -500,6 +596,12 @@ static void rehash_by_pool(struct tw_tasks *t, uint32_t *ns, uint32_t new_cap,
                 if (!live[i / 64]) /* skip an empty word */
                     ahead = (i / 64 + 1) * 64;
                 continue;
+            }
+            /* The walk is sequential but sparse after removals (a shrink):
+             * the hardware prefetcher does not keep up, so read ~3 KB ahead. */
+            if (i + P_AHEAD + 1 < pool) {
+                __builtin_prefetch(entry_at(t, i + P_AHEAD));
+                __builtin_prefetch(entry_at(t, i + P_AHEAD + 1));
             }
             const struct entry *e = entry_at(t, i);
             if (!t->int_keys && e->key.b[KEY_INLINE] == KEY_OUTSIDE)
@@ -526,10 +628,20 @@ static int rehash(struct tw_tasks *t, uint32_t new_cap, uint32_t new_bits)
 {
     if (new_cap < MIN_CAP)
         new_cap = MIN_CAP;
-    uint32_t *ns = big(t, NULL, 0, (size_t)new_cap * sizeof *ns);
+    /* Wide enough for every pool this index can hold without growing (the
+     * pool grows by a chunk only when it is all live, and live <= 0.75 cap):
+     * add_chunk then never has to rehash just to widen the entry field,
+     * which cost a rehash of every task at each power of two on the way up
+     * (about one more rehash per task on a fill). */
+    uint32_t need = bits_for((uint64_t)new_cap * 3 / 4 + CHUNK);
+    if (need > new_bits)
+        new_bits = need;
+    size_t ns_size = (size_t)new_cap * sizeof(uint32_t);
+    uint32_t *ns = big(t, NULL, 0, ns_size);
     if (!ns)
         return TW_ENOMEM;
-    memset(ns, 0, (size_t)new_cap * sizeof *ns);
+    if (t->user_alloc || ns_size < TW_BIG_MIN) /* else a fresh mapping: zero-filled */
+        memset(ns, 0, ns_size);
     uint32_t new_mask = new_bits >= 32 ? UINT32_MAX : (UINT32_C(1) << new_bits) - 1;
     size_t words = ((size_t)t->nchunks * CHUNK + 63) / 64;
     uint64_t *live = t->live >= 4096 ? mem(t, NULL, 0, words * sizeof *live) : NULL;
@@ -587,8 +699,11 @@ done:
 
 static void maybe_shrink(struct tw_tasks *t)
 {
-    if (t->cap > MIN_CAP && (uint64_t)t->live * 8 < t->cap)
-        (void)rehash(t, cap_for(t->live), t->bits); /* on failure keep the larger one */
+    if (t->cap > t->floor_cap && (uint64_t)t->live * 8 < t->cap) {
+        uint32_t c = cap_for(t->live);
+        /* on failure keep the larger one */
+        (void)rehash(t, c > t->floor_cap ? c : t->floor_cap, t->bits);
+    }
 }
 
 /* Move an entry's task to another (free) entry. */
@@ -602,16 +717,27 @@ static void relocate(struct tw_tasks *t, struct entry *from, struct entry *to)
     tw_node_arm_at(&t->wheel, &to->u.node, deadline);
 }
 
+/* Under a quarter of the pool live, above the capacity floor: a set
+ * compacts first (one test on its path). */
+static inline int compact_wanted(const struct tw_tasks *t)
+{
+    return (uint64_t)t->live * 4 < (uint64_t)t->nchunks * CHUNK && t->nchunks > 1 &&
+           t->nchunks > t->floor_chunks;
+}
+
 /* Give chunks back when under a quarter of the pool is live (see the top). */
 static void maybe_compact(struct tw_tasks *t)
 {
-    if (t->depth || t->nchunks <= 1 || (uint64_t)t->live * 4 >= (uint64_t)t->nchunks * CHUNK)
+    if (t->depth || t->nchunks <= 1 || t->nchunks <= t->floor_chunks ||
+        (uint64_t)t->live * 4 >= (uint64_t)t->nchunks * CHUNK)
         return;
     /* Tasks left due by tw_tasks_advance_max (deadline == now) would be
      * re-armed to now + 1 by relocation: wait until they have run. */
     if (tw_wheel_next_expiry(&t->wheel) <= tw_wheel_now(&t->wheel))
         return;
     uint32_t keep = (uint32_t)(((uint64_t)t->live * 2 + CHUNK - 1) / CHUNK);
+    if (keep < t->floor_chunks)
+        keep = t->floor_chunks;
     if (keep == 0)
         keep = 1;
     if (keep >= t->nchunks)
@@ -655,29 +781,37 @@ static void maybe_compact(struct tw_tasks *t)
             i = next;
         }
     }
-    /* Relocate the live entries above the limit, prefetching the entry of
-     * a slot AHEAD slots on, and the wheel neighbours (which unlinking
-     * writes) of the one NEAR slots on. */
-    enum { AHEAD = 16, NEAR = 8 };
-    for (uint32_t pos = 0; pos < t->cap; pos++) {
-        if (pos + AHEAD < t->cap) {
-            uint32_t sa = t->slots[pos + AHEAD];
-            if (sa > SLOT_TOMB && (sa & t->mask) - 2 >= limit)
-                __builtin_prefetch(entry_at(t, (sa & t->mask) - 2), 1);
+    /* Relocate the live entries above the limit, in index order. Few
+     * slots hold one (an eighth of them, at a quarter live and half of those
+     * below the limit), so the look-ahead counts relocations, not slots:
+     * the scan keeps Q of them queued, prefetching each one's entry as it
+     * is queued and the wheel neighbours (which unlinking writes) of the
+     * one NEAR places ahead. Relocating one rewrites its own slot only, so
+     * the queued positions stay valid; a neighbour address read ahead may
+     * be stale by then, which costs a useless prefetch, nothing more. */
+    enum { Q = 16, NEAR = 8 }; /* Q a power of two */
+    uint32_t queue[Q];
+    uint32_t head = 0, tail = 0, scan = 0;
+    for (;;) {
+        while (tail - head < Q && scan < t->cap) {
+            uint32_t s = t->slots[scan++];
+            if (s <= SLOT_TOMB || (s & t->mask) - 2 < limit)
+                continue;
+            prefetch_entry(entry_at(t, (s & t->mask) - 2));
+            queue[tail++ % Q] = scan - 1;
         }
-        if (pos + NEAR < t->cap) {
-            uint32_t sn = t->slots[pos + NEAR];
-            if (sn > SLOT_TOMB && (sn & t->mask) - 2 >= limit) {
-                const struct tw_node *n = &entry_at(t, (sn & t->mask) - 2)->u.node;
-                if (n->pprev)
-                    __builtin_prefetch(n->pprev, 1);
-                if (n->next)
-                    __builtin_prefetch(n->next, 1);
-            }
+        if (head == tail)
+            break;
+        if (tail - head > NEAR) {
+            uint32_t sn = t->slots[queue[(head + NEAR) % Q]];
+            const struct tw_node *n = &entry_at(t, (sn & t->mask) - 2)->u.node;
+            if (n->pprev)
+                __builtin_prefetch(n->pprev, 1);
+            if (n->next)
+                __builtin_prefetch(n->next, 1);
         }
+        uint32_t pos = queue[head++ % Q];
         uint32_t s = t->slots[pos];
-        if (s <= SLOT_TOMB || (s & t->mask) - 2 < limit)
-            continue;
         uint32_t to = holes;
         holes = entry_at(t, to)->u.idle.next;
         relocate(t, entry_at(t, (s & t->mask) - 2), entry_at(t, to));
@@ -722,14 +856,28 @@ int tw_tasks_new(struct tw_tasks **out, const struct tw_tasks_config *cfg)
     t->k1 = seed[1];
     t->free_head = NIL;
     t->bits = 11; /* room for the first two chunks */
-    t->mask = (UINT32_C(1) << t->bits) - 1;
-    t->slots = big(t, NULL, 0, MIN_CAP * sizeof *t->slots);
+    t->floor_cap = MIN_CAP;
+    if (cfg->capacity) {
+        /* Sized so that `capacity` tasks neither grow the index nor widen
+         * its entry field (add_chunk): bits cover the pool they need. */
+        uint64_t want = cfg->capacity < MAX_POOL - 1 ? cfg->capacity : MAX_POOL - 1;
+        uint64_t pool = (want + CHUNK - 1) / CHUNK * CHUNK;
+        t->floor_cap = cap_for(want);
+        t->bits = bits_for(pool > (uint64_t)t->floor_cap * 3 / 4 + CHUNK
+                               ? pool
+                               : (uint64_t)t->floor_cap * 3 / 4 + CHUNK);
+        t->floor_chunks = (uint32_t)(pool / CHUNK);
+    }
+    t->mask = t->bits >= 32 ? UINT32_MAX : (UINT32_C(1) << t->bits) - 1;
+    size_t sz = (size_t)t->floor_cap * sizeof *t->slots;
+    t->slots = big(t, NULL, 0, sz);
     if (!t->slots) {
         alloc.fn(alloc.ctx, t, sizeof *t, 0);
         return TW_ENOMEM;
     }
-    memset(t->slots, 0, MIN_CAP * sizeof *t->slots);
-    t->cap = MIN_CAP;
+    if (t->user_alloc || sz < TW_BIG_MIN) /* else a fresh mapping: zero-filled */
+        memset(t->slots, 0, sz);
+    t->cap = t->floor_cap;
     *out = t;
     return 0;
 }
@@ -753,6 +901,55 @@ void tw_tasks_free(struct tw_tasks *t)
 
 /* ---- operations --------------------------------------------------------------- */
 
+static inline uint32_t load32_(const unsigned char *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* k->in for a key of len <= KEY_INLINE bytes: its bytes, zeroes, and len in
+ * the last byte, as do_set stores it (little-endian: two to three loads, no
+ * byte loop and no memcpy call). */
+static inline void inline_form(struct keyref *k, const unsigned char *p, size_t len)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint64_t lo = 0, hi = 0;
+    if (len >= 8) {
+        lo = tw_hash_load64le_(p);
+        if (len > 8) /* bytes 8..len-1 from the word that ends the key */
+            hi = tw_hash_load64le_(p + len - 8) >> (8 * (16 - len));
+    } else if (len >= 4) { /* two overlapping 4-byte loads */
+        lo = load32_(p) | (uint64_t)load32_(p + len - 4) << (8 * (len - 4));
+    } else if (len) {
+        lo = (uint64_t)p[0] | (uint64_t)p[len / 2] << (8 * (len / 2)) |
+             (uint64_t)p[len - 1] << (8 * (len - 1));
+    }
+    k->in.w[0] = lo;
+    k->in.w[1] = hi | (uint64_t)len << 56;
+#else
+    memset(&k->in, 0, sizeof k->in);
+    if (len)
+        memcpy(k->in.b, p, len);
+    k->in.b[KEY_INLINE] = (unsigned char)len;
+#endif
+}
+
+/* Fill k for a checked string key. */
+static inline void str_keyref(const struct tw_tasks *t, const void *key, size_t len,
+                              struct keyref *k)
+{
+    k->p = key;
+    k->len = len;
+    k->num = 0;
+    if (len <= KEY_INLINE) {
+        inline_form(k, key, len);
+        k->h = siphash13_inline(&k->in, len, t->k0, t->k1);
+    } else {
+        k->h = tw_siphash13(key, len, t->k0, t->k1);
+    }
+}
+
 /* Check a string key; fill k. */
 static int bytes_key(const struct tw_tasks *t, const void *key, size_t len, struct keyref *k)
 {
@@ -760,10 +957,7 @@ static int bytes_key(const struct tw_tasks *t, const void *key, size_t len, stru
         return TW_EINVAL;
     if (len > TW_TASKS_KEY_MAX)
         return TW_E2BIG;
-    k->p = key;
-    k->len = len;
-    k->num = 0;
-    k->h = tw_siphash13(key, len, t->k0, t->k1);
+    str_keyref(t, key, len, k);
     return 0;
 }
 
@@ -821,6 +1015,8 @@ static int do_set(struct tw_tasks *t, const struct keyref *k, void *value, int64
         return TW_EINVAL;
     if (tw_wheel_now(&t->wheel) == UINT64_MAX)
         return TW_ERANGE;
+    if (__builtin_expect(compact_wanted(t), 0)) /* removals left the pool sparse */
+        maybe_compact(t);
     uint32_t ins;
     uint32_t pos = probe(t, k, &ins);
     if (pos != NIL) {
@@ -836,8 +1032,8 @@ static int do_set(struct tw_tasks *t, const struct keyref *k, void *value, int64
     /* Make room first (each step leaves a valid instance if a later one fails),
      * then commit. */
     int moved = 0;
-    if ((uint64_t)(t->used + 1) * 5 > (uint64_t)t->cap * 4) {
-        if (rehash(t, cap_for((uint64_t)t->live + 1), t->bits))
+    if ((uint64_t)(t->used + 1) * 4 > (uint64_t)t->cap * 3) {
+        if (rehash(t, grow_cap_for((uint64_t)t->live + 1), t->bits))
             return TW_ENOMEM;
         moved = 1;
     }
@@ -852,9 +1048,7 @@ static int do_set(struct tw_tasks *t, const struct keyref *k, void *value, int64
     if (t->int_keys) {
         key.num = k->num;
     } else if (k->len <= KEY_INLINE) {
-        if (k->len)
-            memcpy(key.b, k->p, k->len);
-        key.b[KEY_INLINE] = (unsigned char)k->len;
+        key = k->in;
     } else {
         unsigned char *b = mem(t, NULL, 0, k->len + 2);
         if (!b)
@@ -910,7 +1104,8 @@ static int do_remove(struct tw_tasks *t, const struct keyref *k, void **value)
     clear_slot(t, pos);
     free_entry(t, idx);
     maybe_shrink(t);
-    maybe_compact(t);
+    /* No compaction here: the next set, advance or drain does it (see the
+     * top), so a run of removals moves nothing. */
     return 0;
 }
 
@@ -1029,22 +1224,33 @@ int tw_tasks_get_int(const struct tw_tasks *t, uint64_t key, void **value, uint6
 }
 
 /* ---- batched keyed calls ------------------------------------------------------ */
-/* A software pipeline over the items (see twheel/tasks.h). Item i is worked
- * on while item i + B_SLOT has been hashed and its home slot prefetched,
- * item i + B_ENTRY's slot read (a tag match: its entry prefetched), and for
- * move and remove item i + B_NODE's entry read (its wheel neighbours, which
- * unlinking writes, prefetched). The look-ahead stages only read (slots by
- * tag, never a key compare) and only prefetch: the real call on item i starts
- * from its hash alone, so an earlier item that rehashes the index, compacts
- * the pool or frees an entry cannot make a stage read freed memory (a stale
- * prefetch address is harmless: prefetches do not fault) nor change a result.
- * Results are those of the single calls in array order. */
+/* A software pipeline over groups of B_GROUP items (see twheel/tasks.h).
+ * Each step runs the calls of one group while the groups after it pass
+ * through the look-ahead stages, each stage doing its group's items back to
+ * back:
+ *   group + 4  string keys: the caller's key bytes prefetched
+ *   group + 3  keys checked and hashed, home slots prefetched
+ *   group + 2  slots read (a tag match: the entry prefetched, both lines)
+ *   group + 1  move and remove: entries read, the wheel neighbours that
+ *              unlinking writes prefetched
+ *   group      the calls, in item order.
+ * Grouping is what makes the prefetches overlap: a prefetch that misses
+ * holds up retirement until its line (or its page walk) arrives, so
+ * prefetches one item apart, with a call's worth of work between them,
+ * mostly waited one after the other; issued B_GROUP at a time, their waits
+ * overlap, and a stage's group is a whole step (B_GROUP calls) ahead of the
+ * next stage, time for its lines to arrive.
+ * The look-ahead stages only read (slots by tag, never a key compare) and
+ * only prefetch: the real call on an item starts from its hash alone, so an
+ * earlier item that rehashes the index, compacts the pool or frees an entry
+ * cannot make a stage read freed memory (a stale prefetch address is
+ * harmless: prefetches do not fault) nor change a result. Results are those
+ * of the single calls in array order. */
 
-#define B_KEY 16  /* string keys: prefetch the key's bytes this many items ahead */
-#define B_SLOT 8  /* hash and prefetch the home slot this many items ahead */
-#define B_ENTRY 4 /* then the entry */
-#define B_NODE 2  /* then the wheel neighbours (move, remove) */
-#define B_RING 16 /* > B_SLOT, a power of two */
+#ifndef B_GROUP
+#define B_GROUP 8 /* items per group */
+#endif
+#define B_RING (B_GROUP * 4) /* items hashed but not yet called: 4 groups */
 
 enum batch_op { B_SET, B_MOVE, B_REMOVE, B_GET };
 
@@ -1063,10 +1269,7 @@ static inline int item_key(const struct tw_tasks *t, const struct tw_tasks_item 
         return TW_EINVAL;
     if (it->key_len > TW_TASKS_KEY_MAX)
         return TW_E2BIG;
-    k->p = it->key;
-    k->len = it->key_len;
-    k->num = 0;
-    k->h = tw_siphash13(it->key, it->key_len, t->k0, t->k1);
+    str_keyref(t, it->key, it->key_len, k);
     return 0;
 }
 
@@ -1095,54 +1298,80 @@ static int64_t run_batch(struct tw_tasks *t, struct tw_tasks_item *items, size_t
         return TW_EINVAL;
     struct keyref ring[B_RING];
     int bad[B_RING];
-    size_t primed = n < B_SLOT ? n : B_SLOT;
-    for (size_t j = 0; j < primed; j++) {
-        bad[j] = item_key(t, &items[j], &ring[j]);
-        if (!bad[j])
-            __builtin_prefetch(&t->slots[tw_hash_home(ring[j].h, t->cap)]);
-    }
+    size_t groups = (n + B_GROUP - 1) / B_GROUP;
     int64_t ok = 0;
-    for (size_t i = 0; i < n; i++) {
-        size_t j = i + B_KEY;
-        if (!t->int_keys && j < n && items[j].key)
-            __builtin_prefetch(items[j].key); /* the caller's key bytes, hashed at i + B_SLOT */
-        j = i + B_SLOT;
-        if (j < n) {
-            struct keyref *k = &ring[j % B_RING];
-            bad[j % B_RING] = item_key(t, &items[j], k);
-            if (!bad[j % B_RING])
-                __builtin_prefetch(&t->slots[tw_hash_home(k->h, t->cap)]);
+    /* Step s calls group s - 4; its stages work on groups s - 3 .. s. */
+    for (size_t s = 0; s < groups + 4; s++) {
+        size_t g, j, end;
+        /* Stage 4: the caller's key bytes (hashed a step later). */
+        g = s;
+        if (!t->int_keys && g < groups) {
+            for (j = g * B_GROUP, end = j + B_GROUP < n ? j + B_GROUP : n; j < end; j++)
+                if (items[j].key)
+                    __builtin_prefetch(items[j].key);
         }
-        j = i + B_ENTRY;
-        if (j < n && !bad[j % B_RING]) {
-            const struct entry *e = entry_by_tag(t, ring[j % B_RING].h);
-            if (e)
-                __builtin_prefetch(e, 1); /* get only reads it: no matter */
-        }
-        j = i + B_NODE;
-        if ((op == B_MOVE || op == B_REMOVE) && j < n && !bad[j % B_RING]) {
-            const struct entry *e = entry_by_tag(t, ring[j % B_RING].h);
-            if (e && e->u.node.pprev) {
-                __builtin_prefetch(e->u.node.pprev, 1);
-                if (e->u.node.next)
-                    __builtin_prefetch(e->u.node.next, 1);
+        if (s < 1)
+            continue;
+        /* Stage 3: check and hash, prefetch the home slots. */
+        g = s - 1;
+        if (g < groups) {
+            for (j = g * B_GROUP, end = j + B_GROUP < n ? j + B_GROUP : n; j < end; j++) {
+                struct keyref *k = &ring[j % B_RING];
+                bad[j % B_RING] = item_key(t, &items[j], k);
+                if (!bad[j % B_RING])
+                    __builtin_prefetch(&t->slots[tw_hash_home(k->h, t->cap)]);
             }
         }
-        if (op == B_SET && t->free_head != NIL)
-            __builtin_prefetch(entry_at(t, t->free_head), 1);
-        struct tw_tasks_item *it = &items[i];
-        const struct keyref *k = &ring[i % B_RING];
-        int rc = bad[i % B_RING];
-        if (!rc) {
-            switch (op) {
-            case B_SET: rc = do_set(t, k, it->value, it->delay); break;
-            case B_MOVE: rc = do_move(t, k, it->delay); break;
-            case B_REMOVE: rc = do_remove(t, k, &it->value); break;
-            default: rc = do_get(t, k, &it->value, &it->deadline); break;
+        if (s < 2)
+            continue;
+        /* Stage 2: the entries a tag matches. */
+        g = s - 2;
+        if (g < groups) {
+            for (j = g * B_GROUP, end = j + B_GROUP < n ? j + B_GROUP : n; j < end; j++) {
+                if (bad[j % B_RING])
+                    continue;
+                const struct entry *e = entry_by_tag(t, ring[j % B_RING].h);
+                if (e)
+                    prefetch_entry(e); /* get only reads it: no matter */
             }
         }
-        it->result = rc;
-        ok += rc >= 0;
+        if (s < 3)
+            continue;
+        /* Stage 1: the wheel neighbours (move, remove). */
+        g = s - 3;
+        if ((op == B_MOVE || op == B_REMOVE) && g < groups) {
+            for (j = g * B_GROUP, end = j + B_GROUP < n ? j + B_GROUP : n; j < end; j++) {
+                if (bad[j % B_RING])
+                    continue;
+                const struct entry *e = entry_by_tag(t, ring[j % B_RING].h);
+                if (e && e->u.node.pprev) {
+                    __builtin_prefetch(e->u.node.pprev, 1);
+                    if (e->u.node.next)
+                        __builtin_prefetch(e->u.node.next, 1);
+                }
+            }
+        }
+        if (s < 4)
+            continue;
+        /* The calls. */
+        g = s - 4;
+        for (j = g * B_GROUP, end = j + B_GROUP < n ? j + B_GROUP : n; j < end; j++) {
+            if (op == B_SET && t->free_head != NIL)
+                prefetch_entry(entry_at(t, t->free_head));
+            struct tw_tasks_item *it = &items[j];
+            const struct keyref *k = &ring[j % B_RING];
+            int rc = bad[j % B_RING];
+            if (!rc) {
+                switch (op) {
+                case B_SET: rc = do_set(t, k, it->value, it->delay); break;
+                case B_MOVE: rc = do_move(t, k, it->delay); break;
+                case B_REMOVE: rc = do_remove(t, k, &it->value); break;
+                default: rc = do_get(t, k, &it->value, &it->deadline); break;
+                }
+            }
+            it->result = rc;
+            ok += rc >= 0;
+        }
     }
     return ok;
 }

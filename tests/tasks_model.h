@@ -559,9 +559,9 @@ static void tm_advance(struct tmodel *m, uint64_t target, size_t max)
 /* Create the instance (retrying while the failing allocator refuses), with
  * config.slack_shift = slack_shift, and the *_slack calls mixed in if
  * slack_calls. */
-static void tm_init_slack(struct tmodel *m, int int_keys, uint32_t nkeys, uint64_t seed,
-                          unsigned cb_ops, unsigned fail_per_mille, size_t max_pending,
-                          uint64_t start, unsigned slack_shift, int slack_calls)
+static void tm_init_cap(struct tmodel *m, int int_keys, uint32_t nkeys, uint64_t seed,
+                        unsigned cb_ops, unsigned fail_per_mille, size_t max_pending,
+                        uint64_t start, unsigned slack_shift, int slack_calls, size_t capacity)
 {
     memset(m, 0, sizeof *m);
     m->int_keys = int_keys;
@@ -584,6 +584,7 @@ static void tm_init_slack(struct tmodel *m, int int_keys, uint32_t nkeys, uint64
         .allocator = &m->alloc,
         .seed = {seed, seed ^ 0x5bd1e995},
         .slack_shift = slack_shift,
+        .capacity = capacity,
     };
     int rc;
     while ((rc = tw_tasks_new(&m->t, &cfg)) == TW_ENOMEM) {
@@ -592,6 +593,15 @@ static void tm_init_slack(struct tmodel *m, int int_keys, uint32_t nkeys, uint64
     }
     if (rc)
         TM_FAIL("tw_tasks_new = %d", rc);
+}
+
+/* As tm_init_cap, without a capacity hint. */
+static inline void tm_init_slack(struct tmodel *m, int int_keys, uint32_t nkeys, uint64_t seed,
+                                 unsigned cb_ops, unsigned fail_per_mille, size_t max_pending,
+                                 uint64_t start, unsigned slack_shift, int slack_calls)
+{
+    tm_init_cap(m, int_keys, nkeys, seed, cb_ops, fail_per_mille, max_pending, start,
+                slack_shift, slack_calls, 0);
 }
 
 /* Create an exact instance (see tm_init_slack). */

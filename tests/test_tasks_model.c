@@ -6,6 +6,9 @@
  * grows, shrinks and rehashes, and the pool is compacted, many times. The
  * last runs give tasks slack (config.slack_shift, and the *_slack calls):
  * each task must fire inside its window, never early (see tasks_model.h).
+ * Others give config.capacity (the index and pool floors), and one runs a
+ * failing allocator over 20000 keys, where a rehash sorts through a bitmap
+ * of the pool that may itself fail to be allocated.
  *
  * Usage: test_tasks_model [ops-per-run] [seed]  (defaults: 200000, fixed)
  */
@@ -29,26 +32,31 @@ int main(int argc, char **argv)
         uint64_t start;
         unsigned slack_shift;
         int slack_calls;
+        size_t capacity;
     } runs[] = {
-        {1, 64, 0, 0, 0, 0, 0, 0},
-        {0, 64, 2, 0, 0, 0, 0, 0},
-        {1, 20000, 2, 0, 0, 1000, 0, 0},
-        {0, 20000, 2, 0, 0, UINT64_C(1) << 62, 0, 0},
-        {1, 3000, 1, 20, 0, 5, 0, 0},
-        {0, 3000, 1, 20, 0, 5, 0, 0},
-        {1, 500, 2, 0, 100, 0, 0, 0},
-        {0, 500, 2, 5, 100, 0, 0, 0},
-        {1, 3000, 2, 0, 0, 0, 3, 0},
-        {0, 3000, 1, 20, 0, 5, 1, 1},
-        {1, 20000, 2, 0, 0, 1000, 0, 1},
-        {0, 500, 2, 5, 100, UINT64_C(1) << 62, 6, 1},
+        {1, 64, 0, 0, 0, 0, 0, 0, 0},
+        {0, 64, 2, 0, 0, 0, 0, 0, 0},
+        {1, 20000, 2, 0, 0, 1000, 0, 0, 0},
+        {0, 20000, 2, 0, 0, UINT64_C(1) << 62, 0, 0, 0},
+        {1, 3000, 1, 20, 0, 5, 0, 0, 0},
+        {0, 3000, 1, 20, 0, 5, 0, 0, 0},
+        {1, 500, 2, 0, 100, 0, 0, 0, 0},
+        {0, 500, 2, 5, 100, 0, 0, 0, 0},
+        {1, 3000, 2, 0, 0, 0, 3, 0, 0},
+        {0, 3000, 1, 20, 0, 5, 1, 1, 0},
+        {1, 20000, 2, 0, 0, 1000, 0, 1, 0},
+        {0, 500, 2, 5, 100, UINT64_C(1) << 62, 6, 1, 0},
+        {1, 20000, 2, 0, 0, 1000, 0, 0, 8000},
+        {0, 3000, 1, 20, 0, 5, 0, 1, 2000},
+        {1, 20000, 1, 3, 0, 0, 0, 0, 0},
+        {0, 20000, 1, 3, 0, 0, 0, 0, 50000},
     };
     size_t nruns = sizeof runs / sizeof runs[0];
     for (size_t r = 0; r < nruns; r++) {
         uint64_t rng = seed * 7919 + r;
-        tm_init_slack(&m, runs[r].int_keys, runs[r].nkeys, tm_rand(&rng), runs[r].cb_ops,
-                      runs[r].fail, runs[r].max_pending, runs[r].start, runs[r].slack_shift,
-                      runs[r].slack_calls);
+        tm_init_cap(&m, runs[r].int_keys, runs[r].nkeys, tm_rand(&rng), runs[r].cb_ops,
+                    runs[r].fail, runs[r].max_pending, runs[r].start, runs[r].slack_shift,
+                    runs[r].slack_calls, runs[r].capacity);
         int grow = 1;
         size_t peak_bytes = 0;
         for (uint64_t i = 0; i < ops; i++) {
@@ -66,9 +74,10 @@ int main(int argc, char **argv)
                             (long long)m.outstanding);
             }
         }
-        printf("run %zu: %s keys, %u keys, slack_shift %u%s, %llu ops, %llu batched items, %llu fires, "
-               "%llu drained, %llu ENOMEM, peak %zu bytes\n",
-               r, runs[r].int_keys ? "int" : "string", m.nkeys, runs[r].slack_shift,
+        printf("run %zu: %s keys, %u keys, capacity %zu, slack_shift %u%s, %llu ops, "
+               "%llu batched items, %llu fires, %llu drained, %llu ENOMEM, peak %zu bytes\n",
+               r, runs[r].int_keys ? "int" : "string", m.nkeys, runs[r].capacity,
+               runs[r].slack_shift,
                runs[r].slack_calls ? " + *_slack calls" : "", (unsigned long long)m.total_ops,
                (unsigned long long)m.total_batched,
                (unsigned long long)m.total_fires, (unsigned long long)m.total_drained,

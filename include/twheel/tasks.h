@@ -49,12 +49,16 @@
  * addressing index of 32-bit slots, and for string keys longer than 15 bytes
  * one block per key (length + 2 bytes). Per task: 48 bytes of entry (the
  * wheel's 24-byte node, the value, and the key: an integer, a string of up to
- * 15 bytes in place, or a pointer to its block) plus 4.6..7.3 bytes of index
- * (load factor 0.55..0.8), so <= 56 bytes, plus the block of a string key
- * longer than 15 bytes. Memory is returned:
+ * 15 bytes in place, or a pointer to its block) plus 5.3..10 bytes of index
+ * (it grows past a load of 0.75 to 0.4, and shrinks to 0.55), so <= 58 bytes,
+ * plus the block of a string key longer than 15 bytes. Memory is returned:
  * the index shrinks when it falls below 1/8 full, and when fewer than a quarter
- * of the pool's entries are live the live ones are moved down and the emptied
- * chunks freed (outside callbacks; amortised O(1) per removal).
+ * of the pool's entries are live the next set, advance or drain moves the live
+ * ones down and frees the emptied chunks (outside callbacks; amortised O(1)
+ * per removal), but never below config.capacity's size. Remove itself moves
+ * no entry, so a run of removals (every key, say) pays for no relocation and
+ * what is left moves once; until then the pool keeps what the run freed. A
+ * rehash borrows a bitmap of one bit per pool entry for its duration.
  *
  * Huge pages: at 10^6 tasks the pool (48 MB) and the index (7 MB) are read in
  * random order, and with 4 KB pages nearly every keyed call also missed the
@@ -77,7 +81,9 @@
  *
  * Costs: set, move, remove and get are O(1) expected (one hash, a few index
  * slots on one or two cache lines, one entry); an insert that grows the index
- * rehashes it (amortised O(1)). Advancing costs the core's cost plus O(1) per
+ * rehashes it (amortised O(1): a fill from empty rehashes each task 1.3 to 2
+ * times, 40-50% of a batched set's time at 10^6 tasks; config.capacity avoids it
+ * up to that many tasks). Advancing costs the core's cost plus O(1) per
  * task run. Drain is O(pending + index size).
  *
  * Thread safety: none; one thread at a time. tw_runner (twheel/runner.h) is the
@@ -136,6 +142,19 @@ struct tw_tasks_config {
      * delay >> slack_shift ticks (3 = 1/8 of the delay, as Linux's timer
      * wheel). 0 = exact (the default); at most TW_TASKS_SLACK_SHIFT_MAX. */
     unsigned slack_shift;
+    /** How many tasks the instance is expected to hold (0 = no hint). The
+     * index is created large enough for that many keys (load 0.55), so that
+     * filling it up does not rehash (at 10^6 tasks a set from empty costs
+     * about half as much), and neither it nor the pool is ever shrunk below
+     * that size: memory for `capacity` tasks (7.3 bytes each of index at
+     * once, 48 each of pool as tasks arrive) stays allocated while the
+     * instance lives, however few tasks are pending. With the default
+     * allocator the pool groups the hint covers are huge pages from their
+     * first touch. Past the hint the instance grows (and shrinks back to it)
+     * as without one. Hints beyond 2^31 - 1 tasks are clamped to it; an
+     * index that cannot be allocated makes tw_tasks_new fail with
+     * TW_ENOMEM. Not a limit: see max_pending. */
+    size_t capacity;
 };
 
 /** Largest config.slack_shift (1/2^63 of a delay); larger ones give TW_EINVAL. */
@@ -225,10 +244,15 @@ TW_API int tw_tasks_get_int(const struct tw_tasks *t, uint64_t key, void **value
 /* ---- batched keyed calls ------------------------------------------------- */
 /* For a caller with many keys at once. With 10^6 tasks every keyed call waits
  * on DRAM two to five times (the index slot, the entry, the wheel neighbours
- * it unlinks from); a batched call overlaps those waits: while it works on
- * item i it has already hashed item i+8 and prefetched its index slot, looked
- * at item i+4's slot and prefetched its entry, and (move, remove) read item
- * i+2's entry and prefetched the wheel nodes it will unlink from.
+ * it unlinks from; with string keys the caller's key bytes too); a batched
+ * call overlaps those waits. It works in groups of 8 items: while it makes
+ * the calls of one group, it has prefetched the wheel nodes the next group
+ * unlinks from (move, remove), the entries of the group after, the index
+ * slots of the one after that (hashing its keys), and the key bytes of the
+ * fourth. At 10^6 tasks (bench/README.md, "Batched keyed calls") a batched
+ * call costs 50-165 ns per key where a single call costs 115-550; set from
+ * an empty instance includes the index's growth (about a third of it at
+ * 10^6), which config.capacity avoids.
  *
  * Semantics: exactly those of calling the single function on each item in
  * array order (duplicates included; each item sees the effects of the ones
