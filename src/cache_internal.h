@@ -438,7 +438,8 @@ struct cache_entry *tw_cache_map_find_rcu_(const struct cache_shard *s, const vo
 void tw_cache_map_insert_(struct tw_cache *c, struct cache_shard *s, struct cache_entry *e,
                           uint64_t hash, struct cache_garbage *g);
 /* Unlink e (present) from the table; e keeps its hnext for readers on it.
- * With may_shrink, a table below 1/8 load is halved (old array to g). */
+ * With may_shrink, a table below 1/16 key per link is halved (old array
+ * to g). */
 void tw_cache_map_remove_(struct tw_cache *c, struct cache_shard *s, struct cache_entry *e,
                           bool may_shrink, struct cache_garbage *g);
 /* Replace old (present) by e with the same key (full hash `hash`), in place
