@@ -165,15 +165,21 @@ static inline struct cache_lru *cache_lru_of(const struct cache_entry *e)
  * compares such an entry as without tags. A link is one atomic word: a
  * reader never sees a tag with another entry's address. */
 #define CACHE_SLOTS 8
+/* -DCACHE_LINK_TAGS=0 builds the untagged links of other targets (32-bit,
+ * other 64-bit architectures) on x86-64 or AArch64, to test them there. */
+#ifndef CACHE_LINK_TAGS
 #if (defined(__x86_64__) || defined(__aarch64__)) && UINTPTR_MAX == UINT64_MAX
 #define CACHE_LINK_TAGS 1
+#else
+#define CACHE_LINK_TAGS 0
+#endif
+#endif
+#if CACHE_LINK_TAGS
 #define CACHE_LINK_TAGGED UINT64_C(1)
 #define CACHE_LINK_LOW48 ((UINT64_C(1) << 48) - 1)
 #define CACHE_LINK_ADDR (CACHE_LINK_LOW48 & ~CACHE_LINK_TAGGED)
 #define CACHE_LINK_NEXT (UINT64_C(1) << 62)
 #define CACHE_LINK_TAG (UINT64_C(0x3fff) << 48)
-#else
-#define CACHE_LINK_TAGS 0
 #endif
 
 /* The tag of a key's 64-bit hash (bits 50-63 of it; 0 without tags). */
