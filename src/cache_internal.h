@@ -84,6 +84,8 @@ struct cache_entry {
 #define CACHE_KLEN_LONG 0xFFFFu
 /* Bytes of an entry before its key (sizeof would round 54 up to 56). */
 #define CACHE_ENTRY_HDR offsetof(struct cache_entry, key)
+/* A link's bit 0 tells a tagged link from a plain address (cache_link). */
+_Static_assert(alignof(struct cache_entry) >= 2, "entry addresses have bit 0 clear");
 
 /* Bytes an entry needs for a key of klen bytes (its length prefix if long). */
 static inline size_t cache_key_bytes(size_t klen)
@@ -145,26 +147,39 @@ static inline struct cache_lru *cache_lru_of(const struct cache_entry *e)
  * else goes in front of one slot's chain (rare below load 1).
  *
  * A link (a slot, or an entry's hnext) holds the next entry's address and,
- * where user addresses leave the top bits free (x86-64, AArch64), a tag:
- * bit 63 set, bits 48-61 = 14 bits of the entry's key hash that neither the
+ * where that address leaves bits 48-63 clear (x86-64, AArch64), a tag:
+ * bit 0 set (entries are at least 8-byte aligned, so an address never has
+ * it), bits 48-61 = 14 bits of the entry's key hash that neither the
  * bucket nor the shard uses, bit 62 = "that entry had a successor when the
  * link was written" (never clear while it has one: a successor is only ever
  * added by linking a new entry in front, which writes a fresh link). So a
  * read of a hit loads its bucket's line and then only the entry whose tag
  * matches (a wrong tag matches 1 time in 16,384), and a miss usually reads
  * no entry at all; it reads a non-matching entry only to walk past it to
- * a successor. An address with any of bits 48-63 set is linked untagged
- * (bit 63 clear): the walk then reads and compares it as before. A link is
- * one atomic word: a reader never sees a tag with another entry's address. */
+ * a successor. An address with any of bits 48-63 set is linked untagged,
+ * as the plain address (bit 0 clear): 5-level paging (user addresses up to
+ * 2^56) and AArch64 top-byte tags (Android's heap tag 0xb4, HWASan, MTE)
+ * give such addresses, and the flag is the low bit rather than bit 63 so
+ * that a plain address with bit 63 set is never mistaken for a tagged link
+ * (test_cache_map: test_link_high_addresses). The walk then reads and
+ * compares such an entry as without tags. A link is one atomic word: a
+ * reader never sees a tag with another entry's address. */
 #define CACHE_SLOTS 8
+/* -DCACHE_LINK_TAGS=0 builds the untagged links of other targets (32-bit,
+ * other 64-bit architectures) on x86-64 or AArch64, to test them there. */
+#ifndef CACHE_LINK_TAGS
 #if (defined(__x86_64__) || defined(__aarch64__)) && UINTPTR_MAX == UINT64_MAX
 #define CACHE_LINK_TAGS 1
-#define CACHE_LINK_ADDR ((UINT64_C(1) << 48) - 1)
-#define CACHE_LINK_TAGGED (UINT64_C(1) << 63)
-#define CACHE_LINK_NEXT (UINT64_C(1) << 62)
-#define CACHE_LINK_TAG (UINT64_C(0x3fff) << 48)
 #else
 #define CACHE_LINK_TAGS 0
+#endif
+#endif
+#if CACHE_LINK_TAGS
+#define CACHE_LINK_TAGGED UINT64_C(1)
+#define CACHE_LINK_LOW48 ((UINT64_C(1) << 48) - 1)
+#define CACHE_LINK_ADDR (CACHE_LINK_LOW48 & ~CACHE_LINK_TAGGED)
+#define CACHE_LINK_NEXT (UINT64_C(1) << 62)
+#define CACHE_LINK_TAG (UINT64_C(0x3fff) << 48)
 #endif
 
 /* The tag of a key's 64-bit hash (bits 50-63 of it; 0 without tags). */
@@ -185,7 +200,7 @@ static inline uintptr_t cache_link(const struct cache_entry *e, uintptr_t tag, u
     uintptr_t a = (uintptr_t)e;
 #if CACHE_LINK_TAGS
     if (!e || (a & ~(uintptr_t)CACHE_LINK_ADDR))
-        return a; /* untaggable address: plain */
+        return a; /* untaggable address: plain (bit 0 clear: entries are aligned) */
     return a | CACHE_LINK_TAGGED | tag | (next ? CACHE_LINK_NEXT : 0);
 #else
     (void)tag;
@@ -208,7 +223,7 @@ static inline struct cache_entry *cache_link_entry(uintptr_t l)
 static inline uintptr_t cache_link_tag(uintptr_t l)
 {
 #if CACHE_LINK_TAGS
-    return l & CACHE_LINK_TAG;
+    return (l & CACHE_LINK_TAGGED) ? l & CACHE_LINK_TAG : 0;
 #else
     (void)l;
     return 0;
@@ -429,7 +444,8 @@ struct cache_entry *tw_cache_map_find_rcu_(const struct cache_shard *s, const vo
 void tw_cache_map_insert_(struct tw_cache *c, struct cache_shard *s, struct cache_entry *e,
                           uint64_t hash, struct cache_garbage *g);
 /* Unlink e (present) from the table; e keeps its hnext for readers on it.
- * With may_shrink, a table below 1/8 load is halved (old array to g). */
+ * With may_shrink, a table below 1/16 key per link is halved (old array
+ * to g). */
 void tw_cache_map_remove_(struct tw_cache *c, struct cache_shard *s, struct cache_entry *e,
                           bool may_shrink, struct cache_garbage *g);
 /* Replace old (present) by e with the same key (full hash `hash`), in place

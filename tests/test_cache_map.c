@@ -138,6 +138,52 @@ static void test_spread(void)
     run(false, UINT64_C(0x2545f4914f6cdd1d));
 }
 
+/* ---- links to addresses with high bits set ---------------------------- */
+
+/* Heap addresses need not leave bits 48-63 clear: AArch64 top-byte-ignore
+ * allocators hand out pointers tagged in the top byte (Android's Scudo: 0xb4,
+ * HWASan: any byte, MTE: bits 56-59), and 5-level paging gives user
+ * addresses up to 2^56. A link to such an address must lead back to exactly
+ * that address and never hide its entry (no false tag mismatch, no false "no
+ * successor"). The addresses are forged and never dereferenced. */
+static void test_link_high_addresses(void)
+{
+#if UINTPTR_MAX == UINT64_MAX
+    static const uint64_t addrs[] = {
+        UINT64_C(0x00007f1234567890), /* 4-level paging: taggable */
+        UINT64_C(0x0000000000001000),
+        UINT64_C(0x00ff7f1234567890), /* 5-level paging (LA57) */
+        UINT64_C(0x0100000000000040),
+        UINT64_C(0xb400007f12345670), /* Android TBI heap tag */
+        UINT64_C(0xff00007f12345670), /* HWASan tag */
+        UINT64_C(0x0f00007f12345670), /* MTE tag */
+        UINT64_C(0x8000000000000010),
+        UINT64_C(0xc0007f1234567890),
+    };
+    const uint64_t hashes_[] = {0, UINT64_MAX, UINT64_C(0x9e3779b97f4a7c15),
+                                UINT64_C(0x4000000000000000)};
+    for (size_t i = 0; i < sizeof addrs / sizeof addrs[0]; i++) {
+        const struct cache_entry *e = (const struct cache_entry *)(uintptr_t)addrs[i];
+        for (size_t h = 0; h < sizeof hashes_ / sizeof hashes_[0]; h++) {
+            uintptr_t tag = cache_tag_of(hashes_[h]);
+            for (uintptr_t next = 0; next < 2; next++) {
+                uintptr_t l = cache_link(e, tag, next);
+                CHECK(l != 0);
+                CHECK_EQ_PTR(cache_link_entry(l), e);
+                CHECK(cache_link_may_match(l, tag));
+                if (next)
+                    CHECK(cache_link_may_continue(l));
+                /* a link rewritten from this one's tag (resize) too */
+                uintptr_t l2 = cache_link(e, cache_link_tag(l), next);
+                CHECK_EQ_PTR(cache_link_entry(l2), e);
+                CHECK(cache_link_may_match(l2, tag));
+            }
+        }
+    }
+    CHECK(cache_link(NULL, cache_tag_of(UINT64_MAX), 1) == 0);
+#endif
+}
+
 /* ---- threaded: stable keys found while the bucket changes ---------- */
 
 enum { STABLE = 16, MOVING = 200, ROUNDS = 30000 };
@@ -252,6 +298,7 @@ int main(void)
 {
     RUN(test_one_bucket);
     RUN(test_spread);
+    RUN(test_link_high_addresses);
     RUN(test_threads_stable_keys);
     return test_summary();
 }

@@ -805,6 +805,126 @@ static void test_copy_mode(void)
     CHECK_EQ_INT(copy_frees, 1);
 }
 
+/* set_many without a limit (a chunk grouped by shard) under allocation
+ * failures: for each k, the k-th allocation and all later ones fail. Each
+ * key's result is 0 or TW_ENOMEM, the count returned is that of the zeros,
+ * a failed key's value is still the caller's, every key holds the value of
+ * its last stored set in batch order (repeats included), displaced values
+ * are freed once, and nothing leaks. Long keys (past the slab) allocate an
+ * entry each; 2 shards sort by counting, 512 by insertion. */
+static void set_many_enomem_in(unsigned shards)
+{
+    enum { N = 150, KEYS = 70 };
+    int completed = 0, mixed = 0; /* mixed: batches with stored and failed keys */
+    /* start just before the allocations of tw_cache_new end (512 shards
+     * take over 1,000): the batch's failures are what is tested here */
+    long base = 0;
+    {
+        struct failing_alloc fa = {-1, 0, 0, 0};
+        struct tw_allocator al = {failing_alloc_fn, &fa};
+        struct tw_cache_config cfg;
+        tw_cache_config_init(&cfg);
+        cfg.default_ttl_ms = 100;
+        cfg.manual_clock = true;
+        cfg.shards = shards;
+        cfg.allocator = &al;
+        struct tw_cache *c = NULL;
+        CHECK_EQ_INT(tw_cache_new(&c, &cfg), 0);
+        base = fa.allocs > 2 ? fa.allocs - 2 : 0;
+        tw_cache_free(c);
+    }
+    for (long k = base; k < base + 400 && !completed; k++) {
+        struct failing_alloc fa = {k, 0, 0, 0};
+        struct tw_allocator al = {failing_alloc_fn, &fa};
+        struct tw_cache_config cfg;
+        tw_cache_config_init(&cfg);
+        cfg.default_ttl_ms = 100;
+        cfg.manual_clock = true;
+        cfg.shards = shards;
+        cfg.free_value = counted_free;
+        cfg.value_ctx = &ctr;
+        cfg.allocator = &al;
+        memset(&ctr, 0, sizeof ctr);
+        struct tw_cache *c = NULL;
+        int rc = tw_cache_new(&c, &cfg);
+        if (rc) {
+            CHECK_EQ_INT(rc, TW_ENOMEM);
+            CHECK_EQ_INT(fa.live_blocks, 0);
+            continue;
+        }
+        static struct counted vals[N];
+        static char names[N][700];
+        const void *keys[N];
+        size_t kls[N];
+        void *vs[N];
+        int rcs[N], last[KEYS];
+        for (int i = 0; i < KEYS; i++)
+            last[i] = -1;
+        for (int i = 0; i < N; i++) {
+            int id = (i * 7) % KEYS; /* every key twice or more, spread out */
+            /* keys 0-9 are 600 bytes long: entries from the allocator */
+            memset(names[i], 'x', 600);
+            int n = snprintf(names[i], 16, "sm-%d", id);
+            names[i][n] = id < 10 ? 'x' : '\0';
+            names[i][600] = '\0';
+            atomic_store(&vals[i].freed, 0);
+            vals[i].id = id;
+            keys[i] = names[i];
+            kls[i] = strlen(names[i]);
+            vs[i] = &vals[i];
+            rcs[i] = 1;
+        }
+        int got = tw_cache_set_many(c, N, keys, kls, vs, rcs);
+        int ok = 0, enomem = 0;
+        for (int i = 0; i < N; i++) {
+            if (rcs[i] == 0) {
+                ok++;
+                last[vals[i].id] = i;
+            } else {
+                CHECK_EQ_INT(rcs[i], TW_ENOMEM);
+                CHECK_EQ_INT(atomic_load(&vals[i].freed), 0);
+                enomem++;
+            }
+        }
+        CHECK_EQ_INT(got, ok);
+        size_t distinct = 0;
+        for (int i = 0; i < N; i++) {
+            int id = vals[i].id;
+            bool held = rcs[i] == 0 && last[id] == i;
+            CHECK_EQ_INT(atomic_load(&vals[i].freed), rcs[i] == 0 && !held ? 1 : 0);
+            distinct += held;
+            void *v = NULL;
+            rc = tw_cache_get(c, keys[i], kls[i], &v);
+            if (last[id] < 0) {
+                CHECK_EQ_INT(rc, TW_ENOENT);
+            } else {
+                CHECK_EQ_INT(rc, 0);
+                CHECK_EQ_PTR(v, &vals[last[id]]);
+            }
+        }
+        struct tw_cache_stats st;
+        tw_cache_stats(c, &st);
+        CHECK_EQ_U64(st.entries, distinct);
+        tw_cache_advance(c, 1000);
+        tw_cache_free(c);
+        CHECK_EQ_INT(fa.live_blocks, 0);
+        CHECK_EQ_U64(fa.live_bytes, 0);
+        CHECK_EQ_INT(atomic_load(&ctr.double_frees), 0);
+        CHECK_EQ_INT(atomic_load(&ctr.frees), ok);
+        mixed += ok && enomem;
+        if (enomem == 0 && fa.countdown > 0)
+            completed = 1; /* the failure point is past the scenario */
+    }
+    CHECK(completed);
+    CHECK(mixed > 2);
+}
+
+static void test_set_many_allocation_failures(void)
+{
+    set_many_enomem_in(2);
+    set_many_enomem_in(512);
+}
+
 /* Every allocation failure is handled: for each k, fail the k-th allocation
  * of a fixed scenario; every call either succeeds or returns TW_ENOMEM with
  * nothing changed, values are freed exactly once, and nothing leaks. */
@@ -1151,6 +1271,7 @@ int main(void)
     RUN(test_copy_mode);
     RUN(test_key_lengths);
     RUN(test_allocation_failures);
+    RUN(test_set_many_allocation_failures);
     RUN(test_slab_big);
     RUN(test_destroy_frees_all);
     RUN(test_rwlock_flavour);

@@ -703,6 +703,102 @@ static void test_reads_during_mass_expiry(void)
     tw_cache_free(m.c);
 }
 
+/* Lock-free gets of keys that stay stored never miss while their shard's
+ * table grows, shrinks and relinks its chains under them: one shard, 8
+ * stable keys, and a writer that fills 3,000 other keys (by set and by
+ * set_many: the table grows from 16 links to 8,192), overwrites some, then
+ * deletes them all (it shrinks back), over and over. Every get of a stable
+ * key must hit with its value (a torn walk is retried, then looked up under
+ * the lock). Bounded by 6 rounds and 3 s. */
+struct st {
+    struct tw_cache *c;
+    _Atomic int stop;
+    _Atomic long misses, wrong, gets;
+};
+
+static void *st_reader(void *p)
+{
+    struct st *m = p;
+    char key[16];
+    long misses = 0, wrong = 0, gets = 0;
+    while (!atomic_load(&m->stop)) {
+        for (int i = 0; i < 8; i++) {
+            int kl = snprintf(key, sizeof key, "stable-%d", i);
+            void *v = NULL;
+            if (tw_cache_get(m->c, key, (size_t)kl, &v) != 0)
+                misses++;
+            else if (v != (void *)(uintptr_t)(0x1000 + i))
+                wrong++;
+            gets++;
+        }
+    }
+    atomic_fetch_add(&m->misses, misses);
+    atomic_fetch_add(&m->wrong, wrong);
+    atomic_fetch_add(&m->gets, gets);
+    return NULL;
+}
+
+static void test_stable_keys_during_resizes(void)
+{
+    struct tw_cache_config cfg;
+    tw_cache_config_init(&cfg);
+    cfg.default_ttl_ms = 1000000;
+    cfg.manual_clock = true; /* nothing expires */
+    cfg.shards = 1;
+    static struct st m;
+    memset(&m, 0, sizeof m);
+    CHECK_EQ_INT(tw_cache_new(&m.c, &cfg), 0);
+    char key[32];
+    for (int i = 0; i < 8; i++) {
+        int kl = snprintf(key, sizeof key, "stable-%d", i);
+        CHECK_EQ_INT(tw_cache_set(m.c, key, (size_t)kl, (void *)(uintptr_t)(0x1000 + i)), 0);
+    }
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        pthread_create(&th[i], NULL, st_reader, &m);
+    enum { CHURN = 3000, B = 32 };
+    static char names[B][32];
+    uint64_t t0 = mono_ms();
+    int rounds = 0;
+    for (; rounds < 6 && mono_ms() - t0 < 3000; rounds++) {
+        for (int i = 0; i < CHURN; i += B) {
+            const void *keys[B];
+            size_t kls[B];
+            void *vals[B];
+            int n = CHURN - i < B ? CHURN - i : B;
+            for (int j = 0; j < n; j++) {
+                kls[j] = (size_t)snprintf(names[j], sizeof names[j], "churn-%d", i + j);
+                keys[j] = names[j];
+                vals[j] = (void *)(uintptr_t)(0x100000 + i + j);
+            }
+            if ((i / B) % 2)
+                CHECK_EQ_INT(tw_cache_set_many(m.c, (size_t)n, keys, kls, vals, NULL), n);
+            else
+                for (int j = 0; j < n; j++)
+                    CHECK_EQ_INT(tw_cache_set(m.c, keys[j], kls[j], vals[j]), 0);
+        }
+        for (int i = 0; i < CHURN; i += 7) { /* overwrites: entries replaced */
+            int kl = snprintf(key, sizeof key, "churn-%d", i);
+            CHECK_EQ_INT(tw_cache_set(m.c, key, (size_t)kl, (void *)(uintptr_t)(0x200000 + i)), 0);
+        }
+        for (int i = 0; i < CHURN; i++) {
+            int kl = snprintf(key, sizeof key, "churn-%d", i);
+            CHECK_EQ_INT(tw_cache_del(m.c, key, (size_t)kl), 0);
+        }
+    }
+    atomic_store(&m.stop, 1);
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    CHECK(rounds > 0);
+    CHECK(atomic_load(&m.gets) > 0);
+    CHECK_EQ_INT(atomic_load(&m.misses), 0);
+    CHECK_EQ_INT(atomic_load(&m.wrong), 0);
+    struct tw_cache_stats st;
+    tw_cache_stats(m.c, &st);
+    CHECK_EQ_U64(st.entries, 8);
+    tw_cache_free(m.c);
+}
+
 /* ---- one clock service for many caches ------------------------------- */
 
 static long threads_now(void)
@@ -816,6 +912,7 @@ int main(void)
     RUN(test_mixed_stress);
     RUN(test_lockfree_reads);
     RUN(test_reads_during_mass_expiry);
+    RUN(test_stable_keys_during_resizes);
     RUN(test_shared_clock);
     RUN(test_clock_member);
     return test_summary();

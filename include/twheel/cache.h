@@ -125,7 +125,10 @@
  * 2-4 links per key (it doubles above 1/2 key per link and halves below
  * 1/16); each link carries a 14-bit tag of its key's hash on x86-64 and
  * AArch64, so a hit reads its bucket's line and then only its own entry,
- * and a miss usually no entry at all. Arrays of 1 MB or more are 2 MB
+ * and a miss usually no entry at all (an entry at an address past 48 bits,
+ * as 5-level paging or AArch64 heap pointer tags give, and every entry on
+ * other targets, is linked untagged and compared like the rest: still
+ * correct, only slower). Arrays of 1 MB or more are 2 MB
  * aligned mappings advised huge too, those of 1-2 MB rounded up to 2 MB
  * and given the links that page holds (at 10^6 keys in 8 shards: 2^18
  * links a shard, about 17 bytes per key).
