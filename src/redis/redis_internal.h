@@ -135,7 +135,8 @@ typedef void tw_rr_run_fn(void *ctx, struct tw_rr_item **items, size_t n, unsign
  * runs a batch of 1..TW_RR_RUN_BATCH items, in FIFO order, on executor i
  * once their local due time has come, or with ahead_ms > 0 once it is
  * ahead_ms / 2 .. ahead_ms away (the items of each ahead_ms / 2 span
- * together; see local.c). */
+ * together; with ticks longer than ahead_ms / 2, at the first tick at
+ * most ahead_ms away; see local.c). */
 int tw_rr_local_new(struct tw_rr_local **out, uint32_t tick_ms, uint32_t ahead_ms,
                     uint32_t rt_prio, uint32_t threads, tw_rr_run_fn *run, void *ctx);
 /* rt_prio (redis.h's rt_priority, 0: none): the tick thread asks for

@@ -1089,6 +1089,91 @@ static void test_unreachable(void)
     rfx_stop(&s);
 }
 
+
+/* ---- the local window (white box: local.c) ------------------------------------ */
+
+struct loc_rec {
+    pthread_mutex_t mu;
+    size_t n, early;
+    uint64_t ahead_ns, worst_ns; /* most ns an item left before due - ahead */
+};
+
+static void loc_rec_run(void *ctx, struct tw_rr_item **v, size_t n, unsigned thread)
+{
+    struct loc_rec *L = ctx;
+    (void)thread;
+    uint64_t now = tw_rr_mono_ns();
+    pthread_mutex_lock(&L->mu);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t from = v[i]->due_local_ns - L->ahead_ns; /* the earliest it may leave */
+        if (now < from) {
+            L->early++;
+            if (from - now > L->worst_ns)
+                L->worst_ns = from - now;
+        }
+        L->n++;
+        free(v[i]);
+    }
+    pthread_mutex_unlock(&L->mu);
+}
+
+/* Starting ahead, an item leaves the wheel at most ahead_ms before its local
+ * due time (a START sent earlier is answered "not yet": a wasted round trip
+ * and script call, and the item goes round again), also when a tick is
+ * longer than ahead_ms / 2 (span of one tick): tick 10 / ahead 10, tick 7 /
+ * ahead 4, and the usual tick 1 / ahead 10. Due times spread over ticks. */
+static void local_ahead_with(uint32_t tick_ms, uint32_t ahead_ms)
+{
+    struct loc_rec L;
+    memset(&L, 0, sizeof L);
+    pthread_mutex_init(&L.mu, NULL);
+    L.ahead_ns = (uint64_t)ahead_ms * 1000000u;
+    struct tw_rr_local *l = NULL;
+    CHECK_EQ_INT(tw_rr_local_new(&l, tick_ms, ahead_ms, 0, 1, loc_rec_run, &L), 0);
+    if (!l)
+        return;
+    tw_rr_local_batch(l, TW_RR_RUN_BATCH);
+    enum { N = 60 };
+    uint64_t t0 = tw_rr_mono_ns();
+    for (int i = 0; i < N; i++) {
+        struct tw_rr_item *it = calloc(1, sizeof *it + 1);
+        CHECK(it != NULL);
+        if (!it)
+            break;
+        /* 40 ms out and more, at steps that are no multiple of the tick */
+        it->due_local_ns = t0 + 40000000u + (uint64_t)i * 1730000u;
+        if (tw_rr_local_add(l, it) != 0)
+            free(it);
+    }
+    uint64_t end = rfx_mono_ms() + 5000;
+    for (;;) {
+        pthread_mutex_lock(&L.mu);
+        size_t n = L.n;
+        pthread_mutex_unlock(&L.mu);
+        if (n >= N || rfx_mono_ms() > end)
+            break;
+        rfx_sleep_ms(10);
+    }
+    struct tw_rr_item *left = tw_rr_local_stop(l);
+    while (left) {
+        struct tw_rr_item *nx = left->next;
+        free(left);
+        left = nx;
+    }
+    tw_rr_local_free(l);
+    CHECK_EQ_U64(L.n, N);
+    CHECK_(L.early == 0, "tick %u ahead %u: %zu of %zu left up to %llu us before due - ahead",
+           tick_ms, ahead_ms, L.early, L.n, (unsigned long long)(L.worst_ns / 1000));
+    pthread_mutex_destroy(&L.mu);
+}
+
+static void test_local_ahead(void)
+{
+    local_ahead_with(10, 10);
+    local_ahead_with(7, 4);
+    local_ahead_with(1, 10);
+}
+
 int main(void)
 {
     if (rfx_start(&srv, NULL) != 0) {
@@ -1102,6 +1187,7 @@ int main(void)
     RUN(test_set_script_order);
     RUN(test_never_early);
     RUN(test_start_ahead);
+    RUN(test_local_ahead);
     RUN(test_replace_remove_win);
     RUN(test_stale_ack);
     RUN(test_failed_backoff);
