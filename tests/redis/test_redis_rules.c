@@ -1090,6 +1090,57 @@ static void test_unreachable(void)
 }
 
 
+/* Many partitions on a standalone server: a START round carries the starts
+ * and pending acknowledgements of up to 48 partitions, cut into calls of at
+ * most 128 arguments (redis.c, rr_exec_group). Tasks of 64 partitions due
+ * in clumps (32-task rounds over ~30 partitions, acknowledgements of the
+ * clump before riding along): each delivered once, none early, every
+ * acknowledgement accepted (none stale, nothing left pending). */
+static void test_start_many_parts(void)
+{
+    struct rec R;
+    rec_init(&R, &srv);
+    struct tw_redis_config c;
+    cfg_for(&c, "mparts", &R);
+    c.partitions = 64;
+    c.window_ms = 1000;
+    struct tw_redis *r = worker_new(&c, &R);
+    if (!r)
+        return;
+    enum { N = 480 };
+    static char keys[N][16];
+    static struct tw_redis_item it[N];
+    for (int i = 0; i < N; i++) {
+        int n = snprintf(keys[i], sizeof keys[i], "mp%d", i);
+        it[i] = (struct tw_redis_item){keys[i], (size_t)n, keys[i], (size_t)n,
+                                       300 + (i % 4) * 150};
+    }
+    uint64_t t0 = srv_ms(&srv);
+    CHECK_EQ_INT(tw_redis_set_many(r, it, N), N);
+    CHECK(rec_wait(&R, N, 15000));
+    for (int i = 0; i < N; i++) {
+        size_t j = find(&R, keys[i], 0);
+        CHECK(j != SIZE_MAX);
+        if (j == SIZE_MAX)
+            continue;
+        struct delivery *d = &R.d[j];
+        CHECK(d->due_ms >= t0 + 300 + (uint64_t)(i % 4) * 150);
+        CHECK_(d->srv_us >= d->due_ms * 1000, "early: %s", d->key);
+        CHECK_EQ_STR(d->payload, keys[i]);
+        CHECK_EQ_INT(find(&R, keys[i], j + 1), (long long)SIZE_MAX);
+    }
+    wait_delivered(r, N, 5000);
+    struct tw_redis_stats st;
+    CHECK_EQ_INT(tw_redis_stats(r, &st), 0);
+    CHECK_EQ_U64(st.delivered, N);
+    CHECK_EQ_U64(st.pending, 0);
+    CHECK_EQ_U64(st.stale_acks, 0);
+    CHECK_EQ_U64(st.redelivered, 0);
+    CHECK_EQ_U64(st.lost_leases, 0);
+    tw_redis_free(r);
+    rec_destroy(&R);
+}
+
 /* ---- the local window (white box: local.c) ------------------------------------ */
 
 struct loc_rec {
@@ -1188,6 +1239,7 @@ int main(void)
     RUN(test_never_early);
     RUN(test_start_ahead);
     RUN(test_local_ahead);
+    RUN(test_start_many_parts);
     RUN(test_replace_remove_win);
     RUN(test_stale_ack);
     RUN(test_failed_backoff);
