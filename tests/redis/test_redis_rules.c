@@ -1141,6 +1141,71 @@ static void test_start_many_parts(void)
     rec_destroy(&R);
 }
 
+/* tw_rr_eval_many keeps a slot's SET calls in order: a key given twice in
+ * one set_many (two calls of its partition) ends with the later item, also
+ * when the first call is answered with a retryable error (BUSY, NOSCRIPT,
+ * TRYAGAIN, LOADING) that ends before the second call runs, so that it is
+ * redone after the second went through. White box (router.c): a stand-in
+ * for the SET script fails its first run with TRYAGAIN and appends its
+ * argument to a list otherwise; the list must end with the later call's. */
+static const char ord_lua[] =
+    "if redis.call('INCR', KEYS[1]) == 1 then return redis.error_reply('TRYAGAIN once') end\n"
+    "redis.call('RPUSH', KEYS[2], ARGV[1]) return 1\n";
+
+static int ord_build(void *ctx, size_t i, int *slot, const char **av, size_t *al, int *nargs)
+{
+    (void)ctx;
+    av[0] = "{ordr}:n";
+    av[1] = "{ordr}:l";
+    av[2] = i == 0 ? "first" : "second";
+    for (int j = 0; j < 3; j++)
+        al[j] = strlen(av[j]);
+    *slot = (int)tw_rr_key_slot("{ordr}", 6);
+    *nargs = 1;
+    return 0;
+}
+
+static int ord_check(void *ctx, size_t i, const redisReply *x)
+{
+    (void)ctx;
+    (void)i;
+    return x->type == REDIS_REPLY_INTEGER ? 0 : TW_EPROTO;
+}
+
+static void test_eval_many_order(void)
+{
+    redisContext *c = rfx_connect(&srv);
+    CHECK(c != NULL);
+    if (!c)
+        return;
+    redisReply *x = redisCommand(c, "SCRIPT LOAD %s", ord_lua);
+    CHECK(x && x->type == REDIS_REPLY_STRING && x->len == 40);
+    char sha[41] = "";
+    if (x && x->type == REDIS_REPLY_STRING && x->len == 40)
+        memcpy(sha, x->str, 41);
+    if (x)
+        freeReplyObject(x);
+    const char *shas[TW_RR_NSCRIPTS], *bodies[TW_RR_NSCRIPTS];
+    for (int i = 0; i < TW_RR_NSCRIPTS; i++) {
+        shas[i] = sha;
+        bodies[i] = ord_lua;
+    }
+    srv_addr[0] = rfx_addr(&srv);
+    struct tw_rr_router rt;
+    CHECK_EQ_INT(tw_rr_router_init(&rt, srv_addr, 1, 500, 2000), 0);
+    rt.shas = shas;
+    rt.bodies = bodies;
+    CHECK_EQ_INT(tw_rr_eval_many(&rt, TW_RR_SET, 2, 2, ord_build, NULL, ord_check), 0);
+    tw_rr_router_free(&rt);
+    x = redisCommand(c, "LINDEX {ordr}:l -1");
+    CHECK(x && x->type == REDIS_REPLY_STRING);
+    if (x && x->type == REDIS_REPLY_STRING)
+        CHECK_EQ_STR(x->str, "second");
+    if (x)
+        freeReplyObject(x);
+    redisFree(c);
+}
+
 /* ---- the local window (white box: local.c) ------------------------------------ */
 
 struct loc_rec {
@@ -1236,6 +1301,7 @@ int main(void)
     RUN(test_set_many);
     RUN(test_schema_model);
     RUN(test_set_script_order);
+    RUN(test_eval_many_order);
     RUN(test_never_early);
     RUN(test_start_ahead);
     RUN(test_local_ahead);
