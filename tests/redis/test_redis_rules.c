@@ -1206,6 +1206,49 @@ static void test_eval_many_order(void)
     redisFree(c);
 }
 
+/* A key given twice in one set_many, its items in two calls of its
+ * partition (over 96 items) and in one call (the sort by delay puts the
+ * later item first): the last item wins, with its payload and delay. */
+static void test_set_many_dup(void)
+{
+    struct tw_redis_config c;
+    cfg_for(&c, "mdup", NULL);
+    struct tw_redis *r = NULL;
+    CHECK_EQ_INT(tw_redis_new(&c, &r), 0);
+    if (!r)
+        return;
+    enum { N = 200 };
+    static char keys[N][16];
+    static struct tw_redis_item it[N];
+    for (int i = 0; i < N; i++) {
+        int n = snprintf(keys[i], sizeof keys[i], "d%d", i);
+        it[i] = (struct tw_redis_item){keys[i], (size_t)n, "x", 1, 50000 + i};
+    }
+    it[0] = (struct tw_redis_item){"two", 3, "old", 3, 90000};   /* call 1 */
+    it[150] = (struct tw_redis_item){"two", 3, "new", 3, 70000}; /* call 2 */
+    it[160] = (struct tw_redis_item){"one", 3, "old", 3, 10000}; /* both in call 2, */
+    it[170] = (struct tw_redis_item){"one", 3, "new", 3, 80000}; /* the later sent last */
+    uint64_t t0 = srv_ms(&srv);
+    CHECK_EQ_INT(tw_redis_set_many(r, it, N), N);
+    uint64_t t1 = srv_ms(&srv);
+    redisContext *rc = rfx_connect(&srv);
+    const char *const k2[2] = {"two", "one"};
+    const long long d2[2] = {70000, 80000};
+    for (int j = 0; j < 2 && rc; j++) {
+        redisReply *x = redisCommand(rc, "HGET {mdup:0}:task %s", k2[j]);
+        CHECK(x && x->type == REDIS_REPLY_STRING && x->len > 4 &&
+              memcmp(x->str + x->len - 4, " new", 4) == 0);
+        if (x)
+            freeReplyObject(x);
+        long long d = bucket_due(&srv, "mdup", k2[j]);
+        CHECK(d >= (long long)t0 + d2[j] && d <= (long long)t1 + d2[j] + 1);
+    }
+    if (rc)
+        redisFree(rc);
+    CHECK_EQ_U64(check_schema(&srv, "mdup", 1), N - 2);
+    tw_redis_free(r);
+}
+
 /* ---- the local window (white box: local.c) ------------------------------------ */
 
 struct loc_rec {
@@ -1302,6 +1345,7 @@ int main(void)
     RUN(test_schema_model);
     RUN(test_set_script_order);
     RUN(test_eval_many_order);
+    RUN(test_set_many_dup);
     RUN(test_never_early);
     RUN(test_start_ahead);
     RUN(test_local_ahead);
