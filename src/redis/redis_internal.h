@@ -80,8 +80,9 @@ int tw_rr_eval(struct tw_rr_router *rt, unsigned id, int slot, int nkeys, int na
 /* Pipelined EVALSHA of `n` calls of script `id` on one slot each: build(i)
  * gives call i's slot, keys and arguments (and their count, *nargs); the
  * calls are sent in chunks; every reply is checked with `check` (0: fine).
- * Redirected or NOSCRIPT calls are redone one by one with tw_rr_eval.
- * Returns 0, or the first error. */
+ * Redirected or NOSCRIPT calls are redone one by one with tw_rr_eval (for
+ * TW_RR_SET with the later calls of their slot, so that a slot's SET calls
+ * take effect in order). Returns 0, or the first error. */
 typedef int tw_rr_build_fn(void *ctx, size_t i, int *slot, const char **argv, size_t *lens,
                            int *nargs);
 typedef int tw_rr_check_fn(void *ctx, size_t i, const redisReply *reply);
