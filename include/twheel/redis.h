@@ -158,8 +158,9 @@ struct tw_redis_config {
     /** How long before its due time a worker may start a task (default 10; 0: at the due
      * time only; at most 1000; capped at lease_ms / 4 and window_ms / 4). The worker asks
      * Redis to start the tasks coming due in the next start_ahead_ms / 2 at once, between
-     * start_ahead_ms / 2 and start_ahead_ms ahead of their due times (one round trip, and on
-     * a standalone server one script call, for all of them), then runs each at its due time
+     * start_ahead_ms / 2 and start_ahead_ms ahead of their due times (with tick_ms over
+     * start_ahead_ms / 2: at the first tick at most start_ahead_ms ahead; one round trip, and
+     * on a standalone server one script call, for all of them), then runs each at its due time
      * by the server's clock, waiting locally what the server's answer says: never early,
      * and the round trip and the worker's own wake-ups are off the lateness path. The
      * price: a task counts as started (its attempt counted, its lease renewed) up to
@@ -231,9 +232,9 @@ struct tw_redis_item {
 };
 
 /** Pipelined sets: all items are validated first (one bad item: nothing sent);
- * then one script call per partition per 96 items, pipelined (each call
- * is written to its server as soon as it is built). A key given twice: the
- * last item wins.
+ * then one script call per partition per 96 items, pipelined (the first
+ * calls are written to the server once about 4 KB of them are built, the
+ * rest when the replies are read). A key given twice: the last item wins.
  * @return the number stored (n on success), or an error code; on TW_EIO some
  *         of the items may be stored (not necessarily a prefix), and which is
  *         not known. */

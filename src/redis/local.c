@@ -16,7 +16,9 @@
  * tick that is a multiple of ahead / 2 (in ticks), so the items due in
  * one such span leave together and an executor takes them all (up to the
  * batch limit) in one START round trip; the owner (redis.c) then runs each
- * at its due time. The tick thread wakes at most once per span, and its
+ * at its due time. With ticks longer than ahead / 2, an item leaves at the
+ * first tick at or after due - ahead (never earlier: Redis would answer
+ * that START "not yet"). The tick thread wakes at most once per span, and its
  * own lateness (a wake-up the machine serves late) is absorbed by the
  * span. With ahead == 0 an item leaves at the first tick at or after its
  * local due time, and executors take a fair share of what is ready (one
@@ -282,10 +284,17 @@ int tw_rr_local_add(struct tw_rr_local *l, struct tw_rr_item *it)
         tick = leave <= l->start_ns ? 0 : (leave - l->start_ns + l->tick_ns - 1) / l->tick_ns;
     } else {
         /* The last multiple of span ticks at or before due - ahead / 2: its
-         * instant is at most ahead before the due time (span * tick <= ahead / 2). */
+         * instant is at most ahead before the due time when span * tick <=
+         * ahead / 2. When a tick is longer than that (span 1), not earlier
+         * than the first tick at or after due - ahead: a START sent before
+         * is answered "not yet" (a round trip and a script call wasted). */
+        uint64_t from = leave > l->ahead_ns ? leave - l->ahead_ns : 0;
+        uint64_t lo = from <= l->start_ns ? 0 : (from - l->start_ns + l->tick_ns - 1) / l->tick_ns;
         leave = leave > l->ahead_ns / 2 ? leave - l->ahead_ns / 2 : 0;
         tick = leave <= l->start_ns ? 0 : (leave - l->start_ns) / l->tick_ns;
         tick -= tick % l->span;
+        if (tick < lo)
+            tick = lo;
     }
     if (leave <= now) {
         loc_push(l, it);

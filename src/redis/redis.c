@@ -682,7 +682,7 @@ static void rr_requeue(struct tw_redis *r, struct tw_rr_item *it, uint64_t wait_
 #define RR_GROUPS_MAX 48 /* partition groups in one round */
 #define RR_ACK_MAX 64    /* acknowledgements in one round */
 #define RR_CALL_ARGV 128 /* arguments of one call, "EVALSHA sha n" included (router.c's
-                            limit, RR_ARGV_MAX, is 202) */
+                            limit, RR_ARGV_MAX, is 10 + 3 * TW_RR_SET_BATCH = 298) */
 _Static_assert(RR_CALL_ARGV <= 10 + 3 * TW_RR_SET_BATCH,
                "a START call must fit router.c's RR_ARGV_MAX (10 + 3 * TW_RR_SET_BATCH)");
 

@@ -80,8 +80,9 @@ int tw_rr_eval(struct tw_rr_router *rt, unsigned id, int slot, int nkeys, int na
 /* Pipelined EVALSHA of `n` calls of script `id` on one slot each: build(i)
  * gives call i's slot, keys and arguments (and their count, *nargs); the
  * calls are sent in chunks; every reply is checked with `check` (0: fine).
- * Redirected or NOSCRIPT calls are redone one by one with tw_rr_eval.
- * Returns 0, or the first error. */
+ * Redirected or NOSCRIPT calls are redone one by one with tw_rr_eval (for
+ * TW_RR_SET with the later calls of their slot, so that a slot's SET calls
+ * take effect in order). Returns 0, or the first error. */
 typedef int tw_rr_build_fn(void *ctx, size_t i, int *slot, const char **argv, size_t *lens,
                            int *nargs);
 typedef int tw_rr_check_fn(void *ctx, size_t i, const redisReply *reply);
@@ -135,7 +136,8 @@ typedef void tw_rr_run_fn(void *ctx, struct tw_rr_item **items, size_t n, unsign
  * runs a batch of 1..TW_RR_RUN_BATCH items, in FIFO order, on executor i
  * once their local due time has come, or with ahead_ms > 0 once it is
  * ahead_ms / 2 .. ahead_ms away (the items of each ahead_ms / 2 span
- * together; see local.c). */
+ * together; with ticks longer than ahead_ms / 2, at the first tick at
+ * most ahead_ms away; see local.c). */
 int tw_rr_local_new(struct tw_rr_local **out, uint32_t tick_ms, uint32_t ahead_ms,
                     uint32_t rt_prio, uint32_t threads, tw_rr_run_fn *run, void *ctx);
 /* rt_prio (redis.h's rt_priority, 0: none): the tick thread asks for

@@ -516,9 +516,11 @@ int tw_rr_eval_many(struct tw_rr_router *rt, unsigned id, size_t n, int nkeys,
     int nargs;
     snprintf(nk, sizeof nk, "%d", nkeys);
     int *node = malloc(RR_PIPE_CHUNK * sizeof *node);
+    int *slots = malloc(RR_PIPE_CHUNK * sizeof *slots);
     unsigned char *redo = malloc(RR_PIPE_CHUNK);
-    if (!node || !redo) {
+    if (!node || !slots || !redo) {
         free(node);
+        free(slots);
         free(redo);
         return TW_ENOMEM;
     }
@@ -544,6 +546,7 @@ int tw_rr_eval_many(struct tw_rr_router *rt, unsigned id, size_t n, int nkeys,
                 rc = TW_EINVAL;
                 break;
             }
+            slots[j] = slot;
             int nd = rr_node_for(rt, slot);
             if (nd >= 0 && !rt->nodes[nd].c)
                 (void)rr_connect(rt, (size_t)nd);
@@ -585,6 +588,17 @@ int tw_rr_eval_many(struct tw_rr_router *rt, unsigned id, size_t n, int nkeys,
                 rr_drop(&rt->nodes[i]);
             break;
         }
+        /* SET: a key given twice in one set_many is in two calls of its
+         * slot, and the later call must win. A call redone one by one below
+         * runs after the later calls of its slot that went through (a BUSY,
+         * NOSCRIPT, TRYAGAIN or LOADING answer that ended in between: the
+         * first calls are written early, rr_flush_big), so those are redone
+         * too, in order (a SET call run twice stores the same tasks). */
+        for (size_t j = 0; id == TW_RR_SET && j < m; j++)
+            if (redo[j])
+                for (size_t k = j + 1; k < m; k++)
+                    if (slots[k] == slots[j])
+                        redo[k] = 1;
         for (size_t j = 0; j < m && rc == 0; j++) {
             if (!redo[j])
                 continue;
@@ -601,6 +615,7 @@ int tw_rr_eval_many(struct tw_rr_router *rt, unsigned id, size_t n, int nkeys,
         }
     }
     free(node);
+    free(slots);
     free(redo);
     return rc;
 }

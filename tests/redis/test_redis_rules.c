@@ -1089,6 +1089,250 @@ static void test_unreachable(void)
     rfx_stop(&s);
 }
 
+
+/* Many partitions on a standalone server: a START round carries the starts
+ * and pending acknowledgements of up to 48 partitions, cut into calls of at
+ * most 128 arguments (redis.c, rr_exec_group). Tasks of 64 partitions due
+ * in clumps (32-task rounds over ~30 partitions, acknowledgements of the
+ * clump before riding along): each delivered once, none early, every
+ * acknowledgement accepted (none stale, nothing left pending). */
+static void test_start_many_parts(void)
+{
+    struct rec R;
+    rec_init(&R, &srv);
+    struct tw_redis_config c;
+    cfg_for(&c, "mparts", &R);
+    c.partitions = 64;
+    c.window_ms = 1000;
+    struct tw_redis *r = worker_new(&c, &R);
+    if (!r)
+        return;
+    enum { N = 480 };
+    static char keys[N][16];
+    static struct tw_redis_item it[N];
+    for (int i = 0; i < N; i++) {
+        int n = snprintf(keys[i], sizeof keys[i], "mp%d", i);
+        it[i] = (struct tw_redis_item){keys[i], (size_t)n, keys[i], (size_t)n,
+                                       300 + (i % 4) * 150};
+    }
+    uint64_t t0 = srv_ms(&srv);
+    CHECK_EQ_INT(tw_redis_set_many(r, it, N), N);
+    CHECK(rec_wait(&R, N, 15000));
+    for (int i = 0; i < N; i++) {
+        size_t j = find(&R, keys[i], 0);
+        CHECK(j != SIZE_MAX);
+        if (j == SIZE_MAX)
+            continue;
+        struct delivery *d = &R.d[j];
+        CHECK(d->due_ms >= t0 + 300 + (uint64_t)(i % 4) * 150);
+        CHECK_(d->srv_us >= d->due_ms * 1000, "early: %s", d->key);
+        CHECK_EQ_STR(d->payload, keys[i]);
+        CHECK_EQ_INT(find(&R, keys[i], j + 1), (long long)SIZE_MAX);
+    }
+    wait_delivered(r, N, 5000);
+    struct tw_redis_stats st;
+    CHECK_EQ_INT(tw_redis_stats(r, &st), 0);
+    CHECK_EQ_U64(st.delivered, N);
+    CHECK_EQ_U64(st.pending, 0);
+    CHECK_EQ_U64(st.stale_acks, 0);
+    CHECK_EQ_U64(st.redelivered, 0);
+    CHECK_EQ_U64(st.lost_leases, 0);
+    tw_redis_free(r);
+    rec_destroy(&R);
+}
+
+/* tw_rr_eval_many keeps a slot's SET calls in order: a key given twice in
+ * one set_many (two calls of its partition) ends with the later item, also
+ * when the first call is answered with a retryable error (BUSY, NOSCRIPT,
+ * TRYAGAIN, LOADING) that ends before the second call runs, so that it is
+ * redone after the second went through. White box (router.c): a stand-in
+ * for the SET script fails its first run with TRYAGAIN and appends its
+ * argument to a list otherwise; the list must end with the later call's. */
+static const char ord_lua[] =
+    "if redis.call('INCR', KEYS[1]) == 1 then return redis.error_reply('TRYAGAIN once') end\n"
+    "redis.call('RPUSH', KEYS[2], ARGV[1]) return 1\n";
+
+static int ord_build(void *ctx, size_t i, int *slot, const char **av, size_t *al, int *nargs)
+{
+    (void)ctx;
+    av[0] = "{ordr}:n";
+    av[1] = "{ordr}:l";
+    av[2] = i == 0 ? "first" : "second";
+    for (int j = 0; j < 3; j++)
+        al[j] = strlen(av[j]);
+    *slot = (int)tw_rr_key_slot("{ordr}", 6);
+    *nargs = 1;
+    return 0;
+}
+
+static int ord_check(void *ctx, size_t i, const redisReply *x)
+{
+    (void)ctx;
+    (void)i;
+    return x->type == REDIS_REPLY_INTEGER ? 0 : TW_EPROTO;
+}
+
+static void test_eval_many_order(void)
+{
+    redisContext *c = rfx_connect(&srv);
+    CHECK(c != NULL);
+    if (!c)
+        return;
+    redisReply *x = redisCommand(c, "SCRIPT LOAD %s", ord_lua);
+    CHECK(x && x->type == REDIS_REPLY_STRING && x->len == 40);
+    char sha[41] = "";
+    if (x && x->type == REDIS_REPLY_STRING && x->len == 40)
+        memcpy(sha, x->str, 41);
+    if (x)
+        freeReplyObject(x);
+    const char *shas[TW_RR_NSCRIPTS], *bodies[TW_RR_NSCRIPTS];
+    for (int i = 0; i < TW_RR_NSCRIPTS; i++) {
+        shas[i] = sha;
+        bodies[i] = ord_lua;
+    }
+    srv_addr[0] = rfx_addr(&srv);
+    struct tw_rr_router rt;
+    CHECK_EQ_INT(tw_rr_router_init(&rt, srv_addr, 1, 500, 2000), 0);
+    rt.shas = shas;
+    rt.bodies = bodies;
+    CHECK_EQ_INT(tw_rr_eval_many(&rt, TW_RR_SET, 2, 2, ord_build, NULL, ord_check), 0);
+    tw_rr_router_free(&rt);
+    x = redisCommand(c, "LINDEX {ordr}:l -1");
+    CHECK(x && x->type == REDIS_REPLY_STRING);
+    if (x && x->type == REDIS_REPLY_STRING)
+        CHECK_EQ_STR(x->str, "second");
+    if (x)
+        freeReplyObject(x);
+    redisFree(c);
+}
+
+/* A key given twice in one set_many, its items in two calls of its
+ * partition (over 96 items) and in one call (the sort by delay puts the
+ * later item first): the last item wins, with its payload and delay. */
+static void test_set_many_dup(void)
+{
+    struct tw_redis_config c;
+    cfg_for(&c, "mdup", NULL);
+    struct tw_redis *r = NULL;
+    CHECK_EQ_INT(tw_redis_new(&c, &r), 0);
+    if (!r)
+        return;
+    enum { N = 200 };
+    static char keys[N][16];
+    static struct tw_redis_item it[N];
+    for (int i = 0; i < N; i++) {
+        int n = snprintf(keys[i], sizeof keys[i], "d%d", i);
+        it[i] = (struct tw_redis_item){keys[i], (size_t)n, "x", 1, 50000 + i};
+    }
+    it[0] = (struct tw_redis_item){"two", 3, "old", 3, 90000};   /* call 1 */
+    it[150] = (struct tw_redis_item){"two", 3, "new", 3, 70000}; /* call 2 */
+    it[160] = (struct tw_redis_item){"one", 3, "old", 3, 10000}; /* both in call 2, */
+    it[170] = (struct tw_redis_item){"one", 3, "new", 3, 80000}; /* the later sent last */
+    uint64_t t0 = srv_ms(&srv);
+    CHECK_EQ_INT(tw_redis_set_many(r, it, N), N);
+    uint64_t t1 = srv_ms(&srv);
+    redisContext *rc = rfx_connect(&srv);
+    const char *const k2[2] = {"two", "one"};
+    const long long d2[2] = {70000, 80000};
+    for (int j = 0; j < 2 && rc; j++) {
+        redisReply *x = redisCommand(rc, "HGET {mdup:0}:task %s", k2[j]);
+        CHECK(x && x->type == REDIS_REPLY_STRING && x->len > 4 &&
+              memcmp(x->str + x->len - 4, " new", 4) == 0);
+        if (x)
+            freeReplyObject(x);
+        long long d = bucket_due(&srv, "mdup", k2[j]);
+        CHECK(d >= (long long)t0 + d2[j] && d <= (long long)t1 + d2[j] + 1);
+    }
+    if (rc)
+        redisFree(rc);
+    CHECK_EQ_U64(check_schema(&srv, "mdup", 1), N - 2);
+    tw_redis_free(r);
+}
+
+/* ---- the local window (white box: local.c) ------------------------------------ */
+
+struct loc_rec {
+    pthread_mutex_t mu;
+    size_t n, early;
+    uint64_t ahead_ns, worst_ns; /* most ns an item left before due - ahead */
+};
+
+static void loc_rec_run(void *ctx, struct tw_rr_item **v, size_t n, unsigned thread)
+{
+    struct loc_rec *L = ctx;
+    (void)thread;
+    uint64_t now = tw_rr_mono_ns();
+    pthread_mutex_lock(&L->mu);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t from = v[i]->due_local_ns - L->ahead_ns; /* the earliest it may leave */
+        if (now < from) {
+            L->early++;
+            if (from - now > L->worst_ns)
+                L->worst_ns = from - now;
+        }
+        L->n++;
+        free(v[i]);
+    }
+    pthread_mutex_unlock(&L->mu);
+}
+
+/* Starting ahead, an item leaves the wheel at most ahead_ms before its local
+ * due time (a START sent earlier is answered "not yet": a wasted round trip
+ * and script call, and the item goes round again), also when a tick is
+ * longer than ahead_ms / 2 (span of one tick): tick 10 / ahead 10, tick 7 /
+ * ahead 4, and the usual tick 1 / ahead 10. Due times spread over ticks. */
+static void local_ahead_with(uint32_t tick_ms, uint32_t ahead_ms)
+{
+    struct loc_rec L;
+    memset(&L, 0, sizeof L);
+    pthread_mutex_init(&L.mu, NULL);
+    L.ahead_ns = (uint64_t)ahead_ms * 1000000u;
+    struct tw_rr_local *l = NULL;
+    CHECK_EQ_INT(tw_rr_local_new(&l, tick_ms, ahead_ms, 0, 1, loc_rec_run, &L), 0);
+    if (!l)
+        return;
+    tw_rr_local_batch(l, TW_RR_RUN_BATCH);
+    enum { N = 60 };
+    uint64_t t0 = tw_rr_mono_ns();
+    for (int i = 0; i < N; i++) {
+        struct tw_rr_item *it = calloc(1, sizeof *it + 1);
+        CHECK(it != NULL);
+        if (!it)
+            break;
+        /* 40 ms out and more, at steps that are no multiple of the tick */
+        it->due_local_ns = t0 + 40000000u + (uint64_t)i * 1730000u;
+        if (tw_rr_local_add(l, it) != 0)
+            free(it);
+    }
+    uint64_t end = rfx_mono_ms() + 5000;
+    for (;;) {
+        pthread_mutex_lock(&L.mu);
+        size_t n = L.n;
+        pthread_mutex_unlock(&L.mu);
+        if (n >= N || rfx_mono_ms() > end)
+            break;
+        rfx_sleep_ms(10);
+    }
+    struct tw_rr_item *left = tw_rr_local_stop(l);
+    while (left) {
+        struct tw_rr_item *nx = left->next;
+        free(left);
+        left = nx;
+    }
+    tw_rr_local_free(l);
+    CHECK_EQ_U64(L.n, N);
+    CHECK_(L.early == 0, "tick %u ahead %u: %zu of %zu left up to %llu us before due - ahead",
+           tick_ms, ahead_ms, L.early, L.n, (unsigned long long)(L.worst_ns / 1000));
+    pthread_mutex_destroy(&L.mu);
+}
+
+static void test_local_ahead(void)
+{
+    local_ahead_with(10, 10);
+    local_ahead_with(7, 4);
+    local_ahead_with(1, 10);
+}
+
 int main(void)
 {
     if (rfx_start(&srv, NULL) != 0) {
@@ -1100,8 +1344,12 @@ int main(void)
     RUN(test_set_many);
     RUN(test_schema_model);
     RUN(test_set_script_order);
+    RUN(test_eval_many_order);
+    RUN(test_set_many_dup);
     RUN(test_never_early);
     RUN(test_start_ahead);
+    RUN(test_local_ahead);
+    RUN(test_start_many_parts);
     RUN(test_replace_remove_win);
     RUN(test_stale_ack);
     RUN(test_failed_backoff);
