@@ -10,7 +10,8 @@
  * Phases, each on a flushed server (AOF on, appendfsync everysec unless
  * --fsync says otherwise):
  *  1. sets/s from one client thread: tw_redis_set one by one and
- *     tw_redis_set_many in batches of 1000; ZADD one by one and pipelined;
+ *     tw_redis_set_many in batches of 1000 (then of 10,000); ZADD one by one
+ *     and pipelined 1000 (then 10,000) at a time;
  *     Redis memory per pending task (INFO used_memory delta / N) with 16-byte
  *     keys "order:0000000042" and 32-byte payloads, delays spread over
  *     [min, max] + 1 h (the spread of phase 2, nothing due meanwhile).
@@ -58,6 +59,7 @@
 
 #define PAYLOAD "0123456789abcdef0123456789abcdef"
 #define KILL_LEASE_MS 3000
+#define BIG_BATCH 10000 /* the second pipelined-sets figure: calls of this many */
 #define KILL_EXEC_US 200 /* work in execute, so a kill finds tasks in flight */
 
 enum kind { TWHEEL, POLL100, POLL1000, NKINDS };
@@ -65,6 +67,7 @@ static const char *kind_name[NKINDS] = {"twheel", "poll 100 ms", "poll 1 s"};
 
 struct row {
     double sets_single, sets_pipe, bytes_per_task; /* per implementation (poll rows share) */
+    double sets_pipe_big; /* pipelined in batches of BIG_BATCH */
     double sets_redis_us, sets_script_us, sets_client_us; /* pipelined sets: CPU us per set */
     double sets_calls, sets_cmds, sets_aof, sets_in; /* pipelined sets, per set: script calls,
                                                         commands, AOF bytes, bytes in */
@@ -197,6 +200,27 @@ static int64_t mem_delay(void)
     return 3600000 + (int64_t)cfg.min_ms + rand() % (int64_t)(cfg.max_ms - cfg.min_ms + 1);
 }
 
+/* Pipelined sets of cfg.n tasks in batches of `batch` (tw_redis_set_many
+ * of `batch` items; items and keys hold `batch`): sets per second, 0 on
+ * failure. */
+static double twheel_pipe(struct tw_redis *r, struct tw_redis_item *items, char *keys,
+                          size_t batch)
+{
+    double t = now_s();
+    for (uint64_t i = 0; i < cfg.n; i += batch) {
+        size_t k = cfg.n - i < batch ? (size_t)(cfg.n - i) : batch;
+        for (size_t j = 0; j < k; j++) {
+            key_of(keys + j * 17, i + j);
+            items[j] = (struct tw_redis_item){keys + j * 17, 16, PAYLOAD, 32, mem_delay()};
+        }
+        if (tw_redis_set_many(r, items, k) != (int)k) {
+            fprintf(stderr, "w7: tw_redis_set_many failed\n");
+            return 0;
+        }
+    }
+    return cfg.n / (now_s() - t);
+}
+
 static int twheel_sets(const struct rfx_server *s, struct row *out)
 {
     struct tw_redis *r = client_new(s);
@@ -218,8 +242,8 @@ static int twheel_sets(const struct rfx_server *s, struct row *out)
     flushall(s);
     double mem0 = info(s, "used_memory");
     srand(7);
-    struct tw_redis_item *items = calloc(1000, sizeof *items);
-    char *keys = malloc(1000 * 17);
+    struct tw_redis_item *items = calloc(BIG_BATCH, sizeof *items);
+    char *keys = malloc(BIG_BATCH * 17);
     if (!items || !keys) {
         free(items);
         free(keys);
@@ -230,19 +254,7 @@ static int twheel_sets(const struct rfx_server *s, struct row *out)
     double cmd0 = info(s, "total_commands_processed"), aof0 = info(s, "aof_current_size");
     double in0 = info(s, "total_net_input_bytes");
     script_calls(s, &calls0, &sus0);
-    t = now_s();
-    for (uint64_t i = 0; i < cfg.n; i += 1000) {
-        size_t k = cfg.n - i < 1000 ? (size_t)(cfg.n - i) : 1000;
-        for (size_t j = 0; j < k; j++) {
-            key_of(keys + j * 17, i + j);
-            items[j] = (struct tw_redis_item){keys + j * 17, 16, PAYLOAD, 32, mem_delay()};
-        }
-        if (tw_redis_set_many(r, items, k) != (int)k) {
-            fprintf(stderr, "w7: tw_redis_set_many failed\n");
-            break;
-        }
-    }
-    out->sets_pipe = cfg.n / (now_s() - t);
+    out->sets_pipe = twheel_pipe(r, items, keys, 1000);
     out->sets_client_us = (self_cpu() - self0) * 1e6 / (double)cfg.n;
     out->sets_redis_us = (redis_cpu(s) - cpu0) * 1e6 / (double)cfg.n;
     double calls1, sus1;
@@ -253,11 +265,36 @@ static int twheel_sets(const struct rfx_server *s, struct row *out)
     out->sets_aof = (info(s, "aof_current_size") - aof0) / (double)cfg.n;
     out->sets_in = (info(s, "total_net_input_bytes") - in0) / (double)cfg.n;
     out->bytes_per_task = (info(s, "used_memory") - mem0) / (double)cfg.n;
+    flushall(s);
+    out->sets_pipe_big = twheel_pipe(r, items, keys, BIG_BATCH);
     free(items);
     free(keys);
     tw_redis_free(r);
     flushall(s);
-    return 0;
+    return out->sets_pipe > 0 && out->sets_pipe_big > 0 ? 0 : -1;
+}
+
+/* The baseline's pipelined sets: cfg.n ZADDs, `batch` in flight at a time;
+ * sets per second, 0 on failure. */
+static double poll_pipe(redisContext *c, uint64_t batch)
+{
+    char member[64];
+    double t = now_s();
+    for (uint64_t i = 0; i < cfg.n; i += batch) {
+        uint64_t k = cfg.n - i < batch ? cfg.n - i : batch;
+        for (uint64_t j = 0; j < k; j++) {
+            key_of(member, i + j);
+            strcat(member, "|" PAYLOAD);
+            redisAppendCommand(c, "ZADD w7:zset %f %s", 4e12, member);
+        }
+        for (uint64_t j = 0; j < k; j++) {
+            void *rp = NULL;
+            if (redisGetReply(c, &rp) != REDIS_OK)
+                return 0;
+            freeReplyObject(rp);
+        }
+    }
+    return cfg.n / (now_s() - t);
 }
 
 static int poll_sets(const struct rfx_server *s, struct row *out)
@@ -283,30 +320,15 @@ static int poll_sets(const struct rfx_server *s, struct row *out)
     flushall(s);
     double mem0 = info(s, "used_memory");
     double cpu0 = redis_cpu(s), self0 = self_cpu();
-    t = now_s();
-    for (uint64_t i = 0; i < cfg.n; i += 1000) {
-        uint64_t k = cfg.n - i < 1000 ? cfg.n - i : 1000;
-        for (uint64_t j = 0; j < k; j++) {
-            key_of(member, i + j);
-            strcat(member, "|" PAYLOAD);
-            redisAppendCommand(c, "ZADD w7:zset %f %s", 4e12, member);
-        }
-        for (uint64_t j = 0; j < k; j++) {
-            void *rp = NULL;
-            if (redisGetReply(c, &rp) != REDIS_OK) {
-                redisFree(c);
-                return -1;
-            }
-            freeReplyObject(rp);
-        }
-    }
-    out->sets_pipe = cfg.n / (now_s() - t);
+    out->sets_pipe = poll_pipe(c, 1000);
     out->sets_client_us = (self_cpu() - self0) * 1e6 / (double)cfg.n;
     out->sets_redis_us = (redis_cpu(s) - cpu0) * 1e6 / (double)cfg.n;
     out->bytes_per_task = (info(s, "used_memory") - mem0) / (double)cfg.n;
+    flushall(s);
+    out->sets_pipe_big = poll_pipe(c, BIG_BATCH);
     redisFree(c);
     flushall(s);
-    return 0;
+    return out->sets_pipe > 0 && out->sets_pipe_big > 0 ? 0 : -1;
 }
 
 /* ---- workers ------------------------------------------------------------- */
@@ -668,6 +690,7 @@ static void report(double elapsed)
     } while (0)
     ROW("sets/s, one by one (1 thread)", "%.0f", sets_single, true);
     ROW("sets/s, pipelined (1 thread)", "%.0f", sets_pipe, true);
+    ROW("sets/s, pipelined in batches of 10,000", "%.0f", sets_pipe_big, true);
     ROW("delivered/s end to end (burst, 2 workers)", "%.0f", delivered_per_s, true);
     ROW("lateness p50 (ms)", "%.2f", p50_ms, false);
     ROW("lateness p99 (ms)", "%.2f", p99_ms, false);
@@ -693,8 +716,9 @@ static void report(double elapsed)
     emit(f, "\nTargets (2-core machine, Redis included):\n");
     emit(f, "- lateness p99 <= 1 tick + 5 ms = 6 ms: %s (%.2f ms)\n",
          t->p99_ms <= 6.0 ? "reached" : "NOT reached", t->p99_ms);
-    emit(f, "- >= 100k sets/s pipelined: %s (%.0f/s)\n",
-         t->sets_pipe >= 100000 ? "reached" : "NOT reached", t->sets_pipe);
+    emit(f, "- >= 100k sets/s pipelined: in batches of 1,000 %s (%.0f/s); of 10,000 %s (%.0f/s)\n",
+         t->sets_pipe >= 100000 ? "reached" : "NOT reached", t->sets_pipe,
+         t->sets_pipe_big >= 100000 ? "reached" : "NOT reached", t->sets_pipe_big);
     emit(f, "- >= 20k delivered/s with 2 workers: %s (%.0f/s)\n",
          t->delivered_per_s >= 20000 ? "reached" : "NOT reached", t->delivered_per_s);
     emit(f, "- <= 200 B per pending task: %s (%.0f B)\n",
@@ -774,15 +798,18 @@ int main(int argc, char **argv)
         rc |= poll_sets(&srv, &rows[POLL100]);
     rows[POLL1000].sets_single = rows[POLL100].sets_single;
     rows[POLL1000].sets_pipe = rows[POLL100].sets_pipe;
+    rows[POLL1000].sets_pipe_big = rows[POLL100].sets_pipe_big;
     rows[POLL1000].sets_redis_us = rows[POLL100].sets_redis_us;
     rows[POLL1000].sets_client_us = rows[POLL100].sets_client_us;
     rows[POLL1000].bytes_per_task = rows[POLL100].bytes_per_task;
     if (cfg.sets_only) {
         for (int k = 0; k < (cfg.pipe_only ? 1 : NKINDS); k += 2)
             printf("w7: %s: %.0f sets/s single, %.0f sets/s pipelined (CPU us per set: Redis "
-                   "%.2f, scripts %.2f, client %.2f), %.1f B per pending task\n",
+                   "%.2f, scripts %.2f, client %.2f), %.0f in batches of 10,000, %.1f B per "
+                   "pending task\n",
                    kind_name[k], rows[k].sets_single, rows[k].sets_pipe, rows[k].sets_redis_us,
-                   rows[k].sets_script_us, rows[k].sets_client_us, rows[k].bytes_per_task);
+                   rows[k].sets_script_us, rows[k].sets_client_us, rows[k].sets_pipe_big,
+                   rows[k].bytes_per_task);
         printf("w7: twheel pipelined, per set: %.4f script calls, %.2f commands, %.0f AOF "
                "bytes, %.0f bytes in\n",
                rows[TWHEEL].sets_calls, rows[TWHEEL].sets_cmds, rows[TWHEEL].sets_aof,

@@ -235,6 +235,10 @@ struct tw_redis_item {
  * then one script call per partition per 96 items, pipelined (the first
  * calls are written to the server once about 4 KB of them are built, the
  * rest when the replies are read). A key given twice: the last item wins.
+ * Each partition's items are sent in order of delay, so a larger batch
+ * gives each call a narrower band of due times and costs Redis less per
+ * item (W7: ~10 us of Redis CPU per item in batches of 1,000, ~7.5 in
+ * batches of 10,000).
  * @return the number stored (n on success), or an error code; on TW_EIO some
  *         of the items may be stored (not necessarily a prefix), and which is
  *         not known. */
