@@ -54,6 +54,21 @@ static inline uint64_t tw_hash_load64le_(const unsigned char *p)
         v2 = tw_hash_rotl_(v2, 32);                                               \
     } while (0)
 
+/* SipHash-1-3's last word b (the tail bytes, the length in the top byte)
+ * and its finalization, from the state after the full words. */
+static inline uint64_t tw_siphash13_end_(uint64_t v0, uint64_t v1, uint64_t v2, uint64_t v3,
+                                         uint64_t b)
+{
+    v3 ^= b;
+    TW_SIPROUND_(v0, v1, v2, v3);
+    v0 ^= b;
+    v2 ^= 0xff;
+    TW_SIPROUND_(v0, v1, v2, v3);
+    TW_SIPROUND_(v0, v1, v2, v3);
+    TW_SIPROUND_(v0, v1, v2, v3);
+    return v0 ^ v1 ^ v2 ^ v3;
+}
+
 /* SipHash-1-3 of in[0..len) under the key (k0, k1). */
 static inline uint64_t tw_siphash13(const void *in, size_t len, uint64_t k0, uint64_t k1)
 {
@@ -80,14 +95,7 @@ static inline uint64_t tw_siphash13(const void *in, size_t len, uint64_t k0, uin
     case 1: b |= (uint64_t)p[0]; break;
     default: break;
     }
-    v3 ^= b;
-    TW_SIPROUND_(v0, v1, v2, v3);
-    v0 ^= b;
-    v2 ^= 0xff;
-    TW_SIPROUND_(v0, v1, v2, v3);
-    TW_SIPROUND_(v0, v1, v2, v3);
-    TW_SIPROUND_(v0, v1, v2, v3);
-    return v0 ^ v1 ^ v2 ^ v3;
+    return tw_siphash13_end_(v0, v1, v2, v3, b);
 }
 
 /* Seeded mixer for integer keys. */

@@ -426,14 +426,7 @@ static inline uint64_t siphash13_inline(const union stored_key *in, size_t len, 
     } else {
         b |= in->w[0]; /* w[1] holds only the length */
     }
-    v3 ^= b;
-    TW_SIPROUND_(v0, v1, v2, v3);
-    v0 ^= b;
-    v2 ^= 0xff;
-    TW_SIPROUND_(v0, v1, v2, v3);
-    TW_SIPROUND_(v0, v1, v2, v3);
-    TW_SIPROUND_(v0, v1, v2, v3);
-    return v0 ^ v1 ^ v2 ^ v3;
+    return tw_siphash13_end_(v0, v1, v2, v3, b);
 #else
     return tw_siphash13(in->b, len, k0, k1);
 #endif
@@ -532,10 +525,10 @@ static uint32_t bits_for(uint64_t n)
     return b;
 }
 
-/* Capacity for n keys at load 0.4, when the index grows. */
-static uint32_t grow_cap_for(uint64_t n)
+/* Capacity for n keys at load den / num, within [MIN_CAP, UINT32_MAX]. */
+static uint32_t cap_at_load(uint64_t n, uint64_t num, uint64_t den)
 {
-    uint64_t c = n * 5 / 2 + 1;
+    uint64_t c = n * num / den + 1;
     if (c < MIN_CAP)
         c = MIN_CAP;
     if (c > UINT32_MAX)
@@ -543,15 +536,16 @@ static uint32_t grow_cap_for(uint64_t n)
     return (uint32_t)c;
 }
 
+/* Capacity for n keys at load 0.4, when the index grows. */
+static uint32_t grow_cap_for(uint64_t n)
+{
+    return cap_at_load(n, 5, 2);
+}
+
 /* Capacity for n keys at load 0.55 (a shrink, config.capacity). */
 static uint32_t cap_for(uint64_t n)
 {
-    uint64_t c = n * 20 / 11 + 1;
-    if (c < MIN_CAP)
-        c = MIN_CAP;
-    if (c > UINT32_MAX)
-        c = UINT32_MAX;
-    return (uint32_t)c;
+    return cap_at_load(n, 20, 11);
 }
 
 /* Put entry idx, of hash h, in the new index ns (linear probing). */

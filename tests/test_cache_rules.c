@@ -812,6 +812,25 @@ static void test_copy_mode(void)
  * its last stored set in batch order (repeats included), displaced values
  * are freed once, and nothing leaks. Long keys (past the slab) allocate an
  * entry each; 2 shards sort by counting, 512 by insertion. */
+/* A manual-clock cache (100 ms TTL, values freed through counted_free, the
+ * counters reset) whose allocations go through al; limit 0: none. */
+static int counted_cache_new(struct tw_cache **c, struct tw_allocator *al, unsigned shards,
+                             size_t limit)
+{
+    struct tw_cache_config cfg;
+    tw_cache_config_init(&cfg);
+    cfg.default_ttl_ms = 100;
+    cfg.manual_clock = true;
+    cfg.shards = shards;
+    if (limit)
+        cfg.limit = limit;
+    cfg.free_value = counted_free;
+    cfg.value_ctx = &ctr;
+    cfg.allocator = al;
+    memset(&ctr, 0, sizeof ctr);
+    return tw_cache_new(c, &cfg);
+}
+
 static void set_many_enomem_in(unsigned shards)
 {
     enum { N = 150, KEYS = 70 };
@@ -836,17 +855,8 @@ static void set_many_enomem_in(unsigned shards)
     for (long k = base; k < base + 400 && !completed; k++) {
         struct failing_alloc fa = {k, 0, 0, 0};
         struct tw_allocator al = {failing_alloc_fn, &fa};
-        struct tw_cache_config cfg;
-        tw_cache_config_init(&cfg);
-        cfg.default_ttl_ms = 100;
-        cfg.manual_clock = true;
-        cfg.shards = shards;
-        cfg.free_value = counted_free;
-        cfg.value_ctx = &ctr;
-        cfg.allocator = &al;
-        memset(&ctr, 0, sizeof ctr);
         struct tw_cache *c = NULL;
-        int rc = tw_cache_new(&c, &cfg);
+        int rc = counted_cache_new(&c, &al, shards, 0);
         if (rc) {
             CHECK_EQ_INT(rc, TW_ENOMEM);
             CHECK_EQ_INT(fa.live_blocks, 0);
@@ -943,18 +953,8 @@ static void test_allocation_failures(void)
     for (long k = 0; k < 400 && !completed; k++) {
         struct failing_alloc fa = {k, 0, 0, 0};
         struct tw_allocator al = {failing_alloc_fn, &fa};
-        struct tw_cache_config cfg;
-        tw_cache_config_init(&cfg);
-        cfg.default_ttl_ms = 100;
-        cfg.manual_clock = true;
-        cfg.shards = 2;
-        cfg.limit = 40;
-        cfg.free_value = counted_free;
-        cfg.value_ctx = &ctr;
-        cfg.allocator = &al;
-        memset(&ctr, 0, sizeof ctr);
         struct tw_cache *c = NULL;
-        int rc = tw_cache_new(&c, &cfg);
+        int rc = counted_cache_new(&c, &al, 2, 40);
         if (rc) {
             CHECK_EQ_INT(rc, TW_ENOMEM);
             CHECK_EQ_INT(fa.live_blocks, 0);
