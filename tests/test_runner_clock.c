@@ -26,22 +26,11 @@
 #include <unistd.h>
 
 #include "test.h"
+#include "test_time.h"
 #include "twheel.h"
 
 #define TICK_NS 1000000u /* 1 ms */
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static void sleep_ms(unsigned ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
-    nanosleep(&ts, NULL);
-}
 
 /* ---- the model ---------------------------------------------------------- */
 
@@ -375,6 +364,35 @@ static void check_order(struct order *o, int want)
     }
 }
 
+/* Wait (up to 5 s) until `want` callbacks ran, then check their order. */
+static void wait_order(struct order *o, int want)
+{
+    uint64_t deadline = now_ns() + 5000000000u;
+    while (order_count(o) < want && now_ns() < deadline)
+        sleep_ms(2);
+    check_order(o, want);
+}
+
+/* A runner on clk and pool whose callbacks record into o (reset here). */
+static struct tw_runner *order_runner(struct order *o, struct tw_clock *clk, struct tw_pool *pool,
+                                      unsigned shards, size_t queue, int slow_ms)
+{
+    memset(o, 0, sizeof *o);
+    pthread_mutex_init(&o->mu, NULL);
+    o->slow_ms = slow_ms;
+    struct tw_runner *r = NULL;
+    struct tw_runner_config cfg = {.execute = order_cb,
+                                   .ctx = o,
+                                   .tick_ns = TICK_NS,
+                                   .key_kind = TW_TASKS_KEY_INT,
+                                   .shards = shards,
+                                   .queue = queue,
+                                   .clock = clk,
+                                   .pool = pool};
+    CHECK_EQ_INT(tw_runner_new(&r, &cfg), 0);
+    return r;
+}
+
 static void test_stalled_member(void)
 {
     struct tw_clock *clk;
@@ -382,17 +400,7 @@ static void test_stalled_member(void)
     CHECK_EQ_INT(tw_clock_new(&clk, NULL), 0);
     CHECK_EQ_INT(tw_pool_new(&pool, 1, NULL), 0);
     static struct order o;
-    memset(&o, 0, sizeof o);
-    pthread_mutex_init(&o.mu, NULL);
-    struct tw_runner *r;
-    struct tw_runner_config cfg = {.execute = order_cb,
-                                   .ctx = &o,
-                                   .tick_ns = TICK_NS,
-                                   .key_kind = TW_TASKS_KEY_INT,
-                                   .shards = 4,
-                                   .clock = clk,
-                                   .pool = pool};
-    CHECK_EQ_INT(tw_runner_new(&r, &cfg), 0);
+    struct tw_runner *r = order_runner(&o, clk, pool, 4, 0, 0);
     static struct stall st = {0, 60};
     struct tw_clock_member *m;
     CHECK_EQ_INT(tw_clock_join(clk, stall_run, &st, tw_clock_now_ns() + 5000000, &m), 0);
@@ -406,11 +414,8 @@ static void test_stalled_member(void)
                                        delay),
                      1);
     }
-    uint64_t deadline = now_ns() + 5000000000u;
-    while (order_count(&o) < 100 && now_ns() < deadline)
-        sleep_ms(2);
+    wait_order(&o, 100);
     CHECK(atomic_load(&st.runs) >= 1);
-    check_order(&o, 100);
     struct tw_runner_stats rs;
     tw_runner_stats(r, &rs);
     CHECK_EQ_U64(rs.fired, 100);
@@ -430,19 +435,7 @@ static void test_full_queue(void)
     CHECK_EQ_INT(tw_clock_new(&clk, NULL), 0);
     CHECK_EQ_INT(tw_pool_new(&pool, 1, NULL), 0);
     static struct order o;
-    memset(&o, 0, sizeof o);
-    pthread_mutex_init(&o.mu, NULL);
-    o.slow_ms = 1;
-    struct tw_runner *r;
-    struct tw_runner_config cfg = {.execute = order_cb,
-                                   .ctx = &o,
-                                   .tick_ns = TICK_NS,
-                                   .key_kind = TW_TASKS_KEY_INT,
-                                   .shards = 2,
-                                   .queue = 3,
-                                   .clock = clk,
-                                   .pool = pool};
-    CHECK_EQ_INT(tw_runner_new(&r, &cfg), 0);
+    struct tw_runner *r = order_runner(&o, clk, pool, 2, 3, 1);
     uint64_t t0 = now_ns();
     for (int k = 0; k < 60; k++) {
         int64_t delay = 2000000 + (int64_t)(k % 7) * 1000000;
@@ -450,10 +443,7 @@ static void test_full_queue(void)
                                        delay),
                      1);
     }
-    uint64_t deadline = now_ns() + 5000000000u;
-    while (order_count(&o) < 60 && now_ns() < deadline)
-        sleep_ms(2);
-    check_order(&o, 60);
+    wait_order(&o, 60);
     tw_runner_free(r);
     CHECK_EQ_INT(tw_pool_free(pool), 0);
     CHECK_EQ_INT(tw_clock_free(clk), 0);

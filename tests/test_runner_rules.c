@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "test.h"
+#include "test_time.h"
 #include "twheel.h"
 
 #if defined(__linux__)
@@ -20,18 +21,6 @@
 
 #define TICK_NS 1000000 /* 1 ms */
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static void sleep_ms(unsigned ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
-    nanosleep(&ts, NULL);
-}
 
 #define MAXF 1024
 struct fires {
