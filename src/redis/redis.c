@@ -325,7 +325,9 @@
  *    since the claim reset the token to 0, so "replace and remove win" hold
  *    for held tasks too), that the task is due within start_ahead_ms by the
  *    server's clock (TIME + ahead >= due; the worker waits out the rest),
- *    counts the attempt and renews the lease to now + lease_ms.
+ *    counts the attempt (records the claim's attempt + 1, which the worker
+ *    sends: a start redone after a lost reply counts once) and renews the
+ *    lease to now + lease_ms.
  *  - ack and fail act only for the current token with an unexpired lease: a
  *    stale acknowledgement deletes nothing.
  *  - an expired lease goes back to due (keeping its due time) at the next
@@ -681,10 +683,10 @@ static void rr_requeue(struct tw_redis *r, struct tw_rr_item *it, uint64_t wait_
  * way. */
 #define RR_GROUPS_MAX 48 /* partition groups in one round */
 #define RR_ACK_MAX 64    /* acknowledgements in one round */
-#define RR_CALL_ARGV 128 /* arguments of one call, "EVALSHA sha n" included (router.c's
-                            limit, RR_ARGV_MAX, is 10 + 3 * TW_RR_SET_BATCH = 298) */
-_Static_assert(RR_CALL_ARGV <= 10 + 3 * TW_RR_SET_BATCH,
-               "a START call must fit router.c's RR_ARGV_MAX (10 + 3 * TW_RR_SET_BATCH)");
+#define RR_CALL_ARGV 128 /* arguments of one call, "EVALSHA sha n" included */
+_Static_assert(RR_CALL_ARGV <= TW_RR_ARGV_MAX, "a START call must fit the router's argument limit");
+_Static_assert(3 + 2 + 2 + 4 + 3 * TW_RR_RUN_BATCH <= RR_CALL_ARGV,
+               "a group of a whole run's starts must fit one call");
 
 struct rr_grp {
     uint32_t part;
@@ -716,6 +718,7 @@ struct rr_exec {
     size_t kl[RR_GROUPS_MAX][2];
     char cnt[RR_GROUPS_MAX][2][12];
     char tok[TW_RR_RUN_BATCH][24];
+    char att[TW_RR_RUN_BATCH][24];    /* the attempt a start records */
     char atok[RR_ACK_MAX][24];
     char lease[16], ahead[24];
 };
@@ -782,10 +785,11 @@ static long rr_exec_find(struct rr_exec *e, uint32_t p)
     return (long)e->ngroups++;
 }
 
-/* Arguments of a call of group g alone, "EVALSHA sha n" and the declared keys included. */
+/* Arguments of a call of group g alone, "EVALSHA sha n" and the declared keys
+ * included: a start is key, token and attempt, an acknowledgement key and token. */
 static size_t rr_grp_argc(const struct rr_grp *g)
 {
-    return 3 + 2 + 2 + 4 + 2 * (g->ns + g->na);
+    return 3 + 2 + 2 + 4 + 3 * g->ns + 2 * g->na;
 }
 
 /* Group the round: the items of v by partition (to start, or to
@@ -862,7 +866,7 @@ static void rr_exec_group(struct rr_exec *e, bool cluster)
     e->ncalls = 0;
     size_t argc = RR_CALL_ARGV;
     for (size_t g = 0; g < e->ngroups; g++) {
-        size_t add = rr_grp_argc(&e->g[g]) - 7; /* its 4 + 2 (ns + na) arguments */
+        size_t add = rr_grp_argc(&e->g[g]) - 7; /* its 4 + 3 ns + 2 na arguments */
         if (cluster || argc + add > RR_CALL_ARGV) {
             e->call[e->ncalls++] = g;
             argc = 7 - 2; /* EVALSHA sha n lease ahead: no declared keys */
@@ -925,6 +929,9 @@ static int rr_exec_build(void *ctx, size_t c, int *slot, const char **av, size_t
             l[na] = (size_t)snprintf(e->tok[k], sizeof e->tok[k], "%llu",
                                      (unsigned long long)it->token);
             a[na++] = e->tok[k];
+            l[na] = (size_t)snprintf(e->att[k], sizeof e->att[k], "%llu",
+                                     (unsigned long long)it->attempt + 1);
+            a[na++] = e->att[k];
         }
     }
     *nargs = na;
@@ -1344,7 +1351,7 @@ static int rr_claim_part(struct tw_redis *r, uint32_t p, unsigned batch, struct 
                                                       x->type == REDIS_REPLY_ARRAY && x->elements
                                                           ? (uint64_t)x->element[0]->integer
                                                           : 0,
-                                                      0, 0, (uint32_t)(x->elements - 2) / 4, 9999};
+                                                      0, 0, (uint32_t)(x->elements - 2) / 5, 9999};
         pthread_mutex_unlock(&r->hist_mu);
     }
 #endif
@@ -1353,7 +1360,7 @@ static int rr_claim_part(struct tw_redis *r, uint32_t p, unsigned batch, struct 
     if (rc)
         return rc;
     uint64_t t_reply = tw_rr_mono_ns();
-    if (x->type != REDIS_REPLY_ARRAY || x->elements < 2 || (x->elements - 2) % 4 != 0 ||
+    if (x->type != REDIS_REPLY_ARRAY || x->elements < 2 || (x->elements - 2) % 5 != 0 ||
         x->element[0]->type != REDIS_REPLY_INTEGER || x->element[1]->type != REDIS_REPLY_INTEGER) {
         freeReplyObject(x);
         return TW_EPROTO;
@@ -1361,7 +1368,7 @@ static int rr_claim_part(struct tw_redis *r, uint32_t p, unsigned batch, struct 
     uint64_t now_us = (uint64_t)x->element[0]->integer;
     rr_clock_sample(r, p, now_us, t_reply);
     atomic_fetch_add(&r->recovered, (uint64_t)x->element[1]->integer);
-    size_t k = (x->elements - 2) / 4;
+    size_t k = (x->elements - 2) / 5;
     if (b->n + k > b->cap) {
         size_t cap = b->cap ? b->cap : 256;
         while (cap < b->n + k)
@@ -1376,23 +1383,25 @@ static int rr_claim_part(struct tw_redis *r, uint32_t p, unsigned batch, struct 
     }
     size_t got = 0;
     for (size_t i = 0; i < k; i++) {
-        redisReply **e = x->element + 2 + 4 * i;
+        redisReply **e = x->element + 2 + 5 * i; /* key, due, token, attempt, payload */
         if (e[0]->type != REDIS_REPLY_STRING || e[1]->type != REDIS_REPLY_INTEGER ||
-            e[2]->type != REDIS_REPLY_INTEGER || e[3]->type != REDIS_REPLY_STRING)
+            e[2]->type != REDIS_REPLY_INTEGER || e[3]->type != REDIS_REPLY_INTEGER ||
+            e[4]->type != REDIS_REPLY_STRING)
             continue;
-        struct tw_rr_item *it = malloc(sizeof *it + e[0]->len + e[3]->len + 1);
+        struct tw_rr_item *it = malloc(sizeof *it + e[0]->len + e[4]->len + 1);
         if (!it)
             continue; /* its lease will expire and it comes back */
         it->next = NULL;
         it->part = p;
         it->due_ms = (uint64_t)e[1]->integer;
         it->token = (uint64_t)e[2]->integer;
+        it->attempt = (uint64_t)e[3]->integer;
         it->key_len = e[0]->len;
-        it->payload_len = e[3]->len;
+        it->payload_len = e[4]->len;
         memcpy(it->data, e[0]->str, e[0]->len);
         it->payload = it->data + e[0]->len;
-        memcpy(it->payload, e[3]->str, e[3]->len);
-        it->payload[e[3]->len] = 0;
+        memcpy(it->payload, e[4]->str, e[4]->len);
+        it->payload[e[4]->len] = 0;
         it->due_local_ns = rr_local_due(r, p, it->due_ms);
         b->v[b->n++] = it;
         r->carry_n[p]++;

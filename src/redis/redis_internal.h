@@ -93,6 +93,9 @@ int tw_rr_eval_many(struct tw_rr_router *rt, unsigned id, size_t n, int nkeys,
  * (62 on average, rarely over 90) in one call, where 64 cut ~40% of them
  * in two; a call of 96 runs ~0.9 ms in Redis. */
 #define TW_RR_SET_BATCH 96
+/* Most arguments of one script call the router builds: EVALSHA sha n, 5 keys,
+ * channel, count and a batched SET's 3 per task. Every caller's calls fit. */
+#define TW_RR_ARGV_MAX (10 + 3 * TW_RR_SET_BATCH)
 
 /* ---- scripts --------------------------------------------------------------- */
 enum {
@@ -120,6 +123,7 @@ struct tw_rr_item {
     struct tw_rr_item *next; /* in the ready FIFO */
     uint32_t part;
     uint64_t token;
+    uint64_t attempt;      /* starts counted when it was claimed (its start makes it + 1) */
     uint64_t due_ms;       /* Redis clock */
     uint64_t due_local_ns; /* when the local clock may run it (conservative) */
     uint64_t fired_ns;     /* local clock when it entered the ready FIFO (stage figures) */

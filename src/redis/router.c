@@ -33,7 +33,6 @@
 #define RR_BACKOFF_MAX_MS 1000u
 #define RR_PIPE_CHUNK 512u
 #define RR_FLUSH_BYTES 4096u /* tw_rr_eval_many writes a node's buffer at this size */
-#define RR_ARGV_MAX (10 + 3 * TW_RR_SET_BATCH) /* EVALSHA sha n, 5 keys, channel, count, a batched SET */
 
 uint64_t tw_rr_mono_ns(void)
 {
@@ -452,11 +451,11 @@ int tw_rr_command(struct tw_rr_router *rt, int slot, int argc, const char **argv
 int tw_rr_eval(struct tw_rr_router *rt, unsigned id, int slot, int nkeys, int nargs,
                const char **argv, const size_t *lens, redisReply **reply)
 {
-    const char *av[RR_ARGV_MAX];
-    size_t al[RR_ARGV_MAX];
+    const char *av[TW_RR_ARGV_MAX];
+    size_t al[TW_RR_ARGV_MAX];
     char nk[16];
     int argc = 3 + nkeys + nargs;
-    if (argc > RR_ARGV_MAX)
+    if (argc > TW_RR_ARGV_MAX)
         return TW_EINVAL;
     snprintf(nk, sizeof nk, "%d", nkeys);
     av[0] = "EVALSHA";
@@ -510,8 +509,8 @@ static void rr_flush_big(redisContext *c, bool *flushed)
 int tw_rr_eval_many(struct tw_rr_router *rt, unsigned id, size_t n, int nkeys,
                     tw_rr_build_fn *build, void *ctx, tw_rr_check_fn *check)
 {
-    const char *av[RR_ARGV_MAX];
-    size_t al[RR_ARGV_MAX];
+    const char *av[TW_RR_ARGV_MAX];
+    size_t al[TW_RR_ARGV_MAX];
     char nk[16];
     int nargs;
     snprintf(nk, sizeof nk, "%d", nkeys);
@@ -542,7 +541,7 @@ int tw_rr_eval_many(struct tw_rr_router *rt, unsigned id, size_t n, int nkeys,
             if (rc)
                 break;
             int argc = 3 + nkeys + nargs;
-            if (argc > RR_ARGV_MAX) {
+            if (argc > TW_RR_ARGV_MAX) {
                 rc = TW_EINVAL;
                 break;
             }

@@ -168,7 +168,9 @@
     "return 0\n"
 
 /* ARGV: window_ms, n, lease_ms, max_bytes
- * -> {now_us, recovered, key1, due1, token1, payload1, key2, ...}
+ * -> {now_us, recovered, key1, due1, token1, attempt1, payload1, key2, ...}
+ * (attempt: the starts counted so far; the start of this lease makes it
+ * attempt + 1)
  * First moves up to n expired leases back to their bucket (their due time
  * kept), then leases up to n tasks due by now + window, earliest first:
  * it walks the index from its lowest bucket (8 index members per read) and
@@ -212,7 +214,8 @@
     "        if v then local tok, att, due, pos = parse(v) local p = string.sub(v, pos)\n"  \
     "          t = t + 1 hs[nh + 1] = k hs[nh + 2] = rec(t, att, due, p)\n"                 \
     "          lz[nh + 1] = I(math.max(due, now_ms) + lease) lz[nh + 2] = k nh = nh + 2\n"  \
-    "          out[#out + 1] = k out[#out + 1] = due out[#out + 1] = t out[#out + 1] = p\n" \
+    "          out[#out + 1] = k out[#out + 1] = due out[#out + 1] = t out[#out + 1] = att\n" \
+    "          out[#out + 1] = p\n"                                                           \
     "          bytes = bytes + #p + #k end\n"                                               \
     "      end\n"                                                                           \
     "    end\n"                                                                             \
@@ -236,11 +239,12 @@
  * one call per executor round instead of one per partition). The groups
  * name their keys in ARGV either way.
  * ARGV: lease_ms, ahead_us, then per group: its lease key, its task key,
- * nack, nstart, nack key, token pairs to acknowledge, nstart key, token
- * pairs to start
+ * nack, nstart, nack key, token pairs to acknowledge, nstart key, token,
+ * attempt triples to start (the attempt the claim returned, plus one)
  * -> {now_us, then per group: r per acknowledgement (1 deleted, 0 stale:
  *    not our lease any more, nothing deleted), then s, a per start:
- *    s = 1 started (a = attempt; the lease renewed to now + lease_ms, unless
+ *    s = 1 started (a = attempt, as the worker gave it: a start redone after
+ *    a lost reply counts the attempt once; the lease renewed to now + lease_ms, unless
  *    it already ends as late: claim leased it to due + lease_ms, so a start
  *    ahead of the due time writes no lease);
  *    s = 0 not due within ahead_us by the server's clock (a = us until due);
@@ -269,15 +273,16 @@
     "    if nd > 0 then call('HDEL', TK, unpack(del, 1, nd)) "                             \
     "call('ZREM', LK, unpack(del, 1, nd)) end\n"                                           \
     "  end\n"                                                                              \
-    "  if ns > 0 then local ks, ts, hs, lz, nh, nz = {}, {}, {}, {}, 0, 0\n"               \
-    "    for j = 1, ns do ks[j] = ARGV[i] ts[j] = tonumber(ARGV[i + 1]) i = i + 2 end\n"  \
+    "  if ns > 0 then local ks, ts, as, hs, lz, nh, nz = {}, {}, {}, {}, {}, 0, 0\n"       \
+    "    for j = 1, ns do ks[j] = ARGV[i] ts[j] = tonumber(ARGV[i + 1])\n"                  \
+    "      as[j] = tonumber(ARGV[i + 2]) i = i + 3 end\n"                                    \
     "    local vs = call('HMGET', TK, unpack(ks)) local ls = call('ZMSCORE', LK, unpack(ks))\n" \
     "    for j = 1, ns do local s, a, v, l = -1, 0, vs[j], ls[j]\n"                        \
     "      if v and l and tonumber(l) * 1000 > now then\n"                                 \
     "        local tok, att, due, pos = parse(v)\n"                                        \
     "        if tok == ts[j] then\n"                                                       \
     "          if now + ahead < due * 1000 then s = 0 a = due * 1000 - now\n"              \
-    "          else s = 1 a = att + 1 hs[nh + 1] = ks[j]\n"                                \
+    "          else s = 1 a = as[j] hs[nh + 1] = ks[j]\n"                                  \
     "            hs[nh + 2] = rec(tok, a, due, string.sub(v, pos)) nh = nh + 2\n"          \
     "            if tonumber(l) < lease then\n"                                            \
     "              lz[nz + 1] = lease lz[nz + 2] = ks[j] nz = nz + 2 end\n"                 \

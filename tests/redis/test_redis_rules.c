@@ -1249,6 +1249,80 @@ static void test_set_many_dup(void)
     tw_redis_free(r);
 }
 
+/* A START redone after its reply was lost (the router retries a call that
+ * failed for I/O in place) counts the attempt once: the worker sends the
+ * attempt the claim returned plus one, and the script records that, so the
+ * second run of the same start answers attempt 1 again and leaves 1 in the
+ * record. White box: the CLAIM and START scripts run by EVAL, as the worker
+ * sends them on a standalone server (START without declared keys). */
+static redisReply *eval_argv(redisContext *c, int argc, const char **av)
+{
+    size_t al[16];
+    for (int i = 0; i < argc; i++)
+        al[i] = strlen(av[i]);
+    return redisCommandArgv(c, argc, av, al);
+}
+
+static void test_start_redone(void)
+{
+    struct tw_redis_config cf;
+    cfg_for(&cf, "redo", NULL);
+    struct tw_redis *r = NULL;
+    CHECK_EQ_INT(tw_redis_new(&cf, &r), 0);
+    redisContext *c = rfx_connect(&srv);
+    CHECK(c != NULL);
+    if (!r || !c) {
+        tw_redis_free(r);
+        if (c)
+            redisFree(c);
+        return;
+    }
+    CHECK_EQ_INT(tw_redis_set(r, "k", 1, "pay", 3, 20), 0);
+    /* 5 keys; window_ms, n, lease_ms, max_bytes */
+    const char *claim[] = {"EVAL",          tw_rr_scripts[TW_RR_CLAIM], "5",
+                           "{redo:0}:d",    "{redo:0}:lease",           "{redo:0}:task",
+                           "{redo:0}:seq",  "{redo:0}:hold",            "60000",
+                           "10",            "30000",                    "100000"};
+    redisReply *x = eval_argv(c, 12, claim);
+    /* {now, recovered, key, due, token, attempt, payload} */
+    CHECK(x && x->type == REDIS_REPLY_ARRAY && x->elements == 7);
+    char tok[24] = "0";
+    if (x && x->type == REDIS_REPLY_ARRAY && x->elements == 7) {
+        CHECK_EQ_STR(x->element[2]->str, "k");
+        CHECK_EQ_INT(x->element[5]->integer, 0); /* never started */
+        CHECK_EQ_STR(x->element[6]->str, "pay");
+        snprintf(tok, sizeof tok, "%lld", x->element[4]->integer);
+    }
+    if (x)
+        freeReplyObject(x);
+    rfx_sleep_ms(40); /* due */
+    const char *start[] = {"EVAL",  tw_rr_scripts[TW_RR_START], "0", "30000", "0",
+                           "{redo:0}:lease", "{redo:0}:task", "0", "1", "k", tok, "1"};
+    for (int run = 0; run < 2; run++) {
+        x = eval_argv(c, 12, start);
+        /* {now, started 1, attempt 1}, the second run as the first */
+        CHECK(x && x->type == REDIS_REPLY_ARRAY && x->elements == 3);
+        if (x && x->type == REDIS_REPLY_ARRAY && x->elements == 3) {
+            CHECK_EQ_INT(x->element[1]->integer, 1);
+            CHECK_EQ_INT(x->element[2]->integer, 1);
+        }
+        if (x)
+            freeReplyObject(x);
+    }
+    x = redisCommand(c, "HGET {redo:0}:task k");
+    CHECK(x && x->type == REDIS_REPLY_STRING);
+    if (x && x->type == REDIS_REPLY_STRING) {
+        long long t = -1, att = -1;
+        CHECK_EQ_INT(sscanf(x->str, "%lld %lld", &t, &att), 2);
+        CHECK_EQ_INT(att, 1);
+        CHECK_EQ_INT(t, strtoll(tok, NULL, 10));
+    }
+    if (x)
+        freeReplyObject(x);
+    redisFree(c);
+    tw_redis_free(r);
+}
+
 /* ---- the local window (white box: local.c) ------------------------------------ */
 
 struct loc_rec {
@@ -1346,6 +1420,7 @@ int main(void)
     RUN(test_set_script_order);
     RUN(test_eval_many_order);
     RUN(test_set_many_dup);
+    RUN(test_start_redone);
     RUN(test_never_early);
     RUN(test_start_ahead);
     RUN(test_local_ahead);
