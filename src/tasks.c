@@ -576,6 +576,9 @@ static uint32_t cap_for(uint64_t n)
  * the new slots written in random order, a cache miss each: 30-45 ns per
  * task at 10^6, a third of a batched set from empty.) Returns 0 or
  * TW_ENOMEM (the old index stays). */
+#ifndef REHASH_AHEAD
+#define REHASH_AHEAD 32 /* a power of two */
+#endif
 static int rehash(struct tw_tasks *t, uint32_t new_cap, uint32_t new_bits)
 {
     if (new_cap < MIN_CAP)
@@ -602,7 +605,7 @@ static int rehash(struct tw_tasks *t, uint32_t new_cap, uint32_t new_bits)
     /* A ring of the next Q live slots, each one's home word prefetched as it
      * is queued: the look-ahead counts tasks, not slots, so it stays as far
      * ahead in a sparse index (a shrink) as in a full one. */
-    enum { Q = 32 }; /* a power of two */
+    enum { Q = REHASH_AHEAD };
     uint32_t q[Q];
     uint32_t head = 0, tail = 0, scan = 0;
     for (;;) {
