@@ -472,7 +472,9 @@ static inline uint32_t tag_of(uint64_t h, uint32_t mask)
 /* The slot holding key k, or NIL. With insert_at, also the slot where k
  * would be inserted (the first tombstone or the empty slot that ended the
  * probe). */
-static uint32_t probe(const struct tw_tasks *t, const struct keyref *k, uint32_t *insert_at)
+static inline __attribute__((always_inline)) uint32_t probe(const struct tw_tasks *t,
+                                                            const struct keyref *k,
+                                                            uint32_t *insert_at)
 {
     uint32_t mask = t->mask, tag = tag_of(k->h, mask);
     uint32_t pos = tw_hash_home(k->h, t->cap), tomb = NIL;
@@ -490,6 +492,27 @@ static uint32_t probe(const struct tw_tasks *t, const struct keyref *k, uint32_t
             return pos;
         }
         if (++pos == t->cap)
+            pos = 0;
+    }
+}
+
+/* The slot holding key k, or NIL: probe without an insert position, for
+ * move, remove and get, inlined into them (a call of probe costs ~35
+ * instructions of prologue and epilogue, as many as its loop on a hit). */
+static inline __attribute__((always_inline)) uint32_t find(const struct tw_tasks *t,
+                                                           const struct keyref *k)
+{
+    uint32_t mask = t->mask, tag = tag_of(k->h, mask), cap = t->cap;
+    const uint32_t *slots = t->slots;
+    uint32_t pos = tw_hash_home(k->h, cap);
+    for (;;) {
+        uint32_t s = slots[pos];
+        if (s == SLOT_EMPTY)
+            return NIL;
+        /* (a tombstone's tag bits are 0: tested after the tag) */
+        if ((s & ~mask) == tag && s != SLOT_TOMB && key_eq(t, entry_at(t, (s & mask) - 2), k))
+            return pos;
+        if (++pos == cap)
             pos = 0;
     }
 }
@@ -637,13 +660,18 @@ static int rehash(struct tw_tasks *t, uint32_t new_cap, uint32_t new_bits)
     return 0;
 }
 
-static void maybe_shrink(struct tw_tasks *t)
+__attribute__((noinline)) static void shrink(struct tw_tasks *t)
 {
-    if (t->cap > t->floor_cap && (uint64_t)t->live * 8 < t->cap) {
-        uint32_t c = cap_for(t->live);
-        /* on failure keep the larger one */
-        (void)rehash(t, c > t->floor_cap ? c : t->floor_cap, t->bits);
-    }
+    uint32_t c = cap_for(t->live);
+    /* on failure keep the larger one */
+    (void)rehash(t, c > t->floor_cap ? c : t->floor_cap, t->bits);
+}
+
+/* (The test inline, on every remove's path; the rehash out of line.) */
+static inline void maybe_shrink(struct tw_tasks *t)
+{
+    if (__builtin_expect(t->cap > t->floor_cap && (uint64_t)t->live * 8 < t->cap, 0))
+        shrink(t);
 }
 
 /* Move an entry's task to another (free) entry. */
@@ -959,7 +987,7 @@ static int do_set(struct tw_tasks *t, const struct keyref *k, void *value, int64
         return TW_ERANGE;
     if (__builtin_expect(compact_wanted(t), 0)) /* removals left the pool sparse */
         maybe_compact(t);
-    uint32_t ins;
+    uint32_t ins = 0; /* (set by probe whenever it returns NIL) */
     uint32_t pos = probe(t, k, &ins);
     if (pos != NIL) {
         struct entry *e = entry_at(t, (t->slots[pos] & t->mask) - 2);
@@ -1020,11 +1048,11 @@ static int do_set(struct tw_tasks *t, const struct keyref *k, void *value, int64
     return 1;
 }
 
-static int do_move(struct tw_tasks *t, const struct keyref *k, int64_t delay)
+static inline int do_move(struct tw_tasks *t, const struct keyref *k, int64_t delay)
 {
     if (delay < 0)
         return TW_EINVAL;
-    uint32_t pos = probe(t, k, NULL);
+    uint32_t pos = find(t, k);
     if (pos == NIL)
         return TW_ENOENT;
     if (tw_wheel_now(&t->wheel) == UINT64_MAX)
@@ -1033,9 +1061,9 @@ static int do_move(struct tw_tasks *t, const struct keyref *k, int64_t delay)
     return 0;
 }
 
-static int do_remove(struct tw_tasks *t, const struct keyref *k, void **value)
+static inline int do_remove(struct tw_tasks *t, const struct keyref *k, void **value)
 {
-    uint32_t pos = probe(t, k, NULL);
+    uint32_t pos = find(t, k);
     if (pos == NIL)
         return TW_ENOENT;
     uint32_t idx = (t->slots[pos] & t->mask) - 2;
@@ -1052,10 +1080,10 @@ static int do_remove(struct tw_tasks *t, const struct keyref *k, void **value)
     return 0;
 }
 
-static int do_get(const struct tw_tasks *t, const struct keyref *k, void **value,
-                  uint64_t *deadline)
+static inline int do_get(const struct tw_tasks *t, const struct keyref *k, void **value,
+                         uint64_t *deadline)
 {
-    uint32_t pos = probe(t, k, NULL);
+    uint32_t pos = find(t, k);
     if (pos == NIL)
         return TW_ENOENT;
     const struct entry *e = entry_at(t, (t->slots[pos] & t->mask) - 2);
@@ -1234,13 +1262,19 @@ static inline const struct entry *entry_by_tag(const struct tw_tasks *t, uint64_
     return NULL;
 }
 
-static int64_t run_batch(struct tw_tasks *t, struct tw_tasks_item *items, size_t n,
-                         enum batch_op op)
+static inline __attribute__((always_inline)) int64_t
+run_batch(struct tw_tasks *t, struct tw_tasks_item *items, size_t n, enum batch_op op)
 {
     if (!t || (!items && n))
         return TW_EINVAL;
     struct keyref ring[B_RING];
     int bad[B_RING];
+    /* Stage 2's entry for stage 1 (move, remove), a step later: between the
+     * two only move and remove calls run, which free no pool memory (only
+     * compaction does, from set, advance and drain), so the entry, freed or
+     * reused by then or not, is still mapped; what stage 1 reads in it only
+     * feeds prefetches. */
+    const struct entry *ent[B_RING];
     size_t groups = (n + B_GROUP - 1) / B_GROUP;
     int64_t ok = 0;
     /* Step s calls group s - 4; its stages work on groups s - 3 .. s. */
@@ -1271,9 +1305,11 @@ static int64_t run_batch(struct tw_tasks *t, struct tw_tasks_item *items, size_t
         g = s - 2;
         if (g < groups) {
             for (j = g * B_GROUP, end = j + B_GROUP < n ? j + B_GROUP : n; j < end; j++) {
+                ent[j % B_RING] = NULL;
                 if (bad[j % B_RING])
                     continue;
                 const struct entry *e = entry_by_tag(t, ring[j % B_RING].h);
+                ent[j % B_RING] = e;
                 if (e)
                     prefetch_entry(e); /* get only reads it: no matter */
             }
@@ -1284,9 +1320,7 @@ static int64_t run_batch(struct tw_tasks *t, struct tw_tasks_item *items, size_t
         g = s - 3;
         if ((op == B_MOVE || op == B_REMOVE) && g < groups) {
             for (j = g * B_GROUP, end = j + B_GROUP < n ? j + B_GROUP : n; j < end; j++) {
-                if (bad[j % B_RING])
-                    continue;
-                const struct entry *e = entry_by_tag(t, ring[j % B_RING].h);
+                const struct entry *e = ent[j % B_RING];
                 if (e && e->u.node.pprev) {
                     __builtin_prefetch(e->u.node.pprev, 1);
                     if (e->u.node.next)
