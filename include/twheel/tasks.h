@@ -83,8 +83,10 @@
  * Costs: set, move, remove and get are O(1) expected (one hash, a few index
  * slots on one or two cache lines, one entry); an insert that grows the index
  * rehashes it (amortised O(1): a fill from empty rehashes each task 1.3 to 2
- * times, 40-50% of a batched set's time at 10^6 tasks; config.capacity avoids it
- * up to that many tasks). Advancing costs the core's cost plus O(1) per
+ * times; a rehash reads the old index in order and each task's 4-byte home
+ * word, never the entry nor the key, about 20 ns per task at 10^6, a fifth
+ * of a batched set's time there; config.capacity avoids it up to that many
+ * tasks). Advancing costs the core's cost plus O(1) per
  * task run. Drain is O(pending + index size).
  *
  * Thread safety: none; one thread at a time. tw_runner (twheel/runner.h) is the
@@ -145,8 +147,8 @@ struct tw_tasks_config {
     unsigned slack_shift;
     /** How many tasks the instance is expected to hold (0 = no hint). The
      * index is created large enough for that many keys (load 0.55), so that
-     * filling it up does not rehash (at 10^6 tasks a set from empty costs
-     * about half as much), and neither it nor the pool is ever shrunk below
+     * filling it up does not rehash (at 10^6 tasks a batched set from empty
+     * costs half to two thirds as much), and neither it nor the pool is ever shrunk below
      * that size: memory for `capacity` tasks (7.3 bytes each of index at
      * once, 52 each of pool as tasks arrive) stays allocated while the
      * instance lives, however few tasks are pending. With the default
@@ -251,9 +253,10 @@ TW_API int tw_tasks_get_int(const struct tw_tasks *t, uint64_t key, void **value
  * unlinks from (move, remove), the entries of the group after, the index
  * slots of the one after that (hashing its keys), and the key bytes of the
  * fourth. At 10^6 tasks (bench/README.md, "Batched keyed calls") a batched
- * call costs 50-165 ns per key where a single call costs 115-550; set from
- * an empty instance includes the index's growth (about a third of it at
- * 10^6), which config.capacity avoids.
+ * call costs 50-125 ns per key (medians; single runs on a loaded machine up
+ * to 150) where a single call costs 150-490, with or without
+ * config.capacity; set from an empty instance includes the index's growth
+ * (about a fifth of it at 10^6, 40% less with the hint).
  *
  * Semantics: exactly those of calling the single function on each item in
  * array order (duplicates included; each item sees the effects of the ones
