@@ -499,8 +499,8 @@ static inline __attribute__((always_inline)) uint32_t probe(const struct tw_task
 /* The slot holding key k, or NIL: probe without an insert position, for
  * move, remove and get, inlined into them (a call of probe costs ~35
  * instructions of prologue and epilogue, as many as its loop on a hit). */
-static inline __attribute__((always_inline)) uint32_t find(const struct tw_tasks *t,
-                                                           const struct keyref *k)
+static inline __attribute__((always_inline)) uint32_t find_key(const struct tw_tasks *t,
+                                                               const struct keyref *k)
 {
     uint32_t mask = t->mask, tag = tag_of(k->h, mask), cap = t->cap;
     const uint32_t *slots = t->slots;
@@ -660,7 +660,7 @@ static int rehash(struct tw_tasks *t, uint32_t new_cap, uint32_t new_bits)
     return 0;
 }
 
-__attribute__((noinline)) static void shrink(struct tw_tasks *t)
+__attribute__((noinline)) static void shrink_index(struct tw_tasks *t)
 {
     uint32_t c = cap_for(t->live);
     /* on failure keep the larger one */
@@ -671,7 +671,7 @@ __attribute__((noinline)) static void shrink(struct tw_tasks *t)
 static inline void maybe_shrink(struct tw_tasks *t)
 {
     if (__builtin_expect(t->cap > t->floor_cap && (uint64_t)t->live * 8 < t->cap, 0))
-        shrink(t);
+        shrink_index(t);
 }
 
 /* Move an entry's task to another (free) entry. */
@@ -1052,7 +1052,7 @@ static inline int do_move(struct tw_tasks *t, const struct keyref *k, int64_t de
 {
     if (delay < 0)
         return TW_EINVAL;
-    uint32_t pos = find(t, k);
+    uint32_t pos = find_key(t, k);
     if (pos == NIL)
         return TW_ENOENT;
     if (tw_wheel_now(&t->wheel) == UINT64_MAX)
@@ -1063,7 +1063,7 @@ static inline int do_move(struct tw_tasks *t, const struct keyref *k, int64_t de
 
 static inline int do_remove(struct tw_tasks *t, const struct keyref *k, void **value)
 {
-    uint32_t pos = find(t, k);
+    uint32_t pos = find_key(t, k);
     if (pos == NIL)
         return TW_ENOENT;
     uint32_t idx = (t->slots[pos] & t->mask) - 2;
@@ -1083,7 +1083,7 @@ static inline int do_remove(struct tw_tasks *t, const struct keyref *k, void **v
 static inline int do_get(const struct tw_tasks *t, const struct keyref *k, void **value,
                          uint64_t *deadline)
 {
-    uint32_t pos = find(t, k);
+    uint32_t pos = find_key(t, k);
     if (pos == NIL)
         return TW_ENOENT;
     const struct entry *e = entry_at(t, (t->slots[pos] & t->mask) - 2);
