@@ -9,7 +9,9 @@
  *            Free entries form a LIFO list through the entry itself. An entry
  *            holds its key: an integer, a string of up to KEY_INLINE bytes in
  *            place (no pointer to chase on a lookup), or a pointer to a block
- *            for a longer string.
+ *            for a longer string. After a chunk's entries come their home
+ *            words (4 bytes each: the key's hash >> 32), what a rehash
+ *            needs of a task (see rehash): 52 bytes of pool per task.
  *   index    open addressing with linear probing over 32-bit slots:
  *                0 = empty, 1 = tombstone,
  *                else (tag << bits) | (entry index + 2),
@@ -233,9 +235,10 @@ static void *big(struct tw_tasks *t, void *ptr, size_t old_size, size_t new_size
 #ifndef GROUPS_LAZY
 #define GROUPS_LAZY 4
 #endif
-#define CHUNK_BYTES (CHUNK * sizeof(struct entry))
+/* A chunk: CHUNK entries, then their CHUNK home words (see hi_at). */
+#define CHUNK_BYTES (CHUNK * (sizeof(struct entry) + sizeof(uint32_t)))
 #define GROUP ((uint32_t)(TW_BIG_MIN / CHUNK_BYTES))
-_Static_assert(TW_BIG_MIN / (CHUNK * sizeof(struct entry)) >= 2, "a group holds chunks");
+_Static_assert(TW_BIG_MIN / CHUNK_BYTES >= 2, "a group holds chunks");
 
 /* Bytes a group holds (counted in t->bytes). */
 static inline size_t group_bytes(const struct tw_tasks *t, const struct group *g)
@@ -320,6 +323,16 @@ static void pool_release(struct tw_tasks *t, uint32_t keep)
 static inline struct entry *entry_at(const struct tw_tasks *t, uint32_t idx)
 {
     return &t->chunks[idx / CHUNK][idx % CHUNK];
+}
+
+/* The home word of entry idx: its key's hash >> 32, which alone places it
+ * in an index of any size (tw_hash_home), kept after the chunk's entries so
+ * that a rehash reads 4 bytes per task, sequential in index order, instead
+ * of the 48-byte entry and a SipHash (see rehash). Written by every set
+ * that takes an entry, copied by compaction. */
+static inline uint32_t *hi_at(const struct tw_tasks *t, uint32_t idx)
+{
+    return (uint32_t *)(void *)(t->chunks[idx / CHUNK] + CHUNK) + idx % CHUNK;
 }
 
 /* Prefetch (for writing) all of an entry. Entries are 48 bytes, so half of
@@ -459,7 +472,9 @@ static inline uint32_t tag_of(uint64_t h, uint32_t mask)
 /* The slot holding key k, or NIL. With insert_at, also the slot where k
  * would be inserted (the first tombstone or the empty slot that ended the
  * probe). */
-static uint32_t probe(const struct tw_tasks *t, const struct keyref *k, uint32_t *insert_at)
+static inline __attribute__((always_inline)) uint32_t probe(const struct tw_tasks *t,
+                                                            const struct keyref *k,
+                                                            uint32_t *insert_at)
 {
     uint32_t mask = t->mask, tag = tag_of(k->h, mask);
     uint32_t pos = tw_hash_home(k->h, t->cap), tomb = NIL;
@@ -477,6 +492,27 @@ static uint32_t probe(const struct tw_tasks *t, const struct keyref *k, uint32_t
             return pos;
         }
         if (++pos == t->cap)
+            pos = 0;
+    }
+}
+
+/* The slot holding key k, or NIL: probe without an insert position, for
+ * move, remove and get, inlined into them (a call of probe costs ~35
+ * instructions of prologue and epilogue, as many as its loop on a hit). */
+static inline __attribute__((always_inline)) uint32_t find_key(const struct tw_tasks *t,
+                                                               const struct keyref *k)
+{
+    uint32_t mask = t->mask, tag = tag_of(k->h, mask), cap = t->cap;
+    const uint32_t *slots = t->slots;
+    uint32_t pos = tw_hash_home(k->h, cap);
+    for (;;) {
+        uint32_t s = slots[pos];
+        if (s == SLOT_EMPTY)
+            return NIL;
+        /* (a tombstone's tag bits are 0: tested after the tag) */
+        if ((s & ~mask) == tag && s != SLOT_TOMB && key_eq(t, entry_at(t, (s & mask) - 2), k))
+            return pos;
+        if (++pos == cap)
             pos = 0;
     }
 }
@@ -548,76 +584,24 @@ static uint32_t cap_for(uint64_t n)
     return cap_at_load(n, 20, 11);
 }
 
-/* Put entry idx, of hash h, in the new index ns (linear probing). */
-static inline void rehash_put(uint32_t *ns, uint32_t new_cap, uint32_t new_mask, uint32_t idx,
-                              uint64_t h)
-{
-    uint32_t pos = tw_hash_home(h, new_cap);
-    while (ns[pos] != SLOT_EMPTY) {
-        if (++pos == new_cap)
-            pos = 0;
-    }
-    ns[pos] = tag_of(h, new_mask) | (idx + 2);
-}
-
-/* Fill ns walking the pool in address order: the live entries are marked in
- * `live` (one bit per pool entry) from one sequential pass over the index,
- * then read in address order, which the hardware prefetcher streams, where
- * walking the index reads them in random order: a cache miss (and without
- * huge pages a TLB miss) per entry, the larger part of a rehash at 10^6
- * tasks. The new slots are written in random order: each is prefetched
- * Q live entries ahead (and a long key's block, whose hash needs it). */
-static void rehash_by_pool(struct tw_tasks *t, uint32_t *ns, uint32_t new_cap,
-                           uint32_t new_mask, uint64_t *live, size_t words)
-{
-    memset(live, 0, words * sizeof *live);
-    for (uint32_t pos = 0; pos < t->cap; pos++) {
-        uint32_t s = t->slots[pos];
-        if (s > SLOT_TOMB) {
-            uint32_t i = (s & t->mask) - 2;
-            live[i / 64] |= UINT64_C(1) << (i % 64);
-        }
-    }
-    enum { Q = 16, P_AHEAD = 64 }; /* Q a power of two */
-    uint32_t qi[Q];
-    uint64_t qh[Q];
-    uint32_t head = 0, tail = 0;
-    uint32_t pool = t->nchunks * CHUNK, ahead = 0;
-    for (;;) {
-        while (tail - head < Q && ahead < pool) {
-            uint32_t i = ahead++;
-            if (!(live[i / 64] >> (i % 64) & 1)) {
-                if (!live[i / 64]) /* skip an empty word */
-                    ahead = (i / 64 + 1) * 64;
-                continue;
-            }
-            /* The walk is sequential but sparse after removals (a shrink):
-             * the hardware prefetcher does not keep up, so read ~3 KB ahead. */
-            if (i + P_AHEAD + 1 < pool) {
-                __builtin_prefetch(entry_at(t, i + P_AHEAD));
-                __builtin_prefetch(entry_at(t, i + P_AHEAD + 1));
-            }
-            const struct entry *e = entry_at(t, i);
-            if (!t->int_keys && e->key.b[KEY_INLINE] == KEY_OUTSIDE)
-                __builtin_prefetch(e->key.block);
-            uint64_t h = hash_entry(t, e);
-            __builtin_prefetch(&ns[tw_hash_home(h, new_cap)], 1);
-            qi[tail % Q] = i;
-            qh[tail % Q] = h;
-            tail++;
-        }
-        if (head == tail)
-            break;
-        rehash_put(ns, new_cap, new_mask, qi[head % Q], qh[head % Q]);
-        head++;
-    }
-}
-
-/* Rebuild the index with new_cap slots and new_bits entry bits, dropping the
- * tombstones. Entries are hashed again (they hold the keys): in pool order
- * (rehash_by_pool) when a bitmap of the pool can be had, else in index
- * order with loads issued a few slots ahead so that their cache misses
- * overlap. Returns 0 or TW_ENOMEM (the old index stays). */
+/* Rebuild the index with new_cap slots and new_bits entry bits (never fewer
+ * than now), dropping the tombstones. Nothing is hashed and no entry is
+ * read: an entry's home in any index comes from its home word (hi_at), and
+ * its new tag is its old tag with the bits the entry field takes over
+ * cleared (a tag is the hash's low 32 bits above `bits`, and bits only
+ * grow here). So the walk reads the old index in order (sequential) and
+ * one home word per task (4 bytes, 16 to a line, prefetched Q tasks
+ * ahead), and writes the new index in nearly ascending order: a position
+ * comes from the hash's high bits by fast range reduction, monotonic in
+ * them, and the old index holds its tasks in the same order but for the
+ * few displaced by probing, so the writes stream too. (Before: the pool was
+ * walked in address order, each entry read and its key hashed again, and
+ * the new slots written in random order, a cache miss each: 30-45 ns per
+ * task at 10^6, a third of a batched set from empty.) Returns 0 or
+ * TW_ENOMEM (the old index stays). */
+#ifndef REHASH_AHEAD
+#define REHASH_AHEAD 32 /* a power of two */
+#endif
 static int rehash(struct tw_tasks *t, uint32_t new_cap, uint32_t new_bits)
 {
     if (new_cap < MIN_CAP)
@@ -630,6 +614,8 @@ static int rehash(struct tw_tasks *t, uint32_t new_cap, uint32_t new_bits)
     uint32_t need = bits_for((uint64_t)new_cap * 3 / 4 + CHUNK);
     if (need > new_bits)
         new_bits = need;
+    if (new_bits < t->bits) /* the tags below need it (callers never ask) */
+        new_bits = t->bits;
     size_t ns_size = (size_t)new_cap * sizeof(uint32_t);
     uint32_t *ns = big(t, NULL, 0, ns_size);
     if (!ns)
@@ -637,50 +623,33 @@ static int rehash(struct tw_tasks *t, uint32_t new_cap, uint32_t new_bits)
     if (t->user_alloc || ns_size < TW_BIG_MIN) /* else a fresh mapping: zero-filled */
         memset(ns, 0, ns_size);
     uint32_t new_mask = new_bits >= 32 ? UINT32_MAX : (UINT32_C(1) << new_bits) - 1;
-    size_t words = ((size_t)t->nchunks * CHUNK + 63) / 64;
-    uint64_t *live = t->live >= 4096 ? mem(t, NULL, 0, words * sizeof *live) : NULL;
-    if (live) {
-        rehash_by_pool(t, ns, new_cap, new_mask, live, words);
-        mem(t, live, words * sizeof *live, 0);
-        goto done;
-    }
-    /* Three stages ahead of slot i: slot i + AHEAD's entry is prefetched;
-     * i + BLOCK's long key block (string keys); slot i + HASHED's entry is
-     * hashed and its new slot prefetched (writes to the new index are random
-     * misses too); hr[] keeps those hashes for HASHED slots. */
-    enum { AHEAD = 24, BLOCK = 16, HASHED = 8 };
-    uint64_t hr[HASHED] = {0};
-    uint32_t cap = t->cap;
-    for (uint32_t j = 0; j < HASHED && j < cap; j++)
-        if (t->slots[j] > SLOT_TOMB)
-            hr[j] = hash_entry(t, entry_at(t, (t->slots[j] & t->mask) - 2));
-    for (uint32_t i = 0; i < cap; i++) {
-        if (i + AHEAD < cap && t->slots[i + AHEAD] > SLOT_TOMB)
-            __builtin_prefetch(entry_at(t, (t->slots[i + AHEAD] & t->mask) - 2));
-        if (!t->int_keys && i + BLOCK < cap && t->slots[i + BLOCK] > SLOT_TOMB) {
-            const struct entry *e = entry_at(t, (t->slots[i + BLOCK] & t->mask) - 2);
-            if (e->key.b[KEY_INLINE] == KEY_OUTSIDE)
-                __builtin_prefetch(e->key.block);
+    const uint32_t *os = t->slots;
+    uint32_t cap = t->cap, mask = t->mask;
+    /* A ring of the next Q live slots, each one's home word prefetched as it
+     * is queued: the look-ahead counts tasks, not slots, so it stays as far
+     * ahead in a sparse index (a shrink) as in a full one. */
+    enum { Q = REHASH_AHEAD };
+    uint32_t q[Q];
+    uint32_t head = 0, tail = 0, scan = 0;
+    for (;;) {
+        while (tail - head < Q && scan < cap) {
+            uint32_t s = os[scan++];
+            if (s <= SLOT_TOMB)
+                continue;
+            __builtin_prefetch(hi_at(t, (s & mask) - 2));
+            q[tail++ % Q] = s;
         }
-        uint64_t h = hr[i % HASHED];
-        uint32_t j = i + HASHED;
-        if (j < cap && t->slots[j] > SLOT_TOMB) {
-            uint64_t hj = hash_entry(t, entry_at(t, (t->slots[j] & t->mask) - 2));
-            hr[j % HASHED] = hj;
-            __builtin_prefetch(&ns[tw_hash_home(hj, new_cap)], 1);
-        }
-        uint32_t s = t->slots[i];
-        if (s <= SLOT_TOMB)
-            continue;
-        uint32_t idx = (s & t->mask) - 2;
-        uint32_t pos = tw_hash_home(h, new_cap);
+        if (head == tail)
+            break;
+        uint32_t s = q[head++ % Q];
+        uint32_t idx = (s & mask) - 2;
+        uint32_t pos = tw_hash_home((uint64_t)*hi_at(t, idx) << 32, new_cap);
         while (ns[pos] != SLOT_EMPTY) {
             if (++pos == new_cap)
                 pos = 0;
         }
-        ns[pos] = tag_of(h, new_mask) | (idx + 2);
+        ns[pos] = (s & ~new_mask) | (idx + 2);
     }
-done:
     big(t, t->slots, (size_t)t->cap * sizeof *t->slots, 0);
     t->slots = ns;
     t->cap = new_cap;
@@ -691,13 +660,18 @@ done:
     return 0;
 }
 
-static void maybe_shrink(struct tw_tasks *t)
+__attribute__((noinline)) static void shrink_index(struct tw_tasks *t)
 {
-    if (t->cap > t->floor_cap && (uint64_t)t->live * 8 < t->cap) {
-        uint32_t c = cap_for(t->live);
-        /* on failure keep the larger one */
-        (void)rehash(t, c > t->floor_cap ? c : t->floor_cap, t->bits);
-    }
+    uint32_t c = cap_for(t->live);
+    /* on failure keep the larger one */
+    (void)rehash(t, c > t->floor_cap ? c : t->floor_cap, t->bits);
+}
+
+/* (The test inline, on every remove's path; the rehash out of line.) */
+static inline void maybe_shrink(struct tw_tasks *t)
+{
+    if (__builtin_expect(t->cap > t->floor_cap && (uint64_t)t->live * 8 < t->cap, 0))
+        shrink_index(t);
 }
 
 /* Move an entry's task to another (free) entry. */
@@ -792,6 +766,7 @@ static void maybe_compact(struct tw_tasks *t)
             if (s <= SLOT_TOMB || (s & t->mask) - 2 < limit)
                 continue;
             prefetch_entry(entry_at(t, (s & t->mask) - 2));
+            __builtin_prefetch(hi_at(t, (s & t->mask) - 2));
             queue[tail++ % Q] = scan - 1;
         }
         if (head == tail)
@@ -809,6 +784,7 @@ static void maybe_compact(struct tw_tasks *t)
         uint32_t to = holes;
         holes = entry_at(t, to)->u.idle.next;
         relocate(t, entry_at(t, (s & t->mask) - 2), entry_at(t, to));
+        *hi_at(t, to) = *hi_at(t, (s & t->mask) - 2);
         t->slots[pos] = (s & ~t->mask) | (to + 2);
     }
     pool_release(t, keep);
@@ -1011,7 +987,7 @@ static int do_set(struct tw_tasks *t, const struct keyref *k, void *value, int64
         return TW_ERANGE;
     if (__builtin_expect(compact_wanted(t), 0)) /* removals left the pool sparse */
         maybe_compact(t);
-    uint32_t ins;
+    uint32_t ins = 0; /* (set by probe whenever it returns NIL) */
     uint32_t pos = probe(t, k, &ins);
     if (pos != NIL) {
         struct entry *e = entry_at(t, (t->slots[pos] & t->mask) - 2);
@@ -1061,6 +1037,7 @@ static int do_set(struct tw_tasks *t, const struct keyref *k, void *value, int64
     tw_node_init(&e->u.node);
     e->value = value;
     e->key = key;
+    *hi_at(t, idx) = (uint32_t)(k->h >> 32);
     if (t->slots[ins] == SLOT_EMPTY)
         t->used++;
     else
@@ -1071,11 +1048,11 @@ static int do_set(struct tw_tasks *t, const struct keyref *k, void *value, int64
     return 1;
 }
 
-static int do_move(struct tw_tasks *t, const struct keyref *k, int64_t delay)
+static inline int do_move(struct tw_tasks *t, const struct keyref *k, int64_t delay)
 {
     if (delay < 0)
         return TW_EINVAL;
-    uint32_t pos = probe(t, k, NULL);
+    uint32_t pos = find_key(t, k);
     if (pos == NIL)
         return TW_ENOENT;
     if (tw_wheel_now(&t->wheel) == UINT64_MAX)
@@ -1084,9 +1061,9 @@ static int do_move(struct tw_tasks *t, const struct keyref *k, int64_t delay)
     return 0;
 }
 
-static int do_remove(struct tw_tasks *t, const struct keyref *k, void **value)
+static inline int do_remove(struct tw_tasks *t, const struct keyref *k, void **value)
 {
-    uint32_t pos = probe(t, k, NULL);
+    uint32_t pos = find_key(t, k);
     if (pos == NIL)
         return TW_ENOENT;
     uint32_t idx = (t->slots[pos] & t->mask) - 2;
@@ -1103,10 +1080,10 @@ static int do_remove(struct tw_tasks *t, const struct keyref *k, void **value)
     return 0;
 }
 
-static int do_get(const struct tw_tasks *t, const struct keyref *k, void **value,
-                  uint64_t *deadline)
+static inline int do_get(const struct tw_tasks *t, const struct keyref *k, void **value,
+                         uint64_t *deadline)
 {
-    uint32_t pos = probe(t, k, NULL);
+    uint32_t pos = find_key(t, k);
     if (pos == NIL)
         return TW_ENOENT;
     const struct entry *e = entry_at(t, (t->slots[pos] & t->mask) - 2);
@@ -1285,13 +1262,19 @@ static inline const struct entry *entry_by_tag(const struct tw_tasks *t, uint64_
     return NULL;
 }
 
-static int64_t run_batch(struct tw_tasks *t, struct tw_tasks_item *items, size_t n,
-                         enum batch_op op)
+static inline __attribute__((always_inline)) int64_t
+run_batch(struct tw_tasks *t, struct tw_tasks_item *items, size_t n, enum batch_op op)
 {
     if (!t || (!items && n))
         return TW_EINVAL;
     struct keyref ring[B_RING];
     int bad[B_RING];
+    /* Stage 2's entry for stage 1 (move, remove), a step later: between the
+     * two only move and remove calls run, which free no pool memory (only
+     * compaction does, from set, advance and drain), so the entry, freed or
+     * reused by then or not, is still mapped; what stage 1 reads in it only
+     * feeds prefetches. */
+    const struct entry *ent[B_RING];
     size_t groups = (n + B_GROUP - 1) / B_GROUP;
     int64_t ok = 0;
     /* Step s calls group s - 4; its stages work on groups s - 3 .. s. */
@@ -1322,9 +1305,11 @@ static int64_t run_batch(struct tw_tasks *t, struct tw_tasks_item *items, size_t
         g = s - 2;
         if (g < groups) {
             for (j = g * B_GROUP, end = j + B_GROUP < n ? j + B_GROUP : n; j < end; j++) {
+                ent[j % B_RING] = NULL;
                 if (bad[j % B_RING])
                     continue;
                 const struct entry *e = entry_by_tag(t, ring[j % B_RING].h);
+                ent[j % B_RING] = e;
                 if (e)
                     prefetch_entry(e); /* get only reads it: no matter */
             }
@@ -1335,9 +1320,7 @@ static int64_t run_batch(struct tw_tasks *t, struct tw_tasks_item *items, size_t
         g = s - 3;
         if ((op == B_MOVE || op == B_REMOVE) && g < groups) {
             for (j = g * B_GROUP, end = j + B_GROUP < n ? j + B_GROUP : n; j < end; j++) {
-                if (bad[j % B_RING])
-                    continue;
-                const struct entry *e = entry_by_tag(t, ring[j % B_RING].h);
+                const struct entry *e = ent[j % B_RING];
                 if (e && e->u.node.pprev) {
                     __builtin_prefetch(e->u.node.pprev, 1);
                     if (e->u.node.next)
@@ -1350,8 +1333,10 @@ static int64_t run_batch(struct tw_tasks *t, struct tw_tasks_item *items, size_t
         /* The calls. */
         g = s - 4;
         for (j = g * B_GROUP, end = j + B_GROUP < n ? j + B_GROUP : n; j < end; j++) {
-            if (op == B_SET && t->free_head != NIL)
+            if (op == B_SET && t->free_head != NIL) {
                 prefetch_entry(entry_at(t, t->free_head));
+                __builtin_prefetch(hi_at(t, t->free_head), 1);
+            }
             struct tw_tasks_item *it = &items[j];
             const struct keyref *k = &ring[j % B_RING];
             int rc = bad[j % B_RING];
@@ -1522,7 +1507,7 @@ void tw_tasks_stats(const struct tw_tasks *t, struct tw_tasks_stats *s)
         uint32_t sl = t->slots[pos];
         if (sl <= SLOT_TOMB)
             continue;
-        uint32_t home = tw_hash_home(hash_entry(t, entry_at(t, (sl & t->mask) - 2)), t->cap);
+        uint32_t home = tw_hash_home((uint64_t)*hi_at(t, (sl & t->mask) - 2) << 32, t->cap);
         size_t dist = (size_t)(pos >= home ? pos - home : pos + t->cap - home) + 1;
         if (dist > s->max_probe)
             s->max_probe = dist;

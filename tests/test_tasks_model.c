@@ -7,8 +7,9 @@
  * last runs give tasks slack (config.slack_shift, and the *_slack calls):
  * each task must fire inside its window, never early (see tasks_model.h).
  * Others give config.capacity (the index and pool floors), and one runs a
- * failing allocator over 20000 keys, where a rehash sorts through a bitmap
- * of the pool that may itself fail to be allocated.
+ * failing allocator over 20000 keys, where the index grows and shrinks (its
+ * rehash reads each task's home word, which compaction copies) under
+ * allocation failures.
  *
  * Usage: test_tasks_model [ops-per-run] [seed]  (defaults: 200000, fixed)
  */

@@ -1036,6 +1036,161 @@ static void test_batched_arguments(void)
     tw_tasks_free(t);
 }
 
+/* Key j of test_batched_growth: "g<j>", every 40th one longer than 15
+ * bytes (a key block: one more allocation that can fail). */
+static size_t growth_key(char *buf, size_t size, int j)
+{
+    return (size_t)snprintf(buf, size, j % 40 ? "g%d" : "long-key-number-%d", j);
+}
+
+/* Batched calls through the index's growth, the pool's growth and the
+ * compaction, with every allocation failing in turn: one set_many of 3000
+ * items from an empty instance (the index rehashes about ten times and the
+ * pool grows by chunks mid-batch; the last 500 items repeat keys, some
+ * twice in the batch), then get_many, then remove_many of keys present,
+ * absent and repeated; then most keys removed, one set (the pool compacts,
+ * relocating tasks) and a second set_many that grows the index again over
+ * the relocated ones. Each item's result is the single call's (an item
+ * that fails with TW_ENOMEM changes nothing, the others go on), every key
+ * stays findable through every rehash, and nothing leaks. */
+static void test_batched_growth(void)
+{
+    enum { N = 3000, KEYS = 2500 };
+    static struct tw_tasks_item it[N];
+    static char kb[N][32];
+    static int present[N];
+    static uintptr_t value[N];
+    for (int kind = 0; kind < 2; kind++) {
+        long last_calls = 0;
+        for (long fail_at = 1;; fail_at++) {
+            struct counting c = {.fail_at = fail_at};
+            struct tw_allocator a = {counting_alloc, &c};
+            memset(&R, 0, sizeof R);
+            struct tw_tasks_config cfg = {.execute = record, .ctx = &R, .allocator = &a,
+                                          .key_kind = kind ? TW_TASKS_KEY_INT
+                                                           : TW_TASKS_KEY_BYTES};
+            struct tw_tasks *t;
+            int rc = tw_tasks_new(&t, &cfg);
+            if (rc) {
+                CHECK_EQ_INT(rc, TW_ENOMEM);
+                CHECK_EQ_INT(c.outstanding, 0);
+                continue;
+            }
+            R.t = t;
+            memset(present, 0, sizeof present);
+            /* Items 0..2499: keys 0..2499; 2500..2999 repeat keys, 2500..2749
+             * twice over (j % 250 * 10 and j % 250 * 10 + 5 hit the same ones). */
+            for (int j = 0; j < N; j++) {
+                int key = j < KEYS ? j : (j % 250) * 10;
+                it[j] = (struct tw_tasks_item){.key_int = (uint64_t)key * 977,
+                                               .value = (void *)(uintptr_t)(j + 1),
+                                               .delay = 100 + j % 50};
+                it[j].key_len = growth_key(kb[j], sizeof kb[j], key);
+                it[j].key = kb[j];
+            }
+            int64_t ok = tw_tasks_set_many(t, it, N);
+            int64_t want_ok = 0, enomem = 0, live = 0;
+            for (int j = 0; j < N; j++) {
+                int key = j < KEYS ? j : (j % 250) * 10;
+                if (it[j].result == TW_ENOMEM) {
+                    enomem++;
+                    continue;
+                }
+                CHECK_EQ_INT(it[j].result, present[key] ? 0 : 1);
+                live += !present[key];
+                present[key] = 1;
+                value[key] = (uintptr_t)(j + 1);
+                want_ok++;
+            }
+            CHECK_EQ_INT(ok, want_ok);
+            CHECK(enomem <= 1);
+            CHECK_EQ_U64(tw_tasks_pending(t), (uint64_t)live);
+            /* get_many: every key, present or not (items 0..2499 are keys 0..2499). */
+            for (int j = 0; j < KEYS; j++)
+                it[j].value = NULL;
+            CHECK_EQ_INT(tw_tasks_get_many(t, it, KEYS), live);
+            for (int j = 0; j < KEYS; j++) {
+                CHECK_EQ_INT(it[j].result, present[j] ? 0 : TW_ENOENT);
+                if (present[j])
+                    CHECK_EQ_PTR(it[j].value, (void *)value[j]);
+            }
+            struct tw_tasks_stats st;
+            tw_tasks_stats(t, &st);
+            CHECK_EQ_INT((int64_t)st.bytes, c.outstanding);
+            /* remove_many of keys 1000..2999: 2500..2999 never set (absent),
+             * and key 1000 once more at the end (removed: absent then). */
+            for (int j = 1000; j < N; j++) {
+                it[j].key_int = (uint64_t)j * 977;
+                it[j].key_len = growth_key(kb[j], sizeof kb[j], j);
+            }
+            it[N - 1] = it[1000];
+            int64_t removed = 0;
+            for (int j = 1000; j < KEYS; j++)
+                removed += present[j];
+            CHECK_EQ_INT(tw_tasks_remove_many(t, it + 1000, N - 1000), removed);
+            for (int j = 1000; j < N - 1; j++) {
+                CHECK_EQ_INT(it[j].result, j < KEYS && present[j] ? 0 : TW_ENOENT);
+                if (j < KEYS && present[j])
+                    CHECK_EQ_PTR(it[j].value, (void *)value[j]);
+                if (j < KEYS)
+                    present[j] = 0;
+            }
+            CHECK_EQ_INT(it[N - 1].result, TW_ENOENT);
+            live -= removed;
+            CHECK_EQ_U64(tw_tasks_pending(t), (uint64_t)live);
+            /* Most of the rest go; one set compacts the pool (relocating the
+             * survivors, keys 0..99), then a set_many grows the index again. */
+            for (int j = 100; j < 1000; j++) {
+                if (!present[j])
+                    continue;
+                rc = kind ? tw_tasks_remove_int(t, it[j].key_int, NULL)
+                          : tw_tasks_remove(t, it[j].key, it[j].key_len, NULL);
+                CHECK_EQ_INT(rc, 0);
+                present[j] = 0;
+                live--;
+            }
+            for (int j = 100; j < KEYS; j++) {
+                it[j].key_int = (uint64_t)j * 977;
+                it[j].key_len = growth_key(kb[j], sizeof kb[j], j);
+                it[j].key = kb[j];
+                it[j].value = (void *)(uintptr_t)(j + 7);
+            }
+            ok = tw_tasks_set_many(t, it + 100, KEYS - 100);
+            want_ok = 0;
+            for (int j = 100; j < KEYS; j++) {
+                if (it[j].result == TW_ENOMEM)
+                    continue;
+                CHECK_EQ_INT(it[j].result, 1);
+                present[j] = 1;
+                value[j] = (uintptr_t)(j + 7);
+                want_ok++;
+            }
+            CHECK_EQ_INT(ok, want_ok);
+            live += want_ok;
+            for (int j = 0; j < KEYS; j++) {
+                it[j].key_int = (uint64_t)j * 977;
+                it[j].key_len = growth_key(kb[j], sizeof kb[j], j);
+                it[j].key = kb[j];
+            }
+            CHECK_EQ_INT(tw_tasks_get_many(t, it, KEYS), live);
+            for (int j = 0; j < KEYS; j++) {
+                CHECK_EQ_INT(it[j].result, present[j] ? 0 : TW_ENOENT);
+                if (present[j])
+                    CHECK_EQ_PTR(it[j].value, (void *)value[j]);
+            }
+            /* Everything left fires once. */
+            CHECK_EQ_INT(tw_tasks_advance(t, 1000), live);
+            CHECK_EQ_INT(R.n, live);
+            last_calls = c.calls;
+            tw_tasks_free(t);
+            CHECK_EQ_INT(c.outstanding, 0);
+            if (fail_at > c.calls)
+                break; /* past the last allocation: every one has failed once */
+        }
+        CHECK(last_calls > 10);
+    }
+}
+
 /* ---- slack ---------------------------------------------------------------------- */
 
 /* config.slack_shift: every set and move (single and batched) may fire late by
@@ -1131,6 +1286,7 @@ int main(void)
     RUN(test_bytes_per_task);
     RUN(test_hash_flooding);
     RUN(test_batched_arguments);
+    RUN(test_batched_growth);
     RUN(test_slack);
     RUN(test_capacity);
     return test_summary();

@@ -49,28 +49,29 @@
  * addressing index of 32-bit slots, and for string keys longer than 15 bytes
  * one block per key (length + 2 bytes). Per task: 48 bytes of entry (the
  * wheel's 24-byte node, the value, and the key: an integer, a string of up to
- * 15 bytes in place, or a pointer to its block) plus 5.3..10 bytes of index
- * (it grows past a load of 0.75 to 0.4, and shrinks to 0.55), so <= 58 bytes,
+ * 15 bytes in place, or a pointer to its block), 4 bytes of home word (the
+ * high half of the key's hash, which lets the index be rebuilt without
+ * reading the entries or hashing the keys again) plus 5.3..10 bytes of index
+ * (it grows past a load of 0.75 to 0.4, and shrinks to 0.55), so <= 62 bytes,
  * plus the block of a string key longer than 15 bytes. Memory is returned:
  * the index shrinks when it falls below 1/8 full, and when fewer than a quarter
  * of the pool's entries are live the next set, advance or drain moves the live
  * ones down and frees the emptied chunks (outside callbacks; amortised O(1)
  * per removal), but never below config.capacity's size. Remove itself moves
  * no entry, so a run of removals (every key, say) pays for no relocation and
- * what is left moves once; until then the pool keeps what the run freed. A
- * rehash borrows a bitmap of one bit per pool entry for its duration.
+ * what is left moves once; until then the pool keeps what the run freed.
  *
- * Huge pages: at 10^6 tasks the pool (48 MB) and the index (7 MB) are read in
+ * Huge pages: at 10^6 tasks the pool (52 MB) and the index (7 MB) are read in
  * random order, and with 4 KB pages nearly every keyed call also missed the
  * TLB. So, with the default allocator, an index of 2 MB or more is a 2 MB
- * aligned mapping advised MADV_HUGEPAGE, and past its first 42 chunks (2 MB)
- * the pool grows by groups of 42 chunks, each a 2 MB aligned mapping that
+ * aligned mapping advised MADV_HUGEPAGE, and past its first 39 chunks (2 MB)
+ * the pool grows by groups of 39 chunks, each a 2 MB aligned mapping that
  * becomes one transparent huge page (the first four once full, by
  * MADV_COLLAPSE on Linux 6.1+; later ones from their first touch, so at most
  * one group, under 2 MB, is resident beyond need). Bytes per task are
- * unchanged (about 55 for integer keys). Nothing is madvised when
+ * unchanged by it (about 60 for integer keys). Nothing is madvised when
  * config.allocator is given: the index and the groups (each one
- * block of 42 chunks) then come from it.
+ * block of 39 chunks) then come from it.
  *
  * Hashing: the index is keyed by a per-instance random seed (getrandom), so
  * keys chosen by an adversary who does not know it cannot be made to collide:
@@ -82,8 +83,10 @@
  * Costs: set, move, remove and get are O(1) expected (one hash, a few index
  * slots on one or two cache lines, one entry); an insert that grows the index
  * rehashes it (amortised O(1): a fill from empty rehashes each task 1.3 to 2
- * times, 40-50% of a batched set's time at 10^6 tasks; config.capacity avoids it
- * up to that many tasks). Advancing costs the core's cost plus O(1) per
+ * times; a rehash reads the old index in order and each task's 4-byte home
+ * word, never the entry nor the key, about 20 ns per task at 10^6, a fifth
+ * of a batched set's time there; config.capacity avoids it up to that many
+ * tasks). Advancing costs the core's cost plus O(1) per
  * task run. Drain is O(pending + index size).
  *
  * Thread safety: none; one thread at a time. tw_runner (twheel/runner.h) is the
@@ -144,10 +147,10 @@ struct tw_tasks_config {
     unsigned slack_shift;
     /** How many tasks the instance is expected to hold (0 = no hint). The
      * index is created large enough for that many keys (load 0.55), so that
-     * filling it up does not rehash (at 10^6 tasks a set from empty costs
-     * about half as much), and neither it nor the pool is ever shrunk below
+     * filling it up does not rehash (at 10^6 tasks a batched set from empty
+     * costs half to two thirds as much), and neither it nor the pool is ever shrunk below
      * that size: memory for `capacity` tasks (7.3 bytes each of index at
-     * once, 48 each of pool as tasks arrive) stays allocated while the
+     * once, 52 each of pool as tasks arrive) stays allocated while the
      * instance lives, however few tasks are pending. With the default
      * allocator the pool groups the hint covers are huge pages from their
      * first touch. Past the hint the instance grows (and shrinks back to it)
@@ -250,9 +253,10 @@ TW_API int tw_tasks_get_int(const struct tw_tasks *t, uint64_t key, void **value
  * unlinks from (move, remove), the entries of the group after, the index
  * slots of the one after that (hashing its keys), and the key bytes of the
  * fourth. At 10^6 tasks (bench/README.md, "Batched keyed calls") a batched
- * call costs 50-165 ns per key where a single call costs 115-550; set from
- * an empty instance includes the index's growth (about a third of it at
- * 10^6), which config.capacity avoids.
+ * call costs 50-125 ns per key (medians; single runs on a loaded machine up
+ * to 150) where a single call costs 150-490, with or without
+ * config.capacity; set from an empty instance includes the index's growth
+ * (about a fifth of it at 10^6, 40% less with the hint).
  *
  * Semantics: exactly those of calling the single function on each item in
  * array order (duplicates included; each item sees the effects of the ones
