@@ -74,6 +74,20 @@ static void tws_arm_slack(void *p, uint32_t id, uint64_t deadline)
 }
 
 
+/* Exact, eager: slack 0 through the slack path, which relocates a pending
+ * timer at once instead of lazily (measurement row for issue 13 item 3). */
+static void tws_arm_eager(void *p, uint32_t id, uint64_t deadline)
+{
+    struct tws *s = p;
+    tw_timer_arm_at_eager(&s->wheel, &s->timers[id], deadline);
+}
+
+static void tws_arm_slack0(void *p, uint32_t id, uint64_t deadline)
+{
+    struct tws *s = p;
+    tw_timer_arm_at_slack(&s->wheel, &s->timers[id], deadline, 0);
+}
+
 static void tws_cancel(void *p, uint32_t id)
 {
     struct tws *s = p;
@@ -135,4 +149,34 @@ const struct bench_impl bench_impl_twheel_slack = {
     .bytes = tws_bytes,
     .moves = tws_moves,
     .slack_shift = TWS_SLACK_SHIFT,
+};
+
+const struct bench_impl bench_impl_twheel_eager = {
+    .name = "twheel-eager",
+    .what = "twheel core, exact, every re-arm relocated at once (eager) instead of lazily",
+    .workloads = BENCH_W2 | BENCH_W3,
+    .create = tws_create,
+    .destroy = tws_destroy,
+    .arm = tws_arm_eager,
+    .reset = tws_arm_eager,
+    .cancel = tws_cancel,
+    .advance_to = tws_advance_to,
+    .next_deadline = tws_next_deadline,
+    .bytes = tws_bytes,
+    .moves = tws_moves,
+};
+
+const struct bench_impl bench_impl_twheel_slack0 = {
+    .name = "twheel-slack0",
+    .what = "twheel core, slack 0 through the slack path",
+    .workloads = BENCH_W2 | BENCH_W3,
+    .create = tws_create,
+    .destroy = tws_destroy,
+    .arm = tws_arm_slack0,
+    .reset = tws_arm_slack0,
+    .cancel = tws_cancel,
+    .advance_to = tws_advance_to,
+    .next_deadline = tws_next_deadline,
+    .bytes = tws_bytes,
+    .moves = tws_moves,
 };

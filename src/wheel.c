@@ -37,6 +37,16 @@
  * re-placed. Re-arming earlier unlinks and re-inserts at once. Either way no
  * timer fires before its (latest) deadline nor after the slot of it comes due.
  *
+ * Eager re-arm (the *_eager calls, opt-in): a pending timer is unlinked and
+ * placed for its new deadline at once, later or earlier, exactly what an
+ * earlier re-arm does (arm_node_eager: arm_node without the lazy test). The
+ * re-arm pays the unlink (the old neighbours' lines) so that no advance
+ * ever moves the timer for it: a heartbeat re-armed every few seconds is
+ * never in a slot that comes due, and the tick is left with the fires and
+ * the cascades of timers that do fire. Lazy has the lowest total (one store
+ * per re-arm; W2 moves each connection about twice a minute), eager the
+ * lowest tick (bench/README.md, "Exact and eager").
+ *
  * Slack: a timer allowed to fire anywhere in [D, D + S] is planned at the
  * earliest slot boundary of the highest level that falls in that window
  * (plan_place), and that planned tick is simply its deadline from then on:
@@ -734,6 +744,29 @@ arm_node(struct tw_wheel *w, struct tw_node *n, uint64_t deadline)
     return 0;
 }
 
+/* Arm or re-arm n eagerly (both pointers checked by the caller): exact as
+ * arm_node, but a pending node is always unlinked and placed for its new
+ * deadline at once, never left in the slot of an older one, so that no
+ * later advance moves it for this re-arm. The same stores as arm_node's
+ * earlier re-arm, with no test of the old deadline. */
+static inline __attribute__((always_inline)) int
+arm_node_eager(struct tw_wheel *w, struct tw_node *n, uint64_t deadline)
+{
+    if (__builtin_expect(deadline <= w->now, 0)) {
+        if (w->now == UINT64_MAX)
+            return TW_ERANGE;
+        deadline = w->now + 1;
+    }
+    if (n->pprev)
+        unlink_node(w, n);
+    else
+        w->pending++;
+    n->deadline = deadline;
+    place(w, n, w->chain++);
+    set_owner(n, w);
+    return 0;
+}
+
 /* Cancel n (both pointers checked by the caller). */
 static inline __attribute__((always_inline)) int cancel_node(struct tw_wheel *w,
                                                              struct tw_node *n)
@@ -805,6 +838,34 @@ int tw_node_arm_slack(struct tw_wheel *w, struct tw_node *n, uint64_t delay, uin
     return node_arm_at_slack(w, n, saturating_add(w->now, delay), slack);
 }
 
+/* The checks of tw_node_arm_at, then the eager arm. */
+static inline __attribute__((always_inline)) int
+node_arm_at_eager(struct tw_wheel *w, struct tw_node *n, uint64_t deadline)
+{
+    if (!w || !n)
+        return TW_EINVAL;
+    if (w->advancing)
+        return TW_EBUSY;
+    if (!owned_or_idle(w, n))
+        return TW_EINVAL;
+    int rc = arm_node_eager(w, n, deadline);
+    if (rc == 0)
+        w->bare = 1;
+    return rc;
+}
+
+int tw_node_arm_at_eager(struct tw_wheel *w, struct tw_node *n, uint64_t deadline)
+{
+    return node_arm_at_eager(w, n, deadline);
+}
+
+int tw_node_arm_eager(struct tw_wheel *w, struct tw_node *n, uint64_t delay)
+{
+    if (!w)
+        return TW_EINVAL;
+    return node_arm_at_eager(w, n, saturating_add(w->now, delay));
+}
+
 int tw_node_cancel(struct tw_wheel *w, struct tw_node *n)
 {
     if (!w || !n)
@@ -851,6 +912,27 @@ int tw_timer_arm(struct tw_wheel *w, struct tw_timer *t, uint64_t delay)
     if (!w)
         return TW_EINVAL;
     return timer_arm_at(w, t, saturating_add(w->now, delay));
+}
+
+/* The checks of tw_timer_arm_at, then the eager arm. */
+static inline __attribute__((always_inline)) int
+timer_arm_at_eager(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline)
+{
+    if (!w || !t || !t->fn || !owned_or_idle(w, &t->node))
+        return TW_EINVAL;
+    return arm_node_eager(w, &t->node, deadline);
+}
+
+int tw_timer_arm_at_eager(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline)
+{
+    return timer_arm_at_eager(w, t, deadline);
+}
+
+int tw_timer_arm_eager(struct tw_wheel *w, struct tw_timer *t, uint64_t delay)
+{
+    if (!w)
+        return TW_EINVAL;
+    return timer_arm_at_eager(w, t, saturating_add(w->now, delay));
 }
 
 static inline __attribute__((always_inline)) int
