@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /* Unit tests of the eager re-arm (include/twheel/wheel.h, "Lazy or eager
  * re-arm"): exact and never early as every arm, a pending timer relocated at
- * once (so a heartbeat leaves no move to the advances, and the poller's next
- * expiry follows the new deadline), earlier and equal re-arms, cancel after
- * an eager re-arm, re-arm of a ready timer from a callback, lazy and eager
+ * once unless it is in the slot of its new deadline already (so a heartbeat
+ * leaves no move to the advances, and the poller's next expiry follows the
+ * new deadline), earlier and equal re-arms, out of a slack sub-list, cancel
+ * after an eager re-arm, re-arm of a ready timer from a callback, lazy and eager
  * mixed on one timer, bare nodes, bad arguments and the end of time. The
  * randomized rules are in the model test and the fuzz target
  * (tests/wheel_model.h: one exact arming in two there is eager). */
@@ -167,14 +168,24 @@ static void test_rearm_and_cancel(void)
     rec_init(&b, &w);
 
     /* Lazy later re-arm leaves a in the slot of 100 (the poller stops
-     * there); an eager re-arm to the same deadline relocates it. */
+     * there). An eager re-arm into the slot of the stored deadline (9000
+     * and 8500: level 2, ticks 8192-12287) is one store and keeps that
+     * lazy move; one into another slot relocates it. */
     CHECK_EQ_INT(tw_timer_arm_at(&w, &a.timer, 100), 0);
     CHECK_EQ_INT(tw_timer_arm_at(&w, &a.timer, 9000), 0);
     CHECK(tw_wheel_next_expiry(&w) <= 100);
-    CHECK_EQ_INT(tw_timer_arm_at_eager(&w, &a.timer, 9000), 0);
-    CHECK(tw_wheel_next_expiry(&w) > 100 && tw_wheel_next_expiry(&w) <= 9000);
-    CHECK_EQ_U64(tw_timer_deadline(&a.timer), 9000);
+    CHECK_EQ_INT(tw_timer_arm_at_eager(&w, &a.timer, 8500), 0);
+    CHECK(tw_wheel_next_expiry(&w) <= 100);
+    CHECK_EQ_U64(tw_timer_deadline(&a.timer), 8500);
+    CHECK_EQ_INT(tw_timer_arm_at_eager(&w, &a.timer, 13000), 0);
+    CHECK_EQ_U64(tw_wheel_next_expiry(&w), 12288); /* its level-2 slot */
+    CHECK_EQ_U64(tw_timer_deadline(&a.timer), 13000);
     CHECK_EQ_U64(tw_wheel_pending(&w), 1);
+    /* An eager re-arm within its own slot: one store, no move, exact. */
+    uint64_t moves = tw_wheel_moves(&w);
+    CHECK_EQ_INT(tw_timer_arm_at_eager(&w, &a.timer, 12300), 0);
+    CHECK_EQ_U64(tw_wheel_moves(&w), moves);
+    CHECK_EQ_U64(tw_wheel_next_expiry(&w), 12288);
 
     /* Earlier, then equal, then later again. */
     CHECK_EQ_INT(tw_timer_arm_at_eager(&w, &a.timer, 50), 0);
@@ -200,6 +211,36 @@ static void test_rearm_and_cancel(void)
     CHECK_EQ_U64(tw_wheel_next_expiry(&w), TW_NEVER);
     CHECK_EQ_INT(tw_wheel_advance(&w, 100000), 0);
     CHECK_EQ_INT(a.fires, 0);
+}
+
+/* A timer planned with slack on a level-1 sub-list (tick 96: sub-list 2 of
+ * slot 64-127, handed down to tick 96), lazily pushed to 100, then re-armed
+ * eagerly to 70, in the same slot: it must be relocated (the sub-list starts
+ * at 96, after 70), and fires at 70. Without sub-lists in the slot, the same
+ * re-arm is one store and still exact (the slot starts at 64). */
+static void test_rearm_out_of_a_sub_list(void)
+{
+    struct tw_wheel w;
+    struct rec a, b;
+    tw_wheel_init(&w, 0);
+    rec_init(&a, &w);
+    rec_init(&b, &w);
+    CHECK_EQ_INT(tw_timer_arm_at_slack(&w, &a.timer, 90, 10), 0);
+    CHECK_EQ_U64(tw_timer_deadline(&a.timer), 96);
+    CHECK_EQ_INT(tw_timer_arm_at(&w, &a.timer, 100), 0); /* lazy: stays at 96 */
+    CHECK_EQ_INT(tw_timer_arm_at_eager(&w, &a.timer, 70), 0);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 69), 0);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 200), 1);
+    CHECK_EQ_U64(a.fired_at, 70);
+
+    tw_wheel_init(&w, 0);
+    CHECK_EQ_INT(tw_timer_arm_at(&w, &b.timer, 100), 0);
+    uint64_t moves = tw_wheel_moves(&w);
+    CHECK_EQ_INT(tw_timer_arm_at_eager(&w, &b.timer, 70), 0);
+    CHECK_EQ_U64(tw_wheel_moves(&w), moves);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 69), 0);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 200), 1);
+    CHECK_EQ_U64(b.fired_at, 70);
 }
 
 /* A callback re-arms, eagerly, a timer due at the same tick and already on
@@ -297,6 +338,7 @@ int main(void)
     RUN(test_exact_on_every_level);
     RUN(test_heartbeat_leaves_no_move);
     RUN(test_rearm_and_cancel);
+    RUN(test_rearm_out_of_a_sub_list);
     RUN(test_rearm_ready_from_callback);
     RUN(test_bare_nodes);
     return test_summary();
