@@ -86,7 +86,6 @@ struct bench_impl {
 extern const struct bench_impl bench_impl_twheel;
 extern const struct bench_impl bench_impl_twheel_slack;
 extern const struct bench_impl bench_impl_twheel_eager;
-extern const struct bench_impl bench_impl_twheel_slack0;
 extern const struct bench_impl bench_impl_libuv;
 extern const struct bench_impl bench_impl_libevent;
 extern const struct bench_impl bench_impl_libevent_common;

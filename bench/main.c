@@ -47,7 +47,6 @@ static const struct bench_impl *const all_impls[] = {
     &bench_impl_twheel,
     &bench_impl_twheel_slack,
     &bench_impl_twheel_eager,
-    &bench_impl_twheel_slack0,
 #ifdef BENCH_HAVE_LIBUV
     &bench_impl_libuv,
 #endif

@@ -32,16 +32,19 @@
  *    a 30 s timeout every 3 s: about 2 moves per connection a minute instead
  *    of 20 relocations).
  *  - tw_timer_arm_eager / _arm_at_eager (and tw_node_arm_eager /
- *    _arm_at_eager): the same rules, but re-arming a pending timer always
- *    relocates it at once to the slot of its new deadline, so no advance
- *    ever moves it for that re-arm. Each re-arm costs about twice a lazy one
- *    (it touches the timer's old neighbours), and the ticks are left with
- *    the fires (and the cascades of the timers that do fire): the choice
- *    for an event loop whose latency is the tick, where re-armed timers
- *    should not make a later tick do their work (W2: ticks about 3x
- *    cheaper, re-arms about 2x dearer). Lazy and eager calls may be mixed
- *    on one wheel and one timer; tw_wheel_moves does not count eager
- *    relocations (it counts the moves left to advances).
+ *    _arm_at_eager): the same rules, but re-arming a pending timer, later
+ *    or earlier, relocates it at once to the slot of its new deadline (one
+ *    store if it is in that slot already), so no advance ever moves it for
+ *    that re-arm. A relocating re-arm costs about twice a lazy one (it
+ *    touches the timer's old neighbours), and the ticks are left with the
+ *    fires (and the cascades of the timers that do fire): the choice for an
+ *    event loop whose latency is the tick, where re-armed timers should not
+ *    make a later tick do their work (W2 at 1e6: ticks about 3x cheaper,
+ *    heartbeats about 1.7x dearer, bench/README.md). Lazy and eager calls
+ *    may be mixed on one wheel and one timer, exact either way; an eager
+ *    re-arm into the slot of a deadline stored lazily before may leave that
+ *    lazy move in place. tw_wheel_moves does not count eager relocations
+ *    (it counts the moves left to advances).
  *
  * Time and event loops (the rule):
  *  - The wheel's time moves only when you advance it. While your loop sleeps,
@@ -318,10 +321,11 @@ TW_API bool tw_timer_pending(const struct tw_timer *t);
 TW_API uint64_t tw_timer_deadline(const struct tw_timer *t);
 
 /** As tw_timer_arm_at, but eager: re-arming a pending t relocates it at
- * once to the slot of its new deadline, later or earlier, instead of only
- * storing a later deadline, so that no advance moves it for this re-arm (see
- * "Lazy or eager re-arm" above). Exact, with the results of tw_timer_arm_at
- * (0, TW_EINVAL, TW_ERANGE). O(1). */
+ * once to the slot of its new deadline, later or earlier (one store if it is
+ * in that slot already), instead of only storing a later deadline, so that
+ * no advance moves it for this re-arm (see "Lazy or eager re-arm" above).
+ * Exact, with the results of tw_timer_arm_at (0, TW_EINVAL, TW_ERANGE).
+ * O(1). */
 TW_API int tw_timer_arm_at_eager(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline);
 
 /** As tw_timer_arm_at_eager, `delay` ticks from the wheel's time (0 means the
