@@ -39,7 +39,7 @@
  *    touches the timer's old neighbours), and the ticks are left with the
  *    fires (and the cascades of the timers that do fire): the choice for an
  *    event loop whose latency is the tick, where re-armed timers should not
- *    make a later tick do their work (W2 at 1e6: ticks about 3x cheaper,
+ *    make a later tick do their work (W2 at 1e6: ticks 2.4-3.4x cheaper,
  *    heartbeats about 1.7x dearer, bench/README.md). Lazy and eager calls
  *    may be mixed on one wheel and one timer, exact either way; an eager
  *    re-arm into the slot of a deadline stored lazily before may leave that
