@@ -22,7 +22,8 @@
  *    at once: it does not fire again in this advance unless its new deadline
  *    is passed by it.
  *  - Re-arming to a later deadline is lazy (one store: the timer moves when
- *    its old slot comes due); re-arming earlier relocates it at once.
+ *    its old slot comes due); re-arming earlier relocates it at once. The
+ *    *_eager arms relocate at once either way (see below).
  *
  * Lazy or eager re-arm (both exact; pick per call):
  *  - tw_timer_arm / _arm_at (lazy, the default): re-arming a pending timer
@@ -44,7 +45,9 @@
  *    may be mixed on one wheel and one timer, exact either way; an eager
  *    re-arm into the slot of a deadline stored lazily before may leave that
  *    lazy move in place. tw_wheel_moves does not count eager relocations
- *    (it counts the moves left to advances).
+ *    (it counts the moves left to advances). From an event loop's clock
+ *    (see below), arm eagerly at an absolute deadline, as tw_timer_arm_from
+ *    does: tw_timer_arm_at_eager(w, t, now + delay).
  *
  * Time and event loops (the rule):
  *  - The wheel's time moves only when you advance it. While your loop sleeps,
