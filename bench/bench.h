@@ -85,6 +85,7 @@ struct bench_impl {
  * the reference of every ratio. */
 extern const struct bench_impl bench_impl_twheel;
 extern const struct bench_impl bench_impl_twheel_slack;
+extern const struct bench_impl bench_impl_twheel_eager;
 extern const struct bench_impl bench_impl_libuv;
 extern const struct bench_impl bench_impl_libevent;
 extern const struct bench_impl bench_impl_libevent_common;

@@ -2,11 +2,13 @@
 /* twheel's core wheel behind the benchmark interface: one struct tw_timer
  * (40 bytes) per id in one array; an id is the timer's index.
  *
- * Two entries: "twheel", exact (tw_timer_arm_at), and "twheel-slack", every
- * timer armed with slack = 1/8 of its delay (tw_timer_arm_at_slack with
- * tw_slack_fraction(delay, 3)). For both, moves are tw_wheel_moves: the
- * wheel's moves in advancing plus, with slack, the re-arms that relocated a
- * pending timer (a re-arm with slack relocates at once instead of lazily). */
+ * Three entries: "twheel", exact (tw_timer_arm_at: later re-arms are lazy),
+ * "twheel-eager", exact with eager re-arms (tw_timer_arm_at_eager; W2 only),
+ * and "twheel-slack", every timer armed with slack = 1/8 of its delay
+ * (tw_timer_arm_at_slack with tw_slack_fraction(delay, 3)). For all three,
+ * moves are tw_wheel_moves: the wheel's moves in advancing plus, with slack,
+ * the re-arms that relocated a pending timer (a re-arm with slack relocates
+ * at once instead of lazily; eager relocations are not counted). */
 #include <stdlib.h>
 
 #include "bench.h"
@@ -74,6 +76,14 @@ static void tws_arm_slack(void *p, uint32_t id, uint64_t deadline)
 }
 
 
+/* Exact, eager: tw_timer_arm_at_eager relocates a pending timer at once
+ * (unless it is in the slot of its new deadline already) instead of lazily. */
+static void tws_arm_eager(void *p, uint32_t id, uint64_t deadline)
+{
+    struct tws *s = p;
+    tw_timer_arm_at_eager(&s->wheel, &s->timers[id], deadline);
+}
+
 static void tws_cancel(void *p, uint32_t id)
 {
     struct tws *s = p;
@@ -135,4 +145,19 @@ const struct bench_impl bench_impl_twheel_slack = {
     .bytes = tws_bytes,
     .moves = tws_moves,
     .slack_shift = TWS_SLACK_SHIFT,
+};
+
+const struct bench_impl bench_impl_twheel_eager = {
+    .name = "twheel-eager",
+    .what = "twheel core, exact, re-arms relocate at once (tw_timer_arm_at_eager), W2 only",
+    .workloads = BENCH_W2, /* W3 arms idle timers only: the same as twheel */
+    .create = tws_create,
+    .destroy = tws_destroy,
+    .arm = tws_arm_eager,
+    .reset = tws_arm_eager,
+    .cancel = tws_cancel,
+    .advance_to = tws_advance_to,
+    .next_deadline = tws_next_deadline,
+    .bytes = tws_bytes,
+    .moves = tws_moves,
 };

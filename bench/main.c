@@ -46,6 +46,7 @@
 static const struct bench_impl *const all_impls[] = {
     &bench_impl_twheel,
     &bench_impl_twheel_slack,
+    &bench_impl_twheel_eager,
 #ifdef BENCH_HAVE_LIBUV
     &bench_impl_libuv,
 #endif

@@ -37,6 +37,18 @@
  * re-placed. Re-arming earlier unlinks and re-inserts at once. Either way no
  * timer fires before its (latest) deadline nor after the slot of it comes due.
  *
+ * Eager re-arm (the *_eager calls, opt-in): a pending timer is unlinked and
+ * placed for its new deadline at once, later or earlier, as an earlier
+ * re-arm is, unless it is in the slot of the new deadline already (then
+ * one store: in_place_for; a W2 heartbeat pushes a 30 s timeout back by
+ * 3 s on average, which stays in its 4096-tick slot about 45% of the time).
+ * The relocation pays the unlink (the old neighbours' lines) so that no
+ * advance ever moves the timer for the re-arm: a heartbeat re-armed every
+ * few seconds is never in a slot that comes due, and the tick is left with
+ * the fires and the cascades of timers that do fire. Lazy has the lowest
+ * total (one store per later re-arm; W2 moves each connection about twice
+ * a minute), eager the lowest tick (bench/README.md, "Exact and eager").
+ *
  * Slack: a timer allowed to fire anywhere in [D, D + S] is planned at the
  * earliest slot boundary of the highest level that falls in that window
  * (plan_place), and that planned tick is simply its deadline from then on:
@@ -217,15 +229,19 @@ static inline void unlink_node(struct tw_wheel *w, struct tw_node *t)
 
 /* Per highest differing bit b (0..63) of deadline ^ now, the level's digit
  * shift (6 * level) and the flat index of its first chain head in w->slots
- * (level * slots * chains): two L1-resident loads instead of a division by
- * 6 and the multiplications around it, on every arm. */
+ * (level * slots * chains): L1-resident loads instead of a division by 6 and
+ * the multiplications around it, on every arm. place() reads both from one
+ * word of place_by_bit (index << 8 | shift): one load, and the shift needs
+ * no extracting (x86 shifts by the low 6 bits of the count). */
 #define TW_B1(b) (((b) / SLOT_BITS) * SLOT_BITS)
 #define TW_B4(b) TW_B1(b), TW_B1((b) + 1), TW_B1((b) + 2), TW_B1((b) + 3)
 #define TW_B16(b) TW_B4(b), TW_B4((b) + 4), TW_B4((b) + 8), TW_B4((b) + 12)
 static const uint8_t shift_by_bit[64] = {TW_B16(0), TW_B16(16), TW_B16(32), TW_B16(48)};
 #undef TW_B1
 #define TW_B1(b) (((b) / SLOT_BITS) * TW_WHEEL_SLOTS * CHAINS)
-static const uint16_t base_by_bit[64] = {TW_B16(0), TW_B16(16), TW_B16(32), TW_B16(48)};
+#undef TW_B1
+#define TW_B1(b) ((uint32_t)(((b) / SLOT_BITS) * TW_WHEEL_SLOTS * CHAINS) << 8 | ((b) / SLOT_BITS) * SLOT_BITS)
+static const uint32_t place_by_bit[64] = {TW_B16(0), TW_B16(16), TW_B16(32), TW_B16(48)};
 #undef TW_B1
 /* ... and, for slack (plan_place), the mask that rounds a window's tick up
  * to its planned tick: the level's slot width less one, 2^(6 * level) - 1,
@@ -245,9 +261,10 @@ static const uint64_t plan_mask[64] = {TW_B16(0), TW_B16(16), TW_B16(32), TW_B16
 static inline void place(struct tw_wheel *w, struct tw_node *t, unsigned chain)
 {
     uint64_t deadline = t->deadline;
-    unsigned bit = (unsigned)__builtin_clzll(deadline ^ w->now) ^ 63u;
-    size_t slot = (size_t)(deadline >> shift_by_bit[bit]) & SLOT_MASK;
-    size_t base = base_by_bit[bit];
+    size_t bit = 63 - (size_t)__builtin_clzll(deadline ^ w->now);
+    uint32_t pb = place_by_bit[bit];
+    size_t slot = (size_t)(deadline >> (pb & 63)) & SLOT_MASK;
+    size_t base = pb >> 8;
     struct tw_node **head = &w->slots[0][0][0] + (base + slot * CHAINS + (chain & (CHAINS - 1)));
     struct tw_node *first = *head;
     t->next = first;
@@ -257,6 +274,32 @@ static inline void place(struct tw_wheel *w, struct tw_node *t, unsigned chain)
         first->pprev = &t->next;
     else
         mark_occupied(w, (unsigned)(base / (TW_WHEEL_SLOTS * CHAINS)), (unsigned)slot);
+}
+
+/* Whether pending node n (its deadline D, not ready) may take deadline d >
+ * now with one store, being in the slot place() would pick for d already,
+ * or in one before it (then it is moved when that slot comes due, as after
+ * a lazy re-arm, and never fires late). True when D and d agree on every
+ * digit from the level of d upward (d's level: the highest bit in which d
+ * and now differ), that is, place() would put D and d in the same slot S:
+ *  - n was placed for some D0 <= D (D0 = D unless a lazy re-arm stored D
+ *    since); its slot X has not come due, so X's level is D0's level
+ *    against now, no higher than S's level (D0 <= D, both > now);
+ *  - at a lower level X lies inside now's current slot of S's level, all of
+ *    it before S; at the same level X is D0's slot, not after D's, S;
+ *  - either way X starts no later than S, which starts no later than d.
+ * Level 1's sub-lists break the last step (sub-list q starts 16q ticks into
+ * its slot), so a level-1 slot with sub-lists in use (subbed, never clear
+ * while they hold a node) does not qualify. A ready node (D = now) never
+ * does: d and now differ at d's level. At level 0 this is D == d. */
+static inline bool in_place_for(const struct tw_wheel *w, const struct tw_node *n,
+                                uint64_t d)
+{
+    size_t bit = 63 - (size_t)__builtin_clzll(d ^ w->now);
+    unsigned shift = place_by_bit[bit] & 63;
+    if ((n->deadline ^ d) >> shift)
+        return false;
+    return shift != SLOT_BITS || !(w->subbed >> ((d >> SLOT_BITS) & SLOT_MASK) & 1);
 }
 
 /* Push t onto sub-slot `sub` (bits 4..11 of its tick: level-1 slot * 4 +
@@ -734,6 +777,34 @@ arm_node(struct tw_wheel *w, struct tw_node *n, uint64_t deadline)
     return 0;
 }
 
+/* Arm or re-arm n eagerly (both pointers checked by the caller): exact as
+ * arm_node, but a pending node is unlinked and placed for its new deadline
+ * at once, never left in the slot of an older one, so that no later advance
+ * moves it for this re-arm - unless it is in the slot of the new deadline
+ * already (in_place_for), where one store does. */
+static inline __attribute__((always_inline)) int
+arm_node_eager(struct tw_wheel *w, struct tw_node *n, uint64_t deadline)
+{
+    if (__builtin_expect(deadline <= w->now, 0)) {
+        if (w->now == UINT64_MAX)
+            return TW_ERANGE;
+        deadline = w->now + 1;
+    }
+    if (n->pprev) {
+        if (in_place_for(w, n, deadline)) {
+            n->deadline = deadline;
+            return 0;
+        }
+        unlink_node(w, n);
+    } else {
+        w->pending++;
+    }
+    n->deadline = deadline;
+    place(w, n, w->chain++);
+    set_owner(n, w);
+    return 0;
+}
+
 /* Cancel n (both pointers checked by the caller). */
 static inline __attribute__((always_inline)) int cancel_node(struct tw_wheel *w,
                                                              struct tw_node *n)
@@ -805,6 +876,34 @@ int tw_node_arm_slack(struct tw_wheel *w, struct tw_node *n, uint64_t delay, uin
     return node_arm_at_slack(w, n, saturating_add(w->now, delay), slack);
 }
 
+/* The checks of tw_node_arm_at, then the eager arm. */
+static inline __attribute__((always_inline)) int
+node_arm_at_eager(struct tw_wheel *w, struct tw_node *n, uint64_t deadline)
+{
+    if (!w || !n)
+        return TW_EINVAL;
+    if (w->advancing)
+        return TW_EBUSY;
+    if (!owned_or_idle(w, n))
+        return TW_EINVAL;
+    int rc = arm_node_eager(w, n, deadline);
+    if (rc == 0)
+        w->bare = 1;
+    return rc;
+}
+
+int tw_node_arm_at_eager(struct tw_wheel *w, struct tw_node *n, uint64_t deadline)
+{
+    return node_arm_at_eager(w, n, deadline);
+}
+
+int tw_node_arm_eager(struct tw_wheel *w, struct tw_node *n, uint64_t delay)
+{
+    if (!w)
+        return TW_EINVAL;
+    return node_arm_at_eager(w, n, saturating_add(w->now, delay));
+}
+
 int tw_node_cancel(struct tw_wheel *w, struct tw_node *n)
 {
     if (!w || !n)
@@ -851,6 +950,27 @@ int tw_timer_arm(struct tw_wheel *w, struct tw_timer *t, uint64_t delay)
     if (!w)
         return TW_EINVAL;
     return timer_arm_at(w, t, saturating_add(w->now, delay));
+}
+
+/* The checks of tw_timer_arm_at, then the eager arm. */
+static inline __attribute__((always_inline)) int
+timer_arm_at_eager(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline)
+{
+    if (!w || !t || !t->fn || !owned_or_idle(w, &t->node))
+        return TW_EINVAL;
+    return arm_node_eager(w, &t->node, deadline);
+}
+
+int tw_timer_arm_at_eager(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline)
+{
+    return timer_arm_at_eager(w, t, deadline);
+}
+
+int tw_timer_arm_eager(struct tw_wheel *w, struct tw_timer *t, uint64_t delay)
+{
+    if (!w)
+        return TW_EINVAL;
+    return timer_arm_at_eager(w, t, saturating_add(w->now, delay));
 }
 
 static inline __attribute__((always_inline)) int

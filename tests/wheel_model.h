@@ -5,7 +5,8 @@
  * The model keeps, for every timer, whether it is armed, its deadline D and
  * its slack S (0 for the exact functions; a plain array: the "sorted list" is
  * implicit, since the checks below look for the minimum). About one arming in
- * four uses the *_slack functions. Every operation is applied to the real
+ * four uses the *_slack functions, and one exact arming in two the *_eager
+ * ones (exact, a pending timer relocated at once). Every operation is applied to the real
  * wheel and to the model, and each fire is checked as it happens:
  *   - the timer was armed in the model (so it fires at most once per arming,
  *     and never after a cancel or a re-arm that moved it);
@@ -253,11 +254,19 @@ static void model_op(struct model *m, uint64_t r)
                 break;
             }
         }
-        int rc = slack == 0 ? (op == 0 ? tw_timer_arm(&m->wheel, &mt->timer, value)
-                                       : tw_timer_arm_at(&m->wheel, &mt->timer, deadline))
-                            : (op == 0 ? tw_timer_arm_slack(&m->wheel, &mt->timer, value, slack)
-                                       : tw_timer_arm_at_slack(&m->wheel, &mt->timer, deadline,
-                                                               slack));
+        /* One exact arming in two is eager: it relocates a pending timer at
+         * once, and leaves tw_wheel_moves as it was. */
+        int eager = slack == 0 && (r >> 59) & 1;
+        uint64_t moves = tw_wheel_moves(&m->wheel);
+        int rc = eager ? (op == 0 ? tw_timer_arm_eager(&m->wheel, &mt->timer, value)
+                                  : tw_timer_arm_at_eager(&m->wheel, &mt->timer, deadline))
+                 : slack == 0
+                     ? (op == 0 ? tw_timer_arm(&m->wheel, &mt->timer, value)
+                                : tw_timer_arm_at(&m->wheel, &mt->timer, deadline))
+                     : (op == 0 ? tw_timer_arm_slack(&m->wheel, &mt->timer, value, slack)
+                                : tw_timer_arm_at_slack(&m->wheel, &mt->timer, deadline, slack));
+        MODEL_REQUIRE(m, !eager || tw_wheel_moves(&m->wheel) == moves,
+                      "an eager arm of timer %zu counted a move", id);
         if (now == UINT64_MAX) {
             MODEL_REQUIRE(m, rc == TW_ERANGE, "arm at the end of time returned %d", rc);
             break;

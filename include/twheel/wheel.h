@@ -22,7 +22,32 @@
  *    at once: it does not fire again in this advance unless its new deadline
  *    is passed by it.
  *  - Re-arming to a later deadline is lazy (one store: the timer moves when
- *    its old slot comes due); re-arming earlier relocates it at once.
+ *    its old slot comes due); re-arming earlier relocates it at once. The
+ *    *_eager arms relocate at once either way (see below).
+ *
+ * Lazy or eager re-arm (both exact; pick per call):
+ *  - tw_timer_arm / _arm_at (lazy, the default): re-arming a pending timer
+ *    to a later deadline is one store; the timer is moved when the slot of
+ *    its older deadline comes due, so that advance pays for it. Lowest total
+ *    cost: the choice for most programs (benchmark W2, a heartbeat re-arming
+ *    a 30 s timeout every 3 s: about 2 moves per connection a minute instead
+ *    of 20 relocations).
+ *  - tw_timer_arm_eager / _arm_at_eager (and tw_node_arm_eager /
+ *    _arm_at_eager): the same rules, but re-arming a pending timer, later
+ *    or earlier, relocates it at once to the slot of its new deadline (one
+ *    store if it is in that slot already), so no advance ever moves it for
+ *    that re-arm. A relocating re-arm costs about twice a lazy one (it
+ *    touches the timer's old neighbours), and the ticks are left with the
+ *    fires (and the cascades of the timers that do fire): the choice for an
+ *    event loop whose latency is the tick, where re-armed timers should not
+ *    make a later tick do their work (W2 at 1e6: ticks 2.4-3.4x cheaper,
+ *    heartbeats about 1.7x dearer, bench/README.md). Lazy and eager calls
+ *    may be mixed on one wheel and one timer, exact either way; an eager
+ *    re-arm into the slot of a deadline stored lazily before may leave that
+ *    lazy move in place. tw_wheel_moves does not count eager relocations
+ *    (it counts the moves left to advances). From an event loop's clock
+ *    (see below), arm eagerly at an absolute deadline, as tw_timer_arm_from
+ *    does: tw_timer_arm_at_eager(w, t, now + delay).
  *
  * Time and event loops (the rule):
  *  - The wheel's time moves only when you advance it. While your loop sleeps,
@@ -254,7 +279,8 @@ TW_API size_t tw_wheel_pending(const struct tw_wheel *w);
 
 /** How many times timers have been moved from one slot to another by
  * advancing (cascades and lazy re-arms) or by a re-arm with slack that
- * relocated a pending timer, since init. For tuning. O(1). */
+ * relocated a pending timer, since init (eager re-arms are not counted: they
+ * leave no move to an advance). For tuning. O(1). */
 TW_API uint64_t tw_wheel_moves(const struct tw_wheel *w);
 
 /* ---- timers ------------------------------------------------------------ */
@@ -296,6 +322,18 @@ TW_API bool tw_timer_pending(const struct tw_timer *t);
 
 /** t's deadline if pending, TW_NEVER if idle. O(1). */
 TW_API uint64_t tw_timer_deadline(const struct tw_timer *t);
+
+/** As tw_timer_arm_at, but eager: re-arming a pending t relocates it at
+ * once to the slot of its new deadline, later or earlier (one store if it is
+ * in that slot already), instead of only storing a later deadline, so that
+ * no advance moves it for this re-arm (see "Lazy or eager re-arm" above).
+ * Exact, with the results of tw_timer_arm_at (0, TW_EINVAL, TW_ERANGE).
+ * O(1). */
+TW_API int tw_timer_arm_at_eager(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline);
+
+/** As tw_timer_arm_at_eager, `delay` ticks from the wheel's time (0 means the
+ * next tick; deadlines saturate). O(1). */
+TW_API int tw_timer_arm_eager(struct tw_wheel *w, struct tw_timer *t, uint64_t delay);
 
 /* ---- slack ------------------------------------------------------------- */
 /* Timers that may fire late, by at most `slack` ticks (rules at the top of
@@ -366,6 +404,13 @@ TW_API int tw_node_arm_at_slack(struct tw_wheel *w, struct tw_node *n, uint64_t 
  * [now + delay, now + delay + slack]. */
 TW_API int tw_node_arm_slack(struct tw_wheel *w, struct tw_node *n, uint64_t delay,
                              uint64_t slack);
+
+/** As tw_timer_arm_at_eager for a node: a pending n is relocated at once.
+ * Same results as tw_node_arm_at (TW_EBUSY from inside a callback; the wheel
+ * becomes pull-only). O(1). */
+TW_API int tw_node_arm_at_eager(struct tw_wheel *w, struct tw_node *n, uint64_t deadline);
+/** As tw_node_arm_at_eager, `delay` ticks from the wheel's time. O(1). */
+TW_API int tw_node_arm_eager(struct tw_wheel *w, struct tw_node *n, uint64_t delay);
 
 /** As tw_timer_cancel: 1 if it was pending, 0 if idle, TW_EINVAL. O(1). */
 TW_API int tw_node_cancel(struct tw_wheel *w, struct tw_node *n);
