@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cache_internal.h"
 #include "test.h"
@@ -191,7 +192,7 @@ enum { STABLE = 16, MOVING = 200, ROUNDS = 30000 };
 struct mt {
     struct tw_cache *c;
     struct cache_shard *s;
-    _Atomic int stop;
+    _Atomic int stop, started;
     _Atomic long misses, lookups;
 };
 
@@ -200,7 +201,8 @@ static void *mt_reader(void *p)
     struct mt *m = p;
     uint64_t x = (uint64_t)(uintptr_t)&x | 1;
     long lookups = 0, misses = 0;
-    while (!atomic_load(&m->stop) && lookups < 300000) {
+    atomic_fetch_add(&m->started, 1);
+    do { /* at least one lookup, however late the thread runs */
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
@@ -211,7 +213,7 @@ static void *mt_reader(void *p)
         if (!e && !torn)
             misses++;
         lookups++;
-    }
+    } while (!atomic_load(&m->stop) && lookups < 300000);
     atomic_fetch_add(&m->misses, misses);
     atomic_fetch_add(&m->lookups, lookups);
     return NULL;
@@ -250,6 +252,10 @@ static void test_threads_stable_keys(void)
     pthread_t rt[2];
     for (int t = 0; t < 2; t++)
         pthread_create(&rt[t], NULL, mt_reader, &m);
+    /* the writes race the readers only if the readers run: wait (bounded)
+     * until both have started, which a loaded machine may delay */
+    for (int w = 0; w < 5000 && atomic_load(&m.started) < 2; w++)
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
     for (int r = 0; r < ROUNDS; r++) {
         x ^= x << 13;
         x ^= x >> 7;
