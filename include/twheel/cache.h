@@ -76,8 +76,9 @@
  *
  * Threads: every call is thread-safe except tw_cache_free, which must be the
  * last call. Keys are spread over cfg.shards shards (a power of two; 0 =
- * tw_cache_default_shards(), 4 per CPU online, 8 to 256) by a SipHash-1-3 of
- * the key under a per-instance random seed (hash flooding proof); each shard
+ * tw_cache_default_shards(), 4 per CPU online, 8 to 256) by a keyed hash of
+ * the key under a per-instance random seed (a seeded multiply-mix hash, or
+ * SipHash-1-3 with cfg.siphash; see there what each resists); each shard
  * has a writers' lock, a hash table, an LRU list and a core wheel
  * (twheel/wheel.h) with 1 ms ticks.
  * Reads take no lock and write no cache line that readers on other CPUs
@@ -232,6 +233,15 @@ struct tw_cache_config {
      * (see Expiry above). 0 = exact timers; default
      * TW_CACHE_SLACK_SHIFT_DEFAULT; at most TW_CACHE_SLACK_SHIFT_MAX. */
     unsigned expiry_slack_shift;
+    /** Hash keys with SipHash-1-3 instead of the default seeded
+     * multiply-mix hash. Both are keyed by a random per-instance seed. The
+     * default (~25 instructions for a key of up to 16 bytes, against ~110)
+     * resists hash flooding as Go's maps do: without the seed an attacker
+     * has no known way to build colliding keys, but it is not a PRF, so
+     * one who can time many lookups may learn more than SipHash would let
+     * him. Set this when keys come from untrusted clients that can also
+     * measure the cache's response times finely. */
+    bool siphash;
 };
 
 /** Default tw_cache_config.expiry_slack_shift (set by tw_cache_config_init):
