@@ -144,6 +144,19 @@ void tw_random_seed_(uint64_t out[2]);
  * from SipHash. That is the level of Go's maps (AES-based memhash, or a
  * wyhash-derived fallback, under a per-process random seed). */
 
+/* (*a, *b) = the low and high words of *a * *b, from 32-bit halves (for
+ * compilers without a 128-bit type; tested against it). */
+static inline void tw_hash_mum64_(uint64_t *a, uint64_t *b)
+{
+    uint64_t ha = *a >> 32, hb = *b >> 32, la = (uint32_t)*a, lb = (uint32_t)*b;
+    uint64_t rh = ha * hb, rm0 = ha * lb, rm1 = hb * la, rl = la * lb;
+    uint64_t t = rl + (rm0 << 32), c = t < rl;
+    uint64_t lo = t + (rm1 << 32);
+    c += lo < t;
+    *a = lo;
+    *b = rh + (rm0 >> 32) + (rm1 >> 32) + c;
+}
+
 /* (*a, *b) = the low and high words of *a * *b. */
 static inline void tw_hash_mum_(uint64_t *a, uint64_t *b)
 {
@@ -152,13 +165,7 @@ static inline void tw_hash_mum_(uint64_t *a, uint64_t *b)
     *a = (uint64_t)r;
     *b = (uint64_t)(r >> 64);
 #else
-    uint64_t ha = *a >> 32, hb = *b >> 32, la = (uint32_t)*a, lb = (uint32_t)*b;
-    uint64_t rh = ha * hb, rm0 = ha * lb, rm1 = hb * la, rl = la * lb;
-    uint64_t t = rl + (rm0 << 32), c = t < rl;
-    uint64_t lo = t + (rm1 << 32);
-    c += lo < t;
-    *a = lo;
-    *b = rh + (rm0 >> 32) + (rm1 >> 32) + c;
+    tw_hash_mum64_(a, b);
 #endif
 }
 
