@@ -34,6 +34,24 @@
  * So values are freed exactly once (they leave the table once, under the
  * shard lock) and never while a reader may still hand them out: retain_value
  * runs inside the read section.
+ *
+ * The hit counts share the words (cache_internal.h, struct cache_stripe):
+ * active[p] = (hits << CACHE_RD_BITS) + readers inside. Entering adds 1 as
+ * above; a miss leaves by subtracting 1; a hit leaves by adding
+ * CACHE_HIT_UNIT - 1, the same release RMW on the same word, which takes
+ * its 1 off the low bits (no borrow: it counted itself there) and adds a
+ * hit above them. Every test of "readers inside" (cache_epoch_quiet,
+ * tw_cache_epoch_advance_) looks at the low bits only, with the same
+ * seq_cst loads, so the argument above holds word for word: the low bits
+ * of a word are exactly the old counter at every instant. The drain (a
+ * word's hits past CACHE_HIT_DRAIN = 2^38 move to the stripe's `hits`)
+ * is a compare-and-swap that subtracts h << CACHE_RD_BITS, h the hits it
+ * read, so it never changes the low bits either. Bounds: < 2^24 readers
+ * inside one stripe at once (threads on one CPU, plus migrations); hits
+ * in a word stay below 2^38 plus the exits racing with one drain, far
+ * below the 2^40 above the low bits. The stripe's hits are its `hits`
+ * plus both words' high bits (tw_cache_stripe_hits_; a stats call racing
+ * with a drain may count those 2^38 hits twice or not at all, once).
  */
 #include <sched.h>
 #include <stdlib.h>

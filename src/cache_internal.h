@@ -338,6 +338,12 @@ struct cache_flight {
     struct cache_waiter *waiters;
 };
 
+/* A slab chunk's header, at its start. */
+struct cache_chunk {
+    struct cache_chunk *next;
+    size_t bytes;
+};
+
 /* A shard's entry memory (src/cache_slab.c). Everything but `returned` is
  * guarded by the shard lock. */
 struct cache_slab {
@@ -345,6 +351,7 @@ struct cache_slab {
     _Atomic(struct cache_free *) returned; /* given back without the lock */
     struct cache_chunk *chunks;  /* newest first; carving from the newest */
     char *bump, *end;            /* the newest chunk's uncarved bytes */
+    bool hugified;               /* the newest chunk was given huge pages */
     size_t total;                /* bytes in chunks */
     size_t out;                  /* blocks handed out and not drained back */
 };
@@ -353,6 +360,9 @@ struct cache_shard {
     /* Read by readers without the lock; written (rarely) under it. */
     _Alignas(64) _Atomic(struct cache_table *) table;
     _Atomic uint32_t seq; /* odd while a resize relinks the chains */
+    /* table's mask, for cache_prefetch_early_ only (a hint read outside
+     * any read section: never used to read memory) */
+    _Atomic size_t tmask;
 
     /* Everything below is the writers' and guarded by the lock. */
     _Alignas(64) union {
@@ -541,6 +551,22 @@ tw_cache_map_find_rcu_inline_(const struct cache_shard *s, const void *key, size
     atomic_thread_fence(memory_order_acquire);
     *torn = atomic_load_explicit(&s->seq, memory_order_relaxed) != seq || steps > 4096;
     return NULL;
+}
+
+/* Prefetch the bucket of `hash` in s before entering the read section, so
+ * that the bucket's miss runs while the section is entered (its locked add
+ * would otherwise hold the bucket's load back). Outside a section the
+ * table may be replaced and freed at any time, so nothing is read from it:
+ * the address comes from the shard's table pointer and tmask, as an
+ * integer, and a prefetch of an address that is no longer mapped is a
+ * no-op on the targets that have one (no fault). */
+static inline void cache_prefetch_early_(const struct cache_shard *s, uint64_t hash)
+{
+    uintptr_t t = (uintptr_t)atomic_load_explicit(&s->table, memory_order_relaxed);
+    size_t mask = atomic_load_explicit(&s->tmask, memory_order_relaxed);
+    size_t slot = ((size_t)(uint32_t)hash * CACHE_SLOTS) & mask;
+    __builtin_prefetch((const void *)(t + offsetof(struct cache_table, b) +
+                                      slot * sizeof(uintptr_t)));
 }
 
 /* Link e into the table (e->hash set, hash its key's full hash; the key is

@@ -154,6 +154,7 @@ static void cache_map_resize(struct tw_cache *c, struct cache_shard *s, size_t n
         }
     }
     atomic_store_explicit(&s->table, nt, REL);
+    atomic_store_explicit(&s->tmask, nt->mask, RLX);
     atomic_store_explicit(&s->seq, seq + 2, REL);
     ot->free_next = g->tables;
     g->tables = ot;

@@ -6,6 +6,8 @@
  * - Byte strings: SipHash-1-3 (Aumasson & Bernstein; 1 compression round and 3
  *   finalisation rounds, the variant Rust's HashMap and Redis use): a keyed PRF,
  *   so without the 128-bit seed an attacker cannot pick colliding keys.
+ * - Short byte strings where speed matters more (the cache's table):
+ *   tw_hash_mum, a seeded multiply-mix hash (below: what it resists).
  * - Integers: splitmix64's finaliser (Stafford's "mix13") with both seed words
  *   folded in; a bijection for a fixed seed, cheap (2 multiplies), and every
  *   output bit depends on every key and seed bit. Not a PRF.

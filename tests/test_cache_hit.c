@@ -11,7 +11,9 @@
  *    hit exactly when a stripe's word drains into its 64-bit counter (the
  *    words are preset just below the drain point), single-threaded and
  *    with two threads, and writers still see "no reader inside" (a del
- *    frees its value before it returns) whatever the hit bits hold.
+ *    frees its value before it returns) whatever the hit bits hold;
+ *  - the slab's chunk schedule: 2 MB chunks from 256 KB on, huge pages
+ *    once half carved.
  * Bounded: a few hundred thousand hashes and gets, well under a second. */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
@@ -252,6 +254,56 @@ static void test_hit_count_threads(void)
     tw_cache_free(c);
 }
 
+/* The slab's chunks (src/cache_slab.c): doubling up to 256 KB, then 2 MB
+ * mappings given huge pages once half carved; every key stays readable,
+ * and the chunks go back when the cache empties. One shard, 64-byte
+ * entries: 50,000 keys are 3.2 MB, so a second 2 MB chunk is half carved. */
+static void test_slab_chunks(void)
+{
+    struct tw_cache_config cfg;
+    tw_cache_config_init(&cfg);
+    cfg.default_ttl_ms = 60000;
+    cfg.shards = 1;
+    struct tw_cache *c = NULL;
+    CHECK_EQ_INT(tw_cache_new(&c, &cfg), 0);
+    if (!c)
+        return;
+    struct cache_slab *sl = &c->shards[0].slab;
+    char key[16];
+    int big_seen = 0, huge_seen = 0;
+    for (int i = 0; i < 50000; i++) {
+        int n = snprintf(key, sizeof key, "key:%d", i);
+        CHECK_EQ_INT(tw_cache_set(c, key, (size_t)n, (void *)(uintptr_t)(i + 1)), 0);
+        if (sl->chunks->bytes == ((size_t)2 << 20)) {
+            big_seen++;
+            huge_seen += sl->hugified;
+            /* huge pages once half carved, not before */
+            CHECK_EQ_INT(sl->hugified,
+                         (size_t)(sl->bump - (char *)sl->chunks) >= ((size_t)1 << 20));
+        }
+    }
+    CHECK(big_seen > 0);
+    CHECK(huge_seen > 0);
+    size_t small = 0;
+    for (struct cache_chunk *ch = sl->chunks; ch; ch = ch->next)
+        if (ch->bytes < ((size_t)2 << 20))
+            small += ch->bytes;
+    CHECK(small <= ((size_t)256 << 10) * 2); /* doubling stops at 256 KB */
+    int found = 0;
+    for (int i = 0; i < 50000; i++) {
+        int n = snprintf(key, sizeof key, "key:%d", i);
+        void *v = NULL;
+        found += tw_cache_get(c, key, (size_t)n, &v) == 0 && v == (void *)(uintptr_t)(i + 1);
+    }
+    CHECK_EQ_INT(found, 50000);
+    for (int i = 0; i < 50000; i++) {
+        int n = snprintf(key, sizeof key, "key:%d", i);
+        CHECK_EQ_INT(tw_cache_del(c, key, (size_t)n), 0);
+    }
+    CHECK(sl->chunks == NULL); /* an emptied cache gives its chunks back */
+    tw_cache_free(c);
+}
+
 int main(void)
 {
     RUN(test_hash_bounds_and_bytes);
@@ -261,5 +313,6 @@ int main(void)
     RUN(test_siphash_cache);
     RUN(test_hit_count_drain);
     RUN(test_hit_count_threads);
+    RUN(test_slab_chunks);
     return test_summary();
 }
