@@ -106,10 +106,12 @@
  * carves its entries (LRU links, entry, key and copy-mode value bytes, when
  * together at most 512 bytes; bigger ones are allocated alone) out of chunks
  * of its own, in 16-byte size classes: the first chunk is 1 KB (a small
- * cache stays small), each next one as big as all before, up to 2 MB. With
+ * cache stays small), each next one as big as all before, up to 2 MB (with
+ * the default allocator: 2 MB as soon as the shard holds 256 KB). With
  * the default allocator the 2 MB chunks are 2 MB aligned mappings that
- * become transparent huge pages once full (madvise MADV_HUGEPAGE and, on
- * Linux 6.1+, MADV_COLLAPSE: a 2 MB copy under the shard's lock, once per
+ * become transparent huge pages once half carved (madvise MADV_HUGEPAGE
+ * and, on Linux 6.1+, MADV_COLLAPSE: a copy of 1 MB under the shard's
+ * lock, and the other 1 MB made resident ahead of use, once per
  * ~25,000 entries); this works whatever glibc does, wherever THP is
  * "always" or "madvise". With cfg.allocator every chunk comes from it and
  * nothing is madvised. An entry is a 54-byte header (86 with a limit), the
