@@ -146,8 +146,10 @@ void tw_random_seed_(uint64_t out[2]);
  * from SipHash. That is the level of Go's maps (AES-based memhash, or a
  * wyhash-derived fallback, under a per-process random seed). */
 
+#if !defined(__SIZEOF_INT128__) || defined(TW_HASH_MUM64_TEST)
 /* (*a, *b) = the low and high words of *a * *b, from 32-bit halves (for
- * compilers without a 128-bit type; tested against it). */
+ * compilers without a 128-bit type; test_cache_hit defines
+ * TW_HASH_MUM64_TEST to compare it with the 128-bit product). */
 static inline void tw_hash_mum64_(uint64_t *a, uint64_t *b)
 {
     uint64_t ha = *a >> 32, hb = *b >> 32, la = (uint32_t)*a, lb = (uint32_t)*b;
@@ -158,6 +160,7 @@ static inline void tw_hash_mum64_(uint64_t *a, uint64_t *b)
     *a = lo;
     *b = rh + (rm0 >> 32) + (rm1 >> 32) + c;
 }
+#endif
 
 /* (*a, *b) = the low and high words of *a * *b. */
 static inline void tw_hash_mum_(uint64_t *a, uint64_t *b)

@@ -16,6 +16,7 @@
  *    once half carved.
  * Bounded: a few hundred thousand hashes and gets, well under a second. */
 #define _POSIX_C_SOURCE 200809L
+#define TW_HASH_MUM64_TEST /* hash.h: the 32-bit multiply fallback, to test it */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
