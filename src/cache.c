@@ -2,15 +2,17 @@
 /* twheel cache: the public calls, expiry, single flight, eviction, stats.
  *
  * Reads (get, and take's hit path) take no lock and write no cache line that
- * a reader on another CPU writes. A read: enters a read section (its CPU's
- * stripe, see cache_epoch.c), hashes the key, looks at the 8 links of its
- * bucket (one cache line) from the slot its tag names, reading only the
- * entry whose link carries its tag (cache_internal.h; a bucket's rare
- * overflow chains are walked), compares the entry's expiry tick with the
- * clock, retains the value (retain_value, inside the read section, so the
- * value cannot be freed under it), raises the entry's LRU stamp if the
- * cache has a limit and the stamp is older than the current tick, counts
- * the hit in its stripe, and leaves. Per hit, with C CPUs and T threads:
+ * a reader on another CPU writes. A read: hashes the key (cache_hash),
+ * enters a read section (its CPU's stripe, see cache_epoch.c), looks at the
+ * 8 links of its bucket (one cache line) from the slot its tag names,
+ * reading only the entry whose link carries its tag (cache_internal.h; a
+ * bucket's rare overflow chains are walked), compares the entry's expiry
+ * tick with the clock, retains the value (retain_value, inside the read
+ * section, so the value cannot be freed under it), raises the entry's LRU
+ * stamp if the cache has a limit and the stamp is older than the current
+ * tick, and leaves the section with one atomic add that also counts the
+ * hit in its stripe (cache_internal.h, struct cache_stripe). Per hit, with
+ * C CPUs and T threads:
  *
  *   | what                         | locks | lines written, shared with other readers |
  *   |------------------------------|-------|-------------------------------------------|
@@ -24,6 +26,27 @@
  * None of these grows with T. A miss is the same with its own counter. If
  * a resize relinked the shard's chains during the walk (seq changed), a miss
  * is not trusted: the read retries once, then looks under the shard lock.
+ *
+ * What a hit costs (callgrind, 1e6 keys "key:<i>", Zipf 0.99, no limit:
+ * bench/README.md, "A cheaper hit"): 387 instructions before, 253 now, and
+ * 2.6 first-level / 1.2 last-level missed lines, unchanged: the caller's
+ * key bytes, the bucket's line and the entry's line, in that dependent
+ * order. The instructions went: SipHash-1-3 (107 a key of up to 16 bytes)
+ * -> tw_hash_mum (31, hash.h; SipHash stays behind cfg.siphash); the read
+ * section, the lookup and the exit, in three functions of two files with
+ * their calls and spills -> one inline path (cache_get; only what is not a
+ * hit proven live by the coarse clock goes to cache_get_rest); and the hit
+ * counter's own locked add, folded into the exit's (3 locked instructions
+ * a hit -> 2: entering, leaving). And since a hit is a chain of dependent
+ * misses, what sits between them costs more than its instructions: the
+ * entry's locked add (a load cannot pass it on x86) held the bucket's load
+ * back, so the bucket is now prefetched before entering
+ * (cache_prefetch_early_). What is left per hit: the hash, the
+ * slot scan and key compare (~70), entering and leaving the section
+ * (sched_getcpu from glibc's rseq area, 2 locked adds, 2 loads of the
+ * epoch), the coarse clock through the vDSO (~10 ns), the checks of the
+ * public call. On a hot set (1,000 keys, in cache) a hit went from 61-63
+ * to 44-48 CPU ns; at 1e6 keys the three missed lines dominate.
  *
  * Writers take the shard lock. Entries never change in place except for
  * their expiry, their LRU stamp and their links: a set of a new value (or,
@@ -197,9 +220,15 @@ static inline void cache_bump(_Atomic uint64_t *x, uint64_t n)
 
 /* ---- entries ----------------------------------------------------------- */
 
+/* The table's hash of a key: tw_hash_mum (hash.h: a seeded multiply-mix,
+ * ~25 instructions for a key of up to 16 bytes, against ~110 for
+ * SipHash-1-3), or SipHash-1-3 with cfg.siphash. Both are keyed by the
+ * instance's random seed; what each resists is said in hash.h and cache.h. */
 static inline uint64_t cache_hash(const struct tw_cache *c, const void *key, size_t klen)
 {
-    return tw_siphash13(key, klen, c->seed[0], c->seed[1]);
+    if (c->siphash)
+        return tw_siphash13(key, klen, c->seed[0], c->seed[1]);
+    return tw_hash_mum(key, klen, c->mum);
 }
 
 static inline struct cache_shard *cache_shard_of(struct tw_cache *c, uint64_t hash)
@@ -613,10 +642,10 @@ static struct cache_entry *cache_find_read(struct tw_cache *c, struct cache_shar
                                            const struct cache_key *k)
 {
     bool torn = false;
-    struct cache_entry *e = tw_cache_map_find_rcu_(s, k->p, k->len, k->hash, &torn);
+    struct cache_entry *e = tw_cache_map_find_rcu_inline_(s, k->p, k->len, k->hash, &torn);
     if (e || !torn)
         return e;
-    e = tw_cache_map_find_rcu_(s, k->p, k->len, k->hash, &torn);
+    e = tw_cache_map_find_rcu_inline_(s, k->p, k->len, k->hash, &torn);
     if (e || !torn)
         return e;
     cache_lock_read(c, s);
@@ -630,48 +659,82 @@ struct cache_tally {
     uint64_t hits, misses;
 };
 
-/* Look k up and output it (caller inside a read section). Counts the hit or,
- * if count_miss, the miss, in the reader's stripe, or in *tl if not NULL. */
-static int cache_get_in(struct tw_cache *c, const struct cache_key *k,
-                        const struct cache_out *out, bool count_miss, struct cache_stripe *st,
-                        struct cache_tally *tl)
+/* Output e (found inside the caller's read section, or NULL) if it is live:
+ * 0, or TW_ENOENT. Touches e for the LRU. Counts nothing. */
+static int cache_get_found(struct tw_cache *c, struct cache_entry *e,
+                           const struct cache_out *out)
 {
-    struct cache_shard *s = cache_shard_of(c, k->hash);
-    struct cache_entry *e = cache_find_read(c, s, k);
-    if (e && cache_surely_live(c, e)) { /* no limit: nothing to touch */
+    if (!e)
+        return TW_ENOENT;
+    if (cache_surely_live(c, e)) { /* no limit: nothing to touch */
         cache_output(c, e, out);
-        if (tl)
-            tl->hits++;
-        else
-            atomic_fetch_add_explicit(&st->hits, 1, memory_order_relaxed);
         return 0;
     }
-    uint64_t now_ns = e ? cache_now_ns(c) : 0;
-    if (e && cache_live(e, now_ns)) {
-        cache_output(c, e, out);
-        if (c->limit)
-            cache_touch(c, e, now_ns);
-        if (tl)
-            tl->hits++;
-        else
-            atomic_fetch_add_explicit(&st->hits, 1, memory_order_relaxed);
-        return 0;
-    }
-    if (count_miss && tl)
-        tl->misses++;
-    else if (count_miss)
-        atomic_fetch_add_explicit(&st->misses, 1, memory_order_relaxed);
-    return TW_ENOENT;
+    uint64_t now_ns = cache_now_ns(c);
+    if (!cache_live(e, now_ns))
+        return TW_ENOENT;
+    cache_output(c, e, out);
+    if (c->limit)
+        cache_touch(c, e, now_ns);
+    return 0;
 }
 
-static int cache_get(struct tw_cache *c, const struct cache_key *k, const struct cache_out *out,
-                     bool count_miss)
+/* Look k up and output it (caller inside a read section). Counts the hit or,
+ * if count_miss, the miss, in *tl. */
+static int cache_get_in(struct tw_cache *c, const struct cache_key *k,
+                        const struct cache_out *out, bool count_miss, struct cache_tally *tl)
 {
+    struct cache_shard *s = cache_shard_of(c, k->hash);
+    int rc = cache_get_found(c, cache_find_read(c, s, k), out);
+    if (rc == 0)
+        tl->hits++;
+    else if (count_miss)
+        tl->misses++;
+    return rc;
+}
+
+/* Everything but a hit proven live by the coarse clock: e and torn are
+ * what the first lock-free lookup found. Leaves the read section. */
+static __attribute__((noinline)) int cache_get_rest(struct tw_cache *c, struct cache_shard *s,
+                                                    const struct cache_key *k,
+                                                    const struct cache_out *out,
+                                                    bool count_miss, struct cache_rd *rd,
+                                                    struct cache_entry *e, bool torn)
+{
+    if (!e && torn)
+        e = cache_find_read(c, s, k);
+    int rc = cache_get_found(c, e, out);
+    if (rc == 0) {
+        tw_cache_rd_exit_hit_(rd);
+        return 0;
+    }
+    if (count_miss)
+        atomic_fetch_add_explicit(&rd->st->misses, 1, memory_order_relaxed);
+    tw_cache_rd_exit_(rd);
+    return rc;
+}
+
+/* A single get: the hit of a key proven live by the coarse clock (a cache
+ * without a limit, the key more than a second from expiry) runs inline to
+ * the end: the bucket's prefetch, enter, the lock-free lookup, the output,
+ * and one atomic add that leaves the read section and counts the hit. */
+static inline __attribute__((always_inline)) int cache_get(struct tw_cache *c,
+                                                           const struct cache_key *k,
+                                                           const struct cache_out *out,
+                                                           bool count_miss)
+{
+    struct cache_shard *s = cache_shard_of(c, k->hash);
+    cache_prefetch_early_(s, k->hash);
     struct cache_rd rd;
     tw_cache_rd_enter_(c, &rd);
-    int rc = cache_get_in(c, k, out, count_miss, rd.st, NULL);
-    tw_cache_rd_exit_(&rd);
-    return rc;
+    bool torn = false;
+    struct cache_entry *e = tw_cache_map_find_rcu_inline_(s, k->p, k->len, k->hash, &torn);
+    if (__builtin_expect(e != NULL, 1) && cache_surely_live(c, e)) {
+        cache_output(c, e, out);
+        tw_cache_rd_exit_hit_(&rd);
+        return 0;
+    }
+    return cache_get_rest(c, s, k, out, count_miss, &rd, e, torn);
 }
 
 int tw_cache_get(struct tw_cache *c, const void *key, size_t klen, void **value)
@@ -818,7 +881,7 @@ int tw_cache_get_many(struct tw_cache *c, size_t n, const void *const *keys,
         if (rc == 0) {
             struct cache_key k = {kp, klens[i], ring[i % CACHE_RING]};
             struct cache_out out = {&values[i], NULL, 0, NULL};
-            rc = cache_get_in(c, &k, &out, true, rd.st, &tl);
+            rc = cache_get_in(c, &k, &out, true, &tl);
         }
         if (rc)
             values[i] = NULL;
@@ -1376,7 +1439,7 @@ int tw_cache_stats(struct tw_cache *c, struct tw_cache_stats *out)
     memset(out, 0, sizeof *out);
     for (unsigned i = 0; i <= c->stripe_mask; i++) {
         struct cache_stripe *st = &c->stripes[i];
-        out->hits += atomic_load_explicit(&st->hits, memory_order_relaxed);
+        out->hits += tw_cache_stripe_hits_(st);
         out->misses += atomic_load_explicit(&st->misses, memory_order_relaxed);
     }
     for (unsigned i = 0; i < c->nshards; i++) {
@@ -1450,6 +1513,7 @@ static int cache_init_shard(struct tw_cache *c, struct cache_shard *s, uint64_t 
     if (!t)
         return TW_ENOMEM;
     atomic_init(&s->table, t);
+    atomic_init(&s->tmask, t->mask);
     atomic_init(&s->seq, 0);
     atomic_init(&s->limbo_n, 0);
     atomic_init(&s->slab.returned, NULL);
@@ -1520,6 +1584,8 @@ int tw_cache_new(struct tw_cache **out, const struct tw_cache_config *cfg)
     c->epoch_ns = cache_mono_ns();
     c->coarse_margin_ns = c->manual || c->limit ? 0 : cache_coarse_margin();
     tw_random_seed_(c->seed);
+    tw_hash_mum_seed(c->seed, c->mum);
+    c->siphash = cfg->siphash;
     c->log_due = atomic_load(&c->manual_now) + c->log_interval;
     c->log_at = c->log_due - c->log_interval;
 

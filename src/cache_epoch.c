@@ -34,6 +34,24 @@
  * So values are freed exactly once (they leave the table once, under the
  * shard lock) and never while a reader may still hand them out: retain_value
  * runs inside the read section.
+ *
+ * The hit counts share the words (cache_internal.h, struct cache_stripe):
+ * active[p] = (hits << CACHE_RD_BITS) + readers inside. Entering adds 1 as
+ * above; a miss leaves by subtracting 1; a hit leaves by adding
+ * CACHE_HIT_UNIT - 1, the same release RMW on the same word, which takes
+ * its 1 off the low bits (no borrow: it counted itself there) and adds a
+ * hit above them. Every test of "readers inside" (cache_epoch_quiet,
+ * tw_cache_epoch_advance_) looks at the low bits only, with the same
+ * seq_cst loads, so the argument above holds word for word: the low bits
+ * of a word are exactly the old counter at every instant. The drain (a
+ * word's hits past CACHE_HIT_DRAIN = 2^38 move to the stripe's `hits`)
+ * is a compare-and-swap that subtracts h << CACHE_RD_BITS, h the hits it
+ * read, so it never changes the low bits either. Bounds: < 2^24 readers
+ * inside one stripe at once (threads on one CPU, plus migrations); hits
+ * in a word stay below 2^38 plus the exits racing with one drain, far
+ * below the 2^40 above the low bits. The stripe's hits are its `hits`
+ * plus both words' high bits (tw_cache_stripe_hits_; a stats call racing
+ * with a drain may count those 2^38 hits twice or not at all, once).
  */
 #include <sched.h>
 #include <stdlib.h>
@@ -41,12 +59,6 @@
 #include <unistd.h>
 
 #include "cache_internal.h"
-
-#if defined(__linux__)
-/* glibc and musl both have it; declared here too so that a strict
- * _POSIX_C_SOURCE build (the amalgamation) still sees it. */
-extern int sched_getcpu(void);
-#endif
 
 static unsigned cache_epoch_cpus(void)
 {
@@ -78,33 +90,17 @@ unsigned tw_cache_shards_default_(void)
     return s < 8 ? 8 : s > 256 ? 256 : s;
 }
 
-static inline struct cache_stripe *cache_epoch_stripe(struct tw_cache *c)
+void tw_cache_rd_drain_(struct cache_stripe *st, unsigned idx)
 {
-    int cpu = -1;
-#if defined(__linux__)
-    cpu = sched_getcpu();
-#endif
-    if (cpu < 0) {
-        /* No CPU number: spread threads by their stack's address. */
-        char probe;
-        uintptr_t a = (uintptr_t)&probe >> 16;
-        cpu = (int)((a * UINT64_C(0x9e3779b97f4a7c15)) >> 40);
-    }
-    return &c->stripes[(unsigned)cpu & c->stripe_mask];
-}
-
-void tw_cache_rd_enter_(struct tw_cache *c, struct cache_rd *rd)
-{
-    struct cache_stripe *st = cache_epoch_stripe(c);
-    for (;;) {
-        uint64_t e = atomic_load_explicit(&c->epoch, memory_order_seq_cst);
-        atomic_fetch_add_explicit(&st->active[e & 1], 1, memory_order_seq_cst);
-        if (atomic_load_explicit(&c->epoch, memory_order_seq_cst) == e) {
-            rd->st = st;
-            rd->idx = (unsigned)(e & 1);
+    uint64_t x = atomic_load_explicit(&st->active[idx], memory_order_relaxed);
+    while ((x >> CACHE_RD_BITS) >= CACHE_HIT_DRAIN) {
+        uint64_t h = x >> CACHE_RD_BITS;
+        if (atomic_compare_exchange_weak_explicit(&st->active[idx], &x, x - h * CACHE_HIT_UNIT,
+                                                  memory_order_relaxed,
+                                                  memory_order_relaxed)) {
+            atomic_fetch_add_explicit(&st->hits, h, memory_order_relaxed);
             return;
         }
-        atomic_fetch_sub_explicit(&st->active[e & 1], 1, memory_order_relaxed);
     }
 }
 
@@ -113,8 +109,8 @@ static bool cache_epoch_quiet(const struct tw_cache *c)
 {
     for (unsigned i = 0; i <= c->stripe_mask; i++) {
         const struct cache_stripe *st = &c->stripes[i];
-        if (atomic_load_explicit(&st->active[0], memory_order_seq_cst) ||
-            atomic_load_explicit(&st->active[1], memory_order_seq_cst))
+        if ((atomic_load_explicit(&st->active[0], memory_order_seq_cst) & CACHE_RD_INSIDE) ||
+            (atomic_load_explicit(&st->active[1], memory_order_seq_cst) & CACHE_RD_INSIDE))
             return false;
     }
     return true;
@@ -126,7 +122,8 @@ bool tw_cache_epoch_advance_(struct tw_cache *c)
     uint64_t e = atomic_load_explicit(&c->epoch, memory_order_seq_cst);
     unsigned old = (unsigned)((e + 1) & 1);
     for (unsigned i = 0; i <= c->stripe_mask; i++)
-        if (atomic_load_explicit(&c->stripes[i].active[old], memory_order_seq_cst))
+        if (atomic_load_explicit(&c->stripes[i].active[old], memory_order_seq_cst) &
+            CACHE_RD_INSIDE)
             return false;
     return atomic_compare_exchange_strong(&c->epoch, &e, e + 1);
 }

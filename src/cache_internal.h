@@ -2,7 +2,8 @@
 /* twheel cache internals, shared by src/cache.c and src/cache_map.c.
  *
  * Layout: a cache is an array of shards; a key's shard is the top bits of
- * the low 32 bits of its 64-bit SipHash-1-3, its bucket the low bits, its
+ * the low 32 bits of its 64-bit keyed hash (tw_hash_mum, or SipHash-1-3 with
+ * cfg.siphash: cache.c's cache_hash), its bucket the low bits, its
  * link tag the top 14 bits. A shard holds, under its lock: a hash table
  * (buckets of 8 tagged links), an LRU list (only maintained when the cache
  * has a limit), a core wheel with 1 ms ticks, and the entries' timers in it.
@@ -296,11 +297,24 @@ struct cache_limbo {
 
 /* One stripe of the readers' epoch counters and hit counters, on a cache
  * line of its own. Readers pick it by CPU, so two readers running at once
- * write the same stripe only if the thread moved between CPUs mid-call. */
+ * write the same stripe only if the thread moved between CPUs mid-call.
+ *
+ * active[p] packs two counts into one word, so that a get's hit is counted
+ * by the same atomic add that leaves the read section (one locked
+ * instruction instead of two): the low CACHE_RD_BITS bits are the readers
+ * inside with epoch parity p (enter adds 1, leaving subtracts 1), the bits
+ * above count the hits of the sections that left with a hit (they leave by
+ * adding CACHE_HIT_UNIT - 1). Before the hit count can reach the top of the
+ * word, the reader whose exit took it past CACHE_HIT_DRAIN moves it into
+ * `hits` (a compare-and-swap that subtracts exactly what it adds there). */
 struct cache_stripe {
-    _Alignas(64) _Atomic uint64_t active[2]; /* readers inside, by epoch parity */
+    _Alignas(64) _Atomic uint64_t active[2]; /* readers inside + hits, by epoch parity */
     _Atomic uint64_t hits, misses;
 };
+#define CACHE_RD_BITS 24 /* < 2^24 readers inside one stripe at once */
+#define CACHE_RD_INSIDE ((UINT64_C(1) << CACHE_RD_BITS) - 1)
+#define CACHE_HIT_UNIT (UINT64_C(1) << CACHE_RD_BITS)
+#define CACHE_HIT_DRAIN (UINT64_C(1) << 38) /* hits kept in a word: far below 2^40 */
 
 /* A caller waiting on another caller's load of the same key (single flight).
  * Lives on the waiter's stack; the leader fills it in and sets done. */
@@ -324,6 +338,12 @@ struct cache_flight {
     struct cache_waiter *waiters;
 };
 
+/* A slab chunk's header, at its start. */
+struct cache_chunk {
+    struct cache_chunk *next;
+    size_t bytes;
+};
+
 /* A shard's entry memory (src/cache_slab.c). Everything but `returned` is
  * guarded by the shard lock. */
 struct cache_slab {
@@ -331,6 +351,7 @@ struct cache_slab {
     _Atomic(struct cache_free *) returned; /* given back without the lock */
     struct cache_chunk *chunks;  /* newest first; carving from the newest */
     char *bump, *end;            /* the newest chunk's uncarved bytes */
+    bool hugified;               /* the newest chunk was given huge pages */
     size_t total;                /* bytes in chunks */
     size_t out;                  /* blocks handed out and not drained back */
 };
@@ -339,6 +360,9 @@ struct cache_shard {
     /* Read by readers without the lock; written (rarely) under it. */
     _Alignas(64) _Atomic(struct cache_table *) table;
     _Atomic uint32_t seq; /* odd while a resize relinks the chains */
+    /* table's mask, for cache_prefetch_early_ only (a hint read outside
+     * any read section: never used to read memory) */
+    _Atomic size_t tmask;
 
     /* Everything below is the writers' and guarded by the lock. */
     _Alignas(64) union {
@@ -386,7 +410,8 @@ struct tw_cache {
     void *stripes_block;
     size_t stripes_bytes;
     unsigned stripe_mask;
-    uint64_t seed[2];           /* SipHash key, random per instance */
+    uint64_t seed[2];           /* hash key, random per instance */
+    uint64_t mum[2];            /* tw_hash_mum's secret words, from seed */
 
     /* Configuration, fixed after creation. */
     int64_t default_ttl_ms;
@@ -396,6 +421,7 @@ struct tw_cache {
     bool rwlock;
     bool copy_values;
     bool manual;
+    bool siphash;               /* cfg.siphash: SipHash-1-3 instead of tw_hash_mum */
     tw_cache_free_fn *free_value;
     tw_cache_retain_fn *retain_value;
     void *value_ctx;
@@ -438,6 +464,111 @@ struct cache_entry *tw_cache_map_find_(const struct cache_shard *s, const void *
  * resize ran meanwhile, so that a miss cannot be trusted. */
 struct cache_entry *tw_cache_map_find_rcu_(const struct cache_shard *s, const void *key,
                                            size_t klen, uint64_t hash, bool *torn);
+/* Key compares and the lock-free lookup, inline here so that a get's hit
+ * path is one function (src/cache.c). */
+static inline uint64_t cache_ld8(const unsigned char *p)
+{
+    uint64_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline uint32_t cache_ld4(const unsigned char *p)
+{
+    uint32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* Whether n bytes at a and b are equal, reading no byte outside them: the
+ * libc memcmp compares short keys with a 32-byte vector load, which in a
+ * 64-byte entry reaches into the next block's cache line (measured with
+ * callgrind: ~0.8 extra missed lines per hit at 1e6 keys). Short keys are
+ * compared with two overlapping loads of each side instead. */
+static inline bool cache_mem_eq(const unsigned char *a, const unsigned char *b, size_t n)
+{
+    if (n >= 8) {
+        if (n > 16)
+            return memcmp(a, b, n) == 0;
+        return cache_ld8(a) == cache_ld8(b) && cache_ld8(a + n - 8) == cache_ld8(b + n - 8);
+    }
+    if (n >= 4)
+        return cache_ld4(a) == cache_ld4(b) && cache_ld4(a + n - 4) == cache_ld4(b + n - 4);
+    for (size_t i = 0; i < n; i++)
+        if (a[i] != b[i])
+            return false;
+    return true;
+}
+
+static inline bool cache_key_eq(const struct cache_entry *e, const void *key, size_t klen,
+                                uint32_t h)
+{
+    if (e->hash != h)
+        return false;
+    if (klen < CACHE_KLEN_LONG)
+        return e->klen == klen && cache_mem_eq(e->key, key, klen);
+    return cache_eklen(e) == klen && memcmp(cache_ekey(e), key, klen) == 0;
+}
+
+/* Lock-free lookup. A hit is always a true hit: the entry's key bytes never
+ * change, and the entry was in the table at some instant of the walk (entries
+ * leave a chain keeping their hnext). A miss is only trusted if no resize
+ * relinked chains meanwhile (seq unchanged and even): a resize may move an
+ * entry behind a link whose "successor" bit was clear when read. The walk
+ * is bounded, so a chain relinked under our feet cannot keep us forever.
+ * Entries are read only behind a matching tag or to walk on to a successor:
+ * a hit at the head of a slot reads its bucket's line and its own entry. */
+static inline struct cache_entry *
+tw_cache_map_find_rcu_inline_(const struct cache_shard *s, const void *key, size_t klen,
+                              uint64_t hash, bool *torn)
+{
+    uint32_t h = (uint32_t)hash;
+    uint32_t seq = atomic_load_explicit(&s->seq, memory_order_acquire);
+    if (seq & 1) {
+        *torn = true;
+        return NULL;
+    }
+    /* seq_cst loads (plain moves on x86, ldar on Arm, as acquire would be):
+     * with the reader's seq_cst entry into its read section and the
+     * writer's seq_cst fence after an unlink, C11 then guarantees that a
+     * reader the writer did not see as inside sees the unlink (cache_epoch.c). */
+    const struct cache_table *t = atomic_load_explicit(&s->table, memory_order_seq_cst);
+    const _Atomic uintptr_t *bk = &t->b[cache_bucket_of(t, hash)];
+    uintptr_t tag = cache_tag_of(hash);
+    unsigned j0 = cache_slot_start(tag);
+    size_t steps = 0;
+    for (unsigned k = 0; k < CACHE_SLOTS; k++) {
+        unsigned j = (j0 + k) & (CACHE_SLOTS - 1);
+        for (uintptr_t l = atomic_load_explicit(&bk[j], memory_order_seq_cst); l;) {
+            struct cache_entry *e = cache_link_entry(l);
+            if (cache_link_may_match(l, tag) && cache_key_eq(e, key, klen, h))
+                return e;
+            if (!cache_link_may_continue(l) || ++steps > 4096)
+                break;
+            l = atomic_load_explicit(&e->hnext, memory_order_seq_cst);
+        }
+    }
+    atomic_thread_fence(memory_order_acquire);
+    *torn = atomic_load_explicit(&s->seq, memory_order_relaxed) != seq || steps > 4096;
+    return NULL;
+}
+
+/* Prefetch the bucket of `hash` in s before entering the read section, so
+ * that the bucket's miss runs while the section is entered (its locked add
+ * would otherwise hold the bucket's load back). Outside a section the
+ * table may be replaced and freed at any time, so nothing is read from it:
+ * the address comes from the shard's table pointer and tmask, as an
+ * integer, and a prefetch of an address that is no longer mapped is a
+ * no-op on the targets that have one (no fault). */
+static inline void cache_prefetch_early_(const struct cache_shard *s, uint64_t hash)
+{
+    uintptr_t t = (uintptr_t)atomic_load_explicit(&s->table, memory_order_relaxed);
+    size_t mask = atomic_load_explicit(&s->tmask, memory_order_relaxed);
+    size_t slot = ((size_t)(uint32_t)hash * CACHE_SLOTS) & mask;
+    __builtin_prefetch((const void *)(t + offsetof(struct cache_table, b) +
+                                      slot * sizeof(uintptr_t)));
+}
+
 /* Link e into the table (e->hash set, hash its key's full hash; the key is
  * absent). May grow the table
  * (the old bucket array goes to g); a failed growth is ignored. */
@@ -465,15 +596,75 @@ void tw_cache_lru_settle_(struct cache_shard *s);
 
 /* ---- src/cache_epoch.c ------------------------------------------------- */
 
-/* A read section: readers of the same stripe and epoch parity. */
+/* A read section: readers of the same stripe and epoch parity. Entering
+ * and leaving are inline (a get's whole hit path is one function): see
+ * cache_epoch.c for the argument. */
 struct cache_rd {
     struct cache_stripe *st;
     unsigned idx;
 };
-void tw_cache_rd_enter_(struct tw_cache *c, struct cache_rd *rd);
+
+#if defined(__linux__)
+/* glibc and musl both have it (glibc reads it from the thread's rseq area);
+ * declared here too so that a strict _POSIX_C_SOURCE build (the
+ * amalgamation) still sees it. */
+extern int sched_getcpu(void);
+#endif
+
+static inline struct cache_stripe *tw_cache_stripe_(struct tw_cache *c)
+{
+    int cpu = -1;
+#if defined(__linux__)
+    cpu = sched_getcpu();
+#endif
+    if (cpu < 0) {
+        /* No CPU number: spread threads by their stack's address. */
+        char probe;
+        uintptr_t a = (uintptr_t)&probe >> 16;
+        cpu = (int)((a * UINT64_C(0x9e3779b97f4a7c15)) >> 40);
+    }
+    return &c->stripes[(unsigned)cpu & c->stripe_mask];
+}
+
+static inline void tw_cache_rd_enter_(struct tw_cache *c, struct cache_rd *rd)
+{
+    struct cache_stripe *st = tw_cache_stripe_(c);
+    for (;;) {
+        uint64_t e = atomic_load_explicit(&c->epoch, memory_order_seq_cst);
+        atomic_fetch_add_explicit(&st->active[e & 1], 1, memory_order_seq_cst);
+        if (atomic_load_explicit(&c->epoch, memory_order_seq_cst) == e) {
+            rd->st = st;
+            rd->idx = (unsigned)(e & 1);
+            return;
+        }
+        atomic_fetch_sub_explicit(&st->active[e & 1], 1, memory_order_relaxed);
+    }
+}
+
 static inline void tw_cache_rd_exit_(struct cache_rd *rd)
 {
     atomic_fetch_sub_explicit(&rd->st->active[rd->idx], 1, memory_order_release);
+}
+
+/* Move a stripe word's hits into st->hits (rare: once per 2^38 hits). */
+void tw_cache_rd_drain_(struct cache_stripe *st, unsigned idx);
+
+/* Leave the read section and count one hit, with one atomic add. */
+static inline void tw_cache_rd_exit_hit_(struct cache_rd *rd)
+{
+    uint64_t old = atomic_fetch_add_explicit(&rd->st->active[rd->idx], CACHE_HIT_UNIT - 1,
+                                             memory_order_release);
+    if (__builtin_expect(old >= CACHE_HIT_DRAIN * CACHE_HIT_UNIT, 0))
+        tw_cache_rd_drain_(rd->st, rd->idx);
+}
+
+/* Hits counted in a stripe's words (stats; a drain in between may count a
+ * batch of 2^38 hits twice or not at all for that one reading). */
+static inline uint64_t tw_cache_stripe_hits_(const struct cache_stripe *st)
+{
+    return atomic_load_explicit(&st->hits, memory_order_relaxed) +
+           (atomic_load_explicit(&st->active[0], memory_order_relaxed) >> CACHE_RD_BITS) +
+           (atomic_load_explicit(&st->active[1], memory_order_relaxed) >> CACHE_RD_BITS);
 }
 /* Garbage g was just unlinked under s's lock (held): keep it in g to be
  * freed at once when no reader is inside any read section, else move it to

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* twheel cache: the per-shard map. Keys hashed by SipHash-1-3 (hash.h) under
- * a random per-instance key, a table of buckets of 8 tagged links (see
+/* twheel cache: the per-shard map. Keys hashed by tw_hash_mum (or SipHash-1-3
+ * on request; hash.h, cache.c) under a random per-instance key, a table of buckets of 8 tagged links (see
  * cache_internal.h) that doubles above half a key per slot and halves below
  * 1/16, and an intrusive LRU list. Every function here runs under
  * the shard lock, except tw_cache_map_find_rcu_ (readers, no lock). */
@@ -80,50 +80,6 @@ void tw_cache_table_free_(struct tw_cache *c, struct cache_table *t)
         tw_cache_mem_free_(&c->alloc, t, bytes);
 }
 
-static inline uint64_t cache_ld8(const unsigned char *p)
-{
-    uint64_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-static inline uint32_t cache_ld4(const unsigned char *p)
-{
-    uint32_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-/* Whether n bytes at a and b are equal, reading no byte outside them: the
- * libc memcmp compares short keys with a 32-byte vector load, which in a
- * 64-byte entry reaches into the next block's cache line (measured with
- * callgrind: ~0.8 extra missed lines per hit at 1e6 keys). Short keys are
- * compared with two overlapping loads of each side instead. */
-static inline bool cache_mem_eq(const unsigned char *a, const unsigned char *b, size_t n)
-{
-    if (n >= 8) {
-        if (n > 16)
-            return memcmp(a, b, n) == 0;
-        return cache_ld8(a) == cache_ld8(b) && cache_ld8(a + n - 8) == cache_ld8(b + n - 8);
-    }
-    if (n >= 4)
-        return cache_ld4(a) == cache_ld4(b) && cache_ld4(a + n - 4) == cache_ld4(b + n - 4);
-    for (size_t i = 0; i < n; i++)
-        if (a[i] != b[i])
-            return false;
-    return true;
-}
-
-static inline bool cache_key_eq(const struct cache_entry *e, const void *key, size_t klen,
-                                uint32_t h)
-{
-    if (e->hash != h)
-        return false;
-    if (klen < CACHE_KLEN_LONG)
-        return e->klen == klen && cache_mem_eq(e->key, key, klen);
-    return cache_eklen(e) == klen && memcmp(cache_ekey(e), key, klen) == 0;
-}
-
 struct cache_entry *tw_cache_map_find_(const struct cache_shard *s, const void *key,
                                        size_t klen, uint64_t hash)
 {
@@ -146,46 +102,10 @@ struct cache_entry *tw_cache_map_find_(const struct cache_shard *s, const void *
     return NULL;
 }
 
-/* Lock-free lookup. A hit is always a true hit: the entry's key bytes never
- * change, and the entry was in the table at some instant of the walk (entries
- * leave a chain keeping their hnext). A miss is only trusted if no resize
- * relinked chains meanwhile (seq unchanged and even): a resize may move an
- * entry behind a link whose "successor" bit was clear when read. The walk
- * is bounded, so a chain relinked under our feet cannot keep us forever.
- * Entries are read only behind a matching tag or to walk on to a successor:
- * a hit at the head of a slot reads its bucket's line and its own entry. */
 struct cache_entry *tw_cache_map_find_rcu_(const struct cache_shard *s, const void *key,
                                            size_t klen, uint64_t hash, bool *torn)
 {
-    uint32_t h = (uint32_t)hash;
-    uint32_t seq = atomic_load_explicit(&s->seq, ACQ);
-    if (seq & 1) {
-        *torn = true;
-        return NULL;
-    }
-    /* seq_cst loads (plain moves on x86, ldar on Arm, as acquire would be):
-     * with the reader's seq_cst entry into its read section and the
-     * writer's seq_cst fence after an unlink, C11 then guarantees that a
-     * reader the writer did not see as inside sees the unlink (cache_epoch.c). */
-    const struct cache_table *t = atomic_load_explicit(&s->table, memory_order_seq_cst);
-    const _Atomic uintptr_t *bk = &t->b[cache_bucket_of(t, hash)];
-    uintptr_t tag = cache_tag_of(hash);
-    unsigned j0 = cache_slot_start(tag);
-    size_t steps = 0;
-    for (unsigned k = 0; k < CACHE_SLOTS; k++) {
-        unsigned j = (j0 + k) & (CACHE_SLOTS - 1);
-        for (uintptr_t l = atomic_load_explicit(&bk[j], memory_order_seq_cst); l;) {
-            struct cache_entry *e = cache_link_entry(l);
-            if (cache_link_may_match(l, tag) && cache_key_eq(e, key, klen, h))
-                return e;
-            if (!cache_link_may_continue(l) || ++steps > 4096)
-                break;
-            l = atomic_load_explicit(&e->hnext, memory_order_seq_cst);
-        }
-    }
-    atomic_thread_fence(ACQ);
-    *torn = atomic_load_explicit(&s->seq, RLX) != seq || steps > 4096;
-    return NULL;
+    return tw_cache_map_find_rcu_inline_(s, key, klen, hash, torn);
 }
 
 /* Link e (e->hash set; tag its link tag) into table t: into a free slot of
@@ -234,6 +154,7 @@ static void cache_map_resize(struct tw_cache *c, struct cache_shard *s, size_t n
         }
     }
     atomic_store_explicit(&s->table, nt, REL);
+    atomic_store_explicit(&s->tmask, nt->mask, RLX);
     atomic_store_explicit(&s->seq, seq + 2, REL);
     ot->free_next = g->tables;
     g->tables = ot;

@@ -3,14 +3,22 @@
  * of its own (a slab of size classes) instead of one malloc each:
  *
  *  - Chunks grow with the shard: the first is 1 KB, each next one as big as
- *    all before it, up to TW_BIG_MIN (2 MB). With the default allocator the
+ *    all before it, until the shard holds SLAB_BIG_FROM (256 KB); from then
+ *    on every chunk is TW_BIG_MIN (2 MB). With the default allocator the
  *    2 MB chunks are 2 MB aligned mappings (bigmem.h), filled in small pages
  *    (only what is carved is resident) and turned into one huge page once
- *    full, so a big cache's entries are covered by few TLB entries (at 10^6
- *    keys the entries are ~80 MB read in random order: with 4 KB pages
- *    nearly every read missed the TLB too). A small cache stays small: a
- *    shard with a few keys holds one 1 KB chunk. With a user's allocator
- *    every chunk comes from it (no madvise: the memory is the user's).
+ *    half carved (the other half then becomes resident too: at most 1 MB a
+ *    shard, only in shards past 1.25 MB of entries), so a big cache's
+ *    entries are covered by few TLB entries (at 10^6 keys the entries are
+ *    ~64 MB read in random order: with 4 KB pages nearly every read missed
+ *    the TLB too). Until 2026-11-23 the chunks doubled up to 2 MB and a
+ *    chunk became huge only when full: a shard's first 2 MB and its last,
+ *    partly carved chunk stayed in small pages, a quarter of the entries at
+ *    10^6 keys; gets there took 0.94x the CPU with this schedule (1e6 keys,
+ *    Zipf 0.99, both in one process, bench/README.md "A cheaper hit"). A
+ *    small cache stays small: a shard with a few keys holds one 1 KB chunk.
+ *    With a user's allocator every chunk comes from it (no madvise: the
+ *    memory is the user's), and they keep doubling up to 2 MB.
  *  - Blocks (LRU links, entry, key and copy-mode value bytes) are rounded up
  *    to 16 bytes; 64-byte blocks (entries with keys of up to 10 bytes) are
  *    carved on a 64-byte boundary, 16 at a time (the 16-48 bytes skipped
@@ -65,12 +73,6 @@ void __asan_unpoison_memory_region(void const volatile *addr, size_t size);
 #define SLAB_UNPOISON(p, n) ((void)(p), (void)(n))
 #endif
 
-/* A chunk's header, at its start. */
-struct cache_chunk {
-    struct cache_chunk *next;
-    size_t bytes;
-};
-
 /* A block while free: the link, and its class. */
 struct cache_free {
     struct cache_free *next;
@@ -108,10 +110,15 @@ static void slab_chunk_free(struct tw_cache *c, struct cache_chunk *ch)
         tw_cache_mem_free_(&c->alloc, ch, ch->bytes);
 }
 
+/* Shard slab bytes from which every new chunk is 2 MB (default allocator). */
+#define SLAB_BIG_FROM ((size_t)256 << 10)
+
 /* A new chunk to carve from; false when the allocator fails. */
 static bool slab_grow(struct tw_cache *c, struct cache_slab *sl)
 {
     size_t bytes = sl->total < 1024 ? 1024 : sl->total > TW_BIG_MIN ? TW_BIG_MIN : sl->total;
+    if (!c->alloc.fn && sl->total >= SLAB_BIG_FROM)
+        bytes = TW_BIG_MIN;
     struct cache_chunk *ch;
     if (!c->alloc.fn && bytes >= TW_BIG_MIN)
         ch = tw_big_map_(bytes);
@@ -135,6 +142,7 @@ static bool slab_grow(struct tw_cache *c, struct cache_slab *sl)
     ch->bytes = bytes;
     ch->next = sl->chunks;
     sl->chunks = ch;
+    sl->hugified = false;
     sl->total += bytes;
     atomic_fetch_add_explicit(&c->slab_bytes, bytes, memory_order_relaxed);
     sl->bump = (char *)(ch + 1);
@@ -169,8 +177,8 @@ void *tw_cache_slab_alloc_(struct tw_cache *c, struct cache_slab *sl, size_t byt
     }
     size_t need = cls * 16;
     if (slab_gap(sl, need) + need > (size_t)(sl->end - sl->bump)) {
-        /* A full 2 MB mapping becomes one huge page now. */
-        if (sl->chunks && !c->alloc.fn && sl->chunks->bytes >= TW_BIG_MIN)
+        /* A full 2 MB mapping becomes one huge page now (if half did not). */
+        if (sl->chunks && !c->alloc.fn && sl->chunks->bytes >= TW_BIG_MIN && !sl->hugified)
             tw_big_hugify_(sl->chunks, sl->chunks->bytes);
         if (!slab_grow(c, sl))
             return NULL;
@@ -200,6 +208,12 @@ void *tw_cache_slab_alloc_(struct tw_cache *c, struct cache_slab *sl, size_t byt
             sl->free[4] = b;
         }
         sl->bump += more * 64;
+    }
+    if (!sl->hugified && !c->alloc.fn && sl->chunks->bytes >= TW_BIG_MIN &&
+        (size_t)(sl->bump - (char *)sl->chunks) >= sl->chunks->bytes / 2) {
+        /* Half carved: one huge page now (a copy of 1 MB, once a chunk). */
+        tw_big_hugify_(sl->chunks, sl->chunks->bytes);
+        sl->hugified = true;
     }
     return p;
 }

@@ -30,8 +30,8 @@
  * after tw_cache_free.
  * On a mismatch the model prints it and calls abort().
  *
- * Input layout: byte 0 shards and lock flavour, byte 1 limit, byte 2
- * default TTL, then two bytes per operation. */
+ * Input layout: byte 0 shards and lock flavour, byte 1 limit (and in its
+ * top bit the hash), byte 2 default TTL, then two bytes per operation. */
 #ifndef TWHEEL_CACHE_MODEL_H
 #define TWHEEL_CACHE_MODEL_H
 
@@ -464,6 +464,8 @@ static void cm_run_ex(struct cmodel *m, const uint8_t *data, size_t size, bool c
      * still never returned at or after their expiry */
     cfg.expiry_slack_shift = (data[0] & 8) && !concurrent ? 1 + (data[0] >> 4) % 3 : 0;
     cfg.manual_clock = true;
+    /* byte 1's top bit: keys hashed with SipHash-1-3 instead of tw_hash_mum */
+    cfg.siphash = (data[1] & 0x80) != 0;
     cfg.free_value = cm_free;
     cfg.retain_value = cm_retain;
     if (concurrent)

@@ -76,8 +76,9 @@
  *
  * Threads: every call is thread-safe except tw_cache_free, which must be the
  * last call. Keys are spread over cfg.shards shards (a power of two; 0 =
- * tw_cache_default_shards(), 4 per CPU online, 8 to 256) by a SipHash-1-3 of
- * the key under a per-instance random seed (hash flooding proof); each shard
+ * tw_cache_default_shards(), 4 per CPU online, 8 to 256) by a keyed hash of
+ * the key under a per-instance random seed (a seeded multiply-mix hash, or
+ * SipHash-1-3 with cfg.siphash; see there what each resists); each shard
  * has a writers' lock, a hash table, an LRU list and a core wheel
  * (twheel/wheel.h) with 1 ms ticks.
  * Reads take no lock and write no cache line that readers on other CPUs
@@ -105,10 +106,12 @@
  * carves its entries (LRU links, entry, key and copy-mode value bytes, when
  * together at most 512 bytes; bigger ones are allocated alone) out of chunks
  * of its own, in 16-byte size classes: the first chunk is 1 KB (a small
- * cache stays small), each next one as big as all before, up to 2 MB. With
+ * cache stays small), each next one as big as all before, up to 2 MB (with
+ * the default allocator: 2 MB as soon as the shard holds 256 KB). With
  * the default allocator the 2 MB chunks are 2 MB aligned mappings that
- * become transparent huge pages once full (madvise MADV_HUGEPAGE and, on
- * Linux 6.1+, MADV_COLLAPSE: a 2 MB copy under the shard's lock, once per
+ * become transparent huge pages once half carved (madvise MADV_HUGEPAGE
+ * and, on Linux 6.1+, MADV_COLLAPSE: a copy of 1 MB under the shard's
+ * lock, and the other 1 MB made resident ahead of use, once per
  * ~25,000 entries); this works whatever glibc does, wherever THP is
  * "always" or "madvise". With cfg.allocator every chunk comes from it and
  * nothing is madvised. An entry is a 54-byte header (86 with a limit), the
@@ -232,6 +235,15 @@ struct tw_cache_config {
      * (see Expiry above). 0 = exact timers; default
      * TW_CACHE_SLACK_SHIFT_DEFAULT; at most TW_CACHE_SLACK_SHIFT_MAX. */
     unsigned expiry_slack_shift;
+    /** Hash keys with SipHash-1-3 instead of the default seeded
+     * multiply-mix hash. Both are keyed by a random per-instance seed. The
+     * default (~25 instructions for a key of up to 16 bytes, against ~110)
+     * resists hash flooding as Go's maps do: without the seed an attacker
+     * has no known way to build colliding keys, but it is not a PRF, so
+     * one who can time many lookups may learn more than SipHash would let
+     * him. Set this when keys come from untrusted clients that can also
+     * measure the cache's response times finely. */
+    bool siphash;
 };
 
 /** Default tw_cache_config.expiry_slack_shift (set by tw_cache_config_init):
