@@ -47,7 +47,9 @@
  *    lazy move in place. tw_wheel_moves does not count eager relocations
  *    (it counts the moves left to advances). From an event loop's clock
  *    (see below), arm eagerly at an absolute deadline, as tw_timer_arm_from
- *    does: tw_timer_arm_at_eager(w, t, now + delay).
+ *    does: tw_timer_arm_at_eager(w, t, now + delay) (saturate the sum if
+ *    delay can be huge, as tw_timer_arm_from does: a sum that wraps is a
+ *    past deadline, due at the next tick).
  *
  * Time and event loops (the rule):
  *  - The wheel's time moves only when you advance it. While your loop sleeps,
