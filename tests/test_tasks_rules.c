@@ -745,8 +745,8 @@ static void test_compaction_keeps_tasks(void)
     tw_tasks_free(t);
 }
 
-/* A big pool (src/tasks.c, "pool"): past 42 chunks of 1024 entries the pool
- * grows by groups of 42 chunks (one 2 MB block). Failing an allocation (the
+/* A big pool (src/tasks.c, "pool"): past 39 chunks of 1024 entries the pool
+ * grows by groups of 39 chunks (one 2 MB block). Failing an allocation (the
  * first group's, every 16th, each of the last ones) of a workload that grows
  * into a group, shrinks (compaction frees the group) and grows again leaves
  * the instance as it was, and nothing leaks;

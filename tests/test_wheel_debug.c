@@ -38,6 +38,8 @@ static void test_timer_on_two_wheels(void)
     CHECK_EQ_INT(tw_timer_arm(&b, &t, 5), TW_EINVAL);
     CHECK_EQ_INT(tw_timer_arm_at(&b, &t, 500), TW_EINVAL);
     CHECK_EQ_INT(tw_timer_arm_from(&b, &t, 100, 5), TW_EINVAL);
+    CHECK_EQ_INT(tw_timer_arm_eager(&b, &t, 5), TW_EINVAL);
+    CHECK_EQ_INT(tw_timer_arm_at_eager(&b, &t, 500), TW_EINVAL);
     CHECK_EQ_INT(tw_timer_cancel(&b, &t), TW_EINVAL);
     CHECK_EQ_U64(tw_wheel_pending(&a), 2);
     CHECK_EQ_U64(tw_wheel_pending(&b), 0);
@@ -74,6 +76,18 @@ static void test_node_on_two_wheels(void)
     CHECK_EQ_PTR(tw_wheel_expire_next_node(&a, 7), &n);
     CHECK_EQ_INT(tw_node_arm(&b, &n, 7), 0); /* idle after the pull */
     CHECK_EQ_INT(tw_node_cancel(&b, &n), 1);
+    /* The eager arms: an idle node armed eagerly belongs to its wheel, and
+     * neither eager arm goes through another (a re-arm within its slot is
+     * one store: still refused). */
+    CHECK_EQ_INT(tw_node_arm_eager(&a, &n, 100), 0);
+    CHECK_EQ_INT(tw_node_arm_eager(&b, &n, 100), TW_EINVAL);
+    CHECK_EQ_INT(tw_node_arm_at_eager(&b, &n, 101), TW_EINVAL);
+    CHECK_EQ_INT(tw_node_cancel(&b, &n), TW_EINVAL);
+    CHECK_EQ_INT(tw_node_arm_at_eager(&a, &n, 101), 0);
+    CHECK_EQ_U64(tw_node_deadline(&n), 101);
+    CHECK_EQ_U64(tw_wheel_pending(&a), 1);
+    CHECK_EQ_U64(tw_wheel_pending(&b), 0);
+    CHECK_EQ_INT(tw_node_cancel(&a, &n), 1);
 }
 
 /* A periodic timer moved from one wheel to another is stopped on the first. */

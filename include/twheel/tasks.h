@@ -53,7 +53,10 @@
  * high half of the key's hash, which lets the index be rebuilt without
  * reading the entries or hashing the keys again) plus 5.3..10 bytes of index
  * (it grows past a load of 0.75 to 0.4, and shrinks to 0.55), so <= 62 bytes,
- * plus the block of a string key longer than 15 bytes. Memory is returned:
+ * plus the block of a string key longer than 15 bytes, plus, with the
+ * default allocator past 195 chunks (199,680 tasks), the unfilled rest of
+ * the newest 2 MB group of entries (see "Huge pages": about 10 bytes per
+ * task just past that size, at most 2.1 at 10^6). Memory is returned:
  * the index shrinks when it falls below 1/8 full, and when fewer than a quarter
  * of the pool's entries are live the next set, advance or drain moves the live
  * ones down and frees the emptied chunks (outside callbacks; amortised O(1)
@@ -68,8 +71,9 @@
  * the pool grows by groups of 39 chunks, each a 2 MB aligned mapping that
  * becomes one transparent huge page (the first four once full, by
  * MADV_COLLAPSE on Linux 6.1+; later ones from their first touch, so at most
- * one group, under 2 MB, is resident beyond need). Bytes per task are
- * unchanged by it (about 60 for integer keys). Nothing is madvised when
+ * one group, under 2 MB, is resident beyond need; counted in full in
+ * tw_tasks_stats' bytes, see above): about 61 bytes per task at 10^6 integer
+ * keys. Nothing is madvised when
  * config.allocator is given: the index and the groups (each one
  * block of 39 chunks) then come from it.
  *

@@ -47,7 +47,9 @@
  *    lazy move in place. tw_wheel_moves does not count eager relocations
  *    (it counts the moves left to advances). From an event loop's clock
  *    (see below), arm eagerly at an absolute deadline, as tw_timer_arm_from
- *    does: tw_timer_arm_at_eager(w, t, now + delay).
+ *    does: tw_timer_arm_at_eager(w, t, now + delay) (saturate the sum if
+ *    delay can be huge, as tw_timer_arm_from does: a sum that wraps is a
+ *    past deadline, due at the next tick).
  *
  * Time and event loops (the rule):
  *  - The wheel's time moves only when you advance it. While your loop sleeps,
@@ -279,8 +281,9 @@ TW_API size_t tw_wheel_pending(const struct tw_wheel *w);
 
 /** How many times timers have been moved from one slot to another by
  * advancing (cascades and lazy re-arms) or by a re-arm with slack that
- * relocated a pending timer, since init (eager re-arms are not counted: they
- * leave no move to an advance). For tuning. O(1). */
+ * relocated a pending timer, since init (an eager re-arm counts none and
+ * leaves none to an advance, but for the move a lazy re-arm before it may
+ * have left in place: see "Lazy or eager re-arm"). For tuning. O(1). */
 TW_API uint64_t tw_wheel_moves(const struct tw_wheel *w);
 
 /* ---- timers ------------------------------------------------------------ */
@@ -327,6 +330,11 @@ TW_API uint64_t tw_timer_deadline(const struct tw_timer *t);
  * once to the slot of its new deadline, later or earlier (one store if it is
  * in that slot already), instead of only storing a later deadline, so that
  * no advance moves it for this re-arm (see "Lazy or eager re-arm" above).
+ * One exception: if a lazy re-arm left t in the slot of an older deadline
+ * and the new one falls in the slot of the deadline that lazy re-arm
+ * stored, it is one store too, and t stays where the lazy re-arm left it
+ * (moved once when that slot comes due; still exact, and
+ * tw_wheel_next_expiry may return that slot's earlier tick meanwhile).
  * Exact, with the results of tw_timer_arm_at (0, TW_EINVAL, TW_ERANGE).
  * O(1). */
 TW_API int tw_timer_arm_at_eager(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline);
