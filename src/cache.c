@@ -1609,6 +1609,7 @@ int tw_cache_new(struct tw_cache **out, const struct tw_cache_config *cfg)
         atomic_init(&c->stripes[i].active[1], 0);
         atomic_init(&c->stripes[i].hits, 0);
         atomic_init(&c->stripes[i].misses, 0);
+        atomic_init(&c->stripes[i].draining, 0);
     }
 
     c->nshards = cfg->shards ? cfg->shards : tw_cache_shards_default_();

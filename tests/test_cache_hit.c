@@ -21,6 +21,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+/* cache_internal.h: this file's own copy of a stripe word's drain calls
+ * this between moving the hits out of the word and adding them to the
+ * stripe's counter (test_hit_count_stats_during_drain). */
+struct cache_stripe;
+static void drain_paused(struct cache_stripe *st);
+#define CACHE_DRAIN_TEST_HOOK(st) drain_paused(st)
 
 #include "cache_internal.h"
 #include "test.h"
@@ -255,6 +263,65 @@ static void test_hit_count_threads(void)
     tw_cache_free(c);
 }
 
+/* A stats call that runs while a reader is draining its stripe's word
+ * (between the compare-and-swap that takes 2^38 hits out of the word and
+ * the add that puts them into the stripe's counter) still counts every hit
+ * exactly once: it used to miss the batch (or count it twice), so a
+ * periodic log line's "hits" went backwards by 2^38 and printed ~2^64.
+ * The drain here is this file's copy of the inline exit (the library's
+ * gets drain the same way); the hook starts a stats thread mid-drain and
+ * gives it up to 50 ms before the drain goes on. */
+static struct {
+    struct tw_cache *c;
+    _Atomic int armed, done;
+    int started;
+    pthread_t th;
+    uint64_t hits;
+} race;
+
+static void *race_stats_main(void *p)
+{
+    (void)p;
+    struct tw_cache_stats st;
+    tw_cache_stats(race.c, &st);
+    race.hits = st.hits;
+    atomic_store(&race.done, 1);
+    return NULL;
+}
+
+static void drain_paused(struct cache_stripe *st)
+{
+    (void)st;
+    if (!atomic_exchange(&race.armed, 0))
+        return;
+    race.started = pthread_create(&race.th, NULL, race_stats_main, NULL) == 0;
+    for (int i = 0; i < 50 && race.started && !atomic_load(&race.done); i++)
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+}
+
+static void test_hit_count_stats_during_drain(void)
+{
+    struct tw_cache *c = new_cache(false, NULL, NULL);
+    if (!c)
+        return;
+    race.c = c;
+    struct cache_rd rd;
+    tw_cache_rd_enter_(c, &rd);
+    /* as if 2^38 hits had left through this word: the next hit drains it */
+    atomic_fetch_add(&rd.st->active[rd.idx], CACHE_HIT_DRAIN * CACHE_HIT_UNIT);
+    atomic_store(&race.armed, 1);
+    tw_cache_rd_exit_hit_(&rd);
+    CHECK(race.started);
+    if (race.started)
+        pthread_join(race.th, NULL);
+    CHECK_EQ_U64(race.hits, CACHE_HIT_DRAIN + 1);
+    struct tw_cache_stats st;
+    tw_cache_stats(c, &st);
+    CHECK_EQ_U64(st.hits, CACHE_HIT_DRAIN + 1);
+    CHECK_EQ_U64(atomic_load(&rd.st->hits), CACHE_HIT_DRAIN + 1);
+    tw_cache_free(c);
+}
+
 /* The slab's chunks (src/cache_slab.c): doubling up to 256 KB, then 2 MB
  * mappings given huge pages once half carved; every key stays readable,
  * and the chunks go back when the cache empties. One shard, 64-byte
@@ -314,6 +381,7 @@ int main(void)
     RUN(test_siphash_cache);
     RUN(test_hit_count_drain);
     RUN(test_hit_count_threads);
+    RUN(test_hit_count_stats_during_drain);
     RUN(test_slab_chunks);
     return test_summary();
 }
