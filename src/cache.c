@@ -221,7 +221,7 @@ static inline void cache_bump(_Atomic uint64_t *x, uint64_t n)
 /* ---- entries ----------------------------------------------------------- */
 
 /* The table's hash of a key: tw_hash_mum (hash.h: a seeded multiply-mix,
- * ~25 instructions for a key of up to 16 bytes, against ~110 for
+ * ~30 instructions for a key of up to 16 bytes, against ~110 for
  * SipHash-1-3), or SipHash-1-3 with cfg.siphash. Both are keyed by the
  * instance's random seed; what each resists is said in hash.h and cache.h. */
 static inline uint64_t cache_hash(const struct tw_cache *c, const void *key, size_t klen)

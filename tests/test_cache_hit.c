@@ -71,6 +71,37 @@ static void test_hash_bounds_and_bytes(void)
     CHECK_EQ_INT(changed, tried);
 }
 
+/* Any alignment: the key at every offset 0..15 in a heap block that ends
+ * where the key ends (ASan sees a read past it, UBSan a misaligned load
+ * through a cast) hashes as the same bytes at the block's start. */
+static void test_hash_alignment(void)
+{
+    uint64_t seed[2] = {next(), next()}, k[2];
+    tw_hash_mum_seed(seed, k);
+    unsigned char key[64];
+    for (size_t i = 0; i < sizeof key; i++)
+        key[i] = (unsigned char)next();
+    int same = 0, tried = 0;
+    for (size_t len = 0; len <= sizeof key; len++) {
+        unsigned char *a = malloc(len ? len : 1);
+        if (!a)
+            abort();
+        memcpy(a, key, len);
+        uint64_t h = tw_hash_mum(a, len, k);
+        free(a);
+        for (size_t off = 1; off < 16; off++) {
+            unsigned char *b = malloc(off + len);
+            if (!b)
+                abort();
+            memcpy(b + off, key, len);
+            tried++;
+            same += tw_hash_mum(b + off, len, k) == h;
+            free(b);
+        }
+    }
+    CHECK_EQ_INT(same, tried);
+}
+
 static void test_hash_seeded(void)
 {
     uint64_t s1[2] = {1, 2}, s2[2] = {1, 3}, k1[2], k2[2];
@@ -375,6 +406,7 @@ static void test_slab_chunks(void)
 int main(void)
 {
     RUN(test_hash_bounds_and_bytes);
+    RUN(test_hash_alignment);
     RUN(test_hash_seeded);
     RUN(test_hash_mum_fallback);
     RUN(test_hash_spread);
