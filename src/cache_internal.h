@@ -305,8 +305,9 @@ struct cache_limbo {
  * inside with epoch parity p (enter adds 1, leaving subtracts 1), the bits
  * above count the hits of the sections that left with a hit (they leave by
  * adding CACHE_HIT_UNIT - 1). Before the hit count can reach the top of the
- * word, the reader whose exit took it past CACHE_HIT_DRAIN moves it into
- * `hits` (a compare-and-swap that subtracts exactly what it adds there). */
+ * word, the first hit's exit that finds it at CACHE_HIT_DRAIN or past moves
+ * it into `hits` (a compare-and-swap that subtracts exactly what it adds
+ * there), holding `draining` so that stats never sees half a move. */
 struct cache_stripe {
     _Alignas(64) _Atomic uint64_t active[2]; /* readers inside + hits, by epoch parity */
     _Atomic uint64_t hits, misses;
