@@ -301,7 +301,7 @@ static void test_hit_count_threads(void)
  * periodic log line's "hits" went backwards by 2^38 and printed ~2^64.
  * The drain here is this file's copy of the inline exit (the library's
  * gets drain the same way); the hook starts a stats thread mid-drain and
- * gives it up to 50 ms before the drain goes on. */
+ * gives it up to 20 ms before the drain goes on. */
 static struct {
     struct tw_cache *c;
     _Atomic int armed, done;
@@ -326,7 +326,7 @@ static void drain_paused(struct cache_stripe *st)
     if (!atomic_exchange(&race.armed, 0))
         return;
     race.started = pthread_create(&race.th, NULL, race_stats_main, NULL) == 0;
-    for (int i = 0; i < 50 && race.started && !atomic_load(&race.done); i++)
+    for (int i = 0; i < 20 && race.started && !atomic_load(&race.done); i++)
         nanosleep(&(struct timespec){0, 1000000}, NULL);
 }
 
