@@ -25,7 +25,8 @@
  *
  * None of these grows with T. A miss is the same with its own counter. If
  * a resize relinked the shard's chains during the walk (seq changed), a miss
- * is not trusted: the read retries once, then looks under the shard lock.
+ * is not trusted: the read retries (once in a batch, twice in a single get,
+ * whose inline path made the first try), then looks under the shard lock.
  *
  * What a hit costs (callgrind, 1e6 keys "key:<i>", Zipf 0.99, no limit:
  * bench/README.md, "A cheaper hit"): 387 instructions before, 253 now, and
