@@ -25,7 +25,8 @@
  *
  * None of these grows with T. A miss is the same with its own counter. If
  * a resize relinked the shard's chains during the walk (seq changed), a miss
- * is not trusted: the read retries once, then looks under the shard lock.
+ * is not trusted: the read retries (once in a batch, twice in a single get,
+ * whose inline path made the first try), then looks under the shard lock.
  *
  * What a hit costs (callgrind, 1e6 keys "key:<i>", Zipf 0.99, no limit:
  * bench/README.md, "A cheaper hit"): 387 instructions before, 253 now, and
@@ -221,7 +222,7 @@ static inline void cache_bump(_Atomic uint64_t *x, uint64_t n)
 /* ---- entries ----------------------------------------------------------- */
 
 /* The table's hash of a key: tw_hash_mum (hash.h: a seeded multiply-mix,
- * ~25 instructions for a key of up to 16 bytes, against ~110 for
+ * ~30 instructions for a key of up to 16 bytes, against ~110 for
  * SipHash-1-3), or SipHash-1-3 with cfg.siphash. Both are keyed by the
  * instance's random seed; what each resists is said in hash.h and cache.h. */
 static inline uint64_t cache_hash(const struct tw_cache *c, const void *key, size_t klen)
@@ -1609,6 +1610,7 @@ int tw_cache_new(struct tw_cache **out, const struct tw_cache_config *cfg)
         atomic_init(&c->stripes[i].active[1], 0);
         atomic_init(&c->stripes[i].hits, 0);
         atomic_init(&c->stripes[i].misses, 0);
+        atomic_init(&c->stripes[i].draining, 0);
     }
 
     c->nshards = cfg->shards ? cfg->shards : tw_cache_shards_default_();

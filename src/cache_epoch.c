@@ -50,8 +50,17 @@
  * inside one stripe at once (threads on one CPU, plus migrations); hits
  * in a word stay below 2^38 plus the exits racing with one drain, far
  * below the 2^40 above the low bits. The stripe's hits are its `hits`
- * plus both words' high bits (tw_cache_stripe_hits_; a stats call racing
- * with a drain may count those 2^38 hits twice or not at all, once).
+ * plus both words' high bits (tw_cache_stripe_hits_). A drain holds the
+ * stripe's `draining` flag from before its compare-and-swap to after its
+ * add, and stats holds it while it reads the three counts (acquire when
+ * taken, release when given back), so a stats call sees a drain whole or
+ * not at all: the total is exact and never goes down (until 2026-11-23 a
+ * stats call between the two steps missed the 2^38 hits, or counted them
+ * twice, and the periodic log's interval "hits" wrapped to ~2^64). A
+ * reader that finds the flag held skips its drain (the next hit's exit
+ * drains), so readers never wait; stats waits only for a drain in
+ * progress. While a stats caller holds the flag the words keep counting:
+ * 2^40 - 2^38 more hits fit before a word's count would wrap.
  */
 #include <sched.h>
 #include <stdlib.h>
@@ -90,18 +99,19 @@ unsigned tw_cache_shards_default_(void)
     return s < 8 ? 8 : s > 256 ? 256 : s;
 }
 
-void tw_cache_rd_drain_(struct cache_stripe *st, unsigned idx)
+uint64_t tw_cache_stripe_hits_(struct cache_stripe *st)
 {
-    uint64_t x = atomic_load_explicit(&st->active[idx], memory_order_relaxed);
-    while ((x >> CACHE_RD_BITS) >= CACHE_HIT_DRAIN) {
-        uint64_t h = x >> CACHE_RD_BITS;
-        if (atomic_compare_exchange_weak_explicit(&st->active[idx], &x, x - h * CACHE_HIT_UNIT,
-                                                  memory_order_relaxed,
-                                                  memory_order_relaxed)) {
-            atomic_fetch_add_explicit(&st->hits, h, memory_order_relaxed);
-            return;
-        }
-    }
+    /* Held by a drain for a few instructions (unless its thread is
+     * preempted there): spin briefly, then yield. */
+    for (unsigned spins = 0; atomic_exchange_explicit(&st->draining, 1, memory_order_acquire);
+         spins++)
+        if (spins >= 64)
+            sched_yield();
+    uint64_t n = atomic_load_explicit(&st->hits, memory_order_relaxed) +
+                 (atomic_load_explicit(&st->active[0], memory_order_relaxed) >> CACHE_RD_BITS) +
+                 (atomic_load_explicit(&st->active[1], memory_order_relaxed) >> CACHE_RD_BITS);
+    atomic_store_explicit(&st->draining, 0, memory_order_release);
+    return n;
 }
 
 /* Whether no reader is inside a read section of either parity. */

@@ -305,11 +305,13 @@ struct cache_limbo {
  * inside with epoch parity p (enter adds 1, leaving subtracts 1), the bits
  * above count the hits of the sections that left with a hit (they leave by
  * adding CACHE_HIT_UNIT - 1). Before the hit count can reach the top of the
- * word, the reader whose exit took it past CACHE_HIT_DRAIN moves it into
- * `hits` (a compare-and-swap that subtracts exactly what it adds there). */
+ * word, the first hit's exit that finds it at CACHE_HIT_DRAIN or past moves
+ * it into `hits` (a compare-and-swap that subtracts exactly what it adds
+ * there), holding `draining` so that stats never sees half a move. */
 struct cache_stripe {
     _Alignas(64) _Atomic uint64_t active[2]; /* readers inside + hits, by epoch parity */
     _Atomic uint64_t hits, misses;
+    _Atomic uint32_t draining; /* 1 while a drain or a stats call holds the three hit counts */
 };
 #define CACHE_RD_BITS 24 /* < 2^24 readers inside one stripe at once */
 #define CACHE_RD_INSIDE ((UINT64_C(1) << CACHE_RD_BITS) - 1)
@@ -646,8 +648,36 @@ static inline void tw_cache_rd_exit_(struct cache_rd *rd)
     atomic_fetch_sub_explicit(&rd->st->active[rd->idx], 1, memory_order_release);
 }
 
+#ifndef CACHE_DRAIN_TEST_HOOK
+/* test_cache_hit defines it to pause a drain between its two steps. */
+#define CACHE_DRAIN_TEST_HOOK(st) ((void)(st))
+#endif
+
 /* Move a stripe word's hits into st->hits (rare: once per 2^38 hits). */
-void tw_cache_rd_drain_(struct cache_stripe *st, unsigned idx);
+/* The hits are in neither place between the compare-and-swap and the add,
+ * so the move holds st->draining, which stats holds too while it reads the
+ * three counts (tw_cache_stripe_hits_): a stats call then sees the move
+ * whole or not at all. A reader that finds it held (another drain, or a
+ * stats call reading) leaves its hits in the word: the next hit's exit
+ * drains them. Cold and out of line: the hit path only calls it. */
+static __attribute__((noinline, cold, unused)) void tw_cache_rd_drain_(struct cache_stripe *st,
+                                                                      unsigned idx)
+{
+    if (atomic_exchange_explicit(&st->draining, 1, memory_order_acquire))
+        return;
+    uint64_t x = atomic_load_explicit(&st->active[idx], memory_order_relaxed);
+    while ((x >> CACHE_RD_BITS) >= CACHE_HIT_DRAIN) {
+        uint64_t h = x >> CACHE_RD_BITS;
+        if (atomic_compare_exchange_weak_explicit(&st->active[idx], &x, x - h * CACHE_HIT_UNIT,
+                                                  memory_order_relaxed,
+                                                  memory_order_relaxed)) {
+            CACHE_DRAIN_TEST_HOOK(st);
+            atomic_fetch_add_explicit(&st->hits, h, memory_order_relaxed);
+            break;
+        }
+    }
+    atomic_store_explicit(&st->draining, 0, memory_order_release);
+}
 
 /* Leave the read section and count one hit, with one atomic add. */
 static inline void tw_cache_rd_exit_hit_(struct cache_rd *rd)
@@ -658,14 +688,10 @@ static inline void tw_cache_rd_exit_hit_(struct cache_rd *rd)
         tw_cache_rd_drain_(rd->st, rd->idx);
 }
 
-/* Hits counted in a stripe's words (stats; a drain in between may count a
- * batch of 2^38 hits twice or not at all for that one reading). */
-static inline uint64_t tw_cache_stripe_hits_(const struct cache_stripe *st)
-{
-    return atomic_load_explicit(&st->hits, memory_order_relaxed) +
-           (atomic_load_explicit(&st->active[0], memory_order_relaxed) >> CACHE_RD_BITS) +
-           (atomic_load_explicit(&st->active[1], memory_order_relaxed) >> CACHE_RD_BITS);
-}
+/* Hits counted in a stripe: its `hits` plus both words' high bits, read
+ * holding st->draining (no drain half done; src/cache_epoch.c). Exact and,
+ * from one caller to the next, never decreasing. */
+uint64_t tw_cache_stripe_hits_(struct cache_stripe *st);
 /* Garbage g was just unlinked under s's lock (held): keep it in g to be
  * freed at once when no reader is inside any read section, else move it to
  * s's limbo (and take out of limbo into g whatever has become safe).

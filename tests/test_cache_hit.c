@@ -21,6 +21,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+/* cache_internal.h: this file's own copy of a stripe word's drain calls
+ * this between moving the hits out of the word and adding them to the
+ * stripe's counter (test_hit_count_stats_during_drain). */
+struct cache_stripe;
+static void drain_paused(struct cache_stripe *st);
+#define CACHE_DRAIN_TEST_HOOK(st) drain_paused(st)
 
 #include "cache_internal.h"
 #include "test.h"
@@ -61,6 +69,37 @@ static void test_hash_bounds_and_bytes(void)
         free(p);
     }
     CHECK_EQ_INT(changed, tried);
+}
+
+/* Any alignment: the key at every offset 0..15 in a heap block that ends
+ * where the key ends (ASan sees a read past it, UBSan a misaligned load
+ * through a cast) hashes as the same bytes at the block's start. */
+static void test_hash_alignment(void)
+{
+    uint64_t seed[2] = {next(), next()}, k[2];
+    tw_hash_mum_seed(seed, k);
+    unsigned char key[64];
+    for (size_t i = 0; i < sizeof key; i++)
+        key[i] = (unsigned char)next();
+    int same = 0, tried = 0;
+    for (size_t len = 0; len <= sizeof key; len++) {
+        unsigned char *a = malloc(len ? len : 1);
+        if (!a)
+            abort();
+        memcpy(a, key, len);
+        uint64_t h = tw_hash_mum(a, len, k);
+        free(a);
+        for (size_t off = 1; off < 16; off++) {
+            unsigned char *b = malloc(off + len);
+            if (!b)
+                abort();
+            memcpy(b + off, key, len);
+            tried++;
+            same += tw_hash_mum(b + off, len, k) == h;
+            free(b);
+        }
+    }
+    CHECK_EQ_INT(same, tried);
 }
 
 static void test_hash_seeded(void)
@@ -255,6 +294,65 @@ static void test_hit_count_threads(void)
     tw_cache_free(c);
 }
 
+/* A stats call that runs while a reader is draining its stripe's word
+ * (between the compare-and-swap that takes 2^38 hits out of the word and
+ * the add that puts them into the stripe's counter) still counts every hit
+ * exactly once: it used to miss the batch (or count it twice), so a
+ * periodic log line's "hits" went backwards by 2^38 and printed ~2^64.
+ * The drain here is this file's copy of the inline exit (the library's
+ * gets drain the same way); the hook starts a stats thread mid-drain and
+ * gives it up to 20 ms before the drain goes on. */
+static struct {
+    struct tw_cache *c;
+    _Atomic int armed, done;
+    int started;
+    pthread_t th;
+    uint64_t hits;
+} race;
+
+static void *race_stats_main(void *p)
+{
+    (void)p;
+    struct tw_cache_stats st;
+    tw_cache_stats(race.c, &st);
+    race.hits = st.hits;
+    atomic_store(&race.done, 1);
+    return NULL;
+}
+
+static void drain_paused(struct cache_stripe *st)
+{
+    (void)st;
+    if (!atomic_exchange(&race.armed, 0))
+        return;
+    race.started = pthread_create(&race.th, NULL, race_stats_main, NULL) == 0;
+    for (int i = 0; i < 20 && race.started && !atomic_load(&race.done); i++)
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+}
+
+static void test_hit_count_stats_during_drain(void)
+{
+    struct tw_cache *c = new_cache(false, NULL, NULL);
+    if (!c)
+        return;
+    race.c = c;
+    struct cache_rd rd;
+    tw_cache_rd_enter_(c, &rd);
+    /* as if 2^38 hits had left through this word: the next hit drains it */
+    atomic_fetch_add(&rd.st->active[rd.idx], CACHE_HIT_DRAIN * CACHE_HIT_UNIT);
+    atomic_store(&race.armed, 1);
+    tw_cache_rd_exit_hit_(&rd);
+    CHECK(race.started);
+    if (race.started)
+        pthread_join(race.th, NULL);
+    CHECK_EQ_U64(race.hits, CACHE_HIT_DRAIN + 1);
+    struct tw_cache_stats st;
+    tw_cache_stats(c, &st);
+    CHECK_EQ_U64(st.hits, CACHE_HIT_DRAIN + 1);
+    CHECK_EQ_U64(atomic_load(&rd.st->hits), CACHE_HIT_DRAIN + 1);
+    tw_cache_free(c);
+}
+
 /* The slab's chunks (src/cache_slab.c): doubling up to 256 KB, then 2 MB
  * mappings given huge pages once half carved; every key stays readable,
  * and the chunks go back when the cache empties. One shard, 64-byte
@@ -305,15 +403,134 @@ static void test_slab_chunks(void)
     tw_cache_free(c);
 }
 
+/* Fault test of the 2 MB chunks (default allocator: mmap, which a user's
+ * allocator cannot fail for us): with the address space capped just above
+ * what the process maps, the grow at 256 KB of slab and the grow after a
+ * full (already huge) 2 MB chunk both fail; every set then returns
+ * TW_ENOMEM and changes nothing, every stored key stays readable, and once
+ * the cap is lifted the same keys store. Not under a sanitizer (their
+ * runtimes map memory of their own and die when they cannot). */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define HIT_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define HIT_SANITIZED 1
+#endif
+#endif
+#ifndef HIT_SANITIZED
+#include <sys/resource.h>
+#include <unistd.h>
+
+/* Cap the address space at what is mapped now plus 1 MB (a 2 MB chunk's
+ * mapping needs 4 MB); false if that cannot be done here. */
+static bool cap_address_space(struct rlimit *old)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long pages = 0;
+    if (!f)
+        return false;
+    int got = fscanf(f, "%lu", &pages);
+    fclose(f);
+    if (got != 1 || getrlimit(RLIMIT_AS, old) != 0)
+        return false;
+    struct rlimit cap = *old;
+    cap.rlim_cur = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + ((rlim_t)1 << 20);
+    if (old->rlim_cur != RLIM_INFINITY && old->rlim_cur < cap.rlim_cur)
+        return false;
+    return setrlimit(RLIMIT_AS, &cap) == 0;
+}
+
+/* Set keys "f:<i>" from *next on until one fails (at most `most`): each
+ * returns 0 or TW_ENOMEM; true when one failed. */
+static bool set_until_enomem(struct tw_cache *c, int *next, int most)
+{
+    char key[16];
+    for (int i = 0; i < most; i++, (*next)++) {
+        int n = snprintf(key, sizeof key, "f:%d", *next);
+        int rc = tw_cache_set(c, key, (size_t)n, (void *)(uintptr_t)(*next + 1));
+        if (rc == TW_ENOMEM) {
+            void *v;
+            CHECK_EQ_INT(tw_cache_get(c, key, (size_t)n, &v), TW_ENOENT);
+            return true;
+        }
+        CHECK_EQ_INT(rc, 0);
+    }
+    return false;
+}
+
+static void test_slab_big_chunk_fails(void)
+{
+    struct tw_cache_config cfg;
+    tw_cache_config_init(&cfg);
+    cfg.default_ttl_ms = 60000;
+    cfg.shards = 1;
+    cfg.manual_clock = true;
+    struct tw_cache *c = NULL;
+    CHECK_EQ_INT(tw_cache_new(&c, &cfg), 0);
+    if (!c)
+        return;
+    struct cache_slab *sl = &c->shards[0].slab;
+    int next = 0, failed = 0;
+    char key[16];
+    /* up to 256 KB of slab: the next chunk is a 2 MB mapping */
+    while (sl->total < ((size_t)256 << 10) && next < 100000) {
+        int n = snprintf(key, sizeof key, "f:%d", next);
+        CHECK_EQ_INT(tw_cache_set(c, key, (size_t)n, (void *)(uintptr_t)(next + 1)), 0);
+        next++;
+    }
+    for (int phase = 0; phase < 2; phase++) {
+        if (phase == 1) /* a 2 MB chunk, full but for a run of 64-byte blocks */
+            while (next < 200000 && (sl->chunks->bytes < ((size_t)2 << 20) ||
+                                     (size_t)(sl->end - sl->bump) >= 64 * 64)) {
+                int n = snprintf(key, sizeof key, "f:%d", next);
+                CHECK_EQ_INT(tw_cache_set(c, key, (size_t)n, (void *)(uintptr_t)(next + 1)), 0);
+                next++;
+            }
+        struct rlimit old;
+        if (!cap_address_space(&old)) {
+            printf("  (skipped: cannot cap the address space)\n");
+            break;
+        }
+        size_t total = sl->total;
+        bool hit = set_until_enomem(c, &next, 20000);
+        int again = next; /* fails again: no chunk came meanwhile */
+        hit = hit && set_until_enomem(c, &again, 1);
+        CHECK_EQ_INT(setrlimit(RLIMIT_AS, &old), 0);
+        CHECK(hit);
+        CHECK_EQ_U64(sl->total, total);
+        failed += hit;
+        /* the cap is gone: the key that failed stores now */
+        int n = snprintf(key, sizeof key, "f:%d", next);
+        CHECK_EQ_INT(tw_cache_set(c, key, (size_t)n, (void *)(uintptr_t)(next + 1)), 0);
+        next++;
+        CHECK(sl->total > total);
+    }
+    int found = 0;
+    for (int i = 0; i < next; i++) {
+        int n = snprintf(key, sizeof key, "f:%d", i);
+        void *v = NULL;
+        found += tw_cache_get(c, key, (size_t)n, &v) == 0 && v == (void *)(uintptr_t)(i + 1);
+    }
+    CHECK_EQ_INT(found, next);
+    CHECK(failed == 0 || failed == 2);
+    tw_cache_free(c);
+}
+#endif
+
 int main(void)
 {
     RUN(test_hash_bounds_and_bytes);
+    RUN(test_hash_alignment);
     RUN(test_hash_seeded);
     RUN(test_hash_mum_fallback);
     RUN(test_hash_spread);
     RUN(test_siphash_cache);
     RUN(test_hit_count_drain);
     RUN(test_hit_count_threads);
+    RUN(test_hit_count_stats_during_drain);
     RUN(test_slab_chunks);
+#ifndef HIT_SANITIZED
+    RUN(test_slab_big_chunk_fails);
+#endif
     return test_summary();
 }

@@ -237,7 +237,7 @@ struct tw_cache_config {
     unsigned expiry_slack_shift;
     /** Hash keys with SipHash-1-3 instead of the default seeded
      * multiply-mix hash. Both are keyed by a random per-instance seed. The
-     * default (~25 instructions for a key of up to 16 bytes, against ~110)
+     * default (~30 instructions for a key of up to 16 bytes, against ~110)
      * resists hash flooding as Go's maps do: without the seed an attacker
      * has no known way to build colliding keys, but it is not a PRF, so
      * one who can time many lookups may learn more than SipHash would let
