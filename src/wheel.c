@@ -818,9 +818,9 @@ static inline __attribute__((always_inline)) int cancel_node(struct tw_wheel *w,
     return 1;
 }
 
-/* The checks of tw_node_arm_at, then the arm. */
-static inline __attribute__((always_inline)) int node_arm_at(struct tw_wheel *w,
-                                                             struct tw_node *n, uint64_t deadline)
+/* The checks every node arm makes first: 0, TW_EINVAL or TW_EBUSY. */
+static inline __attribute__((always_inline)) int node_arm_check(struct tw_wheel *w,
+                                                                struct tw_node *n)
 {
     if (!w || !n)
         return TW_EINVAL;
@@ -828,12 +828,22 @@ static inline __attribute__((always_inline)) int node_arm_at(struct tw_wheel *w,
      * callback-calling loop, which would take it for a timer. */
     if (w->advancing)
         return TW_EBUSY;
-    if (!owned_or_idle(w, n))
-        return TW_EINVAL;
-    int rc = arm_node(w, n, deadline);
+    return owned_or_idle(w, n) ? 0 : TW_EINVAL;
+}
+
+/* After a node arm: an armed bare node makes the wheel pull-only. */
+static inline __attribute__((always_inline)) int node_armed(struct tw_wheel *w, int rc)
+{
     if (rc == 0)
         w->bare = 1;
     return rc;
+}
+
+static inline __attribute__((always_inline)) int node_arm_at(struct tw_wheel *w,
+                                                             struct tw_node *n, uint64_t deadline)
+{
+    int rc = node_arm_check(w, n);
+    return rc ? rc : node_armed(w, arm_node(w, n, deadline));
 }
 
 int tw_node_arm_at(struct tw_wheel *w, struct tw_node *n, uint64_t deadline)
@@ -851,16 +861,8 @@ int tw_node_arm(struct tw_wheel *w, struct tw_node *n, uint64_t delay)
 static inline __attribute__((always_inline)) int
 node_arm_at_slack(struct tw_wheel *w, struct tw_node *n, uint64_t deadline, uint64_t slack)
 {
-    if (!w || !n)
-        return TW_EINVAL;
-    if (w->advancing)
-        return TW_EBUSY;
-    if (!owned_or_idle(w, n))
-        return TW_EINVAL;
-    int rc = arm_node_slack(w, n, deadline, slack);
-    if (rc == 0)
-        w->bare = 1;
-    return rc;
+    int rc = node_arm_check(w, n);
+    return rc ? rc : node_armed(w, arm_node_slack(w, n, deadline, slack));
 }
 
 int tw_node_arm_at_slack(struct tw_wheel *w, struct tw_node *n, uint64_t deadline,
@@ -876,20 +878,11 @@ int tw_node_arm_slack(struct tw_wheel *w, struct tw_node *n, uint64_t delay, uin
     return node_arm_at_slack(w, n, saturating_add(w->now, delay), slack);
 }
 
-/* The checks of tw_node_arm_at, then the eager arm. */
 static inline __attribute__((always_inline)) int
 node_arm_at_eager(struct tw_wheel *w, struct tw_node *n, uint64_t deadline)
 {
-    if (!w || !n)
-        return TW_EINVAL;
-    if (w->advancing)
-        return TW_EBUSY;
-    if (!owned_or_idle(w, n))
-        return TW_EINVAL;
-    int rc = arm_node_eager(w, n, deadline);
-    if (rc == 0)
-        w->bare = 1;
-    return rc;
+    int rc = node_arm_check(w, n);
+    return rc ? rc : node_armed(w, arm_node_eager(w, n, deadline));
 }
 
 int tw_node_arm_at_eager(struct tw_wheel *w, struct tw_node *n, uint64_t deadline)
