@@ -59,7 +59,15 @@ static void tws_destroy(void *p)
     free(s);
 }
 
+/* .arm is only ever given an idle id (bench.h): tw_timer_start_at, the arm
+ * that only stores into the timer. Re-arms (.reset) use tw_timer_arm_at. */
 static void tws_arm(void *p, uint32_t id, uint64_t deadline)
+{
+    struct tws *s = p;
+    tw_timer_start_at(&s->wheel, &s->timers[id], deadline);
+}
+
+static void tws_reset(void *p, uint32_t id, uint64_t deadline)
 {
     struct tws *s = p;
     tw_timer_arm_at(&s->wheel, &s->timers[id], deadline);
@@ -123,7 +131,7 @@ const struct bench_impl bench_impl_twheel = {
     .create = tws_create,
     .destroy = tws_destroy,
     .arm = tws_arm,
-    .reset = tws_arm, /* re-arming is arming: lazy when later */
+    .reset = tws_reset, /* lazy when later */
     .cancel = tws_cancel,
     .advance_to = tws_advance_to,
     .next_deadline = tws_next_deadline,

@@ -90,6 +90,40 @@ static void test_node_on_two_wheels(void)
     CHECK_EQ_INT(tw_node_cancel(&a, &n), 1);
 }
 
+/* The *_start calls take the caller's word that the timer or node is idle:
+ * debug builds check it (TW_EBUSY for a pending one, on its own wheel or
+ * another; TW_EINVAL for an uninitialised timer) and change nothing. */
+static void test_start_checks(void)
+{
+    static struct tw_wheel a, b;
+    struct tw_timer t, raw;
+    struct tw_node n;
+    tw_wheel_init(&a, 0);
+    tw_wheel_init(&b, 0);
+    tw_timer_init(&t, on_fire, NULL);
+    tw_node_init(&n);
+    memset(&raw, 0, sizeof raw); /* never initialised: no callback */
+    CHECK_EQ_INT(tw_timer_start(&a, &raw, 5), TW_EINVAL);
+    CHECK_EQ_INT(tw_timer_start_at(&a, &raw, 5), TW_EINVAL);
+    CHECK_EQ_INT(tw_timer_start(&a, &t, 10), 0);
+    CHECK_EQ_INT(tw_timer_start(&a, &t, 20), TW_EBUSY);
+    CHECK_EQ_INT(tw_timer_start_at(&a, &t, 20), TW_EBUSY);
+    CHECK_EQ_INT(tw_timer_start(&b, &t, 20), TW_EBUSY);
+    CHECK_EQ_INT(tw_node_start(&a, &n, 10), 0);
+    CHECK_EQ_INT(tw_node_start(&a, &n, 30), TW_EBUSY);
+    CHECK_EQ_INT(tw_node_start_at(&b, &n, 30), TW_EBUSY);
+    CHECK_EQ_U64(tw_wheel_pending(&a), 2);
+    CHECK_EQ_U64(tw_wheel_pending(&b), 0);
+    CHECK_EQ_U64(tw_timer_deadline(&t), 10);
+    CHECK_EQ_U64(tw_node_deadline(&n), 10);
+    /* Started on a, it belongs to a: b may not cancel it. */
+    CHECK_EQ_INT(tw_timer_cancel(&b, &t), TW_EINVAL);
+    CHECK_EQ_INT(tw_timer_cancel(&a, &t), 1);
+    CHECK_EQ_INT(tw_node_cancel(&a, &n), 1);
+    CHECK_EQ_INT(tw_timer_start(&b, &t, 1), 0); /* idle: any wheel */
+    CHECK_EQ_INT(tw_timer_cancel(&b, &t), 1);
+}
+
 /* A periodic timer moved from one wheel to another is stopped on the first. */
 static void on_periodic(struct tw_periodic *p, void *arg)
 {
@@ -116,6 +150,7 @@ int main(void)
     RUN(test_debug_layout);
     RUN(test_timer_on_two_wheels);
     RUN(test_node_on_two_wheels);
+    RUN(test_start_checks);
     RUN(test_periodic_changes_wheel);
     return test_summary();
 }

@@ -596,6 +596,131 @@ static void ticker_fire(struct tw_periodic *p, void *arg)
         CHECK_EQ_INT(tw_periodic_stop(p), 1);
 }
 
+/* tw_timer_start / _start_at and tw_node_start / _start_at: the arm of an
+ * idle timer, with every rule of tw_timer_arm / _arm_at (next tick for a
+ * past deadline or delay 0, saturation, TW_ERANGE at the end of time,
+ * callable from a callback), the wheel's count kept, and a timer started
+ * again after it fired or was cancelled. */
+static void restart_self(struct probe *p)
+{
+    if (p->fires < 3)
+        CHECK_EQ_INT(tw_timer_start(p->wheel, &p->timer, p->value), 0);
+}
+
+static void test_start_idle_timers(void)
+{
+    static struct tw_wheel w;
+    struct probe a, b, c, d, e;
+    tw_wheel_init(&w, 100);
+    probe_init(&a, &w);
+    probe_init(&b, &w);
+    probe_init(&c, &w);
+    probe_init(&d, &w);
+    probe_init(&e, &w);
+    CHECK_EQ_INT(tw_timer_start(NULL, &a.timer, 1), TW_EINVAL);
+    CHECK_EQ_INT(tw_timer_start(&w, NULL, 1), TW_EINVAL);
+    CHECK_EQ_INT(tw_timer_start_at(NULL, &a.timer, 1), TW_EINVAL);
+    CHECK_EQ_INT(tw_timer_start_at(&w, NULL, 1), TW_EINVAL);
+    CHECK_EQ_U64(tw_wheel_pending(&w), 0);
+
+    CHECK_EQ_INT(tw_timer_start(&w, &a.timer, 0), 0);        /* next tick */
+    CHECK_EQ_INT(tw_timer_start_at(&w, &b.timer, 50), 0);    /* past: next tick */
+    CHECK_EQ_INT(tw_timer_start_at(&w, &c.timer, 5000), 0);  /* level 2 */
+    CHECK_EQ_INT(tw_timer_start(&w, &d.timer, UINT64_MAX), 0); /* saturates */
+    CHECK_EQ_U64(tw_timer_deadline(&a.timer), 101);
+    CHECK_EQ_U64(tw_timer_deadline(&b.timer), 101);
+    CHECK_EQ_U64(tw_timer_deadline(&c.timer), 5000);
+    CHECK_EQ_U64(tw_timer_deadline(&d.timer), UINT64_MAX);
+    CHECK_EQ_U64(tw_wheel_pending(&w), 4);
+    CHECK_EQ_U64(tw_wheel_next_expiry(&w), 101);
+    /* A started timer is an ordinary pending one: re-armed, cancelled. */
+    CHECK_EQ_INT(tw_timer_arm_at(&w, &a.timer, 4999), 0);
+    CHECK_EQ_INT(tw_timer_cancel(&w, &d.timer), 1);
+    CHECK_EQ_U64(tw_wheel_pending(&w), 3);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 4998), 1);
+    CHECK_EQ_U64(b.fired_at, 101);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 5000), 2);
+    CHECK_EQ_U64(a.fired_at, 4999);
+    CHECK_EQ_U64(c.fired_at, 5000);
+    CHECK_EQ_U64(tw_wheel_pending(&w), 0);
+    /* Idle again after firing or cancelling: started again. */
+    CHECK_EQ_INT(tw_timer_start(&w, &a.timer, 10), 0);
+    CHECK_EQ_INT(tw_timer_start(&w, &d.timer, 10), 0);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 5010), 2);
+    CHECK_EQ_INT(a.fires, 2);
+    CHECK_EQ_INT(d.fires, 1);
+    /* From its own callback (it is idle there): restarts itself. */
+    e.action = restart_self;
+    e.value = 7;
+    CHECK_EQ_INT(tw_timer_start(&w, &e.timer, 7), 0);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 6000), 3);
+    CHECK_EQ_INT(e.fires, 3);
+    CHECK_EQ_U64(e.fired_at, 5031);
+    CHECK_EQ_U64(tw_wheel_pending(&w), 0);
+
+    /* At the end of time no later tick exists: TW_ERANGE, left idle. */
+    tw_wheel_init(&w, UINT64_MAX);
+    CHECK_EQ_INT(tw_timer_start(&w, &a.timer, 1), TW_ERANGE);
+    CHECK_EQ_INT(tw_timer_start_at(&w, &a.timer, 5), TW_ERANGE);
+    CHECK(!tw_timer_pending(&a.timer));
+    CHECK_EQ_U64(tw_wheel_pending(&w), 0);
+}
+
+static void test_start_idle_nodes(void)
+{
+    static struct tw_wheel w;
+    struct tw_node n, m;
+    struct probe p;
+    tw_wheel_init(&w, 0);
+    tw_node_init(&n);
+    tw_node_init(&m);
+    probe_init(&p, &w);
+    CHECK_EQ_INT(tw_node_start(NULL, &n, 1), TW_EINVAL);
+    CHECK_EQ_INT(tw_node_start(&w, NULL, 1), TW_EINVAL);
+    CHECK_EQ_INT(tw_node_start_at(NULL, &n, 1), TW_EINVAL);
+    CHECK_EQ_INT(tw_node_start_at(&w, NULL, 1), TW_EINVAL);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 0), 0); /* not pull-only yet */
+    CHECK_EQ_INT(tw_timer_start(&w, &p.timer, 30), 0);
+    CHECK_EQ_INT(tw_node_start(&w, &n, 20), 0);
+    CHECK_EQ_INT(tw_node_start_at(&w, &m, 10), 0);
+    CHECK_EQ_U64(tw_wheel_pending(&w), 3);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 5), TW_EINVAL); /* pull-only now */
+    CHECK_EQ_PTR(tw_wheel_expire_next_node(&w, 100), &m);
+    CHECK_EQ_PTR(tw_wheel_expire_next_node(&w, 100), &n);
+    CHECK_EQ_PTR(tw_wheel_expire_next_node(&w, 100), &p.timer.node);
+    CHECK(tw_wheel_expire_next_node(&w, 100) == NULL);
+    CHECK_EQ_INT(p.fires, 0); /* pulled: no callback */
+    CHECK_EQ_INT(tw_node_start(&w, &n, 0), 0); /* idle after the pull */
+    CHECK_EQ_U64(tw_node_deadline(&n), 101);
+    CHECK_EQ_INT(tw_node_cancel(&w, &n), 1);
+    tw_wheel_init(&w, UINT64_MAX);
+    CHECK_EQ_INT(tw_node_start(&w, &n, 1), TW_ERANGE);
+    CHECK(!tw_node_pending(&n));
+}
+
+/* A node start from a callback of tw_wheel_advance is refused, as every
+ * node arm is (that advance would take the node for a timer). */
+static struct tw_node start_from_callback_node;
+static void start_node_from_callback(struct probe *p)
+{
+    CHECK_EQ_INT(tw_node_start(p->wheel, &start_from_callback_node, 5), TW_EBUSY);
+    CHECK_EQ_INT(tw_node_start_at(p->wheel, &start_from_callback_node, 500), TW_EBUSY);
+}
+
+static void test_start_node_from_callback_refused(void)
+{
+    static struct tw_wheel w;
+    struct probe p;
+    tw_wheel_init(&w, 0);
+    probe_init(&p, &w);
+    tw_node_init(&start_from_callback_node);
+    p.action = start_node_from_callback;
+    CHECK_EQ_INT(tw_timer_start(&w, &p.timer, 3), 0);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 3), 1);
+    CHECK(!tw_node_pending(&start_from_callback_node));
+    CHECK_EQ_U64(tw_wheel_pending(&w), 0);
+}
+
 static void test_periodic_no_drift_catch_up(void)
 {
     struct tw_wheel w;
@@ -705,6 +830,9 @@ int main(void)
     RUN(test_expire_next_pulls_in_order);
     RUN(test_timers_left_ready_by_a_pull);
     RUN(test_bare_nodes);
+    RUN(test_start_idle_timers);
+    RUN(test_start_idle_nodes);
+    RUN(test_start_node_from_callback_refused);
     RUN(test_periodic_no_drift_catch_up);
     RUN(test_periodic_skip_missed);
     RUN(test_periodic_stopped_by_its_callback);

@@ -311,6 +311,24 @@ TW_API int tw_timer_arm_at(struct tw_wheel *w, struct tw_timer *t, uint64_t dead
 TW_API int tw_timer_arm_from(struct tw_wheel *w, struct tw_timer *t, uint64_t now,
                              uint64_t delay);
 
+/** Arm t, which the caller knows is idle (initialised and never armed, or
+ * fired, or cancelled since), to fire at `deadline` (<= now means now + 1):
+ * tw_timer_arm_at without its first step, the load that tells an arm from a
+ * re-arm. The arm only stores into t, so arming a timer whose memory is not
+ * in the cache does not wait for it (W3 in bench/README.md: arm + cancel
+ * about 1.2x faster at 1e6 timers). Contract: t is initialised and not
+ * pending. Release builds do not check it (a pending t would be linked twice
+ * and corrupt the wheel); debug builds (TWHEEL_DEBUG) return TW_EBUSY for a
+ * pending t and TW_EINVAL for an uninitialised one, changing nothing.
+ * Returns 0, TW_EINVAL (NULL argument), or TW_ERANGE (the wheel's time is
+ * UINT64_MAX; t is left idle). Callable from callbacks, as tw_timer_arm_at.
+ * O(1). */
+TW_API int tw_timer_start_at(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline);
+
+/** As tw_timer_start_at, `delay` ticks from the wheel's time (0 means the
+ * next tick; deadlines saturate): tw_timer_arm for a timer known idle. */
+TW_API int tw_timer_start(struct tw_wheel *w, struct tw_timer *t, uint64_t delay);
+
 /** Disarm t. Returns 1 if it was pending (its callback will not run), 0 if it
  * was idle (no-op), TW_EINVAL for NULL. O(1).
  *
@@ -402,6 +420,14 @@ TW_API int tw_node_arm(struct tw_wheel *w, struct tw_node *n, uint64_t delay);
 /** As tw_timer_arm_from, for a node. O(1). */
 TW_API int tw_node_arm_from(struct tw_wheel *w, struct tw_node *n, uint64_t now,
                             uint64_t delay);
+
+/** As tw_timer_start_at for a node known idle (only stores into it; debug
+ * builds return TW_EBUSY for a pending n), with the other results of
+ * tw_node_arm_at (TW_EBUSY from inside a callback; on success the wheel
+ * becomes pull-only). O(1). */
+TW_API int tw_node_start_at(struct tw_wheel *w, struct tw_node *n, uint64_t deadline);
+/** As tw_node_start_at, `delay` ticks from the wheel's time. O(1). */
+TW_API int tw_node_start(struct tw_wheel *w, struct tw_node *n, uint64_t delay);
 
 /** As tw_timer_arm_at_slack / tw_timer_arm_slack for a node: it fires in
  * [deadline, deadline + slack]. Same results as tw_node_arm_at (TW_EBUSY
