@@ -2,7 +2,9 @@
 /* twheel's core wheel behind the benchmark interface: one struct tw_timer
  * (40 bytes) per id in one array; an id is the timer's index.
  *
- * Three entries: "twheel", exact (tw_timer_arm_at: later re-arms are lazy),
+ * Three entries: "twheel", exact (idle ids armed with tw_timer_start_at, the
+ * arm that only stores into the timer; re-arms with tw_timer_arm_at: later
+ * re-arms are lazy),
  * "twheel-eager", exact with eager re-arms (tw_timer_arm_at_eager; W2 only),
  * and "twheel-slack", every timer armed with slack = 1/8 of its delay
  * (tw_timer_arm_at_slack with tw_slack_fraction(delay, 3)). For all three,
