@@ -3,3 +3,7 @@
 # Run: batch_keyed [N, default 1e6] [batch, default 256]
 add_executable(batch_keyed ${CMAKE_CURRENT_LIST_DIR}/batch_keyed.c)
 target_link_libraries(batch_keyed PRIVATE twheel_static)
+# Lazy against eager re-arm (config.eager_rearm), for callgrind counts.
+# Run: eager_keyed [N, default 1e5] [rounds, default 16] [--eager] [--batched]
+add_executable(eager_keyed ${CMAKE_CURRENT_LIST_DIR}/eager_keyed.c)
+target_link_libraries(eager_keyed PRIVATE twheel_static)
