@@ -61,7 +61,7 @@
  * below it; pool groups the hint will fill are advised huge at once.
  *
  * Slack and eager re-arm: every arm goes through arm(), which takes the
- * core's exact lazy path after one test of `arm_other` (set while the
+ * core's exact lazy path after one test of `not_lazy` (set while the
  * instance has a slack_shift or config.eager_rearm, or while a *_slack call
  * runs its do_set/do_move, with the call's slack in call_slack; those call
  * no user code, so no callback ever sees it), else arm_other() with
@@ -149,7 +149,7 @@ struct tw_tasks {
     int depth;              /* callbacks running (execute or drain's fn) */
     unsigned slack_shift;   /* config.slack_shift: 0 = exact, else slack = delay >> it */
     int eager;              /* config.eager_rearm: exact arms relocate at once */
-    int arm_other;          /* slack_shift != 0, eager, or a *_slack call under way */
+    int not_lazy;           /* slack_shift != 0, eager, or a *_slack call under way */
     int call_explicit;      /* a *_slack call under way, with: */
     uint64_t call_slack;
     int user_alloc;         /* config.allocator given: no big blocks of our own */
@@ -825,7 +825,7 @@ int tw_tasks_new(struct tw_tasks **out, const struct tw_tasks_config *cfg)
     t->max_pending = cfg->max_pending;
     t->slack_shift = cfg->slack_shift;
     t->eager = cfg->eager_rearm != 0;
-    t->arm_other = cfg->slack_shift != 0 || t->eager;
+    t->not_lazy = cfg->slack_shift != 0 || t->eager;
     uint64_t seed[2] = {cfg->seed[0], cfg->seed[1]};
     if (!seed[0] && !seed[1])
         tw_random_seed_(seed);
@@ -970,7 +970,7 @@ __attribute__((noinline)) static void arm_other(struct tw_tasks *t, struct entry
  * them this one branch. */
 static inline void arm(struct tw_tasks *t, struct entry *e, int64_t delay)
 {
-    if (__builtin_expect(t->arm_other, 0))
+    if (__builtin_expect(t->not_lazy, 0))
         arm_other(t, e, delay);
     else
         tw_node_arm(&t->wheel, &e->u.node, (uint64_t)delay);
@@ -982,13 +982,13 @@ static inline void call_slack_begin(struct tw_tasks *t, uint64_t slack)
 {
     t->call_slack = slack;
     t->call_explicit = 1;
-    t->arm_other = 1;
+    t->not_lazy = 1;
 }
 
 static inline int call_slack_end(struct tw_tasks *t, int rc)
 {
     t->call_explicit = 0;
-    t->arm_other = t->slack_shift != 0 || t->eager;
+    t->not_lazy = t->slack_shift != 0 || t->eager;
     return rc;
 }
 
