@@ -3,3 +3,15 @@
 # Run: batch_keyed [N, default 1e6] [batch, default 256]
 add_executable(batch_keyed ${CMAKE_CURRENT_LIST_DIR}/batch_keyed.c)
 target_link_libraries(batch_keyed PRIVATE twheel_static)
+# Lazy against eager re-arm (config.eager_rearm), for callgrind counts.
+# Run: eager_keyed [N, default 1e5] [rounds, default 16] [--eager] [--batched]
+add_executable(eager_keyed ${CMAKE_CURRENT_LIST_DIR}/eager_keyed.c)
+target_link_libraries(eager_keyed PRIVATE twheel_static)
+# tw_tasks' index probe lengths, grown against sized up front (white-box: it
+# includes src/tasks.c and builds on the sources the keyed layer needs).
+# Run: tasks_probe [--seq]
+add_executable(tasks_probe ${CMAKE_CURRENT_LIST_DIR}/tasks_probe.c
+  ${PROJECT_SOURCE_DIR}/src/common.c ${PROJECT_SOURCE_DIR}/src/bigmem.c
+  ${PROJECT_SOURCE_DIR}/src/wheel.c ${PROJECT_SOURCE_DIR}/src/random.c)
+target_include_directories(tasks_probe PRIVATE ${PROJECT_SOURCE_DIR}/include
+  ${PROJECT_SOURCE_DIR}/src)

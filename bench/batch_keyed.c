@@ -19,6 +19,9 @@
  *   --reps R                 runs per path, the median is printed (default 3)
  *   --capacity               create each instance with config.capacity = N
  *                            (pre-sized: the fill does not rehash)
+ *   --eager                  create each instance with config.eager_rearm
+ *                            (move relocates at once; the removals' advance
+ *                            then has no lazy moves left to make)
  * Output: a table, "csv,batch,..." lines (0 for a path not run), and the
  * bytes per task tw_tasks_stats reports after a fill.
  */
@@ -42,7 +45,7 @@ enum { MAX_REPS = 15 };
 static const char *op_name[NOPS] = {"set", "move", "get", "remove"};
 
 static size_t n, batch, reps = 3, capacity;
-static int is_int, run_single = 1, run_batched = 1;
+static int is_int, run_single = 1, run_batched = 1, eager;
 static char (*skeys)[16];
 static struct tw_tasks_item *ins, *rnd_items; /* insertion order, random order */
 static uint64_t sink;
@@ -95,7 +98,8 @@ static void run(int use_batch, double r[NOPS])
 {
     struct tw_tasks_config cfg = {.execute = nop,
                                   .key_kind = is_int ? TW_TASKS_KEY_INT : TW_TASKS_KEY_BYTES,
-                                  .capacity = capacity};
+                                  .capacity = capacity,
+                                  .eager_rearm = eager};
     struct tw_tasks *t;
     if (tw_tasks_new(&t, &cfg)) {
         fprintf(stderr, "tw_tasks_new failed\n");
@@ -179,8 +183,9 @@ static void bench(void)
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: batch_keyed [N >= 2] [batch >= 1] [--keys int|string|both]\n"
-                    "       [--mode single|batched|both] [--reps 1..%d] [--capacity]\n",
+    fprintf(stderr,
+            "usage: batch_keyed [N >= 2] [batch >= 1] [--keys int|string|both]\n"
+            "       [--mode single|batched|both] [--reps 1..%d] [--capacity] [--eager]\n",
             MAX_REPS);
     return 2;
 }
@@ -194,6 +199,8 @@ int main(int argc, char **argv)
         const char *o = argv[a], *v = a + 1 < argc ? argv[a + 1] : NULL;
         if (strcmp(o, "--capacity") == 0) {
             capacity = 1;
+        } else if (strcmp(o, "--eager") == 0) {
+            eager = 1;
         } else if (strcmp(o, "--keys") == 0 && v) {
             keys_int = strcmp(v, "string") != 0;
             keys_str = strcmp(v, "int") != 0;
@@ -218,8 +225,8 @@ int main(int argc, char **argv)
         return usage();
     if (capacity)
         capacity = n;
-    printf("tw_tasks, %zu keys pending, batches of %zu%s; ns per op, median of %zu\n", n, batch,
-           capacity ? ", config.capacity = N" : "", reps);
+    printf("tw_tasks, %zu keys pending, batches of %zu%s%s; ns per op, median of %zu\n", n, batch,
+           capacity ? ", config.capacity = N" : "", eager ? ", config.eager_rearm" : "", reps);
     printf("%-7s %-7s %8s %10s %10s %9s\n", "keys", "op", "N", "single", "batched", "speed-up");
     for (is_int = 1; is_int >= 0; is_int--)
         if (is_int ? keys_int : keys_str)

@@ -6,8 +6,9 @@
  * model of tests/tasks_model.h, which aborts at the first disagreement.
  *
  * Layout: byte 0 key kind, callback ops and slack (bits 3-4: config.slack_shift
- * 0, 1, 3 or 8; bit 5: the *_slack calls mixed in), byte 1 key count class, byte 2
- * allocator failure rate and pending limit, then 8 bytes per operation. */
+ * 0, 1, 3 or 8; bit 5: the *_slack calls mixed in) and re-arm (bit 6:
+ * config.eager_rearm), byte 1 key count class, byte 2 allocator failure rate
+ * and pending limit, then 8 bytes per operation. */
 #include <string.h>
 
 #include "tasks_model.h"
@@ -25,10 +26,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint64_t seed = 0;
     memcpy(&seed, data, size < 8 ? size : 8);
     static const unsigned shift[4] = {0, 1, 3, 8};
-    tm_init_slack(&m, data[0] & 1, nkeys[data[1] % 8], seed, (data[0] >> 1) % 4,
-                  fail[data[2] % 4], (data[2] >> 2) % 4 == 0 ? (size_t)(data[2] >> 4) : 0,
-                  (data[1] & 0x80) ? UINT64_MAX - (UINT64_C(1) << 52) : (uint64_t)data[1],
-                  shift[(data[0] >> 3) % 4], (data[0] >> 5) & 1);
+    tm_init_cap(&m, data[0] & 1, nkeys[data[1] % 8], seed, (data[0] >> 1) % 4,
+                fail[data[2] % 4], (data[2] >> 2) % 4 == 0 ? (size_t)(data[2] >> 4) : 0,
+                (data[1] & 0x80) ? UINT64_MAX - (UINT64_C(1) << 52) : (uint64_t)data[1],
+                shift[(data[0] >> 3) % 4], (data[0] >> 5) & 1, 0, (data[0] >> 6) & 1);
     for (size_t i = 3; i + 8 <= size; i += 8) {
         uint64_t r;
         memcpy(&r, data + i, 8);

@@ -1045,6 +1045,7 @@ int tw_runner_new(struct tw_runner **out, const struct tw_runner_config *cfg)
         .execute = rn_collect,
         .ctx = r,
         .key_kind = cfg->key_kind,
+        .eager_rearm = cfg->eager_rearm,
         /* Our copy: drain makes new instances long after cfg is gone. */
         .allocator = cfg->allocator ? &r->alloc : NULL,
     };

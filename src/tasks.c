@@ -60,12 +60,17 @@
  * them, and neither shrinking (floor_cap) nor compaction (floor_chunks) goes
  * below it; pool groups the hint will fill are advised huge at once.
  *
- * Slack: every arm goes through arm(), which takes the core's exact path
- * after one test of `slack_on` (set while the instance has a slack_shift, or
- * while a *_slack call runs its do_set/do_move, with the call's slack in
- * call_slack; those call no user code, so no callback ever sees it), else
- * arm_slack() with config.slack_shift's fraction or the call's slack. Compaction re-arms a relocated task exactly at its planned tick,
- * which is inside its window.
+ * Slack and eager re-arm: every arm goes through arm(), which takes the
+ * core's exact lazy path after one test of `not_lazy` (set while the
+ * instance has a slack_shift or config.eager_rearm, or while a *_slack call
+ * runs its do_set/do_move, with the call's slack in call_slack; those call
+ * no user code, so no callback ever sees it), else arm_other() with
+ * config.slack_shift's fraction or the call's slack, or, when that slack is
+ * 0, the core's eager exact arm if config.eager_rearm (a slack arm relocates
+ * at once already). So the default path (exact, lazy) pays the one test it
+ * paid for slack alone. Compaction re-arms a relocated task exactly at its
+ * planned tick, which is inside its window (a fresh node: lazy and eager
+ * are the same arm there).
  *
  * Re-entrancy: `depth` counts the callbacks running. Everything a callback
  * may do keeps the invariants between two calls of it: the firing loop holds
@@ -143,7 +148,8 @@ struct tw_tasks {
     int int_keys;
     int depth;              /* callbacks running (execute or drain's fn) */
     unsigned slack_shift;   /* config.slack_shift: 0 = exact, else slack = delay >> it */
-    int slack_on;           /* slack_shift != 0, or a *_slack call under way */
+    int eager;              /* config.eager_rearm: exact arms relocate at once */
+    int not_lazy;           /* slack_shift != 0, eager, or a *_slack call under way */
     int call_explicit;      /* a *_slack call under way, with: */
     uint64_t call_slack;
     int user_alloc;         /* config.allocator given: no big blocks of our own */
@@ -818,7 +824,8 @@ int tw_tasks_new(struct tw_tasks **out, const struct tw_tasks_config *cfg)
     t->int_keys = cfg->key_kind == TW_TASKS_KEY_INT;
     t->max_pending = cfg->max_pending;
     t->slack_shift = cfg->slack_shift;
-    t->slack_on = cfg->slack_shift != 0;
+    t->eager = cfg->eager_rearm != 0;
+    t->not_lazy = cfg->slack_shift != 0 || t->eager;
     uint64_t seed[2] = {cfg->seed[0], cfg->seed[1]};
     if (!seed[0] && !seed[1])
         tw_random_seed_(seed);
@@ -942,23 +949,29 @@ static int int_key(const struct tw_tasks *t, uint64_t key, struct keyref *k)
     return 0;
 }
 
-/* An arm with slack: the *_slack call's (call_slack) or the instance's
- * (delay >> slack_shift). slack_on guarantees one of them applies. */
-__attribute__((noinline)) static void arm_slack(struct tw_tasks *t, struct entry *e,
-                                                int64_t delay)
+/* An arm that is not exact and lazy: with slack, the *_slack call's
+ * (call_slack) or the instance's (delay >> slack_shift); an arm whose slack
+ * is 0 is exact, and eager if config.eager_rearm says so (a slack arm is
+ * not: it relocates at once anyway). */
+__attribute__((noinline)) static void arm_other(struct tw_tasks *t, struct entry *e, int64_t delay)
 {
-    uint64_t slack = t->call_explicit ? t->call_slack : (uint64_t)delay >> t->slack_shift;
+    uint64_t slack = t->call_explicit ? t->call_slack
+                     : t->slack_shift ? (uint64_t)delay >> t->slack_shift
+                                      : 0;
     if (slack)
         tw_node_arm_slack(&t->wheel, &e->u.node, (uint64_t)delay, slack);
+    else if (t->eager)
+        tw_node_arm_eager(&t->wheel, &e->u.node, (uint64_t)delay);
     else
         tw_node_arm(&t->wheel, &e->u.node, (uint64_t)delay);
 }
 
-/* Exact arms take the core's exact path: slack costs them this one branch. */
+/* Exact lazy arms take the core's exact path: slack and eager re-arm cost
+ * them this one branch. */
 static inline void arm(struct tw_tasks *t, struct entry *e, int64_t delay)
 {
-    if (__builtin_expect(t->slack_on, 0))
-        arm_slack(t, e, delay);
+    if (__builtin_expect(t->not_lazy, 0))
+        arm_other(t, e, delay);
     else
         tw_node_arm(&t->wheel, &e->u.node, (uint64_t)delay);
 }
@@ -969,13 +982,13 @@ static inline void call_slack_begin(struct tw_tasks *t, uint64_t slack)
 {
     t->call_slack = slack;
     t->call_explicit = 1;
-    t->slack_on = 1;
+    t->not_lazy = 1;
 }
 
 static inline int call_slack_end(struct tw_tasks *t, int rc)
 {
     t->call_explicit = 0;
-    t->slack_on = t->slack_shift != 0;
+    t->not_lazy = t->slack_shift != 0 || t->eager;
     return rc;
 }
 

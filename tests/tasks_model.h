@@ -557,11 +557,13 @@ static void tm_advance(struct tmodel *m, uint64_t target, size_t max)
 }
 
 /* Create the instance (retrying while the failing allocator refuses), with
- * config.slack_shift = slack_shift, and the *_slack calls mixed in if
- * slack_calls. */
+ * config.slack_shift = slack_shift, the *_slack calls mixed in if
+ * slack_calls, config.capacity = capacity and config.eager_rearm = eager
+ * (which must change no firing: the model is the same). */
 static void tm_init_cap(struct tmodel *m, int int_keys, uint32_t nkeys, uint64_t seed,
                         unsigned cb_ops, unsigned fail_per_mille, size_t max_pending,
-                        uint64_t start, unsigned slack_shift, int slack_calls, size_t capacity)
+                        uint64_t start, unsigned slack_shift, int slack_calls, size_t capacity,
+                        int eager)
 {
     memset(m, 0, sizeof *m);
     m->int_keys = int_keys;
@@ -585,6 +587,7 @@ static void tm_init_cap(struct tmodel *m, int int_keys, uint32_t nkeys, uint64_t
         .seed = {seed, seed ^ 0x5bd1e995},
         .slack_shift = slack_shift,
         .capacity = capacity,
+        .eager_rearm = eager,
     };
     int rc;
     while ((rc = tw_tasks_new(&m->t, &cfg)) == TW_ENOMEM) {
@@ -595,13 +598,13 @@ static void tm_init_cap(struct tmodel *m, int int_keys, uint32_t nkeys, uint64_t
         TM_FAIL("tw_tasks_new = %d", rc);
 }
 
-/* As tm_init_cap, without a capacity hint. */
+/* As tm_init_cap, without a capacity hint, lazy. */
 static inline void tm_init_slack(struct tmodel *m, int int_keys, uint32_t nkeys, uint64_t seed,
                                  unsigned cb_ops, unsigned fail_per_mille, size_t max_pending,
                                  uint64_t start, unsigned slack_shift, int slack_calls)
 {
-    tm_init_cap(m, int_keys, nkeys, seed, cb_ops, fail_per_mille, max_pending, start,
-                slack_shift, slack_calls, 0);
+    tm_init_cap(m, int_keys, nkeys, seed, cb_ops, fail_per_mille, max_pending, start, slack_shift,
+                slack_calls, 0, 0);
 }
 
 /* Create an exact instance (see tm_init_slack). */

@@ -92,12 +92,14 @@ static void reset_fires(void)
     pthread_mutex_init(&F.lock, NULL);
 }
 
+static int start_eager; /* start() sets config.eager_rearm (test_eager_rearm) */
+
 static struct tw_runner *start(unsigned workers, enum tw_tasks_key_kind kind, size_t max_pending)
 {
     reset_fires();
     struct tw_runner_config cfg = {.execute = fire_cb, .ctx = &F, .tick_ns = TICK_NS,
                                    .workers = workers, .key_kind = kind,
-                                   .max_pending = max_pending};
+                                   .max_pending = max_pending, .eager_rearm = start_eager};
     struct tw_runner *r = NULL;
     CHECK_EQ_INT(tw_runner_new(&r, &cfg), 0);
     F.r = r;
@@ -924,6 +926,17 @@ static void test_slack(void)
     tw_runner_free(r);
 }
 
+/* config.eager_rearm changes no rule: the tests of move, replace, remove,
+ * catch-up order and the batched calls pass as written with it. */
+static void test_eager_rearm(void)
+{
+    start_eager = 1;
+    test_move_remove_replace();
+    test_catch_up_in_order();
+    test_batched_calls();
+    start_eager = 0;
+}
+
 int main(void)
 {
     alarm(120); /* a deadlock fails the test instead of hanging CI */
@@ -948,5 +961,6 @@ int main(void)
     RUN(test_batched_calls);
     RUN(test_default_shards);
     RUN(test_slack);
+    RUN(test_eager_rearm);
     return test_summary();
 }

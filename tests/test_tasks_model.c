@@ -9,7 +9,8 @@
  * Others give config.capacity (the index and pool floors), and one runs a
  * failing allocator over 20000 keys, where the index grows and shrinks (its
  * rehash reads each task's home word, which compaction copies) under
- * allocation failures.
+ * allocation failures. Every run is made twice: lazy re-arm (the default),
+ * then config.eager_rearm, which must fire exactly as the same reference.
  *
  * Usage: test_tasks_model [ops-per-run] [seed]  (defaults: 200000, fixed)
  */
@@ -53,11 +54,13 @@ int main(int argc, char **argv)
         {0, 20000, 1, 3, 0, 0, 0, 0, 50000},
     };
     size_t nruns = sizeof runs / sizeof runs[0];
-    for (size_t r = 0; r < nruns; r++) {
+    for (size_t rr = 0; rr < 2 * nruns; rr++) {
+        size_t r = rr % nruns;
+        int eager = rr >= nruns;
         uint64_t rng = seed * 7919 + r;
         tm_init_cap(&m, runs[r].int_keys, runs[r].nkeys, tm_rand(&rng), runs[r].cb_ops,
                     runs[r].fail, runs[r].max_pending, runs[r].start, runs[r].slack_shift,
-                    runs[r].slack_calls, runs[r].capacity);
+                    runs[r].slack_calls, runs[r].capacity, eager);
         int grow = 1;
         size_t peak_bytes = 0;
         for (uint64_t i = 0; i < ops; i++) {
@@ -75,16 +78,16 @@ int main(int argc, char **argv)
                             (long long)m.outstanding);
             }
         }
-        printf("run %zu: %s keys, %u keys, capacity %zu, slack_shift %u%s, %llu ops, "
-               "%llu batched items, %llu fires, %llu drained, %llu ENOMEM, peak %zu bytes\n",
+        printf("run %zu: %s keys, %u keys, capacity %zu, slack_shift %u%s, %s re-arm, "
+               "%llu ops, %llu batched items, %llu fires, %llu drained, %llu ENOMEM, "
+               "peak %zu bytes\n",
                r, runs[r].int_keys ? "int" : "string", m.nkeys, runs[r].capacity,
-               runs[r].slack_shift,
-               runs[r].slack_calls ? " + *_slack calls" : "", (unsigned long long)m.total_ops,
-               (unsigned long long)m.total_batched,
-               (unsigned long long)m.total_fires, (unsigned long long)m.total_drained,
-               (unsigned long long)m.enomem, peak_bytes);
+               runs[r].slack_shift, runs[r].slack_calls ? " + *_slack calls" : "",
+               eager ? "eager" : "lazy", (unsigned long long)m.total_ops,
+               (unsigned long long)m.total_batched, (unsigned long long)m.total_fires,
+               (unsigned long long)m.total_drained, (unsigned long long)m.enomem, peak_bytes);
         tm_finish(&m);
     }
-    printf("%zu passed, 0 failed\n", nruns); /* any mismatch aborts before this */
+    printf("%zu passed, 0 failed\n", 2 * nruns); /* any mismatch aborts before this */
     return 0;
 }

@@ -192,6 +192,13 @@ struct tw_runner_config {
      * runner's callbacks, shared with other runners; workers must be 0.
      * Must outlive the runner. With a pool, queue defaults to 64. */
     struct tw_pool *pool;
+    /** Nonzero: every shard's tw_tasks re-arms eagerly (tw_tasks_config's
+     * eager_rearm): a move, or a set of a present key, relocates the task in
+     * its shard's wheel at once, under the shard lock the call holds
+     * anyway, so the tick thread never moves it for that re-arm and holds
+     * each shard lock for less (twheel/tasks.h). Moves cost more; when
+     * tasks run does not change. 0 (the default): lazy. */
+    int eager_rearm;
 };
 
 /** The runner's figures (see Figures above), filled by tw_runner_stats. */

@@ -44,6 +44,12 @@
  * written: move and set re-arm with their own S, remove forgets, order is by
  * planned tick.
  *
+ * Eager re-arm (opt-in, config.eager_rearm; lazy is the default and its
+ * paths pay the same one branch as for slack): move and set of a present
+ * key relocate the task's wheel node at once instead of leaving the move to
+ * a later advance. It changes what an operation costs, never when a task
+ * fires.
+ *
  * Memory: one allocation for the instance (about 24 KB, mostly the core wheel),
  * a pool of task entries in chunks of TW_TASKS_CHUNK entries, one open-
  * addressing index of 32-bit slots, and for string keys longer than 15 bytes
@@ -162,6 +168,16 @@ struct tw_tasks_config {
      * index that cannot be allocated makes tw_tasks_new fail with
      * TW_ENOMEM. Not a limit: see max_pending. */
     size_t capacity;
+    /** Nonzero: every exact re-arm of a pending task (move, set of a present
+     * key, and their batched forms) relocates its wheel node at once, as
+     * tw_node_arm_eager does (twheel/wheel.h, "Lazy or eager re-arm"), so no
+     * advance moves it for that re-arm; a re-arm costs more (it touches the
+     * node's old neighbours) and the advances that follow less. 0 (the
+     * default): lazy, a re-arm to a later tick is one store and the advance
+     * that reaches the old tick moves the task. Firing is the same either
+     * way (every rule above holds as written). Arms with slack are not
+     * affected: they relocate at once already. */
+    int eager_rearm;
 };
 
 /** Largest config.slack_shift (1/2^63 of a delay); larger ones give TW_EINVAL. */
