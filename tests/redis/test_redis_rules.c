@@ -1362,7 +1362,7 @@ static void local_ahead_with(uint32_t tick_ms, uint32_t ahead_ms)
     pthread_mutex_init(&L.mu, NULL);
     L.ahead_ns = (uint64_t)ahead_ms * 1000000u;
     struct tw_rr_local *l = NULL;
-    CHECK_EQ_INT(tw_rr_local_new(&l, tick_ms, ahead_ms, 0, 1, loc_rec_run, &L), 0);
+    CHECK_EQ_INT(tw_rr_local_new(&l, tick_ms, ahead_ms, 0, 1, loc_rec_run, NULL, &L), 0);
     if (!l)
         return;
     tw_rr_local_batch(l, TW_RR_RUN_BATCH);
