@@ -141,18 +141,24 @@
  * so what comes due in one A/2 span leaves together and one executor
  * STARTs it in one round trip. START grants a task once the server's clock
  * is within A of its due time (TIME + A >= due; earlier: "not yet", nothing
- * written) and answers its clock; the executor then runs each granted task
- * at local reply time + (due - that clock) (+ 0.1% + 1 us), in due order,
- * sleeping in between (never early: below). The wheel's wake-up and the
- * START round trip happen while the task is not due yet, so their delays
- * (the lateness tail measured below: the tick thread scheduled late, round
- * trips queued behind Redis work) cost nothing up to A/2; what remains is
- * the executor's own wake-up at the due time. The price: a task counts as
- * started (attempt, lease renewed) up to A before it runs, so a set, move
- * or remove returning in that span no longer stops that delivery (as for
- * a running task; redis.h says so), and an executor is busy (asleep) for
- * up to A per round: with 4 executors and A/2 spans ~2 are. A = 0 is the
- * old behaviour: START at the due time, one executor per ready task.
+ * written) and answers its clock; each granted task may run at local reply
+ * time + (due - that clock) (+ 0.1% + 1 us) (never early: below). Those
+ * due already run at once on the executor that started them; the others go
+ * to the worker's armed queue (local.c), ordered by that time, and the
+ * first idle executor to wake at the head's time runs it. The wheel's
+ * wake-up and the START round trip happen while the task is not due yet,
+ * so their delays (the lateness tail measured below: the tick thread
+ * scheduled late, round trips queued behind Redis work) cost nothing up to
+ * A/2; what remains is a wake-up at the due time, and that is why it is
+ * shared: the machine's stalls are per vCPU (local.c), and an executor
+ * used to sleep until its own batch's run times, taking its vCPU's stall
+ * whole, where now any idle executor on another CPU takes the task. The
+ * price: a task counts as started (attempt, lease renewed) up to A before
+ * it runs, so a set, move or remove returning in that span no longer stops
+ * that delivery (as for a running task; redis.h says so). An executor is no
+ * longer asleep for its batch: it comes back to the FIFO and to the armed
+ * queue after each round. A = 0 is the old behaviour: START at the due
+ * time, one executor per ready task (nothing is armed).
  * Measured, W7 spread (1e5 tasks, 1-60 s, 2 workers, AOF everysec), old
  * and new binaries alternated, 3 pairs (05:59-06:17 UTC, load 2.8-5.4, the
  * other helpers building): Redis CPU 16.7, 15.3, 15.2 -> 11.5, 11.8, 11.2 s
@@ -172,8 +178,9 @@
  * a timely reply in the other 68. start_ahead_ms = 20 cut the calls to
  * 0.18 per task and Redis CPU by another ~15% (quick runs); the default
  * stays 10, for the narrower span in which a remove no longer wins.
- * rt_priority (opt-in: the tick thread, and executors while they sleep
- * until a due time, at SCHED_FIFO) showed no gain in two quick pairs.
+ * rt_priority (opt-in: the tick thread, and executors while they wait
+ * for an armed task's time, at SCHED_FIFO) showed no gain in two quick
+ * pairs (measured when each executor slept until its own batch's times).
  *
  * Redis CPU is not mostly per call, though: halving the calls cut it by
  * only 13-19% (W7 spread, old and new binaries alternated at load 4-9: 2e4
