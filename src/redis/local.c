@@ -38,7 +38,12 @@
  * idle waiters over the CPUs (bench/README.md, W7). An executor busy with a
  * START round trip or an execute comes back to the queue after. An armed
  * item whose time has come goes before the FIFO (it is due; FIFO items are
- * still ahead of theirs). Insertion walks the sorted list (O(1) when run
+ * still ahead of theirs), and while items are armed an executor takes a
+ * FIFO batch only if another one is idle: a START round can last long
+ * (Redis away: retried up to lease_ms / 2), and an item it granted earlier
+ * must not wait for it past its time (nor past its lease: it would run
+ * beside the next holder). With one executor that is the old order: its
+ * armed items first, then the next round. Insertion walks the sorted list (O(1) when run
  * times come in order, as START rounds of successive spans give them); the
  * queue holds what was granted within start_ahead_ms, a few dozen items.
  * Stop: executors exit only once the armed queue is empty (a granted item
@@ -72,6 +77,7 @@ struct tw_rr_local {
     size_t nready;          /* items in the FIFO */
     struct tw_rr_item *armed, *armed_tail; /* started items by run_ns, under mu */
     size_t narmed;
+    uint32_t idle;          /* executors waiting in loc_wait */
     atomic_size_t batch_max; /* most items an executor takes at once (set by the owner) */
     uint64_t start_ns, tick_ns;
     uint64_t ahead_ns;      /* items leave the wheel up to this much before their due time */
@@ -176,16 +182,18 @@ static bool loc_rt_raise(struct tw_rr_local *l, struct loc_rt *rt)
  * that is a task's lateness: at rt_priority when set). */
 static void loc_wait(struct tw_rr_local *l, struct loc_rt *rt)
 {
+    l->idle++;
     if (!l->armed) {
         pthread_cond_wait(&l->run_cv, &l->mu);
-        return;
+    } else {
+        uint64_t at = l->armed->run_ns;
+        struct timespec ts = {(time_t)(at / 1000000000u), (long)(at % 1000000000u)};
+        bool raised = loc_rt_raise(l, rt);
+        (void)pthread_cond_timedwait(&l->run_cv, &l->mu, &ts);
+        if (raised)
+            (void)pthread_setschedparam(pthread_self(), rt->pol, &rt->sp);
     }
-    uint64_t at = l->armed->run_ns;
-    struct timespec ts = {(time_t)(at / 1000000000u), (long)(at % 1000000000u)};
-    bool raised = loc_rt_raise(l, rt);
-    (void)pthread_cond_timedwait(&l->run_cv, &l->mu, &ts);
-    if (raised)
-        (void)pthread_setschedparam(pthread_self(), rt->pol, &rt->sp);
+    l->idle--;
 }
 
 static void *loc_exec_main(void *arg)
@@ -218,7 +226,11 @@ static void *loc_exec_main(void *arg)
             loc_wait(l, &rt); /* granted items still run at their time */
             continue;
         }
-        if (!l->head) {
+        /* The last idle executor does not leave armed items for a START
+         * round: that round may take long (Redis away: retries up to
+         * lease_ms / 2), and a started item must run at its time, well
+         * within its lease, as when its own executor slept until it. */
+        if (!l->head || (l->armed && l->idle == 0)) {
             loc_wait(l, &rt);
             continue;
         }

@@ -1414,6 +1414,7 @@ struct loc_arm {
     struct tw_rr_local *l;
     uint64_t at0, step_ns;
     size_t armed, ran, early, twice, order_bad;
+    size_t rounds, rounds_at_first; /* run calls; and when the first item ran */
     uint64_t last_ns; /* run_ns of the item run last (order, one executor) */
     unsigned char seen[64];
 };
@@ -1428,6 +1429,7 @@ static void loc_arm_run(void *ctx, struct tw_rr_item **v, size_t n, unsigned thr
     }
     pthread_mutex_lock(&A->mu);
     A->armed += n;
+    A->rounds++;
     pthread_mutex_unlock(&A->mu);
 }
 
@@ -1441,7 +1443,8 @@ static void loc_arm_exec(void *ctx, struct tw_rr_item *it, unsigned thread)
     A->twice += A->seen[it->token]++ != 0;
     A->order_bad += it->run_ns < A->last_ns;
     A->last_ns = it->run_ns;
-    A->ran++;
+    if (A->ran++ == 0)
+        A->rounds_at_first = A->rounds;
     pthread_mutex_unlock(&A->mu);
     free(it);
 }
@@ -1457,7 +1460,7 @@ static size_t loc_arm_count(struct loc_arm *A, const size_t *what)
 /* Granted items wait in the armed queue and run at their run time on
  * whichever executor wakes first: none early, each once, in run-time order
  * (checked with one executor, where the order is observable: items armed in
- * the reverse order). stop_while_armed: stop, called while every item is
+ * the reverse order, in one round). stop_while_armed: stop, called while every item is
  * armed and none due, returns after all of them ran, none handed back. */
 static void local_armed_with(uint32_t threads, uint64_t step_ns, uint64_t at_ms,
                              bool stop_while_armed)
@@ -1465,7 +1468,8 @@ static void local_armed_with(uint32_t threads, uint64_t step_ns, uint64_t at_ms,
     struct loc_arm A;
     memset(&A, 0, sizeof A);
     pthread_mutex_init(&A.mu, NULL);
-    enum { N = 64 };
+    /* one executor: one round (it starts no other round while items are armed) */
+    const size_t N = threads == 1 ? TW_RR_RUN_BATCH : 64;
     CHECK_EQ_INT(tw_rr_local_new(&A.l, 1, 10, 0, threads, loc_arm_run, loc_arm_exec, &A), 0);
     if (!A.l)
         return;
@@ -1473,12 +1477,12 @@ static void local_armed_with(uint32_t threads, uint64_t step_ns, uint64_t at_ms,
     uint64_t t0 = tw_rr_mono_ns();
     A.at0 = t0 + at_ms * 1000000u;
     A.step_ns = step_ns;
-    for (int i = 0; i < N; i++) {
+    for (size_t i = 0; i < N; i++) {
         struct tw_rr_item *it = calloc(1, sizeof *it + 1);
         CHECK(it != NULL);
         if (!it)
             break;
-        it->token = (uint64_t)(N - 1 - i); /* later items run earlier */
+        it->token = N - 1 - i; /* later items run earlier */
         it->due_local_ns = t0;             /* due: straight to the FIFO */
         if (tw_rr_local_add(A.l, it) != 0)
             free(it);
@@ -1507,6 +1511,43 @@ static void local_armed_with(uint32_t threads, uint64_t step_ns, uint64_t at_ms,
     CHECK_EQ_U64(A.twice, 0);
     if (threads == 1)
         CHECK_EQ_U64(A.order_bad, 0);
+    pthread_mutex_destroy(&A.mu);
+}
+
+/* One executor with an item armed does not start the next round (ready in
+ * the FIFO) before the armed item ran: a round can last long (Redis away),
+ * and a granted item must run at its time, within its lease. */
+static void test_local_armed_first(void)
+{
+    struct loc_arm A;
+    memset(&A, 0, sizeof A);
+    pthread_mutex_init(&A.mu, NULL);
+    CHECK_EQ_INT(tw_rr_local_new(&A.l, 1, 10, 0, 1, loc_arm_run, loc_arm_exec, &A), 0);
+    if (!A.l)
+        return;
+    uint64_t t0 = tw_rr_mono_ns();
+    A.at0 = t0 + 100000000u;
+    A.step_ns = 1000000u;
+    for (int i = 0; i < 2; i++) {
+        struct tw_rr_item *it = calloc(1, sizeof *it + 1);
+        CHECK(it != NULL);
+        if (!it)
+            break;
+        it->token = (uint64_t)i;
+        it->due_local_ns = t0;
+        if (tw_rr_local_add(A.l, it) != 0)
+            free(it);
+        uint64_t end = rfx_mono_ms() + 5000; /* the first armed, then the second ready */
+        while (i == 0 && loc_arm_count(&A, &A.armed) < 1 && rfx_mono_ms() < end)
+            rfx_sleep_ms(1);
+    }
+    uint64_t end = rfx_mono_ms() + 5000;
+    while (loc_arm_count(&A, &A.ran) < 2 && rfx_mono_ms() < end)
+        rfx_sleep_ms(2);
+    tw_rr_local_free(A.l);
+    CHECK_EQ_U64(A.ran, 2);
+    CHECK_EQ_U64(A.early, 0);
+    CHECK_EQ_U64(A.rounds_at_first, 1); /* the second round began after it ran */
     pthread_mutex_destroy(&A.mu);
 }
 
@@ -1606,6 +1647,7 @@ int main(void)
     RUN(test_start_ahead);
     RUN(test_local_ahead);
     RUN(test_local_armed);
+    RUN(test_local_armed_first);
     RUN(test_armed_many);
     RUN(test_start_many_parts);
     RUN(test_replace_remove_win);
