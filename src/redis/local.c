@@ -43,9 +43,10 @@
  * (Redis away: retried up to lease_ms / 2), and an item it granted earlier
  * must not wait for it past its time (nor past its lease: it would run
  * beside the next holder). With one executor that is the old order: its
- * armed items first, then the next round. Insertion walks the sorted list (O(1) when run
- * times come in order, as START rounds of successive spans give them); the
- * queue holds what was granted within start_ahead_ms, a few dozen items.
+ * armed items first, then the next round. Insertion is O(1) when run times
+ * come in order (START rounds of successive spans), else it walks the
+ * sorted list: it holds what was granted within start_ahead_ms, a few
+ * dozen items.
  * Stop: executors exit only once the armed queue is empty (a granted item
  * runs at its time, as when its executor slept until it), and an executor
  * in a START round returns to the queue before it may exit, so nothing
