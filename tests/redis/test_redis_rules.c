@@ -1492,6 +1492,9 @@ static void local_armed_with(uint32_t threads, uint64_t step_ns, uint64_t at_ms,
     while (loc_arm_count(&A, until) < N && rfx_mono_ms() < end)
         rfx_sleep_ms(2);
     if (stop_while_armed) {
+        /* the round that armed them counts them until it returns (counts drop after) */
+        while (tw_rr_local_held(A.l) > N && rfx_mono_ms() < end)
+            rfx_sleep_ms(1);
         CHECK_EQ_U64(tw_rr_local_ready(A.l), N); /* armed items count as ready */
         CHECK_EQ_U64(tw_rr_local_held(A.l), N);
         CHECK(tw_rr_mono_ns() < A.at0); /* none due yet: the test means something */
