@@ -16,8 +16,9 @@ $TW_RR_TRACE_FILE.<pid>), run a load, and give this script the prefix:
 A line: due_ms due_local_ns fired_ns take_ns sent_ns reply_ns srv_us off_us
 batch thread [exec_ns] (local times on CLOCK_MONOTONIC; srv_us the server's
 TIME in START; off_us the best lower bound of server - local clock; exec_ns
-when execute was called, absent in traces of builds before start_ahead_ms).
-thread 9999 is a claim call: sent_ns and reply_ns span it, batch is the
+when execute was called, absent in traces of builds before start_ahead_ms;
+thread: the executor that ran it, since the armed queue not always the one
+that started it). thread 9999 is a claim call: sent_ns and reply_ns span it, batch is the
 tasks it returned.
 
 Stages of a start, in us on the server's clock: cons (local due time vs due:
@@ -27,8 +28,8 @@ until the script ran), rep (script until the reply was read), hold (reply
 read until execute: the wait for the due time, and earlier tasks of the
 batch); e2e = due to execute (to the reply read without exec_ns). The
 lateness itself splits into rlate (how late the reply was already: max(0,
-reply read - due)) and wlate (the rest, after the reply: the executor's
-wake-up at the due time, earlier tasks of its batch).
+reply read - due)) and wlate (the rest, after the reply: the first idle
+executor's wake-up at the due time, earlier tasks of its batch).
 """
 import glob
 import sys

@@ -161,14 +161,15 @@ struct tw_redis_config {
      * start_ahead_ms / 2 and start_ahead_ms ahead of their due times (with tick_ms over
      * start_ahead_ms / 2: at the first tick at most start_ahead_ms ahead; one round trip, and
      * on a standalone server one script call, for all of them), then runs each at its due time
-     * by the server's clock, waiting locally what the server's answer says: never early,
-     * and the round trip and the worker's own wake-ups are off the lateness path. The
+     * by the server's clock, waiting locally what the server's answer says, on whichever of
+     * its idle executors wakes first: never early, and the round trip and the tick
+     * thread's wake-ups are off the lateness path. The
      * price: a task counts as started (its attempt counted, its lease renewed) up to
      * start_ahead_ms before it runs, so a set, move or remove that returns in that span
      * may no longer stop that delivery, as for a task already running. */
     uint32_t start_ahead_ms;
     /** 0 (default): normal scheduling. 1..99: the worker's tick thread, and each executor
-     * while it sleeps until a due time (not while execute runs), use SCHED_FIFO at this
+     * while it waits for a started task's due time (not while execute runs), use SCHED_FIFO at this
      * priority, so that a busy machine does not serve those wake-ups late. Needs root or
      * CAP_SYS_NICE (and an RLIMIT_RTPRIO that allows it); when refused, the thread keeps
      * normal scheduling and tw_redis_stats counts it in rt_refused (not an error). */

@@ -24,8 +24,37 @@
  * local due time, and executors take a fair share of what is ready (one
  * item each when they come due one at a time).
  *
- * Locking: one mutex `mu` guards the wheel, the FIFO and the counters; it is
- * never held while an item runs. Tick k is the instant start + k * tick.
+ * The armed queue: a START granted ahead (redis.c) leaves each started item
+ * to run at its run_ns; the owner hands those not due yet to this queue
+ * (tw_rr_local_arm), ordered by run_ns, and every idle executor waits for
+ * the head's time (a timed wait on run_cv, CLOCK_MONOTONIC). Whichever wakes
+ * first pops the head and runs it; the others find it gone and wait for the
+ * next. Why: each executor used to sleep until its own batch's run times,
+ * and that one wake-up was the lateness tail. On this 2-vCPU VM the stalls
+ * are per vCPU (the host descheduling one): two threads pinned one per CPU,
+ * sleeping to the same 1 ms instants for 40 s, were woken over 2 ms late
+ * 606 and 520 times, both at once 76 times; p99 2.7 / 2.5 ms each, 0.52 ms
+ * for whichever woke first. Executors are not pinned: the scheduler spreads
+ * idle waiters over the CPUs (bench/README.md, W7). An executor busy with a
+ * START round trip or an execute comes back to the queue after. An armed
+ * item whose time has come goes before the FIFO (it is due; FIFO items are
+ * still ahead of theirs), and while items are armed an executor takes a
+ * FIFO batch only if another one is idle: a START round can last long
+ * (Redis away: retried up to lease_ms / 2), and an item it granted earlier
+ * must not wait for it past its time (nor past its lease: it would run
+ * beside the next holder). With one executor that is the old order: its
+ * armed items first, then the next round. Insertion is O(1) when run times
+ * come in order (START rounds of successive spans), else it walks the
+ * sorted list: it holds what was granted within start_ahead_ms, a few
+ * dozen items.
+ * Stop: executors exit only once the armed queue is empty (a granted item
+ * runs at its time, as when its executor slept until it), and an executor
+ * in a START round returns to the queue before it may exit, so nothing
+ * armed is left behind.
+ *
+ * Locking: one mutex `mu` guards the wheel, the FIFO, the armed queue and
+ * the counters; it is never held while an item runs. Tick k is the instant
+ * start + k * tick.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -42,10 +71,14 @@
 struct tw_rr_local {
     pthread_mutex_t mu;
     pthread_cond_t tick_cv; /* wakes the tick thread: earlier work, or stop */
-    pthread_cond_t run_cv;  /* wakes executors: FIFO not empty, or stop */
+    pthread_cond_t run_cv;  /* wakes executors: FIFO not empty, new armed head, or stop
+                             * (CLOCK_MONOTONIC: the armed head's timed wait) */
     struct tw_tasks *wheel; /* under mu */
     struct tw_rr_item *head, *tail; /* the FIFO, under mu */
     size_t nready;          /* items in the FIFO */
+    struct tw_rr_item *armed, *armed_tail; /* started items by run_ns, under mu */
+    size_t narmed;
+    uint32_t idle;          /* executors waiting in loc_wait */
     atomic_size_t batch_max; /* most items an executor takes at once (set by the owner) */
     uint64_t start_ns, tick_ns;
     uint64_t ahead_ns;      /* items leave the wheel up to this much before their due time */
@@ -54,10 +87,11 @@ struct tw_rr_local {
     atomic_uint_fast64_t rt_refused; /* threads refused it */
     uint64_t seq;           /* wheel keys */
     uint64_t sleep_until;   /* tick the tick thread sleeps until (UINT64_MAX: no work) */
-    size_t held;            /* items in the wheel, FIFO or running */
+    size_t held;            /* items in the wheel, FIFO, armed queue or running */
     size_t running;
     bool stopping;
     tw_rr_run_fn *run;
+    tw_rr_exec_fn *exec;
     void *ctx;
     uint32_t nthreads;
     pthread_t tick_thread;
@@ -122,19 +156,85 @@ struct loc_exec_arg {
     unsigned i;
 };
 
+/* rt_priority for an executor's timed waits: 0 not tried, 1 granted, -1
+ * refused (counted once; normal scheduling from then on). */
+struct loc_rt {
+    int state;
+    int pol;              /* the thread's own policy and parameters, */
+    struct sched_param sp; /* restored after each wait */
+};
+
+static bool loc_rt_raise(struct tw_rr_local *l, struct loc_rt *rt)
+{
+    if (!l->rt_prio || rt->state < 0)
+        return false;
+    struct sched_param sp = {.sched_priority = (int)l->rt_prio};
+    if ((rt->state == 1 || pthread_getschedparam(pthread_self(), &rt->pol, &rt->sp) == 0) &&
+        pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp) == 0) {
+        rt->state = 1;
+        return true;
+    }
+    rt->state = -1;
+    atomic_fetch_add(&l->rt_refused, 1);
+    return false;
+}
+
+/* Wait for work: the FIFO, stop, or the armed head's run time (the wake-up
+ * that is a task's lateness: at rt_priority when set). */
+static void loc_wait(struct tw_rr_local *l, struct loc_rt *rt)
+{
+    l->idle++;
+    if (!l->armed) {
+        pthread_cond_wait(&l->run_cv, &l->mu);
+    } else {
+        uint64_t at = l->armed->run_ns;
+        struct timespec ts = {(time_t)(at / 1000000000u), (long)(at % 1000000000u)};
+        bool raised = loc_rt_raise(l, rt);
+        (void)pthread_cond_timedwait(&l->run_cv, &l->mu, &ts);
+        if (raised)
+            (void)pthread_setschedparam(pthread_self(), rt->pol, &rt->sp);
+    }
+    l->idle--;
+}
+
 static void *loc_exec_main(void *arg)
 {
     struct tw_rr_local *l = ((struct loc_exec_arg *)arg)->l;
     unsigned me = ((struct loc_exec_arg *)arg)->i;
     free(arg);
-    (void)prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL); /* it sleeps until due times */
+    (void)prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL); /* it waits for run times */
     struct tw_rr_item *batch[TW_RR_RUN_BATCH];
+    struct loc_rt rt = {0};
     pthread_mutex_lock(&l->mu);
     for (;;) {
-        while (!l->head && !l->stopping)
-            pthread_cond_wait(&l->run_cv, &l->mu);
-        if (l->stopping)
-            break;
+        struct tw_rr_item *it = l->armed;
+        if (it && it->run_ns <= tw_rr_mono_ns()) { /* due: before the FIFO */
+            l->armed = it->next;
+            if (!l->armed)
+                l->armed_tail = NULL;
+            l->narmed--;
+            l->running++;
+            pthread_mutex_unlock(&l->mu);
+            l->exec(l->ctx, it, me); /* takes ownership */
+            pthread_mutex_lock(&l->mu);
+            l->running--;
+            l->held--;
+            continue;
+        }
+        if (l->stopping) {
+            if (!l->armed)
+                break;
+            loc_wait(l, &rt); /* granted items still run at their time */
+            continue;
+        }
+        /* The last idle executor does not leave armed items for a START
+         * round: that round may take long (Redis away: retries up to
+         * lease_ms / 2), and a started item must run at its time, well
+         * within its lease, as when its own executor slept until it. */
+        if (!l->head || (l->armed && l->idle == 0)) {
+            loc_wait(l, &rt);
+            continue;
+        }
         /* A fair share of what is ready: the batch saves round trips when
          * work piles up, and one item at a time keeps every thread busy when
          * it does not. Starting ahead: all of it (up to the limit), the
@@ -163,6 +263,27 @@ static void *loc_exec_main(void *arg)
     return NULL;
 }
 
+void tw_rr_local_arm(struct tw_rr_local *l, struct tw_rr_item *it)
+{
+    pthread_mutex_lock(&l->mu);
+    struct tw_rr_item **p = &l->armed;
+    if (l->armed_tail && l->armed_tail->run_ns <= it->run_ns)
+        p = &l->armed_tail->next; /* the usual case: in order */
+    while (*p && (*p)->run_ns <= it->run_ns)
+        p = &(*p)->next;
+    it->next = *p;
+    *p = it;
+    if (!it->next)
+        l->armed_tail = it;
+    l->narmed++;
+    l->held++; /* the round that armed it drops its own count when it returns: */
+    /* until then, held and ready count it twice (a few us; the claimer limits
+     * its intake by them, so it errs on the side of taking less) */
+    if (l->armed == it) /* a new head: every idle executor waits for it */
+        pthread_cond_broadcast(&l->run_cv);
+    pthread_mutex_unlock(&l->mu);
+}
+
 static void loc_join(struct tw_rr_local *l)
 {
     pthread_mutex_lock(&l->mu);
@@ -179,7 +300,8 @@ static void loc_join(struct tw_rr_local *l)
 }
 
 int tw_rr_local_new(struct tw_rr_local **out, uint32_t tick_ms, uint32_t ahead_ms,
-                    uint32_t rt_prio, uint32_t threads, tw_rr_run_fn *run, void *ctx)
+                    uint32_t rt_prio, uint32_t threads, tw_rr_run_fn *run,
+                    tw_rr_exec_fn *exec, void *ctx)
 {
     *out = NULL;
     struct tw_rr_local *l = calloc(1, sizeof *l);
@@ -197,6 +319,7 @@ int tw_rr_local_new(struct tw_rr_local **out, uint32_t tick_ms, uint32_t ahead_m
     atomic_init(&l->rt_refused, 0);
     l->start_ns = tw_rr_mono_ns();
     l->run = run;
+    l->exec = exec;
     l->ctx = ctx;
     l->nthreads = threads;
     l->sleep_until = TW_NEVER;
@@ -230,8 +353,9 @@ int tw_rr_local_new(struct tw_rr_local **out, uint32_t tick_ms, uint32_t ahead_m
         free(l);
         return TW_ESYS;
     }
+    int cv_rc = pthread_cond_init(&l->run_cv, &ca);
     pthread_condattr_destroy(&ca);
-    if (pthread_cond_init(&l->run_cv, NULL) != 0) {
+    if (cv_rc != 0) {
         pthread_cond_destroy(&l->tick_cv);
         pthread_mutex_destroy(&l->mu);
         tw_tasks_free(l->wheel);
@@ -324,10 +448,16 @@ static void loc_collect(void *ctx, const struct tw_task *t)
 
 struct tw_rr_item *tw_rr_local_stop(struct tw_rr_local *l)
 {
-    loc_join(l); /* running items finished: each executor finishes its run before it exits */
+    loc_join(l); /* running items finished, armed ones ran: executors exit only then */
     pthread_mutex_lock(&l->mu);
     struct tw_rr_item *list = NULL;
     (void)tw_tasks_drain(l->wheel, loc_collect, &list);
+    if (l->armed) { /* none: only an executor arms, and it drains the queue before it exits */
+        l->armed_tail->next = list;
+        list = l->armed;
+        l->armed = l->armed_tail = NULL;
+        l->narmed = 0;
+    }
     /* FIFO items first (they were due first). */
     if (l->tail) {
         l->tail->next = list;
@@ -366,7 +496,7 @@ void tw_rr_local_batch(struct tw_rr_local *l, size_t max)
 size_t tw_rr_local_ready(struct tw_rr_local *l)
 {
     pthread_mutex_lock(&l->mu);
-    size_t n = l->nready + l->running;
+    size_t n = l->nready + l->narmed + l->running;
     pthread_mutex_unlock(&l->mu);
     return n;
 }
@@ -384,7 +514,3 @@ uint64_t tw_rr_local_rt_refused(struct tw_rr_local *l)
     return atomic_load(&l->rt_refused);
 }
 
-void tw_rr_local_rt_note(struct tw_rr_local *l)
-{
-    atomic_fetch_add(&l->rt_refused, 1);
-}

@@ -141,18 +141,24 @@
  * so what comes due in one A/2 span leaves together and one executor
  * STARTs it in one round trip. START grants a task once the server's clock
  * is within A of its due time (TIME + A >= due; earlier: "not yet", nothing
- * written) and answers its clock; the executor then runs each granted task
- * at local reply time + (due - that clock) (+ 0.1% + 1 us), in due order,
- * sleeping in between (never early: below). The wheel's wake-up and the
- * START round trip happen while the task is not due yet, so their delays
- * (the lateness tail measured below: the tick thread scheduled late, round
- * trips queued behind Redis work) cost nothing up to A/2; what remains is
- * the executor's own wake-up at the due time. The price: a task counts as
- * started (attempt, lease renewed) up to A before it runs, so a set, move
- * or remove returning in that span no longer stops that delivery (as for
- * a running task; redis.h says so), and an executor is busy (asleep) for
- * up to A per round: with 4 executors and A/2 spans ~2 are. A = 0 is the
- * old behaviour: START at the due time, one executor per ready task.
+ * written) and answers its clock; each granted task may run at local reply
+ * time + (due - that clock) (+ 0.1% + 1 us) (never early: below). Those
+ * due already run at once on the executor that started them; the others go
+ * to the worker's armed queue (local.c), ordered by that time, and the
+ * first idle executor to wake at the head's time runs it. The wheel's
+ * wake-up and the START round trip happen while the task is not due yet,
+ * so their delays (the lateness tail measured below: the tick thread
+ * scheduled late, round trips queued behind Redis work) cost nothing up to
+ * A/2; what remains is a wake-up at the due time, and that is why it is
+ * shared: the machine's stalls are per vCPU (local.c), and an executor
+ * used to sleep until its own batch's run times, taking its vCPU's stall
+ * whole, where now any idle executor on another CPU takes the task. The
+ * price: a task counts as started (attempt, lease renewed) up to A before
+ * it runs, so a set, move or remove returning in that span no longer stops
+ * that delivery (as for a running task; redis.h says so). An executor is no
+ * longer asleep for its batch: it comes back to the FIFO and to the armed
+ * queue after each round. A = 0 is the old behaviour: START at the due
+ * time, one executor per ready task (nothing is armed).
  * Measured, W7 spread (1e5 tasks, 1-60 s, 2 workers, AOF everysec), old
  * and new binaries alternated, 3 pairs (05:59-06:17 UTC, load 2.8-5.4, the
  * other helpers building): Redis CPU 16.7, 15.3, 15.2 -> 11.5, 11.8, 11.2 s
@@ -172,8 +178,9 @@
  * a timely reply in the other 68. start_ahead_ms = 20 cut the calls to
  * 0.18 per task and Redis CPU by another ~15% (quick runs); the default
  * stays 10, for the narrower span in which a remove no longer wins.
- * rt_priority (opt-in: the tick thread, and executors while they sleep
- * until a due time, at SCHED_FIFO) showed no gain in two quick pairs.
+ * rt_priority (opt-in: the tick thread, and executors while they wait
+ * for an armed task's time, at SCHED_FIFO) showed no gain in two quick
+ * pairs (measured when each executor slept until its own batch's times).
  *
  * Redis CPU is not mostly per call, though: halving the calls cut it by
  * only 13-19% (W7 spread, old and new binaries alternated at load 4-9: 2e4
@@ -711,9 +718,6 @@ struct rr_exec {
     size_t nack;
     signed char ack_st[RR_ACK_MAX];   /* 1 deleted, 0 stale, -2 no answer */
     bool cluster;                     /* one call per group, its keys declared */
-    int rt;                           /* rt_priority: 0 not tried, 1 granted, -1 refused */
-    int pol;                          /* the thread's own policy and parameters, */
-    struct sched_param sp;            /* restored after each wait at rt_priority */
     char kb[RR_GROUPS_MAX][2][RR_KEYBUF];
     size_t kl[RR_GROUPS_MAX][2];
     char cnt[RR_GROUPS_MAX][2][12];
@@ -1066,31 +1070,6 @@ static void rr_trace_dump(struct tw_redis *r)
 }
 #endif
 
-/* Sleep until the local monotonic clock reads at_ns; with rt_priority, at
- * SCHED_FIFO (the wake-up is the task's lateness), back to the thread's own
- * scheduling before execute runs. A refusal is counted once per executor,
- * which then sleeps with normal scheduling. */
-static void rr_sleep_until(struct tw_redis *r, struct rr_exec *e, uint64_t at_ns)
-{
-    struct timespec ts = {(time_t)(at_ns / 1000000000u), (long)(at_ns % 1000000000u)};
-    bool raised = false;
-    if (r->cfg.rt_priority && e->rt >= 0) {
-        struct sched_param sp = {.sched_priority = (int)r->cfg.rt_priority};
-        if ((e->rt == 1 || pthread_getschedparam(pthread_self(), &e->pol, &e->sp) == 0) &&
-            pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp) == 0) {
-            e->rt = 1;
-            raised = true;
-        } else {
-            e->rt = -1; /* refused: normal scheduling from now on, counted once */
-            tw_rr_local_rt_note(r->local);
-        }
-    }
-    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
-    }
-    if (raised)
-        (void)pthread_setschedparam(pthread_self(), e->pol, &e->sp);
-}
-
 /* When a granted start may run: the server's clock read srv_us before the
  * reply that carried it was read here at reply_ns, so after due_us - srv_us
  * more (plus 0.1% and 1 us against a local clock running fast against the
@@ -1104,11 +1083,62 @@ static uint64_t rr_run_at(uint64_t due_ms, uint64_t srv_us, uint64_t reply_ns)
     return reply_ns + w * 1000u + w + 1000u;
 }
 
+/* Run one started item at (or after) it->run_ns, on executor `thread`: count
+ * its lateness, execute it, queue the acknowledgement of DONE (rr_ack_push),
+ * FAIL it at once when FAILED. Called by rr_run for those due already and
+ * by local.c for the armed ones, on whichever executor woke first. */
+static void rr_exec_one(void *ctx, struct tw_rr_item *it, unsigned thread)
+{
+    struct tw_redis *r = ctx;
+    struct tw_rr_router *rt = &r->exec_rt[thread];
+    uint64_t t1 = tw_rr_mono_ns();
+    /* lateness: a lower bound of the server's clock now, against due */
+    uint64_t due_us = it->due_ms * 1000u, srv = it->srv_us + (t1 - it->reply_ns) / 1000u;
+    rr_note_late(r, srv > due_us ? srv - due_us : 0);
+#ifdef TW_RR_TRACE
+    rr_trace_note(r, it, it->take_ns, it->sent_ns, it->reply_ns, it->srv_us, t1, it->batch,
+                  thread);
+#endif
+    if (it->started > 1)
+        atomic_fetch_add(&r->redelivered, 1);
+    struct tw_redis_task t = {it->data, it->key_len, it->payload, it->payload_len,
+                              it->due_ms, (uint32_t)it->started};
+    enum tw_redis_result res = r->cfg.execute(r->cfg.arg, &t);
+    rr_exec_time(r, tw_rr_mono_ns() - t1);
+    if (res == TW_REDIS_DONE) {
+        rr_ack_push(r, it); /* acknowledged with a later START, or by the acknowledger */
+        return;
+    }
+    atomic_fetch_add(&r->failed, 1);
+    char kb[6][RR_KEYBUF], tok[24], base[16], max[16];
+    const char *av[10];
+    size_t al[10];
+    rr_keys(r, it->part, kb, av, al);
+    av[9] = av[5];
+    al[9] = al[5];
+    av[5] = it->data;
+    al[5] = it->key_len;
+    al[6] = (size_t)snprintf(tok, sizeof tok, "%llu", (unsigned long long)it->token);
+    av[6] = tok;
+    al[7] = (size_t)snprintf(base, sizeof base, "%u", r->cfg.retry_base_ms);
+    av[7] = base;
+    al[8] = (size_t)snprintf(max, sizeof max, "%u", r->cfg.retry_max_ms);
+    av[8] = max;
+    redisReply *x;
+    if (tw_rr_eval(rt, TW_RR_FAIL, r->slots[it->part], TW_RR_NKEYS, 5, av, al, &x) == 0) {
+        long long ok = 0;
+        if (rr_int_reply(x, &ok) != 0 || ok != 1)
+            atomic_fetch_add(&r->stale_acks, 1);
+        freeReplyObject(x);
+    }
+    free(it);
+}
+
 /* Run a batch of held items whose start time has come (executor `thread`):
- * START them (the pending acknowledgements riding along), then execute each
- * started task in order, at its due time (a start is granted up to
- * start_ahead_ms before it), queue the acknowledgement of those answered
- * DONE (see rr_ack_push), FAIL each one answered FAILED.
+ * START them (the pending acknowledgements riding along), then each started
+ * task in order of the time it may run at (a start is granted up to
+ * start_ahead_ms before its due time): those due already here at once
+ * (rr_exec_one), the others through the worker's armed queue (local.c).
  *
  * A START that gets no answer (Redis away, or back but this connection not
  * yet) is retried here every RR_RETRY_MS, the batch kept: putting its items
@@ -1188,52 +1218,28 @@ static void rr_run(void *ctx, struct tw_rr_item **v, size_t n, unsigned thread)
         }
         run[j] = i;
     }
+    /* Those not due yet go to the armed queue first (any idle executor
+     * runs each at its time, local.c), then this one runs the rest. */
+    uint64_t t_arm = tw_rr_mono_ns();
+    size_t nnow = 0;
     for (size_t q = 0; q < nrun; q++) {
-        size_t i = run[q];
-        struct tw_rr_item *it = v[i];
-        if (at[i] > tw_rr_mono_ns())
-            rr_sleep_until(r, e, at[i]);
-        uint64_t t1 = tw_rr_mono_ns();
-        /* lateness: a lower bound of the server's clock now, against due */
-        uint64_t due_us = it->due_ms * 1000u, srv = now[i] + (t1 - rep[i]) / 1000u;
-        rr_note_late(r, srv > due_us ? srv - due_us : 0);
+        struct tw_rr_item *it = v[run[q]];
+        it->run_ns = at[run[q]];
+        it->srv_us = now[run[q]];
+        it->reply_ns = rep[run[q]];
+        it->started = (uint64_t)arg[run[q]];
 #ifdef TW_RR_TRACE
-        rr_trace_note(r, it, t_take, t_sent, rep[i], now[i], t1, (uint32_t)n, thread);
+        it->take_ns = t_take;
+        it->sent_ns = t_sent;
+        it->batch = (uint32_t)n;
 #endif
-        if (arg[i] > 1)
-            atomic_fetch_add(&r->redelivered, 1);
-        struct tw_redis_task t = {it->data, it->key_len, it->payload, it->payload_len,
-                                  it->due_ms, (uint32_t)arg[i]};
-        enum tw_redis_result res = r->cfg.execute(r->cfg.arg, &t);
-        rr_exec_time(r, tw_rr_mono_ns() - t1);
-        if (res == TW_REDIS_DONE) {
-            rr_ack_push(r, it); /* acknowledged with a later START, or by the acknowledger */
-            continue;
-        }
-        atomic_fetch_add(&r->failed, 1);
-        char kb[6][RR_KEYBUF], tok[24], base[16], max[16];
-        const char *av[10];
-        size_t al[10];
-        rr_keys(r, it->part, kb, av, al);
-        av[9] = av[5];
-        al[9] = al[5];
-        av[5] = it->data;
-        al[5] = it->key_len;
-        al[6] = (size_t)snprintf(tok, sizeof tok, "%llu", (unsigned long long)it->token);
-        av[6] = tok;
-        al[7] = (size_t)snprintf(base, sizeof base, "%u", r->cfg.retry_base_ms);
-        av[7] = base;
-        al[8] = (size_t)snprintf(max, sizeof max, "%u", r->cfg.retry_max_ms);
-        av[8] = max;
-        redisReply *x;
-        if (tw_rr_eval(rt, TW_RR_FAIL, r->slots[it->part], TW_RR_NKEYS, 5, av, al, &x) == 0) {
-            long long ok = 0;
-            if (rr_int_reply(x, &ok) != 0 || ok != 1)
-                atomic_fetch_add(&r->stale_acks, 1);
-            freeReplyObject(x);
-        }
-        free(it);
+        if (it->run_ns > t_arm)
+            tw_rr_local_arm(r->local, it);
+        else
+            run[nnow++] = run[q];
     }
+    for (size_t q = 0; q < nnow; q++)
+        rr_exec_one(r, v[run[q]], thread);
 }
 
 /* The acknowledger thread: sends what no START took within ack_delay (all of
@@ -2106,7 +2112,8 @@ int tw_redis_new(const struct tw_redis_config *cfg, struct tw_redis **out)
         }
         r->ack_started = true;
         if ((rc = tw_rr_local_new(&r->local, r->cfg.tick_ms, r->cfg.start_ahead_ms,
-                                  r->cfg.rt_priority, r->cfg.threads, rr_run, r)) != 0)
+                                  r->cfg.rt_priority, r->cfg.threads, rr_run, rr_exec_one,
+                                  r)) != 0)
             goto fail;
         if (pthread_create(&r->sub_thread, NULL, rr_sub_main, r) != 0) {
             rc = TW_ESYS;

@@ -127,6 +127,16 @@ struct tw_rr_item {
     uint64_t due_ms;       /* Redis clock */
     uint64_t due_local_ns; /* when the local clock may run it (conservative) */
     uint64_t fired_ns;     /* local clock when it entered the ready FIFO (stage figures) */
+    /* Set by a granted START (redis.c rr_run), read by whichever executor
+     * runs it from the armed queue (local.c): */
+    uint64_t run_ns;       /* local clock at which it may run (never early) */
+    uint64_t srv_us;       /* the server's clock in the START reply */
+    uint64_t reply_ns;     /* local clock when that reply was read */
+    uint64_t started;      /* the attempt the START recorded */
+#ifdef TW_RR_TRACE
+    uint64_t take_ns, sent_ns; /* its START round: taken from the FIFO, sent */
+    uint32_t batch;            /* items of that round */
+#endif
     size_t key_len, payload_len;
     char *payload;         /* points into data, after the key */
     char data[];           /* key bytes, then payload bytes */
@@ -136,6 +146,9 @@ struct tw_rr_item {
 struct tw_rr_local;
 #define TW_RR_RUN_BATCH 32
 typedef void tw_rr_run_fn(void *ctx, struct tw_rr_item **items, size_t n, unsigned thread);
+/* Runs one armed item (tw_rr_local_arm) on executor `thread` once its run_ns
+ * has come; takes ownership of it. */
+typedef void tw_rr_exec_fn(void *ctx, struct tw_rr_item *it, unsigned thread);
 /* Start the tick thread and `threads` executor threads; run(ctx, items, n, i)
  * runs a batch of 1..TW_RR_RUN_BATCH items, in FIFO order, on executor i
  * once their local due time has come, or with ahead_ms > 0 once it is
@@ -143,24 +156,31 @@ typedef void tw_rr_run_fn(void *ctx, struct tw_rr_item **items, size_t n, unsign
  * together; with ticks longer than ahead_ms / 2, at the first tick at
  * most ahead_ms away; see local.c). */
 int tw_rr_local_new(struct tw_rr_local **out, uint32_t tick_ms, uint32_t ahead_ms,
-                    uint32_t rt_prio, uint32_t threads, tw_rr_run_fn *run, void *ctx);
+                    uint32_t rt_prio, uint32_t threads, tw_rr_run_fn *run,
+                    tw_rr_exec_fn *exec, void *ctx);
 /* rt_prio (redis.h's rt_priority, 0: none): the tick thread asks for
- * SCHED_FIFO at this priority when it starts. Threads refused it so far
- * (the tick thread, and those counted with tw_rr_local_rt_note). */
+ * SCHED_FIFO at this priority when it starts, and each executor while it
+ * waits for an armed item's run time. Threads refused it so far. */
 uint64_t tw_rr_local_rt_refused(struct tw_rr_local *l);
-void tw_rr_local_rt_note(struct tw_rr_local *l);
+/* From run (an executor thread): a started item that may run at it->run_ns
+ * (in the future) joins the worker's armed queue, ordered by run_ns (ties in
+ * the order of the calls); the first idle executor to wake at that time runs
+ * it with exec. Accepted while stopping too: stop runs every armed item
+ * before it returns. */
+void tw_rr_local_arm(struct tw_rr_local *l, struct tw_rr_item *it);
 /* Hold an item until item->due_local_ns (at once when already past: FIFO in
  * the order of the calls). TW_ECLOSED after stop, TW_ENOMEM. */
 int tw_rr_local_add(struct tw_rr_local *l, struct tw_rr_item *it);
-/* Stop: no more runs start; wait for running ones; join every thread; return
- * every item not run (wheel and FIFO) as a list. */
+/* Stop: no more START rounds begin; running ones finish and every armed
+ * item runs at its time; join every thread; return every item not started
+ * (wheel and FIFO) as a list. */
 struct tw_rr_item *tw_rr_local_stop(struct tw_rr_local *l);
 void tw_rr_local_free(struct tw_rr_local *l);
-/* Items held (waiting in the wheel or FIFO, or running). */
+/* Items held (waiting in the wheel, FIFO or armed queue, or running). */
 size_t tw_rr_local_held(struct tw_rr_local *l);
 /* Most items one executor takes at once (1..TW_RR_RUN_BATCH; starts at 1). */
 void tw_rr_local_batch(struct tw_rr_local *l, size_t max);
-/* Items due and waiting for an executor, or running. */
+/* Items due and waiting for an executor, armed, or running. */
 size_t tw_rr_local_ready(struct tw_rr_local *l);
 
 #endif /* TWHEEL_REDIS_INTERNAL_H */

@@ -1362,7 +1362,7 @@ static void local_ahead_with(uint32_t tick_ms, uint32_t ahead_ms)
     pthread_mutex_init(&L.mu, NULL);
     L.ahead_ns = (uint64_t)ahead_ms * 1000000u;
     struct tw_rr_local *l = NULL;
-    CHECK_EQ_INT(tw_rr_local_new(&l, tick_ms, ahead_ms, 0, 1, loc_rec_run, &L), 0);
+    CHECK_EQ_INT(tw_rr_local_new(&l, tick_ms, ahead_ms, 0, 1, loc_rec_run, NULL, &L), 0);
     if (!l)
         return;
     tw_rr_local_batch(l, TW_RR_RUN_BATCH);
@@ -1407,6 +1407,231 @@ static void test_local_ahead(void)
     local_ahead_with(1, 10);
 }
 
+/* The armed queue (local.c): run arms each item to run at at0 + step *
+ * item->token; exec records it. */
+struct loc_arm {
+    pthread_mutex_t mu;
+    struct tw_rr_local *l;
+    uint64_t at0, step_ns;
+    size_t armed, ran, early, twice, order_bad;
+    size_t rounds, rounds_at_first; /* run calls; and when the first item ran */
+    uint64_t last_ns; /* run_ns of the item run last (order, one executor) */
+    unsigned char seen[64];
+};
+
+static void loc_arm_run(void *ctx, struct tw_rr_item **v, size_t n, unsigned thread)
+{
+    struct loc_arm *A = ctx;
+    (void)thread;
+    for (size_t i = 0; i < n; i++) {
+        v[i]->run_ns = A->at0 + A->step_ns * v[i]->token;
+        tw_rr_local_arm(A->l, v[i]);
+    }
+    pthread_mutex_lock(&A->mu);
+    A->armed += n;
+    A->rounds++;
+    pthread_mutex_unlock(&A->mu);
+}
+
+static void loc_arm_exec(void *ctx, struct tw_rr_item *it, unsigned thread)
+{
+    struct loc_arm *A = ctx;
+    (void)thread;
+    uint64_t now = tw_rr_mono_ns();
+    pthread_mutex_lock(&A->mu);
+    A->early += now < it->run_ns;
+    A->twice += A->seen[it->token]++ != 0;
+    A->order_bad += it->run_ns < A->last_ns;
+    A->last_ns = it->run_ns;
+    if (A->ran++ == 0)
+        A->rounds_at_first = A->rounds;
+    pthread_mutex_unlock(&A->mu);
+    free(it);
+}
+
+static size_t loc_arm_count(struct loc_arm *A, const size_t *what)
+{
+    pthread_mutex_lock(&A->mu);
+    size_t n = *what;
+    pthread_mutex_unlock(&A->mu);
+    return n;
+}
+
+/* Granted items wait in the armed queue and run at their run time on
+ * whichever executor wakes first: none early, each once, in run-time order
+ * (checked with one executor, where the order is observable: items armed in
+ * the reverse order, in one round). stop_while_armed: stop, called while every item is
+ * armed and none due, returns after all of them ran, none handed back. */
+static void local_armed_with(uint32_t threads, uint64_t step_ns, uint64_t at_ms,
+                             bool stop_while_armed)
+{
+    struct loc_arm A;
+    memset(&A, 0, sizeof A);
+    pthread_mutex_init(&A.mu, NULL);
+    /* one executor: one round (it starts no other round while items are armed) */
+    const size_t N = threads == 1 ? TW_RR_RUN_BATCH : 64;
+    CHECK_EQ_INT(tw_rr_local_new(&A.l, 1, 10, 0, threads, loc_arm_run, loc_arm_exec, &A), 0);
+    if (!A.l)
+        return;
+    tw_rr_local_batch(A.l, TW_RR_RUN_BATCH);
+    uint64_t t0 = tw_rr_mono_ns();
+    A.at0 = t0 + at_ms * 1000000u;
+    A.step_ns = step_ns;
+    for (size_t i = 0; i < N; i++) {
+        struct tw_rr_item *it = calloc(1, sizeof *it + 1);
+        CHECK(it != NULL);
+        if (!it)
+            break;
+        it->token = N - 1 - i; /* later items run earlier */
+        it->due_local_ns = t0;             /* due: straight to the FIFO */
+        if (tw_rr_local_add(A.l, it) != 0)
+            free(it);
+    }
+    uint64_t end = rfx_mono_ms() + 5000;
+    const size_t *until = stop_while_armed ? &A.armed : &A.ran;
+    while (loc_arm_count(&A, until) < N && rfx_mono_ms() < end)
+        rfx_sleep_ms(2);
+    if (stop_while_armed) {
+        /* the round that armed them counts them until it returns (counts drop after) */
+        while (tw_rr_local_held(A.l) > N && rfx_mono_ms() < end)
+            rfx_sleep_ms(1);
+        CHECK_EQ_U64(tw_rr_local_ready(A.l), N); /* armed items count as ready */
+        CHECK_EQ_U64(tw_rr_local_held(A.l), N);
+        CHECK(tw_rr_mono_ns() < A.at0); /* none due yet: the test means something */
+        struct tw_rr_item *left = tw_rr_local_stop(A.l);
+        CHECK(left == NULL);
+        CHECK_EQ_U64(loc_arm_count(&A, &A.ran), N); /* ran before stop returned */
+        CHECK(tw_rr_mono_ns() >= A.at0 + step_ns * (N - 1));
+    } else {
+        while ((tw_rr_local_held(A.l) || tw_rr_local_ready(A.l)) && rfx_mono_ms() < end)
+            rfx_sleep_ms(2); /* counts drop after exec returns */
+        CHECK_EQ_U64(tw_rr_local_held(A.l), 0);
+        CHECK_EQ_U64(tw_rr_local_ready(A.l), 0);
+    }
+    tw_rr_local_free(A.l);
+    CHECK_EQ_U64(A.ran, N);
+    CHECK_EQ_U64(A.early, 0);
+    CHECK_EQ_U64(A.twice, 0);
+    if (threads == 1)
+        CHECK_EQ_U64(A.order_bad, 0);
+    pthread_mutex_destroy(&A.mu);
+}
+
+/* One executor with an item armed does not start the next round (ready in
+ * the FIFO) before the armed item ran: a round can last long (Redis away),
+ * and a granted item must run at its time, within its lease. */
+static void test_local_armed_first(void)
+{
+    struct loc_arm A;
+    memset(&A, 0, sizeof A);
+    pthread_mutex_init(&A.mu, NULL);
+    CHECK_EQ_INT(tw_rr_local_new(&A.l, 1, 10, 0, 1, loc_arm_run, loc_arm_exec, &A), 0);
+    if (!A.l)
+        return;
+    uint64_t t0 = tw_rr_mono_ns();
+    A.at0 = t0 + 100000000u;
+    A.step_ns = 1000000u;
+    for (int i = 0; i < 2; i++) {
+        struct tw_rr_item *it = calloc(1, sizeof *it + 1);
+        CHECK(it != NULL);
+        if (!it)
+            break;
+        it->token = (uint64_t)i;
+        it->due_local_ns = t0;
+        if (tw_rr_local_add(A.l, it) != 0)
+            free(it);
+        uint64_t end = rfx_mono_ms() + 5000; /* the first armed, then the second ready */
+        while (i == 0 && loc_arm_count(&A, &A.armed) < 1 && rfx_mono_ms() < end)
+            rfx_sleep_ms(1);
+    }
+    uint64_t end = rfx_mono_ms() + 5000;
+    while (loc_arm_count(&A, &A.ran) < 2 && rfx_mono_ms() < end)
+        rfx_sleep_ms(2);
+    tw_rr_local_free(A.l);
+    CHECK_EQ_U64(A.ran, 2);
+    CHECK_EQ_U64(A.early, 0);
+    CHECK_EQ_U64(A.rounds_at_first, 1); /* the second round began after it ran */
+    pthread_mutex_destroy(&A.mu);
+}
+
+static void test_local_armed(void)
+{
+    local_armed_with(4, 0, 30, false);        /* all at one instant, 4 executors */
+    local_armed_with(1, 250000, 30, false);   /* run-time order, one executor */
+    local_armed_with(4, 250000, 30, false);
+    local_armed_with(4, 0, 300, true);        /* stop while armed */
+    local_armed_with(1, 1000000, 300, true);
+}
+
+/* Many tasks due at one instant over several executors, started ahead (each
+ * START round arms its tasks; any executor runs them): none early by the
+ * server's clock, each once; and a stop while tasks are started and armed
+ * loses none (they run, or are back in Redis). */
+static void test_armed_many(void)
+{
+    struct rec R;
+    rec_init(&R, &srv);
+    struct tw_redis_config c;
+    cfg_for(&c, "armed", &R);
+    c.threads = 4;
+    c.window_ms = 1000;
+    c.start_ahead_ms = 200;
+    struct tw_redis *r = worker_new(&c, &R);
+    if (!r)
+        return;
+    enum { N = 96 };
+    struct tw_redis_item items[N];
+    char keys[N][8];
+    for (int i = 0; i < N; i++) {
+        int n = snprintf(keys[i], sizeof keys[i], "a%d", i);
+        items[i] = (struct tw_redis_item){keys[i], (size_t)n, keys[i], (size_t)n, 400};
+    }
+    CHECK_EQ_INT(tw_redis_set_many(r, items, N), N);
+    CHECK(rec_wait(&R, N, 10000));
+    wait_delivered(r, N, 3000);
+    for (int i = 0; i < N; i++) {
+        size_t j = find(&R, keys[i], 0);
+        CHECK(j != SIZE_MAX);
+        if (j == SIZE_MAX)
+            continue;
+        CHECK_(R.d[j].srv_us >= R.d[j].due_ms * 1000, "early: %s", keys[i]);
+        CHECK_EQ_INT(R.d[j].attempt, 1);
+        CHECK_EQ_INT(find(&R, keys[i], j + 1), (long long)SIZE_MAX); /* once */
+    }
+    struct tw_redis_stats st;
+    CHECK_EQ_INT(tw_redis_stats(r, &st), 0);
+    CHECK_EQ_U64(st.delivered, N);
+    CHECK_EQ_U64(st.pending, 0);
+    CHECK_EQ_U64(st.leased, 0);
+    /* stop ~60 ms before the due time: the tasks left the wheel 100-200 ms
+     * ahead, so they are started and armed (a late tick thread may leave
+     * some in the wheel: released) */
+    pthread_mutex_lock(&R.mu);
+    R.n = 0;
+    pthread_mutex_unlock(&R.mu);
+    for (int i = 0; i < N; i++)
+        items[i].delay_ms = 600;
+    uint64_t due = srv_ms(&srv) + 600;
+    CHECK_EQ_INT(tw_redis_set_many(r, items, N), N);
+    while (srv_ms(&srv) + 60 < due)
+        rfx_sleep_ms(2);
+    CHECK_EQ_INT(tw_redis_stop(r), 0);
+    size_t ran = rec_count(&R);
+    rfx_sleep_ms(50);
+    CHECK_EQ_U64(rec_count(&R), ran); /* nothing runs after stop returned */
+    CHECK_EQ_INT(tw_redis_stats(r, &st), 0);
+    CHECK_EQ_U64(ran + st.pending, N); /* nothing lost */
+    CHECK_EQ_U64(st.leased, 0);
+    printf("  stop while armed: %zu of %d ran before stop returned, %llu released\n", ran, N,
+           (unsigned long long)st.pending);
+    for (size_t j = 0; j < ran; j++) {
+        CHECK(R.d[j].srv_us >= R.d[j].due_ms * 1000);
+        CHECK_EQ_INT(find(&R, R.d[j].key, j + 1), (long long)SIZE_MAX);
+    }
+    tw_redis_free(r);
+    rec_destroy(&R);
+}
+
 int main(void)
 {
     if (rfx_start(&srv, NULL) != 0) {
@@ -1424,6 +1649,9 @@ int main(void)
     RUN(test_never_early);
     RUN(test_start_ahead);
     RUN(test_local_ahead);
+    RUN(test_local_armed);
+    RUN(test_local_armed_first);
+    RUN(test_armed_many);
     RUN(test_start_many_parts);
     RUN(test_replace_remove_win);
     RUN(test_stale_ack);
