@@ -277,8 +277,10 @@ void tw_rr_local_arm(struct tw_rr_local *l, struct tw_rr_item *it)
         l->armed_tail = it;
     l->narmed++;
     l->held++; /* the round that armed it drops its own count when it returns: */
-    /* until then, held and ready count it twice (a few us; the claimer limits
-     * its intake by them, so it errs on the side of taking less) */
+    /* until then (the rest of that round, the execute of its items already
+     * due included), held and ready count it twice, as does the `leased`
+     * stat; the claimer limits its intake by them, so it errs on the side of
+     * taking less, and the count comes back when the round returns */
     if (l->armed == it) /* a new head: every idle executor waits for it */
         pthread_cond_broadcast(&l->run_cv);
     pthread_mutex_unlock(&l->mu);
