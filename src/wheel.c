@@ -735,39 +735,65 @@ static inline void set_owner(struct tw_node *n, struct tw_wheel *w)
 #endif
 }
 
+/* The first step of a slack arm: a deadline <= now becomes now + 1 (0), or
+ * there is no later tick (TW_ERANGE). */
+static inline __attribute__((always_inline)) int slack_clamp(const struct tw_wheel *w,
+                                                             uint64_t *deadline)
+{
+    if (__builtin_expect(*deadline <= w->now, 0)) {
+        if (w->now == UINT64_MAX)
+            return TW_ERANGE;
+        *deadline = w->now + 1;
+    }
+    return 0;
+}
+
+/* Re-arm pending n to fire in [deadline, deadline + slack] (saturating;
+ * both pointers checked by the caller). Planned inside the window already
+ * (so still ahead of now): it stays where it is, with nothing stored.
+ * Otherwise it is relocated at once, so that a later advance never has to
+ * move it (see the file comment of wheel.h), to plan_late's tick. The stay
+ * test needs no saturated end: D >= deadline and D - deadline <= slack is
+ * D in the window whether or not deadline + slack wraps (D <= UINT64_MAX
+ * always holds), so the end is worked out only to relocate. */
+static inline __attribute__((always_inline)) int
+rearm_node_slack(struct tw_wheel *w, struct tw_node *n, uint64_t deadline, uint64_t slack)
+{
+    int rc = slack_clamp(w, &deadline);
+    if (rc)
+        return rc;
+    uint64_t planned = n->deadline;
+    if (planned >= deadline && planned - deadline <= slack)
+        return 0;
+    unlink_node(w, n);
+    w->moves++; /* relocated now instead of by a later advance */
+    n->deadline = plan_late(deadline, saturating_add(deadline, slack));
+    place_planned(w, n, w->chain++);
+    set_owner(n, w);
+    return 0;
+}
+
+/* Arm idle n to fire in [deadline, deadline + slack] (saturating; both
+ * pointers checked by the caller): planned by plan_place. */
+static inline __attribute__((always_inline)) int
+start_node_slack(struct tw_wheel *w, struct tw_node *n, uint64_t deadline, uint64_t slack)
+{
+    int rc = slack_clamp(w, &deadline);
+    if (rc)
+        return rc;
+    w->pending++;
+    plan_place(w, n, deadline, saturating_add(deadline, slack), w->chain++);
+    set_owner(n, w);
+    return 0;
+}
+
 /* Arm or re-arm n to fire in [deadline, deadline + slack] (both pointers
- * checked by the caller). A pending node already planned inside the window
- * stays where it is; otherwise it is relocated at once, so that a later
- * advance never has to move it (see the file comment of wheel.h). */
+ * checked by the caller). */
 static inline __attribute__((always_inline)) int
 arm_node_slack(struct tw_wheel *w, struct tw_node *n, uint64_t deadline, uint64_t slack)
 {
-    if (__builtin_expect(deadline <= w->now, 0)) {
-        if (w->now == UINT64_MAX)
-            return TW_ERANGE;
-        deadline = w->now + 1;
-    }
-    /* The window [deadline, last], of last - deadline = slack ticks (less
-     * where it saturates, rarely: the test below wants the width itself). */
-    uint64_t last;
-    if (__builtin_expect(__builtin_add_overflow(deadline, slack, &last), 0)) {
-        last = UINT64_MAX;
-        slack = UINT64_MAX - deadline;
-    }
-    if (n->pprev) {
-        /* Planned inside [deadline, last] (so still ahead of now): stay. */
-        if (n->deadline - deadline <= slack)
-            return 0;
-        unlink_node(w, n);
-        w->moves++; /* relocated now instead of by a later advance */
-        n->deadline = plan_late(deadline, last);
-        place_planned(w, n, w->chain++);
-    } else {
-        w->pending++;
-        plan_place(w, n, deadline, last, w->chain++);
-    }
-    set_owner(n, w);
-    return 0;
+    return n->pprev ? rearm_node_slack(w, n, deadline, slack)
+                    : start_node_slack(w, n, deadline, slack);
 }
 
 /* ---- nodes and timers ------------------------------------------------------- */
@@ -1106,9 +1132,13 @@ int tw_timer_arm_eager(struct tw_wheel *w, struct tw_timer *t, uint64_t delay)
 static inline __attribute__((always_inline)) int
 timer_arm_at_slack(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline, uint64_t slack)
 {
-    if (!timer_rearm_ok(w, t))
+    if (!w || !t || !owned_or_idle(w, &t->node))
         return TW_EINVAL;
-    return arm_node_slack(w, &t->node, deadline, slack);
+    if (t->node.pprev) /* initialised (see timer_rearm_ok) */
+        return rearm_node_slack(w, &t->node, deadline, slack);
+    if (!t->fn)
+        return TW_EINVAL;
+    return start_node_slack(w, &t->node, deadline, slack);
 }
 
 int tw_timer_arm_at_slack(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline,

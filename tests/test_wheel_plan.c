@@ -190,11 +190,41 @@ static void test_uninitialised_idle_timer_refused(void)
     CHECK_EQ_INT(tw_wheel_pending(&w), 0);
 }
 
+/* A slack re-arm's stay test with a window that saturates at UINT64_MAX:
+ * a timer planned before the new deadline is relocated (its offset from the
+ * deadline wraps to a huge number, which a huge slack must not take for
+ * "inside"), one planned inside stays. */
+static void test_slack_stay_with_saturated_window(void)
+{
+    static struct tw_wheel w;
+    struct rec r;
+    memset(&r, 0, sizeof r);
+    r.wheel = &w;
+    tw_wheel_init(&w, 0);
+    CHECK_EQ_INT(tw_timer_init(&r.timer, rec_fire, &r), 0);
+    CHECK_EQ_INT(tw_timer_arm_at(&w, &r.timer, 100), 0);
+    CHECK_EQ_INT(tw_timer_arm_at_slack(&w, &r.timer, 200, UINT64_MAX), 0);
+    CHECK(tw_timer_deadline(&r.timer) >= 200); /* relocated, never early */
+    CHECK_EQ_U64(tw_wheel_moves(&w), 1);
+    CHECK_EQ_INT(tw_timer_arm_at(&w, &r.timer, 300), 0); /* exact again, earlier or lazy */
+    uint64_t moves = tw_wheel_moves(&w);
+    CHECK_EQ_INT(tw_timer_arm_at_slack(&w, &r.timer, 200, UINT64_MAX - 100), 0);
+    CHECK_EQ_U64(tw_timer_deadline(&r.timer), 300); /* inside [200, MAX]: stays */
+    CHECK_EQ_U64(tw_wheel_moves(&w), moves);
+    CHECK_EQ_INT(tw_timer_arm_at_slack(&w, &r.timer, 301, UINT64_MAX), 0);
+    CHECK(tw_timer_deadline(&r.timer) >= 301); /* one tick past it: relocated */
+    CHECK_EQ_INT(tw_wheel_advance(&w, 300), 0);
+    CHECK_EQ_INT(r.fires, 0);
+    CHECK_EQ_INT(tw_wheel_advance(&w, UINT64_MAX), 1);
+    CHECK_EQ_INT(r.fires, 1);
+}
+
 int main(void)
 {
     RUN(test_plan_late_matches_reference);
     RUN(test_in_place_for_matches_reference);
     RUN(test_eager_later_on_a_sub_list);
     RUN(test_uninitialised_idle_timer_refused);
+    RUN(test_slack_stay_with_saturated_window);
     return test_summary();
 }
