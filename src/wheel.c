@@ -1112,7 +1112,7 @@ static inline __attribute__((always_inline)) bool timer_rearm_ok(struct tw_wheel
 static inline __attribute__((always_inline)) int
 timer_arm_at_eager(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline)
 {
-    if (!timer_rearm_ok(w, t))
+    if (__builtin_expect(!timer_rearm_ok(w, t), 0))
         return TW_EINVAL;
     return arm_node_eager(w, &t->node, deadline);
 }
