@@ -304,20 +304,21 @@ static const uint64_t level_bits[64] = {TW_B16(0), TW_B16(16), TW_B16(32), TW_B1
  *    it before S; at the same level X is D0's slot, not after D's, S;
  *  - either way X starts no later than S, which starts no later than d.
  * Level 1's sub-lists break the last step (sub-list q starts 16q ticks into
- * its slot, at the planned tick D0 of the nodes on it), but only for d < D:
- * a node on a sub-list starts at its D0 <= D, so d >= D (a push back, the
- * common re-arm) still qualifies, and an earlier d in a level-1 slot with
- * sub-lists in use (subbed, never clear while they hold a node) does not.
- * A ready node (D = now) never does: d and now differ at d's level. At
- * level 0 this is D == d. */
+ * its slot), so a level-1 slot with sub-lists in use (subbed, never clear
+ * while they hold a node) does not qualify. (A node on a sub-list starts at
+ * its D0 <= D, so d >= D would be safe there too, but testing it keeps D
+ * live: one instruction more on every re-arm, for a case exact timers never
+ * meet.) A ready node (D = now) never does: d and now differ at d's level.
+ * At level 0 this is D == d. The digits are compared with one mask,
+ * level_bits, rather than a shift by place_by_bit's count, which would
+ * first have to move the count into CL. */
 static inline bool in_place_for(const struct tw_wheel *w, const struct tw_node *n,
                                 uint64_t d)
 {
     uint64_t high = level_bits[63 - (size_t)__builtin_clzll(d ^ w->now)];
-    uint64_t D = n->deadline;
-    if ((D ^ d) & high)
+    if ((n->deadline ^ d) & high)
         return false;
-    return d >= D || high != ~SLOT_MASK || !(w->subbed >> ((d >> SLOT_BITS) & SLOT_MASK) & 1);
+    return high != ~SLOT_MASK || !(w->subbed >> ((d >> SLOT_BITS) & SLOT_MASK) & 1);
 }
 
 /* Push t onto sub-slot `sub` (bits 4..11 of its tick: level-1 slot * 4 +
