@@ -698,8 +698,8 @@ plan_place(struct tw_wheel *w, struct tw_node *n, uint64_t first, uint64_t last,
 #define TW_B1(b)                                                                              \
     ((b) < SUB_BITS    ? ~UINT64_C(0)                                                          \
      : (b) < SLOT_BITS ? ~(uint64_t)(SUB_WIDTH - 1)                                            \
-     : (b) < 2 * SLOT_BITS ? ~SLOT_MASK                                                        \
-                           : ~UINT64_C(0) << (((b) / SLOT_BITS - 1) * SLOT_BITS))
+                       : ~UINT64_C(0) << ((b) < 2 * SLOT_BITS ? SLOT_BITS                      \
+                                                              : ((b) / SLOT_BITS - 1) * SLOT_BITS))
 #define TW_B4(b) TW_B1(b), TW_B1((b) + 1), TW_B1((b) + 2), TW_B1((b) + 3)
 #define TW_B16(b) TW_B4(b), TW_B4((b) + 4), TW_B4((b) + 8), TW_B4((b) + 12)
 static const uint64_t late_mask[64] = {TW_B16(0), TW_B16(16), TW_B16(32), TW_B16(48)};
