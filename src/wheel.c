@@ -48,6 +48,11 @@
  * the fires and the cascades of timers that do fire. Lazy has the lowest
  * total (one store per later re-arm; W2 moves each connection about twice
  * a minute), eager the lowest tick (bench/README.md, "Exact and eager").
+ * An eager beat of W2 at 1e5 is 30 instructions in place, 52 relocating
+ * (the rounds wheel's reset: 28, with no branch W2 cannot predict), so a
+ * re-arm skips what only an idle timer needs checking (its fn), and the
+ * in-place test is one mask (bench/README.md, "Cheaper eager and slack
+ * re-arms").
  *
  * Start (tw_timer_start, tw_node_start and their _at forms): the arm of a
  * timer the caller knows is idle skips the one load every other arm begins
@@ -241,13 +246,8 @@ static inline void unlink_node(struct tw_wheel *w, struct tw_node *t)
  * the multiplications around it, on every arm. place() reads both from one
  * word of place_by_bit (index << 8 | shift): one load, and the shift needs
  * no extracting (x86 shifts by the low 6 bits of the count). */
-#define TW_B1(b) (((b) / SLOT_BITS) * SLOT_BITS)
 #define TW_B4(b) TW_B1(b), TW_B1((b) + 1), TW_B1((b) + 2), TW_B1((b) + 3)
 #define TW_B16(b) TW_B4(b), TW_B4((b) + 4), TW_B4((b) + 8), TW_B4((b) + 12)
-static const uint8_t shift_by_bit[64] = {TW_B16(0), TW_B16(16), TW_B16(32), TW_B16(48)};
-#undef TW_B1
-#define TW_B1(b) (((b) / SLOT_BITS) * TW_WHEEL_SLOTS * CHAINS)
-#undef TW_B1
 #define TW_B1(b) ((uint32_t)(((b) / SLOT_BITS) * TW_WHEEL_SLOTS * CHAINS) << 8 | ((b) / SLOT_BITS) * SLOT_BITS)
 static const uint32_t place_by_bit[64] = {TW_B16(0), TW_B16(16), TW_B16(32), TW_B16(48)};
 #undef TW_B1
@@ -284,6 +284,18 @@ static inline void place(struct tw_wheel *w, struct tw_node *t, unsigned chain)
         mark_occupied(w, (unsigned)(base / (TW_WHEEL_SLOTS * CHAINS)), (unsigned)slot);
 }
 
+/* Per highest differing bit b of d ^ now: the bits of a tick from the
+ * level of d upward (~0 << 6 * level), which in_place_for compares. A mask
+ * rather than place_by_bit's shift: one AND-test, where a shift by a
+ * variable count takes the count's move into CL as well. */
+#define TW_B1(b) (~UINT64_C(0) << (((b) / SLOT_BITS) * SLOT_BITS))
+#define TW_B4(b) TW_B1(b), TW_B1((b) + 1), TW_B1((b) + 2), TW_B1((b) + 3)
+#define TW_B16(b) TW_B4(b), TW_B4((b) + 4), TW_B4((b) + 8), TW_B4((b) + 12)
+static const uint64_t level_bits[64] = {TW_B16(0), TW_B16(16), TW_B16(32), TW_B16(48)};
+#undef TW_B16
+#undef TW_B4
+#undef TW_B1
+
 /* Whether pending node n (its deadline D, not ready) may take deadline d >
  * now with one store, being in the slot place() would pick for d already,
  * or in one before it (then it is moved when that slot comes due, as after
@@ -298,16 +310,20 @@ static inline void place(struct tw_wheel *w, struct tw_node *t, unsigned chain)
  *  - either way X starts no later than S, which starts no later than d.
  * Level 1's sub-lists break the last step (sub-list q starts 16q ticks into
  * its slot), so a level-1 slot with sub-lists in use (subbed, never clear
- * while they hold a node) does not qualify. A ready node (D = now) never
- * does: d and now differ at d's level. At level 0 this is D == d. */
+ * while they hold a node) does not qualify. (A node on a sub-list starts at
+ * its D0 <= D, so d >= D would be safe there too, but testing it keeps D
+ * live: one instruction more on every re-arm, for a case exact timers never
+ * meet.) A ready node (D = now) never does: d and now differ at d's level.
+ * At level 0 this is D == d. The digits are compared with one mask,
+ * level_bits, rather than a shift by place_by_bit's count, which would
+ * first have to move the count into CL. */
 static inline bool in_place_for(const struct tw_wheel *w, const struct tw_node *n,
                                 uint64_t d)
 {
-    size_t bit = 63 - (size_t)__builtin_clzll(d ^ w->now);
-    unsigned shift = place_by_bit[bit] & 63;
-    if ((n->deadline ^ d) >> shift)
+    uint64_t high = level_bits[63 - (size_t)__builtin_clzll(d ^ w->now)];
+    if ((n->deadline ^ d) & high)
         return false;
-    return shift != SLOT_BITS || !(w->subbed >> ((d >> SLOT_BITS) & SLOT_MASK) & 1);
+    return high != ~SLOT_MASK || !(w->subbed >> ((d >> SLOT_BITS) & SLOT_MASK) & 1);
 }
 
 /* Push t onto sub-slot `sub` (bits 4..11 of its tick: level-1 slot * 4 +
@@ -668,25 +684,37 @@ plan_place(struct tw_wheel *w, struct tw_node *n, uint64_t first, uint64_t last,
 
 /* The tick at which a pending timer pushed back into [first, last] is
  * planned: the latest boundary in the window of the highest level L that has
- * one there if L is 1, of level L - 1 if L >= 2 (the window's last tick if L
- * is 0). A timer re-armed while pending is likely to be re-armed again (a
- * heartbeat, an idle timeout): planned late, it stays inside the next
- * windows longer, so more of its re-arms cost nothing. The price, for L >= 2,
- * is one move more than plan_place's tick would take if it does come due. */
+ * one there if L is 1, of level L - 1 if L >= 2 (the window's latest
+ * multiple of 16 if L is 0 and it holds one, else its last tick). A timer
+ * re-armed while pending is likely to be re-armed again (a heartbeat, an
+ * idle timeout): planned late, it stays inside the next windows longer, so
+ * more of its re-arms cost nothing. The price, for L >= 2, is one move more
+ * than plan_place's tick would take if it does come due.
+ *
+ * As plan_place, by h, the highest bit in which first - 1 and last differ
+ * (a multiple of 2^h lies in the window, none of 2^(h+1)): the tick is last
+ * rounded down to a multiple of 2^k, with k from late_mask, so it is never
+ * below that multiple of 2^h (k <= h), so >= first, and never above last.
+ * h < 4: k = 0 (no multiple of 16 in the window: last); h = 4, 5: 16; h in
+ * 6..11 (L = 1): 64; L >= 2: 2^(6 (L - 1)). first == last gives first (its
+ * h is its lowest set bit, and k <= h). One load, no branch: the rule used
+ * to be written with four branches (W2 beat with slack: 53.4 instructions,
+ * now fewer, bench/README.md). */
+#define TW_B1(b)                                                                              \
+    ((b) < SUB_BITS    ? ~UINT64_C(0)                                                          \
+     : (b) < SLOT_BITS ? ~(uint64_t)(SUB_WIDTH - 1)                                            \
+                       : ~UINT64_C(0) << ((b) < 2 * SLOT_BITS ? SLOT_BITS                      \
+                                                              : ((b) / SLOT_BITS - 1) * SLOT_BITS))
+#define TW_B4(b) TW_B1(b), TW_B1((b) + 1), TW_B1((b) + 2), TW_B1((b) + 3)
+#define TW_B16(b) TW_B4(b), TW_B4((b) + 4), TW_B4((b) + 8), TW_B4((b) + 12)
+static const uint64_t late_mask[64] = {TW_B16(0), TW_B16(16), TW_B16(32), TW_B16(48)};
+#undef TW_B16
+#undef TW_B4
+#undef TW_B1
+
 static inline uint64_t plan_late(uint64_t first, uint64_t last)
 {
-    if (last == first)
-        return first;
-    unsigned shift = shift_by_bit[(unsigned)__builtin_clzll((first - 1) ^ last) ^ 63u];
-    if (shift > SLOT_BITS)
-        shift -= SLOT_BITS;
-    if (shift == 0) { /* the latest sub-slot boundary, else the last tick */
-        uint64_t sub = last & ~(uint64_t)(SUB_WIDTH - 1);
-        return sub >= first ? sub : last;
-    }
-    /* plan_place's boundary is a multiple of 2^shift in the window: the
-     * result is >= it, so >= first. */
-    return last & ~((UINT64_C(1) << shift) - 1);
+    return last & late_mask[(unsigned)__builtin_clzll((first - 1) ^ last) ^ 63u];
 }
 
 /* Debug builds (TWHEEL_DEBUG): a pending node remembers its wheel, and the
@@ -713,33 +741,65 @@ static inline void set_owner(struct tw_node *n, struct tw_wheel *w)
 #endif
 }
 
+/* The first step of a slack arm: a deadline <= now becomes now + 1 (0), or
+ * there is no later tick (TW_ERANGE). */
+static inline __attribute__((always_inline)) int slack_clamp(const struct tw_wheel *w,
+                                                             uint64_t *deadline)
+{
+    if (__builtin_expect(*deadline <= w->now, 0)) {
+        if (w->now == UINT64_MAX)
+            return TW_ERANGE;
+        *deadline = w->now + 1;
+    }
+    return 0;
+}
+
+/* Re-arm pending n to fire in [deadline, deadline + slack] (saturating;
+ * both pointers checked by the caller). Planned inside the window already
+ * (so still ahead of now): it stays where it is, with nothing stored.
+ * Otherwise it is relocated at once, so that a later advance never has to
+ * move it (see the file comment of wheel.h), to plan_late's tick. The stay
+ * test needs no saturated end: D >= deadline and D - deadline <= slack is
+ * D in the window whether or not deadline + slack wraps (D <= UINT64_MAX
+ * always holds), so the end is worked out only to relocate. */
+static inline __attribute__((always_inline)) int
+rearm_node_slack(struct tw_wheel *w, struct tw_node *n, uint64_t deadline, uint64_t slack)
+{
+    int rc = slack_clamp(w, &deadline);
+    if (rc)
+        return rc;
+    uint64_t planned = n->deadline;
+    if (planned >= deadline && planned - deadline <= slack)
+        return 0;
+    unlink_node(w, n);
+    w->moves++; /* relocated now instead of by a later advance */
+    n->deadline = plan_late(deadline, saturating_add(deadline, slack));
+    place_planned(w, n, w->chain++);
+    set_owner(n, w);
+    return 0;
+}
+
+/* Arm idle n to fire in [deadline, deadline + slack] (saturating; both
+ * pointers checked by the caller): planned by plan_place. */
+static inline __attribute__((always_inline)) int
+start_node_slack(struct tw_wheel *w, struct tw_node *n, uint64_t deadline, uint64_t slack)
+{
+    int rc = slack_clamp(w, &deadline);
+    if (rc)
+        return rc;
+    w->pending++;
+    plan_place(w, n, deadline, saturating_add(deadline, slack), w->chain++);
+    set_owner(n, w);
+    return 0;
+}
+
 /* Arm or re-arm n to fire in [deadline, deadline + slack] (both pointers
- * checked by the caller). A pending node already planned inside the window
- * stays where it is; otherwise it is relocated at once, so that a later
- * advance never has to move it (see the file comment of wheel.h). */
+ * checked by the caller). */
 static inline __attribute__((always_inline)) int
 arm_node_slack(struct tw_wheel *w, struct tw_node *n, uint64_t deadline, uint64_t slack)
 {
-    if (__builtin_expect(deadline <= w->now, 0)) {
-        if (w->now == UINT64_MAX)
-            return TW_ERANGE;
-        deadline = w->now + 1;
-    }
-    uint64_t last = saturating_add(deadline, slack);
-    if (n->pprev) {
-        /* Planned inside [deadline, last] (so still ahead of now): stay. */
-        if (n->deadline - deadline <= last - deadline)
-            return 0;
-        unlink_node(w, n);
-        w->moves++; /* relocated now instead of by a later advance */
-        n->deadline = plan_late(deadline, last);
-        place_planned(w, n, w->chain++);
-    } else {
-        w->pending++;
-        plan_place(w, n, deadline, last, w->chain++);
-    }
-    set_owner(n, w);
-    return 0;
+    return n->pprev ? rearm_node_slack(w, n, deadline, slack)
+                    : start_node_slack(w, n, deadline, slack);
 }
 
 /* ---- nodes and timers ------------------------------------------------------- */
@@ -1040,11 +1100,25 @@ int tw_timer_start(struct tw_wheel *w, struct tw_timer *t, uint64_t delay)
     return timer_start_at(w, t, saturating_add(w->now, delay));
 }
 
-/* The checks of tw_timer_arm_at, then the eager arm. */
+/* The checks of the re-arming calls that no longer check t->fn of a
+ * pending timer (eager and slack): an uninitialised timer is refused while
+ * it is idle; a pending one was initialised (every arm checks it, and
+ * tw_timer_start_at's contract asks it), and it is linked already, so that
+ * refusing it would protect nothing. The beat of W2 re-arms a pending timer:
+ * two instructions fewer of about forty (bench/README.md). */
+static inline __attribute__((always_inline)) bool timer_rearm_ok(struct tw_wheel *w,
+                                                                 struct tw_timer *t)
+{
+    if (!w || !t || !owned_or_idle(w, &t->node))
+        return false;
+    return t->node.pprev || t->fn;
+}
+
+/* The checks of tw_timer_arm_at (see timer_rearm_ok), then the eager arm. */
 static inline __attribute__((always_inline)) int
 timer_arm_at_eager(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline)
 {
-    if (!w || !t || !t->fn || !owned_or_idle(w, &t->node))
+    if (__builtin_expect(!timer_rearm_ok(w, t), 0))
         return TW_EINVAL;
     return arm_node_eager(w, &t->node, deadline);
 }
@@ -1064,9 +1138,13 @@ int tw_timer_arm_eager(struct tw_wheel *w, struct tw_timer *t, uint64_t delay)
 static inline __attribute__((always_inline)) int
 timer_arm_at_slack(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline, uint64_t slack)
 {
-    if (!w || !t || !t->fn || !owned_or_idle(w, &t->node))
+    if (!w || !t || !owned_or_idle(w, &t->node))
         return TW_EINVAL;
-    return arm_node_slack(w, &t->node, deadline, slack);
+    if (t->node.pprev) /* initialised (see timer_rearm_ok) */
+        return rearm_node_slack(w, &t->node, deadline, slack);
+    if (!t->fn)
+        return TW_EINVAL;
+    return start_node_slack(w, &t->node, deadline, slack);
 }
 
 int tw_timer_arm_at_slack(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline,

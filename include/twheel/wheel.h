@@ -353,8 +353,9 @@ TW_API uint64_t tw_timer_deadline(const struct tw_timer *t);
  * stored, it is one store too, and t stays where the lazy re-arm left it
  * (moved once when that slot comes due; still exact, and
  * tw_wheel_next_expiry may return that slot's earlier tick meanwhile).
- * Exact, with the results of tw_timer_arm_at (0, TW_EINVAL, TW_ERANGE).
- * O(1). */
+ * Exact, with the results of tw_timer_arm_at (0, TW_EINVAL, TW_ERANGE),
+ * except that only an idle t is checked for being initialised (a pending
+ * one was, when it was armed: the re-arm skips that load). O(1). */
 TW_API int tw_timer_arm_at_eager(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline);
 
 /** As tw_timer_arm_at_eager, `delay` ticks from the wheel's time (0 means the
@@ -371,8 +372,8 @@ TW_API int tw_timer_arm_eager(struct tw_wheel *w, struct tw_timer *t, uint64_t d
  * slack] (delay 0 means now + 1 as ever; the end saturates at UINT64_MAX).
  * Re-arming a pending t: nothing to do if its planned tick is inside the new
  * window, else it is relocated at once (never lazily). Returns 0, TW_EINVAL
- * (NULL argument or uninitialised timer) or TW_ERANGE (the wheel's time is
- * UINT64_MAX). O(1). */
+ * (NULL argument or uninitialised idle timer: a pending one was checked when
+ * it was armed) or TW_ERANGE (the wheel's time is UINT64_MAX). O(1). */
 TW_API int tw_timer_arm_slack(struct tw_wheel *w, struct tw_timer *t, uint64_t delay,
                               uint64_t slack);
 
