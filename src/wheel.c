@@ -807,6 +807,23 @@ start_node(struct tw_wheel *w, struct tw_node *n, uint64_t deadline)
     return 0;
 }
 
+/* start_node with slack: an idle n to fire in [deadline, deadline + slack],
+ * planned as arm_node_slack plans a fresh node (plan_place), and, as
+ * start_node, only stored into. */
+static inline __attribute__((always_inline)) int
+start_node_slack(struct tw_wheel *w, struct tw_node *n, uint64_t deadline, uint64_t slack)
+{
+    if (__builtin_expect(deadline <= w->now, 0)) {
+        if (w->now == UINT64_MAX)
+            return TW_ERANGE;
+        deadline = w->now + 1;
+    }
+    w->pending++;
+    plan_place(w, n, deadline, saturating_add(deadline, slack), w->chain++);
+    set_owner(n, w);
+    return 0;
+}
+
 /* Debug builds: a *_start call on a pending node is refused (TW_EBUSY),
  * since release builds would link it twice. Release builds read nothing. */
 static inline int start_check_idle(const struct tw_node *n)
@@ -964,6 +981,30 @@ int tw_node_start(struct tw_wheel *w, struct tw_node *n, uint64_t delay)
     return node_start_at(w, n, saturating_add(w->now, delay));
 }
 
+static inline __attribute__((always_inline)) int
+node_start_at_slack(struct tw_wheel *w, struct tw_node *n, uint64_t deadline, uint64_t slack)
+{
+    if (!w || !n)
+        return TW_EINVAL;
+    if (w->advancing)
+        return TW_EBUSY;
+    int rc = start_check_idle(n);
+    return rc ? rc : node_armed(w, start_node_slack(w, n, deadline, slack));
+}
+
+int tw_node_start_at_slack(struct tw_wheel *w, struct tw_node *n, uint64_t deadline,
+                           uint64_t slack)
+{
+    return node_start_at_slack(w, n, deadline, slack);
+}
+
+int tw_node_start_slack(struct tw_wheel *w, struct tw_node *n, uint64_t delay, uint64_t slack)
+{
+    if (!w)
+        return TW_EINVAL;
+    return node_start_at_slack(w, n, saturating_add(w->now, delay), slack);
+}
+
 int tw_node_cancel(struct tw_wheel *w, struct tw_node *n)
 {
     if (!w || !n)
@@ -1038,6 +1079,33 @@ int tw_timer_start(struct tw_wheel *w, struct tw_timer *t, uint64_t delay)
     if (!w)
         return TW_EINVAL;
     return timer_start_at(w, t, saturating_add(w->now, delay));
+}
+
+/* The checks of tw_timer_start_at, then the store-only arm with slack. */
+static inline __attribute__((always_inline)) int
+timer_start_at_slack(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline, uint64_t slack)
+{
+    if (!w || !t)
+        return TW_EINVAL;
+#ifdef TWHEEL_DEBUG
+    if (!t->fn)
+        return TW_EINVAL;
+#endif
+    int rc = start_check_idle(&t->node);
+    return rc ? rc : start_node_slack(w, &t->node, deadline, slack);
+}
+
+int tw_timer_start_at_slack(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline,
+                            uint64_t slack)
+{
+    return timer_start_at_slack(w, t, deadline, slack);
+}
+
+int tw_timer_start_slack(struct tw_wheel *w, struct tw_timer *t, uint64_t delay, uint64_t slack)
+{
+    if (!w)
+        return TW_EINVAL;
+    return timer_start_at_slack(w, t, saturating_add(w->now, delay), slack);
 }
 
 /* The checks of tw_timer_arm_at, then the eager arm. */
