@@ -55,7 +55,8 @@
  * 10^6 timers the timer's line is cold at arm time and that load was most
  * of the arm (perf: 86% of W3's arm samples); stores to a cold line drain
  * from the store buffer without stalling the core, as the rounds wheel's
- * arm does. Debug builds read the timer to refuse a pending one.
+ * arm does. Debug builds read the timer to refuse a pending one. The
+ * *_start*_slack forms do the same for an arm with slack (plan_place).
  *
  * Slack: a timer allowed to fire anywhere in [D, D + S] is planned at the
  * earliest slot boundary of the highest level that falls in that window
@@ -662,7 +663,7 @@ static inline __attribute__((always_inline)) void
 plan_place(struct tw_wheel *w, struct tw_node *n, uint64_t first, uint64_t last, unsigned chain)
 {
     uint64_t before = first - 1;
-    n->deadline = (before | plan_mask[(unsigned)__builtin_clzll(before ^ last) ^ 63u]) + 1;
+    n->deadline = (before | plan_mask[63 - (size_t)__builtin_clzll(before ^ last)]) + 1;
     place_planned(w, n, chain);
 }
 
@@ -864,16 +865,26 @@ arm_node_eager(struct tw_wheel *w, struct tw_node *n, uint64_t deadline)
     return 0;
 }
 
-/* Cancel n (both pointers checked by the caller). */
+/* Cancel n (both pointers checked by the caller). unlink_node written out
+ * with n's own stores first: then n is not needed after the neighbours'
+ * stores, and gcc keeps it in its argument register (one instruction less
+ * per cancel: 23.1 -> 22.1 per W3 cancel, callgrind at 1e5). */
 static inline __attribute__((always_inline)) int cancel_node(struct tw_wheel *w,
                                                              struct tw_node *n)
 {
-    if (!n->pprev)
+    struct tw_node **link = n->pprev;
+    if (!link)
         return 0;
     if (!owned_or_idle(w, n))
         return TW_EINVAL;
-    unlink_node(w, n);
+    struct tw_node *next = n->next;
+    n->pprev = NULL;
     w->pending--;
+    *link = next;
+    if (next)
+        next->pprev = link;
+    else if (__builtin_expect(link != &w->ready, 1))
+        chain_emptied(w, link);
     return 1;
 }
 
