@@ -5,10 +5,11 @@
  * Three entries: "twheel", exact (idle ids armed with tw_timer_start_at, the
  * arm that only stores into the timer; re-arms with tw_timer_arm_at: later
  * re-arms are lazy),
- * "twheel-eager", exact with eager re-arms (tw_timer_arm_at_eager; W2 only),
- * and "twheel-slack", every timer armed with slack = 1/8 of its delay
- * (tw_timer_arm_at_slack with tw_slack_fraction(delay, 3)). For all three,
- * moves are tw_wheel_moves: the wheel's moves in advancing plus, with slack,
+ * "twheel-eager", exact with eager re-arms (idle ids with tw_timer_start_at,
+ * re-arms with tw_timer_arm_at_eager; W2 only), and "twheel-slack", every
+ * timer armed with slack = 1/8 of its delay (tw_slack_fraction(delay, 3)):
+ * idle ids with tw_timer_start_at_slack, re-arms with tw_timer_arm_at_slack.
+ * For all three, moves are tw_wheel_moves: the wheel's moves in advancing plus, with slack,
  * the re-arms that relocated a pending timer (a re-arm with slack relocates
  * at once instead of lazily; eager relocations are not counted). */
 #include <stdlib.h>
@@ -77,6 +78,16 @@ static void tws_reset(void *p, uint32_t id, uint64_t deadline)
 
 #define TWS_SLACK_SHIFT 3
 
+/* With slack: idle ids with tw_timer_start_at_slack (store-only, as
+ * tws_arm), re-arms with tw_timer_arm_at_slack. */
+static void tws_start_slack(void *p, uint32_t id, uint64_t deadline)
+{
+    struct tws *s = p;
+    uint64_t delay = deadline - s->now;
+    tw_timer_start_at_slack(&s->wheel, &s->timers[id], deadline,
+                            tw_slack_fraction(delay, TWS_SLACK_SHIFT));
+}
+
 static void tws_arm_slack(void *p, uint32_t id, uint64_t deadline)
 {
     struct tws *s = p;
@@ -143,12 +154,12 @@ const struct bench_impl bench_impl_twheel = {
 
 const struct bench_impl bench_impl_twheel_slack = {
     .name = "twheel-slack",
-    .what = "twheel core, every timer armed with slack = 1/8 of its delay (tw_timer_arm_at_slack)",
+    .what = "twheel core, every timer armed with slack = 1/8 of its delay (tw_timer_start_at_slack / tw_timer_arm_at_slack)",
     .workloads = BENCH_W2 | BENCH_W3,
     .create = tws_create,
     .destroy = tws_destroy,
-    .arm = tws_arm_slack,
-    .reset = tws_arm_slack, /* re-arming is arming */
+    .arm = tws_start_slack,
+    .reset = tws_arm_slack,
     .cancel = tws_cancel,
     .advance_to = tws_advance_to,
     .next_deadline = tws_next_deadline,
@@ -163,7 +174,7 @@ const struct bench_impl bench_impl_twheel_eager = {
     .workloads = BENCH_W2, /* W3 arms idle timers only: the same as twheel */
     .create = tws_create,
     .destroy = tws_destroy,
-    .arm = tws_arm_eager,
+    .arm = tws_arm, /* idle ids: tw_timer_start_at, as twheel */
     .reset = tws_arm_eager,
     .cancel = tws_cancel,
     .advance_to = tws_advance_to,

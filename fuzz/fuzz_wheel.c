@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* libFuzzer target for the core wheel: the input bytes become a sequence of
- * operations (arm, arm at: exact lazy, exact eager or with slack; cancel,
- * advance, pull; callbacks act on other timers) applied to the wheel and to the reference model of
- * tests/wheel_model.h, which aborts at the first disagreement.
+ * operations (arm, arm at: exact lazy, exact eager or with slack, or the
+ * start of an idle timer, exact or with slack; cancel, advance, pull;
+ * callbacks act on other timers) applied to the wheel and to the reference
+ * model of tests/wheel_model.h, which aborts at the first disagreement.
  *
  * Layout: byte 0 timer count (1..64), byte 1 starting time class, byte 2
  * callback actions, then 8 bytes per operation (see model_op). */

@@ -60,7 +60,8 @@
  * 10^6 timers the timer's line is cold at arm time and that load was most
  * of the arm (perf: 86% of W3's arm samples); stores to a cold line drain
  * from the store buffer without stalling the core, as the rounds wheel's
- * arm does. Debug builds read the timer to refuse a pending one.
+ * arm does. Debug builds read the timer to refuse a pending one. The
+ * *_start*_slack forms do the same for an arm with slack (plan_place).
  *
  * Slack: a timer allowed to fire anywhere in [D, D + S] is planned at the
  * earliest slot boundary of the highest level that falls in that window
@@ -678,7 +679,7 @@ static inline __attribute__((always_inline)) void
 plan_place(struct tw_wheel *w, struct tw_node *n, uint64_t first, uint64_t last, unsigned chain)
 {
     uint64_t before = first - 1;
-    n->deadline = (before | plan_mask[(unsigned)__builtin_clzll(before ^ last) ^ 63u]) + 1;
+    n->deadline = (before | plan_mask[63 - (size_t)__builtin_clzll(before ^ last)]) + 1;
     place_planned(w, n, chain);
 }
 
@@ -780,7 +781,8 @@ rearm_node_slack(struct tw_wheel *w, struct tw_node *n, uint64_t deadline, uint6
 }
 
 /* Arm idle n to fire in [deadline, deadline + slack] (saturating; both
- * pointers checked by the caller): planned by plan_place. */
+ * pointers checked by the caller): planned by plan_place. It only stores
+ * into n, so it is also the *_start*_slack calls' arm (see start_node). */
 static inline __attribute__((always_inline)) int
 start_node_slack(struct tw_wheel *w, struct tw_node *n, uint64_t deadline, uint64_t slack)
 {
@@ -907,16 +909,26 @@ arm_node_eager(struct tw_wheel *w, struct tw_node *n, uint64_t deadline)
     return 0;
 }
 
-/* Cancel n (both pointers checked by the caller). */
+/* Cancel n (both pointers checked by the caller). unlink_node written out
+ * with n's own stores first: then n is not needed after the neighbours'
+ * stores, and gcc keeps it in its argument register (one instruction less
+ * per cancel: 23.1 -> 22.1 per W3 cancel, callgrind at 1e5). */
 static inline __attribute__((always_inline)) int cancel_node(struct tw_wheel *w,
                                                              struct tw_node *n)
 {
-    if (!n->pprev)
+    struct tw_node **link = n->pprev;
+    if (!link)
         return 0;
     if (!owned_or_idle(w, n))
         return TW_EINVAL;
-    unlink_node(w, n);
+    struct tw_node *next = n->next;
+    n->pprev = NULL;
     w->pending--;
+    *link = next;
+    if (next)
+        next->pprev = link;
+    else if (__builtin_expect(link != &w->ready, 1))
+        chain_emptied(w, link);
     return 1;
 }
 
@@ -1024,6 +1036,30 @@ int tw_node_start(struct tw_wheel *w, struct tw_node *n, uint64_t delay)
     return node_start_at(w, n, saturating_add(w->now, delay));
 }
 
+static inline __attribute__((always_inline)) int
+node_start_at_slack(struct tw_wheel *w, struct tw_node *n, uint64_t deadline, uint64_t slack)
+{
+    if (!w || !n)
+        return TW_EINVAL;
+    if (w->advancing)
+        return TW_EBUSY;
+    int rc = start_check_idle(n);
+    return rc ? rc : node_armed(w, start_node_slack(w, n, deadline, slack));
+}
+
+int tw_node_start_at_slack(struct tw_wheel *w, struct tw_node *n, uint64_t deadline,
+                           uint64_t slack)
+{
+    return node_start_at_slack(w, n, deadline, slack);
+}
+
+int tw_node_start_slack(struct tw_wheel *w, struct tw_node *n, uint64_t delay, uint64_t slack)
+{
+    if (!w)
+        return TW_EINVAL;
+    return node_start_at_slack(w, n, saturating_add(w->now, delay), slack);
+}
+
 int tw_node_cancel(struct tw_wheel *w, struct tw_node *n)
 {
     if (!w || !n)
@@ -1098,6 +1134,33 @@ int tw_timer_start(struct tw_wheel *w, struct tw_timer *t, uint64_t delay)
     if (!w)
         return TW_EINVAL;
     return timer_start_at(w, t, saturating_add(w->now, delay));
+}
+
+/* The checks of tw_timer_start_at, then the store-only arm with slack. */
+static inline __attribute__((always_inline)) int
+timer_start_at_slack(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline, uint64_t slack)
+{
+    if (!w || !t)
+        return TW_EINVAL;
+#ifdef TWHEEL_DEBUG
+    if (!t->fn)
+        return TW_EINVAL;
+#endif
+    int rc = start_check_idle(&t->node);
+    return rc ? rc : start_node_slack(w, &t->node, deadline, slack);
+}
+
+int tw_timer_start_at_slack(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline,
+                            uint64_t slack)
+{
+    return timer_start_at_slack(w, t, deadline, slack);
+}
+
+int tw_timer_start_slack(struct tw_wheel *w, struct tw_timer *t, uint64_t delay, uint64_t slack)
+{
+    if (!w)
+        return TW_EINVAL;
+    return timer_start_at_slack(w, t, saturating_add(w->now, delay), slack);
 }
 
 /* The checks of the re-arming calls that no longer check t->fn of a

@@ -31,6 +31,13 @@ static void test_arm_from_stale_wheel(void)
     CHECK_EQ_INT(tw_timer_arm(&w, &old, 300), 0);
     CHECK_EQ_U64(tw_timer_deadline(&old), 300); /* what arm does: 700 ticks early */
     tw_timer_cancel(&w, &old);
+    /* The start forms count from the wheel's time too (as arm). */
+    CHECK_EQ_INT(tw_timer_start(&w, &old, 300), 0);
+    CHECK_EQ_U64(tw_timer_deadline(&old), 300);
+    tw_timer_cancel(&w, &old);
+    CHECK_EQ_INT(tw_timer_start_slack(&w, &old, 300, 0), 0);
+    CHECK_EQ_U64(tw_timer_deadline(&old), 300);
+    tw_timer_cancel(&w, &old);
     fired = 0;
     CHECK_EQ_INT(tw_wheel_advance(&w, 1299), 0);
     CHECK_EQ_INT(fired, 0);

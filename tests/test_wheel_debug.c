@@ -122,6 +122,27 @@ static void test_start_checks(void)
     CHECK_EQ_INT(tw_node_cancel(&a, &n), 1);
     CHECK_EQ_INT(tw_timer_start(&b, &t, 1), 0); /* idle: any wheel */
     CHECK_EQ_INT(tw_timer_cancel(&b, &t), 1);
+
+    /* The same for the forms with slack. */
+    CHECK_EQ_INT(tw_timer_start_slack(&a, &raw, 5, 2), TW_EINVAL);
+    CHECK_EQ_INT(tw_timer_start_at_slack(&a, &raw, 5, 2), TW_EINVAL);
+    CHECK_EQ_INT(tw_timer_start_slack(&a, &t, 100, 28), 0);
+    CHECK_EQ_U64(tw_timer_deadline(&t), 128);
+    CHECK_EQ_INT(tw_timer_start_slack(&a, &t, 20, 5), TW_EBUSY);
+    CHECK_EQ_INT(tw_timer_start_at_slack(&a, &t, 20, 5), TW_EBUSY);
+    CHECK_EQ_INT(tw_timer_start_at_slack(&b, &t, 20, 5), TW_EBUSY);
+    CHECK_EQ_INT(tw_node_start_slack(&a, &n, 100, 28), 0);
+    CHECK_EQ_INT(tw_node_start_slack(&a, &n, 30, 2), TW_EBUSY);
+    CHECK_EQ_INT(tw_node_start_at_slack(&b, &n, 30, 2), TW_EBUSY);
+    CHECK_EQ_U64(tw_wheel_pending(&a), 2);
+    CHECK_EQ_U64(tw_wheel_pending(&b), 0);
+    CHECK_EQ_U64(tw_timer_deadline(&t), 128);
+    CHECK_EQ_U64(tw_node_deadline(&n), 128);
+    CHECK_EQ_INT(tw_timer_cancel(&b, &t), TW_EINVAL);
+    CHECK_EQ_INT(tw_node_cancel(&b, &n), TW_EINVAL);
+    CHECK_EQ_INT(tw_timer_cancel(&a, &t), 1);
+    CHECK_EQ_INT(tw_node_cancel(&a, &n), 1);
+    CHECK_EQ_U64(tw_wheel_pending(&a), 0);
 }
 
 /* A periodic timer moved from one wheel to another is stopped on the first. */

@@ -434,6 +434,125 @@ static void test_bare_nodes(void)
     CHECK(!tw_node_pending(&cb_node));
 }
 
+/* The store-only arm with slack (tw_*_start*_slack) of an idle timer or
+ * node: the planned tick of the slack arm for the same window in every case
+ * (boundaries of each level, sub-slots, exact, the past, saturation), the
+ * wheel's count kept, fired at the planned tick without a move, idle again
+ * after firing or cancelling, TW_ERANGE at the end of time, from a callback
+ * (a timer: yes; a node: TW_EBUSY), and bad arguments. */
+static struct tw_node start_cb_node;
+static int start_cb_rc, start_cb_node_rc;
+static void start_from_callback(struct tw_timer *t, void *arg)
+{
+    struct rec *r = arg;
+    r->fires++;
+    r->fired_at = tw_wheel_now(r->wheel);
+    if (r->fires < 3)
+        start_cb_rc = tw_timer_start_slack(r->wheel, t, 100, 12);
+    start_cb_node_rc = tw_node_start_slack(r->wheel, &start_cb_node, 10, 5);
+}
+
+static void test_start_slack(void)
+{
+    struct tw_wheel w, v;
+    struct rec r, q;
+    struct tw_node n;
+    tw_wheel_init(&w, 0);
+    tw_wheel_init(&v, 0);
+    rec_init(&r, &w);
+    rec_init(&q, &v);
+    tw_node_init(&n);
+    CHECK_EQ_INT(tw_timer_start_slack(NULL, &r.timer, 1, 1), TW_EINVAL);
+    CHECK_EQ_INT(tw_timer_start_slack(&w, NULL, 1, 1), TW_EINVAL);
+    CHECK_EQ_INT(tw_timer_start_at_slack(NULL, &r.timer, 1, 1), TW_EINVAL);
+    CHECK_EQ_INT(tw_timer_start_at_slack(&w, NULL, 1, 1), TW_EINVAL);
+    CHECK_EQ_INT(tw_node_start_slack(NULL, &n, 1, 1), TW_EINVAL);
+    CHECK_EQ_INT(tw_node_start_slack(&w, NULL, 1, 1), TW_EINVAL);
+    CHECK_EQ_INT(tw_node_start_at_slack(NULL, &n, 1, 1), TW_EINVAL);
+    CHECK_EQ_INT(tw_node_start_at_slack(&w, NULL, 1, 1), TW_EINVAL);
+    CHECK_EQ_U64(tw_wheel_pending(&w), 0);
+
+    /* Planned as the slack arm plans an idle timer, on a second wheel. */
+    const struct {
+        uint64_t now, deadline, slack;
+    } cases[] = {
+        {0, 100, 0},     {0, 100, 28},   {0, 100, 10},    {0, 4000, 200},
+        {0, 4097, 4094}, {0, 4097, 4095}, {0, 170, 21},   {0, 200, 25},
+        {0, 239, 29},    {77, 50, 40},   {77, 0, 0},      {1000, 1160, 20},
+        {1000, UINT64_MAX - 3, 100},     {0, (UINT64_C(1) << 40) - 5, 1000},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        tw_wheel_init(&w, cases[i].now);
+        tw_wheel_init(&v, cases[i].now);
+        rec_init(&r, &w);
+        rec_init(&q, &v);
+        CHECK_EQ_INT(tw_timer_start_at_slack(&w, &r.timer, cases[i].deadline, cases[i].slack), 0);
+        CHECK_EQ_INT(tw_timer_arm_at_slack(&v, &q.timer, cases[i].deadline, cases[i].slack), 0);
+        uint64_t p = tw_timer_deadline(&r.timer);
+        CHECK_EQ_U64(p, tw_timer_deadline(&q.timer));
+        CHECK_EQ_U64(tw_wheel_pending(&w), 1);
+        CHECK_EQ_U64(tw_wheel_next_expiry(&w), tw_wheel_next_expiry(&v));
+        CHECK_EQ_INT(tw_wheel_advance(&w, p - 1), 0);
+        CHECK_EQ_INT(tw_wheel_advance(&w, p), 1);
+        CHECK_EQ_U64(r.fired_at, p);
+        CHECK_EQ_U64(tw_wheel_pending(&w), 0);
+    }
+
+    /* The delay form; a started timer is an ordinary pending one. */
+    tw_wheel_init(&w, 100);
+    rec_init(&r, &w);
+    rec_init(&q, &w);
+    CHECK_EQ_INT(tw_timer_start_slack(&w, &r.timer, 0, 27), 0);
+    CHECK_EQ_U64(tw_timer_deadline(&r.timer), 128);
+    CHECK_EQ_INT(tw_timer_start_slack(&w, &q.timer, 30000, tw_slack_fraction(30000, 3)), 0);
+    CHECK_EQ_U64(tw_timer_deadline(&q.timer) % 4096, 0);
+    CHECK_EQ_U64(tw_wheel_pending(&w), 2);
+    CHECK_EQ_INT(tw_timer_arm_at_slack(&w, &r.timer, 120, 10), 0); /* stays at 128 */
+    CHECK_EQ_U64(tw_timer_deadline(&r.timer), 128);
+    CHECK_EQ_INT(tw_timer_cancel(&w, &q.timer), 1);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 40000), 1);
+    CHECK_EQ_U64(r.fired_at, 128);
+    CHECK_EQ_U64(tw_wheel_moves(&w), 0);
+    CHECK_EQ_INT(tw_timer_start_slack(&w, &q.timer, 5, 0), 0); /* idle after cancel */
+    CHECK_EQ_U64(tw_timer_deadline(&q.timer), 40005);
+    CHECK_EQ_INT(tw_timer_cancel(&w, &q.timer), 1);
+
+    /* From a callback: a timer restarts itself; a node is refused. */
+    tw_wheel_init(&w, 0);
+    rec_init(&r, &w);
+    tw_node_init(&start_cb_node);
+    CHECK_EQ_INT(tw_timer_init(&r.timer, start_from_callback, &r), 0);
+    CHECK_EQ_INT(tw_timer_start_slack(&w, &r.timer, 100, 12), 0);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 1000), 3);
+    CHECK_EQ_INT(r.fires, 3);
+    CHECK_EQ_INT(start_cb_rc, 0);
+    CHECK_EQ_INT(start_cb_node_rc, TW_EBUSY);
+    CHECK(!tw_node_pending(&start_cb_node));
+    CHECK(r.fired_at >= 300 && r.fired_at <= 336);
+
+    /* Nodes: the wheel becomes pull-only; pulled at the planned tick. */
+    tw_wheel_init(&w, 0);
+    tw_node_init(&n);
+    CHECK_EQ_INT(tw_node_start_slack(&w, &n, 200, 30), 0);
+    CHECK_EQ_U64(tw_node_deadline(&n), 208); /* a multiple of 16 (none of 64) in [200, 230] */
+    CHECK_EQ_INT(tw_wheel_advance(&w, 5), TW_EINVAL);
+    CHECK(tw_wheel_expire_next_node(&w, 207) == NULL);
+    CHECK(tw_wheel_expire_next_node(&w, 208) == &n);
+    CHECK_EQ_INT(tw_node_start_at_slack(&w, &n, 1000, 0), 0);
+    CHECK_EQ_U64(tw_node_deadline(&n), 1000);
+    CHECK_EQ_INT(tw_node_cancel(&w, &n), 1);
+
+    /* The end of time: TW_ERANGE, left idle. */
+    tw_wheel_init(&w, UINT64_MAX);
+    rec_init(&r, &w);
+    CHECK_EQ_INT(tw_timer_start_slack(&w, &r.timer, 5, 100), TW_ERANGE);
+    CHECK_EQ_INT(tw_timer_start_at_slack(&w, &r.timer, 5, 100), TW_ERANGE);
+    CHECK_EQ_INT(tw_node_start_slack(&w, &n, 5, 100), TW_ERANGE);
+    CHECK(!tw_timer_pending(&r.timer));
+    CHECK(!tw_node_pending(&n));
+    CHECK_EQ_U64(tw_wheel_pending(&w), 0);
+}
+
 int main(void)
 {
     RUN(test_bad_arguments_and_end_of_time);
@@ -445,5 +564,6 @@ int main(void)
     RUN(test_sub_slot_chains);
     RUN(test_periodic_keeps_phase);
     RUN(test_bare_nodes);
+    RUN(test_start_slack);
     return test_summary();
 }

@@ -6,9 +6,10 @@
  * its slack S (0 for the exact functions; a plain array: the "sorted list" is
  * implicit, since the checks below look for the minimum). About one arming in
  * four uses the *_slack functions, and one exact arming in two the *_eager
- * ones (exact, a pending timer relocated at once); of the other exact
- * armings of an idle timer, one in two is a tw_timer_start / _start_at (the
- * arm of a timer known idle). Every operation is applied to the real
+ * ones (exact, a pending timer relocated at once); of the other armings of
+ * an idle timer, exact or with slack, one in two is a start (tw_timer_start
+ * / _start_at, or tw_timer_start_slack / _start_at_slack: the arm of a timer
+ * known idle). Every operation is applied to the real
  * wheel and to the model, and each fire is checked as it happens:
  *   - the timer was armed in the model (so it fires at most once per arming,
  *     and never after a cancel or a re-arm that moved it);
@@ -259,14 +260,19 @@ static void model_op(struct model *m, uint64_t r)
         /* One exact arming in two is eager: it relocates a pending timer at
          * once, and leaves tw_wheel_moves as it was. */
         int eager = slack == 0 && (r >> 59) & 1;
-        /* One other exact arming in two of an idle timer is a start, the
-         * arm that takes the caller's word that the timer is idle. */
-        int start = slack == 0 && !eager && !mt->armed && (r >> 58) & 1;
+        /* One other arming in two of an idle timer, exact or with slack,
+         * is a start, the arm that takes the caller's word that the timer
+         * is idle. */
+        int start = !eager && !mt->armed && (r >> 58) & 1;
         uint64_t moves = tw_wheel_moves(&m->wheel);
         int rc = eager ? (op == 0 ? tw_timer_arm_eager(&m->wheel, &mt->timer, value)
                                   : tw_timer_arm_at_eager(&m->wheel, &mt->timer, deadline))
-                 : start ? (op == 0 ? tw_timer_start(&m->wheel, &mt->timer, value)
-                                    : tw_timer_start_at(&m->wheel, &mt->timer, deadline))
+                 : start && slack == 0
+                     ? (op == 0 ? tw_timer_start(&m->wheel, &mt->timer, value)
+                                : tw_timer_start_at(&m->wheel, &mt->timer, deadline))
+                 : start ? (op == 0 ? tw_timer_start_slack(&m->wheel, &mt->timer, value, slack)
+                                    : tw_timer_start_at_slack(&m->wheel, &mt->timer, deadline,
+                                                              slack))
                  : slack == 0
                      ? (op == 0 ? tw_timer_arm(&m->wheel, &mt->timer, value)
                                 : tw_timer_arm_at(&m->wheel, &mt->timer, deadline))
@@ -288,6 +294,9 @@ static void model_op(struct model *m, uint64_t r)
         MODEL_REQUIRE(m, mt->deadline <= planned && planned <= mt->last,
                       "deadline %" PRIu64 " after arm in [%" PRIu64 ", %" PRIu64 "]", planned,
                       mt->deadline, mt->last);
+        MODEL_REQUIRE(m, tw_wheel_pending(&m->wheel) == m->armed,
+                      "pending %zu after an arm (start %d, slack %" PRIu64 "), model %zu",
+                      tw_wheel_pending(&m->wheel), start, slack, m->armed);
         break;
     }
     case 2: { /* cancel */

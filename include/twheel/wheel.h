@@ -382,6 +382,22 @@ TW_API int tw_timer_arm_slack(struct tw_wheel *w, struct tw_timer *t, uint64_t d
 TW_API int tw_timer_arm_at_slack(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline,
                                  uint64_t slack);
 
+/** As tw_timer_start_at with slack: arm t, which the caller knows is idle,
+ * to fire at some tick in [deadline, deadline + slack] (<= now means now + 1;
+ * the end saturates), planned as tw_timer_arm_at_slack plans an idle timer,
+ * and only storing into t. The contract of tw_timer_start_at: release builds
+ * do not check that t is idle; debug builds return TW_EBUSY (pending) or
+ * TW_EINVAL (uninitialised) and change nothing. Returns 0, TW_EINVAL (NULL
+ * argument) or TW_ERANGE (the wheel's time is UINT64_MAX). Callable from
+ * callbacks. O(1). */
+TW_API int tw_timer_start_at_slack(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline,
+                                   uint64_t slack);
+
+/** As tw_timer_start_at_slack, `delay` ticks from the wheel's time: t fires
+ * in [now + delay, now + delay + slack] (delay 0 means now + 1). O(1). */
+TW_API int tw_timer_start_slack(struct tw_wheel *w, struct tw_timer *t, uint64_t delay,
+                                uint64_t slack);
+
 /** A slack of delay / 2^shift: tw_slack_fraction(delay, 3) is 1/8 of the
  * delay, the lateness Linux's timer wheel allows every timer. A shift of 64
  * or more gives 0 (exact). */
@@ -439,6 +455,17 @@ TW_API int tw_node_arm_at_slack(struct tw_wheel *w, struct tw_node *n, uint64_t 
  * [now + delay, now + delay + slack]. */
 TW_API int tw_node_arm_slack(struct tw_wheel *w, struct tw_node *n, uint64_t delay,
                              uint64_t slack);
+
+/** As tw_timer_start_at_slack for a node known idle: n fires in [deadline,
+ * deadline + slack], and only stores are made into n (debug builds return
+ * TW_EBUSY for a pending n). Same results as tw_node_start_at (TW_EBUSY from
+ * inside a callback; on success the wheel becomes pull-only). O(1). */
+TW_API int tw_node_start_at_slack(struct tw_wheel *w, struct tw_node *n, uint64_t deadline,
+                                  uint64_t slack);
+/** As tw_node_start_at_slack, with a delay from the wheel's time: n fires in
+ * [now + delay, now + delay + slack]. O(1). */
+TW_API int tw_node_start_slack(struct tw_wheel *w, struct tw_node *n, uint64_t delay,
+                               uint64_t slack);
 
 /** As tw_timer_arm_at_eager for a node: a pending n is relocated at once.
  * Same results as tw_node_arm_at (TW_EBUSY from inside a callback; the wheel
