@@ -29,7 +29,10 @@
  *    or their ending leases bring them, in no set order with the rest; and
  *    in a Redis Cluster, a master that stays unreachable does not hold the
  *    others back: its partitions' tasks come when it is back, possibly after
- *    later tasks of other masters.
+ *    later tasks of other masters, while the other masters' tasks keep
+ *    running on time (a master that refuses connections costs them nothing
+ *    measurable; one that accepts them but does not answer delays those
+ *    started together with its tasks by up to command_timeout_ms).
  *  - No polling for due work.
  *
  * Threads: set/move/remove/set_many/stats may be called from any thread
