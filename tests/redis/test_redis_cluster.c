@@ -320,13 +320,13 @@ out:
 }
 
 /* ---- one master away ------------------------------------------------------ */
-#define AWAY_N 600           /* tasks, due AWAY_FIRST_MS .. + AWAY_SPREAD_MS after the set */
+#define AWAY_N 600 /* tasks, due AWAY_FIRST_MS .. + AWAY_SPREAD_MS after the set */
 #define AWAY_FIRST_MS 1000
 #define AWAY_SPREAD_MS 4000
-#define AWAY_KILL_MS 1800    /* after the set: the master goes */
-#define AWAY_DOWN_MS 3000    /* ... and is back this much later (< cluster-node-timeout) */
+#define AWAY_KILL_MS 1800 /* after the set: the master goes */
+#define AWAY_DOWN_MS 3000 /* ... and is back this much later (< cluster-node-timeout) */
 #define AWAY_LEASE_MS 10000
-#define AWAY_BOUND_MS 2000   /* a healthy master's task starts this soon after its due time */
+#define AWAY_BOUND_MS 2000 /* a healthy master's task starts this soon after its due time */
 #define AWAY_PARTS 16
 
 struct away_rec {
@@ -435,8 +435,8 @@ static void test_master_away(struct rfx_cluster *c)
     rfx_sleep_ms(AWAY_DOWN_MS);
     CHECK_EQ_INT(rfx_restart(vs), 0);
     uint64_t back_ms = rfx_realtime_us() / 1000u;
-    printf("master %zu (%d of %d partitions) away from +%" PRIu64 " to +%" PRIu64 " ms\n",
-           victim, held[victim], AWAY_PARTS, kill_ms - set_ms, back_ms - set_ms);
+    printf("master %zu (%d of %d partitions) away from +%" PRIu64 " to +%" PRIu64 " ms\n", victim,
+           held[victim], AWAY_PARTS, kill_ms - set_ms, back_ms - set_ms);
 
     /* every task started once (bounded wait) */
     uint64_t deadline = rfx_mono_ms() + 30000;
@@ -476,8 +476,9 @@ static void test_master_away(struct rfx_cluster *c)
             max_late = late;
         late_healthy += late >= AWAY_BOUND_MS;
     }
-    printf("healthy masters: %" PRIu64 " tasks, latest %" PRIu64 " ms after due; away master: %"
-           PRIu64 " tasks; missing %" PRIu64 ", early %" PRIu64 ", twice %" PRIu64 "\n",
+    printf("healthy masters: %" PRIu64 " tasks, latest %" PRIu64
+           " ms after due; away master: %" PRIu64 " tasks; missing %" PRIu64 ", early %" PRIu64
+           ", twice %" PRIu64 "\n",
            healthy, max_late, away, missing, early, rec.twice);
     CHECK_EQ_U64(missing, 0);
     CHECK_EQ_U64(early, 0);
