@@ -29,7 +29,12 @@
  *    or their ending leases bring them, in no set order with the rest; and
  *    in a Redis Cluster, a master that stays unreachable does not hold the
  *    others back: its partitions' tasks come when it is back, possibly after
- *    later tasks of other masters.
+ *    later tasks of other masters, while the other masters' tasks keep
+ *    running on time when it refuses connections (down, restarting). One
+ *    that accepts connections but does not answer (stopped, or cut off
+ *    while its socket stays open) still holds each start round that
+ *    includes its tasks for command_timeout_ms, and the other masters'
+ *    tasks of that round, or all of them while every executor is so held.
  *  - No polling for due work.
  *
  * Threads: set/move/remove/set_many/stats may be called from any thread

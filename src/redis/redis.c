@@ -376,10 +376,15 @@
  * (reconnecting with backoff); the claim thread and the subscriber reconnect
  * with backoff and, once back, claim every partition before handing any due
  * task over (catching up what came due, in due order: rr_reconnected). A
- * START that fails for I/O is retried in place every 100 ms (the batch kept,
- * so the catch-up stays in order) for up to lease_ms / 2, then its tasks go
- * back to the wheel; an ack that fails leaves the lease to expire
- * (at-least-once).
+ * START round hands on every task it got an answer for at once (started
+ * ones run or armed); the unanswered ones of a round answered in part (a
+ * cluster master away, or one call of a standalone round failing) go back
+ * to the wheel for the next round, so tasks on the masters that are up
+ * stay on time. A round with no answer at all while Redis is wholly away
+ * (standalone, or no cluster connection left) is retried in place every
+ * 100 ms (the batch kept, so the catch-up stays in order) for up to
+ * lease_ms / 2, then its tasks go back to the wheel (rr_run). An ack that
+ * fails leaves the lease to expire (at-least-once).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -1135,26 +1140,78 @@ static void rr_exec_one(void *ctx, struct tw_rr_item *it, unsigned thread)
 }
 
 /* Run a batch of held items whose start time has come (executor `thread`):
- * START them (the pending acknowledgements riding along), then each started
- * task in order of the time it may run at (a start is granted up to
- * start_ahead_ms before its due time): those due already here at once
- * (rr_exec_one), the others through the worker's armed queue (local.c).
+ * START them (the pending acknowledgements riding along), then hand each
+ * answered item on at once: a started task in order of the time it may run
+ * at (a start is granted up to start_ahead_ms before its due time), those
+ * due already here at once (rr_exec_one), the others through the worker's
+ * armed queue (local.c); one not due yet by the server's clock back to the
+ * wheel for that long; one whose lease is gone dropped.
  *
- * A START that gets no answer (Redis away, or back but this connection not
- * yet) is retried here every RR_RETRY_MS, the batch kept: putting its items
- * back into the FIFO behind the ones that came due meanwhile started later
- * tasks first after Redis came back (out of due order). It gives up while
- * stopping, or after lease_ms / 2 (the leases are about gone: the items go
- * back to the wheel, their STARTs will tell). */
+ * Unanswered items (no reply for their call: Redis, or one master, away).
+ * A round answered in part (a cluster with a master away, or a standalone
+ * batch of several calls of which a later one failed) hands on what was
+ * answered and puts the unanswered items back into the wheel, due again in
+ * RR_RETRY_MS: a later round (any executor's) STARTs them with what comes
+ * due then. Retrying them here, as this did, held the answered tasks and
+ * this executor until the away master was back (up to lease_ms / 2):
+ * every executor ended up in such a loop and the healthy masters' tasks
+ * waited for them, seconds late. Nothing is retried in place any more once
+ * an answer came, so no executor waits with started tasks of its own (with
+ * threads = 1 it goes back to its armed queue at once, local.c) and stop is
+ * never held by a retry. A round with no answer at all is retried here
+ * every RR_RETRY_MS, the batch kept, as before, when Redis looks wholly
+ * away: a standalone server, or a cluster none of whose connections is
+ * left (a failed one is closed): putting its items back into the FIFO
+ * behind the ones that came due meanwhile started later tasks first after
+ * Redis came back (out of due order). That gives up while stopping, or
+ * after lease_ms / 2 (the leases are about gone: the items go back to the
+ * wheel, their STARTs will tell). In a cluster with another master still
+ * connected, a round with no answer (its items all on the away master) goes
+ * back to the wheel instead, like the unanswered part of a round: redis.h
+ * promises no order for the tasks a worker held when their master went,
+ * and an executor must not wait seconds for that master while the others'
+ * tasks come due. Each round's redirects, reconnects and backoff end after
+ * RR_START_RETRY_MS (router retry_ms, 5 ms), not command_timeout_ms: a
+ * master that refuses connections costs a round that much, not 2 s; the
+ * retry is the next round's (a redirect is still followed at once). With
+ * 6,000 tasks (2,256 on the away master, held ones cycling through rounds)
+ * the healthy masters' latest task was 739 ms late with 20 ms and a retry
+ * every RR_RETRY_MS, 598 ms with the node's backoff (rr_retry_ns), 103 ms
+ * with 5 ms (single runs, load 1.5-2). A master that accepts connections but does not answer
+ * (stopped, or cut off while the socket stays open) still holds the round
+ * for the socket's command_timeout_ms on each read, its answered calls
+ * included (test_redis_cluster with SIGSTOP for 3 s instead of SIGKILL: 92
+ * of 372 healthy tasks over 2 s late, before and after this change); not
+ * done: it needs replies read as they come (poll) and a reply wait well
+ * under command_timeout_ms for START rounds. */
+#define RR_START_RETRY_MS (RR_RETRY_MS / 20)
+
+/* How long an unanswered item waits before a later round tries it again:
+ * RR_RETRY_MS, or until its node may be tried again if this executor's
+ * router backs off from it (up to 1 s for a node refusing connections: a
+ * round sent before would fail on it at once again). Held tasks of a master
+ * that is down then cost a round each per backoff, not per RR_RETRY_MS:
+ * each such round spends RR_START_RETRY_MS of an executor. */
+static uint64_t rr_retry_ns(const struct tw_redis *r, const struct tw_rr_router *rt,
+                            const struct tw_rr_item *it)
+{
+    uint64_t w = (uint64_t)RR_RETRY_MS * 1000000u;
+    int nd = tw_rr_node_of(rt, r->slots[it->part]);
+    if (nd >= 0 && (size_t)nd < rt->nnodes && !rt->nodes[nd].c) {
+        uint64_t now = tw_rr_mono_ns(), at = rt->nodes[nd].next_try_ns;
+        if (at > now + w)
+            w = at - now;
+    }
+    return w;
+}
+
 static void rr_run(void *ctx, struct tw_rr_item **v, size_t n, unsigned thread)
 {
     struct tw_redis *r = ctx;
     struct tw_rr_router *rt = &r->exec_rt[thread];
     struct rr_exec *e = &r->exec[thread];
-    long long st[TW_RR_RUN_BATCH], arg[TW_RR_RUN_BATCH];
-    uint64_t now[TW_RR_RUN_BATCH], rep[TW_RR_RUN_BATCH], at[TW_RR_RUN_BATCH];
-    struct tw_rr_item *sub[TW_RR_RUN_BATCH];
-    size_t map[TW_RR_RUN_BATCH], run[TW_RR_RUN_BATCH], nrun = 0;
+    uint64_t at[TW_RR_RUN_BATCH];
+    size_t run[TW_RR_RUN_BATCH], nrun = 0;
     e->r = r;
     e->starting = true;
     e->v = v;
@@ -1162,55 +1219,43 @@ static void rr_run(void *ctx, struct tw_rr_item **v, size_t n, unsigned thread)
 #ifdef TW_RR_TRACE
     uint64_t t_take = tw_rr_mono_ns(), t_sent;
 #endif
+    rt->retry_ms = RR_START_RETRY_MS < r->cfg.command_timeout_ms ? RR_START_RETRY_MS : 0;
     rr_exec_eval(e, rt);
     rr_exec_acks_done(e, true);
+    uint64_t t0 = tw_rr_mono_ns(), give_up = (uint64_t)r->cfg.lease_ms * 500000u;
+    for (;;) {
+        bool none = true;
+        for (size_t i = 0; i < n && none; i++)
+            none = e->st[i] == -2;
+        if (!none || (rt->cluster && tw_rr_any_connected(rt)) || atomic_load(&r->closed) ||
+            tw_rr_mono_ns() - t0 >= give_up)
+            break;
+        tw_rr_sleep_ms(RR_RETRY_MS); /* Redis away: the same batch again */
+        rr_exec_eval(e, rt);
+        rr_exec_acks_done(e, true);
+    }
+    rt->retry_ms = 0;
 #ifdef TW_RR_TRACE
     t_sent = e->sent_ns;
 #endif
-    memcpy(st, e->st, n * sizeof *st);
-    memcpy(arg, e->arg, n * sizeof *arg);
-    memcpy(now, e->now, n * sizeof *now);
-    memcpy(rep, e->reply_ns, n * sizeof *rep);
-    uint64_t t0 = tw_rr_mono_ns(), give_up = (uint64_t)r->cfg.lease_ms * 500000u;
-    for (;;) {
-        size_t m = 0;
-        for (size_t i = 0; i < n; i++)
-            if (st[i] == -2) {
-                map[m] = i;
-                sub[m++] = v[i];
-            }
-        if (m == 0 || atomic_load(&r->closed) || tw_rr_mono_ns() - t0 >= give_up)
-            break;
-        tw_rr_sleep_ms(RR_RETRY_MS);
-        e->v = sub;
-        e->n = m;
-        rr_exec_eval(e, rt);
-        rr_exec_acks_done(e, true);
-        for (size_t j = 0; j < m; j++) {
-            st[map[j]] = e->st[j];
-            arg[map[j]] = e->arg[j];
-            now[map[j]] = e->now[j];
-            rep[map[j]] = e->reply_ns[j];
-        }
-    }
     for (size_t i = 0; i < n; i++) {
         struct tw_rr_item *it = v[i];
-        if (st[i] == -2) { /* stopping, or the lease about gone: try again later */
-            rr_requeue(r, it, (uint64_t)RR_RETRY_MS * 1000000u);
+        if (e->st[i] == -2) { /* unanswered: a later round tries again */
+            rr_requeue(r, it, rr_retry_ns(r, rt, it));
             continue;
         }
-        if (st[i] == 0) { /* not due within start_ahead_ms by the server's clock */
-            rr_requeue(r, it, (uint64_t)(arg[i] > 0 ? arg[i] : 1) * 1000u);
+        if (e->st[i] == 0) { /* not due within start_ahead_ms by the server's clock */
+            rr_requeue(r, it, (uint64_t)(e->arg[i] > 0 ? e->arg[i] : 1) * 1000u);
             continue;
         }
-        if (st[i] != 1) {
+        if (e->st[i] != 1) {
             atomic_fetch_add(&r->lost_leases, 1);
             free(it);
             continue;
         }
         /* started: run in the order of the times they may run at (stable:
          * the ones due already, e.g. a catch-up, keep the batch's order) */
-        at[i] = rr_run_at(it->due_ms, now[i], rep[i]);
+        at[i] = rr_run_at(it->due_ms, e->now[i], e->reply_ns[i]);
         size_t j = nrun++;
         while (j > 0 && at[run[j - 1]] > at[i]) {
             run[j] = run[j - 1];
@@ -1225,9 +1270,9 @@ static void rr_run(void *ctx, struct tw_rr_item **v, size_t n, unsigned thread)
     for (size_t q = 0; q < nrun; q++) {
         struct tw_rr_item *it = v[run[q]];
         it->run_ns = at[run[q]];
-        it->srv_us = now[run[q]];
-        it->reply_ns = rep[run[q]];
-        it->started = (uint64_t)arg[run[q]];
+        it->srv_us = e->now[run[q]];
+        it->reply_ns = e->reply_ns[run[q]];
+        it->started = (uint64_t)e->arg[run[q]];
 #ifdef TW_RR_TRACE
         it->take_ns = t_take;
         it->sent_ns = t_sent;

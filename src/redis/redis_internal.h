@@ -47,6 +47,9 @@ struct tw_rr_router {
     bool map_stale;           /* refresh CLUSTER SLOTS before the next command */
     uint16_t *slot_node;      /* cluster: TW_RR_SLOTS node indexes (UINT16_MAX: unknown) */
     uint32_t connect_timeout_ms, command_timeout_ms;
+    uint32_t retry_ms;        /* set by the owner: redirects, reconnects and backoff of
+                               * one command end after this (0: command_timeout_ms; a
+                               * reply still waits up to command_timeout_ms) */
     const char *const *shas;  /* script SHA1s (hex), owned by the client */
     const char *const *bodies; /* script texts */
     uint64_t reconnects;      /* connections re-established after a failure */
@@ -64,11 +67,13 @@ int tw_rr_parse_addr(const char *s, char *host, size_t hostcap, int *port);
 /* Redis Cluster key slot (CRC16 of the hash tag or of the key, mod 16384). */
 unsigned tw_rr_key_slot(const void *key, size_t len);
 
+/* Whether a connection to some node is open (a failed one is closed). */
+bool tw_rr_any_connected(const struct tw_rr_router *rt);
 /* Index of the node serving `slot` by the current map (0 standalone), or -1. */
 int tw_rr_node_of(const struct tw_rr_router *rt, int slot);
 /* Run one command routed by `slot` (any node when slot < 0), following
  * MOVED/ASK, retrying connection errors with backoff until the command
- * timeout. Returns 0 and *reply (an error reply is returned as a reply), or
+ * timeout (retry_ms when set). Returns 0 and *reply (an error reply is returned as a reply), or
  * TW_EIO, TW_ENOMEM. */
 int tw_rr_command(struct tw_rr_router *rt, int slot, int argc, const char **argv,
                   const size_t *lens, redisReply **reply);
@@ -82,7 +87,9 @@ int tw_rr_eval(struct tw_rr_router *rt, unsigned id, int slot, int nkeys, int na
  * calls are sent in chunks; every reply is checked with `check` (0: fine).
  * Redirected or NOSCRIPT calls are redone one by one with tw_rr_eval (for
  * TW_RR_SET with the later calls of their slot, so that a slot's SET calls
- * take effect in order). Returns 0, or the first error. */
+ * take effect in order). A node whose connection fails leaves its calls
+ * unchecked; the other nodes' replies are still checked (and nothing is
+ * redone): TW_EIO. Returns 0, or the first error. */
 typedef int tw_rr_build_fn(void *ctx, size_t i, int *slot, const char **argv, size_t *lens,
                            int *nargs);
 typedef int tw_rr_check_fn(void *ctx, size_t i, const redisReply *reply);

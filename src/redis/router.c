@@ -12,7 +12,9 @@
  * - Failures: a lost connection is closed and retried at once; a failed
  *   connect backs off 10, 20, 40 ... 1000 ms per node; LOADING, TRYAGAIN,
  *   CLUSTERDOWN and MASTERDOWN back off too. All of it within the command
- *   timeout, after which the call gives TW_EIO.
+ *   timeout (or the owner's shorter retry_ms), after which the call gives
+ *   TW_EIO. A pipelined batch (tw_rr_eval_many) whose connection to one
+ *   node fails still reads the other nodes' replies.
  * - Scripts: EVALSHA, and EVAL of the text when the server answers NOSCRIPT
  *   (after a restart or SCRIPT FLUSH); the EVAL caches it again.
  * A router is used by one thread at a time (the caller owns the lock).
@@ -296,6 +298,14 @@ void tw_rr_router_free(struct tw_rr_router *rt)
     memset(rt, 0, sizeof *rt);
 }
 
+bool tw_rr_any_connected(const struct tw_rr_router *rt)
+{
+    for (size_t i = 0; i < rt->nnodes; i++)
+        if (rt->nodes[i].c)
+            return true;
+    return false;
+}
+
 int tw_rr_node_of(const struct tw_rr_router *rt, int slot)
 {
     if (!rt->cluster || slot < 0)
@@ -362,7 +372,8 @@ static void rr_wait(struct tw_rr_router *rt, size_t node, uint64_t deadline)
 int tw_rr_command(struct tw_rr_router *rt, int slot, int argc, const char **argv,
                   const size_t *lens, redisReply **reply)
 {
-    uint64_t deadline = tw_rr_mono_ns() + (uint64_t)rt->command_timeout_ms * 1000000u;
+    uint32_t budget = rt->retry_ms ? rt->retry_ms : rt->command_timeout_ms;
+    uint64_t deadline = tw_rr_mono_ns() + (uint64_t)budget * 1000000u;
     int ask = -1;
     for (;;) {
         if (rt->cluster && rt->map_stale) {
@@ -560,14 +571,24 @@ int tw_rr_eval_many(struct tw_rr_router *rt, unsigned id, size_t n, int nkeys,
                 rr_flush_big(rt->nodes[nd].c, &flushed);
             }
         }
-        /* Receive, in order (each node answers its commands in order). */
+        /* Receive, in order (each node answers its commands in order). A
+         * node whose connection fails is dropped and its later calls of the
+         * chunk stay unanswered, but the other nodes' replies are still read
+         * and checked: in a cluster with one master away, what the others
+         * answered counts (an executor's START round hands those on). */
+        bool io = false;
         for (size_t j = 0; j < m && rc == 0; j++) {
-            if (node[j] < 0)
+            if (node[j] < 0 || !rt->nodes[node[j]].c) /* not sent, or its node failed */
                 continue;
             redisReply *r = NULL;
             if (redisGetReply(rt->nodes[node[j]].c, (void **)&r) != REDIS_OK || !r) {
-                rc = TW_EIO;
-                break;
+                if (r)
+                    freeReplyObject(r);
+                rr_drop(&rt->nodes[node[j]]);
+                if (rt->cluster)
+                    rt->map_stale = true;
+                io = true;
+                continue;
             }
             if (r->type == REDIS_REPLY_ERROR &&
                 (strncmp(r->str, "NOSCRIPT", 8) == 0 || strncmp(r->str, "MOVED ", 6) == 0 ||
@@ -585,6 +606,10 @@ int tw_rr_eval_many(struct tw_rr_router *rt, unsigned id, size_t n, int nkeys,
         if (rc) { /* replies may be left unread: drop every connection */
             for (size_t i = 0; i < rt->nnodes; i++)
                 rr_drop(&rt->nodes[i]);
+            break;
+        }
+        if (io) { /* every reply read: the connections left are in step; no redo */
+            rc = TW_EIO;
             break;
         }
         /* SET: a key given twice in one set_many is in two calls of its

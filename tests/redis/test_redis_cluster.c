@@ -12,6 +12,15 @@
  * every task delivered, none early, duplicates only after an expired lease,
  * nothing pending, the workers stop cleanly.
  *
+ * Then, on the same cluster, test_master_away: one master is SIGKILLed while
+ * tasks of every partition come due, and restarted 3 s later (its AOF, turned
+ * on for the test, brings its tasks and leases back). An in-process worker
+ * (2 executors, lease 10 s) holds every task when the master goes; the tasks
+ * of the healthy masters must start on time (within AWAY_BOUND_MS = 2 s of
+ * their due time, where a START round that waited for the away master's
+ * answers held them up to lease_ms / 2 = 5 s), the away master's after it
+ * is back; none early, none lost, none twice.
+ *
  * Before that, on the same cluster, test_bucket_keys checks what Redis 7.0
  * really does with the keys the scripts touch without declaring them (the
  * due buckets "{q:p}:d:<b>", see src/redis/redis.c): a script may use a key
@@ -28,8 +37,11 @@
 #include "test.h"
 
 #include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "twheel/redis.h"
 
@@ -200,27 +212,23 @@ out:
     tw_redis_free(r);
 }
 
-static void test_cluster_migrate_midrun(void)
+static void test_cluster_migrate_midrun(struct rfx_cluster *c)
 {
     const uint64_t n = rw_test_size(30000);
-    struct rfx_cluster c;
-    CHECK_EQ_INT(rfx_cluster_start(&c, 3), 0);
-    if (c.n != 3)
-        return;
-    test_bucket_keys(&c);
+    test_bucket_keys(c);
     char seeds[3 * 32];
-    snprintf(seeds, sizeof seeds, "%s,%s,%s", c.addrs[0], c.addrs[1], c.addrs[2]);
+    snprintf(seeds, sizeof seeds, "%s,%s,%s", c->addrs[0], c->addrs[1], c->addrs[2]);
     char out[NWORKERS][300];
     pid_t pid[NWORKERS] = {0};
     for (int w = 0; w < NWORKERS; w++) {
-        snprintf(out[w], sizeof out[w], "%s/deliveries.%d", c.node[0].dir, w);
+        snprintf(out[w], sizeof out[w], "%s/deliveries.%d", c->node[0].dir, w);
         struct rw_opts o = {.servers = seeds, .queue = "cl", .out = out[w], .threads = 2,
                             .partitions = 16, .lease_ms = LEASE_MS, .window_ms = WINDOW_MS};
         CHECK_EQ_INT(rw_spawn(RFX_WORKER_PATH, &o, &pid[w], NULL), 0);
     }
     struct tw_redis_config cfg;
     tw_redis_config_init(&cfg);
-    cfg.servers = c.addrs;
+    cfg.servers = c->addrs;
     cfg.nservers = 3;
     cfg.queue = "cl";
     cfg.partitions = 16;
@@ -251,19 +259,19 @@ static void test_cluster_migrate_midrun(void)
             spread_checked = true;
             for (size_t m = 0; m < 3; m++) {
                 uint64_t keys = 0;
-                CHECK_EQ_INT(rfx_dbsize(&c.node[m], &keys), 0);
-                printf("master %zu (%s) holds %" PRIu64 " keys\n", m, c.addrs[m], keys);
+                CHECK_EQ_INT(rfx_dbsize(&c->node[m], &keys), 0);
+                printf("master %zu (%s) holds %" PRIu64 " keys\n", m, c->addrs[m], keys);
                 CHECK(keys > 0);
             }
         }
         if (!migrated && rfx_mono_ms() - start >= 1000) {
             migrated = true;
-            slot = rfx_cluster_busy_slot(&c, 0);
+            slot = rfx_cluster_busy_slot(c, 0);
             CHECK(slot >= 0);
             if (slot >= 0) {
                 uint64_t t = rfx_mono_ms();
-                CHECK_EQ_INT(rfx_cluster_migrate_slot(&c, (unsigned)slot, 1), 0);
-                CHECK_EQ_INT(rfx_cluster_owner(&c, (unsigned)slot), 1);
+                CHECK_EQ_INT(rfx_cluster_migrate_slot(c, (unsigned)slot, 1), 0);
+                CHECK_EQ_INT(rfx_cluster_owner(c, (unsigned)slot), 1);
                 printf("slot %d migrated from master 0 to master 1 in %" PRIu64 " ms\n", slot,
                        rfx_mono_ms() - t);
             }
@@ -309,11 +317,197 @@ out:
     free(due_lo);
     free(delays);
     tw_redis_free(client);
-    rfx_cluster_stop(&c);
+}
+
+/* ---- one master away ------------------------------------------------------ */
+#define AWAY_N 600 /* tasks, due AWAY_FIRST_MS .. + AWAY_SPREAD_MS after the set */
+#define AWAY_FIRST_MS 1000
+#define AWAY_SPREAD_MS 4000
+#define AWAY_KILL_MS 1800 /* after the set: the master goes */
+#define AWAY_DOWN_MS 3000 /* ... and is back this much later (< cluster-node-timeout) */
+#define AWAY_LEASE_MS 10000
+#define AWAY_BOUND_MS 2000 /* a healthy master's task starts this soon after its due time */
+#define AWAY_PARTS 16
+
+struct away_rec {
+    pthread_mutex_t mu;
+    uint32_t count[AWAY_N];
+    uint64_t first_us[AWAY_N], due_ms[AWAY_N];
+    uint64_t twice; /* a second start before the first one's lease could end */
+    uint64_t bad;   /* keys not of this test */
+};
+
+static enum tw_redis_result away_exec(void *arg, const struct tw_redis_task *t)
+{
+    struct away_rec *a = arg;
+    uint64_t now = rfx_realtime_us();
+    char buf[16];
+    size_t l = t->key_len < sizeof buf - 1 ? t->key_len : sizeof buf - 1;
+    memcpy(buf, t->key, l);
+    buf[l] = 0;
+    char *end;
+    unsigned long id = strtoul(buf + 2, &end, 10);
+    pthread_mutex_lock(&a->mu);
+    if (strncmp(buf, "a:", 2) != 0 || *end || id >= AWAY_N) {
+        a->bad++;
+    } else if (a->count[id]++ == 0) {
+        a->first_us[id] = now;
+        a->due_ms[id] = t->due_ms;
+    } else if (now < a->first_us[id] + (uint64_t)AWAY_LEASE_MS * 1000u - 200000u) {
+        a->twice++;
+    }
+    pthread_mutex_unlock(&a->mu);
+    return TW_REDIS_DONE;
+}
+
+/* The partition of a key: FNV-1a-64 % partitions, as every client computes it. */
+static unsigned away_part(const char *key)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const char *p = key; *p; p++)
+        h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
+    return (unsigned)(h % AWAY_PARTS);
+}
+
+static void test_master_away(struct rfx_cluster *c)
+{
+    /* the master holding the most partitions goes; every master holds some */
+    int owner[AWAY_PARTS], held[RFX_CLUSTER_MAX] = {0};
+    for (unsigned p = 0; p < AWAY_PARTS; p++) {
+        char tag[32];
+        int l = snprintf(tag, sizeof tag, "{pa:%u}", p);
+        owner[p] = rfx_cluster_owner(c, rfx_key_slot(tag, (size_t)l));
+        CHECK(owner[p] >= 0);
+        if (owner[p] < 0)
+            return;
+        held[owner[p]]++;
+    }
+    size_t victim = 0;
+    for (size_t i = 0; i < c->n; i++) {
+        CHECK(held[i] > 0);
+        if (held[i] > held[victim])
+            victim = i;
+    }
+    struct rfx_server *vs = &c->node[victim];
+    /* its writes survive the kill: AOF, fsync always (rfx_restart starts it so) */
+    CHECK_EQ_INT(rfx_command(vs, "CONFIG SET appendfsync always"), 0);
+    CHECK_EQ_INT(rfx_command(vs, "CONFIG SET appendonly yes"), 0);
+    vs->opts.appendonly = true;
+    vs->opts.appendfsync = "always";
+    for (int t = 0; t < 100; t++) { /* the rewrite that turning AOF on starts */
+        double busy = 1, on = 0;
+        if (rfx_info_double(vs, "aof_rewrite_in_progress", &busy) == 0 &&
+            rfx_info_double(vs, "aof_enabled", &on) == 0 && busy == 0 && on == 1)
+            break;
+        rfx_sleep_ms(50);
+    }
+
+    static struct away_rec rec; /* large: not on the stack */
+    memset(&rec, 0, sizeof rec);
+    pthread_mutex_init(&rec.mu, NULL);
+    struct tw_redis_config cfg;
+    tw_redis_config_init(&cfg);
+    cfg.servers = c->addrs;
+    cfg.nservers = c->n;
+    cfg.queue = "pa";
+    cfg.partitions = AWAY_PARTS;
+    struct tw_redis *client = NULL, *worker = NULL;
+    CHECK_EQ_INT(tw_redis_new(&cfg, &client), 0);
+    cfg.execute = away_exec;
+    cfg.arg = &rec;
+    cfg.threads = 2;
+    cfg.lease_ms = AWAY_LEASE_MS;
+    cfg.window_ms = 8000; /* every task held before the master goes: START rounds are tested */
+    CHECK_EQ_INT(tw_redis_new(&cfg, &worker), 0);
+    if (!client || !worker)
+        goto out;
+
+    int64_t delays[AWAY_N];
+    for (int i = 0; i < AWAY_N; i++)
+        delays[i] = AWAY_FIRST_MS + (int64_t)i * AWAY_SPREAD_MS / AWAY_N;
+    uint64_t t0 = rfx_mono_ms(), set_ms = rfx_realtime_us() / 1000u;
+    CHECK_EQ_INT(rw_set_range(client, NULL, "a:", 0, AWAY_N, delays, NULL), AWAY_N);
+    uint64_t now = rfx_mono_ms();
+    if (now < t0 + AWAY_KILL_MS)
+        rfx_sleep_ms((unsigned)(t0 + AWAY_KILL_MS - now));
+    CHECK_EQ_INT(rfx_kill(vs), 0);
+    uint64_t kill_ms = rfx_realtime_us() / 1000u;
+    rfx_sleep_ms(AWAY_DOWN_MS);
+    CHECK_EQ_INT(rfx_restart(vs), 0);
+    uint64_t back_ms = rfx_realtime_us() / 1000u;
+    printf("master %zu (%d of %d partitions) away from +%" PRIu64 " to +%" PRIu64 " ms\n", victim,
+           held[victim], AWAY_PARTS, kill_ms - set_ms, back_ms - set_ms);
+
+    /* every task started once (bounded wait) */
+    uint64_t deadline = rfx_mono_ms() + 30000;
+    for (;;) {
+        size_t got = 0;
+        pthread_mutex_lock(&rec.mu);
+        for (int i = 0; i < AWAY_N; i++)
+            got += rec.count[i] > 0;
+        pthread_mutex_unlock(&rec.mu);
+        if (got == AWAY_N || rfx_mono_ms() > deadline)
+            break;
+        rfx_sleep_ms(100);
+    }
+    CHECK_EQ_INT(tw_redis_stop(worker), 0);
+
+    uint64_t missing = 0, early = 0, healthy = 0, away = 0, late_healthy = 0, max_late = 0;
+    uint64_t away_before_back = 0;
+    for (int i = 0; i < AWAY_N; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "a:%d", i);
+        if (rec.count[i] == 0) {
+            missing++;
+            continue;
+        }
+        uint64_t start = rec.first_us[i], due_us = rec.due_ms[i] * 1000u;
+        early += start < due_us;
+        if ((size_t)owner[away_part(key)] == victim) {
+            away++;
+            /* due while it was away: it can only have run once it was back */
+            if (rec.due_ms[i] > kill_ms + 100 && start < back_ms * 1000u - 100000u)
+                away_before_back++;
+            continue;
+        }
+        healthy++;
+        uint64_t late = start > due_us ? (start - due_us) / 1000u : 0;
+        if (late > max_late)
+            max_late = late;
+        late_healthy += late >= AWAY_BOUND_MS;
+    }
+    printf("healthy masters: %" PRIu64 " tasks, latest %" PRIu64
+           " ms after due; away master: %" PRIu64 " tasks; missing %" PRIu64 ", early %" PRIu64
+           ", twice %" PRIu64 "\n",
+           healthy, max_late, away, missing, early, rec.twice);
+    CHECK_EQ_U64(missing, 0);
+    CHECK_EQ_U64(early, 0);
+    CHECK_EQ_U64(rec.twice, 0);
+    CHECK_EQ_U64(rec.bad, 0);
+    CHECK_EQ_U64(away_before_back, 0);
+    CHECK(healthy > 0 && away > 0);
+    CHECK_EQ_U64(late_healthy, 0);
+out:
+    tw_redis_free(worker);
+    tw_redis_free(client);
+    pthread_mutex_destroy(&rec.mu);
+}
+
+static struct rfx_cluster cluster;
+
+static void test_cluster(void)
+{
+    CHECK_EQ_INT(rfx_cluster_start(&cluster, 3), 0);
+    if (cluster.n != 3)
+        return;
+    test_cluster_migrate_midrun(&cluster);
+    test_master_away(&cluster);
+    rfx_cluster_stop(&cluster);
 }
 
 int main(void)
 {
-    RUN(test_cluster_migrate_midrun);
+    signal(SIGPIPE, SIG_IGN); /* a write to a killed master's connection */
+    RUN(test_cluster);
     return test_summary();
 }
