@@ -43,6 +43,16 @@
  * each with its own connections. execute may call set/move/remove on the same
  * client; it must not call stop or free.
  *
+ * SIGPIPE: hiredis writes with write(), so writing to a connection whose
+ * server died raises SIGPIPE, which ends a process that keeps the default
+ * action. The worker's own threads run with SIGPIPE blocked (the write then
+ * fails with EPIPE and the connection is remade); calls made on the
+ * application's threads (set, move, remove, set_many, stats, stop) write on
+ * those threads, so a program that uses this layer should ignore SIGPIPE
+ * (`signal(SIGPIPE, SIG_IGN)`) or block it in its threads, as any program
+ * writing to sockets must. The library never changes the process's
+ * disposition.
+ *
  * Durability: a call returns once Redis has applied it; what survives a crash
  * of Redis itself is Redis's choice: with `appendonly yes` and `appendfsync
  * always` nothing acknowledged is lost; `appendfsync everysec` (Redis's

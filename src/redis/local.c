@@ -60,6 +60,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -123,6 +124,24 @@ static void loc_fire(void *ctx, const struct tw_task *t)
 static uint64_t loc_now_tick(const struct tw_rr_local *l)
 {
     return (tw_rr_mono_ns() - l->start_ns) / l->tick_ns;
+}
+
+/* Start one of the layer's own threads with SIGPIPE blocked (it inherits
+ * the mask of the thread creating it, which is restored): hiredis writes
+ * with write(), so a write to a server that was killed raises SIGPIPE,
+ * whose default action ends the process. Blocked, it stays pending on that
+ * thread and write() fails with EPIPE, a reconnect like any other. The
+ * process's disposition, which is the application's, is left alone. */
+int tw_rr_thread_create(pthread_t *t, void *(*fn)(void *), void *arg)
+{
+    sigset_t pipe, old;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    if (pthread_sigmask(SIG_BLOCK, &pipe, &old) != 0)
+        return pthread_create(t, NULL, fn, arg);
+    int rc = pthread_create(t, NULL, fn, arg);
+    (void)pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return rc;
 }
 
 static void *loc_tick_main(void *arg)
@@ -366,7 +385,7 @@ int tw_rr_local_new(struct tw_rr_local **out, uint32_t tick_ms, uint32_t ahead_m
         return TW_ESYS;
     }
     rc = 0;
-    if (pthread_create(&l->tick_thread, NULL, loc_tick_main, l) != 0)
+    if (tw_rr_thread_create(&l->tick_thread, loc_tick_main, l) != 0)
         rc = TW_ESYS;
     else
         l->tick_started = true;
@@ -378,7 +397,7 @@ int tw_rr_local_new(struct tw_rr_local **out, uint32_t tick_ms, uint32_t ahead_m
         }
         a->l = l;
         a->i = i;
-        if (pthread_create(&l->threads[i], NULL, loc_exec_main, a) != 0) {
+        if (tw_rr_thread_create(&l->threads[i], loc_exec_main, a) != 0) {
             free(a);
             rc = TW_ESYS;
             break;

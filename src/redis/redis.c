@@ -2151,7 +2151,7 @@ int tw_redis_new(const struct tw_redis_config *cfg, struct tw_redis **out)
         for (uint32_t i = 0; i < r->cfg.threads; i++)
             if ((rc = rr_router(r, &r->exec_rt[i])) != 0)
                 goto fail;
-        if (pthread_create(&r->ack_thread, NULL, rr_ack_main, r) != 0) {
+        if (tw_rr_thread_create(&r->ack_thread, rr_ack_main, r) != 0) {
             rc = TW_ESYS;
             goto fail;
         }
@@ -2160,7 +2160,7 @@ int tw_redis_new(const struct tw_redis_config *cfg, struct tw_redis **out)
                                   r->cfg.rt_priority, r->cfg.threads, rr_run, rr_exec_one,
                                   r)) != 0)
             goto fail;
-        if (pthread_create(&r->sub_thread, NULL, rr_sub_main, r) != 0) {
+        if (tw_rr_thread_create(&r->sub_thread, rr_sub_main, r) != 0) {
             rc = TW_ESYS;
             goto fail;
         }
@@ -2174,7 +2174,7 @@ int tw_redis_new(const struct tw_redis_config *cfg, struct tw_redis **out)
         while (!r->subscribed && pthread_cond_timedwait(&r->sub_cv, &r->mu, &ts) == 0) {
         }
         pthread_mutex_unlock(&r->mu);
-        if (pthread_create(&r->claim_thread, NULL, rr_claim_main, r) != 0) {
+        if (tw_rr_thread_create(&r->claim_thread, rr_claim_main, r) != 0) {
             rc = TW_ESYS;
             goto fail;
         }

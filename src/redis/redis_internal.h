@@ -190,4 +190,7 @@ void tw_rr_local_batch(struct tw_rr_local *l, size_t max);
 /* Items due and waiting for an executor, armed, or running. */
 size_t tw_rr_local_ready(struct tw_rr_local *l);
 
+/* Start one of the layer's own threads with SIGPIPE blocked (local.c). */
+int tw_rr_thread_create(pthread_t *t, void *(*fn)(void *), void *arg);
+
 #endif /* TWHEEL_REDIS_INTERNAL_H */
