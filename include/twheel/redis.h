@@ -88,7 +88,9 @@
  * slices just cost ~120 B per task more until they are emptied. Raise
  * `partitions` to keep the density down. During a Redis Cluster slot
  * migration the calls of the partitions in that slot wait (retrying until
- * command_timeout_ms) for it to finish.
+ * command_timeout_ms) for it to finish; a worker's starts of their tasks
+ * are not held that long: a start round gives them up after a few ms and
+ * a later round tries again, about every 100 ms.
  *
  * Acknowledgements are delayed: a task that answered DONE is deleted from
  * Redis by the worker's next start call (on a standalone server any start
