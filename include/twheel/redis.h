@@ -46,7 +46,9 @@
  * SIGPIPE: hiredis writes with write(), so writing to a connection whose
  * server died raises SIGPIPE, which ends a process that keeps the default
  * action. The worker's own threads run with SIGPIPE blocked (the write then
- * fails with EPIPE and the connection is remade); calls made on the
+ * fails with EPIPE and the connection is remade); execute runs on them, so
+ * its own writes to a closed socket or pipe fail with EPIPE too, and a
+ * thread it starts inherits the blocked SIGPIPE; calls made on the
  * application's threads (set, move, remove, set_many, stats, stop) write on
  * those threads, so a program that uses this layer should ignore SIGPIPE
  * (`signal(SIGPIPE, SIG_IGN)`) or block it in its threads, as any program
@@ -86,7 +88,9 @@
  * slices just cost ~120 B per task more until they are emptied. Raise
  * `partitions` to keep the density down. During a Redis Cluster slot
  * migration the calls of the partitions in that slot wait (retrying until
- * command_timeout_ms) for it to finish.
+ * command_timeout_ms) for it to finish; a worker's starts of their tasks
+ * are not held that long: a start round gives them up after a few ms and
+ * a later round tries again, about every 100 ms.
  *
  * Acknowledgements are delayed: a task that answered DONE is deleted from
  * Redis by the worker's next start call (on a standalone server any start

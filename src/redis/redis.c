@@ -1177,7 +1177,14 @@ static void rr_exec_one(void *ctx, struct tw_rr_item *it, unsigned thread)
  * 6,000 tasks (2,256 on the away master, held ones cycling through rounds)
  * the healthy masters' latest task was 739 ms late with 20 ms and a retry
  * every RR_RETRY_MS, 598 ms with the node's backoff (rr_retry_ns), 103 ms
- * with 5 ms (single runs, load 1.5-2). A master that accepts connections but does not answer
+ * with 5 ms (single runs, load 1.5-2). And a round gives up at once, not
+ * after those 5 ms, when the node's connect backoff ends later (router.c):
+ * otherwise every round with held tasks of a down master slept 5 ms, and
+ * with many of them the rounds took the executors: 20,000 tasks (11,248
+ * on the away master, test_redis_cluster) left 2,319 and 3,442 of the
+ * ~6,300 healthy tasks due meanwhile over 200 ms late (latest 530 and 620
+ * ms), 32 and 84 ms latest now (two alternated runs each, load 0.3-0.5).
+ * A master that accepts connections but does not answer
  * (stopped, or cut off while the socket stays open) still holds the round
  * for the socket's command_timeout_ms on each read, its answered calls
  * included (test_redis_cluster with SIGSTOP for 3 s instead of SIGKILL: 92

@@ -48,7 +48,8 @@ struct tw_rr_router {
     uint16_t *slot_node;      /* cluster: TW_RR_SLOTS node indexes (UINT16_MAX: unknown) */
     uint32_t connect_timeout_ms, command_timeout_ms;
     uint32_t retry_ms;        /* set by the owner: redirects, reconnects and backoff of
-                               * one command end after this (0: command_timeout_ms; a
+                               * one command end after this, at once when the node's
+                               * connect backoff ends later (0: command_timeout_ms; a
                                * reply still waits up to command_timeout_ms) */
     const char *const *shas;  /* script SHA1s (hex), owned by the client */
     const char *const *bodies; /* script texts */

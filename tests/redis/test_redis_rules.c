@@ -13,6 +13,7 @@
 #include "test.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -1642,6 +1643,62 @@ static void test_armed_many(void)
     rec_destroy(&R);
 }
 
+/* SIGPIPE (redis.h): execute runs on the worker's threads, which start with
+ * it blocked (a write to a socket whose server died fails with EPIPE there
+ * instead of ending the process), and tw_redis_new leaves the mask of the
+ * thread that called it, and the process's disposition, as they were. */
+struct pipe_seen {
+    atomic_int runs, blocked;
+};
+
+static enum tw_redis_result pipe_exec(void *arg, const struct tw_redis_task *t)
+{
+    (void)t;
+    struct pipe_seen *p = arg;
+    sigset_t cur;
+    if (pthread_sigmask(SIG_BLOCK, NULL, &cur) == 0 && sigismember(&cur, SIGPIPE) == 1)
+        atomic_fetch_add(&p->blocked, 1);
+    atomic_fetch_add(&p->runs, 1);
+    return TW_REDIS_DONE;
+}
+
+static void test_sigpipe_blocked(void)
+{
+    struct sigaction before, after;
+    CHECK_EQ_INT(sigaction(SIGPIPE, NULL, &before), 0);
+    sigset_t none, cur;
+    sigemptyset(&none);
+    CHECK_EQ_INT(pthread_sigmask(SIG_SETMASK, &none, NULL), 0);
+    static struct pipe_seen P;
+    atomic_init(&P.runs, 0);
+    atomic_init(&P.blocked, 0);
+    struct tw_redis_config cf;
+    cfg_for(&cf, "pipe", NULL);
+    cf.execute = pipe_exec;
+    cf.arg = &P;
+    cf.threads = 2;
+    struct tw_redis *r = NULL;
+    CHECK_EQ_INT(tw_redis_new(&cf, &r), 0);
+    if (!r)
+        return;
+    CHECK_EQ_INT(pthread_sigmask(SIG_BLOCK, NULL, &cur), 0);
+    CHECK_EQ_INT(sigismember(&cur, SIGPIPE), 0); /* the caller's mask restored */
+    CHECK_EQ_INT(sigaction(SIGPIPE, NULL, &after), 0);
+    CHECK(after.sa_handler == before.sa_handler); /* the disposition left alone */
+    enum { N = 8 };
+    for (int i = 0; i < N; i++) {
+        char key[8];
+        int l = snprintf(key, sizeof key, "p%d", i);
+        CHECK_EQ_INT(tw_redis_set(r, key, (size_t)l, "x", 1, i % 2 ? 0 : 5), 0);
+    }
+    uint64_t end = rfx_mono_ms() + 5000;
+    while (atomic_load(&P.runs) < N && rfx_mono_ms() < end)
+        rfx_sleep_ms(10);
+    CHECK_EQ_INT(atomic_load(&P.runs), N);
+    CHECK_EQ_INT(atomic_load(&P.blocked), N);
+    tw_redis_free(r);
+}
+
 int main(void)
 {
     if (rfx_start(&srv, NULL) != 0) {
@@ -1672,6 +1729,7 @@ int main(void)
     RUN(test_window_beyond_ready_cap);
     RUN(test_stop_releases);
     RUN(test_unreachable);
+    RUN(test_sigpipe_blocked);
     rfx_stop(&srv);
     return test_summary();
 }
