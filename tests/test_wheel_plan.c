@@ -12,6 +12,7 @@
 #include "wheel.c" /* src/, on this test's include path */
 
 #include "test.h"
+#include "wheel_rec.h"
 
 /* plan_late as it was written before the table: the reference. */
 static uint64_t ref_plan_late(uint64_t first, uint64_t last)
@@ -112,20 +113,6 @@ static void test_in_place_for_matches_reference(void)
     CHECK(level1 > 1000); /* the sub-list case was drawn */
 }
 
-struct rec {
-    struct tw_timer timer;
-    struct tw_wheel *wheel;
-    int fires;
-    uint64_t fired_at;
-};
-
-static void rec_fire(struct tw_timer *t, void *arg)
-{
-    struct rec *r = arg;
-    (void)t;
-    r->fires++;
-    r->fired_at = tw_wheel_now(r->wheel);
-}
 
 /* A timer on a level-1 sub-list (planned with slack at 112: sub-list 3 of
  * slot 1) re-armed eagerly to another tick of the same slot, later or

@@ -10,20 +10,7 @@
 #include "test.h"
 #include "twheel.h"
 
-struct rec {
-    struct tw_timer timer;
-    struct tw_wheel *wheel;
-    int fires;
-    uint64_t fired_at;
-};
-
-static void rec_fire(struct tw_timer *t, void *arg)
-{
-    struct rec *r = arg;
-    (void)t;
-    r->fires++;
-    r->fired_at = tw_wheel_now(r->wheel);
-}
+#include "wheel_rec.h"
 
 static void rec_init(struct rec *r, struct tw_wheel *w)
 {
