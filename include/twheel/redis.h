@@ -265,7 +265,13 @@ struct tw_redis_item {
 TW_API int tw_redis_set_many(struct tw_redis *r, const struct tw_redis_item *items, size_t n);
 
 /** Stop claiming, let running callbacks finish, release held leases so other
- * workers take those tasks at once. Idempotent. @return 0. */
+ * workers take those tasks at once. Idempotent. With a server (or a cluster
+ * master) away, the releases and the delayed acknowledgements sent to it
+ * fail after command_timeout_ms each, and the claim round in progress may
+ * wait that long too: stop then takes seconds (5 s measured with one of
+ * three masters killed and the default 2 s timeout); what it could not
+ * release stays leased in Redis and is delivered again when the leases end.
+ * @return 0. */
 TW_API int tw_redis_stop(struct tw_redis *r);
 
 /** Stop (if needed) and free everything. NULL is a no-op. */
