@@ -270,7 +270,8 @@ TW_API int tw_redis_set_many(struct tw_redis *r, const struct tw_redis_item *ite
  * fail after command_timeout_ms each, and the claim round in progress may
  * wait that long too: stop then takes seconds (5 s measured with one of
  * three masters killed and the default 2 s timeout); what it could not
- * release stays leased in Redis and is delivered again when the leases end.
+ * release stays leased in Redis and is delivered when its lease ends (a
+ * finished task whose acknowledgement failed, a second time).
  * @return 0. */
 TW_API int tw_redis_stop(struct tw_redis *r);
 
