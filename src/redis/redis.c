@@ -410,6 +410,7 @@
 #define RR_CAPPED_RETRY_NS 5000000u /* a worker at its fill claims again this soon */
 #define RR_OFF_EPOCH_NS 5000000000ull /* clock offset samples are kept 5-10 s */
 #define RR_RETRY_MS 100      /* a start that failed for I/O is retried this much later */
+#define RR_CLAIM_RETRY_MS 20 /* a claim round's retry budget per call, a master away */
 #define RR_HIST 512
 #define RR_ACK_DELAY_MS 100  /* an acknowledgement waits this long for a START to ride on */
 #define RR_ACK_FOLD 32       /* most acknowledgements folded into one START call */
@@ -1675,6 +1676,20 @@ static int rr_claim_round(struct tw_redis *r, unsigned char *want, bool pace, bo
      * while the ones after it claimed their catch-up, and the first ones'
      * earlier tasks would have come after theirs (out of due order). */
     unsigned char bad[RR_SAMPLE_NODES + 1] = {0}; /* [RR_SAMPLE_NODES]: unknown nodes */
+    /* A cluster master away must not hold up the others' claims: with
+     * another connection left, the round's calls (TIME, claims) give up
+     * after RR_CLAIM_RETRY_MS of redirects, reconnects and backoff, at once
+     * when the node's connect backoff ends later (router.c), not after
+     * command_timeout_ms; the node is then bad for the round and its
+     * partitions are claimed by a later one once it answers. Wholly away (a
+     * standalone server, or no cluster connection left): the whole command
+     * timeout, as before (the claim thread's reconnect and backoff,
+     * rr_claim_main). */
+    struct tw_rr_router *rt = &r->claim_rt;
+    rt->retry_ms = rt->cluster && tw_rr_any_connected(rt) &&
+                           RR_CLAIM_RETRY_MS < r->cfg.command_timeout_ms
+                       ? RR_CLAIM_RETRY_MS
+                       : 0;
     rr_clock_round(r, want, bad);
     rr_reconnected(r);
     r->claim_start = (r->claim_start + 1) % P;
@@ -1765,6 +1780,7 @@ static int rr_claim_round(struct tw_redis *r, unsigned char *want, bool pace, bo
         if (stop)
             break;
     }
+    rt->retry_ms = 0;
     return err;
 }
 
