@@ -30,7 +30,9 @@
  *    in a Redis Cluster, a master that stays unreachable does not hold the
  *    others back: its partitions' tasks come when it is back, possibly after
  *    later tasks of other masters, while the other masters' tasks keep
- *    running on time when it refuses connections (down, restarting). One
+ *    running on time when it refuses connections (down, restarting): a
+ *    worker's claims and starts give up on it after a few ms and retry in
+ *    later rounds. One
  *    that accepts connections but does not answer (stopped, or cut off
  *    while its socket stays open) still holds each start round that
  *    includes its tasks for command_timeout_ms, and the other masters'
@@ -88,9 +90,9 @@
  * slices just cost ~120 B per task more until they are emptied. Raise
  * `partitions` to keep the density down. During a Redis Cluster slot
  * migration the calls of the partitions in that slot wait (retrying until
- * command_timeout_ms) for it to finish; a worker's starts of their tasks
- * are not held that long: a start round gives them up after a few ms and
- * a later round tries again, about every 100 ms.
+ * command_timeout_ms) for it to finish; a worker's claims and starts of
+ * their tasks are not held that long: a round gives them up after a few ms
+ * (20 ms for a claim, 5 for a start) and a later round tries again.
  *
  * Acknowledgements are delayed: a task that answered DONE is deleted from
  * Redis by the worker's next start call (on a standalone server any start
@@ -268,7 +270,7 @@ TW_API int tw_redis_set_many(struct tw_redis *r, const struct tw_redis_item *ite
  * workers take those tasks at once. Idempotent. With a server (or a cluster
  * master) away, the releases and the delayed acknowledgements sent to it
  * fail after command_timeout_ms each, and the claim round in progress may
- * wait that long too: stop then takes seconds (5 s measured with one of
+ * wait that long too when no server answers: stop then takes seconds (5 s measured with one of
  * three masters killed and the default 2 s timeout); what it could not
  * release stays leased in Redis and is delivered when its lease ends (a
  * finished task whose acknowledgement failed, a second time).
