@@ -6,7 +6,7 @@
 
 #include "bench.h"
 
-#define BENCH_METRICS 5
+#define BENCH_METRICS 7
 
 struct cell_result {
     int ok;                    /* 0: the run was wrong (err says why) */

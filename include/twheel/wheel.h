@@ -41,7 +41,10 @@
  *    fires (and the cascades of the timers that do fire): the choice for an
  *    event loop whose latency is the tick, where re-armed timers should not
  *    make a later tick do their work (W2 at 1e6: ticks 2.4-3.4x cheaper,
- *    heartbeats about 1.7x dearer, bench/README.md). Lazy and eager calls
+ *    heartbeats about 1.7x dearer, bench/README.md). Lazy timers armed
+ *    together stay in one slot however often they are re-armed, and the
+ *    advance that reaches it moves them all at once (W2 at 1e6: 10^6
+ *    timers, a 12.5 ms tick; eager's worst tick 0.25 ms). Lazy and eager calls
  *    may be mixed on one wheel and one timer, exact either way; an eager
  *    re-arm into the slot of a deadline stored lazily before may leave that
  *    lazy move in place. tw_wheel_moves does not count eager relocations
