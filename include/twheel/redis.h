@@ -32,9 +32,7 @@
  *    later tasks of other masters, while the other masters' tasks keep
  *    running on time when it refuses connections (down, restarting): a
  *    worker's claims and starts give up on it after a few ms and retry in
- *    later rounds (in tests, within tens of ms of their due times, but in
- *    about one run in three a batch of them started together 100-600 ms
- *    late; the cause is not found yet). One
+ *    later rounds. One
  *    that accepts connections but does not answer (stopped, or cut off
  *    while its socket stays open) still holds each start round that
  *    includes its tasks for command_timeout_ms, and the other masters'
