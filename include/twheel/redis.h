@@ -66,8 +66,8 @@
  * last snapshot. With replicas, a failover may lose what the master had not
  * replicated yet. `appendfsync always` also puts the disk on the lateness
  * path: every start and claim writes, so its answer waits for an fsync (on
- * a shared VM disk, now and then hundreds of ms: tasks started that late in
- * the tests until they stopped leaving it on for servers they time).
+ * a shared VM disk, now and then hundreds of ms, measured in this project's
+ * cluster test).
  *
  * Lateness: a worker claims tasks window_ms ahead (every window_ms / 2, its
  * claim calls spread over window_ms / 4 so that they do not hold Redis in one
