@@ -27,6 +27,10 @@
  * the worker claim only 500 ms ahead, so the tasks due during the outage
  * are claimed during it: claim rounds must not wait command_timeout_ms for
  * the away master on every round, and the same 300 ms bound holds.
+ * Each bound is judged beyond what the machine explains in the same run
+ * (machine_stall.h: the run-queue wait of this process's threads and of the
+ * masters, a control sleeper): on a busy machine a task late by the
+ * machine's stall alone is reported, not failed.
  *
  * Before that, on the same cluster, test_bucket_keys checks what Redis 7.0
  * really does with the keys the scripts touch without declaring them (the
@@ -41,6 +45,7 @@
 #define _GNU_SOURCE
 #include "fixture.h"
 #include "harness.h"
+#include "machine_stall.h"
 #include "test.h"
 
 #include <inttypes.h>
@@ -441,6 +446,11 @@ static void away_run(struct rfx_cluster *c, const char *queue, size_t n, uint32_
 
     for (size_t i = 0; i < n; i++)
         delays[i] = AWAY_FIRST_MS + (int64_t)i * AWAY_SPREAD_MS / (int64_t)n;
+    pid_t peers[RFX_CLUSTER_MAX];
+    for (size_t i = 0; i < c->n; i++)
+        peers[i] = c->node[i].pid;
+    struct mstall machine;
+    mstall_start(&machine, peers, (int)c->n);
     uint64_t t0 = rfx_mono_ms(), set_ms = rfx_realtime_us() / 1000u;
     CHECK_EQ_INT(rw_set_range(client, NULL, "a:", 0, n, delays, NULL), (int)n);
     uint64_t now = rfx_mono_ms();
@@ -467,7 +477,11 @@ static void away_run(struct rfx_cluster *c, const char *queue, size_t n, uint32_
             break;
         rfx_sleep_ms(100);
     }
+    mstall_stop(&machine);
     CHECK_EQ_INT(tw_redis_stop(worker), 0);
+    /* A bound is judged beyond what the machine explains (machine_stall.h). */
+    uint64_t slack_ms = (uint64_t)machine.explained_ms;
+    uint64_t explained_healthy = 0, explained_outage = 0;
 
     uint64_t missing = 0, early = 0, healthy = 0, away = 0, late_healthy = 0, max_late = 0;
     uint64_t away_before_back = 0, outage = 0, outage_late = 0, outage_max = 0;
@@ -491,10 +505,13 @@ static void away_run(struct rfx_cluster *c, const char *queue, size_t n, uint32_
         uint64_t late = start > due_us ? (start - due_us) / 1000u : 0;
         if (late > max_late)
             max_late = late;
-        late_healthy += late >= AWAY_BOUND_MS;
+        late_healthy += late >= AWAY_BOUND_MS + slack_ms;
+        explained_healthy += late >= AWAY_BOUND_MS && late < AWAY_BOUND_MS + slack_ms;
         if (rec.due_ms[i] > kill_ms + 200 && rec.due_ms[i] < back_ms) {
             outage++;
-            outage_late += outage_bound_ms && late >= outage_bound_ms;
+            outage_late += outage_bound_ms && late >= outage_bound_ms + slack_ms;
+            explained_outage +=
+                outage_bound_ms && late >= outage_bound_ms && late < outage_bound_ms + slack_ms;
             if (late > outage_max)
                 outage_max = late;
         }
@@ -505,6 +522,12 @@ static void away_run(struct rfx_cluster *c, const char *queue, size_t n, uint32_
            healthy, max_late, away, missing, early, rec.twice);
     printf("healthy tasks due while it was away: %" PRIu64 ", latest %" PRIu64 " ms after due\n",
            outage, outage_max);
+    mstall_print(&machine, "this run");
+    if (explained_healthy || explained_outage)
+        printf("over a bound by less than the machine explains (not failed): %" PRIu64
+               " healthy tasks over %d ms, %" PRIu64 " due while it was away over %" PRIu64
+               " ms\n",
+               explained_healthy, AWAY_BOUND_MS, explained_outage, outage_bound_ms);
     CHECK_EQ_U64(missing, 0);
     CHECK_EQ_U64(early, 0);
     CHECK_EQ_U64(rec.twice, 0);
