@@ -15,8 +15,8 @@
 # Then runs one out of descriptors (a low `ulimit -n`, more clients than fit):
 # it must refuse the extra ones without spinning, accept again once clients
 # leave, and still stop promptly on SIGTERM.
-# The allowance is generous (tick 10 ms + 250 ms): this runs beside the rest of
-# the suite, sanitizers included, on a shared machine; the distribution is
+# The allowance is generous (tick 10 ms + 250 ms): this runs alone (label
+# timing) but under sanitizers and on a shared machine; the distribution is
 # printed either way. Registered with CTest under the label "scene".
 set -u
 SRV=${1:?server binary}
