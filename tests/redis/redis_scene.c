@@ -25,6 +25,7 @@
 
 #include "fixture.h"
 #include "harness.h"
+#include "machine_stall.h"
 #include "twheel/redis.h"
 
 #define LEASE_MS 3000
@@ -105,6 +106,14 @@ int main(int argc, char **argv)
     for (uint64_t i = 0; i < n; i++)
         delays[i] = 500 + rand() % 7500;
 
+    /* the machine's own stall, printed beside the lateness (machine_stall.h) */
+    pid_t peers[MAXW + 1];
+    int npeers = 0;
+    peers[npeers++] = srv.pid;
+    for (int w = 0; w < nw; w++)
+        peers[npeers++] = pid[w];
+    struct mstall machine;
+    mstall_start(&machine, peers, npeers);
     uint64_t start = rfx_mono_ms(), kill_ms = 0, restart_ms = 0, wkill_ms = 0, id = 0;
     uint64_t ok = 0, refused = 0;
     bool wk = false, rk = false, rr = false, wn = false;
@@ -199,6 +208,7 @@ int main(int argc, char **argv)
     }
     struct tw_redis_stats st = rw_wait_drained(client, deadline);
     uint64_t all_done = rfx_mono_ms() - start;
+    mstall_stop(&machine);
     for (int w = 0; w < nw; w++)
         if (pid[w] > 0)
             rw_stop(pid[w], 10000);
@@ -237,6 +247,8 @@ int main(int argc, char **argv)
            vc.late_p50_us / 1000.0, vc.late_p99_us / 1000.0, vc.late_max_us / 1000.0,
            vc.delivered);
     printf("  pending         %" PRIu64 " in Redis at the end\n", st.pending);
+    printf("  ");
+    mstall_print(&machine, "the scene");
     rdel_free(&d);
     free(due_lo);
     free(acked);
