@@ -299,7 +299,8 @@ TW_API int64_t tw_runner_drain(struct tw_runner *r, tw_tasks_fn *fn, void *ctx);
  * On a clock, stop leaves it (after it returns the clock no longer runs
  * this runner); with a pool, it waits until the pool has run this runner's
  * queued tasks, then lets go of the pool (a pool of its own is joined).
- * Idempotent: a second stop returns 0 at once. Returns 0, TW_EINVAL, or
+ * Idempotent: once a stop has returned 0, a later stop (free's included)
+ * returns 0 at once, from any thread. Returns 0, TW_EINVAL, or
  * TW_EBUSY when called from a callback of this runner (stop's own drain
  * included), from a drain's fn (see tw_runner_drain), from any thread of
  * the runner's pool or from its clock's thread; nothing is done then. */
