@@ -146,8 +146,7 @@ extern "C" {
  * with millions of timers, each one a trip to DRAM). */
 #define TW_WHEEL_CHAINS 4
 
-/** The tick value meaning "no deadline" where a function returns one. */
-#define TW_NEVER UINT64_MAX
+/* TW_NEVER, the tick value meaning "no deadline", is in twheel/common.h. */
 
 struct tw_timer;
 struct tw_wheel;
