@@ -116,9 +116,12 @@
  * tw_runner (twheel/runner.h) is the thread-safe service.
  *
  * Costs: arm, cancel, re-arm are O(1). Advancing costs O(1) per occupied slot
- * that comes due plus O(1) per timer fired or moved down a level; each timer
- * moves at most once per level it skips (11 levels; delays below 2^18 ticks
- * move at most twice), and idle ticks cost nothing.
+ * that comes due plus O(1) per timer fired or moved down a level; idle ticks
+ * cost nothing. An exact timer that is not re-armed moves at most once per
+ * level it starts above level 0 (11 levels), and with a delay below 64^k
+ * ticks at most k times: once below 64 ticks, twice below 4096, three times
+ * below 2^18 (a deadline just past a multiple of 2^18 starts at level 3
+ * however near it is, then moves to levels 2, 1 and 0).
  */
 #ifndef TWHEEL_WHEEL_H
 #define TWHEEL_WHEEL_H
