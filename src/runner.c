@@ -1496,7 +1496,9 @@ static void rn_wait_drains(struct tw_runner *r)
 /* Drain the shards one by one. *spare is an empty instance: it replaces the
  * shard's, and the shard's, drained with no lock held (fn may call back in,
  * nothing is copied), is empty afterwards (fn cannot reach it) and becomes
- * the spare for the next shard. So drain allocates only the first spare. */
+ * the spare for the next shard. So the only allocation that can fail a
+ * drain is the first spare (tw_tasks_drain's shrink and compaction of each
+ * drained shard may allocate too, but carry on when that fails). */
 static int64_t rn_drain_shards(struct tw_runner *r, struct tw_tasks **spare, tw_tasks_fn *fn,
                                void *ctx)
 {
@@ -1539,8 +1541,8 @@ int64_t tw_runner_drain(struct tw_runner *r, tw_tasks_fn *fn, void *ctx)
     }
     struct rn_drainer me;
     rn_drain_enter(r, &me);
-    /* The only allocation, made before anything is drained: when it fails
-     * the runner is left as it was (TW_ENOMEM). */
+    /* The only allocation that can fail the drain, made before anything
+     * is drained: when it fails the runner is left as it was (TW_ENOMEM). */
     struct tw_tasks *spare;
     int64_t total = tw_tasks_new(&spare, &r->tcfg);
     if (total == 0) {
