@@ -104,7 +104,10 @@
  *    cost nothing (W2: 25% fewer relocations); if it does come due, that
  *    costs at most one move more than the early plan;
  *  - D <= now means now + 1, as for exact timers (the window is then
- *    [now + 1, now + 1 + S]); S = 0 is exact;
+ *    [now + 1, now + 1 + S]); S = 0 is exact: the timer fires at D. The
+ *    re-arm rule above still holds for it: re-armed pending with slack 0,
+ *    a timer not planned at D is relocated at once (not lazily, as an exact
+ *    re-arm to a later deadline would be), and tw_wheel_moves counts it;
  *  - a periodic timer with slack keeps its phase: its n-th fire happens in
  *    [first + n * period, first + n * period + S] and the next deadline is
  *    computed from the nominal one, never from the late tick it fired at
@@ -285,10 +288,11 @@ TW_API uint64_t tw_wheel_timeout_from(const struct tw_wheel *w, uint64_t now);
 TW_API size_t tw_wheel_pending(const struct tw_wheel *w);
 
 /** How many times timers have been moved from one slot to another by
- * advancing (cascades and lazy re-arms) or by a re-arm with slack that
- * relocated a pending timer, since init (an eager re-arm counts none and
- * leaves none to an advance, but for the move a lazy re-arm before it may
- * have left in place: see "Lazy or eager re-arm"). For tuning. O(1). */
+ * advancing (cascades and lazy re-arms) or by a re-arm with a `*_slack`
+ * function that relocated a pending timer, whatever the slack (0 included),
+ * since init (an eager re-arm counts none and leaves none to an advance, but
+ * for the move a lazy re-arm before it may have left in place: see "Lazy or
+ * eager re-arm"). For tuning. O(1). */
 TW_API uint64_t tw_wheel_moves(const struct tw_wheel *w);
 
 /* ---- timers ------------------------------------------------------------ */
