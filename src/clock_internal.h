@@ -38,8 +38,16 @@ void tw_pool_post_(struct tw_pool *p, struct tw_pool_client *c);
 /* Take c out of the ready list and wait until no thread is inside work(c);
  * then c is no longer a user. Not from a thread of p. */
 void tw_pool_detach_(struct tw_pool *p, struct tw_pool_client *c);
-/* Whether the calling thread is one of p's. */
+/* Whether the calling thread is one of p's (after tw_pool_join_: one that
+ * was, or a later thread that reuses such a thread's id). */
 int tw_pool_is_self_(const struct tw_pool *p);
+/* Stop and join p's threads, once (later calls do nothing); p's memory
+ * stays, so tw_pool_is_self_ may still read it. No user may be attached,
+ * and not from a thread of p. */
+void tw_pool_join_(struct tw_pool *p);
+/* tw_pool_free without its checks (the caller knows there is no user and
+ * that it is not a thread of p): join the threads unless done, free p. */
+void tw_pool_destroy_(struct tw_pool *p);
 /* Whether the calling thread is k's. */
 int tw_clock_is_self_(const struct tw_clock *k);
 

@@ -29,7 +29,8 @@ struct tw_pool {
     unsigned clients;
     int quit;
     pthread_t *threads;
-    unsigned nthreads, started;
+    unsigned nthreads, started; /* written by tw_pool_new only */
+    int joined;                 /* the threads were joined (tw_pool_join_) */
     struct tw_allocator alloc;
 };
 
@@ -120,14 +121,27 @@ int tw_pool_free(struct tw_pool *p)
     pthread_mutex_unlock(&p->mu);
     if (clients)
         return TW_EBUSY;
+    tw_pool_destroy_(p);
+    return 0;
+}
+
+void tw_pool_join_(struct tw_pool *p)
+{
+    if (p->joined)
+        return;
     pool_stop_threads(p);
+    p->joined = 1;
+}
+
+void tw_pool_destroy_(struct tw_pool *p)
+{
+    tw_pool_join_(p);
     pthread_cond_destroy(&p->idle);
     pthread_cond_destroy(&p->cv);
     pthread_mutex_destroy(&p->mu);
     struct tw_allocator a = p->alloc;
     tw_clock_mem_(&a, p->threads, p->nthreads * sizeof *p->threads, 0);
     tw_clock_mem_(&a, p, sizeof *p, 0);
-    return 0;
 }
 
 unsigned tw_pool_threads(const struct tw_pool *p)

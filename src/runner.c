@@ -220,7 +220,7 @@ struct tw_runner {
     struct tw_clock *clock;
     struct tw_clock_member *member;
     struct tw_pool *pool;
-    int own_pool, pool_attached;
+    int own_pool, pool_attached; /* own_pool: freed by rn_destroy, not by stop */
 
     /* Every group written after tw_runner_new starts on a line of its own,
      * so that the fields above, which every producer call reads, stay
@@ -251,7 +251,7 @@ struct tw_runner {
     struct tw_pool_client client; /* written by pool threads: off the config line */
 
     pthread_mutex_t stop_lock;
-    int stopped; /* under stop_lock */
+    atomic_int stopped; /* written under stop_lock; read without it by stop */
     pthread_t stopper;        /* the thread inside tw_runner_stop, ... */
     atomic_int stopper_set;   /* ... valid when set (release/acquire) */
 
@@ -853,6 +853,8 @@ static void rn_noop(void *ctx, const struct tw_task *task)
 /* Free what tw_runner_new built (threads already joined). */
 static void rn_destroy(struct tw_runner *r)
 {
+    if (r->own_pool) /* joined by rn_join_all; no user, not one of its threads */
+        tw_pool_destroy_(r->pool);
     if (r->shards) {
         for (unsigned i = 0; i < r->nshards; i++) {
             tw_tasks_free(r->shards[i].tasks); /* NULL after stop: a no-op */
@@ -920,10 +922,13 @@ static void rn_join_all(struct tw_runner *r)
         tw_pool_detach_(r->pool, &r->client);
         r->pool_attached = 0;
     }
-    if (r->own_pool) {
-        tw_pool_free(r->pool);
-        r->own_pool = 0;
-    }
+    /* A pool of our own: its threads are joined here, its memory stays
+     * until rn_destroy. Every stop reads r->pool before it takes stop_lock
+     * (rn_self_is_runner_thread), and a stop on another thread may be doing
+     * that right now: freeing the pool here, or clearing the pointer, would
+     * let it read freed memory, or race on the pointer. */
+    if (r->own_pool)
+        tw_pool_join_(r->pool);
     if (!r->workers_started)
         return;
     pthread_mutex_lock(&r->q);
@@ -1024,6 +1029,7 @@ int tw_runner_new(struct tw_runner **out, const struct tw_runner_config *cfg)
     atomic_init(&r->drained, 0);
     atomic_init(&r->tick, 0);
     atomic_init(&r->stopper_set, 0);
+    atomic_init(&r->stopped, 0);
 
     int rc = TW_ESYS;
     if (!rn_init_sync(r))
@@ -1490,7 +1496,9 @@ static void rn_wait_drains(struct tw_runner *r)
 /* Drain the shards one by one. *spare is an empty instance: it replaces the
  * shard's, and the shard's, drained with no lock held (fn may call back in,
  * nothing is copied), is empty afterwards (fn cannot reach it) and becomes
- * the spare for the next shard. So drain allocates only the first spare. */
+ * the spare for the next shard. So the only allocation that can fail a
+ * drain is the first spare (tw_tasks_drain's shrink and compaction of each
+ * drained shard may allocate too, but carry on when that fails). */
 static int64_t rn_drain_shards(struct tw_runner *r, struct tw_tasks **spare, tw_tasks_fn *fn,
                                void *ctx)
 {
@@ -1533,8 +1541,8 @@ int64_t tw_runner_drain(struct tw_runner *r, tw_tasks_fn *fn, void *ctx)
     }
     struct rn_drainer me;
     rn_drain_enter(r, &me);
-    /* The only allocation, made before anything is drained: when it fails
-     * the runner is left as it was (TW_ENOMEM). */
+    /* The only allocation that can fail the drain, made before anything
+     * is drained: when it fails the runner is left as it was (TW_ENOMEM). */
     struct tw_tasks *spare;
     int64_t total = tw_tasks_new(&spare, &r->tcfg);
     if (total == 0) {
@@ -1549,6 +1557,13 @@ int tw_runner_stop(struct tw_runner *r, unsigned flags)
 {
     if (!r || (flags & ~TW_RUNNER_STOP_DRAIN))
         return TW_EINVAL;
+    /* Stopped already: every thread of the runner is joined and no drain's
+     * fn can run (drains meet closed shards), so the checks below have
+     * nothing to find; and they would compare with the ids of joined
+     * threads, which a new thread may reuse (a false TW_EBUSY, after which
+     * free would leak the runner). */
+    if (atomic_load_explicit(&r->stopped, memory_order_acquire))
+        return 0;
     /* From a callback (it would join its own thread) or from drain's fn
      * (that drain goes on using the runner when fn returns). */
     if (rn_self_is_runner_thread(r) || rn_self_is_drainer(r))
@@ -1559,7 +1574,7 @@ int tw_runner_stop(struct tw_runner *r, unsigned flags)
         pthread_equal(r->stopper, pthread_self()))
         return TW_EBUSY;
     pthread_mutex_lock(&r->stop_lock);
-    if (r->stopped) {
+    if (atomic_load_explicit(&r->stopped, memory_order_relaxed)) {
         pthread_mutex_unlock(&r->stop_lock);
         return 0;
     }
@@ -1592,7 +1607,7 @@ int tw_runner_stop(struct tw_runner *r, unsigned flags)
         tw_tasks_free(t);
     }
     atomic_store_explicit(&r->stopper_set, 0, memory_order_release);
-    r->stopped = 1;
+    atomic_store_explicit(&r->stopped, 1, memory_order_release);
     pthread_mutex_unlock(&r->stop_lock);
     return 0;
 }

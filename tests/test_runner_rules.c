@@ -637,6 +637,85 @@ static void test_stop_waits_for_drain(void)
     tw_runner_free(r);
 }
 
+/* A runner on a clock with workers and no pool runs its callbacks on a pool
+ * of its own, which the first stop joins. Every later stop (the idempotent
+ * second one, and the one inside free) used to read that pool after the
+ * first had freed it (ASan: heap-use-after-free in tw_pool_is_self_); a
+ * release build could take the freed memory for "a pool thread", so that
+ * stop returned TW_EBUSY and free leaked the runner (the counting allocator,
+ * which the own pool uses too, sees that). Shapes: stop then free (the
+ * report, with and without an allocator), stop three times then free, free
+ * alone, and two threads stopping at once (TSan: no race on the pool). */
+struct stop_race {
+    struct tw_runner *r;
+    atomic_int go;
+    int rc;
+};
+
+static void *stop_race_thread(void *arg)
+{
+    struct stop_race *s = arg;
+    while (!atomic_load(&s->go))
+        ;
+    s->rc = tw_runner_stop(s->r, 0);
+    return NULL;
+}
+
+static void test_stop_twice_own_pool(void)
+{
+    struct tw_clock *clk;
+    CHECK_EQ_INT(tw_clock_new(&clk, NULL), 0);
+    for (int shape = 0; shape < 5; shape++) {
+        struct counting c = {0};
+        struct tw_allocator a = {counting_alloc, &c};
+        reset_fires();
+        struct tw_runner_config cfg = {.execute = fire_cb, .ctx = &F, .tick_ns = TICK_NS,
+                                       .key_kind = TW_TASKS_KEY_INT, .clock = clk,
+                                       .workers = 1, .allocator = shape == 1 ? NULL : &a};
+        struct tw_runner *r = NULL;
+        CHECK_EQ_INT(tw_runner_new(&r, &cfg), 0);
+        if (!r)
+            continue;
+        F.r = r;
+        CHECK_EQ_INT(tw_runner_set_int(r, 1, (void *)1, 0), 1); /* the pool runs one */
+        CHECK_EQ_INT(wait_fires(&F, 1), 1);
+        CHECK_EQ_INT(tw_runner_set_int(r, 2, (void *)2, INT64_C(10000000000)), 1);
+        switch (shape) {
+        case 0:
+        case 1: /* the report's form */
+            CHECK_EQ_INT(tw_runner_stop(r, 0), 0);
+            break;
+        case 2:
+            CHECK_EQ_INT(tw_runner_stop(r, 0), 0);
+            CHECK_EQ_INT(tw_runner_stop(r, 0), 0);
+            CHECK_EQ_INT(tw_runner_stop(r, TW_RUNNER_STOP_DRAIN), 0);
+            CHECK_EQ_INT(tw_runner_set_int(r, 3, NULL, 1), TW_ECLOSED);
+            break;
+        case 3: /* free alone: its own stop is the first */
+            break;
+        default: {
+            struct stop_race s1 = {.r = r, .rc = 1}, s2 = {.r = r, .rc = 1};
+            pthread_t t1, t2;
+            CHECK_EQ_INT(pthread_create(&t1, NULL, stop_race_thread, &s1), 0);
+            CHECK_EQ_INT(pthread_create(&t2, NULL, stop_race_thread, &s2), 0);
+            atomic_store(&s1.go, 1);
+            atomic_store(&s2.go, 1);
+            pthread_join(t1, NULL);
+            pthread_join(t2, NULL);
+            CHECK_EQ_INT(s1.rc, 0);
+            CHECK_EQ_INT(s2.rc, 0);
+            CHECK_EQ_INT(tw_runner_stop(r, 0), 0);
+            break;
+        }
+        }
+        CHECK_EQ_INT(fires_n(&F), 1); /* the pending one was dropped, once */
+        tw_runner_free(r);
+        CHECK_EQ_INT(atomic_load(&c.outstanding), 0); /* free freed it all */
+        CHECK_EQ_INT(tw_clock_members(clk), 0);
+    }
+    CHECK_EQ_INT(tw_clock_free(clk), 0);
+}
+
 static void count_fn(void *ctx, const struct tw_task *task)
 {
     (void)task;
@@ -957,6 +1036,7 @@ int main(void)
     RUN(test_stats_while_stopping);
     RUN(test_drain_fn_calls_stop_free);
     RUN(test_stop_waits_for_drain);
+    RUN(test_stop_twice_own_pool);
     RUN(test_drain_out_of_memory);
     RUN(test_batched_calls);
     RUN(test_default_shards);

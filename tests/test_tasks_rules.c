@@ -664,6 +664,79 @@ static void test_failing_allocator(void)
     CHECK_EQ_INT(c.outstanding, 0);
 }
 
+/* tw_tasks_drain allocates: after emptying the index it shrinks it (a new,
+ * smaller index) and compacts the pool (a bitmap of the entries in use).
+ * Both keep going when that allocation fails (the larger index stays; the
+ * free list is walked instead), so drain still hands every task to fn, once,
+ * and returns their count: checked with each of drain's allocations failing
+ * in turn, and with all of them failing; the instance works afterwards and
+ * nothing leaks. (tasks.h used to say drain allocates nothing.) */
+enum { DRAIN_N = 20000 };
+struct drain_seen {
+    unsigned char seen[DRAIN_N];
+    int calls, bad;
+};
+
+static void drain_seen_fn(void *ctx, const struct tw_task *task)
+{
+    struct drain_seen *d = ctx;
+    d->calls++;
+    uint64_t k = (uintptr_t)task->value; /* the value is the key's number */
+    if (k >= DRAIN_N || d->seen[k]++)
+        d->bad++;
+}
+
+static void test_drain_failing_allocator(void)
+{
+    static struct drain_seen d;
+    long drain_calls = 0;
+    /* mode -1: nothing fails (counts drain's allocations); 0: every one
+     * fails; k >= 1: the k-th fails */
+    for (long mode = -1; mode <= drain_calls; mode++) {
+        struct counting c = {0};
+        struct tw_allocator a = {counting_alloc, &c};
+        memset(&R, 0, sizeof R);
+        struct tw_tasks_config cfg = {.execute = record, .ctx = &R, .allocator = &a};
+        struct tw_tasks *t;
+        CHECK_EQ_INT(tw_tasks_new(&t, &cfg), 0);
+        char key[40];
+        for (int k = 0; k < DRAIN_N; k++) { /* odd keys long enough for a block */
+            int n = snprintf(key, sizeof key, k % 2 ? "connection-%d-of-many" : "c:%d", k);
+            CHECK_EQ_INT(tw_tasks_set(t, key, (size_t)n, (void *)(uintptr_t)k, 1 + k % 5000), 1);
+        }
+        struct tw_tasks_stats before, after;
+        tw_tasks_stats(t, &before);
+        long calls = c.calls;
+        if (mode == 0)
+            c.fail_all = 1;
+        else if (mode > 0)
+            c.fail_at = calls + mode;
+        memset(&d, 0, sizeof d);
+        CHECK_EQ_INT(tw_tasks_drain(t, drain_seen_fn, &d), DRAIN_N);
+        c.fail_all = 0;
+        CHECK_EQ_INT(d.calls, DRAIN_N);
+        CHECK_EQ_INT(d.bad, 0);
+        CHECK_EQ_U64(tw_tasks_pending(t), 0);
+        tw_tasks_stats(t, &after);
+        if (mode == -1) {
+            drain_calls = c.calls - calls;
+            CHECK(drain_calls >= 2); /* the smaller index and the bitmap */
+            CHECK(after.index_slots < before.index_slots);
+            CHECK(after.pool_entries < before.pool_entries);
+        }
+        if (mode == 0) /* nothing to shrink into: the index stays as it was */
+            CHECK_EQ_U64(after.index_slots, before.index_slots);
+        CHECK(after.pool_entries < before.pool_entries); /* compacted all the same */
+        CHECK_EQ_INT(c.outstanding, (int64_t)after.bytes);
+        /* still usable */
+        CHECK_EQ_INT(tw_tasks_set(t, "again", 5, (void *)7, 3), 1);
+        CHECK_EQ_INT(tw_tasks_advance(t, tw_tasks_now(t) + 3), 1);
+        CHECK_EQ_INT(R.n, 1);
+        tw_tasks_free(t);
+        CHECK_EQ_INT(c.outstanding, 0);
+    }
+}
+
 /* Memory goes back when tasks leave (by remove, by firing, by drain). */
 static void test_memory_returned(void)
 {
@@ -1394,6 +1467,7 @@ int main(void)
     RUN(test_drain);
     RUN(test_max_pending);
     RUN(test_failing_allocator);
+    RUN(test_drain_failing_allocator);
     RUN(test_big_pool);
     RUN(test_memory_returned);
     RUN(test_compaction_keeps_tasks);

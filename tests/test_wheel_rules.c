@@ -806,6 +806,79 @@ static void test_moves_bounded_by_levels(void)
     free(p);
 }
 
+/* The moves of one exact timer, not re-armed: it is placed at level L0, the
+ * level of the highest bit in which its deadline d and now differ; each
+ * move happens when now reaches the first tick of its slot (d with the bits
+ * below its level cleared) and puts it at the level of d's highest nonzero
+ * 6-bit digit below; it fires from the slot whose tick is d. So it moves
+ * once for each nonzero digit of d below level L0. */
+static unsigned moves_of(uint64_t now, uint64_t d)
+{
+    uint64_t x = now ^ d;
+    unsigned l0 = x ? (unsigned)(63 - __builtin_clzll(x)) / TW_WHEEL_SLOT_BITS : 0, n = 0;
+    for (unsigned l = 0; l < l0; l++)
+        n += (d >> (l * TW_WHEEL_SLOT_BITS) & (TW_WHEEL_SLOTS - 1)) != 0;
+    return n;
+}
+
+/* The bound wheel.h states: a delay below 64^k ticks moves at most k times
+ * (below 2^18: three, not two). A deadline past a boundary of a level at or
+ * above k starts at that level however near it is, and only the digits
+ * below level k can be nonzero then (d - that boundary < the delay), so it
+ * moves once from there and once per nonzero digit below k. Checked per
+ * timer with tw_wheel_moves over random times and delays (one in eight
+ * times just below a boundary of level 2 to 6, where the carries are), the
+ * count equal to moves_of, and the bound reached; and the report's example:
+ * time 71188, delay 255883 (deadline 327071 = 0x4fd9f, past 2^18) moves
+ * from level 3 to 2, 1 and 0. */
+static void test_moves_per_timer_bound(void)
+{
+    struct tw_wheel w;
+    struct probe p;
+    tw_wheel_init(&w, 71188);
+    probe_init(&p, &w);
+    CHECK_EQ_INT(tw_timer_arm(&w, &p.timer, 255883), 0);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 71188 + 255883), 1);
+    CHECK_EQ_U64(tw_wheel_moves(&w), 3);
+    CHECK_EQ_U64(moves_of(71188, 71188 + 255883), 3);
+
+    enum { N = 200000 };
+    unsigned most[4] = {0}; /* most moves seen with a delay below 64^k */
+    uint64_t s = 7, now = 0;
+    tw_wheel_init(&w, 0);
+    probe_init(&p, &w);
+    for (int i = 0; i < N; i++) {
+        s = s * 6364136223846793005u + 1442695040888963407u;
+        uint64_t r = s >> 11;
+        if (r % 8 == 0) { /* just below a boundary of level 2..6 */
+            unsigned b = (unsigned)(2 + r / 8 % 5) * TW_WHEEL_SLOT_BITS;
+            uint64_t next = (now >> b) + 2; /* the result is past now */
+            now = (next << b) - 1 - (r >> 20) % 64;
+        } else {
+            now += (r >> 20) % (UINT64_C(1) << 20);
+        }
+        tw_wheel_advance(&w, now); /* nothing pending: only moves time */
+        s = s * 6364136223846793005u + 1442695040888963407u;
+        unsigned k = 1 + (unsigned)(s >> 62) % 3; /* delays below 64^1..64^3 */
+        uint64_t delay = 1 + (s >> 11) % ((UINT64_C(1) << (k * TW_WHEEL_SLOT_BITS)) - 1);
+        uint64_t before = tw_wheel_moves(&w);
+        tw_timer_arm(&w, &p.timer, delay);
+        CHECK_EQ_INT(tw_wheel_advance(&w, now + delay), 1);
+        unsigned m = (unsigned)(tw_wheel_moves(&w) - before);
+        if (m != moves_of(now, now + delay) || m > k) {
+            CHECK_(0, "now %" PRIu64 " delay %" PRIu64 ": %u moves, predicted %u, bound %u",
+                   now, delay, m, moves_of(now, now + delay), k);
+            break;
+        }
+        if (m > most[k])
+            most[k] = m;
+        now += delay;
+    }
+    CHECK_EQ_INT(most[1], 1); /* the bound is reached at each k */
+    CHECK_EQ_INT(most[2], 2);
+    CHECK_EQ_INT(most[3], 3);
+}
+
 int main(void)
 {
     RUN(test_sizes);
@@ -837,5 +910,6 @@ int main(void)
     RUN(test_periodic_skip_missed);
     RUN(test_periodic_stopped_by_its_callback);
     RUN(test_moves_bounded_by_levels);
+    RUN(test_moves_per_timer_bound);
     return test_summary();
 }

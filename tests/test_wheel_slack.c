@@ -540,6 +540,59 @@ static void test_start_slack(void)
     CHECK_EQ_U64(tw_wheel_pending(&w), 0);
 }
 
+/* Slack 0 is exact as to when a timer fires, and a *_slack re-arm with
+ * slack 0 is still a re-arm with slack: a pending timer whose planned tick
+ * is not the new deadline is relocated at once (later or earlier, never
+ * lazily), and tw_wheel_moves counts that, as it counts every slack
+ * relocation; one planned at the new deadline already stays, and nothing is
+ * counted. An idle timer armed so counts nothing. For comparison, the exact
+ * re-arm to a later deadline is lazy: nothing at the re-arm, one move when
+ * the old slot comes due. */
+static void test_slack_zero_rearm(void)
+{
+    struct tw_wheel w;
+    struct rec r;
+    struct tw_node n;
+    tw_wheel_init(&w, 0);
+    rec_init(&r, &w);
+    CHECK_EQ_INT(tw_timer_arm_slack(&w, &r.timer, 1000, 0), 0); /* idle: no move */
+    CHECK_EQ_U64(tw_timer_deadline(&r.timer), 1000);
+    CHECK_EQ_U64(tw_wheel_moves(&w), 0);
+    CHECK_EQ_INT(tw_timer_arm_slack(&w, &r.timer, 5000, 0), 0); /* later: relocated */
+    CHECK_EQ_U64(tw_timer_deadline(&r.timer), 5000);
+    CHECK_EQ_U64(tw_wheel_moves(&w), 1);
+    CHECK_EQ_INT(tw_timer_arm_at_slack(&w, &r.timer, 5000, 0), 0); /* planned there: stays */
+    CHECK_EQ_U64(tw_wheel_moves(&w), 1);
+    CHECK_EQ_INT(tw_timer_arm_at_slack(&w, &r.timer, 3000, 0), 0); /* earlier: relocated */
+    CHECK_EQ_U64(tw_timer_deadline(&r.timer), 3000);
+    CHECK_EQ_U64(tw_wheel_moves(&w), 2);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 2999), 0); /* exact: not early ... */
+    CHECK_EQ_INT(tw_wheel_advance(&w, 3000), 1); /* ... nor late */
+    CHECK_EQ_U64(r.fired_at, 3000);
+    /* 3000 = 46 * 64 + 56: from level 1 to level 0 at tick 2944 */
+    CHECK_EQ_U64(tw_wheel_moves(&w), 3);
+
+    /* The same for a bare node. */
+    tw_wheel_init(&w, 0);
+    tw_node_init(&n);
+    CHECK_EQ_INT(tw_node_arm_at(&w, &n, 1000), 0); /* exact */
+    CHECK_EQ_INT(tw_node_arm_slack(&w, &n, 5000, 0), 0);
+    CHECK_EQ_U64(tw_node_deadline(&n), 5000);
+    CHECK_EQ_U64(tw_wheel_moves(&w), 1);
+    tw_wheel_destroy(&w);
+
+    /* The exact re-arm: lazy, its move left to the advance. */
+    tw_wheel_init(&w, 0);
+    rec_init(&r, &w);
+    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, 1000), 0);
+    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, 5000), 0);
+    CHECK_EQ_U64(tw_wheel_moves(&w), 0);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 960), 0); /* 1000's level-1 slot: 960..1023 */
+    CHECK_EQ_U64(tw_wheel_moves(&w), 1);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 5000), 1);
+    CHECK_EQ_U64(r.fired_at, 5000);
+}
+
 int main(void)
 {
     RUN(test_bad_arguments_and_end_of_time);
@@ -552,5 +605,6 @@ int main(void)
     RUN(test_periodic_keeps_phase);
     RUN(test_bare_nodes);
     RUN(test_start_slack);
+    RUN(test_slack_zero_rearm);
     return test_summary();
 }

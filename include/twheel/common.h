@@ -2,8 +2,9 @@
 /** @file
  * twheel: definitions shared by every layer.
  *
- * Version macros, the export macro, the error codes (one X-macro list, negative
- * values, with tw_strerror/tw_err_name) and the optional allocator hook.
+ * Version macros, the export macro, TW_NEVER, the error codes (one X-macro
+ * list, negative values, with tw_strerror/tw_err_name) and the optional
+ * allocator hook.
  */
 #ifndef TWHEEL_COMMON_H
 #define TWHEEL_COMMON_H
@@ -34,6 +35,13 @@ extern "C" {
 #else
 #define TW_API
 #endif
+
+/** The value meaning "no deadline" where a function returns a tick, a
+ * deadline, an expiry or a timeout (tw_wheel_next_expiry,
+ * tw_tasks_next_expiry, ...). Here, not in twheel/wheel.h, so that every
+ * header that returns or mentions it (each includes this one) makes it
+ * available. */
+#define TW_NEVER UINT64_MAX
 
 /** Error codes: every public call that can fail returns 0 (or a count) on
  * success and one of these negative values on failure.

@@ -258,7 +258,8 @@ TW_API int tw_runner_remove_int(struct tw_runner *r, uint64_t key, void **value)
  * per 256 items), items of one key in array order; items of different keys
  * may be applied in any order, so that when the runner is stopped meanwhile
  * (TW_ECLOSED) or max_pending is reached (TW_EFULL) the items refused are not
- * necessarily the last ones. Allocates nothing (about 18 KB of stack).
+ * necessarily the last ones. Allocates nothing of its own (about 18 KB of
+ * stack); what the single calls would allocate, it allocates.
  * Returns how many items succeeded, or TW_EINVAL (r NULL, or items NULL with
  * n > 0). */
 TW_API int64_t tw_runner_set_many(struct tw_runner *r, struct tw_tasks_item *items, size_t n);
@@ -273,7 +274,9 @@ TW_API int64_t tw_runner_remove_many(struct tw_runner *r, struct tw_tasks_item *
  * thread (fn NULL: the config's execute and ctx), without holding any lock:
  * fn may call set/move/remove/drain/stats on the runner. Returns the number
  * drained, TW_ECLOSED (stopped: nothing drained), TW_ENOMEM (then nothing
- * is drained: drain's one allocation comes first), or TW_EINVAL. Shard by shard: a task set into an already drained shard
+ * is drained: the one allocation that can fail it comes first; the
+ * shrinking and compaction of drained shards may allocate too, but carry on
+ * without), or TW_EINVAL. Shard by shard: a task set into an already drained shard
  * meanwhile stays pending, and if the runner is stopped meanwhile the count
  * of the shards drained before is returned (the others' tasks go to stop).
  *
@@ -299,7 +302,8 @@ TW_API int64_t tw_runner_drain(struct tw_runner *r, tw_tasks_fn *fn, void *ctx);
  * On a clock, stop leaves it (after it returns the clock no longer runs
  * this runner); with a pool, it waits until the pool has run this runner's
  * queued tasks, then lets go of the pool (a pool of its own is joined).
- * Idempotent: a second stop returns 0 at once. Returns 0, TW_EINVAL, or
+ * Idempotent: once a stop has returned 0, a later stop (free's included)
+ * returns 0 at once, from any thread. Returns 0, TW_EINVAL, or
  * TW_EBUSY when called from a callback of this runner (stop's own drain
  * included), from a drain's fn (see tw_runner_drain), from any thread of
  * the runner's pool or from its clock's thread; nothing is done then. */

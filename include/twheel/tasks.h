@@ -314,7 +314,11 @@ TW_API int64_t tw_tasks_get_many(const struct tw_tasks *t, struct tw_tasks_item 
 /** Remove every pending task, then call fn(ctx, task) once for each (fn NULL:
  * the config's execute and ctx), in an unspecified order. Tasks that fn sets
  * are new tasks, not drained by this call. Returns the number of tasks
- * drained, or TW_EINVAL. Allocates nothing. */
+ * drained, or TW_EINVAL. Never fails for want of memory, though it may
+ * allocate: afterwards it shrinks the index (a new, smaller one) and
+ * compacts the pool (a bitmap of the entries in use), and when such an
+ * allocation fails the larger index stays, or the free list is walked
+ * instead. */
 TW_API int64_t tw_tasks_drain(struct tw_tasks *t, tw_tasks_fn *fn, void *ctx);
 
 /** Advance time to `now`, running each task due by then in deadline order.

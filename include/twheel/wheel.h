@@ -104,7 +104,10 @@
  *    cost nothing (W2: 25% fewer relocations); if it does come due, that
  *    costs at most one move more than the early plan;
  *  - D <= now means now + 1, as for exact timers (the window is then
- *    [now + 1, now + 1 + S]); S = 0 is exact;
+ *    [now + 1, now + 1 + S]); S = 0 is exact: the timer fires at D. The
+ *    re-arm rule above still holds for it: re-armed pending with slack 0,
+ *    a timer not planned at D is relocated at once (not lazily, as an exact
+ *    re-arm to a later deadline would be), and tw_wheel_moves counts it;
  *  - a periodic timer with slack keeps its phase: its n-th fire happens in
  *    [first + n * period, first + n * period + S] and the next deadline is
  *    computed from the nominal one, never from the late tick it fired at
@@ -116,9 +119,12 @@
  * tw_runner (twheel/runner.h) is the thread-safe service.
  *
  * Costs: arm, cancel, re-arm are O(1). Advancing costs O(1) per occupied slot
- * that comes due plus O(1) per timer fired or moved down a level; each timer
- * moves at most once per level it skips (11 levels; delays below 2^18 ticks
- * move at most twice), and idle ticks cost nothing.
+ * that comes due plus O(1) per timer fired or moved down a level; idle ticks
+ * cost nothing. An exact timer that is not re-armed moves at most once per
+ * level it starts above level 0 (11 levels), and with a delay below 64^k
+ * ticks at most k times: once below 64 ticks, twice below 4096, three times
+ * below 2^18 (a deadline just past a multiple of 2^18 starts at level 3
+ * however near it is, then moves to levels 2, 1 and 0).
  */
 #ifndef TWHEEL_WHEEL_H
 #define TWHEEL_WHEEL_H
@@ -146,8 +152,7 @@ extern "C" {
  * with millions of timers, each one a trip to DRAM). */
 #define TW_WHEEL_CHAINS 4
 
-/** The tick value meaning "no deadline" where a function returns one. */
-#define TW_NEVER UINT64_MAX
+/* TW_NEVER, the tick value meaning "no deadline", is in twheel/common.h. */
 
 struct tw_timer;
 struct tw_wheel;
@@ -283,10 +288,11 @@ TW_API uint64_t tw_wheel_timeout_from(const struct tw_wheel *w, uint64_t now);
 TW_API size_t tw_wheel_pending(const struct tw_wheel *w);
 
 /** How many times timers have been moved from one slot to another by
- * advancing (cascades and lazy re-arms) or by a re-arm with slack that
- * relocated a pending timer, since init (an eager re-arm counts none and
- * leaves none to an advance, but for the move a lazy re-arm before it may
- * have left in place: see "Lazy or eager re-arm"). For tuning. O(1). */
+ * advancing (cascades and lazy re-arms) or by a re-arm with a `*_slack`
+ * function that relocated a pending timer, whatever the slack (0 included),
+ * since init (an eager re-arm counts none and leaves none to an advance, but
+ * for the move a lazy re-arm before it may have left in place: see "Lazy or
+ * eager re-arm"). For tuning. O(1). */
 TW_API uint64_t tw_wheel_moves(const struct tw_wheel *w);
 
 /* ---- timers ------------------------------------------------------------ */
