@@ -25,7 +25,7 @@
  *            of 0.4 (a shrink: 0.55), which keeps the index at 5.3..10 bytes
  *            per task. Growing to 0.4 rather than 0.55 (5.3..7.3 bytes) is
  *            a trade: a fill rehashes each task 1.3 to 2 times instead of
- *            about 3, for up to 2.4 bytes a task at some sizes (0.1 at
+ *            about 3, for up to 2.5 bytes a task at some sizes (0.1 at
  *            10^6); twheel/tasks.h gives what it buys. The ceiling stays
  *            at 0.75: an insert near 0.8 scans 13 slots on average for the
  *            empty one.

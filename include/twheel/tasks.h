@@ -77,7 +77,7 @@
  *    re-reads and re-hashes every entry); single set of an integer key is 7%
  *    faster without it (one line less written);
  *  - growing the index to a load of 0.4, not 0.55: 0.1 byte a task at 10^6
- *    (6.1 bytes of index against 6.0), up to 2.4 at other sizes (9.3 against
+ *    (6.1 bytes of index against 6.0), up to 2.5 at other sizes (9.3 against
  *    6.9 at 10^5); a fill rehashes each task 1.3-2 times instead of about 3,
  *    and set from empty takes 23-39% longer at 0.55 (single and batched);
  *  - each pool group past the fourth a huge page from its first touch, not
