@@ -6,7 +6,12 @@
  * service (threads, memory, idle CPU).
  *
  *   w8_cache [--keys N] [--seconds S] [--reps R] [--threads 1,2,4,8,16]
- *            [--csv FILE] [--skip-mix] [--skip-batch] [--skip-many]
+ *            [--shards N] [--csv FILE] [--skip-mix] [--skip-batch] [--skip-many]
+ *
+ * --shards sets the caches' shard count (default: the library's, by CPUs),
+ * so that a run on 2 cores can measure what a bigger machine's default
+ * does. The batched section's cache is made first, and the RSS it and its
+ * preload added is printed per key (entries, keys, buckets, timers: all).
  *
  * Keys are "key:<i>"; values are opaque pointers (i + 1, no free function),
  * so a set of a live key stores the same pointer again (a TTL refresh, as in
@@ -206,6 +211,22 @@ static void preload(struct tw_cache *c)
         tw_cache_set(c, keys[i], klens[i], (void *)(uintptr_t)(i + 1));
 }
 
+/* A new cache preloaded with every key; prints (and writes to csv) the RSS
+ * the cache and its preload added, per key. */
+static struct tw_cache *make_preloaded_measured(FILE *csv)
+{
+    long kb0 = proc_status("VmRSS");
+    struct tw_cache *c = make_cache(NULL);
+    preload(c);
+    long kb1 = proc_status("VmRSS");
+    double per = (double)(kb1 - kb0) * 1024.0 / (double)nkeys;
+    printf("%zu keys in %u shards: %.1f bytes of RSS per key (cache and preload)\n", nkeys,
+           cache_shards ? cache_shards : tw_cache_default_shards(), per);
+    if (csv)
+        fprintf(csv, "bytes,rss_per_key,%.1f\n", per);
+    return c;
+}
+
 /* ---- a hot key set, read-only ----------------------------------------- */
 
 /* 1,000 hot keys (in cache), 100% get, T threads for `seconds`: ops/s, and
@@ -385,7 +406,9 @@ int main(int argc, char **argv)
             for (char *p = strtok(argv[++i], ","); p && nt < 8; p = strtok(NULL, ","))
                 if (atoi(p) >= 1 && atoi(p) <= MAXT)
                     tlist[nt++] = atoi(p);
-        } else if (!strcmp(argv[i], "--csv") && i + 1 < argc)
+        } else if (!strcmp(argv[i], "--shards") && i + 1 < argc)
+            cache_shards = (unsigned)atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--csv") && i + 1 < argc)
             csv_path = argv[++i];
         else if (!strcmp(argv[i], "--skip-mix"))
             skip_mix = 1;
@@ -395,7 +418,8 @@ int main(int argc, char **argv)
             skip_many = 1;
         else {
             fprintf(stderr, "usage: %s [--keys N] [--seconds S] [--reps R] [--threads 1,2,...] "
-                            "[--csv FILE] [--skip-mix] [--skip-batch] [--skip-many]\n", argv[0]);
+                            "[--shards N] [--csv FILE] [--skip-mix] [--skip-batch] [--skip-many]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -407,8 +431,13 @@ int main(int argc, char **argv)
         if (tlist[i] > nstreams)
             nstreams = tlist[i];
     make_keys();
-    printf("W8 tw_cache: %zu keys, defaults (%u shards, no limit), 60 s TTL, %d CPUs online\n",
-           nkeys, tw_cache_default_shards(), (int)sysconf(_SC_NPROCESSORS_ONLN));
+    printf("W8 tw_cache: %zu keys, %s (%u shards, no limit), 60 s TTL, %d CPUs online\n", nkeys,
+           cache_shards ? "defaults but --shards" : "defaults",
+           cache_shards ? cache_shards : tw_cache_default_shards(),
+           (int)sysconf(_SC_NPROCESSORS_ONLN));
+    /* The batched section's cache, made first: the RSS it adds is then not
+     * blurred by the memory of caches freed before it. */
+    struct tw_cache *bc = skip_batch ? NULL : make_preloaded_measured(csv);
     if (!skip_mix) {
         for (int writes = 10; writes >= 0; writes -= 10) {
             make_samples(writes);
@@ -433,8 +462,7 @@ int main(int argc, char **argv)
     }
     if (!skip_batch) {
         hot_set(reps, seconds, csv);
-        struct tw_cache *c = make_cache(NULL);
-        preload(c);
+        struct tw_cache *c = bc;
         static const char *names[4] = {"get", "get_many", "set", "set_many"};
         for (int w = 0; w < 4; w++) {
             double ns = batch_ns(c, w, reps);

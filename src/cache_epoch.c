@@ -90,7 +90,7 @@ unsigned tw_cache_stripes_default_(void)
 
 /* Shards only spread writers now (readers take no lock): 4 per CPU online
  * keeps two writers on one shard unlikely (P writers meet with probability
- * about P/(4*CPUs)) and costs one 23 KB wheel each. 8 to 256. */
+ * about P/(4*CPUs)) and costs one 31 KB wheel each. 8 to 256. */
 unsigned tw_cache_shards_default_(void)
 {
     long n = sysconf(_SC_NPROCESSORS_ONLN);

@@ -23,10 +23,12 @@
  *            reduction, so the capacity need not be a power of two: it is
  *            rehashed past a load of 0.75 (counting tombstones) to a load
  *            of 0.4 (a shrink: 0.55), which keeps the index at 5.3..10 bytes
- *            per task. (It was 0.8 -> 0.55, 4.6..7.3 bytes: a fill then
- *            rehashed each task about 2.6 times, and inserting near 0.8 scans
- *            13 slots on average for the empty one; growing to 0.4 rehashes
- *            each about 1.3 to 2 times, with probes half as long.)
+ *            per task. Growing to 0.4 rather than 0.55 (5.3..7.3 bytes) is
+ *            a trade: a fill rehashes each task 1.3 to 2 times instead of
+ *            about 3, for up to 2.5 bytes a task at some sizes (0.1 at
+ *            10^6); twheel/tasks.h gives what it buys. The ceiling stays
+ *            at 0.75: an insert near 0.8 scans 13 slots on average for the
+ *            empty one.
  *            Deletion writes a tombstone, or an empty slot (clearing the
  *            tombstones before it too) when the next slot is empty.
  *            The entry field is sized at each rehash for the largest pool

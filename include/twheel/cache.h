@@ -125,16 +125,30 @@
  * them); they all go back when the cache empties (once the slabs hold
  * 256 KB or more) or at tw_cache_free. The hash table of a shard is an
  * array of buckets of 8 links (one 64-byte line each), 8 bytes a link and
- * 2-4 links per key (it doubles above 1/2 key per link and halves below
- * 1/16); each link carries a 14-bit tag of its key's hash on x86-64 and
- * AArch64, so a hit reads its bucket's line and then only its own entry,
- * and a miss usually no entry at all (an entry at an address past 48 bits,
+ * at least 2 links per key: it doubles above 1/2 key per link (2-4 links
+ * per key as it grows, 4-8 after a growth to a whole 2 MB page, below) and
+ * halves below 1/16 (up to 16 after removals); each link carries a 14-bit
+ * tag of its key's hash on x86-64 and AArch64, so a hit reads its
+ * bucket's line and then only its own entry, and a miss usually no entry
+ * at all (an entry at an address past 48 bits,
  * as 5-level paging or AArch64 heap pointer tags give, and every entry on
  * other targets, is linked untagged and compared like the rest: still
  * correct, only slower). Arrays of 1 MB or more are 2 MB
  * aligned mappings advised huge too, those of 1-2 MB rounded up to 2 MB
- * and given the links that page holds (at 10^6 keys in 8 shards: 2^18
- * links a shard, about 17 bytes per key).
+ * and given the links that page holds (2^18), so a shard of 32,769 to
+ * 131,072 keys has a 2 MB table. That is memory traded for speed where a
+ * shard holds 32,769-65,536 keys: at 10^6 keys in 8 shards (the default up
+ * to 2 CPUs) a shard holds 125,000 keys, 2.1 links each (17 bytes per key;
+ * 87 bytes of RSS per key in all, bench/w8_cache.c), but in 16 shards (the
+ * default on 3-4 CPUs) 62,500 keys, 4.2 links each (34 bytes per key; 107
+ * in all). A 1 MB table in 4 KB pages would take 17 bytes per key less
+ * there (90 in all), and batched calls would take longer, get_many 8% and
+ * set_many 14% (TLB misses; single gets and sets and the Zipf mix within
+ * the noise: measured alternated in one run, medians of 5); growing at one
+ * key per link instead, in 512 KB, 25 bytes less (82 in all) and get_many
+ * 54%, set_many 66% longer. Where those bytes matter more, cfg.shards can
+ * move the shards out of that band (in 8 shards, 10^6 keys are 125,000 a
+ * shard).
  * tw_cache_get_many/set_many hide most of the rest of the memory latency
  * when the caller has many keys at once.
  *

@@ -52,12 +52,13 @@
  * Many producers: the shards are independent (own lock, own tw_tasks), a
  * call takes exactly one shard lock and writes only that shard's lines, and
  * the default shard count is 8 per online CPU (at least 16, at most 1024:
- * 16 on a 2-core machine, 128 on 16 cores; each empty shard costs about
- * 24 KB), so that with one producer per core a call meets another thread on
- * its shard less than one time in eight; a thread that does spins briefly
- * before sleeping. tw_runner_stats counts those waits (`contended`). Set
- * config.shards to override. src/runner.c's design comment counts the locks
- * and shared cache lines of a call; bench/README.md has the figures.
+ * 16 on a 2-core machine, 128 on 16 cores; each empty shard allocates
+ * about 31 KB, its tw_tasks instance), so that with one producer per core
+ * a call meets another thread on its shard less than one time in eight; a
+ * thread that does spins briefly before sleeping. tw_runner_stats counts
+ * those waits (`contended`). Set config.shards to override. src/runner.c's
+ * design comment counts the locks and shared cache lines of a call;
+ * bench/README.md has the figures.
  * With max_pending, each shard reserves room for new keys from one
  * runner-wide counter a chunk at a time (max_pending / (2 * shards), 1 to
  * 64 tasks), so that counter is written about once per chunk of calls, not
@@ -84,11 +85,14 @@
  * thread: they run on config.pool, or on a pool of `workers` threads of the
  * runner's own. A producer's set/move of a deadline earlier than the clock's
  * wake-up signals the clock (one atomic load otherwise). Memory: a runner
- * on a clock with shards = 1 allocates 43 KB empty (the shard's wheel 23 KB,
- * the queue of 64 fired tasks 19 KB) and takes about 76 KB of RSS with 10
- * tasks pending (bench/w8_many.c); the default shard count (by CPUs: 16
- * here, 617 KB) multiplies the wheel part, so give many small runners
- * shards = 1.
+ * on a clock with shards = 1 allocates about 50 KB empty (the shard's
+ * tw_tasks instance, 31 KB, mostly its wheel, and the queue of 64 fired
+ * tasks, 19 KB), each more shard about 31 KB (test_runner_clock holds both
+ * figures), and the first set of a shard allocates its index and first
+ * chunk of entries (56 KB); with 10 tasks pending that is about 88 KB of
+ * RSS (bench/w8_many.c). The default shard count (by CPUs: 16 on 2 cores,
+ * about 760 KB of RSS with 10 tasks) multiplies the per-shard part, so give
+ * many small runners shards = 1.
  *
  * Executor pools (config.pool, struct tw_pool of twheel/clock.h): the pool's
  * threads run the callbacks of every runner that uses it. Each runner keeps

@@ -50,19 +50,42 @@
  * a later advance. It changes what an operation costs, never when a task
  * fires.
  *
- * Memory: one allocation for the instance (about 24 KB, mostly the core wheel),
- * a pool of task entries in chunks of TW_TASKS_CHUNK entries, one open-
- * addressing index of 32-bit slots, and for string keys longer than 15 bytes
- * one block per key (length + 2 bytes). Per task: 48 bytes of entry (the
- * wheel's 24-byte node, the value, and the key: an integer, a string of up to
- * 15 bytes in place, or a pointer to its block), 4 bytes of home word (the
- * high half of the key's hash, which lets the index be rebuilt without
- * reading the entries or hashing the keys again) plus 5.3..10 bytes of index
- * (it grows past a load of 0.75 to 0.4, and shrinks to 0.55), so <= 62 bytes,
- * plus the block of a string key longer than 15 bytes, plus, with the
- * default allocator past 195 chunks (199,680 tasks), the unfilled rest of
- * the newest 2 MB group of entries (see "Huge pages": about 10 bytes per
- * task just past that size, at most 2.1 at 10^6). Memory is returned:
+ * Memory: one allocation for the instance (about 31 KB, mostly the core
+ * wheel; test_tasks_rules holds it between 30 and 32 KB), a pool of task
+ * entries in chunks of TW_TASKS_CHUNK entries, one open-addressing index of
+ * 32-bit slots, and for string keys longer than 15 bytes one block per key
+ * (length + 2 bytes). Per task: 48 bytes of entry (the wheel's 24-byte node,
+ * the value, and the key: an integer, a string of up to 15 bytes in place,
+ * or a pointer to its block), 4 bytes of home word (the high half of the
+ * key's hash, which lets the index be rebuilt without reading the entries
+ * or hashing the keys again) plus 5.3..10 bytes of index (it grows past a
+ * load of 0.75 to 0.4, and shrinks to 0.55), so <= 62 bytes (past 39
+ * chunks 1% more: a 2 MB group holds 39 chunks and 20 KB unused), plus the
+ * block of a string key longer than 15 bytes, plus, with the default allocator
+ * past 195 chunks (199,680 tasks), the unfilled rest of the newest 2 MB
+ * group of entries (see "Huge pages": about 10 bytes per task just past that
+ * size, 2.0 at 10^6). At 10^6 integer keys that is 60.7 bytes per task
+ * (tw_tasks_stats): 48 of entry, 4 of home word, 6.1 of index, 2.0 of the
+ * newest group's unfilled rest, 0.5 of the groups' unused 20 KB.
+ *
+ * Three of those are memory traded for speed. Each was measured at 10^6
+ * tasks against a build without it, alternated in one run
+ * (bench/batch_keyed.c, integer and string keys, medians of 7; figures in
+ * bench/README.md):
+ *  - the home word, 4 bytes a task: without it batched remove takes 19-22%
+ *    longer, batched set from empty 5-12%, single remove 5-10% (a rehash
+ *    re-reads and re-hashes every entry); single set of an integer key is 7%
+ *    faster without it (one line less written);
+ *  - growing the index to a load of 0.4, not 0.55: 0.1 byte a task at 10^6
+ *    (6.1 bytes of index against 6.0), up to 2.5 at other sizes (9.3 against
+ *    6.9 at 10^5); a fill rehashes each task 1.3-2 times instead of about 3,
+ *    and set from empty takes 23-39% longer at 0.55 (single and batched);
+ *  - each pool group past the fourth a huge page from its first touch, not
+ *    filled in 4 KB pages and collapsed when full: up to 2 MB of unfilled
+ *    group (2.0 bytes a task at 10^6, 10 just past 199,680 tasks); set from
+ *    empty takes 24-35% longer with every group collapsed (a 2 MB copy each).
+ * config.capacity sizes the index at once, so a fill up to it rehashes
+ * nothing. Memory is returned:
  * the index shrinks when it falls below 1/8 full, and when fewer than a quarter
  * of the pool's entries are live the next set, advance or drain moves the live
  * ones down and frees the emptied chunks (outside callbacks; amortised O(1)
