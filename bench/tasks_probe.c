@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Probe lengths of tw_tasks' index: grown from empty against sized up front
  * (config.capacity), measured by walking the index itself (white-box: this
- * file includes src/tasks.c, so it builds on the sources, not the library).
+ * file includes src/tasks/tasks.c, so it builds on the sources, not the library).
  *
  * For N in {1e4, 3e4, 1e5, 3e5, 1e6}, integer and "conn:<k>" string keys,
  * several seeds, it fills three instances with the same keys in the same
@@ -19,7 +19,7 @@
  *
  * Usage: tasks_probe [--seq]   (--seq: keys 0..N-1, only N = 1e6, 6 seeds)
  */
-#include "../src/tasks.c"
+#include "tasks/tasks.c"
 
 #include <stdio.h>
 

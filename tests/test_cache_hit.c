@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The cache's hit path (white-box, src/cache_internal.h and src/hash.h):
+/* The cache's hit path (white-box, src/cache/internal.h and src/common/hash.h):
  *  - tw_hash_mum, the table's hash: reads no byte outside the key (exact
  *    size heap buffers, so ASan sees any over-read), every byte and the
  *    length change the hash, the seed changes it, its 32-bit multiply
@@ -30,7 +30,7 @@ struct cache_stripe;
 static void drain_paused(struct cache_stripe *st);
 #define CACHE_DRAIN_TEST_HOOK(st) drain_paused(st)
 
-#include "cache_internal.h"
+#include "cache/internal.h"
 #include "test.h"
 
 static uint64_t rng = UINT64_C(0x243f6a8885a308d3);
@@ -353,7 +353,7 @@ static void test_hit_count_stats_during_drain(void)
     tw_cache_free(c);
 }
 
-/* The slab's chunks (src/cache_slab.c): doubling up to 256 KB, then 2 MB
+/* The slab's chunks (src/cache/slab.c): doubling up to 256 KB, then 2 MB
  * mappings given huge pages once half carved; every key stays readable,
  * and the chunks go back when the cache empties. One shard, 64-byte
  * entries: 50,000 keys are 3.2 MB, so a second 2 MB chunk is half carved. */

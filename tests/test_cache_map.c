@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* White-box model test of the cache's table (src/cache_map.c): buckets of
+/* White-box model test of the cache's table (src/cache/map.c): buckets of
  * tagged links with overflow chains. Keys get forged hashes so that they
  * all fall in one bucket whatever the table's size (deep overflow chains)
  * and share a handful of tags (tag collisions decided by the key compare);
@@ -20,7 +20,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "cache_internal.h"
+#include "cache/internal.h"
 #include "test.h"
 
 enum { N = 300, STEPS = 20000 };

@@ -1008,7 +1008,7 @@ static void test_allocation_failures(void)
     CHECK(completed);
 }
 
-/* Entry memory (src/cache_slab.c): a shard grows from 1 KB chunks to 2 MB
+/* Entry memory (src/cache/slab.c): a shard grows from 1 KB chunks to 2 MB
  * ones; the allocator refusing the first 2 MB chunk fails that one set
  * cleanly (TW_ENOMEM, nothing stored) and the next set retries; every key
  * stored is found; when the cache empties every chunk goes back; and the

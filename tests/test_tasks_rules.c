@@ -5,7 +5,7 @@
  * bytes per task). */
 #include <stdlib.h>
 
-#include "hash.h"
+#include "common/hash.h"
 #include "test.h"
 #include "twheel.h"
 
@@ -818,7 +818,7 @@ static void test_compaction_keeps_tasks(void)
     tw_tasks_free(t);
 }
 
-/* A big pool (src/tasks.c, "pool"): past 39 chunks of 1024 entries the pool
+/* A big pool (src/tasks/tasks.c, "pool"): past 39 chunks of 1024 entries the pool
  * grows by groups of 39 chunks (one 2 MB block). Failing an allocation (the
  * first group's, every 16th, each of the last ones) of a workload that grows
  * into a group, shrinks (compaction frees the group) and grows again leaves

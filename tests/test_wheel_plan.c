@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* White-box checks of the re-arm helpers of src/wheel.c, which this file
+/* White-box checks of the re-arm helpers of src/core/wheel.c, which this file
  * compiles itself (release layout, no TWHEEL_DEBUG):
  *  - plan_late, one table load, against the rule it replaced (written out
  *    here with its branches), over every small window, windows at the slot
@@ -9,7 +9,7 @@
  *    a timer on a level-1 sub-list re-armed eagerly inside its slot;
  *  - the re-arm checks: an uninitialised timer is refused while idle by the
  *    eager and slack arms, as before. */
-#include "wheel.c" /* src/, on this test's include path */
+#include "core/wheel.c" /* src/, on this test's include path */
 
 #include "test.h"
 #include "wheel_rec.h"

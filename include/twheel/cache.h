@@ -156,7 +156,7 @@
  * live from CLOCK_MONOTONIC_COARSE (the vDSO's tick-updated clock, ~10 ns)
  * when the key's expiry is more than max(1 s, 64 ticks) beyond it, else it
  * reads CLOCK_MONOTONIC (~30 ns) as before; either way no key is returned
- * at or after its expiry (the argument is in src/cache.c).
+ * at or after its expiry (the argument is in src/cache/cache.c).
  */
 #ifndef TWHEEL_CACHE_H
 #define TWHEEL_CACHE_H

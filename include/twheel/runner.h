@@ -56,7 +56,7 @@
  * about 31 KB, its tw_tasks instance), so that with one producer per core
  * a call meets another thread on its shard less than one time in eight; a
  * thread that does spins briefly before sleeping. tw_runner_stats counts
- * those waits (`contended`). Set config.shards to override. src/runner.c's
+ * those waits (`contended`). Set config.shards to override. src/runner/runner.c's
  * design comment counts the locks and shared cache lines of a call;
  * bench/README.md has the figures.
  * With max_pending, each shard reserves room for new keys from one

@@ -67,7 +67,7 @@
 #include <sys/prctl.h>
 #include <time.h>
 
-#include "redis_internal.h"
+#include "redis/internal.h"
 
 struct tw_rr_local {
     pthread_mutex_t mu;

@@ -402,7 +402,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "redis_internal.h"
+#include "redis/internal.h"
 
 #define RR_QUEUE_MAX 64      /* queue name bytes */
 #define RR_KEYBUF 96         /* "{queue:p}:lease" fits */

@@ -30,7 +30,7 @@
 
 #include <hiredis/sds.h>
 
-#include "redis_internal.h"
+#include "redis/internal.h"
 
 #define RR_BACKOFF_MIN_MS 10u
 #define RR_BACKOFF_MAX_MS 1000u

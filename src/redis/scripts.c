@@ -17,7 +17,7 @@
  * so TIME is allowed). Due times are whole ms, rounded up from the server's
  * microseconds, so that a task is never due before set's instant + delay.
  */
-#include "redis_internal.h"
+#include "redis/internal.h"
 
 #define PRELUDE                                                                            \
     "local function now_us() local t = redis.call('TIME') "                                \

@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "redis_internal.h" /* TW_RR_BUCKET_MS, for the schema checks */
+#include "redis/internal.h" /* TW_RR_BUCKET_MS, for the schema checks */
 #include "twheel/redis.h"
 
 static struct rfx_server srv;

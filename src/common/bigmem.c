@@ -9,7 +9,7 @@
 #ifndef _DEFAULT_SOURCE
 #define _DEFAULT_SOURCE /* MAP_ANONYMOUS, madvise */
 #endif
-#include "bigmem.h"
+#include "common/bigmem.h"
 
 #include <stdint.h>
 #include <stdlib.h>

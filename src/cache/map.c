@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bigmem.h"
-#include "cache_internal.h"
+#include "common/bigmem.h"
+#include "cache/internal.h"
 
 /* ---- allocation -------------------------------------------------------- */
 

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Internal: big blocks that the TLB can cover (src/bigmem.c).
+/* Internal: big blocks that the TLB can cover (src/common/bigmem.c).
  *
  * At 10^6 keys the hash indexes and the entry pools of tw_tasks and tw_cache
  * are tens of megabytes read in random order, and with 4 KB pages nearly

@@ -28,7 +28,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "clock_internal.h"
+#include "clock/internal.h"
 #include "twheel/clock.h"
 
 #if defined(__linux__)

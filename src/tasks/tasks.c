@@ -89,8 +89,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "bigmem.h"
-#include "hash.h"
+#include "common/bigmem.h"
+#include "common/hash.h"
 #include "twheel/wheel.h"
 
 #define CHUNK TW_TASKS_CHUNK

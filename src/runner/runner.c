@@ -132,8 +132,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "clock_internal.h"
-#include "hash.h"
+#include "clock/internal.h"
+#include "common/hash.h"
 
 #if defined(__linux__)
 #include <sys/prctl.h>

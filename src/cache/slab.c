@@ -50,8 +50,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bigmem.h"
-#include "cache_internal.h"
+#include "common/bigmem.h"
+#include "cache/internal.h"
 
 /* Under AddressSanitizer a free block is poisoned but for its link (the
  * first 16 bytes), so that a read of an entry after it was given back (an

@@ -11,7 +11,7 @@
 #include <sys/random.h>
 #endif
 
-#include "hash.h"
+#include "common/hash.h"
 
 void tw_random_seed_(uint64_t out[2])
 {

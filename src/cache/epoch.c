@@ -67,7 +67,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cache_internal.h"
+#include "cache/internal.h"
 
 static unsigned cache_epoch_cpus(void)
 {

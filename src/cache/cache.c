@@ -97,7 +97,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "cache_internal.h"
+#include "cache/internal.h"
 #include "twheel/clock.h"
 
 /* ---- clock ------------------------------------------------------------- */

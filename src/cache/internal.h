@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* twheel cache internals, shared by src/cache.c and src/cache_map.c.
+/* twheel cache internals, shared by src/cache/cache.c and src/cache/map.c.
  *
  * Layout: a cache is an array of shards; a key's shard is the top bits of
  * the low 32 bits of its 64-bit keyed hash (tw_hash_mum, or SipHash-1-3 with
@@ -30,7 +30,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "hash.h"
+#include "common/hash.h"
 #include "twheel/cache.h"
 #include "twheel/wheel.h"
 
@@ -346,7 +346,7 @@ struct cache_chunk {
     size_t bytes;
 };
 
-/* A shard's entry memory (src/cache_slab.c). Everything but `returned` is
+/* A shard's entry memory (src/cache/slab.c). Everything but `returned` is
  * guarded by the shard lock. */
 struct cache_slab {
     struct cache_free *free[CACHE_SLAB_CLASSES]; /* free blocks by size / 16 */
@@ -456,7 +456,7 @@ struct tw_cache {
     uint64_t log_at;            /* tick of the previous line (creation at first) */
 };
 
-/* ---- src/cache_map.c -------------------------------------------------- */
+/* ---- src/cache/map.c -------------------------------------------------- */
 
 
 /* Find key in s under the shard lock (hash is the full 64-bit hash). */
@@ -467,7 +467,7 @@ struct cache_entry *tw_cache_map_find_(const struct cache_shard *s, const void *
 struct cache_entry *tw_cache_map_find_rcu_(const struct cache_shard *s, const void *key,
                                            size_t klen, uint64_t hash, bool *torn);
 /* Key compares and the lock-free lookup, inline here so that a get's hit
- * path is one function (src/cache.c). */
+ * path is one function (src/cache/cache.c). */
 static inline uint64_t cache_ld8(const unsigned char *p)
 {
     uint64_t v;
@@ -596,7 +596,7 @@ void tw_cache_lru_unlink_(struct cache_shard *s, struct cache_entry *e);
  * recently used of the shard (up to clock resolution). */
 void tw_cache_lru_settle_(struct cache_shard *s);
 
-/* ---- src/cache_epoch.c ------------------------------------------------- */
+/* ---- src/cache/epoch.c ------------------------------------------------- */
 
 /* A read section: readers of the same stripe and epoch parity. Entering
  * and leaving are inline (a get's whole hit path is one function): see
@@ -689,7 +689,7 @@ static inline void tw_cache_rd_exit_hit_(struct cache_rd *rd)
 }
 
 /* Hits counted in a stripe: its `hits` plus both words' high bits, read
- * holding st->draining (no drain half done; src/cache_epoch.c). Exact and,
+ * holding st->draining (no drain half done; src/cache/epoch.c). Exact and,
  * from one caller to the next, never decreasing. */
 uint64_t tw_cache_stripe_hits_(struct cache_stripe *st);
 /* Garbage g was just unlinked under s's lock (held): keep it in g to be
@@ -718,7 +718,7 @@ unsigned tw_cache_stripes_default_(void);
 /* Shards for this machine when cfg.shards is 0. */
 unsigned tw_cache_shards_default_(void);
 
-/* ---- src/cache_slab.c -------------------------------------------------- */
+/* ---- src/cache/slab.c -------------------------------------------------- */
 
 /* Whether a block of `bytes` comes from the slab (else the allocator). */
 bool tw_cache_slab_fits_(size_t bytes);

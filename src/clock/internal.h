@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* Internal: what src/runner.c needs of the clock service and of the executor
- * pool (src/clock.c, src/pool.c) beyond their public calls. */
+/* Internal: what src/runner/runner.c needs of the clock service and of the executor
+ * pool (src/clock/clock.c, src/clock/pool.c) beyond their public calls. */
 #ifndef TWHEEL_CLOCK_INTERNAL_H
 #define TWHEEL_CLOCK_INTERNAL_H
 

@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "clock_internal.h"
+#include "clock/internal.h"
 
 struct tw_pool {
     pthread_mutex_t mu;

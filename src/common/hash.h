@@ -119,12 +119,12 @@ static inline uint32_t tw_hash_home(uint64_t h, uint32_t cap)
 
 /* 128 random bits for a hash seed: getrandom, else /dev/urandom, else the
  * clock and an address (weak, only when the kernel offers nothing better).
- * No global state. In src/random.c. */
+ * No global state. In src/common/random.c. */
 void tw_random_seed_(uint64_t out[2]);
 
 /* ---- tw_hash_mum: a seeded multiply-mix hash for short keys --------------
  *
- * Appended for the cache's table (src/cache.c), where SipHash-1-3 was a
+ * Appended for the cache's table (src/cache/cache.c), where SipHash-1-3 was a
  * third of a hit's instructions. Same family as wyhash and rapidhash (a
  * 64x64->128-bit multiply folded by xor), written here: keys up to 16
  * bytes are read as two (overlapping) words a and b, longer ones fold 16
