@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* W8, the runner's half (bench/README.md, "W8 runner"): tw_runner with 1e6
+/* W8, the runner's half (bench/README.md, "The runner (W8)"): tw_runner with 1e6
  * integer keys pending, P producer threads issuing 70% move / 20% set / 10%
  * remove on random keys, 1 ms tick; ops/s, fire lateness, and shard lock
  * waits per call.
