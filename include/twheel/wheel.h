@@ -216,10 +216,11 @@ TW_API int64_t tw_wheel_destroy(struct tw_wheel *w);
 
 /** Advance time to `now`, firing every timer whose deadline is <= now, tick by
  * tick in deadline order. Returns the number of callbacks run (>= 0), or
- * TW_EINVAL for NULL or a pull-only wheel (see tw_node_arm), or TW_EBUSY when called from inside one of this wheel's
- * callbacks. A `now` earlier than the wheel's time does not move time back and
- * rescans nothing: it only fires timers that tw_wheel_expire_next left due at
- * the current tick (usually none, so it returns 0). Idle ticks cost nothing. */
+ * TW_EINVAL for NULL or a pull-only wheel (see tw_node_arm), or TW_EBUSY when
+ * called from inside one of this wheel's callbacks. A `now` earlier than the
+ * wheel's time does not move time back and rescans nothing: it only fires
+ * timers that tw_wheel_expire_next left due at the current tick (usually
+ * none, so it returns 0). Idle ticks cost nothing. */
 TW_API int64_t tw_wheel_advance(struct tw_wheel *w, uint64_t now);
 
 /** Pull interface, for callers that prefer to run expired work themselves:
