@@ -62,10 +62,10 @@
  * moves, once. The pool thus holds at most four times the live entries,
  * plus what a run of removals freed since the last set, advance or drain.
  *
- * config.capacity (a hint): the index starts at cap_for(capacity) slots
- * (load 0.55 when that many are pending) with an entry field wide enough for
- * them, and neither shrinking (floor_cap) nor compaction (floor_chunks) goes
- * below it; pool groups the hint will fill are advised huge at once.
+ * config.capacity (a hint): the index starts at cap_for(capacity) slots (a
+ * load of 0.55 when that many are pending) with an entry field wide enough
+ * for them, and neither shrinking (floor_cap) nor compaction (floor_chunks)
+ * goes below it; pool groups the hint will fill are advised huge at once.
  *
  * Slack and eager re-arm: every arm goes through arm(), which takes the
  * core's exact lazy path after one test of `not_lazy` (set while the
@@ -585,13 +585,13 @@ static uint32_t cap_at_load(uint64_t n, uint64_t num, uint64_t den)
     return (uint32_t)c;
 }
 
-/* Capacity for n keys at load 0.4, when the index grows. */
+/* Capacity for n keys at a load of 0.4, when the index grows. */
 static uint32_t grow_cap_for(uint64_t n)
 {
     return cap_at_load(n, 5, 2);
 }
 
-/* Capacity for n keys at load 0.55 (a shrink, config.capacity). */
+/* Capacity for n keys at a load of 0.55 (a shrink, config.capacity). */
 static uint32_t cap_for(uint64_t n)
 {
     return cap_at_load(n, 20, 11);

@@ -143,8 +143,8 @@ struct tw_tasks_config {
      * wheel). 0 = exact (the default); at most TW_TASKS_SLACK_SHIFT_MAX. */
     unsigned slack_shift;
     /** How many tasks the instance is expected to hold (0 = no hint). The
-     * index is created large enough for that many keys (load 0.55), so that
-     * filling it up does not rehash (a batched fill from empty then costs
+     * index is created large enough for that many keys (a load of 0.55), so
+     * that filling it up does not rehash (a batched fill from empty then costs
      * half to two thirds as much), and neither it nor the pool is ever
      * shrunk below that size: memory for `capacity` tasks (7.3 bytes each
      * of index at once, 52 each of pool as tasks arrive) stays allocated
