@@ -25,7 +25,9 @@
  *            reduction, so the capacity need not be a power of two. The
  *            index is rehashed past a load of 0.75, counting tombstones (near
  *            0.8 an insert scans 13 slots on average for the empty one), to
- *            a load of 0.4 (a shrink: 0.55): 5.3..10 bytes per task.
+ *            a load of 0.4 (a shrink: 0.55): 5.3..10 bytes per task. Growing
+ *            to 0.4 rather than 0.55 trades bytes for fewer rehashes of a
+ *            fill (twheel/tasks.h gives the trade).
  *            Deletion writes a tombstone, or an empty slot (clearing the
  *            tombstones before it too) when the next slot is empty. The
  *            entry field is sized at each rehash for the largest pool the new
@@ -35,20 +37,6 @@
  *            through its pull interface (tw_wheel_expire_next_node); each due
  *            entry is taken out of the index before execute runs, so execute
  *            sees a table in which its task is gone.
- *
- * Bytes traded for speed, each against the same code without it at 10^6
- * tasks (bench/README.md has the figures):
- *  - the home word, 4 bytes a task: without it a rehash re-reads and
- *    re-hashes every entry, and batched remove takes 19-22% longer, batched
- *    set from empty 5-12%, single remove 5-10%; single set of an integer key
- *    is 7% faster without it (one line less written);
- *  - growing the index to a load of 0.4, not 0.55: up to 2.5 bytes a task
- *    (0.1 at 10^6); a fill rehashes each task 1.3-2 times instead of about
- *    3, and set from empty takes 23-39% longer at 0.55;
- *  - each pool group past GROUPS_LAZY a huge page from its first touch, not
- *    collapsed when full: up to 2 MB of unfilled group (2.0 bytes a task at
- *    10^6); with every group collapsed (a 2 MB copy each) set from empty
- *    takes 24-35% longer.
  *
  * Memory returned: the index shrinks (rehash) when under 1/8 full. When fewer
  * than a quarter of the pool's entries are live, outside callbacks, the next
@@ -242,7 +230,7 @@ static void *big(struct tw_tasks *t, void *ptr, size_t old_size, size_t new_size
  * shrinks below its first chunk. */
 /* The first GROUPS_LAZY groups are filled in small pages and collapsed
  * into a huge page when full (MADV_COLLAPSE: a 2 MB copy, too dear to make
- * for every group: see the top of this file); later ones, in a pool already
+ * for every group: see twheel/tasks.h, Memory); later ones, in a pool already
  * 10 MB big, are advised at once (one 2 MB page from the first touch: at
  * most one partly used group, under 2 MB, is resident beyond need). */
 #ifndef GROUPS_LAZY

@@ -59,12 +59,21 @@
  * tasks), the unfilled rest of the newest 2 MB group of entries (about 10
  * bytes a task just past that size, 2.0 at 10^6). At 10^6 integer keys that
  * is 60.7 bytes a task (tw_tasks_stats): 48 of entry, 4 of home word, 6.1 of
- * index, 2.0 of unfilled group, 0.5 of the groups' unused tails. The home
- * word, the index's growth to a load of 0.4 and the groups' huge pages are
- * bytes traded for speed: src/tasks.c says what each buys. With the default
- * allocator an index of 2 MB or more and the groups of entries are 2 MB
- * aligned and advised huge, so that the TLB covers them; with
- * config.allocator everything comes from it and nothing is madvised.
+ * index, 2.0 of unfilled group, 0.5 of the groups' unused tails. Three of
+ * those are bytes traded for speed (bench/README.md has the figures):
+ *  - the home word, 4 bytes a task, lets a rehash read it instead of every
+ *    entry and key: without it batched remove takes about 20% longer and a
+ *    batched fill from empty 5-12%, though a single set of an integer key
+ *    is 7% faster (one line less written);
+ *  - growing the index to a load of 0.4, not 0.55, costs up to 2.5 bytes a
+ *    task (0.1 at 10^6): a fill rehashes each task 1.3-2 times instead of
+ *    about 3 (at 0.55 sets from empty take 23-39% longer);
+ *  - pool groups past the fourth are huge pages from their first touch,
+ *    not collapsed when full: up to 2 MB of unfilled group (collapsing
+ *    each, a 2 MB copy, makes sets from empty take 24-35% longer).
+ * With the default allocator an index of 2 MB or more and the groups of
+ * entries are 2 MB aligned and advised huge, so that the TLB covers them;
+ * with config.allocator everything comes from it and nothing is madvised.
  * config.capacity sizes the index at once, so a fill up to it rehashes
  * nothing. Memory is returned: the index shrinks when it falls below 1/8
  * full, and when fewer than a quarter of the pool's entries are live the
@@ -256,7 +265,7 @@ TW_API int tw_tasks_get_int(const struct tw_tasks *t, uint64_t key, void **value
  * call waits on DRAM two to five times (the index slot, the entry, the wheel
  * neighbours it unlinks from; with string keys the caller's key bytes too);
  * a batched call overlaps those waits by prefetching a few groups of items
- * ahead, and costs a quarter to a third of the single calls per key there.
+ * ahead (bench/README.md, "Batched keyed calls", has the figures).
  *
  * Semantics: exactly those of calling the single function on each item in
  * array order (duplicates included; each item sees the effects of the ones
