@@ -45,16 +45,8 @@ void tw_cache_mem_free_(const struct tw_allocator *a, void *p, size_t size)
  * a growth into it takes the 2^18 links the page holds (tw_cache_map_insert_),
  * so a shard of 32,769 to 131,072 keys has a 2 MB table; from 2 MB on a
  * table is rounded only to a page (the tail past the last whole 2 MB stays
- * small).
- *
- * That rounding is memory traded for speed where a shard holds 32,769 to
- * 65,536 keys. At 10^6 keys in 16 shards (62,500 a shard) the table takes
- * 4.2 links a key, 34 bytes (107 bytes of RSS a key in all, against 87 in
- * 8 shards with 2.1 links). A 1 MB table in 4 KB pages would take 17 bytes
- * a key less there (90 in all), and get_many would take 8% longer, set_many
- * 14% (single gets and sets: within the noise); growing at one key per link
- * instead, in 512 KB, 25 bytes less (82 in all), and get_many 54%, set_many
- * 66% longer. */
+ * small). Where a shard holds 32,769 to 65,536 keys that is memory traded
+ * for speed: twheel/cache.h gives the trade. */
 #define CACHE_TABLE_HUGE ((size_t)1 << 20)
 
 static size_t cache_table_bytes(const struct tw_cache *c, size_t n)

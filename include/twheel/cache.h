@@ -94,7 +94,7 @@
  * reclaim memory, so they are armed with slack by default
  * (cfg.expiry_slack_shift = 3: a key with TTL t is reclaimed within t/8 after
  * its expiry, never before), which lets the wheel fire them without moving
- * them down: expiry then costs 0.62x the CPU of exact timers at 10^6 keys.
+ * them down: expiry then costs 0.5-0.6x the CPU of exact timers at 10^6 keys.
  * Set it to 0 for exact reclaim (memory freed at the expiry tick).
  * With cfg.manual_clock there is no thread and no real clock: time is what the
  * last tw_cache_advance said (for tests, simulations and event loops).
@@ -114,9 +114,14 @@
  * 25,000 entries); with cfg.allocator everything comes from it and nothing
  * is madvised.
  * At 10^6 keys that is about 87 bytes of RSS a key in 8 shards (the default
- * up to 2 CPUs) and 107 in 16 (3-4 CPUs), where each shard's table is
- * rounded up to a whole 2 MB page, a trade src/cache_map.c states; where
- * those bytes matter more, cfg.shards can move the shards out of that band.
+ * up to 2 CPUs) and 107 in 16 (3-4 CPUs), where a shard of 32,769 to 65,536
+ * keys has its table rounded up to a whole 2 MB page: bytes traded for
+ * speed (bench/README.md has the figures). A 1 MB table in 4 KB pages would
+ * take 17 bytes a key less there, for get_many 8% and set_many 14% slower
+ * (TLB misses; single calls within the noise); growing at one key per link
+ * instead, in 512 KB, 25 bytes less, for get_many 54% and set_many 66%
+ * slower. Where those bytes matter more, cfg.shards can move the shards out
+ * of that band.
  * tw_cache_get_many/set_many hide most of the memory latency when the
  * caller has many keys at once.
  */
