@@ -59,9 +59,9 @@
  * effect must be ordered after the same thread's earlier calls), so producers
  * do not buffer: each call does its tw_tasks operation at once, under the one
  * shard lock its key hashes to. (A command queue drained by one owner thread
- * applies no more calls than this with two producers or more; with one it
- * applies more, but its saturated owner fires late and spins a core, and no
- * call could return its result.) What a call costs other threads, with the
+ * applies no more calls than this with two producers; with one it applies
+ * more, but its saturated owner fires late and spins a core, and no call
+ * could return its result.) What a call costs other threads, with the
  * default max_pending = 0 (counted from the code; `contended` in
  * tw_runner_stats counts the waits):
  *
