@@ -109,16 +109,15 @@
  * empties (once its chunks hold 256 KB or more) or at tw_cache_free. A
  * shard's hash table takes 8 bytes a link and 2 to 16 links a key. With the
  * default allocator the big chunks and tables are 2 MB aligned and advised
- * huge, so that the TLB covers them (src/cache_slab.c, src/cache_map.c; on
- * Linux 6.1+ a set then copies 1 MB under its shard's lock about once per
- * 25,000 entries); with cfg.allocator everything comes from it and nothing
- * is madvised.
+ * huge, so that the TLB covers them (on Linux 6.1+ a set then copies 1 MB
+ * under its shard's lock about once per 25,000 entries); with cfg.allocator
+ * everything comes from it and nothing is madvised.
  * At 10^6 keys that is about 87 bytes of RSS a key in 8 shards (the default
  * up to 2 CPUs) and 107 in 16 (3-4 CPUs), where a shard of 32,769 to 65,536
  * keys has its table rounded up to a whole 2 MB page: bytes traded for
  * speed (bench/README.md has the figures). A 1 MB table in 4 KB pages would
  * take 17 bytes a key less there, for get_many 8% and set_many 14% slower
- * (TLB misses; single calls within the noise); growing at one key per link
+ * (TLB misses; single calls and the Zipf mix within the noise); growing at one key per link
  * instead, in 512 KB, 25 bytes less, for get_many 54% and set_many 66%
  * slower. Where those bytes matter more, cfg.shards can move the shards out
  * of that band.

@@ -186,8 +186,8 @@ struct tw_timer {
 struct tw_wheel {
     /** private: the slots, each kept as TW_WHEEL_CHAINS lists */
     struct tw_node *slots[TW_WHEEL_LEVELS][TW_WHEEL_SLOTS][TW_WHEEL_CHAINS];
-    /** private: level 1's sub-slot lists, for timers planned with slack on
-     * tick 16 * q of level-1 slot s (see src/wheel.c) */
+    /** private: level 1's sub-slot lists, sub[s][q] for the timers planned
+     * with slack on tick 16 * q of level-1 slot s */
     struct tw_node *sub[TW_WHEEL_SLOTS][TW_WHEEL_CHAINS][TW_WHEEL_CHAINS];
     uint64_t occupied[TW_WHEEL_LEVELS]; /**< bit s set <=> slots[level][s] non-empty */
     struct tw_node *ready;              /**< due at `now`, not fired yet */
