@@ -46,7 +46,8 @@
  * a call meets another thread on its shard less than one time in eight; a
  * thread that does spins briefly before sleeping. tw_runner_stats counts
  * those waits (`contended`). Set config.shards to override. src/runner.c's
- * design comment counts the locks and shared cache lines of a call.
+ * design comment counts the locks and shared cache lines of a call;
+ * bench/README.md has the figures.
  * With max_pending, each shard reserves room for new keys from one
  * runner-wide counter a chunk at a time (max_pending / (2 * shards), 1 to
  * 64 tasks), so that counter is written about once per chunk of calls, not
