@@ -117,8 +117,8 @@ static inline uint64_t cache_stamp(struct tw_cache *c, uint64_t now_ns)
     return now_ns / CACHE_NS_PER_TICK;
 }
 
-/* A hit's liveness without the precise clock (about three times the coarse
- * clock's cost, and a third of a hot read) when it can be proven with the
+/* A hit's liveness without the precise clock (which costs about three times
+ * the coarse one, a third of a hot read) when it can be proven with the
  * vDSO's CLOCK_MONOTONIC_COARSE:
  *
  *   The coarse clock is the same timekeeper's monotonic time as of its last

@@ -117,10 +117,10 @@
  * keys has its table rounded up to a whole 2 MB page: bytes traded for
  * speed (bench/README.md has the figures). A 1 MB table in 4 KB pages would
  * take 17 bytes a key less there, for get_many 8% and set_many 14% slower
- * (TLB misses; single calls and the Zipf mix within the noise); growing at one key per link
- * instead, in 512 KB, 25 bytes less, for get_many 54% and set_many 66%
- * slower. Where those bytes matter more, cfg.shards can move the shards out
- * of that band.
+ * (TLB misses; single calls and the Zipf mix within the noise); growing at
+ * one key per link instead, in 512 KB, 25 bytes less, for get_many 54% and
+ * set_many 66% slower. Where those bytes matter more, cfg.shards can move
+ * the shards out of that band.
  * tw_cache_get_many/set_many hide most of the memory latency when the
  * caller has many keys at once.
  */
