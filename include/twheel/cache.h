@@ -48,10 +48,11 @@
  * Rules (tests/test_cache_*.c pin each of them):
  *  - TTLs are in milliseconds, > 0 (ttl <= 0 is TW_EINVAL; there is no
  *    "forever"), capped at TW_CACHE_TTL_MAX_MS (about 2^62 ns, 146 years):
- *    a longer one is stored as that, silently. Each stored TTL is scaled by a factor uniform in
- *    [1 - jitter, 1 + jitter] (cfg.jitter, default 0.05; 0 turns it off), so
- *    keys set together do not all expire in the same tick. The expiry instant
- *    is kept in the entry, rounded up to the next whole millisecond.
+ *    a longer one is stored as that, silently. Each stored TTL is scaled by
+ *    a factor uniform in [1 - jitter, 1 + jitter] (cfg.jitter, default 0.05;
+ *    0 turns it off), so keys set together do not all expire in the same
+ *    tick. The expiry instant is kept in the entry, rounded up to the next
+ *    whole millisecond.
  *  - A key is never returned at or after its expiry instant, whether or not
  *    its timer has run: every read compares the expiry with the clock.
  *  - get does not extend a TTL. It touches the key for the LRU.
@@ -77,86 +78,51 @@
  * Threads: every call is thread-safe except tw_cache_free, which must be the
  * last call. Keys are spread over cfg.shards shards (a power of two; 0 =
  * tw_cache_default_shards(), 4 per CPU online, 8 to 256) by a keyed hash of
- * the key under a per-instance random seed (a seeded multiply-mix hash, or
- * SipHash-1-3 with cfg.siphash; see there what each resists); each shard
- * has a writers' lock, a hash table, an LRU list and a core wheel
- * (twheel/wheel.h) with 1 ms ticks.
+ * the key under a per-instance random seed (see cfg.siphash for what it
+ * resists); each shard has a writers' lock, a hash table, an LRU list and a
+ * core wheel (twheel/wheel.h) with 1 ms ticks.
  * Reads take no lock and write no cache line that readers on other CPUs
- * write (hit and miss counts go to a per-CPU stripe): get and the hit path
- * of take scale with the cores; only a table resize (growth by a set) makes
- * readers of that one shard look under its lock. Writes (set, del, take's
- * store, expiry, eviction) lock their shard.
+ * write: get and the hit path of take scale with the cores; only a table
+ * resize (growth by a set) makes readers of that one shard look under its
+ * lock. Writes (set, del, take's store, expiry, eviction) lock their shard.
  * Expiry: a clock service (twheel/clock.h) sleeps until the earliest
  * deadline of any shard (no wake-ups for empty ticks) and expires keys in
  * batches of 64 per lock hold; reads never wait for it. Pass one service in
- * cfg.clock to many caches and they share its single thread (1,000 caches,
- * one thread); without it each cache starts a service of its own.
+ * cfg.clock to many caches and they share its single thread; without it
+ * each cache starts a service of its own.
  * Since reads compare every expiry with the clock, the expiry timers only
  * reclaim memory, so they are armed with slack by default
  * (cfg.expiry_slack_shift = 3: a key with TTL t is reclaimed within t/8 after
- * its expiry, never before): the wheel plans them on slot boundaries from
- * which they fire without being moved down, and expiry costs 0.62x the CPU
- * of exact timers (bench/w6_cache.c, 1e6 keys). Set it to 0 for exact
- * reclaim (memory freed at the expiry tick).
+ * its expiry, never before), which lets the wheel fire them without moving
+ * them down: expiry then costs 0.5-0.6x the CPU of exact timers at 10^6 keys.
+ * Set it to 0 for exact reclaim (memory freed at the expiry tick).
  * With cfg.manual_clock there is no thread and no real clock: time is what the
  * last tw_cache_advance said (for tests, simulations and event loops).
  *
- * Memory: with millions of keys each read waits on DRAM and, in a VM above
- * all, on page walks (a TLB miss per read with 4 KB pages). So each shard
- * carves its entries (LRU links, entry, key and copy-mode value bytes, when
- * together at most 512 bytes; bigger ones are allocated alone) out of chunks
- * of its own, in 16-byte size classes: the first chunk is 1 KB (a small
- * cache stays small), each next one as big as all before, up to 2 MB (with
- * the default allocator: 2 MB as soon as the shard holds 256 KB). With
- * the default allocator the 2 MB chunks are 2 MB aligned mappings that
- * become transparent huge pages once half carved (madvise MADV_HUGEPAGE
- * and, on Linux 6.1+, MADV_COLLAPSE: a copy of 1 MB under the shard's
- * lock, and the other 1 MB made resident ahead of use, once per
- * ~25,000 entries); this works whatever glibc does, wherever THP is
- * "always" or "madvise". With cfg.allocator every chunk comes from it and
- * nothing is madvised. An entry is a 54-byte header (86 with a limit), the
- * key (plus 4 bytes if it is 65,535 bytes or longer) and in copy mode the
- * value, rounded up to 16 bytes: 64 bytes for a key of up to 10 bytes
- * without a limit (malloc charged 80 for 10 bytes), 80 up to 26 bytes, 96
- * with a limit and a 10-byte key (was 112). A 64-byte entry starts on a
- * 64-byte boundary, so a read of a short key touches one cache line of its
- * entry. No malloc header either; a shard
- * keeps its chunks while the cache holds keys (a shard that shrank reuses
- * them); they all go back when the cache empties (once the slabs hold
- * 256 KB or more) or at tw_cache_free. The hash table of a shard is an
- * array of buckets of 8 links (one 64-byte line each), 8 bytes a link and
- * at least 2 links per key: it doubles above 1/2 key per link (2-4 links
- * per key as it grows, 4-8 after a growth to a whole 2 MB page, below) and
- * halves below 1/16 (up to 16 after removals); each link carries a 14-bit
- * tag of its key's hash on x86-64 and AArch64, so a hit reads its
- * bucket's line and then only its own entry, and a miss usually no entry
- * at all (an entry at an address past 48 bits,
- * as 5-level paging or AArch64 heap pointer tags give, and every entry on
- * other targets, is linked untagged and compared like the rest: still
- * correct, only slower). Arrays of 1 MB or more are 2 MB
- * aligned mappings advised huge too, those of 1-2 MB rounded up to 2 MB
- * and given the links that page holds (2^18), so a shard of 32,769 to
- * 131,072 keys has a 2 MB table. That is memory traded for speed where a
- * shard holds 32,769-65,536 keys: at 10^6 keys in 8 shards (the default up
- * to 2 CPUs) a shard holds 125,000 keys, 2.1 links each (17 bytes per key;
- * 87 bytes of RSS per key in all, bench/w8_cache.c), but in 16 shards (the
- * default on 3-4 CPUs) 62,500 keys, 4.2 links each (34 bytes per key; 107
- * in all). A 1 MB table in 4 KB pages would take 17 bytes per key less
- * there (90 in all), and batched calls would take longer, get_many 8% and
- * set_many 14% (TLB misses; single gets and sets and the Zipf mix within
- * the noise: measured alternated in one run, medians of 5); growing at one
- * key per link instead, in 512 KB, 25 bytes less (82 in all) and get_many
- * 54%, set_many 66% longer. Where those bytes matter more, cfg.shards can
- * move the shards out of that band (in 8 shards, 10^6 keys are 125,000 a
- * shard).
- * tw_cache_get_many/set_many hide most of the rest of the memory latency
- * when the caller has many keys at once.
- *
- * Clock on reads: a hit of a cache without a limit proves that the key is
- * live from CLOCK_MONOTONIC_COARSE (the vDSO's tick-updated clock, ~10 ns)
- * when the key's expiry is more than max(1 s, 64 ticks) beyond it, else it
- * reads CLOCK_MONOTONIC (~30 ns) as before; either way no key is returned
- * at or after its expiry (the argument is in src/cache/cache.c).
+ * Memory: an entry is a 54-byte header (86 with a limit), the key (plus 4
+ * bytes if it is 65,535 bytes or longer) and in copy mode the value, rounded
+ * up to 16 bytes: 64 bytes for a key of up to 10 bytes without a limit, 80
+ * up to 26 bytes, 96 with a limit and a 10-byte key; a 64-byte entry is one
+ * cache line. Entries of up to 512 bytes are carved from chunks of their
+ * shard (no malloc header), bigger ones allocated alone; a shard keeps its
+ * chunks while the cache holds keys, and they all go back when the cache
+ * empties (once its chunks hold 256 KB or more) or at tw_cache_free. A
+ * shard's hash table takes 8 bytes a link and 2 to 16 links a key. With the
+ * default allocator the big chunks and tables are 2 MB aligned and advised
+ * huge, so that the TLB covers them (on Linux 6.1+ a set then copies 1 MB
+ * under its shard's lock about once per 25,000 entries); with cfg.allocator
+ * everything comes from it and nothing is madvised.
+ * At 10^6 keys that is about 87 bytes of RSS a key in 8 shards (the default
+ * up to 2 CPUs) and 107 in 16 (3-4 CPUs), where a shard of 32,769 to 65,536
+ * keys has its table rounded up to a whole 2 MB page: bytes traded for
+ * speed (bench/README.md has the figures). A 1 MB table in 4 KB pages would
+ * take 17 bytes a key less there, for get_many 8% and set_many 14% slower
+ * (TLB misses; single calls and the Zipf mix within the noise); growing at
+ * one key per link instead, in 512 KB, 25 bytes less, for get_many 54% and
+ * set_many 66% slower. Where those bytes matter more, cfg.shards can move
+ * the shards out of that band.
+ * tw_cache_get_many/set_many hide most of the memory latency when the
+ * caller has many keys at once.
  */
 #ifndef TWHEEL_CACHE_H
 #define TWHEEL_CACHE_H
@@ -210,9 +176,9 @@ typedef void tw_cache_log_fn(void *ctx, const char *line);
 
 /** Which lock guards a shard's writers. Reads take no lock (they fall back to
  * the lock, shared when it is an rwlock, only while a resize relinks the
- * shard's table), so the choice matters little now. */
+ * shard's table), so the choice matters little. */
 enum tw_cache_lock {
-    TW_CACHE_LOCK_MUTEX = 0, /**< default: faster on 2 cores (see bench/README.md, W6) */
+    TW_CACHE_LOCK_MUTEX = 0, /**< default (bench/README.md, W6, compares the two) */
     /** a read-write lock for the writers (reads take no lock) */
     TW_CACHE_LOCK_RWLOCK = 1,
 };

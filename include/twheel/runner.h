@@ -12,9 +12,9 @@
  * at or after c + d (never earlier; a delay below one tick, 0 included, is due
  * at the next tick boundary) and runs exactly once unless it is removed,
  * replaced or drained first. The tick thread sleeps until the next tick that
- * has work (pthread_cond_timedwait on CLOCK_MONOTONIC; a set that makes an
- * earlier deadline wakes it) and, after a stall, catches up: no tick is
- * dropped, and the tasks due during the stall run at once in deadline order.
+ * has work (a set that makes an earlier deadline wakes it) and, after a
+ * stall, catches up: no tick is dropped, and the tasks due during the stall
+ * run at once in deadline order.
  *
  * Slack (opt-in, config.slack_shift; 0 = exact, the default, whose paths pay
  * one branch for it): a task set or moved with delay d (ns), single or
@@ -22,32 +22,21 @@
  * ticks: it is planned at some tick P in [due, due + S], `due` being the
  * tick the exact rule above gives, never earlier, and runs when the tick
  * thread reaches P; task->deadline is P. The core wheel uses the freedom to
- * plan tasks on slot boundaries they fire from without cascading, and to fire
- * neighbours together (twheel/wheel.h, "Slack"), so the tick thread does less
- * work per task and wakes less often. With slack, a batched set or move takes
- * its items one by one under each shard lock (no prefetching ahead).
+ * fire neighbours together without cascading (twheel/wheel.h, "Slack"), so
+ * the tick thread does less work per task and wakes less often. With slack,
+ * a batched set or move takes its items one by one under each shard lock
+ * (no prefetching ahead).
  *
  * Producers: each call takes one shard's mutex for the length of one tw_tasks
- * operation (about 0.1-0.3 us; longer when it resizes that shard's index,
- * amortised O(1)) and never waits for the tick thread to run: the tick thread
- * holds a shard's mutex for one tw_tasks_advance_max call, never while a
- * callback runs. That call pops at most 64 due tasks (copying each out), and
- * on its way does the wheel's cascades (moving timers of that shard down a
- * level) and, now and then, tw_tasks' housekeeping: the index shrink and the
- * pool compaction, O(that shard's tasks) but amortised O(1) per removal (see
- * twheel/tasks.h, Memory). More shards make these pauses shorter, and the
- * shards' wheels count ticks from staggered origins, so that their cascades
- * fall on different ticks instead of adding up in one (with 10^6 tasks over
- * 16 shards, the worst lateness went from 16-18 ms to 5-10 ms).
+ * operation (a fraction of a microsecond; longer when it resizes that
+ * shard's index, amortised O(1)) and never waits for the tick thread to run:
+ * the tick thread holds a shard's mutex for one bounded step (at most 64 due
+ * tasks, the wheel's cascades on the way and, now and then, the shard's
+ * housekeeping, amortised O(1) per removal; see twheel/tasks.h, Memory),
+ * never while a callback runs. More shards make these pauses shorter.
  * A call that returns success has been applied, with its true result
  * (TW_ENOENT, TW_EFULL, replaced or new): its effect is ordered after every
- * earlier call of the same thread. (A command queue drained by one owner
- * thread was measured against this in bench/w5_keyed.c, with 10^6 tasks
- * pending on 2 cores, three runs: with 2 producers the critical section took
- * 2.5-2.9 M ops/s and the queue 1.8-2.6 M; with 1 producer the queue applied
- * more (2.6-3.8 M against 2.1-2.3 M), but its owner thread, saturated, fired
- * with a p99 lateness of 17-30 ms against 2-4 ms, it spins a core, and it
- * cannot return move/remove/set results. The critical section stays.)
+ * earlier call of the same thread.
  *
  * Many producers: the shards are independent (own lock, own tw_tasks), a
  * call takes exactly one shard lock and writes only that shard's lines, and
@@ -73,26 +62,23 @@
  *
  * On a shared clock (config.clock, twheel/clock.h): the runner starts no
  * tick thread; it is a member of the clock, whose one thread also drives
- * other runners and caches (1,000 runners and 1,000 caches: one clock
- * thread). The rules above hold unchanged: never early, no tick dropped
- * after a stall (of the clock thread, or of another member, which delays
- * this runner as a stalled tick thread would), tasks due at earlier ticks
- * dispatched first, set/move/remove never wait for the clock. A turn of the
- * runner on the clock fires at most 256 tasks (plus one unit of work per
- * shard advanced) and then lets the other
- * members run before it goes on, so a burst of due tasks makes them a few
- * microseconds late, not a burst long. Callbacks never run on the clock's
- * thread: they run on config.pool, or on a pool of `workers` threads of the
- * runner's own. A producer's set/move of a deadline earlier than the clock's
- * wake-up signals the clock (one atomic load otherwise). Memory: a runner
- * on a clock with shards = 1 allocates about 50 KB empty (the shard's
- * tw_tasks instance, 31 KB, mostly its wheel, and the queue of 64 fired
- * tasks, 19 KB), each more shard about 31 KB (test_runner_clock holds both
- * figures), and the first set of a shard allocates its index and first
- * chunk of entries (56 KB); with 10 tasks pending that is about 88 KB of
- * RSS (bench/w8_many.c). The default shard count (by CPUs: 16 on 2 cores,
- * about 760 KB of RSS with 10 tasks) multiplies the per-shard part, so give
- * many small runners shards = 1.
+ * other runners and caches. The rules above hold unchanged: never early, no
+ * tick dropped after a stall (of the clock thread, or of another member,
+ * which delays this runner as a stalled tick thread would), tasks due at
+ * earlier ticks dispatched first, set/move/remove never wait for the clock.
+ * A turn of the runner on the clock fires at most 256 tasks (plus one unit
+ * of work per shard advanced) and then lets the other members run before it
+ * goes on, so a burst of due tasks makes them a few microseconds late, not a
+ * burst long. Callbacks never run on the clock's thread: they run on
+ * config.pool, or on a pool of `workers` threads of the runner's own. A
+ * producer's set/move of a deadline earlier than the clock's wake-up signals
+ * the clock (one atomic load otherwise). Memory: a runner on a clock with
+ * shards = 1 allocates about 50 KB empty (the shard's tw_tasks instance,
+ * 31 KB, and the queue of 64 fired tasks, 19 KB), each more shard about
+ * 31 KB, and the first set of a shard allocates its index and first chunk
+ * of entries (56 KB): about 88 KB of RSS with 10 tasks pending. The default
+ * shard count (16 on 2 cores: about 760 KB of RSS with 10 tasks) multiplies
+ * the per-shard part, so give many small runners shards = 1.
  *
  * Executor pools (config.pool, struct tw_pool of twheel/clock.h): the pool's
  * threads run the callbacks of every runner that uses it. Each runner keeps

@@ -32,17 +32,16 @@
  *
  * Slack (opt-in; exact is the default and its paths pay one branch for it):
  * a task may be allowed to fire late, by at most S ticks, so that the core
- * wheel can plan it on a slot boundary it fires from without cascading, and
- * fire it together with its neighbours (the rules of twheel/wheel.h, "Slack").
- * A task (re-)armed with delay d and slack S at time now fires during the
- * first advance that reaches its planned tick P, some tick in [now + d,
- * now + d + S] (delay 0: [now + 1, now + 1 + S]; saturating), never before
- * now + d. P is the deadline that tw_tasks_get and task->deadline report.
- * S comes from the instance's config.slack_shift (S = d >> slack_shift for
- * every set and move, batched ones included; 0 = exact) or from a *_slack
- * call, whose explicit S (0 = exact) overrides it. Every other rule holds as
- * written: move and set re-arm with their own S, remove forgets, order is by
- * planned tick.
+ * wheel can fire it with its neighbours without cascading (twheel/wheel.h,
+ * "Slack"). A task (re-)armed with delay d and slack S at time now fires
+ * during the first advance that reaches its planned tick P, some tick in
+ * [now + d, now + d + S] (delay 0: [now + 1, now + 1 + S]; saturating),
+ * never before now + d. P is the deadline that tw_tasks_get and
+ * task->deadline report. S comes from the instance's config.slack_shift
+ * (S = d >> slack_shift for every set and move, batched ones included;
+ * 0 = exact) or from a *_slack call, whose explicit S (0 = exact) overrides
+ * it. Every other rule holds as written: move and set re-arm with their own
+ * S, remove forgets, order is by planned tick.
  *
  * Eager re-arm (opt-in, config.eager_rearm; lazy is the default and its
  * paths pay the same one branch as for slack): move and set of a present
@@ -51,76 +50,50 @@
  * fires.
  *
  * Memory: one allocation for the instance (about 31 KB, mostly the core
- * wheel; test_tasks_rules holds it between 30 and 32 KB), a pool of task
- * entries in chunks of TW_TASKS_CHUNK entries, one open-addressing index of
- * 32-bit slots, and for string keys longer than 15 bytes one block per key
- * (length + 2 bytes). Per task: 48 bytes of entry (the wheel's 24-byte node,
- * the value, and the key: an integer, a string of up to 15 bytes in place,
- * or a pointer to its block), 4 bytes of home word (the high half of the
- * key's hash, which lets the index be rebuilt without reading the entries
- * or hashing the keys again) plus 5.3..10 bytes of index (it grows past a
- * load of 0.75 to 0.4, and shrinks to 0.55), so <= 62 bytes (past 39
- * chunks 1% more: a 2 MB group holds 39 chunks and 20 KB unused), plus the
- * block of a string key longer than 15 bytes, plus, with the default allocator
- * past 195 chunks (199,680 tasks), the unfilled rest of the newest 2 MB
- * group of entries (see "Huge pages": about 10 bytes per task just past that
- * size, 2.0 at 10^6). At 10^6 integer keys that is 60.7 bytes per task
- * (tw_tasks_stats): 48 of entry, 4 of home word, 6.1 of index, 2.0 of the
- * newest group's unfilled rest, 0.5 of the groups' unused 20 KB.
- *
- * Three of those are memory traded for speed. Each was measured at 10^6
- * tasks against a build without it, alternated in one run
- * (bench/batch_keyed.c, integer and string keys, medians of 7; figures in
- * bench/README.md):
- *  - the home word, 4 bytes a task: without it batched remove takes 19-22%
- *    longer, batched set from empty 5-12%, single remove 5-10% (a rehash
- *    re-reads and re-hashes every entry); single set of an integer key is 7%
- *    faster without it (one line less written);
- *  - growing the index to a load of 0.4, not 0.55: 0.1 byte a task at 10^6
- *    (6.1 bytes of index against 6.0), up to 2.5 at other sizes (9.3 against
- *    6.9 at 10^5); a fill rehashes each task 1.3-2 times instead of about 3,
- *    and set from empty takes 23-39% longer at 0.55 (single and batched);
- *  - each pool group past the fourth a huge page from its first touch, not
- *    filled in 4 KB pages and collapsed when full: up to 2 MB of unfilled
- *    group (2.0 bytes a task at 10^6, 10 just past 199,680 tasks); set from
- *    empty takes 24-35% longer with every group collapsed (a 2 MB copy each).
+ * wheel), a pool of task entries in chunks of TW_TASKS_CHUNK entries, an
+ * index, and for string keys longer than 15 bytes one block per key
+ * (length + 2 bytes). Per task: a 48-byte entry (an integer key, or a string
+ * key of up to 15 bytes, in place), a 4-byte home word and 5.3..10 bytes of
+ * index, so <= 62 bytes (1% more past 39 chunks), plus the block of a longer
+ * string key, plus, with the default allocator past 195 chunks (199,680
+ * tasks), the unfilled rest of the newest 2 MB group of entries (about 10
+ * bytes a task just past that size, 2.0 at 10^6). At 10^6 integer keys that
+ * is 60.7 bytes a task (tw_tasks_stats): 48 of entry, 4 of home word, 6.1 of
+ * index, 2.0 of unfilled group, 0.5 of the groups' unused tails. Three of
+ * those are bytes traded for speed (bench/README.md has the figures):
+ *  - the home word, 4 bytes a task, lets a rehash read it instead of every
+ *    entry and key: without it batched remove takes about 20% longer and a
+ *    batched fill from empty 5-12%, though a single set of an integer key
+ *    is 7% faster (one line less written);
+ *  - growing the index to a load of 0.4, not 0.55, costs up to 2.5 bytes a
+ *    task (0.1 at 10^6): a fill rehashes each task 1.3-2 times instead of
+ *    about 3 (at 0.55 sets from empty take 23-39% longer);
+ *  - pool groups past the fourth are huge pages from their first touch,
+ *    not collapsed when full: up to 2 MB of unfilled group (collapsing
+ *    each, a 2 MB copy, makes sets from empty take 24-35% longer).
+ * With the default allocator an index of 2 MB or more and the groups of
+ * entries are 2 MB aligned and advised huge, so that the TLB covers them;
+ * with config.allocator everything comes from it and nothing is madvised.
  * config.capacity sizes the index at once, so a fill up to it rehashes
- * nothing. Memory is returned:
- * the index shrinks when it falls below 1/8 full, and when fewer than a quarter
- * of the pool's entries are live the next set, advance or drain moves the live
- * ones down and frees the emptied chunks (outside callbacks; amortised O(1)
- * per removal), but never below config.capacity's size. Remove itself moves
- * no entry, so a run of removals (every key, say) pays for no relocation and
- * what is left moves once; until then the pool keeps what the run freed.
- *
- * Huge pages: at 10^6 tasks the pool (52 MB) and the index (7 MB) are read in
- * random order, and with 4 KB pages nearly every keyed call also missed the
- * TLB. So, with the default allocator, an index of 2 MB or more is a 2 MB
- * aligned mapping advised MADV_HUGEPAGE, and past its first 39 chunks (2 MB)
- * the pool grows by groups of 39 chunks, each a 2 MB aligned mapping that
- * becomes one transparent huge page (the first four once full, by
- * MADV_COLLAPSE on Linux 6.1+; later ones from their first touch, so at most
- * one group, under 2 MB, is resident beyond need; counted in full in
- * tw_tasks_stats' bytes, see above): about 61 bytes per task at 10^6 integer
- * keys. Nothing is madvised when
- * config.allocator is given: the index and the groups (each one
- * block of 39 chunks) then come from it.
+ * nothing. Memory is returned: the index shrinks when it falls below 1/8
+ * full, and when fewer than a quarter of the pool's entries are live the
+ * next set, advance or drain moves the live ones down and frees the emptied
+ * chunks (outside callbacks; amortised O(1) per removal), but never below
+ * config.capacity's size. Remove itself moves no entry, so a run of removals
+ * (every key, say) pays for no relocation and what is left moves once; until
+ * then the pool keeps what the run freed.
  *
  * Hashing: the index is keyed by a per-instance random seed (getrandom), so
  * keys chosen by an adversary who does not know it cannot be made to collide:
- * SipHash-1-3 for string keys (as Redis and Rust), a seeded 64-bit mixer
- * (splitmix64's finaliser with the seed folded in twice) for integer keys. The
+ * SipHash-1-3 for string keys, a seeded 64-bit mixer for integer keys. The
  * mixer is not a PRF: if integer keys come from an attacker who can also time
  * your calls, use string keys.
  *
  * Costs: set, move, remove and get are O(1) expected (one hash, a few index
  * slots on one or two cache lines, one entry); an insert that grows the index
  * rehashes it (amortised O(1): a fill from empty rehashes each task 1.3 to 2
- * times; a rehash reads the old index in order and each task's 4-byte home
- * word, never the entry nor the key, about 20 ns per task at 10^6, a fifth
- * of a batched set's time there; config.capacity avoids it up to that many
- * tasks). Advancing costs the core's cost plus O(1) per
- * task run. Drain is O(pending + index size).
+ * times; config.capacity avoids it up to that many tasks). Advancing costs
+ * the core's cost plus O(1) per task run. Drain is O(pending + index size).
  *
  * Thread safety: none; one thread at a time. tw_runner (twheel/runner.h) is the
  * thread-safe service around a tw_tasks.
@@ -179,12 +152,12 @@ struct tw_tasks_config {
      * wheel). 0 = exact (the default); at most TW_TASKS_SLACK_SHIFT_MAX. */
     unsigned slack_shift;
     /** How many tasks the instance is expected to hold (0 = no hint). The
-     * index is created large enough for that many keys (load 0.55), so that
-     * filling it up does not rehash (at 10^6 tasks a batched set from empty
-     * costs half to two thirds as much), and neither it nor the pool is ever shrunk below
-     * that size: memory for `capacity` tasks (7.3 bytes each of index at
-     * once, 52 each of pool as tasks arrive) stays allocated while the
-     * instance lives, however few tasks are pending. With the default
+     * index is created large enough for that many keys (a load of 0.55), so
+     * that filling it up does not rehash (a batched fill from empty then costs
+     * half to two thirds as much), and neither it nor the pool is ever
+     * shrunk below that size: memory for `capacity` tasks (7.3 bytes each
+     * of index at once, 52 each of pool as tasks arrive) stays allocated
+     * while the instance lives, however few tasks are pending. With the default
      * allocator the pool groups the hint covers are huge pages from their
      * first touch. Past the hint the instance grows (and shrinks back to it)
      * as without one. Hints beyond 2^31 - 1 tasks are clamped to it; an
@@ -279,8 +252,8 @@ TW_API int tw_tasks_remove(struct tw_tasks *t, const void *key, size_t len, void
 TW_API int tw_tasks_remove_int(struct tw_tasks *t, uint64_t key, void **value);
 
 /** Look a key up without changing anything. Returns 0 (filling *value and
- * *deadline, the tick it is due at (with slack: its planned tick), where not NULL), TW_ENOENT, TW_EINVAL,
- * TW_E2BIG. */
+ * *deadline, the tick it is due at (with slack: its planned tick), where not
+ * NULL), TW_ENOENT, TW_EINVAL, TW_E2BIG. */
 TW_API int tw_tasks_get(const struct tw_tasks *t, const void *key, size_t len, void **value,
                         uint64_t *deadline);
 /** As tw_tasks_get, for an integer key. */
@@ -288,18 +261,11 @@ TW_API int tw_tasks_get_int(const struct tw_tasks *t, uint64_t key, void **value
                             uint64_t *deadline);
 
 /* ---- batched keyed calls ------------------------------------------------- */
-/* For a caller with many keys at once. With 10^6 tasks every keyed call waits
- * on DRAM two to five times (the index slot, the entry, the wheel neighbours
- * it unlinks from; with string keys the caller's key bytes too); a batched
- * call overlaps those waits. It works in groups of 8 items: while it makes
- * the calls of one group, it has prefetched the wheel nodes the next group
- * unlinks from (move, remove), the entries of the group after, the index
- * slots of the one after that (hashing its keys), and the key bytes of the
- * fourth. At 10^6 tasks (bench/README.md, "Batched keyed calls") a batched
- * call costs 50-125 ns per key (medians; single runs on a loaded machine up
- * to 150) where a single call costs 150-490, with or without
- * config.capacity; set from an empty instance includes the index's growth
- * (about a fifth of it at 10^6, 40% less with the hint).
+/* For a caller with many keys at once. With millions of tasks every keyed
+ * call waits on DRAM two to five times (the index slot, the entry, the wheel
+ * neighbours it unlinks from; with string keys the caller's key bytes too);
+ * a batched call overlaps those waits by prefetching a few groups of items
+ * ahead (bench/README.md, "Batched keyed calls", has the figures).
  *
  * Semantics: exactly those of calling the single function on each item in
  * array order (duplicates included; each item sees the effects of the ones

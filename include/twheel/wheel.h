@@ -27,32 +27,25 @@
  *
  * Lazy or eager re-arm (both exact; pick per call):
  *  - tw_timer_arm / _arm_at (lazy, the default): re-arming a pending timer
- *    to a later deadline is one store; the timer is moved when the slot of
- *    its older deadline comes due, so that advance pays for it. Lowest total
- *    cost: the choice for most programs (benchmark W2, a heartbeat re-arming
- *    a 30 s timeout every 3 s: about 2 moves per connection a minute instead
- *    of 20 relocations).
+ *    to a later deadline is one store, and the advance that reaches the
+ *    slot of its older deadline moves it. Lowest total cost: the choice for
+ *    most programs (a heartbeat re-arming a 30 s timeout every 3 s moves it
+ *    about twice a minute instead of 20 times).
  *  - tw_timer_arm_eager / _arm_at_eager (and tw_node_arm_eager /
- *    _arm_at_eager): the same rules, but re-arming a pending timer, later
- *    or earlier, relocates it at once to the slot of its new deadline (one
- *    store if it is in that slot already), so no advance ever moves it for
- *    that re-arm. A relocating re-arm costs about twice a lazy one (it
- *    touches the timer's old neighbours), and the ticks are left with the
- *    fires (and the cascades of the timers that do fire): the choice for an
- *    event loop whose latency is the tick, where re-armed timers should not
- *    make a later tick do their work (W2 at 1e6: ticks 2.4-3.4x cheaper,
- *    heartbeats about 1.7x dearer, bench/README.md). Lazy timers armed
- *    together stay in one slot however often they are re-armed, and the
- *    advance that reaches it moves them all at once (W2 at 1e6: 10^6
- *    timers, a 12.5 ms tick; eager's worst tick 0.25 ms). Lazy and eager calls
- *    may be mixed on one wheel and one timer, exact either way; an eager
- *    re-arm into the slot of a deadline stored lazily before may leave that
- *    lazy move in place. tw_wheel_moves does not count eager relocations
- *    (it counts the moves left to advances). From an event loop's clock
- *    (see below), arm eagerly at an absolute deadline, as tw_timer_arm_from
- *    does: tw_timer_arm_at_eager(w, t, now + delay) (saturate the sum if
- *    delay can be huge, as tw_timer_arm_from does: a sum that wraps is a
- *    past deadline, due at the next tick).
+ *    _arm_at_eager): re-arming a pending timer, later or earlier, relocates
+ *    it at once to the slot of its new deadline (one store if it is in that
+ *    slot already), so no advance ever moves it for that re-arm. A relocating
+ *    re-arm costs about twice a lazy one (it touches the timer's old
+ *    neighbours), and the ticks are left with the fires: the choice for an
+ *    event loop whose latency is the tick. (Lazy timers armed together stay
+ *    in one slot however often they are re-armed, and the advance that
+ *    reaches it moves them all at once.)
+ *  - Lazy and eager calls may be mixed on one wheel and one timer, exact
+ *    either way; an eager re-arm into the slot of a deadline stored lazily
+ *    before may leave that lazy move in place. From an event loop's clock,
+ *    arm eagerly at an absolute deadline: tw_timer_arm_at_eager(w, t,
+ *    now + delay), saturating the sum if delay can be huge (a sum that wraps
+ *    is a past deadline, due at the next tick).
  *
  * Time and event loops (the rule):
  *  - The wheel's time moves only when you advance it. While your loop sleeps,
@@ -78,42 +71,27 @@
  * every layer, see twheel/common.h). Calls that change state return
  * TW_EINVAL for NULL.
  *
- * Slack (opt-in, per arming; see "slack" below). Exact is the default: only
- * the *_slack functions give a timer any slack, and the exact functions pay
- * nothing for it. A timer armed with deadline D and slack S:
+ * Slack (opt-in, per arming: the *_slack functions; the exact functions pay
+ * nothing for it). A timer armed with deadline D and slack S:
  *  - never fires before D, and never after D + S (saturating): it fires
  *    during the first advance whose new time is >= its planned tick P, some
- *    tick in [D, D + S], which tw_timer_deadline() reports;
- *  - is planned at the earliest slot boundary in [D, D + S] of the highest
- *    wheel level that has one there, so that it fires from the slot where it
- *    lands at that level without being moved down, and fires together with
- *    every timer whose window holds the same boundary (with S = 1/8 of the
- *    delay, a timer due 30000 ticks ahead is rounded up to a multiple of
- *    4096 ticks); a window with no multiple of 64 is planned on its earliest
- *    multiple of 16 if it holds one (level 1 keeps such timers on sub-slot
- *    lists that go down to level 0 whole, so they are not moved one by one
- *    either), else on D;
- *  - re-armed with slack, stays where it is if its planned tick is inside the
- *    new window (nothing to do), else is relocated at once, never lazily, so
- *    that a re-arm leaves no move for a later advance; re-armed with an exact
- *    function it is exact again; cancelling works as for any timer;
- *  - relocated while pending (pushed back, as a heartbeat or an idle timeout
- *    does), it is planned late instead: at the latest boundary in the window
- *    of the highest level L that has one there if L is 1, of level L - 1 if
- *    L >= 2. Its next re-arms then find it inside their windows longer and
- *    cost nothing (W2: 25% fewer relocations); if it does come due, that
- *    costs at most one move more than the early plan;
- *  - D <= now means now + 1, as for exact timers (the window is then
- *    [now + 1, now + 1 + S]); S = 0 is exact: the timer fires at D. The
- *    re-arm rule above still holds for it: re-armed pending with slack 0,
- *    a timer not planned at D is relocated at once (not lazily, as an exact
- *    re-arm to a later deadline would be), and tw_wheel_moves counts it;
+ *    tick in [D, D + S], which tw_timer_deadline() reports. The wheel plans
+ *    P on a slot boundary it fires from without being moved down a level,
+ *    so timers whose windows hold the same boundary fire together;
+ *  - re-armed with slack, stays where it is if P is inside the new window
+ *    (nothing to do), else is relocated at once, never lazily, and
+ *    tw_wheel_moves counts it; relocated while pending, it is planned late
+ *    in its window, so that later re-arms find it inside longer (at most one
+ *    move more if it does come due); re-armed with an exact function it is
+ *    exact again; cancelling works as for any timer;
+ *  - D <= now means now + 1, as for exact timers; S = 0 is exact (the timer
+ *    fires at D), with the re-arm rule above;
  *  - a periodic timer with slack keeps its phase: its n-th fire happens in
- *    [first + n * period, first + n * period + S] and the next deadline is
- *    computed from the nominal one, never from the late tick it fired at
- *    (the slack is capped at period - 1, so fires stay in order);
- *  - tw_wheel_next_expiry stays a lower bound on the next fire (never later
- *    than any planned tick), so a poller may sleep until it.
+ *    [first + n * period, first + n * period + S], the next deadline counting
+ *    from the nominal one (the slack is capped at period - 1, so fires stay
+ *    in order);
+ *  - tw_wheel_next_expiry stays a lower bound on the next fire, so a poller
+ *    may sleep until it.
  *
  * Thread safety: none. A wheel and its timers belong to one thread at a time;
  * tw_runner (twheel/runner.h) is the thread-safe service.
@@ -148,8 +126,7 @@ extern "C" {
 #define TW_WHEEL_LEVELS ((64 + TW_WHEEL_SLOT_BITS - 1) / TW_WHEEL_SLOT_BITS)
 /** Each slot is kept as this many independent lists, filled in turn and walked
  * side by side when the slot comes due, so that that many cache misses are in
- * flight at once instead of one (a single list is a chain of dependent loads:
- * with millions of timers, each one a trip to DRAM). */
+ * flight at once instead of one. */
 #define TW_WHEEL_CHAINS 4
 
 /* TW_NEVER, the tick value meaning "no deadline", is in twheel/common.h. */
@@ -209,10 +186,8 @@ struct tw_timer {
 struct tw_wheel {
     /** private: the slots, each kept as TW_WHEEL_CHAINS lists */
     struct tw_node *slots[TW_WHEEL_LEVELS][TW_WHEEL_SLOTS][TW_WHEEL_CHAINS];
-    /** private: level 1's sub-slot lists: sub[s][q] holds the timers planned
-     * with slack at tick 16 * q of level-1 slot s (bits 4..11 of the tick),
-     * as TW_WHEEL_CHAINS chains; when the slot comes due, q = 1..3 go down
-     * to level 0 whole and q = 0 is due at once */
+    /** private: level 1's sub-slot lists, sub[s][q] for the timers planned
+     * with slack on tick 16 * q of level-1 slot s */
     struct tw_node *sub[TW_WHEEL_SLOTS][TW_WHEEL_CHAINS][TW_WHEEL_CHAINS];
     uint64_t occupied[TW_WHEEL_LEVELS]; /**< bit s set <=> slots[level][s] non-empty */
     struct tw_node *ready;              /**< due at `now`, not fired yet */
@@ -241,10 +216,11 @@ TW_API int64_t tw_wheel_destroy(struct tw_wheel *w);
 
 /** Advance time to `now`, firing every timer whose deadline is <= now, tick by
  * tick in deadline order. Returns the number of callbacks run (>= 0), or
- * TW_EINVAL for NULL or a pull-only wheel (see tw_node_arm), or TW_EBUSY when called from inside one of this wheel's
- * callbacks. A `now` earlier than the wheel's time does not move time back and
- * rescans nothing: it only fires timers that tw_wheel_expire_next left due at
- * the current tick (usually none, so it returns 0). Idle ticks cost nothing. */
+ * TW_EINVAL for NULL or a pull-only wheel (see tw_node_arm), or TW_EBUSY when
+ * called from inside one of this wheel's callbacks. A `now` earlier than the
+ * wheel's time does not move time back and rescans nothing: it only fires
+ * timers that tw_wheel_expire_next left due at the current tick (usually
+ * none, so it returns 0). Idle ticks cost nothing. */
 TW_API int64_t tw_wheel_advance(struct tw_wheel *w, uint64_t now);
 
 /** Pull interface, for callers that prefer to run expired work themselves:
@@ -324,8 +300,7 @@ TW_API int tw_timer_arm_from(struct tw_wheel *w, struct tw_timer *t, uint64_t no
  * fired, or cancelled since), to fire at `deadline` (<= now means now + 1):
  * tw_timer_arm_at without its first step, the load that tells an arm from a
  * re-arm. The arm only stores into t, so arming a timer whose memory is not
- * in the cache does not wait for it (W3 in bench/README.md, 1e6 timers: an
- * arm + cancel pair costs 0.84-0.92x what it did with tw_timer_arm_at). Contract: t is initialised and not
+ * in the cache does not wait for it. Contract: t is initialised and not
  * pending. Release builds do not check it (a pending t would be linked twice
  * and corrupt the wheel); debug builds (TWHEEL_DEBUG) return TW_EBUSY for a
  * pending t and TW_EINVAL for an uninitialised one, changing nothing.

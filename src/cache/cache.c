@@ -28,26 +28,17 @@
  * is not trusted: the read retries (once in a batch, twice in a single get,
  * whose inline path made the first try), then looks under the shard lock.
  *
- * What a hit costs (callgrind, 1e6 keys "key:<i>", Zipf 0.99, no limit:
- * bench/README.md, "A cheaper hit"): 387 instructions before, 253 now, and
- * 2.6 first-level / 1.2 last-level missed lines, unchanged: the caller's
- * key bytes, the bucket's line and the entry's line, in that dependent
- * order. The instructions went: SipHash-1-3 (107 a key of up to 16 bytes)
- * -> tw_hash_mum (31, hash.h; SipHash stays behind cfg.siphash); the read
- * section, the lookup and the exit, in three functions of two files with
- * their calls and spills -> one inline path (cache_get; only what is not a
- * hit proven live by the coarse clock goes to cache_get_rest); and the hit
- * counter's own locked add, folded into the exit's (3 locked instructions
- * a hit -> 2: entering, leaving). And since a hit is a chain of dependent
- * misses, what sits between them costs more than its instructions: the
- * entry's locked add (a load cannot pass it on x86) held the bucket's load
- * back, so the bucket is now prefetched before entering
- * (cache_prefetch_early_). What is left per hit: the hash, the
- * slot scan and key compare (~70), entering and leaving the section
- * (sched_getcpu from glibc's rseq area, 2 locked adds, 2 loads of the
- * epoch), the coarse clock through the vDSO (~10 ns), the checks of the
- * public call. On a hot set (1,000 keys, in cache) a hit went from 61-63
- * to 44-48 CPU ns; at 1e6 keys the three missed lines dominate.
+ * What a hit costs at 10^6 keys: up to three missed lines, the caller's key
+ * bytes, the bucket's line and the entry's line, in that dependent order,
+ * and about 250 instructions: the hash (tw_hash_mum, about 30 for a short
+ * key; SipHash-1-3, 107, stays behind cfg.siphash), the slot scan and key
+ * compare (~70), entering and leaving the section (sched_getcpu from
+ * glibc's rseq area, 2 locked adds, the second counting the hit, 2 loads of
+ * the epoch), the coarse clock, the public call's checks. A hit is one
+ * inline path (cache_get; whatever is not a hit proven live by the coarse
+ * clock goes to cache_get_rest), and the bucket is prefetched before the
+ * section is entered (cache_prefetch_early_): entering's locked add (a load
+ * cannot pass it on x86) would hold the bucket's load back.
  *
  * Writers take the shard lock. Entries never change in place except for
  * their expiry, their LRU stamp and their links: a set of a new value (or,
@@ -126,9 +117,9 @@ static inline uint64_t cache_stamp(struct tw_cache *c, uint64_t now_ns)
     return now_ns / CACHE_NS_PER_TICK;
 }
 
-/* A hit's liveness without the precise clock (31 ns a read on the machine
- * of bench/README.md, a third of a hot read) when it can be proven with the
- * vDSO's CLOCK_MONOTONIC_COARSE (10 ns there):
+/* A hit's liveness without the precise clock (which costs about three times
+ * the coarse one, a third of a hot read) when it can be proven with the
+ * vDSO's CLOCK_MONOTONIC_COARSE:
  *
  *   The coarse clock is the same timekeeper's monotonic time as of its last
  *   update, so coarse <= now. Linux updates it every tick (res = one jiffy,
@@ -143,7 +134,7 @@ static inline uint64_t cache_stamp(struct tw_cache *c, uint64_t now_ns)
  * before the entry's expiry tick (now's tick is no later): no key is ever
  * returned at or after its expiry. Otherwise (a key within about a second
  * of expiry, no coarse clock, or its resolution too coarse) the read takes
- * the precise clock as before. Only for caches without a limit: a limit's
+ * the precise clock. Only for caches without a limit: a limit's
  * LRU stamp needs the precise tick anyway. */
 #define CACHE_COARSE_MARGIN_NS UINT64_C(1000000000)
 

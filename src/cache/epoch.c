@@ -54,10 +54,9 @@
  * stripe's `draining` flag from before its compare-and-swap to after its
  * add, and stats holds it while it reads the three counts (acquire when
  * taken, release when given back), so a stats call sees a drain whole or
- * not at all: the total is exact and never goes down (until 2026-11-23 a
- * stats call between the two steps missed the 2^38 hits, or counted them
- * twice, and the periodic log's interval "hits" wrapped to ~2^64). A
- * reader that finds the flag held skips its drain (the next hit's exit
+ * not at all: the total is exact and never goes down (a stats call between
+ * the two steps would miss the 2^38 hits, or count them twice). A reader
+ * that finds the flag held skips its drain (the next hit's exit
  * drains), so readers never wait; stats waits only for a drain in
  * progress. While a stats caller holds the flag the words keep counting:
  * 2^40 - 2^38 more hits fit before a word's count would wrap.

@@ -145,7 +145,7 @@ static inline struct cache_lru *cache_lru_of(const struct cache_entry *e)
  * (when the array is 64-byte aligned: always for the huge tables of large
  * caches); each slot heads a chain through the entries' hnext. A key's
  * bucket is fixed by its hash; a new key takes a free slot of its bucket,
- * else goes in front of one slot's chain (rare below load 1).
+ * else goes in front of one slot's chain (rare below a load of 1).
  *
  * A link (a slot, or an entry's hnext) holds the next entry's address and,
  * where that address leaves bits 48-63 clear (x86-64, AArch64), a tag:
@@ -484,8 +484,8 @@ static inline uint32_t cache_ld4(const unsigned char *p)
 
 /* Whether n bytes at a and b are equal, reading no byte outside them: the
  * libc memcmp compares short keys with a 32-byte vector load, which in a
- * 64-byte entry reaches into the next block's cache line (measured with
- * callgrind: ~0.8 extra missed lines per hit at 1e6 keys). Short keys are
+ * 64-byte entry reaches into the next block's cache line (about 0.8 extra
+ * missed lines per hit at 10^6 keys). Short keys are
  * compared with two overlapping loads of each side instead. */
 static inline bool cache_mem_eq(const unsigned char *a, const unsigned char *b, size_t n)
 {

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
-/* twheel cache: the per-shard map. Keys hashed by tw_hash_mum (or SipHash-1-3
- * on request; hash.h, cache.c) under a random per-instance key, a table of buckets of 8 tagged links (see
- * cache_internal.h) that doubles above half a key per slot and halves below
- * 1/16, and an intrusive LRU list. Every function here runs under
- * the shard lock, except tw_cache_map_find_rcu_ (readers, no lock). */
+/* twheel cache: the per-shard map. Keys hashed by tw_hash_mum (or
+ * SipHash-1-3 on request; hash.h, cache.c) under a random per-instance key,
+ * a table of buckets of 8 tagged links (see cache_internal.h) that doubles
+ * above half a key per slot and halves below 1/16, and an intrusive LRU
+ * list. Every function here runs under the shard lock, except
+ * tw_cache_map_find_rcu_ (readers, no lock). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,14 +37,16 @@ void tw_cache_mem_free_(const struct tw_allocator *a, void *p, size_t size)
 #define REL memory_order_release
 
 /* Bucket arrays of CACHE_TABLE_HUGE bytes or more (with the default
- * allocator) are 2 MB aligned mappings rounded up to whole 2 MB, advised
- * huge: every read starts with a random bucket, and at 10^6 keys (8 tables
- * of 1 MB) those were TLB misses that even the batched calls' prefetches
- * stalled on (a prefetch that misses the TLB walks the page table first:
- * perf put 32% of set_many's own samples right after the bucket prefetch,
- * 10% with this). A table of 1-2 MB is rounded up to 2 MB (one huge page:
- * at most 1 MB more per shard, only while its table is that size); from
- * 2 MB on only to a page (the tail past the last whole 2 MB stays small). */
+ * allocator) are 2 MB aligned mappings, advised huge: every read starts with
+ * a random bucket, and in 4 KB pages those are TLB misses that even the
+ * batched calls' prefetches stall on (a prefetch that misses the TLB walks
+ * the page table first). A table of 1-2 MB is rounded up to 2 MB (one huge
+ * page: at most 1 MB more per shard, only while its table is that size), and
+ * a growth into it takes the 2^18 links the page holds (tw_cache_map_insert_),
+ * so a shard of 32,769 to 131,072 keys has a 2 MB table; from 2 MB on a
+ * table is rounded only to a page (the tail past the last whole 2 MB stays
+ * small). Where a shard holds 32,769 to 65,536 keys that is memory traded
+ * for speed: twheel/cache.h gives the trade. */
 #define CACHE_TABLE_HUGE ((size_t)1 << 20)
 
 static size_t cache_table_bytes(const struct tw_cache *c, size_t n)

@@ -10,22 +10,21 @@
  *    half carved (the other half then becomes resident too: at most 1 MB a
  *    shard, only in shards past 1.25 MB of entries), so a big cache's
  *    entries are covered by few TLB entries (at 10^6 keys the entries are
- *    ~64 MB read in random order: with 4 KB pages nearly every read missed
- *    the TLB too). Until 2026-11-23 the chunks doubled up to 2 MB and a
- *    chunk became huge only when full: a shard's first 2 MB and its last,
- *    partly carved chunk stayed in small pages, a quarter of the entries at
- *    10^6 keys; gets there took 0.94x the CPU with this schedule (1e6 keys,
- *    Zipf 0.99, both in one process, bench/README.md "A cheaper hit"). A
- *    small cache stays small: a shard with a few keys holds one 1 KB chunk.
- *    With a user's allocator every chunk comes from it (no madvise: the
- *    memory is the user's), and they keep doubling up to 2 MB.
+ *    ~64 MB read in random order: with 4 KB pages nearly every read misses
+ *    the TLB too). Chunks that doubled all the way to 2 MB, or became huge
+ *    only when full, would leave a shard's first 2 MB and its last, partly
+ *    carved chunk in small pages: a quarter of the entries at 10^6 keys,
+ *    and gets about 6% dearer in CPU. A small cache stays small: a shard
+ *    with a few keys holds one 1 KB chunk. With a user's allocator every
+ *    chunk comes from it (no madvise: the memory is the user's), and they
+ *    keep doubling up to 2 MB.
  *  - Blocks (LRU links, entry, key and copy-mode value bytes) are rounded up
  *    to 16 bytes; 64-byte blocks (entries with keys of up to 10 bytes) are
  *    carved on a 64-byte boundary, 16 at a time (the 16-48 bytes skipped
  *    go on their class's list: one gap per run even when entries of other
  *    sizes are carved in between), so that such an entry is one cache
  *    line; blocks of up to CACHE_SLAB_MAX bytes are carved from the
- *    chunks, bigger ones allocated alone as before.
+ *    chunks, bigger ones allocated alone.
  *  - Allocation runs under the shard lock: from the class's free list, else
  *    from what was given back meanwhile, else carved from the chunk.
  *  - A block is given back by whoever frees the entry (after the epochs made
@@ -55,7 +54,7 @@
 
 /* Under AddressSanitizer a free block is poisoned but for its link (the
  * first 16 bytes), so that a read of an entry after it was given back (an
- * epoch bug) is reported as malloc'ed entries were. */
+ * epoch bug) is reported as a use after free, as for malloc'ed blocks. */
 #if defined(__SANITIZE_ADDRESS__)
 #define SLAB_ASAN 1
 #elif defined(__has_feature)

@@ -124,8 +124,8 @@ void tw_random_seed_(uint64_t out[2]);
 
 /* ---- tw_hash_mum: a seeded multiply-mix hash for short keys --------------
  *
- * Appended for the cache's table (src/cache/cache.c), where SipHash-1-3 was a
- * third of a hit's instructions. Same family as wyhash and rapidhash (a
+ * For the cache's table, where SipHash-1-3 would be a third of a hit's
+ * instructions. Same family as wyhash and rapidhash (a
  * 64x64->128-bit multiply folded by xor), written here: keys up to 16
  * bytes are read as two (overlapping) words a and b, longer ones fold 16
  * bytes a step into the state, and the result is

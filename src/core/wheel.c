@@ -1,8 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* twheel core: the hierarchical timing wheel.
  *
- * Design
- * ------
  * 11 levels of 64 slots cover all 64 bits of time. A timer is placed by its
  * absolute deadline d relative to the current time `now`: its level is the
  * level holding the highest bit in which d and now differ, its slot is d's
@@ -21,8 +19,8 @@
  * greater than now's: an occupied slot is always strictly ahead of the current
  * one at its level, within the current block of the level above. So no slot
  * ever holds timers from two revolutions (nothing wraps, there is no "rounds"
- * count), and the next slot to come due is simply the lowest set bit of the
- * lowest non-empty level's occupancy bitmap: O(1) with two ctz.
+ * count), and the next slot to come due is the lowest set bit of the lowest
+ * non-empty level's occupancy bitmap: O(1) with two ctz.
  *
  * A slot at level L > 0 comes due when `now` reaches the first tick of its
  * range; its timers are then re-placed relative to the new now, which puts
@@ -31,98 +29,64 @@
  * level 0, and never fires early: it only fires from a slot whose tick equals
  * its deadline.
  *
- * Lazy re-arm: re-arming a pending timer to a later deadline only stores the
- * deadline. The timer stays in the slot chosen for its older, earlier
- * deadline; when that slot comes due the deadline is compared and the timer
- * re-placed. Re-arming earlier unlinks and re-inserts at once. Either way no
- * timer fires before its (latest) deadline nor after the slot of it comes due.
+ * Lazy re-arm (the default): re-arming a pending timer to a later deadline
+ * only stores the deadline; the timer stays in the slot of its older one and
+ * is re-placed when that slot comes due. Re-arming earlier unlinks and
+ * re-inserts at once. One store per later re-arm: the lowest total cost.
  *
- * Eager re-arm (the *_eager calls, opt-in): a pending timer is unlinked and
- * placed for its new deadline at once, later or earlier, as an earlier
- * re-arm is, unless it is in the slot of the new deadline already (then
- * one store: in_place_for; a W2 heartbeat pushes a 30 s timeout back by
- * 3 s on average, which stays in its 4096-tick slot about 45% of the time).
- * The relocation pays the unlink (the old neighbours' lines) so that no
- * advance ever moves the timer for the re-arm: a heartbeat re-armed every
- * few seconds is never in a slot that comes due, and the tick is left with
- * the fires and the cascades of timers that do fire. Lazy has the lowest
- * total (one store per later re-arm; W2 moves each connection about twice
- * a minute), eager the lowest tick (bench/README.md, "Exact and eager").
- * An eager beat of W2 at 1e5 is 30 instructions in place, 52 relocating
- * (the rounds wheel's reset: 28, with no branch W2 cannot predict), so a
- * re-arm skips what only an idle timer needs checking (its fn), and the
- * in-place test is one mask (bench/README.md, "Cheaper eager and slack
- * re-arms").
+ * Eager re-arm (the *_eager calls): a pending timer is placed for its new
+ * deadline at once, later or earlier, unless it is in that deadline's slot
+ * already (in_place_for, one mask test: one store). It pays the unlink (the
+ * old neighbours' lines) so that no advance moves the timer for the re-arm:
+ * the lowest tick cost, the tick being left with the fires and the cascades
+ * of timers that do fire.
  *
- * Start (tw_timer_start, tw_node_start and their _at forms): the arm of a
- * timer the caller knows is idle skips the one load every other arm begins
- * with (pprev: pending, so a re-arm?) and only stores into the timer. With
- * 10^6 timers the timer's line is cold at arm time and that load was most
- * of the arm (perf: 86% of W3's arm samples); stores to a cold line drain
- * from the store buffer without stalling the core, as the rounds wheel's
- * arm does. Debug builds read the timer to refuse a pending one. The
- * *_start*_slack forms do the same for an arm with slack (plan_place).
+ * Start (the *_start calls): the arm of a timer the caller knows is idle
+ * only stores into it, skipping the load of pprev that tells every other arm
+ * a re-arm from an arm (start_node says why that load matters).
  *
  * Slack: a timer allowed to fire anywhere in [D, D + S] is planned at the
  * earliest slot boundary of the highest level that falls in that window
- * (plan_place), and that planned tick is simply its deadline from then on:
- * apart from the sub-slots below, nothing else in the wheel knows about
- * slack, and the exact paths pay nothing for it. A timer planned at a boundary of
- * level L fires straight from the level-L slot it reaches, so it moves at
- * most through the levels between the one it is placed at (the highest bit
- * in which the planned tick and now differ) and L; with S = D/8 that is
- * usually none. Timers whose windows hold the same boundary share a tick and
- * fire together. A re-arm with slack is a no-op while the planned tick stays
- * inside the new window, and otherwise relocates at once (to a late tick of
- * the window, plan_late, since a timer pushed back once is likely to be
- * pushed back again) rather than lazily:
- * a lazy re-arm moves the timer in a later advance, which is the very tick
- * work slack exists to remove (W2 in bench/README.md shows both sides).
+ * (plan_place), and that planned tick is its deadline from then on: apart
+ * from the sub-slots below, nothing in the wheel knows about slack, and the
+ * exact paths pay nothing for it. A timer planned at a boundary of level L
+ * fires straight from the level-L slot it reaches, so it moves at most
+ * through the levels between the one it is placed at and L (with S = D/8,
+ * usually none), and timers whose windows hold the same boundary fire
+ * together. A re-arm with slack is a no-op while the planned tick stays in
+ * the new window, and otherwise relocates at once, late in the window
+ * (plan_late), never lazily: a lazy re-arm would move the timer in a later
+ * advance, the very tick work slack exists to remove.
  *
- * Sub-slots: a window with no multiple of 64 (short delays: W3's 160-240
- * ticks with 1/8 slack hold one only 40% of the time) is planned on a
+ * Sub-slots: a window with no multiple of 64 (short delays) is planned on a
  * multiple of 16 if it holds one. Every timer planned with slack on a
  * multiple of 16 that lands at level 1 waits on one of its slot's four
- * sub-lists (sub[slot][q], tick 16q of the slot; q = 0 for a multiple of
- * 64) instead of a chain, and each sub-list is TW_WHEEL_CHAINS chains like
- * a slot, so that firing them keeps four misses in flight too. When the
- * slot comes due, level 0 is empty (its slots all lie before): each chain
- * of sub-lists 1..3 is spliced whole onto the same chain of the level-0
- * slot of its tick (one store and one pprev fix for the lot, where a
- * slot's chains' timers are moved one by one), and sub-list 0, due at once,
- * joins the ready list the same way. The arm then needs a single test (a
- * multiple of 16 at level 1) and the sub-list index is bits 4..11 of the
- * tick. Exact timers never use them.
+ * sub-lists (sub[slot][q], tick 16q of the slot), each TW_WHEEL_CHAINS
+ * chains; when the slot comes due they go down to level 0, or to the ready
+ * list, whole (hand_down_subs, splice_due) instead of timer by timer. Exact
+ * timers never use them.
  *
- * Firing: the timers due at one tick are first collected on the `ready` list,
- * then their callbacks run one by one. A sub-list 0's timers are all due
- * unless a lazy re-arm pushed one back: its chains are walked only to read
- * the deadlines and move such a timer, then linked onto the ready list as
- * they stand (splice_due), with no store per timer that fires. (Doing the
- * same for level-0 slots cost more per slot than it saved per timer where
- * slots hold one timer, W4.) A callback may cancel or re-arm any
- * timer, ready ones included (the ready list is an ordinary doubly linked
- * list), and timers it arms are due at a later tick, so an advance always
- * terminates.
+ * Firing: the timers due at one tick are first collected on the `ready`
+ * list, then their callbacks run one by one. A callback may cancel or re-arm
+ * any timer, ready ones included (the ready list is an ordinary doubly
+ * linked list), and timers it arms are due at a later tick, so an advance
+ * always terminates.
  *
- * Nodes: what the slots hold is a struct tw_node (next, pprev, deadline);
- * a tw_timer is a node plus its callback and argument. Users who pull due
- * work (the keyed layer, the cache) embed bare 24-byte nodes; the `bare` flag
- * then keeps advance and tw_wheel_expire_next from treating a node as a
- * timer.
- *
- * Lists: singly linked forward plus `pprev`, a pointer to the link that points
- * at the timer (a chain head or the previous timer's `next`), as in the Linux
- * kernel's hlist. Unlinking needs no slot index; whether a slot became empty
- * is known because only a chain head can be pointed at by `pprev` from outside
- * a timer, and its address tells which slot it is.
+ * Nodes and lists: the slots hold struct tw_node (next, pprev, deadline); a
+ * tw_timer is a node plus its callback and argument, and pull-only users
+ * (the keyed layer, the cache) embed bare 24-byte nodes (the `bare` flag
+ * keeps advance from treating a node as a timer). Lists are singly linked
+ * forward plus `pprev`, a pointer to the link that points at the node, as in
+ * the Linux kernel's hlist: unlinking needs no slot index, and a slot that
+ * became empty is known because only a chain head can be pointed at by
+ * `pprev` from outside a node, and its address tells which slot it is.
  *
  * Chains: a slot is TW_WHEEL_CHAINS lists, pushed onto in turn. Walking one
  * list is a chain of dependent loads, each a cache miss once the timers
  * outgrow the cache; walking four side by side keeps four misses in flight.
- * Measured on W1 at 10^6 timers (EPYC, 2 cores): expiry 325 ns per timer
- * with one list, 135 with four, 125 with eight (at 10^3 timers eight cost
- * 20% more than four, and the wheel doubles to 45 KB).
+ * Four make the expiry of 10^6 timers about 2.4 times cheaper than one list;
+ * eight gain little more, cost more than four on small wheels, and double
+ * the slot array.
  */
 #include "twheel/wheel.h"
 
@@ -403,7 +367,9 @@ static __attribute__((noinline)) uint64_t hand_down_subs(struct tw_wheel *w, uns
  * anew, and what is left of the chains, all due, is linked in at `tail` (the
  * end of the ready list) as it stands: its links are already right, so no
  * store per timer that fires. The heads are left empty. Returns the new end
- * of the ready list (the caller ends it with NULL); adds to *moved. */
+ * of the ready list (the caller ends it with NULL); adds to *moved.
+ * (Level-0 slots are not spliced: where they hold one timer each, the walk
+ * costs more per slot than it saves per timer.) */
 static inline struct tw_node **splice_due(struct tw_wheel *w, struct tw_node **heads,
                                           struct tw_node **tail, uint64_t tick,
                                           unsigned *spread, uint64_t *moved)
@@ -477,8 +443,8 @@ static __attribute__((noinline)) int process_next_slot(struct tw_wheel *w, uint6
         /* Walk the chains side by side: their next loads are independent.
          * Moved timers are spread over the chains of their new slots in
          * turn; due ones are pushed onto the ready list, kept here until the
-         * walk ends (the order of the old code: due timers of one tick fire in
-         * an unspecified order, but layers above may have come to rely on it). */
+         * walk ends (due timers of one tick fire in an unspecified order,
+         * but a stable one: layers above may rely on it). */
         for (unsigned live = CHAINS; live;) {
             live = 0;
             for (unsigned c = 0; c < CHAINS; c++) {
@@ -698,9 +664,7 @@ plan_place(struct tw_wheel *w, struct tw_node *n, uint64_t first, uint64_t last,
  * below that multiple of 2^h (k <= h), so >= first, and never above last.
  * h < 4: k = 0 (no multiple of 16 in the window: last); h = 4, 5: 16; h in
  * 6..11 (L = 1): 64; L >= 2: 2^(6 (L - 1)). first == last gives first (its
- * h is its lowest set bit, and k <= h). One load, no branch: the rule used
- * to be written with four branches (W2 beat with slack: 53.4 instructions,
- * now fewer, bench/README.md). */
+ * h is its lowest set bit, and k <= h). One load, no branch. */
 #define TW_B1(b)                                                                              \
     ((b) < SUB_BITS    ? ~UINT64_C(0)                                                          \
      : (b) < SLOT_BITS ? ~(uint64_t)(SUB_WIDTH - 1)                                            \
@@ -821,7 +785,7 @@ int tw_node_init(struct tw_node *n)
  * public entry: the arm is a few dozen instructions, a call is a tenth of it.
  * Timers are spread over a slot's chains by the wheel's round-robin counter
  * (the order in which timers due at one tick fire is unspecified, but this
- * keeps it what it always was). */
+ * keeps it stable). */
 static inline __attribute__((always_inline)) int
 arm_node(struct tw_wheel *w, struct tw_node *n, uint64_t deadline)
 {
@@ -850,9 +814,9 @@ arm_node(struct tw_wheel *w, struct tw_node *n, uint64_t deadline)
 /* Arm n, which the caller knows to be idle (the *_start calls; debug builds
  * check it, release builds take the caller's word): only stores into n. An
  * arm first loads n->pprev to tell a re-arm from an arm, and for a timer not
- * touched for a while (W3 at 1e6: a cold line per arm) perf puts 86% of the
- * arm's samples on that load; stores to a cold line retire through the store
- * buffer without a wait. The wheel's own fields (w) are hot: reading them is
+ * touched for a while (millions of timers: a cold line per arm) that load is
+ * most of the arm; stores to a cold line retire through the store buffer
+ * without a wait. The wheel's own fields (w) are hot: reading them is
  * free. */
 static inline __attribute__((always_inline)) int
 start_node(struct tw_wheel *w, struct tw_node *n, uint64_t deadline)
@@ -912,7 +876,7 @@ arm_node_eager(struct tw_wheel *w, struct tw_node *n, uint64_t deadline)
 /* Cancel n (both pointers checked by the caller). unlink_node written out
  * with n's own stores first: then n is not needed after the neighbours'
  * stores, and gcc keeps it in its argument register (one instruction less
- * per cancel: 23.1 -> 22.1 per W3 cancel, callgrind at 1e5). unlink_node
+ * per cancel, of about 22). unlink_node
  * itself keeps that store last: its other callers place the node next, and
  * place()'s store to pprev then makes it dead (moved first, it survives:
  * one instruction more in every relinking arm, gcc -O3). */
@@ -1166,12 +1130,12 @@ int tw_timer_start_slack(struct tw_wheel *w, struct tw_timer *t, uint64_t delay,
     return timer_start_at_slack(w, t, saturating_add(w->now, delay), slack);
 }
 
-/* The checks of the re-arming calls that no longer check t->fn of a
- * pending timer (eager and slack): an uninitialised timer is refused while
- * it is idle; a pending one was initialised (every arm checks it, and
+/* The checks of the re-arming calls that do not check t->fn of a pending
+ * timer (eager and slack): an uninitialised timer is refused while it is
+ * idle; a pending one was initialised (every arm checks it, and
  * tw_timer_start_at's contract asks it), and it is linked already, so that
- * refusing it would protect nothing. The beat of W2 re-arms a pending timer:
- * two instructions fewer of about forty (bench/README.md). */
+ * refusing it would protect nothing. Skipping it saves a heartbeat's re-arm
+ * two of its about forty instructions. */
 static inline __attribute__((always_inline)) bool timer_rearm_ok(struct tw_wheel *w,
                                                                  struct tw_timer *t)
 {

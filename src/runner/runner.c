@@ -54,11 +54,14 @@
  * dispatched before later ones even while catching up after a stall.
  *
  * Many producers
- * -------------------------
+ * --------------
  * A producer call cannot be deferred (it returns its true result, and its
  * effect must be ordered after the same thread's earlier calls), so producers
  * do not buffer: each call does its tw_tasks operation at once, under the one
- * shard lock its key hashes to. What a call costs other threads, with the
+ * shard lock its key hashes to. (A command queue drained by one owner thread
+ * applies no more calls than this with two producers; with one it applies
+ * more, but its saturated owner fires late and spins a core, and no call
+ * could return its result.) What a call costs other threads, with the
  * default max_pending = 0 (counted from the code; `contended` in
  * tw_runner_stats counts the waits):
  *
@@ -101,8 +104,7 @@
  * and a meeting costs a short spin (rn_lock: RN_SPIN tries before a futex
  * sleep), not a sleep and a wake-up. The shard lines a call writes move from
  * the core that touched that shard last, as the keys themselves do: one
- * transfer per line per call, whatever P is. Measured (bench/w8_runner.c,
- * bench/README.md): waits per call against producers on 2 cores.
+ * transfer per line per call, whatever P is.
  *
  * Batched calls (tw_runner_*_many) take each shard's lock once per group of
  * up to RN_GROUP items: a group of m items on S shards takes at most
@@ -371,7 +373,7 @@ static inline struct rn_shard *rn_shard_of(const struct tw_runner *r, uint64_t h
  * level's slot it moves that whole slot down at once (tens of thousands of
  * tasks with 10^6 pending), and fires due at that tick wait for it. Were all
  * shards on the runner's clock, their slots would come due at the same tick
- * and those moves would add up into one long stall (17 ms measured with 10^6
+ * and those moves would add up into one long stall (over 10 ms with 10^6
  * tasks over 16 shards). So shard i counts ticks from its own origin, `off`
  * ticks ahead, whose digit at each of the first RN_STAGGER_LEVELS levels is
  * i * 64 / nshards: the shards' boundaries at those levels fall on different

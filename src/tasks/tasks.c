@@ -8,10 +8,12 @@
  *            wheel node embedded in each entry can stay linked in the wheel.
  *            Free entries form a LIFO list through the entry itself. An entry
  *            holds its key: an integer, a string of up to KEY_INLINE bytes in
- *            place (no pointer to chase on a lookup), or a pointer to a block
- *            for a longer string. After a chunk's entries come their home
- *            words (4 bytes each: the key's hash >> 32), what a rehash
- *            needs of a task (see rehash): 52 bytes of pool per task.
+ *            place (zero-padded, its length in the last byte: a lookup builds
+ *            that form once, see inline_form, then compares, copies and
+ *            hashes two words), or a pointer to a block for a longer string.
+ *            After a chunk's entries come their home words (4 bytes each:
+ *            the key's hash >> 32), all that a rehash reads of a task (see
+ *            rehash): 52 bytes of pool per task.
  *   index    open addressing with linear probing over 32-bit slots:
  *                0 = empty, 1 = tombstone,
  *                else (tag << bits) | (entry index + 2),
@@ -20,47 +22,38 @@
  *            compares tags first and touches an entry only on a tag match
  *            (false match rate 2^-(32-bits)), so a miss costs no entry load.
  *            Slot positions come from the hash's high 32 bits by fast range
- *            reduction, so the capacity need not be a power of two: it is
- *            rehashed past a load of 0.75 (counting tombstones) to a load
- *            of 0.4 (a shrink: 0.55), which keeps the index at 5.3..10 bytes
- *            per task. Growing to 0.4 rather than 0.55 (5.3..7.3 bytes) is
- *            a trade: a fill rehashes each task 1.3 to 2 times instead of
- *            about 3, for up to 2.5 bytes a task at some sizes (0.1 at
- *            10^6); twheel/tasks.h gives what it buys. The ceiling stays
- *            at 0.75: an insert near 0.8 scans 13 slots on average for the
- *            empty one.
+ *            reduction, so the capacity need not be a power of two. The
+ *            index is rehashed past a load of 0.75, counting tombstones (near
+ *            0.8 an insert scans 13 slots on average for the empty one), to
+ *            a load of 0.4 (a shrink: 0.55): 5.3..10 bytes per task. Growing
+ *            to 0.4 rather than 0.55 trades bytes for fewer rehashes of a
+ *            fill (twheel/tasks.h gives the trade).
  *            Deletion writes a tombstone, or an empty slot (clearing the
- *            tombstones before it too) when the next slot is empty.
- *            The entry field is sized at each rehash for the largest pool
- *            the new index can hold before it grows again, so the pool's
- *            growth never forces a rehash of its own (it did at each power
- *            of two: one more rehash of every task on a fill).
- *            String keys of up to 15 bytes are kept zero-padded with their
- *            length in the last byte: a lookup builds that form once (two
- *            or three loads, see inline_form) and compares and copies two
- *            words, and hashes them without re-reading the bytes.
+ *            tombstones before it too) when the next slot is empty. The
+ *            entry field is sized at each rehash for the largest pool the new
+ *            index can hold before it grows again, so the pool's growth never
+ *            forces a rehash of its own.
  *   wheel    the core wheel holding bare 24-byte nodes (no callback), driven
- *            through its pull interface (tw_wheel_expire_next_node); each due entry is taken out of the index before
- *            execute runs, so execute sees a table in which its task is gone.
+ *            through its pull interface (tw_wheel_expire_next_node); each due
+ *            entry is taken out of the index before execute runs, so execute
+ *            sees a table in which its task is gone.
  *
  * Memory returned: the index shrinks (rehash) when under 1/8 full. When fewer
  * than a quarter of the pool's entries are live, outside callbacks, the next
  * set, advance or drain moves the live entries above the first
  * ceil(2 * live / CHUNK) chunks into free entries below (cancel + re-arm at
  * the same deadline, one index slot rewritten), and frees the emptied
- * chunks. Each compaction costs O(pool + index) after at least pool/2
- * removals: amortised O(1). Remove itself never compacts: a run of removals
- * (a mass removal, say every key) would relocate a quarter of its tasks
- * on the way down, step by step, each relocation four or five cache misses
- * (about 30 ns of every batched remove at 10^6 tasks); deferred, only what
- * is left when the run ends moves, once, and nothing if nothing is left.
- * The pool thus holds at most four times the live entries, plus what a run
- * of removals freed since the last set, advance or drain.
+ * chunks: O(pool + index) after at least pool/2 removals, amortised O(1).
+ * Remove itself never compacts: a run of removals (every key, say) would
+ * relocate a quarter of its tasks on the way down, step by step, four or
+ * five cache misses each; deferred, only what is left when the run ends
+ * moves, once. The pool thus holds at most four times the live entries,
+ * plus what a run of removals freed since the last set, advance or drain.
  *
- * config.capacity (a hint): the index starts at cap_for(capacity) slots
- * (load 0.55 when that many are pending) with an entry field wide enough for
- * them, and neither shrinking (floor_cap) nor compaction (floor_chunks) goes
- * below it; pool groups the hint will fill are advised huge at once.
+ * config.capacity (a hint): the index starts at cap_for(capacity) slots (a
+ * load of 0.55 when that many are pending) with an entry field wide enough
+ * for them, and neither shrinking (floor_cap) nor compaction (floor_chunks)
+ * goes below it; pool groups the hint will fill are advised huge at once.
  *
  * Slack and eager re-arm: every arm goes through arm(), which takes the
  * core's exact lazy path after one test of `not_lazy` (set while the
@@ -69,10 +62,10 @@
  * no user code, so no callback ever sees it), else arm_other() with
  * config.slack_shift's fraction or the call's slack, or, when that slack is
  * 0, the core's eager exact arm if config.eager_rearm (a slack arm relocates
- * at once already). So the default path (exact, lazy) pays the one test it
- * paid for slack alone. Compaction re-arms a relocated task exactly at its
- * planned tick, which is inside its window (a fresh node: lazy and eager
- * are the same arm there).
+ * at once already). So the default path (exact, lazy) pays one test for
+ * both. Compaction re-arms a relocated task exactly at its planned tick,
+ * which is inside its window (a fresh node: lazy and eager are the same arm
+ * there).
  *
  * Re-entrancy: `depth` counts the callbacks running. Everything a callback
  * may do keeps the invariants between two calls of it: the firing loop holds
@@ -236,8 +229,8 @@ static void *big(struct tw_tasks *t, void *ptr, size_t old_size, size_t new_size
  * allocator it is one block of GROUP chunks. A group is freed when the pool
  * shrinks below its first chunk. */
 /* The first GROUPS_LAZY groups are filled in small pages and collapsed
- * into a huge page when full (MADV_COLLAPSE: a 2 MB copy, measured ~18% of
- * a 10^6-task fill when every group did it); later ones, in a pool already
+ * into a huge page when full (MADV_COLLAPSE: a 2 MB copy, too dear to make
+ * for every group: see twheel/tasks.h, Memory); later ones, in a pool already
  * 10 MB big, are advised at once (one 2 MB page from the first touch: at
  * most one partly used group, under 2 MB, is resident beyond need). */
 #ifndef GROUPS_LAZY
@@ -580,13 +573,13 @@ static uint32_t cap_at_load(uint64_t n, uint64_t num, uint64_t den)
     return (uint32_t)c;
 }
 
-/* Capacity for n keys at load 0.4, when the index grows. */
+/* Capacity for n keys at a load of 0.4, when the index grows. */
 static uint32_t grow_cap_for(uint64_t n)
 {
     return cap_at_load(n, 5, 2);
 }
 
-/* Capacity for n keys at load 0.55 (a shrink, config.capacity). */
+/* Capacity for n keys at a load of 0.55 (a shrink, config.capacity). */
 static uint32_t cap_for(uint64_t n)
 {
     return cap_at_load(n, 20, 11);
@@ -602,11 +595,10 @@ static uint32_t cap_for(uint64_t n)
  * ahead), and writes the new index in nearly ascending order: a position
  * comes from the hash's high bits by fast range reduction, monotonic in
  * them, and the old index holds its tasks in the same order but for the
- * few displaced by probing, so the writes stream too. (Before: the pool was
- * walked in address order, each entry read and its key hashed again, and
- * the new slots written in random order, a cache miss each: 30-45 ns per
- * task at 10^6, a third of a batched set from empty.) Returns 0 or
- * TW_ENOMEM (the old index stays). */
+ * few displaced by probing, so the writes stream too. (Reading each entry
+ * and hashing its key again would cost a cache miss per task, and so would
+ * writing the new slots in random order.) Returns 0 or TW_ENOMEM (the old
+ * index stays). */
 #ifndef REHASH_AHEAD
 #define REHASH_AHEAD 32 /* a power of two */
 #endif
