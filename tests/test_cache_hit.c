@@ -23,7 +23,7 @@
 #include <string.h>
 #include <time.h>
 
-/* cache_internal.h: this file's own copy of a stripe word's drain calls
+/* cache/internal.h: this file's own copy of a stripe word's drain calls
  * this between moving the hits out of the word and adding them to the
  * stripe's counter (test_hit_count_stats_during_drain). */
 struct cache_stripe;

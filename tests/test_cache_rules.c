@@ -1177,7 +1177,7 @@ static void test_free_value_may_call_the_cache(void)
     tw_cache_free(re.cache);
 }
 
-/* Key lengths around the entry layout's edges (cache_internal.h): up to 10
+/* Key lengths around the entry layout's edges (cache/internal.h): up to 10
  * bytes an entry is one 64-byte block; from 0xFFFF bytes on, the length is
  * stored in front of the key. Keys that share a prefix and differ only in
  * length or in their last byte stay distinct; copy-mode values come back

@@ -3,15 +3,15 @@
  *
  * Reads (get, and take's hit path) take no lock and write no cache line that
  * a reader on another CPU writes. A read: hashes the key (cache_hash),
- * enters a read section (its CPU's stripe, see cache_epoch.c), looks at the
+ * enters a read section (its CPU's stripe, see cache/epoch.c), looks at the
  * 8 links of its bucket (one cache line) from the slot its tag names,
- * reading only the entry whose link carries its tag (cache_internal.h; a
+ * reading only the entry whose link carries its tag (cache/internal.h; a
  * bucket's rare overflow chains are walked), compares the entry's expiry
  * tick with the clock, retains the value (retain_value, inside the read
  * section, so the value cannot be freed under it), raises the entry's LRU
  * stamp if the cache has a limit and the stamp is older than the current
  * tick, and leaves the section with one atomic add that also counts the
- * hit in its stripe (cache_internal.h, struct cache_stripe). Per hit, with
+ * hit in its stripe (cache/internal.h, struct cache_stripe). Per hit, with
  * C CPUs and T threads:
  *
  *   | what                         | locks | lines written, shared with other readers |
@@ -51,7 +51,7 @@
  * pass then finds the entry's expiry still ahead and re-arms it instead of
  * expiring it. Unlinked entries keep their hnext, so a reader on one
  * walks on. Retired entries, their values and replaced bucket arrays are
- * freed by the epoch scheme of cache_epoch.c: at once when no reader is
+ * freed by the epoch scheme of cache/epoch.c: at once when no reader is
  * inside, else once every reader that could see them has left. free_value
  * then runs on the thread that frees (a writer, or the expiry pass).
  *

@@ -35,7 +35,7 @@
  * shard lock) and never while a reader may still hand them out: retain_value
  * runs inside the read section.
  *
- * The hit counts share the words (cache_internal.h, struct cache_stripe):
+ * The hit counts share the words (cache/internal.h, struct cache_stripe):
  * active[p] = (hits << CACHE_RD_BITS) + readers inside. Entering adds 1 as
  * above; a miss leaves by subtracting 1; a hit leaves by adding
  * CACHE_HIT_UNIT - 1, the same release RMW on the same word, which takes

@@ -57,7 +57,7 @@
  * which the slab carves 64-byte aligned: a hit then reads one cache line of
  * the entry (with a 56-byte header such an entry took an 80-byte block whose
  * hash-to-key bytes straddled two lines in 2 blocks of 4). Keys are compared
- * without libc's memcmp up to 16 bytes (cache_map.c: its vector load read
+ * without libc's memcmp up to 16 bytes (cache/map.c: its vector load read
  * past the key into the next block's line). Keys of 0xFFFF
  * bytes or more store klen = CACHE_KLEN_LONG and their real length in 4
  * bytes at key[0], the key bytes after them (cache_ekey/cache_eklen).
@@ -448,7 +448,7 @@ struct tw_cache {
     struct tw_clock_member *member;
     bool own_clock;
     bool freeing;               /* tw_cache_free is tearing the shards down */
-    _Atomic size_t slab_bytes;  /* all shards' slab chunks (cache_slab.c) */
+    _Atomic size_t slab_bytes;  /* all shards' slab chunks (cache/slab.c) */
     pthread_mutex_t log_mu;     /* guards the log fields; the "clock lock" of the log callback */
     uint64_t log_due;           /* next log tick */
     uint64_t log_hits, log_misses; /* totals at the previous log line */
@@ -533,7 +533,7 @@ tw_cache_map_find_rcu_inline_(const struct cache_shard *s, const void *key, size
     /* seq_cst loads (plain moves on x86, ldar on Arm, as acquire would be):
      * with the reader's seq_cst entry into its read section and the
      * writer's seq_cst fence after an unlink, C11 then guarantees that a
-     * reader the writer did not see as inside sees the unlink (cache_epoch.c). */
+     * reader the writer did not see as inside sees the unlink (cache/epoch.c). */
     const struct cache_table *t = atomic_load_explicit(&s->table, memory_order_seq_cst);
     const _Atomic uintptr_t *bk = &t->b[cache_bucket_of(t, hash)];
     uintptr_t tag = cache_tag_of(hash);
@@ -600,7 +600,7 @@ void tw_cache_lru_settle_(struct cache_shard *s);
 
 /* A read section: readers of the same stripe and epoch parity. Entering
  * and leaving are inline (a get's whole hit path is one function): see
- * cache_epoch.c for the argument. */
+ * cache/epoch.c for the argument. */
 struct cache_rd {
     struct cache_stripe *st;
     unsigned idx;

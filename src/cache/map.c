@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* twheel cache: the per-shard map. Keys hashed by tw_hash_mum (or
  * SipHash-1-3 on request; hash.h, cache.c) under a random per-instance key,
- * a table of buckets of 8 tagged links (see cache_internal.h) that doubles
+ * a table of buckets of 8 tagged links (see cache/internal.h) that doubles
  * above half a key per slot and halves below 1/16, and an intrusive LRU
  * list. Every function here runs under the shard lock, except
  * tw_cache_map_find_rcu_ (readers, no lock). */

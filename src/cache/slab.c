@@ -28,7 +28,7 @@
  *  - Allocation runs under the shard lock: from the class's free list, else
  *    from what was given back meanwhile, else carved from the chunk.
  *  - A block is given back by whoever frees the entry (after the epochs made
- *    it unreachable, see cache_epoch.c; that thread holds no lock): it is
+ *    it unreachable, see cache/epoch.c; that thread holds no lock): it is
  *    pushed on its shard's `returned` stack with one atomic exchange loop.
  *    The shard is the entry's (the top bits of its stored hash, see
  *    cache_shard_of). The allocator takes the whole stack at once
@@ -150,7 +150,7 @@ static bool slab_grow(struct tw_cache *c, struct cache_slab *sl)
 }
 
 /* Bytes to skip before carving a block of `need` bytes: a 64-byte block
- * (an entry with a short key, see cache_internal.h) starts on a cache line,
+ * (an entry with a short key, see cache/internal.h) starts on a cache line,
  * so that a reader touches one line of it; other sizes are packed. Freed
  * 64-byte blocks keep their alignment on their class list. */
 #define SLAB_RUN64 16 /* 64-byte blocks carved together */
