@@ -164,8 +164,8 @@
  * and to the armed queue after each round. A = 0: START at the due time,
  * one executor per ready task, nothing armed. rt_priority (the tick
  * thread, and executors while they wait for an armed task's time, at
- * SCHED_FIFO) is opt-in: it needs privileges, and W7 shows no gain from
- * it (bench/README.md).
+ * SCHED_FIFO) is opt-in: it needs privileges, and a stalled virtual CPU
+ * runs no thread, whatever its priority.
  *
  * Why refills are paced and ACKs ride on STARTs: Redis runs one script at a
  * time, so a refill round's claim calls run back to back would hold it for
@@ -176,30 +176,32 @@
  * (bench/README.md, W7).
  *
  * Memory in Redis per pending task, with 16-byte keys and 32-byte payloads
- * at W7's density (w7_redis --sets-only reports it): ~130 B of HASH field
- * (dict entry 24, bucket 8, key sds 24, value sds "0 0 <due> " + payload
- * 56, rounding), ~24 B in its due bucket (entry and rounding), ~0.4 B of
- * index; ~166 B with the buckets' keyspace entries. The HASH is most of
- * it; a listpack-encoded record store (records bucketed by key hash) would
- * need its bucket count to grow with n (rehashing live buckets): not done.
+ * at W7's density: ~130 B of HASH field (dict entry 24, bucket 8, key sds
+ * 24, value sds "0 0 <due> " + payload 56, rounding), ~24 B in its due
+ * bucket (entry and rounding), ~0.4 B of index; ~166 B with the buckets'
+ * keyspace entries. The HASH is most of it; a listpack-encoded record
+ * store (records bucketed by key hash) would need its bucket count to grow
+ * with n (rehashing live buckets): not done.
  * The price of buckets is Redis work on set: one ZADD per bucket a batch
  * touches (about one per task when delays are spread) and the HMGET that
  * finds replaced tasks' buckets, where one due ZSET per partition would
  * take a batch in one ZADD (~1.3x the Redis CPU per set; claims cost the
  * same).
  *
- * Pipelined sets are Redis-bound (several us of Redis CPU per set against
+ * Pipelined sets are Redis-bound (about 9 us of Redis CPU per set against
  * under 1 us of the client's), so the SET script is written for Redis's
  * cost (scripts.c): a bucket is one run of the delay-sorted tasks, added by
  * one ZADD; keys, payloads and delays come as three ARGV runs, the delays
  * as one binary string; the task HASH is created hashtable-encoded; and
  * the client writes a chunk's first call as soon as it is built (router.c).
- * What is left per set: the ZADD into a listpack bucket (O(bucket)), the
- * AOF feed (each propagated argument appended on its own: HSET's two and
- * ZADD's two per task), string.format (the cheapest number-to-string in
- * Redis's Lua) and HSET. A score shared with the record (absolute due)
- * would save one format per task but cost 7 B per task in the buckets and
- * touch every bucket script; not done.
+ * Where a set's ~40k Redis instructions go (W7's spread, batches of 1,000):
+ * the ZADD into a listpack bucket ~7.7k (O(bucket)), the AOF feed ~5.8k
+ * (each propagated argument appended on its own: HSET's two and ZADD's two
+ * per task), string.format ~5k (the cheapest number-to-string in Redis's
+ * Lua), HSET ~1.4k, and the rest mostly the Lua VM (its tables, GC and
+ * string interning) and redis.call's plumbing. A score shared with the
+ * record (absolute due) would save one format per task but cost 7 B per
+ * task in the buckets and touch every bucket script; not done.
  *
  * Why these calls:
  *  - claim leases a task up to window_ms before it is due, with a lease that
