@@ -177,16 +177,15 @@
  *
  * Memory in Redis per pending task, with 16-byte keys and 32-byte payloads
  * at W7's density: ~130 B of HASH field (dict entry 24, bucket 8, key sds
- * 24, value sds "0 0 <due> " + payload 56, rounding), ~24 B in its due
- * bucket (entry and rounding), ~0.4 B of index; ~166 B with the buckets'
- * keyspace entries. The HASH is most of it; a listpack-encoded record
- * store (records bucketed by key hash) would need its bucket count to grow
- * with n (rehashing live buckets): not done.
- * The price of buckets is Redis work on set: one ZADD per bucket a batch
- * touches (about one per task when delays are spread) and the HMGET that
- * finds replaced tasks' buckets, where one due ZSET per partition would
- * take a batch in one ZADD (~1.3x the Redis CPU per set; claims cost the
- * same).
+ * 24, value sds 56 for "0 0 <due> " and the payload, rounding), ~24 B in
+ * its due bucket (entry and rounding), ~0.4 B of index; ~166 B with the
+ * buckets' keyspace entries. The HASH is most of it; a listpack-encoded
+ * record store (records bucketed by key hash) would need its bucket count
+ * to grow with n (rehashing live buckets): not done. The price of buckets
+ * is Redis work on set: one ZADD per bucket a batch touches (about one per
+ * task when delays are spread) and the HMGET that finds replaced tasks'
+ * buckets, where one due ZSET per partition would take a batch in one ZADD
+ * (~1.3x the Redis CPU per set; claims cost the same).
  *
  * Pipelined sets are Redis-bound (about 9 us of Redis CPU per set against
  * under 1 us of the client's), so the SET script is written for Redis's
