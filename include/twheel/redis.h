@@ -29,33 +29,35 @@
  *    or their ending leases bring them, in no set order with the rest; and
  *    in a Redis Cluster, a master that stays unreachable does not hold the
  *    others back: its partitions' tasks come when it is back, possibly after
- *    later tasks of other masters, while the other masters' tasks keep
- *    running on time when it refuses connections (down, restarting): a
- *    worker's claims and starts give up on it after a few ms and retry in
- *    later rounds. One
- *    that accepts connections but does not answer (stopped, or cut off
- *    while its socket stays open) still holds each start round that
- *    includes its tasks for command_timeout_ms, and the other masters'
- *    tasks of that round, or all of them while every executor is so held.
+ *    later tasks of other masters.
+ *  - A cluster master away, or a slot migrating: while a master refuses
+ *    connections (down, restarting) the other masters' tasks keep running on
+ *    time, as a worker's claim and start rounds give up on it (or on the
+ *    migrating slot's partitions) after a few ms (20 for a claim, 5 for a
+ *    start) and retry in later rounds; set/move/remove of such a partition
+ *    retry until command_timeout_ms. A master that accepts connections but
+ *    does not answer (stopped, or cut off while its socket stays open)
+ *    holds each start round that includes its tasks for command_timeout_ms,
+ *    and the other masters' tasks of that round, or all of them while every
+ *    executor is so held.
  *  - No polling for due work.
  *
  * Threads: set/move/remove/set_many/stats may be called from any thread
  * (they share one set of connections under a mutex). A worker runs a claim
- * thread, a subscriber thread, a tick thread and `threads` executor threads,
- * each with its own connections. execute may call set/move/remove on the same
- * client; it must not call stop or free.
+ * thread, a subscriber thread, a tick thread, an acknowledger thread and
+ * `threads` executor threads, each with its own connections. execute may
+ * call set/move/remove on the same client; it must not call stop or free.
  *
  * SIGPIPE: hiredis writes with write(), so writing to a connection whose
- * server died raises SIGPIPE, which ends a process that keeps the default
- * action. The worker's own threads run with SIGPIPE blocked (the write then
- * fails with EPIPE and the connection is remade); execute runs on them, so
- * its own writes to a closed socket or pipe fail with EPIPE too, and a
- * thread it starts inherits the blocked SIGPIPE; calls made on the
- * application's threads (set, move, remove, set_many, stats, stop) write on
- * those threads, so a program that uses this layer should ignore SIGPIPE
- * (`signal(SIGPIPE, SIG_IGN)`) or block it in its threads, as any program
- * writing to sockets must. The library never changes the process's
- * disposition.
+ * server died raises SIGPIPE, whose default action ends the process. The
+ * worker's own threads run with SIGPIPE blocked (the write fails with EPIPE
+ * and the connection is remade); execute runs on them, so its writes to a
+ * closed socket or pipe fail with EPIPE too, and a thread it starts inherits
+ * the blocked SIGPIPE. Calls on the application's threads (set, move,
+ * remove, set_many, stats, stop) write there, so a program using this layer
+ * should ignore SIGPIPE (`signal(SIGPIPE, SIG_IGN)`) or block it in its
+ * threads, as any program writing to sockets must. The library never
+ * changes the process's disposition.
  *
  * Durability: a call returns once Redis has applied it; what survives a crash
  * of Redis itself is Redis's choice: with `appendonly yes` and `appendfsync
@@ -65,57 +67,48 @@
  * set a task never delivered); RDB snapshots alone lose everything since the
  * last snapshot. With replicas, a failover may lose what the master had not
  * replicated yet. `appendfsync always` also puts the disk on the lateness
- * path: every start and claim writes, so its answer waits for an fsync (on
- * a shared VM disk, now and then hundreds of ms, measured in this project's
- * cluster test).
+ * path: every start and claim writes, so its answer waits for an fsync.
  *
- * Lateness: a worker claims tasks window_ms ahead (every window_ms / 2, its
- * claim calls spread over window_ms / 4 so that they do not hold Redis in one
- * burst) and holds them in a wheel of tick_ms ticks. It asks Redis to start them
- * start_ahead_ms / 2 to start_ahead_ms before they are due (the tasks of each such span
- * together: one round trip) and runs each at its due time by the server's clock, so a task
- * normally runs within the worker's own wake-up latency of its due time (with
- * start_ahead_ms = 0: within a tick plus one round trip); a task set or moved earlier than
- * what workers hold reaches them through a PUBLISH on its partition's
- * channel. Tasks due while no worker ran are handed to the executors in due
- * order (claims merge the partitions), and a worker takes no more due work
- * than its executors can start soon (128 tasks per thread), so that a backlog
- * is shared by the workers instead of expiring in one worker's queue.
+ * Lateness: a worker claims tasks window_ms ahead (every window_ms / 2) and
+ * holds them in a wheel of tick_ms ticks; it starts them in Redis
+ * start_ahead_ms / 2 to start_ahead_ms before they are due (one round trip
+ * per such span) and runs each at its due time by the server's clock, so a
+ * task normally runs within the worker's own wake-up latency of its due
+ * time (with start_ahead_ms = 0: within a tick plus one round trip). A task
+ * set or moved earlier than what workers hold reaches them through a
+ * PUBLISH on its partition's channel. Tasks due while no worker ran are
+ * handed to the executors in due order, and a worker takes no more due work
+ * than its executors can start soon (128 tasks per thread), so that a
+ * backlog is shared by the workers instead of expiring in one worker's queue.
  *
- * Memory in Redis: about 170 B per pending task with 16-byte keys and 32-byte
- * payloads (one HASH field holding the record, ~130 B, and one entry in a
- * small ZSET of the tasks due in the same 500 ms of the same partition,
- * ~25 B). That holds while each partition has at most about 256 tasks due
- * per second (128 per 500 ms, Redis's zset-max-listpack-entries) and keys
- * are at most 64 bytes (zset-max-listpack-value): e.g. 1e5 tasks due over a
- * minute on the default 16 partitions is ~53 per 500 ms. Denser queues
- * still work the same (every call stays O(log n)); the crowded 500 ms
- * slices just cost ~120 B per task more until they are emptied. Raise
- * `partitions` to keep the density down. During a Redis Cluster slot
- * migration the calls of the partitions in that slot wait (retrying until
- * command_timeout_ms) for it to finish; a worker's claims and starts of
- * their tasks are not held that long: a round gives them up after a few ms
- * (20 ms for a claim, 5 for a start) and a later round tries again.
+ * Memory in Redis: about 170 B per pending task with 16-byte keys and
+ * 32-byte payloads (a HASH field holding the record, ~130 B, and an entry in
+ * a small ZSET of the tasks due in the same 500 ms of the same partition,
+ * ~25 B), while each partition has at most about 256 tasks due per second
+ * (Redis's zset-max-listpack-entries: 128 per 500 ms) and keys are at most
+ * 64 bytes (zset-max-listpack-value); 1e5 tasks due over a minute on the
+ * default 16 partitions is ~53 per 500 ms. A denser 500 ms slice costs
+ * ~120 B per task more until it is emptied (every call stays O(log n));
+ * raise `partitions` to keep the density down.
  *
  * Acknowledgements are delayed: a task that answered DONE is deleted from
  * Redis by the worker's next start call (on a standalone server any start
  * call of that worker; in a Redis Cluster one of the same partition: one
  * script call for both), or after at most 100 ms (lease_ms / 8 if that is
- * less) by a call of its own. So `pending` and `delivered` in the stats lag execute by
- * up to that much, and a worker that dies leaves up to that much more of its
- * finished tasks unacknowledged: they are delivered again when their leases
- * end (at-least-once; the same as an acknowledgement lost on the way). stop
- * sends every delayed acknowledgement before it returns.
+ * less) by a call of its own. So `pending` and `delivered` in the stats lag
+ * execute by up to that much, and a worker that dies leaves up to that much
+ * more of its finished tasks unacknowledged: they are delivered again when
+ * their leases end (at-least-once; the same as an acknowledgement lost on
+ * the way). stop sends every delayed acknowledgement before it returns.
  *
  * Leases: lease_ms bounds both how long a claimed task may wait in a worker's
  * wheel past its due time and how long execute may run: the lease is renewed
  * to (at least) now + lease_ms when the task is started, and not extended
- * while it runs.
- * An execute that runs longer loses its lease: the task is delivered again
- * and its acknowledgement is refused (stale_acks). When work piles up an
- * executor starts several tasks at once (one round trip) and runs them one
- * after the other; it takes no more than a quarter of lease_ms of work at a
- * time, judged by the mean time of execute so far.
+ * while it runs. An execute that runs longer loses its lease: the task is
+ * delivered again and its acknowledgement is refused (stale_acks). When work
+ * piles up an executor starts several tasks at once (one round trip) and
+ * runs them one after the other, no more than a quarter of lease_ms of work
+ * at a time, judged by the mean time of execute so far.
  */
 #ifndef TWHEEL_REDIS_H
 #define TWHEEL_REDIS_H
@@ -180,17 +173,15 @@ struct tw_redis_config {
     uint32_t connect_timeout_ms; /**< per connection attempt (default 1000) */
     uint32_t command_timeout_ms; /**< per call, retries included (default 2000) */
     /** How long before its due time a worker may start a task (default 10; 0: at the due
-     * time only; at most 1000; capped at lease_ms / 4 and window_ms / 4). The worker asks
-     * Redis to start the tasks coming due in the next start_ahead_ms / 2 at once, between
-     * start_ahead_ms / 2 and start_ahead_ms ahead of their due times (with tick_ms over
-     * start_ahead_ms / 2: at the first tick at most start_ahead_ms ahead; one round trip, and
-     * on a standalone server one script call, for all of them), then runs each at its due time
-     * by the server's clock, waiting locally what the server's answer says, on whichever of
-     * its idle executors wakes first: never early, and the round trip and the tick
-     * thread's wake-ups are off the lateness path. The
-     * price: a task counts as started (its attempt counted, its lease renewed) up to
-     * start_ahead_ms before it runs, so a set, move or remove that returns in that span
-     * may no longer stop that delivery, as for a task already running. */
+     * time only; at most 1000; capped at lease_ms / 4 and window_ms / 4). The worker starts
+     * the tasks coming due in each start_ahead_ms / 2 together, start_ahead_ms / 2 to
+     * start_ahead_ms ahead (with tick_ms over start_ahead_ms / 2: at the first tick at most
+     * start_ahead_ms ahead), in one round trip (on a standalone server one script call), and
+     * runs each at its due time by the server's clock: never early, and the round trip and
+     * the tick thread's wake-ups are off the lateness path. The price: a task counts as
+     * started (its attempt counted, its lease renewed) up to start_ahead_ms before it runs,
+     * so a set, move or remove that returns in that span may no longer stop that delivery,
+     * as for a task already running. */
     uint32_t start_ahead_ms;
     /** 0 (default): normal scheduling. 1..99: the worker's tick thread, and each executor
      * while it waits for a started task's due time (not while execute runs), use SCHED_FIFO at this
@@ -210,9 +201,9 @@ struct tw_redis_stats {
     uint64_t failed;      /**< execute calls that answered FAILED */
     uint64_t stale_acks;  /**< acknowledgements refused because the lease was no longer ours */
     uint64_t reconnects;  /**< connections re-established after a failure */
-    uint64_t late_p50_us; /**< delivery lateness (server's clock when execute was called,
-                               known as the clock START read plus the local time since its
-                               reply, - due), median, from a log-linear histogram */
+    uint64_t late_p50_us; /**< delivery lateness (a lower bound of the server's clock when
+                               execute was called, - due), median, from a log-linear
+                               histogram */
     uint64_t late_p99_us; /**< ... 99th percentile */
     uint64_t late_max_us; /**< ... maximum */
     uint64_t claims;      /**< claim script calls (refills, notifications, catch-up batches) */
@@ -225,25 +216,34 @@ struct tw_redis_stats {
                                normal scheduling) */
 };
 
-/** Fill @p cfg with the defaults above (servers NULL: must be set). */
+/** Fill @p cfg with the defaults above (servers NULL: must be set). No I/O. */
 TW_API void tw_redis_config_init(struct tw_redis_config *cfg);
 
-/** Connect and, with an execute callback, start the worker.
+/** Connect and, with an execute callback, start the worker. Blocks while it
+ * connects (connect_timeout_ms per attempt) and loads the scripts; a worker
+ * then waits for its subscription, for at most connect_timeout_ms +
+ * command_timeout_ms more. @p cfg and the strings it points to are copied;
+ * arg stays the caller's. Any thread.
  * @return 0 and *out, or TW_EINVAL (bad config), TW_EIO (no server reachable),
  *         TW_EPROTO, TW_ENOMEM, TW_ESYS. */
 TW_API int tw_redis_new(const struct tw_redis_config *cfg, struct tw_redis **out);
 
 /** Store or replace a task due at now + delay_ms (Redis server clock); durable
- * when it returns. @return 0, or TW_EINVAL (NULL, negative delay), TW_E2BIG,
- * TW_EIO (nothing written), TW_ECLOSED, TW_ENOMEM. */
+ * when it returns. One script call (one round trip, O(log n) in Redis for n
+ * tasks in the partition); retried with backoff for up to command_timeout_ms
+ * while Redis is away or the slot migrates. Key and payload are copied to
+ * Redis; the caller keeps them. Any thread, execute included.
+ * @return 0, or TW_EINVAL (NULL, negative delay), TW_E2BIG, TW_EIO (nothing
+ *         written), TW_EPROTO (Redis answered an error), TW_ECLOSED, TW_ENOMEM. */
 TW_API int tw_redis_set(struct tw_redis *r, const void *key, size_t key_len,
                         const void *payload, size_t payload_len, int64_t delay_ms);
 
-/** Re-arm a stored task to now + delay_ms. @return 0, TW_ENOENT, or as tw_redis_set. */
+/** Re-arm a stored task to now + delay_ms; cost and threads as tw_redis_set.
+ * @return 0, TW_ENOENT, or as tw_redis_set. */
 TW_API int tw_redis_move(struct tw_redis *r, const void *key, size_t key_len, int64_t delay_ms);
 
 /** Remove a task: not delivered after this returns (unless already running or started:
- * up to start_ahead_ms before its due time).
+ * up to start_ahead_ms before its due time). Cost and threads as tw_redis_set.
  * @return 0, TW_ENOENT, or as tw_redis_set. */
 TW_API int tw_redis_remove(struct tw_redis *r, const void *key, size_t key_len);
 
@@ -257,33 +257,36 @@ struct tw_redis_item {
 };
 
 /** Pipelined sets: all items are validated first (one bad item: nothing sent);
- * then one script call per partition per 96 items, pipelined (the first
- * calls are written to the server once about 4 KB of them are built, the
- * rest when the replies are read). A key given twice: the last item wins.
- * Each partition's items are sent in order of delay, so a larger batch
- * gives each call a narrower band of due times and costs Redis less per
- * item (W7 on a 2-core machine, delays spread over a minute: 81-98k sets/s
- * in batches of 1,000, 117-129k in batches of 10,000).
- * @return the number stored (n on success), or an error code; on TW_EIO some
- *         of the items may be stored (not necessarily a prefix), and which is
- *         not known. */
+ * then one script call per partition per 96 items, pipelined in chunks of
+ * 512 calls. A key given twice: the last item wins. A larger batch costs
+ * Redis less per item: each partition's items go in order of delay, so each
+ * call covers a narrower band of due times. Items are copied to Redis; the
+ * caller keeps them. Threads as tw_redis_set.
+ * @return the number stored (n on success), or an error code as tw_redis_set;
+ *         on TW_EIO some of the items may be stored (not necessarily a
+ *         prefix), and which is not known. */
 TW_API int tw_redis_set_many(struct tw_redis *r, const struct tw_redis_item *items, size_t n);
 
 /** Stop claiming, let running callbacks finish, release held leases so other
- * workers take those tasks at once. Idempotent. With a server (or a cluster
- * master) away, the releases and the delayed acknowledgements sent to it
- * fail after command_timeout_ms each, and the claim round in progress may
- * wait that long too when no server answers: stop then takes seconds (5 s measured with one of
- * three masters killed and the default 2 s timeout); what it could not
- * release stays leased in Redis and is delivered when its lease ends (a
- * finished task whose acknowledgement failed, a second time).
- * @return 0. */
+ * workers take those tasks at once, send the delayed acknowledgements.
+ * Idempotent; any thread, but not from execute. set, move, remove and
+ * set_many then give TW_ECLOSED. Besides waiting for running callbacks,
+ * normally a few round trips; with a server (or a cluster master) away, the
+ * releases and the delayed acknowledgements sent to it fail after
+ * command_timeout_ms each, and the claim round in progress may wait that
+ * long too when no server answers, so stop then takes seconds. What it
+ * could not release stays leased in Redis and is delivered when its lease
+ * ends (a finished task whose acknowledgement failed, a second time).
+ * @return 0 (TW_EINVAL for NULL). */
 TW_API int tw_redis_stop(struct tw_redis *r);
 
-/** Stop (if needed) and free everything. NULL is a no-op. */
+/** Stop (if needed) and free everything; threads as tw_redis_stop, and no call
+ * may use @p r after. NULL is a no-op. */
 TW_API void tw_redis_free(struct tw_redis *r);
 
-/** Fill @p out. @return 0, TW_EINVAL, or TW_EIO (pending unknown: set to UINT64_MAX, rest filled). */
+/** Fill @p out: counters read locally, and `pending` by one HLEN round trip per
+ * partition (under the client's mutex, as tw_redis_set). Any thread.
+ * @return 0, TW_EINVAL, or TW_EIO (pending unknown: set to UINT64_MAX, rest filled). */
 TW_API int tw_redis_stats(struct tw_redis *r, struct tw_redis_stats *out);
 
 #ifdef __cplusplus

@@ -99,7 +99,7 @@ int tw_rr_eval_many(struct tw_rr_router *rt, unsigned id, size_t n, int nkeys,
 /* Most tasks in one SET script call (set_many groups them by partition):
  * 96 takes a partition's share of a 1000-item set_many on 16 partitions
  * (62 on average, rarely over 90) in one call, where 64 cut ~40% of them
- * in two; a call of 96 runs ~0.9 ms in Redis. */
+ * in two; a call of 96 tasks holds Redis ~0.9 ms. */
 #define TW_RR_SET_BATCH 96
 /* Most arguments of one script call the router builds: EVALSHA sha n, 5 keys,
  * channel, count and a batched SET's 3 per task. Every caller's calls fit. */

@@ -29,28 +29,25 @@
  * (tw_rr_local_arm), ordered by run_ns, and every idle executor waits for
  * the head's time (a timed wait on run_cv, CLOCK_MONOTONIC). Whichever wakes
  * first pops the head and runs it; the others find it gone and wait for the
- * next. Why: each executor used to sleep until its own batch's run times,
- * and that one wake-up was the lateness tail. On this 2-vCPU VM the stalls
- * are per vCPU (the host descheduling one): two threads pinned one per CPU,
- * sleeping to the same 1 ms instants for 40 s, were woken over 2 ms late
- * 606 and 520 times, both at once 76 times; p99 2.7 / 2.5 ms each, 0.52 ms
- * for whichever woke first. Executors are not pinned: the scheduler spreads
- * idle waiters over the CPUs (bench/README.md, W7). An executor busy with a
- * START round trip or an execute comes back to the queue after. An armed
- * item whose time has come goes before the FIFO (it is due; FIFO items are
- * still ahead of theirs), and while items are armed an executor takes a
- * FIFO batch only if another one is idle: a START round can last long
- * (Redis away: retried up to lease_ms / 2), and an item it granted earlier
- * must not wait for it past its time (nor past its lease: it would run
- * beside the next holder). With one executor that is the old order: its
+ * next. Why: the wake-up at a task's run time is its lateness, and a
+ * virtual machine's stalls are per vCPU (the host descheduling one), so the
+ * first of several waiters is late far less often than one thread sleeping
+ * until its own batch's times (bench/README.md, W7, has the probe).
+ * Executors are not pinned: the scheduler spreads idle waiters over the
+ * CPUs. An executor busy with a START round trip or an execute comes back
+ * to the queue after. An armed item whose time has come goes before the
+ * FIFO (it is due; FIFO items are still ahead of theirs), and while items
+ * are armed an executor takes a FIFO batch only if another one is idle: a
+ * START round can last long (Redis away: retried up to lease_ms / 2), and
+ * an item it granted earlier must not wait for it past its time (nor past
+ * its lease: it would run beside the next holder). With one executor: its
  * armed items first, then the next round. Insertion is O(1) when run times
  * come in order (START rounds of successive spans), else it walks the
  * sorted list: it holds what was granted within start_ahead_ms, a few
  * dozen items.
  * Stop: executors exit only once the armed queue is empty (a granted item
- * runs at its time, as when its executor slept until it), and an executor
- * in a START round returns to the queue before it may exit, so nothing
- * armed is left behind.
+ * runs at its time), and an executor in a START round returns to the queue
+ * before it may exit, so nothing armed is left behind.
  *
  * Locking: one mutex `mu` guards the wheel, the FIFO, the armed queue and
  * the counters; it is never held while an item runs. Tick k is the instant
@@ -249,7 +246,7 @@ static void *loc_exec_main(void *arg)
         /* The last idle executor does not leave armed items for a START
          * round: that round may take long (Redis away: retries up to
          * lease_ms / 2), and a started item must run at its time, well
-         * within its lease, as when its own executor slept until it. */
+         * within its lease. */
         if (!l->head || (l->armed && l->idle == 0)) {
             loc_wait(l, &rt);
             continue;

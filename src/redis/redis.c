@@ -37,12 +37,12 @@
  * partition has <= 256 tasks due per second (averaged over each 500 ms) and
  * keys are <= 64 bytes; W7 (1e5 tasks due over 59 s, 16 partitions) puts
  * ~53 in each. Denser (or longer keys): that bucket converts to a skiplist,
- * ~120 B per task as before, until it empties (Redis 7.0 does not convert
- * back); still correct, and O(log n) per operation. Raise partitions to
- * keep the density down. The index is a listpack while a partition's work
- * spans <= 128 buckets (64 s), a skiplist beyond: one member per bucket
- * either way, ~0.4 B per task at W7's density. Every client of a queue
- * must use the same W (it names the buckets).
+ * ~120 B per task, until it empties (Redis 7.0 does not convert back);
+ * still correct, and O(log n) per operation. Raise partitions to keep the
+ * density down. The index is a listpack while a partition's work spans
+ * <= 128 buckets (64 s), a skiplist beyond: one member per bucket either
+ * way, ~0.4 B per task at W7's density. Every client of a queue must use
+ * the same W (it names the buckets).
  *
  * Buckets in a cluster: the bucket keys are not declared to EVALSHA (set
  * cannot know its bucket before it reads the server's TIME, move and remove
@@ -61,10 +61,10 @@
  * answers TRYAGAIN before writing anything, and the router retries with
  * backoff until SETSLOT NODE ends the migration (then MOVED). While the slot
  * is stable, every key of it is on its owner and the scripts see all of
- * them. START and ACK touch declared keys only and keep working during a
- * migration as before. test_redis_cluster (test_bucket_keys) checks all of
- * this on a 7.0 cluster, with the slot open before and after the declared
- * keys moved.
+ * them. START (acknowledgements included) touches its declared keys only
+ * and keeps working during a migration. test_redis_cluster
+ * (test_bucket_keys) checks all of this on a 7.0 cluster, with the slot
+ * open before and after the declared keys moved.
  *
  * Calls, each one script call (atomic: nothing half-written), and their cost
  * in Redis operations (n = tasks in the partition, k = tasks in the call):
@@ -121,20 +121,24 @@
  * claim reads at most 256 expired leases and 256 due tasks (and stops past
  * ~4 MB of payload) per call, and visits at most one bucket more than it
  * takes tasks from (each bucket it passes gives it a task and empties, or
- * ends the walk). A worker's periodic work
- * is one refill round every window/2: a TIME per node and one claim per
- * partition (more while partitions return full batches; <= 64 tasks per
- * call, spread over window/4: rr_pace), counted in stats (claims, refills).
- * A delivered task costs about claim/64 + start/batch script calls, its
- * acknowledgement riding on a later START (rr_ack_push). With a START call
- * per task (tasks come due one at a time) that was 1.04-1.08 script calls
- * per task in W7's spread load (1,700 tasks/s over 16 partitions, 2
- * workers; sets included), 1.96-2.05 before ACKs rode on STARTs. Starting
- * ahead (below) makes a batch of what comes due in each start_ahead_ms / 2
- * (5 ms by default: ~4 tasks per worker in W7's spread), and on a
- * standalone server one START call takes every partition's starts and
- * pending ACKs: 0.25-0.29 script calls per task (W7 spread, 1e5). A catch-up
- * of tasks due together costs 0.13 per task or less (batches of 32).
+ * ends the walk). A worker's periodic work is one refill round every
+ * window/2: a TIME per node and one claim per partition (more while
+ * partitions return full batches; <= 64 tasks per call, spread over
+ * window/4: rr_pace), counted in stats (claims, refills). A delivered task
+ * costs about claim/64 + start/batch script calls, its acknowledgement
+ * riding on a later START (rr_ack_push); a batch is what comes due in one
+ * start_ahead_ms / 2 span (below), and on a standalone server one START
+ * call takes every partition's starts and pending ACKs of a round. In W7's
+ * spread load (1,700 tasks/s over 16 partitions, 2 workers) that is about
+ * 0.25-0.3 script calls per task, sets included; a catch-up of tasks due
+ * together, 0.13 or less (batches of 32).
+ *
+ * Redis's work per task is mostly its writes, not the calls: a task is
+ * written at set, claim, start and ack, each time in the HASH and a ZSET
+ * (start's lease only when it would end before now + lease_ms), each write
+ * propagated to the AOF, plus the reads that check token and lease; a
+ * polling queue writes a task once (ZADD) and takes it in bulk. Fewer
+ * writes per task would need a schema change; not done.
  *
  * Starting ahead (start_ahead_ms, A; local.c): a held task leaves the
  * wheel between A/2 and A before its local due time, at a multiple of A/2,
@@ -145,183 +149,58 @@
  * time + (due - that clock) (+ 0.1% + 1 us) (never early: below). Those
  * due already run at once on the executor that started them; the others go
  * to the worker's armed queue (local.c), ordered by that time, and the
- * first idle executor to wake at the head's time runs it. The wheel's
+ * first idle executor to wake at the head's time runs it. Why: the wheel's
  * wake-up and the START round trip happen while the task is not due yet,
- * so their delays (the lateness tail measured below: the tick thread
- * scheduled late, round trips queued behind Redis work) cost nothing up to
- * A/2; what remains is a wake-up at the due time, and that is why it is
- * shared: the machine's stalls are per vCPU (local.c), and an executor
- * used to sleep until its own batch's run times, taking its vCPU's stall
- * whole, where now any idle executor on another CPU takes the task. The
- * price: a task counts as started (attempt, lease renewed) up to A before
- * it runs, so a set, move or remove returning in that span no longer stops
- * that delivery (as for a running task; redis.h says so). An executor is no
- * longer asleep for its batch: it comes back to the FIFO and to the armed
- * queue after each round. A = 0 is the old behaviour: START at the due
- * time, one executor per ready task (nothing is armed).
- * Measured, W7 spread (1e5 tasks, 1-60 s, 2 workers, AOF everysec), old
- * and new binaries alternated, 3 pairs (05:59-06:17 UTC, load 2.8-5.4, the
- * other helpers building): Redis CPU 16.7, 15.3, 15.2 -> 11.5, 11.8, 11.2 s
- * per 1e5 tasks; script calls per task 1.06-1.07 -> 0.25-0.29, commands
- * (INFO, scripts' included) 11.8 -> 8.3-8.5; p50 1.46, 0.84, 0.88 -> 0.40,
- * 0.48, 0.48 ms; p99 26.1, 8.9, 8.6 -> 2.0, 5.7, 81.6 ms (the last at load
- * 5.4, a 250 ms stall). Script time per task fell less than the calls
- * (91-115 -> 84-93 us): most of it is the per-task writes (start and ack
- * each write the HASH and the lease ZSET), the claims and the sets.
- * Since, a start ahead of the due time writes no lease (claim's lease
- * already ends at due + lease_ms): 7.9 -> 7.25 commands and 570 -> 503 AOF
- * bytes per task (2e4 quick runs). Traces (2e4 tasks, load 3.4-3.8): the
- * old build's slowest 1% waited 22.7 ms in the wheel, 13.7 in the FIFO,
- * 12.1 in the START round trip (mean); the
- * new build's had the round trip end after the due time in 132 of 200
- * (request + reply legs 8.0 ms, beyond the head start) and woke late after
- * a timely reply in the other 68. start_ahead_ms = 20 cut the calls to
- * 0.18 per task and Redis CPU by another ~15% (quick runs); the default
- * stays 10, for the narrower span in which a remove no longer wins.
- * rt_priority (opt-in: the tick thread, and executors while they wait
- * for an armed task's time, at SCHED_FIFO) showed no gain in two quick
- * pairs (measured when each executor slept until its own batch's times).
+ * so their delays (the tick thread scheduled late, round trips queued
+ * behind Redis work) cost nothing up to A/2; what remains is one wake-up
+ * at the due time, shared by the idle executors because a machine's stalls
+ * are per CPU (local.c). A start ahead of the due time writes no lease
+ * (claim's already ends at due + lease_ms). The price: a task counts as
+ * started (its attempt counted) up to A before it runs, so a set, move or
+ * remove returning in that span no longer stops that delivery (as for a
+ * running task; redis.h says so). That span is why A is 10 ms by default:
+ * a larger A batches more (fewer START calls, less Redis CPU) and widens
+ * it. An executor is not asleep for its batch: it comes back to the FIFO
+ * and to the armed queue after each round. A = 0: START at the due time,
+ * one executor per ready task, nothing armed. rt_priority (the tick
+ * thread, and executors while they wait for an armed task's time, at
+ * SCHED_FIFO) is opt-in: it needs privileges, and a stalled virtual CPU
+ * runs no thread, whatever its priority.
  *
- * Redis CPU is not mostly per call, though: halving the calls cut it by
- * only 13-19% (W7 spread, old and new binaries alternated at load 4-9: 2e4
- * tasks, 5 pairs, median 17.9 -> 15.6 s per 1e5 tasks; 1e5 tasks, 2 pairs,
- * 20.9 and 20.4 -> 16.1 and 17.1; the polling baseline: 1.2-1.9). What Redis executes per task stays: INFO counts ~15
- * commands per task run inside the scripts (a task is written four times,
- * each time in the HASH and a ZSET: set, claim, start, ack; plus the reads
- * that check token and lease) and ~690 bytes of AOF per task, against ~3
- * commands for the baseline's ZADD and its share of a 1000-task claim. Going
- * much lower needs fewer writes per task (e.g. no lease renewal at START),
- * a schema change; not done.
+ * Why refills are paced and ACKs ride on STARTs: Redis runs one script at a
+ * time, so a refill round's claim calls run back to back would hold it for
+ * tens of ms every window/2, and the STARTs of tasks due meanwhile would
+ * queue behind them: a lateness tail. rr_pace spreads them over window/4;
+ * an ACK riding on a START halves the round trips an executor waits
+ * behind. The tail left on a busy machine is threads not scheduled in time
+ * (bench/README.md, W7).
  *
- * Lateness tail, measured (a -DTW_RR_TRACE build records each start's
- * stages: wheel fire vs local due, FIFO wait, START request leg up to the
- * server's TIME, reply leg, on the best clock offset; plus each claim call's
- * span): W7 spread at 1,700 tasks/s (2e4 tasks due 1-12.8 s ahead, 2 worker
- * processes of 4 executors, AOF everysec), 03:13 UTC, load 1.2: p99 9.9-10.5
- * ms, and the tasks above it came in 6-8 bursts of 30-40 ms, each at the
- * start of a claim round (both workers refill in step): rounds of 23-28
- * claim calls of ~2 ms each back to back, 50-80 ms during which Redis ran
- * little else. The tail tasks waited 6.7 ms (mean) in the ready FIFO, for
- * executors whose START/ACK round trips (2.5 + 1.6 ms, 4x the median) were
- * queued behind the claims; wheel lateness (1 ms) and the clock offset's
- * slack (0-46 us) were not it. Changed: refills are paced (rr_pace), ACKs
- * ride on STARTs (half the calls, so half the round trips an executor
- * waits behind). After: no burst lines up with claim calls any more; p99
- * 6.0 ms at load 2.8-3.3 (tail: request leg 3.0 ms, wheel 2.3, FIFO 1.6,
- * mostly moments when the machine stalled every thread at once, the wheel's
- * tick thread too). Old and new binaries alternated, 10 pairs at load 4-9
- * (03:30-03:40 UTC, the other helpers building): p99 median 82 -> 34 ms,
- * p50 1.0 -> 1.0 ms; on such a machine the 6 ms target is out of reach for
- * any version, the whole of W7 at load 5-9 measured p99 94 ms. Not done:
- * firing a task earlier by the START round trip (p50 would gain ~0.25 ms;
- * a START that arrives early costs a second round trip), claiming with a
- * script that writes less per task.
+ * Memory in Redis per pending task, with 16-byte keys and 32-byte payloads
+ * at W7's density: ~130 B of HASH field (dict entry 24, bucket 8, key sds
+ * 24, value sds 56 for "0 0 <due> " and the payload, rounding), ~24 B in
+ * its due bucket (entry and rounding), ~0.4 B of index; ~166 B with the
+ * buckets' keyspace entries. The HASH is most of it; a listpack-encoded
+ * record store (records bucketed by key hash) would need its bucket count
+ * to grow with n (rehashing live buckets): not done. The price of buckets
+ * is Redis work on set: one ZADD per bucket a batch touches (about one per
+ * task when delays are spread) and the HMGET that finds replaced tasks'
+ * buckets, where one due ZSET per partition would take a batch in one ZADD
+ * (~1.3x the Redis CPU per set; claims cost the same).
  *
- * Memory in Redis: a pending task is one HASH field (the key, and
- * "0 0 <due ms> " + payload) and one listpack entry in its bucket. Measured
- * on Redis 7.0.15 with 16-byte keys and 32-byte payloads, 1e5 tasks over 16
- * partitions due 1-60 s (one hour) out, set with tw_redis_set_many
- * (6,261 tasks in partition 0):
- *   MEMORY USAGE {q:0}:task       816,968 B = 130 B per task (hashtable:
- *                                 dict entry 24, bucket 8, key sds 24, value
- *                                 sds "0 0 <due> " + payload 56, rounding)
- *   MEMORY USAGE {q:0}:d:<b>      152,656 B in 124 buckets, all listpack =
- *                                 24.4 B per task (~21 B of entry, the key
- *                                 and allocator rounding of each bucket)
- *   MEMORY USAGE {q:0}:d          2,616 B (listpack) = 0.4 B per task
- *   INFO used_memory delta        166 B per task (the above, 155 B, plus
- *                                 the keyspace entries of the buckets, the
- *                                 script cache, client buffers);
- *                                 w7_redis --sets-only reports the same.
- * The single due ZSET this replaces cost 120 B per task (skiplist) and the
- * total 267 B. The HASH is now most of it; a listpack-encoded record store
- * (records bucketed by key hash) would need its bucket count to grow with n
- * (rehashing live buckets), which is not worth it at 166 B; not done.
- * The price is Redis work on set: one ZADD per bucket a batch touches
- * (about one per task when delays are spread) and the HMGET that finds
- * replaced tasks' buckets, where one ZADD took the whole batch. Against the
- * single-ZSET schema, pipelined sets of spread tasks at W7's density cost
- * 1.9x the Redis instructions (callgrind, 2e4 tasks on 4 partitions) and
- * 1.3x its CPU time (INFO used_cpu, 1e5 tasks, alternate runs). W7 at 1e5
- * on the loaded machine (load 3-6, 03:41-04:00 UTC): 105k and 69k
- * pipelined sets/s in two runs, the old schema 44k in a run between them
- * (wall clock swings 2x there). Claims cost about the same as before (W7
- * spread run: 19.2 and 21.4 Redis CPU s per 1e5 tasks against 21.2), and
- * lateness too (p99 26 ms against 34 ms; a third run's 450 ms was a stall).
- *
- * Round 2 of the W7 targets (pipelined sets >= 100k/s, lateness p99 <= 6
- * ms), measured; the machine's load was 2-4.5 throughout (other builds), so
- * wall-clock figures are ratios within one run or instruction counts:
- *  - A pipelined set costs ~55k Redis instructions (callgrind on
- *    redis-server, w7_redis --pipe-only, 1e5 tasks): ~9 us of Redis CPU
- *    against 0.5-0.8 us of the client thread, so sets/s is Redis-bound.
- *    Where: the Lua VM, its GC and string interning ~26%, string.format
- *    ~10%, the AOF feed ~11% (Redis builds each propagated command with
- *    small reallocs), ZADD ~11%, HSET ~7%, the per-call plumbing of
- *    redis.call (~4-5k instructions each) on the rest; plus a fixed ~0.5G
- *    while each partition's task HASH was still a listpack (its first 128
- *    tasks: every HMGET and HSET scanned it per key). 0.8 ZADD calls per
- *    task are the schema's price (62 tasks of a call land in ~44 buckets
- *    of their partition), 0.75 EXISTS per task were not: EXISTS of halves
- *    now finds the new buckets. With keys, payloads and delays as separate
- *    ARGV runs (duplicates dropped by the client) the script builds no key
- *    tables; and the task HASH is created hashtable-encoded (scripts.c).
- *    Together: 5.50G -> 4.59G Redis instructions for 1e5 pipelined sets
- *    (-16.5%; the scripts alone 4.53G -> 3.57G), and in alternated runs
- *    (5 pairs, load 2.7-3.9) Redis CPU per set 12.0 -> 10.7 us (medians),
- *    wall clock 49k -> 59k sets/s. On a quiet machine (84k/s before) that
- *    puts it near 100k/s, not measured quietly; more needs fewer
- *    propagated commands per task (each bucket's ZADD is one AOF command)
- *    or more tasks per call in each bucket.
- *  - Lateness: in the spread run every script call costs ~90 us of Redis
- *    time (INFO commandstats, 2e4 tasks) against ~30 us of the commands it
- *    runs; the slowest calls (SLOWLOG > 1.5 ms) were claims of 64 tasks and
- *    the producer's SET calls. Claims now lease a bucket's tasks with one
- *    HMGET, INCRBY, HSET and ZADD (it was four calls and two propagated
- *    writes per task): commands per delivered task 15.4 -> 11.5, AOF bytes
- *    660 -> 593, Redis CPU 16.3 -> 14.2 s per 1e5 (medians of 3 alternated
- *    pairs, 2e4 tasks, load 2-2.6); p99 5.1-5.6 ms both (the 2e4 spread
- *    run meets 6 ms at that load; 1e5: 9.6 ms at load 2.4-3.8, no AOF
- *    rewrite during it). The 1e5 spread run alone writes 57 MB of AOF,
- *    and in the full W7 run it follows phases that wrote as much (FLUSHALL
- *    does not shorten the AOF), so it must cross the 64 MB
- *    auto-aof-rewrite-min-size and fork a rewrite mid-measurement (not
- *    observed directly); w7_redis now rewrites the AOF between phases.
- *    A trace of the final build (2e4 tasks, load 3.0-3.3): p99 4.0 ms; the
- *    slowest 1% waited 2.8 ms (mean) for the tick thread to wake (the
- *    largest stage in 107 of 200), 1.0 + 1.4 ms in the START round trip,
- *    0.8 ms in the FIFO: on this machine the tail is mostly threads not
- *    scheduled, not Redis work queued ahead of the START.
- *
- * Round 3, pipelined sets (tw_redis_set_many), measured with callgrind on
- * redis-server (w7_redis --pipe-only, 1e5 tasks, W7's spread an hour out):
- * 4.62G Redis instructions before, of which Lua ran ~47% (its VM, tables,
- * GC and string interning ~1.3G, string.format 0.53G), ZADD 0.82G (finding
- * and inserting each member in its listpack bucket: O(bucket), ~6.4k per
- * task), the AOF feed 0.59G, the ARGV table 0.23G. Changed, and what each
- * saved: the client sends a call's tasks in order of delay, so each bucket
- * is one run of consecutive tasks and the script adds it with one ZADD of a
- * slice of one table (no table per bucket, no bucket map) -> 4.29G (with
- * calls of up to 96 tasks: a 1000-item batch is one call per partition,
- * 0.0181 -> 0.0160 calls per set); the delays travel as one string of
- * 8-byte integers read by one struct.unpack (a decimal ARGV string per task
- * cost a Lua string, its GC and a string-to-number conversion) -> 4.07G
- * (-12% in all; 78 -> 73 bytes in per set); and tw_rr_eval_many writes a
- * chunk's buffer once its first call is built (a SET call is ~5 KB), so
- * Redis runs the first partition's call while the client builds the others
- * (before, it sat idle until the last was built: ~0.7 us per set of client
- * time on the critical path). Writing after every call cost more than it
- * gained: +0.5-0.7 us of Redis CPU per set (a wake-up, read, reply and AOF
- * write per call): 4.05G with the write once per chunk. Redis CPU per set
- * in 21 alternated --sets-only pairs: 10.3 -> 9.1 us (medians, load
- * 0.8-4.5), sets/s 68k -> 81k; the quietest 5 (load 0.8-2.2): 87k -> 93k,
- * single runs up to 105k. Left, per set: ZADD ~7.7k instructions, the AOF ~5.8k (each
- * propagated argument is formatted and appended on its own: HSET's two and
- * ZADD's two per task), string.format ~5k (the record's prefix and the
- * score: fmt is the cheapest number-to-string in Redis's Lua, measured),
- * HSET ~1.4k. A score shared with the record (absolute due) would save one
- * format per task but costs 7 B per task in the buckets and touches every
- * bucket script; not done. Measured: see the figures in bench/README.md.
+ * Pipelined sets are Redis-bound (about 9 us of Redis CPU per set against
+ * under 1 us of the client's), so the SET script is written for Redis's
+ * cost (scripts.c): a bucket is one run of the delay-sorted tasks, added by
+ * one ZADD; keys, payloads and delays come as three ARGV runs, the delays
+ * as one binary string; the task HASH is created hashtable-encoded; and
+ * the client writes a chunk's first call as soon as it is built (router.c).
+ * Where a set's ~40k Redis instructions go (W7's spread, batches of 1,000):
+ * the ZADD into a listpack bucket ~7.7k (O(bucket)), the AOF feed ~5.8k
+ * (each propagated argument appended on its own: HSET's two and ZADD's two
+ * per task), string.format ~5k (the cheapest number-to-string in Redis's
+ * Lua), HSET ~1.4k, and the rest mostly the Lua VM (its tables, GC and
+ * string interning) and redis.call's plumbing. A score shared with the
+ * record (absolute due) would save one format per task but cost 7 B per
+ * task in the buckets and touch every bucket script; not done.
  *
  * Why these calls:
  *  - claim leases a task up to window_ms before it is due, with a lease that
@@ -333,8 +212,8 @@
  *    for held tasks too), that the task is due within start_ahead_ms by the
  *    server's clock (TIME + ahead >= due; the worker waits out the rest),
  *    counts the attempt (records the claim's attempt + 1, which the worker
- *    sends: a start redone after a lost reply counts once) and renews the
- *    lease to now + lease_ms.
+ *    sends: a start redone after a lost reply counts once) and has the
+ *    lease run to now + lease_ms at least.
  *  - ack and fail act only for the current token with an unexpired lease: a
  *    stale acknowledgement deletes nothing.
  *  - an expired lease goes back to due (keeping its due time) at the next
@@ -745,8 +624,8 @@ struct rr_exec {
  * its partition (a list per partition: one slot per call). What no START
  * picks up within ack_delay (100 ms, at most lease_ms / 8) the acknowledger
  * thread sends in START calls that start nothing; stop sends the rest.
- * With tasks coming due one at a time this halved the script calls per
- * delivered task (2 -> ~1), most of Redis's CPU in a spread load. The price,
+ * Why: with tasks coming due one at a time, an acknowledgement call of its
+ * own per task would double the script calls per delivered task. The price,
  * at-least-once: a worker that dies has up to ack_delay more of finished
  * tasks unacknowledged, delivered again when their leases end (the same as
  * an acknowledgement lost on the way); and a finished task stays in Redis
@@ -1155,47 +1034,40 @@ static void rr_exec_one(void *ctx, struct tw_rr_item *it, unsigned thread)
  * Unanswered items (no reply for their call: Redis, or one master, away).
  * A round answered in part (a cluster with a master away, or a standalone
  * batch of several calls of which a later one failed) hands on what was
- * answered and puts the unanswered items back into the wheel, due again in
- * RR_RETRY_MS: a later round (any executor's) STARTs them with what comes
- * due then. Retrying them here, as this did, held the answered tasks and
- * this executor until the away master was back (up to lease_ms / 2):
- * every executor ended up in such a loop and the healthy masters' tasks
- * waited for them, seconds late. Nothing is retried in place any more once
- * an answer came, so no executor waits with started tasks of its own (with
- * threads = 1 it goes back to its armed queue at once, local.c) and stop is
- * never held by a retry. A round with no answer at all is retried here
- * every RR_RETRY_MS, the batch kept, as before, when Redis looks wholly
- * away: a standalone server, or a cluster none of whose connections is
- * left (a failed one is closed): putting its items back into the FIFO
- * behind the ones that came due meanwhile started later tasks first after
- * Redis came back (out of due order). That gives up while stopping, or
- * after lease_ms / 2 (the leases are about gone: the items go back to the
- * wheel, their STARTs will tell). In a cluster with another master still
- * connected, a round with no answer (its items all on the away master) goes
- * back to the wheel instead, like the unanswered part of a round: redis.h
- * promises no order for the tasks a worker held when their master went,
- * and an executor must not wait seconds for that master while the others'
- * tasks come due. Each round's redirects, reconnects and backoff end after
+ * answered and puts the unanswered items back into the wheel, due again
+ * after rr_retry_ns: a later round (any executor's) STARTs them with what
+ * comes due then. Retrying them here would hold the answered tasks and
+ * this executor until the away master is back (up to lease_ms / 2); every
+ * executor would end up in such a loop, and the healthy masters' tasks
+ * would wait for them. So no executor waits with started tasks of its own
+ * (with threads = 1 it goes back to its armed queue at once, local.c), and
+ * stop is never held by a retry.
+ * A round with no answer at all is retried here every RR_RETRY_MS, the
+ * batch kept, when Redis looks wholly away: a standalone server, or a
+ * cluster none of whose connections is left (a failed one is closed).
+ * Putting its items back behind the ones that come due meanwhile would
+ * start later tasks first once Redis is back (out of due order). That
+ * gives up while stopping, or after lease_ms / 2 (the leases are about
+ * gone: the items go back to the wheel, their STARTs will tell). In a
+ * cluster with another master still connected, a round with no answer (its
+ * items all on the away master) goes back to the wheel instead, like the
+ * unanswered part of a round: redis.h promises no order for the tasks a
+ * worker held when their master went, and an executor must not wait
+ * seconds for that master while the others' tasks come due.
+ * Each round's redirects, reconnects and backoff end after
  * RR_START_RETRY_MS (router retry_ms, 5 ms), not command_timeout_ms: a
- * master that refuses connections costs a round that much, not 2 s; the
- * retry is the next round's (a redirect is still followed at once). With
- * 6,000 tasks (2,256 on the away master, held ones cycling through rounds)
- * the healthy masters' latest task was 739 ms late with 20 ms and a retry
- * every RR_RETRY_MS, 598 ms with the node's backoff (rr_retry_ns), 103 ms
- * with 5 ms (single runs, load 1.5-2). And a round gives up at once, not
- * after those 5 ms, when the node's connect backoff ends later (router.c):
- * otherwise every round with held tasks of a down master slept 5 ms, and
- * with many of them the rounds took the executors: 20,000 tasks (11,248
- * on the away master, test_redis_cluster) left 2,319 and 3,442 of the
- * ~6,300 healthy tasks due meanwhile over 200 ms late (latest 530 and 620
- * ms), 32 and 84 ms latest now (two alternated runs each, load 0.3-0.5).
- * A master that accepts connections but does not answer
- * (stopped, or cut off while the socket stays open) still holds the round
- * for the socket's command_timeout_ms on each read, its answered calls
- * included (test_redis_cluster with SIGSTOP for 3 s instead of SIGKILL: 92
- * of 372 healthy tasks over 2 s late, before and after this change); not
- * done: it needs replies read as they come (poll) and a reply wait well
- * under command_timeout_ms for START rounds. */
+ * master that refuses connections costs a round that much; the retry is
+ * the next round's (a redirect is still followed at once). 5 ms, not the
+ * claim round's 20: an away master's held tasks cycle through many rounds,
+ * each spending that much of an executor. A round gives up at once when
+ * the node's connect backoff ends later (router.c): sleeping out the 5 ms
+ * in every such round would take the executors from the healthy masters'
+ * tasks.
+ * A master that accepts connections but does not answer (stopped, or cut
+ * off while the socket stays open) still holds the round for the socket's
+ * command_timeout_ms on each read, its answered calls included; not done:
+ * it needs replies read as they come (poll) and a reply wait well under
+ * command_timeout_ms for START rounds. */
 #define RR_START_RETRY_MS (RR_RETRY_MS / 20)
 
 /* How long an unanswered item waits before a later round tries it again:
@@ -1519,13 +1391,12 @@ static void rr_clock_round(struct tw_redis *r, const unsigned char *want, unsign
  * whose last claim was not full as holding nothing unclaimed that is due
  * before the others' tasks. After the claim connection was re-established
  * (Redis restarted, or was away) that no longer holds: tasks came due during
- * the outage in every partition. Seen in the restart test, 1 run in 2-6: a
- * round for one notified partition (or a round that straddled the restart:
- * partitions claimed before it, one that failed, the rest after) handed the
- * catch-up of the partitions claimed after the restart to the executors
- * while the others' earlier tasks were still in Redis; they came ~0.3-0.9 s
- * later, one block out of due order. So once a reconnect is seen (the
- * router's count moved: at the round's TIME or during a claim), every
+ * the outage in every partition. A round for one notified partition (or a
+ * round that straddled the restart: partitions claimed before it, one that
+ * failed, the rest after) would hand the catch-up of the partitions claimed
+ * after the restart to the executors while the others' earlier tasks were
+ * still in Redis: one block out of due order. So once a reconnect is seen
+ * (the router's count moved: at the round's TIME or during a claim), every
  * partition is "unknown": claimed in this round whatever it was flagged
  * for, and the frontier stays at 0 (nothing due is handed over) until each
  * has been claimed on the new connection, or has failed (a node that stays
@@ -1563,16 +1434,15 @@ static uint64_t rr_frontier(const struct tw_redis *r)
 }
 
 /* Pacing a refill. A refill round claims what enters the window (tasks due
- * window/2 to window ahead), one claim call per partition or more; run back
- * to back they held single-threaded Redis for 50-80 ms every window/2 (two
- * workers at once, 1e5 tasks spread over 60 s: ~25 calls of ~2 ms each), and
- * every START and ACK of tasks due meanwhile queued behind them: that was
- * the lateness tail (p99 ~10 ms; its tasks waited ~7 ms in the ready FIFO
- * for executors whose round trips were stuck behind claims). So after each
- * claim of a paced round whose tasks are all due more than window/4 ahead,
- * those tasks go to the wheel at once (not due yet: the wheel orders them,
- * no frontier is needed) and the claim thread waits `gap` (window/4 over the
- * partitions wanted) before the next call; a notification ends the wait and
+ * window/2 to window ahead), one claim call per partition or more. Run back
+ * to back, the calls of every worker's round would hold single-threaded
+ * Redis for tens of ms every window/2, and every START and ACK of tasks due
+ * meanwhile would queue behind them (and the tasks in the ready FIFO behind
+ * those executors): a lateness tail. So after each claim of a paced round
+ * whose tasks are all due more than window/4 ahead, those tasks go to the
+ * wheel at once (not due yet: the wheel orders them, no frontier is
+ * needed) and the claim thread waits `gap` (window/4 over the partitions
+ * wanted) before the next call; a notification ends the wait and
  * the pacing (the notified partitions are claimed in this round), as does a
  * claimed task due within window/4 (catch-up: the frontier rules) or the end
  * of the quarter. Each task is still claimed >= window/4 before it is due:
@@ -1687,13 +1557,11 @@ static int rr_claim_round(struct tw_redis *r, unsigned char *want, bool pace, bo
      * command_timeout_ms; the node is then bad for the round and its
      * partitions are claimed by a later one once it answers. Wholly away (a
      * standalone server, or no cluster connection left): the whole command
-     * timeout, as before (the claim thread's reconnect and backoff,
-     * rr_claim_main). A claim of a slot being migrated (TRYAGAIN) gives up
-     * likewise and the claim thread retries it after its backoff, instead
-     * of waiting out the migration. test_redis_cluster (window 500 ms, one
-     * of three masters SIGKILLed for 3 s): the healthy masters' tasks ran
-     * up to 4,844 and 4,868 ms late before, 57 and 12 ms with this (two
-     * alternated runs each, load 1.5-2). */
+     * timeout (the claim thread's reconnect and backoff, rr_claim_main). A
+     * claim of a slot being migrated (TRYAGAIN) gives up likewise and the
+     * claim thread retries it after its backoff, instead of waiting out the
+     * migration. test_redis_cluster (window 500 ms, one of three masters
+     * SIGKILLed for 3 s) bounds the healthy masters' tasks' lateness. */
     struct tw_rr_router *rt = &r->claim_rt;
     rt->retry_ms =
         rt->cluster && tw_rr_any_connected(rt) && RR_CLAIM_RETRY_MS < r->cfg.command_timeout_ms
@@ -2112,8 +1980,9 @@ int tw_redis_new(const struct tw_redis_config *cfg, struct tw_redis **out)
     if (!r)
         return TW_ENOMEM;
     r->cfg = *cfg;
-    /* starts ahead by a quarter of the lease and of the window at most (a
-     * config valid before start_ahead_ms existed stays valid) */
+    /* starts ahead by a quarter of the lease and of the window at most:
+     * capped, not refused, so that the default start_ahead_ms suits every
+     * valid lease and window */
     if (r->cfg.start_ahead_ms > r->cfg.lease_ms / 4)
         r->cfg.start_ahead_ms = r->cfg.lease_ms / 4;
     if (r->cfg.start_ahead_ms > r->cfg.window_ms / 4)
@@ -2238,7 +2107,7 @@ static int rr_check_delay(int64_t delay_ms)
 
 /* A delay as the SET script reads it: 8 bytes, little-endian (struct.unpack
  * 'I8': one C call for a call's delays, where a decimal ARGV string per task
- * cost Redis a Lua string and a string-to-number conversion each). */
+ * would cost Redis a Lua string and a string-to-number conversion each). */
 static void rr_put_delay(unsigned char *b, int64_t delay_ms)
 {
     uint64_t v = (uint64_t)delay_ms;
@@ -2348,9 +2217,10 @@ int tw_redis_remove(struct tw_redis *r, const void *key, size_t key_len)
  * order the SET script meets each due bucket in one run of consecutive
  * tasks and adds a run with one ZADD (any order is correct; this one is
  * cheap for the script), and sorting the whole partition before cutting
- * gives each call a narrow band of due times: a batch of 10,000 over 16
- * partitions makes calls that touch ~18 buckets each instead of ~70 (fewer
- * ZADD and EXISTS per task). No key is in two calls, so no order between
+ * gives each call a narrow band of due times (fewer ZADD and EXISTS per
+ * task): with delays spread over a minute, a batch of 10,000 over 16
+ * partitions makes calls that touch ~18 buckets each, where calls cut in
+ * arrival order would touch ~70. No key is in two calls, so no order between
  * calls matters for which item wins. */
 #define RR_SET_BYTES (512u << 10)
 

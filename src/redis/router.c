@@ -507,11 +507,10 @@ int tw_rr_eval(struct tw_rr_router *rt, unsigned id, int slot, int nkeys, int na
 /* Send what is buffered for c once it reaches RR_FLUSH_BYTES (a SET call of
  * set_many is ~5 KB), once per chunk (*flushed): Redis runs that first call
  * while the caller builds the others, instead of waiting for the whole
- * chunk. Only once: a write per call made Redis wake, read, reply and write
- * its AOF once per call, +0.7 us of Redis CPU per set (alternated runs),
- * more than the overlap gained. Small calls (START) stay buffered until the
- * first read. A write error is left for redisGetReply to report (the
- * context keeps it). */
+ * chunk. Only once: a write per call would make Redis wake, read, reply and
+ * write its AOF once per call, which costs it more CPU than the overlap
+ * gains. Small calls (START) stay buffered until the first read. A write
+ * error is left for redisGetReply to report (the context keeps it). */
 static void rr_flush_big(redisContext *c, bool *flushed)
 {
     int done = 0;

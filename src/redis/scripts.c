@@ -82,14 +82,14 @@
  * some are missing, EXISTS of halves finds them (newb), ~log2(buckets)
  * calls per new bucket instead of one EXISTS per bucket (a call of 62 tasks
  * spread over 59 s touches ~44 buckets, and nearly every call of a fill
- * creates one: 0.75 EXISTS per task before). The loop is written for the
- * Lua 5.1 VM: locals for globals, counters instead of #t, no per-call
- * tables of keys, no table per bucket, the delays read by one C call.
+ * creates one). The loop is written for the Lua 5.1 VM: locals for
+ * globals, counters instead of #t, no per-call tables of keys, no table per
+ * bucket, the delays read by one C call.
  * A partition's task HASH is created hashtable-encoded (HSET of a 513-byte
  * field name with the records, HDEL of it: Redis never converts back): as
  * a listpack (its first 128 tasks under the default
- * hash-max-listpack-entries) every HMGET and HSET of a call scanned all of
- * it per key, ~0.5G instructions per W7 fill, ~10% of it at 1e5 tasks. */
+ * hash-max-listpack-entries) every HMGET and HSET of a call would scan all
+ * of it per key. */
 #define SET_LUA                                                                            \
     PRELUDE BUCKETS "if not stable() then return redis.error_reply(TRY) end\n"             \
     "local A, fmt, floor, call = ARGV, string.format, math.floor, redis.call\n"             \
@@ -180,8 +180,8 @@
  * the later of now and the task's due time. Per bucket, each command takes
  * what it leases at once: HMGET of the records, one INCRBY for their tokens
  * (consecutive; some unused when the byte limit stops the walk early: tokens
- * need only be unique), HSET, lease ZADD, bucket ZREM (it was HGET INCR
- * HSET ZADD per task: 4 calls and 2 propagated writes per task). */
+ * need only be unique), HSET, lease ZADD, bucket ZREM: one of each per
+ * bucket, not HGET, INCR, HSET and ZADD per task. */
 #define CLAIM_LUA                                                                          \
     PRELUDE BUCKETS "if not stable() then return redis.error_reply(TRY) end\n"             \
     "local now = now_us() local now_ms = math.floor(now / 1000)\n"                         \
@@ -254,7 +254,7 @@
  * runs the task, so it never runs early by the server's clock (redis.c).
  * Each command takes the group's tasks at once: HMGET of the records,
  * ZMSCORE of the leases, then one HDEL and ZREM for the acknowledged, one
- * HSET and ZADD for the started (it was 4 commands per task). The
+ * HSET and ZADD for the started, whatever their number. The
  * acknowledgements go first, so a start sees the records they leave. */
 #define START_LUA                                                                          \
     PRELUDE "local call, unpack, tonumber = redis.call, unpack, tonumber\n"                \
