@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* The event-loop rules of twheel/wheel.h (tw_timer_arm_from,
- * tw_wheel_timeout_from), the timeout at the end of the tick range, and the
+/* The event-loop rules of twheel/wheel.h (tw_timer_arm_in from the
+ * caller's now, tw_wheel_timeout_from), the timeout at the end of the tick range, and the
  * NULL rule of twheel/common.h for every layer's getters. */
 #include <stdlib.h>
 
@@ -26,16 +26,16 @@ static void test_arm_from_stale_wheel(void)
     tw_wheel_init(&w, 0);
     tw_timer_init(&t, on_fire, &w);
     tw_timer_init(&old, on_fire, &w);
-    CHECK_EQ_INT(tw_timer_arm_from(&w, &t, 1000, 300), 0);
+    CHECK_EQ_INT(tw_timer_arm_in(&w, &t, 1000, 300), 0);
     CHECK_EQ_U64(tw_timer_deadline(&t), 1300);
-    CHECK_EQ_INT(tw_timer_arm(&w, &old, 300), 0);
+    CHECK_EQ_INT(tw_timer_arm_in(&w, &old, tw_wheel_now(&w), 300), 0);
     CHECK_EQ_U64(tw_timer_deadline(&old), 300); /* what arm does: 700 ticks early */
     tw_timer_cancel(&w, &old);
     /* The start forms count from the wheel's time too (as arm). */
-    CHECK_EQ_INT(tw_timer_start(&w, &old, 300), 0);
+    CHECK_EQ_INT(tw_timer_arm(&w, &old, tw_deadline_in(tw_wheel_now(&w), 300), 0, TW_ARM_IDLE), 0);
     CHECK_EQ_U64(tw_timer_deadline(&old), 300);
     tw_timer_cancel(&w, &old);
-    CHECK_EQ_INT(tw_timer_start_slack(&w, &old, 300, 0), 0);
+    CHECK_EQ_INT(tw_timer_arm(&w, &old, tw_deadline_in(tw_wheel_now(&w), 300), 0, TW_ARM_IDLE | TW_ARM_SLACK), 0);
     CHECK_EQ_U64(tw_timer_deadline(&old), 300);
     tw_timer_cancel(&w, &old);
     fired = 0;
@@ -45,30 +45,30 @@ static void test_arm_from_stale_wheel(void)
     CHECK_EQ_U64(fired_at, 1300);
     /* A caller's now behind the wheel's: the deadline is the wheel's next
      * tick, still >= now + delay. */
-    CHECK_EQ_INT(tw_timer_arm_from(&w, &t, 100, 10), 0);
+    CHECK_EQ_INT(tw_timer_arm_in(&w, &t, 100, 10), 0);
     CHECK_EQ_U64(tw_timer_deadline(&t), 1301);
     /* Re-arming later through arm_from is the lazy store, earlier relocates. */
-    CHECK_EQ_INT(tw_timer_arm_from(&w, &t, 1300, 5000), 0);
+    CHECK_EQ_INT(tw_timer_arm_in(&w, &t, 1300, 5000), 0);
     CHECK_EQ_U64(tw_timer_deadline(&t), 6300);
-    CHECK_EQ_INT(tw_timer_arm_from(&w, &t, 1300, 50), 0);
+    CHECK_EQ_INT(tw_timer_arm_in(&w, &t, 1300, 50), 0);
     CHECK_EQ_U64(tw_timer_deadline(&t), 1350);
     /* Saturation. */
-    CHECK_EQ_INT(tw_timer_arm_from(&w, &t, UINT64_MAX - 5, 100), 0);
+    CHECK_EQ_INT(tw_timer_arm_in(&w, &t, UINT64_MAX - 5, 100), 0);
     CHECK_EQ_U64(tw_timer_deadline(&t), UINT64_MAX);
-    CHECK_EQ_INT(tw_timer_arm_from(NULL, &t, 0, 1), TW_EINVAL);
-    CHECK_EQ_INT(tw_timer_arm_from(&w, NULL, 0, 1), TW_EINVAL);
+    CHECK_EQ_INT(tw_timer_arm_in(NULL, &t, 0, 1), TW_EINVAL);
+    CHECK_EQ_INT(tw_timer_arm_in(&w, NULL, 0, 1), TW_EINVAL);
     tw_wheel_destroy(&w);
 
     /* Nodes, on a pull-only wheel. */
     struct tw_node n;
     tw_wheel_init(&w, 0);
     tw_node_init(&n);
-    CHECK_EQ_INT(tw_node_arm_from(&w, &n, 5000, 20), 0);
+    CHECK_EQ_INT(tw_node_arm_in(&w, &n, 5000, 20), 0);
     CHECK_EQ_U64(tw_node_deadline(&n), 5020);
     CHECK(tw_wheel_expire_next_node(&w, 5019) == NULL);
     CHECK_EQ_PTR(tw_wheel_expire_next_node(&w, 5020), &n);
-    CHECK_EQ_INT(tw_node_arm_from(NULL, &n, 0, 1), TW_EINVAL);
-    CHECK_EQ_INT(tw_node_arm_from(&w, NULL, 0, 1), TW_EINVAL);
+    CHECK_EQ_INT(tw_node_arm_in(NULL, &n, 0, 1), TW_EINVAL);
+    CHECK_EQ_INT(tw_node_arm_in(&w, NULL, 0, 1), TW_EINVAL);
 }
 
 static void test_timeout_from(void)
@@ -79,7 +79,7 @@ static void test_timeout_from(void)
     tw_timer_init(&t, on_fire, &w);
     CHECK_EQ_U64(tw_wheel_timeout_from(&w, 123), TW_NEVER);
     CHECK_EQ_U64(tw_wheel_timeout_from(NULL, 123), TW_NEVER);
-    tw_timer_arm_from(&w, &t, 1000, 300);
+    tw_timer_arm_in(&w, &t, 1000, 300);
     /* Measured from the caller's now, not from the wheel's time 0. */
     uint64_t first = tw_wheel_timeout_from(&w, 1000);
     CHECK(first > 0 && first <= 300); /* (it may wake earlier to move timers) */
@@ -96,11 +96,11 @@ static void test_timeout_from(void)
     }
     CHECK_EQ_INT(fired, 1);
     CHECK_EQ_U64(fired_at, 1300);
-    tw_timer_arm_from(&w, &t, 1000, 300); /* idle again: overdue from 5000 */
+    tw_timer_arm_in(&w, &t, 1000, 300); /* idle again: overdue from 5000 */
     CHECK_EQ_U64(tw_wheel_timeout_from(&w, 5000), 0); /* overdue: advance now */
     /* A deadline on a higher level: the wheel may ask to be woken earlier
      * (to move timers down), never later. */
-    tw_timer_arm_from(&w, &t, 1000, 100000);
+    tw_timer_arm_in(&w, &t, 1000, 100000);
     uint64_t to = tw_wheel_timeout_from(&w, 1000);
     CHECK(to <= 100000 && to > 0);
     tw_wheel_destroy(&w);
@@ -148,7 +148,7 @@ static void test_event_loop_model(void)
         struct loop_timer *x = &lt[r % N];
         uint64_t delay = (r >> 8) % 5000;
         if ((r & 3) == 0) {
-            CHECK_EQ_INT(tw_timer_arm_from(&w, &x->t, loop_now, delay), 0);
+            CHECK_EQ_INT(tw_timer_arm_in(&w, &x->t, loop_now, delay), 0);
             x->due = loop_now + delay;
             CHECK(tw_timer_deadline(&x->t) >= x->due);
             x->fired = 0;
@@ -185,7 +185,7 @@ static void test_timeout_at_the_end(void)
     tw_wheel_init(&w, UINT64_MAX - 1);
     tw_timer_init(&t, on_fire, &w);
     CHECK_EQ_U64(tw_wheel_timeout(&w), TW_NEVER);
-    CHECK_EQ_INT(tw_timer_arm(&w, &t, 1), 0);
+    CHECK_EQ_INT(tw_timer_arm_in(&w, &t, tw_wheel_now(&w), 1), 0);
     CHECK_EQ_U64(tw_timer_deadline(&t), UINT64_MAX);
     CHECK_EQ_U64(tw_wheel_next_expiry(&w), UINT64_MAX);
     CHECK_EQ_U64(tw_wheel_timeout(&w), 1);
@@ -197,7 +197,7 @@ static void test_timeout_at_the_end(void)
     /* A timer due at the last tick, seen from far away, is also 2^64-1 - now. */
     tw_wheel_init(&w, 10);
     tw_timer_init(&t, on_fire, &w);
-    tw_timer_arm_at(&w, &t, UINT64_MAX);
+    tw_timer_arm(&w, &t, UINT64_MAX, 0, 0);
     CHECK(tw_wheel_timeout(&w) <= UINT64_MAX - 10);
     tw_wheel_destroy(&w);
 }

@@ -389,6 +389,16 @@ static inline int tw_timer_arm(struct tw_wheel *w, struct tw_timer *t, uint64_t 
     return tw_timer_arm_lazy_(w, t, deadline);
 }
 
+/** The deadline `delay` ticks after `now`, saturating at UINT64_MAX instead
+ * of wrapping round (a sum that wrapped would be a past deadline, due at the
+ * next tick): tw_timer_arm(w, t, tw_deadline_in(now, delay), slack, flags)
+ * arms from a clock with any slack and flags, and now = tw_wheel_now(w)
+ * counts from the wheel's time. */
+static inline uint64_t tw_deadline_in(uint64_t now, uint64_t delay)
+{
+    return now + delay < now ? UINT64_MAX : now + delay;
+}
+
 /** Arm (or re-arm) t to fire `delay` ticks after the caller's `now`: exact
  * and lazy, at now + delay (saturating), or the wheel's next tick if that is
  * already past. The deadline is never earlier than now + delay, even on a
@@ -398,8 +408,7 @@ static inline int tw_timer_arm(struct tw_wheel *w, struct tw_timer *t, uint64_t 
 static inline int tw_timer_arm_in(struct tw_wheel *w, struct tw_timer *t, uint64_t now,
                                   uint64_t delay)
 {
-    uint64_t deadline = now + delay;
-    return tw_timer_arm(w, t, deadline < now ? UINT64_MAX : deadline, 0, 0);
+    return tw_timer_arm(w, t, tw_deadline_in(now, delay), 0, 0);
 }
 /** @} */
 
@@ -476,8 +485,7 @@ static inline int tw_node_arm(struct tw_wheel *w, struct tw_node *n, uint64_t de
 static inline int tw_node_arm_in(struct tw_wheel *w, struct tw_node *n, uint64_t now,
                                  uint64_t delay)
 {
-    uint64_t deadline = now + delay;
-    return tw_node_arm(w, n, deadline < now ? UINT64_MAX : deadline, 0, 0);
+    return tw_node_arm(w, n, tw_deadline_in(now, delay), 0, 0);
 }
 
 /** As tw_timer_cancel: 1 if it was pending, 0 if idle, TW_EINVAL. O(1). */
@@ -550,8 +558,7 @@ TW_API int tw_periodic_start(struct tw_wheel *w, struct tw_periodic *p, uint64_t
 static inline int tw_periodic_start_in(struct tw_wheel *w, struct tw_periodic *p, uint64_t now,
                                        uint64_t delay, uint64_t period)
 {
-    uint64_t first = now + delay;
-    return tw_periodic_start(w, p, first < now ? UINT64_MAX : first, period, 0);
+    return tw_periodic_start(w, p, tw_deadline_in(now, delay), period, 0);
 }
 
 /** Stop p. Returns 1 if it was running, 0 if not, TW_EINVAL for NULL. O(1). */

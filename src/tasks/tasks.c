@@ -952,8 +952,7 @@ __attribute__((noinline)) static void arm_other(struct tw_tasks *t, struct entry
     uint64_t slack = t->call_explicit ? t->call_slack
                      : t->slack_shift ? (uint64_t)delay >> t->slack_shift
                                       : 0;
-    uint64_t now = tw_wheel_now(&t->wheel);
-    uint64_t deadline = now + (uint64_t)delay < now ? UINT64_MAX : now + (uint64_t)delay;
+    uint64_t deadline = tw_deadline_in(tw_wheel_now(&t->wheel), (uint64_t)delay);
     if (slack)
         tw_node_arm(&t->wheel, &e->u.node, deadline, slack, 0);
     else if (t->eager)
