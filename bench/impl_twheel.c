@@ -99,7 +99,6 @@ static void tws_arm_slack(void *p, uint32_t id, uint64_t deadline)
                  TW_ARM_SLACK);
 }
 
-
 /* Exact, eager: TW_ARM_EAGER relocates a pending timer at once
  * (unless it is in the slot of its new deadline already) instead of lazily. */
 static void tws_arm_eager(void *p, uint32_t id, uint64_t deadline)
@@ -157,7 +156,8 @@ const struct bench_impl bench_impl_twheel = {
 
 const struct bench_impl bench_impl_twheel_slack = {
     .name = "twheel-slack",
-    .what = "twheel core, every timer armed with slack = 1/8 of its delay (tw_timer_arm with TW_ARM_SLACK)",
+    .what = "twheel core, every timer armed with slack = 1/8 of its delay (tw_timer_arm with "
+            "TW_ARM_SLACK)",
     .workloads = BENCH_W2 | BENCH_W3,
     .create = tws_create,
     .destroy = tws_destroy,
@@ -173,7 +173,8 @@ const struct bench_impl bench_impl_twheel_slack = {
 
 const struct bench_impl bench_impl_twheel_eager = {
     .name = "twheel-eager",
-    .what = "twheel core, exact, re-arms relocate at once (tw_timer_arm with TW_ARM_EAGER), W2 only",
+    .what =
+        "twheel core, exact, re-arms relocate at once (tw_timer_arm with TW_ARM_EAGER), W2 only",
     .workloads = BENCH_W2, /* W3 arms idle timers only: the same as twheel */
     .create = tws_create,
     .destroy = tws_destroy,

@@ -33,12 +33,14 @@ static void test_timer_on_two_wheels(void)
     tw_timer_init(&t, on_fire, NULL);
     tw_timer_init(&u, on_fire, NULL);
     CHECK_EQ_INT(tw_timer_arm_in(&a, &t, tw_wheel_now(&a), 10), 0);
-    CHECK_EQ_INT(tw_timer_arm_in(&a, &u, tw_wheel_now(&a), 20), 0); /* t is not alone in its wheel */
+    CHECK_EQ_INT(tw_timer_arm_in(&a, &u, tw_wheel_now(&a), 20),
+                 0); /* t is not alone in its wheel */
     /* Pending on a: every arm and cancel through b is refused. */
     CHECK_EQ_INT(tw_timer_arm_in(&b, &t, tw_wheel_now(&b), 5), TW_EINVAL);
     CHECK_EQ_INT(tw_timer_arm(&b, &t, 500, 0, 0), TW_EINVAL);
     CHECK_EQ_INT(tw_timer_arm_in(&b, &t, 100, 5), TW_EINVAL);
-    CHECK_EQ_INT(tw_timer_arm(&b, &t, tw_deadline_in(tw_wheel_now(&b), 5), 0, TW_ARM_EAGER), TW_EINVAL);
+    CHECK_EQ_INT(tw_timer_arm(&b, &t, tw_deadline_in(tw_wheel_now(&b), 5), 0, TW_ARM_EAGER),
+                 TW_EINVAL);
     CHECK_EQ_INT(tw_timer_arm(&b, &t, 500, 0, TW_ARM_EAGER), TW_EINVAL);
     CHECK_EQ_INT(tw_timer_cancel(&b, &t), TW_EINVAL);
     CHECK_EQ_U64(tw_wheel_pending(&a), 2);
@@ -80,7 +82,8 @@ static void test_node_on_two_wheels(void)
      * neither eager arm goes through another (a re-arm within its slot is
      * one store: still refused). */
     CHECK_EQ_INT(tw_node_arm(&a, &n, tw_deadline_in(tw_wheel_now(&a), 100), 0, TW_ARM_EAGER), 0);
-    CHECK_EQ_INT(tw_node_arm(&b, &n, tw_deadline_in(tw_wheel_now(&b), 100), 0, TW_ARM_EAGER), TW_EINVAL);
+    CHECK_EQ_INT(tw_node_arm(&b, &n, tw_deadline_in(tw_wheel_now(&b), 100), 0, TW_ARM_EAGER),
+                 TW_EINVAL);
     CHECK_EQ_INT(tw_node_arm(&b, &n, 101, 0, TW_ARM_EAGER), TW_EINVAL);
     CHECK_EQ_INT(tw_node_cancel(&b, &n), TW_EINVAL);
     CHECK_EQ_INT(tw_node_arm(&a, &n, 101, 0, TW_ARM_EAGER), 0);
@@ -103,14 +106,18 @@ static void test_start_checks(void)
     tw_timer_init(&t, on_fire, NULL);
     tw_node_init(&n);
     memset(&raw, 0, sizeof raw); /* never initialised: no callback */
-    CHECK_EQ_INT(tw_timer_arm(&a, &raw, tw_deadline_in(tw_wheel_now(&a), 5), 0, TW_ARM_IDLE), TW_EINVAL);
+    CHECK_EQ_INT(tw_timer_arm(&a, &raw, tw_deadline_in(tw_wheel_now(&a), 5), 0, TW_ARM_IDLE),
+                 TW_EINVAL);
     CHECK_EQ_INT(tw_timer_arm(&a, &raw, 5, 0, TW_ARM_IDLE), TW_EINVAL);
     CHECK_EQ_INT(tw_timer_arm(&a, &t, tw_deadline_in(tw_wheel_now(&a), 10), 0, TW_ARM_IDLE), 0);
-    CHECK_EQ_INT(tw_timer_arm(&a, &t, tw_deadline_in(tw_wheel_now(&a), 20), 0, TW_ARM_IDLE), TW_EBUSY);
+    CHECK_EQ_INT(tw_timer_arm(&a, &t, tw_deadline_in(tw_wheel_now(&a), 20), 0, TW_ARM_IDLE),
+                 TW_EBUSY);
     CHECK_EQ_INT(tw_timer_arm(&a, &t, 20, 0, TW_ARM_IDLE), TW_EBUSY);
-    CHECK_EQ_INT(tw_timer_arm(&b, &t, tw_deadline_in(tw_wheel_now(&b), 20), 0, TW_ARM_IDLE), TW_EBUSY);
+    CHECK_EQ_INT(tw_timer_arm(&b, &t, tw_deadline_in(tw_wheel_now(&b), 20), 0, TW_ARM_IDLE),
+                 TW_EBUSY);
     CHECK_EQ_INT(tw_node_arm(&a, &n, tw_deadline_in(tw_wheel_now(&a), 10), 0, TW_ARM_IDLE), 0);
-    CHECK_EQ_INT(tw_node_arm(&a, &n, tw_deadline_in(tw_wheel_now(&a), 30), 0, TW_ARM_IDLE), TW_EBUSY);
+    CHECK_EQ_INT(tw_node_arm(&a, &n, tw_deadline_in(tw_wheel_now(&a), 30), 0, TW_ARM_IDLE),
+                 TW_EBUSY);
     CHECK_EQ_INT(tw_node_arm(&b, &n, 30, 0, TW_ARM_IDLE), TW_EBUSY);
     CHECK_EQ_U64(tw_wheel_pending(&a), 2);
     CHECK_EQ_U64(tw_wheel_pending(&b), 0);
@@ -120,19 +127,23 @@ static void test_start_checks(void)
     CHECK_EQ_INT(tw_timer_cancel(&b, &t), TW_EINVAL);
     CHECK_EQ_INT(tw_timer_cancel(&a, &t), 1);
     CHECK_EQ_INT(tw_node_cancel(&a, &n), 1);
-    CHECK_EQ_INT(tw_timer_arm(&b, &t, tw_deadline_in(tw_wheel_now(&b), 1), 0, TW_ARM_IDLE), 0); /* idle: any wheel */
+    CHECK_EQ_INT(tw_timer_arm(&b, &t, tw_deadline_in(tw_wheel_now(&b), 1), 0, TW_ARM_IDLE),
+                 0); /* idle: any wheel */
     CHECK_EQ_INT(tw_timer_cancel(&b, &t), 1);
 
     /* The same for the forms with slack. */
-    CHECK_EQ_INT(tw_timer_arm(&a, &raw, tw_deadline_in(tw_wheel_now(&a), 5), 2, TW_ARM_IDLE), TW_EINVAL);
+    CHECK_EQ_INT(tw_timer_arm(&a, &raw, tw_deadline_in(tw_wheel_now(&a), 5), 2, TW_ARM_IDLE),
+                 TW_EINVAL);
     CHECK_EQ_INT(tw_timer_arm(&a, &raw, 5, 2, TW_ARM_IDLE), TW_EINVAL);
     CHECK_EQ_INT(tw_timer_arm(&a, &t, tw_deadline_in(tw_wheel_now(&a), 100), 28, TW_ARM_IDLE), 0);
     CHECK_EQ_U64(tw_timer_deadline(&t), 128);
-    CHECK_EQ_INT(tw_timer_arm(&a, &t, tw_deadline_in(tw_wheel_now(&a), 20), 5, TW_ARM_IDLE), TW_EBUSY);
+    CHECK_EQ_INT(tw_timer_arm(&a, &t, tw_deadline_in(tw_wheel_now(&a), 20), 5, TW_ARM_IDLE),
+                 TW_EBUSY);
     CHECK_EQ_INT(tw_timer_arm(&a, &t, 20, 5, TW_ARM_IDLE), TW_EBUSY);
     CHECK_EQ_INT(tw_timer_arm(&b, &t, 20, 5, TW_ARM_IDLE), TW_EBUSY);
     CHECK_EQ_INT(tw_node_arm(&a, &n, tw_deadline_in(tw_wheel_now(&a), 100), 28, TW_ARM_IDLE), 0);
-    CHECK_EQ_INT(tw_node_arm(&a, &n, tw_deadline_in(tw_wheel_now(&a), 30), 2, TW_ARM_IDLE), TW_EBUSY);
+    CHECK_EQ_INT(tw_node_arm(&a, &n, tw_deadline_in(tw_wheel_now(&a), 30), 2, TW_ARM_IDLE),
+                 TW_EBUSY);
     CHECK_EQ_INT(tw_node_arm(&b, &n, 30, 2, TW_ARM_IDLE), TW_EBUSY);
     CHECK_EQ_U64(tw_wheel_pending(&a), 2);
     CHECK_EQ_U64(tw_wheel_pending(&b), 0);

@@ -48,22 +48,29 @@ static void test_bad_arguments_and_end_of_time(void)
     tw_wheel_init(&w, 0);
     rec_init(&r, &w);
     tw_node_init(&n);
-    CHECK_EQ_INT(tw_timer_arm(NULL, &r.timer, tw_deadline_in(tw_wheel_now(NULL), 1), 0, TW_ARM_EAGER), TW_EINVAL);
-    CHECK_EQ_INT(tw_timer_arm(&w, NULL, tw_deadline_in(tw_wheel_now(&w), 1), 0, TW_ARM_EAGER), TW_EINVAL);
+    CHECK_EQ_INT(
+        tw_timer_arm(NULL, &r.timer, tw_deadline_in(tw_wheel_now(NULL), 1), 0, TW_ARM_EAGER),
+        TW_EINVAL);
+    CHECK_EQ_INT(tw_timer_arm(&w, NULL, tw_deadline_in(tw_wheel_now(&w), 1), 0, TW_ARM_EAGER),
+                 TW_EINVAL);
     CHECK_EQ_INT(tw_timer_arm(NULL, &r.timer, 1, 0, TW_ARM_EAGER), TW_EINVAL);
     CHECK_EQ_INT(tw_timer_arm(&w, NULL, 1, 0, TW_ARM_EAGER), TW_EINVAL);
-    CHECK_EQ_INT(tw_node_arm(NULL, &n, tw_deadline_in(tw_wheel_now(NULL), 1), 0, TW_ARM_EAGER), TW_EINVAL);
-    CHECK_EQ_INT(tw_node_arm(&w, NULL, tw_deadline_in(tw_wheel_now(&w), 1), 0, TW_ARM_EAGER), TW_EINVAL);
+    CHECK_EQ_INT(tw_node_arm(NULL, &n, tw_deadline_in(tw_wheel_now(NULL), 1), 0, TW_ARM_EAGER),
+                 TW_EINVAL);
+    CHECK_EQ_INT(tw_node_arm(&w, NULL, tw_deadline_in(tw_wheel_now(&w), 1), 0, TW_ARM_EAGER),
+                 TW_EINVAL);
     CHECK_EQ_INT(tw_node_arm(NULL, &n, 1, 0, TW_ARM_EAGER), TW_EINVAL);
     CHECK_EQ_INT(tw_node_arm(&w, NULL, 1, 0, TW_ARM_EAGER), TW_EINVAL);
     struct tw_timer raw;
     memset(&raw, 0, sizeof raw); /* never initialised: no callback */
-    CHECK_EQ_INT(tw_timer_arm(&w, &raw, tw_deadline_in(tw_wheel_now(&w), 1), 0, TW_ARM_EAGER), TW_EINVAL);
+    CHECK_EQ_INT(tw_timer_arm(&w, &raw, tw_deadline_in(tw_wheel_now(&w), 1), 0, TW_ARM_EAGER),
+                 TW_EINVAL);
     CHECK(!tw_timer_pending(&raw));
 
     /* Delay 0 and a past deadline: the next tick. */
     tw_wheel_init(&w, 100);
-    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 0), 0, TW_ARM_EAGER), 0);
+    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 0), 0, TW_ARM_EAGER),
+                 0);
     CHECK_EQ_U64(tw_timer_deadline(&r.timer), 101);
     CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, 7, 0, TW_ARM_EAGER), 0);
     CHECK_EQ_U64(tw_timer_deadline(&r.timer), 101);
@@ -73,14 +80,18 @@ static void test_bad_arguments_and_end_of_time(void)
 
     /* The end of time: no later tick exists, t is left as it was. */
     tw_wheel_init(&w, UINT64_MAX);
-    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 5), 0, TW_ARM_EAGER), TW_ERANGE);
+    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 5), 0, TW_ARM_EAGER),
+                 TW_ERANGE);
     CHECK_EQ_INT(tw_node_arm(&w, &n, 5, 0, TW_ARM_EAGER), TW_ERANGE);
     CHECK(!tw_timer_pending(&r.timer));
     /* Deadlines saturate; a pending timer re-armed past the end stays due at
      * UINT64_MAX. */
     tw_wheel_init(&w, UINT64_MAX - 10);
-    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 3), 0, TW_ARM_EAGER), 0);
-    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), UINT64_MAX), 0, TW_ARM_EAGER), 0);
+    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 3), 0, TW_ARM_EAGER),
+                 0);
+    CHECK_EQ_INT(
+        tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), UINT64_MAX), 0, TW_ARM_EAGER),
+        0);
     CHECK_EQ_U64(tw_timer_deadline(&r.timer), UINT64_MAX);
     CHECK_EQ_INT(tw_wheel_advance(&w, UINT64_MAX - 1), 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, UINT64_MAX), 1);
@@ -135,7 +146,8 @@ static void test_heartbeat_leaves_no_move(void)
         uint64_t last = 0;
         for (uint64_t now = 0; now <= 3000; now += 10) {
             tw_wheel_advance(&w, now);
-            CHECK_EQ_INT(eager ? tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 500), 0, TW_ARM_EAGER)
+            CHECK_EQ_INT(eager ? tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 500),
+                                              0, TW_ARM_EAGER)
                                : tw_timer_arm_in(&w, &r.timer, tw_wheel_now(&w), 500),
                          0);
             last = now + 500;
@@ -191,7 +203,8 @@ static void test_rearm_and_cancel(void)
     CHECK_EQ_INT(tw_timer_arm(&w, &a.timer, 50, 0, TW_ARM_EAGER), 0);
     CHECK_EQ_INT(tw_timer_arm(&w, &a.timer, 50, 0, TW_ARM_EAGER), 0);
     CHECK_EQ_U64(tw_wheel_next_expiry(&w), 50);
-    CHECK_EQ_INT(tw_timer_arm(&w, &a.timer, tw_deadline_in(tw_wheel_now(&w), 60), 0, TW_ARM_EAGER), 0); /* level 0: its tick */
+    CHECK_EQ_INT(tw_timer_arm(&w, &a.timer, tw_deadline_in(tw_wheel_now(&w), 60), 0, TW_ARM_EAGER),
+                 0); /* level 0: its tick */
     CHECK_EQ_U64(tw_wheel_next_expiry(&w), 60);
     CHECK_EQ_U64(tw_wheel_pending(&w), 1);
 
@@ -204,7 +217,8 @@ static void test_rearm_and_cancel(void)
     CHECK_EQ_INT(a.fires, 0);
 
     /* Cancel after an eager re-arm: it never fires. */
-    CHECK_EQ_INT(tw_timer_arm(&w, &a.timer, tw_deadline_in(tw_wheel_now(&w), 40), 0, TW_ARM_EAGER), 0);
+    CHECK_EQ_INT(tw_timer_arm(&w, &a.timer, tw_deadline_in(tw_wheel_now(&w), 40), 0, TW_ARM_EAGER),
+                 0);
     CHECK_EQ_INT(tw_timer_cancel(&w, &a.timer), 1);
     CHECK_EQ_INT(tw_timer_cancel(&w, &a.timer), 0);
     CHECK_EQ_U64(tw_wheel_pending(&w), 0);
@@ -294,7 +308,8 @@ static void busy_fire(struct tw_timer *t, void *arg)
 {
     (void)t;
     (void)arg;
-    busy_rc = tw_node_arm(&busy_wheel, &busy_node, tw_deadline_in(tw_wheel_now(&busy_wheel), 5), 0, TW_ARM_EAGER);
+    busy_rc = tw_node_arm(&busy_wheel, &busy_node, tw_deadline_in(tw_wheel_now(&busy_wheel), 5), 0,
+                          TW_ARM_EAGER);
 }
 
 /* Bare nodes: eager arms and re-arms, pulled in deadline order; from a
@@ -309,7 +324,7 @@ static void test_bare_nodes(void)
     CHECK_EQ_INT(tw_node_arm(&w, &n[0], 500, 0, TW_ARM_EAGER), 0);
     CHECK_EQ_INT(tw_node_arm(&w, &n[1], tw_deadline_in(tw_wheel_now(&w), 20), 0, TW_ARM_EAGER), 0);
     CHECK_EQ_INT(tw_node_arm(&w, &n[2], 30, 0, 0), 0);
-    CHECK_EQ_INT(tw_node_arm(&w, &n[2], 7000, 0, 0), 0);      /* lazy */
+    CHECK_EQ_INT(tw_node_arm(&w, &n[2], 7000, 0, 0), 0);           /* lazy */
     CHECK_EQ_INT(tw_node_arm(&w, &n[0], 10, 0, TW_ARM_EAGER), 0);  /* earlier */
     CHECK_EQ_INT(tw_node_arm(&w, &n[1], 600, 0, TW_ARM_EAGER), 0); /* later */
     CHECK_EQ_U64(tw_node_deadline(&n[1]), 600);
@@ -326,7 +341,9 @@ static void test_bare_nodes(void)
     tw_wheel_init(&busy_wheel, 0);
     tw_node_init(&busy_node);
     tw_timer_init(&t, busy_fire, NULL);
-    CHECK_EQ_INT(tw_timer_arm(&busy_wheel, &t, tw_deadline_in(tw_wheel_now(&busy_wheel), 1), 0, TW_ARM_EAGER), 0);
+    CHECK_EQ_INT(tw_timer_arm(&busy_wheel, &t, tw_deadline_in(tw_wheel_now(&busy_wheel), 1), 0,
+                              TW_ARM_EAGER),
+                 0);
     CHECK_EQ_INT(tw_wheel_advance(&busy_wheel, 1), 1);
     CHECK_EQ_INT(busy_rc, TW_EBUSY);
     CHECK(!tw_node_pending(&busy_node));

@@ -161,7 +161,8 @@ static void test_uninitialised_idle_timer_refused(void)
     tw_wheel_init(&w, 0);
     memset(&raw, 0, sizeof raw);
     CHECK_EQ_INT(tw_timer_arm(&w, &raw, 10, 0, TW_ARM_EAGER), TW_EINVAL);
-    CHECK_EQ_INT(tw_timer_arm(&w, &raw, tw_deadline_in(tw_wheel_now(&w), 10), 0, TW_ARM_EAGER), TW_EINVAL);
+    CHECK_EQ_INT(tw_timer_arm(&w, &raw, tw_deadline_in(tw_wheel_now(&w), 10), 0, TW_ARM_EAGER),
+                 TW_EINVAL);
     CHECK_EQ_INT(tw_timer_arm(&w, &raw, 10, 5, 0), TW_EINVAL);
     CHECK_EQ_INT(tw_timer_arm(&w, &raw, tw_deadline_in(tw_wheel_now(&w), 10), 5, 0), TW_EINVAL);
     CHECK(!tw_timer_pending(&raw));

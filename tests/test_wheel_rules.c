@@ -208,7 +208,8 @@ static void test_rearm_later_is_lazy_and_exact(void)
     tw_wheel_init(&w, 0);
     probe_init(&p, &w);
     tw_timer_arm_in(&w, &p.timer, tw_wheel_now(&w), 100);
-    CHECK_EQ_INT(tw_timer_arm_in(&w, &p.timer, tw_wheel_now(&w), 5000), 0); /* re-arm a pending timer */
+    CHECK_EQ_INT(tw_timer_arm_in(&w, &p.timer, tw_wheel_now(&w), 5000),
+                 0); /* re-arm a pending timer */
     CHECK_EQ_U64(tw_timer_deadline(&p.timer), 5000);
     CHECK_EQ_U64(tw_wheel_pending(&w), 1);
     /* The wheel may stop at the old slot (a lower bound) but fires nothing. */
@@ -295,7 +296,8 @@ static void test_destroy_with_armed_timers(void)
 static void act_rearm_self(struct probe *self)
 {
     if (self->fires < 5)
-        CHECK_EQ_INT(tw_timer_arm_in(self->wheel, &self->timer, tw_wheel_now(self->wheel), self->value), 0);
+        CHECK_EQ_INT(
+            tw_timer_arm_in(self->wheel, &self->timer, tw_wheel_now(self->wheel), self->value), 0);
 }
 
 static void test_callback_rearms_itself(void)
@@ -360,7 +362,9 @@ static void test_cancel_neighbour_in_same_slot(void)
 static void act_rearm_other(struct probe *self)
 {
     if (self->other->fires == 0)
-        CHECK_EQ_INT(tw_timer_arm_in(self->wheel, &self->other->timer, tw_wheel_now(self->wheel), self->value), 0);
+        CHECK_EQ_INT(tw_timer_arm_in(self->wheel, &self->other->timer, tw_wheel_now(self->wheel),
+                                     self->value),
+                     0);
 }
 
 /* Re-arming a same-tick neighbour (already on the ready list) later, or to
@@ -548,7 +552,7 @@ static void test_bare_nodes(void)
     probe_init(&p, &w);
     CHECK_EQ_INT(tw_timer_arm_in(&w, &p.timer, tw_wheel_now(&w), 5), 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, 101), 0); /* not pull-only yet */
-    CHECK_EQ_INT(tw_node_arm_in(&w, &a, tw_wheel_now(&w), 0), 0);    /* delay 0: next tick */
+    CHECK_EQ_INT(tw_node_arm_in(&w, &a, tw_wheel_now(&w), 0), 0); /* delay 0: next tick */
     CHECK_EQ_U64(tw_node_deadline(&a), 102);
     CHECK_EQ_INT(tw_node_arm_in(&w, &b, tw_wheel_now(&w), 3000), 0);
     CHECK_EQ_INT(tw_node_arm_in(&w, &b, tw_wheel_now(&w), 5000), 0); /* later: lazy */
@@ -604,7 +608,9 @@ static void ticker_fire(struct tw_periodic *p, void *arg)
 static void restart_self(struct probe *p)
 {
     if (p->fires < 3)
-        CHECK_EQ_INT(tw_timer_arm(p->wheel, &p->timer, tw_deadline_in(tw_wheel_now(p->wheel), p->value), 0, TW_ARM_IDLE), 0);
+        CHECK_EQ_INT(tw_timer_arm(p->wheel, &p->timer,
+                                  tw_deadline_in(tw_wheel_now(p->wheel), p->value), 0, TW_ARM_IDLE),
+                     0);
 }
 
 static void test_start_idle_timers(void)
@@ -617,16 +623,22 @@ static void test_start_idle_timers(void)
     probe_init(&c, &w);
     probe_init(&d, &w);
     probe_init(&e, &w);
-    CHECK_EQ_INT(tw_timer_arm(NULL, &a.timer, tw_deadline_in(tw_wheel_now(NULL), 1), 0, TW_ARM_IDLE), TW_EINVAL);
-    CHECK_EQ_INT(tw_timer_arm(&w, NULL, tw_deadline_in(tw_wheel_now(&w), 1), 0, TW_ARM_IDLE), TW_EINVAL);
+    CHECK_EQ_INT(
+        tw_timer_arm(NULL, &a.timer, tw_deadline_in(tw_wheel_now(NULL), 1), 0, TW_ARM_IDLE),
+        TW_EINVAL);
+    CHECK_EQ_INT(tw_timer_arm(&w, NULL, tw_deadline_in(tw_wheel_now(&w), 1), 0, TW_ARM_IDLE),
+                 TW_EINVAL);
     CHECK_EQ_INT(tw_timer_arm(NULL, &a.timer, 1, 0, TW_ARM_IDLE), TW_EINVAL);
     CHECK_EQ_INT(tw_timer_arm(&w, NULL, 1, 0, TW_ARM_IDLE), TW_EINVAL);
     CHECK_EQ_U64(tw_wheel_pending(&w), 0);
 
-    CHECK_EQ_INT(tw_timer_arm(&w, &a.timer, tw_deadline_in(tw_wheel_now(&w), 0), 0, TW_ARM_IDLE), 0);        /* next tick */
-    CHECK_EQ_INT(tw_timer_arm(&w, &b.timer, 50, 0, TW_ARM_IDLE), 0);    /* past: next tick */
-    CHECK_EQ_INT(tw_timer_arm(&w, &c.timer, 5000, 0, TW_ARM_IDLE), 0);  /* level 2 */
-    CHECK_EQ_INT(tw_timer_arm(&w, &d.timer, tw_deadline_in(tw_wheel_now(&w), UINT64_MAX), 0, TW_ARM_IDLE), 0); /* saturates */
+    CHECK_EQ_INT(tw_timer_arm(&w, &a.timer, tw_deadline_in(tw_wheel_now(&w), 0), 0, TW_ARM_IDLE),
+                 0);                                                   /* next tick */
+    CHECK_EQ_INT(tw_timer_arm(&w, &b.timer, 50, 0, TW_ARM_IDLE), 0);   /* past: next tick */
+    CHECK_EQ_INT(tw_timer_arm(&w, &c.timer, 5000, 0, TW_ARM_IDLE), 0); /* level 2 */
+    CHECK_EQ_INT(
+        tw_timer_arm(&w, &d.timer, tw_deadline_in(tw_wheel_now(&w), UINT64_MAX), 0, TW_ARM_IDLE),
+        0); /* saturates */
     CHECK_EQ_U64(tw_timer_deadline(&a.timer), 101);
     CHECK_EQ_U64(tw_timer_deadline(&b.timer), 101);
     CHECK_EQ_U64(tw_timer_deadline(&c.timer), 5000);
@@ -644,15 +656,18 @@ static void test_start_idle_timers(void)
     CHECK_EQ_U64(c.fired_at, 5000);
     CHECK_EQ_U64(tw_wheel_pending(&w), 0);
     /* Idle again after firing or cancelling: started again. */
-    CHECK_EQ_INT(tw_timer_arm(&w, &a.timer, tw_deadline_in(tw_wheel_now(&w), 10), 0, TW_ARM_IDLE), 0);
-    CHECK_EQ_INT(tw_timer_arm(&w, &d.timer, tw_deadline_in(tw_wheel_now(&w), 10), 0, TW_ARM_IDLE), 0);
+    CHECK_EQ_INT(tw_timer_arm(&w, &a.timer, tw_deadline_in(tw_wheel_now(&w), 10), 0, TW_ARM_IDLE),
+                 0);
+    CHECK_EQ_INT(tw_timer_arm(&w, &d.timer, tw_deadline_in(tw_wheel_now(&w), 10), 0, TW_ARM_IDLE),
+                 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, 5010), 2);
     CHECK_EQ_INT(a.fires, 2);
     CHECK_EQ_INT(d.fires, 1);
     /* From its own callback (it is idle there): restarts itself. */
     e.action = restart_self;
     e.value = 7;
-    CHECK_EQ_INT(tw_timer_arm(&w, &e.timer, tw_deadline_in(tw_wheel_now(&w), 7), 0, TW_ARM_IDLE), 0);
+    CHECK_EQ_INT(tw_timer_arm(&w, &e.timer, tw_deadline_in(tw_wheel_now(&w), 7), 0, TW_ARM_IDLE),
+                 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, 6000), 3);
     CHECK_EQ_INT(e.fires, 3);
     CHECK_EQ_U64(e.fired_at, 5031);
@@ -660,7 +675,8 @@ static void test_start_idle_timers(void)
 
     /* At the end of time no later tick exists: TW_ERANGE, left idle. */
     tw_wheel_init(&w, UINT64_MAX);
-    CHECK_EQ_INT(tw_timer_arm(&w, &a.timer, tw_deadline_in(tw_wheel_now(&w), 1), 0, TW_ARM_IDLE), TW_ERANGE);
+    CHECK_EQ_INT(tw_timer_arm(&w, &a.timer, tw_deadline_in(tw_wheel_now(&w), 1), 0, TW_ARM_IDLE),
+                 TW_ERANGE);
     CHECK_EQ_INT(tw_timer_arm(&w, &a.timer, 5, 0, TW_ARM_IDLE), TW_ERANGE);
     CHECK(!tw_timer_pending(&a.timer));
     CHECK_EQ_U64(tw_wheel_pending(&w), 0);
@@ -675,12 +691,15 @@ static void test_start_idle_nodes(void)
     tw_node_init(&n);
     tw_node_init(&m);
     probe_init(&p, &w);
-    CHECK_EQ_INT(tw_node_arm(NULL, &n, tw_deadline_in(tw_wheel_now(NULL), 1), 0, TW_ARM_IDLE), TW_EINVAL);
-    CHECK_EQ_INT(tw_node_arm(&w, NULL, tw_deadline_in(tw_wheel_now(&w), 1), 0, TW_ARM_IDLE), TW_EINVAL);
+    CHECK_EQ_INT(tw_node_arm(NULL, &n, tw_deadline_in(tw_wheel_now(NULL), 1), 0, TW_ARM_IDLE),
+                 TW_EINVAL);
+    CHECK_EQ_INT(tw_node_arm(&w, NULL, tw_deadline_in(tw_wheel_now(&w), 1), 0, TW_ARM_IDLE),
+                 TW_EINVAL);
     CHECK_EQ_INT(tw_node_arm(NULL, &n, 1, 0, TW_ARM_IDLE), TW_EINVAL);
     CHECK_EQ_INT(tw_node_arm(&w, NULL, 1, 0, TW_ARM_IDLE), TW_EINVAL);
     CHECK_EQ_INT(tw_wheel_advance(&w, 0), 0); /* not pull-only yet */
-    CHECK_EQ_INT(tw_timer_arm(&w, &p.timer, tw_deadline_in(tw_wheel_now(&w), 30), 0, TW_ARM_IDLE), 0);
+    CHECK_EQ_INT(tw_timer_arm(&w, &p.timer, tw_deadline_in(tw_wheel_now(&w), 30), 0, TW_ARM_IDLE),
+                 0);
     CHECK_EQ_INT(tw_node_arm(&w, &n, tw_deadline_in(tw_wheel_now(&w), 20), 0, TW_ARM_IDLE), 0);
     CHECK_EQ_INT(tw_node_arm(&w, &m, 10, 0, TW_ARM_IDLE), 0);
     CHECK_EQ_U64(tw_wheel_pending(&w), 3);
@@ -690,11 +709,13 @@ static void test_start_idle_nodes(void)
     CHECK_EQ_PTR(tw_wheel_expire_next_node(&w, 100), &p.timer.node);
     CHECK(tw_wheel_expire_next_node(&w, 100) == NULL);
     CHECK_EQ_INT(p.fires, 0); /* pulled: no callback */
-    CHECK_EQ_INT(tw_node_arm(&w, &n, tw_deadline_in(tw_wheel_now(&w), 0), 0, TW_ARM_IDLE), 0); /* idle after the pull */
+    CHECK_EQ_INT(tw_node_arm(&w, &n, tw_deadline_in(tw_wheel_now(&w), 0), 0, TW_ARM_IDLE),
+                 0); /* idle after the pull */
     CHECK_EQ_U64(tw_node_deadline(&n), 101);
     CHECK_EQ_INT(tw_node_cancel(&w, &n), 1);
     tw_wheel_init(&w, UINT64_MAX);
-    CHECK_EQ_INT(tw_node_arm(&w, &n, tw_deadline_in(tw_wheel_now(&w), 1), 0, TW_ARM_IDLE), TW_ERANGE);
+    CHECK_EQ_INT(tw_node_arm(&w, &n, tw_deadline_in(tw_wheel_now(&w), 1), 0, TW_ARM_IDLE),
+                 TW_ERANGE);
     CHECK(!tw_node_pending(&n));
 }
 
@@ -703,7 +724,9 @@ static void test_start_idle_nodes(void)
 static struct tw_node start_from_callback_node;
 static void start_node_from_callback(struct probe *p)
 {
-    CHECK_EQ_INT(tw_node_arm(p->wheel, &start_from_callback_node, tw_deadline_in(tw_wheel_now(p->wheel), 5), 0, TW_ARM_IDLE), TW_EBUSY);
+    CHECK_EQ_INT(tw_node_arm(p->wheel, &start_from_callback_node,
+                             tw_deadline_in(tw_wheel_now(p->wheel), 5), 0, TW_ARM_IDLE),
+                 TW_EBUSY);
     CHECK_EQ_INT(tw_node_arm(p->wheel, &start_from_callback_node, 500, 0, TW_ARM_IDLE), TW_EBUSY);
 }
 
@@ -715,7 +738,8 @@ static void test_start_node_from_callback_refused(void)
     probe_init(&p, &w);
     tw_node_init(&start_from_callback_node);
     p.action = start_node_from_callback;
-    CHECK_EQ_INT(tw_timer_arm(&w, &p.timer, tw_deadline_in(tw_wheel_now(&w), 3), 0, TW_ARM_IDLE), 0);
+    CHECK_EQ_INT(tw_timer_arm(&w, &p.timer, tw_deadline_in(tw_wheel_now(&w), 3), 0, TW_ARM_IDLE),
+                 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, 3), 1);
     CHECK(!tw_node_pending(&start_from_callback_node));
     CHECK_EQ_U64(tw_wheel_pending(&w), 0);

@@ -27,13 +27,15 @@ static void test_bad_arguments_and_end_of_time(void)
     tw_wheel_init(&w, 0);
     rec_init(&r, &w);
     tw_node_init(&n);
-    CHECK_EQ_INT(tw_timer_arm(NULL, &r.timer, tw_deadline_in(tw_wheel_now(NULL), 1), 1, 0), TW_EINVAL);
+    CHECK_EQ_INT(tw_timer_arm(NULL, &r.timer, tw_deadline_in(tw_wheel_now(NULL), 1), 1, 0),
+                 TW_EINVAL);
     CHECK_EQ_INT(tw_timer_arm(&w, NULL, tw_deadline_in(tw_wheel_now(&w), 1), 1, 0), TW_EINVAL);
     CHECK_EQ_INT(tw_timer_arm(NULL, &r.timer, 1, 1, 0), TW_EINVAL);
     CHECK_EQ_INT(tw_timer_arm(&w, NULL, 1, 1, 0), TW_EINVAL);
     CHECK_EQ_INT(tw_node_arm(NULL, &n, tw_deadline_in(tw_wheel_now(NULL), 1), 1, 0), TW_EINVAL);
     CHECK_EQ_INT(tw_node_arm(&w, NULL, 1, 1, 0), TW_EINVAL);
-    CHECK_EQ_INT(tw_periodic_start(NULL, NULL, tw_deadline_in(tw_wheel_now(NULL), 1), 1, 0), TW_EINVAL);
+    CHECK_EQ_INT(tw_periodic_start(NULL, NULL, tw_deadline_in(tw_wheel_now(NULL), 1), 1, 0),
+                 TW_EINVAL);
     struct tw_timer raw;
     memset(&raw, 0, sizeof raw); /* never initialised: no callback */
     CHECK_EQ_INT(tw_timer_arm(&w, &raw, tw_deadline_in(tw_wheel_now(&w), 1), 1, 0), TW_EINVAL);
@@ -43,11 +45,14 @@ static void test_bad_arguments_and_end_of_time(void)
 
     /* The end of time: no later tick exists. */
     tw_wheel_init(&w, UINT64_MAX);
-    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 5), 100, 0), TW_ERANGE);
+    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 5), 100, 0),
+                 TW_ERANGE);
     CHECK(!tw_timer_pending(&r.timer));
     /* A window past UINT64_MAX saturates. */
     tw_wheel_init(&w, UINT64_MAX - 10);
-    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 5), UINT64_MAX, TW_ARM_SLACK), 0);
+    CHECK_EQ_INT(
+        tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 5), UINT64_MAX, TW_ARM_SLACK),
+        0);
     uint64_t p = tw_timer_deadline(&r.timer);
     CHECK(p >= UINT64_MAX - 5);
     CHECK_EQ_INT(tw_wheel_advance(&w, UINT64_MAX), 1);
@@ -70,7 +75,9 @@ static void test_planned_on_a_boundary_fired_together(void)
         rec_init(&r[i], &w);
         tw_wheel_advance(&w, (uint64_t)i * 7); /* armed at different times */
         uint64_t now = tw_wheel_now(&w);
-        CHECK_EQ_INT(tw_timer_arm(&w, &r[i].timer, tw_deadline_in(tw_wheel_now(&w), 30000), tw_slack_fraction(30000, 3), TW_ARM_SLACK), 0);
+        CHECK_EQ_INT(tw_timer_arm(&w, &r[i].timer, tw_deadline_in(tw_wheel_now(&w), 30000),
+                                  tw_slack_fraction(30000, 3), TW_ARM_SLACK),
+                     0);
         uint64_t p = tw_timer_deadline(&r[i].timer);
         CHECK(p >= now + 30000 && p <= now + 33750);
         CHECK_EQ_U64(p % 4096, 0);
@@ -128,7 +135,8 @@ static void test_highest_boundary_in_window(void)
         {(UINT64_C(1) << 40) - 5, 1000, UINT64_C(1) << 40},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, cases[i].deadline, cases[i].slack, TW_ARM_SLACK), 0);
+        CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, cases[i].deadline, cases[i].slack, TW_ARM_SLACK),
+                     0);
         CHECK_EQ_U64(tw_timer_deadline(&r.timer), cases[i].planned);
         tw_timer_cancel(&w, &r.timer);
     }
@@ -146,10 +154,12 @@ static void test_pushed_back_planned_late(void)
     CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 30000), 3750, 0), 0);
     CHECK_EQ_U64(tw_timer_deadline(&r.timer), 32768); /* fresh: the level-2 boundary */
     tw_wheel_advance(&w, 3500);
-    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 30000), 3750, 0), 0); /* [33500, 37250] */
+    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 30000), 3750, 0),
+                 0);                                  /* [33500, 37250] */
     CHECK_EQ_U64(tw_timer_deadline(&r.timer), 37248); /* latest multiple of 64, not 36864 */
     tw_wheel_advance(&w, 7000);
-    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 30000), 3750, 0), 0); /* [37000, 40750] */
+    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 30000), 3750, 0),
+                 0);                                  /* [37000, 40750] */
     CHECK_EQ_U64(tw_timer_deadline(&r.timer), 37248); /* kept: free */
     CHECK_EQ_U64(tw_wheel_moves(&w), 1);
     /* It fires at its planned tick, never early; one move on the way (its
@@ -174,7 +184,7 @@ static void test_sub_slots(void)
         rec_init(&r[i], &w);
     CHECK_EQ_INT(tw_timer_arm(&w, &r[0].timer, 200, 20, 0), 0); /* [200, 220] */
     CHECK_EQ_INT(tw_timer_arm(&w, &r[1].timer, 195, 30, 0), 0); /* [195, 225] */
-    CHECK_EQ_INT(tw_timer_arm(&w, &r[2].timer, 208, 0, 0), 0);           /* exact */
+    CHECK_EQ_INT(tw_timer_arm(&w, &r[2].timer, 208, 0, 0), 0);  /* exact */
     CHECK_EQ_U64(tw_timer_deadline(&r[0].timer), 208);
     CHECK_EQ_U64(tw_timer_deadline(&r[1].timer), 208);
     CHECK_EQ_U64(tw_wheel_next_expiry(&w), 192); /* their level-1 slot */
@@ -186,20 +196,25 @@ static void test_sub_slots(void)
         CHECK_EQ_U64(r[i].fired_at, 208);
 
     /* Cancel from a sub-list empties the slot. */
-    CHECK_EQ_INT(tw_timer_arm(&w, &r[0].timer, tw_deadline_in(tw_wheel_now(&w), 200), 20, 0), 0); /* [408, 428] */
+    CHECK_EQ_INT(tw_timer_arm(&w, &r[0].timer, tw_deadline_in(tw_wheel_now(&w), 200), 20, 0),
+                 0); /* [408, 428] */
     CHECK_EQ_U64(tw_timer_deadline(&r[0].timer), 416);
     CHECK_EQ_INT(tw_timer_cancel(&w, &r[0].timer), 1);
     CHECK_EQ_U64(tw_wheel_pending(&w), 0);
     CHECK_EQ_U64(tw_wheel_next_expiry(&w), TW_NEVER);
 
     /* An exact later re-arm is lazy there too; an earlier one relocates. */
-    CHECK_EQ_INT(tw_timer_arm(&w, &r[0].timer, tw_deadline_in(tw_wheel_now(&w), 200), 20, 0), 0); /* 416 */
+    CHECK_EQ_INT(tw_timer_arm(&w, &r[0].timer, tw_deadline_in(tw_wheel_now(&w), 200), 20, 0),
+                 0); /* 416 */
     CHECK_EQ_INT(tw_timer_arm(&w, &r[0].timer, 430, 0, 0), 0);
     CHECK_EQ_U64(tw_timer_deadline(&r[0].timer), 430);
-    CHECK_EQ_INT(tw_timer_arm(&w, &r[1].timer, tw_deadline_in(tw_wheel_now(&w), 200), 20, 0), 0); /* 416 */
+    CHECK_EQ_INT(tw_timer_arm(&w, &r[1].timer, tw_deadline_in(tw_wheel_now(&w), 200), 20, 0),
+                 0); /* 416 */
     CHECK_EQ_INT(tw_timer_arm(&w, &r[1].timer, 300, 0, 0), 0);
-    CHECK_EQ_INT(tw_timer_arm(&w, &r[2].timer, tw_deadline_in(tw_wheel_now(&w), 200), 20, 0), 0); /* 416 */
-    CHECK_EQ_INT(tw_timer_arm(&w, &r[2].timer, tw_deadline_in(tw_wheel_now(&w), 300), 40, 0), 0); /* pushed back */
+    CHECK_EQ_INT(tw_timer_arm(&w, &r[2].timer, tw_deadline_in(tw_wheel_now(&w), 200), 20, 0),
+                 0); /* 416 */
+    CHECK_EQ_INT(tw_timer_arm(&w, &r[2].timer, tw_deadline_in(tw_wheel_now(&w), 300), 40, 0),
+                 0); /* pushed back */
     CHECK(tw_timer_deadline(&r[2].timer) >= 508 && tw_timer_deadline(&r[2].timer) <= 548);
     CHECK_EQ_INT(tw_wheel_advance(&w, 299), 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, 300), 1);
@@ -212,7 +227,8 @@ static void test_sub_slots(void)
 
     /* Destroy detaches sub-list timers too. */
     for (int i = 0; i < 3; i++)
-        CHECK_EQ_INT(tw_timer_arm(&w, &r[i].timer, tw_deadline_in(tw_wheel_now(&w), 200), 20, 0), 0);
+        CHECK_EQ_INT(tw_timer_arm(&w, &r[i].timer, tw_deadline_in(tw_wheel_now(&w), 200), 20, 0),
+                     0);
     CHECK_EQ_INT(tw_timer_arm(&w, &r[3].timer, tw_wheel_now(&w) + 5000, 0, TW_ARM_SLACK), 0);
     CHECK_EQ_INT((int)tw_wheel_destroy(&w), 4);
     for (int i = 0; i < 4; i++)
@@ -295,10 +311,12 @@ static void test_rearm_and_cancel(void)
     CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 30000), 3750, 0), 0);
     CHECK_EQ_U64(tw_timer_deadline(&r.timer), 32768);
     tw_wheel_advance(&w, 2000);
-    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 30000), 3750, 0), 0); /* [32000, 35750] */
+    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 30000), 3750, 0),
+                 0);                                                /* [32000, 35750] */
     CHECK_EQ_U64(tw_timer_deadline(&r.timer), 32768);               /* kept */
     tw_wheel_advance(&w, 3000);
-    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 30000), 3750, 0), 0); /* [33000, 36750] */
+    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 30000), 3750, 0),
+                 0); /* [33000, 36750] */
     uint64_t p = tw_timer_deadline(&r.timer);
     /* Pushed back: planned late. The window holds no multiple of 4096, so
      * the latest multiple of 64 in it. */
@@ -352,7 +370,8 @@ static void test_periodic_keeps_phase(void)
     struct ticker k = {0};
     tw_wheel_init(&w, 5);
     CHECK_EQ_INT(tw_periodic_init(&k.periodic, ticker_fire, &k, TW_MISSED_CATCH_UP), 0);
-    CHECK_EQ_INT(tw_periodic_start(&w, &k.periodic, tw_deadline_in(tw_wheel_now(&w), 1000), 1000, 125), 0);
+    CHECK_EQ_INT(
+        tw_periodic_start(&w, &k.periodic, tw_deadline_in(tw_wheel_now(&w), 1000), 1000, 125), 0);
     for (uint64_t t = 5; t <= 40000; t += 37)
         tw_wheel_advance(&w, t);
     CHECK(k.n >= 39 && k.n <= 40);
@@ -368,7 +387,8 @@ static void test_periodic_keeps_phase(void)
     struct ticker c = {0};
     tw_wheel_init(&w, 0);
     tw_periodic_init(&c.periodic, ticker_fire, &c, TW_MISSED_CATCH_UP);
-    CHECK_EQ_INT(tw_periodic_start(&w, &c.periodic, tw_deadline_in(tw_wheel_now(&w), 0), 10, 1000), 0);
+    CHECK_EQ_INT(tw_periodic_start(&w, &c.periodic, tw_deadline_in(tw_wheel_now(&w), 0), 10, 1000),
+                 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, 300), 30);
     for (int i = 0; i < c.n && i < 64; i++)
         CHECK(c.at[i] >= 1 + 10 * (uint64_t)i && c.at[i] <= 10 + 10 * (uint64_t)i);
@@ -377,7 +397,8 @@ static void test_periodic_keeps_phase(void)
     struct ticker s = {0};
     tw_wheel_init(&w, 0);
     tw_periodic_init(&s.periodic, ticker_fire, &s, TW_MISSED_SKIP);
-    CHECK_EQ_INT(tw_periodic_start(&w, &s.periodic, tw_deadline_in(tw_wheel_now(&w), 100), 100, 12), 0);
+    CHECK_EQ_INT(tw_periodic_start(&w, &s.periodic, tw_deadline_in(tw_wheel_now(&w), 100), 100, 12),
+                 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, 950), 1);
     uint64_t p = tw_timer_deadline(&s.periodic.timer);
     CHECK(p >= 1000 && p <= 1012);
@@ -435,8 +456,10 @@ static void start_from_callback(struct tw_timer *t, void *arg)
     r->fires++;
     r->fired_at = tw_wheel_now(r->wheel);
     if (r->fires < 3)
-        start_cb_rc = tw_timer_arm(r->wheel, t, tw_deadline_in(tw_wheel_now(r->wheel), 100), 12, TW_ARM_IDLE);
-    start_cb_node_rc = tw_node_arm(r->wheel, &start_cb_node, tw_deadline_in(tw_wheel_now(r->wheel), 10), 5, TW_ARM_IDLE);
+        start_cb_rc =
+            tw_timer_arm(r->wheel, t, tw_deadline_in(tw_wheel_now(r->wheel), 100), 12, TW_ARM_IDLE);
+    start_cb_node_rc = tw_node_arm(r->wheel, &start_cb_node,
+                                   tw_deadline_in(tw_wheel_now(r->wheel), 10), 5, TW_ARM_IDLE);
 }
 
 static void test_start_slack(void)
@@ -449,12 +472,17 @@ static void test_start_slack(void)
     rec_init(&r, &w);
     rec_init(&q, &v);
     tw_node_init(&n);
-    CHECK_EQ_INT(tw_timer_arm(NULL, &r.timer, tw_deadline_in(tw_wheel_now(NULL), 1), 1, TW_ARM_IDLE), TW_EINVAL);
-    CHECK_EQ_INT(tw_timer_arm(&w, NULL, tw_deadline_in(tw_wheel_now(&w), 1), 1, TW_ARM_IDLE), TW_EINVAL);
+    CHECK_EQ_INT(
+        tw_timer_arm(NULL, &r.timer, tw_deadline_in(tw_wheel_now(NULL), 1), 1, TW_ARM_IDLE),
+        TW_EINVAL);
+    CHECK_EQ_INT(tw_timer_arm(&w, NULL, tw_deadline_in(tw_wheel_now(&w), 1), 1, TW_ARM_IDLE),
+                 TW_EINVAL);
     CHECK_EQ_INT(tw_timer_arm(NULL, &r.timer, 1, 1, TW_ARM_IDLE), TW_EINVAL);
     CHECK_EQ_INT(tw_timer_arm(&w, NULL, 1, 1, TW_ARM_IDLE), TW_EINVAL);
-    CHECK_EQ_INT(tw_node_arm(NULL, &n, tw_deadline_in(tw_wheel_now(NULL), 1), 1, TW_ARM_IDLE), TW_EINVAL);
-    CHECK_EQ_INT(tw_node_arm(&w, NULL, tw_deadline_in(tw_wheel_now(&w), 1), 1, TW_ARM_IDLE), TW_EINVAL);
+    CHECK_EQ_INT(tw_node_arm(NULL, &n, tw_deadline_in(tw_wheel_now(NULL), 1), 1, TW_ARM_IDLE),
+                 TW_EINVAL);
+    CHECK_EQ_INT(tw_node_arm(&w, NULL, tw_deadline_in(tw_wheel_now(&w), 1), 1, TW_ARM_IDLE),
+                 TW_EINVAL);
     CHECK_EQ_INT(tw_node_arm(NULL, &n, 1, 1, TW_ARM_IDLE), TW_EINVAL);
     CHECK_EQ_INT(tw_node_arm(&w, NULL, 1, 1, TW_ARM_IDLE), TW_EINVAL);
     CHECK_EQ_U64(tw_wheel_pending(&w), 0);
@@ -473,8 +501,11 @@ static void test_start_slack(void)
         tw_wheel_init(&v, cases[i].now);
         rec_init(&r, &w);
         rec_init(&q, &v);
-        CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, cases[i].deadline, cases[i].slack, TW_ARM_IDLE | TW_ARM_SLACK), 0);
-        CHECK_EQ_INT(tw_timer_arm(&v, &q.timer, cases[i].deadline, cases[i].slack, TW_ARM_SLACK), 0);
+        CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, cases[i].deadline, cases[i].slack,
+                                  TW_ARM_IDLE | TW_ARM_SLACK),
+                     0);
+        CHECK_EQ_INT(tw_timer_arm(&v, &q.timer, cases[i].deadline, cases[i].slack, TW_ARM_SLACK),
+                     0);
         uint64_t p = tw_timer_deadline(&r.timer);
         CHECK_EQ_U64(p, tw_timer_deadline(&q.timer));
         CHECK_EQ_U64(tw_wheel_pending(&w), 1);
@@ -489,9 +520,12 @@ static void test_start_slack(void)
     tw_wheel_init(&w, 100);
     rec_init(&r, &w);
     rec_init(&q, &w);
-    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 0), 27, TW_ARM_IDLE), 0);
+    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 0), 27, TW_ARM_IDLE),
+                 0);
     CHECK_EQ_U64(tw_timer_deadline(&r.timer), 128);
-    CHECK_EQ_INT(tw_timer_arm(&w, &q.timer, tw_deadline_in(tw_wheel_now(&w), 30000), tw_slack_fraction(30000, 3), TW_ARM_IDLE | TW_ARM_SLACK), 0);
+    CHECK_EQ_INT(tw_timer_arm(&w, &q.timer, tw_deadline_in(tw_wheel_now(&w), 30000),
+                              tw_slack_fraction(30000, 3), TW_ARM_IDLE | TW_ARM_SLACK),
+                 0);
     CHECK_EQ_U64(tw_timer_deadline(&q.timer) % 4096, 0);
     CHECK_EQ_U64(tw_wheel_pending(&w), 2);
     CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, 120, 10, 0), 0); /* stays at 128 */
@@ -500,7 +534,9 @@ static void test_start_slack(void)
     CHECK_EQ_INT(tw_wheel_advance(&w, 40000), 1);
     CHECK_EQ_U64(r.fired_at, 128);
     CHECK_EQ_U64(tw_wheel_moves(&w), 0);
-    CHECK_EQ_INT(tw_timer_arm(&w, &q.timer, tw_deadline_in(tw_wheel_now(&w), 5), 0, TW_ARM_IDLE | TW_ARM_SLACK), 0); /* idle after cancel */
+    CHECK_EQ_INT(tw_timer_arm(&w, &q.timer, tw_deadline_in(tw_wheel_now(&w), 5), 0,
+                              TW_ARM_IDLE | TW_ARM_SLACK),
+                 0); /* idle after cancel */
     CHECK_EQ_U64(tw_timer_deadline(&q.timer), 40005);
     CHECK_EQ_INT(tw_timer_cancel(&w, &q.timer), 1);
 
@@ -509,7 +545,8 @@ static void test_start_slack(void)
     rec_init(&r, &w);
     tw_node_init(&start_cb_node);
     CHECK_EQ_INT(tw_timer_init(&r.timer, start_from_callback, &r), 0);
-    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 100), 12, TW_ARM_IDLE), 0);
+    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 100), 12, TW_ARM_IDLE),
+                 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, 1000), 3);
     CHECK_EQ_INT(r.fires, 3);
     CHECK_EQ_INT(start_cb_rc, 0);
@@ -532,9 +569,11 @@ static void test_start_slack(void)
     /* The end of time: TW_ERANGE, left idle. */
     tw_wheel_init(&w, UINT64_MAX);
     rec_init(&r, &w);
-    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 5), 100, TW_ARM_IDLE), TW_ERANGE);
+    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 5), 100, TW_ARM_IDLE),
+                 TW_ERANGE);
     CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, 5, 100, TW_ARM_IDLE), TW_ERANGE);
-    CHECK_EQ_INT(tw_node_arm(&w, &n, tw_deadline_in(tw_wheel_now(&w), 5), 100, TW_ARM_IDLE), TW_ERANGE);
+    CHECK_EQ_INT(tw_node_arm(&w, &n, tw_deadline_in(tw_wheel_now(&w), 5), 100, TW_ARM_IDLE),
+                 TW_ERANGE);
     CHECK(!tw_timer_pending(&r.timer));
     CHECK(!tw_node_pending(&n));
     CHECK_EQ_U64(tw_wheel_pending(&w), 0);
@@ -555,10 +594,14 @@ static void test_slack_zero_rearm(void)
     struct tw_node n;
     tw_wheel_init(&w, 0);
     rec_init(&r, &w);
-    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 1000), 0, TW_ARM_SLACK), 0); /* idle: no move */
+    CHECK_EQ_INT(
+        tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 1000), 0, TW_ARM_SLACK),
+        0); /* idle: no move */
     CHECK_EQ_U64(tw_timer_deadline(&r.timer), 1000);
     CHECK_EQ_U64(tw_wheel_moves(&w), 0);
-    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 5000), 0, TW_ARM_SLACK), 0); /* later: relocated */
+    CHECK_EQ_INT(
+        tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 5000), 0, TW_ARM_SLACK),
+        0); /* later: relocated */
     CHECK_EQ_U64(tw_timer_deadline(&r.timer), 5000);
     CHECK_EQ_U64(tw_wheel_moves(&w), 1);
     CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, 5000, 0, TW_ARM_SLACK), 0); /* planned there: stays */

@@ -934,8 +934,7 @@ node_arm_at_slack(struct tw_wheel *w, struct tw_node *n, uint64_t deadline, uint
     return rc ? rc : node_armed(w, arm_node_slack(w, n, deadline, slack));
 }
 
-int tw_node_arm_slack_(struct tw_wheel *w, struct tw_node *n, uint64_t deadline,
-                       uint64_t slack)
+int tw_node_arm_slack_(struct tw_wheel *w, struct tw_node *n, uint64_t deadline, uint64_t slack)
 {
     return node_arm_at_slack(w, n, deadline, slack);
 }
@@ -1109,8 +1108,7 @@ timer_arm_at_slack(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline, ui
     return start_node_slack(w, &t->node, deadline, slack);
 }
 
-int tw_timer_arm_slack_(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline,
-                        uint64_t slack)
+int tw_timer_arm_slack_(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline, uint64_t slack)
 {
     return timer_arm_at_slack(w, t, deadline, slack);
 }
@@ -1214,4 +1212,3 @@ uint64_t tw_wheel_timeout_from(const struct tw_wheel *w, uint64_t now)
     uint64_t next = tw_wheel_next_expiry(w);
     return next <= now ? 0 : next - now;
 }
-
