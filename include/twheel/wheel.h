@@ -22,17 +22,17 @@
  *    at once: it does not fire again in this advance unless its new deadline
  *    is passed by it.
  *  - Re-arming to a later deadline is lazy (one store: the timer moves when
- *    its old slot comes due); re-arming earlier relocates it at once. The
- *    *_eager arms relocate at once either way (see below).
+ *    its old slot comes due); re-arming earlier relocates it at once. Eager
+ *    arms (TW_ARM_EAGER) relocate at once either way (see below).
  *
  * Lazy or eager re-arm (both exact; pick per call):
- *  - tw_timer_arm / _arm_at (lazy, the default): re-arming a pending timer
+ *  - Lazy (tw_timer_arm without flags, the default): re-arming a pending timer
  *    to a later deadline is one store, and the advance that reaches the
  *    slot of its older deadline moves it. Lowest total cost: the choice for
  *    most programs (a heartbeat re-arming a 30 s timeout every 3 s moves it
  *    about twice a minute instead of 20 times).
- *  - tw_timer_arm_eager / _arm_at_eager (and tw_node_arm_eager /
- *    _arm_at_eager): re-arming a pending timer, later or earlier, relocates
+ *  - Eager (the flag TW_ARM_EAGER, for timers and nodes): re-arming a
+ *    pending timer, later or earlier, relocates
  *    it at once to the slot of its new deadline (one store if it is in that
  *    slot already), so no advance ever moves it for that re-arm. A relocating
  *    re-arm costs about twice a lazy one (it touches the timer's old
@@ -40,22 +40,24 @@
  *    event loop whose latency is the tick. (Lazy timers armed together stay
  *    in one slot however often they are re-armed, and the advance that
  *    reaches it moves them all at once.)
- *  - Lazy and eager calls may be mixed on one wheel and one timer, exact
+ *  - Lazy and eager arms may be mixed on one wheel and one timer, exact
  *    either way; an eager re-arm into the slot of a deadline stored lazily
  *    before may leave that lazy move in place. From an event loop's clock,
- *    arm eagerly at an absolute deadline: tw_timer_arm_at_eager(w, t,
- *    now + delay), saturating the sum if delay can be huge (a sum that wraps
- *    is a past deadline, due at the next tick).
+ *    arm eagerly at an absolute deadline: tw_timer_arm(w, t,
+ *    tw_deadline_in(now, delay), 0, TW_ARM_EAGER) (tw_deadline_in saturates
+ *    the sum: one that wrapped would be a past deadline, due at the next
+ *    tick).
  *
  * Time and event loops (the rule):
  *  - The wheel's time moves only when you advance it. While your loop sleeps,
- *    the wheel's time is stale: tw_timer_arm(w, t, d) counts d from the
- *    wheel's time, not from the present, so a timer armed after a long sleep
- *    without advancing first fires early. In a loop with a clock, read the
- *    clock once per turn and either advance first (tw_wheel_advance(w, now),
- *    then tw_timer_arm), or, simpler and safe anywhere (in callbacks too),
- *    arm with tw_timer_arm_from(w, t, now, d): the deadline is never earlier
- *    than now + d, whatever the wheel's time.
+ *    the wheel's time is stale: a delay counted from tw_wheel_now(w) counts
+ *    from the wheel's time, not from the present, so a timer armed that way
+ *    after a long sleep without advancing first fires early. In a loop with
+ *    a clock, read the clock once per turn and arm with
+ *    tw_timer_arm_in(w, t, now, d) (or tw_timer_arm(w, t, tw_deadline_in(now,
+ *    d), slack, flags)): the deadline is never earlier than now + d, whatever
+ *    the wheel's time, and it is safe anywhere (in callbacks too). Periodic
+ *    timers: tw_periodic_start_in(w, p, now, d, period).
  *  - Sleep with tw_wheel_timeout_from(w, now), the ticks from your now to the
  *    next expiry (0 if it is due or past). tw_wheel_timeout counts from the
  *    wheel's stale time and would push a re-armed loop timer forward forever.
@@ -71,8 +73,9 @@
  * every layer, see twheel/common.h). Calls that change state return
  * TW_EINVAL for NULL.
  *
- * Slack (opt-in, per arming: the *_slack functions; the exact functions pay
- * nothing for it). A timer armed with deadline D and slack S:
+ * Slack (opt-in, per arming: the slack argument of tw_timer_arm and
+ * tw_node_arm, or TW_ARM_SLACK; exact arms pay nothing for it). A timer
+ * armed with deadline D and slack S:
  *  - never fires before D, and never after D + S (saturating): it fires
  *    during the first advance whose new time is >= its planned tick P, some
  *    tick in [D, D + S], which tw_timer_deadline() reports. The wheel plans
@@ -82,10 +85,10 @@
  *    (nothing to do), else is relocated at once, never lazily, and
  *    tw_wheel_moves counts it; relocated while pending, it is planned late
  *    in its window, so that later re-arms find it inside longer (at most one
- *    move more if it does come due); re-armed with an exact function it is
- *    exact again; cancelling works as for any timer;
- *  - D <= now means now + 1, as for exact timers; S = 0 is exact (the timer
- *    fires at D), with the re-arm rule above;
+ *    move more if it does come due); re-armed exact (slack 0 without
+ *    TW_ARM_SLACK) it is exact again; cancelling works as for any timer;
+ *  - D <= now means now + 1, as for exact timers; S = 0 with TW_ARM_SLACK is
+ *    exact (the timer fires at D), with the re-arm rule above;
  *  - a periodic timer with slack keeps its phase: its n-th fire happens in
  *    [first + n * period, first + n * period + S], the next deadline counting
  *    from the nominal one (the slack is capped at period - 1, so fires stay
@@ -269,8 +272,8 @@ TW_API uint64_t tw_wheel_timeout_from(const struct tw_wheel *w, uint64_t now);
 TW_API size_t tw_wheel_pending(const struct tw_wheel *w);
 
 /** How many times timers have been moved from one slot to another by
- * advancing (cascades and lazy re-arms) or by a re-arm with a `*_slack`
- * function that relocated a pending timer, whatever the slack (0 included),
+ * advancing (cascades and lazy re-arms) or by a re-arm with slack (or
+ * TW_ARM_SLACK) that relocated a pending timer, whatever the slack (0 included),
  * since init (an eager re-arm counts none and leaves none to an advance, but
  * for the move a lazy re-arm before it may have left in place: see "Lazy or
  * eager re-arm"). For tuning. O(1). */
