@@ -320,12 +320,13 @@ static uint64_t cache_arm(struct tw_cache *c, struct cache_shard *s, struct cach
                           uint64_t tick, uint64_t now_ns)
 {
     if (!c->slack_shift) {
-        tw_node_arm_at(&s->wheel, &e->timer, tick);
+        tw_node_arm(&s->wheel, &e->timer, tick, 0, 0);
         return tick;
     }
     uint64_t now_tick = now_ns / CACHE_NS_PER_TICK;
-    tw_node_arm_at_slack(&s->wheel, &e->timer, tick,
-                         tw_slack_fraction(tick > now_tick ? tick - now_tick : 0, c->slack_shift));
+    tw_node_arm(&s->wheel, &e->timer, tick,
+                tw_slack_fraction(tick > now_tick ? tick - now_tick : 0, c->slack_shift),
+                TW_ARM_SLACK);
     return tw_node_deadline(&e->timer);
 }
 

@@ -682,7 +682,7 @@ static void relocate(struct tw_tasks *t, struct entry *from, struct entry *to)
     tw_node_init(&to->u.node);
     to->value = from->value;
     to->key = from->key;
-    tw_node_arm_at(&t->wheel, &to->u.node, deadline);
+    tw_node_arm(&t->wheel, &to->u.node, deadline, 0, 0);
 }
 
 /* Under a quarter of the pool live, above the capacity floor: a set
@@ -952,12 +952,13 @@ __attribute__((noinline)) static void arm_other(struct tw_tasks *t, struct entry
     uint64_t slack = t->call_explicit ? t->call_slack
                      : t->slack_shift ? (uint64_t)delay >> t->slack_shift
                                       : 0;
+    uint64_t deadline = tw_deadline_in(tw_wheel_now(&t->wheel), (uint64_t)delay);
     if (slack)
-        tw_node_arm_slack(&t->wheel, &e->u.node, (uint64_t)delay, slack);
+        tw_node_arm(&t->wheel, &e->u.node, deadline, slack, 0);
     else if (t->eager)
-        tw_node_arm_eager(&t->wheel, &e->u.node, (uint64_t)delay);
+        tw_node_arm(&t->wheel, &e->u.node, deadline, 0, TW_ARM_EAGER);
     else
-        tw_node_arm(&t->wheel, &e->u.node, (uint64_t)delay);
+        tw_node_arm(&t->wheel, &e->u.node, deadline, 0, 0);
 }
 
 /* Exact lazy arms take the core's exact path: slack and eager re-arm cost
@@ -967,7 +968,7 @@ static inline void arm(struct tw_tasks *t, struct entry *e, int64_t delay)
     if (__builtin_expect(t->not_lazy, 0))
         arm_other(t, e, delay);
     else
-        tw_node_arm(&t->wheel, &e->u.node, (uint64_t)delay);
+        tw_node_arm_in(&t->wheel, &e->u.node, tw_wheel_now(&t->wheel), (uint64_t)delay);
 }
 
 /* Around the do_set/do_move of a *_slack call: they call no user code (but
