@@ -386,7 +386,7 @@ static int cache_store_at_locked(struct tw_cache *c, struct cache_shard *s,
         return TW_ENOMEM; /* no block that large can exist */
     size_t bytes = cache_entry_size(c, k->len, v->len);
     char *block = tw_cache_slab_fits_(bytes) ? tw_cache_slab_alloc_(c, &s->slab, bytes)
-                                             : tw_cache_mem_alloc_(&c->alloc, bytes);
+                                             : tw_mem_alloc_(&c->alloc, bytes);
     if (!block)
         return TW_ENOMEM;
     struct cache_entry *n = (struct cache_entry *)(void *)(block + cache_pre(c));
@@ -1495,7 +1495,7 @@ static void cache_free_shards(struct tw_cache *c, unsigned inited)
     }
     for (unsigned i = 0; i < inited; i++)
         tw_cache_slab_destroy_(c, &c->shards[i].slab);
-    tw_cache_mem_free_(&c->alloc, c->shards_block, c->shards_bytes);
+    tw_mem_free_(&c->alloc, c->shards_block, c->shards_bytes);
 }
 
 static int cache_init_shard(struct tw_cache *c, struct cache_shard *s, uint64_t rng)
@@ -1549,11 +1549,10 @@ int tw_cache_new(struct tw_cache **out, const struct tw_cache_config *cfg)
 {
     if (!out || !cfg || !cache_config_valid(cfg))
         return TW_EINVAL;
-    struct tw_allocator alloc = cfg->allocator ? *cfg->allocator : (struct tw_allocator){0};
-    struct tw_cache *c = tw_cache_mem_alloc_(&alloc, sizeof *c);
+    struct tw_allocator alloc = tw_allocator_of_(cfg->allocator);
+    struct tw_cache *c = tw_mem_zalloc_(&alloc, sizeof *c);
     if (!c)
         return TW_ENOMEM;
-    memset(c, 0, sizeof *c);
     c->alloc = alloc;
     c->default_ttl_ms = cfg->default_ttl_ms;
     c->limit = cfg->limit;
@@ -1584,7 +1583,7 @@ int tw_cache_new(struct tw_cache **out, const struct tw_cache_config *cfg)
     int rc = TW_ENOMEM;
     const char *name = cfg->name ? cfg->name : "cache";
     c->name_bytes = strlen(name) + 1;
-    c->name = tw_cache_mem_alloc_(&alloc, c->name_bytes);
+    c->name = tw_mem_alloc_(&alloc, c->name_bytes);
     if (!c->name)
         goto fail_cache;
     memcpy(c->name, name, c->name_bytes);
@@ -1592,7 +1591,7 @@ int tw_cache_new(struct tw_cache **out, const struct tw_cache_config *cfg)
     unsigned nst = tw_cache_stripes_default_();
     c->stripe_mask = nst - 1;
     c->stripes_bytes = (size_t)nst * sizeof(struct cache_stripe) + 64;
-    c->stripes_block = tw_cache_mem_alloc_(&alloc, c->stripes_bytes);
+    c->stripes_block = tw_mem_alloc_(&alloc, c->stripes_bytes);
     if (!c->stripes_block)
         goto fail_name;
     c->stripes = (struct cache_stripe *)(((uintptr_t)c->stripes_block + 63) & ~(uintptr_t)63);
@@ -1610,7 +1609,7 @@ int tw_cache_new(struct tw_cache **out, const struct tw_cache_config *cfg)
         bits++;
     c->shard_shift = 32 - bits;
     c->shards_bytes = (size_t)c->nshards * sizeof(struct cache_shard) + 64;
-    c->shards_block = tw_cache_mem_alloc_(&alloc, c->shards_bytes);
+    c->shards_block = tw_mem_alloc_(&alloc, c->shards_bytes);
     if (!c->shards_block)
         goto fail_stripes;
     c->shards = (struct cache_shard *)(((uintptr_t)c->shards_block + 63) & ~(uintptr_t)63);
@@ -1651,11 +1650,11 @@ fail_evict:
 fail_shards:
     cache_free_shards(c, inited);
 fail_stripes:
-    tw_cache_mem_free_(&alloc, c->stripes_block, c->stripes_bytes);
+    tw_mem_free_(&alloc, c->stripes_block, c->stripes_bytes);
 fail_name:
-    tw_cache_mem_free_(&alloc, c->name, c->name_bytes);
+    tw_mem_free_(&alloc, c->name, c->name_bytes);
 fail_cache:
-    tw_cache_mem_free_(&alloc, c, sizeof *c);
+    tw_mem_free_(&alloc, c, sizeof *c);
     return rc;
 }
 
@@ -1671,7 +1670,7 @@ void tw_cache_free(struct tw_cache *c)
     pthread_mutex_destroy(&c->evict_mu);
     cache_free_shards(c, c->nshards);
     struct tw_allocator alloc = c->alloc;
-    tw_cache_mem_free_(&alloc, c->stripes_block, c->stripes_bytes);
-    tw_cache_mem_free_(&alloc, c->name, c->name_bytes);
-    tw_cache_mem_free_(&alloc, c, sizeof *c);
+    tw_mem_free_(&alloc, c->stripes_block, c->stripes_bytes);
+    tw_mem_free_(&alloc, c->name, c->name_bytes);
+    tw_mem_free_(&alloc, c, sizeof *c);
 }

@@ -24,11 +24,10 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
-#include <stdlib.h>
-#include <string.h>
 #include <time.h>
 
 #include "clock/internal.h"
+#include "common/alloc.h"
 #include "twheel/clock.h"
 
 #if defined(__linux__)
@@ -132,11 +131,10 @@ int tw_clock_new(struct tw_clock **out, const struct tw_allocator *alloc)
 {
     if (!out || (alloc && !alloc->fn))
         return TW_EINVAL;
-    struct tw_allocator a = alloc ? *alloc : (struct tw_allocator){0};
-    struct tw_clock *k = tw_clock_mem_(&a, NULL, 0, sizeof *k);
+    struct tw_allocator a = tw_allocator_of_(alloc);
+    struct tw_clock *k = tw_mem_zalloc_(&a, sizeof *k);
     if (!k)
         return TW_ENOMEM;
-    memset(k, 0, sizeof *k);
     k->alloc = a;
     atomic_init(&k->sleep_until, 0);
     int rc = TW_ESYS;
@@ -163,7 +161,7 @@ fail_cv:
 fail_mu:
     pthread_mutex_destroy(&k->mu);
 fail:
-    tw_clock_mem_(&a, k, sizeof *k, 0);
+    tw_mem_free_(&a, k, sizeof *k);
     return rc;
 }
 
@@ -184,8 +182,8 @@ int tw_clock_free(struct tw_clock *k)
     pthread_cond_destroy(&k->cv);
     pthread_mutex_destroy(&k->mu);
     struct tw_allocator a = k->alloc;
-    tw_clock_mem_(&a, k->members, k->cap * sizeof *k->members, 0);
-    tw_clock_mem_(&a, k, sizeof *k, 0);
+    tw_mem_(&a, k->members, k->cap * sizeof *k->members, 0);
+    tw_mem_free_(&a, k, sizeof *k);
     return 0;
 }
 
@@ -194,7 +192,7 @@ int tw_clock_join(struct tw_clock *k, tw_clock_run_fn *run, void *ctx, uint64_t 
 {
     if (!k || !run || !out)
         return TW_EINVAL;
-    struct tw_clock_member *m = tw_clock_mem_(&k->alloc, NULL, 0, sizeof *m);
+    struct tw_clock_member *m = tw_mem_alloc_(&k->alloc, sizeof *m);
     if (!m)
         return TW_ENOMEM;
     atomic_init(&m->due, TW_CLOCK_NEVER);
@@ -203,11 +201,11 @@ int tw_clock_join(struct tw_clock *k, tw_clock_run_fn *run, void *ctx, uint64_t 
     pthread_mutex_lock(&k->mu);
     if (k->n == k->cap) {
         unsigned cap = k->cap ? 2 * k->cap : 8;
-        struct tw_clock_member **a = tw_clock_mem_(&k->alloc, k->members,
-                                                 k->cap * sizeof *a, cap * sizeof *a);
+        struct tw_clock_member **a =
+            tw_mem_(&k->alloc, k->members, k->cap * sizeof *a, cap * sizeof *a);
         if (!a) {
             pthread_mutex_unlock(&k->mu);
-            tw_clock_mem_(&k->alloc, m, sizeof *m, 0);
+            tw_mem_free_(&k->alloc, m, sizeof *m);
             return TW_ENOMEM;
         }
         k->members = a;
@@ -234,7 +232,7 @@ void tw_clock_leave(struct tw_clock *k, struct tw_clock_member *m)
     while (k->running == m)
         pthread_cond_wait(&k->left_cv, &k->mu);
     pthread_mutex_unlock(&k->mu);
-    tw_clock_mem_(&k->alloc, m, sizeof *m, 0);
+    tw_mem_free_(&k->alloc, m, sizeof *m);
 }
 
 void tw_clock_wake(struct tw_clock *k, struct tw_clock_member *m, uint64_t at_ns)

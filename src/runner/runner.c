@@ -135,6 +135,7 @@
 #include <unistd.h>
 
 #include "clock/internal.h"
+#include "common/alloc.h"
 #include "common/hash.h"
 
 #if defined(__linux__)
@@ -323,20 +324,9 @@ static unsigned rn_default_shards(void)
 
 /* ---- small helpers ----------------------------------------------------------- */
 
-static void *rn_default_alloc(void *ctx, void *ptr, size_t old_size, size_t new_size)
-{
-    (void)ctx;
-    (void)old_size;
-    if (new_size == 0) {
-        free(ptr);
-        return NULL;
-    }
-    return realloc(ptr, new_size);
-}
-
 static inline void *rn_mem(struct tw_runner *r, void *p, size_t old_size, size_t new_size)
 {
-    return r->alloc.fn(r->alloc.ctx, p, old_size, new_size);
+    return tw_mem_(&r->alloc, p, old_size, new_size);
 }
 
 static inline uint64_t rn_now_ns(void)
@@ -888,7 +878,7 @@ static void rn_destroy(struct tw_runner *r)
     if (r->ready & RN_DRAIN_DONE)
         pthread_cond_destroy(&r->drain_done);
     struct tw_allocator a = r->alloc;
-    a.fn(a.ctx, r, sizeof *r, 0);
+    tw_mem_free_(&a, r, sizeof *r);
 }
 
 /* Join the threads that were started. Threads start only once every lock
@@ -995,13 +985,10 @@ int tw_runner_new(struct tw_runner **out, const struct tw_runner_config *cfg)
         cfg->queue > TW_RUNNER_QUEUE_MAX || cfg->slack_shift > TW_TASKS_SLACK_SHIFT_MAX ||
         (cfg->pool && cfg->workers) || (cfg->clock && !cfg->pool && !cfg->workers))
         return TW_EINVAL;
-    struct tw_allocator a = {rn_default_alloc, NULL};
-    if (cfg->allocator)
-        a = *cfg->allocator;
-    struct tw_runner *r = a.fn(a.ctx, NULL, 0, sizeof *r);
+    struct tw_allocator a = tw_allocator_of_(cfg->allocator);
+    struct tw_runner *r = tw_mem_zalloc_(&a, sizeof *r);
     if (!r)
         return TW_ENOMEM;
-    memset(r, 0, sizeof *r);
     r->alloc = a;
     r->execute = cfg->execute;
     r->ctx = cfg->ctx;
