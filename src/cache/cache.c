@@ -89,23 +89,17 @@
 #include <time.h>
 
 #include "cache/internal.h"
+#include "common/time.h"
 #include "twheel/clock.h"
 
 /* ---- clock ------------------------------------------------------------- */
-
-static uint64_t cache_mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * UINT64_C(1000000000) + (uint64_t)ts.tv_nsec;
-}
 
 /* Nanoseconds on the cache's time line (tick = ns / CACHE_NS_PER_TICK). */
 static inline uint64_t cache_now_ns(const struct tw_cache *c)
 {
     if (c->manual)
         return atomic_load_explicit(&c->manual_now, memory_order_acquire) * CACHE_NS_PER_TICK;
-    return cache_mono_ns() - c->epoch_ns;
+    return tw_mono_ns_() - c->epoch_ns;
 }
 
 /* The LRU stamp for an access at now_ns: the tick, or a counter under the
@@ -158,10 +152,7 @@ static inline bool cache_surely_live(const struct tw_cache *c, const struct cach
 #ifdef CLOCK_MONOTONIC_COARSE
     if (!c->coarse_margin_ns)
         return false;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    uint64_t bound = (uint64_t)ts.tv_sec * UINT64_C(1000000000) + (uint64_t)ts.tv_nsec +
-                     c->coarse_margin_ns;
+    uint64_t bound = tw_time_ns_(CLOCK_MONOTONIC_COARSE) + c->coarse_margin_ns;
     if (bound < c->epoch_ns)
         return false;
     return (bound - c->epoch_ns) / CACHE_NS_PER_TICK <
@@ -1572,7 +1563,7 @@ int tw_cache_new(struct tw_cache **out, const struct tw_cache_config *cfg)
     atomic_init(&c->seq, 0);
     atomic_init(&c->count, 0);
     atomic_init(&c->slab_bytes, 0);
-    c->epoch_ns = cache_mono_ns();
+    c->epoch_ns = tw_mono_ns_();
     c->coarse_margin_ns = c->manual || c->limit ? 0 : cache_coarse_margin();
     tw_random_seed_(c->seed);
     tw_hash_mum_seed(c->seed, c->mum);

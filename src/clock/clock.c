@@ -28,6 +28,7 @@
 
 #include "clock/internal.h"
 #include "common/alloc.h"
+#include "common/time.h"
 #include "twheel/clock.h"
 
 #if defined(__linux__)
@@ -55,9 +56,7 @@ struct tw_clock {
 
 uint64_t tw_clock_now_ns(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * UINT64_C(1000000000) + (uint64_t)ts.tv_nsec;
+    return tw_mono_ns_();
 }
 
 static uint64_t clock_min_due(const struct tw_clock *k)

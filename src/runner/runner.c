@@ -137,6 +137,7 @@
 #include "clock/internal.h"
 #include "common/alloc.h"
 #include "common/hash.h"
+#include "common/time.h"
 
 #if defined(__linux__)
 #include <sys/prctl.h>
@@ -329,17 +330,10 @@ static inline void *rn_mem(struct tw_runner *r, void *p, size_t old_size, size_t
     return tw_mem_(&r->alloc, p, old_size, new_size);
 }
 
-static inline uint64_t rn_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* The first tick at or after now + delay_ns. */
 static inline uint64_t rn_due_tick(const struct tw_runner *r, int64_t delay_ns)
 {
-    uint64_t x = rn_now_ns() - r->start_ns + (uint64_t)delay_ns;
+    uint64_t x = tw_mono_ns_() - r->start_ns + (uint64_t)delay_ns;
     return x / r->tick_ns + (x % r->tick_ns != 0);
 }
 
@@ -546,7 +540,7 @@ static void rn_run_job(struct tw_runner *r, struct rn_job *job)
 {
     if (job->task.key)
         job->task.key = job->key; /* the job may have been copied */
-    uint64_t now = rn_now_ns();
+    uint64_t now = tw_mono_ns_();
     uint64_t due = r->start_ns + job->task.deadline * r->tick_ns;
     uint64_t late = now > due ? now - due : 0;
     atomic_fetch_add_explicit(&r->fired, 1, memory_order_relaxed);
@@ -717,7 +711,7 @@ static void *rn_tick_main(void *arg)
     prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
 #endif
     for (;;) {
-        uint64_t now_tick = (rn_now_ns() - r->start_ns) / r->tick_ns;
+        uint64_t now_tick = (tw_mono_ns_() - r->start_ns) / r->tick_ns;
         rn_run_due(r, now_tick);
 
         atomic_store(&r->sleep_until, UINT64_MAX);
@@ -739,7 +733,7 @@ static void *rn_tick_main(void *arg)
                 continue;
             }
             uint64_t at = r->start_ns + next * r->tick_ns;
-            if (rn_now_ns() >= at)
+            if (tw_mono_ns_() >= at)
                 break;
             struct timespec ts = {(time_t)(at / 1000000000u), (long)(at % 1000000000u)};
             if (pthread_cond_timedwait(&r->tick_cv, &r->ctl, &ts) == ETIMEDOUT)
@@ -1058,7 +1052,7 @@ int tw_runner_new(struct tw_runner **out, const struct tw_runner_config *cfg)
         }
         r->shards[i].lock_ready = 1;
     }
-    r->start_ns = rn_now_ns();
+    r->start_ns = tw_mono_ns_();
     if (r->clock && !r->pool) {
         rc = tw_pool_new(&r->pool, cfg->workers, cfg->allocator ? &r->alloc : NULL);
         if (rc) {
@@ -1354,7 +1348,7 @@ static int64_t rn_many_group(struct tw_runner *r, struct tw_tasks_item *items, s
     uint16_t shard_of[RN_GROUP], order[RN_GROUP];
     uint16_t count[RN_MAX_SHARDS + 1];
     memset(count, 0, (r->nshards + 1) * sizeof count[0]);
-    uint64_t now_ns = rn_now_ns() - r->start_ns;
+    uint64_t now_ns = tw_mono_ns_() - r->start_ns;
     size_t good = 0;
     for (size_t i = 0; i < m; i++) {
         struct tw_tasks_item *it = &items[i];
