@@ -116,10 +116,7 @@ static void *clock_main(void *arg)
         if (next == TW_CLOCK_NEVER) {
             pthread_cond_wait(&k->cv, &k->mu);
         } else {
-            struct timespec ts;
-            ts.tv_sec = (time_t)(next / UINT64_C(1000000000));
-            ts.tv_nsec = (long)(next % UINT64_C(1000000000));
-            pthread_cond_timedwait(&k->cv, &k->mu, &ts);
+            tw_cond_wait_until_(&k->cv, &k->mu, next);
         }
     }
     pthread_mutex_unlock(&k->mu);
@@ -139,13 +136,7 @@ int tw_clock_new(struct tw_clock **out, const struct tw_allocator *alloc)
     int rc = TW_ESYS;
     if (pthread_mutex_init(&k->mu, NULL))
         goto fail;
-    pthread_condattr_t ca;
-    if (pthread_condattr_init(&ca))
-        goto fail_mu;
-    int crc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    crc = crc ? crc : pthread_cond_init(&k->cv, &ca);
-    pthread_condattr_destroy(&ca);
-    if (crc)
+    if (tw_cond_init_mono_(&k->cv))
         goto fail_mu;
     if (pthread_cond_init(&k->left_cv, NULL))
         goto fail_cv;

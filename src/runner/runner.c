@@ -735,8 +735,7 @@ static void *rn_tick_main(void *arg)
             uint64_t at = r->start_ns + next * r->tick_ns;
             if (tw_mono_ns_() >= at)
                 break;
-            struct timespec ts = {(time_t)(at / 1000000000u), (long)(at % 1000000000u)};
-            if (pthread_cond_timedwait(&r->tick_cv, &r->ctl, &ts) == ETIMEDOUT)
+            if (tw_cond_wait_until_(&r->tick_cv, &r->ctl, at) == ETIMEDOUT)
                 break;
         }
         int stop = r->stopping;
@@ -944,14 +943,7 @@ static int rn_cond_init(struct tw_runner *r, pthread_cond_t *c, unsigned bit)
 /* tick_cv waits on CLOCK_MONOTONIC (tick instants are on that clock). */
 static int rn_tick_cv_init(struct tw_runner *r)
 {
-    pthread_condattr_t ca;
-    if (pthread_condattr_init(&ca))
-        return 0;
-    int e = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    if (!e)
-        e = pthread_cond_init(&r->tick_cv, &ca);
-    pthread_condattr_destroy(&ca);
-    if (e)
+    if (tw_cond_init_mono_(&r->tick_cv))
         return 0;
     r->ready |= RN_TICK_CV;
     return 1;
