@@ -296,7 +296,7 @@ static uint64_t cache_deadline(struct tw_cache *c, struct cache_shard *s, uint64
                                                                 : (uint64_t)ttl_ms * CACHE_NS_PER_TICK;
     }
     uint64_t at = now_ns > UINT64_MAX - ttl_ns ? UINT64_MAX : now_ns + ttl_ns;
-    uint64_t tick = at / CACHE_NS_PER_TICK + (at % CACHE_NS_PER_TICK != 0);
+    uint64_t tick = tw_ticks_up_(at, CACHE_NS_PER_TICK);
     uint64_t now_tick = now_ns / CACHE_NS_PER_TICK;
     return tick > now_tick ? tick : now_tick + 1;
 }
@@ -944,7 +944,7 @@ static inline uint64_t cache_deadline_fast(struct cache_shard *s, const struct c
     if (ttl_ns == 0)
         ttl_ns = 1;
     uint64_t at = now_ns > UINT64_MAX - ttl_ns ? UINT64_MAX : now_ns + ttl_ns;
-    uint64_t tick = at / CACHE_NS_PER_TICK + (at % CACHE_NS_PER_TICK != 0);
+    uint64_t tick = tw_ticks_up_(at, CACHE_NS_PER_TICK);
     uint64_t now_tick = now_ns / CACHE_NS_PER_TICK;
     return tick > now_tick ? tick : now_tick + 1;
 }

@@ -1,12 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /* Internal: monotonic time for the layers that keep time themselves (the
- * runner, the clock service, the cache): a clock read in nanoseconds, and a
- * condition variable that waits on CLOCK_MONOTONIC.
+ * runner, the clock service, the cache): a clock read in nanoseconds, a
+ * condition variable that waits on CLOCK_MONOTONIC, and nanoseconds rounded
+ * up to whole ticks.
  *
  * Deadlines are instants on CLOCK_MONOTONIC in nanoseconds, so a change of
  * the wall clock moves none of them, and a condition variable waits for one
  * only if it was set up on that clock (tw_cond_init_mono_). The calls are
- * inline: the reads are on hot paths.
+ * inline: the reads and the rounding are on hot paths.
  */
 #ifndef TWHEEL_TIME_H
 #define TWHEEL_TIME_H
@@ -53,6 +54,13 @@ static inline int tw_cond_wait_until_(pthread_cond_t *cv, pthread_mutex_t *mu, u
 {
     struct timespec ts = {(time_t)(at_ns / TW_NS_PER_SEC), (long)(at_ns % TW_NS_PER_SEC)};
     return pthread_cond_timedwait(cv, mu, &ts);
+}
+
+/* ns in whole ticks of tick_ns (> 0), rounded up: the first tick at or
+ * after ns. Divides rather than adds tick_ns - 1 first, so no ns overflows. */
+static inline uint64_t tw_ticks_up_(uint64_t ns, uint64_t tick_ns)
+{
+    return ns / tick_ns + (ns % tick_ns != 0);
 }
 
 #endif /* TWHEEL_TIME_H */

@@ -333,8 +333,7 @@ static inline void *rn_mem(struct tw_runner *r, void *p, size_t old_size, size_t
 /* The first tick at or after now + delay_ns. */
 static inline uint64_t rn_due_tick(const struct tw_runner *r, int64_t delay_ns)
 {
-    uint64_t x = tw_mono_ns_() - r->start_ns + (uint64_t)delay_ns;
-    return x / r->tick_ns + (x % r->tick_ns != 0);
+    return tw_ticks_up_(tw_mono_ns_() - r->start_ns + (uint64_t)delay_ns, r->tick_ns);
 }
 
 /* Slack (config.slack_shift): a task set or moved with delay_ns may run up
@@ -1369,8 +1368,7 @@ static int64_t rn_many_group(struct tw_runner *r, struct tw_tasks_item *items, s
         order[at] = (uint16_t)i;
         tmp[at] = items[i];
         if (op != RN_REMOVE) { /* the due tick, as rn_due_tick, from one clock read */
-            uint64_t x = now_ns + (uint64_t)items[i].delay;
-            tmp[at].delay = (int64_t)(x / r->tick_ns + (x % r->tick_ns != 0));
+            tmp[at].delay = (int64_t)tw_ticks_up_(now_ns + (uint64_t)items[i].delay, r->tick_ns);
             if (r->slack_shift) /* the slack rides in `deadline` (rn_set_limited) */
                 tmp[at].deadline = rn_slack_ticks(r, items[i].delay);
         } else {
