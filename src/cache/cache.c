@@ -1540,11 +1540,9 @@ int tw_cache_new(struct tw_cache **out, const struct tw_cache_config *cfg)
 {
     if (!out || !cfg || !cache_config_valid(cfg))
         return TW_EINVAL;
-    struct tw_allocator alloc = tw_allocator_of_(cfg->allocator);
-    struct tw_cache *c = tw_mem_zalloc_(&alloc, sizeof *c);
+    struct tw_cache *c = tw_mem_new_(cfg->allocator, sizeof *c, offsetof(struct tw_cache, alloc));
     if (!c)
         return TW_ENOMEM;
-    c->alloc = alloc;
     c->default_ttl_ms = cfg->default_ttl_ms;
     c->limit = cfg->limit;
     c->jitter = cfg->jitter;
@@ -1574,7 +1572,7 @@ int tw_cache_new(struct tw_cache **out, const struct tw_cache_config *cfg)
     int rc = TW_ENOMEM;
     const char *name = cfg->name ? cfg->name : "cache";
     c->name_bytes = strlen(name) + 1;
-    c->name = tw_mem_alloc_(&alloc, c->name_bytes);
+    c->name = tw_mem_alloc_(&c->alloc, c->name_bytes);
     if (!c->name)
         goto fail_cache;
     memcpy(c->name, name, c->name_bytes);
@@ -1582,7 +1580,7 @@ int tw_cache_new(struct tw_cache **out, const struct tw_cache_config *cfg)
     unsigned nst = tw_cache_stripes_default_();
     c->stripe_mask = nst - 1;
     c->stripes_bytes = (size_t)nst * sizeof(struct cache_stripe) + 64;
-    c->stripes_block = tw_mem_alloc_(&alloc, c->stripes_bytes);
+    c->stripes_block = tw_mem_alloc_(&c->alloc, c->stripes_bytes);
     if (!c->stripes_block)
         goto fail_name;
     c->stripes = (struct cache_stripe *)(((uintptr_t)c->stripes_block + 63) & ~(uintptr_t)63);
@@ -1600,7 +1598,7 @@ int tw_cache_new(struct tw_cache **out, const struct tw_cache_config *cfg)
         bits++;
     c->shard_shift = 32 - bits;
     c->shards_bytes = (size_t)c->nshards * sizeof(struct cache_shard) + 64;
-    c->shards_block = tw_mem_alloc_(&alloc, c->shards_bytes);
+    c->shards_block = tw_mem_alloc_(&c->alloc, c->shards_bytes);
     if (!c->shards_block)
         goto fail_stripes;
     c->shards = (struct cache_shard *)(((uintptr_t)c->shards_block + 63) & ~(uintptr_t)63);
@@ -1641,11 +1639,11 @@ fail_evict:
 fail_shards:
     cache_free_shards(c, inited);
 fail_stripes:
-    tw_mem_free_(&alloc, c->stripes_block, c->stripes_bytes);
+    tw_mem_free_(&c->alloc, c->stripes_block, c->stripes_bytes);
 fail_name:
-    tw_mem_free_(&alloc, c->name, c->name_bytes);
+    tw_mem_free_(&c->alloc, c->name, c->name_bytes);
 fail_cache:
-    tw_mem_free_(&alloc, c, sizeof *c);
+    tw_mem_free_(&c->alloc, c, sizeof *c);
     return rc;
 }
 

@@ -127,11 +127,9 @@ int tw_clock_new(struct tw_clock **out, const struct tw_allocator *alloc)
 {
     if (!out || (alloc && !alloc->fn))
         return TW_EINVAL;
-    struct tw_allocator a = tw_allocator_of_(alloc);
-    struct tw_clock *k = tw_mem_zalloc_(&a, sizeof *k);
+    struct tw_clock *k = tw_mem_new_(alloc, sizeof *k, offsetof(struct tw_clock, alloc));
     if (!k)
         return TW_ENOMEM;
-    k->alloc = a;
     atomic_init(&k->sleep_until, 0);
     int rc = TW_ESYS;
     if (pthread_mutex_init(&k->mu, NULL))
@@ -151,7 +149,7 @@ fail_cv:
 fail_mu:
     pthread_mutex_destroy(&k->mu);
 fail:
-    tw_mem_free_(&a, k, sizeof *k);
+    tw_mem_free_(&k->alloc, k, sizeof *k);
     return rc;
 }
 

@@ -73,15 +73,13 @@ int tw_pool_new(struct tw_pool **out, unsigned threads, const struct tw_allocato
 {
     if (!out || threads == 0 || threads > TW_POOL_THREADS_MAX || (alloc && !alloc->fn))
         return TW_EINVAL;
-    struct tw_allocator a = tw_allocator_of_(alloc);
-    struct tw_pool *p = tw_mem_zalloc_(&a, sizeof *p);
+    struct tw_pool *p = tw_mem_new_(alloc, sizeof *p, offsetof(struct tw_pool, alloc));
     if (!p)
         return TW_ENOMEM;
-    p->alloc = a;
     p->nthreads = threads;
-    p->threads = tw_mem_alloc_(&a, threads * sizeof *p->threads);
+    p->threads = tw_mem_alloc_(&p->alloc, threads * sizeof *p->threads);
     if (!p->threads) {
-        tw_mem_free_(&a, p, sizeof *p);
+        tw_mem_free_(&p->alloc, p, sizeof *p);
         return TW_ENOMEM;
     }
     if (pthread_mutex_init(&p->mu, NULL))
@@ -103,8 +101,8 @@ fail_cv:
 fail_mu:
     pthread_mutex_destroy(&p->mu);
 fail_threads:
-    tw_mem_free_(&a, p->threads, threads * sizeof *p->threads);
-    tw_mem_free_(&a, p, sizeof *p);
+    tw_mem_free_(&p->alloc, p->threads, threads * sizeof *p->threads);
+    tw_mem_free_(&p->alloc, p, sizeof *p);
     return TW_ESYS;
 }
 

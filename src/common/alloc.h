@@ -53,15 +53,30 @@ static inline void *tw_mem_zalloc_(const struct tw_allocator *a, size_t size)
     return p;
 }
 
-/* Free p, a block of size bytes; for NULL nothing is called. */
+/* Free p, a block of size bytes; for NULL nothing is called. a may lie in
+ * p (an object that frees itself through the allocator it holds). */
 static inline void tw_mem_free_(const struct tw_allocator *a, void *p, size_t size)
 {
     if (!p)
         return;
-    if (a->fn)
-        a->fn(a->ctx, p, size, 0);
+    struct tw_allocator m = *a;
+    if (m.fn)
+        m.fn(m.ctx, p, size, 0);
     else
         free(p);
+}
+
+/* A new object of size bytes, zero-filled, through the allocator a
+ * configuration names (tw_allocator_of_), holding a copy of that allocator
+ * at byte alloc_at (offsetof(TYPE, alloc)): each layer's object keeps the
+ * allocator it came from. NULL when the allocator fails. */
+static inline void *tw_mem_new_(const struct tw_allocator *named, size_t size, size_t alloc_at)
+{
+    struct tw_allocator a = tw_allocator_of_(named);
+    unsigned char *p = tw_mem_zalloc_(&a, size);
+    if (p)
+        memcpy(p + alloc_at, &a, sizeof a);
+    return p;
 }
 
 #endif /* TWHEEL_ALLOC_H */

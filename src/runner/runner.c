@@ -869,8 +869,7 @@ static void rn_destroy(struct tw_runner *r)
         pthread_mutex_destroy(&r->drain_lock);
     if (r->ready & RN_DRAIN_DONE)
         pthread_cond_destroy(&r->drain_done);
-    struct tw_allocator a = r->alloc;
-    tw_mem_free_(&a, r, sizeof *r);
+    tw_mem_free_(&r->alloc, r, sizeof *r);
 }
 
 /* Join the threads that were started. Threads start only once every lock
@@ -970,11 +969,9 @@ int tw_runner_new(struct tw_runner **out, const struct tw_runner_config *cfg)
         cfg->queue > TW_RUNNER_QUEUE_MAX || cfg->slack_shift > TW_TASKS_SLACK_SHIFT_MAX ||
         (cfg->pool && cfg->workers) || (cfg->clock && !cfg->pool && !cfg->workers))
         return TW_EINVAL;
-    struct tw_allocator a = tw_allocator_of_(cfg->allocator);
-    struct tw_runner *r = tw_mem_zalloc_(&a, sizeof *r);
+    struct tw_runner *r = tw_mem_new_(cfg->allocator, sizeof *r, offsetof(struct tw_runner, alloc));
     if (!r)
         return TW_ENOMEM;
-    r->alloc = a;
     r->execute = cfg->execute;
     r->ctx = cfg->ctx;
     r->release = cfg->release;

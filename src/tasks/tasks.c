@@ -792,11 +792,9 @@ int tw_tasks_new(struct tw_tasks **out, const struct tw_tasks_config *cfg)
         (cfg->key_kind != TW_TASKS_KEY_BYTES && cfg->key_kind != TW_TASKS_KEY_INT) ||
         (cfg->allocator && !cfg->allocator->fn) || cfg->slack_shift > TW_TASKS_SLACK_SHIFT_MAX)
         return TW_EINVAL;
-    struct tw_allocator alloc = tw_allocator_of_(cfg->allocator);
-    struct tw_tasks *t = tw_mem_zalloc_(&alloc, sizeof *t);
+    struct tw_tasks *t = tw_mem_new_(cfg->allocator, sizeof *t, offsetof(struct tw_tasks, alloc));
     if (!t)
         return TW_ENOMEM;
-    t->alloc = alloc;
     t->user_alloc = cfg->allocator != NULL;
     t->bytes = sizeof *t;
     tw_wheel_init(&t->wheel, cfg->now);
@@ -830,7 +828,7 @@ int tw_tasks_new(struct tw_tasks **out, const struct tw_tasks_config *cfg)
     size_t sz = (size_t)t->floor_cap * sizeof *t->slots;
     t->slots = big(t, NULL, 0, sz);
     if (!t->slots) {
-        tw_mem_free_(&alloc, t, sizeof *t);
+        tw_mem_free_(&t->alloc, t, sizeof *t);
         return TW_ENOMEM;
     }
     if (t->user_alloc || sz < TW_BIG_MIN) /* else a fresh mapping: zero-filled */
@@ -853,8 +851,7 @@ void tw_tasks_free(struct tw_tasks *t)
     mem(t, t->groups, t->groups_cap * sizeof *t->groups, 0);
     mem(t, t->chunks, t->chunks_cap * sizeof *t->chunks, 0);
     big(t, t->slots, (size_t)t->cap * sizeof *t->slots, 0);
-    struct tw_allocator alloc = t->alloc;
-    tw_mem_free_(&alloc, t, sizeof *t);
+    tw_mem_free_(&t->alloc, t, sizeof *t);
 }
 
 /* ---- operations --------------------------------------------------------------- */
