@@ -89,23 +89,17 @@
 #include <time.h>
 
 #include "cache/internal.h"
+#include "common/time.h"
 #include "twheel/clock.h"
 
 /* ---- clock ------------------------------------------------------------- */
-
-static uint64_t cache_mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * UINT64_C(1000000000) + (uint64_t)ts.tv_nsec;
-}
 
 /* Nanoseconds on the cache's time line (tick = ns / CACHE_NS_PER_TICK). */
 static inline uint64_t cache_now_ns(const struct tw_cache *c)
 {
     if (c->manual)
         return atomic_load_explicit(&c->manual_now, memory_order_acquire) * CACHE_NS_PER_TICK;
-    return cache_mono_ns() - c->epoch_ns;
+    return tw_mono_ns_() - c->epoch_ns;
 }
 
 /* The LRU stamp for an access at now_ns: the tick, or a counter under the
@@ -158,10 +152,7 @@ static inline bool cache_surely_live(const struct tw_cache *c, const struct cach
 #ifdef CLOCK_MONOTONIC_COARSE
     if (!c->coarse_margin_ns)
         return false;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    uint64_t bound = (uint64_t)ts.tv_sec * UINT64_C(1000000000) + (uint64_t)ts.tv_nsec +
-                     c->coarse_margin_ns;
+    uint64_t bound = tw_time_ns_(CLOCK_MONOTONIC_COARSE) + c->coarse_margin_ns;
     if (bound < c->epoch_ns)
         return false;
     return (bound - c->epoch_ns) / CACHE_NS_PER_TICK <
@@ -305,7 +296,7 @@ static uint64_t cache_deadline(struct tw_cache *c, struct cache_shard *s, uint64
                                                                 : (uint64_t)ttl_ms * CACHE_NS_PER_TICK;
     }
     uint64_t at = now_ns > UINT64_MAX - ttl_ns ? UINT64_MAX : now_ns + ttl_ns;
-    uint64_t tick = at / CACHE_NS_PER_TICK + (at % CACHE_NS_PER_TICK != 0);
+    uint64_t tick = tw_ticks_up_(at, CACHE_NS_PER_TICK);
     uint64_t now_tick = now_ns / CACHE_NS_PER_TICK;
     return tick > now_tick ? tick : now_tick + 1;
 }
@@ -387,7 +378,7 @@ static int cache_store_at_locked(struct tw_cache *c, struct cache_shard *s,
         return TW_ENOMEM; /* no block that large can exist */
     size_t bytes = cache_entry_size(c, k->len, v->len);
     char *block = tw_cache_slab_fits_(bytes) ? tw_cache_slab_alloc_(c, &s->slab, bytes)
-                                             : tw_cache_mem_alloc_(&c->alloc, bytes);
+                                             : tw_mem_alloc_(&c->alloc, bytes);
     if (!block)
         return TW_ENOMEM;
     struct cache_entry *n = (struct cache_entry *)(void *)(block + cache_pre(c));
@@ -954,7 +945,7 @@ static inline uint64_t cache_deadline_fast(struct cache_shard *s, const struct c
     if (ttl_ns == 0)
         ttl_ns = 1;
     uint64_t at = now_ns > UINT64_MAX - ttl_ns ? UINT64_MAX : now_ns + ttl_ns;
-    uint64_t tick = at / CACHE_NS_PER_TICK + (at % CACHE_NS_PER_TICK != 0);
+    uint64_t tick = tw_ticks_up_(at, CACHE_NS_PER_TICK);
     uint64_t now_tick = now_ns / CACHE_NS_PER_TICK;
     return tick > now_tick ? tick : now_tick + 1;
 }
@@ -1496,7 +1487,7 @@ static void cache_free_shards(struct tw_cache *c, unsigned inited)
     }
     for (unsigned i = 0; i < inited; i++)
         tw_cache_slab_destroy_(c, &c->shards[i].slab);
-    tw_cache_mem_free_(&c->alloc, c->shards_block, c->shards_bytes);
+    tw_mem_free_(&c->alloc, c->shards_block, c->shards_bytes);
 }
 
 static int cache_init_shard(struct tw_cache *c, struct cache_shard *s, uint64_t rng)
@@ -1550,12 +1541,9 @@ int tw_cache_new(struct tw_cache **out, const struct tw_cache_config *cfg)
 {
     if (!out || !cfg || !cache_config_valid(cfg))
         return TW_EINVAL;
-    struct tw_allocator alloc = cfg->allocator ? *cfg->allocator : (struct tw_allocator){0};
-    struct tw_cache *c = tw_cache_mem_alloc_(&alloc, sizeof *c);
+    struct tw_cache *c = tw_mem_new_(cfg->allocator, sizeof *c, offsetof(struct tw_cache, alloc));
     if (!c)
         return TW_ENOMEM;
-    memset(c, 0, sizeof *c);
-    c->alloc = alloc;
     c->default_ttl_ms = cfg->default_ttl_ms;
     c->limit = cfg->limit;
     c->jitter = cfg->jitter;
@@ -1574,7 +1562,7 @@ int tw_cache_new(struct tw_cache **out, const struct tw_cache_config *cfg)
     atomic_init(&c->seq, 0);
     atomic_init(&c->count, 0);
     atomic_init(&c->slab_bytes, 0);
-    c->epoch_ns = cache_mono_ns();
+    c->epoch_ns = tw_mono_ns_();
     c->coarse_margin_ns = c->manual || c->limit ? 0 : cache_coarse_margin();
     tw_random_seed_(c->seed);
     tw_hash_mum_seed(c->seed, c->mum);
@@ -1585,7 +1573,7 @@ int tw_cache_new(struct tw_cache **out, const struct tw_cache_config *cfg)
     int rc = TW_ENOMEM;
     const char *name = cfg->name ? cfg->name : "cache";
     c->name_bytes = strlen(name) + 1;
-    c->name = tw_cache_mem_alloc_(&alloc, c->name_bytes);
+    c->name = tw_mem_alloc_(&c->alloc, c->name_bytes);
     if (!c->name)
         goto fail_cache;
     memcpy(c->name, name, c->name_bytes);
@@ -1593,7 +1581,7 @@ int tw_cache_new(struct tw_cache **out, const struct tw_cache_config *cfg)
     unsigned nst = tw_cache_stripes_default_();
     c->stripe_mask = nst - 1;
     c->stripes_bytes = (size_t)nst * sizeof(struct cache_stripe) + 64;
-    c->stripes_block = tw_cache_mem_alloc_(&alloc, c->stripes_bytes);
+    c->stripes_block = tw_mem_alloc_(&c->alloc, c->stripes_bytes);
     if (!c->stripes_block)
         goto fail_name;
     c->stripes = (struct cache_stripe *)(((uintptr_t)c->stripes_block + 63) & ~(uintptr_t)63);
@@ -1611,7 +1599,7 @@ int tw_cache_new(struct tw_cache **out, const struct tw_cache_config *cfg)
         bits++;
     c->shard_shift = 32 - bits;
     c->shards_bytes = (size_t)c->nshards * sizeof(struct cache_shard) + 64;
-    c->shards_block = tw_cache_mem_alloc_(&alloc, c->shards_bytes);
+    c->shards_block = tw_mem_alloc_(&c->alloc, c->shards_bytes);
     if (!c->shards_block)
         goto fail_stripes;
     c->shards = (struct cache_shard *)(((uintptr_t)c->shards_block + 63) & ~(uintptr_t)63);
@@ -1652,11 +1640,11 @@ fail_evict:
 fail_shards:
     cache_free_shards(c, inited);
 fail_stripes:
-    tw_cache_mem_free_(&alloc, c->stripes_block, c->stripes_bytes);
+    tw_mem_free_(&c->alloc, c->stripes_block, c->stripes_bytes);
 fail_name:
-    tw_cache_mem_free_(&alloc, c->name, c->name_bytes);
+    tw_mem_free_(&c->alloc, c->name, c->name_bytes);
 fail_cache:
-    tw_cache_mem_free_(&alloc, c, sizeof *c);
+    tw_mem_free_(&c->alloc, c, sizeof *c);
     return rc;
 }
 
@@ -1672,7 +1660,7 @@ void tw_cache_free(struct tw_cache *c)
     pthread_mutex_destroy(&c->evict_mu);
     cache_free_shards(c, c->nshards);
     struct tw_allocator alloc = c->alloc;
-    tw_cache_mem_free_(&alloc, c->stripes_block, c->stripes_bytes);
-    tw_cache_mem_free_(&alloc, c->name, c->name_bytes);
-    tw_cache_mem_free_(&alloc, c, sizeof *c);
+    tw_mem_free_(&alloc, c->stripes_block, c->stripes_bytes);
+    tw_mem_free_(&alloc, c->name, c->name_bytes);
+    tw_mem_free_(&alloc, c, sizeof *c);
 }

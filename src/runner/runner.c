@@ -135,7 +135,9 @@
 #include <unistd.h>
 
 #include "clock/internal.h"
+#include "common/alloc.h"
 #include "common/hash.h"
+#include "common/time.h"
 
 #if defined(__linux__)
 #include <sys/prctl.h>
@@ -323,34 +325,15 @@ static unsigned rn_default_shards(void)
 
 /* ---- small helpers ----------------------------------------------------------- */
 
-static void *rn_default_alloc(void *ctx, void *ptr, size_t old_size, size_t new_size)
-{
-    (void)ctx;
-    (void)old_size;
-    if (new_size == 0) {
-        free(ptr);
-        return NULL;
-    }
-    return realloc(ptr, new_size);
-}
-
 static inline void *rn_mem(struct tw_runner *r, void *p, size_t old_size, size_t new_size)
 {
-    return r->alloc.fn(r->alloc.ctx, p, old_size, new_size);
-}
-
-static inline uint64_t rn_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    return tw_mem_(&r->alloc, p, old_size, new_size);
 }
 
 /* The first tick at or after now + delay_ns. */
 static inline uint64_t rn_due_tick(const struct tw_runner *r, int64_t delay_ns)
 {
-    uint64_t x = rn_now_ns() - r->start_ns + (uint64_t)delay_ns;
-    return x / r->tick_ns + (x % r->tick_ns != 0);
+    return tw_ticks_up_(tw_mono_ns_() - r->start_ns + (uint64_t)delay_ns, r->tick_ns);
 }
 
 /* Slack (config.slack_shift): a task set or moved with delay_ns may run up
@@ -556,7 +539,7 @@ static void rn_run_job(struct tw_runner *r, struct rn_job *job)
 {
     if (job->task.key)
         job->task.key = job->key; /* the job may have been copied */
-    uint64_t now = rn_now_ns();
+    uint64_t now = tw_mono_ns_();
     uint64_t due = r->start_ns + job->task.deadline * r->tick_ns;
     uint64_t late = now > due ? now - due : 0;
     atomic_fetch_add_explicit(&r->fired, 1, memory_order_relaxed);
@@ -727,7 +710,7 @@ static void *rn_tick_main(void *arg)
     prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
 #endif
     for (;;) {
-        uint64_t now_tick = (rn_now_ns() - r->start_ns) / r->tick_ns;
+        uint64_t now_tick = (tw_mono_ns_() - r->start_ns) / r->tick_ns;
         rn_run_due(r, now_tick);
 
         atomic_store(&r->sleep_until, UINT64_MAX);
@@ -749,10 +732,9 @@ static void *rn_tick_main(void *arg)
                 continue;
             }
             uint64_t at = r->start_ns + next * r->tick_ns;
-            if (rn_now_ns() >= at)
+            if (tw_mono_ns_() >= at)
                 break;
-            struct timespec ts = {(time_t)(at / 1000000000u), (long)(at % 1000000000u)};
-            if (pthread_cond_timedwait(&r->tick_cv, &r->ctl, &ts) == ETIMEDOUT)
+            if (tw_cond_wait_until_(&r->tick_cv, &r->ctl, at) == ETIMEDOUT)
                 break;
         }
         int stop = r->stopping;
@@ -887,8 +869,7 @@ static void rn_destroy(struct tw_runner *r)
         pthread_mutex_destroy(&r->drain_lock);
     if (r->ready & RN_DRAIN_DONE)
         pthread_cond_destroy(&r->drain_done);
-    struct tw_allocator a = r->alloc;
-    a.fn(a.ctx, r, sizeof *r, 0);
+    tw_mem_free_(&r->alloc, r, sizeof *r);
 }
 
 /* Join the threads that were started. Threads start only once every lock
@@ -960,14 +941,7 @@ static int rn_cond_init(struct tw_runner *r, pthread_cond_t *c, unsigned bit)
 /* tick_cv waits on CLOCK_MONOTONIC (tick instants are on that clock). */
 static int rn_tick_cv_init(struct tw_runner *r)
 {
-    pthread_condattr_t ca;
-    if (pthread_condattr_init(&ca))
-        return 0;
-    int e = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    if (!e)
-        e = pthread_cond_init(&r->tick_cv, &ca);
-    pthread_condattr_destroy(&ca);
-    if (e)
+    if (tw_cond_init_mono_(&r->tick_cv))
         return 0;
     r->ready |= RN_TICK_CV;
     return 1;
@@ -995,14 +969,9 @@ int tw_runner_new(struct tw_runner **out, const struct tw_runner_config *cfg)
         cfg->queue > TW_RUNNER_QUEUE_MAX || cfg->slack_shift > TW_TASKS_SLACK_SHIFT_MAX ||
         (cfg->pool && cfg->workers) || (cfg->clock && !cfg->pool && !cfg->workers))
         return TW_EINVAL;
-    struct tw_allocator a = {rn_default_alloc, NULL};
-    if (cfg->allocator)
-        a = *cfg->allocator;
-    struct tw_runner *r = a.fn(a.ctx, NULL, 0, sizeof *r);
+    struct tw_runner *r = tw_mem_new_(cfg->allocator, sizeof *r, offsetof(struct tw_runner, alloc));
     if (!r)
         return TW_ENOMEM;
-    memset(r, 0, sizeof *r);
-    r->alloc = a;
     r->execute = cfg->execute;
     r->ctx = cfg->ctx;
     r->release = cfg->release;
@@ -1071,7 +1040,7 @@ int tw_runner_new(struct tw_runner **out, const struct tw_runner_config *cfg)
         }
         r->shards[i].lock_ready = 1;
     }
-    r->start_ns = rn_now_ns();
+    r->start_ns = tw_mono_ns_();
     if (r->clock && !r->pool) {
         rc = tw_pool_new(&r->pool, cfg->workers, cfg->allocator ? &r->alloc : NULL);
         if (rc) {
@@ -1367,7 +1336,7 @@ static int64_t rn_many_group(struct tw_runner *r, struct tw_tasks_item *items, s
     uint16_t shard_of[RN_GROUP], order[RN_GROUP];
     uint16_t count[RN_MAX_SHARDS + 1];
     memset(count, 0, (r->nshards + 1) * sizeof count[0]);
-    uint64_t now_ns = rn_now_ns() - r->start_ns;
+    uint64_t now_ns = tw_mono_ns_() - r->start_ns;
     size_t good = 0;
     for (size_t i = 0; i < m; i++) {
         struct tw_tasks_item *it = &items[i];
@@ -1396,8 +1365,7 @@ static int64_t rn_many_group(struct tw_runner *r, struct tw_tasks_item *items, s
         order[at] = (uint16_t)i;
         tmp[at] = items[i];
         if (op != RN_REMOVE) { /* the due tick, as rn_due_tick, from one clock read */
-            uint64_t x = now_ns + (uint64_t)items[i].delay;
-            tmp[at].delay = (int64_t)(x / r->tick_ns + (x % r->tick_ns != 0));
+            tmp[at].delay = (int64_t)tw_ticks_up_(now_ns + (uint64_t)items[i].delay, r->tick_ns);
             if (r->slack_shift) /* the slack rides in `deadline` (rn_set_limited) */
                 tmp[at].deadline = rn_slack_ticks(r, items[i].delay);
         } else {

@@ -82,6 +82,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/alloc.h"
 #include "common/bigmem.h"
 #include "common/hash.h"
 #include "twheel/wheel.h"
@@ -178,20 +179,9 @@ struct keyref {
 
 /* ---- memory ----------------------------------------------------------------- */
 
-static void *default_alloc(void *ctx, void *ptr, size_t old_size, size_t new_size)
-{
-    (void)ctx;
-    (void)old_size;
-    if (new_size == 0) {
-        free(ptr);
-        return NULL;
-    }
-    return realloc(ptr, new_size);
-}
-
 static void *mem(struct tw_tasks *t, void *ptr, size_t old_size, size_t new_size)
 {
-    void *r = t->alloc.fn(t->alloc.ctx, ptr, old_size, new_size);
+    void *r = tw_mem_(&t->alloc, ptr, old_size, new_size);
     if (new_size == 0) {
         t->bytes -= old_size;
         return NULL;
@@ -802,14 +792,9 @@ int tw_tasks_new(struct tw_tasks **out, const struct tw_tasks_config *cfg)
         (cfg->key_kind != TW_TASKS_KEY_BYTES && cfg->key_kind != TW_TASKS_KEY_INT) ||
         (cfg->allocator && !cfg->allocator->fn) || cfg->slack_shift > TW_TASKS_SLACK_SHIFT_MAX)
         return TW_EINVAL;
-    struct tw_allocator alloc = {default_alloc, NULL};
-    if (cfg->allocator)
-        alloc = *cfg->allocator;
-    struct tw_tasks *t = alloc.fn(alloc.ctx, NULL, 0, sizeof *t);
+    struct tw_tasks *t = tw_mem_new_(cfg->allocator, sizeof *t, offsetof(struct tw_tasks, alloc));
     if (!t)
         return TW_ENOMEM;
-    memset(t, 0, sizeof *t);
-    t->alloc = alloc;
     t->user_alloc = cfg->allocator != NULL;
     t->bytes = sizeof *t;
     tw_wheel_init(&t->wheel, cfg->now);
@@ -843,7 +828,7 @@ int tw_tasks_new(struct tw_tasks **out, const struct tw_tasks_config *cfg)
     size_t sz = (size_t)t->floor_cap * sizeof *t->slots;
     t->slots = big(t, NULL, 0, sz);
     if (!t->slots) {
-        alloc.fn(alloc.ctx, t, sizeof *t, 0);
+        tw_mem_free_(&t->alloc, t, sizeof *t);
         return TW_ENOMEM;
     }
     if (t->user_alloc || sz < TW_BIG_MIN) /* else a fresh mapping: zero-filled */
@@ -866,8 +851,7 @@ void tw_tasks_free(struct tw_tasks *t)
     mem(t, t->groups, t->groups_cap * sizeof *t->groups, 0);
     mem(t, t->chunks, t->chunks_cap * sizeof *t->chunks, 0);
     big(t, t->slots, (size_t)t->cap * sizeof *t->slots, 0);
-    struct tw_allocator alloc = t->alloc;
-    alloc.fn(alloc.ctx, t, sizeof *t, 0);
+    tw_mem_free_(&t->alloc, t, sizeof *t);
 }
 
 /* ---- operations --------------------------------------------------------------- */
