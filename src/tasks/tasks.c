@@ -124,7 +124,7 @@ struct entry {
     union stored_key key;
 };
 /* (TWHEEL_DEBUG builds add 8 bytes to every node: see twheel/wheel.h.) */
-_Static_assert(sizeof(struct entry) == 48 || sizeof(void *) != 8 || TW_NODE_DEBUG_BYTES,
+_Static_assert(sizeof(struct entry) == 48 || sizeof(void *) != 8 || TW_NODE_DEBUG_BYTES != 0,
                "48-byte entries on LP64");
 
 /* A block of GROUP chunks (see "pool"). */
