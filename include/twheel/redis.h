@@ -226,7 +226,7 @@ TW_API void tw_redis_config_init(struct tw_redis_config *cfg);
  * arg stays the caller's. Any thread.
  * @return 0 and *out, or TW_EINVAL (bad config), TW_EIO (no server reachable),
  *         TW_EPROTO, TW_ENOMEM, TW_ESYS. */
-TW_API int tw_redis_new(const struct tw_redis_config *cfg, struct tw_redis **out);
+TW_API int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg);
 
 /** Store or replace a task due at now + delay_ms (Redis server clock); durable
  * when it returns. One script call (one round trip, O(log n) in Redis for n

@@ -1967,7 +1967,7 @@ static int rr_load_scripts(struct tw_redis *r)
     return 0;
 }
 
-int tw_redis_new(const struct tw_redis_config *cfg, struct tw_redis **out)
+int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
 {
     if (out)
         *out = NULL;
