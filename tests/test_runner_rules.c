@@ -174,7 +174,7 @@ static void test_config(void)
         CHECK_EQ_PTR(r, NULL);
         CHECK_EQ_INT(atomic_load(&c.outstanding), 0);
     }
-    tw_runner_free(NULL);
+    CHECK_EQ_INT(tw_runner_free(NULL), 0);
 }
 
 /* ---- operations -------------------------------------------------------------- */
@@ -534,7 +534,7 @@ static void test_stop_drain_callback_calls_stop(void)
 struct drain_stop {
     struct tw_runner *r;
     int calls, inner_calls;
-    int stop_rc, stop_drain_rc, nested_stop_rc;
+    int stop_rc, stop_drain_rc, nested_stop_rc, free_rc;
 };
 
 static void drain_stop_inner(void *ctx, const struct tw_task *task)
@@ -552,7 +552,7 @@ static void drain_stop_fn(void *ctx, const struct tw_task *task)
     d->calls++;
     d->stop_rc = tw_runner_stop(d->r, 0);
     d->stop_drain_rc = tw_runner_stop(d->r, TW_RUNNER_STOP_DRAIN);
-    tw_runner_free(d->r); /* refused: must do nothing */
+    d->free_rc = tw_runner_free(d->r); /* refused: must do nothing */
     /* From a nested drain's fn too (key 100 gives it a task). */
     if (task->key_int == 1) {
         tw_runner_set_int(d->r, 100, NULL, INT64_C(10000000000));
@@ -563,7 +563,8 @@ static void drain_stop_fn(void *ctx, const struct tw_task *task)
 static void test_drain_fn_calls_stop_free(void)
 {
     struct tw_runner *r = start(1, TW_TASKS_KEY_INT, 0);
-    struct drain_stop d = {.r = r, .stop_rc = 1, .stop_drain_rc = 1, .nested_stop_rc = 1};
+    struct drain_stop d = {.r = r, .stop_rc = 1, .stop_drain_rc = 1, .nested_stop_rc = 1,
+                           .free_rc = 1};
     for (uint64_t k = 1; k <= 5; k++)
         tw_runner_set_int(r, k, (void *)k, INT64_C(10000000000));
     int64_t n = tw_runner_drain(r, drain_stop_fn, &d);
@@ -574,6 +575,7 @@ static void test_drain_fn_calls_stop_free(void)
     CHECK_EQ_INT(d.stop_rc, TW_EBUSY);
     CHECK_EQ_INT(d.stop_drain_rc, TW_EBUSY);
     CHECK_EQ_INT(d.nested_stop_rc, TW_EBUSY);
+    CHECK_EQ_INT(d.free_rc, TW_EBUSY);
     /* Still running: a set fires, and the stop below is the first. */
     CHECK_EQ_INT(tw_runner_set_int(r, 7, (void *)7, TICK_NS), 1);
     CHECK_EQ_INT(wait_fires(&F, 1), 1);

@@ -127,7 +127,7 @@ static void test_config_errors(void)
         }
         CHECK_EQ_INT(c.outstanding, 0);
     }
-    tw_tasks_free(NULL); /* no-op */
+    CHECK_EQ_INT(tw_tasks_free(NULL), 0); /* no-op */
 }
 
 /* ---- keys ---------------------------------------------------------------------- */
@@ -468,6 +468,7 @@ static void reentrant_hook(struct rec *r, const struct tw_task *task)
 {
     struct tw_tasks *t = r->t;
     CHECK_EQ_INT(tw_tasks_advance(t, 1000), TW_EBUSY);
+    CHECK_EQ_INT(tw_tasks_free(t), TW_EBUSY); /* the advance still uses t */
     CHECK_EQ_INT(tw_tasks_get_int(t, task->key_int, NULL, NULL), TW_ENOENT); /* gone already */
     switch (task->key_int) {
     case 1: /* re-arm itself (a periodic task) up to 3 times */
@@ -541,6 +542,7 @@ static void drain_fn(void *ctx, const struct tw_task *task)
     if (task->key_int == 2) {
         CHECK_EQ_INT(tw_tasks_remove_int(d->t, 3, NULL), TW_ENOENT); /* drained too */
         CHECK_EQ_INT(tw_tasks_advance(d->t, 1u << 30), TW_EBUSY); /* as from execute */
+        CHECK_EQ_INT(tw_tasks_free(d->t), TW_EBUSY);
     }
     if (task->key_int == 4) {
         CHECK_EQ_INT(tw_tasks_set_int(d->t, 9, NULL, 5), 1);

@@ -268,9 +268,10 @@ TW_API int tw_cache_new(struct tw_cache **out, const struct tw_cache_config *cfg
 
 /** Leave the clock service (stopping and joining its thread if it is the
  * cache's own), free every entry (free_value once per stored pointer) and
- * the cache. NULL is a no-op. No other call may be
+ * the cache. Returns 0 (NULL included: a no-op); it has no error to report,
+ * and returns int as every free of twheel/common.h. No other call may be
  * running or made afterwards (takes in flight included). */
-TW_API void tw_cache_free(struct tw_cache *c);
+TW_API int tw_cache_free(struct tw_cache *c);
 
 /** Store value under key with the default TTL (jittered), replacing any old
  * value (freed, unless it is the same pointer) and re-arming the key's timer.
@@ -348,9 +349,10 @@ TW_API int tw_cache_take_copy_ttl(struct tw_cache *c, const void *key, size_t kl
                                   tw_cache_loader_fn *loader, void *loader_ctx, void *buf,
                                   size_t cap, size_t *vlen, int64_t ttl_ms);
 
-/** Counters (each read without stopping the cache, so a snapshot under load
- * is not atomic as a whole). Returns 0 or TW_EINVAL. */
-TW_API int tw_cache_stats(struct tw_cache *c, struct tw_cache_stats *out);
+/** Fill *out with the counters (each read without stopping the cache, so a
+ * snapshot under load is not atomic as a whole). Returns 0, or TW_EINVAL for
+ * a NULL c or out (*out untouched; the stats rule of twheel/common.h). */
+TW_API int tw_cache_stats(const struct tw_cache *c, struct tw_cache_stats *out);
 
 /** Manual clock only: set the time to now_ms (ignored if earlier than the
  * current time), expire every key due by then and, if a log callback is set

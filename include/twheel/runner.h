@@ -299,16 +299,18 @@ TW_API int64_t tw_runner_drain(struct tw_runner *r, tw_tasks_fn *fn, void *ctx);
  * the runner's pool or from its clock's thread; nothing is done then. */
 TW_API int tw_runner_stop(struct tw_runner *r, unsigned flags);
 
-/** Stop (if not stopped) and free everything. NULL is a no-op. From a
- * callback or a drain's fn, where stop returns TW_EBUSY, it does nothing (the
- * runner stays usable; free it later from another place). No call of
- * another thread may overlap free, except a drain that was in progress when
- * the runner was stopped (stop waited for it). */
-TW_API void tw_runner_free(struct tw_runner *r);
+/** Stop (if not stopped) and free everything. Returns 0 (NULL included: a
+ * no-op), or TW_EBUSY where stop returns it (from a callback, a drain's fn,
+ * a thread of the runner's pool or its clock's thread): nothing is done
+ * then, the runner stays usable; free it later from another place (the free
+ * rule of twheel/common.h). No call of another thread may overlap free,
+ * except a drain that was in progress when the runner was stopped (stop
+ * waited for it). */
+TW_API int tw_runner_free(struct tw_runner *r);
 
-/** Figures, consistent per shard. Getters and NULL (the rule of
- * twheel/common.h): *s is zeroed for a NULL r; a NULL s does nothing. */
-TW_API void tw_runner_stats(struct tw_runner *r, struct tw_runner_stats *s);
+/** Fill *out with the figures, consistent per shard. Returns 0, or TW_EINVAL
+ * for a NULL r or out (*out untouched; the stats rule of twheel/common.h). */
+TW_API int tw_runner_stats(const struct tw_runner *r, struct tw_runner_stats *out);
 
 #ifdef __cplusplus
 }

@@ -198,9 +198,11 @@ struct tw_tasks_stats {
  * address, which an attacker may guess: pass cfg.seed there. */
 TW_API int tw_tasks_new(struct tw_tasks **out, const struct tw_tasks_config *cfg);
 
-/** Free the instance and every pending task without running them. NULL is a
- * no-op. Must not be called from one of its callbacks. O(pending). */
-TW_API void tw_tasks_free(struct tw_tasks *t);
+/** Free the instance and every pending task without running them.
+ * O(pending). Returns 0 (NULL included: a no-op), or TW_EBUSY from execute or
+ * drain's fn of this instance, which still use it: nothing is freed then
+ * (the free rule of twheel/common.h). */
+TW_API int tw_tasks_free(struct tw_tasks *t);
 
 /* ---- operations ---------------------------------------------------------- */
 /** @name Operations
@@ -324,7 +326,7 @@ TW_API int64_t tw_tasks_advance_max(struct tw_tasks *t, uint64_t now, size_t max
 
 /* ---- figures --------------------------------------------------------------- */
 /* Getters and NULL (the rule of twheel/common.h): pending and now return 0,
- * next_expiry TW_NEVER, and stats zeroes *s (nothing for a NULL s). */
+ * next_expiry TW_NEVER; stats returns TW_EINVAL. */
 
 /** Tasks armed. O(1). 0 for NULL. */
 TW_API size_t tw_tasks_pending(const struct tw_tasks *t);
@@ -333,9 +335,9 @@ TW_API uint64_t tw_tasks_now(const struct tw_tasks *t);
 /** The earliest tick at which something may be due (see tw_wheel_next_expiry),
  * TW_NEVER when nothing is pending or t is NULL. O(1). */
 TW_API uint64_t tw_tasks_next_expiry(const struct tw_tasks *t);
-/** Fill *s (zeroed for a NULL t; nothing for a NULL s). O(index size) because
- * of max_probe. */
-TW_API void tw_tasks_stats(const struct tw_tasks *t, struct tw_tasks_stats *s);
+/** Fill *out. O(index size) because of max_probe. Returns 0, or TW_EINVAL
+ * for a NULL t or out (*out untouched; the stats rule of twheel/common.h). */
+TW_API int tw_tasks_stats(const struct tw_tasks *t, struct tw_tasks_stats *out);
 
 #ifdef __cplusplus
 }

@@ -1416,7 +1416,7 @@ uint64_t tw_cache_now(const struct tw_cache *c)
 
 /* ---- stats ------------------------------------------------------------- */
 
-int tw_cache_stats(struct tw_cache *c, struct tw_cache_stats *out)
+int tw_cache_stats(const struct tw_cache *c, struct tw_cache_stats *out)
 {
     if (!c || !out)
         return TW_EINVAL;
@@ -1648,10 +1648,10 @@ fail_cache:
     return rc;
 }
 
-void tw_cache_free(struct tw_cache *c)
+int tw_cache_free(struct tw_cache *c)
 {
     if (!c)
-        return;
+        return 0;
     if (c->member)
         tw_clock_leave(c->clock, c->member);
     if (c->own_clock)
@@ -1663,4 +1663,5 @@ void tw_cache_free(struct tw_cache *c)
     tw_mem_free_(&alloc, c->stripes_block, c->stripes_bytes);
     tw_mem_free_(&alloc, c->name, c->name_bytes);
     tw_mem_free_(&alloc, c, sizeof *c);
+    return 0;
 }

@@ -1582,20 +1582,22 @@ int tw_runner_stop(struct tw_runner *r, unsigned flags)
     return 0;
 }
 
-void tw_runner_free(struct tw_runner *r)
+int tw_runner_free(struct tw_runner *r)
 {
-    if (!r || tw_runner_stop(r, 0) != 0)
-        return; /* from a callback or drain's fn: refuse rather than free under our feet */
+    if (!r)
+        return 0;
+    int rc = tw_runner_stop(r, 0);
+    if (rc != 0)
+        return rc; /* from a callback or drain's fn: refuse rather than free under our feet */
     rn_destroy(r);
+    return 0;
 }
 
-void tw_runner_stats(struct tw_runner *r, struct tw_runner_stats *st)
+int tw_runner_stats(const struct tw_runner *r, struct tw_runner_stats *st)
 {
-    if (!st)
-        return;
+    if (!r || !st)
+        return TW_EINVAL;
     memset(st, 0, sizeof *st);
-    if (!r)
-        return;
     for (unsigned i = 0; i < r->nshards; i++) {
         rn_lock(&r->shards[i]);
         if (r->shards[i].tasks) /* NULL once stopped */
@@ -1610,4 +1612,5 @@ void tw_runner_stats(struct tw_runner *r, struct tw_runner_stats *st)
     st->drained = atomic_load_explicit(&r->drained, memory_order_relaxed);
     st->tick = atomic_load_explicit(&r->tick, memory_order_relaxed);
     st->shards = r->nshards;
+    return 0;
 }

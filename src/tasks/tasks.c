@@ -838,10 +838,12 @@ int tw_tasks_new(struct tw_tasks **out, const struct tw_tasks_config *cfg)
     return 0;
 }
 
-void tw_tasks_free(struct tw_tasks *t)
+int tw_tasks_free(struct tw_tasks *t)
 {
     if (!t)
-        return;
+        return 0;
+    if (t->depth) /* inside execute or drain's fn: the caller still uses t */
+        return TW_EBUSY;
     for (uint32_t pos = 0; pos < t->cap; pos++) {
         uint32_t s = t->slots[pos];
         if (s > SLOT_TOMB)
@@ -852,6 +854,7 @@ void tw_tasks_free(struct tw_tasks *t)
     mem(t, t->chunks, t->chunks_cap * sizeof *t->chunks, 0);
     big(t, t->slots, (size_t)t->cap * sizeof *t->slots, 0);
     tw_mem_free_(&t->alloc, t, sizeof *t);
+    return 0;
 }
 
 /* ---- operations --------------------------------------------------------------- */
@@ -1483,13 +1486,11 @@ uint64_t tw_tasks_next_expiry(const struct tw_tasks *t)
     return t ? tw_wheel_next_expiry(&t->wheel) : TW_NEVER;
 }
 
-void tw_tasks_stats(const struct tw_tasks *t, struct tw_tasks_stats *s)
+int tw_tasks_stats(const struct tw_tasks *t, struct tw_tasks_stats *s)
 {
-    if (!s)
-        return;
+    if (!t || !s)
+        return TW_EINVAL;
     memset(s, 0, sizeof *s);
-    if (!t)
-        return;
     s->pending = t->live;
     s->index_slots = t->cap;
     s->index_tombs = t->tombs;
@@ -1504,4 +1505,5 @@ void tw_tasks_stats(const struct tw_tasks *t, struct tw_tasks_stats *s)
         if (dist > s->max_probe)
             s->max_probe = dist;
     }
+    return 0;
 }

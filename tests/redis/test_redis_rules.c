@@ -1029,7 +1029,7 @@ static void test_bad_input(void)
     CHECK_EQ_INT(tw_redis_remove(r, big, TW_REDIS_KEY_MAX), 0);
     CHECK_EQ_INT(redis_int(&srv, "HLEN %s", "{bad:0}:task"), 0);
     tw_redis_free(r);
-    tw_redis_free(NULL);
+    CHECK_EQ_INT(tw_redis_free(NULL), 0);
     tw_redis_config_init(NULL);
 }
 
