@@ -22,6 +22,8 @@
  *    *out filled, TW_EINVAL for a NULL object or out (*out untouched), or an
  *    error of the layer's own, documented with the call (tw_redis_stats:
  *    TW_EIO, the rest filled).
+ *  - keys: a key is `const void *key, size_t key_len`, in parameters and in
+ *    struct fields alike; a batched call's array of lengths is `key_lens`.
  */
 #ifndef TWHEEL_COMMON_H
 #define TWHEEL_COMMON_H

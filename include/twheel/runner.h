@@ -220,21 +220,21 @@ TW_API int tw_runner_new(struct tw_runner **out, const struct tw_runner_config *
 /** Arm `key` to run `delay_ns` nanoseconds from now with `value` (see Time).
  * Returns 1 if the key was new, 0 if it was replaced (its previous arming
  * will not run unless it already started), or an error. O(1). */
-TW_API int tw_runner_set(struct tw_runner *r, const void *key, size_t len, void *value,
+TW_API int tw_runner_set(struct tw_runner *r, const void *key, size_t key_len, void *value,
                          int64_t delay_ns);
 /** As tw_runner_set, for an integer key. */
 TW_API int tw_runner_set_int(struct tw_runner *r, uint64_t key, void *value, int64_t delay_ns);
 
 /** Re-arm a pending key to `delay_ns` from now, keeping its value. 0 or
  * TW_ENOENT (absent, or already fired). O(1). */
-TW_API int tw_runner_move(struct tw_runner *r, const void *key, size_t len, int64_t delay_ns);
+TW_API int tw_runner_move(struct tw_runner *r, const void *key, size_t key_len, int64_t delay_ns);
 /** As tw_runner_move, for an integer key. */
 TW_API int tw_runner_move_int(struct tw_runner *r, uint64_t key, int64_t delay_ns);
 
 /** Forget a pending key: its callback will not run. 0 (with *value if not
  * NULL) or TW_ENOENT (absent, or already fired: then its callback runs or
  * has run). O(1). */
-TW_API int tw_runner_remove(struct tw_runner *r, const void *key, size_t len, void **value);
+TW_API int tw_runner_remove(struct tw_runner *r, const void *key, size_t key_len, void **value);
 /** As tw_runner_remove, for an integer key. */
 TW_API int tw_runner_remove_int(struct tw_runner *r, uint64_t key, void **value);
 

@@ -206,7 +206,7 @@ TW_API int tw_tasks_free(struct tw_tasks *t);
 
 /* ---- operations ---------------------------------------------------------- */
 /** @name Operations
- * Keys: `key`/`len` for string-key instances (key may not be NULL, len <=
+ * Keys: `key`/`key_len` for string-key instances (key may not be NULL, key_len <=
  * TW_TASKS_KEY_MAX), `key` for integer-key instances (the *_int calls).
  * Delays are in ticks from tw_tasks_now(); 0 = the next tick; negative ->
  * TW_EINVAL. Every failing call changes nothing.
@@ -217,7 +217,7 @@ TW_API int tw_tasks_free(struct tw_tasks *t);
  * arming will not run), or TW_EINVAL, TW_E2BIG, TW_EFULL (max_pending reached
  * and the key is new), TW_ENOMEM, TW_ERANGE (time is at UINT64_MAX: no later
  * tick exists). */
-TW_API int tw_tasks_set(struct tw_tasks *t, const void *key, size_t len, void *value,
+TW_API int tw_tasks_set(struct tw_tasks *t, const void *key, size_t key_len, void *value,
                         int64_t delay);
 /** As tw_tasks_set, for an integer key. */
 TW_API int tw_tasks_set_int(struct tw_tasks *t, uint64_t key, void *value, int64_t delay);
@@ -225,14 +225,14 @@ TW_API int tw_tasks_set_int(struct tw_tasks *t, uint64_t key, void *value, int64
 /** Re-arm a present key to `delay` ticks from now, keeping its value. Returns
  * 0, TW_ENOENT (absent: nothing happens), TW_EINVAL, TW_E2BIG, TW_ERANGE (as
  * set). */
-TW_API int tw_tasks_move(struct tw_tasks *t, const void *key, size_t len, int64_t delay);
+TW_API int tw_tasks_move(struct tw_tasks *t, const void *key, size_t key_len, int64_t delay);
 /** As tw_tasks_move, for an integer key. */
 TW_API int tw_tasks_move_int(struct tw_tasks *t, uint64_t key, int64_t delay);
 
 /** As tw_tasks_set, with an explicit slack whatever config.slack_shift: the
  * task fires at some tick in [now + delay, now + delay + slack] (see
  * "Slack" above; 0 = exact). Same results as tw_tasks_set. */
-TW_API int tw_tasks_set_slack(struct tw_tasks *t, const void *key, size_t len, void *value,
+TW_API int tw_tasks_set_slack(struct tw_tasks *t, const void *key, size_t key_len, void *value,
                               int64_t delay, uint64_t slack);
 /** As tw_tasks_set_slack, for an integer key. */
 TW_API int tw_tasks_set_slack_int(struct tw_tasks *t, uint64_t key, void *value, int64_t delay,
@@ -240,7 +240,7 @@ TW_API int tw_tasks_set_slack_int(struct tw_tasks *t, uint64_t key, void *value,
 /** As tw_tasks_move, with an explicit slack whatever config.slack_shift: the
  * task fires at some tick in [now + delay, now + delay + slack] (0 = exact).
  * Same results as tw_tasks_move. */
-TW_API int tw_tasks_move_slack(struct tw_tasks *t, const void *key, size_t len, int64_t delay,
+TW_API int tw_tasks_move_slack(struct tw_tasks *t, const void *key, size_t key_len, int64_t delay,
                                uint64_t slack);
 /** As tw_tasks_move_slack, for an integer key. */
 TW_API int tw_tasks_move_slack_int(struct tw_tasks *t, uint64_t key, int64_t delay,
@@ -249,14 +249,14 @@ TW_API int tw_tasks_move_slack_int(struct tw_tasks *t, uint64_t key, int64_t del
 /** Forget a key: its task will not run. Returns 0, TW_ENOENT, TW_EINVAL,
  * TW_E2BIG. If `value` is not NULL it receives the task's value. Never
  * allocates. */
-TW_API int tw_tasks_remove(struct tw_tasks *t, const void *key, size_t len, void **value);
+TW_API int tw_tasks_remove(struct tw_tasks *t, const void *key, size_t key_len, void **value);
 /** As tw_tasks_remove, for an integer key. */
 TW_API int tw_tasks_remove_int(struct tw_tasks *t, uint64_t key, void **value);
 
 /** Look a key up without changing anything. Returns 0 (filling *value and
  * *deadline, the tick it is due at (with slack: its planned tick), where not
  * NULL), TW_ENOENT, TW_EINVAL, TW_E2BIG. */
-TW_API int tw_tasks_get(const struct tw_tasks *t, const void *key, size_t len, void **value,
+TW_API int tw_tasks_get(const struct tw_tasks *t, const void *key, size_t key_len, void **value,
                         uint64_t *deadline);
 /** As tw_tasks_get, for an integer key. */
 TW_API int tw_tasks_get_int(const struct tw_tasks *t, uint64_t key, void **value,

@@ -1189,10 +1189,11 @@ again:
     return rc;
 }
 
-int tw_runner_set(struct tw_runner *r, const void *key, size_t len, void *value, int64_t delay_ns)
+int tw_runner_set(struct tw_runner *r, const void *key, size_t key_len, void *value,
+                  int64_t delay_ns)
 {
     struct rn_key k;
-    int rc = rn_key_bytes(r, key, len, &k);
+    int rc = rn_key_bytes(r, key, key_len, &k);
     return rc ? rc : rn_apply(r, &k, RN_SET, value, NULL, delay_ns);
 }
 
@@ -1203,10 +1204,10 @@ int tw_runner_set_int(struct tw_runner *r, uint64_t key, void *value, int64_t de
     return rc ? rc : rn_apply(r, &k, RN_SET, value, NULL, delay_ns);
 }
 
-int tw_runner_move(struct tw_runner *r, const void *key, size_t len, int64_t delay_ns)
+int tw_runner_move(struct tw_runner *r, const void *key, size_t key_len, int64_t delay_ns)
 {
     struct rn_key k;
-    int rc = rn_key_bytes(r, key, len, &k);
+    int rc = rn_key_bytes(r, key, key_len, &k);
     return rc ? rc : rn_apply(r, &k, RN_MOVE, NULL, NULL, delay_ns);
 }
 
@@ -1217,10 +1218,10 @@ int tw_runner_move_int(struct tw_runner *r, uint64_t key, int64_t delay_ns)
     return rc ? rc : rn_apply(r, &k, RN_MOVE, NULL, NULL, delay_ns);
 }
 
-int tw_runner_remove(struct tw_runner *r, const void *key, size_t len, void **value)
+int tw_runner_remove(struct tw_runner *r, const void *key, size_t key_len, void **value)
 {
     struct rn_key k;
-    int rc = rn_key_bytes(r, key, len, &k);
+    int rc = rn_key_bytes(r, key, key_len, &k);
     return rc ? rc : rn_apply(r, &k, RN_REMOVE, NULL, value, 0);
 }
 

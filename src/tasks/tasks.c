@@ -1089,10 +1089,10 @@ static inline int do_get(const struct tw_tasks *t, const struct keyref *k, void 
     return 0;
 }
 
-int tw_tasks_set(struct tw_tasks *t, const void *key, size_t len, void *value, int64_t delay)
+int tw_tasks_set(struct tw_tasks *t, const void *key, size_t key_len, void *value, int64_t delay)
 {
     struct keyref k;
-    int rc = bytes_key(t, key, len, &k);
+    int rc = bytes_key(t, key, key_len, &k);
     return rc ? rc : do_set(t, &k, value, delay);
 }
 
@@ -1103,10 +1103,10 @@ int tw_tasks_set_int(struct tw_tasks *t, uint64_t key, void *value, int64_t dela
     return rc ? rc : do_set(t, &k, value, delay);
 }
 
-int tw_tasks_move(struct tw_tasks *t, const void *key, size_t len, int64_t delay)
+int tw_tasks_move(struct tw_tasks *t, const void *key, size_t key_len, int64_t delay)
 {
     struct keyref k;
-    int rc = bytes_key(t, key, len, &k);
+    int rc = bytes_key(t, key, key_len, &k);
     return rc ? rc : do_move(t, &k, delay);
 }
 
@@ -1117,11 +1117,11 @@ int tw_tasks_move_int(struct tw_tasks *t, uint64_t key, int64_t delay)
     return rc ? rc : do_move(t, &k, delay);
 }
 
-int tw_tasks_set_slack(struct tw_tasks *t, const void *key, size_t len, void *value,
+int tw_tasks_set_slack(struct tw_tasks *t, const void *key, size_t key_len, void *value,
                        int64_t delay, uint64_t slack)
 {
     struct keyref k;
-    int rc = bytes_key(t, key, len, &k);
+    int rc = bytes_key(t, key, key_len, &k);
     if (rc)
         return rc;
     call_slack_begin(t, slack);
@@ -1139,11 +1139,11 @@ int tw_tasks_set_slack_int(struct tw_tasks *t, uint64_t key, void *value, int64_
     return call_slack_end(t, do_set(t, &k, value, delay));
 }
 
-int tw_tasks_move_slack(struct tw_tasks *t, const void *key, size_t len, int64_t delay,
+int tw_tasks_move_slack(struct tw_tasks *t, const void *key, size_t key_len, int64_t delay,
                         uint64_t slack)
 {
     struct keyref k;
-    int rc = bytes_key(t, key, len, &k);
+    int rc = bytes_key(t, key, key_len, &k);
     if (rc)
         return rc;
     call_slack_begin(t, slack);
@@ -1160,10 +1160,10 @@ int tw_tasks_move_slack_int(struct tw_tasks *t, uint64_t key, int64_t delay, uin
     return call_slack_end(t, do_move(t, &k, delay));
 }
 
-int tw_tasks_remove(struct tw_tasks *t, const void *key, size_t len, void **value)
+int tw_tasks_remove(struct tw_tasks *t, const void *key, size_t key_len, void **value)
 {
     struct keyref k;
-    int rc = bytes_key(t, key, len, &k);
+    int rc = bytes_key(t, key, key_len, &k);
     return rc ? rc : do_remove(t, &k, value);
 }
 
@@ -1174,11 +1174,11 @@ int tw_tasks_remove_int(struct tw_tasks *t, uint64_t key, void **value)
     return rc ? rc : do_remove(t, &k, value);
 }
 
-int tw_tasks_get(const struct tw_tasks *t, const void *key, size_t len, void **value,
+int tw_tasks_get(const struct tw_tasks *t, const void *key, size_t key_len, void **value,
                  uint64_t *deadline)
 {
     struct keyref k;
-    int rc = bytes_key(t, key, len, &k);
+    int rc = bytes_key(t, key, key_len, &k);
     return rc ? rc : do_get(t, &k, value, deadline);
 }
 
