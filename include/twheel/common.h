@@ -24,6 +24,10 @@
  *    TW_EIO, the rest filled).
  *  - keys: a key is `const void *key, size_t key_len`, in parameters and in
  *    struct fields alike; a batched call's array of lengths is `key_lens`.
+ *  - units: one field name means one unit in every struct. Where a quantity
+ *    is counted in different units by different layers, the name says which
+ *    (`delay_ticks` in tw_tasks_item, `delay_ns` in tw_runner_item,
+ *    `delay_ms` in tw_redis_item).
  */
 #ifndef TWHEEL_COMMON_H
 #define TWHEEL_COMMON_H

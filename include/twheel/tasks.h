@@ -279,13 +279,14 @@ TW_API int tw_tasks_get_int(const struct tw_tasks *t, uint64_t key, void **value
  * fields of the instance's kind and the inputs of the call; the call fills
  * the outputs. */
 struct tw_tasks_item {
-    const void *key;   /**< in, string keys: the key's bytes (NULL -> TW_EINVAL) */
-    size_t key_len;    /**< in, string keys: its length (> TW_TASKS_KEY_MAX -> TW_E2BIG) */
-    uint64_t key_int;  /**< in, integer keys: the key */
-    void *value;       /**< set: in, the value; remove and get: out, the task's value */
-    int64_t delay;     /**< set and move: in, ticks from now (as the single calls) */
-    uint64_t deadline; /**< get: out, the tick the task is due at */
-    int result;        /**< out: what the single call returns for this item */
+    const void *key;     /**< in, string keys: the key's bytes (NULL -> TW_EINVAL) */
+    size_t key_len;      /**< in, string keys: its length (> TW_TASKS_KEY_MAX -> TW_E2BIG) */
+    uint64_t key_int;    /**< in, integer keys: the key */
+    void *value;         /**< set: in, the value; remove and get: out, the task's value */
+    int64_t delay_ticks; /**< set and move: in, ticks from now (as the single calls; the
+                              runner's batched calls take tw_runner_item, in ns) */
+    uint64_t deadline;   /**< get: out, the tick the task is due at */
+    int result;          /**< out: what the single call returns for this item */
 };
 
 /** tw_tasks_set / tw_tasks_set_int on each of items[0..n) in order (see

@@ -1337,8 +1337,8 @@ run_batch(struct tw_tasks *t, struct tw_tasks_item *items, size_t n, enum batch_
             int rc = bad[j % B_RING];
             if (!rc) {
                 switch (op) {
-                case B_SET: rc = do_set(t, k, it->value, it->delay); break;
-                case B_MOVE: rc = do_move(t, k, it->delay); break;
+                case B_SET: rc = do_set(t, k, it->value, it->delay_ticks); break;
+                case B_MOVE: rc = do_move(t, k, it->delay_ticks); break;
                 case B_REMOVE: rc = do_remove(t, k, &it->value); break;
                 default: rc = do_get(t, k, &it->value, &it->deadline); break;
                 }
