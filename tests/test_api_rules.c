@@ -240,32 +240,33 @@ static void test_null_getters(void)
     CHECK_EQ_U64(tw_tasks_pending(NULL), 0);
     CHECK_EQ_U64(tw_tasks_now(NULL), 0);
     CHECK_EQ_U64(tw_tasks_next_expiry(NULL), TW_NEVER);
+    /* Stats calls can fail: TW_EINVAL for a NULL object, *out untouched. */
     struct tw_tasks_stats ts;
     memset(&ts, 0xab, sizeof ts);
-    tw_tasks_stats(NULL, &ts);
-    CHECK_EQ_U64(ts.pending, 0);
-    tw_tasks_stats(NULL, NULL);
+    CHECK_EQ_INT(tw_tasks_stats(NULL, &ts), TW_EINVAL);
+    CHECK_EQ_U64(ts.pending, UINT64_C(0xabababababababab) & SIZE_MAX);
+    CHECK_EQ_INT(tw_tasks_stats(NULL, NULL), TW_EINVAL);
 
     struct tw_runner_stats rs;
     memset(&rs, 0xab, sizeof rs);
-    tw_runner_stats(NULL, &rs);
-    CHECK_EQ_U64(rs.pending, 0);
-    CHECK_EQ_U64(rs.fired, 0);
-    CHECK_EQ_U64(rs.tick, 0);
-    tw_runner_stats(NULL, NULL);
+    CHECK_EQ_INT(tw_runner_stats(NULL, &rs), TW_EINVAL);
+    CHECK_EQ_U64(rs.fired, UINT64_C(0xabababababababab));
+    CHECK_EQ_INT(tw_runner_stats(NULL, NULL), TW_EINVAL);
 
     CHECK_EQ_U64(tw_cache_now(NULL), 0);
     struct tw_cache_stats cs;
     CHECK_EQ_INT(tw_cache_stats(NULL, &cs), TW_EINVAL);
 
-    /* With a real object and a NULL out, stats do nothing. */
+    /* With a real object and a NULL out, TW_EINVAL too. */
     struct tw_tasks_config tc;
     memset(&tc, 0, sizeof tc);
     tc.execute = noop_task;
     struct tw_tasks *t = NULL;
     CHECK_EQ_INT(tw_tasks_new(&t, &tc), 0);
-    tw_tasks_stats(t, NULL);
-    tw_tasks_free(t);
+    CHECK_EQ_INT(tw_tasks_stats(t, NULL), TW_EINVAL);
+    CHECK_EQ_INT(tw_tasks_stats(t, &ts), 0);
+    CHECK_EQ_U64(ts.pending, 0);
+    CHECK_EQ_INT(tw_tasks_free(t), 0);
     struct tw_runner_config rc;
     memset(&rc, 0, sizeof rc);
     rc.execute = noop_task;
@@ -273,14 +274,18 @@ static void test_null_getters(void)
     rc.shards = 1;
     struct tw_runner *r = NULL;
     CHECK_EQ_INT(tw_runner_new(&r, &rc), 0);
-    tw_runner_stats(r, NULL);
-    tw_runner_free(r);
-    /* Free and config_init calls ignore NULL. */
+    CHECK_EQ_INT(tw_runner_stats(r, NULL), TW_EINVAL);
+    CHECK_EQ_INT(tw_runner_stats(r, &rs), 0);
+    CHECK_EQ_U64(rs.fired, 0);
+    CHECK_EQ_INT(tw_runner_free(r), 0);
+    /* Free calls ignore NULL and return 0; config_init calls ignore NULL. */
     tw_cache_config_init(NULL);
     CHECK_EQ_INT(tw_wheel_destroy(NULL), TW_EINVAL);
-    tw_tasks_free(NULL);
-    tw_runner_free(NULL);
-    tw_cache_free(NULL);
+    CHECK_EQ_INT(tw_tasks_free(NULL), 0);
+    CHECK_EQ_INT(tw_runner_free(NULL), 0);
+    CHECK_EQ_INT(tw_cache_free(NULL), 0);
+    CHECK_EQ_INT(tw_clock_free(NULL), 0);
+    CHECK_EQ_INT(tw_pool_free(NULL), 0);
 }
 
 static int periodic_fired;

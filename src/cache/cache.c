@@ -534,41 +534,41 @@ static int cache_set(struct tw_cache *c, const void *key, size_t klen, const str
     return cache_set_at(c, &k, v, ttl_ms, cache_now_ns(c));
 }
 
-int tw_cache_set_ttl(struct tw_cache *c, const void *key, size_t klen, void *value,
+int tw_cache_set_ttl(struct tw_cache *c, const void *key, size_t key_len, void *value,
                      int64_t ttl_ms)
 {
-    int rc = cache_check_key(c, &key, klen);
+    int rc = cache_check_key(c, &key, key_len);
     if (rc)
         return rc;
     if (c->copy_values)
         return TW_EINVAL;
     struct cache_val v = {value, NULL, 0};
-    return cache_set(c, key, klen, &v, ttl_ms);
+    return cache_set(c, key, key_len, &v, ttl_ms);
 }
 
-int tw_cache_set(struct tw_cache *c, const void *key, size_t klen, void *value)
+int tw_cache_set(struct tw_cache *c, const void *key, size_t key_len, void *value)
 {
-    return tw_cache_set_ttl(c, key, klen, value, c ? c->default_ttl_ms : 0);
+    return tw_cache_set_ttl(c, key, key_len, value, c ? c->default_ttl_ms : 0);
 }
 
-int tw_cache_set_copy_ttl(struct tw_cache *c, const void *key, size_t klen, const void *value,
+int tw_cache_set_copy_ttl(struct tw_cache *c, const void *key, size_t key_len, const void *value,
                           size_t vlen, int64_t ttl_ms)
 {
-    int rc = cache_check_key(c, &key, klen);
+    int rc = cache_check_key(c, &key, key_len);
     if (rc)
         return rc;
     if (!c->copy_values || (!value && vlen))
         return TW_EINVAL;
-    if (vlen > SIZE_MAX - sizeof(struct cache_lru) - CACHE_ENTRY_HDR - cache_key_bytes(klen))
+    if (vlen > SIZE_MAX - sizeof(struct cache_lru) - CACHE_ENTRY_HDR - cache_key_bytes(key_len))
         return TW_E2BIG;
     struct cache_val v = {NULL, value, vlen};
-    return cache_set(c, key, klen, &v, ttl_ms);
+    return cache_set(c, key, key_len, &v, ttl_ms);
 }
 
-int tw_cache_set_copy(struct tw_cache *c, const void *key, size_t klen, const void *value,
+int tw_cache_set_copy(struct tw_cache *c, const void *key, size_t key_len, const void *value,
                       size_t vlen)
 {
-    return tw_cache_set_copy_ttl(c, key, klen, value, vlen, c ? c->default_ttl_ms : 0);
+    return tw_cache_set_copy_ttl(c, key, key_len, value, vlen, c ? c->default_ttl_ms : 0);
 }
 
 /* ---- get --------------------------------------------------------------- */
@@ -721,27 +721,27 @@ static inline __attribute__((always_inline)) int cache_get(struct tw_cache *c,
     return cache_get_rest(c, s, k, out, count_miss, &rd, e, torn);
 }
 
-int tw_cache_get(struct tw_cache *c, const void *key, size_t klen, void **value)
+int tw_cache_get(struct tw_cache *c, const void *key, size_t key_len, void **value)
 {
-    int rc = cache_check_key(c, &key, klen);
+    int rc = cache_check_key(c, &key, key_len);
     if (rc)
         return rc;
     if (c->copy_values || !value)
         return TW_EINVAL;
-    struct cache_key k = {key, klen, cache_hash(c, key, klen)};
+    struct cache_key k = {key, key_len, cache_hash(c, key, key_len)};
     struct cache_out out = {value, NULL, 0, NULL};
     return cache_get(c, &k, &out, true);
 }
 
-int tw_cache_get_copy(struct tw_cache *c, const void *key, size_t klen, void *buf, size_t cap,
+int tw_cache_get_copy(struct tw_cache *c, const void *key, size_t key_len, void *buf, size_t cap,
                       size_t *vlen)
 {
-    int rc = cache_check_key(c, &key, klen);
+    int rc = cache_check_key(c, &key, key_len);
     if (rc)
         return rc;
     if (!c->copy_values || !vlen || (!buf && cap))
         return TW_EINVAL;
-    struct cache_key k = {key, klen, cache_hash(c, key, klen)};
+    struct cache_key k = {key, key_len, cache_hash(c, key, key_len)};
     struct cache_out out = {NULL, buf, cap, vlen};
     return cache_get(c, &k, &out, true);
 }
@@ -848,22 +848,22 @@ static int cache_check_keys(const struct tw_cache *c, size_t n, const void *cons
 }
 
 int tw_cache_get_many(struct tw_cache *c, size_t n, const void *const *keys,
-                      const size_t *klens, void **values, int *results)
+                      const size_t *key_lens, void **values, int *results)
 {
-    if (cache_check_keys(c, n, keys, klens) || c->copy_values || (n && !values))
+    if (cache_check_keys(c, n, keys, key_lens) || c->copy_values || (n && !values))
         return TW_EINVAL;
     uint64_t ring[CACHE_RING] = {0};
     int hits = 0;
     struct cache_tally tl = {0, 0};
     struct cache_rd rd;
     tw_cache_rd_enter_(c, &rd);
-    cache_pipeline_start(c, n, keys, klens, ring);
+    cache_pipeline_start(c, n, keys, key_lens, ring);
     for (size_t i = 0; i < n; i++) {
-        cache_pipeline(c, n, keys, klens, i, ring);
+        cache_pipeline(c, n, keys, key_lens, i, ring);
         const void *kp = keys[i];
-        int rc = cache_check_key(c, &kp, klens[i]);
+        int rc = cache_check_key(c, &kp, key_lens[i]);
         if (rc == 0) {
-            struct cache_key k = {kp, klens[i], ring[i % CACHE_RING]};
+            struct cache_key k = {kp, key_lens[i], ring[i % CACHE_RING]};
             struct cache_out out = {&values[i], NULL, 0, NULL};
             rc = cache_get_in(c, &k, &out, true, &tl);
         }
@@ -1079,18 +1079,18 @@ static int cache_set_chunk(struct tw_cache *c, size_t n, const void *const *keys
     return stored;
 }
 
-int tw_cache_set_many(struct tw_cache *c, size_t n, const void *const *keys, const size_t *klens,
+int tw_cache_set_many(struct tw_cache *c, size_t n, const void *const *keys, const size_t *key_lens,
                       void *const *values, int *results)
 {
-    if (cache_check_keys(c, n, keys, klens) || c->copy_values || (n && !values))
+    if (cache_check_keys(c, n, keys, key_lens) || c->copy_values || (n && !values))
         return TW_EINVAL;
     if (c->limit)
-        return cache_set_many_ordered(c, n, keys, klens, values, results);
+        return cache_set_many_ordered(c, n, keys, key_lens, values, results);
     struct cache_ttl ttl = cache_ttl_of(c, c->default_ttl_ms);
     int stored = 0;
     for (size_t i = 0; i < n; i += CACHE_SET_CHUNK) {
         size_t k = n - i < CACHE_SET_CHUNK ? n - i : CACHE_SET_CHUNK;
-        stored += cache_set_chunk(c, k, keys + i, klens + i, values + i,
+        stored += cache_set_chunk(c, k, keys + i, key_lens + i, values + i,
                                   results ? results + i : NULL, &ttl);
     }
     return stored;
@@ -1098,16 +1098,16 @@ int tw_cache_set_many(struct tw_cache *c, size_t n, const void *const *keys, con
 
 /* ---- del --------------------------------------------------------------- */
 
-int tw_cache_del(struct tw_cache *c, const void *key, size_t klen)
+int tw_cache_del(struct tw_cache *c, const void *key, size_t key_len)
 {
-    int rc = cache_check_key(c, &key, klen);
+    int rc = cache_check_key(c, &key, key_len);
     if (rc)
         return rc;
-    uint64_t hash = cache_hash(c, key, klen);
+    uint64_t hash = cache_hash(c, key, key_len);
     struct cache_shard *s = cache_shard_of(c, hash);
     struct cache_garbage g = {0};
     cache_lock(c, s);
-    struct cache_entry *e = tw_cache_map_find_(s, key, klen, hash);
+    struct cache_entry *e = tw_cache_map_find_(s, key, key_len, hash);
     if (e)
         cache_unlink(c, s, e, &g);
     bool advance = cache_retire(c, s, &g);
@@ -1213,42 +1213,42 @@ static int cache_take(struct tw_cache *c, const void *key, size_t klen,
     return err;
 }
 
-int tw_cache_take_ttl(struct tw_cache *c, const void *key, size_t klen,
+int tw_cache_take_ttl(struct tw_cache *c, const void *key, size_t key_len,
                       tw_cache_loader_fn *loader, void *loader_ctx, void **value, int64_t ttl_ms)
 {
-    int rc = cache_check_key(c, &key, klen);
+    int rc = cache_check_key(c, &key, key_len);
     if (rc)
         return rc;
     if (c->copy_values || !value)
         return TW_EINVAL;
     struct cache_out out = {value, NULL, 0, NULL};
-    return cache_take(c, key, klen, loader, loader_ctx, &out, ttl_ms);
+    return cache_take(c, key, key_len, loader, loader_ctx, &out, ttl_ms);
 }
 
-int tw_cache_take(struct tw_cache *c, const void *key, size_t klen, tw_cache_loader_fn *loader,
+int tw_cache_take(struct tw_cache *c, const void *key, size_t key_len, tw_cache_loader_fn *loader,
                   void *loader_ctx, void **value)
 {
-    return tw_cache_take_ttl(c, key, klen, loader, loader_ctx, value, c ? c->default_ttl_ms : 0);
+    return tw_cache_take_ttl(c, key, key_len, loader, loader_ctx, value, c ? c->default_ttl_ms : 0);
 }
 
-int tw_cache_take_copy_ttl(struct tw_cache *c, const void *key, size_t klen,
+int tw_cache_take_copy_ttl(struct tw_cache *c, const void *key, size_t key_len,
                            tw_cache_loader_fn *loader, void *loader_ctx, void *buf, size_t cap,
                            size_t *vlen, int64_t ttl_ms)
 {
-    int rc = cache_check_key(c, &key, klen);
+    int rc = cache_check_key(c, &key, key_len);
     if (rc)
         return rc;
     if (!c->copy_values || !vlen || (!buf && cap))
         return TW_EINVAL;
     struct cache_out out = {NULL, buf, cap, vlen};
-    return cache_take(c, key, klen, loader, loader_ctx, &out, ttl_ms);
+    return cache_take(c, key, key_len, loader, loader_ctx, &out, ttl_ms);
 }
 
-int tw_cache_take_copy(struct tw_cache *c, const void *key, size_t klen,
+int tw_cache_take_copy(struct tw_cache *c, const void *key, size_t key_len,
                        tw_cache_loader_fn *loader, void *loader_ctx, void *buf, size_t cap,
                        size_t *vlen)
 {
-    return tw_cache_take_copy_ttl(c, key, klen, loader, loader_ctx, buf, cap, vlen,
+    return tw_cache_take_copy_ttl(c, key, key_len, loader, loader_ctx, buf, cap, vlen,
                                   c ? c->default_ttl_ms : 0);
 }
 
@@ -1416,7 +1416,7 @@ uint64_t tw_cache_now(const struct tw_cache *c)
 
 /* ---- stats ------------------------------------------------------------- */
 
-int tw_cache_stats(struct tw_cache *c, struct tw_cache_stats *out)
+int tw_cache_stats(const struct tw_cache *c, struct tw_cache_stats *out)
 {
     if (!c || !out)
         return TW_EINVAL;
@@ -1648,10 +1648,10 @@ fail_cache:
     return rc;
 }
 
-void tw_cache_free(struct tw_cache *c)
+int tw_cache_free(struct tw_cache *c)
 {
     if (!c)
-        return;
+        return 0;
     if (c->member)
         tw_clock_leave(c->clock, c->member);
     if (c->own_clock)
@@ -1663,4 +1663,5 @@ void tw_cache_free(struct tw_cache *c)
     tw_mem_free_(&alloc, c->stripes_block, c->stripes_bytes);
     tw_mem_free_(&alloc, c->name, c->name_bytes);
     tw_mem_free_(&alloc, c, sizeof *c);
+    return 0;
 }

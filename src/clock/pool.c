@@ -109,7 +109,7 @@ fail_threads:
 int tw_pool_free(struct tw_pool *p)
 {
     if (!p)
-        return TW_EINVAL;
+        return 0;
     if (tw_pool_is_self_(p))
         return TW_EBUSY;
     pthread_mutex_lock(&p->mu);

@@ -1967,7 +1967,7 @@ static int rr_load_scripts(struct tw_redis *r)
     return 0;
 }
 
-int tw_redis_new(const struct tw_redis_config *cfg, struct tw_redis **out)
+int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
 {
     if (out)
         *out = NULL;
@@ -2517,18 +2517,20 @@ int tw_redis_stop(struct tw_redis *r)
     return 0;
 }
 
-void tw_redis_free(struct tw_redis *r)
+int tw_redis_free(struct tw_redis *r)
 {
     if (!r)
-        return;
+        return 0;
     (void)tw_redis_stop(r);
     rr_free_all(r);
+    return 0;
 }
 
-int tw_redis_stats(struct tw_redis *r, struct tw_redis_stats *out)
+int tw_redis_stats(const struct tw_redis *cr, struct tw_redis_stats *out)
 {
-    if (!r || !out)
+    if (!cr || !out)
         return TW_EINVAL;
+    struct tw_redis *r = (struct tw_redis *)cr; /* locks its mutexes; changes no state */
     memset(out, 0, sizeof *out);
     out->leased = r->local ? tw_rr_local_held(r->local) : 0;
     out->delivered = atomic_load(&r->delivered);

@@ -838,10 +838,12 @@ int tw_tasks_new(struct tw_tasks **out, const struct tw_tasks_config *cfg)
     return 0;
 }
 
-void tw_tasks_free(struct tw_tasks *t)
+int tw_tasks_free(struct tw_tasks *t)
 {
     if (!t)
-        return;
+        return 0;
+    if (t->depth) /* inside execute or drain's fn: the caller still uses t */
+        return TW_EBUSY;
     for (uint32_t pos = 0; pos < t->cap; pos++) {
         uint32_t s = t->slots[pos];
         if (s > SLOT_TOMB)
@@ -852,6 +854,7 @@ void tw_tasks_free(struct tw_tasks *t)
     mem(t, t->chunks, t->chunks_cap * sizeof *t->chunks, 0);
     big(t, t->slots, (size_t)t->cap * sizeof *t->slots, 0);
     tw_mem_free_(&t->alloc, t, sizeof *t);
+    return 0;
 }
 
 /* ---- operations --------------------------------------------------------------- */
@@ -1086,10 +1089,10 @@ static inline int do_get(const struct tw_tasks *t, const struct keyref *k, void 
     return 0;
 }
 
-int tw_tasks_set(struct tw_tasks *t, const void *key, size_t len, void *value, int64_t delay)
+int tw_tasks_set(struct tw_tasks *t, const void *key, size_t key_len, void *value, int64_t delay)
 {
     struct keyref k;
-    int rc = bytes_key(t, key, len, &k);
+    int rc = bytes_key(t, key, key_len, &k);
     return rc ? rc : do_set(t, &k, value, delay);
 }
 
@@ -1100,10 +1103,10 @@ int tw_tasks_set_int(struct tw_tasks *t, uint64_t key, void *value, int64_t dela
     return rc ? rc : do_set(t, &k, value, delay);
 }
 
-int tw_tasks_move(struct tw_tasks *t, const void *key, size_t len, int64_t delay)
+int tw_tasks_move(struct tw_tasks *t, const void *key, size_t key_len, int64_t delay)
 {
     struct keyref k;
-    int rc = bytes_key(t, key, len, &k);
+    int rc = bytes_key(t, key, key_len, &k);
     return rc ? rc : do_move(t, &k, delay);
 }
 
@@ -1114,11 +1117,11 @@ int tw_tasks_move_int(struct tw_tasks *t, uint64_t key, int64_t delay)
     return rc ? rc : do_move(t, &k, delay);
 }
 
-int tw_tasks_set_slack(struct tw_tasks *t, const void *key, size_t len, void *value,
+int tw_tasks_set_slack(struct tw_tasks *t, const void *key, size_t key_len, void *value,
                        int64_t delay, uint64_t slack)
 {
     struct keyref k;
-    int rc = bytes_key(t, key, len, &k);
+    int rc = bytes_key(t, key, key_len, &k);
     if (rc)
         return rc;
     call_slack_begin(t, slack);
@@ -1136,11 +1139,11 @@ int tw_tasks_set_slack_int(struct tw_tasks *t, uint64_t key, void *value, int64_
     return call_slack_end(t, do_set(t, &k, value, delay));
 }
 
-int tw_tasks_move_slack(struct tw_tasks *t, const void *key, size_t len, int64_t delay,
+int tw_tasks_move_slack(struct tw_tasks *t, const void *key, size_t key_len, int64_t delay,
                         uint64_t slack)
 {
     struct keyref k;
-    int rc = bytes_key(t, key, len, &k);
+    int rc = bytes_key(t, key, key_len, &k);
     if (rc)
         return rc;
     call_slack_begin(t, slack);
@@ -1157,10 +1160,10 @@ int tw_tasks_move_slack_int(struct tw_tasks *t, uint64_t key, int64_t delay, uin
     return call_slack_end(t, do_move(t, &k, delay));
 }
 
-int tw_tasks_remove(struct tw_tasks *t, const void *key, size_t len, void **value)
+int tw_tasks_remove(struct tw_tasks *t, const void *key, size_t key_len, void **value)
 {
     struct keyref k;
-    int rc = bytes_key(t, key, len, &k);
+    int rc = bytes_key(t, key, key_len, &k);
     return rc ? rc : do_remove(t, &k, value);
 }
 
@@ -1171,11 +1174,11 @@ int tw_tasks_remove_int(struct tw_tasks *t, uint64_t key, void **value)
     return rc ? rc : do_remove(t, &k, value);
 }
 
-int tw_tasks_get(const struct tw_tasks *t, const void *key, size_t len, void **value,
+int tw_tasks_get(const struct tw_tasks *t, const void *key, size_t key_len, void **value,
                  uint64_t *deadline)
 {
     struct keyref k;
-    int rc = bytes_key(t, key, len, &k);
+    int rc = bytes_key(t, key, key_len, &k);
     return rc ? rc : do_get(t, &k, value, deadline);
 }
 
@@ -1334,8 +1337,8 @@ run_batch(struct tw_tasks *t, struct tw_tasks_item *items, size_t n, enum batch_
             int rc = bad[j % B_RING];
             if (!rc) {
                 switch (op) {
-                case B_SET: rc = do_set(t, k, it->value, it->delay); break;
-                case B_MOVE: rc = do_move(t, k, it->delay); break;
+                case B_SET: rc = do_set(t, k, it->value, it->delay_ticks); break;
+                case B_MOVE: rc = do_move(t, k, it->delay_ticks); break;
                 case B_REMOVE: rc = do_remove(t, k, &it->value); break;
                 default: rc = do_get(t, k, &it->value, &it->deadline); break;
                 }
@@ -1483,13 +1486,11 @@ uint64_t tw_tasks_next_expiry(const struct tw_tasks *t)
     return t ? tw_wheel_next_expiry(&t->wheel) : TW_NEVER;
 }
 
-void tw_tasks_stats(const struct tw_tasks *t, struct tw_tasks_stats *s)
+int tw_tasks_stats(const struct tw_tasks *t, struct tw_tasks_stats *s)
 {
-    if (!s)
-        return;
+    if (!t || !s)
+        return TW_EINVAL;
     memset(s, 0, sizeof *s);
-    if (!t)
-        return;
     s->pending = t->live;
     s->index_slots = t->cap;
     s->index_tombs = t->tombs;
@@ -1504,4 +1505,5 @@ void tw_tasks_stats(const struct tw_tasks *t, struct tw_tasks_stats *s)
         if (dist > s->max_probe)
             s->max_probe = dist;
     }
+    return 0;
 }
