@@ -41,6 +41,7 @@ fail() {
 start_server() {
     local out=$1
     shift
+    : >"$out" # emptied before the job starts: never read a previous server's port
     if [ -n "$nofile" ]; then
         # Soft and hard: the server raises its soft limit to the hard one.
         (ulimit -n "$nofile" && exec "$SRV" --port 0 --stats 0 "$@") >"$out" 2>&1 &

@@ -59,6 +59,10 @@ expect 2 "twheel-load without --port" "$LOAD" --conns 5
 
 # start_server ARGS...: in the background; sets server_pid and port.
 start_server() {
+    # Emptied here, not by the background job's redirection: on a busy
+    # machine the loop below could otherwise read the previous server's port
+    # before the new job truncates the file.
+    : >"$TMP/server.out"
     "$SRV" --port 0 --stats 0 "$@" >"$TMP/server.out" 2>&1 &
     server_pid=$!
     port=""
