@@ -283,8 +283,6 @@
 
 #include "redis/internal.h"
 
-#define RR_QUEUE_MAX 64      /* queue name bytes */
-#define RR_KEYBUF 96         /* "{queue:p}:lease" fits */
 #define RR_BATCH 256         /* tasks per claim call */
 #define RR_PACED_BATCH 64    /* tasks per claim call of a paced refill (rr_pace) */
 #define RR_BATCH_BYTES (4u << 20)
@@ -292,106 +290,12 @@
 #define RR_READY_PER_THREAD (4 * TW_RR_RUN_BATCH) /* due tasks waiting per executor, at most */
 #define RR_CAPPED_RETRY_NS 5000000u /* a worker at its fill claims again this soon */
 #define RR_OFF_EPOCH_NS 5000000000ull /* clock offset samples are kept 5-10 s */
-#define RR_RETRY_MS 100      /* a start that failed for I/O is retried this much later */
-#define RR_CLAIM_RETRY_MS (RR_RETRY_MS / 5) /* a claim round gives up on a master away */
-#define RR_HIST 512
+#define RR_CLAIM_RETRY_MS (TW_RR_RETRY_MS / 5) /* a claim round gives up on a master away */
 #define RR_ACK_DELAY_MS 100  /* an acknowledgement waits this long for a START to ride on */
 #define RR_ACK_FOLD 32       /* most acknowledgements folded into one START call */
 #define RR_ACK_PENDING_MAX 4096 /* more waiting: the acknowledger sends them at once */
 
-/* Claimed items not yet handed to the local window (claim thread only). */
-struct rr_batch {
-    struct tw_rr_item **v;
-    size_t n, cap;
-};
-
 static const char *const rr_suffix[6] = {":d", ":lease", ":task", ":seq", ":hold", ":ch"};
-
-struct tw_redis {
-    /* configuration (copied) */
-    struct tw_redis_config cfg;
-    char **servers;
-    char queue[RR_QUEUE_MAX + 1];
-    char sha[TW_RR_NSCRIPTS][41];
-    const char *shas[TW_RR_NSCRIPTS];
-    int *slots;                     /* slot of each partition */
-    /* Per partition, the best lower bound of (server clock - local monotonic
-     * clock) in us seen in this epoch and the previous one (INT64_MIN: none). */
-    _Atomic int_fast64_t *off_cur, *off_prev;
-
-    /* client API: one router under api_mu */
-    pthread_mutex_t api_mu;
-    struct tw_rr_router api;
-    atomic_bool closed;             /* stop has begun: calls give TW_ECLOSED */
-
-    /* worker */
-    bool worker;
-    bool multi;                     /* standalone server: one START call takes any partitions */
-    pthread_mutex_t mu;             /* guards flags, nflagged, stop_claim, orphans */
-    pthread_cond_t cv;              /* wakes the claim thread */
-    pthread_cond_t sub_cv;          /* new waits here for the first subscription */
-    bool subscribed;                /* the subscriber has subscribed once */
-    unsigned char *flags;           /* partitions to claim now */
-    size_t nflagged;
-    bool stop_claim;
-    uint32_t claim_start;           /* claim thread only: first partition of a round */
-    struct rr_batch carry;          /* claim thread only: claimed, waiting for the frontier */
-    uint32_t *carry_n;              /* claim thread only: carry items per partition */
-    uint32_t paced_calls;           /* claim thread only: calls of the last paced round */
-    unsigned char *unknown;         /* claim thread only: partitions not claimed since the
-                                       claim connection was re-established (rr_reconnected) */
-    uint32_t nunknown;
-    uint64_t rc_seen;               /* claim thread only: claim_rt.reconnects seen */
-    uint64_t *last_full;            /* claim thread only: due ms of the last task of the
-                                       partition's last claim if it was a full batch
-                                       (more due work may wait there), else UINT64_MAX */
-    struct tw_rr_item *orphans;     /* items an executor could not put back (stopping) */
-    atomic_bool stop_sub;
-    struct tw_rr_router claim_rt;
-    struct tw_rr_router sub_rt;     /* only its node list is used */
-    struct tw_rr_router *exec_rt;   /* one per executor thread */
-    struct rr_exec *exec;           /* one per executor thread: its batch state */
-    /* delayed acknowledgements (rr_ack_push): per partition, a list of done
-     * items, oldest first, under ack_mu; the acknowledger thread sends what
-     * no START took within ack_delay_ns */
-    pthread_mutex_t ack_mu;
-    pthread_cond_t ack_cv;
-    struct tw_rr_item **ack_head, **ack_tail;
-    size_t ack_n;
-    bool ack_stop;
-    uint64_t ack_delay_ns;
-    struct tw_rr_router ack_rt;
-    struct rr_exec *ack_exec_p;     /* the acknowledger's batch state */
-    pthread_t ack_thread;
-    bool ack_started;
-    struct tw_rr_local *local;
-    pthread_t claim_thread, sub_thread;
-    bool claim_started, sub_started;
-    bool stopped;                   /* stop has finished */
-    pthread_mutex_t stop_mu;        /* serialises stop */
-
-    /* figures */
-    atomic_uint_fast64_t exec_ns;   /* running mean of one execute call's time */
-    atomic_uint_fast64_t delivered, redelivered, failed, stale_acks, claims, refills,
-        notifications, recovered, lost_leases, sub_reconnects, worker_reconnects;
-    pthread_mutex_t hist_mu;
-    uint64_t hist[RR_HIST];
-    uint64_t hist_n, late_max_us;
-#ifdef TW_RR_TRACE
-    struct rr_trace *trace; /* under hist_mu */
-    size_t ntrace, trace_cap;
-#endif
-};
-
-#ifdef TW_RR_TRACE
-/* Stage figures of each start (a debug build with -DTW_RR_TRACE only): the
- * worker writes them at stop to $TW_RR_TRACE_FILE.<pid>, one line a task. */
-struct rr_trace {
-    uint64_t due_ms, due_local_ns, fired_ns, take_ns, sent_ns, reply_ns, srv_us, exec_ns;
-    int64_t off_us;
-    uint32_t batch, thread;
-};
-#endif
 
 /* ---- small helpers ---------------------------------------------------------- */
 
@@ -413,11 +317,11 @@ static uint32_t rr_part_of(const struct tw_redis *r, const void *key, size_t len
 }
 
 /* The five keys and the channel of partition p, into buf. */
-static void rr_keys(const struct tw_redis *r, uint32_t p, char buf[6][RR_KEYBUF],
+static void rr_keys(const struct tw_redis *r, uint32_t p, char buf[6][TW_RR_KEYBUF],
                     const char **argv, size_t *lens)
 {
     for (int i = 0; i < 6; i++) {
-        int n = snprintf(buf[i], RR_KEYBUF, "{%s:%u}%s", r->queue, (unsigned)p, rr_suffix[i]);
+        int n = snprintf(buf[i], TW_RR_KEYBUF, "{%s:%u}%s", r->queue, (unsigned)p, rr_suffix[i]);
         argv[i] = buf[i];
         lens[i] = (size_t)n;
     }
@@ -456,7 +360,7 @@ static uint64_t rr_pct(const struct tw_redis *r, double q)
     uint64_t want = (uint64_t)((double)r->hist_n * q + 0.999999), seen = 0;
     if (want == 0)
         want = 1;
-    for (unsigned b = 0; b < RR_HIST; b++) {
+    for (unsigned b = 0; b < TW_RR_HIST; b++) {
         seen += r->hist[b];
         if (seen >= want) {
             uint64_t v = rr_bucket_value(b);
@@ -521,7 +425,7 @@ static int rr_check_config(const struct tw_redis_config *c)
     if (!c->servers || c->nservers == 0 || c->nservers > 1024 || !c->queue)
         return TW_EINVAL;
     size_t ql = strlen(c->queue);
-    if (ql == 0 || ql > RR_QUEUE_MAX || strpbrk(c->queue, "{}"))
+    if (ql == 0 || ql > TW_RR_QUEUE_MAX || strpbrk(c->queue, "{}"))
         return TW_EINVAL;
     for (size_t i = 0; i < c->nservers; i++) {
         char host[256];
@@ -577,44 +481,10 @@ static void rr_requeue(struct tw_redis *r, struct tw_rr_item *it, uint64_t wait_
  * partitions' keys there); in a Redis Cluster each group is its own call
  * (one slot's declared keys), the calls pipelined: one round trip either
  * way. */
-#define RR_GROUPS_MAX 48 /* partition groups in one round */
-#define RR_ACK_MAX 64    /* acknowledgements in one round */
 #define RR_CALL_ARGV 128 /* arguments of one call, "EVALSHA sha n" included */
 _Static_assert(RR_CALL_ARGV <= TW_RR_ARGV_MAX, "a START call must fit the router's argument limit");
 _Static_assert(3 + 2 + 2 + 4 + 3 * TW_RR_RUN_BATCH <= RR_CALL_ARGV,
                "a group of a whole run's starts must fit one call");
-
-struct rr_grp {
-    uint32_t part;
-    size_t s0, ns; /* its starts: order[s0 .. s0 + ns) */
-    size_t a0, na; /* its acknowledgements: ack[a0 .. a0 + na) */
-};
-
-struct rr_exec {
-    struct tw_redis *r;
-    bool starting;                    /* v holds items to start (else: to acknowledge) */
-    struct tw_rr_item **v;
-    size_t n;
-    size_t ngroups, ncalls;
-    struct rr_grp g[RR_GROUPS_MAX];
-    size_t call[RR_GROUPS_MAX + 1];   /* first group of each call */
-    size_t order[TW_RR_RUN_BATCH];    /* indexes into v, grouped by partition */
-    long long st[TW_RR_RUN_BATCH];    /* 1/0/-1, -2 no answer */
-    long long arg[TW_RR_RUN_BATCH];   /* attempt, or us until due */
-    uint64_t now[TW_RR_RUN_BATCH];    /* the server's clock, us */
-    uint64_t sent_ns, reply_ns[TW_RR_RUN_BATCH]; /* local clock when the reply was read */
-    struct tw_rr_item *ack[RR_ACK_MAX]; /* grouped by partition */
-    size_t nack;
-    signed char ack_st[RR_ACK_MAX];   /* 1 deleted, 0 stale, -2 no answer */
-    bool cluster;                     /* one call per group, its keys declared */
-    char kb[RR_GROUPS_MAX][2][RR_KEYBUF];
-    size_t kl[RR_GROUPS_MAX][2];
-    char cnt[RR_GROUPS_MAX][2][12];
-    char tok[TW_RR_RUN_BATCH][24];
-    char att[TW_RR_RUN_BATCH][24];    /* the attempt a start records */
-    char atok[RR_ACK_MAX][24];
-    char lease[16], ahead[24];
-};
 
 /* ---- delayed acknowledgements ------------------------------------------------
  * ACKs ride on STARTs. An executor does not acknowledge a finished task at
@@ -667,20 +537,20 @@ static size_t rr_ack_take(struct tw_redis *r, uint32_t p, struct tw_rr_item **ou
 }
 
 /* The group of partition p (a new one when absent), or -1 when full. */
-static long rr_exec_find(struct rr_exec *e, uint32_t p)
+static long rr_exec_find(struct tw_rr_exec *e, uint32_t p)
 {
     for (size_t g = 0; g < e->ngroups; g++)
         if (e->g[g].part == p)
             return (long)g;
-    if (e->ngroups == RR_GROUPS_MAX)
+    if (e->ngroups == TW_RR_GROUPS_MAX)
         return -1;
-    e->g[e->ngroups] = (struct rr_grp){p, 0, 0, 0, 0};
+    e->g[e->ngroups] = (struct tw_rr_grp){p, 0, 0, 0, 0};
     return (long)e->ngroups++;
 }
 
 /* Arguments of a call of group g alone, "EVALSHA sha n" and the declared keys
  * included: a start is key, token and attempt, an acknowledgement key and token. */
-static size_t rr_grp_argc(const struct rr_grp *g)
+static size_t rr_grp_argc(const struct tw_rr_grp *g)
 {
     return 3 + 2 + 2 + 4 + 3 * g->ns + 2 * g->na;
 }
@@ -691,11 +561,11 @@ static size_t rr_grp_argc(const struct rr_grp *g)
  * cluster; each group small enough for a call of its own), then cut the
  * groups into calls of at most RR_CALL_ARGV arguments (standalone), or one
  * call per group (cluster). */
-static void rr_exec_group(struct rr_exec *e, bool cluster)
+static void rr_exec_group(struct tw_rr_exec *e, bool cluster)
 {
     struct tw_redis *r = e->r;
-    struct tw_rr_item *acks[RR_ACK_MAX];
-    size_t ag[RR_ACK_MAX], na = 0;
+    struct tw_rr_item *acks[TW_RR_ACK_MAX];
+    size_t ag[TW_RR_ACK_MAX], na = 0;
     size_t gi[TW_RR_RUN_BATCH];
     e->ngroups = 0;
     for (size_t i = 0; i < e->n; i++) {
@@ -712,7 +582,7 @@ static void rr_exec_group(struct rr_exec *e, bool cluster)
     if (e->starting) {
         pthread_mutex_lock(&r->ack_mu);
         if (r->multi) {
-            while (na < RR_ACK_MAX && r->ack_head[0]) {
+            while (na < TW_RR_ACK_MAX && r->ack_head[0]) {
                 long g = rr_exec_find(e, r->ack_head[0]->part);
                 if (g < 0 || rr_grp_argc(&e->g[g]) + 2 > RR_CALL_ARGV)
                     break;
@@ -724,7 +594,7 @@ static void rr_exec_group(struct rr_exec *e, bool cluster)
             size_t ng = e->ngroups;
             for (size_t g = 0; g < ng; g++) {
                 uint32_t p = e->g[g].part;
-                while (na < RR_ACK_MAX && r->ack_head[p] && e->g[g].na < RR_ACK_FOLD &&
+                while (na < TW_RR_ACK_MAX && r->ack_head[p] && e->g[g].na < RR_ACK_FOLD &&
                        rr_grp_argc(&e->g[g]) + 2 <= RR_CALL_ARGV) {
                     ag[na] = g;
                     e->g[g].na++;
@@ -773,13 +643,13 @@ static void rr_exec_group(struct rr_exec *e, bool cluster)
  * lease, ahead and each group's key names and lists. */
 static int rr_exec_build(void *ctx, size_t c, int *slot, const char **av, size_t *al, int *nargs)
 {
-    struct rr_exec *e = ctx;
+    struct tw_rr_exec *e = ctx;
     struct tw_redis *r = e->r;
     size_t g0 = e->call[c], g1 = e->call[c + 1];
     *slot = r->slots[e->g[g0].part];
     for (size_t g = g0; g < g1; g++)
         for (int j = 0; j < 2; j++) /* lease, task */
-            e->kl[g][j] = (size_t)snprintf(e->kb[g][j], RR_KEYBUF, "{%s:%u}%s", r->queue,
+            e->kl[g][j] = (size_t)snprintf(e->kb[g][j], TW_RR_KEYBUF, "{%s:%u}%s", r->queue,
                                            (unsigned)e->g[g].part, rr_suffix[1 + j]);
     size_t nk = 0;
     if (e->cluster) {
@@ -798,7 +668,7 @@ static int rr_exec_build(void *ctx, size_t c, int *slot, const char **av, size_t
                              (unsigned long long)r->cfg.start_ahead_ms * 1000u);
     a[na++] = e->ahead;
     for (size_t g = g0; g < g1; g++) {
-        const struct rr_grp *G = &e->g[g];
+        const struct tw_rr_grp *G = &e->g[g];
         for (int j = 0; j < 2; j++) {
             a[na] = e->kb[g][j];
             l[na++] = e->kl[g][j];
@@ -833,7 +703,7 @@ static int rr_exec_build(void *ctx, size_t c, int *slot, const char **av, size_t
 
 static int rr_exec_check(void *ctx, size_t c, const redisReply *x)
 {
-    struct rr_exec *e = ctx;
+    struct tw_rr_exec *e = ctx;
     uint64_t t_reply = tw_rr_mono_ns();
     size_t g0 = e->call[c], g1 = e->call[c + 1], want = 1;
     for (size_t g = g0; g < g1; g++)
@@ -846,7 +716,7 @@ static int rr_exec_check(void *ctx, size_t c, const redisReply *x)
     uint64_t now = (uint64_t)x->element[0]->integer;
     size_t o = 1;
     for (size_t g = g0; g < g1; g++) {
-        const struct rr_grp *G = &e->g[g];
+        const struct tw_rr_grp *G = &e->g[g];
         rr_clock_sample(e->r, G->part, now, t_reply);
         for (size_t j = G->a0; j < G->a0 + G->na; j++)
             e->ack_st[j] = x->element[o++]->integer == 1 ? 1 : 0;
@@ -871,7 +741,7 @@ static void rr_ack_count(struct tw_redis *r, long long st)
 }
 
 /* One round trip: the calls of the round (e->v, e->n, e->starting set). */
-static void rr_exec_eval(struct rr_exec *e, struct tw_rr_router *rt)
+static void rr_exec_eval(struct tw_rr_exec *e, struct tw_rr_router *rt)
 {
     e->sent_ns = tw_rr_mono_ns();
     e->cluster = rt->cluster;
@@ -886,7 +756,7 @@ static void rr_exec_eval(struct rr_exec *e, struct tw_rr_router *rt)
 
 /* The round's acknowledgements, answered: counted and freed; unanswered:
  * back to the pending list (requeue) or dropped (their leases run out). */
-static void rr_exec_acks_done(struct rr_exec *e, bool requeue)
+static void rr_exec_acks_done(struct tw_rr_exec *e, bool requeue)
 {
     for (size_t j = 0; j < e->nack; j++) {
         if (e->ack_st[j] == -2 && requeue) { /* no answer: the acknowledger tries again */
@@ -922,14 +792,14 @@ static void rr_trace_note(struct tw_redis *r, const struct tw_rr_item *it, uint6
     pthread_mutex_lock(&r->hist_mu);
     if (r->ntrace == r->trace_cap) {
         size_t cap = r->trace_cap ? 2 * r->trace_cap : 4096;
-        struct rr_trace *t = realloc(r->trace, cap * sizeof *t);
+        struct tw_rr_trace *t = realloc(r->trace, cap * sizeof *t);
         if (t) {
             r->trace = t;
             r->trace_cap = cap;
         }
     }
     if (r->ntrace < r->trace_cap)
-        r->trace[r->ntrace++] = (struct rr_trace){it->due_ms, it->due_local_ns, it->fired_ns,
+        r->trace[r->ntrace++] = (struct tw_rr_trace){it->due_ms, it->due_local_ns, it->fired_ns,
                                                   take_ns, sent_ns, reply_ns, srv_us,
                                                   exec_ns, a > b ? a : b, batch, thread};
     pthread_mutex_unlock(&r->hist_mu);
@@ -943,7 +813,7 @@ static void rr_trace_dump(struct tw_redis *r)
     FILE *f = fopen(path, "w");
     if (f) {
         for (size_t i = 0; i < r->ntrace; i++) {
-            const struct rr_trace *t = &r->trace[i];
+            const struct tw_rr_trace *t = &r->trace[i];
             fprintf(f, "%llu %llu %llu %llu %llu %llu %llu %lld %u %u %llu\n",
                     (unsigned long long)t->due_ms, (unsigned long long)t->due_local_ns,
                     (unsigned long long)t->fired_ns, (unsigned long long)t->take_ns,
@@ -999,7 +869,7 @@ static void rr_exec_one(void *ctx, struct tw_rr_item *it, unsigned thread)
         return;
     }
     atomic_fetch_add(&r->failed, 1);
-    char kb[6][RR_KEYBUF], tok[24], base[16], max[16];
+    char kb[6][TW_RR_KEYBUF], tok[24], base[16], max[16];
     const char *av[10];
     size_t al[10];
     rr_keys(r, it->part, kb, av, al);
@@ -1042,7 +912,7 @@ static void rr_exec_one(void *ctx, struct tw_rr_item *it, unsigned thread)
  * would wait for them. So no executor waits with started tasks of its own
  * (with threads = 1 it goes back to its armed queue at once, local.c), and
  * stop is never held by a retry.
- * A round with no answer at all is retried here every RR_RETRY_MS, the
+ * A round with no answer at all is retried here every TW_RR_RETRY_MS, the
  * batch kept, when Redis looks wholly away: a standalone server, or a
  * cluster none of whose connections is left (a failed one is closed).
  * Putting its items back behind the ones that come due meanwhile would
@@ -1068,18 +938,18 @@ static void rr_exec_one(void *ctx, struct tw_rr_item *it, unsigned thread)
  * command_timeout_ms on each read, its answered calls included; not done:
  * it needs replies read as they come (poll) and a reply wait well under
  * command_timeout_ms for START rounds. */
-#define RR_START_RETRY_MS (RR_RETRY_MS / 20)
+#define RR_START_RETRY_MS (TW_RR_RETRY_MS / 20)
 
 /* How long an unanswered item waits before a later round tries it again:
- * RR_RETRY_MS, or until its node may be tried again if this executor's
+ * TW_RR_RETRY_MS, or until its node may be tried again if this executor's
  * router backs off from it (up to 1 s for a node refusing connections: a
  * round sent before would fail on it at once again). Held tasks of a master
- * that is down then cost a round each per backoff, not per RR_RETRY_MS:
+ * that is down then cost a round each per backoff, not per TW_RR_RETRY_MS:
  * each such round spends RR_START_RETRY_MS of an executor. */
 static uint64_t rr_retry_ns(const struct tw_redis *r, const struct tw_rr_router *rt,
                             const struct tw_rr_item *it)
 {
-    uint64_t w = (uint64_t)RR_RETRY_MS * 1000000u;
+    uint64_t w = (uint64_t)TW_RR_RETRY_MS * 1000000u;
     int nd = tw_rr_node_of(rt, r->slots[it->part]);
     if (nd >= 0 && (size_t)nd < rt->nnodes && !rt->nodes[nd].c) {
         uint64_t now = tw_rr_mono_ns(), at = rt->nodes[nd].next_try_ns;
@@ -1093,7 +963,7 @@ static void rr_run(void *ctx, struct tw_rr_item **v, size_t n, unsigned thread)
 {
     struct tw_redis *r = ctx;
     struct tw_rr_router *rt = &r->exec_rt[thread];
-    struct rr_exec *e = &r->exec[thread];
+    struct tw_rr_exec *e = &r->exec[thread];
     uint64_t at[TW_RR_RUN_BATCH];
     size_t run[TW_RR_RUN_BATCH], nrun = 0;
     e->r = r;
@@ -1114,7 +984,7 @@ static void rr_run(void *ctx, struct tw_rr_item **v, size_t n, unsigned thread)
         if (!none || (rt->cluster && tw_rr_any_connected(rt)) || atomic_load(&r->closed) ||
             tw_rr_mono_ns() - t0 >= give_up)
             break;
-        tw_rr_sleep_ms(RR_RETRY_MS); /* Redis away: the same batch again */
+        tw_rr_sleep_ms(TW_RR_RETRY_MS); /* Redis away: the same batch again */
         rr_exec_eval(e, rt);
         rr_exec_acks_done(e, true);
     }
@@ -1176,7 +1046,7 @@ static void rr_run(void *ctx, struct tw_rr_item **v, size_t n, unsigned thread)
 static void *rr_ack_main(void *arg)
 {
     struct tw_redis *r = arg;
-    struct rr_exec *e = r->ack_exec_p;
+    struct tw_rr_exec *e = r->ack_exec_p;
     struct tw_rr_item *v[TW_RR_RUN_BATCH];
     uint32_t P = r->multi ? 1 : r->cfg.partitions, from = 0;
     pthread_mutex_lock(&r->ack_mu);
@@ -1246,7 +1116,6 @@ static void *rr_ack_main(void *arg)
 
 /* ---- the worker: claiming ----------------------------------------------------- */
 
-
 static int rr_item_cmp(const void *a, const void *b)
 {
     const struct tw_rr_item *x = *(struct tw_rr_item *const *)a, *y = *(struct tw_rr_item *const *)b;
@@ -1257,9 +1126,9 @@ static int rr_item_cmp(const void *a, const void *b)
 
 /* One claim call on partition p; appends the items to b. Returns the number
  * claimed (>= 0) or an error. */
-static int rr_claim_part(struct tw_redis *r, uint32_t p, unsigned batch, struct rr_batch *b)
+static int rr_claim_part(struct tw_redis *r, uint32_t p, unsigned batch, struct tw_rr_batch *b)
 {
-    char kb[6][RR_KEYBUF], win[16], n[16], lease[16], bytes[16];
+    char kb[6][TW_RR_KEYBUF], win[16], n[16], lease[16], bytes[16];
     const char *av[10];
     size_t al[10];
     rr_keys(r, p, kb, av, al);
@@ -1282,7 +1151,7 @@ static int rr_claim_part(struct tw_redis *r, uint32_t p, unsigned batch, struct 
         uint64_t t_done = tw_rr_mono_ns();
         pthread_mutex_lock(&r->hist_mu);
         if (r->ntrace < r->trace_cap)
-            r->trace[r->ntrace++] = (struct rr_trace){0, 0, 0, 0, t_sent, t_done,
+            r->trace[r->ntrace++] = (struct tw_rr_trace){0, 0, 0, 0, t_sent, t_done,
                                                       x->type == REDIS_REPLY_ARRAY && x->elements
                                                           ? (uint64_t)x->element[0]->integer
                                                           : 0,
@@ -1352,16 +1221,15 @@ static int rr_claim_part(struct tw_redis *r, uint32_t p, unsigned batch, struct 
  * comes after its whole script and its payloads (up to ~4 MB), so the
  * claim's sample is loose; the held tasks' local due times are only as good
  * as the offset known when they are claimed. */
-#define RR_SAMPLE_NODES 64
 static void rr_clock_round(struct tw_redis *r, const unsigned char *want, unsigned char *bad)
 {
-    uint64_t srv[RR_SAMPLE_NODES], loc[RR_SAMPLE_NODES];
-    unsigned char have[RR_SAMPLE_NODES] = {0};
+    uint64_t srv[TW_RR_SAMPLE_NODES], loc[TW_RR_SAMPLE_NODES];
+    unsigned char have[TW_RR_SAMPLE_NODES] = {0};
     for (uint32_t p = 0; p < r->cfg.partitions; p++) {
         if (!want[p])
             continue;
         int nd = tw_rr_node_of(&r->claim_rt, r->slots[p]);
-        if (nd < 0 || nd >= RR_SAMPLE_NODES)
+        if (nd < 0 || nd >= TW_RR_SAMPLE_NODES)
             continue;
         if (!have[nd]) {
             const char *av[1] = {"TIME"};
@@ -1453,7 +1321,7 @@ static uint64_t rr_frontier(const struct tw_redis *r)
 static bool rr_pace(struct tw_redis *r, unsigned char *want, size_t *nwanted, size_t n0,
                     uint64_t pace_until, uint64_t gap, uint64_t quarter, bool *pace)
 {
-    struct rr_batch *c = &r->carry;
+    struct tw_rr_batch *c = &r->carry;
     uint64_t now = tw_rr_mono_ns(), far = now + quarter;
     if (r->nunknown) { /* catching up after a reconnect: no pacing */
         *pace = false;
@@ -1521,7 +1389,7 @@ static bool rr_pace(struct tw_redis *r, unsigned char *want, size_t *nwanted, si
  * *capped says the round stopped there. Returns 0 or the last error. */
 static int rr_claim_round(struct tw_redis *r, unsigned char *want, bool pace, bool *capped)
 {
-    struct rr_batch *c = &r->carry;
+    struct tw_rr_batch *c = &r->carry;
     uint32_t P = r->cfg.partitions;
     int err = 0;
     bool more = true;
@@ -1549,7 +1417,7 @@ static int rr_claim_round(struct tw_redis *r, unsigned char *want, bool pace, bo
      * before it came back would have failed and dropped out of the frontier
      * while the ones after it claimed their catch-up, and the first ones'
      * earlier tasks would have come after theirs (out of due order). */
-    unsigned char bad[RR_SAMPLE_NODES + 1] = {0}; /* [RR_SAMPLE_NODES]: unknown nodes */
+    unsigned char bad[TW_RR_SAMPLE_NODES + 1] = {0}; /* [TW_RR_SAMPLE_NODES]: unknown nodes */
     /* A cluster master away must not hold up the others' claims: with
      * another connection left, the round's calls (TIME, claims) give up
      * after RR_CLAIM_RETRY_MS of redirects, reconnects and backoff, at once
@@ -1590,7 +1458,7 @@ static int rr_claim_round(struct tw_redis *r, unsigned char *want, bool pace, bo
             if (!want[p])
                 continue;
             int nd = tw_rr_node_of(&r->claim_rt, r->slots[p]);
-            size_t bi = nd < 0 || nd >= RR_SAMPLE_NODES ? RR_SAMPLE_NODES : (size_t)nd;
+            size_t bi = nd < 0 || nd >= TW_RR_SAMPLE_NODES ? TW_RR_SAMPLE_NODES : (size_t)nd;
             if (bad[bi]) {
                 want[p] = 0;
                 nwanted--;
@@ -1797,14 +1665,14 @@ static redisContext *rr_sub_connect(struct tw_redis *r, size_t node)
     uint32_t P = r->cfg.partitions;
     const char **av = malloc((P + 1) * sizeof *av);
     size_t *al = malloc((P + 1) * sizeof *al);
-    char *names = malloc((size_t)P * RR_KEYBUF);
+    char *names = malloc((size_t)P * TW_RR_KEYBUF);
     bool ok = av && al && names && redisSetTimeout(c, ct) == REDIS_OK;
     if (ok) {
         av[0] = "SUBSCRIBE";
         al[0] = 9;
         for (uint32_t p = 0; p < P; p++) {
-            char *s = names + (size_t)p * RR_KEYBUF;
-            al[p + 1] = (size_t)snprintf(s, RR_KEYBUF, "{%s:%u}:ch", r->queue, (unsigned)p);
+            char *s = names + (size_t)p * TW_RR_KEYBUF;
+            al[p + 1] = (size_t)snprintf(s, TW_RR_KEYBUF, "{%s:%u}:ch", r->queue, (unsigned)p);
             av[p + 1] = s;
         }
         ok = redisAppendCommandArgv(c, (int)P + 1, av, al) == REDIS_OK;
@@ -2028,7 +1896,7 @@ int tw_redis_new(const struct tw_redis_config *cfg, struct tw_redis **out)
             goto nomem;
     r->cfg.servers = (const char *const *)r->servers;
     for (uint32_t p = 0; p < cfg->partitions; p++) {
-        char tag[RR_KEYBUF];
+        char tag[TW_RR_KEYBUF];
         int n = snprintf(tag, sizeof tag, "{%s:%u}", r->queue, (unsigned)p);
         r->slots[p] = (int)tw_rr_key_slot(tag, (size_t)n);
     }
@@ -2146,7 +2014,7 @@ int tw_redis_set(struct tw_redis *r, const void *key, size_t key_len, const void
     if (atomic_load(&r->closed))
         return TW_ECLOSED;
     uint32_t p = rr_part_of(r, key, key_len);
-    char kb[6][RR_KEYBUF];
+    char kb[6][TW_RR_KEYBUF];
     unsigned char d[8];
     const char *av[10];
     size_t al[10];
@@ -2174,7 +2042,7 @@ int tw_redis_move(struct tw_redis *r, const void *key, size_t key_len, int64_t d
     if (atomic_load(&r->closed))
         return TW_ECLOSED;
     uint32_t p = rr_part_of(r, key, key_len);
-    char kb[6][RR_KEYBUF], d[24];
+    char kb[6][TW_RR_KEYBUF], d[24];
     const char *av[8];
     size_t al[8];
     rr_keys(r, p, kb, av, al);
@@ -2199,7 +2067,7 @@ int tw_redis_remove(struct tw_redis *r, const void *key, size_t key_len)
     if (atomic_load(&r->closed))
         return TW_ECLOSED;
     uint32_t p = rr_part_of(r, key, key_len);
-    char kb[6][RR_KEYBUF];
+    char kb[6][TW_RR_KEYBUF];
     const char *av[6];
     size_t al[6];
     rr_keys(r, p, kb, av, al);
@@ -2239,12 +2107,11 @@ struct rr_many {
     uint64_t *hash;  /* FNV-1a-64 of each item's key */
     size_t *order;   /* item indexes by partition */
     size_t *call;    /* first position in order of each call, and one past the last */
-    char kb[6][RR_KEYBUF];
+    char kb[6][TW_RR_KEYBUF];
     unsigned char d[8 * TW_RR_SET_BATCH]; /* the call's delays (rr_put_delay) */
     char nbuf[24];
     struct rr_sel *sel; /* one partition's items while they are sorted */
 };
-
 
 /* by key (hash first), then by position: a key's items are adjacent, its
  * last item last */
@@ -2415,7 +2282,7 @@ int tw_redis_set_many(struct tw_redis *r, const struct tw_redis_item *items, siz
 struct rr_rel {
     struct tw_redis *r;
     struct tw_rr_item **v;
-    char kb[6][RR_KEYBUF];
+    char kb[6][TW_RR_KEYBUF];
     char tok[24];
 };
 
@@ -2552,7 +2419,7 @@ int tw_redis_stats(struct tw_redis *r, struct tw_redis_stats *out)
     out->reconnects = r->api.reconnects + atomic_load(&r->sub_reconnects) +
                       atomic_load(&r->worker_reconnects);
     for (uint32_t p = 0; p < r->cfg.partitions && rc == 0; p++) {
-        char kb[6][RR_KEYBUF];
+        char kb[6][TW_RR_KEYBUF];
         const char *av[6];
         size_t al[6];
         rr_keys(r, p, kb, av, al);
