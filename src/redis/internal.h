@@ -4,6 +4,7 @@
  * redis.c      - the layer's design comment (schema of keys, calls and
  *                costs, threads, locks, faults), the configuration, the
  *                lifetime and the jobs not in a file of their own below.
+ * keys.c       - a key's partition, the names of a partition's keys.
  * router.c     - connections to one server or a Redis Cluster: CRC16 slots,
  *                CLUSTER SLOTS map, MOVED/ASK, reconnect with backoff, EVALSHA
  *                with EVAL fallback. One router per thread that uses it (or
@@ -332,5 +333,14 @@ struct tw_rr_trace {
     uint32_t batch, thread;
 };
 #endif
+
+/* ---- the layer's files and what each gives the others ----------------------- */
+/* keys.c: the partition of a key and the names of a partition's keys. */
+extern const char *const tw_rr_suffix[6]; /* ":d", ":lease", ":task", ":seq", ":hold", ":ch" */
+uint64_t tw_rr_hash_of(const void *key, size_t len);
+uint32_t tw_rr_part_of(const struct tw_redis *r, const void *key, size_t len);
+/* The five keys and the channel of partition p, into buf. */
+void tw_rr_keys(const struct tw_redis *r, uint32_t p, char buf[6][TW_RR_KEYBUF],
+                const char **argv, size_t *lens);
 
 #endif /* TWHEEL_REDIS_INTERNAL_H */

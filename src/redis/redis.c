@@ -295,38 +295,6 @@
 #define RR_ACK_FOLD 32       /* most acknowledgements folded into one START call */
 #define RR_ACK_PENDING_MAX 4096 /* more waiting: the acknowledger sends them at once */
 
-static const char *const rr_suffix[6] = {":d", ":lease", ":task", ":seq", ":hold", ":ch"};
-
-/* ---- small helpers ---------------------------------------------------------- */
-
-static uint64_t rr_hash_of(const void *key, size_t len)
-{
-    const unsigned char *k = key;
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < len; i++) {
-        h ^= k[i];
-        h *= 0x100000001b3ull;
-    }
-    return h;
-}
-
-static uint32_t rr_part_of(const struct tw_redis *r, const void *key, size_t len)
-{
-    uint64_t h = rr_hash_of(key, len);
-    return (uint32_t)(h % r->cfg.partitions);
-}
-
-/* The five keys and the channel of partition p, into buf. */
-static void rr_keys(const struct tw_redis *r, uint32_t p, char buf[6][TW_RR_KEYBUF],
-                    const char **argv, size_t *lens)
-{
-    for (int i = 0; i < 6; i++) {
-        int n = snprintf(buf[i], TW_RR_KEYBUF, "{%s:%u}%s", r->queue, (unsigned)p, rr_suffix[i]);
-        argv[i] = buf[i];
-        lens[i] = (size_t)n;
-    }
-}
-
 static unsigned rr_bucket(uint64_t v)
 {
     if (v < 16)
@@ -650,7 +618,7 @@ static int rr_exec_build(void *ctx, size_t c, int *slot, const char **av, size_t
     for (size_t g = g0; g < g1; g++)
         for (int j = 0; j < 2; j++) /* lease, task */
             e->kl[g][j] = (size_t)snprintf(e->kb[g][j], TW_RR_KEYBUF, "{%s:%u}%s", r->queue,
-                                           (unsigned)e->g[g].part, rr_suffix[1 + j]);
+                                           (unsigned)e->g[g].part, tw_rr_suffix[1 + j]);
     size_t nk = 0;
     if (e->cluster) {
         for (int j = 0; j < 2; j++) {
@@ -872,7 +840,7 @@ static void rr_exec_one(void *ctx, struct tw_rr_item *it, unsigned thread)
     char kb[6][TW_RR_KEYBUF], tok[24], base[16], max[16];
     const char *av[10];
     size_t al[10];
-    rr_keys(r, it->part, kb, av, al);
+    tw_rr_keys(r, it->part, kb, av, al);
     av[9] = av[5];
     al[9] = al[5];
     av[5] = it->data;
@@ -1131,7 +1099,7 @@ static int rr_claim_part(struct tw_redis *r, uint32_t p, unsigned batch, struct 
     char kb[6][TW_RR_KEYBUF], win[16], n[16], lease[16], bytes[16];
     const char *av[10];
     size_t al[10];
-    rr_keys(r, p, kb, av, al);
+    tw_rr_keys(r, p, kb, av, al);
     al[5] = (size_t)snprintf(win, sizeof win, "%u", r->cfg.window_ms);
     av[5] = win;
     al[6] = (size_t)snprintf(n, sizeof n, "%u", batch);
@@ -2013,12 +1981,12 @@ int tw_redis_set(struct tw_redis *r, const void *key, size_t key_len, const void
         return rc;
     if (atomic_load(&r->closed))
         return TW_ECLOSED;
-    uint32_t p = rr_part_of(r, key, key_len);
+    uint32_t p = tw_rr_part_of(r, key, key_len);
     char kb[6][TW_RR_KEYBUF];
     unsigned char d[8];
     const char *av[10];
     size_t al[10];
-    rr_keys(r, p, kb, av, al); /* av[5] is the channel, ARGV[1] */
+    tw_rr_keys(r, p, kb, av, al); /* av[5] is the channel, ARGV[1] */
     av[6] = "1"; /* ARGV: channel, n, n keys, n payloads, the delays */
     al[6] = 1;
     av[7] = key;
@@ -2041,11 +2009,11 @@ int tw_redis_move(struct tw_redis *r, const void *key, size_t key_len, int64_t d
         return rc;
     if (atomic_load(&r->closed))
         return TW_ECLOSED;
-    uint32_t p = rr_part_of(r, key, key_len);
+    uint32_t p = tw_rr_part_of(r, key, key_len);
     char kb[6][TW_RR_KEYBUF], d[24];
     const char *av[8];
     size_t al[8];
-    rr_keys(r, p, kb, av, al);
+    tw_rr_keys(r, p, kb, av, al);
     av[7] = av[5];
     al[7] = al[5];
     av[5] = key;
@@ -2066,11 +2034,11 @@ int tw_redis_remove(struct tw_redis *r, const void *key, size_t key_len)
         return rc;
     if (atomic_load(&r->closed))
         return TW_ECLOSED;
-    uint32_t p = rr_part_of(r, key, key_len);
+    uint32_t p = tw_rr_part_of(r, key, key_len);
     char kb[6][TW_RR_KEYBUF];
     const char *av[6];
     size_t al[6];
-    rr_keys(r, p, kb, av, al);
+    tw_rr_keys(r, p, kb, av, al);
     av[5] = key;
     al[5] = key_len;
     long long v;
@@ -2167,7 +2135,7 @@ static int rr_many_build(void *ctx, size_t c, int *slot, const char **av, size_t
     size_t from = m->call[c], to = m->call[c + 1];
     uint32_t p = m->part[m->order[from]];
     *slot = m->r->slots[p];
-    rr_keys(m->r, p, m->kb, av, al); /* av[5]: the channel */
+    tw_rr_keys(m->r, p, m->kb, av, al); /* av[5]: the channel */
     size_t k = to - from; /* ARGV: channel, k, k keys, k payloads, the delays */
     al[6] = (size_t)snprintf(m->nbuf, sizeof m->nbuf, "%zu", k);
     av[6] = m->nbuf;
@@ -2236,7 +2204,7 @@ int tw_redis_set_many(struct tw_redis *r, const struct tw_redis_item *items, siz
     m->r = r;
     m->items = items;
     for (size_t i = 0; i < n; i++) { /* counting sort by partition, stable */
-        m->hash[i] = rr_hash_of(items[i].key, items[i].key_len);
+        m->hash[i] = tw_rr_hash_of(items[i].key, items[i].key_len);
         m->part[i] = (uint32_t)(m->hash[i] % P);
         count[m->part[i] + 1]++;
     }
@@ -2292,7 +2260,7 @@ static int rr_rel_build(void *ctx, size_t i, int *slot, const char **av, size_t 
     struct rr_rel *m = ctx;
     const struct tw_rr_item *it = m->v[i];
     *slot = m->r->slots[it->part];
-    rr_keys(m->r, it->part, m->kb, av, al);
+    tw_rr_keys(m->r, it->part, m->kb, av, al);
     av[7] = av[5];
     al[7] = al[5];
     av[5] = it->data;
@@ -2422,7 +2390,7 @@ int tw_redis_stats(struct tw_redis *r, struct tw_redis_stats *out)
         char kb[6][TW_RR_KEYBUF];
         const char *av[6];
         size_t al[6];
-        rr_keys(r, p, kb, av, al);
+        tw_rr_keys(r, p, kb, av, al);
         const char *cmd[2] = {"HLEN", av[2]};
         size_t cl[2] = {4, al[2]};
         redisReply *x;
