@@ -5,6 +5,8 @@
  *                costs, threads, locks, faults), the configuration, the
  *                lifetime and the jobs not in a file of their own below.
  * keys.c       - a key's partition, the names of a partition's keys.
+ * offset.c     - the Redis clock offset: samples, local due times, the TIME
+ *                round before a claim round.
  * router.c     - connections to one server or a Redis Cluster: CRC16 slots,
  *                CLUSTER SLOTS map, MOVED/ASK, reconnect with backoff, EVALSHA
  *                with EVAL fallback. One router per thread that uses it (or
@@ -342,5 +344,13 @@ uint32_t tw_rr_part_of(const struct tw_redis *r, const void *key, size_t len);
 /* The five keys and the channel of partition p, into buf. */
 void tw_rr_keys(const struct tw_redis *r, uint32_t p, char buf[6][TW_RR_KEYBUF],
                 const char **argv, size_t *lens);
+
+/* offset.c: the server clock's offset from the local monotonic clock. */
+void tw_rr_clock_sample(struct tw_redis *r, uint32_t p, uint64_t server_us, uint64_t local_ns);
+/* Local monotonic ns at which the server's clock has surely reached due_ms. */
+uint64_t tw_rr_local_due(struct tw_redis *r, uint32_t p, uint64_t due_ms);
+/* A TIME round trip per node serving a wanted partition; a node that fails
+ * is marked in bad[] (TW_RR_SAMPLE_NODES + 1 entries). */
+void tw_rr_clock_round(struct tw_redis *r, const unsigned char *want, unsigned char *bad);
 
 #endif /* TWHEEL_REDIS_INTERNAL_H */

@@ -346,28 +346,6 @@ static int rr_int_reply(const redisReply *x, long long *out)
     return 0;
 }
 
-/* A clock sample: the server read `server_us` before the reply that carried it
- * reached us at local `local_ns`, so server_us - local_us is a lower bound of
- * the offset between the two clocks; the largest such bound is the best. */
-static void rr_clock_sample(struct tw_redis *r, uint32_t p, uint64_t server_us, uint64_t local_ns)
-{
-    int_fast64_t off = (int_fast64_t)server_us - (int_fast64_t)(local_ns / 1000u);
-    int_fast64_t cur = atomic_load(&r->off_cur[p]);
-    while (off > cur && !atomic_compare_exchange_weak(&r->off_cur[p], &cur, off)) {
-    }
-}
-
-/* Local monotonic ns at which the server's clock has surely reached due_ms. */
-static uint64_t rr_local_due(struct tw_redis *r, uint32_t p, uint64_t due_ms)
-{
-    int_fast64_t a = atomic_load(&r->off_cur[p]), b = atomic_load(&r->off_prev[p]);
-    int_fast64_t off = a > b ? a : b;
-    if (off == INT64_MIN)
-        return 0; /* no sample yet: start will tell how long to wait */
-    int_fast64_t us = (int_fast64_t)(due_ms * 1000u) - off;
-    return us > 0 ? (uint64_t)us * 1000u : 0;
-}
-
 /* ---- configuration ---------------------------------------------------------- */
 
 void tw_redis_config_init(struct tw_redis_config *cfg)
@@ -685,7 +663,7 @@ static int rr_exec_check(void *ctx, size_t c, const redisReply *x)
     size_t o = 1;
     for (size_t g = g0; g < g1; g++) {
         const struct tw_rr_grp *G = &e->g[g];
-        rr_clock_sample(e->r, G->part, now, t_reply);
+        tw_rr_clock_sample(e->r, G->part, now, t_reply);
         for (size_t j = G->a0; j < G->a0 + G->na; j++)
             e->ack_st[j] = x->element[o++]->integer == 1 ? 1 : 0;
         for (size_t k = G->s0; k < G->s0 + G->ns; k++) {
@@ -1138,7 +1116,7 @@ static int rr_claim_part(struct tw_redis *r, uint32_t p, unsigned batch, struct 
         return TW_EPROTO;
     }
     uint64_t now_us = (uint64_t)x->element[0]->integer;
-    rr_clock_sample(r, p, now_us, t_reply);
+    tw_rr_clock_sample(r, p, now_us, t_reply);
     atomic_fetch_add(&r->recovered, (uint64_t)x->element[1]->integer);
     size_t k = (x->elements - 2) / 5;
     if (b->n + k > b->cap) {
@@ -1174,7 +1152,7 @@ static int rr_claim_part(struct tw_redis *r, uint32_t p, unsigned batch, struct 
         it->payload = it->data + e[0]->len;
         memcpy(it->payload, e[4]->str, e[4]->len);
         it->payload[e[4]->len] = 0;
-        it->due_local_ns = rr_local_due(r, p, it->due_ms);
+        it->due_local_ns = tw_rr_local_due(r, p, it->due_ms);
         b->v[b->n++] = it;
         r->carry_n[p]++;
         got++;
@@ -1182,45 +1160,6 @@ static int rr_claim_part(struct tw_redis *r, uint32_t p, unsigned batch, struct 
     r->last_full[p] = k >= batch && got ? b->v[b->n - 1]->due_ms : UINT64_MAX;
     freeReplyObject(x);
     return (int)(k > got ? k : got);
-}
-
-/* Before claiming, a fresh and tight clock sample of every node serving a
- * wanted partition: TIME is a quick round trip, where the claim's own reply
- * comes after its whole script and its payloads (up to ~4 MB), so the
- * claim's sample is loose; the held tasks' local due times are only as good
- * as the offset known when they are claimed. */
-static void rr_clock_round(struct tw_redis *r, const unsigned char *want, unsigned char *bad)
-{
-    uint64_t srv[TW_RR_SAMPLE_NODES], loc[TW_RR_SAMPLE_NODES];
-    unsigned char have[TW_RR_SAMPLE_NODES] = {0};
-    for (uint32_t p = 0; p < r->cfg.partitions; p++) {
-        if (!want[p])
-            continue;
-        int nd = tw_rr_node_of(&r->claim_rt, r->slots[p]);
-        if (nd < 0 || nd >= TW_RR_SAMPLE_NODES)
-            continue;
-        if (!have[nd]) {
-            const char *av[1] = {"TIME"};
-            size_t al[1] = {4};
-            redisReply *x;
-            have[nd] = 2; /* tried */
-            if (tw_rr_command(&r->claim_rt, r->slots[p], 1, av, al, &x) != 0) {
-                bad[nd] = 1; /* unreachable: no claims there this round */
-                continue;
-            }
-            loc[nd] = tw_rr_mono_ns();
-            if (x->type == REDIS_REPLY_ARRAY && x->elements == 2 &&
-                x->element[0]->type == REDIS_REPLY_STRING &&
-                x->element[1]->type == REDIS_REPLY_STRING) {
-                srv[nd] = strtoull(x->element[0]->str, NULL, 10) * 1000000u +
-                          strtoull(x->element[1]->str, NULL, 10);
-                have[nd] = 1;
-            }
-            freeReplyObject(x);
-        }
-        if (have[nd] == 1)
-            rr_clock_sample(r, p, srv[nd], loc[nd]);
-    }
 }
 
 /* Catch-up after Redis comes back. The frontier (below) takes a partition
@@ -1403,7 +1342,7 @@ static int rr_claim_round(struct tw_redis *r, unsigned char *want, bool pace, bo
         rt->cluster && tw_rr_any_connected(rt) && RR_CLAIM_RETRY_MS < r->cfg.command_timeout_ms
             ? RR_CLAIM_RETRY_MS
             : 0;
-    rr_clock_round(r, want, bad);
+    tw_rr_clock_round(r, want, bad);
     rr_reconnected(r);
     r->claim_start = (r->claim_start + 1) % P;
     while (more && !*capped) {
