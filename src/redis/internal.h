@@ -4,6 +4,7 @@
  * redis.c      - the layer's design comment (schema of keys, calls and
  *                costs, threads, locks, faults), the configuration, the
  *                lifetime and the jobs not in a file of their own below.
+ * client.c     - the producer calls: set, move, remove, set_many.
  * keys.c       - a key's partition, the names of a partition's keys.
  * offset.c     - the Redis clock offset: samples, local due times, the TIME
  *                round before a claim round.
@@ -352,5 +353,9 @@ uint64_t tw_rr_local_due(struct tw_redis *r, uint32_t p, uint64_t due_ms);
 /* A TIME round trip per node serving a wanted partition; a node that fails
  * is marked in bad[] (TW_RR_SAMPLE_NODES + 1 entries). */
 void tw_rr_clock_round(struct tw_redis *r, const unsigned char *want, unsigned char *bad);
+
+/* client.c: the producer calls (and the reply checks the release shares). */
+int tw_rr_int_reply(const redisReply *x, long long *out);
+int tw_rr_many_check(void *ctx, size_t i, const redisReply *x); /* a tw_rr_check_fn */
 
 #endif /* TWHEEL_REDIS_INTERNAL_H */
