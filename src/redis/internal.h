@@ -8,6 +8,7 @@
  * keys.c       - a key's partition, the names of a partition's keys.
  * offset.c     - the Redis clock offset: samples, local due times, the TIME
  *                round before a claim round.
+ * stats.c      - the figures: lateness histogram, tw_redis_stats, trace.
  * router.c     - connections to one server or a Redis Cluster: CRC16 slots,
  *                CLUSTER SLOTS map, MOVED/ASK, reconnect with backoff, EVALSHA
  *                with EVAL fallback. One router per thread that uses it (or
@@ -357,5 +358,14 @@ void tw_rr_clock_round(struct tw_redis *r, const unsigned char *want, unsigned c
 /* client.c: the producer calls (and the reply checks the release shares). */
 int tw_rr_int_reply(const redisReply *x, long long *out);
 int tw_rr_many_check(void *ctx, size_t i, const redisReply *x); /* a tw_rr_check_fn */
+
+/* stats.c: the figures. */
+void tw_rr_note_late(struct tw_redis *r, uint64_t us);
+#ifdef TW_RR_TRACE
+void tw_rr_trace_note(struct tw_redis *r, const struct tw_rr_item *it, uint64_t take_ns,
+                      uint64_t sent_ns, uint64_t reply_ns, uint64_t srv_us, uint64_t exec_ns,
+                      uint32_t batch, unsigned thread);
+void tw_rr_trace_dump(struct tw_redis *r);
+#endif
 
 #endif /* TWHEEL_REDIS_INTERNAL_H */
