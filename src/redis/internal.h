@@ -8,6 +8,7 @@
  * keys.c       - a key's partition, the names of a partition's keys.
  * offset.c     - the Redis clock offset: samples, local due times, the TIME
  *                round before a claim round.
+ * subscriber.c - the subscriber thread: notifications flag partitions.
  * stats.c      - the figures: lateness histogram, tw_redis_stats, trace.
  * router.c     - connections to one server or a Redis Cluster: CRC16 slots,
  *                CLUSTER SLOTS map, MOVED/ASK, reconnect with backoff, EVALSHA
@@ -358,6 +359,8 @@ void tw_rr_clock_round(struct tw_redis *r, const unsigned char *want, unsigned c
 /* client.c: the producer calls (and the reply checks the release shares). */
 int tw_rr_int_reply(const redisReply *x, long long *out);
 int tw_rr_many_check(void *ctx, size_t i, const redisReply *x); /* a tw_rr_check_fn */
+
+void *tw_rr_sub_main(void *arg);
 
 /* stats.c: the figures. */
 void tw_rr_note_late(struct tw_redis *r, uint64_t us);
