@@ -8,6 +8,8 @@
  * keys.c       - a key's partition, the names of a partition's keys.
  * offset.c     - the Redis clock offset: samples, local due times, the TIME
  *                round before a claim round.
+ * claim.c      - the claim thread: claim rounds, pacing, the frontier, the
+ *                catch-up after a reconnect.
  * subscriber.c - the subscriber thread: notifications flag partitions.
  * stats.c      - the figures: lateness histogram, tw_redis_stats, trace.
  * router.c     - connections to one server or a Redis Cluster: CRC16 slots,
@@ -360,6 +362,8 @@ void tw_rr_clock_round(struct tw_redis *r, const unsigned char *want, unsigned c
 int tw_rr_int_reply(const redisReply *x, long long *out);
 int tw_rr_many_check(void *ctx, size_t i, const redisReply *x); /* a tw_rr_check_fn */
 
+/* claim.c and subscriber.c: the claim and subscriber threads. */
+void *tw_rr_claim_main(void *arg);
 void *tw_rr_sub_main(void *arg);
 
 /* stats.c: the figures. */
@@ -370,5 +374,9 @@ void tw_rr_trace_note(struct tw_redis *r, const struct tw_rr_item *it, uint64_t 
                       uint32_t batch, unsigned thread);
 void tw_rr_trace_dump(struct tw_redis *r);
 #endif
+
+/* redis.c: an item that cannot go back to the local window (stopping, or no
+ * memory) waits for stop, which releases it. */
+void tw_rr_orphan(struct tw_redis *r, struct tw_rr_item *it);
 
 #endif /* TWHEEL_REDIS_INTERNAL_H */
