@@ -2,8 +2,8 @@
 /* twheel Redis layer: what its source files share (not installed).
  *
  * redis.c      - the layer's design comment (schema of keys, calls and
- *                costs, threads, locks, faults), the configuration, the
- *                lifetime and the jobs not in a file of their own below.
+ *                costs, threads, locks, faults), the configuration and the
+ *                lifetime: new, stop (the release of held leases), free.
  * client.c     - the producer calls: set, move, remove, set_many.
  * keys.c       - a key's partition, the names of a partition's keys.
  * offset.c     - the Redis clock offset: samples, local due times, the TIME
@@ -11,6 +11,8 @@
  * claim.c      - the claim thread: claim rounds, pacing, the frontier, the
  *                catch-up after a reconnect.
  * subscriber.c - the subscriber thread: notifications flag partitions.
+ * execute.c    - the executors' START rounds with acknowledgements riding
+ *                along, running started tasks, FAIL, the acknowledger.
  * stats.c      - the figures: lateness histogram, tw_redis_stats, trace.
  * router.c     - connections to one server or a Redis Cluster: CRC16 slots,
  *                CLUSTER SLOTS map, MOVED/ASK, reconnect with backoff, EVALSHA
@@ -146,7 +148,7 @@ struct tw_rr_item {
     uint64_t due_ms;       /* Redis clock */
     uint64_t due_local_ns; /* when the local clock may run it (conservative) */
     uint64_t fired_ns;     /* local clock when it entered the ready FIFO (stage figures) */
-    /* Set by a granted START (redis.c rr_run), read by whichever executor
+    /* Set by a granted START (execute.c tw_rr_run), read by whichever executor
      * runs it from the armed queue (local.c): */
     uint64_t run_ns;       /* local clock at which it may run (never early) */
     uint64_t srv_us;       /* the server's clock in the START reply */
@@ -218,8 +220,8 @@ struct tw_rr_batch {
     size_t n, cap;
 };
 
-/* An executor's (or the acknowledger's) START round: what redis.c groups,
- * sends and reads back (redis.c: "A round of an executor"). */
+/* An executor's (or the acknowledger's) START round: what execute.c groups,
+ * sends and reads back (execute.c: "A round of an executor"). */
 #define TW_RR_GROUPS_MAX 48 /* partition groups in one round */
 #define TW_RR_ACK_MAX 64    /* acknowledgements in one round */
 
@@ -361,6 +363,12 @@ void tw_rr_clock_round(struct tw_redis *r, const unsigned char *want, unsigned c
 /* client.c: the producer calls (and the reply checks the release shares). */
 int tw_rr_int_reply(const redisReply *x, long long *out);
 int tw_rr_many_check(void *ctx, size_t i, const redisReply *x); /* a tw_rr_check_fn */
+
+/* execute.c: the executors' START rounds (local.c calls both) and the
+ * acknowledger thread. */
+void tw_rr_run(void *ctx, struct tw_rr_item **v, size_t n, unsigned thread);
+void tw_rr_exec_one(void *ctx, struct tw_rr_item *it, unsigned thread);
+void *tw_rr_ack_main(void *arg);
 
 /* claim.c and subscriber.c: the claim and subscriber threads. */
 void *tw_rr_claim_main(void *arg);
