@@ -37,7 +37,6 @@ uint64_t tw_rr_local_due(struct tw_redis *r, uint32_t p, uint64_t due_ms)
  * comes after its whole script and its payloads (up to ~4 MB), so the
  * claim's sample is loose; the held tasks' local due times are only as good
  * as the offset known when they are claimed. */
-#define TW_RR_SAMPLE_NODES 64
 void tw_rr_clock_round(struct tw_redis *r, const unsigned char *want, unsigned char *bad)
 {
     uint64_t srv[TW_RR_SAMPLE_NODES], loc[TW_RR_SAMPLE_NODES];
