@@ -61,15 +61,15 @@ static void single(struct tw_tasks *t, int op, struct tw_tasks_item *it)
         struct tw_tasks_item *x = &it[i];
         if (is_int) {
             switch (op) {
-            case OP_SET: rc = tw_tasks_set_int(t, x->key_int, x->value, x->delay); break;
-            case OP_MOVE: rc = tw_tasks_move_int(t, x->key_int, x->delay); break;
+            case OP_SET: rc = tw_tasks_set_int(t, x->key_int, x->value, x->delay_ticks); break;
+            case OP_MOVE: rc = tw_tasks_move_int(t, x->key_int, x->delay_ticks); break;
             case OP_GET: rc = tw_tasks_get_int(t, x->key_int, &v, &d); break;
             default: rc = tw_tasks_remove_int(t, x->key_int, &v); break;
             }
         } else {
             switch (op) {
-            case OP_SET: rc = tw_tasks_set(t, x->key, x->key_len, x->value, x->delay); break;
-            case OP_MOVE: rc = tw_tasks_move(t, x->key, x->key_len, x->delay); break;
+            case OP_SET: rc = tw_tasks_set(t, x->key, x->key_len, x->value, x->delay_ticks); break;
+            case OP_MOVE: rc = tw_tasks_move(t, x->key, x->key_len, x->delay_ticks); break;
             case OP_GET: rc = tw_tasks_get(t, x->key, x->key_len, &v, &d); break;
             default: rc = tw_tasks_remove(t, x->key, x->key_len, &v); break;
             }
@@ -141,7 +141,8 @@ static void bench(void)
         size_t len = (size_t)snprintf(skeys[i], sizeof skeys[i], "conn:%zu", i);
         ins[i] = (struct tw_tasks_item){.key = skeys[i], .key_len = len, .key_int = i * 7 + 3,
                                         .value = &ins[i],
-                                        .delay = 1 + (int64_t)(splitmix64(&seed) % (1u << 20))};
+                                        .delay_ticks =
+                                            1 + (int64_t)(splitmix64(&seed) % (1u << 20))};
         rnd_items[i] = ins[i];
     }
     for (size_t i = n - 1; i > 0; i--) {
@@ -151,7 +152,7 @@ static void bench(void)
         rnd_items[j] = x;
     }
     for (size_t i = 0; i < n; i++)
-        rnd_items[i].delay = 1 + (int64_t)(splitmix64(&seed) % (1u << 20));
+        rnd_items[i].delay_ticks = 1 + (int64_t)(splitmix64(&seed) % (1u << 20));
     double s[NOPS][MAX_REPS] = {{0}}, b[NOPS][MAX_REPS] = {{0}};
     for (size_t rep = 0; rep < reps; rep++) {
         double rs[NOPS] = {0}, rb[NOPS] = {0};

@@ -75,7 +75,7 @@ int main(int argc, char **argv)
     uint64_t t0 = cpu_now_ns(), worst = 0; /* the dearest tick of the rounds */
     for (size_t r = 0; r < rounds; r++) {
         for (size_t i = 0; i < n; i++) /* every key once, in a new random order */
-            it[i] = (struct tw_tasks_item){.key_int = i, .delay = T + (int64_t)(mix(i) % T)};
+            it[i] = (struct tw_tasks_item){.key_int = i, .delay_ticks = T + (int64_t)(mix(i) % T)};
         for (size_t i = n - 1; i > 0; i--) {
             size_t j = mix(i ^ ((uint64_t)r << 40)) % (i + 1);
             struct tw_tasks_item x = it[i];
@@ -86,7 +86,7 @@ int main(int argc, char **argv)
             tw_tasks_move_many(t, it, n);
         else
             for (size_t i = 0; i < n; i++)
-                tw_tasks_move_int(t, it[i].key_int, it[i].delay);
+                tw_tasks_move_int(t, it[i].key_int, it[i].delay_ticks);
         for (uint64_t k = 0; k < STEP; k++) {
             uint64_t a = cpu_now_ns();
             tw_tasks_advance(t, tw_tasks_now(t) + 1);

@@ -2,13 +2,14 @@
 /* twheel's core wheel behind the benchmark interface: one struct tw_timer
  * (40 bytes) per id in one array; an id is the timer's index.
  *
- * Three entries: "twheel", exact (idle ids armed with tw_timer_start_at, the
- * arm that only stores into the timer; re-arms with tw_timer_arm_at: later
- * re-arms are lazy),
- * "twheel-eager", exact with eager re-arms (idle ids with tw_timer_start_at,
- * re-arms with tw_timer_arm_at_eager; W2 only), and "twheel-slack", every
- * timer armed with slack = 1/8 of its delay (tw_slack_fraction(delay, 3)):
- * idle ids with tw_timer_start_at_slack, re-arms with tw_timer_arm_at_slack.
+ * Three entries, every arm by tw_timer_arm: "twheel", exact (idle ids armed
+ * with TW_ARM_IDLE, the arm that only stores into the timer; re-arms with no
+ * flag: later re-arms are lazy),
+ * "twheel-eager", exact with eager re-arms (idle ids with TW_ARM_IDLE,
+ * re-arms with TW_ARM_EAGER; W2 only), and "twheel-slack", every timer armed
+ * with slack = 1/8 of its delay (tw_slack_fraction(delay, 3)) and
+ * TW_ARM_SLACK (the slack rules for a delay too short to give any): idle ids
+ * with TW_ARM_IDLE too, re-arms without it.
  * For all three, moves are tw_wheel_moves: the wheel's moves in advancing plus, with slack,
  * the re-arms that relocated a pending timer (a re-arm with slack relocates
  * at once instead of lazily; eager relocations are not counted). */
@@ -64,47 +65,46 @@ static void tws_destroy(void *p)
     free(s);
 }
 
-/* .arm is only ever given an idle id (bench.h): tw_timer_start_at, the arm
- * that only stores into the timer. Re-arms (.reset) use tw_timer_arm_at. */
+/* .arm is only ever given an idle id (bench.h): TW_ARM_IDLE, the arm that
+ * only stores into the timer. Re-arms (.reset) take no flag: lazy. */
 static void tws_arm(void *p, uint32_t id, uint64_t deadline)
 {
     struct tws *s = p;
-    tw_timer_start_at(&s->wheel, &s->timers[id], deadline);
+    tw_timer_arm(&s->wheel, &s->timers[id], deadline, 0, TW_ARM_IDLE);
 }
 
 static void tws_reset(void *p, uint32_t id, uint64_t deadline)
 {
     struct tws *s = p;
-    tw_timer_arm_at(&s->wheel, &s->timers[id], deadline);
+    tw_timer_arm(&s->wheel, &s->timers[id], deadline, 0, 0);
 }
 
 #define TWS_SLACK_SHIFT 3
 
-/* With slack: idle ids with tw_timer_start_at_slack (store-only, as
- * tws_arm), re-arms with tw_timer_arm_at_slack. */
+/* With slack: idle ids with TW_ARM_IDLE (store-only, as tws_arm), re-arms
+ * without it. */
 static void tws_start_slack(void *p, uint32_t id, uint64_t deadline)
 {
     struct tws *s = p;
     uint64_t delay = deadline - s->now;
-    tw_timer_start_at_slack(&s->wheel, &s->timers[id], deadline,
-                            tw_slack_fraction(delay, TWS_SLACK_SHIFT));
+    tw_timer_arm(&s->wheel, &s->timers[id], deadline, tw_slack_fraction(delay, TWS_SLACK_SHIFT),
+                 TW_ARM_IDLE | TW_ARM_SLACK);
 }
 
 static void tws_arm_slack(void *p, uint32_t id, uint64_t deadline)
 {
     struct tws *s = p;
     uint64_t delay = deadline - s->now;
-    tw_timer_arm_at_slack(&s->wheel, &s->timers[id], deadline,
-                          tw_slack_fraction(delay, TWS_SLACK_SHIFT));
+    tw_timer_arm(&s->wheel, &s->timers[id], deadline, tw_slack_fraction(delay, TWS_SLACK_SHIFT),
+                 TW_ARM_SLACK);
 }
 
-
-/* Exact, eager: tw_timer_arm_at_eager relocates a pending timer at once
+/* Exact, eager: TW_ARM_EAGER relocates a pending timer at once
  * (unless it is in the slot of its new deadline already) instead of lazily. */
 static void tws_arm_eager(void *p, uint32_t id, uint64_t deadline)
 {
     struct tws *s = p;
-    tw_timer_arm_at_eager(&s->wheel, &s->timers[id], deadline);
+    tw_timer_arm(&s->wheel, &s->timers[id], deadline, 0, TW_ARM_EAGER);
 }
 
 static void tws_cancel(void *p, uint32_t id)
@@ -156,7 +156,8 @@ const struct bench_impl bench_impl_twheel = {
 
 const struct bench_impl bench_impl_twheel_slack = {
     .name = "twheel-slack",
-    .what = "twheel core, every timer armed with slack = 1/8 of its delay (tw_timer_start_at_slack / tw_timer_arm_at_slack)",
+    .what = "twheel core, every timer armed with slack = 1/8 of its delay (tw_timer_arm with "
+            "TW_ARM_SLACK)",
     .workloads = BENCH_W2 | BENCH_W3,
     .create = tws_create,
     .destroy = tws_destroy,
@@ -172,11 +173,12 @@ const struct bench_impl bench_impl_twheel_slack = {
 
 const struct bench_impl bench_impl_twheel_eager = {
     .name = "twheel-eager",
-    .what = "twheel core, exact, re-arms relocate at once (tw_timer_arm_at_eager), W2 only",
+    .what =
+        "twheel core, exact, re-arms relocate at once (tw_timer_arm with TW_ARM_EAGER), W2 only",
     .workloads = BENCH_W2, /* W3 arms idle timers only: the same as twheel */
     .create = tws_create,
     .destroy = tws_destroy,
-    .arm = tws_arm, /* idle ids: tw_timer_start_at, as twheel */
+    .arm = tws_arm, /* idle ids: TW_ARM_IDLE, as twheel */
     .reset = tws_arm_eager,
     .cancel = tws_cancel,
     .advance_to = tws_advance_to,

@@ -183,7 +183,7 @@ static struct tw_redis *client_new(const struct rfx_server *s)
     if (cfg.pipe_only)
         c.command_timeout_ms = 600000; /* redis-server may run under callgrind */
     struct tw_redis *r = NULL;
-    int rc = tw_redis_new(&c, &r);
+    int rc = tw_redis_new(&r, &c);
     if (rc) {
         fprintf(stderr, "w7: tw_redis_new: %s\n", tw_strerror(rc));
         return NULL;

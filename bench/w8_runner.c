@@ -114,19 +114,19 @@ static int use_batch;
 /* The batched variant: the same 64 operations per round, as three calls. */
 static uint64_t produce_batched(uint32_t *pi)
 {
-    struct tw_tasks_item it[3][64];
+    struct tw_runner_item it[3][64];
     size_t n[3] = {0, 0, 0};
     uint32_t i = *pi;
     for (int j = 0; j < 64; j++) {
         uint64_t x = stream[i];
         i = (i + 1) & (STREAM - 1);
         unsigned op = (unsigned)((x >> 20) & 3);
-        struct tw_tasks_item *t = &it[op][n[op]++];
+        struct tw_runner_item *t = &it[op][n[op]++];
         uint64_t key = x & 0xfffff;
-        t->delay = (int64_t)(x >> 22) * 1000000;
+        t->delay_ns = (int64_t)(x >> 22) * 1000000;
         t->key_int = op == OP_MOVE ? key | 1 : key;
         if (op == OP_SET)
-            t->value = (void *)(uintptr_t)(now_ns() + (uint64_t)t->delay);
+            t->value = (void *)(uintptr_t)(now_ns() + (uint64_t)t->delay_ns);
     }
     *pi = i;
     tw_runner_move_many(R, it[OP_MOVE], n[OP_MOVE]);

@@ -7,11 +7,11 @@
  *   timeout = tw_wheel_timeout_from(&wheel, tick_floor(clock_ns()));
  *   epoll_wait(..., timeout);            (-1 when the wheel is empty)
  *   for each event: read; on data, last = clock_ns() and
- *       tw_timer_arm_from(&wheel, &c->idle, tick_ceil(last), TIMEOUT_MS);
+ *       tw_timer_arm_in(&wheel, &c->idle, tick_ceil(last), TIMEOUT_MS);
  *   tw_wheel_advance(&wheel, tick_floor(clock_ns()));   (closes idle ones)
- * arm_from counts from the caller's clock, not from the wheel's last advance
- * (stale after a long epoll_wait), so a connection is never closed before
- * TIMEOUT_MS of silence; re-arming later is one store.
+ * tw_timer_arm_in counts from the caller's clock, not from the wheel's last
+ * advance (stale after a long epoll_wait), so a connection is never closed
+ * before TIMEOUT_MS of silence; re-arming later is one store.
  *
  * The program tests itself: it listens on 127.0.0.1 (a free port) and forks
  * a client that opens 20 connections, 10 of which send a heartbeat every
@@ -79,7 +79,7 @@ static void on_idle(struct tw_timer *t, void *arg)
 static void touch(struct conn *c)
 {
     c->last_ns = clock_ns();
-    tw_timer_arm_from(&wheel, &c->idle, tick_ceil(c->last_ns), TIMEOUT_MS);
+    tw_timer_arm_in(&wheel, &c->idle, tick_ceil(c->last_ns), TIMEOUT_MS);
 }
 
 static void accept_all(int lfd)

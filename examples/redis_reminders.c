@@ -88,14 +88,14 @@ int main(int argc, char **argv)
     cfg.connect_timeout_ms = 500;
 
     struct tw_redis *client, *worker;
-    int rc = tw_redis_new(&cfg, &client); /* execute NULL: sets, moves, removes */
+    int rc = tw_redis_new(&client, &cfg); /* execute NULL: sets, moves, removes */
     if (rc) {
         fprintf(stderr, "redis_reminders: cannot use Redis at %s: %s\n", addr, tw_strerror(rc));
         return 2;
     }
     cfg.execute = deliver;
     cfg.threads = 2;
-    rc = tw_redis_new(&cfg, &worker);
+    rc = tw_redis_new(&worker, &cfg);
     if (rc) {
         fprintf(stderr, "redis_reminders: worker: %s\n", tw_strerror(rc));
         tw_redis_free(client);

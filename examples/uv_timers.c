@@ -3,7 +3,7 @@
  * CLOCK_MONOTONIC, however many timers the wheel holds.
  *
  * The pattern:
- *   - arm anywhere with tw_timer_arm_from(&wheel, t, tick_ceil(clock_ns()), d)
+ *   - arm anywhere with tw_timer_arm_in(&wheel, t, tick_ceil(clock_ns()), d)
  *     (the wheel's own time is stale while the loop sleeps), then aim();
  *   - aim(): uv_timer_start(driver, timeout) with the timeout from
  *     tw_wheel_timeout_from(&wheel, tick_floor(clock_ns())), or stop it
@@ -18,8 +18,8 @@
  * CLOCK_MONOTONIC, that no timer fires before its delay and that all 120
  * fire, within 3 s. Exit status 0 on PASS, 1 on FAIL.
  *
- * `uv_timers --naive` arms with tw_timer_arm and aims with tw_wheel_timeout
- * instead: the stale wheel then fires timers early and the check says FAIL.
+ * `uv_timers --naive` arms from the wheel's time (tw_wheel_now) and aims
+ * with tw_wheel_timeout instead: the stale wheel then fires timers early and the check says FAIL.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
@@ -78,9 +78,9 @@ static void arm(struct job *j, uint64_t delay_ms)
     j->armed_ns = now_ns;
     j->delay_ms = delay_ms;
     if (naive)
-        tw_timer_arm(&wheel, &j->timer, delay_ms);
+        tw_timer_arm_in(&wheel, &j->timer, tw_wheel_now(&wheel), delay_ms);
     else
-        tw_timer_arm_from(&wheel, &j->timer, tick_ceil(now_ns), delay_ms);
+        tw_timer_arm_in(&wheel, &j->timer, tick_ceil(now_ns), delay_ms);
     check.armed++;
 }
 

@@ -374,7 +374,7 @@ static void tm_batch(struct tmodel *m, uint64_t r)
                 it[j].key_len = (size_t)TW_TASKS_KEY_MAX + 1; /* TW_E2BIG */
             }
         }
-        it[j].delay = tm_delay(x >> 20);
+        it[j].delay_ticks = tm_delay(x >> 20);
         val[j] = tm_new_value(m, key[j]);
         it[j].value = op == 0 ? (void *)val[j] : NULL;
         it[j].result = 12345;
@@ -401,8 +401,8 @@ static void tm_batch(struct tmodel *m, uint64_t r)
             continue;
         }
         switch (op) {
-        case 0: tm_set_seen(m, key[j], it[j].delay, val[j], res); break;
-        case 1: tm_move_seen(m, key[j], it[j].delay, res); break;
+        case 0: tm_set_seen(m, key[j], it[j].delay_ticks, val[j], res); break;
+        case 1: tm_move_seen(m, key[j], it[j].delay_ticks, res); break;
         case 2: tm_remove_seen(m, key[j], it[j].value, res); break;
         default: tm_get_seen(m, key[j], it[j].value, it[j].deadline, res); break;
         }

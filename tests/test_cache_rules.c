@@ -126,7 +126,7 @@ static void test_call_arguments(void)
     CHECK_EQ_INT(tw_cache_get(c, "", 0, &v), 0);
     CHECK_EQ_INT(tw_cache_del(c, NULL, 0), 0);
     CHECK_EQ_INT(tw_cache_del(c, NULL, 0), TW_ENOENT);
-    tw_cache_free(NULL);
+    CHECK_EQ_INT(tw_cache_free(NULL), 0);
     tw_cache_free(c);
     /* advance on a real-clock cache */
     struct tw_cache_config cfg;

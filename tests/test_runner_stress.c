@@ -133,14 +133,14 @@ static void note_remove(struct producer *pr, unsigned k, void *v, int rc)
  * own keys (repeats likely), each result read as the single call's. */
 static void produce_batch(struct producer *pr, uint64_t *s, uint64_t r)
 {
-    struct tw_tasks_item it[8];
+    struct tw_runner_item it[8];
     unsigned ks[8], m = 1 + (unsigned)((r >> 4) % 8), kind = (unsigned)((r >> 10) % 4);
     memset(it, 0, sizeof it);
     for (unsigned j = 0; j < m; j++) {
         uint64_t x = rnd(s);
         ks[j] = (unsigned)(x % 16) * (KEYS_PER / 16) + (unsigned)(r % (KEYS_PER / 16));
         it[j].key_int = (uint64_t)pr->p * KEYS_PER + ks[j];
-        it[j].delay = (int64_t)((x >> 20) % 40) * 100000;
+        it[j].delay_ns = (int64_t)((x >> 20) % 40) * 100000;
         if (kind < 2)
             it[j].value = (void *)(((uintptr_t)pr->p << 24) | ++pr->next_id);
     }

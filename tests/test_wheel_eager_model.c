@@ -65,11 +65,11 @@ static void near_arm(size_t id, uint64_t d, uint64_t r)
     uint64_t moves = tw_wheel_moves(&m.wheel);
     int rc;
     if (kind < 4)
-        rc = tw_timer_arm_at_eager(&m.wheel, &mt->timer, d);
+        rc = tw_timer_arm(&m.wheel, &mt->timer, d, 0, TW_ARM_EAGER);
     else if (kind < 6)
-        rc = tw_timer_arm_at(&m.wheel, &mt->timer, d);
+        rc = tw_timer_arm(&m.wheel, &mt->timer, d, 0, 0);
     else
-        rc = tw_timer_arm_at_slack(&m.wheel, &mt->timer, d, slack);
+        rc = tw_timer_arm(&m.wheel, &mt->timer, d, slack, TW_ARM_SLACK);
     MODEL_REQUIRE(&m, kind >= 4 || tw_wheel_moves(&m.wheel) == moves,
                   "an eager arm of timer %zu counted a move", id);
     if (now == UINT64_MAX) {

@@ -54,9 +54,9 @@ static void test_bad_arguments(void)
     CHECK_EQ_INT(tw_wheel_init(&w, 0), 0);
     CHECK_EQ_INT(tw_timer_init(NULL, probe_fire, NULL), TW_EINVAL);
     CHECK_EQ_INT(tw_timer_init(&t, NULL, NULL), TW_EINVAL);
-    CHECK_EQ_INT(tw_timer_arm(NULL, &t, 1), TW_EINVAL);
-    CHECK_EQ_INT(tw_timer_arm(&w, NULL, 1), TW_EINVAL);
-    CHECK_EQ_INT(tw_timer_arm_at(&w, NULL, 1), TW_EINVAL);
+    CHECK_EQ_INT(tw_timer_arm_in(NULL, &t, tw_wheel_now(NULL), 1), TW_EINVAL);
+    CHECK_EQ_INT(tw_timer_arm_in(&w, NULL, tw_wheel_now(&w), 1), TW_EINVAL);
+    CHECK_EQ_INT(tw_timer_arm(&w, NULL, 1, 0, 0), TW_EINVAL);
     CHECK_EQ_INT(tw_timer_cancel(NULL, &t), TW_EINVAL);
     CHECK_EQ_INT(tw_timer_cancel(&w, NULL), TW_EINVAL);
     CHECK_EQ_INT(tw_wheel_advance(NULL, 5), TW_EINVAL);
@@ -84,7 +84,7 @@ static void test_never_early_tick_exact(void)
     struct probe p;
     tw_wheel_init(&w, 1000);
     probe_init(&p, &w);
-    CHECK_EQ_INT(tw_timer_arm(&w, &p.timer, 500), 0);
+    CHECK_EQ_INT(tw_timer_arm_in(&w, &p.timer, tw_wheel_now(&w), 500), 0);
     CHECK(tw_timer_pending(&p.timer));
     CHECK_EQ_U64(tw_timer_deadline(&p.timer), 1500);
     /* A far timer sits in a level-1 slot: the wheel names that slot's first
@@ -118,7 +118,7 @@ static void test_deadline_order_across_levels(void)
         probe_init(&p[i], &w);
         /* Delays spread over 1 tick .. 2^39 ticks, armed in shuffled order. */
         int k = (i * 17) % N;
-        tw_timer_arm(&w, &p[i].timer, (UINT64_C(1) << k) + (uint64_t)k);
+        tw_timer_arm_in(&w, &p[i].timer, tw_wheel_now(&w), (UINT64_C(1) << k) + (uint64_t)k);
     }
     CHECK_EQ_INT(tw_wheel_advance(&w, UINT64_C(1) << 41), N);
     for (int i = 0; i < N; i++) {
@@ -136,8 +136,8 @@ static void test_delay_zero_is_next_tick(void)
     tw_wheel_init(&w, 50);
     probe_init(&p, &w);
     probe_init(&q, &w);
-    tw_timer_arm(&w, &p.timer, 0);
-    tw_timer_arm_at(&w, &q.timer, 10); /* in the past */
+    tw_timer_arm_in(&w, &p.timer, tw_wheel_now(&w), 0);
+    tw_timer_arm(&w, &q.timer, 10, 0, 0); /* in the past */
     CHECK_EQ_U64(tw_timer_deadline(&p.timer), 51);
     CHECK_EQ_U64(tw_timer_deadline(&q.timer), 51);
     CHECK_EQ_INT(tw_wheel_advance(&w, 50), 0); /* same time: nothing */
@@ -155,9 +155,9 @@ static void test_saturating_deadline(void)
     tw_wheel_init(&w, UINT64_MAX - 10);
     probe_init(&p, &w);
     probe_init(&q, &w);
-    CHECK_EQ_INT(tw_timer_arm(&w, &p.timer, 100), 0);
+    CHECK_EQ_INT(tw_timer_arm_in(&w, &p.timer, tw_wheel_now(&w), 100), 0);
     CHECK_EQ_U64(tw_timer_deadline(&p.timer), UINT64_MAX);
-    CHECK_EQ_INT(tw_timer_arm(&w, &q.timer, UINT64_MAX), 0);
+    CHECK_EQ_INT(tw_timer_arm_in(&w, &q.timer, tw_wheel_now(&w), UINT64_MAX), 0);
     CHECK_EQ_U64(tw_timer_deadline(&q.timer), UINT64_MAX);
     CHECK_EQ_INT(tw_wheel_advance(&w, UINT64_MAX - 9), 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, UINT64_MAX - 1), 0);
@@ -165,15 +165,15 @@ static void test_saturating_deadline(void)
     CHECK_EQ_INT(tw_wheel_advance(&w, UINT64_MAX), 2);
     CHECK_EQ_U64(p.fired_at, UINT64_MAX);
     /* At the end of time no later tick exists: arming is refused, unchanged. */
-    CHECK_EQ_INT(tw_timer_arm(&w, &p.timer, 0), TW_ERANGE);
-    CHECK_EQ_INT(tw_timer_arm_at(&w, &p.timer, 5), TW_ERANGE);
+    CHECK_EQ_INT(tw_timer_arm_in(&w, &p.timer, tw_wheel_now(&w), 0), TW_ERANGE);
+    CHECK_EQ_INT(tw_timer_arm(&w, &p.timer, 5, 0, 0), TW_ERANGE);
     CHECK(!tw_timer_pending(&p.timer));
     CHECK_EQ_U64(tw_wheel_pending(&w), 0);
 
     /* From time 0, the longest delay lands on the last tick, at the top level. */
     tw_wheel_init(&w, 0);
     probe_init(&p, &w);
-    tw_timer_arm(&w, &p.timer, UINT64_MAX);
+    tw_timer_arm_in(&w, &p.timer, tw_wheel_now(&w), UINT64_MAX);
     CHECK_EQ_U64(tw_timer_deadline(&p.timer), UINT64_MAX);
     CHECK_EQ_INT(tw_wheel_advance(&w, UINT64_MAX - 1), 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, UINT64_MAX), 1);
@@ -191,7 +191,7 @@ static void test_high_bit_carries(void)
     tw_wheel_init(&w, start);
     for (int i = 0; i < 6; i++) {
         probe_init(&p[i], &w);
-        tw_timer_arm(&w, &p[i].timer, delays[i]);
+        tw_timer_arm_in(&w, &p[i].timer, tw_wheel_now(&w), delays[i]);
     }
     while (tw_wheel_pending(&w))
         tw_wheel_advance(&w, tw_wheel_next_expiry(&w));
@@ -207,8 +207,9 @@ static void test_rearm_later_is_lazy_and_exact(void)
     struct probe p;
     tw_wheel_init(&w, 0);
     probe_init(&p, &w);
-    tw_timer_arm(&w, &p.timer, 100);
-    CHECK_EQ_INT(tw_timer_arm(&w, &p.timer, 5000), 0); /* re-arm a pending timer */
+    tw_timer_arm_in(&w, &p.timer, tw_wheel_now(&w), 100);
+    CHECK_EQ_INT(tw_timer_arm_in(&w, &p.timer, tw_wheel_now(&w), 5000),
+                 0); /* re-arm a pending timer */
     CHECK_EQ_U64(tw_timer_deadline(&p.timer), 5000);
     CHECK_EQ_U64(tw_wheel_pending(&w), 1);
     /* The wheel may stop at the old slot (a lower bound) but fires nothing. */
@@ -225,8 +226,8 @@ static void test_rearm_earlier_is_immediate(void)
     struct probe p;
     tw_wheel_init(&w, 0);
     probe_init(&p, &w);
-    tw_timer_arm(&w, &p.timer, 1 << 20);
-    tw_timer_arm(&w, &p.timer, 70);
+    tw_timer_arm_in(&w, &p.timer, tw_wheel_now(&w), 1 << 20);
+    tw_timer_arm_in(&w, &p.timer, tw_wheel_now(&w), 70);
     CHECK_EQ_U64(tw_wheel_next_expiry(&w), 64); /* level-1 slot of tick 70 */
     CHECK_EQ_INT(tw_wheel_advance(&w, 69), 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, 70), 1);
@@ -243,8 +244,8 @@ static void test_cancel(void)
     probe_init(&p, &w);
     probe_init(&q, &w);
     CHECK_EQ_INT(tw_timer_cancel(&w, &p.timer), 0); /* idle: a no-op */
-    tw_timer_arm(&w, &p.timer, 10);
-    tw_timer_arm(&w, &q.timer, 10);
+    tw_timer_arm_in(&w, &p.timer, tw_wheel_now(&w), 10);
+    tw_timer_arm_in(&w, &q.timer, tw_wheel_now(&w), 10);
     CHECK_EQ_U64(tw_wheel_pending(&w), 2);
     CHECK_EQ_INT(tw_timer_cancel(&w, &p.timer), 1);
     CHECK_EQ_INT(tw_timer_cancel(&w, &p.timer), 0);
@@ -263,7 +264,7 @@ static void test_advance_backwards_is_noop(void)
     struct probe p;
     tw_wheel_init(&w, 1000);
     probe_init(&p, &w);
-    tw_timer_arm(&w, &p.timer, 5);
+    tw_timer_arm_in(&w, &p.timer, tw_wheel_now(&w), 5);
     CHECK_EQ_INT(tw_wheel_advance(&w, 10), 0);
     CHECK_EQ_U64(tw_wheel_now(&w), 1000);
     CHECK_EQ_U64(tw_timer_deadline(&p.timer), 1005);
@@ -278,7 +279,7 @@ static void test_destroy_with_armed_timers(void)
     tw_wheel_init(&w, 0);
     for (int i = 0; i < 5; i++) {
         probe_init(&p[i], &w);
-        tw_timer_arm(&w, &p[i].timer, (uint64_t)1 << (i * 9));
+        tw_timer_arm_in(&w, &p[i].timer, tw_wheel_now(&w), (uint64_t)1 << (i * 9));
     }
     CHECK_EQ_INT(tw_wheel_destroy(&w), 5);
     for (int i = 0; i < 5; i++)
@@ -286,7 +287,7 @@ static void test_destroy_with_armed_timers(void)
     CHECK_EQ_U64(tw_wheel_pending(&w), 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, UINT64_C(1) << 40), 0);
     /* The timers are reusable, on this wheel or another. */
-    CHECK_EQ_INT(tw_timer_arm(&w, &p[0].timer, 1), 0);
+    CHECK_EQ_INT(tw_timer_arm_in(&w, &p[0].timer, tw_wheel_now(&w), 1), 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, UINT64_MAX), 1);
 }
 
@@ -295,7 +296,8 @@ static void test_destroy_with_armed_timers(void)
 static void act_rearm_self(struct probe *self)
 {
     if (self->fires < 5)
-        CHECK_EQ_INT(tw_timer_arm(self->wheel, &self->timer, self->value), 0);
+        CHECK_EQ_INT(
+            tw_timer_arm_in(self->wheel, &self->timer, tw_wheel_now(self->wheel), self->value), 0);
 }
 
 static void test_callback_rearms_itself(void)
@@ -306,7 +308,7 @@ static void test_callback_rearms_itself(void)
     probe_init(&p, &w);
     p.action = act_rearm_self;
     p.value = 0; /* every next tick: must not livelock one advance */
-    tw_timer_arm(&w, &p.timer, 3);
+    tw_timer_arm_in(&w, &p.timer, tw_wheel_now(&w), 3);
     CHECK_EQ_INT(tw_wheel_advance(&w, 5), 3); /* ticks 3, 4, 5 */
     CHECK_EQ_U64(p.fired_at, 5);
     CHECK_EQ_INT(tw_wheel_advance(&w, 100), 2);
@@ -327,7 +329,7 @@ static void test_cancel_the_firing_timer(void)
     tw_wheel_init(&w, 0);
     probe_init(&p, &w);
     p.action = act_cancel_self;
-    tw_timer_arm(&w, &p.timer, 9);
+    tw_timer_arm_in(&w, &p.timer, tw_wheel_now(&w), 9);
     CHECK_EQ_INT(tw_wheel_advance(&w, 20), 1);
     CHECK_EQ_U64(tw_wheel_pending(&w), 0);
 }
@@ -350,8 +352,8 @@ static void test_cancel_neighbour_in_same_slot(void)
     a.action = b.action = act_cancel_other;
     a.other = &b;
     b.other = &a;
-    tw_timer_arm(&w, &a.timer, 300);
-    tw_timer_arm(&w, &b.timer, 300);
+    tw_timer_arm_in(&w, &a.timer, tw_wheel_now(&w), 300);
+    tw_timer_arm_in(&w, &b.timer, tw_wheel_now(&w), 300);
     CHECK_EQ_INT(tw_wheel_advance(&w, 1000), 1);
     CHECK_EQ_INT(a.fires + b.fires, 1);
     CHECK_EQ_U64(tw_wheel_pending(&w), 0);
@@ -360,7 +362,9 @@ static void test_cancel_neighbour_in_same_slot(void)
 static void act_rearm_other(struct probe *self)
 {
     if (self->other->fires == 0)
-        CHECK_EQ_INT(tw_timer_arm(self->wheel, &self->other->timer, self->value), 0);
+        CHECK_EQ_INT(tw_timer_arm_in(self->wheel, &self->other->timer, tw_wheel_now(self->wheel),
+                                     self->value),
+                     0);
 }
 
 /* Re-arming a same-tick neighbour (already on the ready list) later, or to
@@ -377,8 +381,8 @@ static void test_rearm_neighbour_in_same_slot(void)
         a.other = &b;
         b.other = &a;
         a.value = b.value = delay;
-        tw_timer_arm(&w, &a.timer, 40);
-        tw_timer_arm(&w, &b.timer, 40);
+        tw_timer_arm_in(&w, &a.timer, tw_wheel_now(&w), 40);
+        tw_timer_arm_in(&w, &b.timer, tw_wheel_now(&w), 40);
         CHECK_EQ_INT(tw_wheel_advance(&w, 40), 1);
         struct probe *first = a.fires ? &a : &b, *second = a.fires ? &b : &a;
         CHECK_EQ_INT(second->fires, 0);
@@ -391,7 +395,7 @@ static void test_rearm_neighbour_in_same_slot(void)
 
 static void act_arm_other_soon(struct probe *self)
 {
-    tw_timer_arm(self->wheel, &self->other->timer, self->value);
+    tw_timer_arm_in(self->wheel, &self->other->timer, tw_wheel_now(self->wheel), self->value);
 }
 
 /* A callback arming a timer due within the same advance sees it fire in that
@@ -408,8 +412,8 @@ static void test_callback_arms_timer_due_in_same_advance(void)
     a.action = act_arm_other_soon;
     a.other = &b;
     a.value = 5; /* a fires at 10, arms b for 15 */
-    tw_timer_arm(&w, &a.timer, 10);
-    tw_timer_arm(&w, &c.timer, 16);
+    tw_timer_arm_in(&w, &a.timer, tw_wheel_now(&w), 10);
+    tw_timer_arm_in(&w, &c.timer, tw_wheel_now(&w), 16);
     CHECK_EQ_INT(tw_wheel_advance(&w, 100), 3);
     CHECK_EQ_U64(b.fired_at, 15);
     CHECK_EQ_INT(a.order, 1);
@@ -432,8 +436,8 @@ static void test_nested_advance_refused(void)
     probe_init(&p, &w);
     probe_init(&q, &w);
     p.action = act_nested_calls;
-    tw_timer_arm(&w, &p.timer, 1);
-    tw_timer_arm(&w, &q.timer, 500);
+    tw_timer_arm_in(&w, &p.timer, tw_wheel_now(&w), 1);
+    tw_timer_arm_in(&w, &q.timer, tw_wheel_now(&w), 500);
     CHECK_EQ_INT(tw_wheel_advance(&w, 10), 1);
     CHECK_EQ_U64(tw_wheel_now(&w), 10);
     CHECK(tw_timer_pending(&q.timer));
@@ -449,7 +453,7 @@ static void test_expire_next_pulls_in_order(void)
     const uint64_t delays[4] = {300, 2, 70000, 2};
     for (int i = 0; i < 4; i++) {
         probe_init(&p[i], &w);
-        tw_timer_arm(&w, &p[i].timer, delays[i]);
+        tw_timer_arm_in(&w, &p[i].timer, tw_wheel_now(&w), delays[i]);
     }
     struct tw_timer *t1 = tw_wheel_expire_next(&w, 100000);
     struct tw_timer *t2 = tw_wheel_expire_next(&w, 100000);
@@ -457,7 +461,7 @@ static void test_expire_next_pulls_in_order(void)
     CHECK_EQ_U64(tw_wheel_now(&w), 2);
     CHECK(!tw_timer_pending(t1));
     /* Between pulls the caller may change anything: push p[0] past p[2]. */
-    tw_timer_arm(&w, &p[0].timer, 80000);
+    tw_timer_arm_in(&w, &p[0].timer, tw_wheel_now(&w), 80000);
     CHECK_EQ_PTR(tw_wheel_expire_next(&w, 100000), &p[2].timer);
     CHECK_EQ_U64(tw_wheel_now(&w), 70000);
     CHECK_EQ_PTR(tw_wheel_expire_next(&w, 100000), &p[0].timer);
@@ -478,7 +482,7 @@ static void test_timers_left_ready_by_a_pull(void)
     tw_wheel_init(&w, 0);
     for (int i = 0; i < 5; i++) {
         probe_init(&p[i], &w);
-        tw_timer_arm(&w, &p[i].timer, i < 3 ? 10 : 20);
+        tw_timer_arm_in(&w, &p[i].timer, tw_wheel_now(&w), i < 3 ? 10 : 20);
     }
     CHECK(tw_wheel_expire_next(&w, 10) != NULL); /* two more are left due at 10 */
     CHECK_EQ_U64(tw_wheel_pending(&w), 4);
@@ -510,7 +514,7 @@ static void arm_node_from_callback(struct tw_timer *t, void *arg)
 {
     struct node_from_callback *x = arg;
     (void)t;
-    x->rc = tw_node_arm(x->wheel, &x->node, 0);
+    x->rc = tw_node_arm_in(x->wheel, &x->node, tw_wheel_now(x->wheel), 0);
 }
 
 static void test_bare_nodes(void)
@@ -521,15 +525,15 @@ static void test_bare_nodes(void)
     tw_wheel_init(&w0, 0);
     tw_node_init(&x.node);
     tw_timer_init(&x.timer, arm_node_from_callback, &x);
-    tw_timer_arm(&w0, &x.timer, 1);
+    tw_timer_arm_in(&w0, &x.timer, tw_wheel_now(&w0), 1);
     CHECK_EQ_INT(tw_wheel_advance(&w0, 10), 1);
     CHECK_EQ_INT(x.rc, TW_EBUSY);
     CHECK(!tw_node_pending(&x.node));
-    tw_timer_arm(&w0, &x.timer, 1); /* still a wheel that calls back */
+    tw_timer_arm_in(&w0, &x.timer, tw_wheel_now(&w0), 1); /* still a wheel that calls back */
     CHECK_EQ_INT(tw_wheel_advance(&w0, 20), 1);
     /* A failed arm (no later tick exists) leaves the wheel as it was. */
     tw_wheel_init(&w0, UINT64_MAX);
-    CHECK_EQ_INT(tw_node_arm(&w0, &x.node, 5), TW_ERANGE);
+    CHECK_EQ_INT(tw_node_arm_in(&w0, &x.node, tw_wheel_now(&w0), 5), TW_ERANGE);
     CHECK_EQ_INT(tw_wheel_advance(&w0, UINT64_MAX), 0);
 
     struct tw_wheel w;
@@ -542,18 +546,18 @@ static void test_bare_nodes(void)
     tw_node_init(&c);
     CHECK(!tw_node_pending(&a));
     CHECK_EQ_U64(tw_node_deadline(&a), TW_NEVER);
-    CHECK_EQ_INT(tw_node_arm(NULL, &a, 1), TW_EINVAL);
-    CHECK_EQ_INT(tw_node_arm_at(&w, NULL, 1), TW_EINVAL);
+    CHECK_EQ_INT(tw_node_arm_in(NULL, &a, tw_wheel_now(NULL), 1), TW_EINVAL);
+    CHECK_EQ_INT(tw_node_arm(&w, NULL, 1, 0, 0), TW_EINVAL);
     CHECK_EQ_INT(tw_node_cancel(&w, &a), 0); /* idle: no-op */
     probe_init(&p, &w);
-    CHECK_EQ_INT(tw_timer_arm(&w, &p.timer, 5), 0);
+    CHECK_EQ_INT(tw_timer_arm_in(&w, &p.timer, tw_wheel_now(&w), 5), 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, 101), 0); /* not pull-only yet */
-    CHECK_EQ_INT(tw_node_arm(&w, &a, 0), 0);    /* delay 0: next tick */
+    CHECK_EQ_INT(tw_node_arm_in(&w, &a, tw_wheel_now(&w), 0), 0); /* delay 0: next tick */
     CHECK_EQ_U64(tw_node_deadline(&a), 102);
-    CHECK_EQ_INT(tw_node_arm(&w, &b, 3000), 0);
-    CHECK_EQ_INT(tw_node_arm(&w, &b, 5000), 0); /* later: lazy */
-    CHECK_EQ_INT(tw_node_arm_at(&w, &c, UINT64_MAX - 1), 0);
-    CHECK_EQ_INT(tw_node_arm(&w, &c, UINT64_MAX), 0); /* saturates */
+    CHECK_EQ_INT(tw_node_arm_in(&w, &b, tw_wheel_now(&w), 3000), 0);
+    CHECK_EQ_INT(tw_node_arm_in(&w, &b, tw_wheel_now(&w), 5000), 0); /* later: lazy */
+    CHECK_EQ_INT(tw_node_arm(&w, &c, UINT64_MAX - 1, 0, 0), 0);
+    CHECK_EQ_INT(tw_node_arm_in(&w, &c, tw_wheel_now(&w), UINT64_MAX), 0); /* saturates */
     CHECK_EQ_U64(tw_node_deadline(&c), UINT64_MAX);
     CHECK_EQ_U64(tw_wheel_pending(&w), 4);
     CHECK_EQ_INT(tw_wheel_advance(&w, 200), TW_EINVAL); /* pull-only now */
@@ -569,10 +573,10 @@ static void test_bare_nodes(void)
     CHECK_EQ_INT(tw_node_cancel(&w, &c), 1);
     CHECK(!tw_node_pending(&c));
     CHECK_EQ_U64(tw_wheel_pending(&w), 0);
-    CHECK_EQ_INT(tw_node_arm(&w, &a, 10), 0);
+    CHECK_EQ_INT(tw_node_arm_in(&w, &a, tw_wheel_now(&w), 10), 0);
     CHECK_EQ_INT(tw_wheel_destroy(&w), 1); /* back to a wheel that calls back */
     CHECK(!tw_node_pending(&a));
-    CHECK_EQ_INT(tw_timer_arm(&w, &p.timer, 1), 0);
+    CHECK_EQ_INT(tw_timer_arm_in(&w, &p.timer, tw_wheel_now(&w), 1), 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, 6000), 1);
     CHECK_EQ_INT(p.fires, 1);
 }
@@ -596,15 +600,17 @@ static void ticker_fire(struct tw_periodic *p, void *arg)
         CHECK_EQ_INT(tw_periodic_stop(p), 1);
 }
 
-/* tw_timer_start / _start_at and tw_node_start / _start_at: the arm of an
- * idle timer, with every rule of tw_timer_arm / _arm_at (next tick for a
+/* tw_timer_arm / tw_node_arm with TW_ARM_IDLE: the arm of an idle timer,
+ * with every rule of the arm without the flag (next tick for a
  * past deadline or delay 0, saturation, TW_ERANGE at the end of time,
  * callable from a callback), the wheel's count kept, and a timer started
  * again after it fired or was cancelled. */
 static void restart_self(struct probe *p)
 {
     if (p->fires < 3)
-        CHECK_EQ_INT(tw_timer_start(p->wheel, &p->timer, p->value), 0);
+        CHECK_EQ_INT(tw_timer_arm(p->wheel, &p->timer,
+                                  tw_deadline_in(tw_wheel_now(p->wheel), p->value), 0, TW_ARM_IDLE),
+                     0);
 }
 
 static void test_start_idle_timers(void)
@@ -617,16 +623,22 @@ static void test_start_idle_timers(void)
     probe_init(&c, &w);
     probe_init(&d, &w);
     probe_init(&e, &w);
-    CHECK_EQ_INT(tw_timer_start(NULL, &a.timer, 1), TW_EINVAL);
-    CHECK_EQ_INT(tw_timer_start(&w, NULL, 1), TW_EINVAL);
-    CHECK_EQ_INT(tw_timer_start_at(NULL, &a.timer, 1), TW_EINVAL);
-    CHECK_EQ_INT(tw_timer_start_at(&w, NULL, 1), TW_EINVAL);
+    CHECK_EQ_INT(
+        tw_timer_arm(NULL, &a.timer, tw_deadline_in(tw_wheel_now(NULL), 1), 0, TW_ARM_IDLE),
+        TW_EINVAL);
+    CHECK_EQ_INT(tw_timer_arm(&w, NULL, tw_deadline_in(tw_wheel_now(&w), 1), 0, TW_ARM_IDLE),
+                 TW_EINVAL);
+    CHECK_EQ_INT(tw_timer_arm(NULL, &a.timer, 1, 0, TW_ARM_IDLE), TW_EINVAL);
+    CHECK_EQ_INT(tw_timer_arm(&w, NULL, 1, 0, TW_ARM_IDLE), TW_EINVAL);
     CHECK_EQ_U64(tw_wheel_pending(&w), 0);
 
-    CHECK_EQ_INT(tw_timer_start(&w, &a.timer, 0), 0);        /* next tick */
-    CHECK_EQ_INT(tw_timer_start_at(&w, &b.timer, 50), 0);    /* past: next tick */
-    CHECK_EQ_INT(tw_timer_start_at(&w, &c.timer, 5000), 0);  /* level 2 */
-    CHECK_EQ_INT(tw_timer_start(&w, &d.timer, UINT64_MAX), 0); /* saturates */
+    CHECK_EQ_INT(tw_timer_arm(&w, &a.timer, tw_deadline_in(tw_wheel_now(&w), 0), 0, TW_ARM_IDLE),
+                 0);                                                   /* next tick */
+    CHECK_EQ_INT(tw_timer_arm(&w, &b.timer, 50, 0, TW_ARM_IDLE), 0);   /* past: next tick */
+    CHECK_EQ_INT(tw_timer_arm(&w, &c.timer, 5000, 0, TW_ARM_IDLE), 0); /* level 2 */
+    CHECK_EQ_INT(
+        tw_timer_arm(&w, &d.timer, tw_deadline_in(tw_wheel_now(&w), UINT64_MAX), 0, TW_ARM_IDLE),
+        0); /* saturates */
     CHECK_EQ_U64(tw_timer_deadline(&a.timer), 101);
     CHECK_EQ_U64(tw_timer_deadline(&b.timer), 101);
     CHECK_EQ_U64(tw_timer_deadline(&c.timer), 5000);
@@ -634,7 +646,7 @@ static void test_start_idle_timers(void)
     CHECK_EQ_U64(tw_wheel_pending(&w), 4);
     CHECK_EQ_U64(tw_wheel_next_expiry(&w), 101);
     /* A started timer is an ordinary pending one: re-armed, cancelled. */
-    CHECK_EQ_INT(tw_timer_arm_at(&w, &a.timer, 4999), 0);
+    CHECK_EQ_INT(tw_timer_arm(&w, &a.timer, 4999, 0, 0), 0);
     CHECK_EQ_INT(tw_timer_cancel(&w, &d.timer), 1);
     CHECK_EQ_U64(tw_wheel_pending(&w), 3);
     CHECK_EQ_INT(tw_wheel_advance(&w, 4998), 1);
@@ -644,15 +656,18 @@ static void test_start_idle_timers(void)
     CHECK_EQ_U64(c.fired_at, 5000);
     CHECK_EQ_U64(tw_wheel_pending(&w), 0);
     /* Idle again after firing or cancelling: started again. */
-    CHECK_EQ_INT(tw_timer_start(&w, &a.timer, 10), 0);
-    CHECK_EQ_INT(tw_timer_start(&w, &d.timer, 10), 0);
+    CHECK_EQ_INT(tw_timer_arm(&w, &a.timer, tw_deadline_in(tw_wheel_now(&w), 10), 0, TW_ARM_IDLE),
+                 0);
+    CHECK_EQ_INT(tw_timer_arm(&w, &d.timer, tw_deadline_in(tw_wheel_now(&w), 10), 0, TW_ARM_IDLE),
+                 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, 5010), 2);
     CHECK_EQ_INT(a.fires, 2);
     CHECK_EQ_INT(d.fires, 1);
     /* From its own callback (it is idle there): restarts itself. */
     e.action = restart_self;
     e.value = 7;
-    CHECK_EQ_INT(tw_timer_start(&w, &e.timer, 7), 0);
+    CHECK_EQ_INT(tw_timer_arm(&w, &e.timer, tw_deadline_in(tw_wheel_now(&w), 7), 0, TW_ARM_IDLE),
+                 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, 6000), 3);
     CHECK_EQ_INT(e.fires, 3);
     CHECK_EQ_U64(e.fired_at, 5031);
@@ -660,8 +675,9 @@ static void test_start_idle_timers(void)
 
     /* At the end of time no later tick exists: TW_ERANGE, left idle. */
     tw_wheel_init(&w, UINT64_MAX);
-    CHECK_EQ_INT(tw_timer_start(&w, &a.timer, 1), TW_ERANGE);
-    CHECK_EQ_INT(tw_timer_start_at(&w, &a.timer, 5), TW_ERANGE);
+    CHECK_EQ_INT(tw_timer_arm(&w, &a.timer, tw_deadline_in(tw_wheel_now(&w), 1), 0, TW_ARM_IDLE),
+                 TW_ERANGE);
+    CHECK_EQ_INT(tw_timer_arm(&w, &a.timer, 5, 0, TW_ARM_IDLE), TW_ERANGE);
     CHECK(!tw_timer_pending(&a.timer));
     CHECK_EQ_U64(tw_wheel_pending(&w), 0);
 }
@@ -675,14 +691,17 @@ static void test_start_idle_nodes(void)
     tw_node_init(&n);
     tw_node_init(&m);
     probe_init(&p, &w);
-    CHECK_EQ_INT(tw_node_start(NULL, &n, 1), TW_EINVAL);
-    CHECK_EQ_INT(tw_node_start(&w, NULL, 1), TW_EINVAL);
-    CHECK_EQ_INT(tw_node_start_at(NULL, &n, 1), TW_EINVAL);
-    CHECK_EQ_INT(tw_node_start_at(&w, NULL, 1), TW_EINVAL);
+    CHECK_EQ_INT(tw_node_arm(NULL, &n, tw_deadline_in(tw_wheel_now(NULL), 1), 0, TW_ARM_IDLE),
+                 TW_EINVAL);
+    CHECK_EQ_INT(tw_node_arm(&w, NULL, tw_deadline_in(tw_wheel_now(&w), 1), 0, TW_ARM_IDLE),
+                 TW_EINVAL);
+    CHECK_EQ_INT(tw_node_arm(NULL, &n, 1, 0, TW_ARM_IDLE), TW_EINVAL);
+    CHECK_EQ_INT(tw_node_arm(&w, NULL, 1, 0, TW_ARM_IDLE), TW_EINVAL);
     CHECK_EQ_INT(tw_wheel_advance(&w, 0), 0); /* not pull-only yet */
-    CHECK_EQ_INT(tw_timer_start(&w, &p.timer, 30), 0);
-    CHECK_EQ_INT(tw_node_start(&w, &n, 20), 0);
-    CHECK_EQ_INT(tw_node_start_at(&w, &m, 10), 0);
+    CHECK_EQ_INT(tw_timer_arm(&w, &p.timer, tw_deadline_in(tw_wheel_now(&w), 30), 0, TW_ARM_IDLE),
+                 0);
+    CHECK_EQ_INT(tw_node_arm(&w, &n, tw_deadline_in(tw_wheel_now(&w), 20), 0, TW_ARM_IDLE), 0);
+    CHECK_EQ_INT(tw_node_arm(&w, &m, 10, 0, TW_ARM_IDLE), 0);
     CHECK_EQ_U64(tw_wheel_pending(&w), 3);
     CHECK_EQ_INT(tw_wheel_advance(&w, 5), TW_EINVAL); /* pull-only now */
     CHECK_EQ_PTR(tw_wheel_expire_next_node(&w, 100), &m);
@@ -690,11 +709,13 @@ static void test_start_idle_nodes(void)
     CHECK_EQ_PTR(tw_wheel_expire_next_node(&w, 100), &p.timer.node);
     CHECK(tw_wheel_expire_next_node(&w, 100) == NULL);
     CHECK_EQ_INT(p.fires, 0); /* pulled: no callback */
-    CHECK_EQ_INT(tw_node_start(&w, &n, 0), 0); /* idle after the pull */
+    CHECK_EQ_INT(tw_node_arm(&w, &n, tw_deadline_in(tw_wheel_now(&w), 0), 0, TW_ARM_IDLE),
+                 0); /* idle after the pull */
     CHECK_EQ_U64(tw_node_deadline(&n), 101);
     CHECK_EQ_INT(tw_node_cancel(&w, &n), 1);
     tw_wheel_init(&w, UINT64_MAX);
-    CHECK_EQ_INT(tw_node_start(&w, &n, 1), TW_ERANGE);
+    CHECK_EQ_INT(tw_node_arm(&w, &n, tw_deadline_in(tw_wheel_now(&w), 1), 0, TW_ARM_IDLE),
+                 TW_ERANGE);
     CHECK(!tw_node_pending(&n));
 }
 
@@ -703,8 +724,10 @@ static void test_start_idle_nodes(void)
 static struct tw_node start_from_callback_node;
 static void start_node_from_callback(struct probe *p)
 {
-    CHECK_EQ_INT(tw_node_start(p->wheel, &start_from_callback_node, 5), TW_EBUSY);
-    CHECK_EQ_INT(tw_node_start_at(p->wheel, &start_from_callback_node, 500), TW_EBUSY);
+    CHECK_EQ_INT(tw_node_arm(p->wheel, &start_from_callback_node,
+                             tw_deadline_in(tw_wheel_now(p->wheel), 5), 0, TW_ARM_IDLE),
+                 TW_EBUSY);
+    CHECK_EQ_INT(tw_node_arm(p->wheel, &start_from_callback_node, 500, 0, TW_ARM_IDLE), TW_EBUSY);
 }
 
 static void test_start_node_from_callback_refused(void)
@@ -715,7 +738,8 @@ static void test_start_node_from_callback_refused(void)
     probe_init(&p, &w);
     tw_node_init(&start_from_callback_node);
     p.action = start_node_from_callback;
-    CHECK_EQ_INT(tw_timer_start(&w, &p.timer, 3), 0);
+    CHECK_EQ_INT(tw_timer_arm(&w, &p.timer, tw_deadline_in(tw_wheel_now(&w), 3), 0, TW_ARM_IDLE),
+                 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, 3), 1);
     CHECK(!tw_node_pending(&start_from_callback_node));
     CHECK_EQ_U64(tw_wheel_pending(&w), 0);
@@ -727,8 +751,8 @@ static void test_periodic_no_drift_catch_up(void)
     struct ticker k = {0};
     tw_wheel_init(&w, 3);
     CHECK_EQ_INT(tw_periodic_init(&k.periodic, ticker_fire, &k, TW_MISSED_CATCH_UP), 0);
-    CHECK_EQ_INT(tw_periodic_start(&w, &k.periodic, 0, 0), TW_EINVAL);
-    CHECK_EQ_INT(tw_periodic_start(&w, &k.periodic, 10, 7), 0);
+    CHECK_EQ_INT(tw_periodic_start_in(&w, &k.periodic, tw_wheel_now(&w), 0, 0), TW_EINVAL);
+    CHECK_EQ_INT(tw_periodic_start_in(&w, &k.periodic, tw_wheel_now(&w), 10, 7), 0);
     /* Advance in uneven steps, one of which passes several periods. */
     const uint64_t steps[] = {5, 13, 14, 60, 61, 62, 200};
     for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++)
@@ -747,7 +771,7 @@ static void test_periodic_skip_missed(void)
     struct ticker k = {0};
     tw_wheel_init(&w, 0);
     tw_periodic_init(&k.periodic, ticker_fire, &k, TW_MISSED_SKIP);
-    tw_periodic_start(&w, &k.periodic, 10, 10);
+    tw_periodic_start_in(&w, &k.periodic, tw_wheel_now(&w), 10, 10);
     CHECK_EQ_INT(tw_wheel_advance(&w, 95), 1); /* fires once, at 10 */
     CHECK_EQ_U64(k.at[0], 10);
     CHECK_EQ_U64(tw_timer_deadline(&k.periodic.timer), 100); /* phase kept */
@@ -763,7 +787,7 @@ static void test_periodic_stopped_by_its_callback(void)
     tw_wheel_init(&w, 0);
     tw_periodic_init(&k.periodic, ticker_fire, &k, TW_MISSED_CATCH_UP);
     k.stop_after = 3;
-    tw_periodic_start(&w, &k.periodic, 0, 1);
+    tw_periodic_start_in(&w, &k.periodic, tw_wheel_now(&w), 0, 1);
     CHECK_EQ_INT(tw_wheel_advance(&w, 100), 3);
     CHECK_EQ_U64(tw_wheel_pending(&w), 0);
 }
@@ -785,7 +809,7 @@ static void test_moves_bounded_by_levels(void)
     for (int i = 0; i < N; i++) {
         probe_init(&p[i], &w);
         s = s * 6364136223846793005u + 1442695040888963407u;
-        tw_timer_arm(&w, &p[i].timer, (s >> 33) % (UINT64_C(1) << 20) + 1);
+        tw_timer_arm_in(&w, &p[i].timer, tw_wheel_now(&w), (s >> 33) % (UINT64_C(1) << 20) + 1);
     }
     int64_t fired = 0;
     while (tw_wheel_pending(&w))
@@ -798,7 +822,7 @@ static void test_moves_bounded_by_levels(void)
     tw_wheel_init(&w, 0);
     for (int i = 0; i < N; i++) {
         probe_init(&p[i], &w);
-        tw_timer_arm(&w, &p[i].timer, UINT64_C(604800000) - (uint64_t)i);
+        tw_timer_arm_in(&w, &p[i].timer, tw_wheel_now(&w), UINT64_C(604800000) - (uint64_t)i);
     }
     CHECK_EQ_INT(tw_wheel_advance(&w, 3600000), 0);
     CHECK_EQ_U64(tw_wheel_moves(&w), 0);
@@ -837,7 +861,7 @@ static void test_moves_per_timer_bound(void)
     struct probe p;
     tw_wheel_init(&w, 71188);
     probe_init(&p, &w);
-    CHECK_EQ_INT(tw_timer_arm(&w, &p.timer, 255883), 0);
+    CHECK_EQ_INT(tw_timer_arm_in(&w, &p.timer, tw_wheel_now(&w), 255883), 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, 71188 + 255883), 1);
     CHECK_EQ_U64(tw_wheel_moves(&w), 3);
     CHECK_EQ_U64(moves_of(71188, 71188 + 255883), 3);
@@ -862,7 +886,7 @@ static void test_moves_per_timer_bound(void)
         unsigned k = 1 + (unsigned)(s >> 62) % 3; /* delays below 64^1..64^3 */
         uint64_t delay = 1 + (s >> 11) % ((UINT64_C(1) << (k * TW_WHEEL_SLOT_BITS)) - 1);
         uint64_t before = tw_wheel_moves(&w);
-        tw_timer_arm(&w, &p.timer, delay);
+        tw_timer_arm_in(&w, &p.timer, tw_wheel_now(&w), delay);
         CHECK_EQ_INT(tw_wheel_advance(&w, now + delay), 1);
         unsigned m = (unsigned)(tw_wheel_moves(&w) - before);
         if (m != moves_of(now, now + delay) || m > k) {

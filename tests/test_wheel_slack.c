@@ -27,27 +27,32 @@ static void test_bad_arguments_and_end_of_time(void)
     tw_wheel_init(&w, 0);
     rec_init(&r, &w);
     tw_node_init(&n);
-    CHECK_EQ_INT(tw_timer_arm_slack(NULL, &r.timer, 1, 1), TW_EINVAL);
-    CHECK_EQ_INT(tw_timer_arm_slack(&w, NULL, 1, 1), TW_EINVAL);
-    CHECK_EQ_INT(tw_timer_arm_at_slack(NULL, &r.timer, 1, 1), TW_EINVAL);
-    CHECK_EQ_INT(tw_timer_arm_at_slack(&w, NULL, 1, 1), TW_EINVAL);
-    CHECK_EQ_INT(tw_node_arm_slack(NULL, &n, 1, 1), TW_EINVAL);
-    CHECK_EQ_INT(tw_node_arm_at_slack(&w, NULL, 1, 1), TW_EINVAL);
-    CHECK_EQ_INT(tw_periodic_start_slack(NULL, NULL, 1, 1, 0), TW_EINVAL);
+    CHECK_EQ_INT(tw_timer_arm(NULL, &r.timer, tw_deadline_in(tw_wheel_now(NULL), 1), 1, 0),
+                 TW_EINVAL);
+    CHECK_EQ_INT(tw_timer_arm(&w, NULL, tw_deadline_in(tw_wheel_now(&w), 1), 1, 0), TW_EINVAL);
+    CHECK_EQ_INT(tw_timer_arm(NULL, &r.timer, 1, 1, 0), TW_EINVAL);
+    CHECK_EQ_INT(tw_timer_arm(&w, NULL, 1, 1, 0), TW_EINVAL);
+    CHECK_EQ_INT(tw_node_arm(NULL, &n, tw_deadline_in(tw_wheel_now(NULL), 1), 1, 0), TW_EINVAL);
+    CHECK_EQ_INT(tw_node_arm(&w, NULL, 1, 1, 0), TW_EINVAL);
+    CHECK_EQ_INT(tw_periodic_start(NULL, NULL, tw_deadline_in(tw_wheel_now(NULL), 1), 1, 0),
+                 TW_EINVAL);
     struct tw_timer raw;
     memset(&raw, 0, sizeof raw); /* never initialised: no callback */
-    CHECK_EQ_INT(tw_timer_arm_slack(&w, &raw, 1, 1), TW_EINVAL);
+    CHECK_EQ_INT(tw_timer_arm(&w, &raw, tw_deadline_in(tw_wheel_now(&w), 1), 1, 0), TW_EINVAL);
     CHECK_EQ_U64(tw_slack_fraction(800, 3), 100);
     CHECK_EQ_U64(tw_slack_fraction(800, 64), 0);
     CHECK_EQ_U64(tw_slack_fraction(UINT64_MAX, 63), 1);
 
     /* The end of time: no later tick exists. */
     tw_wheel_init(&w, UINT64_MAX);
-    CHECK_EQ_INT(tw_timer_arm_slack(&w, &r.timer, 5, 100), TW_ERANGE);
+    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 5), 100, 0),
+                 TW_ERANGE);
     CHECK(!tw_timer_pending(&r.timer));
     /* A window past UINT64_MAX saturates. */
     tw_wheel_init(&w, UINT64_MAX - 10);
-    CHECK_EQ_INT(tw_timer_arm_slack(&w, &r.timer, 5, UINT64_MAX), 0);
+    CHECK_EQ_INT(
+        tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 5), UINT64_MAX, TW_ARM_SLACK),
+        0);
     uint64_t p = tw_timer_deadline(&r.timer);
     CHECK(p >= UINT64_MAX - 5);
     CHECK_EQ_INT(tw_wheel_advance(&w, UINT64_MAX), 1);
@@ -70,7 +75,9 @@ static void test_planned_on_a_boundary_fired_together(void)
         rec_init(&r[i], &w);
         tw_wheel_advance(&w, (uint64_t)i * 7); /* armed at different times */
         uint64_t now = tw_wheel_now(&w);
-        CHECK_EQ_INT(tw_timer_arm_slack(&w, &r[i].timer, 30000, tw_slack_fraction(30000, 3)), 0);
+        CHECK_EQ_INT(tw_timer_arm(&w, &r[i].timer, tw_deadline_in(tw_wheel_now(&w), 30000),
+                                  tw_slack_fraction(30000, 3), TW_ARM_SLACK),
+                     0);
         uint64_t p = tw_timer_deadline(&r[i].timer);
         CHECK(p >= now + 30000 && p <= now + 33750);
         CHECK_EQ_U64(p % 4096, 0);
@@ -95,10 +102,10 @@ static void test_planned_on_a_boundary_fired_together(void)
     tw_wheel_init(&w, 100);
     rec_init(&r[0], &w);
     rec_init(&r[1], &w);
-    CHECK_EQ_INT(tw_timer_arm_slack(&w, &r[0].timer, 0, 27), 0);
+    CHECK_EQ_INT(tw_timer_arm(&w, &r[0].timer, tw_deadline_in(tw_wheel_now(&w), 0), 27, 0), 0);
     CHECK(tw_timer_deadline(&r[0].timer) >= 101 && tw_timer_deadline(&r[0].timer) <= 128);
     CHECK_EQ_U64(tw_timer_deadline(&r[0].timer), 128); /* the level-1 boundary in it */
-    CHECK_EQ_INT(tw_timer_arm_at_slack(&w, &r[1].timer, 50, 0), 0); /* in the past, exact */
+    CHECK_EQ_INT(tw_timer_arm(&w, &r[1].timer, 50, 0, TW_ARM_SLACK), 0); /* in the past, exact */
     CHECK_EQ_U64(tw_timer_deadline(&r[1].timer), 101);
     CHECK_EQ_INT(tw_wheel_advance(&w, 127), 1);
     CHECK_EQ_INT(r[0].fires, 0);
@@ -128,7 +135,8 @@ static void test_highest_boundary_in_window(void)
         {(UINT64_C(1) << 40) - 5, 1000, UINT64_C(1) << 40},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        CHECK_EQ_INT(tw_timer_arm_at_slack(&w, &r.timer, cases[i].deadline, cases[i].slack), 0);
+        CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, cases[i].deadline, cases[i].slack, TW_ARM_SLACK),
+                     0);
         CHECK_EQ_U64(tw_timer_deadline(&r.timer), cases[i].planned);
         tw_timer_cancel(&w, &r.timer);
     }
@@ -143,13 +151,15 @@ static void test_pushed_back_planned_late(void)
     struct rec r;
     tw_wheel_init(&w, 0);
     rec_init(&r, &w);
-    CHECK_EQ_INT(tw_timer_arm_slack(&w, &r.timer, 30000, 3750), 0);
+    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 30000), 3750, 0), 0);
     CHECK_EQ_U64(tw_timer_deadline(&r.timer), 32768); /* fresh: the level-2 boundary */
     tw_wheel_advance(&w, 3500);
-    CHECK_EQ_INT(tw_timer_arm_slack(&w, &r.timer, 30000, 3750), 0); /* [33500, 37250] */
+    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 30000), 3750, 0),
+                 0);                                  /* [33500, 37250] */
     CHECK_EQ_U64(tw_timer_deadline(&r.timer), 37248); /* latest multiple of 64, not 36864 */
     tw_wheel_advance(&w, 7000);
-    CHECK_EQ_INT(tw_timer_arm_slack(&w, &r.timer, 30000, 3750), 0); /* [37000, 40750] */
+    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 30000), 3750, 0),
+                 0);                                  /* [37000, 40750] */
     CHECK_EQ_U64(tw_timer_deadline(&r.timer), 37248); /* kept: free */
     CHECK_EQ_U64(tw_wheel_moves(&w), 1);
     /* It fires at its planned tick, never early; one move on the way (its
@@ -172,9 +182,9 @@ static void test_sub_slots(void)
     tw_wheel_init(&w, 0);
     for (int i = 0; i < 4; i++)
         rec_init(&r[i], &w);
-    CHECK_EQ_INT(tw_timer_arm_at_slack(&w, &r[0].timer, 200, 20), 0); /* [200, 220] */
-    CHECK_EQ_INT(tw_timer_arm_at_slack(&w, &r[1].timer, 195, 30), 0); /* [195, 225] */
-    CHECK_EQ_INT(tw_timer_arm_at(&w, &r[2].timer, 208), 0);           /* exact */
+    CHECK_EQ_INT(tw_timer_arm(&w, &r[0].timer, 200, 20, 0), 0); /* [200, 220] */
+    CHECK_EQ_INT(tw_timer_arm(&w, &r[1].timer, 195, 30, 0), 0); /* [195, 225] */
+    CHECK_EQ_INT(tw_timer_arm(&w, &r[2].timer, 208, 0, 0), 0);  /* exact */
     CHECK_EQ_U64(tw_timer_deadline(&r[0].timer), 208);
     CHECK_EQ_U64(tw_timer_deadline(&r[1].timer), 208);
     CHECK_EQ_U64(tw_wheel_next_expiry(&w), 192); /* their level-1 slot */
@@ -186,20 +196,25 @@ static void test_sub_slots(void)
         CHECK_EQ_U64(r[i].fired_at, 208);
 
     /* Cancel from a sub-list empties the slot. */
-    CHECK_EQ_INT(tw_timer_arm_slack(&w, &r[0].timer, 200, 20), 0); /* [408, 428] */
+    CHECK_EQ_INT(tw_timer_arm(&w, &r[0].timer, tw_deadline_in(tw_wheel_now(&w), 200), 20, 0),
+                 0); /* [408, 428] */
     CHECK_EQ_U64(tw_timer_deadline(&r[0].timer), 416);
     CHECK_EQ_INT(tw_timer_cancel(&w, &r[0].timer), 1);
     CHECK_EQ_U64(tw_wheel_pending(&w), 0);
     CHECK_EQ_U64(tw_wheel_next_expiry(&w), TW_NEVER);
 
     /* An exact later re-arm is lazy there too; an earlier one relocates. */
-    CHECK_EQ_INT(tw_timer_arm_slack(&w, &r[0].timer, 200, 20), 0); /* 416 */
-    CHECK_EQ_INT(tw_timer_arm_at(&w, &r[0].timer, 430), 0);
+    CHECK_EQ_INT(tw_timer_arm(&w, &r[0].timer, tw_deadline_in(tw_wheel_now(&w), 200), 20, 0),
+                 0); /* 416 */
+    CHECK_EQ_INT(tw_timer_arm(&w, &r[0].timer, 430, 0, 0), 0);
     CHECK_EQ_U64(tw_timer_deadline(&r[0].timer), 430);
-    CHECK_EQ_INT(tw_timer_arm_slack(&w, &r[1].timer, 200, 20), 0); /* 416 */
-    CHECK_EQ_INT(tw_timer_arm_at(&w, &r[1].timer, 300), 0);
-    CHECK_EQ_INT(tw_timer_arm_slack(&w, &r[2].timer, 200, 20), 0); /* 416 */
-    CHECK_EQ_INT(tw_timer_arm_slack(&w, &r[2].timer, 300, 40), 0); /* pushed back */
+    CHECK_EQ_INT(tw_timer_arm(&w, &r[1].timer, tw_deadline_in(tw_wheel_now(&w), 200), 20, 0),
+                 0); /* 416 */
+    CHECK_EQ_INT(tw_timer_arm(&w, &r[1].timer, 300, 0, 0), 0);
+    CHECK_EQ_INT(tw_timer_arm(&w, &r[2].timer, tw_deadline_in(tw_wheel_now(&w), 200), 20, 0),
+                 0); /* 416 */
+    CHECK_EQ_INT(tw_timer_arm(&w, &r[2].timer, tw_deadline_in(tw_wheel_now(&w), 300), 40, 0),
+                 0); /* pushed back */
     CHECK(tw_timer_deadline(&r[2].timer) >= 508 && tw_timer_deadline(&r[2].timer) <= 548);
     CHECK_EQ_INT(tw_wheel_advance(&w, 299), 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, 300), 1);
@@ -212,8 +227,9 @@ static void test_sub_slots(void)
 
     /* Destroy detaches sub-list timers too. */
     for (int i = 0; i < 3; i++)
-        CHECK_EQ_INT(tw_timer_arm_slack(&w, &r[i].timer, 200, 20), 0);
-    CHECK_EQ_INT(tw_timer_arm_at_slack(&w, &r[3].timer, tw_wheel_now(&w) + 5000, 0), 0);
+        CHECK_EQ_INT(tw_timer_arm(&w, &r[i].timer, tw_deadline_in(tw_wheel_now(&w), 200), 20, 0),
+                     0);
+    CHECK_EQ_INT(tw_timer_arm(&w, &r[3].timer, tw_wheel_now(&w) + 5000, 0, TW_ARM_SLACK), 0);
     CHECK_EQ_INT((int)tw_wheel_destroy(&w), 4);
     for (int i = 0; i < 4; i++)
         CHECK(!tw_timer_pending(&r[i].timer));
@@ -237,18 +253,18 @@ static void test_sub_slot_chains(void)
     /* [200, 220] and [250, 270]: planned at 208 (sub-list 1 of slot 3) and
      * 256 (sub-list 0 of slot 4). */
     for (int i = 0; i < 5; i++)
-        CHECK_EQ_INT(tw_timer_arm_at_slack(&w, &r[i].timer, 200, 20), 0);
+        CHECK_EQ_INT(tw_timer_arm(&w, &r[i].timer, 200, 20, 0), 0);
     for (int i = 5; i < 10; i++)
-        CHECK_EQ_INT(tw_timer_arm_at_slack(&w, &r[i].timer, 250, 20), 0);
-    CHECK_EQ_INT(tw_timer_arm_at(&w, &r[10].timer, 256), 0); /* exact, same tick */
+        CHECK_EQ_INT(tw_timer_arm(&w, &r[i].timer, 250, 20, 0), 0);
+    CHECK_EQ_INT(tw_timer_arm(&w, &r[10].timer, 256, 0, 0), 0); /* exact, same tick */
     for (int i = 0; i < 5; i++)
         CHECK_EQ_U64(tw_timer_deadline(&r[i].timer), 208);
     for (int i = 5; i < 10; i++)
         CHECK_EQ_U64(tw_timer_deadline(&r[i].timer), 256);
     CHECK_EQ_INT(tw_timer_cancel(&w, &r[2].timer), 1);
     CHECK_EQ_INT(tw_timer_cancel(&w, &r[7].timer), 1);
-    CHECK_EQ_INT(tw_timer_arm_at(&w, &r[3].timer, 300), 0); /* lazy: stays on its list */
-    CHECK_EQ_INT(tw_timer_arm_at(&w, &r[8].timer, 301), 0);
+    CHECK_EQ_INT(tw_timer_arm(&w, &r[3].timer, 300, 0, 0), 0); /* lazy: stays on its list */
+    CHECK_EQ_INT(tw_timer_arm(&w, &r[8].timer, 301, 0, 0), 0);
     CHECK_EQ_U64(tw_wheel_pending(&w), 9);
     CHECK_EQ_INT(tw_wheel_advance(&w, 207), 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, 208), 3); /* 0, 1, 4 */
@@ -273,9 +289,9 @@ static void test_sub_slot_chains(void)
     CHECK_EQ_U64(tw_wheel_pending(&w), 0);
     CHECK_EQ_U64(tw_wheel_next_expiry(&w), TW_NEVER);
     /* A lazily re-armed exact timer at level 0 is moved, not fired. */
-    CHECK_EQ_INT(tw_timer_arm_at(&w, &r[0].timer, 310), 0);
-    CHECK_EQ_INT(tw_timer_arm_at(&w, &r[1].timer, 310), 0);
-    CHECK_EQ_INT(tw_timer_arm_at(&w, &r[1].timer, 315), 0);
+    CHECK_EQ_INT(tw_timer_arm(&w, &r[0].timer, 310, 0, 0), 0);
+    CHECK_EQ_INT(tw_timer_arm(&w, &r[1].timer, 310, 0, 0), 0);
+    CHECK_EQ_INT(tw_timer_arm(&w, &r[1].timer, 315, 0, 0), 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, 310), 1);
     CHECK_EQ_INT(r[1].fires, 1); /* still its first fire, at 208 */
     CHECK_EQ_INT(tw_wheel_advance(&w, 314), 0);
@@ -292,13 +308,15 @@ static void test_rearm_and_cancel(void)
     struct rec r;
     tw_wheel_init(&w, 0);
     rec_init(&r, &w);
-    CHECK_EQ_INT(tw_timer_arm_slack(&w, &r.timer, 30000, 3750), 0);
+    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 30000), 3750, 0), 0);
     CHECK_EQ_U64(tw_timer_deadline(&r.timer), 32768);
     tw_wheel_advance(&w, 2000);
-    CHECK_EQ_INT(tw_timer_arm_slack(&w, &r.timer, 30000, 3750), 0); /* [32000, 35750] */
+    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 30000), 3750, 0),
+                 0);                                                /* [32000, 35750] */
     CHECK_EQ_U64(tw_timer_deadline(&r.timer), 32768);               /* kept */
     tw_wheel_advance(&w, 3000);
-    CHECK_EQ_INT(tw_timer_arm_slack(&w, &r.timer, 30000, 3750), 0); /* [33000, 36750] */
+    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 30000), 3750, 0),
+                 0); /* [33000, 36750] */
     uint64_t p = tw_timer_deadline(&r.timer);
     /* Pushed back: planned late. The window holds no multiple of 4096, so
      * the latest multiple of 64 in it. */
@@ -313,16 +331,16 @@ static void test_rearm_and_cancel(void)
     CHECK_EQ_U64(r.fired_at, p);
 
     /* Earlier with slack relocates too. */
-    CHECK_EQ_INT(tw_timer_arm_slack(&w, &r.timer, 5000, 600), 0);
-    CHECK_EQ_INT(tw_timer_arm_slack(&w, &r.timer, 100, 10), 0);
+    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 5000), 600, 0), 0);
+    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 100), 10, 0), 0);
     p = tw_timer_deadline(&r.timer);
     CHECK(p >= tw_wheel_now(&w) + 100 && p <= tw_wheel_now(&w) + 110);
 
     /* An exact re-arm: exact again. */
-    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, 1234), 0);
+    CHECK_EQ_INT(tw_timer_arm_in(&w, &r.timer, tw_wheel_now(&w), 1234), 0);
     CHECK_EQ_U64(tw_timer_deadline(&r.timer), tw_wheel_now(&w) + 1234);
     /* Cancel. */
-    CHECK_EQ_INT(tw_timer_arm_slack(&w, &r.timer, 777, 100), 0);
+    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 777), 100, 0), 0);
     CHECK_EQ_INT(tw_timer_cancel(&w, &r.timer), 1);
     CHECK_EQ_INT(tw_timer_cancel(&w, &r.timer), 0);
     CHECK_EQ_U64(tw_wheel_pending(&w), 0);
@@ -352,7 +370,8 @@ static void test_periodic_keeps_phase(void)
     struct ticker k = {0};
     tw_wheel_init(&w, 5);
     CHECK_EQ_INT(tw_periodic_init(&k.periodic, ticker_fire, &k, TW_MISSED_CATCH_UP), 0);
-    CHECK_EQ_INT(tw_periodic_start_slack(&w, &k.periodic, 1000, 1000, 125), 0);
+    CHECK_EQ_INT(
+        tw_periodic_start(&w, &k.periodic, tw_deadline_in(tw_wheel_now(&w), 1000), 1000, 125), 0);
     for (uint64_t t = 5; t <= 40000; t += 37)
         tw_wheel_advance(&w, t);
     CHECK(k.n >= 39 && k.n <= 40);
@@ -368,7 +387,8 @@ static void test_periodic_keeps_phase(void)
     struct ticker c = {0};
     tw_wheel_init(&w, 0);
     tw_periodic_init(&c.periodic, ticker_fire, &c, TW_MISSED_CATCH_UP);
-    CHECK_EQ_INT(tw_periodic_start_slack(&w, &c.periodic, 0, 10, 1000), 0);
+    CHECK_EQ_INT(tw_periodic_start(&w, &c.periodic, tw_deadline_in(tw_wheel_now(&w), 0), 10, 1000),
+                 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, 300), 30);
     for (int i = 0; i < c.n && i < 64; i++)
         CHECK(c.at[i] >= 1 + 10 * (uint64_t)i && c.at[i] <= 10 + 10 * (uint64_t)i);
@@ -377,7 +397,8 @@ static void test_periodic_keeps_phase(void)
     struct ticker s = {0};
     tw_wheel_init(&w, 0);
     tw_periodic_init(&s.periodic, ticker_fire, &s, TW_MISSED_SKIP);
-    CHECK_EQ_INT(tw_periodic_start_slack(&w, &s.periodic, 100, 100, 12), 0);
+    CHECK_EQ_INT(tw_periodic_start(&w, &s.periodic, tw_deadline_in(tw_wheel_now(&w), 100), 100, 12),
+                 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, 950), 1);
     uint64_t p = tw_timer_deadline(&s.periodic.timer);
     CHECK(p >= 1000 && p <= 1012);
@@ -385,14 +406,14 @@ static void test_periodic_keeps_phase(void)
 }
 
 /* Bare nodes take slack too, under the same rules; arming one from inside a
- * callback is refused as for tw_node_arm_at. */
+ * callback is refused as for an exact tw_node_arm. */
 static struct tw_node cb_node;
 static int cb_rc;
 static void arm_node_from_callback(struct tw_timer *t, void *arg)
 {
     struct rec *r = arg;
     (void)t;
-    cb_rc = tw_node_arm_slack(r->wheel, &cb_node, 10, 5);
+    cb_rc = tw_node_arm(r->wheel, &cb_node, tw_deadline_in(tw_wheel_now(r->wheel), 10), 5, 0);
 }
 
 static void test_bare_nodes(void)
@@ -401,12 +422,12 @@ static void test_bare_nodes(void)
     struct tw_node n;
     tw_wheel_init(&w, 0);
     tw_node_init(&n);
-    CHECK_EQ_INT(tw_node_arm_slack(&w, &n, 200, 30), 0);
+    CHECK_EQ_INT(tw_node_arm(&w, &n, tw_deadline_in(tw_wheel_now(&w), 200), 30, 0), 0);
     uint64_t p = tw_node_deadline(&n);
     CHECK(p >= 200 && p <= 230);
     CHECK(tw_wheel_expire_next_node(&w, p - 1) == NULL);
     CHECK(tw_wheel_expire_next_node(&w, p) == &n);
-    CHECK_EQ_INT(tw_node_arm_at_slack(&w, &n, 1000, 0), 0);
+    CHECK_EQ_INT(tw_node_arm(&w, &n, 1000, 0, TW_ARM_SLACK), 0);
     CHECK_EQ_U64(tw_node_deadline(&n), 1000);
     CHECK_EQ_INT(tw_node_cancel(&w, &n), 1);
 
@@ -415,13 +436,13 @@ static void test_bare_nodes(void)
     rec_init(&r, &w);
     tw_node_init(&cb_node);
     CHECK_EQ_INT(tw_timer_init(&r.timer, arm_node_from_callback, &r), 0);
-    tw_timer_arm(&w, &r.timer, 3);
+    tw_timer_arm_in(&w, &r.timer, tw_wheel_now(&w), 3);
     CHECK_EQ_INT(tw_wheel_advance(&w, 3), 1);
     CHECK_EQ_INT(cb_rc, TW_EBUSY);
     CHECK(!tw_node_pending(&cb_node));
 }
 
-/* The store-only arm with slack (tw_*_start*_slack) of an idle timer or
+/* The store-only arm with slack (TW_ARM_IDLE with slack) of an idle timer or
  * node: the planned tick of the slack arm for the same window in every case
  * (boundaries of each level, sub-slots, exact, the past, saturation), the
  * wheel's count kept, fired at the planned tick without a move, idle again
@@ -435,8 +456,10 @@ static void start_from_callback(struct tw_timer *t, void *arg)
     r->fires++;
     r->fired_at = tw_wheel_now(r->wheel);
     if (r->fires < 3)
-        start_cb_rc = tw_timer_start_slack(r->wheel, t, 100, 12);
-    start_cb_node_rc = tw_node_start_slack(r->wheel, &start_cb_node, 10, 5);
+        start_cb_rc =
+            tw_timer_arm(r->wheel, t, tw_deadline_in(tw_wheel_now(r->wheel), 100), 12, TW_ARM_IDLE);
+    start_cb_node_rc = tw_node_arm(r->wheel, &start_cb_node,
+                                   tw_deadline_in(tw_wheel_now(r->wheel), 10), 5, TW_ARM_IDLE);
 }
 
 static void test_start_slack(void)
@@ -449,14 +472,19 @@ static void test_start_slack(void)
     rec_init(&r, &w);
     rec_init(&q, &v);
     tw_node_init(&n);
-    CHECK_EQ_INT(tw_timer_start_slack(NULL, &r.timer, 1, 1), TW_EINVAL);
-    CHECK_EQ_INT(tw_timer_start_slack(&w, NULL, 1, 1), TW_EINVAL);
-    CHECK_EQ_INT(tw_timer_start_at_slack(NULL, &r.timer, 1, 1), TW_EINVAL);
-    CHECK_EQ_INT(tw_timer_start_at_slack(&w, NULL, 1, 1), TW_EINVAL);
-    CHECK_EQ_INT(tw_node_start_slack(NULL, &n, 1, 1), TW_EINVAL);
-    CHECK_EQ_INT(tw_node_start_slack(&w, NULL, 1, 1), TW_EINVAL);
-    CHECK_EQ_INT(tw_node_start_at_slack(NULL, &n, 1, 1), TW_EINVAL);
-    CHECK_EQ_INT(tw_node_start_at_slack(&w, NULL, 1, 1), TW_EINVAL);
+    CHECK_EQ_INT(
+        tw_timer_arm(NULL, &r.timer, tw_deadline_in(tw_wheel_now(NULL), 1), 1, TW_ARM_IDLE),
+        TW_EINVAL);
+    CHECK_EQ_INT(tw_timer_arm(&w, NULL, tw_deadline_in(tw_wheel_now(&w), 1), 1, TW_ARM_IDLE),
+                 TW_EINVAL);
+    CHECK_EQ_INT(tw_timer_arm(NULL, &r.timer, 1, 1, TW_ARM_IDLE), TW_EINVAL);
+    CHECK_EQ_INT(tw_timer_arm(&w, NULL, 1, 1, TW_ARM_IDLE), TW_EINVAL);
+    CHECK_EQ_INT(tw_node_arm(NULL, &n, tw_deadline_in(tw_wheel_now(NULL), 1), 1, TW_ARM_IDLE),
+                 TW_EINVAL);
+    CHECK_EQ_INT(tw_node_arm(&w, NULL, tw_deadline_in(tw_wheel_now(&w), 1), 1, TW_ARM_IDLE),
+                 TW_EINVAL);
+    CHECK_EQ_INT(tw_node_arm(NULL, &n, 1, 1, TW_ARM_IDLE), TW_EINVAL);
+    CHECK_EQ_INT(tw_node_arm(&w, NULL, 1, 1, TW_ARM_IDLE), TW_EINVAL);
     CHECK_EQ_U64(tw_wheel_pending(&w), 0);
 
     /* Planned as the slack arm plans an idle timer, on a second wheel. */
@@ -473,8 +501,11 @@ static void test_start_slack(void)
         tw_wheel_init(&v, cases[i].now);
         rec_init(&r, &w);
         rec_init(&q, &v);
-        CHECK_EQ_INT(tw_timer_start_at_slack(&w, &r.timer, cases[i].deadline, cases[i].slack), 0);
-        CHECK_EQ_INT(tw_timer_arm_at_slack(&v, &q.timer, cases[i].deadline, cases[i].slack), 0);
+        CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, cases[i].deadline, cases[i].slack,
+                                  TW_ARM_IDLE | TW_ARM_SLACK),
+                     0);
+        CHECK_EQ_INT(tw_timer_arm(&v, &q.timer, cases[i].deadline, cases[i].slack, TW_ARM_SLACK),
+                     0);
         uint64_t p = tw_timer_deadline(&r.timer);
         CHECK_EQ_U64(p, tw_timer_deadline(&q.timer));
         CHECK_EQ_U64(tw_wheel_pending(&w), 1);
@@ -489,18 +520,23 @@ static void test_start_slack(void)
     tw_wheel_init(&w, 100);
     rec_init(&r, &w);
     rec_init(&q, &w);
-    CHECK_EQ_INT(tw_timer_start_slack(&w, &r.timer, 0, 27), 0);
+    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 0), 27, TW_ARM_IDLE),
+                 0);
     CHECK_EQ_U64(tw_timer_deadline(&r.timer), 128);
-    CHECK_EQ_INT(tw_timer_start_slack(&w, &q.timer, 30000, tw_slack_fraction(30000, 3)), 0);
+    CHECK_EQ_INT(tw_timer_arm(&w, &q.timer, tw_deadline_in(tw_wheel_now(&w), 30000),
+                              tw_slack_fraction(30000, 3), TW_ARM_IDLE | TW_ARM_SLACK),
+                 0);
     CHECK_EQ_U64(tw_timer_deadline(&q.timer) % 4096, 0);
     CHECK_EQ_U64(tw_wheel_pending(&w), 2);
-    CHECK_EQ_INT(tw_timer_arm_at_slack(&w, &r.timer, 120, 10), 0); /* stays at 128 */
+    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, 120, 10, 0), 0); /* stays at 128 */
     CHECK_EQ_U64(tw_timer_deadline(&r.timer), 128);
     CHECK_EQ_INT(tw_timer_cancel(&w, &q.timer), 1);
     CHECK_EQ_INT(tw_wheel_advance(&w, 40000), 1);
     CHECK_EQ_U64(r.fired_at, 128);
     CHECK_EQ_U64(tw_wheel_moves(&w), 0);
-    CHECK_EQ_INT(tw_timer_start_slack(&w, &q.timer, 5, 0), 0); /* idle after cancel */
+    CHECK_EQ_INT(tw_timer_arm(&w, &q.timer, tw_deadline_in(tw_wheel_now(&w), 5), 0,
+                              TW_ARM_IDLE | TW_ARM_SLACK),
+                 0); /* idle after cancel */
     CHECK_EQ_U64(tw_timer_deadline(&q.timer), 40005);
     CHECK_EQ_INT(tw_timer_cancel(&w, &q.timer), 1);
 
@@ -509,7 +545,8 @@ static void test_start_slack(void)
     rec_init(&r, &w);
     tw_node_init(&start_cb_node);
     CHECK_EQ_INT(tw_timer_init(&r.timer, start_from_callback, &r), 0);
-    CHECK_EQ_INT(tw_timer_start_slack(&w, &r.timer, 100, 12), 0);
+    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 100), 12, TW_ARM_IDLE),
+                 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, 1000), 3);
     CHECK_EQ_INT(r.fires, 3);
     CHECK_EQ_INT(start_cb_rc, 0);
@@ -520,28 +557,30 @@ static void test_start_slack(void)
     /* Nodes: the wheel becomes pull-only; pulled at the planned tick. */
     tw_wheel_init(&w, 0);
     tw_node_init(&n);
-    CHECK_EQ_INT(tw_node_start_slack(&w, &n, 200, 30), 0);
+    CHECK_EQ_INT(tw_node_arm(&w, &n, tw_deadline_in(tw_wheel_now(&w), 200), 30, TW_ARM_IDLE), 0);
     CHECK_EQ_U64(tw_node_deadline(&n), 208); /* a multiple of 16 (none of 64) in [200, 230] */
     CHECK_EQ_INT(tw_wheel_advance(&w, 5), TW_EINVAL);
     CHECK(tw_wheel_expire_next_node(&w, 207) == NULL);
     CHECK(tw_wheel_expire_next_node(&w, 208) == &n);
-    CHECK_EQ_INT(tw_node_start_at_slack(&w, &n, 1000, 0), 0);
+    CHECK_EQ_INT(tw_node_arm(&w, &n, 1000, 0, TW_ARM_IDLE | TW_ARM_SLACK), 0);
     CHECK_EQ_U64(tw_node_deadline(&n), 1000);
     CHECK_EQ_INT(tw_node_cancel(&w, &n), 1);
 
     /* The end of time: TW_ERANGE, left idle. */
     tw_wheel_init(&w, UINT64_MAX);
     rec_init(&r, &w);
-    CHECK_EQ_INT(tw_timer_start_slack(&w, &r.timer, 5, 100), TW_ERANGE);
-    CHECK_EQ_INT(tw_timer_start_at_slack(&w, &r.timer, 5, 100), TW_ERANGE);
-    CHECK_EQ_INT(tw_node_start_slack(&w, &n, 5, 100), TW_ERANGE);
+    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 5), 100, TW_ARM_IDLE),
+                 TW_ERANGE);
+    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, 5, 100, TW_ARM_IDLE), TW_ERANGE);
+    CHECK_EQ_INT(tw_node_arm(&w, &n, tw_deadline_in(tw_wheel_now(&w), 5), 100, TW_ARM_IDLE),
+                 TW_ERANGE);
     CHECK(!tw_timer_pending(&r.timer));
     CHECK(!tw_node_pending(&n));
     CHECK_EQ_U64(tw_wheel_pending(&w), 0);
 }
 
-/* Slack 0 is exact as to when a timer fires, and a *_slack re-arm with
- * slack 0 is still a re-arm with slack: a pending timer whose planned tick
+/* Slack 0 is exact as to when a timer fires, and a re-arm with slack 0
+ * and TW_ARM_SLACK is still a re-arm with slack: a pending timer whose planned tick
  * is not the new deadline is relocated at once (later or earlier, never
  * lazily), and tw_wheel_moves counts that, as it counts every slack
  * relocation; one planned at the new deadline already stays, and nothing is
@@ -555,15 +594,19 @@ static void test_slack_zero_rearm(void)
     struct tw_node n;
     tw_wheel_init(&w, 0);
     rec_init(&r, &w);
-    CHECK_EQ_INT(tw_timer_arm_slack(&w, &r.timer, 1000, 0), 0); /* idle: no move */
+    CHECK_EQ_INT(
+        tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 1000), 0, TW_ARM_SLACK),
+        0); /* idle: no move */
     CHECK_EQ_U64(tw_timer_deadline(&r.timer), 1000);
     CHECK_EQ_U64(tw_wheel_moves(&w), 0);
-    CHECK_EQ_INT(tw_timer_arm_slack(&w, &r.timer, 5000, 0), 0); /* later: relocated */
+    CHECK_EQ_INT(
+        tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 5000), 0, TW_ARM_SLACK),
+        0); /* later: relocated */
     CHECK_EQ_U64(tw_timer_deadline(&r.timer), 5000);
     CHECK_EQ_U64(tw_wheel_moves(&w), 1);
-    CHECK_EQ_INT(tw_timer_arm_at_slack(&w, &r.timer, 5000, 0), 0); /* planned there: stays */
+    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, 5000, 0, TW_ARM_SLACK), 0); /* planned there: stays */
     CHECK_EQ_U64(tw_wheel_moves(&w), 1);
-    CHECK_EQ_INT(tw_timer_arm_at_slack(&w, &r.timer, 3000, 0), 0); /* earlier: relocated */
+    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, 3000, 0, TW_ARM_SLACK), 0); /* earlier: relocated */
     CHECK_EQ_U64(tw_timer_deadline(&r.timer), 3000);
     CHECK_EQ_U64(tw_wheel_moves(&w), 2);
     CHECK_EQ_INT(tw_wheel_advance(&w, 2999), 0); /* exact: not early ... */
@@ -575,8 +618,8 @@ static void test_slack_zero_rearm(void)
     /* The same for a bare node. */
     tw_wheel_init(&w, 0);
     tw_node_init(&n);
-    CHECK_EQ_INT(tw_node_arm_at(&w, &n, 1000), 0); /* exact */
-    CHECK_EQ_INT(tw_node_arm_slack(&w, &n, 5000, 0), 0);
+    CHECK_EQ_INT(tw_node_arm(&w, &n, 1000, 0, 0), 0); /* exact */
+    CHECK_EQ_INT(tw_node_arm(&w, &n, tw_deadline_in(tw_wheel_now(&w), 5000), 0, TW_ARM_SLACK), 0);
     CHECK_EQ_U64(tw_node_deadline(&n), 5000);
     CHECK_EQ_U64(tw_wheel_moves(&w), 1);
     tw_wheel_destroy(&w);
@@ -584,8 +627,8 @@ static void test_slack_zero_rearm(void)
     /* The exact re-arm: lazy, its move left to the advance. */
     tw_wheel_init(&w, 0);
     rec_init(&r, &w);
-    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, 1000), 0);
-    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, 5000), 0);
+    CHECK_EQ_INT(tw_timer_arm_in(&w, &r.timer, tw_wheel_now(&w), 1000), 0);
+    CHECK_EQ_INT(tw_timer_arm_in(&w, &r.timer, tw_wheel_now(&w), 5000), 0);
     CHECK_EQ_U64(tw_wheel_moves(&w), 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, 960), 0); /* 1000's level-1 slot: 960..1023 */
     CHECK_EQ_U64(tw_wheel_moves(&w), 1);

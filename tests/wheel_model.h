@@ -3,12 +3,11 @@
  * (tests/test_wheel_model.c) and the fuzz target (fuzz/fuzz_wheel.c).
  *
  * The model keeps, for every timer, whether it is armed, its deadline D and
- * its slack S (0 for the exact functions; a plain array: the "sorted list" is
+ * its slack S (0 for exact arms; a plain array: the "sorted list" is
  * implicit, since the checks below look for the minimum). About one arming in
- * four uses the *_slack functions, and one exact arming in two the *_eager
- * ones (exact, a pending timer relocated at once); of the other armings of
- * an idle timer, exact or with slack, one in two is a start (tw_timer_start
- * / _start_at, or tw_timer_start_slack / _start_at_slack: the arm of a timer
+ * four has slack, and one exact arming in two is eager (TW_ARM_EAGER: a
+ * pending timer relocated at once); of the other armings of an idle timer,
+ * exact or with slack, one in two takes TW_ARM_IDLE (the arm of a timer
  * known idle). Every operation is applied to the real
  * wheel and to the model, and each fire is checked as it happens:
  *   - the timer was armed in the model (so it fires at most once per arming,
@@ -265,19 +264,13 @@ static void model_op(struct model *m, uint64_t r)
          * is idle. */
         int start = !eager && !mt->armed && (r >> 58) & 1;
         uint64_t moves = tw_wheel_moves(&m->wheel);
-        int rc = eager ? (op == 0 ? tw_timer_arm_eager(&m->wheel, &mt->timer, value)
-                                  : tw_timer_arm_at_eager(&m->wheel, &mt->timer, deadline))
-                 : start && slack == 0
-                     ? (op == 0 ? tw_timer_start(&m->wheel, &mt->timer, value)
-                                : tw_timer_start_at(&m->wheel, &mt->timer, deadline))
-                 : start ? (op == 0 ? tw_timer_start_slack(&m->wheel, &mt->timer, value, slack)
-                                    : tw_timer_start_at_slack(&m->wheel, &mt->timer, deadline,
-                                                              slack))
-                 : slack == 0
-                     ? (op == 0 ? tw_timer_arm(&m->wheel, &mt->timer, value)
-                                : tw_timer_arm_at(&m->wheel, &mt->timer, deadline))
-                     : (op == 0 ? tw_timer_arm_slack(&m->wheel, &mt->timer, value, slack)
-                                : tw_timer_arm_at_slack(&m->wheel, &mt->timer, deadline, slack));
+        unsigned flags = (eager ? TW_ARM_EAGER : 0u) | (start ? TW_ARM_IDLE : 0u);
+        /* A relative exact lazy arm goes through tw_timer_arm_in, the others
+         * through tw_timer_arm with the deadline above (for op 0 the
+         * saturated now + value, which is what tw_timer_arm_in computes). */
+        int rc = op == 0 && flags == 0 && slack == 0
+                     ? tw_timer_arm_in(&m->wheel, &mt->timer, now, value)
+                     : tw_timer_arm(&m->wheel, &mt->timer, deadline, slack, flags);
         MODEL_REQUIRE(m, !eager || tw_wheel_moves(&m->wheel) == moves,
                       "an eager arm of timer %zu counted a move", id);
         if (now == UINT64_MAX) {

@@ -413,7 +413,7 @@ static void run_timers(struct server *s)
             struct conn *c = s->beats[i];
             c->in_beat_list = 0;
             if (c->fd >= 0)
-                tw_timer_arm_at(&s->wheel, &c->timer, deadline_of(s, c->last_ns));
+                tw_timer_arm(&s->wheel, &c->timer, deadline_of(s, c->last_ns), 0, 0);
         }
     } else {
         for (size_t i = 0; i < s->nbeats; i++) {

@@ -156,7 +156,7 @@ typedef void tw_cache_retain_fn(void *ctx, void *value);
  * mode the cache owns *value once the loader succeeded, as after a set.
  * Runs without any cache lock held: it may call the cache, but a take of the
  * same key from inside its own loader would wait for itself forever. */
-typedef int tw_cache_loader_fn(void *ctx, const void *key, size_t klen, void **value,
+typedef int tw_cache_loader_fn(void *ctx, const void *key, size_t key_len, void **value,
                                size_t *vlen);
 
 /** Receives the periodic statistics line (no trailing newline), e.g.
@@ -268,45 +268,46 @@ TW_API int tw_cache_new(struct tw_cache **out, const struct tw_cache_config *cfg
 
 /** Leave the clock service (stopping and joining its thread if it is the
  * cache's own), free every entry (free_value once per stored pointer) and
- * the cache. NULL is a no-op. No other call may be
+ * the cache. Returns 0 (NULL included: a no-op); it has no error to report,
+ * and returns int as every free of twheel/common.h. No other call may be
  * running or made afterwards (takes in flight included). */
-TW_API void tw_cache_free(struct tw_cache *c);
+TW_API int tw_cache_free(struct tw_cache *c);
 
 /** Store value under key with the default TTL (jittered), replacing any old
  * value (freed, unless it is the same pointer) and re-arming the key's timer.
- * Pointer mode only. Returns 0, TW_EINVAL (NULL cache, NULL key with klen >
- * 0, copy mode), TW_E2BIG (klen > UINT32_MAX) or TW_ENOMEM (nothing changed;
+ * Pointer mode only. Returns 0, TW_EINVAL (NULL cache, NULL key with key_len >
+ * 0, copy mode), TW_E2BIG (key_len > UINT32_MAX) or TW_ENOMEM (nothing changed;
  * value still the caller's). May evict the least recently used key. */
-TW_API int tw_cache_set(struct tw_cache *c, const void *key, size_t klen, void *value);
+TW_API int tw_cache_set(struct tw_cache *c, const void *key, size_t key_len, void *value);
 /** As tw_cache_set with this TTL; ttl_ms <= 0 is TW_EINVAL. */
-TW_API int tw_cache_set_ttl(struct tw_cache *c, const void *key, size_t klen, void *value,
+TW_API int tw_cache_set_ttl(struct tw_cache *c, const void *key, size_t key_len, void *value,
                             int64_t ttl_ms);
 /** Copy mode: store a copy of vlen bytes (value may be NULL if vlen is 0). */
-TW_API int tw_cache_set_copy(struct tw_cache *c, const void *key, size_t klen,
+TW_API int tw_cache_set_copy(struct tw_cache *c, const void *key, size_t key_len,
                              const void *value, size_t vlen);
 /** Copy mode, as tw_cache_set_copy with this TTL; ttl_ms <= 0 is TW_EINVAL. */
-TW_API int tw_cache_set_copy_ttl(struct tw_cache *c, const void *key, size_t klen,
+TW_API int tw_cache_set_copy_ttl(struct tw_cache *c, const void *key, size_t key_len,
                                  const void *value, size_t vlen, int64_t ttl_ms);
 
 /** Look key up. Hit: 0, *value set (retained if retain_value is set), the key
  * becomes the most recently used; its TTL is unchanged. Miss (absent or
  * expired): TW_ENOENT. TW_EINVAL for bad arguments or copy mode. */
-TW_API int tw_cache_get(struct tw_cache *c, const void *key, size_t klen, void **value);
+TW_API int tw_cache_get(struct tw_cache *c, const void *key, size_t key_len, void **value);
 /** Copy mode: copy up to cap bytes of the value into buf and set *vlen to its
  * full length (a shorter cap truncates: compare). 0, TW_ENOENT or TW_EINVAL. */
-TW_API int tw_cache_get_copy(struct tw_cache *c, const void *key, size_t klen, void *buf,
+TW_API int tw_cache_get_copy(struct tw_cache *c, const void *key, size_t key_len, void *buf,
                              size_t cap, size_t *vlen);
 
-/** Batched get (pointer mode): look up n keys (keys[i], klens[i] bytes) at
+/** Batched get (pointer mode): look up n keys (keys[i], key_lens[i] bytes) at
  * once, as n tw_cache_get calls would, but fetching the buckets and entries
  * of the next keys from memory while working on the current one (at 1e6
  * keys most single gets wait on DRAM). values[i] gets the value (retained as
  * by get) or NULL; results, if not NULL, gets each key's 0, TW_ENOENT,
  * TW_EINVAL or TW_E2BIG. Returns the number of hits, or TW_EINVAL (NULL
- * cache, keys, klens or values with n > 0, copy mode). Not atomic as a
+ * cache, keys, key_lens or values with n > 0, copy mode). Not atomic as a
  * whole: each key is read as by its own get. */
 TW_API int tw_cache_get_many(struct tw_cache *c, size_t n, const void *const *keys,
-                             const size_t *klens, void **values, int *results);
+                             const size_t *key_lens, void **values, int *results);
 
 /** Batched set (pointer mode) with the default TTL: as n tw_cache_set calls,
  * with the keys' buckets and entries prefetched. results, if not NULL, gets
@@ -321,36 +322,37 @@ TW_API int tw_cache_get_many(struct tw_cache *c, size_t n, const void *const *ke
  * and free_value runs on the values a run displaced after that shard's
  * group is stored. */
 TW_API int tw_cache_set_many(struct tw_cache *c, size_t n, const void *const *keys,
-                             const size_t *klens, void *const *values, int *results);
+                             const size_t *key_lens, void *const *values, int *results);
 
 /** Remove key: its timer is cancelled and its value freed (once). Returns 0,
  * TW_ENOENT if it was not stored (an expired key not yet collected counts as
  * stored: it is removed), or TW_EINVAL. */
-TW_API int tw_cache_del(struct tw_cache *c, const void *key, size_t klen);
+TW_API int tw_cache_del(struct tw_cache *c, const void *key, size_t key_len);
 
 /** Get, or on a miss load with single flight (see tw_cache_loader_fn) and
  * store with the default TTL. Returns 0 with *value set (retained as by get),
  * the loader's error, TW_ENOMEM (the loaded value could not be stored: it was
  * freed, and every waiter gets TW_ENOMEM), or TW_EINVAL. Pointer mode. */
-TW_API int tw_cache_take(struct tw_cache *c, const void *key, size_t klen,
+TW_API int tw_cache_take(struct tw_cache *c, const void *key, size_t key_len,
                          tw_cache_loader_fn *loader, void *loader_ctx, void **value);
 /** As tw_cache_take, storing a loaded value with this TTL; ttl_ms <= 0 is
  * TW_EINVAL. */
-TW_API int tw_cache_take_ttl(struct tw_cache *c, const void *key, size_t klen,
+TW_API int tw_cache_take_ttl(struct tw_cache *c, const void *key, size_t key_len,
                              tw_cache_loader_fn *loader, void *loader_ctx, void **value,
                              int64_t ttl_ms);
 /** Copy mode take: the value is copied out as by tw_cache_get_copy. */
-TW_API int tw_cache_take_copy(struct tw_cache *c, const void *key, size_t klen,
+TW_API int tw_cache_take_copy(struct tw_cache *c, const void *key, size_t key_len,
                               tw_cache_loader_fn *loader, void *loader_ctx, void *buf,
                               size_t cap, size_t *vlen);
 /** Copy mode, as tw_cache_take_copy with this TTL; ttl_ms <= 0 is TW_EINVAL. */
-TW_API int tw_cache_take_copy_ttl(struct tw_cache *c, const void *key, size_t klen,
+TW_API int tw_cache_take_copy_ttl(struct tw_cache *c, const void *key, size_t key_len,
                                   tw_cache_loader_fn *loader, void *loader_ctx, void *buf,
                                   size_t cap, size_t *vlen, int64_t ttl_ms);
 
-/** Counters (each read without stopping the cache, so a snapshot under load
- * is not atomic as a whole). Returns 0 or TW_EINVAL. */
-TW_API int tw_cache_stats(struct tw_cache *c, struct tw_cache_stats *out);
+/** Fill *out with the counters (each read without stopping the cache, so a
+ * snapshot under load is not atomic as a whole). Returns 0, or TW_EINVAL for
+ * a NULL c or out (*out untouched; the stats rule of twheel/common.h). */
+TW_API int tw_cache_stats(const struct tw_cache *c, struct tw_cache_stats *out);
 
 /** Manual clock only: set the time to now_ms (ignored if earlier than the
  * current time), expire every key due by then and, if a log callback is set

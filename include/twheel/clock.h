@@ -74,9 +74,9 @@ TW_API uint64_t tw_clock_now_ns(void);
  * creation failed). On failure *out is untouched. */
 TW_API int tw_clock_new(struct tw_clock **out, const struct tw_allocator *alloc);
 
-/** Stop the thread, join it and free the service. Returns 0, TW_EINVAL
- * (NULL), or TW_EBUSY when members are still joined (nothing is freed then:
- * free the caches using it first). */
+/** Stop the thread, join it and free the service. Returns 0 (NULL included:
+ * a no-op), or TW_EBUSY when members are still joined (nothing is freed
+ * then: free the caches and runners using it first). */
 TW_API int tw_clock_free(struct tw_clock *k);
 
 /** Join: run(ctx, now) will be called at first_ns (or at once if earlier)
@@ -119,9 +119,9 @@ struct tw_pool;
  * behind). */
 TW_API int tw_pool_new(struct tw_pool **out, unsigned threads, const struct tw_allocator *alloc);
 
-/** Join the threads and free the pool. Returns 0, TW_EINVAL (NULL), or
- * TW_EBUSY when runners still use it (free them first) or when called from
- * one of its threads; nothing is freed then. */
+/** Join the threads and free the pool. Returns 0 (NULL included: a no-op),
+ * or TW_EBUSY when runners still use it (free them first) or when called
+ * from one of its threads; nothing is freed then. */
 TW_API int tw_pool_free(struct tw_pool *p);
 
 /** The pool's thread count (0 for NULL). */

@@ -5,6 +5,29 @@
  * Version macros, the export macro, TW_NEVER, the error codes (one X-macro
  * list, negative values, with tw_strerror/tw_err_name) and the optional
  * allocator hook.
+ *
+ * Conventions every layer (tasks, clock, runner, cache, redis) follows, so
+ * that what is learnt of one holds for the others:
+ *  - new: `int x_new(struct x **out, ... cfg)`, the out pointer first;
+ *    0 and *out set, or an error code.
+ *  - free: `int x_free(struct x *)`. 0 when freed, and for NULL (a no-op, as
+ *    free(3)); TW_EBUSY when the object cannot be freed from where the call
+ *    is made or while others still use it (from its own callback or thread,
+ *    a clock with members, a pool with runners), and nothing is done then.
+ *    Every free returns int, those that cannot fail included (they return
+ *    0), so a caller checks every free the same way. The core wheel lives
+ *    in the caller's memory and has no free: tw_wheel_destroy returns the
+ *    number of timers it detached.
+ *  - stats: `int x_stats(const struct x *, struct x_stats *out)`. 0 with
+ *    *out filled, TW_EINVAL for a NULL object or out (*out untouched), or an
+ *    error of the layer's own, documented with the call (tw_redis_stats:
+ *    TW_EIO, the rest filled).
+ *  - keys: a key is `const void *key, size_t key_len`, in parameters and in
+ *    struct fields alike; a batched call's array of lengths is `key_lens`.
+ *  - units: one field name means one unit in every struct. Where a quantity
+ *    is counted in different units by different layers, the name says which
+ *    (`delay_ticks` in tw_tasks_item, `delay_ns` in tw_runner_item,
+ *    `delay_ms` in tw_redis_item).
  */
 #ifndef TWHEEL_COMMON_H
 #define TWHEEL_COMMON_H
@@ -54,10 +77,10 @@ extern "C" {
  *    flag or a deadline, returns the value meaning "nothing" for a NULL
  *    object: 0 for counts and times, false for flags, TW_NEVER (UINT64_MAX)
  *    for deadlines, expiries and timeouts;
- *  - a void stats call (tw_tasks_stats, tw_runner_stats) zeroes *out for a
- *    NULL object and does nothing for a NULL out;
- *  - free calls and config_init calls ignore NULL (tw_wheel_destroy, which
- *    returns a count, returns TW_EINVAL).
+ *  - stats calls can fail: TW_EINVAL for a NULL object or out, which they
+ *    leave untouched;
+ *  - free calls ignore NULL and return 0, config_init calls ignore NULL
+ *    (tw_wheel_destroy, which returns a count, returns TW_EINVAL).
  * Each header restates the rule for its own getters. */
 #define TW_ERRNO_MAP(XX)                                                    \
     XX(EINVAL, -1, "invalid argument")                                      \

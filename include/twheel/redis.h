@@ -226,7 +226,7 @@ TW_API void tw_redis_config_init(struct tw_redis_config *cfg);
  * arg stays the caller's. Any thread.
  * @return 0 and *out, or TW_EINVAL (bad config), TW_EIO (no server reachable),
  *         TW_EPROTO, TW_ENOMEM, TW_ESYS. */
-TW_API int tw_redis_new(const struct tw_redis_config *cfg, struct tw_redis **out);
+TW_API int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg);
 
 /** Store or replace a task due at now + delay_ms (Redis server clock); durable
  * when it returns. One script call (one round trip, O(log n) in Redis for n
@@ -281,13 +281,16 @@ TW_API int tw_redis_set_many(struct tw_redis *r, const struct tw_redis_item *ite
 TW_API int tw_redis_stop(struct tw_redis *r);
 
 /** Stop (if needed) and free everything; threads as tw_redis_stop, and no call
- * may use @p r after. NULL is a no-op. */
-TW_API void tw_redis_free(struct tw_redis *r);
+ * may use @p r after. What stop could not send stays leased in Redis (see
+ * tw_redis_stop), so free has no error to report.
+ * @return 0 (NULL included: a no-op; the free rule of twheel/common.h). */
+TW_API int tw_redis_free(struct tw_redis *r);
 
 /** Fill @p out: counters read locally, and `pending` by one HLEN round trip per
  * partition (under the client's mutex, as tw_redis_set). Any thread.
- * @return 0, TW_EINVAL, or TW_EIO (pending unknown: set to UINT64_MAX, rest filled). */
-TW_API int tw_redis_stats(struct tw_redis *r, struct tw_redis_stats *out);
+ * @return 0, TW_EINVAL (NULL r or out: *out untouched), or TW_EIO (pending
+ *         unknown: set to UINT64_MAX, rest filled). */
+TW_API int tw_redis_stats(const struct tw_redis *r, struct tw_redis_stats *out);
 
 #ifdef __cplusplus
 }

@@ -220,45 +220,56 @@ TW_API int tw_runner_new(struct tw_runner **out, const struct tw_runner_config *
 /** Arm `key` to run `delay_ns` nanoseconds from now with `value` (see Time).
  * Returns 1 if the key was new, 0 if it was replaced (its previous arming
  * will not run unless it already started), or an error. O(1). */
-TW_API int tw_runner_set(struct tw_runner *r, const void *key, size_t len, void *value,
+TW_API int tw_runner_set(struct tw_runner *r, const void *key, size_t key_len, void *value,
                          int64_t delay_ns);
 /** As tw_runner_set, for an integer key. */
 TW_API int tw_runner_set_int(struct tw_runner *r, uint64_t key, void *value, int64_t delay_ns);
 
 /** Re-arm a pending key to `delay_ns` from now, keeping its value. 0 or
  * TW_ENOENT (absent, or already fired). O(1). */
-TW_API int tw_runner_move(struct tw_runner *r, const void *key, size_t len, int64_t delay_ns);
+TW_API int tw_runner_move(struct tw_runner *r, const void *key, size_t key_len, int64_t delay_ns);
 /** As tw_runner_move, for an integer key. */
 TW_API int tw_runner_move_int(struct tw_runner *r, uint64_t key, int64_t delay_ns);
 
 /** Forget a pending key: its callback will not run. 0 (with *value if not
  * NULL) or TW_ENOENT (absent, or already fired: then its callback runs or
  * has run). O(1). */
-TW_API int tw_runner_remove(struct tw_runner *r, const void *key, size_t len, void **value);
+TW_API int tw_runner_remove(struct tw_runner *r, const void *key, size_t key_len, void **value);
 /** As tw_runner_remove, for an integer key. */
 TW_API int tw_runner_remove_int(struct tw_runner *r, uint64_t key, void **value);
 
-/** Batched set: tw_runner_set / tw_runner_set_int on each of items[0..n)
- * (struct tw_tasks_item of twheel/tasks.h: the key fields of the runner's key
- * kind, `value`, and `delay` in nanoseconds), each item's result in
- * item->result. A producer with many keys takes each shard's lock once per
- * group of up to 256 items instead of once per key, and the shard's index
- * slots and entries are prefetched ahead (see tw_tasks_set_many). The items
- * are applied as if by single calls at one instant (the clock is read once
- * per 256 items), items of one key in array order; items of different keys
- * may be applied in any order, so that when the runner is stopped meanwhile
- * (TW_ECLOSED) or max_pending is reached (TW_EFULL) the items refused are not
- * necessarily the last ones. Allocates nothing of its own (about 18 KB of
- * stack); what the single calls would allocate, it allocates.
- * Returns how many items succeeded, or TW_EINVAL (r NULL, or items NULL with
- * n > 0). */
-TW_API int64_t tw_runner_set_many(struct tw_runner *r, struct tw_tasks_item *items, size_t n);
-/** Batched move (tw_runner_move / _int on each item, delay in ns); as
+/** One key of a batched call (tw_runner_set_many and friends): fill the key
+ * fields of the runner's key kind and the inputs of the call; the call fills
+ * the outputs. The runner's own item, not tw_tasks_item, because its delay
+ * is in nanoseconds where a tw_tasks delay is in ticks. */
+struct tw_runner_item {
+    const void *key;  /**< in, string keys: the key's bytes (NULL -> TW_EINVAL) */
+    size_t key_len;   /**< in, string keys: its length (> TW_RUNNER_KEY_MAX -> TW_E2BIG) */
+    uint64_t key_int; /**< in, integer keys: the key */
+    void *value;      /**< set: in, the value; remove: out, the removed task's value */
+    int64_t delay_ns; /**< set and move: in, nanoseconds from now (as the single calls) */
+    int result;       /**< out: what the single call returns for this item */
+};
+
+/** Batched set: tw_runner_set / tw_runner_set_int on each of items[0..n),
+ * each item's result in item->result. A producer with many keys takes each
+ * shard's lock once per group of up to 256 items instead of once per key, and
+ * the shard's index slots and entries are prefetched ahead (see
+ * tw_tasks_set_many). The items are applied as if by single calls at one
+ * instant (the clock is read once per 256 items), items of one key in array
+ * order; items of different keys may be applied in any order, so that when
+ * the runner is stopped meanwhile (TW_ECLOSED) or max_pending is reached
+ * (TW_EFULL) the items refused are not necessarily the last ones. Allocates
+ * nothing of its own (about 18 KB of stack); what the single calls would
+ * allocate, it allocates. Returns how many items succeeded, or TW_EINVAL (r
+ * NULL, or items NULL with n > 0). */
+TW_API int64_t tw_runner_set_many(struct tw_runner *r, struct tw_runner_item *items, size_t n);
+/** Batched move (tw_runner_move / _int on each item); as
  * tw_runner_set_many. */
-TW_API int64_t tw_runner_move_many(struct tw_runner *r, struct tw_tasks_item *items, size_t n);
+TW_API int64_t tw_runner_move_many(struct tw_runner *r, struct tw_runner_item *items, size_t n);
 /** Batched remove (tw_runner_remove / _int on each item; a removed task's
  * value goes to item->value); as tw_runner_set_many. */
-TW_API int64_t tw_runner_remove_many(struct tw_runner *r, struct tw_tasks_item *items, size_t n);
+TW_API int64_t tw_runner_remove_many(struct tw_runner *r, struct tw_runner_item *items, size_t n);
 
 /** Remove every pending task and call fn(ctx, task) for each on the calling
  * thread (fn NULL: the config's execute and ctx), without holding any lock:
@@ -299,16 +310,18 @@ TW_API int64_t tw_runner_drain(struct tw_runner *r, tw_tasks_fn *fn, void *ctx);
  * the runner's pool or from its clock's thread; nothing is done then. */
 TW_API int tw_runner_stop(struct tw_runner *r, unsigned flags);
 
-/** Stop (if not stopped) and free everything. NULL is a no-op. From a
- * callback or a drain's fn, where stop returns TW_EBUSY, it does nothing (the
- * runner stays usable; free it later from another place). No call of
- * another thread may overlap free, except a drain that was in progress when
- * the runner was stopped (stop waited for it). */
-TW_API void tw_runner_free(struct tw_runner *r);
+/** Stop (if not stopped) and free everything. Returns 0 (NULL included: a
+ * no-op), or TW_EBUSY where stop returns it (from a callback, a drain's fn,
+ * a thread of the runner's pool or its clock's thread): nothing is done
+ * then, the runner stays usable; free it later from another place (the free
+ * rule of twheel/common.h). No call of another thread may overlap free,
+ * except a drain that was in progress when the runner was stopped (stop
+ * waited for it). */
+TW_API int tw_runner_free(struct tw_runner *r);
 
-/** Figures, consistent per shard. Getters and NULL (the rule of
- * twheel/common.h): *s is zeroed for a NULL r; a NULL s does nothing. */
-TW_API void tw_runner_stats(struct tw_runner *r, struct tw_runner_stats *s);
+/** Fill *out with the figures, consistent per shard. Returns 0, or TW_EINVAL
+ * for a NULL r or out (*out untouched; the stats rule of twheel/common.h). */
+TW_API int tw_runner_stats(const struct tw_runner *r, struct tw_runner_stats *out);
 
 #ifdef __cplusplus
 }

@@ -166,8 +166,8 @@ struct tw_tasks_config {
     size_t capacity;
     /** Nonzero: every exact re-arm of a pending task (move, set of a present
      * key, and their batched forms) relocates its wheel node at once, as
-     * tw_node_arm_eager does (twheel/wheel.h, "Lazy or eager re-arm"), so no
-     * advance moves it for that re-arm; a re-arm costs more (it touches the
+     * tw_node_arm with TW_ARM_EAGER does (twheel/wheel.h, "Lazy or eager
+     * re-arm"), so no advance moves it for that re-arm; a re-arm costs more (it touches the
      * node's old neighbours) and the advances that follow less. 0 (the
      * default): lazy, a re-arm to a later tick is one store and the advance
      * that reaches the old tick moves the task. Firing is the same either
@@ -198,13 +198,15 @@ struct tw_tasks_stats {
  * address, which an attacker may guess: pass cfg.seed there. */
 TW_API int tw_tasks_new(struct tw_tasks **out, const struct tw_tasks_config *cfg);
 
-/** Free the instance and every pending task without running them. NULL is a
- * no-op. Must not be called from one of its callbacks. O(pending). */
-TW_API void tw_tasks_free(struct tw_tasks *t);
+/** Free the instance and every pending task without running them.
+ * O(pending). Returns 0 (NULL included: a no-op), or TW_EBUSY from execute or
+ * drain's fn of this instance, which still use it: nothing is freed then
+ * (the free rule of twheel/common.h). */
+TW_API int tw_tasks_free(struct tw_tasks *t);
 
 /* ---- operations ---------------------------------------------------------- */
 /** @name Operations
- * Keys: `key`/`len` for string-key instances (key may not be NULL, len <=
+ * Keys: `key`/`key_len` for string-key instances (key may not be NULL, key_len <=
  * TW_TASKS_KEY_MAX), `key` for integer-key instances (the *_int calls).
  * Delays are in ticks from tw_tasks_now(); 0 = the next tick; negative ->
  * TW_EINVAL. Every failing call changes nothing.
@@ -215,7 +217,7 @@ TW_API void tw_tasks_free(struct tw_tasks *t);
  * arming will not run), or TW_EINVAL, TW_E2BIG, TW_EFULL (max_pending reached
  * and the key is new), TW_ENOMEM, TW_ERANGE (time is at UINT64_MAX: no later
  * tick exists). */
-TW_API int tw_tasks_set(struct tw_tasks *t, const void *key, size_t len, void *value,
+TW_API int tw_tasks_set(struct tw_tasks *t, const void *key, size_t key_len, void *value,
                         int64_t delay);
 /** As tw_tasks_set, for an integer key. */
 TW_API int tw_tasks_set_int(struct tw_tasks *t, uint64_t key, void *value, int64_t delay);
@@ -223,14 +225,14 @@ TW_API int tw_tasks_set_int(struct tw_tasks *t, uint64_t key, void *value, int64
 /** Re-arm a present key to `delay` ticks from now, keeping its value. Returns
  * 0, TW_ENOENT (absent: nothing happens), TW_EINVAL, TW_E2BIG, TW_ERANGE (as
  * set). */
-TW_API int tw_tasks_move(struct tw_tasks *t, const void *key, size_t len, int64_t delay);
+TW_API int tw_tasks_move(struct tw_tasks *t, const void *key, size_t key_len, int64_t delay);
 /** As tw_tasks_move, for an integer key. */
 TW_API int tw_tasks_move_int(struct tw_tasks *t, uint64_t key, int64_t delay);
 
 /** As tw_tasks_set, with an explicit slack whatever config.slack_shift: the
  * task fires at some tick in [now + delay, now + delay + slack] (see
  * "Slack" above; 0 = exact). Same results as tw_tasks_set. */
-TW_API int tw_tasks_set_slack(struct tw_tasks *t, const void *key, size_t len, void *value,
+TW_API int tw_tasks_set_slack(struct tw_tasks *t, const void *key, size_t key_len, void *value,
                               int64_t delay, uint64_t slack);
 /** As tw_tasks_set_slack, for an integer key. */
 TW_API int tw_tasks_set_slack_int(struct tw_tasks *t, uint64_t key, void *value, int64_t delay,
@@ -238,7 +240,7 @@ TW_API int tw_tasks_set_slack_int(struct tw_tasks *t, uint64_t key, void *value,
 /** As tw_tasks_move, with an explicit slack whatever config.slack_shift: the
  * task fires at some tick in [now + delay, now + delay + slack] (0 = exact).
  * Same results as tw_tasks_move. */
-TW_API int tw_tasks_move_slack(struct tw_tasks *t, const void *key, size_t len, int64_t delay,
+TW_API int tw_tasks_move_slack(struct tw_tasks *t, const void *key, size_t key_len, int64_t delay,
                                uint64_t slack);
 /** As tw_tasks_move_slack, for an integer key. */
 TW_API int tw_tasks_move_slack_int(struct tw_tasks *t, uint64_t key, int64_t delay,
@@ -247,14 +249,14 @@ TW_API int tw_tasks_move_slack_int(struct tw_tasks *t, uint64_t key, int64_t del
 /** Forget a key: its task will not run. Returns 0, TW_ENOENT, TW_EINVAL,
  * TW_E2BIG. If `value` is not NULL it receives the task's value. Never
  * allocates. */
-TW_API int tw_tasks_remove(struct tw_tasks *t, const void *key, size_t len, void **value);
+TW_API int tw_tasks_remove(struct tw_tasks *t, const void *key, size_t key_len, void **value);
 /** As tw_tasks_remove, for an integer key. */
 TW_API int tw_tasks_remove_int(struct tw_tasks *t, uint64_t key, void **value);
 
 /** Look a key up without changing anything. Returns 0 (filling *value and
  * *deadline, the tick it is due at (with slack: its planned tick), where not
  * NULL), TW_ENOENT, TW_EINVAL, TW_E2BIG. */
-TW_API int tw_tasks_get(const struct tw_tasks *t, const void *key, size_t len, void **value,
+TW_API int tw_tasks_get(const struct tw_tasks *t, const void *key, size_t key_len, void **value,
                         uint64_t *deadline);
 /** As tw_tasks_get, for an integer key. */
 TW_API int tw_tasks_get_int(const struct tw_tasks *t, uint64_t key, void **value,
@@ -277,13 +279,14 @@ TW_API int tw_tasks_get_int(const struct tw_tasks *t, uint64_t key, void **value
  * fields of the instance's kind and the inputs of the call; the call fills
  * the outputs. */
 struct tw_tasks_item {
-    const void *key;   /**< in, string keys: the key's bytes (NULL -> TW_EINVAL) */
-    size_t key_len;    /**< in, string keys: its length (> TW_TASKS_KEY_MAX -> TW_E2BIG) */
-    uint64_t key_int;  /**< in, integer keys: the key */
-    void *value;       /**< set: in, the value; remove and get: out, the task's value */
-    int64_t delay;     /**< set and move: in, ticks from now (as the single calls) */
-    uint64_t deadline; /**< get: out, the tick the task is due at */
-    int result;        /**< out: what the single call returns for this item */
+    const void *key;     /**< in, string keys: the key's bytes (NULL -> TW_EINVAL) */
+    size_t key_len;      /**< in, string keys: its length (> TW_TASKS_KEY_MAX -> TW_E2BIG) */
+    uint64_t key_int;    /**< in, integer keys: the key */
+    void *value;         /**< set: in, the value; remove and get: out, the task's value */
+    int64_t delay_ticks; /**< set and move: in, ticks from now (as the single calls; the
+                              runner's batched calls take tw_runner_item, in ns) */
+    uint64_t deadline;   /**< get: out, the tick the task is due at */
+    int result;          /**< out: what the single call returns for this item */
 };
 
 /** tw_tasks_set / tw_tasks_set_int on each of items[0..n) in order (see
@@ -324,7 +327,7 @@ TW_API int64_t tw_tasks_advance_max(struct tw_tasks *t, uint64_t now, size_t max
 
 /* ---- figures --------------------------------------------------------------- */
 /* Getters and NULL (the rule of twheel/common.h): pending and now return 0,
- * next_expiry TW_NEVER, and stats zeroes *s (nothing for a NULL s). */
+ * next_expiry TW_NEVER; stats returns TW_EINVAL. */
 
 /** Tasks armed. O(1). 0 for NULL. */
 TW_API size_t tw_tasks_pending(const struct tw_tasks *t);
@@ -333,9 +336,9 @@ TW_API uint64_t tw_tasks_now(const struct tw_tasks *t);
 /** The earliest tick at which something may be due (see tw_wheel_next_expiry),
  * TW_NEVER when nothing is pending or t is NULL. O(1). */
 TW_API uint64_t tw_tasks_next_expiry(const struct tw_tasks *t);
-/** Fill *s (zeroed for a NULL t; nothing for a NULL s). O(index size) because
- * of max_probe. */
-TW_API void tw_tasks_stats(const struct tw_tasks *t, struct tw_tasks_stats *s);
+/** Fill *out. O(index size) because of max_probe. Returns 0, or TW_EINVAL
+ * for a NULL t or out (*out untouched; the stats rule of twheel/common.h). */
+TW_API int tw_tasks_stats(const struct tw_tasks *t, struct tw_tasks_stats *out);
 
 #ifdef __cplusplus
 }

@@ -22,17 +22,17 @@
  *    at once: it does not fire again in this advance unless its new deadline
  *    is passed by it.
  *  - Re-arming to a later deadline is lazy (one store: the timer moves when
- *    its old slot comes due); re-arming earlier relocates it at once. The
- *    *_eager arms relocate at once either way (see below).
+ *    its old slot comes due); re-arming earlier relocates it at once. Eager
+ *    arms (TW_ARM_EAGER) relocate at once either way (see below).
  *
  * Lazy or eager re-arm (both exact; pick per call):
- *  - tw_timer_arm / _arm_at (lazy, the default): re-arming a pending timer
+ *  - Lazy (tw_timer_arm without flags, the default): re-arming a pending timer
  *    to a later deadline is one store, and the advance that reaches the
  *    slot of its older deadline moves it. Lowest total cost: the choice for
  *    most programs (a heartbeat re-arming a 30 s timeout every 3 s moves it
  *    about twice a minute instead of 20 times).
- *  - tw_timer_arm_eager / _arm_at_eager (and tw_node_arm_eager /
- *    _arm_at_eager): re-arming a pending timer, later or earlier, relocates
+ *  - Eager (the flag TW_ARM_EAGER, for timers and nodes): re-arming a
+ *    pending timer, later or earlier, relocates
  *    it at once to the slot of its new deadline (one store if it is in that
  *    slot already), so no advance ever moves it for that re-arm. A relocating
  *    re-arm costs about twice a lazy one (it touches the timer's old
@@ -40,22 +40,24 @@
  *    event loop whose latency is the tick. (Lazy timers armed together stay
  *    in one slot however often they are re-armed, and the advance that
  *    reaches it moves them all at once.)
- *  - Lazy and eager calls may be mixed on one wheel and one timer, exact
+ *  - Lazy and eager arms may be mixed on one wheel and one timer, exact
  *    either way; an eager re-arm into the slot of a deadline stored lazily
  *    before may leave that lazy move in place. From an event loop's clock,
- *    arm eagerly at an absolute deadline: tw_timer_arm_at_eager(w, t,
- *    now + delay), saturating the sum if delay can be huge (a sum that wraps
- *    is a past deadline, due at the next tick).
+ *    arm eagerly at an absolute deadline: tw_timer_arm(w, t,
+ *    tw_deadline_in(now, delay), 0, TW_ARM_EAGER) (tw_deadline_in saturates
+ *    the sum: one that wrapped would be a past deadline, due at the next
+ *    tick).
  *
  * Time and event loops (the rule):
  *  - The wheel's time moves only when you advance it. While your loop sleeps,
- *    the wheel's time is stale: tw_timer_arm(w, t, d) counts d from the
- *    wheel's time, not from the present, so a timer armed after a long sleep
- *    without advancing first fires early. In a loop with a clock, read the
- *    clock once per turn and either advance first (tw_wheel_advance(w, now),
- *    then tw_timer_arm), or, simpler and safe anywhere (in callbacks too),
- *    arm with tw_timer_arm_from(w, t, now, d): the deadline is never earlier
- *    than now + d, whatever the wheel's time.
+ *    the wheel's time is stale: a delay counted from tw_wheel_now(w) counts
+ *    from the wheel's time, not from the present, so a timer armed that way
+ *    after a long sleep without advancing first fires early. In a loop with
+ *    a clock, read the clock once per turn and arm with
+ *    tw_timer_arm_in(w, t, now, d) (or tw_timer_arm(w, t, tw_deadline_in(now,
+ *    d), slack, flags)): the deadline is never earlier than now + d, whatever
+ *    the wheel's time, and it is safe anywhere (in callbacks too). Periodic
+ *    timers: tw_periodic_start_in(w, p, now, d, period).
  *  - Sleep with tw_wheel_timeout_from(w, now), the ticks from your now to the
  *    next expiry (0 if it is due or past). tw_wheel_timeout counts from the
  *    wheel's stale time and would push a re-armed loop timer forward forever.
@@ -71,8 +73,9 @@
  * every layer, see twheel/common.h). Calls that change state return
  * TW_EINVAL for NULL.
  *
- * Slack (opt-in, per arming: the *_slack functions; the exact functions pay
- * nothing for it). A timer armed with deadline D and slack S:
+ * Slack (opt-in, per arming: the slack argument of tw_timer_arm and
+ * tw_node_arm, or TW_ARM_SLACK; exact arms pay nothing for it). A timer
+ * armed with deadline D and slack S:
  *  - never fires before D, and never after D + S (saturating): it fires
  *    during the first advance whose new time is >= its planned tick P, some
  *    tick in [D, D + S], which tw_timer_deadline() reports. The wheel plans
@@ -82,10 +85,10 @@
  *    (nothing to do), else is relocated at once, never lazily, and
  *    tw_wheel_moves counts it; relocated while pending, it is planned late
  *    in its window, so that later re-arms find it inside longer (at most one
- *    move more if it does come due); re-armed with an exact function it is
- *    exact again; cancelling works as for any timer;
- *  - D <= now means now + 1, as for exact timers; S = 0 is exact (the timer
- *    fires at D), with the re-arm rule above;
+ *    move more if it does come due); re-armed exact (slack 0 without
+ *    TW_ARM_SLACK) it is exact again; cancelling works as for any timer;
+ *  - D <= now means now + 1, as for exact timers; S = 0 with TW_ARM_SLACK is
+ *    exact (the timer fires at D), with the re-arm rule above;
  *  - a periodic timer with slack keeps its phase: its n-th fire happens in
  *    [first + n * period, first + n * period + S], the next deadline counting
  *    from the nominal one (the slack is capped at period - 1, so fires stay
@@ -234,8 +237,13 @@ TW_API int64_t tw_wheel_advance(struct tw_wheel *w, uint64_t now);
  * tw_wheel_advance is running. O(1) amortised per timer, as advance. */
 TW_API struct tw_timer *tw_wheel_expire_next(struct tw_wheel *w, uint64_t now);
 
-/** The wheel's current tick. */
-TW_API uint64_t tw_wheel_now(const struct tw_wheel *w);
+/** The wheel's current tick (0 for NULL). Static inline, so that arming
+ * from the wheel's time, tw_timer_arm_in(w, t, tw_wheel_now(w), delay),
+ * costs no call more than arming from a clock. O(1). */
+static inline uint64_t tw_wheel_now(const struct tw_wheel *w)
+{
+    return w ? w->now : 0;
+}
 
 /** The earliest tick at which the wheel has work: no timer is due before it,
  * so a poller may sleep until then. It is never later than the earliest
@@ -264,8 +272,8 @@ TW_API uint64_t tw_wheel_timeout_from(const struct tw_wheel *w, uint64_t now);
 TW_API size_t tw_wheel_pending(const struct tw_wheel *w);
 
 /** How many times timers have been moved from one slot to another by
- * advancing (cascades and lazy re-arms) or by a re-arm with a `*_slack`
- * function that relocated a pending timer, whatever the slack (0 included),
+ * advancing (cascades and lazy re-arms) or by a re-arm with slack (or
+ * TW_ARM_SLACK) that relocated a pending timer, whatever the slack (0 included),
  * since init (an eager re-arm counts none and leaves none to an advance, but
  * for the move a lazy re-arm before it may have left in place: see "Lazy or
  * eager re-arm"). For tuning. O(1). */
@@ -276,42 +284,6 @@ TW_API uint64_t tw_wheel_moves(const struct tw_wheel *w);
 /** Prepare a timer: idle, calling fn(timer, arg) when it fires. fn may not be
  * NULL. Returns 0 or TW_EINVAL. Must not be called on a pending timer. */
 TW_API int tw_timer_init(struct tw_timer *t, tw_timer_fn *fn, void *arg);
-
-/** Arm t to fire `delay` ticks from now (0 means the next tick; deadlines past
- * UINT64_MAX saturate). Arming a pending timer re-arms it: lazy when the new
- * deadline is not earlier, immediate otherwise. Returns 0, TW_EINVAL (NULL
- * argument or uninitialised timer), or TW_ERANGE when the wheel's time is
- * already UINT64_MAX (no later tick exists; t is left unchanged). O(1). */
-TW_API int tw_timer_arm(struct tw_wheel *w, struct tw_timer *t, uint64_t delay);
-
-/** As tw_timer_arm, at an absolute deadline (a deadline <= now means now + 1). */
-TW_API int tw_timer_arm_at(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline);
-
-/** Arm t to fire `delay` ticks after the caller's `now` (its clock read in
- * ticks), whatever the wheel's time: the deadline is now + delay (saturating),
- * or the wheel's next tick if that is already past. So the deadline is never
- * earlier than now + delay, even on a wheel not advanced for a while: the
- * way to arm from an event loop (see "Time and event loops" above). Same
- * results as tw_timer_arm. O(1). */
-TW_API int tw_timer_arm_from(struct tw_wheel *w, struct tw_timer *t, uint64_t now,
-                             uint64_t delay);
-
-/** Arm t, which the caller knows is idle (initialised and never armed, or
- * fired, or cancelled since), to fire at `deadline` (<= now means now + 1):
- * tw_timer_arm_at without its first step, the load that tells an arm from a
- * re-arm. The arm only stores into t, so arming a timer whose memory is not
- * in the cache does not wait for it. Contract: t is initialised and not
- * pending. Release builds do not check it (a pending t would be linked twice
- * and corrupt the wheel); debug builds (TWHEEL_DEBUG) return TW_EBUSY for a
- * pending t and TW_EINVAL for an uninitialised one, changing nothing.
- * Returns 0, TW_EINVAL (NULL argument), or TW_ERANGE (the wheel's time is
- * UINT64_MAX; t is left idle). Callable from callbacks, as tw_timer_arm_at.
- * O(1). */
-TW_API int tw_timer_start_at(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline);
-
-/** As tw_timer_start_at, `delay` ticks from the wheel's time (0 means the
- * next tick; deadlines saturate): tw_timer_arm for a timer known idle. */
-TW_API int tw_timer_start(struct tw_wheel *w, struct tw_timer *t, uint64_t delay);
 
 /** Disarm t. Returns 1 if it was pending (its callback will not run), 0 if it
  * was idle (no-op), TW_EINVAL for NULL. O(1).
@@ -328,59 +300,126 @@ TW_API bool tw_timer_pending(const struct tw_timer *t);
 /** t's deadline if pending, TW_NEVER if idle. O(1). */
 TW_API uint64_t tw_timer_deadline(const struct tw_timer *t);
 
-/** As tw_timer_arm_at, but eager: re-arming a pending t relocates it at
- * once to the slot of its new deadline, later or earlier (one store if it is
- * in that slot already), instead of only storing a later deadline, so that
- * no advance moves it for this re-arm (see "Lazy or eager re-arm" above).
+/* ---- arming ------------------------------------------------------------- */
+/** @name Arming: one call for timers, one for nodes
+ * tw_timer_arm(w, t, deadline, slack, flags) and tw_node_arm are every arm:
+ * first arm, re-arm, exact or with slack, lazy or eager, and the store-only
+ * arm of a timer known idle. `deadline` is an absolute tick (<= the wheel's
+ * time means the next tick); arm from a clock with tw_timer_arm_in(w, t, now,
+ * delay). Both are static inline: with constant `slack` and `flags`, as in
+ * almost every call, the choice below folds away at compile time and the
+ * call costs what one out-of-line worker (tw_timer_arm_lazy_ and the others
+ * below) costs, so the hot paths pay nothing for the flags.
+ * @{ */
+
+/** Flag of tw_timer_arm / tw_node_arm: re-arming a pending timer relocates it
+ * at once to the slot of its new deadline, later or earlier, instead of only
+ * storing a later deadline, so that no advance moves it for this re-arm (see
+ * "Lazy or eager re-arm" above). One store if it is in that slot already.
  * One exception: if a lazy re-arm left t in the slot of an older deadline
  * and the new one falls in the slot of the deadline that lazy re-arm
  * stored, it is one store too, and t stays where the lazy re-arm left it
  * (moved once when that slot comes due; still exact, and
- * tw_wheel_next_expiry may return that slot's earlier tick meanwhile).
- * Exact, with the results of tw_timer_arm_at (0, TW_EINVAL, TW_ERANGE),
- * except that only an idle t is checked for being initialised (a pending
- * one was, when it was armed: the re-arm skips that load). O(1). */
-TW_API int tw_timer_arm_at_eager(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline);
+ * tw_wheel_next_expiry may return that slot's earlier tick meanwhile). Only
+ * an idle timer is checked for being initialised (a pending one was, when it
+ * was armed). Ignored with slack or TW_ARM_IDLE: a slack re-arm relocates at
+ * once anyway, and an idle timer has nothing to relocate. */
+#define TW_ARM_EAGER 0x1u
+/** Flag of tw_timer_arm / tw_node_arm: the caller knows the timer is idle
+ * (initialised and never armed, or fired, or cancelled since). The arm then
+ * only stores into it, skipping the load that tells an arm from a re-arm, so
+ * arming a timer whose memory is not in the cache does not wait for it.
+ * Contract: the timer is initialised and not pending. Release builds do not
+ * check it (a pending timer would be linked twice and corrupt the wheel);
+ * debug builds (TWHEEL_DEBUG) return TW_EBUSY for a pending one and
+ * TW_EINVAL for an uninitialised one, changing nothing. Release builds check
+ * the pointers only (a timer's callback is read by debug builds). */
+#define TW_ARM_IDLE 0x2u
+/** Flag of tw_timer_arm / tw_node_arm: arm by the slack rules (planned
+ * tick, re-arm relocated at once and counted by tw_wheel_moves) even when
+ * `slack` is 0. A nonzero slack implies it; with slack 0 and without it
+ * the arm is exact, lazy or eager. */
+#define TW_ARM_SLACK 0x4u
+/** Every flag tw_timer_arm and tw_node_arm know; other bits give TW_EINVAL. */
+#define TW_ARM_FLAGS (TW_ARM_EAGER | TW_ARM_IDLE | TW_ARM_SLACK)
 
-/** As tw_timer_arm_at_eager, `delay` ticks from the wheel's time (0 means the
- * next tick; deadlines saturate). O(1). */
-TW_API int tw_timer_arm_eager(struct tw_wheel *w, struct tw_timer *t, uint64_t delay);
+/** Worker of tw_timer_arm: exact, lazy (no flag, slack 0). Call tw_timer_arm. */
+TW_API int tw_timer_arm_lazy_(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline);
+/** Worker of tw_timer_arm: exact, eager (TW_ARM_EAGER). Call tw_timer_arm. */
+TW_API int tw_timer_arm_eager_(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline);
+/** Worker of tw_timer_arm: with slack (or TW_ARM_SLACK). Call tw_timer_arm. */
+TW_API int tw_timer_arm_slack_(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline,
+                               uint64_t slack);
+/** Worker of tw_timer_arm: exact, known idle (TW_ARM_IDLE). Call tw_timer_arm. */
+TW_API int tw_timer_arm_idle_(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline);
+/** Worker of tw_timer_arm: with slack, known idle (TW_ARM_IDLE and slack or
+ * TW_ARM_SLACK). Call tw_timer_arm. */
+TW_API int tw_timer_arm_idle_slack_(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline,
+                                    uint64_t slack);
+
+/** Arm t to fire at the absolute tick `deadline` (<= the wheel's time means
+ * the next tick), at some tick in [deadline, deadline + slack] (the end
+ * saturating at UINT64_MAX; slack 0 is exact), with `flags` a set of
+ * TW_ARM_EAGER, TW_ARM_IDLE and TW_ARM_SLACK (0 for the default: lazy, and
+ * any state).
+ *
+ * Arming a pending timer re-arms it. Exact (slack 0, no TW_ARM_SLACK): lazy
+ * when the new deadline is not earlier (one store; the advance that reaches
+ * the older deadline's slot moves it), immediate otherwise; with
+ * TW_ARM_EAGER, relocated at once either way. With slack: nothing to do if
+ * its planned tick is inside the new window, else it is relocated at once
+ * (never lazily), late in the window, and tw_wheel_moves counts it; the
+ * slack rules are at the top of this file. With TW_ARM_IDLE, the caller
+ * promises t is idle and the arm only stores into t (see TW_ARM_IDLE).
+ *
+ * Returns 0, TW_EINVAL (NULL argument, unknown flag, or uninitialised timer:
+ * the lazy arm checks it always; the eager and slack arms of a pending timer
+ * skip it, since it was checked when the timer was armed), or TW_ERANGE when
+ * the wheel's time is already UINT64_MAX (no later tick exists; t is left
+ * unchanged). Callable from callbacks. O(1). */
+static inline int tw_timer_arm(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline,
+                               uint64_t slack, unsigned flags)
+{
+    if (flags & ~TW_ARM_FLAGS)
+        return TW_EINVAL;
+    if (slack || (flags & TW_ARM_SLACK))
+        return (flags & TW_ARM_IDLE) ? tw_timer_arm_idle_slack_(w, t, deadline, slack)
+                                     : tw_timer_arm_slack_(w, t, deadline, slack);
+    if (flags & TW_ARM_IDLE)
+        return tw_timer_arm_idle_(w, t, deadline);
+    if (flags & TW_ARM_EAGER)
+        return tw_timer_arm_eager_(w, t, deadline);
+    return tw_timer_arm_lazy_(w, t, deadline);
+}
+
+/** The deadline `delay` ticks after `now`, saturating at UINT64_MAX instead
+ * of wrapping round (a sum that wrapped would be a past deadline, due at the
+ * next tick): tw_timer_arm(w, t, tw_deadline_in(now, delay), slack, flags)
+ * arms from a clock with any slack and flags, and now = tw_wheel_now(w)
+ * counts from the wheel's time. */
+static inline uint64_t tw_deadline_in(uint64_t now, uint64_t delay)
+{
+    return now + delay < now ? UINT64_MAX : now + delay;
+}
+
+/** Arm (or re-arm) t to fire `delay` ticks after the caller's `now`: exact
+ * and lazy, at now + delay (saturating), or the wheel's next tick if that is
+ * already past. The deadline is never earlier than now + delay, even on a
+ * wheel not advanced for a while: the way to arm from an event loop (see
+ * "Time and event loops" above). With now = tw_wheel_now(w) it counts from
+ * the wheel's time. The results of tw_timer_arm. O(1). */
+static inline int tw_timer_arm_in(struct tw_wheel *w, struct tw_timer *t, uint64_t now,
+                                  uint64_t delay)
+{
+    return tw_timer_arm(w, t, tw_deadline_in(now, delay), 0, 0);
+}
+/** @} */
 
 /* ---- slack ------------------------------------------------------------- */
 /* Timers that may fire late, by at most `slack` ticks (rules at the top of
  * this file). The wheel uses the freedom to plan each timer on a slot
  * boundary it can fire from without moving down a level, and to fire timers
  * together; exact timers and these may share a wheel. */
-
-/** As tw_timer_arm, but t may fire at any tick in [now + delay, now + delay +
- * slack] (delay 0 means now + 1 as ever; the end saturates at UINT64_MAX).
- * Re-arming a pending t: nothing to do if its planned tick is inside the new
- * window, else it is relocated at once (never lazily). Returns 0, TW_EINVAL
- * (NULL argument or uninitialised idle timer: a pending one was checked when
- * it was armed) or TW_ERANGE (the wheel's time is UINT64_MAX). O(1). */
-TW_API int tw_timer_arm_slack(struct tw_wheel *w, struct tw_timer *t, uint64_t delay,
-                              uint64_t slack);
-
-/** As tw_timer_arm_slack, at an absolute deadline (<= now means now + 1): t
- * fires at some tick in [deadline, deadline + slack]. */
-TW_API int tw_timer_arm_at_slack(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline,
-                                 uint64_t slack);
-
-/** As tw_timer_start_at with slack: arm t, which the caller knows is idle,
- * to fire at some tick in [deadline, deadline + slack] (<= now means now + 1;
- * the end saturates), planned as tw_timer_arm_at_slack plans an idle timer,
- * and only storing into t. The contract of tw_timer_start_at: release builds
- * do not check that t is idle; debug builds return TW_EBUSY (pending) or
- * TW_EINVAL (uninitialised) and change nothing. Returns 0, TW_EINVAL (NULL
- * argument) or TW_ERANGE (the wheel's time is UINT64_MAX). Callable from
- * callbacks. O(1). */
-TW_API int tw_timer_start_at_slack(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline,
-                                   uint64_t slack);
-
-/** As tw_timer_start_at_slack, `delay` ticks from the wheel's time: t fires
- * in [now + delay, now + delay + slack] (delay 0 means now + 1). O(1). */
-TW_API int tw_timer_start_slack(struct tw_wheel *w, struct tw_timer *t, uint64_t delay,
-                                uint64_t slack);
 
 /** A slack of delay / 2^shift: tw_slack_fraction(delay, 3) is 1/8 of the
  * delay, the lateness Linux's timer wheel allows every timer. A shift of 64
@@ -410,53 +449,47 @@ static inline uint64_t tw_slack_fraction(uint64_t delay, unsigned shift)
 /** Prepare a node: idle. Returns 0 or TW_EINVAL. Not on a pending node. */
 TW_API int tw_node_init(struct tw_node *n);
 
-/** As tw_timer_arm_at / tw_timer_arm for a node, with the same results, and
+/** Worker of tw_node_arm: exact, lazy. Call tw_node_arm. */
+TW_API int tw_node_arm_lazy_(struct tw_wheel *w, struct tw_node *n, uint64_t deadline);
+/** Worker of tw_node_arm: exact, eager (TW_ARM_EAGER). Call tw_node_arm. */
+TW_API int tw_node_arm_eager_(struct tw_wheel *w, struct tw_node *n, uint64_t deadline);
+/** Worker of tw_node_arm: with slack (or TW_ARM_SLACK). Call tw_node_arm. */
+TW_API int tw_node_arm_slack_(struct tw_wheel *w, struct tw_node *n, uint64_t deadline,
+                              uint64_t slack);
+/** Worker of tw_node_arm: exact, known idle (TW_ARM_IDLE). Call tw_node_arm. */
+TW_API int tw_node_arm_idle_(struct tw_wheel *w, struct tw_node *n, uint64_t deadline);
+/** Worker of tw_node_arm: with slack, known idle. Call tw_node_arm. */
+TW_API int tw_node_arm_idle_slack_(struct tw_wheel *w, struct tw_node *n, uint64_t deadline,
+                                   uint64_t slack);
+
+/** As tw_timer_arm for a node, with the same flags and results, and
  * TW_EBUSY from inside a callback of tw_wheel_advance (that advance would
- * take the node for a timer); on success the wheel becomes pull-only. O(1). */
-TW_API int tw_node_arm_at(struct tw_wheel *w, struct tw_node *n, uint64_t deadline);
-/** As tw_timer_arm for a node: `delay` ticks from now; the results of
- * tw_node_arm_at. O(1). */
-TW_API int tw_node_arm(struct tw_wheel *w, struct tw_node *n, uint64_t delay);
+ * take the node for a timer); on success the wheel becomes pull-only. With
+ * TW_ARM_IDLE only stores are made into n (debug builds return TW_EBUSY for
+ * a pending n). O(1). */
+static inline int tw_node_arm(struct tw_wheel *w, struct tw_node *n, uint64_t deadline,
+                              uint64_t slack, unsigned flags)
+{
+    if (flags & ~TW_ARM_FLAGS)
+        return TW_EINVAL;
+    if (slack || (flags & TW_ARM_SLACK))
+        return (flags & TW_ARM_IDLE) ? tw_node_arm_idle_slack_(w, n, deadline, slack)
+                                     : tw_node_arm_slack_(w, n, deadline, slack);
+    if (flags & TW_ARM_IDLE)
+        return tw_node_arm_idle_(w, n, deadline);
+    if (flags & TW_ARM_EAGER)
+        return tw_node_arm_eager_(w, n, deadline);
+    return tw_node_arm_lazy_(w, n, deadline);
+}
 
-/** As tw_timer_arm_from, for a node. O(1). */
-TW_API int tw_node_arm_from(struct tw_wheel *w, struct tw_node *n, uint64_t now,
-                            uint64_t delay);
-
-/** As tw_timer_start_at for a node known idle (only stores into it; debug
- * builds return TW_EBUSY for a pending n), with the other results of
- * tw_node_arm_at (TW_EBUSY from inside a callback; on success the wheel
- * becomes pull-only). O(1). */
-TW_API int tw_node_start_at(struct tw_wheel *w, struct tw_node *n, uint64_t deadline);
-/** As tw_node_start_at, `delay` ticks from the wheel's time. O(1). */
-TW_API int tw_node_start(struct tw_wheel *w, struct tw_node *n, uint64_t delay);
-
-/** As tw_timer_arm_at_slack / tw_timer_arm_slack for a node: it fires in
- * [deadline, deadline + slack]. Same results as tw_node_arm_at (TW_EBUSY
- * from inside a callback; the wheel becomes pull-only). O(1). */
-TW_API int tw_node_arm_at_slack(struct tw_wheel *w, struct tw_node *n, uint64_t deadline,
-                                uint64_t slack);
-/** As tw_node_arm_at_slack, with a delay from the wheel's time: n fires in
- * [now + delay, now + delay + slack]. */
-TW_API int tw_node_arm_slack(struct tw_wheel *w, struct tw_node *n, uint64_t delay,
-                             uint64_t slack);
-
-/** As tw_timer_start_at_slack for a node known idle: n fires in [deadline,
- * deadline + slack], and only stores are made into n (debug builds return
- * TW_EBUSY for a pending n). Same results as tw_node_start_at (TW_EBUSY from
- * inside a callback; on success the wheel becomes pull-only). O(1). */
-TW_API int tw_node_start_at_slack(struct tw_wheel *w, struct tw_node *n, uint64_t deadline,
-                                  uint64_t slack);
-/** As tw_node_start_at_slack, with a delay from the wheel's time: n fires in
- * [now + delay, now + delay + slack]. O(1). */
-TW_API int tw_node_start_slack(struct tw_wheel *w, struct tw_node *n, uint64_t delay,
-                               uint64_t slack);
-
-/** As tw_timer_arm_at_eager for a node: a pending n is relocated at once.
- * Same results as tw_node_arm_at (TW_EBUSY from inside a callback; the wheel
- * becomes pull-only). O(1). */
-TW_API int tw_node_arm_at_eager(struct tw_wheel *w, struct tw_node *n, uint64_t deadline);
-/** As tw_node_arm_at_eager, `delay` ticks from the wheel's time. O(1). */
-TW_API int tw_node_arm_eager(struct tw_wheel *w, struct tw_node *n, uint64_t delay);
+/** As tw_timer_arm_in, for a node: exact and lazy, `delay` ticks after the
+ * caller's `now` (saturating; the wheel's next tick if already past). The
+ * results of tw_node_arm. O(1). */
+static inline int tw_node_arm_in(struct tw_wheel *w, struct tw_node *n, uint64_t now,
+                                 uint64_t delay)
+{
+    return tw_node_arm(w, n, tw_deadline_in(now, delay), 0, 0);
+}
 
 /** As tw_timer_cancel: 1 if it was pending, 0 if idle, TW_EINVAL. O(1). */
 TW_API int tw_node_cancel(struct tw_wheel *w, struct tw_node *n);
@@ -509,19 +542,27 @@ struct tw_periodic {
 TW_API int tw_periodic_init(struct tw_periodic *p, tw_periodic_fn *fn, void *arg,
                             enum tw_missed_policy policy);
 
-/** Start p on w: first fire `first_delay` ticks from now (0 = next tick), then
- * every `period` ticks. Restarts p if it was running. The callback may stop
- * or restart p. Returns 0, TW_EINVAL (NULL, period 0), or TW_ERANGE. O(1). */
-TW_API int tw_periodic_start(struct tw_wheel *w, struct tw_periodic *p,
-                             uint64_t first_delay, uint64_t period);
+/** Start p on w: first fire at the absolute tick `first` (<= the wheel's
+ * time means the next tick), then every `period` ticks. With slack, the n-th
+ * fire happens at some tick in [first + n * period, first + n * period +
+ * slack], and the phase is kept (each deadline counts from the nominal one
+ * before it, not from the tick it fired at); a slack >= period is taken as
+ * period - 1; 0 is exact. Restarts p if it was running. The callback may
+ * stop or restart p. Returns 0, TW_EINVAL (NULL, period 0), or TW_ERANGE
+ * (the wheel's time is UINT64_MAX). O(1). */
+TW_API int tw_periodic_start(struct tw_wheel *w, struct tw_periodic *p, uint64_t first,
+                             uint64_t period, uint64_t slack);
 
-/** As tw_periodic_start, with slack: the n-th fire happens at some tick in
- * [first + n * period, first + n * period + slack], and the phase is kept
- * (each deadline counts from the nominal one before it, not from the tick it
- * fired at). A slack >= period is taken as period - 1. Same results as
- * tw_periodic_start. O(1). */
-TW_API int tw_periodic_start_slack(struct tw_wheel *w, struct tw_periodic *p,
-                                   uint64_t first_delay, uint64_t period, uint64_t slack);
+/** Start p exact, first firing `delay` ticks after the caller's `now`
+ * (saturating; the wheel's next tick if already past), then every `period`
+ * ticks: the form for an event loop, whose wheel's time is stale while it
+ * sleeps. With now = tw_wheel_now(w) it counts from the wheel's time. The
+ * results of tw_periodic_start. O(1). */
+static inline int tw_periodic_start_in(struct tw_wheel *w, struct tw_periodic *p, uint64_t now,
+                                       uint64_t delay, uint64_t period)
+{
+    return tw_periodic_start(w, p, tw_deadline_in(now, delay), period, 0);
+}
 
 /** Stop p. Returns 1 if it was running, 0 if not, TW_EINVAL for NULL. O(1). */
 TW_API int tw_periodic_stop(struct tw_periodic *p);

@@ -89,23 +89,17 @@
 #include <time.h>
 
 #include "cache/internal.h"
+#include "common/time.h"
 #include "twheel/clock.h"
 
 /* ---- clock ------------------------------------------------------------- */
-
-static uint64_t cache_mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * UINT64_C(1000000000) + (uint64_t)ts.tv_nsec;
-}
 
 /* Nanoseconds on the cache's time line (tick = ns / CACHE_NS_PER_TICK). */
 static inline uint64_t cache_now_ns(const struct tw_cache *c)
 {
     if (c->manual)
         return atomic_load_explicit(&c->manual_now, memory_order_acquire) * CACHE_NS_PER_TICK;
-    return cache_mono_ns() - c->epoch_ns;
+    return tw_mono_ns_() - c->epoch_ns;
 }
 
 /* The LRU stamp for an access at now_ns: the tick, or a counter under the
@@ -158,10 +152,7 @@ static inline bool cache_surely_live(const struct tw_cache *c, const struct cach
 #ifdef CLOCK_MONOTONIC_COARSE
     if (!c->coarse_margin_ns)
         return false;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    uint64_t bound = (uint64_t)ts.tv_sec * UINT64_C(1000000000) + (uint64_t)ts.tv_nsec +
-                     c->coarse_margin_ns;
+    uint64_t bound = tw_time_ns_(CLOCK_MONOTONIC_COARSE) + c->coarse_margin_ns;
     if (bound < c->epoch_ns)
         return false;
     return (bound - c->epoch_ns) / CACHE_NS_PER_TICK <
@@ -305,7 +296,7 @@ static uint64_t cache_deadline(struct tw_cache *c, struct cache_shard *s, uint64
                                                                 : (uint64_t)ttl_ms * CACHE_NS_PER_TICK;
     }
     uint64_t at = now_ns > UINT64_MAX - ttl_ns ? UINT64_MAX : now_ns + ttl_ns;
-    uint64_t tick = at / CACHE_NS_PER_TICK + (at % CACHE_NS_PER_TICK != 0);
+    uint64_t tick = tw_ticks_up_(at, CACHE_NS_PER_TICK);
     uint64_t now_tick = now_ns / CACHE_NS_PER_TICK;
     return tick > now_tick ? tick : now_tick + 1;
 }
@@ -320,12 +311,13 @@ static uint64_t cache_arm(struct tw_cache *c, struct cache_shard *s, struct cach
                           uint64_t tick, uint64_t now_ns)
 {
     if (!c->slack_shift) {
-        tw_node_arm_at(&s->wheel, &e->timer, tick);
+        tw_node_arm(&s->wheel, &e->timer, tick, 0, 0);
         return tick;
     }
     uint64_t now_tick = now_ns / CACHE_NS_PER_TICK;
-    tw_node_arm_at_slack(&s->wheel, &e->timer, tick,
-                         tw_slack_fraction(tick > now_tick ? tick - now_tick : 0, c->slack_shift));
+    tw_node_arm(&s->wheel, &e->timer, tick,
+                tw_slack_fraction(tick > now_tick ? tick - now_tick : 0, c->slack_shift),
+                TW_ARM_SLACK);
     return tw_node_deadline(&e->timer);
 }
 
@@ -386,7 +378,7 @@ static int cache_store_at_locked(struct tw_cache *c, struct cache_shard *s,
         return TW_ENOMEM; /* no block that large can exist */
     size_t bytes = cache_entry_size(c, k->len, v->len);
     char *block = tw_cache_slab_fits_(bytes) ? tw_cache_slab_alloc_(c, &s->slab, bytes)
-                                             : tw_cache_mem_alloc_(&c->alloc, bytes);
+                                             : tw_mem_alloc_(&c->alloc, bytes);
     if (!block)
         return TW_ENOMEM;
     struct cache_entry *n = (struct cache_entry *)(void *)(block + cache_pre(c));
@@ -542,41 +534,41 @@ static int cache_set(struct tw_cache *c, const void *key, size_t klen, const str
     return cache_set_at(c, &k, v, ttl_ms, cache_now_ns(c));
 }
 
-int tw_cache_set_ttl(struct tw_cache *c, const void *key, size_t klen, void *value,
+int tw_cache_set_ttl(struct tw_cache *c, const void *key, size_t key_len, void *value,
                      int64_t ttl_ms)
 {
-    int rc = cache_check_key(c, &key, klen);
+    int rc = cache_check_key(c, &key, key_len);
     if (rc)
         return rc;
     if (c->copy_values)
         return TW_EINVAL;
     struct cache_val v = {value, NULL, 0};
-    return cache_set(c, key, klen, &v, ttl_ms);
+    return cache_set(c, key, key_len, &v, ttl_ms);
 }
 
-int tw_cache_set(struct tw_cache *c, const void *key, size_t klen, void *value)
+int tw_cache_set(struct tw_cache *c, const void *key, size_t key_len, void *value)
 {
-    return tw_cache_set_ttl(c, key, klen, value, c ? c->default_ttl_ms : 0);
+    return tw_cache_set_ttl(c, key, key_len, value, c ? c->default_ttl_ms : 0);
 }
 
-int tw_cache_set_copy_ttl(struct tw_cache *c, const void *key, size_t klen, const void *value,
+int tw_cache_set_copy_ttl(struct tw_cache *c, const void *key, size_t key_len, const void *value,
                           size_t vlen, int64_t ttl_ms)
 {
-    int rc = cache_check_key(c, &key, klen);
+    int rc = cache_check_key(c, &key, key_len);
     if (rc)
         return rc;
     if (!c->copy_values || (!value && vlen))
         return TW_EINVAL;
-    if (vlen > SIZE_MAX - sizeof(struct cache_lru) - CACHE_ENTRY_HDR - cache_key_bytes(klen))
+    if (vlen > SIZE_MAX - sizeof(struct cache_lru) - CACHE_ENTRY_HDR - cache_key_bytes(key_len))
         return TW_E2BIG;
     struct cache_val v = {NULL, value, vlen};
-    return cache_set(c, key, klen, &v, ttl_ms);
+    return cache_set(c, key, key_len, &v, ttl_ms);
 }
 
-int tw_cache_set_copy(struct tw_cache *c, const void *key, size_t klen, const void *value,
+int tw_cache_set_copy(struct tw_cache *c, const void *key, size_t key_len, const void *value,
                       size_t vlen)
 {
-    return tw_cache_set_copy_ttl(c, key, klen, value, vlen, c ? c->default_ttl_ms : 0);
+    return tw_cache_set_copy_ttl(c, key, key_len, value, vlen, c ? c->default_ttl_ms : 0);
 }
 
 /* ---- get --------------------------------------------------------------- */
@@ -729,27 +721,27 @@ static inline __attribute__((always_inline)) int cache_get(struct tw_cache *c,
     return cache_get_rest(c, s, k, out, count_miss, &rd, e, torn);
 }
 
-int tw_cache_get(struct tw_cache *c, const void *key, size_t klen, void **value)
+int tw_cache_get(struct tw_cache *c, const void *key, size_t key_len, void **value)
 {
-    int rc = cache_check_key(c, &key, klen);
+    int rc = cache_check_key(c, &key, key_len);
     if (rc)
         return rc;
     if (c->copy_values || !value)
         return TW_EINVAL;
-    struct cache_key k = {key, klen, cache_hash(c, key, klen)};
+    struct cache_key k = {key, key_len, cache_hash(c, key, key_len)};
     struct cache_out out = {value, NULL, 0, NULL};
     return cache_get(c, &k, &out, true);
 }
 
-int tw_cache_get_copy(struct tw_cache *c, const void *key, size_t klen, void *buf, size_t cap,
+int tw_cache_get_copy(struct tw_cache *c, const void *key, size_t key_len, void *buf, size_t cap,
                       size_t *vlen)
 {
-    int rc = cache_check_key(c, &key, klen);
+    int rc = cache_check_key(c, &key, key_len);
     if (rc)
         return rc;
     if (!c->copy_values || !vlen || (!buf && cap))
         return TW_EINVAL;
-    struct cache_key k = {key, klen, cache_hash(c, key, klen)};
+    struct cache_key k = {key, key_len, cache_hash(c, key, key_len)};
     struct cache_out out = {NULL, buf, cap, vlen};
     return cache_get(c, &k, &out, true);
 }
@@ -856,22 +848,22 @@ static int cache_check_keys(const struct tw_cache *c, size_t n, const void *cons
 }
 
 int tw_cache_get_many(struct tw_cache *c, size_t n, const void *const *keys,
-                      const size_t *klens, void **values, int *results)
+                      const size_t *key_lens, void **values, int *results)
 {
-    if (cache_check_keys(c, n, keys, klens) || c->copy_values || (n && !values))
+    if (cache_check_keys(c, n, keys, key_lens) || c->copy_values || (n && !values))
         return TW_EINVAL;
     uint64_t ring[CACHE_RING] = {0};
     int hits = 0;
     struct cache_tally tl = {0, 0};
     struct cache_rd rd;
     tw_cache_rd_enter_(c, &rd);
-    cache_pipeline_start(c, n, keys, klens, ring);
+    cache_pipeline_start(c, n, keys, key_lens, ring);
     for (size_t i = 0; i < n; i++) {
-        cache_pipeline(c, n, keys, klens, i, ring);
+        cache_pipeline(c, n, keys, key_lens, i, ring);
         const void *kp = keys[i];
-        int rc = cache_check_key(c, &kp, klens[i]);
+        int rc = cache_check_key(c, &kp, key_lens[i]);
         if (rc == 0) {
-            struct cache_key k = {kp, klens[i], ring[i % CACHE_RING]};
+            struct cache_key k = {kp, key_lens[i], ring[i % CACHE_RING]};
             struct cache_out out = {&values[i], NULL, 0, NULL};
             rc = cache_get_in(c, &k, &out, true, &tl);
         }
@@ -953,7 +945,7 @@ static inline uint64_t cache_deadline_fast(struct cache_shard *s, const struct c
     if (ttl_ns == 0)
         ttl_ns = 1;
     uint64_t at = now_ns > UINT64_MAX - ttl_ns ? UINT64_MAX : now_ns + ttl_ns;
-    uint64_t tick = at / CACHE_NS_PER_TICK + (at % CACHE_NS_PER_TICK != 0);
+    uint64_t tick = tw_ticks_up_(at, CACHE_NS_PER_TICK);
     uint64_t now_tick = now_ns / CACHE_NS_PER_TICK;
     return tick > now_tick ? tick : now_tick + 1;
 }
@@ -1087,18 +1079,18 @@ static int cache_set_chunk(struct tw_cache *c, size_t n, const void *const *keys
     return stored;
 }
 
-int tw_cache_set_many(struct tw_cache *c, size_t n, const void *const *keys, const size_t *klens,
+int tw_cache_set_many(struct tw_cache *c, size_t n, const void *const *keys, const size_t *key_lens,
                       void *const *values, int *results)
 {
-    if (cache_check_keys(c, n, keys, klens) || c->copy_values || (n && !values))
+    if (cache_check_keys(c, n, keys, key_lens) || c->copy_values || (n && !values))
         return TW_EINVAL;
     if (c->limit)
-        return cache_set_many_ordered(c, n, keys, klens, values, results);
+        return cache_set_many_ordered(c, n, keys, key_lens, values, results);
     struct cache_ttl ttl = cache_ttl_of(c, c->default_ttl_ms);
     int stored = 0;
     for (size_t i = 0; i < n; i += CACHE_SET_CHUNK) {
         size_t k = n - i < CACHE_SET_CHUNK ? n - i : CACHE_SET_CHUNK;
-        stored += cache_set_chunk(c, k, keys + i, klens + i, values + i,
+        stored += cache_set_chunk(c, k, keys + i, key_lens + i, values + i,
                                   results ? results + i : NULL, &ttl);
     }
     return stored;
@@ -1106,16 +1098,16 @@ int tw_cache_set_many(struct tw_cache *c, size_t n, const void *const *keys, con
 
 /* ---- del --------------------------------------------------------------- */
 
-int tw_cache_del(struct tw_cache *c, const void *key, size_t klen)
+int tw_cache_del(struct tw_cache *c, const void *key, size_t key_len)
 {
-    int rc = cache_check_key(c, &key, klen);
+    int rc = cache_check_key(c, &key, key_len);
     if (rc)
         return rc;
-    uint64_t hash = cache_hash(c, key, klen);
+    uint64_t hash = cache_hash(c, key, key_len);
     struct cache_shard *s = cache_shard_of(c, hash);
     struct cache_garbage g = {0};
     cache_lock(c, s);
-    struct cache_entry *e = tw_cache_map_find_(s, key, klen, hash);
+    struct cache_entry *e = tw_cache_map_find_(s, key, key_len, hash);
     if (e)
         cache_unlink(c, s, e, &g);
     bool advance = cache_retire(c, s, &g);
@@ -1221,42 +1213,42 @@ static int cache_take(struct tw_cache *c, const void *key, size_t klen,
     return err;
 }
 
-int tw_cache_take_ttl(struct tw_cache *c, const void *key, size_t klen,
+int tw_cache_take_ttl(struct tw_cache *c, const void *key, size_t key_len,
                       tw_cache_loader_fn *loader, void *loader_ctx, void **value, int64_t ttl_ms)
 {
-    int rc = cache_check_key(c, &key, klen);
+    int rc = cache_check_key(c, &key, key_len);
     if (rc)
         return rc;
     if (c->copy_values || !value)
         return TW_EINVAL;
     struct cache_out out = {value, NULL, 0, NULL};
-    return cache_take(c, key, klen, loader, loader_ctx, &out, ttl_ms);
+    return cache_take(c, key, key_len, loader, loader_ctx, &out, ttl_ms);
 }
 
-int tw_cache_take(struct tw_cache *c, const void *key, size_t klen, tw_cache_loader_fn *loader,
+int tw_cache_take(struct tw_cache *c, const void *key, size_t key_len, tw_cache_loader_fn *loader,
                   void *loader_ctx, void **value)
 {
-    return tw_cache_take_ttl(c, key, klen, loader, loader_ctx, value, c ? c->default_ttl_ms : 0);
+    return tw_cache_take_ttl(c, key, key_len, loader, loader_ctx, value, c ? c->default_ttl_ms : 0);
 }
 
-int tw_cache_take_copy_ttl(struct tw_cache *c, const void *key, size_t klen,
+int tw_cache_take_copy_ttl(struct tw_cache *c, const void *key, size_t key_len,
                            tw_cache_loader_fn *loader, void *loader_ctx, void *buf, size_t cap,
                            size_t *vlen, int64_t ttl_ms)
 {
-    int rc = cache_check_key(c, &key, klen);
+    int rc = cache_check_key(c, &key, key_len);
     if (rc)
         return rc;
     if (!c->copy_values || !vlen || (!buf && cap))
         return TW_EINVAL;
     struct cache_out out = {NULL, buf, cap, vlen};
-    return cache_take(c, key, klen, loader, loader_ctx, &out, ttl_ms);
+    return cache_take(c, key, key_len, loader, loader_ctx, &out, ttl_ms);
 }
 
-int tw_cache_take_copy(struct tw_cache *c, const void *key, size_t klen,
+int tw_cache_take_copy(struct tw_cache *c, const void *key, size_t key_len,
                        tw_cache_loader_fn *loader, void *loader_ctx, void *buf, size_t cap,
                        size_t *vlen)
 {
-    return tw_cache_take_copy_ttl(c, key, klen, loader, loader_ctx, buf, cap, vlen,
+    return tw_cache_take_copy_ttl(c, key, key_len, loader, loader_ctx, buf, cap, vlen,
                                   c ? c->default_ttl_ms : 0);
 }
 
@@ -1424,7 +1416,7 @@ uint64_t tw_cache_now(const struct tw_cache *c)
 
 /* ---- stats ------------------------------------------------------------- */
 
-int tw_cache_stats(struct tw_cache *c, struct tw_cache_stats *out)
+int tw_cache_stats(const struct tw_cache *c, struct tw_cache_stats *out)
 {
     if (!c || !out)
         return TW_EINVAL;
@@ -1495,7 +1487,7 @@ static void cache_free_shards(struct tw_cache *c, unsigned inited)
     }
     for (unsigned i = 0; i < inited; i++)
         tw_cache_slab_destroy_(c, &c->shards[i].slab);
-    tw_cache_mem_free_(&c->alloc, c->shards_block, c->shards_bytes);
+    tw_mem_free_(&c->alloc, c->shards_block, c->shards_bytes);
 }
 
 static int cache_init_shard(struct tw_cache *c, struct cache_shard *s, uint64_t rng)
@@ -1549,12 +1541,9 @@ int tw_cache_new(struct tw_cache **out, const struct tw_cache_config *cfg)
 {
     if (!out || !cfg || !cache_config_valid(cfg))
         return TW_EINVAL;
-    struct tw_allocator alloc = cfg->allocator ? *cfg->allocator : (struct tw_allocator){0};
-    struct tw_cache *c = tw_cache_mem_alloc_(&alloc, sizeof *c);
+    struct tw_cache *c = tw_mem_new_(cfg->allocator, sizeof *c, offsetof(struct tw_cache, alloc));
     if (!c)
         return TW_ENOMEM;
-    memset(c, 0, sizeof *c);
-    c->alloc = alloc;
     c->default_ttl_ms = cfg->default_ttl_ms;
     c->limit = cfg->limit;
     c->jitter = cfg->jitter;
@@ -1573,7 +1562,7 @@ int tw_cache_new(struct tw_cache **out, const struct tw_cache_config *cfg)
     atomic_init(&c->seq, 0);
     atomic_init(&c->count, 0);
     atomic_init(&c->slab_bytes, 0);
-    c->epoch_ns = cache_mono_ns();
+    c->epoch_ns = tw_mono_ns_();
     c->coarse_margin_ns = c->manual || c->limit ? 0 : cache_coarse_margin();
     tw_random_seed_(c->seed);
     tw_hash_mum_seed(c->seed, c->mum);
@@ -1584,7 +1573,7 @@ int tw_cache_new(struct tw_cache **out, const struct tw_cache_config *cfg)
     int rc = TW_ENOMEM;
     const char *name = cfg->name ? cfg->name : "cache";
     c->name_bytes = strlen(name) + 1;
-    c->name = tw_cache_mem_alloc_(&alloc, c->name_bytes);
+    c->name = tw_mem_alloc_(&c->alloc, c->name_bytes);
     if (!c->name)
         goto fail_cache;
     memcpy(c->name, name, c->name_bytes);
@@ -1592,7 +1581,7 @@ int tw_cache_new(struct tw_cache **out, const struct tw_cache_config *cfg)
     unsigned nst = tw_cache_stripes_default_();
     c->stripe_mask = nst - 1;
     c->stripes_bytes = (size_t)nst * sizeof(struct cache_stripe) + 64;
-    c->stripes_block = tw_cache_mem_alloc_(&alloc, c->stripes_bytes);
+    c->stripes_block = tw_mem_alloc_(&c->alloc, c->stripes_bytes);
     if (!c->stripes_block)
         goto fail_name;
     c->stripes = (struct cache_stripe *)(((uintptr_t)c->stripes_block + 63) & ~(uintptr_t)63);
@@ -1610,7 +1599,7 @@ int tw_cache_new(struct tw_cache **out, const struct tw_cache_config *cfg)
         bits++;
     c->shard_shift = 32 - bits;
     c->shards_bytes = (size_t)c->nshards * sizeof(struct cache_shard) + 64;
-    c->shards_block = tw_cache_mem_alloc_(&alloc, c->shards_bytes);
+    c->shards_block = tw_mem_alloc_(&c->alloc, c->shards_bytes);
     if (!c->shards_block)
         goto fail_stripes;
     c->shards = (struct cache_shard *)(((uintptr_t)c->shards_block + 63) & ~(uintptr_t)63);
@@ -1651,18 +1640,18 @@ fail_evict:
 fail_shards:
     cache_free_shards(c, inited);
 fail_stripes:
-    tw_cache_mem_free_(&alloc, c->stripes_block, c->stripes_bytes);
+    tw_mem_free_(&c->alloc, c->stripes_block, c->stripes_bytes);
 fail_name:
-    tw_cache_mem_free_(&alloc, c->name, c->name_bytes);
+    tw_mem_free_(&c->alloc, c->name, c->name_bytes);
 fail_cache:
-    tw_cache_mem_free_(&alloc, c, sizeof *c);
+    tw_mem_free_(&c->alloc, c, sizeof *c);
     return rc;
 }
 
-void tw_cache_free(struct tw_cache *c)
+int tw_cache_free(struct tw_cache *c)
 {
     if (!c)
-        return;
+        return 0;
     if (c->member)
         tw_clock_leave(c->clock, c->member);
     if (c->own_clock)
@@ -1671,7 +1660,8 @@ void tw_cache_free(struct tw_cache *c)
     pthread_mutex_destroy(&c->evict_mu);
     cache_free_shards(c, c->nshards);
     struct tw_allocator alloc = c->alloc;
-    tw_cache_mem_free_(&alloc, c->stripes_block, c->stripes_bytes);
-    tw_cache_mem_free_(&alloc, c->name, c->name_bytes);
-    tw_cache_mem_free_(&alloc, c, sizeof *c);
+    tw_mem_free_(&alloc, c->stripes_block, c->stripes_bytes);
+    tw_mem_free_(&alloc, c->name, c->name_bytes);
+    tw_mem_free_(&alloc, c, sizeof *c);
+    return 0;
 }

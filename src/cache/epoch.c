@@ -234,7 +234,7 @@ void tw_cache_garbage_release_(struct tw_cache *c, struct cache_garbage *g)
             tw_cache_slab_give_(&s->slab, (char *)e - pre, bytes);
             gave = true;
         } else {
-            tw_cache_mem_free_(&c->alloc, (char *)e - pre, bytes);
+            tw_mem_free_(&c->alloc, (char *)e - pre, bytes);
         }
         n = next;
     }

@@ -30,6 +30,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "common/alloc.h"
 #include "common/hash.h"
 #include "twheel/cache.h"
 #include "twheel/wheel.h"
@@ -736,9 +737,5 @@ static inline struct cache_shard *tw_cache_shard_of_(struct tw_cache *c, uint64_
 {
     return &c->shards[(uint64_t)(uint32_t)hash >> c->shard_shift];
 }
-
-/* Allocator hook wrappers. */
-void *tw_cache_mem_alloc_(const struct tw_allocator *a, size_t size);
-void tw_cache_mem_free_(const struct tw_allocator *a, void *p, size_t size);
 
 #endif /* TWHEEL_CACHE_INTERNAL_H */

@@ -11,25 +11,6 @@
 #include "common/bigmem.h"
 #include "cache/internal.h"
 
-/* ---- allocation -------------------------------------------------------- */
-
-void *tw_cache_mem_alloc_(const struct tw_allocator *a, size_t size)
-{
-    if (a->fn)
-        return a->fn(a->ctx, NULL, 0, size);
-    return malloc(size);
-}
-
-void tw_cache_mem_free_(const struct tw_allocator *a, void *p, size_t size)
-{
-    if (!p)
-        return;
-    if (a->fn)
-        a->fn(a->ctx, p, size, 0);
-    else
-        free(p);
-}
-
 /* ---- hash table -------------------------------------------------------- */
 
 #define RLX memory_order_relaxed
@@ -64,7 +45,7 @@ struct cache_table *tw_cache_table_new_(struct tw_cache *c, size_t n)
     size_t bytes = cache_table_bytes(c, n);
     struct cache_table *t = !c->alloc.fn && bytes >= CACHE_TABLE_HUGE
                                 ? tw_big_alloc_(bytes)
-                                : tw_cache_mem_alloc_(&c->alloc, bytes);
+                                : tw_mem_alloc_(&c->alloc, bytes);
     if (!t)
         return NULL;
     t->mask = n - 1;
@@ -80,7 +61,7 @@ void tw_cache_table_free_(struct tw_cache *c, struct cache_table *t)
     if (!c->alloc.fn && bytes >= CACHE_TABLE_HUGE)
         tw_big_free_(t, bytes);
     else
-        tw_cache_mem_free_(&c->alloc, t, bytes);
+        tw_mem_free_(&c->alloc, t, bytes);
 }
 
 struct cache_entry *tw_cache_map_find_(const struct cache_shard *s, const void *key,

@@ -106,7 +106,7 @@ static void slab_chunk_free(struct tw_cache *c, struct cache_chunk *ch)
     if (!c->alloc.fn && ch->bytes >= TW_BIG_MIN)
         tw_big_unmap_(ch, ch->bytes);
     else
-        tw_cache_mem_free_(&c->alloc, ch, ch->bytes);
+        tw_mem_free_(&c->alloc, ch, ch->bytes);
 }
 
 /* Shard slab bytes from which every new chunk is 2 MB (default allocator). */
@@ -122,7 +122,7 @@ static bool slab_grow(struct tw_cache *c, struct cache_slab *sl)
     if (!c->alloc.fn && bytes >= TW_BIG_MIN)
         ch = tw_big_map_(bytes);
     else
-        ch = tw_cache_mem_alloc_(&c->alloc, bytes);
+        ch = tw_mem_alloc_(&c->alloc, bytes);
     if (!ch)
         return false;
     /* What is left of the old chunk is too small for this block: put what

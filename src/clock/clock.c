@@ -24,11 +24,11 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
-#include <stdlib.h>
-#include <string.h>
 #include <time.h>
 
 #include "clock/internal.h"
+#include "common/alloc.h"
+#include "common/time.h"
 #include "twheel/clock.h"
 
 #if defined(__linux__)
@@ -56,9 +56,7 @@ struct tw_clock {
 
 uint64_t tw_clock_now_ns(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * UINT64_C(1000000000) + (uint64_t)ts.tv_nsec;
+    return tw_mono_ns_();
 }
 
 static uint64_t clock_min_due(const struct tw_clock *k)
@@ -118,10 +116,7 @@ static void *clock_main(void *arg)
         if (next == TW_CLOCK_NEVER) {
             pthread_cond_wait(&k->cv, &k->mu);
         } else {
-            struct timespec ts;
-            ts.tv_sec = (time_t)(next / UINT64_C(1000000000));
-            ts.tv_nsec = (long)(next % UINT64_C(1000000000));
-            pthread_cond_timedwait(&k->cv, &k->mu, &ts);
+            tw_cond_wait_until_(&k->cv, &k->mu, next);
         }
     }
     pthread_mutex_unlock(&k->mu);
@@ -132,23 +127,14 @@ int tw_clock_new(struct tw_clock **out, const struct tw_allocator *alloc)
 {
     if (!out || (alloc && !alloc->fn))
         return TW_EINVAL;
-    struct tw_allocator a = alloc ? *alloc : (struct tw_allocator){0};
-    struct tw_clock *k = tw_clock_mem_(&a, NULL, 0, sizeof *k);
+    struct tw_clock *k = tw_mem_new_(alloc, sizeof *k, offsetof(struct tw_clock, alloc));
     if (!k)
         return TW_ENOMEM;
-    memset(k, 0, sizeof *k);
-    k->alloc = a;
     atomic_init(&k->sleep_until, 0);
     int rc = TW_ESYS;
     if (pthread_mutex_init(&k->mu, NULL))
         goto fail;
-    pthread_condattr_t ca;
-    if (pthread_condattr_init(&ca))
-        goto fail_mu;
-    int crc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    crc = crc ? crc : pthread_cond_init(&k->cv, &ca);
-    pthread_condattr_destroy(&ca);
-    if (crc)
+    if (tw_cond_init_mono_(&k->cv))
         goto fail_mu;
     if (pthread_cond_init(&k->left_cv, NULL))
         goto fail_cv;
@@ -163,14 +149,14 @@ fail_cv:
 fail_mu:
     pthread_mutex_destroy(&k->mu);
 fail:
-    tw_clock_mem_(&a, k, sizeof *k, 0);
+    tw_mem_free_(&k->alloc, k, sizeof *k);
     return rc;
 }
 
 int tw_clock_free(struct tw_clock *k)
 {
     if (!k)
-        return TW_EINVAL;
+        return 0;
     pthread_mutex_lock(&k->mu);
     if (k->n) {
         pthread_mutex_unlock(&k->mu);
@@ -184,8 +170,8 @@ int tw_clock_free(struct tw_clock *k)
     pthread_cond_destroy(&k->cv);
     pthread_mutex_destroy(&k->mu);
     struct tw_allocator a = k->alloc;
-    tw_clock_mem_(&a, k->members, k->cap * sizeof *k->members, 0);
-    tw_clock_mem_(&a, k, sizeof *k, 0);
+    tw_mem_(&a, k->members, k->cap * sizeof *k->members, 0);
+    tw_mem_free_(&a, k, sizeof *k);
     return 0;
 }
 
@@ -194,7 +180,7 @@ int tw_clock_join(struct tw_clock *k, tw_clock_run_fn *run, void *ctx, uint64_t 
 {
     if (!k || !run || !out)
         return TW_EINVAL;
-    struct tw_clock_member *m = tw_clock_mem_(&k->alloc, NULL, 0, sizeof *m);
+    struct tw_clock_member *m = tw_mem_alloc_(&k->alloc, sizeof *m);
     if (!m)
         return TW_ENOMEM;
     atomic_init(&m->due, TW_CLOCK_NEVER);
@@ -203,11 +189,11 @@ int tw_clock_join(struct tw_clock *k, tw_clock_run_fn *run, void *ctx, uint64_t 
     pthread_mutex_lock(&k->mu);
     if (k->n == k->cap) {
         unsigned cap = k->cap ? 2 * k->cap : 8;
-        struct tw_clock_member **a = tw_clock_mem_(&k->alloc, k->members,
-                                                 k->cap * sizeof *a, cap * sizeof *a);
+        struct tw_clock_member **a =
+            tw_mem_(&k->alloc, k->members, k->cap * sizeof *a, cap * sizeof *a);
         if (!a) {
             pthread_mutex_unlock(&k->mu);
-            tw_clock_mem_(&k->alloc, m, sizeof *m, 0);
+            tw_mem_free_(&k->alloc, m, sizeof *m);
             return TW_ENOMEM;
         }
         k->members = a;
@@ -234,7 +220,7 @@ void tw_clock_leave(struct tw_clock *k, struct tw_clock_member *m)
     while (k->running == m)
         pthread_cond_wait(&k->left_cv, &k->mu);
     pthread_mutex_unlock(&k->mu);
-    tw_clock_mem_(&k->alloc, m, sizeof *m, 0);
+    tw_mem_free_(&k->alloc, m, sizeof *m);
 }
 
 void tw_clock_wake(struct tw_clock *k, struct tw_clock_member *m, uint64_t at_ns)

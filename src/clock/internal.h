@@ -4,22 +4,7 @@
 #ifndef TWHEEL_CLOCK_INTERNAL_H
 #define TWHEEL_CLOCK_INTERNAL_H
 
-#include <stdlib.h>
-
 #include "twheel/clock.h"
-
-/* Allocate, resize or free (size 0) through a, or realloc/free when a has
- * no function: the clock and the pool share this rule. */
-static inline void *tw_clock_mem_(const struct tw_allocator *a, void *p, size_t old, size_t size)
-{
-    if (a->fn)
-        return a->fn(a->ctx, p, old, size);
-    if (!size) {
-        free(p);
-        return NULL;
-    }
-    return realloc(p, size);
-}
 
 /* One user of a pool (a runner): it has work queued of its own, and the
  * pool's threads call work(c) to take one item and run it. */

@@ -16,10 +16,9 @@
  * lock held (user queue -> mu); work is called without mu.
  */
 #include <pthread.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "clock/internal.h"
+#include "common/alloc.h"
 
 struct tw_pool {
     pthread_mutex_t mu;
@@ -74,16 +73,13 @@ int tw_pool_new(struct tw_pool **out, unsigned threads, const struct tw_allocato
 {
     if (!out || threads == 0 || threads > TW_POOL_THREADS_MAX || (alloc && !alloc->fn))
         return TW_EINVAL;
-    struct tw_allocator a = alloc ? *alloc : (struct tw_allocator){0};
-    struct tw_pool *p = tw_clock_mem_(&a, NULL, 0, sizeof *p);
+    struct tw_pool *p = tw_mem_new_(alloc, sizeof *p, offsetof(struct tw_pool, alloc));
     if (!p)
         return TW_ENOMEM;
-    memset(p, 0, sizeof *p);
-    p->alloc = a;
     p->nthreads = threads;
-    p->threads = tw_clock_mem_(&a, NULL, 0, threads * sizeof *p->threads);
+    p->threads = tw_mem_alloc_(&p->alloc, threads * sizeof *p->threads);
     if (!p->threads) {
-        tw_clock_mem_(&a, p, sizeof *p, 0);
+        tw_mem_free_(&p->alloc, p, sizeof *p);
         return TW_ENOMEM;
     }
     if (pthread_mutex_init(&p->mu, NULL))
@@ -105,15 +101,15 @@ fail_cv:
 fail_mu:
     pthread_mutex_destroy(&p->mu);
 fail_threads:
-    tw_clock_mem_(&a, p->threads, threads * sizeof *p->threads, 0);
-    tw_clock_mem_(&a, p, sizeof *p, 0);
+    tw_mem_free_(&p->alloc, p->threads, threads * sizeof *p->threads);
+    tw_mem_free_(&p->alloc, p, sizeof *p);
     return TW_ESYS;
 }
 
 int tw_pool_free(struct tw_pool *p)
 {
     if (!p)
-        return TW_EINVAL;
+        return 0;
     if (tw_pool_is_self_(p))
         return TW_EBUSY;
     pthread_mutex_lock(&p->mu);
@@ -140,8 +136,8 @@ void tw_pool_destroy_(struct tw_pool *p)
     pthread_cond_destroy(&p->cv);
     pthread_mutex_destroy(&p->mu);
     struct tw_allocator a = p->alloc;
-    tw_clock_mem_(&a, p->threads, p->nthreads * sizeof *p->threads, 0);
-    tw_clock_mem_(&a, p, sizeof *p, 0);
+    tw_mem_free_(&a, p->threads, p->nthreads * sizeof *p->threads);
+    tw_mem_free_(&a, p, sizeof *p);
 }
 
 unsigned tw_pool_threads(const struct tw_pool *p)

@@ -34,14 +34,14 @@
  * is re-placed when that slot comes due. Re-arming earlier unlinks and
  * re-inserts at once. One store per later re-arm: the lowest total cost.
  *
- * Eager re-arm (the *_eager calls): a pending timer is placed for its new
+ * Eager re-arm (flag TW_ARM_EAGER): a pending timer is placed for its new
  * deadline at once, later or earlier, unless it is in that deadline's slot
  * already (in_place_for, one mask test: one store). It pays the unlink (the
  * old neighbours' lines) so that no advance moves the timer for the re-arm:
  * the lowest tick cost, the tick being left with the fires and the cascades
  * of timers that do fire.
  *
- * Start (the *_start calls): the arm of a timer the caller knows is idle
+ * Idle arm (flag TW_ARM_IDLE): the arm of a timer the caller knows is idle
  * only stores into it, skipping the load of pprev that tells every other arm
  * a re-arm from an arm (start_node says why that load matters).
  *
@@ -590,11 +590,6 @@ struct tw_timer *tw_wheel_expire_next(struct tw_wheel *w, uint64_t now)
     return n ? tw_container_of(n, struct tw_timer, node) : NULL;
 }
 
-uint64_t tw_wheel_now(const struct tw_wheel *w)
-{
-    return w ? w->now : 0;
-}
-
 uint64_t tw_wheel_next_expiry(const struct tw_wheel *w)
 {
     if (!w)
@@ -746,7 +741,7 @@ rearm_node_slack(struct tw_wheel *w, struct tw_node *n, uint64_t deadline, uint6
 
 /* Arm idle n to fire in [deadline, deadline + slack] (saturating; both
  * pointers checked by the caller): planned by plan_place. It only stores
- * into n, so it is also the *_start*_slack calls' arm (see start_node). */
+ * into n, so it is also the arm of TW_ARM_IDLE with slack (see start_node). */
 static inline __attribute__((always_inline)) int
 start_node_slack(struct tw_wheel *w, struct tw_node *n, uint64_t deadline, uint64_t slack)
 {
@@ -811,7 +806,7 @@ arm_node(struct tw_wheel *w, struct tw_node *n, uint64_t deadline)
     return 0;
 }
 
-/* Arm n, which the caller knows to be idle (the *_start calls; debug builds
+/* Arm n, which the caller knows to be idle (TW_ARM_IDLE; debug builds
  * check it, release builds take the caller's word): only stores into n. An
  * arm first loads n->pprev to tell a re-arm from an arm, and for a timer not
  * touched for a while (millions of timers: a cold line per arm) that load is
@@ -833,7 +828,7 @@ start_node(struct tw_wheel *w, struct tw_node *n, uint64_t deadline)
     return 0;
 }
 
-/* Debug builds: a *_start call on a pending node is refused (TW_EBUSY),
+/* Debug builds: an arm with TW_ARM_IDLE of a pending node is refused (TW_EBUSY),
  * since release builds would link it twice. Release builds read nothing. */
 static inline int start_check_idle(const struct tw_node *n)
 {
@@ -927,16 +922,9 @@ static inline __attribute__((always_inline)) int node_arm_at(struct tw_wheel *w,
     return rc ? rc : node_armed(w, arm_node(w, n, deadline));
 }
 
-int tw_node_arm_at(struct tw_wheel *w, struct tw_node *n, uint64_t deadline)
+int tw_node_arm_lazy_(struct tw_wheel *w, struct tw_node *n, uint64_t deadline)
 {
     return node_arm_at(w, n, deadline);
-}
-
-int tw_node_arm(struct tw_wheel *w, struct tw_node *n, uint64_t delay)
-{
-    if (!w)
-        return TW_EINVAL;
-    return node_arm_at(w, n, saturating_add(w->now, delay));
 }
 
 static inline __attribute__((always_inline)) int
@@ -946,17 +934,9 @@ node_arm_at_slack(struct tw_wheel *w, struct tw_node *n, uint64_t deadline, uint
     return rc ? rc : node_armed(w, arm_node_slack(w, n, deadline, slack));
 }
 
-int tw_node_arm_at_slack(struct tw_wheel *w, struct tw_node *n, uint64_t deadline,
-                         uint64_t slack)
+int tw_node_arm_slack_(struct tw_wheel *w, struct tw_node *n, uint64_t deadline, uint64_t slack)
 {
     return node_arm_at_slack(w, n, deadline, slack);
-}
-
-int tw_node_arm_slack(struct tw_wheel *w, struct tw_node *n, uint64_t delay, uint64_t slack)
-{
-    if (!w)
-        return TW_EINVAL;
-    return node_arm_at_slack(w, n, saturating_add(w->now, delay), slack);
 }
 
 static inline __attribute__((always_inline)) int
@@ -966,19 +946,12 @@ node_arm_at_eager(struct tw_wheel *w, struct tw_node *n, uint64_t deadline)
     return rc ? rc : node_armed(w, arm_node_eager(w, n, deadline));
 }
 
-int tw_node_arm_at_eager(struct tw_wheel *w, struct tw_node *n, uint64_t deadline)
+int tw_node_arm_eager_(struct tw_wheel *w, struct tw_node *n, uint64_t deadline)
 {
     return node_arm_at_eager(w, n, deadline);
 }
 
-int tw_node_arm_eager(struct tw_wheel *w, struct tw_node *n, uint64_t delay)
-{
-    if (!w)
-        return TW_EINVAL;
-    return node_arm_at_eager(w, n, saturating_add(w->now, delay));
-}
-
-/* The checks of tw_node_start_at: node_arm_check's, but the node itself is
+/* The checks of tw_node_arm_idle_: node_arm_check's, but the node itself is
  * read only by debug builds. */
 static inline __attribute__((always_inline)) int node_start_at(struct tw_wheel *w,
                                                                struct tw_node *n, uint64_t deadline)
@@ -991,16 +964,9 @@ static inline __attribute__((always_inline)) int node_start_at(struct tw_wheel *
     return rc ? rc : node_armed(w, start_node(w, n, deadline));
 }
 
-int tw_node_start_at(struct tw_wheel *w, struct tw_node *n, uint64_t deadline)
+int tw_node_arm_idle_(struct tw_wheel *w, struct tw_node *n, uint64_t deadline)
 {
     return node_start_at(w, n, deadline);
-}
-
-int tw_node_start(struct tw_wheel *w, struct tw_node *n, uint64_t delay)
-{
-    if (!w)
-        return TW_EINVAL;
-    return node_start_at(w, n, saturating_add(w->now, delay));
 }
 
 static inline __attribute__((always_inline)) int
@@ -1014,17 +980,10 @@ node_start_at_slack(struct tw_wheel *w, struct tw_node *n, uint64_t deadline, ui
     return rc ? rc : node_armed(w, start_node_slack(w, n, deadline, slack));
 }
 
-int tw_node_start_at_slack(struct tw_wheel *w, struct tw_node *n, uint64_t deadline,
-                           uint64_t slack)
+int tw_node_arm_idle_slack_(struct tw_wheel *w, struct tw_node *n, uint64_t deadline,
+                            uint64_t slack)
 {
     return node_start_at_slack(w, n, deadline, slack);
-}
-
-int tw_node_start_slack(struct tw_wheel *w, struct tw_node *n, uint64_t delay, uint64_t slack)
-{
-    if (!w)
-        return TW_EINVAL;
-    return node_start_at_slack(w, n, saturating_add(w->now, delay), slack);
 }
 
 int tw_node_cancel(struct tw_wheel *w, struct tw_node *n)
@@ -1054,7 +1013,7 @@ int tw_timer_init(struct tw_timer *t, tw_timer_fn *fn, void *arg)
     return 0;
 }
 
-/* The checks of tw_timer_arm_at, then the arm. */
+/* The checks of tw_timer_arm_lazy_, then the arm. */
 static inline __attribute__((always_inline)) int timer_arm_at(struct tw_wheel *w,
                                                               struct tw_timer *t, uint64_t deadline)
 {
@@ -1063,19 +1022,12 @@ static inline __attribute__((always_inline)) int timer_arm_at(struct tw_wheel *w
     return arm_node(w, &t->node, deadline);
 }
 
-int tw_timer_arm_at(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline)
+int tw_timer_arm_lazy_(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline)
 {
     return timer_arm_at(w, t, deadline);
 }
 
-int tw_timer_arm(struct tw_wheel *w, struct tw_timer *t, uint64_t delay)
-{
-    if (!w)
-        return TW_EINVAL;
-    return timer_arm_at(w, t, saturating_add(w->now, delay));
-}
-
-/* The checks of tw_timer_start_at, then the store-only arm. Release builds
+/* The checks of tw_timer_arm_idle_, then the store-only arm. Release builds
  * check the pointers only: t->fn (set by tw_timer_init) lives in t's cold
  * line too, so it is checked by debug builds, with t being idle. */
 static inline __attribute__((always_inline)) int timer_start_at(struct tw_wheel *w,
@@ -1091,19 +1043,12 @@ static inline __attribute__((always_inline)) int timer_start_at(struct tw_wheel 
     return rc ? rc : start_node(w, &t->node, deadline);
 }
 
-int tw_timer_start_at(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline)
+int tw_timer_arm_idle_(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline)
 {
     return timer_start_at(w, t, deadline);
 }
 
-int tw_timer_start(struct tw_wheel *w, struct tw_timer *t, uint64_t delay)
-{
-    if (!w)
-        return TW_EINVAL;
-    return timer_start_at(w, t, saturating_add(w->now, delay));
-}
-
-/* The checks of tw_timer_start_at, then the store-only arm with slack. */
+/* The checks of tw_timer_arm_idle_, then the store-only arm with slack. */
 static inline __attribute__((always_inline)) int
 timer_start_at_slack(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline, uint64_t slack)
 {
@@ -1117,23 +1062,16 @@ timer_start_at_slack(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline, 
     return rc ? rc : start_node_slack(w, &t->node, deadline, slack);
 }
 
-int tw_timer_start_at_slack(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline,
-                            uint64_t slack)
+int tw_timer_arm_idle_slack_(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline,
+                             uint64_t slack)
 {
     return timer_start_at_slack(w, t, deadline, slack);
-}
-
-int tw_timer_start_slack(struct tw_wheel *w, struct tw_timer *t, uint64_t delay, uint64_t slack)
-{
-    if (!w)
-        return TW_EINVAL;
-    return timer_start_at_slack(w, t, saturating_add(w->now, delay), slack);
 }
 
 /* The checks of the re-arming calls that do not check t->fn of a pending
  * timer (eager and slack): an uninitialised timer is refused while it is
  * idle; a pending one was initialised (every arm checks it, and
- * tw_timer_start_at's contract asks it), and it is linked already, so that
+ * TW_ARM_IDLE's contract asks it), and it is linked already, so that
  * refusing it would protect nothing. Skipping it saves a heartbeat's re-arm
  * two of its about forty instructions. */
 static inline __attribute__((always_inline)) bool timer_rearm_ok(struct tw_wheel *w,
@@ -1144,7 +1082,7 @@ static inline __attribute__((always_inline)) bool timer_rearm_ok(struct tw_wheel
     return t->node.pprev || t->fn;
 }
 
-/* The checks of tw_timer_arm_at (see timer_rearm_ok), then the eager arm. */
+/* The checks of tw_timer_arm_lazy_ (see timer_rearm_ok), then the eager arm. */
 static inline __attribute__((always_inline)) int
 timer_arm_at_eager(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline)
 {
@@ -1153,16 +1091,9 @@ timer_arm_at_eager(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline)
     return arm_node_eager(w, &t->node, deadline);
 }
 
-int tw_timer_arm_at_eager(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline)
+int tw_timer_arm_eager_(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline)
 {
     return timer_arm_at_eager(w, t, deadline);
-}
-
-int tw_timer_arm_eager(struct tw_wheel *w, struct tw_timer *t, uint64_t delay)
-{
-    if (!w)
-        return TW_EINVAL;
-    return timer_arm_at_eager(w, t, saturating_add(w->now, delay));
 }
 
 static inline __attribute__((always_inline)) int
@@ -1177,17 +1108,9 @@ timer_arm_at_slack(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline, ui
     return start_node_slack(w, &t->node, deadline, slack);
 }
 
-int tw_timer_arm_at_slack(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline,
-                          uint64_t slack)
+int tw_timer_arm_slack_(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline, uint64_t slack)
 {
     return timer_arm_at_slack(w, t, deadline, slack);
-}
-
-int tw_timer_arm_slack(struct tw_wheel *w, struct tw_timer *t, uint64_t delay, uint64_t slack)
-{
-    if (!w)
-        return TW_EINVAL;
-    return timer_arm_at_slack(w, t, saturating_add(w->now, delay), slack);
 }
 
 int tw_timer_cancel(struct tw_wheel *w, struct tw_timer *t)
@@ -1248,8 +1171,8 @@ int tw_periodic_init(struct tw_periodic *p, tw_periodic_fn *fn, void *arg,
     return 0;
 }
 
-int tw_periodic_start_slack(struct tw_wheel *w, struct tw_periodic *p, uint64_t first_delay,
-                            uint64_t period, uint64_t slack)
+int tw_periodic_start(struct tw_wheel *w, struct tw_periodic *p, uint64_t first, uint64_t period,
+                      uint64_t slack)
 {
     if (!w || !p || !p->fn || period == 0)
         return TW_EINVAL;
@@ -1260,16 +1183,9 @@ int tw_periodic_start_slack(struct tw_wheel *w, struct tw_periodic *p, uint64_t 
     p->wheel = w;
     p->period = period;
     p->slack = slack < period ? slack : period - 1;
-    uint64_t first = saturating_add(w->now, first_delay);
     p->due = first > w->now ? first : w->now + 1;
     return p->slack ? arm_node_slack(w, &p->timer.node, p->due, p->slack)
                     : arm_node(w, &p->timer.node, p->due);
-}
-
-int tw_periodic_start(struct tw_wheel *w, struct tw_periodic *p, uint64_t first_delay,
-                      uint64_t period)
-{
-    return tw_periodic_start_slack(w, p, first_delay, period, 0);
 }
 
 int tw_periodic_stop(struct tw_periodic *p)
@@ -1285,9 +1201,9 @@ int tw_periodic_stop(struct tw_periodic *p)
 /* The wheel's time moves only when it is advanced, so in an event loop it is
  * stale between advances: a delay counted from it would end early, and a
  * timeout counted from it would end late (and, re-aimed every turn, never).
- * These take the caller's clock instead: arming becomes an absolute deadline
- * (arm_at, which only moves a past one to the next tick), and the timeout is
- * measured from the caller's now. Nothing here touches the fast paths. */
+ * The caller's clock is taken instead: arming from it is an absolute
+ * deadline (tw_timer_arm_in in wheel.h; the arm only moves a past one to the
+ * next tick), and the timeout is measured from the caller's now. */
 
 uint64_t tw_wheel_timeout_from(const struct tw_wheel *w, uint64_t now)
 {
@@ -1295,16 +1211,4 @@ uint64_t tw_wheel_timeout_from(const struct tw_wheel *w, uint64_t now)
         return TW_NEVER;
     uint64_t next = tw_wheel_next_expiry(w);
     return next <= now ? 0 : next - now;
-}
-
-int tw_timer_arm_from(struct tw_wheel *w, struct tw_timer *t, uint64_t now, uint64_t delay)
-{
-    /* An absolute deadline: a stale wheel cannot shorten it, and one already
-     * past the caller's now is moved to the wheel's next tick by arm_at. */
-    return timer_arm_at(w, t, saturating_add(now, delay));
-}
-
-int tw_node_arm_from(struct tw_wheel *w, struct tw_node *n, uint64_t now, uint64_t delay)
-{
-    return node_arm_at(w, n, saturating_add(now, delay));
 }

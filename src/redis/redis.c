@@ -438,7 +438,7 @@ static int rr_load_scripts(struct tw_redis *r)
     return 0;
 }
 
-int tw_redis_new(const struct tw_redis_config *cfg, struct tw_redis **out)
+int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
 {
     if (out)
         *out = NULL;
@@ -669,10 +669,11 @@ int tw_redis_stop(struct tw_redis *r)
     return 0;
 }
 
-void tw_redis_free(struct tw_redis *r)
+int tw_redis_free(struct tw_redis *r)
 {
     if (!r)
-        return;
+        return 0;
     (void)tw_redis_stop(r);
     rr_free_all(r);
+    return 0;
 }

@@ -101,10 +101,11 @@ void tw_rr_trace_dump(struct tw_redis *r)
 }
 #endif
 
-int tw_redis_stats(struct tw_redis *r, struct tw_redis_stats *out)
+int tw_redis_stats(const struct tw_redis *cr, struct tw_redis_stats *out)
 {
-    if (!r || !out)
+    if (!cr || !out)
         return TW_EINVAL;
+    struct tw_redis *r = (struct tw_redis *)cr; /* locks its mutexes; changes no state */
     memset(out, 0, sizeof *out);
     out->leased = r->local ? tw_rr_local_held(r->local) : 0;
     out->delivered = atomic_load(&r->delivered);

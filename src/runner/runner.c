@@ -135,7 +135,9 @@
 #include <unistd.h>
 
 #include "clock/internal.h"
+#include "common/alloc.h"
 #include "common/hash.h"
+#include "common/time.h"
 
 #if defined(__linux__)
 #include <sys/prctl.h>
@@ -323,34 +325,15 @@ static unsigned rn_default_shards(void)
 
 /* ---- small helpers ----------------------------------------------------------- */
 
-static void *rn_default_alloc(void *ctx, void *ptr, size_t old_size, size_t new_size)
-{
-    (void)ctx;
-    (void)old_size;
-    if (new_size == 0) {
-        free(ptr);
-        return NULL;
-    }
-    return realloc(ptr, new_size);
-}
-
 static inline void *rn_mem(struct tw_runner *r, void *p, size_t old_size, size_t new_size)
 {
-    return r->alloc.fn(r->alloc.ctx, p, old_size, new_size);
-}
-
-static inline uint64_t rn_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    return tw_mem_(&r->alloc, p, old_size, new_size);
 }
 
 /* The first tick at or after now + delay_ns. */
 static inline uint64_t rn_due_tick(const struct tw_runner *r, int64_t delay_ns)
 {
-    uint64_t x = rn_now_ns() - r->start_ns + (uint64_t)delay_ns;
-    return x / r->tick_ns + (x % r->tick_ns != 0);
+    return tw_ticks_up_(tw_mono_ns_() - r->start_ns + (uint64_t)delay_ns, r->tick_ns);
 }
 
 /* Slack (config.slack_shift): a task set or moved with delay_ns may run up
@@ -556,7 +539,7 @@ static void rn_run_job(struct tw_runner *r, struct rn_job *job)
 {
     if (job->task.key)
         job->task.key = job->key; /* the job may have been copied */
-    uint64_t now = rn_now_ns();
+    uint64_t now = tw_mono_ns_();
     uint64_t due = r->start_ns + job->task.deadline * r->tick_ns;
     uint64_t late = now > due ? now - due : 0;
     atomic_fetch_add_explicit(&r->fired, 1, memory_order_relaxed);
@@ -727,7 +710,7 @@ static void *rn_tick_main(void *arg)
     prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
 #endif
     for (;;) {
-        uint64_t now_tick = (rn_now_ns() - r->start_ns) / r->tick_ns;
+        uint64_t now_tick = (tw_mono_ns_() - r->start_ns) / r->tick_ns;
         rn_run_due(r, now_tick);
 
         atomic_store(&r->sleep_until, UINT64_MAX);
@@ -749,10 +732,9 @@ static void *rn_tick_main(void *arg)
                 continue;
             }
             uint64_t at = r->start_ns + next * r->tick_ns;
-            if (rn_now_ns() >= at)
+            if (tw_mono_ns_() >= at)
                 break;
-            struct timespec ts = {(time_t)(at / 1000000000u), (long)(at % 1000000000u)};
-            if (pthread_cond_timedwait(&r->tick_cv, &r->ctl, &ts) == ETIMEDOUT)
+            if (tw_cond_wait_until_(&r->tick_cv, &r->ctl, at) == ETIMEDOUT)
                 break;
         }
         int stop = r->stopping;
@@ -887,8 +869,7 @@ static void rn_destroy(struct tw_runner *r)
         pthread_mutex_destroy(&r->drain_lock);
     if (r->ready & RN_DRAIN_DONE)
         pthread_cond_destroy(&r->drain_done);
-    struct tw_allocator a = r->alloc;
-    a.fn(a.ctx, r, sizeof *r, 0);
+    tw_mem_free_(&r->alloc, r, sizeof *r);
 }
 
 /* Join the threads that were started. Threads start only once every lock
@@ -960,14 +941,7 @@ static int rn_cond_init(struct tw_runner *r, pthread_cond_t *c, unsigned bit)
 /* tick_cv waits on CLOCK_MONOTONIC (tick instants are on that clock). */
 static int rn_tick_cv_init(struct tw_runner *r)
 {
-    pthread_condattr_t ca;
-    if (pthread_condattr_init(&ca))
-        return 0;
-    int e = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    if (!e)
-        e = pthread_cond_init(&r->tick_cv, &ca);
-    pthread_condattr_destroy(&ca);
-    if (e)
+    if (tw_cond_init_mono_(&r->tick_cv))
         return 0;
     r->ready |= RN_TICK_CV;
     return 1;
@@ -995,14 +969,9 @@ int tw_runner_new(struct tw_runner **out, const struct tw_runner_config *cfg)
         cfg->queue > TW_RUNNER_QUEUE_MAX || cfg->slack_shift > TW_TASKS_SLACK_SHIFT_MAX ||
         (cfg->pool && cfg->workers) || (cfg->clock && !cfg->pool && !cfg->workers))
         return TW_EINVAL;
-    struct tw_allocator a = {rn_default_alloc, NULL};
-    if (cfg->allocator)
-        a = *cfg->allocator;
-    struct tw_runner *r = a.fn(a.ctx, NULL, 0, sizeof *r);
+    struct tw_runner *r = tw_mem_new_(cfg->allocator, sizeof *r, offsetof(struct tw_runner, alloc));
     if (!r)
         return TW_ENOMEM;
-    memset(r, 0, sizeof *r);
-    r->alloc = a;
     r->execute = cfg->execute;
     r->ctx = cfg->ctx;
     r->release = cfg->release;
@@ -1071,7 +1040,7 @@ int tw_runner_new(struct tw_runner **out, const struct tw_runner_config *cfg)
         }
         r->shards[i].lock_ready = 1;
     }
-    r->start_ns = rn_now_ns();
+    r->start_ns = tw_mono_ns_();
     if (r->clock && !r->pool) {
         rc = tw_pool_new(&r->pool, cfg->workers, cfg->allocator ? &r->alloc : NULL);
         if (rc) {
@@ -1220,10 +1189,11 @@ again:
     return rc;
 }
 
-int tw_runner_set(struct tw_runner *r, const void *key, size_t len, void *value, int64_t delay_ns)
+int tw_runner_set(struct tw_runner *r, const void *key, size_t key_len, void *value,
+                  int64_t delay_ns)
 {
     struct rn_key k;
-    int rc = rn_key_bytes(r, key, len, &k);
+    int rc = rn_key_bytes(r, key, key_len, &k);
     return rc ? rc : rn_apply(r, &k, RN_SET, value, NULL, delay_ns);
 }
 
@@ -1234,10 +1204,10 @@ int tw_runner_set_int(struct tw_runner *r, uint64_t key, void *value, int64_t de
     return rc ? rc : rn_apply(r, &k, RN_SET, value, NULL, delay_ns);
 }
 
-int tw_runner_move(struct tw_runner *r, const void *key, size_t len, int64_t delay_ns)
+int tw_runner_move(struct tw_runner *r, const void *key, size_t key_len, int64_t delay_ns)
 {
     struct rn_key k;
-    int rc = rn_key_bytes(r, key, len, &k);
+    int rc = rn_key_bytes(r, key, key_len, &k);
     return rc ? rc : rn_apply(r, &k, RN_MOVE, NULL, NULL, delay_ns);
 }
 
@@ -1248,10 +1218,10 @@ int tw_runner_move_int(struct tw_runner *r, uint64_t key, int64_t delay_ns)
     return rc ? rc : rn_apply(r, &k, RN_MOVE, NULL, NULL, delay_ns);
 }
 
-int tw_runner_remove(struct tw_runner *r, const void *key, size_t len, void **value)
+int tw_runner_remove(struct tw_runner *r, const void *key, size_t key_len, void **value)
 {
     struct rn_key k;
-    int rc = rn_key_bytes(r, key, len, &k);
+    int rc = rn_key_bytes(r, key, key_len, &k);
     return rc ? rc : rn_apply(r, &k, RN_REMOVE, NULL, value, 0);
 }
 
@@ -1272,7 +1242,7 @@ int tw_runner_remove_int(struct tw_runner *r, uint64_t key, void **value)
  * of the same key is applied. */
 #define RN_GROUP 256
 
-static uint64_t rn_item_shard(const struct tw_runner *r, const struct tw_tasks_item *it)
+static uint64_t rn_item_shard(const struct tw_runner *r, const struct tw_runner_item *it)
 {
     uint64_t h = r->int_keys ? tw_hash_int(it->key_int, r->k0, r->k1)
                              : tw_siphash13(it->key, it->key_len, r->k0, r->k1);
@@ -1289,13 +1259,14 @@ static void rn_set_limited(struct tw_runner *r, struct rn_shard *s, struct tw_ta
     for (size_t i = 0; i < m; i++) {
         int rc;
         if (r->slack_shift)
-            rc = r->int_keys ? tw_tasks_set_slack_int(t, it[i].key_int, it[i].value, it[i].delay,
-                                                      it[i].deadline)
+            rc = r->int_keys ? tw_tasks_set_slack_int(t, it[i].key_int, it[i].value,
+                                                      it[i].delay_ticks, it[i].deadline)
                              : tw_tasks_set_slack(t, it[i].key, it[i].key_len, it[i].value,
-                                                  it[i].delay, it[i].deadline);
+                                                  it[i].delay_ticks, it[i].deadline);
         else
-            rc = r->int_keys ? tw_tasks_set_int(t, it[i].key_int, it[i].value, it[i].delay)
-                             : tw_tasks_set(t, it[i].key, it[i].key_len, it[i].value, it[i].delay);
+            rc = r->int_keys
+                     ? tw_tasks_set_int(t, it[i].key_int, it[i].value, it[i].delay_ticks)
+                     : tw_tasks_set(t, it[i].key, it[i].key_len, it[i].value, it[i].delay_ticks);
         if (rc == 1 && r->max_pending && !rn_admit(r, s)) {
             if (r->int_keys)
                 tw_tasks_remove_int(t, it[i].key_int, NULL);
@@ -1307,7 +1278,7 @@ static void rn_set_limited(struct tw_runner *r, struct rn_shard *s, struct tw_ta
     }
 }
 
-/* One shard's group, copied into tmp[0..m) with `delay` holding due ticks. */
+/* One shard's group, copied into tmp[0..m) with `delay_ticks` holding due ticks. */
 static void rn_apply_group(struct tw_runner *r, struct rn_shard *s, struct tw_tasks_item *tmp,
                            size_t m, enum rn_op op)
 {
@@ -1321,9 +1292,9 @@ static void rn_apply_group(struct tw_runner *r, struct rn_shard *s, struct tw_ta
     struct tw_tasks *t = s->tasks;
     uint64_t now = rn_shard_now(s), earliest = UINT64_MAX;
     for (size_t i = 0; i < m; i++) { /* due tick -> delay from the shard's now */
-        uint64_t due = (uint64_t)tmp[i].delay;
-        tmp[i].delay = due > now ? (int64_t)(due - now) : 0;
-        uint64_t deadline = now + (tmp[i].delay ? (uint64_t)tmp[i].delay : 1);
+        uint64_t due = (uint64_t)tmp[i].delay_ticks;
+        tmp[i].delay_ticks = due > now ? (int64_t)(due - now) : 0;
+        uint64_t deadline = now + (tmp[i].delay_ticks ? (uint64_t)tmp[i].delay_ticks : 1);
         if (deadline < earliest)
             earliest = deadline;
     }
@@ -1338,10 +1309,10 @@ static void rn_apply_group(struct tw_runner *r, struct rn_shard *s, struct tw_ta
         if (r->slack_shift) /* one by one, each with its slack (in `deadline`) */
             for (size_t i = 0; i < m; i++)
                 tmp[i].result = r->int_keys
-                                    ? tw_tasks_move_slack_int(t, tmp[i].key_int, tmp[i].delay,
+                                    ? tw_tasks_move_slack_int(t, tmp[i].key_int, tmp[i].delay_ticks,
                                                               tmp[i].deadline)
                                     : tw_tasks_move_slack(t, tmp[i].key, tmp[i].key_len,
-                                                          tmp[i].delay, tmp[i].deadline);
+                                                          tmp[i].delay_ticks, tmp[i].deadline);
         else
             (void)tw_tasks_move_many(t, tmp, m);
         break;
@@ -1360,23 +1331,23 @@ static void rn_apply_group(struct tw_runner *r, struct rn_shard *s, struct tw_ta
         rn_kick(r, earliest, sleeping);
 }
 
-static int64_t rn_many_group(struct tw_runner *r, struct tw_tasks_item *items, size_t m,
+static int64_t rn_many_group(struct tw_runner *r, struct tw_runner_item *items, size_t m,
                              enum rn_op op)
 {
     struct tw_tasks_item tmp[RN_GROUP];
     uint16_t shard_of[RN_GROUP], order[RN_GROUP];
     uint16_t count[RN_MAX_SHARDS + 1];
     memset(count, 0, (r->nshards + 1) * sizeof count[0]);
-    uint64_t now_ns = rn_now_ns() - r->start_ns;
+    uint64_t now_ns = tw_mono_ns_() - r->start_ns;
     size_t good = 0;
     for (size_t i = 0; i < m; i++) {
-        struct tw_tasks_item *it = &items[i];
+        struct tw_runner_item *it = &items[i];
         int rc = 0;
         if (!r->int_keys && !it->key)
             rc = TW_EINVAL;
         else if (!r->int_keys && it->key_len > TW_RUNNER_KEY_MAX)
             rc = TW_E2BIG;
-        else if (op != RN_REMOVE && it->delay < 0)
+        else if (op != RN_REMOVE && it->delay_ns < 0)
             rc = TW_EINVAL;
         it->result = rc;
         if (rc) {
@@ -1394,14 +1365,15 @@ static int64_t rn_many_group(struct tw_runner *r, struct tw_tasks_item *items, s
             continue;
         uint16_t at = count[shard_of[i]]++;
         order[at] = (uint16_t)i;
-        tmp[at] = items[i];
+        tmp[at] = (struct tw_tasks_item){.key = items[i].key,
+                                         .key_len = items[i].key_len,
+                                         .key_int = items[i].key_int,
+                                         .value = items[i].value};
         if (op != RN_REMOVE) { /* the due tick, as rn_due_tick, from one clock read */
-            uint64_t x = now_ns + (uint64_t)items[i].delay;
-            tmp[at].delay = (int64_t)(x / r->tick_ns + (x % r->tick_ns != 0));
+            tmp[at].delay_ticks =
+                (int64_t)tw_ticks_up_(now_ns + (uint64_t)items[i].delay_ns, r->tick_ns);
             if (r->slack_shift) /* the slack rides in `deadline` (rn_set_limited) */
-                tmp[at].deadline = rn_slack_ticks(r, items[i].delay);
-        } else {
-            tmp[at].delay = 0;
+                tmp[at].deadline = rn_slack_ticks(r, items[i].delay_ns);
         }
     }
     /* count[sh] is now the end of shard sh's run. */
@@ -1413,7 +1385,7 @@ static int64_t rn_many_group(struct tw_runner *r, struct tw_tasks_item *items, s
     }
     int64_t ok = 0;
     for (size_t j = 0; j < good; j++) {
-        struct tw_tasks_item *it = &items[order[j]];
+        struct tw_runner_item *it = &items[order[j]];
         it->result = tmp[j].result;
         if (op == RN_REMOVE && tmp[j].result == 0)
             it->value = tmp[j].value;
@@ -1423,7 +1395,8 @@ static int64_t rn_many_group(struct tw_runner *r, struct tw_tasks_item *items, s
     return ok;
 }
 
-static int64_t rn_many(struct tw_runner *r, struct tw_tasks_item *items, size_t n, enum rn_op op)
+static int64_t rn_many(struct tw_runner *r, struct tw_runner_item *items, size_t n,
+                       enum rn_op op)
 {
     if (!r || (!items && n))
         return TW_EINVAL;
@@ -1433,17 +1406,17 @@ static int64_t rn_many(struct tw_runner *r, struct tw_tasks_item *items, size_t 
     return ok;
 }
 
-int64_t tw_runner_set_many(struct tw_runner *r, struct tw_tasks_item *items, size_t n)
+int64_t tw_runner_set_many(struct tw_runner *r, struct tw_runner_item *items, size_t n)
 {
     return rn_many(r, items, n, RN_SET);
 }
 
-int64_t tw_runner_move_many(struct tw_runner *r, struct tw_tasks_item *items, size_t n)
+int64_t tw_runner_move_many(struct tw_runner *r, struct tw_runner_item *items, size_t n)
 {
     return rn_many(r, items, n, RN_MOVE);
 }
 
-int64_t tw_runner_remove_many(struct tw_runner *r, struct tw_tasks_item *items, size_t n)
+int64_t tw_runner_remove_many(struct tw_runner *r, struct tw_runner_item *items, size_t n)
 {
     return rn_many(r, items, n, RN_REMOVE);
 }
@@ -1614,20 +1587,22 @@ int tw_runner_stop(struct tw_runner *r, unsigned flags)
     return 0;
 }
 
-void tw_runner_free(struct tw_runner *r)
+int tw_runner_free(struct tw_runner *r)
 {
-    if (!r || tw_runner_stop(r, 0) != 0)
-        return; /* from a callback or drain's fn: refuse rather than free under our feet */
+    if (!r)
+        return 0;
+    int rc = tw_runner_stop(r, 0);
+    if (rc != 0)
+        return rc; /* from a callback or drain's fn: refuse rather than free under our feet */
     rn_destroy(r);
+    return 0;
 }
 
-void tw_runner_stats(struct tw_runner *r, struct tw_runner_stats *st)
+int tw_runner_stats(const struct tw_runner *r, struct tw_runner_stats *st)
 {
-    if (!st)
-        return;
+    if (!r || !st)
+        return TW_EINVAL;
     memset(st, 0, sizeof *st);
-    if (!r)
-        return;
     for (unsigned i = 0; i < r->nshards; i++) {
         rn_lock(&r->shards[i]);
         if (r->shards[i].tasks) /* NULL once stopped */
@@ -1642,4 +1617,5 @@ void tw_runner_stats(struct tw_runner *r, struct tw_runner_stats *st)
     st->drained = atomic_load_explicit(&r->drained, memory_order_relaxed);
     st->tick = atomic_load_explicit(&r->tick, memory_order_relaxed);
     st->shards = r->nshards;
+    return 0;
 }

@@ -82,6 +82,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/alloc.h"
 #include "common/bigmem.h"
 #include "common/hash.h"
 #include "twheel/wheel.h"
@@ -123,7 +124,7 @@ struct entry {
     union stored_key key;
 };
 /* (TWHEEL_DEBUG builds add 8 bytes to every node: see twheel/wheel.h.) */
-_Static_assert(sizeof(struct entry) == 48 || sizeof(void *) != 8 || TW_NODE_DEBUG_BYTES,
+_Static_assert(sizeof(struct entry) == 48 || sizeof(void *) != 8 || TW_NODE_DEBUG_BYTES != 0,
                "48-byte entries on LP64");
 
 /* A block of GROUP chunks (see "pool"). */
@@ -178,20 +179,9 @@ struct keyref {
 
 /* ---- memory ----------------------------------------------------------------- */
 
-static void *default_alloc(void *ctx, void *ptr, size_t old_size, size_t new_size)
-{
-    (void)ctx;
-    (void)old_size;
-    if (new_size == 0) {
-        free(ptr);
-        return NULL;
-    }
-    return realloc(ptr, new_size);
-}
-
 static void *mem(struct tw_tasks *t, void *ptr, size_t old_size, size_t new_size)
 {
-    void *r = t->alloc.fn(t->alloc.ctx, ptr, old_size, new_size);
+    void *r = tw_mem_(&t->alloc, ptr, old_size, new_size);
     if (new_size == 0) {
         t->bytes -= old_size;
         return NULL;
@@ -682,7 +672,7 @@ static void relocate(struct tw_tasks *t, struct entry *from, struct entry *to)
     tw_node_init(&to->u.node);
     to->value = from->value;
     to->key = from->key;
-    tw_node_arm_at(&t->wheel, &to->u.node, deadline);
+    tw_node_arm(&t->wheel, &to->u.node, deadline, 0, 0);
 }
 
 /* Under a quarter of the pool live, above the capacity floor: a set
@@ -802,14 +792,9 @@ int tw_tasks_new(struct tw_tasks **out, const struct tw_tasks_config *cfg)
         (cfg->key_kind != TW_TASKS_KEY_BYTES && cfg->key_kind != TW_TASKS_KEY_INT) ||
         (cfg->allocator && !cfg->allocator->fn) || cfg->slack_shift > TW_TASKS_SLACK_SHIFT_MAX)
         return TW_EINVAL;
-    struct tw_allocator alloc = {default_alloc, NULL};
-    if (cfg->allocator)
-        alloc = *cfg->allocator;
-    struct tw_tasks *t = alloc.fn(alloc.ctx, NULL, 0, sizeof *t);
+    struct tw_tasks *t = tw_mem_new_(cfg->allocator, sizeof *t, offsetof(struct tw_tasks, alloc));
     if (!t)
         return TW_ENOMEM;
-    memset(t, 0, sizeof *t);
-    t->alloc = alloc;
     t->user_alloc = cfg->allocator != NULL;
     t->bytes = sizeof *t;
     tw_wheel_init(&t->wheel, cfg->now);
@@ -843,7 +828,7 @@ int tw_tasks_new(struct tw_tasks **out, const struct tw_tasks_config *cfg)
     size_t sz = (size_t)t->floor_cap * sizeof *t->slots;
     t->slots = big(t, NULL, 0, sz);
     if (!t->slots) {
-        alloc.fn(alloc.ctx, t, sizeof *t, 0);
+        tw_mem_free_(&t->alloc, t, sizeof *t);
         return TW_ENOMEM;
     }
     if (t->user_alloc || sz < TW_BIG_MIN) /* else a fresh mapping: zero-filled */
@@ -853,10 +838,12 @@ int tw_tasks_new(struct tw_tasks **out, const struct tw_tasks_config *cfg)
     return 0;
 }
 
-void tw_tasks_free(struct tw_tasks *t)
+int tw_tasks_free(struct tw_tasks *t)
 {
     if (!t)
-        return;
+        return 0;
+    if (t->depth) /* inside execute or drain's fn: the caller still uses t */
+        return TW_EBUSY;
     for (uint32_t pos = 0; pos < t->cap; pos++) {
         uint32_t s = t->slots[pos];
         if (s > SLOT_TOMB)
@@ -866,8 +853,8 @@ void tw_tasks_free(struct tw_tasks *t)
     mem(t, t->groups, t->groups_cap * sizeof *t->groups, 0);
     mem(t, t->chunks, t->chunks_cap * sizeof *t->chunks, 0);
     big(t, t->slots, (size_t)t->cap * sizeof *t->slots, 0);
-    struct tw_allocator alloc = t->alloc;
-    alloc.fn(alloc.ctx, t, sizeof *t, 0);
+    tw_mem_free_(&t->alloc, t, sizeof *t);
+    return 0;
 }
 
 /* ---- operations --------------------------------------------------------------- */
@@ -952,12 +939,13 @@ __attribute__((noinline)) static void arm_other(struct tw_tasks *t, struct entry
     uint64_t slack = t->call_explicit ? t->call_slack
                      : t->slack_shift ? (uint64_t)delay >> t->slack_shift
                                       : 0;
+    uint64_t deadline = tw_deadline_in(tw_wheel_now(&t->wheel), (uint64_t)delay);
     if (slack)
-        tw_node_arm_slack(&t->wheel, &e->u.node, (uint64_t)delay, slack);
+        tw_node_arm(&t->wheel, &e->u.node, deadline, slack, 0);
     else if (t->eager)
-        tw_node_arm_eager(&t->wheel, &e->u.node, (uint64_t)delay);
+        tw_node_arm(&t->wheel, &e->u.node, deadline, 0, TW_ARM_EAGER);
     else
-        tw_node_arm(&t->wheel, &e->u.node, (uint64_t)delay);
+        tw_node_arm(&t->wheel, &e->u.node, deadline, 0, 0);
 }
 
 /* Exact lazy arms take the core's exact path: slack and eager re-arm cost
@@ -967,7 +955,7 @@ static inline void arm(struct tw_tasks *t, struct entry *e, int64_t delay)
     if (__builtin_expect(t->not_lazy, 0))
         arm_other(t, e, delay);
     else
-        tw_node_arm(&t->wheel, &e->u.node, (uint64_t)delay);
+        tw_node_arm_in(&t->wheel, &e->u.node, tw_wheel_now(&t->wheel), (uint64_t)delay);
 }
 
 /* Around the do_set/do_move of a *_slack call: they call no user code (but
@@ -1101,10 +1089,10 @@ static inline int do_get(const struct tw_tasks *t, const struct keyref *k, void 
     return 0;
 }
 
-int tw_tasks_set(struct tw_tasks *t, const void *key, size_t len, void *value, int64_t delay)
+int tw_tasks_set(struct tw_tasks *t, const void *key, size_t key_len, void *value, int64_t delay)
 {
     struct keyref k;
-    int rc = bytes_key(t, key, len, &k);
+    int rc = bytes_key(t, key, key_len, &k);
     return rc ? rc : do_set(t, &k, value, delay);
 }
 
@@ -1115,10 +1103,10 @@ int tw_tasks_set_int(struct tw_tasks *t, uint64_t key, void *value, int64_t dela
     return rc ? rc : do_set(t, &k, value, delay);
 }
 
-int tw_tasks_move(struct tw_tasks *t, const void *key, size_t len, int64_t delay)
+int tw_tasks_move(struct tw_tasks *t, const void *key, size_t key_len, int64_t delay)
 {
     struct keyref k;
-    int rc = bytes_key(t, key, len, &k);
+    int rc = bytes_key(t, key, key_len, &k);
     return rc ? rc : do_move(t, &k, delay);
 }
 
@@ -1129,11 +1117,11 @@ int tw_tasks_move_int(struct tw_tasks *t, uint64_t key, int64_t delay)
     return rc ? rc : do_move(t, &k, delay);
 }
 
-int tw_tasks_set_slack(struct tw_tasks *t, const void *key, size_t len, void *value,
+int tw_tasks_set_slack(struct tw_tasks *t, const void *key, size_t key_len, void *value,
                        int64_t delay, uint64_t slack)
 {
     struct keyref k;
-    int rc = bytes_key(t, key, len, &k);
+    int rc = bytes_key(t, key, key_len, &k);
     if (rc)
         return rc;
     call_slack_begin(t, slack);
@@ -1151,11 +1139,11 @@ int tw_tasks_set_slack_int(struct tw_tasks *t, uint64_t key, void *value, int64_
     return call_slack_end(t, do_set(t, &k, value, delay));
 }
 
-int tw_tasks_move_slack(struct tw_tasks *t, const void *key, size_t len, int64_t delay,
+int tw_tasks_move_slack(struct tw_tasks *t, const void *key, size_t key_len, int64_t delay,
                         uint64_t slack)
 {
     struct keyref k;
-    int rc = bytes_key(t, key, len, &k);
+    int rc = bytes_key(t, key, key_len, &k);
     if (rc)
         return rc;
     call_slack_begin(t, slack);
@@ -1172,10 +1160,10 @@ int tw_tasks_move_slack_int(struct tw_tasks *t, uint64_t key, int64_t delay, uin
     return call_slack_end(t, do_move(t, &k, delay));
 }
 
-int tw_tasks_remove(struct tw_tasks *t, const void *key, size_t len, void **value)
+int tw_tasks_remove(struct tw_tasks *t, const void *key, size_t key_len, void **value)
 {
     struct keyref k;
-    int rc = bytes_key(t, key, len, &k);
+    int rc = bytes_key(t, key, key_len, &k);
     return rc ? rc : do_remove(t, &k, value);
 }
 
@@ -1186,11 +1174,11 @@ int tw_tasks_remove_int(struct tw_tasks *t, uint64_t key, void **value)
     return rc ? rc : do_remove(t, &k, value);
 }
 
-int tw_tasks_get(const struct tw_tasks *t, const void *key, size_t len, void **value,
+int tw_tasks_get(const struct tw_tasks *t, const void *key, size_t key_len, void **value,
                  uint64_t *deadline)
 {
     struct keyref k;
-    int rc = bytes_key(t, key, len, &k);
+    int rc = bytes_key(t, key, key_len, &k);
     return rc ? rc : do_get(t, &k, value, deadline);
 }
 
@@ -1349,8 +1337,8 @@ run_batch(struct tw_tasks *t, struct tw_tasks_item *items, size_t n, enum batch_
             int rc = bad[j % B_RING];
             if (!rc) {
                 switch (op) {
-                case B_SET: rc = do_set(t, k, it->value, it->delay); break;
-                case B_MOVE: rc = do_move(t, k, it->delay); break;
+                case B_SET: rc = do_set(t, k, it->value, it->delay_ticks); break;
+                case B_MOVE: rc = do_move(t, k, it->delay_ticks); break;
                 case B_REMOVE: rc = do_remove(t, k, &it->value); break;
                 default: rc = do_get(t, k, &it->value, &it->deadline); break;
                 }
@@ -1498,13 +1486,11 @@ uint64_t tw_tasks_next_expiry(const struct tw_tasks *t)
     return t ? tw_wheel_next_expiry(&t->wheel) : TW_NEVER;
 }
 
-void tw_tasks_stats(const struct tw_tasks *t, struct tw_tasks_stats *s)
+int tw_tasks_stats(const struct tw_tasks *t, struct tw_tasks_stats *s)
 {
-    if (!s)
-        return;
+    if (!t || !s)
+        return TW_EINVAL;
     memset(s, 0, sizeof *s);
-    if (!t)
-        return;
     s->pending = t->live;
     s->index_slots = t->cap;
     s->index_tombs = t->tombs;
@@ -1519,4 +1505,5 @@ void tw_tasks_stats(const struct tw_tasks *t, struct tw_tasks_stats *s)
         if (dist > s->max_probe)
             s->max_probe = dist;
     }
+    return 0;
 }

@@ -14,7 +14,7 @@ int main(void)
     cfg.nservers = 1;
     cfg.connect_timeout_ms = 200;
     cfg.command_timeout_ms = 400;
-    int rc = tw_redis_new(&cfg, &r);
+    int rc = tw_redis_new(&r, &cfg);
     if (rc != TW_EIO) {
         fprintf(stderr, "tw_redis_new: %s, expected TW_EIO\n", tw_err_name(rc));
         return 1;

@@ -94,7 +94,7 @@ int main(int argc, char **argv)
     cfg.connect_timeout_ms = 200;
     cfg.command_timeout_ms = 300;
     struct tw_redis *client = NULL;
-    int rc = tw_redis_new(&cfg, &client);
+    int rc = tw_redis_new(&client, &cfg);
     uint64_t *due_lo = calloc(cap, sizeof *due_lo);
     bool *acked = calloc(cap, sizeof *acked);
     int64_t *delays = malloc(n * sizeof *delays);

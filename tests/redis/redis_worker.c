@@ -231,7 +231,7 @@ static int run_wheel(const struct opts *o, const sigset_t *set)
     int rc = TW_EIO;
     /* The server may be restarting: retry new for up to 10 s. */
     for (int t = 0; t < 100; t++) {
-        rc = tw_redis_new(&cfg, &r);
+        rc = tw_redis_new(&r, &cfg);
         if (rc != TW_EIO)
             break;
         if (wait_signal(set, 100))

@@ -154,7 +154,7 @@ static void test_bucket_keys(struct rfx_cluster *c)
     cfg.partitions = 1;
     cfg.command_timeout_ms = 300; /* a TRYAGAIN answer turns into TW_EIO soon */
     struct tw_redis *r = NULL;
-    CHECK_EQ_INT(tw_redis_new(&cfg, &r), 0);
+    CHECK_EQ_INT(tw_redis_new(&r, &cfg), 0);
     if (!r)
         return;
     CHECK_EQ_INT(tw_redis_set(r, "a", 1, "pa", 2, 60000), 0);
@@ -245,7 +245,7 @@ static void test_cluster_migrate_midrun(struct rfx_cluster *c)
     cfg.queue = "cl";
     cfg.partitions = 16;
     struct tw_redis *client = NULL;
-    CHECK_EQ_INT(tw_redis_new(&cfg, &client), 0);
+    CHECK_EQ_INT(tw_redis_new(&client, &cfg), 0);
     uint64_t *due_lo = calloc(n, sizeof *due_lo);
     int64_t *delays = malloc(n * sizeof *delays);
     CHECK(client && due_lo && delays);
@@ -434,13 +434,13 @@ static void away_run(struct rfx_cluster *c, const char *queue, size_t n, uint32_
     cfg.queue = queue;
     cfg.partitions = AWAY_PARTS;
     struct tw_redis *client = NULL, *worker = NULL;
-    CHECK_EQ_INT(tw_redis_new(&cfg, &client), 0);
+    CHECK_EQ_INT(tw_redis_new(&client, &cfg), 0);
     cfg.execute = away_exec;
     cfg.arg = &rec;
     cfg.threads = 2;
     cfg.lease_ms = AWAY_LEASE_MS;
     cfg.window_ms = window_ms;
-    CHECK_EQ_INT(tw_redis_new(&cfg, &worker), 0);
+    CHECK_EQ_INT(tw_redis_new(&worker, &cfg), 0);
     if (!client || !worker)
         goto out;
 

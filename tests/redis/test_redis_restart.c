@@ -68,7 +68,7 @@ static void test_restart_under_load(void)
     cfg.connect_timeout_ms = 200;
     cfg.command_timeout_ms = 300;
     struct tw_redis *client = NULL;
-    CHECK_EQ_INT(tw_redis_new(&cfg, &client), 0);
+    CHECK_EQ_INT(tw_redis_new(&client, &cfg), 0);
     uint64_t *due_lo = calloc(cap, sizeof *due_lo);
     bool *acked = calloc(cap, sizeof *acked);
     int64_t *delays = malloc(seeds * sizeof *delays);

@@ -136,7 +136,7 @@ static void cfg_for(struct tw_redis_config *c, const char *queue, struct rec *R)
 static struct tw_redis *worker_new(const struct tw_redis_config *c, struct rec *R)
 {
     struct tw_redis *r = NULL;
-    CHECK_EQ_INT(tw_redis_new(c, &r), 0);
+    CHECK_EQ_INT(tw_redis_new(&r, c), 0);
     if (!r)
         rec_destroy(R);
     return r;
@@ -283,7 +283,7 @@ static void test_set_durable(void)
     struct tw_redis_config c;
     cfg_for(&c, "durable", NULL);
     struct tw_redis *r = NULL;
-    CHECK_EQ_INT(tw_redis_new(&c, &r), 0);
+    CHECK_EQ_INT(tw_redis_new(&r, &c), 0);
     if (!r)
         return;
     uint64_t t0 = srv_ms(&srv);
@@ -542,7 +542,7 @@ static void test_slow_backlog(void)
     struct tw_redis_config c;
     cfg_for(&c, "slow", NULL);
     struct tw_redis *cl = NULL;
-    CHECK_EQ_INT(tw_redis_new(&c, &cl), 0);
+    CHECK_EQ_INT(tw_redis_new(&cl, &c), 0);
     if (!cl)
         return;
     enum { N = 16 };
@@ -559,7 +559,7 @@ static void test_slow_backlog(void)
     wc.threads = 1;
     wc.lease_ms = 700; /* 16 x 100 ms in one batch would outlive it */
     struct tw_redis *w = NULL;
-    CHECK_EQ_INT(tw_redis_new(&wc, &w), 0);
+    CHECK_EQ_INT(tw_redis_new(&w, &wc), 0);
     CHECK(rec_wait(&R, N, 10000));
     wait_delivered(w, N, 3000);
     struct tw_redis_stats st;
@@ -581,7 +581,7 @@ static void test_catch_up(void)
     cfg_for(&c, "catch", NULL);
     c.partitions = 4;
     struct tw_redis *cl = NULL;
-    CHECK_EQ_INT(tw_redis_new(&c, &cl), 0);
+    CHECK_EQ_INT(tw_redis_new(&cl, &c), 0);
     if (!cl)
         return;
     enum { N = 60 };
@@ -600,7 +600,7 @@ static void test_catch_up(void)
     wc.partitions = 4;
     wc.threads = 1;
     struct tw_redis *w = NULL;
-    CHECK_EQ_INT(tw_redis_new(&wc, &w), 0);
+    CHECK_EQ_INT(tw_redis_new(&w, &wc), 0);
     CHECK(rec_wait(&R, N, 5000));
     CHECK_EQ_U64(rec_count(&R), N);
     for (size_t i = 1; i < rec_count(&R); i++)
@@ -728,7 +728,7 @@ static void test_stop_releases(void)
     cfg_for(&c2, "stop", &R2);
     c2.window_ms = 5000;
     struct tw_redis *b = NULL;
-    CHECK_EQ_INT(tw_redis_new(&c2, &b), 0);
+    CHECK_EQ_INT(tw_redis_new(&b, &c2), 0);
     CHECK(rec_wait(&R2, 1, 8000));
     if (rec_count(&R2) == 1) {
         CHECK_EQ_STR(R2.d[0].key, "held");
@@ -747,7 +747,7 @@ static void test_set_many(void)
     cfg_for(&c, "many", NULL);
     c.partitions = 8;
     struct tw_redis *r = NULL;
-    CHECK_EQ_INT(tw_redis_new(&c, &r), 0);
+    CHECK_EQ_INT(tw_redis_new(&r, &c), 0);
     if (!r)
         return;
     enum { N = 1500 };
@@ -848,7 +848,7 @@ static void test_schema_model(void)
     struct tw_redis_config c;
     cfg_for(&c, "model", NULL);
     struct tw_redis *r = NULL;
-    CHECK_EQ_INT(tw_redis_new(&c, &r), 0);
+    CHECK_EQ_INT(tw_redis_new(&r, &c), 0);
     if (!r)
         return;
     enum { K = 200, STEPS = 400, BATCH = 80 };
@@ -950,58 +950,58 @@ static void test_bad_input(void)
 {
     struct tw_redis *r = (struct tw_redis *)1;
     struct tw_redis_config c;
-    CHECK_EQ_INT(tw_redis_new(NULL, &r), TW_EINVAL);
+    CHECK_EQ_INT(tw_redis_new(&r, NULL), TW_EINVAL);
     CHECK(r == NULL);
     cfg_for(&c, "bad", NULL);
-    CHECK_EQ_INT(tw_redis_new(&c, NULL), TW_EINVAL);
+    CHECK_EQ_INT(tw_redis_new(NULL, &c), TW_EINVAL);
     const char *bad_servers[][1] = {{"nohost"}, {"127.0.0.1:0"}, {"127.0.0.1:99999"},
                                     {":6379"},  {"127.0.0.1:12x"}, {NULL}};
     for (size_t i = 0; i < sizeof bad_servers / sizeof bad_servers[0]; i++) {
         cfg_for(&c, "bad", NULL);
         c.servers = bad_servers[i];
-        CHECK_EQ_INT(tw_redis_new(&c, &r), TW_EINVAL);
+        CHECK_EQ_INT(tw_redis_new(&r, &c), TW_EINVAL);
     }
     struct rec R;
     rec_init(&R, &srv);
     cfg_for(&c, "bad", NULL);
     c.nservers = 0;
-    CHECK_EQ_INT(tw_redis_new(&c, &r), TW_EINVAL);
+    CHECK_EQ_INT(tw_redis_new(&r, &c), TW_EINVAL);
     cfg_for(&c, "bad", NULL);
     c.servers = NULL;
-    CHECK_EQ_INT(tw_redis_new(&c, &r), TW_EINVAL);
+    CHECK_EQ_INT(tw_redis_new(&r, &c), TW_EINVAL);
     cfg_for(&c, "bad", NULL);
     c.partitions = 0;
-    CHECK_EQ_INT(tw_redis_new(&c, &r), TW_EINVAL);
+    CHECK_EQ_INT(tw_redis_new(&r, &c), TW_EINVAL);
     cfg_for(&c, "b{a}d", NULL);
-    CHECK_EQ_INT(tw_redis_new(&c, &r), TW_EINVAL);
+    CHECK_EQ_INT(tw_redis_new(&r, &c), TW_EINVAL);
     cfg_for(&c, "", NULL);
-    CHECK_EQ_INT(tw_redis_new(&c, &r), TW_EINVAL);
+    CHECK_EQ_INT(tw_redis_new(&r, &c), TW_EINVAL);
     cfg_for(&c, "bad", &R);
     c.threads = 0;
-    CHECK_EQ_INT(tw_redis_new(&c, &r), TW_EINVAL);
+    CHECK_EQ_INT(tw_redis_new(&r, &c), TW_EINVAL);
     cfg_for(&c, "bad", &R);
     c.tick_ms = 0;
-    CHECK_EQ_INT(tw_redis_new(&c, &r), TW_EINVAL);
+    CHECK_EQ_INT(tw_redis_new(&r, &c), TW_EINVAL);
     cfg_for(&c, "bad", &R);
     c.window_ms = 1;
-    CHECK_EQ_INT(tw_redis_new(&c, &r), TW_EINVAL);
+    CHECK_EQ_INT(tw_redis_new(&r, &c), TW_EINVAL);
     cfg_for(&c, "bad", &R);
     c.lease_ms = 0;
-    CHECK_EQ_INT(tw_redis_new(&c, &r), TW_EINVAL);
+    CHECK_EQ_INT(tw_redis_new(&r, &c), TW_EINVAL);
     cfg_for(&c, "bad", &R);
     c.retry_max_ms = c.retry_base_ms - 1;
-    CHECK_EQ_INT(tw_redis_new(&c, &r), TW_EINVAL);
+    CHECK_EQ_INT(tw_redis_new(&r, &c), TW_EINVAL);
     cfg_for(&c, "bad", &R);
     c.rt_priority = 100;
-    CHECK_EQ_INT(tw_redis_new(&c, &r), TW_EINVAL);
+    CHECK_EQ_INT(tw_redis_new(&r, &c), TW_EINVAL);
     cfg_for(&c, "bad", &R);
     c.start_ahead_ms = 1001;
-    CHECK_EQ_INT(tw_redis_new(&c, &r), TW_EINVAL);
+    CHECK_EQ_INT(tw_redis_new(&r, &c), TW_EINVAL);
     CHECK(r == NULL);
     rec_destroy(&R);
 
     cfg_for(&c, "bad", NULL);
-    CHECK_EQ_INT(tw_redis_new(&c, &r), 0);
+    CHECK_EQ_INT(tw_redis_new(&r, &c), 0);
     if (!r)
         return;
     static char big[TW_REDIS_PAYLOAD_MAX + 1];
@@ -1029,7 +1029,7 @@ static void test_bad_input(void)
     CHECK_EQ_INT(tw_redis_remove(r, big, TW_REDIS_KEY_MAX), 0);
     CHECK_EQ_INT(redis_int(&srv, "HLEN %s", "{bad:0}:task"), 0);
     tw_redis_free(r);
-    tw_redis_free(NULL);
+    CHECK_EQ_INT(tw_redis_free(NULL), 0);
     tw_redis_config_init(NULL);
 }
 
@@ -1047,7 +1047,7 @@ static void test_unreachable(void)
     c.servers = addr;
     CHECK_EQ_INT(rfx_kill(&s), 0);
     struct tw_redis *r = NULL;
-    CHECK_EQ_INT(tw_redis_new(&c, &r), TW_EIO);
+    CHECK_EQ_INT(tw_redis_new(&r, &c), TW_EIO);
     CHECK(r == NULL);
     CHECK_EQ_INT(rfx_restart(&s), 0);
 
@@ -1057,7 +1057,7 @@ static void test_unreachable(void)
     c.servers = addr;
     c.window_ms = 400;
     struct tw_redis *w = NULL;
-    CHECK_EQ_INT(tw_redis_new(&c, &w), 0);
+    CHECK_EQ_INT(tw_redis_new(&w, &c), 0);
     if (!w) {
         rec_destroy(&R);
         rfx_stop(&s);
@@ -1215,7 +1215,7 @@ static void test_set_many_dup(void)
     struct tw_redis_config c;
     cfg_for(&c, "mdup", NULL);
     struct tw_redis *r = NULL;
-    CHECK_EQ_INT(tw_redis_new(&c, &r), 0);
+    CHECK_EQ_INT(tw_redis_new(&r, &c), 0);
     if (!r)
         return;
     enum { N = 200 };
@@ -1269,7 +1269,7 @@ static void test_start_redone(void)
     struct tw_redis_config cf;
     cfg_for(&cf, "redo", NULL);
     struct tw_redis *r = NULL;
-    CHECK_EQ_INT(tw_redis_new(&cf, &r), 0);
+    CHECK_EQ_INT(tw_redis_new(&r, &cf), 0);
     redisContext *c = rfx_connect(&srv);
     CHECK(c != NULL);
     if (!r || !c) {
@@ -1678,7 +1678,7 @@ static void test_sigpipe_blocked(void)
     cf.arg = &P;
     cf.threads = 2;
     struct tw_redis *r = NULL;
-    CHECK_EQ_INT(tw_redis_new(&cf, &r), 0);
+    CHECK_EQ_INT(tw_redis_new(&r, &cf), 0);
     if (!r)
         return;
     CHECK_EQ_INT(pthread_sigmask(SIG_BLOCK, NULL, &cur), 0);

@@ -66,7 +66,7 @@ static void test_kill_one_worker(void)
     cfg.nservers = 1;
     cfg.queue = "wk";
     struct tw_redis *client = NULL;
-    CHECK_EQ_INT(tw_redis_new(&cfg, &client), 0);
+    CHECK_EQ_INT(tw_redis_new(&client, &cfg), 0);
     redisContext *tc = rfx_connect(&srv);
     uint64_t *due_lo = calloc(n, sizeof *due_lo);
     int64_t *delays = malloc(n * sizeof *delays);
