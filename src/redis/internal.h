@@ -1,19 +1,32 @@
 /* SPDX-License-Identifier: MIT */
 /* twheel Redis layer: what its source files share (not installed).
  *
- * router.c  - connections to one server or a Redis Cluster: CRC16 slots,
- *             CLUSTER SLOTS map, MOVED/ASK, reconnect with backoff, EVALSHA
- *             with EVAL fallback. One router per thread that uses it (or
- *             under the caller's mutex): a router is not thread-safe.
- * scripts.c - the Lua scripts (see the schema in redis.c).
- * local.c   - a worker's near window: tw_tasks + tick thread + FIFO of ready
- *             tasks + executor threads.
- * redis.c   - the public API, the claim and subscriber threads.
+ * redis.c      - the layer's design comment (schema of keys, calls and
+ *                costs, threads, locks, faults), the configuration and the
+ *                lifetime: new, stop (the release of held leases), free.
+ * client.c     - the producer calls: set, move, remove, set_many.
+ * keys.c       - a key's partition, the names of a partition's keys.
+ * offset.c     - the Redis clock offset: samples, local due times, the TIME
+ *                round before a claim round.
+ * claim.c      - the claim thread: claim rounds, pacing, the frontier, the
+ *                catch-up after a reconnect.
+ * subscriber.c - the subscriber thread: notifications flag partitions.
+ * execute.c    - the executors' START rounds with acknowledgements riding
+ *                along, running started tasks, FAIL, the acknowledger.
+ * stats.c      - the figures: lateness histogram, tw_redis_stats, trace.
+ * router.c     - connections to one server or a Redis Cluster: CRC16 slots,
+ *                CLUSTER SLOTS map, MOVED/ASK, reconnect with backoff, EVALSHA
+ *                with EVAL fallback. One router per thread that uses it (or
+ *                under the caller's mutex): a router is not thread-safe.
+ * scripts.c    - the Lua scripts (see the schema in redis.c).
+ * local.c      - a worker's near window: tw_tasks + tick thread + FIFO of ready
+ *                tasks + executor threads.
  */
 #ifndef TWHEEL_REDIS_INTERNAL_H
 #define TWHEEL_REDIS_INTERNAL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -135,7 +148,7 @@ struct tw_rr_item {
     uint64_t due_ms;       /* Redis clock */
     uint64_t due_local_ns; /* when the local clock may run it (conservative) */
     uint64_t fired_ns;     /* local clock when it entered the ready FIFO (stage figures) */
-    /* Set by a granted START (redis.c rr_run), read by whichever executor
+    /* Set by a granted START (execute.c tw_rr_run), read by whichever executor
      * runs it from the armed queue (local.c): */
     uint64_t run_ns;       /* local clock at which it may run (never early) */
     uint64_t srv_us;       /* the server's clock in the START reply */
@@ -193,5 +206,185 @@ size_t tw_rr_local_ready(struct tw_rr_local *l);
 
 /* Start one of the layer's own threads with SIGPIPE blocked (local.c). */
 int tw_rr_thread_create(pthread_t *t, void *(*fn)(void *), void *arg);
+
+/* ---- the layer's state: struct tw_redis and what its files share ---------- */
+#define TW_RR_QUEUE_MAX 64      /* queue name bytes */
+#define TW_RR_KEYBUF 96         /* "{queue:p}:lease" fits */
+#define TW_RR_RETRY_MS 100      /* a start that failed for I/O is retried this much later */
+#define TW_RR_HIST 512       /* lateness histogram buckets */
+#define TW_RR_SAMPLE_NODES 64 /* nodes a claim round samples the clock of */
+
+/* Claimed items not yet handed to the local window (claim thread only). */
+struct tw_rr_batch {
+    struct tw_rr_item **v;
+    size_t n, cap;
+};
+
+/* An executor's (or the acknowledger's) START round: what execute.c groups,
+ * sends and reads back (execute.c: "A round of an executor"). */
+#define TW_RR_GROUPS_MAX 48 /* partition groups in one round */
+#define TW_RR_ACK_MAX 64    /* acknowledgements in one round */
+
+struct tw_rr_grp {
+    uint32_t part;
+    size_t s0, ns; /* its starts: order[s0 .. s0 + ns) */
+    size_t a0, na; /* its acknowledgements: ack[a0 .. a0 + na) */
+};
+
+struct tw_rr_exec {
+    struct tw_redis *r;
+    bool starting;                    /* v holds items to start (else: to acknowledge) */
+    struct tw_rr_item **v;
+    size_t n;
+    size_t ngroups, ncalls;
+    struct tw_rr_grp g[TW_RR_GROUPS_MAX];
+    size_t call[TW_RR_GROUPS_MAX + 1];   /* first group of each call */
+    size_t order[TW_RR_RUN_BATCH];    /* indexes into v, grouped by partition */
+    long long st[TW_RR_RUN_BATCH];    /* 1/0/-1, -2 no answer */
+    long long arg[TW_RR_RUN_BATCH];   /* attempt, or us until due */
+    uint64_t now[TW_RR_RUN_BATCH];    /* the server's clock, us */
+    uint64_t sent_ns, reply_ns[TW_RR_RUN_BATCH]; /* local clock when the reply was read */
+    struct tw_rr_item *ack[TW_RR_ACK_MAX]; /* grouped by partition */
+    size_t nack;
+    signed char ack_st[TW_RR_ACK_MAX];   /* 1 deleted, 0 stale, -2 no answer */
+    bool cluster;                     /* one call per group, its keys declared */
+    char kb[TW_RR_GROUPS_MAX][2][TW_RR_KEYBUF];
+    size_t kl[TW_RR_GROUPS_MAX][2];
+    char cnt[TW_RR_GROUPS_MAX][2][12];
+    char tok[TW_RR_RUN_BATCH][24];
+    char att[TW_RR_RUN_BATCH][24];    /* the attempt a start records */
+    char atok[TW_RR_ACK_MAX][24];
+    char lease[16], ahead[24];
+};
+
+struct tw_redis {
+    /* configuration (copied) */
+    struct tw_redis_config cfg;
+    char **servers;
+    char queue[TW_RR_QUEUE_MAX + 1];
+    char sha[TW_RR_NSCRIPTS][41];
+    const char *shas[TW_RR_NSCRIPTS];
+    int *slots;                     /* slot of each partition */
+    /* Per partition, the best lower bound of (server clock - local monotonic
+     * clock) in us seen in this epoch and the previous one (INT64_MIN: none). */
+    _Atomic int_fast64_t *off_cur, *off_prev;
+
+    /* client API: one router under api_mu */
+    pthread_mutex_t api_mu;
+    struct tw_rr_router api;
+    atomic_bool closed;             /* stop has begun: calls give TW_ECLOSED */
+
+    /* worker */
+    bool worker;
+    bool multi;                     /* standalone server: one START call takes any partitions */
+    pthread_mutex_t mu;             /* guards flags, nflagged, stop_claim, orphans */
+    pthread_cond_t cv;              /* wakes the claim thread */
+    pthread_cond_t sub_cv;          /* new waits here for the first subscription */
+    bool subscribed;                /* the subscriber has subscribed once */
+    unsigned char *flags;           /* partitions to claim now */
+    size_t nflagged;
+    bool stop_claim;
+    uint32_t claim_start;           /* claim thread only: first partition of a round */
+    struct tw_rr_batch carry;          /* claim thread only: claimed, waiting for the frontier */
+    uint32_t *carry_n;              /* claim thread only: carry items per partition */
+    uint32_t paced_calls;           /* claim thread only: calls of the last paced round */
+    unsigned char *unknown;         /* claim thread only: partitions not claimed since the
+                                       claim connection was re-established (rr_reconnected) */
+    uint32_t nunknown;
+    uint64_t rc_seen;               /* claim thread only: claim_rt.reconnects seen */
+    uint64_t *last_full;            /* claim thread only: due ms of the last task of the
+                                       partition's last claim if it was a full batch
+                                       (more due work may wait there), else UINT64_MAX */
+    struct tw_rr_item *orphans;     /* items an executor could not put back (stopping) */
+    atomic_bool stop_sub;
+    struct tw_rr_router claim_rt;
+    struct tw_rr_router sub_rt;     /* only its node list is used */
+    struct tw_rr_router *exec_rt;   /* one per executor thread */
+    struct tw_rr_exec *exec;           /* one per executor thread: its batch state */
+    /* delayed acknowledgements (rr_ack_push): per partition, a list of done
+     * items, oldest first, under ack_mu; the acknowledger thread sends what
+     * no START took within ack_delay_ns */
+    pthread_mutex_t ack_mu;
+    pthread_cond_t ack_cv;
+    struct tw_rr_item **ack_head, **ack_tail;
+    size_t ack_n;
+    bool ack_stop;
+    uint64_t ack_delay_ns;
+    struct tw_rr_router ack_rt;
+    struct tw_rr_exec *ack_exec_p;     /* the acknowledger's batch state */
+    pthread_t ack_thread;
+    bool ack_started;
+    struct tw_rr_local *local;
+    pthread_t claim_thread, sub_thread;
+    bool claim_started, sub_started;
+    bool stopped;                   /* stop has finished */
+    pthread_mutex_t stop_mu;        /* serialises stop */
+
+    /* figures */
+    atomic_uint_fast64_t exec_ns;   /* running mean of one execute call's time */
+    atomic_uint_fast64_t delivered, redelivered, failed, stale_acks, claims, refills,
+        notifications, recovered, lost_leases, sub_reconnects, worker_reconnects;
+    pthread_mutex_t hist_mu;
+    uint64_t hist[TW_RR_HIST];
+    uint64_t hist_n, late_max_us;
+#ifdef TW_RR_TRACE
+    struct tw_rr_trace *trace; /* under hist_mu */
+    size_t ntrace, trace_cap;
+#endif
+};
+
+#ifdef TW_RR_TRACE
+/* Stage figures of each start (a debug build with -DTW_RR_TRACE only): the
+ * worker writes them at stop to $TW_RR_TRACE_FILE.<pid>, one line a task. */
+struct tw_rr_trace {
+    uint64_t due_ms, due_local_ns, fired_ns, take_ns, sent_ns, reply_ns, srv_us, exec_ns;
+    int64_t off_us;
+    uint32_t batch, thread;
+};
+#endif
+
+/* ---- the layer's files and what each gives the others ----------------------- */
+/* keys.c: the partition of a key and the names of a partition's keys. */
+extern const char *const tw_rr_suffix[6]; /* ":d", ":lease", ":task", ":seq", ":hold", ":ch" */
+uint64_t tw_rr_hash_of(const void *key, size_t len);
+uint32_t tw_rr_part_of(const struct tw_redis *r, const void *key, size_t len);
+/* The five keys and the channel of partition p, into buf. */
+void tw_rr_keys(const struct tw_redis *r, uint32_t p, char buf[6][TW_RR_KEYBUF],
+                const char **argv, size_t *lens);
+
+/* offset.c: the server clock's offset from the local monotonic clock. */
+void tw_rr_clock_sample(struct tw_redis *r, uint32_t p, uint64_t server_us, uint64_t local_ns);
+/* Local monotonic ns at which the server's clock has surely reached due_ms. */
+uint64_t tw_rr_local_due(struct tw_redis *r, uint32_t p, uint64_t due_ms);
+/* A TIME round trip per node serving a wanted partition; a node that fails
+ * is marked in bad[] (TW_RR_SAMPLE_NODES + 1 entries). */
+void tw_rr_clock_round(struct tw_redis *r, const unsigned char *want, unsigned char *bad);
+
+/* client.c: the producer calls (and the reply checks the release shares). */
+int tw_rr_int_reply(const redisReply *x, long long *out);
+int tw_rr_many_check(void *ctx, size_t i, const redisReply *x); /* a tw_rr_check_fn */
+
+/* execute.c: the executors' START rounds (local.c calls both) and the
+ * acknowledger thread. */
+void tw_rr_run(void *ctx, struct tw_rr_item **v, size_t n, unsigned thread);
+void tw_rr_exec_one(void *ctx, struct tw_rr_item *it, unsigned thread);
+void *tw_rr_ack_main(void *arg);
+
+/* claim.c and subscriber.c: the claim and subscriber threads. */
+void *tw_rr_claim_main(void *arg);
+void *tw_rr_sub_main(void *arg);
+
+/* stats.c: the figures. */
+void tw_rr_note_late(struct tw_redis *r, uint64_t us);
+#ifdef TW_RR_TRACE
+void tw_rr_trace_note(struct tw_redis *r, const struct tw_rr_item *it, uint64_t take_ns,
+                      uint64_t sent_ns, uint64_t reply_ns, uint64_t srv_us, uint64_t exec_ns,
+                      uint32_t batch, unsigned thread);
+void tw_rr_trace_dump(struct tw_redis *r);
+#endif
+
+/* redis.c: an item that cannot go back to the local window (stopping, or no
+ * memory) waits for stop, which releases it. */
+void tw_rr_orphan(struct tw_redis *r, struct tw_rr_item *it);
 
 #endif /* TWHEEL_REDIS_INTERNAL_H */

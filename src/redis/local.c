@@ -2,7 +2,8 @@
 /* twheel Redis layer: a worker's near window.
  *
  * Claimed tasks wait here until their due time on the local monotonic clock
- * (item->due_local_ns, computed conservatively by the claimer: see redis.c).
+ * (item->due_local_ns, computed conservatively by the claimer: offset.c,
+ * and "Never early" in redis.c).
  * A tw_tasks wheel with integer keys (a local sequence number per item, so
  * two claims of one key never collide) holds the future ones; a tick thread
  * advances it on CLOCK_MONOTONIC and moves what comes due to a FIFO; executor
@@ -15,7 +16,7 @@
  * the wheel between ahead / 2 and ahead before its local due time, at a
  * tick that is a multiple of ahead / 2 (in ticks), so the items due in
  * one such span leave together and an executor takes them all (up to the
- * batch limit) in one START round trip; the owner (redis.c) then runs each
+ * batch limit) in one START round trip; the owner (execute.c) then runs each
  * at its due time. With ticks longer than ahead / 2, an item leaves at the
  * first tick at or after due - ahead (never earlier: Redis would answer
  * that START "not yet"). The tick thread wakes at most once per span, and its

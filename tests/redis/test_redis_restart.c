@@ -190,7 +190,7 @@ static void test_restart_under_load(void)
     CHECK_EQ_U64(before_restart, 0);
     /* Due order, strictly. (It used to fail 1 run in 2-6 with one block of
      * a few partitions' tasks late: a claim round that straddled the
-     * restart; see "Catch-up after Redis comes back" in src/redis/redis.c.) */
+     * restart; see "Catch-up after Redis comes back" in src/redis/claim.c.) */
     CHECK_EQ_U64(inversions, 0);
     free(cu);
     rdel_free(&d);

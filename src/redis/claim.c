@@ -1,0 +1,471 @@
+/* SPDX-License-Identifier: MIT */
+/* twheel Redis layer: the claim thread. Claim rounds (every window/2, and
+ * for notified partitions), their pacing, the frontier that hands claimed
+ * tasks to the local window in due order, and the catch-up after a
+ * reconnect. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "redis/internal.h"
+
+#define RR_BATCH 256         /* tasks per claim call */
+#define RR_PACED_BATCH 64    /* tasks per claim call of a paced refill (rr_pace) */
+#define RR_BATCH_BYTES (4u << 20)
+#define RR_HELD_MAX 65536    /* claimed tasks a worker holds before it stops claiming */
+#define RR_READY_PER_THREAD (4 * TW_RR_RUN_BATCH) /* due tasks waiting per executor, at most */
+#define RR_CAPPED_RETRY_NS 5000000u /* a worker at its fill claims again this soon */
+#define RR_OFF_EPOCH_NS 5000000000ull /* clock offset samples are kept 5-10 s */
+#define RR_CLAIM_RETRY_MS (TW_RR_RETRY_MS / 5) /* a claim round gives up on a master away */
+
+static int rr_item_cmp(const void *a, const void *b)
+{
+    const struct tw_rr_item *x = *(struct tw_rr_item *const *)a, *y = *(struct tw_rr_item *const *)b;
+    if (x->due_ms != y->due_ms)
+        return x->due_ms < y->due_ms ? -1 : 1;
+    return x->due_local_ns < y->due_local_ns ? -1 : x->due_local_ns > y->due_local_ns;
+}
+
+/* One claim call on partition p; appends the items to b. Returns the number
+ * claimed (>= 0) or an error. */
+static int rr_claim_part(struct tw_redis *r, uint32_t p, unsigned batch, struct tw_rr_batch *b)
+{
+    char kb[6][TW_RR_KEYBUF], win[16], n[16], lease[16], bytes[16];
+    const char *av[10];
+    size_t al[10];
+    tw_rr_keys(r, p, kb, av, al);
+    al[5] = (size_t)snprintf(win, sizeof win, "%u", r->cfg.window_ms);
+    av[5] = win;
+    al[6] = (size_t)snprintf(n, sizeof n, "%u", batch);
+    av[6] = n;
+    al[7] = (size_t)snprintf(lease, sizeof lease, "%u", r->cfg.lease_ms);
+    av[7] = lease;
+    al[8] = (size_t)snprintf(bytes, sizeof bytes, "%u", RR_BATCH_BYTES);
+    av[8] = bytes;
+    redisReply *x;
+    uint64_t rc0 = r->claim_rt.reconnects;
+#ifdef TW_RR_TRACE
+    uint64_t t_sent = tw_rr_mono_ns();
+#endif
+    int rc = tw_rr_eval(&r->claim_rt, TW_RR_CLAIM, r->slots[p], TW_RR_NKEYS, 4, av, al, &x);
+#ifdef TW_RR_TRACE
+    if (rc == 0) {
+        uint64_t t_done = tw_rr_mono_ns();
+        pthread_mutex_lock(&r->hist_mu);
+        if (r->ntrace < r->trace_cap)
+            r->trace[r->ntrace++] = (struct tw_rr_trace){0, 0, 0, 0, t_sent, t_done,
+                                                      x->type == REDIS_REPLY_ARRAY && x->elements
+                                                          ? (uint64_t)x->element[0]->integer
+                                                          : 0,
+                                                      0, 0, (uint32_t)(x->elements - 2) / 5, 9999};
+        pthread_mutex_unlock(&r->hist_mu);
+    }
+#endif
+    atomic_fetch_add(&r->worker_reconnects, r->claim_rt.reconnects - rc0);
+    atomic_fetch_add(&r->claims, 1);
+    if (rc)
+        return rc;
+    uint64_t t_reply = tw_rr_mono_ns();
+    if (x->type != REDIS_REPLY_ARRAY || x->elements < 2 || (x->elements - 2) % 5 != 0 ||
+        x->element[0]->type != REDIS_REPLY_INTEGER || x->element[1]->type != REDIS_REPLY_INTEGER) {
+        freeReplyObject(x);
+        return TW_EPROTO;
+    }
+    uint64_t now_us = (uint64_t)x->element[0]->integer;
+    tw_rr_clock_sample(r, p, now_us, t_reply);
+    atomic_fetch_add(&r->recovered, (uint64_t)x->element[1]->integer);
+    size_t k = (x->elements - 2) / 5;
+    if (b->n + k > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + k)
+            cap *= 2;
+        struct tw_rr_item **v = realloc(b->v, cap * sizeof *v);
+        if (!v) {
+            freeReplyObject(x);
+            return TW_ENOMEM; /* claimed tasks come back when their leases end */
+        }
+        b->v = v;
+        b->cap = cap;
+    }
+    size_t got = 0;
+    for (size_t i = 0; i < k; i++) {
+        redisReply **e = x->element + 2 + 5 * i; /* key, due, token, attempt, payload */
+        if (e[0]->type != REDIS_REPLY_STRING || e[1]->type != REDIS_REPLY_INTEGER ||
+            e[2]->type != REDIS_REPLY_INTEGER || e[3]->type != REDIS_REPLY_INTEGER ||
+            e[4]->type != REDIS_REPLY_STRING)
+            continue;
+        struct tw_rr_item *it = malloc(sizeof *it + e[0]->len + e[4]->len + 1);
+        if (!it)
+            continue; /* its lease will expire and it comes back */
+        it->next = NULL;
+        it->part = p;
+        it->due_ms = (uint64_t)e[1]->integer;
+        it->token = (uint64_t)e[2]->integer;
+        it->attempt = (uint64_t)e[3]->integer;
+        it->key_len = e[0]->len;
+        it->payload_len = e[4]->len;
+        memcpy(it->data, e[0]->str, e[0]->len);
+        it->payload = it->data + e[0]->len;
+        memcpy(it->payload, e[4]->str, e[4]->len);
+        it->payload[e[4]->len] = 0;
+        it->due_local_ns = tw_rr_local_due(r, p, it->due_ms);
+        b->v[b->n++] = it;
+        r->carry_n[p]++;
+        got++;
+    }
+    r->last_full[p] = k >= batch && got ? b->v[b->n - 1]->due_ms : UINT64_MAX;
+    freeReplyObject(x);
+    return (int)(k > got ? k : got);
+}
+
+/* Catch-up after Redis comes back. The frontier (below) takes a partition
+ * whose last claim was not full as holding nothing unclaimed that is due
+ * before the others' tasks. After the claim connection was re-established
+ * (Redis restarted, or was away) that no longer holds: tasks came due during
+ * the outage in every partition. A round for one notified partition (or a
+ * round that straddled the restart: partitions claimed before it, one that
+ * failed, the rest after) would hand the catch-up of the partitions claimed
+ * after the restart to the executors while the others' earlier tasks were
+ * still in Redis: one block out of due order. So once a reconnect is seen
+ * (the router's count moved: at the round's TIME or during a claim), every
+ * partition is "unknown": claimed in this round whatever it was flagged
+ * for, and the frontier stays at 0 (nothing due is handed over) until each
+ * has been claimed on the new connection, or has failed (a node that stays
+ * unreachable does not hold the others back: its partitions' tasks come
+ * when it is back). And a claim that fails for I/O ends the round for its
+ * node: the other partitions there would fail too, each after a command
+ * timeout. */
+static void rr_reconnected(struct tw_redis *r)
+{
+    if (r->claim_rt.reconnects == r->rc_seen)
+        return;
+    r->rc_seen = r->claim_rt.reconnects;
+    memset(r->unknown, 1, r->cfg.partitions);
+    r->nunknown = r->cfg.partitions;
+}
+
+static void rr_known(struct tw_redis *r, uint32_t p)
+{
+    if (r->unknown[p]) {
+        r->unknown[p] = 0;
+        r->nunknown--;
+    }
+}
+
+/* Every task not claimed yet is due at or after this (see rr_claim_round). */
+static uint64_t rr_frontier(const struct tw_redis *r)
+{
+    if (r->nunknown)
+        return 0;
+    uint64_t f = UINT64_MAX;
+    for (uint32_t p = 0; p < r->cfg.partitions; p++)
+        if (r->last_full[p] < f)
+            f = r->last_full[p];
+    return f;
+}
+
+/* Pacing a refill. A refill round claims what enters the window (tasks due
+ * window/2 to window ahead), one claim call per partition or more. Run back
+ * to back, the calls of every worker's round would hold single-threaded
+ * Redis for tens of ms every window/2, and every START and ACK of tasks due
+ * meanwhile would queue behind them (and the tasks in the ready FIFO behind
+ * those executors): a lateness tail. So after each claim of a paced round
+ * whose tasks are all due more than window/4 ahead, those tasks go to the
+ * wheel at once (not due yet: the wheel orders them, no frontier is
+ * needed) and the claim thread waits `gap` (window/4 over the partitions
+ * wanted) before the next call; a notification ends the wait and
+ * the pacing (the notified partitions are claimed in this round), as does a
+ * claimed task due within window/4 (catch-up: the frontier rules) or the end
+ * of the quarter. Each task is still claimed >= window/4 before it is due:
+ * rounds start every window/2 (counted from their start), a partition is
+ * claimed within window/4 of its round's start, and its previous claim
+ * covered up to a window past that previous round's start.
+ * Returns true when the worker is stopping. */
+static bool rr_pace(struct tw_redis *r, unsigned char *want, size_t *nwanted, size_t n0,
+                    uint64_t pace_until, uint64_t gap, uint64_t quarter, bool *pace)
+{
+    struct tw_rr_batch *c = &r->carry;
+    uint64_t now = tw_rr_mono_ns(), far = now + quarter;
+    if (r->nunknown) { /* catching up after a reconnect: no pacing */
+        *pace = false;
+        return false;
+    }
+    for (size_t i = n0; i < c->n; i++)
+        if (c->v[i]->due_local_ns <= far) {
+            *pace = false;
+            return false;
+        }
+    for (size_t i = n0; i < c->n; i++) {
+        struct tw_rr_item *it = c->v[i];
+        r->carry_n[it->part]--;
+        if (tw_rr_local_add(r->local, it) != 0)
+            tw_rr_orphan(r, it);
+    }
+    c->n = n0;
+    uint64_t until = now + gap < pace_until ? now + gap : pace_until;
+    struct timespec ts = {(time_t)(until / 1000000000u), (long)(until % 1000000000u)};
+    pthread_mutex_lock(&r->mu);
+    while (!r->stop_claim && r->nflagged == 0 && tw_rr_mono_ns() < until)
+        (void)pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+    bool stop = r->stop_claim;
+    if (r->nflagged) {
+        *pace = false;
+        for (uint32_t p = 0; p < r->cfg.partitions; p++)
+            if (r->flags[p] && !r->carry_n[p]) {
+                r->flags[p] = 0;
+                r->nflagged--;
+                if (!want[p]) {
+                    want[p] = 1;
+                    (*nwanted)++;
+                }
+            }
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (tw_rr_mono_ns() >= pace_until)
+        *pace = false;
+    return stop;
+}
+
+/* Claim the flagged partitions until each returns less than a full batch,
+ * and hand the items to the local window in due order.
+ *
+ * Order: claims are bounded batches, so a partition whose claim came back
+ * full may hold more due tasks, none earlier than the last one returned.
+ * The frontier is the earliest such last due time over all partitions: every
+ * task not claimed yet is due at or after it, so claimed tasks due by the
+ * frontier are handed over (sorted), later ones wait in the carry. The
+ * partition that sets the frontier has nothing left in the carry and is
+ * claimed again next, so the frontier moves on. A partition with items in
+ * the carry is not claimed again until they are gone, nor one whose next
+ * tasks lie beyond the frontier (so the carry stays within one batch per
+ * partition, and holds only what the frontier will reach).
+ *
+ * Load: a worker takes no more work than its executors can start soon
+ * (RR_READY_PER_THREAD per thread due and waiting, RR_HELD_MAX held in all;
+ * the carry stays below one batch per partition): claiming a backlog faster
+ * than it can run would let the leases run out before the tasks start, and
+ * workers would only pass the tasks around. "Ready" counts only tasks whose
+ * local due time has come (in the FIFO, or taken by an executor): tasks held
+ * in the wheel for later ticks do not count, so the refill always claims its
+ * whole window ahead whatever the wheel holds (up to RR_HELD_MAX).
+ * Near that limit every wanted partition gets a small share of the room.
+ * *capped says the round stopped there. Returns 0 or the last error. */
+static int rr_claim_round(struct tw_redis *r, unsigned char *want, bool pace, bool *capped)
+{
+    struct tw_rr_batch *c = &r->carry;
+    uint32_t P = r->cfg.partitions;
+    int err = 0;
+    bool more = true;
+    /* Pacing (see rr_pace): the claims of a plain refill are spread over a
+     * quarter of the window instead of running back to back. */
+    uint64_t quarter = (uint64_t)r->cfg.window_ms * 250000u, pace_until = 0, gap = 0;
+    bool paced_round = pace;
+    if (pace) {
+        /* as many gaps as the last paced round made calls (at least one per
+         * partition wanted) */
+        uint32_t nw = 0;
+        for (uint32_t p = 0; p < P; p++)
+            nw += want[p] != 0;
+        if (r->paced_calls > nw)
+            nw = r->paced_calls;
+        pace_until = tw_rr_mono_ns() + quarter;
+        gap = quarter / (nw ? nw : 1);
+        r->paced_calls = 0;
+    }
+    size_t ready_max = (size_t)r->cfg.threads * RR_READY_PER_THREAD;
+    /* Nodes that failed this round (a TIME or a claim gave TW_EIO): their
+     * other partitions are not tried again before the next round. Besides
+     * sparing a command timeout per partition while a node is away, this
+     * keeps a round from straddling a restart of the node: partitions tried
+     * before it came back would have failed and dropped out of the frontier
+     * while the ones after it claimed their catch-up, and the first ones'
+     * earlier tasks would have come after theirs (out of due order). */
+    unsigned char bad[TW_RR_SAMPLE_NODES + 1] = {0}; /* [TW_RR_SAMPLE_NODES]: unknown nodes */
+    /* A cluster master away must not hold up the others' claims: with
+     * another connection left, the round's calls (TIME, claims) give up
+     * after RR_CLAIM_RETRY_MS of redirects, reconnects and backoff, at once
+     * when the node's connect backoff ends later (router.c), not after
+     * command_timeout_ms; the node is then bad for the round and its
+     * partitions are claimed by a later one once it answers. Wholly away (a
+     * standalone server, or no cluster connection left): the whole command
+     * timeout (the claim thread's reconnect and backoff, tw_rr_claim_main). A
+     * claim of a slot being migrated (TRYAGAIN) gives up likewise and the
+     * claim thread retries it after its backoff, instead of waiting out the
+     * migration. test_redis_cluster (window 500 ms, one of three masters
+     * SIGKILLed for 3 s) bounds the healthy masters' tasks' lateness. */
+    struct tw_rr_router *rt = &r->claim_rt;
+    rt->retry_ms =
+        rt->cluster && tw_rr_any_connected(rt) && RR_CLAIM_RETRY_MS < r->cfg.command_timeout_ms
+            ? RR_CLAIM_RETRY_MS
+            : 0;
+    tw_rr_clock_round(r, want, bad);
+    rr_reconnected(r);
+    r->claim_start = (r->claim_start + 1) % P;
+    while (more && !*capped) {
+        more = false;
+        uint64_t frontier = rr_frontier(r);
+        size_t nwanted = 0;
+        for (uint32_t p = 0; p < P; p++) {
+            /* Not a partition with carried items (they go first), nor one
+             * whose next tasks lie beyond the frontier (they would wait);
+             * but every partition in an unknown state. */
+            if (r->unknown[p])
+                want[p] = 1;
+            else if (want[p] && (r->carry_n[p] || (r->last_full[p] != UINT64_MAX &&
+                                                   r->last_full[p] > frontier)))
+                want[p] = 0;
+            nwanted += want[p];
+        }
+        for (uint32_t i = 0; i < P; i++) {
+            uint32_t p = (r->claim_start + i) % P; /* fair under the cap */
+            if (!want[p])
+                continue;
+            int nd = tw_rr_node_of(&r->claim_rt, r->slots[p]);
+            size_t bi = nd < 0 || nd >= TW_RR_SAMPLE_NODES ? TW_RR_SAMPLE_NODES : (size_t)nd;
+            if (bad[bi]) {
+                want[p] = 0;
+                nwanted--;
+                r->last_full[p] = UINT64_MAX; /* unreachable: do not hold the others back */
+                rr_known(r, p);
+                continue;
+            }
+            size_t ready = tw_rr_local_ready(r->local);
+            if (ready >= ready_max || tw_rr_local_held(r->local) + c->n >= RR_HELD_MAX) {
+                *capped = true;
+                break;
+            }
+            want[p] = 0;
+            size_t share = (ready_max - ready) / (nwanted ? nwanted : 1);
+            unsigned batch = share < 4 ? 4 : share > RR_BATCH ? RR_BATCH : (unsigned)share;
+            if (pace) /* tasks for later: not bound by the ready share, but small calls */
+                batch = RR_PACED_BATCH;
+            if (paced_round)
+                r->paced_calls++;
+            nwanted--;
+            size_t n0 = c->n;
+            int got = rr_claim_part(r, p, batch, c);
+            if (got < 0) {
+                err = got;
+                r->last_full[p] = UINT64_MAX; /* unreachable: do not hold the others back */
+                if (got == TW_EIO)
+                    bad[bi] = 1;
+            }
+            if (got >= 0)
+                rr_reconnected(r); /* this claim ran on the new connection: p is known */
+            rr_known(r, p);
+            if (pace && rr_pace(r, want, &nwanted, n0, pace_until, gap, quarter, &pace)) {
+                more = false;
+                break;
+            }
+            if (pace == false && pace_until) {
+                pace_until = 0;
+                more = true; /* partitions notified meanwhile: claim them in this round */
+            }
+        }
+        if (c->n > 1)
+            qsort(c->v, c->n, sizeof *c->v, rr_item_cmp);
+        frontier = rr_frontier(r);
+        size_t k = 0;
+        for (size_t i = 0; i < c->n; i++) {
+            struct tw_rr_item *it = c->v[i];
+            if (it->due_ms > frontier) {
+                c->v[k++] = it;
+                continue;
+            }
+            r->carry_n[it->part]--;
+            if (tw_rr_local_add(r->local, it) != 0)
+                tw_rr_orphan(r, it);
+        }
+        c->n = k;
+        for (uint32_t p = 0; p < P; p++)
+            if (r->unknown[p] || (r->last_full[p] != UINT64_MAX && r->carry_n[p] == 0)) {
+                want[p] = 1; /* more may wait there */
+                more = true;
+            }
+        pthread_mutex_lock(&r->mu);
+        bool stop = r->stop_claim;
+        pthread_mutex_unlock(&r->mu);
+        if (stop)
+            break;
+    }
+    rt->retry_ms = 0;
+    return err;
+}
+
+void *tw_rr_claim_main(void *arg)
+{
+    struct tw_redis *r = arg;
+    uint32_t P = r->cfg.partitions;
+    unsigned char *want = calloc(P, 1);
+    uint64_t half = (uint64_t)r->cfg.window_ms * 1000000u / 2, next_refill = 0;
+    uint64_t retry_at = UINT64_MAX; /* at its fill: claim again then */
+    uint64_t last_ok_refill = 0;    /* start of the last refill round that claimed all */
+    uint32_t backoff_ms = 0;
+    uint64_t epoch = tw_rr_mono_ns();
+    pthread_mutex_lock(&r->mu);
+    while (!r->stop_claim) {
+        uint64_t now = tw_rr_mono_ns();
+        if (now - epoch > RR_OFF_EPOCH_NS) { /* forget old clock samples (drift) */
+            epoch = now;
+            for (uint32_t p = 0; p < P; p++)
+                atomic_store(&r->off_prev[p], atomic_exchange(&r->off_cur[p], INT64_MIN));
+        }
+        bool refill = now >= next_refill, retry = now >= retry_at;
+        if (!refill && !retry && r->nflagged == 0) {
+            uint64_t until = next_refill < retry_at ? next_refill : retry_at;
+            struct timespec ts = {(time_t)(until / 1000000000u), (long)(until % 1000000000u)};
+            (void)pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+            continue;
+        }
+        /* Pace only in the steady state: this worker's previous refill
+         * claimed every partition, on time (rr_pace's bound needs it). */
+        bool pace = refill && !retry && r->nflagged == 0 && last_ok_refill &&
+                    now - last_ok_refill <= half + half / 4;
+        for (uint32_t p = 0; p < P; p++) {
+            if (want)
+                want[p] = (unsigned char)(refill || retry || r->flags[p]);
+            r->flags[p] = 0;
+        }
+        r->nflagged = 0;
+        pthread_mutex_unlock(&r->mu);
+        int rc = 0;
+        bool capped = false;
+        uint64_t round_start = now;
+        if (want) {
+            if (refill)
+                atomic_fetch_add(&r->refills, 1);
+            rc = rr_claim_round(r, want, pace, &capped);
+        }
+        now = tw_rr_mono_ns();
+        retry_at = capped ? now + RR_CAPPED_RETRY_NS : UINT64_MAX;
+        if (rc == TW_EIO || rc == TW_EPROTO || rc == TW_ENOMEM || !want) {
+            /* Redis away: try again soon, then less often, at most every window/2. */
+            backoff_ms = backoff_ms ? backoff_ms * 2 : 50;
+            uint64_t wait = (uint64_t)backoff_ms * 1000000u;
+            if (wait > half) {
+                wait = half;
+                backoff_ms /= 2;
+            }
+            next_refill = now + wait;
+            retry_at = UINT64_MAX;
+            last_ok_refill = 0;
+        } else {
+            backoff_ms = 0;
+            if (refill) /* from the round's start: a paced round takes up to window/4 */
+                next_refill = round_start + half;
+            if (refill)
+                last_ok_refill = rc == 0 && !capped ? round_start : 0;
+        }
+        pthread_mutex_lock(&r->mu);
+    }
+    pthread_mutex_unlock(&r->mu);
+    for (size_t i = 0; i < r->carry.n; i++) /* released by stop */
+        tw_rr_orphan(r, r->carry.v[i]);
+    r->carry.n = 0;
+    free(want);
+    return NULL;
+}

@@ -1,0 +1,157 @@
+/* SPDX-License-Identifier: MIT */
+/* twheel Redis layer: the subscriber thread. Its own connection,
+ * SUBSCRIBE to every partition's channel, and each notification flags its
+ * partition for the claim thread (all of them after a reconnect). */
+#define _GNU_SOURCE
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "redis/internal.h"
+
+static void rr_flag_all(struct tw_redis *r)
+{
+    pthread_mutex_lock(&r->mu);
+    for (uint32_t p = 0; p < r->cfg.partitions; p++)
+        r->flags[p] = 1;
+    r->nflagged = r->cfg.partitions;
+    pthread_cond_signal(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void rr_on_message(struct tw_redis *r, const redisReply *m)
+{
+    if (m->type != REDIS_REPLY_ARRAY || m->elements < 3 || m->element[0]->type != REDIS_REPLY_STRING ||
+        strcmp(m->element[0]->str, "message") != 0 || m->element[1]->type != REDIS_REPLY_STRING)
+        return;
+    /* "{queue:p}:ch" */
+    const char *ch = m->element[1]->str;
+    size_t ql = strlen(r->queue);
+    if (strncmp(ch, "{", 1) != 0 || strncmp(ch + 1, r->queue, ql) != 0 || ch[1 + ql] != ':')
+        return;
+    char *end;
+    unsigned long p = strtoul(ch + 2 + ql, &end, 10);
+    if (*end != '}' || p >= r->cfg.partitions)
+        return;
+    atomic_fetch_add(&r->notifications, 1);
+    pthread_mutex_lock(&r->mu);
+    if (!r->flags[p]) {
+        r->flags[p] = 1;
+        r->nflagged++;
+    }
+    pthread_cond_signal(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* Sleep up to ms, in steps, returning early when stop is asked. */
+static void rr_sub_sleep(struct tw_redis *r, uint32_t ms)
+{
+    while (ms > 0 && !atomic_load(&r->stop_sub)) {
+        uint32_t s = ms < 50 ? ms : 50;
+        tw_rr_sleep_ms(s);
+        ms -= s;
+    }
+}
+
+static redisContext *rr_sub_connect(struct tw_redis *r, size_t node)
+{
+    const struct tw_rr_node *nd = &r->sub_rt.nodes[node];
+    struct timeval tv = {(time_t)(r->cfg.connect_timeout_ms / 1000),
+                         (suseconds_t)(r->cfg.connect_timeout_ms % 1000) * 1000};
+    redisContext *c = redisConnectWithTimeout(nd->host, nd->port, tv);
+    if (!c || c->err) {
+        if (c)
+            redisFree(c);
+        return NULL;
+    }
+    struct timeval ct = {(time_t)(r->cfg.command_timeout_ms / 1000),
+                         (suseconds_t)(r->cfg.command_timeout_ms % 1000) * 1000};
+    uint32_t P = r->cfg.partitions;
+    const char **av = malloc((P + 1) * sizeof *av);
+    size_t *al = malloc((P + 1) * sizeof *al);
+    char *names = malloc((size_t)P * TW_RR_KEYBUF);
+    bool ok = av && al && names && redisSetTimeout(c, ct) == REDIS_OK;
+    if (ok) {
+        av[0] = "SUBSCRIBE";
+        al[0] = 9;
+        for (uint32_t p = 0; p < P; p++) {
+            char *s = names + (size_t)p * TW_RR_KEYBUF;
+            al[p + 1] = (size_t)snprintf(s, TW_RR_KEYBUF, "{%s:%u}:ch", r->queue, (unsigned)p);
+            av[p + 1] = s;
+        }
+        ok = redisAppendCommandArgv(c, (int)P + 1, av, al) == REDIS_OK;
+        /* Wait for every confirmation: from here on no PUBLISH is missed. */
+        for (uint32_t p = 0; ok && p < P; p++) {
+            void *m = NULL;
+            ok = redisGetReply(c, &m) == REDIS_OK && m &&
+                 ((redisReply *)m)->type == REDIS_REPLY_ARRAY;
+            if (m)
+                freeReplyObject(m);
+        }
+    }
+    free(av);
+    free(al);
+    free(names);
+    if (!ok) {
+        redisFree(c);
+        return NULL;
+    }
+    return c;
+}
+
+void *tw_rr_sub_main(void *arg)
+{
+    struct tw_redis *r = arg;
+    size_t node = 0;
+    uint32_t backoff = 0;
+    bool first = true;
+    while (!atomic_load(&r->stop_sub)) {
+        redisContext *c = rr_sub_connect(r, node);
+        if (!c) {
+            node = (node + 1) % r->sub_rt.nnodes;
+            backoff = backoff ? (backoff * 2 > 1000 ? 1000 : backoff * 2) : 10;
+            rr_sub_sleep(r, backoff);
+            continue;
+        }
+        backoff = 0;
+        pthread_mutex_lock(&r->mu);
+        r->subscribed = true;
+        pthread_cond_broadcast(&r->sub_cv);
+        pthread_mutex_unlock(&r->mu);
+        if (!first) {
+            atomic_fetch_add(&r->sub_reconnects, 1);
+            rr_flag_all(r); /* notifications may have been missed: claim everything */
+        }
+        first = false;
+        bool ok = true;
+        while (ok && !atomic_load(&r->stop_sub)) {
+            struct pollfd pfd = {c->fd, POLLIN, 0};
+            int pr = poll(&pfd, 1, 100);
+            if (pr < 0)
+                continue;
+            if (pr == 0)
+                continue;
+            if (redisBufferRead(c) != REDIS_OK) {
+                ok = false;
+                break;
+            }
+            void *m = NULL;
+            while (ok) {
+                if (redisGetReplyFromReader(c, &m) != REDIS_OK) {
+                    ok = false;
+                    break;
+                }
+                if (!m)
+                    break;
+                rr_on_message(r, m);
+                freeReplyObject(m);
+                m = NULL;
+            }
+        }
+        redisFree(c);
+    }
+    return NULL;
+}
