@@ -207,10 +207,9 @@ static bool rr_pace(struct tw_redis *r, unsigned char *want, size_t *nwanted, si
     }
     c->n = n0;
     uint64_t until = now + gap < pace_until ? now + gap : pace_until;
-    struct timespec ts = {(time_t)(until / 1000000000u), (long)(until % 1000000000u)};
     pthread_mutex_lock(&r->mu);
     while (!r->stop_claim && r->nflagged == 0 && tw_rr_mono_ns() < until)
-        (void)pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+        (void)tw_cond_wait_until_(&r->cv, &r->mu, until);
     bool stop = r->stop_claim;
     if (r->nflagged) {
         *pace = false;
@@ -417,8 +416,7 @@ void *tw_rr_claim_main(void *arg)
         bool refill = now >= next_refill, retry = now >= retry_at;
         if (!refill && !retry && r->nflagged == 0) {
             uint64_t until = next_refill < retry_at ? next_refill : retry_at;
-            struct timespec ts = {(time_t)(until / 1000000000u), (long)(until % 1000000000u)};
-            (void)pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+            (void)tw_cond_wait_until_(&r->cv, &r->mu, until);
             continue;
         }
         /* Pace only in the steady state: this worker's previous refill

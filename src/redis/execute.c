@@ -610,8 +610,7 @@ void *tw_rr_ack_main(void *arg)
         if (next == UINT64_MAX) {
             pthread_cond_wait(&r->ack_cv, &r->ack_mu);
         } else {
-            struct timespec ts = {(time_t)(next / 1000000000u), (long)(next % 1000000000u)};
-            (void)pthread_cond_timedwait(&r->ack_cv, &r->ack_mu, &ts);
+            (void)tw_cond_wait_until_(&r->ack_cv, &r->ack_mu, next);
         }
     }
     pthread_mutex_unlock(&r->ack_mu);

@@ -37,6 +37,8 @@
 #include "twheel/tasks.h"
 #include "twheel/wheel.h"
 
+#include "common/time.h" /* monotonic reads, condvars, tick rounding */
+
 #define TW_RR_SLOTS 16384u
 
 /* ---- time ------------------------------------------------------------------ */

@@ -160,8 +160,7 @@ static void *loc_tick_main(void *arg)
             pthread_cond_wait(&l->tick_cv, &l->mu);
         } else {
             uint64_t at = l->start_ns + next * l->tick_ns;
-            struct timespec ts = {(time_t)(at / 1000000000u), (long)(at % 1000000000u)};
-            (void)pthread_cond_timedwait(&l->tick_cv, &l->mu, &ts);
+            (void)tw_cond_wait_until_(&l->tick_cv, &l->mu, at);
         }
     }
     pthread_mutex_unlock(&l->mu);
@@ -205,9 +204,8 @@ static void loc_wait(struct tw_rr_local *l, struct loc_rt *rt)
         pthread_cond_wait(&l->run_cv, &l->mu);
     } else {
         uint64_t at = l->armed->run_ns;
-        struct timespec ts = {(time_t)(at / 1000000000u), (long)(at % 1000000000u)};
         bool raised = loc_rt_raise(l, rt);
-        (void)pthread_cond_timedwait(&l->run_cv, &l->mu, &ts);
+        (void)tw_cond_wait_until_(&l->run_cv, &l->mu, at);
         if (raised)
             (void)pthread_setschedparam(pthread_self(), rt->pol, &rt->sp);
     }
@@ -353,28 +351,20 @@ int tw_rr_local_new(struct tw_rr_local **out, uint32_t tick_ms, uint32_t ahead_m
         free(l);
         return rc;
     }
-    pthread_condattr_t ca;
-    bool ca_ok = pthread_condattr_init(&ca) == 0;
-    if (!ca_ok || pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) != 0 ||
-        pthread_mutex_init(&l->mu, NULL) != 0) {
-        if (ca_ok)
-            pthread_condattr_destroy(&ca);
+    if (pthread_mutex_init(&l->mu, NULL) != 0) {
         tw_tasks_free(l->wheel);
         free(l->threads);
         free(l);
         return TW_ESYS;
     }
-    if (pthread_cond_init(&l->tick_cv, &ca) != 0) {
-        pthread_condattr_destroy(&ca);
+    if (tw_cond_init_mono_(&l->tick_cv) != 0) {
         pthread_mutex_destroy(&l->mu);
         tw_tasks_free(l->wheel);
         free(l->threads);
         free(l);
         return TW_ESYS;
     }
-    int cv_rc = pthread_cond_init(&l->run_cv, &ca);
-    pthread_condattr_destroy(&ca);
-    if (cv_rc != 0) {
+    if (tw_cond_init_mono_(&l->run_cv) != 0) {
         pthread_cond_destroy(&l->tick_cv);
         pthread_mutex_destroy(&l->mu);
         tw_tasks_free(l->wheel);
@@ -424,7 +414,7 @@ int tw_rr_local_add(struct tw_rr_local *l, struct tw_rr_item *it)
     uint64_t tick, leave = it->due_local_ns;
     if (l->ahead_ns == 0) {
         /* The first tick whose instant is at or after the local due time. */
-        tick = leave <= l->start_ns ? 0 : (leave - l->start_ns + l->tick_ns - 1) / l->tick_ns;
+        tick = leave <= l->start_ns ? 0 : tw_ticks_up_(leave - l->start_ns, l->tick_ns);
     } else {
         /* The last multiple of span ticks at or before due - ahead / 2: its
          * instant is at most ahead before the due time when span * tick <=
@@ -432,7 +422,7 @@ int tw_rr_local_add(struct tw_rr_local *l, struct tw_rr_item *it)
          * than the first tick at or after due - ahead: a START sent before
          * is answered "not yet" (a round trip and a script call wasted). */
         uint64_t from = leave > l->ahead_ns ? leave - l->ahead_ns : 0;
-        uint64_t lo = from <= l->start_ns ? 0 : (from - l->start_ns + l->tick_ns - 1) / l->tick_ns;
+        uint64_t lo = from <= l->start_ns ? 0 : tw_ticks_up_(from - l->start_ns, l->tick_ns);
         leave = leave > l->ahead_ns / 2 ? leave - l->ahead_ns / 2 : 0;
         tick = leave <= l->start_ns ? 0 : (leave - l->start_ns) / l->tick_ns;
         tick -= tick % l->span;

@@ -464,14 +464,11 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
         free(r); /* on Linux these inits cannot fail; nothing to destroy */
         return TW_ESYS;
     }
-    pthread_condattr_t ca;
-    if (pthread_condattr_init(&ca) || pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) ||
-        pthread_cond_init(&r->cv, &ca) || pthread_cond_init(&r->sub_cv, &ca) ||
-        pthread_cond_init(&r->ack_cv, &ca)) {
-        free(r);
+    if (tw_cond_init_mono_(&r->cv) || tw_cond_init_mono_(&r->sub_cv) ||
+        tw_cond_init_mono_(&r->ack_cv)) {
+        free(r); /* as the mutexes: these inits cannot fail on Linux */
         return TW_ESYS;
     }
-    pthread_condattr_destroy(&ca);
     strcpy(r->queue, cfg->queue);
     r->cfg.queue = r->queue;
     r->worker = cfg->execute != NULL;
@@ -541,9 +538,8 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
          * keeps trying on its own if this server is slow to answer). */
         uint64_t until = tw_rr_mono_ns() +
                          (uint64_t)(r->cfg.connect_timeout_ms + r->cfg.command_timeout_ms) * 1000000u;
-        struct timespec ts = {(time_t)(until / 1000000000u), (long)(until % 1000000000u)};
         pthread_mutex_lock(&r->mu);
-        while (!r->subscribed && pthread_cond_timedwait(&r->sub_cv, &r->mu, &ts) == 0) {
+        while (!r->subscribed && tw_cond_wait_until_(&r->sub_cv, &r->mu, until) == 0) {
         }
         pthread_mutex_unlock(&r->mu);
         if (tw_rr_thread_create(&r->claim_thread, tw_rr_claim_main, r) != 0) {

@@ -39,9 +39,7 @@
 
 uint64_t tw_rr_mono_ns(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    return tw_mono_ns_();
 }
 
 void tw_rr_sleep_ms(uint32_t ms)

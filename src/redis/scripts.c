@@ -17,6 +17,7 @@
  * so TIME is allowed). Due times are whole ms, rounded up from the server's
  * microseconds, so that a task is never due before set's instant + delay.
  */
+#define _POSIX_C_SOURCE 200809L /* internal.h: clock_gettime, condvar clocks */
 #include "redis/internal.h"
 
 #define PRELUDE                                                                            \
