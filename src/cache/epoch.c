@@ -87,17 +87,6 @@ unsigned tw_cache_stripes_default_(void)
     return cache_epoch_pow2(cache_epoch_cpus());
 }
 
-/* Shards only spread writers now (readers take no lock): 4 per CPU online
- * keeps two writers on one shard unlikely (P writers meet with probability
- * about P/(4*CPUs)) and costs one 31 KB wheel each. 8 to 256. */
-unsigned tw_cache_shards_default_(void)
-{
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    unsigned cpus = n < 1 ? 1u : n > 64 ? 64u : (unsigned)n;
-    unsigned s = cache_epoch_pow2(4 * cpus);
-    return s < 8 ? 8 : s > 256 ? 256 : s;
-}
-
 uint64_t tw_cache_stripe_hits_(struct cache_stripe *st)
 {
     /* Held by a drain for a few instructions (unless its thread is
@@ -205,15 +194,9 @@ static void cache_slab_maybe_trim(struct tw_cache *c)
         return;
     for (unsigned i = 0; i < c->nshards; i++) {
         struct cache_shard *s = &c->shards[i];
-        if (c->rwlock)
-            pthread_rwlock_wrlock(&s->lock.rw);
-        else
-            pthread_mutex_lock(&s->lock.mu);
+        cache_lock(c, s);
         tw_cache_slab_trim_(c, &s->slab);
-        if (c->rwlock)
-            pthread_rwlock_unlock(&s->lock.rw);
-        else
-            pthread_mutex_unlock(&s->lock.mu);
+        cache_unlock(c, s);
     }
 }
 
@@ -227,10 +210,10 @@ void tw_cache_garbage_release_(struct tw_cache *c, struct cache_garbage *g)
         size_t vlen = c->copy_values ? e->value.len : 0;
         if (!c->copy_values && c->free_value)
             c->free_value(c->value_ctx, atomic_load_explicit(&e->value.ptr, memory_order_relaxed));
-        size_t pre = c->limit ? sizeof(struct cache_lru) : 0;
+        size_t pre = cache_pre(c);
         size_t bytes = pre + CACHE_ENTRY_HDR + cache_key_bytes(cache_eklen(e)) + vlen;
         if (tw_cache_slab_fits_(bytes)) {
-            struct cache_shard *s = tw_cache_shard_of_(c, e->hash);
+            struct cache_shard *s = cache_shard_of(c, e->hash);
             tw_cache_slab_give_(&s->slab, (char *)e - pre, bytes);
             gave = true;
         } else {
@@ -262,16 +245,10 @@ size_t tw_cache_reclaim_(struct tw_cache *c)
     for (unsigned i = 0; i < c->nshards; i++) {
         struct cache_shard *s = &c->shards[i];
         struct cache_garbage g = {0};
-        if (c->rwlock)
-            pthread_rwlock_wrlock(&s->lock.rw);
-        else
-            pthread_mutex_lock(&s->lock.mu);
+        cache_lock(c, s);
         tw_cache_limbo_collect_(c, s, &g, false);
         left += s->limbo_n;
-        if (c->rwlock)
-            pthread_rwlock_unlock(&s->lock.rw);
-        else
-            pthread_mutex_unlock(&s->lock.mu);
+        cache_unlock(c, s);
         tw_cache_garbage_release_(c, &g);
     }
     return left;

@@ -1,9 +1,17 @@
 /* SPDX-License-Identifier: MIT */
-/* twheel cache internals, shared by src/cache/cache.c and src/cache/map.c.
+/* twheel cache internals, shared by the files of src/cache/: the design
+ * and the lifetime (cache.c), single reads (get.c), writes of one key
+ * (set.c), the batched calls (batch.c), take's single flight (take.c), the
+ * LRU and eviction (lru.c), expiry (expire.c), the figures (stats.c), a
+ * shard's setup (shard.c), the table (map.c), read sections and reclamation
+ * (epoch.c), entry memory (slab.c). Each file includes this header and no
+ * other of the layer's; what a file offers the others is declared here, in
+ * its section, and what the hot paths of get, set and expiry need from
+ * several files is defined here, inline.
  *
  * Layout: a cache is an array of shards; a key's shard is the top bits of
  * the low 32 bits of its 64-bit keyed hash (tw_hash_mum, or SipHash-1-3 with
- * cfg.siphash: cache.c's cache_hash), its bucket the low bits, its
+ * cfg.siphash: cache_hash), its bucket the low bits, its
  * link tag the top 14 bits. A shard holds, under its lock: a hash table
  * (buckets of 8 tagged links), an LRU list (only maintained when the cache
  * has a limit), a core wheel with 1 ms ticks, and the entries' timers in it.
@@ -32,7 +40,9 @@
 
 #include "common/alloc.h"
 #include "common/hash.h"
+#include "common/time.h"
 #include "twheel/cache.h"
+#include "twheel/clock.h"
 #include "twheel/wheel.h"
 
 #define CACHE_NS_PER_TICK UINT64_C(1000000) /* one wheel tick = 1 ms */
@@ -437,7 +447,7 @@ struct tw_cache {
 
     /* Clock. */
     uint64_t epoch_ns;          /* CLOCK_MONOTONIC at creation (real clock) */
-    uint64_t coarse_margin_ns;  /* reads' fast liveness proof (cache.c); 0 = off */
+    uint64_t coarse_margin_ns;  /* reads' fast liveness proof (cache_surely_live); 0 = off */
     _Atomic uint64_t manual_now; /* ticks (manual clock) */
     _Atomic uint64_t seq;       /* LRU stamps under the manual clock */
 
@@ -468,7 +478,7 @@ struct cache_entry *tw_cache_map_find_(const struct cache_shard *s, const void *
 struct cache_entry *tw_cache_map_find_rcu_(const struct cache_shard *s, const void *key,
                                            size_t klen, uint64_t hash, bool *torn);
 /* Key compares and the lock-free lookup, inline here so that a get's hit
- * path is one function (src/cache/cache.c). */
+ * path is one function (cache_get). */
 static inline uint64_t cache_ld8(const unsigned char *p)
 {
     uint64_t v;
@@ -590,14 +600,25 @@ void tw_cache_map_replace_(struct cache_shard *s, struct cache_entry *old,
 struct cache_table *tw_cache_table_new_(struct tw_cache *c, size_t n);
 void tw_cache_table_free_(struct tw_cache *c, struct cache_table *t);
 
+/* ---- src/cache/lru.c -------------------------------------------------- */
+
 /* LRU list, ordered by pos; each keeps s->oldest up to date. */
 void tw_cache_lru_push_(struct cache_shard *s, struct cache_entry *e, uint64_t stamp);
 void tw_cache_lru_unlink_(struct cache_shard *s, struct cache_entry *e);
 /* Re-insert tails whose stamp passed their pos, until the tail is the least
  * recently used of the shard (up to clock resolution). */
 void tw_cache_lru_settle_(struct cache_shard *s);
+/* Evict least recently used keys while the cache holds more than its limit
+ * (src/cache/lru.c); the test is inline, so a cache without a limit pays
+ * no call. */
+void tw_cache_evict_(struct tw_cache *c);
+static inline void cache_evict(struct tw_cache *c)
+{
+    if (c->limit && atomic_load_explicit(&c->count, memory_order_relaxed) > c->limit)
+        tw_cache_evict_(c);
+}
 
-/* ---- src/cache/epoch.c ------------------------------------------------- */
+/* ---- src/cache/epoch.c ------------------------------------------------ */
 
 /* A read section: readers of the same stripe and epoch parity. Entering
  * and leaving are inline (a get's whole hit path is one function): see
@@ -716,10 +737,8 @@ static inline void tw_cache_garbage_add_(struct cache_garbage *g, struct cache_e
 size_t tw_cache_reclaim_(struct tw_cache *c);
 /* Stripes for this machine: a power of two >= the CPUs configured. */
 unsigned tw_cache_stripes_default_(void);
-/* Shards for this machine when cfg.shards is 0. */
-unsigned tw_cache_shards_default_(void);
 
-/* ---- src/cache/slab.c -------------------------------------------------- */
+/* ---- src/cache/slab.c ------------------------------------------------- */
 
 /* Whether a block of `bytes` comes from the slab (else the allocator). */
 bool tw_cache_slab_fits_(size_t bytes);
@@ -732,10 +751,392 @@ void tw_cache_slab_trim_(struct tw_cache *c, struct cache_slab *sl);
 /* Free every chunk (the cache is being freed). */
 void tw_cache_slab_destroy_(struct tw_cache *c, struct cache_slab *sl);
 
+/* ---- what the calls share: the clock ---------------------------------- */
+/* Everything from here on is inline: the hot paths of get, set and expiry
+ * run through these helpers, from several files. */
+
+/* Nanoseconds on the cache's time line (tick = ns / CACHE_NS_PER_TICK). */
+static inline uint64_t cache_now_ns(const struct tw_cache *c)
+{
+    if (c->manual)
+        return atomic_load_explicit(&c->manual_now, memory_order_acquire) * CACHE_NS_PER_TICK;
+    return tw_mono_ns_() - c->epoch_ns;
+}
+
+/* The LRU stamp for an access at now_ns: the tick, or a counter under the
+ * manual clock (so that tests see exact order). */
+static inline uint64_t cache_stamp(struct tw_cache *c, uint64_t now_ns)
+{
+    if (c->manual)
+        return atomic_fetch_add_explicit(&c->seq, 1, memory_order_relaxed) + 1;
+    return now_ns / CACHE_NS_PER_TICK;
+}
+
+/* A hit's liveness without the precise clock (which costs about three times
+ * the coarse one, a third of a hot read) when it can be proven with the
+ * vDSO's CLOCK_MONOTONIC_COARSE:
+ *
+ *   The coarse clock is the same timekeeper's monotonic time as of its last
+ *   update, so coarse <= now. Linux updates it every tick (res = one jiffy,
+ *   4 ms at HZ=250); a CPU that wakes from tickless idle updates it before
+ *   running anything; on a tickless busy CPU the housekeeping CPU does; and
+ *   when the CPU in charge stalls (a hypervisor preempted its vCPU), any
+ *   ticking CPU takes over after a few jiffies. So now < coarse + margin
+ *   with margin = max(1 s, 64 * res) holds unless the kernel's timekeeping
+ *   is stalled for that long, far past its own stall recovery.
+ *
+ * A hit is then certainly live when the tick of coarse + margin is still
+ * before the entry's expiry tick (now's tick is no later): no key is ever
+ * returned at or after its expiry. Otherwise (a key within about a second
+ * of expiry, no coarse clock, or its resolution too coarse) the read takes
+ * the precise clock. Only for caches without a limit: a limit's
+ * LRU stamp needs the precise tick anyway. */
+#define CACHE_COARSE_MARGIN_NS UINT64_C(1000000000)
+
+/* Whether e is certainly live now, from the coarse clock alone. */
+static inline bool cache_surely_live(const struct tw_cache *c, const struct cache_entry *e)
+{
+#ifdef CLOCK_MONOTONIC_COARSE
+    if (!c->coarse_margin_ns)
+        return false;
+    uint64_t bound = tw_time_ns_(CLOCK_MONOTONIC_COARSE) + c->coarse_margin_ns;
+    if (bound < c->epoch_ns)
+        return false;
+    return (bound - c->epoch_ns) / CACHE_NS_PER_TICK <
+           atomic_load_explicit(&e->expires, memory_order_relaxed);
+#else
+    (void)c;
+    (void)e;
+    return false;
+#endif
+}
+
+static inline bool cache_live(const struct cache_entry *e, uint64_t now_ns)
+{
+    return now_ns / CACHE_NS_PER_TICK <
+           atomic_load_explicit(&e->expires, memory_order_relaxed);
+}
+
+/* ---- locks and counters ----------------------------------------------- */
+
+static inline void cache_lock(struct tw_cache *c, struct cache_shard *s)
+{
+    if (c->rwlock)
+        pthread_rwlock_wrlock(&s->lock.rw);
+    else
+        pthread_mutex_lock(&s->lock.mu);
+}
+
+/* Lock for a read: shared when the read writes nothing (rwlock, no limit). */
+static inline void cache_lock_read(struct tw_cache *c, struct cache_shard *s)
+{
+    if (!c->rwlock)
+        pthread_mutex_lock(&s->lock.mu);
+    else if (c->limit)
+        pthread_rwlock_wrlock(&s->lock.rw);
+    else
+        pthread_rwlock_rdlock(&s->lock.rw);
+}
+
+static inline void cache_unlock(struct tw_cache *c, struct cache_shard *s)
+{
+    if (c->rwlock)
+        pthread_rwlock_unlock(&s->lock.rw);
+    else
+        pthread_mutex_unlock(&s->lock.mu);
+}
+
+/* Bump a counter only written under the shard lock: a plain relaxed
+ * load+store (no locked instruction); stats readers see it a little old. */
+static inline void cache_bump(_Atomic uint64_t *x, uint64_t n)
+{
+    atomic_store_explicit(x, atomic_load_explicit(x, memory_order_relaxed) + n,
+                          memory_order_relaxed);
+}
+
+/* ---- keys and entries ------------------------------------------------- */
+
 /* The shard of a stored (low 32 bits) or full hash. */
-static inline struct cache_shard *tw_cache_shard_of_(struct tw_cache *c, uint64_t hash)
+static inline struct cache_shard *cache_shard_of(struct tw_cache *c, uint64_t hash)
 {
     return &c->shards[(uint64_t)(uint32_t)hash >> c->shard_shift];
 }
+
+/* The table's hash of a key: tw_hash_mum (hash.h: a seeded multiply-mix,
+ * ~30 instructions for a key of up to 16 bytes, against ~110 for
+ * SipHash-1-3), or SipHash-1-3 with cfg.siphash. Both are keyed by the
+ * instance's random seed; what each resists is said in hash.h and cache.h. */
+static inline uint64_t cache_hash(const struct tw_cache *c, const void *key, size_t klen)
+{
+    if (c->siphash)
+        return tw_siphash13(key, klen, c->seed[0], c->seed[1]);
+    return tw_hash_mum(key, klen, c->mum);
+}
+
+/* Bytes in front of each entry: its LRU links when there is a limit. */
+static inline size_t cache_pre(const struct tw_cache *c)
+{
+    return c->limit ? sizeof(struct cache_lru) : 0;
+}
+
+/* The size of an entry's block (LRU links, entry, key, value bytes). */
+static inline size_t cache_entry_size(const struct tw_cache *c, size_t klen, size_t vlen)
+{
+    return cache_pre(c) + CACHE_ENTRY_HDR + cache_key_bytes(klen) + (c->copy_values ? vlen : 0);
+}
+
+/* Key bytes as given by the caller. */
+struct cache_key {
+    const void *p;
+    size_t len;
+    uint64_t hash;
+};
+
+/* A value to store: a pointer, or bytes to copy. */
+struct cache_val {
+    void *ptr;
+    const void *bytes;
+    size_t len;
+};
+
+/* Checks a key; the empty key may be NULL, and becomes "" (no pointer
+ * arithmetic or memcmp on NULL). */
+static inline int cache_check_key(const struct tw_cache *c, const void **key, size_t klen)
+{
+    if (!c || (!*key && klen))
+        return TW_EINVAL;
+    if (klen > UINT32_MAX)
+        return TW_E2BIG;
+    if (!*key)
+        *key = "";
+    return 0;
+}
+
+/* ---- writes ----------------------------------------------------------- */
+
+/* After writers dropped the shard lock: free what is safe, and move the
+ * epoch on when a shard's limbo has grown. */
+static inline void cache_after_write(struct tw_cache *c, struct cache_garbage *g, bool advance)
+{
+    if (g->n)
+        tw_cache_garbage_release_(c, g);
+    if (advance)
+        tw_cache_epoch_advance_(c);
+}
+
+/* tw_cache_retire_locked_, skipping the call when there is nothing. */
+static inline bool cache_retire(struct tw_cache *c, struct cache_shard *s, struct cache_garbage *g)
+{
+    return g->n ? tw_cache_retire_locked_(c, s, g) : false;
+}
+
+/* Take e out of the shard (table, LRU, wheel) into the garbage. */
+static inline void cache_unlink(struct tw_cache *c, struct cache_shard *s,
+                                struct cache_entry *e, struct cache_garbage *g)
+{
+    tw_node_cancel(&s->wheel, &e->timer);
+    tw_cache_map_remove_(c, s, e, true, g);
+    if (c->limit)
+        tw_cache_lru_unlink_(s, e);
+    atomic_fetch_sub_explicit(&c->count, 1, memory_order_relaxed);
+    tw_cache_garbage_add_(g, e);
+}
+
+/* Arm an entry's timer for expiry tick `tick` (stored at now_ns). Reads
+ * compare the entry's expiry with the clock, so the timer only reclaims the
+ * entry's memory: with expiry_slack_shift it may fire up to
+ * (tick - now) >> shift ticks late, and the wheel uses that freedom to plan
+ * it on a slot boundary from which it fires without cascading (twheel/wheel.h,
+ * "Slack"). Returns the tick it is planned at (>= tick). */
+static inline uint64_t cache_arm(struct tw_cache *c, struct cache_shard *s,
+                                 struct cache_entry *e, uint64_t tick, uint64_t now_ns)
+{
+    if (!c->slack_shift) {
+        tw_node_arm(&s->wheel, &e->timer, tick, 0, 0);
+        return tick;
+    }
+    uint64_t now_tick = now_ns / CACHE_NS_PER_TICK;
+    tw_node_arm(&s->wheel, &e->timer, tick,
+                tw_slack_fraction(tick > now_tick ? tick - now_tick : 0, c->slack_shift),
+                TW_ARM_SLACK);
+    return tw_node_deadline(&e->timer);
+}
+
+/* Tell the clock service about a deadline just armed (cheap when the
+ * cache is already due by then; see tw_clock_wake). */
+static inline void cache_note_deadline(struct tw_cache *c, uint64_t tick)
+{
+    if (c->manual)
+        return;
+    tw_clock_wake(c->clock, c->member, c->epoch_ns + tick * CACHE_NS_PER_TICK);
+}
+
+/* ---- src/cache/set.c: the store under the shard lock ------------------ */
+
+/* xorshift64*: uniform double in [0, 1). */
+static inline double cache_uniform(struct cache_shard *s)
+{
+    uint64_t x = s->rng;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    s->rng = x;
+    return (double)((x * UINT64_C(0x2545f4914f6cdd1d)) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* The expiry tick of a key stored at now_ns with ttl_ms (> 0), jittered:
+ * the instant now + ttl * factor rounded up to a whole tick, at least the
+ * next tick, saturating far below TW_NEVER. */
+static inline uint64_t cache_deadline(struct tw_cache *c, struct cache_shard *s, uint64_t now_ns,
+                                      int64_t ttl_ms)
+{
+    /* The documented cap (cache.h): just under 2^62 ns, far from overflow. */
+    const uint64_t max_ns = (uint64_t)TW_CACHE_TTL_MAX_MS * CACHE_NS_PER_TICK;
+    uint64_t ttl_ns;
+    if (c->jitter > 0) {
+        double f = 1.0 - c->jitter + 2.0 * c->jitter * cache_uniform(s);
+        double ns = (double)ttl_ms * f * (double)CACHE_NS_PER_TICK;
+        ttl_ns = ns >= (double)max_ns ? max_ns : (uint64_t)ns;
+        if (ttl_ns == 0)
+            ttl_ns = 1;
+    } else {
+        ttl_ns = (uint64_t)ttl_ms > max_ns / CACHE_NS_PER_TICK ? max_ns
+                                                                : (uint64_t)ttl_ms * CACHE_NS_PER_TICK;
+    }
+    uint64_t at = now_ns > UINT64_MAX - ttl_ns ? UINT64_MAX : now_ns + ttl_ns;
+    uint64_t tick = tw_ticks_up_(at, CACHE_NS_PER_TICK);
+    uint64_t now_tick = now_ns / CACHE_NS_PER_TICK;
+    return tick > now_tick ? tick : now_tick + 1;
+}
+
+/* Store under the shard lock (held), src/cache/set.c: at expiry tick
+ * `tick`, or (cache_store_locked) ttl_ms from now_ns, jittered. On
+ * success *deadline is the armed tick and anything displaced is in g.
+ * TW_ENOMEM leaves everything unchanged. */
+int tw_cache_store_at_locked_(struct tw_cache *c, struct cache_shard *s, const struct cache_key *k,
+                              const struct cache_val *v, uint64_t tick, uint64_t now_ns,
+                              uint64_t *deadline, struct cache_garbage *g);
+static inline int cache_store_locked(struct tw_cache *c, struct cache_shard *s,
+                                     const struct cache_key *k, const struct cache_val *v,
+                                     int64_t ttl_ms, uint64_t now_ns, uint64_t *deadline,
+                                     struct cache_garbage *g)
+{
+    return tw_cache_store_at_locked_(c, s, k, v, cache_deadline(c, s, now_ns, ttl_ms), now_ns,
+                                     deadline, g);
+}
+/* A whole set of k at now_ns: lock, store, retire, wake the clock, free,
+ * evict (src/cache/set.c). */
+int tw_cache_set_at_(struct tw_cache *c, const struct cache_key *k, const struct cache_val *v,
+                     int64_t ttl_ms, uint64_t now_ns);
+
+/* ---- src/cache/get.c: reads ------------------------------------------- */
+
+/* Where a read puts the value: a pointer, or a buffer (copy mode). */
+struct cache_out {
+    void **value;
+    void *buf;
+    size_t cap;
+    size_t *vlen;
+};
+
+/* Hand e's value to out (inside a read section or under the shard lock:
+ * e and its value cannot be freed meanwhile). */
+static inline void cache_output_copy(const struct cache_entry *e, const struct cache_out *out)
+{
+    size_t n = e->value.len < out->cap ? e->value.len : out->cap;
+    if (n)
+        memcpy(out->buf, cache_ekey(e) + cache_eklen(e), n);
+    *out->vlen = e->value.len;
+}
+
+static inline void cache_output(struct tw_cache *c, const struct cache_entry *e,
+                                const struct cache_out *out)
+{
+    if (c->copy_values) {
+        cache_output_copy(e, out);
+    } else {
+        void *p = atomic_load_explicit(&((struct cache_entry *)(uintptr_t)e)->value.ptr,
+                                       memory_order_acquire);
+        if (c->retain_value)
+            c->retain_value(c->value_ctx, p);
+        *out->value = p;
+    }
+}
+
+/* Find k without the lock; a torn miss is retried once, then looked up
+ * under the shard lock (a resize is relinking that shard right now). */
+static inline struct cache_entry *cache_find_read(struct tw_cache *c, struct cache_shard *s,
+                                                  const struct cache_key *k)
+{
+    bool torn = false;
+    struct cache_entry *e = tw_cache_map_find_rcu_inline_(s, k->p, k->len, k->hash, &torn);
+    if (e || !torn)
+        return e;
+    e = tw_cache_map_find_rcu_inline_(s, k->p, k->len, k->hash, &torn);
+    if (e || !torn)
+        return e;
+    cache_lock_read(c, s);
+    e = tw_cache_map_find_(s, k->p, k->len, k->hash);
+    cache_unlock(c, s);
+    return e; /* still inside the read section: safe to use after unlock */
+}
+
+/* Output e (found inside the caller's read section, or NULL) if it is live:
+ * 0, or TW_ENOENT. Touches e for the LRU. Counts nothing (src/cache/get.c). */
+int tw_cache_get_found_(struct tw_cache *c, struct cache_entry *e, const struct cache_out *out);
+/* Everything but a hit proven live by the coarse clock: e and torn are
+ * what the first lock-free lookup found. Leaves the read section
+ * (src/cache/get.c; out of line, so that the hit path stays small). */
+__attribute__((noinline)) int tw_cache_get_rest_(struct tw_cache *c, struct cache_shard *s,
+                                                 const struct cache_key *k,
+                                                 const struct cache_out *out, bool count_miss,
+                                                 struct cache_rd *rd, struct cache_entry *e,
+                                                 bool torn);
+
+/* A single get: the hit of a key proven live by the coarse clock (a cache
+ * without a limit, the key more than a second from expiry) runs inline to
+ * the end: the bucket's prefetch, enter, the lock-free lookup, the output,
+ * and one atomic add that leaves the read section and counts the hit. */
+static inline __attribute__((always_inline)) int cache_get(struct tw_cache *c,
+                                                           const struct cache_key *k,
+                                                           const struct cache_out *out,
+                                                           bool count_miss)
+{
+    struct cache_shard *s = cache_shard_of(c, k->hash);
+    cache_prefetch_early_(s, k->hash);
+    struct cache_rd rd;
+    tw_cache_rd_enter_(c, &rd);
+    bool torn = false;
+    struct cache_entry *e = tw_cache_map_find_rcu_inline_(s, k->p, k->len, k->hash, &torn);
+    if (__builtin_expect(e != NULL, 1) && cache_surely_live(c, e)) {
+        cache_output(c, e, out);
+        tw_cache_rd_exit_hit_(&rd);
+        return 0;
+    }
+    return tw_cache_get_rest_(c, s, k, out, count_miss, &rd, e, torn);
+}
+
+/* ---- src/cache/expire.c, stats.c, shard.c ----------------------------- */
+
+/* The cache's work as a member of its clock service: expire what is due,
+ * log if a line is due; returns when to run next (src/cache/expire.c). */
+uint64_t tw_cache_clock_run_(void *ctx, uint64_t now_ns);
+
+/* Write the statistics line (log_mu held; src/cache/stats.c). */
+void tw_cache_log_line_(struct tw_cache *c, uint64_t now_tick);
+/* Log a line if one is due at now_tick (log_mu held). */
+static inline void cache_maybe_log(struct tw_cache *c, uint64_t now_tick)
+{
+    if (c->log && now_tick >= c->log_due)
+        tw_cache_log_line_(c, now_tick);
+}
+
+/* Set up shard s (its table, locks, wheel; rng seeds its jitter):
+ * 0, TW_ENOMEM or TW_ESYS, nothing left allocated on failure
+ * (src/cache/shard.c). */
+int tw_cache_shard_init_(struct tw_cache *c, struct cache_shard *s, uint64_t rng);
+/* Tear down the first `inited` shards, free their entries (and values),
+ * limbo and tables, and the shard block. No reader may be inside any more. */
+void tw_cache_shards_free_(struct tw_cache *c, unsigned inited);
 
 #endif /* TWHEEL_CACHE_INTERNAL_H */

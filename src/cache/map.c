@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* twheel cache: the per-shard map. Keys hashed by tw_hash_mum (or
- * SipHash-1-3 on request; hash.h, cache.c) under a random per-instance key,
+ * SipHash-1-3 on request; hash.h, cache_hash) under a random per-instance key,
  * a table of buckets of 8 tagged links (see cache/internal.h) that doubles
- * above half a key per slot and halves below 1/16, and an intrusive LRU
- * list. Every function here runs under the shard lock, except
+ * above half a key per slot and halves below 1/16 (the LRU list is in
+ * cache/lru.c). Every function here runs under the shard lock, except
  * tw_cache_map_find_rcu_ (readers, no lock). */
 #include <stdlib.h>
 #include <string.h>
@@ -203,81 +203,4 @@ void tw_cache_map_replace_(struct cache_shard *s, struct cache_entry *old,
     uintptr_t next = atomic_load_explicit(&old->hnext, RLX);
     atomic_store_explicit(&e->hnext, next, RLX);
     atomic_store_explicit(link, cache_link(e, cache_tag_of(hash), next), REL);
-}
-
-/* ---- LRU list: head = most recently used (largest pos), tail = least ---- */
-
-static inline void cache_lru_oldest(struct cache_shard *s)
-{
-    atomic_store_explicit(&s->oldest, s->lru_tail ? cache_lru_of(s->lru_tail)->pos : UINT64_MAX,
-                          memory_order_relaxed);
-}
-
-/* Link e before `at` (NULL: at the tail). */
-static void cache_lru_link_before(struct cache_shard *s, struct cache_entry *e,
-                                  struct cache_entry *at)
-{
-    struct cache_lru *l = cache_lru_of(e);
-    struct cache_entry *prev = at ? cache_lru_of(at)->prev : s->lru_tail;
-    l->prev = prev;
-    l->next = at;
-    if (prev)
-        cache_lru_of(prev)->next = e;
-    else
-        s->lru_head = e;
-    if (at)
-        cache_lru_of(at)->prev = e;
-    else
-        s->lru_tail = e;
-}
-
-void tw_cache_lru_push_(struct cache_shard *s, struct cache_entry *e, uint64_t stamp)
-{
-    struct cache_lru *l = cache_lru_of(e);
-    l->pos = stamp;
-    atomic_store_explicit(&l->stamp, stamp, memory_order_relaxed);
-    cache_lru_link_before(s, e, s->lru_head);
-    cache_lru_oldest(s);
-}
-
-void tw_cache_lru_unlink_(struct cache_shard *s, struct cache_entry *e)
-{
-    struct cache_lru *l = cache_lru_of(e);
-    if (l->prev)
-        cache_lru_of(l->prev)->next = l->next;
-    else
-        s->lru_head = l->next;
-    if (l->next)
-        cache_lru_of(l->next)->prev = l->prev;
-    else
-        s->lru_tail = l->prev;
-    l->prev = l->next = NULL;
-    cache_lru_oldest(s);
-}
-
-/* Readers only raise an entry's stamp; the list is ordered by pos, and
- * stamp >= pos. So a tail whose stamp equals its pos is the least recently
- * used key of the shard; a tail read since it was placed is moved to where
- * its stamp belongs (walking from the head, at most CACHE_LRU_WALK entries:
- * beyond that it goes there, a little too close to the tail). Each read
- * causes at most one such move; at most 1024 moves per call, so readers
- * raising stamps meanwhile cannot keep an evictor here. */
-void tw_cache_lru_settle_(struct cache_shard *s)
-{
-    struct cache_entry *t;
-    unsigned moves = 0;
-    while ((t = s->lru_tail) != NULL && moves++ < 1024) {
-        struct cache_lru *l = cache_lru_of(t);
-        uint64_t st = atomic_load_explicit(&l->stamp, memory_order_relaxed);
-        if (st <= l->pos)
-            break;
-        tw_cache_lru_unlink_(s, t);
-        l->pos = st;
-        struct cache_entry *at = s->lru_head;
-        unsigned walk = 0;
-        while (at && cache_lru_of(at)->pos > st && walk++ < CACHE_LRU_WALK)
-            at = cache_lru_of(at)->next;
-        cache_lru_link_before(s, t, at);
-    }
-    cache_lru_oldest(s);
 }
