@@ -19,14 +19,14 @@ static void free_user(void *ctx, void *value)
 }
 
 /* Called on a miss, once for all concurrent callers of that key. */
-static int load_user(void *ctx, const void *key, size_t klen, void **value, size_t *vlen)
+static int load_user(void *ctx, const void *key, size_t key_len, void **value, size_t *value_len)
 {
-    (void)vlen;
+    (void)value_len;
     int *loads = ctx;
     struct user *u = malloc(sizeof *u);
     if (!u)
         return TW_ENOMEM;
-    snprintf(u->name, sizeof u->name, "user %.*s", (int)klen, (const char *)key);
+    snprintf(u->name, sizeof u->name, "user %.*s", (int)key_len, (const char *)key);
     (*loads)++;
     *value = u;
     return 0;

@@ -150,14 +150,14 @@ typedef void tw_cache_free_fn(void *ctx, void *value);
 typedef void tw_cache_retain_fn(void *ctx, void *value);
 
 /** Produces the value of a missing key for take. Return 0 and set *value
- * (and, in copy mode, *vlen: the cache copies *vlen bytes from *value and
+ * (and, in copy mode, *value_len: the cache copies *value_len bytes from *value and
  * then passes *value to free_value if set), or return a non-zero error code
  * (negative by convention) that every waiting caller receives. In pointer
  * mode the cache owns *value once the loader succeeded, as after a set.
  * Runs without any cache lock held: it may call the cache, but a take of the
  * same key from inside its own loader would wait for itself forever. */
 typedef int tw_cache_loader_fn(void *ctx, const void *key, size_t key_len, void **value,
-                               size_t *vlen);
+                               size_t *value_len);
 
 /** Receives the periodic statistics line (no trailing newline), e.g.
  *   cache(users) - last 60.0 s: queries: 1200 (qpm: 1200), hits: 1100,
@@ -282,21 +282,21 @@ TW_API int tw_cache_set(struct tw_cache *c, const void *key, size_t key_len, voi
 /** As tw_cache_set with this TTL; ttl_ms <= 0 is TW_EINVAL. */
 TW_API int tw_cache_set_ttl(struct tw_cache *c, const void *key, size_t key_len, void *value,
                             int64_t ttl_ms);
-/** Copy mode: store a copy of vlen bytes (value may be NULL if vlen is 0). */
-TW_API int tw_cache_set_copy(struct tw_cache *c, const void *key, size_t key_len,
-                             const void *value, size_t vlen);
+/** Copy mode: store a copy of value_len bytes (value may be NULL if value_len is 0). */
+TW_API int tw_cache_set_copy(struct tw_cache *c, const void *key, size_t key_len, const void *value,
+                             size_t value_len);
 /** Copy mode, as tw_cache_set_copy with this TTL; ttl_ms <= 0 is TW_EINVAL. */
 TW_API int tw_cache_set_copy_ttl(struct tw_cache *c, const void *key, size_t key_len,
-                                 const void *value, size_t vlen, int64_t ttl_ms);
+                                 const void *value, size_t value_len, int64_t ttl_ms);
 
 /** Look key up. Hit: 0, *value set (retained if retain_value is set), the key
  * becomes the most recently used; its TTL is unchanged. Miss (absent or
  * expired): TW_ENOENT. TW_EINVAL for bad arguments or copy mode. */
 TW_API int tw_cache_get(struct tw_cache *c, const void *key, size_t key_len, void **value);
-/** Copy mode: copy up to cap bytes of the value into buf and set *vlen to its
+/** Copy mode: copy up to cap bytes of the value into buf and set *value_len to its
  * full length (a shorter cap truncates: compare). 0, TW_ENOENT or TW_EINVAL. */
 TW_API int tw_cache_get_copy(struct tw_cache *c, const void *key, size_t key_len, void *buf,
-                             size_t cap, size_t *vlen);
+                             size_t cap, size_t *value_len);
 
 /** Batched get (pointer mode): look up n keys (keys[i], key_lens[i] bytes) at
  * once, as n tw_cache_get calls would, but fetching the buckets and entries
@@ -342,12 +342,12 @@ TW_API int tw_cache_take_ttl(struct tw_cache *c, const void *key, size_t key_len
                              int64_t ttl_ms);
 /** Copy mode take: the value is copied out as by tw_cache_get_copy. */
 TW_API int tw_cache_take_copy(struct tw_cache *c, const void *key, size_t key_len,
-                              tw_cache_loader_fn *loader, void *loader_ctx, void *buf,
-                              size_t cap, size_t *vlen);
+                              tw_cache_loader_fn *loader, void *loader_ctx, void *buf, size_t cap,
+                              size_t *value_len);
 /** Copy mode, as tw_cache_take_copy with this TTL; ttl_ms <= 0 is TW_EINVAL. */
 TW_API int tw_cache_take_copy_ttl(struct tw_cache *c, const void *key, size_t key_len,
                                   tw_cache_loader_fn *loader, void *loader_ctx, void *buf,
-                                  size_t cap, size_t *vlen, int64_t ttl_ms);
+                                  size_t cap, size_t *value_len, int64_t ttl_ms);
 
 /** Fill *out with the counters (each read without stopping the cache, so a
  * snapshot under load is not atomic as a whole). Returns 0, or TW_EINVAL for

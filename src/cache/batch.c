@@ -26,9 +26,9 @@
  * (or the default 5% jitter). */
 #define CACHE_SET_CLOCK 16
 
-static inline bool cache_key_ok(const void *const *keys, const size_t *klens, size_t j)
+static inline bool cache_key_ok(const void *const *keys, const size_t *key_lens, size_t j)
 {
-    return (keys[j] || !klens[j]) && klens[j] <= UINT32_MAX;
+    return (keys[j] || !key_lens[j]) && key_lens[j] <= UINT32_MAX;
 }
 
 static inline void cache_prefetch_bucket(struct tw_cache *c, uint64_t hash)
@@ -61,18 +61,18 @@ static inline void cache_prefetch_entry(struct tw_cache *c, uint64_t hash)
 /* One step of the pipeline before key i is worked on: hashes land in ring.
  * Reads the shards' tables: inside a read section only. */
 static inline void cache_pipeline(struct tw_cache *c, size_t n, const void *const *keys,
-                                  const size_t *klens, size_t i, uint64_t *ring)
+                                  const size_t *key_lens, size_t i, uint64_t *ring)
 {
     size_t j = i + 3 * CACHE_STAGE;
     if (j < n && keys[j])
         __builtin_prefetch(keys[j]);
     j = i + 2 * CACHE_STAGE;
-    if (j < n && cache_key_ok(keys, klens, j)) {
-        ring[j % CACHE_RING] = cache_hash(c, keys[j] ? keys[j] : "", klens[j]);
+    if (j < n && cache_key_ok(keys, key_lens, j)) {
+        ring[j % CACHE_RING] = cache_hash(c, keys[j] ? keys[j] : "", key_lens[j]);
         cache_prefetch_bucket(c, ring[j % CACHE_RING]);
     }
     j = i + CACHE_STAGE;
-    if (j < n && cache_key_ok(keys, klens, j))
+    if (j < n && cache_key_ok(keys, key_lens, j))
         cache_prefetch_entry(c, ring[j % CACHE_RING]);
 }
 
@@ -80,26 +80,26 @@ static inline void cache_pipeline(struct tw_cache *c, size_t n, const void *cons
  * D keys' entries on their way, the next keys' bytes too (in a read
  * section). */
 static void cache_pipeline_start(struct tw_cache *c, size_t n, const void *const *keys,
-                                 const size_t *klens, uint64_t *ring)
+                                 const size_t *key_lens, uint64_t *ring)
 {
     for (size_t j = 0; j < n && j < 3 * CACHE_STAGE; j++)
         if (keys[j])
             __builtin_prefetch(keys[j]);
     for (size_t j = 0; j < n && j < 2 * CACHE_STAGE; j++) {
-        if (cache_key_ok(keys, klens, j)) {
-            ring[j % CACHE_RING] = cache_hash(c, keys[j] ? keys[j] : "", klens[j]);
+        if (cache_key_ok(keys, key_lens, j)) {
+            ring[j % CACHE_RING] = cache_hash(c, keys[j] ? keys[j] : "", key_lens[j]);
             cache_prefetch_bucket(c, ring[j % CACHE_RING]);
         }
     }
     for (size_t j = 0; j < n && j < CACHE_STAGE; j++)
-        if (cache_key_ok(keys, klens, j))
+        if (cache_key_ok(keys, key_lens, j))
             cache_prefetch_entry(c, ring[j % CACHE_RING]);
 }
 
 static int cache_check_keys(const struct tw_cache *c, size_t n, const void *const *keys,
-                            const size_t *klens)
+                            const size_t *key_lens)
 {
-    if (!c || (n && (!keys || !klens)))
+    if (!c || (n && (!keys || !key_lens)))
         return TW_EINVAL;
     return 0;
 }
@@ -227,25 +227,25 @@ static inline uint64_t cache_deadline_fast(struct cache_shard *s, const struct c
 }
 
 static int cache_set_many_ordered(struct tw_cache *c, size_t n, const void *const *keys,
-                                  const size_t *klens, void *const *values, int *results)
+                                  const size_t *key_lens, void *const *values, int *results)
 {
     uint64_t ring[CACHE_RING] = {0};
     int stored = 0;
     uint64_t now_ns = 0;
     struct cache_rd rd;
     tw_cache_rd_enter_(c, &rd);
-    cache_pipeline_start(c, n, keys, klens, ring);
+    cache_pipeline_start(c, n, keys, key_lens, ring);
     tw_cache_rd_exit_(&rd);
     for (size_t i = 0; i < n; i++) {
         tw_cache_rd_enter_(c, &rd);
-        cache_pipeline(c, n, keys, klens, i, ring);
+        cache_pipeline(c, n, keys, key_lens, i, ring);
         tw_cache_rd_exit_(&rd);
         if (i % CACHE_SET_CLOCK == 0)
             now_ns = cache_now_ns(c);
         const void *kp = keys[i];
-        int rc = cache_check_key(c, &kp, klens[i]);
+        int rc = cache_check_key(c, &kp, key_lens[i]);
         if (rc == 0) {
-            struct cache_key k = {kp, klens[i], ring[i % CACHE_RING]};
+            struct cache_key k = {kp, key_lens[i], ring[i % CACHE_RING]};
             struct cache_val v = {values[i], NULL, 0};
             rc = tw_cache_set_at_(c, &k, &v, c->default_ttl_ms, now_ns);
         }
@@ -286,7 +286,7 @@ static void cache_order_by_shard(const struct tw_cache *c, const uint32_t *key, 
 
 /* Store one chunk (n <= CACHE_SET_CHUNK) of a cache without a limit. */
 static int cache_set_chunk(struct tw_cache *c, size_t n, const void *const *keys,
-                           const size_t *klens, void *const *values, int *results,
+                           const size_t *key_lens, void *const *values, int *results,
                            const struct cache_ttl *ttl)
 {
     uint64_t hash[CACHE_SET_CHUNK];
@@ -302,13 +302,13 @@ static int cache_set_chunk(struct tw_cache *c, size_t n, const void *const *keys
         if (j + 8 < n && keys[j + 8])
             __builtin_prefetch(keys[j + 8]);
         const void *kp = keys[j];
-        int rc = cache_check_key(c, &kp, klens[j]);
+        int rc = cache_check_key(c, &kp, key_lens[j]);
         if (rc) {
             if (results)
                 results[j] = rc;
             continue;
         }
-        hash[j] = cache_hash(c, kp, klens[j]);
+        hash[j] = cache_hash(c, kp, key_lens[j]);
         cache_prefetch_bucket(c, hash[j]);
         uint32_t si = (uint32_t)(cache_shard_of(c, hash[j]) - c->shards);
         key[m++] = si << 8 | (uint32_t)j;
@@ -333,7 +333,7 @@ static int cache_set_chunk(struct tw_cache *c, size_t n, const void *const *keys
         for (; q < m && ord[q] >> 8 == si; q++) {
             size_t j = ord[q] & 0xff;
             const void *kp = keys[j] ? keys[j] : "";
-            struct cache_key k = {kp, klens[j], hash[j]};
+            struct cache_key k = {kp, key_lens[j], hash[j]};
             struct cache_val v = {values[j], NULL, 0};
             uint64_t tick = cache_deadline_fast(s, ttl, now_ns);
             uint64_t planned = 0;

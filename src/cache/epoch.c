@@ -207,11 +207,11 @@ void tw_cache_garbage_release_(struct tw_cache *c, struct cache_garbage *g)
     while (n) {
         struct tw_node *next = n->next;
         struct cache_entry *e = tw_container_of(n, struct cache_entry, timer);
-        size_t vlen = c->copy_values ? e->value.len : 0;
+        size_t value_len = c->copy_values ? e->value.len : 0;
         if (!c->copy_values && c->free_value)
             c->free_value(c->value_ctx, atomic_load_explicit(&e->value.ptr, memory_order_relaxed));
         size_t pre = cache_pre(c);
-        size_t bytes = pre + CACHE_ENTRY_HDR + cache_key_bytes(cache_eklen(e)) + vlen;
+        size_t bytes = pre + CACHE_ENTRY_HDR + cache_key_bytes(cache_ekey_len(e)) + value_len;
         if (tw_cache_slab_fits_(bytes)) {
             struct cache_shard *s = cache_shard_of(c, e->hash);
             tw_cache_slab_give_(&s->slab, (char *)e - pre, bytes);

@@ -70,14 +70,14 @@ int tw_cache_get(struct tw_cache *c, const void *key, size_t key_len, void **val
 }
 
 int tw_cache_get_copy(struct tw_cache *c, const void *key, size_t key_len, void *buf, size_t cap,
-                      size_t *vlen)
+                      size_t *value_len)
 {
     int rc = cache_check_key(c, &key, key_len);
     if (rc)
         return rc;
-    if (!c->copy_values || !vlen || (!buf && cap))
+    if (!c->copy_values || !value_len || (!buf && cap))
         return TW_EINVAL;
     struct cache_key k = {key, key_len, cache_hash(c, key, key_len)};
-    struct cache_out out = {NULL, buf, cap, vlen};
+    struct cache_out out = {NULL, buf, cap, value_len};
     return cache_get(c, &k, &out, true);
 }

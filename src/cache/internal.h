@@ -62,20 +62,20 @@
  * same block (86 bytes then); a cache without one does not pay for it.
  *
  * Layout for the reader: everything a hit reads (hnext, value, expires,
- * hash, klen, the key) is contiguous after the wheel node, and the header
- * is 54 bytes rather than 56 (a 16-bit klen), so an entry with a key of up
+ * hash, key_len, the key) is contiguous after the wheel node, and the header
+ * is 54 bytes rather than 56 (a 16-bit key_len), so an entry with a key of up
  * to 10 bytes ("key:999999", a decimal id, a short token) is a 64-byte block,
  * which the slab carves 64-byte aligned: a hit then reads one cache line of
  * the entry (with a 56-byte header such an entry took an 80-byte block whose
  * hash-to-key bytes straddled two lines in 2 blocks of 4). Keys are compared
  * without libc's memcmp up to 16 bytes (cache/map.c: its vector load read
  * past the key into the next block's line). Keys of 0xFFFF
- * bytes or more store klen = CACHE_KLEN_LONG and their real length in 4
- * bytes at key[0], the key bytes after them (cache_ekey/cache_eklen).
+ * bytes or more store key_len = CACHE_KEY_LEN_LONG and their real length in 4
+ * bytes at key[0], the key bytes after them (cache_ekey/cache_ekey_len).
  *
  * Readers walk chains and read entries without any lock (see cache.c), so
  * every field a reader looks at is either immutable once the entry is
- * published (hash, klen, key and copy-mode value bytes, value.len) or an
+ * published (hash, key_len, key and copy-mode value bytes, value.len) or an
  * atomic (hnext, value.ptr, expires, the LRU stamp). An entry that leaves
  * the table keeps its hnext, so a reader standing on it walks on; its memory
  * is reclaimed only after every reader that could see it has left (epochs). */
@@ -89,26 +89,26 @@ struct cache_entry {
     } value;
     _Atomic uint64_t expires;    /* the expiry tick (= the timer's deadline), for readers */
     uint32_t hash;               /* low 32 bits of the key's hash */
-    uint16_t klen;               /* key length, or CACHE_KLEN_LONG */
-    unsigned char key[];         /* klen bytes, then the value bytes in copy mode */
+    uint16_t key_len;            /* key length, or CACHE_KEY_LEN_LONG */
+    unsigned char key[];         /* key_len bytes, then the value bytes in copy mode */
 };
 
-#define CACHE_KLEN_LONG 0xFFFFu
+#define CACHE_KEY_LEN_LONG 0xFFFFu
 /* Bytes of an entry before its key (sizeof would round 54 up to 56). */
 #define CACHE_ENTRY_HDR offsetof(struct cache_entry, key)
 /* A link's bit 0 tells a tagged link from a plain address (cache_link). */
 _Static_assert(alignof(struct cache_entry) >= 2, "entry addresses have bit 0 clear");
 
-/* Bytes an entry needs for a key of klen bytes (its length prefix if long). */
-static inline size_t cache_key_bytes(size_t klen)
+/* Bytes an entry needs for a key of key_len bytes (its length prefix if long). */
+static inline size_t cache_key_bytes(size_t key_len)
 {
-    return klen >= CACHE_KLEN_LONG ? klen + sizeof(uint32_t) : klen;
+    return key_len >= CACHE_KEY_LEN_LONG ? key_len + sizeof(uint32_t) : key_len;
 }
 
-static inline size_t cache_eklen(const struct cache_entry *e)
+static inline size_t cache_ekey_len(const struct cache_entry *e)
 {
-    if (e->klen != CACHE_KLEN_LONG)
-        return e->klen;
+    if (e->key_len != CACHE_KEY_LEN_LONG)
+        return e->key_len;
     uint32_t n;
     memcpy(&n, e->key, sizeof n);
     return n;
@@ -116,25 +116,25 @@ static inline size_t cache_eklen(const struct cache_entry *e)
 
 static inline const unsigned char *cache_ekey(const struct cache_entry *e)
 {
-    return e->klen != CACHE_KLEN_LONG ? e->key : e->key + sizeof(uint32_t);
+    return e->key_len != CACHE_KEY_LEN_LONG ? e->key : e->key + sizeof(uint32_t);
 }
 
-/* Store klen and the key bytes into a new entry; returns where the value
+/* Store key_len and the key bytes into a new entry; returns where the value
  * bytes (copy mode) go. */
-static inline unsigned char *cache_eset_key(struct cache_entry *e, const void *key, size_t klen)
+static inline unsigned char *cache_eset_key(struct cache_entry *e, const void *key, size_t key_len)
 {
     unsigned char *p = e->key;
-    if (klen >= CACHE_KLEN_LONG) {
-        uint32_t n = (uint32_t)klen;
-        e->klen = CACHE_KLEN_LONG;
+    if (key_len >= CACHE_KEY_LEN_LONG) {
+        uint32_t n = (uint32_t)key_len;
+        e->key_len = CACHE_KEY_LEN_LONG;
         memcpy(p, &n, sizeof n);
         p += sizeof n;
     } else {
-        e->klen = (uint16_t)klen;
+        e->key_len = (uint16_t)key_len;
     }
-    if (klen)
-        memcpy(p, key, klen);
-    return p + klen;
+    if (key_len)
+        memcpy(p, key, key_len);
+    return p + key_len;
 }
 
 /* LRU links, in front of the entry (limit > 0 only). The list is ordered by
@@ -336,7 +336,7 @@ struct cache_waiter {
     void **value;       /* pointer mode output */
     void *buf;          /* copy mode output */
     size_t cap;
-    size_t *vlen;
+    size_t *value_len;
     int err;
     bool done;
 };
@@ -346,7 +346,7 @@ struct cache_waiter {
 struct cache_flight {
     struct cache_flight *next;
     const void *key; /* the leader's key: valid while the flight is listed */
-    size_t klen;
+    size_t key_len;
     uint32_t hash;
     struct cache_waiter *waiters;
 };
@@ -471,12 +471,12 @@ struct tw_cache {
 
 
 /* Find key in s under the shard lock (hash is the full 64-bit hash). */
-struct cache_entry *tw_cache_map_find_(const struct cache_shard *s, const void *key,
-                                       size_t klen, uint64_t hash);
+struct cache_entry *tw_cache_map_find_(const struct cache_shard *s, const void *key, size_t key_len,
+                                       uint64_t hash);
 /* Find key without the lock (inside a read section): *torn is set when a
  * resize ran meanwhile, so that a miss cannot be trusted. */
 struct cache_entry *tw_cache_map_find_rcu_(const struct cache_shard *s, const void *key,
-                                           size_t klen, uint64_t hash, bool *torn);
+                                           size_t key_len, uint64_t hash, bool *torn);
 /* Key compares and the lock-free lookup, inline here so that a get's hit
  * path is one function (cache_get). */
 static inline uint64_t cache_ld8(const unsigned char *p)
@@ -513,14 +513,14 @@ static inline bool cache_mem_eq(const unsigned char *a, const unsigned char *b, 
     return true;
 }
 
-static inline bool cache_key_eq(const struct cache_entry *e, const void *key, size_t klen,
+static inline bool cache_key_eq(const struct cache_entry *e, const void *key, size_t key_len,
                                 uint32_t h)
 {
     if (e->hash != h)
         return false;
-    if (klen < CACHE_KLEN_LONG)
-        return e->klen == klen && cache_mem_eq(e->key, key, klen);
-    return cache_eklen(e) == klen && memcmp(cache_ekey(e), key, klen) == 0;
+    if (key_len < CACHE_KEY_LEN_LONG)
+        return e->key_len == key_len && cache_mem_eq(e->key, key, key_len);
+    return cache_ekey_len(e) == key_len && memcmp(cache_ekey(e), key, key_len) == 0;
 }
 
 /* Lock-free lookup. A hit is always a true hit: the entry's key bytes never
@@ -531,9 +531,9 @@ static inline bool cache_key_eq(const struct cache_entry *e, const void *key, si
  * is bounded, so a chain relinked under our feet cannot keep us forever.
  * Entries are read only behind a matching tag or to walk on to a successor:
  * a hit at the head of a slot reads its bucket's line and its own entry. */
-static inline struct cache_entry *
-tw_cache_map_find_rcu_inline_(const struct cache_shard *s, const void *key, size_t klen,
-                              uint64_t hash, bool *torn)
+static inline struct cache_entry *tw_cache_map_find_rcu_inline_(const struct cache_shard *s,
+                                                                const void *key, size_t key_len,
+                                                                uint64_t hash, bool *torn)
 {
     uint32_t h = (uint32_t)hash;
     uint32_t seq = atomic_load_explicit(&s->seq, memory_order_acquire);
@@ -554,7 +554,7 @@ tw_cache_map_find_rcu_inline_(const struct cache_shard *s, const void *key, size
         unsigned j = (j0 + k) & (CACHE_SLOTS - 1);
         for (uintptr_t l = atomic_load_explicit(&bk[j], memory_order_seq_cst); l;) {
             struct cache_entry *e = cache_link_entry(l);
-            if (cache_link_may_match(l, tag) && cache_key_eq(e, key, klen, h))
+            if (cache_link_may_match(l, tag) && cache_key_eq(e, key, key_len, h))
                 return e;
             if (!cache_link_may_continue(l) || ++steps > 4096)
                 break;
@@ -866,11 +866,11 @@ static inline struct cache_shard *cache_shard_of(struct tw_cache *c, uint64_t ha
  * ~30 instructions for a key of up to 16 bytes, against ~110 for
  * SipHash-1-3), or SipHash-1-3 with cfg.siphash. Both are keyed by the
  * instance's random seed; what each resists is said in hash.h and cache.h. */
-static inline uint64_t cache_hash(const struct tw_cache *c, const void *key, size_t klen)
+static inline uint64_t cache_hash(const struct tw_cache *c, const void *key, size_t key_len)
 {
     if (c->siphash)
-        return tw_siphash13(key, klen, c->seed[0], c->seed[1]);
-    return tw_hash_mum(key, klen, c->mum);
+        return tw_siphash13(key, key_len, c->seed[0], c->seed[1]);
+    return tw_hash_mum(key, key_len, c->mum);
 }
 
 /* Bytes in front of each entry: its LRU links when there is a limit. */
@@ -880,9 +880,10 @@ static inline size_t cache_pre(const struct tw_cache *c)
 }
 
 /* The size of an entry's block (LRU links, entry, key, value bytes). */
-static inline size_t cache_entry_size(const struct tw_cache *c, size_t klen, size_t vlen)
+static inline size_t cache_entry_size(const struct tw_cache *c, size_t key_len, size_t value_len)
 {
-    return cache_pre(c) + CACHE_ENTRY_HDR + cache_key_bytes(klen) + (c->copy_values ? vlen : 0);
+    return cache_pre(c) + CACHE_ENTRY_HDR + cache_key_bytes(key_len) +
+           (c->copy_values ? value_len : 0);
 }
 
 /* Key bytes as given by the caller. */
@@ -901,11 +902,11 @@ struct cache_val {
 
 /* Checks a key; the empty key may be NULL, and becomes "" (no pointer
  * arithmetic or memcmp on NULL). */
-static inline int cache_check_key(const struct tw_cache *c, const void **key, size_t klen)
+static inline int cache_check_key(const struct tw_cache *c, const void **key, size_t key_len)
 {
-    if (!c || (!*key && klen))
+    if (!c || (!*key && key_len))
         return TW_EINVAL;
-    if (klen > UINT32_MAX)
+    if (key_len > UINT32_MAX)
         return TW_E2BIG;
     if (!*key)
         *key = "";
@@ -1036,7 +1037,7 @@ struct cache_out {
     void **value;
     void *buf;
     size_t cap;
-    size_t *vlen;
+    size_t *value_len;
 };
 
 /* Hand e's value to out (inside a read section or under the shard lock:
@@ -1045,8 +1046,8 @@ static inline void cache_output_copy(const struct cache_entry *e, const struct c
 {
     size_t n = e->value.len < out->cap ? e->value.len : out->cap;
     if (n)
-        memcpy(out->buf, cache_ekey(e) + cache_eklen(e), n);
-    *out->vlen = e->value.len;
+        memcpy(out->buf, cache_ekey(e) + cache_ekey_len(e), n);
+    *out->value_len = e->value.len;
 }
 
 static inline void cache_output(struct tw_cache *c, const struct cache_entry *e,

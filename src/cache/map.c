@@ -64,8 +64,8 @@ void tw_cache_table_free_(struct tw_cache *c, struct cache_table *t)
         tw_mem_free_(&c->alloc, t, bytes);
 }
 
-struct cache_entry *tw_cache_map_find_(const struct cache_shard *s, const void *key,
-                                       size_t klen, uint64_t hash)
+struct cache_entry *tw_cache_map_find_(const struct cache_shard *s, const void *key, size_t key_len,
+                                       uint64_t hash)
 {
     uint32_t h = (uint32_t)hash;
     uintptr_t tag = cache_tag_of(hash);
@@ -76,7 +76,7 @@ struct cache_entry *tw_cache_map_find_(const struct cache_shard *s, const void *
         unsigned j = (j0 + k) & (CACHE_SLOTS - 1);
         for (uintptr_t l = atomic_load_explicit(&bk[j], RLX); l;) {
             struct cache_entry *e = cache_link_entry(l);
-            if (cache_link_may_match(l, tag) && cache_key_eq(e, key, klen, h))
+            if (cache_link_may_match(l, tag) && cache_key_eq(e, key, key_len, h))
                 return e;
             if (!cache_link_may_continue(l))
                 break;
@@ -87,9 +87,9 @@ struct cache_entry *tw_cache_map_find_(const struct cache_shard *s, const void *
 }
 
 struct cache_entry *tw_cache_map_find_rcu_(const struct cache_shard *s, const void *key,
-                                           size_t klen, uint64_t hash, bool *torn)
+                                           size_t key_len, uint64_t hash, bool *torn)
 {
-    return tw_cache_map_find_rcu_inline_(s, key, klen, hash, torn);
+    return tw_cache_map_find_rcu_inline_(s, key, key_len, hash, torn);
 }
 
 /* Link e (e->hash set; tag its link tag) into table t: into a free slot of

@@ -104,12 +104,13 @@ int tw_cache_set_at_(struct tw_cache *c, const struct cache_key *kp, const struc
 /* A single set from its public call: hash, read the clock, store. Inline
  * into each public call, so that a set is one call to tw_cache_set_at_. */
 static inline __attribute__((always_inline)) int cache_set(struct tw_cache *c, const void *key,
-                                                           size_t klen, const struct cache_val *v,
+                                                           size_t key_len,
+                                                           const struct cache_val *v,
                                                            int64_t ttl_ms)
 {
     if (ttl_ms <= 0)
         return TW_EINVAL;
-    struct cache_key k = {key, klen, cache_hash(c, key, klen)};
+    struct cache_key k = {key, key_len, cache_hash(c, key, key_len)};
     return tw_cache_set_at_(c, &k, v, ttl_ms, cache_now_ns(c));
 }
 
@@ -131,23 +132,24 @@ int tw_cache_set(struct tw_cache *c, const void *key, size_t key_len, void *valu
 }
 
 int tw_cache_set_copy_ttl(struct tw_cache *c, const void *key, size_t key_len, const void *value,
-                          size_t vlen, int64_t ttl_ms)
+                          size_t value_len, int64_t ttl_ms)
 {
     int rc = cache_check_key(c, &key, key_len);
     if (rc)
         return rc;
-    if (!c->copy_values || (!value && vlen))
+    if (!c->copy_values || (!value && value_len))
         return TW_EINVAL;
-    if (vlen > SIZE_MAX - sizeof(struct cache_lru) - CACHE_ENTRY_HDR - cache_key_bytes(key_len))
+    if (value_len >
+        SIZE_MAX - sizeof(struct cache_lru) - CACHE_ENTRY_HDR - cache_key_bytes(key_len))
         return TW_E2BIG;
-    struct cache_val v = {NULL, value, vlen};
+    struct cache_val v = {NULL, value, value_len};
     return cache_set(c, key, key_len, &v, ttl_ms);
 }
 
 int tw_cache_set_copy(struct tw_cache *c, const void *key, size_t key_len, const void *value,
-                      size_t vlen)
+                      size_t value_len)
 {
-    return tw_cache_set_copy_ttl(c, key, key_len, value, vlen, c ? c->default_ttl_ms : 0);
+    return tw_cache_set_copy_ttl(c, key, key_len, value, value_len, c ? c->default_ttl_ms : 0);
 }
 
 int tw_cache_del(struct tw_cache *c, const void *key, size_t key_len)

@@ -12,7 +12,8 @@
 static struct cache_flight *cache_flight_find(struct cache_shard *s, const struct cache_key *k)
 {
     for (struct cache_flight *f = s->flights; f; f = f->next)
-        if (f->hash == (uint32_t)k->hash && f->klen == k->len && memcmp(f->key, k->p, k->len) == 0)
+        if (f->hash == (uint32_t)k->hash && f->key_len == k->len &&
+            memcmp(f->key, k->p, k->len) == 0)
             return f;
     return NULL;
 }
@@ -25,7 +26,7 @@ static __attribute__((noinline)) int cache_take_miss(struct tw_cache *c, const s
                                                      const struct cache_out *out, int64_t ttl_ms)
 {
     const void *key = kp->p;
-    size_t klen = kp->len;
+    size_t key_len = kp->len;
     struct cache_shard *s = cache_shard_of(c, kp->hash);
 
     pthread_mutex_lock(&s->flight_mu);
@@ -38,7 +39,7 @@ static __attribute__((noinline)) int cache_take_miss(struct tw_cache *c, const s
     if (f) {
         /* Someone is loading this key: wait for its result. */
         struct cache_waiter w = {
-            .value = out->value, .buf = out->buf, .cap = out->cap, .vlen = out->vlen};
+            .value = out->value, .buf = out->buf, .cap = out->cap, .value_len = out->value_len};
         w.next = f->waiters;
         f->waiters = &w;
         while (!w.done)
@@ -46,13 +47,13 @@ static __attribute__((noinline)) int cache_take_miss(struct tw_cache *c, const s
         pthread_mutex_unlock(&s->flight_mu);
         return w.err;
     }
-    struct cache_flight me = {s->flights, key, klen, (uint32_t)kp->hash, NULL};
+    struct cache_flight me = {s->flights, key, key_len, (uint32_t)kp->hash, NULL};
     s->flights = &me;
     pthread_mutex_unlock(&s->flight_mu);
 
     void *loaded = NULL;
     size_t loaded_len = 0;
-    int err = loader(loader_ctx, key, klen, &loaded, &loaded_len);
+    int err = loader(loader_ctx, key, key_len, &loaded, &loaded_len);
     bool loaded_ok = err == 0;
     if (err == 0 && c->copy_values && !loaded && loaded_len)
         err = TW_EINVAL;
@@ -70,10 +71,10 @@ static __attribute__((noinline)) int cache_take_miss(struct tw_cache *c, const s
             stored = true;
             /* Every caller gets the value; retain/copy it while it is
              * certainly alive (under the shard lock). */
-            struct cache_entry *e = tw_cache_map_find_(s, key, klen, kp->hash);
+            struct cache_entry *e = tw_cache_map_find_(s, key, key_len, kp->hash);
             cache_output(c, e, out);
             for (struct cache_waiter *w = me.waiters; w; w = w->next) {
-                struct cache_out wo = {w->value, w->buf, w->cap, w->vlen};
+                struct cache_out wo = {w->value, w->buf, w->cap, w->value_len};
                 cache_output(c, e, &wo);
             }
         }
@@ -105,12 +106,12 @@ static __attribute__((noinline)) int cache_take_miss(struct tw_cache *c, const s
 
 /* Take: a hit returns as a get does (inline); a miss loads. */
 static inline __attribute__((always_inline)) int
-cache_take(struct tw_cache *c, const void *key, size_t klen, tw_cache_loader_fn *loader,
+cache_take(struct tw_cache *c, const void *key, size_t key_len, tw_cache_loader_fn *loader,
            void *loader_ctx, const struct cache_out *out, int64_t ttl_ms)
 {
     if (!loader || ttl_ms <= 0)
         return TW_EINVAL;
-    struct cache_key k = {key, klen, cache_hash(c, key, klen)};
+    struct cache_key k = {key, key_len, cache_hash(c, key, key_len)};
     if (cache_get(c, &k, out, false) == 0)
         return 0;
     return cache_take_miss(c, &k, loader, loader_ctx, out, ttl_ms);
@@ -136,21 +137,21 @@ int tw_cache_take(struct tw_cache *c, const void *key, size_t key_len, tw_cache_
 
 int tw_cache_take_copy_ttl(struct tw_cache *c, const void *key, size_t key_len,
                            tw_cache_loader_fn *loader, void *loader_ctx, void *buf, size_t cap,
-                           size_t *vlen, int64_t ttl_ms)
+                           size_t *value_len, int64_t ttl_ms)
 {
     int rc = cache_check_key(c, &key, key_len);
     if (rc)
         return rc;
-    if (!c->copy_values || !vlen || (!buf && cap))
+    if (!c->copy_values || !value_len || (!buf && cap))
         return TW_EINVAL;
-    struct cache_out out = {NULL, buf, cap, vlen};
+    struct cache_out out = {NULL, buf, cap, value_len};
     return cache_take(c, key, key_len, loader, loader_ctx, &out, ttl_ms);
 }
 
 int tw_cache_take_copy(struct tw_cache *c, const void *key, size_t key_len,
                        tw_cache_loader_fn *loader, void *loader_ctx, void *buf, size_t cap,
-                       size_t *vlen)
+                       size_t *value_len)
 {
-    return tw_cache_take_copy_ttl(c, key, key_len, loader, loader_ctx, buf, cap, vlen,
+    return tw_cache_take_copy_ttl(c, key, key_len, loader, loader_ctx, buf, cap, value_len,
                                   c ? c->default_ttl_ms : 0);
 }
