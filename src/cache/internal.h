@@ -52,6 +52,7 @@
 #define CACHE_MAX_STRIPES 1024u
 #define CACHE_LIMBO_ADVANCE 64  /* limbo entries in a shard that make a writer advance the epoch */
 #define CACHE_LRU_WALK 64       /* longest walk of an LRU re-insertion */
+#define CACHE_LRU_SETTLE_MOVES 1024 /* most LRU re-insertions per eviction */
 #define CACHE_SLAB_MAX 512      /* entry blocks up to this size come from the shard's slab */
 #define CACHE_SLAB_CLASSES (CACHE_SLAB_MAX / 16 + 1)
 #define CACHE_SLAB_TRIM ((size_t)256 << 10) /* slab bytes that an emptied cache returns */
@@ -813,8 +814,7 @@ static inline bool cache_surely_live(const struct tw_cache *c, const struct cach
 
 static inline bool cache_live(const struct cache_entry *e, uint64_t now_ns)
 {
-    return now_ns / CACHE_NS_PER_TICK <
-           atomic_load_explicit(&e->expires, memory_order_relaxed);
+    return now_ns / CACHE_NS_PER_TICK < atomic_load_explicit(&e->expires, memory_order_relaxed);
 }
 
 /* ---- locks and counters ----------------------------------------------- */
@@ -932,8 +932,8 @@ static inline bool cache_retire(struct tw_cache *c, struct cache_shard *s, struc
 }
 
 /* Take e out of the shard (table, LRU, wheel) into the garbage. */
-static inline void cache_unlink(struct tw_cache *c, struct cache_shard *s,
-                                struct cache_entry *e, struct cache_garbage *g)
+static inline void cache_unlink(struct tw_cache *c, struct cache_shard *s, struct cache_entry *e,
+                                struct cache_garbage *g)
 {
     tw_node_cancel(&s->wheel, &e->timer);
     tw_cache_map_remove_(c, s, e, true, g);
@@ -949,8 +949,8 @@ static inline void cache_unlink(struct tw_cache *c, struct cache_shard *s,
  * (tick - now) >> shift ticks late, and the wheel uses that freedom to plan
  * it on a slot boundary from which it fires without cascading (twheel/wheel.h,
  * "Slack"). Returns the tick it is planned at (>= tick). */
-static inline uint64_t cache_arm(struct tw_cache *c, struct cache_shard *s,
-                                 struct cache_entry *e, uint64_t tick, uint64_t now_ns)
+static inline uint64_t cache_arm(struct tw_cache *c, struct cache_shard *s, struct cache_entry *e,
+                                 uint64_t tick, uint64_t now_ns)
 {
     if (!c->slack_shift) {
         tw_node_arm(&s->wheel, &e->timer, tick, 0, 0);
@@ -1001,8 +1001,9 @@ static inline uint64_t cache_deadline(struct tw_cache *c, struct cache_shard *s,
         if (ttl_ns == 0)
             ttl_ns = 1;
     } else {
-        ttl_ns = (uint64_t)ttl_ms > max_ns / CACHE_NS_PER_TICK ? max_ns
-                                                                : (uint64_t)ttl_ms * CACHE_NS_PER_TICK;
+        ttl_ns = (uint64_t)ttl_ms > max_ns / CACHE_NS_PER_TICK
+                     ? max_ns
+                     : (uint64_t)ttl_ms * CACHE_NS_PER_TICK;
     }
     uint64_t at = now_ns > UINT64_MAX - ttl_ns ? UINT64_MAX : now_ns + ttl_ns;
     uint64_t tick = tw_ticks_up_(at, CACHE_NS_PER_TICK);

@@ -7,8 +7,9 @@
  * shards' tails, one shard lock at a time under the cache's evict_mu.
  * So eviction order is exact by last use (up to the 1 ms tick with the real
  * clock, exact under the manual clock's counter), except that a move walks
- * at most CACHE_LRU_WALK entries from the head. Every list function runs
- * under the shard lock. */
+ * at most CACHE_LRU_WALK entries from the head and an eviction makes at
+ * most CACHE_LRU_SETTLE_MOVES moves (twheel/cache.h states both). Every
+ * list function runs under the shard lock. */
 #include <pthread.h>
 
 #include "cache/internal.h"
@@ -67,14 +68,16 @@ void tw_cache_lru_unlink_(struct cache_shard *s, struct cache_entry *e)
  * stamp >= pos. So a tail whose stamp equals its pos is the least recently
  * used key of the shard; a tail read since it was placed is moved to where
  * its stamp belongs (walking from the head, at most CACHE_LRU_WALK entries:
- * beyond that it goes there, a little too close to the tail). Each read
- * causes at most one such move; at most 1024 moves per call, so readers
- * raising stamps meanwhile cannot keep an evictor here. */
+ * beyond that it goes there, nearer the head than it belongs, and the keys
+ * used after it that lie behind it are evicted first). Each read causes at
+ * most one such move; at most CACHE_LRU_SETTLE_MOVES moves per call, so
+ * readers raising stamps meanwhile cannot keep an evictor here (the tail
+ * left then may be a key read since it was placed). */
 void tw_cache_lru_settle_(struct cache_shard *s)
 {
     struct cache_entry *t;
     unsigned moves = 0;
-    while ((t = s->lru_tail) != NULL && moves++ < 1024) {
+    while ((t = s->lru_tail) != NULL && moves++ < CACHE_LRU_SETTLE_MOVES) {
         struct cache_lru *l = cache_lru_of(t);
         uint64_t st = atomic_load_explicit(&l->stamp, memory_order_relaxed);
         if (st <= l->pos)

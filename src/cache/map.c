@@ -27,7 +27,7 @@
  * so a shard of 32,769 to 131,072 keys has a 2 MB table; from 2 MB on a
  * table is rounded only to a page (the tail past the last whole 2 MB stays
  * small). Where a shard holds 32,769 to 65,536 keys that is memory traded
- * for speed: twheel/cache.h gives the trade. */
+ * for speed: the design comment of cache/cache.c gives the trade. */
 #define CACHE_TABLE_HUGE ((size_t)1 << 20)
 
 static size_t cache_table_bytes(const struct tw_cache *c, size_t n)
