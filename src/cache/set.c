@@ -3,7 +3,8 @@
  * _set_copy_ttl and tw_cache_del; the store under the shard lock that set,
  * set_many and take share (a new value comes in a new entry, swapped into
  * the chain; a set of the same pointer only moves the expiry: see the
- * design comment of cache/cache.c); the jittered expiry tick. */
+ * design comment of cache/cache.c). The jittered expiry tick
+ * (cache_deadline) is inline in cache/internal.h, for take's store too. */
 #include <string.h>
 
 #include "cache/internal.h"
