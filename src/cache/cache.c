@@ -251,7 +251,7 @@ static inline bool cache_retire(struct tw_cache *c, struct cache_shard *s, struc
 static void cache_unlink(struct tw_cache *c, struct cache_shard *s, struct cache_entry *e,
                          struct cache_garbage *g)
 {
-    tw_node_cancel(&s->wheel, &e->timer);
+    tw_cancel(&s->wheel, &e->timer);
     tw_cache_map_remove_(c, s, e, true, g);
     if (c->limit)
         tw_cache_lru_unlink_(s, e);
@@ -311,14 +311,13 @@ static uint64_t cache_arm(struct tw_cache *c, struct cache_shard *s, struct cach
                           uint64_t tick, uint64_t now_ns)
 {
     if (!c->slack_shift) {
-        tw_node_arm(&s->wheel, &e->timer, tick, 0, 0);
+        tw_arm(&s->wheel, &e->timer, tick, 0, 0);
         return tick;
     }
     uint64_t now_tick = now_ns / CACHE_NS_PER_TICK;
-    tw_node_arm(&s->wheel, &e->timer, tick,
-                tw_slack_fraction(tick > now_tick ? tick - now_tick : 0, c->slack_shift),
-                TW_ARM_SLACK);
-    return tw_node_deadline(&e->timer);
+    tw_arm(&s->wheel, &e->timer, tick, ((tick > now_tick ? tick - now_tick : 0) >> c->slack_shift),
+           TW_ARM_SLACK);
+    return tw_deadline(&e->timer);
 }
 
 /* Tell the clock service about a deadline just armed (cheap when the
@@ -367,7 +366,7 @@ static int cache_store_at_locked(struct tw_cache *c, struct cache_shard *s,
             tw_cache_lru_unlink_(s, e);
             tw_cache_lru_push_(s, e, cache_stamp(c, now_ns));
         }
-        uint64_t planned = tw_node_deadline(&e->timer);
+        uint64_t planned = tw_deadline(&e->timer);
         if (c->slack_shift && planned <= tick)
             *deadline = planned;
         else
@@ -404,7 +403,7 @@ static int cache_store_at_locked(struct tw_cache *c, struct cache_shard *s,
     if (e) {
         /* The new entry takes the old one's place in its chain (a release
          * store publishes it); the old one is retired. */
-        tw_node_cancel(&s->wheel, &e->timer);
+        tw_cancel(&s->wheel, &e->timer);
         tw_cache_map_replace_(s, e, n, k->hash);
         if (c->limit)
             tw_cache_lru_unlink_(s, e);

@@ -601,15 +601,6 @@ uint64_t tw_wheel_next_expiry(const struct tw_wheel *w)
     return first_slot_tick(w);
 }
 
-uint64_t tw_wheel_timeout(const struct tw_wheel *w)
-{
-    /* Not next == TW_NEVER: that is also the last tick, where a timer may be
-     * due (now 2^64-2, due 2^64-1: timeout 1). */
-    if (!w || !w->pending)
-        return TW_NEVER;
-    return tw_wheel_next_expiry(w) - w->now;
-}
-
 size_t tw_wheel_pending(const struct tw_wheel *w)
 {
     return w ? w->pending : 0;
@@ -828,18 +819,6 @@ start_node(struct tw_wheel *w, struct tw_node *n, uint64_t deadline)
     return 0;
 }
 
-/* Debug builds: an arm with TW_ARM_IDLE of a pending node is refused (TW_EBUSY),
- * since release builds would link it twice. Release builds read nothing. */
-static inline int start_check_idle(const struct tw_node *n)
-{
-#ifdef TWHEEL_DEBUG
-    return n->pprev ? TW_EBUSY : 0;
-#else
-    (void)n;
-    return 0;
-#endif
-}
-
 /* Arm or re-arm n eagerly (both pointers checked by the caller): exact as
  * arm_node, but a pending node is unlinked and placed for its new deadline
  * at once, never left in the slot of an older one, so that no later advance
@@ -894,113 +873,126 @@ static inline __attribute__((always_inline)) int cancel_node(struct tw_wheel *w,
     return 1;
 }
 
-/* The checks every node arm makes first: 0, TW_EINVAL or TW_EBUSY. */
-static inline __attribute__((always_inline)) int node_arm_check(struct tw_wheel *w,
-                                                                struct tw_node *n)
+/* ---- the workers behind tw_arm and tw_cancel ------------------------------ */
+/* The typed forms of twheel/wheel.h pick one worker per arm from their
+ * constant flags (how), for a timer or a bare node. Every worker is
+ * arm_checked with both constant: one body for all ten, each inlined into
+ * its worker, so that a worker checks only what its own kind and flags
+ * need. */
+enum arm_how { ARM_LAZY, ARM_EAGER, ARM_IDLE, ARM_SLACK, ARM_IDLE_SLACK };
+
+/* The checks of an arm, then the arm: of timer t's node n, or of bare node n
+ * (t NULL, bare true: a constant in each worker). A bare node is refused
+ * from a callback (the advance running would hand it to the loop that calls
+ * back, which would take it for a timer), and arming one makes the wheel
+ * pull-only. A timer's callback is checked to tell an uninitialised timer:
+ * always by the lazy arm; by the eager and slack arms only while the timer
+ * is idle (a pending one was checked when it was armed, and skipping the
+ * load saves a heartbeat's re-arm two of its about forty instructions); by
+ * the idle arms only in debug builds (release builds read nothing of an idle
+ * arm's timer: it lives in a cold line, see start_node). */
+static inline __attribute__((always_inline)) int arm_checked(struct tw_wheel *w, struct tw_node *n,
+                                                             const struct tw_timer *t,
+                                                             uint64_t deadline, uint64_t slack,
+                                                             enum arm_how how, bool bare)
 {
     if (!w || !n)
         return TW_EINVAL;
-    /* From a callback: the advance running would hand the node to that
-     * callback-calling loop, which would take it for a timer. */
-    if (w->advancing)
+    if (bare && w->advancing)
         return TW_EBUSY;
-    return owned_or_idle(w, n) ? 0 : TW_EINVAL;
-}
-
-/* After a node arm: an armed bare node makes the wheel pull-only. */
-static inline __attribute__((always_inline)) int node_armed(struct tw_wheel *w, int rc)
-{
-    if (rc == 0)
+    int rc;
+    if (how == ARM_IDLE || how == ARM_IDLE_SLACK) {
+#ifdef TWHEEL_DEBUG
+        if (!bare && !t->fn)
+            return TW_EINVAL;
+        if (n->pprev)
+            return TW_EBUSY;
+#endif
+        rc = how == ARM_IDLE ? start_node(w, n, deadline) : start_node_slack(w, n, deadline, slack);
+    } else if (!owned_or_idle(w, n)) {
+        return TW_EINVAL;
+    } else if (how == ARM_LAZY) {
+        if (!bare && !t->fn)
+            return TW_EINVAL;
+        rc = arm_node(w, n, deadline);
+    } else if (n->pprev) {
+        rc = how == ARM_EAGER ? arm_node_eager(w, n, deadline)
+                              : rearm_node_slack(w, n, deadline, slack);
+    } else if (!bare && !t->fn) {
+        return TW_EINVAL;
+    } else {
+        rc = how == ARM_EAGER ? arm_node_eager(w, n, deadline)
+                              : start_node_slack(w, n, deadline, slack);
+    }
+    if (bare && rc == 0)
         w->bare = 1;
     return rc;
 }
 
-static inline __attribute__((always_inline)) int node_arm_at(struct tw_wheel *w,
-                                                             struct tw_node *n, uint64_t deadline)
+/* A timer's node: NULL for a NULL timer (the node is its first member). */
+static inline struct tw_node *node_of(struct tw_timer *t)
 {
-    int rc = node_arm_check(w, n);
-    return rc ? rc : node_armed(w, arm_node(w, n, deadline));
+    return t ? &t->node : NULL;
+}
+
+int tw_timer_arm_lazy_(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline)
+{
+    return arm_checked(w, node_of(t), t, deadline, 0, ARM_LAZY, false);
+}
+
+int tw_timer_arm_eager_(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline)
+{
+    return arm_checked(w, node_of(t), t, deadline, 0, ARM_EAGER, false);
+}
+
+int tw_timer_arm_idle_(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline)
+{
+    return arm_checked(w, node_of(t), t, deadline, 0, ARM_IDLE, false);
+}
+
+int tw_timer_arm_slack_(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline, uint64_t slack)
+{
+    return arm_checked(w, node_of(t), t, deadline, slack, ARM_SLACK, false);
+}
+
+int tw_timer_arm_idle_slack_(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline,
+                             uint64_t slack)
+{
+    return arm_checked(w, node_of(t), t, deadline, slack, ARM_IDLE_SLACK, false);
 }
 
 int tw_node_arm_lazy_(struct tw_wheel *w, struct tw_node *n, uint64_t deadline)
 {
-    return node_arm_at(w, n, deadline);
-}
-
-static inline __attribute__((always_inline)) int
-node_arm_at_slack(struct tw_wheel *w, struct tw_node *n, uint64_t deadline, uint64_t slack)
-{
-    int rc = node_arm_check(w, n);
-    return rc ? rc : node_armed(w, arm_node_slack(w, n, deadline, slack));
-}
-
-int tw_node_arm_slack_(struct tw_wheel *w, struct tw_node *n, uint64_t deadline, uint64_t slack)
-{
-    return node_arm_at_slack(w, n, deadline, slack);
-}
-
-static inline __attribute__((always_inline)) int
-node_arm_at_eager(struct tw_wheel *w, struct tw_node *n, uint64_t deadline)
-{
-    int rc = node_arm_check(w, n);
-    return rc ? rc : node_armed(w, arm_node_eager(w, n, deadline));
+    return arm_checked(w, n, NULL, deadline, 0, ARM_LAZY, true);
 }
 
 int tw_node_arm_eager_(struct tw_wheel *w, struct tw_node *n, uint64_t deadline)
 {
-    return node_arm_at_eager(w, n, deadline);
-}
-
-/* The checks of tw_node_arm_idle_: node_arm_check's, but the node itself is
- * read only by debug builds. */
-static inline __attribute__((always_inline)) int node_start_at(struct tw_wheel *w,
-                                                               struct tw_node *n, uint64_t deadline)
-{
-    if (!w || !n)
-        return TW_EINVAL;
-    if (w->advancing)
-        return TW_EBUSY;
-    int rc = start_check_idle(n);
-    return rc ? rc : node_armed(w, start_node(w, n, deadline));
+    return arm_checked(w, n, NULL, deadline, 0, ARM_EAGER, true);
 }
 
 int tw_node_arm_idle_(struct tw_wheel *w, struct tw_node *n, uint64_t deadline)
 {
-    return node_start_at(w, n, deadline);
+    return arm_checked(w, n, NULL, deadline, 0, ARM_IDLE, true);
 }
 
-static inline __attribute__((always_inline)) int
-node_start_at_slack(struct tw_wheel *w, struct tw_node *n, uint64_t deadline, uint64_t slack)
+int tw_node_arm_slack_(struct tw_wheel *w, struct tw_node *n, uint64_t deadline, uint64_t slack)
 {
-    if (!w || !n)
-        return TW_EINVAL;
-    if (w->advancing)
-        return TW_EBUSY;
-    int rc = start_check_idle(n);
-    return rc ? rc : node_armed(w, start_node_slack(w, n, deadline, slack));
+    return arm_checked(w, n, NULL, deadline, slack, ARM_SLACK, true);
 }
 
 int tw_node_arm_idle_slack_(struct tw_wheel *w, struct tw_node *n, uint64_t deadline,
                             uint64_t slack)
 {
-    return node_start_at_slack(w, n, deadline, slack);
+    return arm_checked(w, n, NULL, deadline, slack, ARM_IDLE_SLACK, true);
 }
 
-int tw_node_cancel(struct tw_wheel *w, struct tw_node *n)
+/* The cancel of timers and nodes alike (tw_timer_cancel_ passes the node). */
+int tw_node_cancel_(struct tw_wheel *w, struct tw_node *n)
 {
     if (!w || !n)
         return TW_EINVAL;
     return cancel_node(w, n);
-}
-
-bool tw_node_pending(const struct tw_node *n)
-{
-    return n && n->pprev != NULL;
-}
-
-uint64_t tw_node_deadline(const struct tw_node *n)
-{
-    return n && n->pprev ? n->deadline : TW_NEVER;
 }
 
 int tw_timer_init(struct tw_timer *t, tw_timer_fn *fn, void *arg)
@@ -1011,123 +1003,6 @@ int tw_timer_init(struct tw_timer *t, tw_timer_fn *fn, void *arg)
     t->fn = fn;
     t->arg = arg;
     return 0;
-}
-
-/* The checks of tw_timer_arm_lazy_, then the arm. */
-static inline __attribute__((always_inline)) int timer_arm_at(struct tw_wheel *w,
-                                                              struct tw_timer *t, uint64_t deadline)
-{
-    if (!w || !t || !t->fn || !owned_or_idle(w, &t->node))
-        return TW_EINVAL;
-    return arm_node(w, &t->node, deadline);
-}
-
-int tw_timer_arm_lazy_(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline)
-{
-    return timer_arm_at(w, t, deadline);
-}
-
-/* The checks of tw_timer_arm_idle_, then the store-only arm. Release builds
- * check the pointers only: t->fn (set by tw_timer_init) lives in t's cold
- * line too, so it is checked by debug builds, with t being idle. */
-static inline __attribute__((always_inline)) int timer_start_at(struct tw_wheel *w,
-                                                                struct tw_timer *t, uint64_t deadline)
-{
-    if (!w || !t)
-        return TW_EINVAL;
-#ifdef TWHEEL_DEBUG
-    if (!t->fn)
-        return TW_EINVAL;
-#endif
-    int rc = start_check_idle(&t->node);
-    return rc ? rc : start_node(w, &t->node, deadline);
-}
-
-int tw_timer_arm_idle_(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline)
-{
-    return timer_start_at(w, t, deadline);
-}
-
-/* The checks of tw_timer_arm_idle_, then the store-only arm with slack. */
-static inline __attribute__((always_inline)) int
-timer_start_at_slack(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline, uint64_t slack)
-{
-    if (!w || !t)
-        return TW_EINVAL;
-#ifdef TWHEEL_DEBUG
-    if (!t->fn)
-        return TW_EINVAL;
-#endif
-    int rc = start_check_idle(&t->node);
-    return rc ? rc : start_node_slack(w, &t->node, deadline, slack);
-}
-
-int tw_timer_arm_idle_slack_(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline,
-                             uint64_t slack)
-{
-    return timer_start_at_slack(w, t, deadline, slack);
-}
-
-/* The checks of the re-arming calls that do not check t->fn of a pending
- * timer (eager and slack): an uninitialised timer is refused while it is
- * idle; a pending one was initialised (every arm checks it, and
- * TW_ARM_IDLE's contract asks it), and it is linked already, so that
- * refusing it would protect nothing. Skipping it saves a heartbeat's re-arm
- * two of its about forty instructions. */
-static inline __attribute__((always_inline)) bool timer_rearm_ok(struct tw_wheel *w,
-                                                                 struct tw_timer *t)
-{
-    if (!w || !t || !owned_or_idle(w, &t->node))
-        return false;
-    return t->node.pprev || t->fn;
-}
-
-/* The checks of tw_timer_arm_lazy_ (see timer_rearm_ok), then the eager arm. */
-static inline __attribute__((always_inline)) int
-timer_arm_at_eager(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline)
-{
-    if (__builtin_expect(!timer_rearm_ok(w, t), 0))
-        return TW_EINVAL;
-    return arm_node_eager(w, &t->node, deadline);
-}
-
-int tw_timer_arm_eager_(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline)
-{
-    return timer_arm_at_eager(w, t, deadline);
-}
-
-static inline __attribute__((always_inline)) int
-timer_arm_at_slack(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline, uint64_t slack)
-{
-    if (!w || !t || !owned_or_idle(w, &t->node))
-        return TW_EINVAL;
-    if (t->node.pprev) /* initialised (see timer_rearm_ok) */
-        return rearm_node_slack(w, &t->node, deadline, slack);
-    if (!t->fn)
-        return TW_EINVAL;
-    return start_node_slack(w, &t->node, deadline, slack);
-}
-
-int tw_timer_arm_slack_(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline, uint64_t slack)
-{
-    return timer_arm_at_slack(w, t, deadline, slack);
-}
-
-int tw_timer_cancel(struct tw_wheel *w, struct tw_timer *t)
-{
-    if (!w || !t)
-        return TW_EINVAL;
-    return cancel_node(w, &t->node);
-}
-
-bool tw_timer_pending(const struct tw_timer *t)
-{
-    return t && tw_node_pending(&t->node);
-}
-
-uint64_t tw_timer_deadline(const struct tw_timer *t)
-{
-    return t ? tw_node_deadline(&t->node) : TW_NEVER;
 }
 
 /* ---- periodic timers -------------------------------------------------------- */
@@ -1179,7 +1054,7 @@ int tw_periodic_start(struct tw_wheel *w, struct tw_periodic *p, uint64_t first,
     if (w->now == UINT64_MAX)
         return TW_ERANGE;
     if (p->wheel && p->wheel != w && p->timer.node.pprev)
-        tw_timer_cancel(p->wheel, &p->timer);
+        tw_cancel(p->wheel, &p->timer);
     p->wheel = w;
     p->period = period;
     p->slack = slack < period ? slack : period - 1;
@@ -1194,7 +1069,7 @@ int tw_periodic_stop(struct tw_periodic *p)
         return TW_EINVAL;
     if (!p->wheel)
         return 0;
-    return tw_timer_cancel(p->wheel, &p->timer);
+    return tw_cancel(p->wheel, &p->timer);
 }
 
 /* ---- event loops: time from the caller's clock ------------------------------ */
@@ -1202,10 +1077,10 @@ int tw_periodic_stop(struct tw_periodic *p)
  * stale between advances: a delay counted from it would end early, and a
  * timeout counted from it would end late (and, re-aimed every turn, never).
  * The caller's clock is taken instead: arming from it is an absolute
- * deadline (tw_timer_arm_in in wheel.h; the arm only moves a past one to the
+ * deadline (tw_arm_in in wheel.h; the arm only moves a past one to the
  * next tick), and the timeout is measured from the caller's now. */
 
-uint64_t tw_wheel_timeout_from(const struct tw_wheel *w, uint64_t now)
+uint64_t tw_wheel_timeout(const struct tw_wheel *w, uint64_t now)
 {
     if (!w || !w->pending)
         return TW_NEVER;
