@@ -2,10 +2,14 @@
 /* The wheel built as in a debug build (TWHEEL_DEBUG, see twheel/wheel.h):
  * arming or cancelling a timer or node that is pending on another wheel is
  * refused with TW_EINVAL and leaves both wheels as they were. This file
- * compiles src/core/wheel.c itself with TWHEEL_DEBUG, so the check runs in every
- * test stage whatever the build type of the library. */
+ * compiles the sources of src/core/ itself with TWHEEL_DEBUG, so the check
+ * runs in every test stage whatever the build type of the library. */
 #define TWHEEL_DEBUG 1
-#include "core/wheel.c" /* src/, on this test's include path */
+/* The core's sources, compiled here (src/ is on this test's include path). */
+#include "core/advance.c"
+#include "core/arm.c"
+#include "core/periodic.c"
+#include "core/wheel.c"
 
 #include "test.h"
 

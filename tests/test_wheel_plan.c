@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* White-box checks of the re-arm helpers of src/core/wheel.c, which this file
- * compiles itself (release layout, no TWHEEL_DEBUG):
+/* White-box checks of the re-arm helpers of src/core/ (slack.h, internal.h),
+ * whose sources this file compiles itself (release layout, no TWHEEL_DEBUG):
  *  - plan_late, one table load, against the rule it replaced (written out
  *    here with its branches), over every small window, windows at the slot
  *    boundaries of every level, random windows and the end of time, and
@@ -9,7 +9,12 @@
  *    a timer on a level-1 sub-list re-armed eagerly inside its slot;
  *  - the re-arm checks: an uninitialised timer is refused while idle by the
  *    eager and slack arms, as before. */
-#include "core/wheel.c" /* src/, on this test's include path */
+
+/* The core's sources, compiled here (src/ is on this test's include path). */
+#include "core/advance.c"
+#include "core/arm.c"
+#include "core/periodic.c"
+#include "core/wheel.c"
 
 #include "test.h"
 #include "wheel_rec.h"
