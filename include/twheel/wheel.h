@@ -27,11 +27,11 @@
  *    counts the moves.
  *  - Slack (opt-in per arm: the `slack` argument, or TW_ARM_SLACK): a timer
  *    armed at D with slack S fires at some tick P in [D, D + S] (saturating),
- *    never outside it; tw_deadline reports P, and timers whose windows meet
- *    fire together. A re-arm with slack leaves it alone if P is inside the
- *    new window, else relocates it at once (tw_wheel_moves counts it); a
- *    re-arm without slack makes it exact again. tw_wheel_next_expiry stays a
- *    lower bound on the next fire.
+ *    never outside it; tw_deadline reports P, and timers with overlapping
+ *    windows tend to fire together. A re-arm with slack leaves it alone if P
+ *    is inside the new window, else relocates it at once (tw_wheel_moves
+ *    counts it); a re-arm without slack makes it exact again.
+ *    tw_wheel_next_expiry stays a lower bound on the next fire.
  *  - Getters accept NULL and return the value meaning "nothing" (0, false,
  *    TW_NEVER); calls that change state return TW_EINVAL for NULL.
  *  - A pending timer or node belongs to the wheel it was armed on until it
