@@ -10,8 +10,9 @@ target_link_libraries(eager_keyed PRIVATE twheel_static)
 # tw_tasks' index probe lengths, grown against sized up front (white-box: it
 # includes src/tasks/tasks.c and builds on the sources the keyed layer needs).
 # Run: tasks_probe [--seq]
+file(GLOB twheel_core_sources ${PROJECT_SOURCE_DIR}/src/core/*.c)
 add_executable(tasks_probe ${CMAKE_CURRENT_LIST_DIR}/tasks_probe.c
   ${PROJECT_SOURCE_DIR}/src/common/common.c ${PROJECT_SOURCE_DIR}/src/common/bigmem.c
-  ${PROJECT_SOURCE_DIR}/src/core/wheel.c ${PROJECT_SOURCE_DIR}/src/common/random.c)
+  ${twheel_core_sources} ${PROJECT_SOURCE_DIR}/src/common/random.c)
 target_include_directories(tasks_probe PRIVATE ${PROJECT_SOURCE_DIR}/include
   ${PROJECT_SOURCE_DIR}/src)

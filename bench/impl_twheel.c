@@ -2,12 +2,12 @@
 /* twheel's core wheel behind the benchmark interface: one struct tw_timer
  * (40 bytes) per id in one array; an id is the timer's index.
  *
- * Three entries, every arm by tw_timer_arm: "twheel", exact (idle ids armed
+ * Three entries, every arm by tw_arm: "twheel", exact (idle ids armed
  * with TW_ARM_IDLE, the arm that only stores into the timer; re-arms with no
  * flag: later re-arms are lazy),
  * "twheel-eager", exact with eager re-arms (idle ids with TW_ARM_IDLE,
  * re-arms with TW_ARM_EAGER; W2 only), and "twheel-slack", every timer armed
- * with slack = 1/8 of its delay (tw_slack_fraction(delay, 3)) and
+ * with slack = 1/8 of its delay (delay >> 3) and
  * TW_ARM_SLACK (the slack rules for a delay too short to give any): idle ids
  * with TW_ARM_IDLE too, re-arms without it.
  * For all three, moves are tw_wheel_moves: the wheel's moves in advancing plus, with slack,
@@ -70,13 +70,13 @@ static void tws_destroy(void *p)
 static void tws_arm(void *p, uint32_t id, uint64_t deadline)
 {
     struct tws *s = p;
-    tw_timer_arm(&s->wheel, &s->timers[id], deadline, 0, TW_ARM_IDLE);
+    tw_arm(&s->wheel, &s->timers[id], deadline, 0, TW_ARM_IDLE);
 }
 
 static void tws_reset(void *p, uint32_t id, uint64_t deadline)
 {
     struct tws *s = p;
-    tw_timer_arm(&s->wheel, &s->timers[id], deadline, 0, 0);
+    tw_arm(&s->wheel, &s->timers[id], deadline, 0, 0);
 }
 
 #define TWS_SLACK_SHIFT 3
@@ -87,16 +87,15 @@ static void tws_start_slack(void *p, uint32_t id, uint64_t deadline)
 {
     struct tws *s = p;
     uint64_t delay = deadline - s->now;
-    tw_timer_arm(&s->wheel, &s->timers[id], deadline, tw_slack_fraction(delay, TWS_SLACK_SHIFT),
-                 TW_ARM_IDLE | TW_ARM_SLACK);
+    tw_arm(&s->wheel, &s->timers[id], deadline, (delay >> TWS_SLACK_SHIFT),
+           TW_ARM_IDLE | TW_ARM_SLACK);
 }
 
 static void tws_arm_slack(void *p, uint32_t id, uint64_t deadline)
 {
     struct tws *s = p;
     uint64_t delay = deadline - s->now;
-    tw_timer_arm(&s->wheel, &s->timers[id], deadline, tw_slack_fraction(delay, TWS_SLACK_SHIFT),
-                 TW_ARM_SLACK);
+    tw_arm(&s->wheel, &s->timers[id], deadline, (delay >> TWS_SLACK_SHIFT), TW_ARM_SLACK);
 }
 
 /* Exact, eager: TW_ARM_EAGER relocates a pending timer at once
@@ -104,13 +103,13 @@ static void tws_arm_slack(void *p, uint32_t id, uint64_t deadline)
 static void tws_arm_eager(void *p, uint32_t id, uint64_t deadline)
 {
     struct tws *s = p;
-    tw_timer_arm(&s->wheel, &s->timers[id], deadline, 0, TW_ARM_EAGER);
+    tw_arm(&s->wheel, &s->timers[id], deadline, 0, TW_ARM_EAGER);
 }
 
 static void tws_cancel(void *p, uint32_t id)
 {
     struct tws *s = p;
-    tw_timer_cancel(&s->wheel, &s->timers[id]);
+    tw_cancel(&s->wheel, &s->timers[id]);
 }
 
 static void tws_advance_to(void *p, uint64_t now)
@@ -156,7 +155,7 @@ const struct bench_impl bench_impl_twheel = {
 
 const struct bench_impl bench_impl_twheel_slack = {
     .name = "twheel-slack",
-    .what = "twheel core, every timer armed with slack = 1/8 of its delay (tw_timer_arm with "
+    .what = "twheel core, every timer armed with slack = 1/8 of its delay (tw_arm with "
             "TW_ARM_SLACK)",
     .workloads = BENCH_W2 | BENCH_W3,
     .create = tws_create,
@@ -173,8 +172,7 @@ const struct bench_impl bench_impl_twheel_slack = {
 
 const struct bench_impl bench_impl_twheel_eager = {
     .name = "twheel-eager",
-    .what =
-        "twheel core, exact, re-arms relocate at once (tw_timer_arm with TW_ARM_EAGER), W2 only",
+    .what = "twheel core, exact, re-arms relocate at once (tw_arm with TW_ARM_EAGER), W2 only",
     .workloads = BENCH_W2, /* W3 arms idle timers only: the same as twheel */
     .create = tws_create,
     .destroy = tws_destroy,

@@ -4,12 +4,12 @@
  * on CLOCK_MONOTONIC).
  *
  * The pattern, each loop turn:
- *   timeout = tw_wheel_timeout_from(&wheel, tick_floor(clock_ns()));
+ *   timeout = tw_wheel_timeout(&wheel, tick_floor(clock_ns()));
  *   epoll_wait(..., timeout);            (-1 when the wheel is empty)
  *   for each event: read; on data, last = clock_ns() and
- *       tw_timer_arm_in(&wheel, &c->idle, tick_ceil(last), TIMEOUT_MS);
+ *       tw_arm_in(&wheel, &c->idle, tick_ceil(last), TIMEOUT_MS);
  *   tw_wheel_advance(&wheel, tick_floor(clock_ns()));   (closes idle ones)
- * tw_timer_arm_in counts from the caller's clock, not from the wheel's last
+ * tw_arm_in counts from the caller's clock, not from the wheel's last
  * advance (stale after a long epoll_wait), so a connection is never closed
  * before TIMEOUT_MS of silence; re-arming later is one store.
  *
@@ -61,7 +61,7 @@ static int epoll_fd = -1;
 
 static void conn_close(struct conn *c)
 {
-    tw_timer_cancel(&wheel, &c->idle);
+    tw_cancel(&wheel, &c->idle);
     close(c->fd);
     c->fd = -1;
     open_conns--;
@@ -79,7 +79,7 @@ static void on_idle(struct tw_timer *t, void *arg)
 static void touch(struct conn *c)
 {
     c->last_ns = clock_ns();
-    tw_timer_arm_in(&wheel, &c->idle, tick_ceil(c->last_ns), TIMEOUT_MS);
+    tw_arm_in(&wheel, &c->idle, tick_ceil(c->last_ns), TIMEOUT_MS);
 }
 
 static void accept_all(int lfd)
@@ -239,7 +239,7 @@ int main(void)
     int client_status = -1;
     while (clock_ns() < limit && (client_status < 0 || open_conns > 0)) {
         int64_t now = clock_ns();
-        int ms = timeout_ms(tw_wheel_timeout_from(&wheel, tick_floor(now)));
+        int ms = timeout_ms(tw_wheel_timeout(&wheel, tick_floor(now)));
         if (ms < 0 || ms > 50)
             ms = 50; /* also look at the child now and then */
         struct epoll_event evs[MAX_CONNS];

@@ -21,14 +21,14 @@ int main(void)
     tw_wheel_init(&wheel, now);
     tw_timer_init(&a.idle, on_idle, &now);
     tw_timer_init(&b.idle, on_idle, &now);
-    tw_timer_arm_in(&wheel, &a.idle, now, 30000); /* 30 s idle timeout */
-    tw_timer_arm_in(&wheel, &b.idle, now, 30000);
+    tw_arm_in(&wheel, &a.idle, now, 30000); /* 30 s idle timeout */
+    tw_arm_in(&wheel, &b.idle, now, 30000);
     for (now = 1000; now <= 60000; now += 1000) {
-        /* heartbeat: one store; tw_timer_arm_in counts from our now, not
+        /* heartbeat: one store; tw_arm_in counts from our now, not
          * from the wheel's last advance (see wheel.h, "Time and event
          * loops") */
         if (now % 5000 == 0)
-            tw_timer_arm_in(&wheel, &a.idle, now, 30000);
+            tw_arm_in(&wheel, &a.idle, now, 30000);
         tw_wheel_advance(&wheel, now);
     }
     return tw_wheel_pending(&wheel) == 1 ? 0 : 1; /* a alive, b closed */

@@ -8,8 +8,8 @@
  *                   deadline of tick_ceil(t) + d ticks is never reached
  *                   before t + d ms, as tick_floor(t') >= tick_ceil(t) + d
  *                   means t' >= t + d ms;
- *   tw_timer_arm_in(w, t, tick_ceil(clock), delay) to arm, anywhere;
- *   tw_wheel_timeout_from(w, tick_floor(clock)) to aim the loop's timer.
+ *   tw_arm_in(w, t, tick_ceil(clock), delay) to arm, anywhere;
+ *   tw_wheel_timeout(w, tick_floor(clock)) to aim the loop's timer.
  */
 #ifndef TWHEEL_EXAMPLES_LOOP_CLOCK_H
 #define TWHEEL_EXAMPLES_LOOP_CLOCK_H

@@ -3,10 +3,10 @@
  * CLOCK_MONOTONIC, however many timers the wheel holds.
  *
  * The pattern:
- *   - arm anywhere with tw_timer_arm_in(&wheel, t, tick_ceil(clock_ns()), d)
+ *   - arm anywhere with tw_arm_in(&wheel, t, tick_ceil(clock_ns()), d)
  *     (the wheel's own time is stale while the loop sleeps), then aim();
  *   - aim(): uv_timer_start(driver, timeout) with the timeout from
- *     tw_wheel_timeout_from(&wheel, tick_floor(clock_ns())), or stop it
+ *     tw_wheel_timeout(&wheel, tick_floor(clock_ns())), or stop it
  *     when the wheel is empty;
  *   - the driver's callback advances the wheel to tick_floor(clock_ns())
  *     (its timers' callbacks run there) and aims again.
@@ -19,7 +19,8 @@
  * fire, within 3 s. Exit status 0 on PASS, 1 on FAIL.
  *
  * `uv_timers --naive` arms from the wheel's time (tw_wheel_now) and aims
- * with tw_wheel_timeout instead: the stale wheel then fires timers early and the check says FAIL.
+ * with tw_wheel_timeout from the wheel's time instead: the stale wheel then
+ * fires timers early and the check says FAIL.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
@@ -60,7 +61,8 @@ static void on_driver(uv_timer_t *h);
 static void aim(void)
 {
     uint64_t now = tick_floor(clock_ns());
-    uint64_t ticks = naive ? tw_wheel_timeout(&wheel) : tw_wheel_timeout_from(&wheel, now);
+    uint64_t ticks =
+        naive ? tw_wheel_timeout(&wheel, tw_wheel_now(&wheel)) : tw_wheel_timeout(&wheel, now);
     if (ticks == TW_NEVER) {
         uv_timer_stop(&driver);
         return;
@@ -78,9 +80,9 @@ static void arm(struct job *j, uint64_t delay_ms)
     j->armed_ns = now_ns;
     j->delay_ms = delay_ms;
     if (naive)
-        tw_timer_arm_in(&wheel, &j->timer, tw_wheel_now(&wheel), delay_ms);
+        tw_arm_in(&wheel, &j->timer, tw_wheel_now(&wheel), delay_ms);
     else
-        tw_timer_arm_in(&wheel, &j->timer, tick_ceil(now_ns), delay_ms);
+        tw_arm_in(&wheel, &j->timer, tick_ceil(now_ns), delay_ms);
     check.armed++;
 }
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* The event-loop rules of twheel/wheel.h (tw_timer_arm_in and
- * tw_periodic_start_in from the caller's now, tw_wheel_timeout_from), the
+/* The event-loop rules of twheel/wheel.h (tw_arm_in and
+ * tw_periodic_start_in from the caller's now, tw_wheel_timeout), the
  * flags of the one arm call, the timeout at the end of the tick range, and
  * the NULL rule of twheel/common.h for every layer's getters. */
 #include <stdlib.h>
@@ -18,7 +18,7 @@ static void on_fire(struct tw_timer *t, void *arg)
     fired_at = tw_wheel_now(arg);
 }
 
-/* A wheel left alone while the loop slept: tw_timer_arm_in counts from the
+/* A wheel left alone while the loop slept: tw_arm_in counts from the
  * now it is given, so the caller's clock is right and tw_wheel_now, the
  * wheel's stale time, is early (the first event-loop bug). */
 static void test_arm_from_stale_wheel(void)
@@ -28,20 +28,19 @@ static void test_arm_from_stale_wheel(void)
     tw_wheel_init(&w, 0);
     tw_timer_init(&t, on_fire, &w);
     tw_timer_init(&old, on_fire, &w);
-    CHECK_EQ_INT(tw_timer_arm_in(&w, &t, 1000, 300), 0);
-    CHECK_EQ_U64(tw_timer_deadline(&t), 1300);
-    CHECK_EQ_INT(tw_timer_arm_in(&w, &old, tw_wheel_now(&w), 300), 0);
-    CHECK_EQ_U64(tw_timer_deadline(&old), 300); /* what arm does: 700 ticks early */
-    tw_timer_cancel(&w, &old);
+    CHECK_EQ_INT(tw_arm_in(&w, &t, 1000, 300), 0);
+    CHECK_EQ_U64(tw_deadline(&t), 1300);
+    CHECK_EQ_INT(tw_arm_in(&w, &old, tw_wheel_now(&w), 300), 0);
+    CHECK_EQ_U64(tw_deadline(&old), 300); /* what arm does: 700 ticks early */
+    tw_cancel(&w, &old);
     /* So do the idle arms given the wheel's time, with slack or not. */
-    CHECK_EQ_INT(tw_timer_arm(&w, &old, tw_deadline_in(tw_wheel_now(&w), 300), 0, TW_ARM_IDLE), 0);
-    CHECK_EQ_U64(tw_timer_deadline(&old), 300);
-    tw_timer_cancel(&w, &old);
-    CHECK_EQ_INT(tw_timer_arm(&w, &old, tw_deadline_in(tw_wheel_now(&w), 300), 0,
-                              TW_ARM_IDLE | TW_ARM_SLACK),
-                 0);
-    CHECK_EQ_U64(tw_timer_deadline(&old), 300);
-    tw_timer_cancel(&w, &old);
+    CHECK_EQ_INT(tw_arm(&w, &old, tw_deadline_in(tw_wheel_now(&w), 300), 0, TW_ARM_IDLE), 0);
+    CHECK_EQ_U64(tw_deadline(&old), 300);
+    tw_cancel(&w, &old);
+    CHECK_EQ_INT(
+        tw_arm(&w, &old, tw_deadline_in(tw_wheel_now(&w), 300), 0, TW_ARM_IDLE | TW_ARM_SLACK), 0);
+    CHECK_EQ_U64(tw_deadline(&old), 300);
+    tw_cancel(&w, &old);
     fired = 0;
     CHECK_EQ_INT(tw_wheel_advance(&w, 1299), 0);
     CHECK_EQ_INT(fired, 0);
@@ -49,30 +48,30 @@ static void test_arm_from_stale_wheel(void)
     CHECK_EQ_U64(fired_at, 1300);
     /* A caller's now behind the wheel's: the deadline is the wheel's next
      * tick, still >= now + delay. */
-    CHECK_EQ_INT(tw_timer_arm_in(&w, &t, 100, 10), 0);
-    CHECK_EQ_U64(tw_timer_deadline(&t), 1301);
+    CHECK_EQ_INT(tw_arm_in(&w, &t, 100, 10), 0);
+    CHECK_EQ_U64(tw_deadline(&t), 1301);
     /* Re-arming later through arm_from is the lazy store, earlier relocates. */
-    CHECK_EQ_INT(tw_timer_arm_in(&w, &t, 1300, 5000), 0);
-    CHECK_EQ_U64(tw_timer_deadline(&t), 6300);
-    CHECK_EQ_INT(tw_timer_arm_in(&w, &t, 1300, 50), 0);
-    CHECK_EQ_U64(tw_timer_deadline(&t), 1350);
+    CHECK_EQ_INT(tw_arm_in(&w, &t, 1300, 5000), 0);
+    CHECK_EQ_U64(tw_deadline(&t), 6300);
+    CHECK_EQ_INT(tw_arm_in(&w, &t, 1300, 50), 0);
+    CHECK_EQ_U64(tw_deadline(&t), 1350);
     /* Saturation. */
-    CHECK_EQ_INT(tw_timer_arm_in(&w, &t, UINT64_MAX - 5, 100), 0);
-    CHECK_EQ_U64(tw_timer_deadline(&t), UINT64_MAX);
-    CHECK_EQ_INT(tw_timer_arm_in(NULL, &t, 0, 1), TW_EINVAL);
-    CHECK_EQ_INT(tw_timer_arm_in(&w, NULL, 0, 1), TW_EINVAL);
+    CHECK_EQ_INT(tw_arm_in(&w, &t, UINT64_MAX - 5, 100), 0);
+    CHECK_EQ_U64(tw_deadline(&t), UINT64_MAX);
+    CHECK_EQ_INT(tw_arm_in(NULL, &t, 0, 1), TW_EINVAL);
+    CHECK_EQ_INT(tw_arm_in(&w, (struct tw_timer *)NULL, 0, 1), TW_EINVAL);
     tw_wheel_destroy(&w);
 
     /* Nodes, on a pull-only wheel. */
     struct tw_node n;
     tw_wheel_init(&w, 0);
     tw_node_init(&n);
-    CHECK_EQ_INT(tw_node_arm_in(&w, &n, 5000, 20), 0);
-    CHECK_EQ_U64(tw_node_deadline(&n), 5020);
+    CHECK_EQ_INT(tw_arm_in(&w, &n, 5000, 20), 0);
+    CHECK_EQ_U64(tw_deadline(&n), 5020);
     CHECK(tw_wheel_expire_next_node(&w, 5019) == NULL);
     CHECK_EQ_PTR(tw_wheel_expire_next_node(&w, 5020), &n);
-    CHECK_EQ_INT(tw_node_arm_in(NULL, &n, 0, 1), TW_EINVAL);
-    CHECK_EQ_INT(tw_node_arm_in(&w, NULL, 0, 1), TW_EINVAL);
+    CHECK_EQ_INT(tw_arm_in(NULL, &n, 0, 1), TW_EINVAL);
+    CHECK_EQ_INT(tw_arm_in(&w, (struct tw_node *)NULL, 0, 1), TW_EINVAL);
 }
 
 static void test_timeout_from(void)
@@ -81,31 +80,31 @@ static void test_timeout_from(void)
     struct tw_timer t;
     tw_wheel_init(&w, 0);
     tw_timer_init(&t, on_fire, &w);
-    CHECK_EQ_U64(tw_wheel_timeout_from(&w, 123), TW_NEVER);
-    CHECK_EQ_U64(tw_wheel_timeout_from(NULL, 123), TW_NEVER);
-    tw_timer_arm_in(&w, &t, 1000, 300);
+    CHECK_EQ_U64(tw_wheel_timeout(&w, 123), TW_NEVER);
+    CHECK_EQ_U64(tw_wheel_timeout(NULL, 123), TW_NEVER);
+    tw_arm_in(&w, &t, 1000, 300);
     /* Measured from the caller's now, not from the wheel's time 0. */
-    uint64_t first = tw_wheel_timeout_from(&w, 1000);
+    uint64_t first = tw_wheel_timeout(&w, 1000);
     CHECK(first > 0 && first <= 300); /* (it may wake earlier to move timers) */
-    CHECK(tw_wheel_timeout_from(&w, 1299) <= 1);
-    CHECK_EQ_U64(tw_wheel_timeout_from(&w, 1300), 0);
+    CHECK(tw_wheel_timeout(&w, 1299) <= 1);
+    CHECK_EQ_U64(tw_wheel_timeout(&w, 1300), 0);
     /* A loop that sleeps exactly the timeout each turn fires it at 1300. */
     uint64_t now = 1000;
     fired = 0;
     for (int turn = 0; turn < 10 && !fired; turn++) {
-        uint64_t to = tw_wheel_timeout_from(&w, now);
+        uint64_t to = tw_wheel_timeout(&w, now);
         CHECK(to != TW_NEVER && now + to <= 1300);
         now += to;
         tw_wheel_advance(&w, now);
     }
     CHECK_EQ_INT(fired, 1);
     CHECK_EQ_U64(fired_at, 1300);
-    tw_timer_arm_in(&w, &t, 1000, 300);               /* idle again: overdue from 5000 */
-    CHECK_EQ_U64(tw_wheel_timeout_from(&w, 5000), 0); /* overdue: advance now */
+    tw_arm_in(&w, &t, 1000, 300);                /* idle again: overdue from 5000 */
+    CHECK_EQ_U64(tw_wheel_timeout(&w, 5000), 0); /* overdue: advance now */
     /* A deadline on a higher level: the wheel may ask to be woken earlier
      * (to move timers down), never later. */
-    tw_timer_arm_in(&w, &t, 1000, 100000);
-    uint64_t to = tw_wheel_timeout_from(&w, 1000);
+    tw_arm_in(&w, &t, 1000, 100000);
+    uint64_t to = tw_wheel_timeout(&w, 1000);
     CHECK(to <= 100000 && to > 0);
     tw_wheel_destroy(&w);
 }
@@ -152,27 +151,27 @@ static void test_event_loop_model(void)
         struct loop_timer *x = &lt[r % N];
         uint64_t delay = (r >> 8) % 5000;
         if ((r & 3) == 0) {
-            CHECK_EQ_INT(tw_timer_arm_in(&w, &x->t, loop_now, delay), 0);
+            CHECK_EQ_INT(tw_arm_in(&w, &x->t, loop_now, delay), 0);
             x->due = loop_now + delay;
-            CHECK(tw_timer_deadline(&x->t) >= x->due);
+            CHECK(tw_deadline(&x->t) >= x->due);
             x->fired = 0;
         }
         /* The loop sleeps for the timeout (or wakes early for I/O), then
          * advances to its clock. */
-        uint64_t to = tw_wheel_timeout_from(&w, loop_now);
+        uint64_t to = tw_wheel_timeout(&w, loop_now);
         uint64_t sleep = (r >> 20) % 4000;
         if (to != TW_NEVER && sleep > to && (r & 4))
             sleep = to; /* woken by the timeout */
         uint64_t earliest = TW_NEVER;
         for (int i = 0; i < N; i++)
-            if (tw_timer_pending(&lt[i].t) && tw_timer_deadline(&lt[i].t) < earliest)
-                earliest = tw_timer_deadline(&lt[i].t);
+            if (tw_pending(&lt[i].t) && tw_deadline(&lt[i].t) < earliest)
+                earliest = tw_deadline(&lt[i].t);
         if (earliest != TW_NEVER)
             CHECK(to != TW_NEVER && loop_now + to <= (earliest > loop_now ? earliest : loop_now));
         loop_now += sleep;
         tw_wheel_advance(&w, loop_now);
         for (int i = 0; i < N; i++)
-            if (tw_timer_pending(&lt[i].t) && tw_timer_deadline(&lt[i].t) <= loop_now)
+            if (tw_pending(&lt[i].t) && tw_deadline(&lt[i].t) <= loop_now)
                 loop_late++;
     }
     CHECK_EQ_INT(loop_early, 0);
@@ -188,21 +187,21 @@ static void test_timeout_at_the_end(void)
     struct tw_timer t;
     tw_wheel_init(&w, UINT64_MAX - 1);
     tw_timer_init(&t, on_fire, &w);
-    CHECK_EQ_U64(tw_wheel_timeout(&w), TW_NEVER);
-    CHECK_EQ_INT(tw_timer_arm_in(&w, &t, tw_wheel_now(&w), 1), 0);
-    CHECK_EQ_U64(tw_timer_deadline(&t), UINT64_MAX);
+    CHECK_EQ_U64(tw_wheel_timeout(&w, tw_wheel_now(&w)), TW_NEVER);
+    CHECK_EQ_INT(tw_arm_in(&w, &t, tw_wheel_now(&w), 1), 0);
+    CHECK_EQ_U64(tw_deadline(&t), UINT64_MAX);
     CHECK_EQ_U64(tw_wheel_next_expiry(&w), UINT64_MAX);
-    CHECK_EQ_U64(tw_wheel_timeout(&w), 1);
-    CHECK_EQ_U64(tw_wheel_timeout_from(&w, UINT64_MAX - 1), 1);
-    CHECK_EQ_U64(tw_wheel_timeout_from(&w, UINT64_MAX), 0);
+    CHECK_EQ_U64(tw_wheel_timeout(&w, tw_wheel_now(&w)), 1);
+    CHECK_EQ_U64(tw_wheel_timeout(&w, UINT64_MAX - 1), 1);
+    CHECK_EQ_U64(tw_wheel_timeout(&w, UINT64_MAX), 0);
     fired = 0;
     CHECK_EQ_INT(tw_wheel_advance(&w, UINT64_MAX), 1);
-    CHECK_EQ_U64(tw_wheel_timeout(&w), TW_NEVER);
+    CHECK_EQ_U64(tw_wheel_timeout(&w, tw_wheel_now(&w)), TW_NEVER);
     /* A timer due at the last tick, seen from far away, is also 2^64-1 - now. */
     tw_wheel_init(&w, 10);
     tw_timer_init(&t, on_fire, &w);
-    tw_timer_arm(&w, &t, UINT64_MAX, 0, 0);
-    CHECK(tw_wheel_timeout(&w) <= UINT64_MAX - 10);
+    tw_arm(&w, &t, UINT64_MAX, 0, 0);
+    CHECK(tw_wheel_timeout(&w, tw_wheel_now(&w)) <= UINT64_MAX - 10);
     tw_wheel_destroy(&w);
 }
 
@@ -228,14 +227,14 @@ static void test_null_getters(void)
 {
     CHECK_EQ_U64(tw_wheel_now(NULL), 0);
     CHECK_EQ_U64(tw_wheel_next_expiry(NULL), TW_NEVER);
-    CHECK_EQ_U64(tw_wheel_timeout(NULL), TW_NEVER);
-    CHECK_EQ_U64(tw_wheel_timeout_from(NULL, 5), TW_NEVER);
+    CHECK_EQ_U64(tw_wheel_timeout(NULL, tw_wheel_now(NULL)), TW_NEVER);
+    CHECK_EQ_U64(tw_wheel_timeout(NULL, 5), TW_NEVER);
     CHECK_EQ_U64(tw_wheel_pending(NULL), 0);
     CHECK_EQ_U64(tw_wheel_moves(NULL), 0);
-    CHECK(!tw_timer_pending(NULL));
-    CHECK_EQ_U64(tw_timer_deadline(NULL), TW_NEVER);
-    CHECK(!tw_node_pending(NULL));
-    CHECK_EQ_U64(tw_node_deadline(NULL), TW_NEVER);
+    CHECK(!tw_pending((struct tw_timer *)NULL));
+    CHECK_EQ_U64(tw_deadline((struct tw_timer *)NULL), TW_NEVER);
+    CHECK(!tw_pending((struct tw_node *)NULL));
+    CHECK_EQ_U64(tw_deadline((struct tw_node *)NULL), TW_NEVER);
 
     CHECK_EQ_U64(tw_tasks_pending(NULL), 0);
     CHECK_EQ_U64(tw_tasks_now(NULL), 0);
@@ -308,25 +307,25 @@ static void test_periodic_from_caller_now(void)
     CHECK_EQ_INT(tw_periodic_init(&p, on_periodic, &w, TW_MISSED_CATCH_UP), 0);
     periodic_fired = 0;
     CHECK_EQ_INT(tw_periodic_start_in(&w, &p, 1000, 100, 50), 0);
-    CHECK_EQ_U64(tw_timer_deadline(&p.timer), 1100); /* not 100: the wheel is stale */
+    CHECK_EQ_U64(tw_deadline(&p.timer), 1100); /* not 100: the wheel is stale */
     CHECK_EQ_INT(tw_wheel_advance(&w, 1099), 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, 1100), 1);
     CHECK_EQ_U64(periodic_at, 1100);
-    CHECK_EQ_U64(tw_timer_deadline(&p.timer), 1150);
+    CHECK_EQ_U64(tw_deadline(&p.timer), 1150);
     /* Absolute, a past first deadline: the next tick. */
     CHECK_EQ_INT(tw_periodic_start(&w, &p, 7, 10, 0), 0);
-    CHECK_EQ_U64(tw_timer_deadline(&p.timer), 1101);
+    CHECK_EQ_U64(tw_deadline(&p.timer), 1101);
     CHECK_EQ_INT(tw_wheel_advance(&w, 1111), 2);
     CHECK_EQ_U64(periodic_at, 1111);
     /* Saturated: a delay past the end of time is the last tick. */
     CHECK_EQ_INT(tw_periodic_start_in(&w, &p, UINT64_MAX - 5, 100, 7), 0);
-    CHECK_EQ_U64(tw_timer_deadline(&p.timer), UINT64_MAX);
+    CHECK_EQ_U64(tw_deadline(&p.timer), UINT64_MAX);
     CHECK_EQ_INT(tw_periodic_start(NULL, &p, 5, 1, 0), TW_EINVAL);
     CHECK_EQ_INT(tw_periodic_start_in(&w, &p, 0, 5, 0), TW_EINVAL); /* period 0 */
     CHECK_EQ_INT(tw_periodic_stop(&p), 1);
 }
 
-/* The flags of tw_timer_arm and tw_node_arm: an unknown bit is refused
+/* The flags of tw_arm: an unknown bit is refused
  * with nothing changed; TW_ARM_EAGER gives way to slack (a slack re-arm
  * relocates at once anyway, counted) and to TW_ARM_IDLE; TW_ARM_SLACK
  * makes a slack of 0 a slack arm (a re-arm relocates and is counted),
@@ -341,41 +340,41 @@ static void test_arm_flags(void)
     tw_wheel_init(&w, 0);
     tw_timer_init(&t, on_fire, &w);
     tw_node_init(&n);
-    CHECK_EQ_INT(tw_timer_arm(&w, &t, 10, 0, 0x8u), TW_EINVAL);
-    CHECK_EQ_INT(tw_timer_arm(&w, &t, 10, 5, ~0u), TW_EINVAL);
-    CHECK(!tw_timer_pending(&t));
-    CHECK_EQ_INT(tw_node_arm(&w, &n, 10, 0, 0x100u), TW_EINVAL);
-    CHECK(!tw_node_pending(&n));
+    CHECK_EQ_INT(tw_arm(&w, &t, 10, 0, 0x8u), TW_EINVAL);
+    CHECK_EQ_INT(tw_arm(&w, &t, 10, 5, ~0u), TW_EINVAL);
+    CHECK(!tw_pending(&t));
+    CHECK_EQ_INT(tw_arm(&w, &n, 10, 0, 0x100u), TW_EINVAL);
+    CHECK(!tw_pending(&n));
     CHECK_EQ_U64(tw_wheel_pending(&w), 0);
 
     /* Exact and lazy: a later re-arm stores the deadline, no move. */
-    CHECK_EQ_INT(tw_timer_arm(&w, &t, 10, 0, 0), 0);
-    CHECK_EQ_INT(tw_timer_arm(&w, &t, 20, 0, 0), 0);
+    CHECK_EQ_INT(tw_arm(&w, &t, 10, 0, 0), 0);
+    CHECK_EQ_INT(tw_arm(&w, &t, 20, 0, 0), 0);
     CHECK_EQ_U64(tw_wheel_moves(&w), 0);
     /* Slack 0 with TW_ARM_SLACK: relocated now, and counted. */
-    CHECK_EQ_INT(tw_timer_arm(&w, &t, 30, 0, TW_ARM_SLACK), 0);
-    CHECK_EQ_U64(tw_timer_deadline(&t), 30);
+    CHECK_EQ_INT(tw_arm(&w, &t, 30, 0, TW_ARM_SLACK), 0);
+    CHECK_EQ_U64(tw_deadline(&t), 30);
     CHECK_EQ_U64(tw_wheel_moves(&w), 1);
     /* Eager with slack: the slack re-arm (relocated, counted). */
-    CHECK_EQ_INT(tw_timer_arm(&w, &t, 40, 2, TW_ARM_EAGER), 0);
-    CHECK(tw_timer_deadline(&t) >= 40 && tw_timer_deadline(&t) <= 42);
+    CHECK_EQ_INT(tw_arm(&w, &t, 40, 2, TW_ARM_EAGER), 0);
+    CHECK(tw_deadline(&t) >= 40 && tw_deadline(&t) <= 42);
     CHECK_EQ_U64(tw_wheel_moves(&w), 2);
     /* Eager and exact: relocated, not counted. */
-    CHECK_EQ_INT(tw_timer_arm(&w, &t, 50, 0, TW_ARM_EAGER), 0);
-    CHECK_EQ_U64(tw_timer_deadline(&t), 50);
+    CHECK_EQ_INT(tw_arm(&w, &t, 50, 0, TW_ARM_EAGER), 0);
+    CHECK_EQ_U64(tw_deadline(&t), 50);
     CHECK_EQ_U64(tw_wheel_moves(&w), 2);
-    CHECK_EQ_INT(tw_timer_cancel(&w, &t), 1);
+    CHECK_EQ_INT(tw_cancel(&w, &t), 1);
     /* Idle with eager: the idle arm. */
-    CHECK_EQ_INT(tw_timer_arm(&w, &t, 60, 0, TW_ARM_IDLE | TW_ARM_EAGER), 0);
-    CHECK_EQ_U64(tw_timer_deadline(&t), 60);
+    CHECK_EQ_INT(tw_arm(&w, &t, 60, 0, TW_ARM_IDLE | TW_ARM_EAGER), 0);
+    CHECK_EQ_U64(tw_deadline(&t), 60);
     CHECK_EQ_U64(tw_wheel_pending(&w), 1);
     CHECK_EQ_INT(tw_wheel_advance(&w, 60), 1);
     CHECK_EQ_U64(tw_wheel_pending(&w), 0);
 
     /* A node takes the same flags; it makes the wheel pull-only. */
-    CHECK_EQ_INT(tw_node_arm_in(&w, &n, 100, 5), 0);
-    CHECK_EQ_U64(tw_node_deadline(&n), 105);
-    CHECK_EQ_INT(tw_node_arm(&w, &n, 200, 0, TW_ARM_SLACK), 0);
+    CHECK_EQ_INT(tw_arm_in(&w, &n, 100, 5), 0);
+    CHECK_EQ_U64(tw_deadline(&n), 105);
+    CHECK_EQ_INT(tw_arm(&w, &n, 200, 0, TW_ARM_SLACK), 0);
     CHECK_EQ_U64(tw_wheel_moves(&w), 3);
     CHECK_EQ_INT(tw_wheel_advance(&w, 300), TW_EINVAL);
     CHECK(tw_wheel_expire_next_node(&w, 300) == &n);

@@ -2,10 +2,14 @@
 /* The wheel built as in a debug build (TWHEEL_DEBUG, see twheel/wheel.h):
  * arming or cancelling a timer or node that is pending on another wheel is
  * refused with TW_EINVAL and leaves both wheels as they were. This file
- * compiles src/core/wheel.c itself with TWHEEL_DEBUG, so the check runs in every
- * test stage whatever the build type of the library. */
+ * compiles the sources of src/core/ itself with TWHEEL_DEBUG, so the check
+ * runs in every test stage whatever the build type of the library. */
 #define TWHEEL_DEBUG 1
-#include "core/wheel.c" /* src/, on this test's include path */
+/* The core's sources, compiled here (src/ is on this test's include path). */
+#include "core/advance.c"
+#include "core/arm.c"
+#include "core/periodic.c"
+#include "core/wheel.c"
 
 #include "test.h"
 
@@ -32,31 +36,29 @@ static void test_timer_on_two_wheels(void)
     tw_wheel_init(&b, 100);
     tw_timer_init(&t, on_fire, NULL);
     tw_timer_init(&u, on_fire, NULL);
-    CHECK_EQ_INT(tw_timer_arm_in(&a, &t, tw_wheel_now(&a), 10), 0);
-    CHECK_EQ_INT(tw_timer_arm_in(&a, &u, tw_wheel_now(&a), 20),
-                 0); /* t is not alone in its wheel */
+    CHECK_EQ_INT(tw_arm_in(&a, &t, tw_wheel_now(&a), 10), 0);
+    CHECK_EQ_INT(tw_arm_in(&a, &u, tw_wheel_now(&a), 20), 0); /* t is not alone in its wheel */
     /* Pending on a: every arm and cancel through b is refused. */
-    CHECK_EQ_INT(tw_timer_arm_in(&b, &t, tw_wheel_now(&b), 5), TW_EINVAL);
-    CHECK_EQ_INT(tw_timer_arm(&b, &t, 500, 0, 0), TW_EINVAL);
-    CHECK_EQ_INT(tw_timer_arm_in(&b, &t, 100, 5), TW_EINVAL);
-    CHECK_EQ_INT(tw_timer_arm(&b, &t, tw_deadline_in(tw_wheel_now(&b), 5), 0, TW_ARM_EAGER),
-                 TW_EINVAL);
-    CHECK_EQ_INT(tw_timer_arm(&b, &t, 500, 0, TW_ARM_EAGER), TW_EINVAL);
-    CHECK_EQ_INT(tw_timer_cancel(&b, &t), TW_EINVAL);
+    CHECK_EQ_INT(tw_arm_in(&b, &t, tw_wheel_now(&b), 5), TW_EINVAL);
+    CHECK_EQ_INT(tw_arm(&b, &t, 500, 0, 0), TW_EINVAL);
+    CHECK_EQ_INT(tw_arm_in(&b, &t, 100, 5), TW_EINVAL);
+    CHECK_EQ_INT(tw_arm(&b, &t, tw_deadline_in(tw_wheel_now(&b), 5), 0, TW_ARM_EAGER), TW_EINVAL);
+    CHECK_EQ_INT(tw_arm(&b, &t, 500, 0, TW_ARM_EAGER), TW_EINVAL);
+    CHECK_EQ_INT(tw_cancel(&b, &t), TW_EINVAL);
     CHECK_EQ_U64(tw_wheel_pending(&a), 2);
     CHECK_EQ_U64(tw_wheel_pending(&b), 0);
-    CHECK_EQ_U64(tw_timer_deadline(&t), 10);
+    CHECK_EQ_U64(tw_deadline(&t), 10);
     /* Re-arming on its own wheel is fine. */
-    CHECK_EQ_INT(tw_timer_arm_in(&a, &t, tw_wheel_now(&a), 15), 0);
+    CHECK_EQ_INT(tw_arm_in(&a, &t, tw_wheel_now(&a), 15), 0);
     fired = 0;
     CHECK_EQ_INT(tw_wheel_advance(&a, 15), 1);
     /* Idle again: it may go to b. */
-    CHECK_EQ_INT(tw_timer_arm_in(&b, &t, tw_wheel_now(&b), 5), 0);
+    CHECK_EQ_INT(tw_arm_in(&b, &t, tw_wheel_now(&b), 5), 0);
     CHECK_EQ_U64(tw_wheel_pending(&b), 1);
-    CHECK_EQ_INT(tw_timer_arm_in(&a, &t, tw_wheel_now(&a), 5), TW_EINVAL);
-    CHECK_EQ_INT(tw_timer_cancel(&a, &t), TW_EINVAL);
-    CHECK_EQ_INT(tw_timer_cancel(&b, &t), 1);
-    CHECK_EQ_INT(tw_timer_arm_in(&a, &t, tw_wheel_now(&a), 5), 0);
+    CHECK_EQ_INT(tw_arm_in(&a, &t, tw_wheel_now(&a), 5), TW_EINVAL);
+    CHECK_EQ_INT(tw_cancel(&a, &t), TW_EINVAL);
+    CHECK_EQ_INT(tw_cancel(&b, &t), 1);
+    CHECK_EQ_INT(tw_arm_in(&a, &t, tw_wheel_now(&a), 5), 0);
     CHECK_EQ_INT(tw_wheel_advance(&a, 100), 2);
     CHECK_EQ_U64(tw_wheel_pending(&a), 0);
     CHECK_EQ_U64(tw_wheel_pending(&b), 0);
@@ -69,28 +71,27 @@ static void test_node_on_two_wheels(void)
     tw_wheel_init(&a, 0);
     tw_wheel_init(&b, 0);
     tw_node_init(&n);
-    CHECK_EQ_INT(tw_node_arm_in(&a, &n, tw_wheel_now(&a), 7), 0);
-    CHECK_EQ_INT(tw_node_arm_in(&b, &n, tw_wheel_now(&b), 7), TW_EINVAL);
-    CHECK_EQ_INT(tw_node_arm_in(&b, &n, 0, 7), TW_EINVAL);
-    CHECK_EQ_INT(tw_node_cancel(&b, &n), TW_EINVAL);
+    CHECK_EQ_INT(tw_arm_in(&a, &n, tw_wheel_now(&a), 7), 0);
+    CHECK_EQ_INT(tw_arm_in(&b, &n, tw_wheel_now(&b), 7), TW_EINVAL);
+    CHECK_EQ_INT(tw_arm_in(&b, &n, 0, 7), TW_EINVAL);
+    CHECK_EQ_INT(tw_cancel(&b, &n), TW_EINVAL);
     CHECK_EQ_U64(tw_wheel_pending(&a), 1);
     CHECK_EQ_U64(tw_wheel_pending(&b), 0);
     CHECK_EQ_PTR(tw_wheel_expire_next_node(&a, 7), &n);
-    CHECK_EQ_INT(tw_node_arm_in(&b, &n, tw_wheel_now(&b), 7), 0); /* idle after the pull */
-    CHECK_EQ_INT(tw_node_cancel(&b, &n), 1);
+    CHECK_EQ_INT(tw_arm_in(&b, &n, tw_wheel_now(&b), 7), 0); /* idle after the pull */
+    CHECK_EQ_INT(tw_cancel(&b, &n), 1);
     /* The eager arms: an idle node armed eagerly belongs to its wheel, and
      * neither eager arm goes through another (a re-arm within its slot is
      * one store: still refused). */
-    CHECK_EQ_INT(tw_node_arm(&a, &n, tw_deadline_in(tw_wheel_now(&a), 100), 0, TW_ARM_EAGER), 0);
-    CHECK_EQ_INT(tw_node_arm(&b, &n, tw_deadline_in(tw_wheel_now(&b), 100), 0, TW_ARM_EAGER),
-                 TW_EINVAL);
-    CHECK_EQ_INT(tw_node_arm(&b, &n, 101, 0, TW_ARM_EAGER), TW_EINVAL);
-    CHECK_EQ_INT(tw_node_cancel(&b, &n), TW_EINVAL);
-    CHECK_EQ_INT(tw_node_arm(&a, &n, 101, 0, TW_ARM_EAGER), 0);
-    CHECK_EQ_U64(tw_node_deadline(&n), 101);
+    CHECK_EQ_INT(tw_arm(&a, &n, tw_deadline_in(tw_wheel_now(&a), 100), 0, TW_ARM_EAGER), 0);
+    CHECK_EQ_INT(tw_arm(&b, &n, tw_deadline_in(tw_wheel_now(&b), 100), 0, TW_ARM_EAGER), TW_EINVAL);
+    CHECK_EQ_INT(tw_arm(&b, &n, 101, 0, TW_ARM_EAGER), TW_EINVAL);
+    CHECK_EQ_INT(tw_cancel(&b, &n), TW_EINVAL);
+    CHECK_EQ_INT(tw_arm(&a, &n, 101, 0, TW_ARM_EAGER), 0);
+    CHECK_EQ_U64(tw_deadline(&n), 101);
     CHECK_EQ_U64(tw_wheel_pending(&a), 1);
     CHECK_EQ_U64(tw_wheel_pending(&b), 0);
-    CHECK_EQ_INT(tw_node_cancel(&a, &n), 1);
+    CHECK_EQ_INT(tw_cancel(&a, &n), 1);
 }
 
 /* Arms with TW_ARM_IDLE take the caller's word that the timer or node is idle:
@@ -106,53 +107,46 @@ static void test_start_checks(void)
     tw_timer_init(&t, on_fire, NULL);
     tw_node_init(&n);
     memset(&raw, 0, sizeof raw); /* never initialised: no callback */
-    CHECK_EQ_INT(tw_timer_arm(&a, &raw, tw_deadline_in(tw_wheel_now(&a), 5), 0, TW_ARM_IDLE),
-                 TW_EINVAL);
-    CHECK_EQ_INT(tw_timer_arm(&a, &raw, 5, 0, TW_ARM_IDLE), TW_EINVAL);
-    CHECK_EQ_INT(tw_timer_arm(&a, &t, tw_deadline_in(tw_wheel_now(&a), 10), 0, TW_ARM_IDLE), 0);
-    CHECK_EQ_INT(tw_timer_arm(&a, &t, tw_deadline_in(tw_wheel_now(&a), 20), 0, TW_ARM_IDLE),
-                 TW_EBUSY);
-    CHECK_EQ_INT(tw_timer_arm(&a, &t, 20, 0, TW_ARM_IDLE), TW_EBUSY);
-    CHECK_EQ_INT(tw_timer_arm(&b, &t, tw_deadline_in(tw_wheel_now(&b), 20), 0, TW_ARM_IDLE),
-                 TW_EBUSY);
-    CHECK_EQ_INT(tw_node_arm(&a, &n, tw_deadline_in(tw_wheel_now(&a), 10), 0, TW_ARM_IDLE), 0);
-    CHECK_EQ_INT(tw_node_arm(&a, &n, tw_deadline_in(tw_wheel_now(&a), 30), 0, TW_ARM_IDLE),
-                 TW_EBUSY);
-    CHECK_EQ_INT(tw_node_arm(&b, &n, 30, 0, TW_ARM_IDLE), TW_EBUSY);
+    CHECK_EQ_INT(tw_arm(&a, &raw, tw_deadline_in(tw_wheel_now(&a), 5), 0, TW_ARM_IDLE), TW_EINVAL);
+    CHECK_EQ_INT(tw_arm(&a, &raw, 5, 0, TW_ARM_IDLE), TW_EINVAL);
+    CHECK_EQ_INT(tw_arm(&a, &t, tw_deadline_in(tw_wheel_now(&a), 10), 0, TW_ARM_IDLE), 0);
+    CHECK_EQ_INT(tw_arm(&a, &t, tw_deadline_in(tw_wheel_now(&a), 20), 0, TW_ARM_IDLE), TW_EBUSY);
+    CHECK_EQ_INT(tw_arm(&a, &t, 20, 0, TW_ARM_IDLE), TW_EBUSY);
+    CHECK_EQ_INT(tw_arm(&b, &t, tw_deadline_in(tw_wheel_now(&b), 20), 0, TW_ARM_IDLE), TW_EBUSY);
+    CHECK_EQ_INT(tw_arm(&a, &n, tw_deadline_in(tw_wheel_now(&a), 10), 0, TW_ARM_IDLE), 0);
+    CHECK_EQ_INT(tw_arm(&a, &n, tw_deadline_in(tw_wheel_now(&a), 30), 0, TW_ARM_IDLE), TW_EBUSY);
+    CHECK_EQ_INT(tw_arm(&b, &n, 30, 0, TW_ARM_IDLE), TW_EBUSY);
     CHECK_EQ_U64(tw_wheel_pending(&a), 2);
     CHECK_EQ_U64(tw_wheel_pending(&b), 0);
-    CHECK_EQ_U64(tw_timer_deadline(&t), 10);
-    CHECK_EQ_U64(tw_node_deadline(&n), 10);
+    CHECK_EQ_U64(tw_deadline(&t), 10);
+    CHECK_EQ_U64(tw_deadline(&n), 10);
     /* Started on a, it belongs to a: b may not cancel it. */
-    CHECK_EQ_INT(tw_timer_cancel(&b, &t), TW_EINVAL);
-    CHECK_EQ_INT(tw_timer_cancel(&a, &t), 1);
-    CHECK_EQ_INT(tw_node_cancel(&a, &n), 1);
-    CHECK_EQ_INT(tw_timer_arm(&b, &t, tw_deadline_in(tw_wheel_now(&b), 1), 0, TW_ARM_IDLE),
+    CHECK_EQ_INT(tw_cancel(&b, &t), TW_EINVAL);
+    CHECK_EQ_INT(tw_cancel(&a, &t), 1);
+    CHECK_EQ_INT(tw_cancel(&a, &n), 1);
+    CHECK_EQ_INT(tw_arm(&b, &t, tw_deadline_in(tw_wheel_now(&b), 1), 0, TW_ARM_IDLE),
                  0); /* idle: any wheel */
-    CHECK_EQ_INT(tw_timer_cancel(&b, &t), 1);
+    CHECK_EQ_INT(tw_cancel(&b, &t), 1);
 
     /* The same for the forms with slack. */
-    CHECK_EQ_INT(tw_timer_arm(&a, &raw, tw_deadline_in(tw_wheel_now(&a), 5), 2, TW_ARM_IDLE),
-                 TW_EINVAL);
-    CHECK_EQ_INT(tw_timer_arm(&a, &raw, 5, 2, TW_ARM_IDLE), TW_EINVAL);
-    CHECK_EQ_INT(tw_timer_arm(&a, &t, tw_deadline_in(tw_wheel_now(&a), 100), 28, TW_ARM_IDLE), 0);
-    CHECK_EQ_U64(tw_timer_deadline(&t), 128);
-    CHECK_EQ_INT(tw_timer_arm(&a, &t, tw_deadline_in(tw_wheel_now(&a), 20), 5, TW_ARM_IDLE),
-                 TW_EBUSY);
-    CHECK_EQ_INT(tw_timer_arm(&a, &t, 20, 5, TW_ARM_IDLE), TW_EBUSY);
-    CHECK_EQ_INT(tw_timer_arm(&b, &t, 20, 5, TW_ARM_IDLE), TW_EBUSY);
-    CHECK_EQ_INT(tw_node_arm(&a, &n, tw_deadline_in(tw_wheel_now(&a), 100), 28, TW_ARM_IDLE), 0);
-    CHECK_EQ_INT(tw_node_arm(&a, &n, tw_deadline_in(tw_wheel_now(&a), 30), 2, TW_ARM_IDLE),
-                 TW_EBUSY);
-    CHECK_EQ_INT(tw_node_arm(&b, &n, 30, 2, TW_ARM_IDLE), TW_EBUSY);
+    CHECK_EQ_INT(tw_arm(&a, &raw, tw_deadline_in(tw_wheel_now(&a), 5), 2, TW_ARM_IDLE), TW_EINVAL);
+    CHECK_EQ_INT(tw_arm(&a, &raw, 5, 2, TW_ARM_IDLE), TW_EINVAL);
+    CHECK_EQ_INT(tw_arm(&a, &t, tw_deadline_in(tw_wheel_now(&a), 100), 28, TW_ARM_IDLE), 0);
+    CHECK_EQ_U64(tw_deadline(&t), 128);
+    CHECK_EQ_INT(tw_arm(&a, &t, tw_deadline_in(tw_wheel_now(&a), 20), 5, TW_ARM_IDLE), TW_EBUSY);
+    CHECK_EQ_INT(tw_arm(&a, &t, 20, 5, TW_ARM_IDLE), TW_EBUSY);
+    CHECK_EQ_INT(tw_arm(&b, &t, 20, 5, TW_ARM_IDLE), TW_EBUSY);
+    CHECK_EQ_INT(tw_arm(&a, &n, tw_deadline_in(tw_wheel_now(&a), 100), 28, TW_ARM_IDLE), 0);
+    CHECK_EQ_INT(tw_arm(&a, &n, tw_deadline_in(tw_wheel_now(&a), 30), 2, TW_ARM_IDLE), TW_EBUSY);
+    CHECK_EQ_INT(tw_arm(&b, &n, 30, 2, TW_ARM_IDLE), TW_EBUSY);
     CHECK_EQ_U64(tw_wheel_pending(&a), 2);
     CHECK_EQ_U64(tw_wheel_pending(&b), 0);
-    CHECK_EQ_U64(tw_timer_deadline(&t), 128);
-    CHECK_EQ_U64(tw_node_deadline(&n), 128);
-    CHECK_EQ_INT(tw_timer_cancel(&b, &t), TW_EINVAL);
-    CHECK_EQ_INT(tw_node_cancel(&b, &n), TW_EINVAL);
-    CHECK_EQ_INT(tw_timer_cancel(&a, &t), 1);
-    CHECK_EQ_INT(tw_node_cancel(&a, &n), 1);
+    CHECK_EQ_U64(tw_deadline(&t), 128);
+    CHECK_EQ_U64(tw_deadline(&n), 128);
+    CHECK_EQ_INT(tw_cancel(&b, &t), TW_EINVAL);
+    CHECK_EQ_INT(tw_cancel(&b, &n), TW_EINVAL);
+    CHECK_EQ_INT(tw_cancel(&a, &t), 1);
+    CHECK_EQ_INT(tw_cancel(&a, &n), 1);
     CHECK_EQ_U64(tw_wheel_pending(&a), 0);
 }
 

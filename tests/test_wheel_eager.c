@@ -30,7 +30,7 @@ static void rec_fire(struct tw_timer *t, void *arg)
     r->fires++;
     r->fired_at = tw_wheel_now(r->wheel);
     if (r->other)
-        r->rc = tw_timer_arm(r->wheel, &r->other->timer, r->other_deadline, 0, TW_ARM_EAGER);
+        r->rc = tw_arm(r->wheel, &r->other->timer, r->other_deadline, 0, TW_ARM_EAGER);
 }
 
 static void rec_init(struct rec *r, struct tw_wheel *w)
@@ -48,51 +48,48 @@ static void test_bad_arguments_and_end_of_time(void)
     tw_wheel_init(&w, 0);
     rec_init(&r, &w);
     tw_node_init(&n);
+    CHECK_EQ_INT(tw_arm(NULL, &r.timer, tw_deadline_in(tw_wheel_now(NULL), 1), 0, TW_ARM_EAGER),
+                 TW_EINVAL);
     CHECK_EQ_INT(
-        tw_timer_arm(NULL, &r.timer, tw_deadline_in(tw_wheel_now(NULL), 1), 0, TW_ARM_EAGER),
+        tw_arm(&w, (struct tw_timer *)NULL, tw_deadline_in(tw_wheel_now(&w), 1), 0, TW_ARM_EAGER),
         TW_EINVAL);
-    CHECK_EQ_INT(tw_timer_arm(&w, NULL, tw_deadline_in(tw_wheel_now(&w), 1), 0, TW_ARM_EAGER),
+    CHECK_EQ_INT(tw_arm(NULL, &r.timer, 1, 0, TW_ARM_EAGER), TW_EINVAL);
+    CHECK_EQ_INT(tw_arm(&w, (struct tw_timer *)NULL, 1, 0, TW_ARM_EAGER), TW_EINVAL);
+    CHECK_EQ_INT(tw_arm(NULL, &n, tw_deadline_in(tw_wheel_now(NULL), 1), 0, TW_ARM_EAGER),
                  TW_EINVAL);
-    CHECK_EQ_INT(tw_timer_arm(NULL, &r.timer, 1, 0, TW_ARM_EAGER), TW_EINVAL);
-    CHECK_EQ_INT(tw_timer_arm(&w, NULL, 1, 0, TW_ARM_EAGER), TW_EINVAL);
-    CHECK_EQ_INT(tw_node_arm(NULL, &n, tw_deadline_in(tw_wheel_now(NULL), 1), 0, TW_ARM_EAGER),
-                 TW_EINVAL);
-    CHECK_EQ_INT(tw_node_arm(&w, NULL, tw_deadline_in(tw_wheel_now(&w), 1), 0, TW_ARM_EAGER),
-                 TW_EINVAL);
-    CHECK_EQ_INT(tw_node_arm(NULL, &n, 1, 0, TW_ARM_EAGER), TW_EINVAL);
-    CHECK_EQ_INT(tw_node_arm(&w, NULL, 1, 0, TW_ARM_EAGER), TW_EINVAL);
+    CHECK_EQ_INT(
+        tw_arm(&w, (struct tw_node *)NULL, tw_deadline_in(tw_wheel_now(&w), 1), 0, TW_ARM_EAGER),
+        TW_EINVAL);
+    CHECK_EQ_INT(tw_arm(NULL, &n, 1, 0, TW_ARM_EAGER), TW_EINVAL);
+    CHECK_EQ_INT(tw_arm(&w, (struct tw_node *)NULL, 1, 0, TW_ARM_EAGER), TW_EINVAL);
     struct tw_timer raw;
     memset(&raw, 0, sizeof raw); /* never initialised: no callback */
-    CHECK_EQ_INT(tw_timer_arm(&w, &raw, tw_deadline_in(tw_wheel_now(&w), 1), 0, TW_ARM_EAGER),
-                 TW_EINVAL);
-    CHECK(!tw_timer_pending(&raw));
+    CHECK_EQ_INT(tw_arm(&w, &raw, tw_deadline_in(tw_wheel_now(&w), 1), 0, TW_ARM_EAGER), TW_EINVAL);
+    CHECK(!tw_pending(&raw));
 
     /* Delay 0 and a past deadline: the next tick. */
     tw_wheel_init(&w, 100);
-    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 0), 0, TW_ARM_EAGER),
-                 0);
-    CHECK_EQ_U64(tw_timer_deadline(&r.timer), 101);
-    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, 7, 0, TW_ARM_EAGER), 0);
-    CHECK_EQ_U64(tw_timer_deadline(&r.timer), 101);
+    CHECK_EQ_INT(tw_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 0), 0, TW_ARM_EAGER), 0);
+    CHECK_EQ_U64(tw_deadline(&r.timer), 101);
+    CHECK_EQ_INT(tw_arm(&w, &r.timer, 7, 0, TW_ARM_EAGER), 0);
+    CHECK_EQ_U64(tw_deadline(&r.timer), 101);
     CHECK_EQ_U64(tw_wheel_pending(&w), 1);
     CHECK_EQ_INT(tw_wheel_advance(&w, 101), 1);
     CHECK_EQ_U64(r.fired_at, 101);
 
     /* The end of time: no later tick exists, t is left as it was. */
     tw_wheel_init(&w, UINT64_MAX);
-    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 5), 0, TW_ARM_EAGER),
+    CHECK_EQ_INT(tw_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 5), 0, TW_ARM_EAGER),
                  TW_ERANGE);
-    CHECK_EQ_INT(tw_node_arm(&w, &n, 5, 0, TW_ARM_EAGER), TW_ERANGE);
-    CHECK(!tw_timer_pending(&r.timer));
+    CHECK_EQ_INT(tw_arm(&w, &n, 5, 0, TW_ARM_EAGER), TW_ERANGE);
+    CHECK(!tw_pending(&r.timer));
     /* Deadlines saturate; a pending timer re-armed past the end stays due at
      * UINT64_MAX. */
     tw_wheel_init(&w, UINT64_MAX - 10);
-    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 3), 0, TW_ARM_EAGER),
-                 0);
+    CHECK_EQ_INT(tw_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 3), 0, TW_ARM_EAGER), 0);
     CHECK_EQ_INT(
-        tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), UINT64_MAX), 0, TW_ARM_EAGER),
-        0);
-    CHECK_EQ_U64(tw_timer_deadline(&r.timer), UINT64_MAX);
+        tw_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), UINT64_MAX), 0, TW_ARM_EAGER), 0);
+    CHECK_EQ_U64(tw_deadline(&r.timer), UINT64_MAX);
     CHECK_EQ_INT(tw_wheel_advance(&w, UINT64_MAX - 1), 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, UINT64_MAX), 1);
     CHECK_EQ_U64(r.fired_at, UINT64_MAX);
@@ -110,8 +107,8 @@ static void test_exact_on_every_level(void)
     for (unsigned i = 0; i < N; i++) {
         rec_init(&r[i], &w);
         due[i] = 1000 + (UINT64_C(1) << (2 * i)) + i; /* 1 tick .. 2^22 ahead */
-        CHECK_EQ_INT(tw_timer_arm(&w, &r[i].timer, due[i], 0, TW_ARM_EAGER), 0);
-        CHECK_EQ_U64(tw_timer_deadline(&r[i].timer), due[i]);
+        CHECK_EQ_INT(tw_arm(&w, &r[i].timer, due[i], 0, TW_ARM_EAGER), 0);
+        CHECK_EQ_U64(tw_deadline(&r[i].timer), due[i]);
     }
     /* Odd steps: each advance stops short of, on, or past deadlines. */
     for (uint64_t now = 1000; tw_wheel_pending(&w) > 0;) {
@@ -146,10 +143,10 @@ static void test_heartbeat_leaves_no_move(void)
         uint64_t last = 0;
         for (uint64_t now = 0; now <= 3000; now += 10) {
             tw_wheel_advance(&w, now);
-            CHECK_EQ_INT(eager ? tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 500),
-                                              0, TW_ARM_EAGER)
-                               : tw_timer_arm_in(&w, &r.timer, tw_wheel_now(&w), 500),
-                         0);
+            CHECK_EQ_INT(
+                eager ? tw_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 500), 0, TW_ARM_EAGER)
+                      : tw_arm_in(&w, &r.timer, tw_wheel_now(&w), 500),
+                0);
             last = now + 500;
             if (eager) /* its slot starts at most 63 ticks before it */
                 CHECK(tw_wheel_next_expiry(&w) + 63 >= last);
@@ -183,44 +180,43 @@ static void test_rearm_and_cancel(void)
      * there). An eager re-arm into the slot of the stored deadline (9000
      * and 8500: level 2, ticks 8192-12287) is one store and keeps that
      * lazy move; one into another slot relocates it. */
-    CHECK_EQ_INT(tw_timer_arm(&w, &a.timer, 100, 0, 0), 0);
-    CHECK_EQ_INT(tw_timer_arm(&w, &a.timer, 9000, 0, 0), 0);
+    CHECK_EQ_INT(tw_arm(&w, &a.timer, 100, 0, 0), 0);
+    CHECK_EQ_INT(tw_arm(&w, &a.timer, 9000, 0, 0), 0);
     CHECK(tw_wheel_next_expiry(&w) <= 100);
-    CHECK_EQ_INT(tw_timer_arm(&w, &a.timer, 8500, 0, TW_ARM_EAGER), 0);
+    CHECK_EQ_INT(tw_arm(&w, &a.timer, 8500, 0, TW_ARM_EAGER), 0);
     CHECK(tw_wheel_next_expiry(&w) <= 100);
-    CHECK_EQ_U64(tw_timer_deadline(&a.timer), 8500);
-    CHECK_EQ_INT(tw_timer_arm(&w, &a.timer, 13000, 0, TW_ARM_EAGER), 0);
+    CHECK_EQ_U64(tw_deadline(&a.timer), 8500);
+    CHECK_EQ_INT(tw_arm(&w, &a.timer, 13000, 0, TW_ARM_EAGER), 0);
     CHECK_EQ_U64(tw_wheel_next_expiry(&w), 12288); /* its level-2 slot */
-    CHECK_EQ_U64(tw_timer_deadline(&a.timer), 13000);
+    CHECK_EQ_U64(tw_deadline(&a.timer), 13000);
     CHECK_EQ_U64(tw_wheel_pending(&w), 1);
     /* An eager re-arm within its own slot: one store, no move, exact. */
     uint64_t moves = tw_wheel_moves(&w);
-    CHECK_EQ_INT(tw_timer_arm(&w, &a.timer, 12300, 0, TW_ARM_EAGER), 0);
+    CHECK_EQ_INT(tw_arm(&w, &a.timer, 12300, 0, TW_ARM_EAGER), 0);
     CHECK_EQ_U64(tw_wheel_moves(&w), moves);
     CHECK_EQ_U64(tw_wheel_next_expiry(&w), 12288);
 
     /* Earlier, then equal, then later again. */
-    CHECK_EQ_INT(tw_timer_arm(&w, &a.timer, 50, 0, TW_ARM_EAGER), 0);
-    CHECK_EQ_INT(tw_timer_arm(&w, &a.timer, 50, 0, TW_ARM_EAGER), 0);
+    CHECK_EQ_INT(tw_arm(&w, &a.timer, 50, 0, TW_ARM_EAGER), 0);
+    CHECK_EQ_INT(tw_arm(&w, &a.timer, 50, 0, TW_ARM_EAGER), 0);
     CHECK_EQ_U64(tw_wheel_next_expiry(&w), 50);
-    CHECK_EQ_INT(tw_timer_arm(&w, &a.timer, tw_deadline_in(tw_wheel_now(&w), 60), 0, TW_ARM_EAGER),
+    CHECK_EQ_INT(tw_arm(&w, &a.timer, tw_deadline_in(tw_wheel_now(&w), 60), 0, TW_ARM_EAGER),
                  0); /* level 0: its tick */
     CHECK_EQ_U64(tw_wheel_next_expiry(&w), 60);
     CHECK_EQ_U64(tw_wheel_pending(&w), 1);
 
     /* b shares a's slot and chain neighbourhood; a leaves, b stays. */
-    CHECK_EQ_INT(tw_timer_arm(&w, &b.timer, 60, 0, TW_ARM_EAGER), 0);
-    CHECK_EQ_INT(tw_timer_arm(&w, &a.timer, 300, 0, TW_ARM_EAGER), 0);
+    CHECK_EQ_INT(tw_arm(&w, &b.timer, 60, 0, TW_ARM_EAGER), 0);
+    CHECK_EQ_INT(tw_arm(&w, &a.timer, 300, 0, TW_ARM_EAGER), 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, 299), 1);
     CHECK_EQ_INT(b.fires, 1);
     CHECK_EQ_U64(b.fired_at, 60);
     CHECK_EQ_INT(a.fires, 0);
 
     /* Cancel after an eager re-arm: it never fires. */
-    CHECK_EQ_INT(tw_timer_arm(&w, &a.timer, tw_deadline_in(tw_wheel_now(&w), 40), 0, TW_ARM_EAGER),
-                 0);
-    CHECK_EQ_INT(tw_timer_cancel(&w, &a.timer), 1);
-    CHECK_EQ_INT(tw_timer_cancel(&w, &a.timer), 0);
+    CHECK_EQ_INT(tw_arm(&w, &a.timer, tw_deadline_in(tw_wheel_now(&w), 40), 0, TW_ARM_EAGER), 0);
+    CHECK_EQ_INT(tw_cancel(&w, &a.timer), 1);
+    CHECK_EQ_INT(tw_cancel(&w, &a.timer), 0);
     CHECK_EQ_U64(tw_wheel_pending(&w), 0);
     CHECK_EQ_U64(tw_wheel_next_expiry(&w), TW_NEVER);
     CHECK_EQ_INT(tw_wheel_advance(&w, 100000), 0);
@@ -239,18 +235,18 @@ static void test_rearm_out_of_a_sub_list(void)
     tw_wheel_init(&w, 0);
     rec_init(&a, &w);
     rec_init(&b, &w);
-    CHECK_EQ_INT(tw_timer_arm(&w, &a.timer, 90, 10, 0), 0);
-    CHECK_EQ_U64(tw_timer_deadline(&a.timer), 96);
-    CHECK_EQ_INT(tw_timer_arm(&w, &a.timer, 100, 0, 0), 0); /* lazy: stays at 96 */
-    CHECK_EQ_INT(tw_timer_arm(&w, &a.timer, 70, 0, TW_ARM_EAGER), 0);
+    CHECK_EQ_INT(tw_arm(&w, &a.timer, 90, 10, 0), 0);
+    CHECK_EQ_U64(tw_deadline(&a.timer), 96);
+    CHECK_EQ_INT(tw_arm(&w, &a.timer, 100, 0, 0), 0); /* lazy: stays at 96 */
+    CHECK_EQ_INT(tw_arm(&w, &a.timer, 70, 0, TW_ARM_EAGER), 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, 69), 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, 200), 1);
     CHECK_EQ_U64(a.fired_at, 70);
 
     tw_wheel_init(&w, 0);
-    CHECK_EQ_INT(tw_timer_arm(&w, &b.timer, 100, 0, 0), 0);
+    CHECK_EQ_INT(tw_arm(&w, &b.timer, 100, 0, 0), 0);
     uint64_t moves = tw_wheel_moves(&w);
-    CHECK_EQ_INT(tw_timer_arm(&w, &b.timer, 70, 0, TW_ARM_EAGER), 0);
+    CHECK_EQ_INT(tw_arm(&w, &b.timer, 70, 0, TW_ARM_EAGER), 0);
     CHECK_EQ_U64(tw_wheel_moves(&w), moves);
     CHECK_EQ_INT(tw_wheel_advance(&w, 69), 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, 200), 1);
@@ -266,8 +262,8 @@ static void test_rearm_ready_from_callback(void)
     tw_wheel_init(&w, 0);
     rec_init(&a, &w);
     rec_init(&b, &w);
-    CHECK_EQ_INT(tw_timer_arm(&w, &a.timer, 10, 0, 0), 0);
-    CHECK_EQ_INT(tw_timer_arm(&w, &b.timer, 10, 0, 0), 0);
+    CHECK_EQ_INT(tw_arm(&w, &a.timer, 10, 0, 0), 0);
+    CHECK_EQ_INT(tw_arm(&w, &b.timer, 10, 0, 0), 0);
     /* Whichever fires first pushes the other back by 5 ticks. */
     a.other = &b;
     a.other_deadline = 15;
@@ -278,8 +274,8 @@ static void test_rearm_ready_from_callback(void)
     struct rec *first = a.fires ? &a : &b, *second = a.fires ? &b : &a;
     CHECK_EQ_INT(first->rc, 0);
     CHECK_EQ_U64(first->fired_at, 10);
-    CHECK(tw_timer_pending(&second->timer));
-    CHECK_EQ_U64(tw_timer_deadline(&second->timer), 15);
+    CHECK(tw_pending(&second->timer));
+    CHECK_EQ_U64(tw_deadline(&second->timer), 15);
     first->other = NULL;
     second->other = NULL;
     CHECK_EQ_INT(tw_wheel_advance(&w, 14), 0);
@@ -291,9 +287,9 @@ static void test_rearm_ready_from_callback(void)
     a.other = &a;
     a.other_deadline = 20; /* <= now when it runs at 30: the next tick */
     a.fires = 0;
-    CHECK_EQ_INT(tw_timer_arm(&w, &a.timer, 30, 0, TW_ARM_EAGER), 0);
+    CHECK_EQ_INT(tw_arm(&w, &a.timer, 30, 0, TW_ARM_EAGER), 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, 30), 1);
-    CHECK_EQ_U64(tw_timer_deadline(&a.timer), 31);
+    CHECK_EQ_U64(tw_deadline(&a.timer), 31);
     a.other = NULL;
     CHECK_EQ_INT(tw_wheel_advance(&w, 31), 1);
     CHECK_EQ_INT(a.fires, 2);
@@ -308,8 +304,8 @@ static void busy_fire(struct tw_timer *t, void *arg)
 {
     (void)t;
     (void)arg;
-    busy_rc = tw_node_arm(&busy_wheel, &busy_node, tw_deadline_in(tw_wheel_now(&busy_wheel), 5), 0,
-                          TW_ARM_EAGER);
+    busy_rc = tw_arm(&busy_wheel, &busy_node, tw_deadline_in(tw_wheel_now(&busy_wheel), 5), 0,
+                     TW_ARM_EAGER);
 }
 
 /* Bare nodes: eager arms and re-arms, pulled in deadline order; from a
@@ -321,13 +317,13 @@ static void test_bare_nodes(void)
     tw_wheel_init(&w, 0);
     for (unsigned i = 0; i < 3; i++)
         tw_node_init(&n[i]);
-    CHECK_EQ_INT(tw_node_arm(&w, &n[0], 500, 0, TW_ARM_EAGER), 0);
-    CHECK_EQ_INT(tw_node_arm(&w, &n[1], tw_deadline_in(tw_wheel_now(&w), 20), 0, TW_ARM_EAGER), 0);
-    CHECK_EQ_INT(tw_node_arm(&w, &n[2], 30, 0, 0), 0);
-    CHECK_EQ_INT(tw_node_arm(&w, &n[2], 7000, 0, 0), 0);           /* lazy */
-    CHECK_EQ_INT(tw_node_arm(&w, &n[0], 10, 0, TW_ARM_EAGER), 0);  /* earlier */
-    CHECK_EQ_INT(tw_node_arm(&w, &n[1], 600, 0, TW_ARM_EAGER), 0); /* later */
-    CHECK_EQ_U64(tw_node_deadline(&n[1]), 600);
+    CHECK_EQ_INT(tw_arm(&w, &n[0], 500, 0, TW_ARM_EAGER), 0);
+    CHECK_EQ_INT(tw_arm(&w, &n[1], tw_deadline_in(tw_wheel_now(&w), 20), 0, TW_ARM_EAGER), 0);
+    CHECK_EQ_INT(tw_arm(&w, &n[2], 30, 0, 0), 0);
+    CHECK_EQ_INT(tw_arm(&w, &n[2], 7000, 0, 0), 0);           /* lazy */
+    CHECK_EQ_INT(tw_arm(&w, &n[0], 10, 0, TW_ARM_EAGER), 0);  /* earlier */
+    CHECK_EQ_INT(tw_arm(&w, &n[1], 600, 0, TW_ARM_EAGER), 0); /* later */
+    CHECK_EQ_U64(tw_deadline(&n[1]), 600);
     CHECK_EQ_INT(tw_wheel_advance(&w, 5), TW_EINVAL); /* pull-only now */
     CHECK_EQ_PTR(tw_wheel_expire_next_node(&w, 100000), &n[0]);
     CHECK_EQ_U64(tw_wheel_now(&w), 10);
@@ -341,12 +337,11 @@ static void test_bare_nodes(void)
     tw_wheel_init(&busy_wheel, 0);
     tw_node_init(&busy_node);
     tw_timer_init(&t, busy_fire, NULL);
-    CHECK_EQ_INT(tw_timer_arm(&busy_wheel, &t, tw_deadline_in(tw_wheel_now(&busy_wheel), 1), 0,
-                              TW_ARM_EAGER),
-                 0);
+    CHECK_EQ_INT(
+        tw_arm(&busy_wheel, &t, tw_deadline_in(tw_wheel_now(&busy_wheel), 1), 0, TW_ARM_EAGER), 0);
     CHECK_EQ_INT(tw_wheel_advance(&busy_wheel, 1), 1);
     CHECK_EQ_INT(busy_rc, TW_EBUSY);
-    CHECK(!tw_node_pending(&busy_node));
+    CHECK(!tw_pending(&busy_node));
 }
 
 int main(void)

@@ -65,11 +65,11 @@ static void near_arm(size_t id, uint64_t d, uint64_t r)
     uint64_t moves = tw_wheel_moves(&m.wheel);
     int rc;
     if (kind < 4)
-        rc = tw_timer_arm(&m.wheel, &mt->timer, d, 0, TW_ARM_EAGER);
+        rc = tw_arm(&m.wheel, &mt->timer, d, 0, TW_ARM_EAGER);
     else if (kind < 6)
-        rc = tw_timer_arm(&m.wheel, &mt->timer, d, 0, 0);
+        rc = tw_arm(&m.wheel, &mt->timer, d, 0, 0);
     else
-        rc = tw_timer_arm(&m.wheel, &mt->timer, d, slack, TW_ARM_SLACK);
+        rc = tw_arm(&m.wheel, &mt->timer, d, slack, TW_ARM_SLACK);
     MODEL_REQUIRE(&m, kind >= 4 || tw_wheel_moves(&m.wheel) == moves,
                   "an eager arm of timer %zu counted a move", id);
     if (now == UINT64_MAX) {
@@ -82,7 +82,7 @@ static void near_arm(size_t id, uint64_t d, uint64_t r)
     mt->armed = 1;
     mt->deadline = model_due(now, d);
     mt->last = mt->deadline > UINT64_MAX - slack ? UINT64_MAX : mt->deadline + slack;
-    uint64_t planned = tw_timer_deadline(&mt->timer);
+    uint64_t planned = tw_deadline(&mt->timer);
     MODEL_REQUIRE(&m, mt->deadline <= planned && planned <= mt->last,
                   "timer %zu planned at %" PRIu64 " outside [%" PRIu64 ", %" PRIu64 "]", id,
                   planned, mt->deadline, mt->last);
@@ -93,9 +93,9 @@ static void near_op(size_t id, uint64_t r)
 {
     const struct model_timer *mt = &m.timers[id];
     uint64_t now = m.wheel.now;
-    uint64_t base = mt->armed && (r >> 40) % 4 ? tw_timer_deadline(&mt->timer) : now;
+    uint64_t base = mt->armed && (r >> 40) % 4 ? tw_deadline(&mt->timer) : now;
     if ((r >> 42) % 8 == 0) {
-        int rc = tw_timer_cancel(&m.wheel, &m.timers[id].timer);
+        int rc = tw_cancel(&m.wheel, &m.timers[id].timer);
         MODEL_REQUIRE(&m, rc == mt->armed, "cancel of timer %zu returned %d", id, rc);
         if (mt->armed)
             m.armed--;

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* White-box checks of the re-arm helpers of src/core/wheel.c, which this file
- * compiles itself (release layout, no TWHEEL_DEBUG):
+/* White-box checks of the re-arm helpers of src/core/ (slack.h, internal.h),
+ * whose sources this file compiles itself (release layout, no TWHEEL_DEBUG):
  *  - plan_late, one table load, against the rule it replaced (written out
  *    here with its branches), over every small window, windows at the slot
  *    boundaries of every level, random windows and the end of time, and
@@ -9,7 +9,12 @@
  *    a timer on a level-1 sub-list re-armed eagerly inside its slot;
  *  - the re-arm checks: an uninitialised timer is refused while idle by the
  *    eager and slack arms, as before. */
-#include "core/wheel.c" /* src/, on this test's include path */
+
+/* The core's sources, compiled here (src/ is on this test's include path). */
+#include "core/advance.c"
+#include "core/arm.c"
+#include "core/periodic.c"
+#include "core/wheel.c"
 
 #include "test.h"
 #include "wheel_rec.h"
@@ -129,16 +134,16 @@ static void test_eager_rearm_on_a_sub_list(void)
         tw_wheel_init(&w, 0);
         CHECK_EQ_INT(tw_timer_init(&r.timer, rec_fire, &r), 0);
         CHECK_EQ_INT(tw_timer_init(&other.timer, rec_fire, &other), 0);
-        CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, 100, 20, 0), 0);
-        CHECK_EQ_U64(tw_timer_deadline(&r.timer), 112);
+        CHECK_EQ_INT(tw_arm(&w, &r.timer, 100, 20, 0), 0);
+        CHECK_EQ_U64(tw_deadline(&r.timer), 112);
         CHECK(w.subbed >> 1 & 1);
         CHECK(r.timer.node.pprev == &w.sub[1][3][0] || r.timer.node.pprev == &w.sub[1][3][1] ||
               r.timer.node.pprev == &w.sub[1][3][2] || r.timer.node.pprev == &w.sub[1][3][3]);
-        CHECK_EQ_INT(tw_timer_arm(&w, &other.timer, 70, 0, TW_ARM_SLACK), 0); /* exact, slot 1 */
+        CHECK_EQ_INT(tw_arm(&w, &other.timer, 70, 0, TW_ARM_SLACK), 0); /* exact, slot 1 */
         struct tw_node **before = r.timer.node.pprev;
         uint64_t d = earlier ? 100 : 120;
-        CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, d, 0, TW_ARM_EAGER), 0);
-        CHECK_EQ_U64(tw_timer_deadline(&r.timer), d);
+        CHECK_EQ_INT(tw_arm(&w, &r.timer, d, 0, TW_ARM_EAGER), 0);
+        CHECK_EQ_U64(tw_deadline(&r.timer), d);
         CHECK_EQ_U64(tw_wheel_moves(&w), 0);
         CHECK(r.timer.node.pprev != before); /* relocated */
         CHECK(tw_wheel_next_expiry(&w) <= d);
@@ -160,12 +165,12 @@ static void test_uninitialised_idle_timer_refused(void)
     struct tw_timer raw;
     tw_wheel_init(&w, 0);
     memset(&raw, 0, sizeof raw);
-    CHECK_EQ_INT(tw_timer_arm(&w, &raw, 10, 0, TW_ARM_EAGER), TW_EINVAL);
-    CHECK_EQ_INT(tw_timer_arm(&w, &raw, tw_deadline_in(tw_wheel_now(&w), 10), 0, TW_ARM_EAGER),
+    CHECK_EQ_INT(tw_arm(&w, &raw, 10, 0, TW_ARM_EAGER), TW_EINVAL);
+    CHECK_EQ_INT(tw_arm(&w, &raw, tw_deadline_in(tw_wheel_now(&w), 10), 0, TW_ARM_EAGER),
                  TW_EINVAL);
-    CHECK_EQ_INT(tw_timer_arm(&w, &raw, 10, 5, 0), TW_EINVAL);
-    CHECK_EQ_INT(tw_timer_arm(&w, &raw, tw_deadline_in(tw_wheel_now(&w), 10), 5, 0), TW_EINVAL);
-    CHECK(!tw_timer_pending(&raw));
+    CHECK_EQ_INT(tw_arm(&w, &raw, 10, 5, 0), TW_EINVAL);
+    CHECK_EQ_INT(tw_arm(&w, &raw, tw_deadline_in(tw_wheel_now(&w), 10), 5, 0), TW_EINVAL);
+    CHECK(!tw_pending(&raw));
     CHECK_EQ_INT(tw_wheel_pending(&w), 0);
 }
 
@@ -181,17 +186,17 @@ static void test_slack_stay_with_saturated_window(void)
     r.wheel = &w;
     tw_wheel_init(&w, 0);
     CHECK_EQ_INT(tw_timer_init(&r.timer, rec_fire, &r), 0);
-    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, 100, 0, 0), 0);
-    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, 200, UINT64_MAX, TW_ARM_SLACK), 0);
-    CHECK(tw_timer_deadline(&r.timer) >= 200); /* relocated, never early */
+    CHECK_EQ_INT(tw_arm(&w, &r.timer, 100, 0, 0), 0);
+    CHECK_EQ_INT(tw_arm(&w, &r.timer, 200, UINT64_MAX, TW_ARM_SLACK), 0);
+    CHECK(tw_deadline(&r.timer) >= 200); /* relocated, never early */
     CHECK_EQ_U64(tw_wheel_moves(&w), 1);
-    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, 300, 0, 0), 0); /* exact again, earlier or lazy */
+    CHECK_EQ_INT(tw_arm(&w, &r.timer, 300, 0, 0), 0); /* exact again, earlier or lazy */
     uint64_t moves = tw_wheel_moves(&w);
-    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, 200, UINT64_MAX - 100, TW_ARM_SLACK), 0);
-    CHECK_EQ_U64(tw_timer_deadline(&r.timer), 300); /* inside [200, MAX]: stays */
+    CHECK_EQ_INT(tw_arm(&w, &r.timer, 200, UINT64_MAX - 100, TW_ARM_SLACK), 0);
+    CHECK_EQ_U64(tw_deadline(&r.timer), 300); /* inside [200, MAX]: stays */
     CHECK_EQ_U64(tw_wheel_moves(&w), moves);
-    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, 301, UINT64_MAX, TW_ARM_SLACK), 0);
-    CHECK(tw_timer_deadline(&r.timer) >= 301); /* one tick past it: relocated */
+    CHECK_EQ_INT(tw_arm(&w, &r.timer, 301, UINT64_MAX, TW_ARM_SLACK), 0);
+    CHECK(tw_deadline(&r.timer) >= 301); /* one tick past it: relocated */
     CHECK_EQ_INT(tw_wheel_advance(&w, 300), 0);
     CHECK_EQ_INT(r.fires, 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, UINT64_MAX), 1);

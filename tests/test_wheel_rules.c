@@ -54,11 +54,11 @@ static void test_bad_arguments(void)
     CHECK_EQ_INT(tw_wheel_init(&w, 0), 0);
     CHECK_EQ_INT(tw_timer_init(NULL, probe_fire, NULL), TW_EINVAL);
     CHECK_EQ_INT(tw_timer_init(&t, NULL, NULL), TW_EINVAL);
-    CHECK_EQ_INT(tw_timer_arm_in(NULL, &t, tw_wheel_now(NULL), 1), TW_EINVAL);
-    CHECK_EQ_INT(tw_timer_arm_in(&w, NULL, tw_wheel_now(&w), 1), TW_EINVAL);
-    CHECK_EQ_INT(tw_timer_arm(&w, NULL, 1, 0, 0), TW_EINVAL);
-    CHECK_EQ_INT(tw_timer_cancel(NULL, &t), TW_EINVAL);
-    CHECK_EQ_INT(tw_timer_cancel(&w, NULL), TW_EINVAL);
+    CHECK_EQ_INT(tw_arm_in(NULL, &t, tw_wheel_now(NULL), 1), TW_EINVAL);
+    CHECK_EQ_INT(tw_arm_in(&w, (struct tw_timer *)NULL, tw_wheel_now(&w), 1), TW_EINVAL);
+    CHECK_EQ_INT(tw_arm(&w, (struct tw_timer *)NULL, 1, 0, 0), TW_EINVAL);
+    CHECK_EQ_INT(tw_cancel(NULL, &t), TW_EINVAL);
+    CHECK_EQ_INT(tw_cancel(&w, (struct tw_timer *)NULL), TW_EINVAL);
     CHECK_EQ_INT(tw_wheel_advance(NULL, 5), TW_EINVAL);
     CHECK_EQ_INT(tw_wheel_destroy(NULL), TW_EINVAL);
     CHECK(tw_wheel_expire_next(NULL, 5) == NULL);
@@ -84,13 +84,13 @@ static void test_never_early_tick_exact(void)
     struct probe p;
     tw_wheel_init(&w, 1000);
     probe_init(&p, &w);
-    CHECK_EQ_INT(tw_timer_arm_in(&w, &p.timer, tw_wheel_now(&w), 500), 0);
-    CHECK(tw_timer_pending(&p.timer));
-    CHECK_EQ_U64(tw_timer_deadline(&p.timer), 1500);
+    CHECK_EQ_INT(tw_arm_in(&w, &p.timer, tw_wheel_now(&w), 500), 0);
+    CHECK(tw_pending(&p.timer));
+    CHECK_EQ_U64(tw_deadline(&p.timer), 1500);
     /* A far timer sits in a level-1 slot: the wheel names that slot's first
      * tick (a lower bound) and fires nothing there. */
     CHECK_EQ_U64(tw_wheel_next_expiry(&w), 1472);
-    CHECK_EQ_U64(tw_wheel_timeout(&w), 472);
+    CHECK_EQ_U64(tw_wheel_timeout(&w, tw_wheel_now(&w)), 472);
     CHECK_EQ_INT(tw_wheel_advance(&w, 1472), 0);
     CHECK_EQ_U64(tw_wheel_next_expiry(&w), 1500); /* now at level 0: exact */
     CHECK_EQ_INT(tw_wheel_advance(&w, 1499), 0);
@@ -99,10 +99,10 @@ static void test_never_early_tick_exact(void)
     CHECK_EQ_INT(tw_wheel_advance(&w, 1500), 1);
     CHECK_EQ_INT(p.fires, 1);
     CHECK_EQ_U64(p.fired_at, 1500);
-    CHECK(!tw_timer_pending(&p.timer));
-    CHECK_EQ_U64(tw_timer_deadline(&p.timer), TW_NEVER);
+    CHECK(!tw_pending(&p.timer));
+    CHECK_EQ_U64(tw_deadline(&p.timer), TW_NEVER);
     CHECK_EQ_U64(tw_wheel_next_expiry(&w), TW_NEVER);
-    CHECK_EQ_U64(tw_wheel_timeout(&w), TW_NEVER);
+    CHECK_EQ_U64(tw_wheel_timeout(&w, tw_wheel_now(&w)), TW_NEVER);
 }
 
 /* An advance that passes many deadlines fires them tick by tick, each with the
@@ -118,7 +118,7 @@ static void test_deadline_order_across_levels(void)
         probe_init(&p[i], &w);
         /* Delays spread over 1 tick .. 2^39 ticks, armed in shuffled order. */
         int k = (i * 17) % N;
-        tw_timer_arm_in(&w, &p[i].timer, tw_wheel_now(&w), (UINT64_C(1) << k) + (uint64_t)k);
+        tw_arm_in(&w, &p[i].timer, tw_wheel_now(&w), (UINT64_C(1) << k) + (uint64_t)k);
     }
     CHECK_EQ_INT(tw_wheel_advance(&w, UINT64_C(1) << 41), N);
     for (int i = 0; i < N; i++) {
@@ -136,10 +136,10 @@ static void test_delay_zero_is_next_tick(void)
     tw_wheel_init(&w, 50);
     probe_init(&p, &w);
     probe_init(&q, &w);
-    tw_timer_arm_in(&w, &p.timer, tw_wheel_now(&w), 0);
-    tw_timer_arm(&w, &q.timer, 10, 0, 0); /* in the past */
-    CHECK_EQ_U64(tw_timer_deadline(&p.timer), 51);
-    CHECK_EQ_U64(tw_timer_deadline(&q.timer), 51);
+    tw_arm_in(&w, &p.timer, tw_wheel_now(&w), 0);
+    tw_arm(&w, &q.timer, 10, 0, 0); /* in the past */
+    CHECK_EQ_U64(tw_deadline(&p.timer), 51);
+    CHECK_EQ_U64(tw_deadline(&q.timer), 51);
     CHECK_EQ_INT(tw_wheel_advance(&w, 50), 0); /* same time: nothing */
     CHECK_EQ_INT(tw_wheel_advance(&w, 51), 2);
     CHECK_EQ_U64(p.fired_at, 51);
@@ -155,26 +155,26 @@ static void test_saturating_deadline(void)
     tw_wheel_init(&w, UINT64_MAX - 10);
     probe_init(&p, &w);
     probe_init(&q, &w);
-    CHECK_EQ_INT(tw_timer_arm_in(&w, &p.timer, tw_wheel_now(&w), 100), 0);
-    CHECK_EQ_U64(tw_timer_deadline(&p.timer), UINT64_MAX);
-    CHECK_EQ_INT(tw_timer_arm_in(&w, &q.timer, tw_wheel_now(&w), UINT64_MAX), 0);
-    CHECK_EQ_U64(tw_timer_deadline(&q.timer), UINT64_MAX);
+    CHECK_EQ_INT(tw_arm_in(&w, &p.timer, tw_wheel_now(&w), 100), 0);
+    CHECK_EQ_U64(tw_deadline(&p.timer), UINT64_MAX);
+    CHECK_EQ_INT(tw_arm_in(&w, &q.timer, tw_wheel_now(&w), UINT64_MAX), 0);
+    CHECK_EQ_U64(tw_deadline(&q.timer), UINT64_MAX);
     CHECK_EQ_INT(tw_wheel_advance(&w, UINT64_MAX - 9), 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, UINT64_MAX - 1), 0);
     CHECK_EQ_INT(p.fires, 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, UINT64_MAX), 2);
     CHECK_EQ_U64(p.fired_at, UINT64_MAX);
     /* At the end of time no later tick exists: arming is refused, unchanged. */
-    CHECK_EQ_INT(tw_timer_arm_in(&w, &p.timer, tw_wheel_now(&w), 0), TW_ERANGE);
-    CHECK_EQ_INT(tw_timer_arm(&w, &p.timer, 5, 0, 0), TW_ERANGE);
-    CHECK(!tw_timer_pending(&p.timer));
+    CHECK_EQ_INT(tw_arm_in(&w, &p.timer, tw_wheel_now(&w), 0), TW_ERANGE);
+    CHECK_EQ_INT(tw_arm(&w, &p.timer, 5, 0, 0), TW_ERANGE);
+    CHECK(!tw_pending(&p.timer));
     CHECK_EQ_U64(tw_wheel_pending(&w), 0);
 
     /* From time 0, the longest delay lands on the last tick, at the top level. */
     tw_wheel_init(&w, 0);
     probe_init(&p, &w);
-    tw_timer_arm_in(&w, &p.timer, tw_wheel_now(&w), UINT64_MAX);
-    CHECK_EQ_U64(tw_timer_deadline(&p.timer), UINT64_MAX);
+    tw_arm_in(&w, &p.timer, tw_wheel_now(&w), UINT64_MAX);
+    CHECK_EQ_U64(tw_deadline(&p.timer), UINT64_MAX);
     CHECK_EQ_INT(tw_wheel_advance(&w, UINT64_MAX - 1), 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, UINT64_MAX), 1);
     CHECK(tw_wheel_moves(&w) <= TW_WHEEL_LEVELS);
@@ -191,7 +191,7 @@ static void test_high_bit_carries(void)
     tw_wheel_init(&w, start);
     for (int i = 0; i < 6; i++) {
         probe_init(&p[i], &w);
-        tw_timer_arm_in(&w, &p[i].timer, tw_wheel_now(&w), delays[i]);
+        tw_arm_in(&w, &p[i].timer, tw_wheel_now(&w), delays[i]);
     }
     while (tw_wheel_pending(&w))
         tw_wheel_advance(&w, tw_wheel_next_expiry(&w));
@@ -207,10 +207,9 @@ static void test_rearm_later_is_lazy_and_exact(void)
     struct probe p;
     tw_wheel_init(&w, 0);
     probe_init(&p, &w);
-    tw_timer_arm_in(&w, &p.timer, tw_wheel_now(&w), 100);
-    CHECK_EQ_INT(tw_timer_arm_in(&w, &p.timer, tw_wheel_now(&w), 5000),
-                 0); /* re-arm a pending timer */
-    CHECK_EQ_U64(tw_timer_deadline(&p.timer), 5000);
+    tw_arm_in(&w, &p.timer, tw_wheel_now(&w), 100);
+    CHECK_EQ_INT(tw_arm_in(&w, &p.timer, tw_wheel_now(&w), 5000), 0); /* re-arm a pending timer */
+    CHECK_EQ_U64(tw_deadline(&p.timer), 5000);
     CHECK_EQ_U64(tw_wheel_pending(&w), 1);
     /* The wheel may stop at the old slot (a lower bound) but fires nothing. */
     CHECK(tw_wheel_next_expiry(&w) <= 5000);
@@ -226,8 +225,8 @@ static void test_rearm_earlier_is_immediate(void)
     struct probe p;
     tw_wheel_init(&w, 0);
     probe_init(&p, &w);
-    tw_timer_arm_in(&w, &p.timer, tw_wheel_now(&w), 1 << 20);
-    tw_timer_arm_in(&w, &p.timer, tw_wheel_now(&w), 70);
+    tw_arm_in(&w, &p.timer, tw_wheel_now(&w), 1 << 20);
+    tw_arm_in(&w, &p.timer, tw_wheel_now(&w), 70);
     CHECK_EQ_U64(tw_wheel_next_expiry(&w), 64); /* level-1 slot of tick 70 */
     CHECK_EQ_INT(tw_wheel_advance(&w, 69), 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, 70), 1);
@@ -243,15 +242,15 @@ static void test_cancel(void)
     tw_wheel_init(&w, 0);
     probe_init(&p, &w);
     probe_init(&q, &w);
-    CHECK_EQ_INT(tw_timer_cancel(&w, &p.timer), 0); /* idle: a no-op */
-    tw_timer_arm_in(&w, &p.timer, tw_wheel_now(&w), 10);
-    tw_timer_arm_in(&w, &q.timer, tw_wheel_now(&w), 10);
+    CHECK_EQ_INT(tw_cancel(&w, &p.timer), 0); /* idle: a no-op */
+    tw_arm_in(&w, &p.timer, tw_wheel_now(&w), 10);
+    tw_arm_in(&w, &q.timer, tw_wheel_now(&w), 10);
     CHECK_EQ_U64(tw_wheel_pending(&w), 2);
-    CHECK_EQ_INT(tw_timer_cancel(&w, &p.timer), 1);
-    CHECK_EQ_INT(tw_timer_cancel(&w, &p.timer), 0);
+    CHECK_EQ_INT(tw_cancel(&w, &p.timer), 1);
+    CHECK_EQ_INT(tw_cancel(&w, &p.timer), 0);
     CHECK_EQ_U64(tw_wheel_pending(&w), 1);
     CHECK_EQ_U64(tw_wheel_next_expiry(&w), 10); /* q still holds the slot */
-    CHECK_EQ_INT(tw_timer_cancel(&w, &q.timer), 1);
+    CHECK_EQ_INT(tw_cancel(&w, &q.timer), 1);
     /* The slot emptied: nothing is left to wake up for. */
     CHECK_EQ_U64(tw_wheel_next_expiry(&w), TW_NEVER);
     CHECK_EQ_INT(tw_wheel_advance(&w, 100), 0);
@@ -264,10 +263,10 @@ static void test_advance_backwards_is_noop(void)
     struct probe p;
     tw_wheel_init(&w, 1000);
     probe_init(&p, &w);
-    tw_timer_arm_in(&w, &p.timer, tw_wheel_now(&w), 5);
+    tw_arm_in(&w, &p.timer, tw_wheel_now(&w), 5);
     CHECK_EQ_INT(tw_wheel_advance(&w, 10), 0);
     CHECK_EQ_U64(tw_wheel_now(&w), 1000);
-    CHECK_EQ_U64(tw_timer_deadline(&p.timer), 1005);
+    CHECK_EQ_U64(tw_deadline(&p.timer), 1005);
     CHECK_EQ_U64(tw_wheel_moves(&w), 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, 1005), 1);
 }
@@ -279,15 +278,15 @@ static void test_destroy_with_armed_timers(void)
     tw_wheel_init(&w, 0);
     for (int i = 0; i < 5; i++) {
         probe_init(&p[i], &w);
-        tw_timer_arm_in(&w, &p[i].timer, tw_wheel_now(&w), (uint64_t)1 << (i * 9));
+        tw_arm_in(&w, &p[i].timer, tw_wheel_now(&w), (uint64_t)1 << (i * 9));
     }
     CHECK_EQ_INT(tw_wheel_destroy(&w), 5);
     for (int i = 0; i < 5; i++)
-        CHECK(!tw_timer_pending(&p[i].timer));
+        CHECK(!tw_pending(&p[i].timer));
     CHECK_EQ_U64(tw_wheel_pending(&w), 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, UINT64_C(1) << 40), 0);
     /* The timers are reusable, on this wheel or another. */
-    CHECK_EQ_INT(tw_timer_arm_in(&w, &p[0].timer, tw_wheel_now(&w), 1), 0);
+    CHECK_EQ_INT(tw_arm_in(&w, &p[0].timer, tw_wheel_now(&w), 1), 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, UINT64_MAX), 1);
 }
 
@@ -296,8 +295,8 @@ static void test_destroy_with_armed_timers(void)
 static void act_rearm_self(struct probe *self)
 {
     if (self->fires < 5)
-        CHECK_EQ_INT(
-            tw_timer_arm_in(self->wheel, &self->timer, tw_wheel_now(self->wheel), self->value), 0);
+        CHECK_EQ_INT(tw_arm_in(self->wheel, &self->timer, tw_wheel_now(self->wheel), self->value),
+                     0);
 }
 
 static void test_callback_rearms_itself(void)
@@ -308,18 +307,18 @@ static void test_callback_rearms_itself(void)
     probe_init(&p, &w);
     p.action = act_rearm_self;
     p.value = 0; /* every next tick: must not livelock one advance */
-    tw_timer_arm_in(&w, &p.timer, tw_wheel_now(&w), 3);
+    tw_arm_in(&w, &p.timer, tw_wheel_now(&w), 3);
     CHECK_EQ_INT(tw_wheel_advance(&w, 5), 3); /* ticks 3, 4, 5 */
     CHECK_EQ_U64(p.fired_at, 5);
     CHECK_EQ_INT(tw_wheel_advance(&w, 100), 2);
     CHECK_EQ_U64(p.fired_at, 7);
-    CHECK(!tw_timer_pending(&p.timer));
+    CHECK(!tw_pending(&p.timer));
 }
 
 static void act_cancel_self(struct probe *self)
 {
     /* The firing timer is already idle: cancelling it is a no-op. */
-    CHECK_EQ_INT(tw_timer_cancel(self->wheel, &self->timer), 0);
+    CHECK_EQ_INT(tw_cancel(self->wheel, &self->timer), 0);
 }
 
 static void test_cancel_the_firing_timer(void)
@@ -329,7 +328,7 @@ static void test_cancel_the_firing_timer(void)
     tw_wheel_init(&w, 0);
     probe_init(&p, &w);
     p.action = act_cancel_self;
-    tw_timer_arm_in(&w, &p.timer, tw_wheel_now(&w), 9);
+    tw_arm_in(&w, &p.timer, tw_wheel_now(&w), 9);
     CHECK_EQ_INT(tw_wheel_advance(&w, 20), 1);
     CHECK_EQ_U64(tw_wheel_pending(&w), 0);
 }
@@ -337,7 +336,7 @@ static void test_cancel_the_firing_timer(void)
 static void act_cancel_other(struct probe *self)
 {
     if (self->other->fires == 0)
-        CHECK_EQ_INT(tw_timer_cancel(self->wheel, &self->other->timer), 1);
+        CHECK_EQ_INT(tw_cancel(self->wheel, &self->other->timer), 1);
 }
 
 /* Two timers due at the same tick share a slot; whichever fires first cancels
@@ -352,8 +351,8 @@ static void test_cancel_neighbour_in_same_slot(void)
     a.action = b.action = act_cancel_other;
     a.other = &b;
     b.other = &a;
-    tw_timer_arm_in(&w, &a.timer, tw_wheel_now(&w), 300);
-    tw_timer_arm_in(&w, &b.timer, tw_wheel_now(&w), 300);
+    tw_arm_in(&w, &a.timer, tw_wheel_now(&w), 300);
+    tw_arm_in(&w, &b.timer, tw_wheel_now(&w), 300);
     CHECK_EQ_INT(tw_wheel_advance(&w, 1000), 1);
     CHECK_EQ_INT(a.fires + b.fires, 1);
     CHECK_EQ_U64(tw_wheel_pending(&w), 0);
@@ -362,9 +361,8 @@ static void test_cancel_neighbour_in_same_slot(void)
 static void act_rearm_other(struct probe *self)
 {
     if (self->other->fires == 0)
-        CHECK_EQ_INT(tw_timer_arm_in(self->wheel, &self->other->timer, tw_wheel_now(self->wheel),
-                                     self->value),
-                     0);
+        CHECK_EQ_INT(
+            tw_arm_in(self->wheel, &self->other->timer, tw_wheel_now(self->wheel), self->value), 0);
 }
 
 /* Re-arming a same-tick neighbour (already on the ready list) later, or to
@@ -381,12 +379,12 @@ static void test_rearm_neighbour_in_same_slot(void)
         a.other = &b;
         b.other = &a;
         a.value = b.value = delay;
-        tw_timer_arm_in(&w, &a.timer, tw_wheel_now(&w), 40);
-        tw_timer_arm_in(&w, &b.timer, tw_wheel_now(&w), 40);
+        tw_arm_in(&w, &a.timer, tw_wheel_now(&w), 40);
+        tw_arm_in(&w, &b.timer, tw_wheel_now(&w), 40);
         CHECK_EQ_INT(tw_wheel_advance(&w, 40), 1);
         struct probe *first = a.fires ? &a : &b, *second = a.fires ? &b : &a;
         CHECK_EQ_INT(second->fires, 0);
-        CHECK_EQ_U64(tw_timer_deadline(&second->timer), 40 + (delay ? delay : 1));
+        CHECK_EQ_U64(tw_deadline(&second->timer), 40 + (delay ? delay : 1));
         CHECK_EQ_INT(tw_wheel_advance(&w, 1000), 1);
         CHECK_EQ_U64(second->fired_at, 40 + (delay ? delay : 1));
         CHECK_EQ_INT(first->fires, 1);
@@ -395,7 +393,7 @@ static void test_rearm_neighbour_in_same_slot(void)
 
 static void act_arm_other_soon(struct probe *self)
 {
-    tw_timer_arm_in(self->wheel, &self->other->timer, tw_wheel_now(self->wheel), self->value);
+    tw_arm_in(self->wheel, &self->other->timer, tw_wheel_now(self->wheel), self->value);
 }
 
 /* A callback arming a timer due within the same advance sees it fire in that
@@ -412,8 +410,8 @@ static void test_callback_arms_timer_due_in_same_advance(void)
     a.action = act_arm_other_soon;
     a.other = &b;
     a.value = 5; /* a fires at 10, arms b for 15 */
-    tw_timer_arm_in(&w, &a.timer, tw_wheel_now(&w), 10);
-    tw_timer_arm_in(&w, &c.timer, tw_wheel_now(&w), 16);
+    tw_arm_in(&w, &a.timer, tw_wheel_now(&w), 10);
+    tw_arm_in(&w, &c.timer, tw_wheel_now(&w), 16);
     CHECK_EQ_INT(tw_wheel_advance(&w, 100), 3);
     CHECK_EQ_U64(b.fired_at, 15);
     CHECK_EQ_INT(a.order, 1);
@@ -436,11 +434,11 @@ static void test_nested_advance_refused(void)
     probe_init(&p, &w);
     probe_init(&q, &w);
     p.action = act_nested_calls;
-    tw_timer_arm_in(&w, &p.timer, tw_wheel_now(&w), 1);
-    tw_timer_arm_in(&w, &q.timer, tw_wheel_now(&w), 500);
+    tw_arm_in(&w, &p.timer, tw_wheel_now(&w), 1);
+    tw_arm_in(&w, &q.timer, tw_wheel_now(&w), 500);
     CHECK_EQ_INT(tw_wheel_advance(&w, 10), 1);
     CHECK_EQ_U64(tw_wheel_now(&w), 10);
-    CHECK(tw_timer_pending(&q.timer));
+    CHECK(tw_pending(&q.timer));
 }
 
 /* ---- pull interface ----------------------------------------------------------- */
@@ -453,15 +451,15 @@ static void test_expire_next_pulls_in_order(void)
     const uint64_t delays[4] = {300, 2, 70000, 2};
     for (int i = 0; i < 4; i++) {
         probe_init(&p[i], &w);
-        tw_timer_arm_in(&w, &p[i].timer, tw_wheel_now(&w), delays[i]);
+        tw_arm_in(&w, &p[i].timer, tw_wheel_now(&w), delays[i]);
     }
     struct tw_timer *t1 = tw_wheel_expire_next(&w, 100000);
     struct tw_timer *t2 = tw_wheel_expire_next(&w, 100000);
     CHECK((t1 == &p[1].timer && t2 == &p[3].timer) || (t1 == &p[3].timer && t2 == &p[1].timer));
     CHECK_EQ_U64(tw_wheel_now(&w), 2);
-    CHECK(!tw_timer_pending(t1));
+    CHECK(!tw_pending(t1));
     /* Between pulls the caller may change anything: push p[0] past p[2]. */
-    tw_timer_arm_in(&w, &p[0].timer, tw_wheel_now(&w), 80000);
+    tw_arm_in(&w, &p[0].timer, tw_wheel_now(&w), 80000);
     CHECK_EQ_PTR(tw_wheel_expire_next(&w, 100000), &p[2].timer);
     CHECK_EQ_U64(tw_wheel_now(&w), 70000);
     CHECK_EQ_PTR(tw_wheel_expire_next(&w, 100000), &p[0].timer);
@@ -482,7 +480,7 @@ static void test_timers_left_ready_by_a_pull(void)
     tw_wheel_init(&w, 0);
     for (int i = 0; i < 5; i++) {
         probe_init(&p[i], &w);
-        tw_timer_arm_in(&w, &p[i].timer, tw_wheel_now(&w), i < 3 ? 10 : 20);
+        tw_arm_in(&w, &p[i].timer, tw_wheel_now(&w), i < 3 ? 10 : 20);
     }
     CHECK(tw_wheel_expire_next(&w, 10) != NULL); /* two more are left due at 10 */
     CHECK_EQ_U64(tw_wheel_pending(&w), 4);
@@ -494,7 +492,7 @@ static void test_timers_left_ready_by_a_pull(void)
     CHECK_EQ_INT(tw_wheel_advance(&w, 5), 0); /* now nothing is left */
     CHECK(tw_wheel_expire_next(&w, 20) != NULL);
     CHECK_EQ_INT(tw_wheel_destroy(&w), 1);
-    CHECK(!tw_timer_pending(&p[3].timer) && !tw_timer_pending(&p[4].timer));
+    CHECK(!tw_pending(&p[3].timer) && !tw_pending(&p[4].timer));
     CHECK_EQ_U64(tw_wheel_pending(&w), 0);
     CHECK_EQ_U64(tw_wheel_next_expiry(&w), TW_NEVER);
     CHECK_EQ_INT(tw_wheel_advance(&w, 1000), 0);
@@ -514,7 +512,7 @@ static void arm_node_from_callback(struct tw_timer *t, void *arg)
 {
     struct node_from_callback *x = arg;
     (void)t;
-    x->rc = tw_node_arm_in(x->wheel, &x->node, tw_wheel_now(x->wheel), 0);
+    x->rc = tw_arm_in(x->wheel, &x->node, tw_wheel_now(x->wheel), 0);
 }
 
 static void test_bare_nodes(void)
@@ -525,15 +523,15 @@ static void test_bare_nodes(void)
     tw_wheel_init(&w0, 0);
     tw_node_init(&x.node);
     tw_timer_init(&x.timer, arm_node_from_callback, &x);
-    tw_timer_arm_in(&w0, &x.timer, tw_wheel_now(&w0), 1);
+    tw_arm_in(&w0, &x.timer, tw_wheel_now(&w0), 1);
     CHECK_EQ_INT(tw_wheel_advance(&w0, 10), 1);
     CHECK_EQ_INT(x.rc, TW_EBUSY);
-    CHECK(!tw_node_pending(&x.node));
-    tw_timer_arm_in(&w0, &x.timer, tw_wheel_now(&w0), 1); /* still a wheel that calls back */
+    CHECK(!tw_pending(&x.node));
+    tw_arm_in(&w0, &x.timer, tw_wheel_now(&w0), 1); /* still a wheel that calls back */
     CHECK_EQ_INT(tw_wheel_advance(&w0, 20), 1);
     /* A failed arm (no later tick exists) leaves the wheel as it was. */
     tw_wheel_init(&w0, UINT64_MAX);
-    CHECK_EQ_INT(tw_node_arm_in(&w0, &x.node, tw_wheel_now(&w0), 5), TW_ERANGE);
+    CHECK_EQ_INT(tw_arm_in(&w0, &x.node, tw_wheel_now(&w0), 5), TW_ERANGE);
     CHECK_EQ_INT(tw_wheel_advance(&w0, UINT64_MAX), 0);
 
     struct tw_wheel w;
@@ -544,21 +542,21 @@ static void test_bare_nodes(void)
     tw_node_init(&a);
     tw_node_init(&b);
     tw_node_init(&c);
-    CHECK(!tw_node_pending(&a));
-    CHECK_EQ_U64(tw_node_deadline(&a), TW_NEVER);
-    CHECK_EQ_INT(tw_node_arm_in(NULL, &a, tw_wheel_now(NULL), 1), TW_EINVAL);
-    CHECK_EQ_INT(tw_node_arm(&w, NULL, 1, 0, 0), TW_EINVAL);
-    CHECK_EQ_INT(tw_node_cancel(&w, &a), 0); /* idle: no-op */
+    CHECK(!tw_pending(&a));
+    CHECK_EQ_U64(tw_deadline(&a), TW_NEVER);
+    CHECK_EQ_INT(tw_arm_in(NULL, &a, tw_wheel_now(NULL), 1), TW_EINVAL);
+    CHECK_EQ_INT(tw_arm(&w, (struct tw_node *)NULL, 1, 0, 0), TW_EINVAL);
+    CHECK_EQ_INT(tw_cancel(&w, &a), 0); /* idle: no-op */
     probe_init(&p, &w);
-    CHECK_EQ_INT(tw_timer_arm_in(&w, &p.timer, tw_wheel_now(&w), 5), 0);
+    CHECK_EQ_INT(tw_arm_in(&w, &p.timer, tw_wheel_now(&w), 5), 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, 101), 0); /* not pull-only yet */
-    CHECK_EQ_INT(tw_node_arm_in(&w, &a, tw_wheel_now(&w), 0), 0); /* delay 0: next tick */
-    CHECK_EQ_U64(tw_node_deadline(&a), 102);
-    CHECK_EQ_INT(tw_node_arm_in(&w, &b, tw_wheel_now(&w), 3000), 0);
-    CHECK_EQ_INT(tw_node_arm_in(&w, &b, tw_wheel_now(&w), 5000), 0); /* later: lazy */
-    CHECK_EQ_INT(tw_node_arm(&w, &c, UINT64_MAX - 1, 0, 0), 0);
-    CHECK_EQ_INT(tw_node_arm_in(&w, &c, tw_wheel_now(&w), UINT64_MAX), 0); /* saturates */
-    CHECK_EQ_U64(tw_node_deadline(&c), UINT64_MAX);
+    CHECK_EQ_INT(tw_arm_in(&w, &a, tw_wheel_now(&w), 0), 0); /* delay 0: next tick */
+    CHECK_EQ_U64(tw_deadline(&a), 102);
+    CHECK_EQ_INT(tw_arm_in(&w, &b, tw_wheel_now(&w), 3000), 0);
+    CHECK_EQ_INT(tw_arm_in(&w, &b, tw_wheel_now(&w), 5000), 0); /* later: lazy */
+    CHECK_EQ_INT(tw_arm(&w, &c, UINT64_MAX - 1, 0, 0), 0);
+    CHECK_EQ_INT(tw_arm_in(&w, &c, tw_wheel_now(&w), UINT64_MAX), 0); /* saturates */
+    CHECK_EQ_U64(tw_deadline(&c), UINT64_MAX);
     CHECK_EQ_U64(tw_wheel_pending(&w), 4);
     CHECK_EQ_INT(tw_wheel_advance(&w, 200), TW_EINVAL); /* pull-only now */
     CHECK(tw_wheel_expire_next(&w, 200) == NULL);
@@ -570,13 +568,13 @@ static void test_bare_nodes(void)
     CHECK(tw_wheel_expire_next_node(&w, 5100) == NULL); /* b is due at 5101 */
     CHECK_EQ_U64(tw_wheel_now(&w), 5100);
     CHECK_EQ_PTR(tw_wheel_expire_next_node(&w, 5101), &b);
-    CHECK_EQ_INT(tw_node_cancel(&w, &c), 1);
-    CHECK(!tw_node_pending(&c));
+    CHECK_EQ_INT(tw_cancel(&w, &c), 1);
+    CHECK(!tw_pending(&c));
     CHECK_EQ_U64(tw_wheel_pending(&w), 0);
-    CHECK_EQ_INT(tw_node_arm_in(&w, &a, tw_wheel_now(&w), 10), 0);
+    CHECK_EQ_INT(tw_arm_in(&w, &a, tw_wheel_now(&w), 10), 0);
     CHECK_EQ_INT(tw_wheel_destroy(&w), 1); /* back to a wheel that calls back */
-    CHECK(!tw_node_pending(&a));
-    CHECK_EQ_INT(tw_timer_arm_in(&w, &p.timer, tw_wheel_now(&w), 1), 0);
+    CHECK(!tw_pending(&a));
+    CHECK_EQ_INT(tw_arm_in(&w, &p.timer, tw_wheel_now(&w), 1), 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, 6000), 1);
     CHECK_EQ_INT(p.fires, 1);
 }
@@ -600,7 +598,7 @@ static void ticker_fire(struct tw_periodic *p, void *arg)
         CHECK_EQ_INT(tw_periodic_stop(p), 1);
 }
 
-/* tw_timer_arm / tw_node_arm with TW_ARM_IDLE: the arm of an idle timer,
+/* tw_arm with TW_ARM_IDLE: the arm of an idle timer,
  * with every rule of the arm without the flag (next tick for a
  * past deadline or delay 0, saturation, TW_ERANGE at the end of time,
  * callable from a callback), the wheel's count kept, and a timer started
@@ -608,8 +606,8 @@ static void ticker_fire(struct tw_periodic *p, void *arg)
 static void restart_self(struct probe *p)
 {
     if (p->fires < 3)
-        CHECK_EQ_INT(tw_timer_arm(p->wheel, &p->timer,
-                                  tw_deadline_in(tw_wheel_now(p->wheel), p->value), 0, TW_ARM_IDLE),
+        CHECK_EQ_INT(tw_arm(p->wheel, &p->timer, tw_deadline_in(tw_wheel_now(p->wheel), p->value),
+                            0, TW_ARM_IDLE),
                      0);
 }
 
@@ -623,31 +621,30 @@ static void test_start_idle_timers(void)
     probe_init(&c, &w);
     probe_init(&d, &w);
     probe_init(&e, &w);
-    CHECK_EQ_INT(
-        tw_timer_arm(NULL, &a.timer, tw_deadline_in(tw_wheel_now(NULL), 1), 0, TW_ARM_IDLE),
-        TW_EINVAL);
-    CHECK_EQ_INT(tw_timer_arm(&w, NULL, tw_deadline_in(tw_wheel_now(&w), 1), 0, TW_ARM_IDLE),
+    CHECK_EQ_INT(tw_arm(NULL, &a.timer, tw_deadline_in(tw_wheel_now(NULL), 1), 0, TW_ARM_IDLE),
                  TW_EINVAL);
-    CHECK_EQ_INT(tw_timer_arm(NULL, &a.timer, 1, 0, TW_ARM_IDLE), TW_EINVAL);
-    CHECK_EQ_INT(tw_timer_arm(&w, NULL, 1, 0, TW_ARM_IDLE), TW_EINVAL);
+    CHECK_EQ_INT(
+        tw_arm(&w, (struct tw_timer *)NULL, tw_deadline_in(tw_wheel_now(&w), 1), 0, TW_ARM_IDLE),
+        TW_EINVAL);
+    CHECK_EQ_INT(tw_arm(NULL, &a.timer, 1, 0, TW_ARM_IDLE), TW_EINVAL);
+    CHECK_EQ_INT(tw_arm(&w, (struct tw_timer *)NULL, 1, 0, TW_ARM_IDLE), TW_EINVAL);
     CHECK_EQ_U64(tw_wheel_pending(&w), 0);
 
-    CHECK_EQ_INT(tw_timer_arm(&w, &a.timer, tw_deadline_in(tw_wheel_now(&w), 0), 0, TW_ARM_IDLE),
-                 0);                                                   /* next tick */
-    CHECK_EQ_INT(tw_timer_arm(&w, &b.timer, 50, 0, TW_ARM_IDLE), 0);   /* past: next tick */
-    CHECK_EQ_INT(tw_timer_arm(&w, &c.timer, 5000, 0, TW_ARM_IDLE), 0); /* level 2 */
-    CHECK_EQ_INT(
-        tw_timer_arm(&w, &d.timer, tw_deadline_in(tw_wheel_now(&w), UINT64_MAX), 0, TW_ARM_IDLE),
-        0); /* saturates */
-    CHECK_EQ_U64(tw_timer_deadline(&a.timer), 101);
-    CHECK_EQ_U64(tw_timer_deadline(&b.timer), 101);
-    CHECK_EQ_U64(tw_timer_deadline(&c.timer), 5000);
-    CHECK_EQ_U64(tw_timer_deadline(&d.timer), UINT64_MAX);
+    CHECK_EQ_INT(tw_arm(&w, &a.timer, tw_deadline_in(tw_wheel_now(&w), 0), 0, TW_ARM_IDLE),
+                 0);                                             /* next tick */
+    CHECK_EQ_INT(tw_arm(&w, &b.timer, 50, 0, TW_ARM_IDLE), 0);   /* past: next tick */
+    CHECK_EQ_INT(tw_arm(&w, &c.timer, 5000, 0, TW_ARM_IDLE), 0); /* level 2 */
+    CHECK_EQ_INT(tw_arm(&w, &d.timer, tw_deadline_in(tw_wheel_now(&w), UINT64_MAX), 0, TW_ARM_IDLE),
+                 0); /* saturates */
+    CHECK_EQ_U64(tw_deadline(&a.timer), 101);
+    CHECK_EQ_U64(tw_deadline(&b.timer), 101);
+    CHECK_EQ_U64(tw_deadline(&c.timer), 5000);
+    CHECK_EQ_U64(tw_deadline(&d.timer), UINT64_MAX);
     CHECK_EQ_U64(tw_wheel_pending(&w), 4);
     CHECK_EQ_U64(tw_wheel_next_expiry(&w), 101);
     /* A started timer is an ordinary pending one: re-armed, cancelled. */
-    CHECK_EQ_INT(tw_timer_arm(&w, &a.timer, 4999, 0, 0), 0);
-    CHECK_EQ_INT(tw_timer_cancel(&w, &d.timer), 1);
+    CHECK_EQ_INT(tw_arm(&w, &a.timer, 4999, 0, 0), 0);
+    CHECK_EQ_INT(tw_cancel(&w, &d.timer), 1);
     CHECK_EQ_U64(tw_wheel_pending(&w), 3);
     CHECK_EQ_INT(tw_wheel_advance(&w, 4998), 1);
     CHECK_EQ_U64(b.fired_at, 101);
@@ -656,18 +653,15 @@ static void test_start_idle_timers(void)
     CHECK_EQ_U64(c.fired_at, 5000);
     CHECK_EQ_U64(tw_wheel_pending(&w), 0);
     /* Idle again after firing or cancelling: started again. */
-    CHECK_EQ_INT(tw_timer_arm(&w, &a.timer, tw_deadline_in(tw_wheel_now(&w), 10), 0, TW_ARM_IDLE),
-                 0);
-    CHECK_EQ_INT(tw_timer_arm(&w, &d.timer, tw_deadline_in(tw_wheel_now(&w), 10), 0, TW_ARM_IDLE),
-                 0);
+    CHECK_EQ_INT(tw_arm(&w, &a.timer, tw_deadline_in(tw_wheel_now(&w), 10), 0, TW_ARM_IDLE), 0);
+    CHECK_EQ_INT(tw_arm(&w, &d.timer, tw_deadline_in(tw_wheel_now(&w), 10), 0, TW_ARM_IDLE), 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, 5010), 2);
     CHECK_EQ_INT(a.fires, 2);
     CHECK_EQ_INT(d.fires, 1);
     /* From its own callback (it is idle there): restarts itself. */
     e.action = restart_self;
     e.value = 7;
-    CHECK_EQ_INT(tw_timer_arm(&w, &e.timer, tw_deadline_in(tw_wheel_now(&w), 7), 0, TW_ARM_IDLE),
-                 0);
+    CHECK_EQ_INT(tw_arm(&w, &e.timer, tw_deadline_in(tw_wheel_now(&w), 7), 0, TW_ARM_IDLE), 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, 6000), 3);
     CHECK_EQ_INT(e.fires, 3);
     CHECK_EQ_U64(e.fired_at, 5031);
@@ -675,10 +669,10 @@ static void test_start_idle_timers(void)
 
     /* At the end of time no later tick exists: TW_ERANGE, left idle. */
     tw_wheel_init(&w, UINT64_MAX);
-    CHECK_EQ_INT(tw_timer_arm(&w, &a.timer, tw_deadline_in(tw_wheel_now(&w), 1), 0, TW_ARM_IDLE),
+    CHECK_EQ_INT(tw_arm(&w, &a.timer, tw_deadline_in(tw_wheel_now(&w), 1), 0, TW_ARM_IDLE),
                  TW_ERANGE);
-    CHECK_EQ_INT(tw_timer_arm(&w, &a.timer, 5, 0, TW_ARM_IDLE), TW_ERANGE);
-    CHECK(!tw_timer_pending(&a.timer));
+    CHECK_EQ_INT(tw_arm(&w, &a.timer, 5, 0, TW_ARM_IDLE), TW_ERANGE);
+    CHECK(!tw_pending(&a.timer));
     CHECK_EQ_U64(tw_wheel_pending(&w), 0);
 }
 
@@ -691,17 +685,17 @@ static void test_start_idle_nodes(void)
     tw_node_init(&n);
     tw_node_init(&m);
     probe_init(&p, &w);
-    CHECK_EQ_INT(tw_node_arm(NULL, &n, tw_deadline_in(tw_wheel_now(NULL), 1), 0, TW_ARM_IDLE),
+    CHECK_EQ_INT(tw_arm(NULL, &n, tw_deadline_in(tw_wheel_now(NULL), 1), 0, TW_ARM_IDLE),
                  TW_EINVAL);
-    CHECK_EQ_INT(tw_node_arm(&w, NULL, tw_deadline_in(tw_wheel_now(&w), 1), 0, TW_ARM_IDLE),
-                 TW_EINVAL);
-    CHECK_EQ_INT(tw_node_arm(NULL, &n, 1, 0, TW_ARM_IDLE), TW_EINVAL);
-    CHECK_EQ_INT(tw_node_arm(&w, NULL, 1, 0, TW_ARM_IDLE), TW_EINVAL);
+    CHECK_EQ_INT(
+        tw_arm(&w, (struct tw_node *)NULL, tw_deadline_in(tw_wheel_now(&w), 1), 0, TW_ARM_IDLE),
+        TW_EINVAL);
+    CHECK_EQ_INT(tw_arm(NULL, &n, 1, 0, TW_ARM_IDLE), TW_EINVAL);
+    CHECK_EQ_INT(tw_arm(&w, (struct tw_node *)NULL, 1, 0, TW_ARM_IDLE), TW_EINVAL);
     CHECK_EQ_INT(tw_wheel_advance(&w, 0), 0); /* not pull-only yet */
-    CHECK_EQ_INT(tw_timer_arm(&w, &p.timer, tw_deadline_in(tw_wheel_now(&w), 30), 0, TW_ARM_IDLE),
-                 0);
-    CHECK_EQ_INT(tw_node_arm(&w, &n, tw_deadline_in(tw_wheel_now(&w), 20), 0, TW_ARM_IDLE), 0);
-    CHECK_EQ_INT(tw_node_arm(&w, &m, 10, 0, TW_ARM_IDLE), 0);
+    CHECK_EQ_INT(tw_arm(&w, &p.timer, tw_deadline_in(tw_wheel_now(&w), 30), 0, TW_ARM_IDLE), 0);
+    CHECK_EQ_INT(tw_arm(&w, &n, tw_deadline_in(tw_wheel_now(&w), 20), 0, TW_ARM_IDLE), 0);
+    CHECK_EQ_INT(tw_arm(&w, &m, 10, 0, TW_ARM_IDLE), 0);
     CHECK_EQ_U64(tw_wheel_pending(&w), 3);
     CHECK_EQ_INT(tw_wheel_advance(&w, 5), TW_EINVAL); /* pull-only now */
     CHECK_EQ_PTR(tw_wheel_expire_next_node(&w, 100), &m);
@@ -709,14 +703,13 @@ static void test_start_idle_nodes(void)
     CHECK_EQ_PTR(tw_wheel_expire_next_node(&w, 100), &p.timer.node);
     CHECK(tw_wheel_expire_next_node(&w, 100) == NULL);
     CHECK_EQ_INT(p.fires, 0); /* pulled: no callback */
-    CHECK_EQ_INT(tw_node_arm(&w, &n, tw_deadline_in(tw_wheel_now(&w), 0), 0, TW_ARM_IDLE),
+    CHECK_EQ_INT(tw_arm(&w, &n, tw_deadline_in(tw_wheel_now(&w), 0), 0, TW_ARM_IDLE),
                  0); /* idle after the pull */
-    CHECK_EQ_U64(tw_node_deadline(&n), 101);
-    CHECK_EQ_INT(tw_node_cancel(&w, &n), 1);
+    CHECK_EQ_U64(tw_deadline(&n), 101);
+    CHECK_EQ_INT(tw_cancel(&w, &n), 1);
     tw_wheel_init(&w, UINT64_MAX);
-    CHECK_EQ_INT(tw_node_arm(&w, &n, tw_deadline_in(tw_wheel_now(&w), 1), 0, TW_ARM_IDLE),
-                 TW_ERANGE);
-    CHECK(!tw_node_pending(&n));
+    CHECK_EQ_INT(tw_arm(&w, &n, tw_deadline_in(tw_wheel_now(&w), 1), 0, TW_ARM_IDLE), TW_ERANGE);
+    CHECK(!tw_pending(&n));
 }
 
 /* A node start from a callback of tw_wheel_advance is refused, as every
@@ -724,10 +717,10 @@ static void test_start_idle_nodes(void)
 static struct tw_node start_from_callback_node;
 static void start_node_from_callback(struct probe *p)
 {
-    CHECK_EQ_INT(tw_node_arm(p->wheel, &start_from_callback_node,
-                             tw_deadline_in(tw_wheel_now(p->wheel), 5), 0, TW_ARM_IDLE),
+    CHECK_EQ_INT(tw_arm(p->wheel, &start_from_callback_node,
+                        tw_deadline_in(tw_wheel_now(p->wheel), 5), 0, TW_ARM_IDLE),
                  TW_EBUSY);
-    CHECK_EQ_INT(tw_node_arm(p->wheel, &start_from_callback_node, 500, 0, TW_ARM_IDLE), TW_EBUSY);
+    CHECK_EQ_INT(tw_arm(p->wheel, &start_from_callback_node, 500, 0, TW_ARM_IDLE), TW_EBUSY);
 }
 
 static void test_start_node_from_callback_refused(void)
@@ -738,10 +731,9 @@ static void test_start_node_from_callback_refused(void)
     probe_init(&p, &w);
     tw_node_init(&start_from_callback_node);
     p.action = start_node_from_callback;
-    CHECK_EQ_INT(tw_timer_arm(&w, &p.timer, tw_deadline_in(tw_wheel_now(&w), 3), 0, TW_ARM_IDLE),
-                 0);
+    CHECK_EQ_INT(tw_arm(&w, &p.timer, tw_deadline_in(tw_wheel_now(&w), 3), 0, TW_ARM_IDLE), 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, 3), 1);
-    CHECK(!tw_node_pending(&start_from_callback_node));
+    CHECK(!tw_pending(&start_from_callback_node));
     CHECK_EQ_U64(tw_wheel_pending(&w), 0);
 }
 
@@ -760,7 +752,7 @@ static void test_periodic_no_drift_catch_up(void)
     CHECK_EQ_INT(k.n, 27); /* 13, 20, ..., 195 */
     for (int i = 0; i < k.n && i < 64; i++)
         CHECK_EQ_U64(k.at[i], 13 + 7 * (uint64_t)i);
-    CHECK_EQ_U64(tw_timer_deadline(&k.periodic.timer), 202);
+    CHECK_EQ_U64(tw_deadline(&k.periodic.timer), 202);
     CHECK_EQ_INT(tw_periodic_stop(&k.periodic), 1);
     CHECK_EQ_INT(tw_periodic_stop(&k.periodic), 0);
 }
@@ -774,7 +766,7 @@ static void test_periodic_skip_missed(void)
     tw_periodic_start_in(&w, &k.periodic, tw_wheel_now(&w), 10, 10);
     CHECK_EQ_INT(tw_wheel_advance(&w, 95), 1); /* fires once, at 10 */
     CHECK_EQ_U64(k.at[0], 10);
-    CHECK_EQ_U64(tw_timer_deadline(&k.periodic.timer), 100); /* phase kept */
+    CHECK_EQ_U64(tw_deadline(&k.periodic.timer), 100); /* phase kept */
     CHECK_EQ_INT(tw_wheel_advance(&w, 100), 1);
     CHECK_EQ_INT(tw_wheel_advance(&w, 110), 1);
     CHECK_EQ_U64(k.at[2], 110);
@@ -809,7 +801,7 @@ static void test_moves_bounded_by_levels(void)
     for (int i = 0; i < N; i++) {
         probe_init(&p[i], &w);
         s = s * 6364136223846793005u + 1442695040888963407u;
-        tw_timer_arm_in(&w, &p[i].timer, tw_wheel_now(&w), (s >> 33) % (UINT64_C(1) << 20) + 1);
+        tw_arm_in(&w, &p[i].timer, tw_wheel_now(&w), (s >> 33) % (UINT64_C(1) << 20) + 1);
     }
     int64_t fired = 0;
     while (tw_wheel_pending(&w))
@@ -822,7 +814,7 @@ static void test_moves_bounded_by_levels(void)
     tw_wheel_init(&w, 0);
     for (int i = 0; i < N; i++) {
         probe_init(&p[i], &w);
-        tw_timer_arm_in(&w, &p[i].timer, tw_wheel_now(&w), UINT64_C(604800000) - (uint64_t)i);
+        tw_arm_in(&w, &p[i].timer, tw_wheel_now(&w), UINT64_C(604800000) - (uint64_t)i);
     }
     CHECK_EQ_INT(tw_wheel_advance(&w, 3600000), 0);
     CHECK_EQ_U64(tw_wheel_moves(&w), 0);
@@ -861,7 +853,7 @@ static void test_moves_per_timer_bound(void)
     struct probe p;
     tw_wheel_init(&w, 71188);
     probe_init(&p, &w);
-    CHECK_EQ_INT(tw_timer_arm_in(&w, &p.timer, tw_wheel_now(&w), 255883), 0);
+    CHECK_EQ_INT(tw_arm_in(&w, &p.timer, tw_wheel_now(&w), 255883), 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, 71188 + 255883), 1);
     CHECK_EQ_U64(tw_wheel_moves(&w), 3);
     CHECK_EQ_U64(moves_of(71188, 71188 + 255883), 3);
@@ -886,7 +878,7 @@ static void test_moves_per_timer_bound(void)
         unsigned k = 1 + (unsigned)(s >> 62) % 3; /* delays below 64^1..64^3 */
         uint64_t delay = 1 + (s >> 11) % ((UINT64_C(1) << (k * TW_WHEEL_SLOT_BITS)) - 1);
         uint64_t before = tw_wheel_moves(&w);
-        tw_timer_arm_in(&w, &p.timer, tw_wheel_now(&w), delay);
+        tw_arm_in(&w, &p.timer, tw_wheel_now(&w), delay);
         CHECK_EQ_INT(tw_wheel_advance(&w, now + delay), 1);
         unsigned m = (unsigned)(tw_wheel_moves(&w) - before);
         if (m != moves_of(now, now + delay) || m > k) {

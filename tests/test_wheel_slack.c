@@ -27,33 +27,28 @@ static void test_bad_arguments_and_end_of_time(void)
     tw_wheel_init(&w, 0);
     rec_init(&r, &w);
     tw_node_init(&n);
-    CHECK_EQ_INT(tw_timer_arm(NULL, &r.timer, tw_deadline_in(tw_wheel_now(NULL), 1), 1, 0),
+    CHECK_EQ_INT(tw_arm(NULL, &r.timer, tw_deadline_in(tw_wheel_now(NULL), 1), 1, 0), TW_EINVAL);
+    CHECK_EQ_INT(tw_arm(&w, (struct tw_timer *)NULL, tw_deadline_in(tw_wheel_now(&w), 1), 1, 0),
                  TW_EINVAL);
-    CHECK_EQ_INT(tw_timer_arm(&w, NULL, tw_deadline_in(tw_wheel_now(&w), 1), 1, 0), TW_EINVAL);
-    CHECK_EQ_INT(tw_timer_arm(NULL, &r.timer, 1, 1, 0), TW_EINVAL);
-    CHECK_EQ_INT(tw_timer_arm(&w, NULL, 1, 1, 0), TW_EINVAL);
-    CHECK_EQ_INT(tw_node_arm(NULL, &n, tw_deadline_in(tw_wheel_now(NULL), 1), 1, 0), TW_EINVAL);
-    CHECK_EQ_INT(tw_node_arm(&w, NULL, 1, 1, 0), TW_EINVAL);
+    CHECK_EQ_INT(tw_arm(NULL, &r.timer, 1, 1, 0), TW_EINVAL);
+    CHECK_EQ_INT(tw_arm(&w, (struct tw_timer *)NULL, 1, 1, 0), TW_EINVAL);
+    CHECK_EQ_INT(tw_arm(NULL, &n, tw_deadline_in(tw_wheel_now(NULL), 1), 1, 0), TW_EINVAL);
+    CHECK_EQ_INT(tw_arm(&w, (struct tw_node *)NULL, 1, 1, 0), TW_EINVAL);
     CHECK_EQ_INT(tw_periodic_start(NULL, NULL, tw_deadline_in(tw_wheel_now(NULL), 1), 1, 0),
                  TW_EINVAL);
     struct tw_timer raw;
     memset(&raw, 0, sizeof raw); /* never initialised: no callback */
-    CHECK_EQ_INT(tw_timer_arm(&w, &raw, tw_deadline_in(tw_wheel_now(&w), 1), 1, 0), TW_EINVAL);
-    CHECK_EQ_U64(tw_slack_fraction(800, 3), 100);
-    CHECK_EQ_U64(tw_slack_fraction(800, 64), 0);
-    CHECK_EQ_U64(tw_slack_fraction(UINT64_MAX, 63), 1);
+    CHECK_EQ_INT(tw_arm(&w, &raw, tw_deadline_in(tw_wheel_now(&w), 1), 1, 0), TW_EINVAL);
 
     /* The end of time: no later tick exists. */
     tw_wheel_init(&w, UINT64_MAX);
-    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 5), 100, 0),
-                 TW_ERANGE);
-    CHECK(!tw_timer_pending(&r.timer));
+    CHECK_EQ_INT(tw_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 5), 100, 0), TW_ERANGE);
+    CHECK(!tw_pending(&r.timer));
     /* A window past UINT64_MAX saturates. */
     tw_wheel_init(&w, UINT64_MAX - 10);
     CHECK_EQ_INT(
-        tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 5), UINT64_MAX, TW_ARM_SLACK),
-        0);
-    uint64_t p = tw_timer_deadline(&r.timer);
+        tw_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 5), UINT64_MAX, TW_ARM_SLACK), 0);
+    uint64_t p = tw_deadline(&r.timer);
     CHECK(p >= UINT64_MAX - 5);
     CHECK_EQ_INT(tw_wheel_advance(&w, UINT64_MAX), 1);
     CHECK_EQ_U64(r.fired_at, p);
@@ -75,10 +70,10 @@ static void test_planned_on_a_boundary_fired_together(void)
         rec_init(&r[i], &w);
         tw_wheel_advance(&w, (uint64_t)i * 7); /* armed at different times */
         uint64_t now = tw_wheel_now(&w);
-        CHECK_EQ_INT(tw_timer_arm(&w, &r[i].timer, tw_deadline_in(tw_wheel_now(&w), 30000),
-                                  tw_slack_fraction(30000, 3), TW_ARM_SLACK),
+        CHECK_EQ_INT(tw_arm(&w, &r[i].timer, tw_deadline_in(tw_wheel_now(&w), 30000), (30000 >> 3),
+                            TW_ARM_SLACK),
                      0);
-        uint64_t p = tw_timer_deadline(&r[i].timer);
+        uint64_t p = tw_deadline(&r[i].timer);
         CHECK(p >= now + 30000 && p <= now + 33750);
         CHECK_EQ_U64(p % 4096, 0);
     }
@@ -102,11 +97,11 @@ static void test_planned_on_a_boundary_fired_together(void)
     tw_wheel_init(&w, 100);
     rec_init(&r[0], &w);
     rec_init(&r[1], &w);
-    CHECK_EQ_INT(tw_timer_arm(&w, &r[0].timer, tw_deadline_in(tw_wheel_now(&w), 0), 27, 0), 0);
-    CHECK(tw_timer_deadline(&r[0].timer) >= 101 && tw_timer_deadline(&r[0].timer) <= 128);
-    CHECK_EQ_U64(tw_timer_deadline(&r[0].timer), 128); /* the level-1 boundary in it */
-    CHECK_EQ_INT(tw_timer_arm(&w, &r[1].timer, 50, 0, TW_ARM_SLACK), 0); /* in the past, exact */
-    CHECK_EQ_U64(tw_timer_deadline(&r[1].timer), 101);
+    CHECK_EQ_INT(tw_arm(&w, &r[0].timer, tw_deadline_in(tw_wheel_now(&w), 0), 27, 0), 0);
+    CHECK(tw_deadline(&r[0].timer) >= 101 && tw_deadline(&r[0].timer) <= 128);
+    CHECK_EQ_U64(tw_deadline(&r[0].timer), 128);                   /* the level-1 boundary in it */
+    CHECK_EQ_INT(tw_arm(&w, &r[1].timer, 50, 0, TW_ARM_SLACK), 0); /* in the past, exact */
+    CHECK_EQ_U64(tw_deadline(&r[1].timer), 101);
     CHECK_EQ_INT(tw_wheel_advance(&w, 127), 1);
     CHECK_EQ_INT(r[0].fires, 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, 128), 1);
@@ -135,10 +130,9 @@ static void test_highest_boundary_in_window(void)
         {(UINT64_C(1) << 40) - 5, 1000, UINT64_C(1) << 40},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, cases[i].deadline, cases[i].slack, TW_ARM_SLACK),
-                     0);
-        CHECK_EQ_U64(tw_timer_deadline(&r.timer), cases[i].planned);
-        tw_timer_cancel(&w, &r.timer);
+        CHECK_EQ_INT(tw_arm(&w, &r.timer, cases[i].deadline, cases[i].slack, TW_ARM_SLACK), 0);
+        CHECK_EQ_U64(tw_deadline(&r.timer), cases[i].planned);
+        tw_cancel(&w, &r.timer);
     }
 }
 
@@ -151,16 +145,16 @@ static void test_pushed_back_planned_late(void)
     struct rec r;
     tw_wheel_init(&w, 0);
     rec_init(&r, &w);
-    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 30000), 3750, 0), 0);
-    CHECK_EQ_U64(tw_timer_deadline(&r.timer), 32768); /* fresh: the level-2 boundary */
+    CHECK_EQ_INT(tw_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 30000), 3750, 0), 0);
+    CHECK_EQ_U64(tw_deadline(&r.timer), 32768); /* fresh: the level-2 boundary */
     tw_wheel_advance(&w, 3500);
-    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 30000), 3750, 0),
-                 0);                                  /* [33500, 37250] */
-    CHECK_EQ_U64(tw_timer_deadline(&r.timer), 37248); /* latest multiple of 64, not 36864 */
+    CHECK_EQ_INT(tw_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 30000), 3750, 0),
+                 0);                            /* [33500, 37250] */
+    CHECK_EQ_U64(tw_deadline(&r.timer), 37248); /* latest multiple of 64, not 36864 */
     tw_wheel_advance(&w, 7000);
-    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 30000), 3750, 0),
-                 0);                                  /* [37000, 40750] */
-    CHECK_EQ_U64(tw_timer_deadline(&r.timer), 37248); /* kept: free */
+    CHECK_EQ_INT(tw_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 30000), 3750, 0),
+                 0);                            /* [37000, 40750] */
+    CHECK_EQ_U64(tw_deadline(&r.timer), 37248); /* kept: free */
     CHECK_EQ_U64(tw_wheel_moves(&w), 1);
     /* It fires at its planned tick, never early; one move on the way (its
      * level-2 slot hands it to level 1). */
@@ -182,11 +176,11 @@ static void test_sub_slots(void)
     tw_wheel_init(&w, 0);
     for (int i = 0; i < 4; i++)
         rec_init(&r[i], &w);
-    CHECK_EQ_INT(tw_timer_arm(&w, &r[0].timer, 200, 20, 0), 0); /* [200, 220] */
-    CHECK_EQ_INT(tw_timer_arm(&w, &r[1].timer, 195, 30, 0), 0); /* [195, 225] */
-    CHECK_EQ_INT(tw_timer_arm(&w, &r[2].timer, 208, 0, 0), 0);  /* exact */
-    CHECK_EQ_U64(tw_timer_deadline(&r[0].timer), 208);
-    CHECK_EQ_U64(tw_timer_deadline(&r[1].timer), 208);
+    CHECK_EQ_INT(tw_arm(&w, &r[0].timer, 200, 20, 0), 0); /* [200, 220] */
+    CHECK_EQ_INT(tw_arm(&w, &r[1].timer, 195, 30, 0), 0); /* [195, 225] */
+    CHECK_EQ_INT(tw_arm(&w, &r[2].timer, 208, 0, 0), 0);  /* exact */
+    CHECK_EQ_U64(tw_deadline(&r[0].timer), 208);
+    CHECK_EQ_U64(tw_deadline(&r[1].timer), 208);
     CHECK_EQ_U64(tw_wheel_next_expiry(&w), 192); /* their level-1 slot */
     CHECK_EQ_INT(tw_wheel_advance(&w, 207), 0);
     CHECK_EQ_U64(tw_wheel_moves(&w), 1); /* the exact one; the sub-list went down whole */
@@ -196,26 +190,26 @@ static void test_sub_slots(void)
         CHECK_EQ_U64(r[i].fired_at, 208);
 
     /* Cancel from a sub-list empties the slot. */
-    CHECK_EQ_INT(tw_timer_arm(&w, &r[0].timer, tw_deadline_in(tw_wheel_now(&w), 200), 20, 0),
+    CHECK_EQ_INT(tw_arm(&w, &r[0].timer, tw_deadline_in(tw_wheel_now(&w), 200), 20, 0),
                  0); /* [408, 428] */
-    CHECK_EQ_U64(tw_timer_deadline(&r[0].timer), 416);
-    CHECK_EQ_INT(tw_timer_cancel(&w, &r[0].timer), 1);
+    CHECK_EQ_U64(tw_deadline(&r[0].timer), 416);
+    CHECK_EQ_INT(tw_cancel(&w, &r[0].timer), 1);
     CHECK_EQ_U64(tw_wheel_pending(&w), 0);
     CHECK_EQ_U64(tw_wheel_next_expiry(&w), TW_NEVER);
 
     /* An exact later re-arm is lazy there too; an earlier one relocates. */
-    CHECK_EQ_INT(tw_timer_arm(&w, &r[0].timer, tw_deadline_in(tw_wheel_now(&w), 200), 20, 0),
+    CHECK_EQ_INT(tw_arm(&w, &r[0].timer, tw_deadline_in(tw_wheel_now(&w), 200), 20, 0),
                  0); /* 416 */
-    CHECK_EQ_INT(tw_timer_arm(&w, &r[0].timer, 430, 0, 0), 0);
-    CHECK_EQ_U64(tw_timer_deadline(&r[0].timer), 430);
-    CHECK_EQ_INT(tw_timer_arm(&w, &r[1].timer, tw_deadline_in(tw_wheel_now(&w), 200), 20, 0),
+    CHECK_EQ_INT(tw_arm(&w, &r[0].timer, 430, 0, 0), 0);
+    CHECK_EQ_U64(tw_deadline(&r[0].timer), 430);
+    CHECK_EQ_INT(tw_arm(&w, &r[1].timer, tw_deadline_in(tw_wheel_now(&w), 200), 20, 0),
                  0); /* 416 */
-    CHECK_EQ_INT(tw_timer_arm(&w, &r[1].timer, 300, 0, 0), 0);
-    CHECK_EQ_INT(tw_timer_arm(&w, &r[2].timer, tw_deadline_in(tw_wheel_now(&w), 200), 20, 0),
+    CHECK_EQ_INT(tw_arm(&w, &r[1].timer, 300, 0, 0), 0);
+    CHECK_EQ_INT(tw_arm(&w, &r[2].timer, tw_deadline_in(tw_wheel_now(&w), 200), 20, 0),
                  0); /* 416 */
-    CHECK_EQ_INT(tw_timer_arm(&w, &r[2].timer, tw_deadline_in(tw_wheel_now(&w), 300), 40, 0),
+    CHECK_EQ_INT(tw_arm(&w, &r[2].timer, tw_deadline_in(tw_wheel_now(&w), 300), 40, 0),
                  0); /* pushed back */
-    CHECK(tw_timer_deadline(&r[2].timer) >= 508 && tw_timer_deadline(&r[2].timer) <= 548);
+    CHECK(tw_deadline(&r[2].timer) >= 508 && tw_deadline(&r[2].timer) <= 548);
     CHECK_EQ_INT(tw_wheel_advance(&w, 299), 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, 300), 1);
     CHECK_EQ_U64(r[1].fired_at, 300);
@@ -227,12 +221,11 @@ static void test_sub_slots(void)
 
     /* Destroy detaches sub-list timers too. */
     for (int i = 0; i < 3; i++)
-        CHECK_EQ_INT(tw_timer_arm(&w, &r[i].timer, tw_deadline_in(tw_wheel_now(&w), 200), 20, 0),
-                     0);
-    CHECK_EQ_INT(tw_timer_arm(&w, &r[3].timer, tw_wheel_now(&w) + 5000, 0, TW_ARM_SLACK), 0);
+        CHECK_EQ_INT(tw_arm(&w, &r[i].timer, tw_deadline_in(tw_wheel_now(&w), 200), 20, 0), 0);
+    CHECK_EQ_INT(tw_arm(&w, &r[3].timer, tw_wheel_now(&w) + 5000, 0, TW_ARM_SLACK), 0);
     CHECK_EQ_INT((int)tw_wheel_destroy(&w), 4);
     for (int i = 0; i < 4; i++)
-        CHECK(!tw_timer_pending(&r[i].timer));
+        CHECK(!tw_pending(&r[i].timer));
     CHECK_EQ_U64(tw_wheel_next_expiry(&w), TW_NEVER);
 }
 
@@ -253,24 +246,24 @@ static void test_sub_slot_chains(void)
     /* [200, 220] and [250, 270]: planned at 208 (sub-list 1 of slot 3) and
      * 256 (sub-list 0 of slot 4). */
     for (int i = 0; i < 5; i++)
-        CHECK_EQ_INT(tw_timer_arm(&w, &r[i].timer, 200, 20, 0), 0);
+        CHECK_EQ_INT(tw_arm(&w, &r[i].timer, 200, 20, 0), 0);
     for (int i = 5; i < 10; i++)
-        CHECK_EQ_INT(tw_timer_arm(&w, &r[i].timer, 250, 20, 0), 0);
-    CHECK_EQ_INT(tw_timer_arm(&w, &r[10].timer, 256, 0, 0), 0); /* exact, same tick */
+        CHECK_EQ_INT(tw_arm(&w, &r[i].timer, 250, 20, 0), 0);
+    CHECK_EQ_INT(tw_arm(&w, &r[10].timer, 256, 0, 0), 0); /* exact, same tick */
     for (int i = 0; i < 5; i++)
-        CHECK_EQ_U64(tw_timer_deadline(&r[i].timer), 208);
+        CHECK_EQ_U64(tw_deadline(&r[i].timer), 208);
     for (int i = 5; i < 10; i++)
-        CHECK_EQ_U64(tw_timer_deadline(&r[i].timer), 256);
-    CHECK_EQ_INT(tw_timer_cancel(&w, &r[2].timer), 1);
-    CHECK_EQ_INT(tw_timer_cancel(&w, &r[7].timer), 1);
-    CHECK_EQ_INT(tw_timer_arm(&w, &r[3].timer, 300, 0, 0), 0); /* lazy: stays on its list */
-    CHECK_EQ_INT(tw_timer_arm(&w, &r[8].timer, 301, 0, 0), 0);
+        CHECK_EQ_U64(tw_deadline(&r[i].timer), 256);
+    CHECK_EQ_INT(tw_cancel(&w, &r[2].timer), 1);
+    CHECK_EQ_INT(tw_cancel(&w, &r[7].timer), 1);
+    CHECK_EQ_INT(tw_arm(&w, &r[3].timer, 300, 0, 0), 0); /* lazy: stays on its list */
+    CHECK_EQ_INT(tw_arm(&w, &r[8].timer, 301, 0, 0), 0);
     CHECK_EQ_U64(tw_wheel_pending(&w), 9);
     CHECK_EQ_INT(tw_wheel_advance(&w, 207), 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, 208), 3); /* 0, 1, 4 */
     for (int i = 0; i < 5; i++)
         CHECK_EQ_INT(r[i].fires, i == 0 || i == 1 || i == 4);
-    CHECK_EQ_U64(tw_timer_deadline(&r[3].timer), 300);
+    CHECK_EQ_U64(tw_deadline(&r[3].timer), 300);
     /* Pull exactly at 256: sub-list 0's three and the exact one. */
     CHECK(tw_wheel_expire_next(&w, 255) == NULL);
     int got = 0;
@@ -289,9 +282,9 @@ static void test_sub_slot_chains(void)
     CHECK_EQ_U64(tw_wheel_pending(&w), 0);
     CHECK_EQ_U64(tw_wheel_next_expiry(&w), TW_NEVER);
     /* A lazily re-armed exact timer at level 0 is moved, not fired. */
-    CHECK_EQ_INT(tw_timer_arm(&w, &r[0].timer, 310, 0, 0), 0);
-    CHECK_EQ_INT(tw_timer_arm(&w, &r[1].timer, 310, 0, 0), 0);
-    CHECK_EQ_INT(tw_timer_arm(&w, &r[1].timer, 315, 0, 0), 0);
+    CHECK_EQ_INT(tw_arm(&w, &r[0].timer, 310, 0, 0), 0);
+    CHECK_EQ_INT(tw_arm(&w, &r[1].timer, 310, 0, 0), 0);
+    CHECK_EQ_INT(tw_arm(&w, &r[1].timer, 315, 0, 0), 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, 310), 1);
     CHECK_EQ_INT(r[1].fires, 1); /* still its first fire, at 208 */
     CHECK_EQ_INT(tw_wheel_advance(&w, 314), 0);
@@ -308,16 +301,16 @@ static void test_rearm_and_cancel(void)
     struct rec r;
     tw_wheel_init(&w, 0);
     rec_init(&r, &w);
-    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 30000), 3750, 0), 0);
-    CHECK_EQ_U64(tw_timer_deadline(&r.timer), 32768);
+    CHECK_EQ_INT(tw_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 30000), 3750, 0), 0);
+    CHECK_EQ_U64(tw_deadline(&r.timer), 32768);
     tw_wheel_advance(&w, 2000);
-    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 30000), 3750, 0),
-                 0);                                                /* [32000, 35750] */
-    CHECK_EQ_U64(tw_timer_deadline(&r.timer), 32768);               /* kept */
+    CHECK_EQ_INT(tw_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 30000), 3750, 0),
+                 0);                            /* [32000, 35750] */
+    CHECK_EQ_U64(tw_deadline(&r.timer), 32768); /* kept */
     tw_wheel_advance(&w, 3000);
-    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 30000), 3750, 0),
+    CHECK_EQ_INT(tw_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 30000), 3750, 0),
                  0); /* [33000, 36750] */
-    uint64_t p = tw_timer_deadline(&r.timer);
+    uint64_t p = tw_deadline(&r.timer);
     /* Pushed back: planned late. The window holds no multiple of 4096, so
      * the latest multiple of 64 in it. */
     CHECK_EQ_U64(p, 36736);
@@ -331,18 +324,18 @@ static void test_rearm_and_cancel(void)
     CHECK_EQ_U64(r.fired_at, p);
 
     /* Earlier with slack relocates too. */
-    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 5000), 600, 0), 0);
-    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 100), 10, 0), 0);
-    p = tw_timer_deadline(&r.timer);
+    CHECK_EQ_INT(tw_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 5000), 600, 0), 0);
+    CHECK_EQ_INT(tw_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 100), 10, 0), 0);
+    p = tw_deadline(&r.timer);
     CHECK(p >= tw_wheel_now(&w) + 100 && p <= tw_wheel_now(&w) + 110);
 
     /* An exact re-arm: exact again. */
-    CHECK_EQ_INT(tw_timer_arm_in(&w, &r.timer, tw_wheel_now(&w), 1234), 0);
-    CHECK_EQ_U64(tw_timer_deadline(&r.timer), tw_wheel_now(&w) + 1234);
+    CHECK_EQ_INT(tw_arm_in(&w, &r.timer, tw_wheel_now(&w), 1234), 0);
+    CHECK_EQ_U64(tw_deadline(&r.timer), tw_wheel_now(&w) + 1234);
     /* Cancel. */
-    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 777), 100, 0), 0);
-    CHECK_EQ_INT(tw_timer_cancel(&w, &r.timer), 1);
-    CHECK_EQ_INT(tw_timer_cancel(&w, &r.timer), 0);
+    CHECK_EQ_INT(tw_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 777), 100, 0), 0);
+    CHECK_EQ_INT(tw_cancel(&w, &r.timer), 1);
+    CHECK_EQ_INT(tw_cancel(&w, &r.timer), 0);
     CHECK_EQ_U64(tw_wheel_pending(&w), 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, tw_wheel_now(&w) + 100000), 0);
     CHECK_EQ_INT(r.fires, 1);
@@ -400,20 +393,20 @@ static void test_periodic_keeps_phase(void)
     CHECK_EQ_INT(tw_periodic_start(&w, &s.periodic, tw_deadline_in(tw_wheel_now(&w), 100), 100, 12),
                  0);
     CHECK_EQ_INT(tw_wheel_advance(&w, 950), 1);
-    uint64_t p = tw_timer_deadline(&s.periodic.timer);
+    uint64_t p = tw_deadline(&s.periodic.timer);
     CHECK(p >= 1000 && p <= 1012);
     CHECK_EQ_INT(tw_periodic_stop(&s.periodic), 1);
 }
 
 /* Bare nodes take slack too, under the same rules; arming one from inside a
- * callback is refused as for an exact tw_node_arm. */
+ * callback is refused as for an exact tw_arm. */
 static struct tw_node cb_node;
 static int cb_rc;
 static void arm_node_from_callback(struct tw_timer *t, void *arg)
 {
     struct rec *r = arg;
     (void)t;
-    cb_rc = tw_node_arm(r->wheel, &cb_node, tw_deadline_in(tw_wheel_now(r->wheel), 10), 5, 0);
+    cb_rc = tw_arm(r->wheel, &cb_node, tw_deadline_in(tw_wheel_now(r->wheel), 10), 5, 0);
 }
 
 static void test_bare_nodes(void)
@@ -422,24 +415,24 @@ static void test_bare_nodes(void)
     struct tw_node n;
     tw_wheel_init(&w, 0);
     tw_node_init(&n);
-    CHECK_EQ_INT(tw_node_arm(&w, &n, tw_deadline_in(tw_wheel_now(&w), 200), 30, 0), 0);
-    uint64_t p = tw_node_deadline(&n);
+    CHECK_EQ_INT(tw_arm(&w, &n, tw_deadline_in(tw_wheel_now(&w), 200), 30, 0), 0);
+    uint64_t p = tw_deadline(&n);
     CHECK(p >= 200 && p <= 230);
     CHECK(tw_wheel_expire_next_node(&w, p - 1) == NULL);
     CHECK(tw_wheel_expire_next_node(&w, p) == &n);
-    CHECK_EQ_INT(tw_node_arm(&w, &n, 1000, 0, TW_ARM_SLACK), 0);
-    CHECK_EQ_U64(tw_node_deadline(&n), 1000);
-    CHECK_EQ_INT(tw_node_cancel(&w, &n), 1);
+    CHECK_EQ_INT(tw_arm(&w, &n, 1000, 0, TW_ARM_SLACK), 0);
+    CHECK_EQ_U64(tw_deadline(&n), 1000);
+    CHECK_EQ_INT(tw_cancel(&w, &n), 1);
 
     struct rec r;
     tw_wheel_init(&w, 0);
     rec_init(&r, &w);
     tw_node_init(&cb_node);
     CHECK_EQ_INT(tw_timer_init(&r.timer, arm_node_from_callback, &r), 0);
-    tw_timer_arm_in(&w, &r.timer, tw_wheel_now(&w), 3);
+    tw_arm_in(&w, &r.timer, tw_wheel_now(&w), 3);
     CHECK_EQ_INT(tw_wheel_advance(&w, 3), 1);
     CHECK_EQ_INT(cb_rc, TW_EBUSY);
-    CHECK(!tw_node_pending(&cb_node));
+    CHECK(!tw_pending(&cb_node));
 }
 
 /* The store-only arm with slack (TW_ARM_IDLE with slack) of an idle timer or
@@ -457,9 +450,9 @@ static void start_from_callback(struct tw_timer *t, void *arg)
     r->fired_at = tw_wheel_now(r->wheel);
     if (r->fires < 3)
         start_cb_rc =
-            tw_timer_arm(r->wheel, t, tw_deadline_in(tw_wheel_now(r->wheel), 100), 12, TW_ARM_IDLE);
-    start_cb_node_rc = tw_node_arm(r->wheel, &start_cb_node,
-                                   tw_deadline_in(tw_wheel_now(r->wheel), 10), 5, TW_ARM_IDLE);
+            tw_arm(r->wheel, t, tw_deadline_in(tw_wheel_now(r->wheel), 100), 12, TW_ARM_IDLE);
+    start_cb_node_rc = tw_arm(r->wheel, &start_cb_node, tw_deadline_in(tw_wheel_now(r->wheel), 10),
+                              5, TW_ARM_IDLE);
 }
 
 static void test_start_slack(void)
@@ -472,19 +465,20 @@ static void test_start_slack(void)
     rec_init(&r, &w);
     rec_init(&q, &v);
     tw_node_init(&n);
+    CHECK_EQ_INT(tw_arm(NULL, &r.timer, tw_deadline_in(tw_wheel_now(NULL), 1), 1, TW_ARM_IDLE),
+                 TW_EINVAL);
     CHECK_EQ_INT(
-        tw_timer_arm(NULL, &r.timer, tw_deadline_in(tw_wheel_now(NULL), 1), 1, TW_ARM_IDLE),
+        tw_arm(&w, (struct tw_timer *)NULL, tw_deadline_in(tw_wheel_now(&w), 1), 1, TW_ARM_IDLE),
         TW_EINVAL);
-    CHECK_EQ_INT(tw_timer_arm(&w, NULL, tw_deadline_in(tw_wheel_now(&w), 1), 1, TW_ARM_IDLE),
+    CHECK_EQ_INT(tw_arm(NULL, &r.timer, 1, 1, TW_ARM_IDLE), TW_EINVAL);
+    CHECK_EQ_INT(tw_arm(&w, (struct tw_timer *)NULL, 1, 1, TW_ARM_IDLE), TW_EINVAL);
+    CHECK_EQ_INT(tw_arm(NULL, &n, tw_deadline_in(tw_wheel_now(NULL), 1), 1, TW_ARM_IDLE),
                  TW_EINVAL);
-    CHECK_EQ_INT(tw_timer_arm(NULL, &r.timer, 1, 1, TW_ARM_IDLE), TW_EINVAL);
-    CHECK_EQ_INT(tw_timer_arm(&w, NULL, 1, 1, TW_ARM_IDLE), TW_EINVAL);
-    CHECK_EQ_INT(tw_node_arm(NULL, &n, tw_deadline_in(tw_wheel_now(NULL), 1), 1, TW_ARM_IDLE),
-                 TW_EINVAL);
-    CHECK_EQ_INT(tw_node_arm(&w, NULL, tw_deadline_in(tw_wheel_now(&w), 1), 1, TW_ARM_IDLE),
-                 TW_EINVAL);
-    CHECK_EQ_INT(tw_node_arm(NULL, &n, 1, 1, TW_ARM_IDLE), TW_EINVAL);
-    CHECK_EQ_INT(tw_node_arm(&w, NULL, 1, 1, TW_ARM_IDLE), TW_EINVAL);
+    CHECK_EQ_INT(
+        tw_arm(&w, (struct tw_node *)NULL, tw_deadline_in(tw_wheel_now(&w), 1), 1, TW_ARM_IDLE),
+        TW_EINVAL);
+    CHECK_EQ_INT(tw_arm(NULL, &n, 1, 1, TW_ARM_IDLE), TW_EINVAL);
+    CHECK_EQ_INT(tw_arm(&w, (struct tw_node *)NULL, 1, 1, TW_ARM_IDLE), TW_EINVAL);
     CHECK_EQ_U64(tw_wheel_pending(&w), 0);
 
     /* Planned as the slack arm plans an idle timer, on a second wheel. */
@@ -501,13 +495,11 @@ static void test_start_slack(void)
         tw_wheel_init(&v, cases[i].now);
         rec_init(&r, &w);
         rec_init(&q, &v);
-        CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, cases[i].deadline, cases[i].slack,
-                                  TW_ARM_IDLE | TW_ARM_SLACK),
-                     0);
-        CHECK_EQ_INT(tw_timer_arm(&v, &q.timer, cases[i].deadline, cases[i].slack, TW_ARM_SLACK),
-                     0);
-        uint64_t p = tw_timer_deadline(&r.timer);
-        CHECK_EQ_U64(p, tw_timer_deadline(&q.timer));
+        CHECK_EQ_INT(
+            tw_arm(&w, &r.timer, cases[i].deadline, cases[i].slack, TW_ARM_IDLE | TW_ARM_SLACK), 0);
+        CHECK_EQ_INT(tw_arm(&v, &q.timer, cases[i].deadline, cases[i].slack, TW_ARM_SLACK), 0);
+        uint64_t p = tw_deadline(&r.timer);
+        CHECK_EQ_U64(p, tw_deadline(&q.timer));
         CHECK_EQ_U64(tw_wheel_pending(&w), 1);
         CHECK_EQ_U64(tw_wheel_next_expiry(&w), tw_wheel_next_expiry(&v));
         CHECK_EQ_INT(tw_wheel_advance(&w, p - 1), 0);
@@ -520,62 +512,59 @@ static void test_start_slack(void)
     tw_wheel_init(&w, 100);
     rec_init(&r, &w);
     rec_init(&q, &w);
-    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 0), 27, TW_ARM_IDLE),
+    CHECK_EQ_INT(tw_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 0), 27, TW_ARM_IDLE), 0);
+    CHECK_EQ_U64(tw_deadline(&r.timer), 128);
+    CHECK_EQ_INT(tw_arm(&w, &q.timer, tw_deadline_in(tw_wheel_now(&w), 30000), (30000 >> 3),
+                        TW_ARM_IDLE | TW_ARM_SLACK),
                  0);
-    CHECK_EQ_U64(tw_timer_deadline(&r.timer), 128);
-    CHECK_EQ_INT(tw_timer_arm(&w, &q.timer, tw_deadline_in(tw_wheel_now(&w), 30000),
-                              tw_slack_fraction(30000, 3), TW_ARM_IDLE | TW_ARM_SLACK),
-                 0);
-    CHECK_EQ_U64(tw_timer_deadline(&q.timer) % 4096, 0);
+    CHECK_EQ_U64(tw_deadline(&q.timer) % 4096, 0);
     CHECK_EQ_U64(tw_wheel_pending(&w), 2);
-    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, 120, 10, 0), 0); /* stays at 128 */
-    CHECK_EQ_U64(tw_timer_deadline(&r.timer), 128);
-    CHECK_EQ_INT(tw_timer_cancel(&w, &q.timer), 1);
+    CHECK_EQ_INT(tw_arm(&w, &r.timer, 120, 10, 0), 0); /* stays at 128 */
+    CHECK_EQ_U64(tw_deadline(&r.timer), 128);
+    CHECK_EQ_INT(tw_cancel(&w, &q.timer), 1);
     CHECK_EQ_INT(tw_wheel_advance(&w, 40000), 1);
     CHECK_EQ_U64(r.fired_at, 128);
     CHECK_EQ_U64(tw_wheel_moves(&w), 0);
-    CHECK_EQ_INT(tw_timer_arm(&w, &q.timer, tw_deadline_in(tw_wheel_now(&w), 5), 0,
-                              TW_ARM_IDLE | TW_ARM_SLACK),
-                 0); /* idle after cancel */
-    CHECK_EQ_U64(tw_timer_deadline(&q.timer), 40005);
-    CHECK_EQ_INT(tw_timer_cancel(&w, &q.timer), 1);
+    CHECK_EQ_INT(
+        tw_arm(&w, &q.timer, tw_deadline_in(tw_wheel_now(&w), 5), 0, TW_ARM_IDLE | TW_ARM_SLACK),
+        0); /* idle after cancel */
+    CHECK_EQ_U64(tw_deadline(&q.timer), 40005);
+    CHECK_EQ_INT(tw_cancel(&w, &q.timer), 1);
 
     /* From a callback: a timer restarts itself; a node is refused. */
     tw_wheel_init(&w, 0);
     rec_init(&r, &w);
     tw_node_init(&start_cb_node);
     CHECK_EQ_INT(tw_timer_init(&r.timer, start_from_callback, &r), 0);
-    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 100), 12, TW_ARM_IDLE),
-                 0);
+    CHECK_EQ_INT(tw_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 100), 12, TW_ARM_IDLE), 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, 1000), 3);
     CHECK_EQ_INT(r.fires, 3);
     CHECK_EQ_INT(start_cb_rc, 0);
     CHECK_EQ_INT(start_cb_node_rc, TW_EBUSY);
-    CHECK(!tw_node_pending(&start_cb_node));
+    CHECK(!tw_pending(&start_cb_node));
     CHECK(r.fired_at >= 300 && r.fired_at <= 336);
 
     /* Nodes: the wheel becomes pull-only; pulled at the planned tick. */
     tw_wheel_init(&w, 0);
     tw_node_init(&n);
-    CHECK_EQ_INT(tw_node_arm(&w, &n, tw_deadline_in(tw_wheel_now(&w), 200), 30, TW_ARM_IDLE), 0);
-    CHECK_EQ_U64(tw_node_deadline(&n), 208); /* a multiple of 16 (none of 64) in [200, 230] */
+    CHECK_EQ_INT(tw_arm(&w, &n, tw_deadline_in(tw_wheel_now(&w), 200), 30, TW_ARM_IDLE), 0);
+    CHECK_EQ_U64(tw_deadline(&n), 208); /* a multiple of 16 (none of 64) in [200, 230] */
     CHECK_EQ_INT(tw_wheel_advance(&w, 5), TW_EINVAL);
     CHECK(tw_wheel_expire_next_node(&w, 207) == NULL);
     CHECK(tw_wheel_expire_next_node(&w, 208) == &n);
-    CHECK_EQ_INT(tw_node_arm(&w, &n, 1000, 0, TW_ARM_IDLE | TW_ARM_SLACK), 0);
-    CHECK_EQ_U64(tw_node_deadline(&n), 1000);
-    CHECK_EQ_INT(tw_node_cancel(&w, &n), 1);
+    CHECK_EQ_INT(tw_arm(&w, &n, 1000, 0, TW_ARM_IDLE | TW_ARM_SLACK), 0);
+    CHECK_EQ_U64(tw_deadline(&n), 1000);
+    CHECK_EQ_INT(tw_cancel(&w, &n), 1);
 
     /* The end of time: TW_ERANGE, left idle. */
     tw_wheel_init(&w, UINT64_MAX);
     rec_init(&r, &w);
-    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 5), 100, TW_ARM_IDLE),
+    CHECK_EQ_INT(tw_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 5), 100, TW_ARM_IDLE),
                  TW_ERANGE);
-    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, 5, 100, TW_ARM_IDLE), TW_ERANGE);
-    CHECK_EQ_INT(tw_node_arm(&w, &n, tw_deadline_in(tw_wheel_now(&w), 5), 100, TW_ARM_IDLE),
-                 TW_ERANGE);
-    CHECK(!tw_timer_pending(&r.timer));
-    CHECK(!tw_node_pending(&n));
+    CHECK_EQ_INT(tw_arm(&w, &r.timer, 5, 100, TW_ARM_IDLE), TW_ERANGE);
+    CHECK_EQ_INT(tw_arm(&w, &n, tw_deadline_in(tw_wheel_now(&w), 5), 100, TW_ARM_IDLE), TW_ERANGE);
+    CHECK(!tw_pending(&r.timer));
+    CHECK(!tw_pending(&n));
     CHECK_EQ_U64(tw_wheel_pending(&w), 0);
 }
 
@@ -594,20 +583,18 @@ static void test_slack_zero_rearm(void)
     struct tw_node n;
     tw_wheel_init(&w, 0);
     rec_init(&r, &w);
-    CHECK_EQ_INT(
-        tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 1000), 0, TW_ARM_SLACK),
-        0); /* idle: no move */
-    CHECK_EQ_U64(tw_timer_deadline(&r.timer), 1000);
+    CHECK_EQ_INT(tw_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 1000), 0, TW_ARM_SLACK),
+                 0); /* idle: no move */
+    CHECK_EQ_U64(tw_deadline(&r.timer), 1000);
     CHECK_EQ_U64(tw_wheel_moves(&w), 0);
-    CHECK_EQ_INT(
-        tw_timer_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 5000), 0, TW_ARM_SLACK),
-        0); /* later: relocated */
-    CHECK_EQ_U64(tw_timer_deadline(&r.timer), 5000);
+    CHECK_EQ_INT(tw_arm(&w, &r.timer, tw_deadline_in(tw_wheel_now(&w), 5000), 0, TW_ARM_SLACK),
+                 0); /* later: relocated */
+    CHECK_EQ_U64(tw_deadline(&r.timer), 5000);
     CHECK_EQ_U64(tw_wheel_moves(&w), 1);
-    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, 5000, 0, TW_ARM_SLACK), 0); /* planned there: stays */
+    CHECK_EQ_INT(tw_arm(&w, &r.timer, 5000, 0, TW_ARM_SLACK), 0); /* planned there: stays */
     CHECK_EQ_U64(tw_wheel_moves(&w), 1);
-    CHECK_EQ_INT(tw_timer_arm(&w, &r.timer, 3000, 0, TW_ARM_SLACK), 0); /* earlier: relocated */
-    CHECK_EQ_U64(tw_timer_deadline(&r.timer), 3000);
+    CHECK_EQ_INT(tw_arm(&w, &r.timer, 3000, 0, TW_ARM_SLACK), 0); /* earlier: relocated */
+    CHECK_EQ_U64(tw_deadline(&r.timer), 3000);
     CHECK_EQ_U64(tw_wheel_moves(&w), 2);
     CHECK_EQ_INT(tw_wheel_advance(&w, 2999), 0); /* exact: not early ... */
     CHECK_EQ_INT(tw_wheel_advance(&w, 3000), 1); /* ... nor late */
@@ -618,17 +605,17 @@ static void test_slack_zero_rearm(void)
     /* The same for a bare node. */
     tw_wheel_init(&w, 0);
     tw_node_init(&n);
-    CHECK_EQ_INT(tw_node_arm(&w, &n, 1000, 0, 0), 0); /* exact */
-    CHECK_EQ_INT(tw_node_arm(&w, &n, tw_deadline_in(tw_wheel_now(&w), 5000), 0, TW_ARM_SLACK), 0);
-    CHECK_EQ_U64(tw_node_deadline(&n), 5000);
+    CHECK_EQ_INT(tw_arm(&w, &n, 1000, 0, 0), 0); /* exact */
+    CHECK_EQ_INT(tw_arm(&w, &n, tw_deadline_in(tw_wheel_now(&w), 5000), 0, TW_ARM_SLACK), 0);
+    CHECK_EQ_U64(tw_deadline(&n), 5000);
     CHECK_EQ_U64(tw_wheel_moves(&w), 1);
     tw_wheel_destroy(&w);
 
     /* The exact re-arm: lazy, its move left to the advance. */
     tw_wheel_init(&w, 0);
     rec_init(&r, &w);
-    CHECK_EQ_INT(tw_timer_arm_in(&w, &r.timer, tw_wheel_now(&w), 1000), 0);
-    CHECK_EQ_INT(tw_timer_arm_in(&w, &r.timer, tw_wheel_now(&w), 5000), 0);
+    CHECK_EQ_INT(tw_arm_in(&w, &r.timer, tw_wheel_now(&w), 1000), 0);
+    CHECK_EQ_INT(tw_arm_in(&w, &r.timer, tw_wheel_now(&w), 5000), 0);
     CHECK_EQ_U64(tw_wheel_moves(&w), 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, 960), 0); /* 1000's level-1 slot: 960..1023 */
     CHECK_EQ_U64(tw_wheel_moves(&w), 1);

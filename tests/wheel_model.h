@@ -17,7 +17,7 @@
  *   - fire ticks never go back within an advance (deadline order);
  * and after each advance, no armed timer is left with D + S <= target
  * (nothing missed); at any time each pending timer's planned tick
- * (tw_timer_deadline) is in [D, D + S] and tw_wheel_next_expiry is no later
+ * (tw_deadline) is in [D, D + S] and tw_wheel_next_expiry is no later
  * than the earliest of them (a poller may sleep on it). Callbacks perform random operations on other timers and
  * on themselves, so re-entrancy is part of every run.
  *
@@ -117,7 +117,7 @@ static void model_fire(struct tw_timer *t, void *arg)
                   mt->deadline, mt->last, now);
     MODEL_REQUIRE(m, now >= m->last_fire, "fire order went back from %" PRIu64, m->last_fire);
     MODEL_REQUIRE(m, now <= m->target, "fired past the target %" PRIu64, m->target);
-    MODEL_REQUIRE(m, !tw_timer_pending(t), "timer %zu still pending in its callback", id);
+    MODEL_REQUIRE(m, !tw_pending(t), "timer %zu still pending in its callback", id);
     mt->armed = 0;
     m->armed--;
     m->last_fire = now;
@@ -164,8 +164,8 @@ static inline uint64_t model_min_deadline(const struct model *m)
 {
     uint64_t min = TW_NEVER;
     for (size_t i = 0; i < m->n; i++)
-        if (m->timers[i].armed && tw_timer_deadline(&m->timers[i].timer) < min)
-            min = tw_timer_deadline(&m->timers[i].timer);
+        if (m->timers[i].armed && tw_deadline(&m->timers[i].timer) < min)
+            min = tw_deadline(&m->timers[i].timer);
     return min;
 }
 
@@ -176,8 +176,8 @@ static inline void model_check_all(struct model *m)
                   tw_wheel_pending(&m->wheel), m->armed);
     for (size_t i = 0; i < m->n; i++) {
         const struct model_timer *mt = &m->timers[i];
-        MODEL_REQUIRE(m, tw_timer_pending(&mt->timer) == (mt->armed != 0), "timer %zu pending", i);
-        uint64_t planned = tw_timer_deadline(&mt->timer);
+        MODEL_REQUIRE(m, tw_pending(&mt->timer) == (mt->armed != 0), "timer %zu pending", i);
+        uint64_t planned = tw_deadline(&mt->timer);
         MODEL_REQUIRE(m, mt->armed ? mt->deadline <= planned && planned <= mt->last
                                    : planned == TW_NEVER,
                       "timer %zu deadline %" PRIu64 ", model [%" PRIu64 ", %" PRIu64 "]", i,
@@ -246,7 +246,7 @@ static void model_op(struct model *m, uint64_t r)
                 slack = sv % 100;
                 break;
             case 1:
-                slack = tw_slack_fraction(value, 3);
+                slack = (value >> 3);
                 break;
             case 2:
                 slack = sv % (UINT64_C(1) << 30);
@@ -265,12 +265,12 @@ static void model_op(struct model *m, uint64_t r)
         int start = !eager && !mt->armed && (r >> 58) & 1;
         uint64_t moves = tw_wheel_moves(&m->wheel);
         unsigned flags = (eager ? TW_ARM_EAGER : 0u) | (start ? TW_ARM_IDLE : 0u);
-        /* A relative exact lazy arm goes through tw_timer_arm_in, the others
-         * through tw_timer_arm with the deadline above (for op 0 the
-         * saturated now + value, which is what tw_timer_arm_in computes). */
+        /* A relative exact lazy arm goes through tw_arm_in, the others
+         * through tw_arm with the deadline above (for op 0 the
+         * saturated now + value, which is what tw_arm_in computes). */
         int rc = op == 0 && flags == 0 && slack == 0
-                     ? tw_timer_arm_in(&m->wheel, &mt->timer, now, value)
-                     : tw_timer_arm(&m->wheel, &mt->timer, deadline, slack, flags);
+                     ? tw_arm_in(&m->wheel, &mt->timer, now, value)
+                     : tw_arm(&m->wheel, &mt->timer, deadline, slack, flags);
         MODEL_REQUIRE(m, !eager || tw_wheel_moves(&m->wheel) == moves,
                       "an eager arm of timer %zu counted a move", id);
         if (now == UINT64_MAX) {
@@ -283,7 +283,7 @@ static void model_op(struct model *m, uint64_t r)
         mt->armed = 1;
         mt->deadline = model_due(now, deadline);
         mt->last = mt->deadline > UINT64_MAX - slack ? UINT64_MAX : mt->deadline + slack;
-        uint64_t planned = tw_timer_deadline(&mt->timer);
+        uint64_t planned = tw_deadline(&mt->timer);
         MODEL_REQUIRE(m, mt->deadline <= planned && planned <= mt->last,
                       "deadline %" PRIu64 " after arm in [%" PRIu64 ", %" PRIu64 "]", planned,
                       mt->deadline, mt->last);
@@ -293,7 +293,7 @@ static void model_op(struct model *m, uint64_t r)
         break;
     }
     case 2: { /* cancel */
-        int rc = tw_timer_cancel(&m->wheel, &mt->timer);
+        int rc = tw_cancel(&m->wheel, &mt->timer);
         MODEL_REQUIRE(m, rc == mt->armed, "cancel of timer %zu returned %d, model %d", id, rc,
                       mt->armed);
         if (mt->armed)

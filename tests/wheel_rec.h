@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* A timer that records its fires: how many, and the wheel's time of the last.
- * Include it after the wheel's header (twheel.h, or wheel.c itself). */
+ * Include it after the wheel's header (twheel.h, or the core's sources). */
 #ifndef TWHEEL_TESTS_WHEEL_REC_H
 #define TWHEEL_TESTS_WHEEL_REC_H
 

@@ -217,7 +217,7 @@ static void queue_beat(struct server *s, struct conn *c)
 static void close_conn(struct server *s, struct conn *c)
 {
     if (s->strategy == STRATEGY_WHEEL) {
-        tw_timer_cancel(&s->wheel, &c->timer);
+        tw_cancel(&s->wheel, &c->timer);
     } else {
         struct conn *last = s->live[--s->nlive];
         s->live[c->scan_index] = last;
@@ -413,7 +413,7 @@ static void run_timers(struct server *s)
             struct conn *c = s->beats[i];
             c->in_beat_list = 0;
             if (c->fd >= 0)
-                tw_timer_arm(&s->wheel, &c->timer, deadline_of(s, c->last_ns), 0, 0);
+                tw_arm(&s->wheel, &c->timer, deadline_of(s, c->last_ns), 0, 0);
         }
     } else {
         for (size_t i = 0; i < s->nbeats; i++) {

@@ -134,7 +134,7 @@ static uint64_t next_interval_ms(struct load *L)
 /* The server closed c (EOF or reset) at `now`: judge it. */
 static void closed_by_server(struct load *L, struct lconn *c, int64_t now)
 {
-    tw_timer_cancel(&L->wheel, &c->beat);
+    tw_cancel(&L->wheel, &c->beat);
     close(c->fd);
     c->fd = -1;
     c->state = ST_CLOSED_BY_SERVER;
@@ -204,7 +204,7 @@ static void on_beat(struct tw_timer *t, void *arg)
         c->last_send_ns = now;
         L->sent++;
     }
-    tw_timer_arm_in(&L->wheel, t, tw_wheel_now(&L->wheel), next_interval_ms(L));
+    tw_arm_in(&L->wheel, t, tw_wheel_now(&L->wheel), next_interval_ms(L));
 }
 
 /* Open connection i, send its first heartbeat, schedule the next. Returns 0,
@@ -249,7 +249,7 @@ static int open_one(struct load *L, size_t i)
     L->sent++;
     tw_wheel_advance(&L->wheel, load_tick(L, now));
     tw_timer_init(&c->beat, on_beat, L);
-    tw_timer_arm_in(&L->wheel, &c->beat, tw_wheel_now(&L->wheel), next_interval_ms(L));
+    tw_arm_in(&L->wheel, &c->beat, tw_wheel_now(&L->wheel), next_interval_ms(L));
     return 0;
 }
 
@@ -471,7 +471,7 @@ done:;
         } else {
             open_live++;
         }
-        tw_timer_cancel(&L->wheel, &c->beat);
+        tw_cancel(&L->wheel, &c->beat);
         close(c->fd);
         c->fd = -1;
         c->state = ST_CLOSED_BY_US;

@@ -166,7 +166,7 @@ struct tw_tasks_config {
     size_t capacity;
     /** Nonzero: every exact re-arm of a pending task (move, set of a present
      * key, and their batched forms) relocates its wheel node at once, as
-     * tw_node_arm with TW_ARM_EAGER does (twheel/wheel.h, "Lazy or eager
+     * tw_arm with TW_ARM_EAGER does (twheel/wheel.h, "Lazy or eager
      * re-arm"), so no advance moves it for that re-arm; a re-arm costs more (it touches the
      * node's old neighbours) and the advances that follow less. 0 (the
      * default): lazy, a re-arm to a later tick is one store and the advance

@@ -4,108 +4,55 @@
  *
  * No threads, no clock, no allocation. Time is an unsigned 64-bit tick count
  * owned by the wheel; the caller says what time it is (tw_wheel_advance) and
- * chooses what one tick means. Timers are intrusive: embed a struct tw_timer in
- * your own object (container_of gets you back to it), and the wheel links it
- * into a slot. Arming, cancelling, re-arming and advancing allocate nothing.
+ * chooses what one tick means. Timers are intrusive: embed a struct tw_timer
+ * (or, pull only, a bare struct tw_node) in your own object and get back to it
+ * with tw_container_of. One call per operation serves both: tw_arm,
+ * tw_arm_in, tw_cancel, tw_pending, tw_deadline.
  *
  * Rules (tests/test_wheel_*.c pin each of them):
  *  - Exact: a timer with deadline D fires during the first advance whose new
- *    time is >= D, never before. Within one advance, timers fire tick by tick:
- *    one due at tick t never fires after one due at t+1. Timers due at the same
- *    tick fire in an unspecified order.
- *  - A deadline is always in the future: a timer armed with delay 0, or at an
- *    absolute deadline <= now, is due at now + 1 (the next tick).
- *  - Deadlines saturate at UINT64_MAX instead of wrapping round.
+ *    time is >= D, never before. Within one advance, timers fire tick by tick;
+ *    timers due at the same tick fire in an unspecified order.
+ *  - A deadline is always in the future: one <= the wheel's time means the
+ *    next tick. Deadlines saturate at UINT64_MAX instead of wrapping round.
  *  - While a callback runs, tw_wheel_now() is the tick being fired, and the
  *    callback may arm, cancel or re-arm any timer of the wheel, itself
- *    included. A timer cancelled or re-armed by a callback obeys its new state
- *    at once: it does not fire again in this advance unless its new deadline
- *    is passed by it.
- *  - Re-arming to a later deadline is lazy (one store: the timer moves when
- *    its old slot comes due); re-arming earlier relocates it at once. Eager
- *    arms (TW_ARM_EAGER) relocate at once either way (see below).
+ *    included; a timer it cancels or re-arms obeys its new state at once.
+ *  - Re-arm, lazy or eager (both exact; pick per call): by default a re-arm
+ *    to a later deadline costs one store, and an advance may move the timer
+ *    later (the cheapest in total: a heartbeat re-arming a 30 s timeout
+ *    every 3 s moves it about twice a minute); with TW_ARM_EAGER it is
+ *    relocated at once, about twice the cost, and no advance moves it for
+ *    that re-arm (for a loop whose latency is the tick). tw_wheel_moves
+ *    counts the moves.
+ *  - Slack (opt-in per arm: the `slack` argument, or TW_ARM_SLACK): a timer
+ *    armed at D with slack S fires at some tick P in [D, D + S] (saturating),
+ *    never outside it; tw_deadline reports P, and timers with overlapping
+ *    windows tend to fire together. A re-arm with slack leaves it alone if P
+ *    is inside the new window, else relocates it at once (tw_wheel_moves
+ *    counts it); a re-arm without slack makes it exact again.
+ *    tw_wheel_next_expiry stays a lower bound on the next fire.
+ *  - Getters accept NULL and return the value meaning "nothing" (0, false,
+ *    TW_NEVER); calls that change state return TW_EINVAL for NULL.
+ *  - A pending timer or node belongs to the wheel it was armed on until it
+ *    fires or is cancelled: arming or cancelling it with another wheel is
+ *    the caller's error (debug builds, TWHEEL_DEBUG, return TW_EINVAL).
  *
- * Lazy or eager re-arm (both exact; pick per call):
- *  - Lazy (tw_timer_arm without flags, the default): re-arming a pending timer
- *    to a later deadline is one store, and the advance that reaches the
- *    slot of its older deadline moves it. Lowest total cost: the choice for
- *    most programs (a heartbeat re-arming a 30 s timeout every 3 s moves it
- *    about twice a minute instead of 20 times).
- *  - Eager (the flag TW_ARM_EAGER, for timers and nodes): re-arming a
- *    pending timer, later or earlier, relocates
- *    it at once to the slot of its new deadline (one store if it is in that
- *    slot already), so no advance ever moves it for that re-arm. A relocating
- *    re-arm costs about twice a lazy one (it touches the timer's old
- *    neighbours), and the ticks are left with the fires: the choice for an
- *    event loop whose latency is the tick. (Lazy timers armed together stay
- *    in one slot however often they are re-armed, and the advance that
- *    reaches it moves them all at once.)
- *  - Lazy and eager arms may be mixed on one wheel and one timer, exact
- *    either way; an eager re-arm into the slot of a deadline stored lazily
- *    before may leave that lazy move in place. From an event loop's clock,
- *    arm eagerly at an absolute deadline: tw_timer_arm(w, t,
- *    tw_deadline_in(now, delay), 0, TW_ARM_EAGER) (tw_deadline_in saturates
- *    the sum: one that wrapped would be a past deadline, due at the next
- *    tick).
+ * Time and event loops: the wheel's time moves only when you advance it, so
+ * it is stale while your loop sleeps. Read your clock once per turn, arm with
+ * tw_arm_in(w, t, now, delay) and sleep tw_wheel_timeout(w, now): a delay
+ * counted from tw_wheel_now(w) after a long sleep would end early. Ticks from
+ * a clock: tick = floor(clock / tick length) for advance and timeouts; arm a
+ * minimum delay (an idle timeout) from the clock rounded up. examples/ shows
+ * it for epoll, libuv and libevent.
  *
- * Time and event loops (the rule):
- *  - The wheel's time moves only when you advance it. While your loop sleeps,
- *    the wheel's time is stale: a delay counted from tw_wheel_now(w) counts
- *    from the wheel's time, not from the present, so a timer armed that way
- *    after a long sleep without advancing first fires early. In a loop with
- *    a clock, read the clock once per turn and arm with
- *    tw_timer_arm_in(w, t, now, d) (or tw_timer_arm(w, t, tw_deadline_in(now,
- *    d), slack, flags)): the deadline is never earlier than now + d, whatever
- *    the wheel's time, and it is safe anywhere (in callbacks too). Periodic
- *    timers: tw_periodic_start_in(w, p, now, d, period).
- *  - Sleep with tw_wheel_timeout_from(w, now), the ticks from your now to the
- *    next expiry (0 if it is due or past). tw_wheel_timeout counts from the
- *    wheel's stale time and would push a re-armed loop timer forward forever.
- *  - Ticks from a clock: tick = floor(clock / tick length) for advance and for
- *    timeouts. A deadline of now + d ticks with a floored now can come up to
- *    one tick length less than d ticks after the real instant: when the delay
- *    is a minimum (an idle timeout), arm from the clock rounded up, or arm
- *    with d + 1. examples/ shows it for epoll, libuv and libevent.
- *
- * Getters (tw_wheel_now, _next_expiry, _timeout*, _pending, _moves,
- * tw_timer_/tw_node_pending and _deadline) accept NULL and then return the
- * value meaning "nothing": 0, false, or TW_NEVER for a tick (the rule of
- * every layer, see twheel/common.h). Calls that change state return
- * TW_EINVAL for NULL.
- *
- * Slack (opt-in, per arming: the slack argument of tw_timer_arm and
- * tw_node_arm, or TW_ARM_SLACK; exact arms pay nothing for it). A timer
- * armed with deadline D and slack S:
- *  - never fires before D, and never after D + S (saturating): it fires
- *    during the first advance whose new time is >= its planned tick P, some
- *    tick in [D, D + S], which tw_timer_deadline() reports. The wheel plans
- *    P on a slot boundary it fires from without being moved down a level,
- *    so timers whose windows hold the same boundary fire together;
- *  - re-armed with slack, stays where it is if P is inside the new window
- *    (nothing to do), else is relocated at once, never lazily, and
- *    tw_wheel_moves counts it; relocated while pending, it is planned late
- *    in its window, so that later re-arms find it inside longer (at most one
- *    move more if it does come due); re-armed exact (slack 0 without
- *    TW_ARM_SLACK) it is exact again; cancelling works as for any timer;
- *  - D <= now means now + 1, as for exact timers; S = 0 with TW_ARM_SLACK is
- *    exact (the timer fires at D), with the re-arm rule above;
- *  - a periodic timer with slack keeps its phase: its n-th fire happens in
- *    [first + n * period, first + n * period + S], the next deadline counting
- *    from the nominal one (the slack is capped at period - 1, so fires stay
- *    in order);
- *  - tw_wheel_next_expiry stays a lower bound on the next fire, so a poller
- *    may sleep until it.
- *
- * Thread safety: none. A wheel and its timers belong to one thread at a time;
+ * Threads: none. A wheel and its timers belong to one thread at a time;
  * tw_runner (twheel/runner.h) is the thread-safe service.
  *
- * Costs: arm, cancel, re-arm are O(1). Advancing costs O(1) per occupied slot
- * that comes due plus O(1) per timer fired or moved down a level; idle ticks
- * cost nothing. An exact timer that is not re-armed moves at most once per
- * level it starts above level 0 (11 levels), and with a delay below 64^k
- * ticks at most k times: once below 64 ticks, twice below 4096, three times
- * below 2^18 (a deadline just past a multiple of 2^18 starts at level 3
- * however near it is, then moves to levels 2, 1 and 0).
+ * Costs: arm, re-arm and cancel are O(1). Advancing costs O(1) per occupied
+ * slot that comes due plus O(1) per timer fired or moved; idle ticks cost
+ * nothing. An exact timer not re-armed moves at most k times for a delay
+ * below 64^k ticks (once below 64, twice below 4096).
  */
 #ifndef TWHEEL_WHEEL_H
 #define TWHEEL_WHEEL_H
@@ -120,19 +67,14 @@
 extern "C" {
 #endif
 
-/** Geometry: levels of 64 slots, enough levels to cover all 64 bits of time.
- * This is log2 of the slots per level. */
+/** log2 of the slots per level. */
 #define TW_WHEEL_SLOT_BITS 6
 /** Slots per level: 64. */
 #define TW_WHEEL_SLOTS (1u << TW_WHEEL_SLOT_BITS)
 /** Levels: 11, enough for every 64-bit deadline. */
 #define TW_WHEEL_LEVELS ((64 + TW_WHEEL_SLOT_BITS - 1) / TW_WHEEL_SLOT_BITS)
-/** Each slot is kept as this many independent lists, filled in turn and walked
- * side by side when the slot comes due, so that that many cache misses are in
- * flight at once instead of one. */
+/** Lists per slot (src/core/wheel.c says why). */
 #define TW_WHEEL_CHAINS 4
-
-/* TW_NEVER, the tick value meaning "no deadline", is in twheel/common.h. */
 
 struct tw_timer;
 struct tw_wheel;
@@ -141,28 +83,24 @@ struct tw_wheel;
  * it is periodic, see tw_periodic), so the callback may re-arm it. */
 typedef void tw_timer_fn(struct tw_timer *timer, void *arg);
 
-/** What the wheel links into its slots: 24 bytes on LP64. Every timer holds
- * one. A pull-only user (see "bare nodes" below) may embed a bare node
- * instead of a whole timer and save the callback's 16 bytes. Treat every
- * field as private. */
+/** What the wheel links: 24 bytes on LP64. Every timer holds one; a pull-only
+ * user may embed a bare node instead (see "Bare nodes"). Initialise it with
+ * tw_node_init; every field is private. */
 struct tw_node {
-    struct tw_node *next;   /**< private: next node in the same slot */
-    struct tw_node **pprev; /**< private: link that points at us; NULL = idle */
-    uint64_t deadline;      /**< private: use tw_timer_deadline()/tw_node_deadline() */
+    struct tw_node *next;   /**< private */
+    struct tw_node **pprev; /**< private: NULL = idle */
+    uint64_t deadline;      /**< private: read it with tw_deadline */
 #ifdef TWHEEL_DEBUG
     struct tw_wheel *owner; /**< private, debug builds: the wheel it is pending on */
 #endif
 };
 
 #ifdef TWHEEL_DEBUG
-/** Debug builds (TWHEEL_DEBUG defined, as CMake does for
- * CMAKE_BUILD_TYPE=Debug or -DTWHEEL_DEBUG=ON, for the library and for every
- * program that uses it): a node remembers the wheel it is pending on, and
- * arming or cancelling it on another wheel returns TW_EINVAL instead of
- * corrupting both wheels. Nodes and timers are then 8 bytes larger, so the
- * init functions get other link names: a program compiled without
- * TWHEEL_DEBUG against a debug library (or the reverse) fails to link
- * instead of passing nodes of the wrong size. Release builds are unchanged. */
+/** Debug builds (TWHEEL_DEBUG, set by CMake for CMAKE_BUILD_TYPE=Debug or
+ * -DTWHEEL_DEBUG=ON, for the library and every program using it): a node
+ * remembers its wheel, so arming or cancelling it on another wheel returns
+ * TW_EINVAL. Nodes are 8 bytes larger, so the init calls get other link
+ * names: mixing debug and release objects fails to link. */
 #define tw_wheel_init tw_wheel_init_debug
 /** See tw_wheel_init_debug. */
 #define tw_timer_init tw_timer_init_debug
@@ -175,329 +113,195 @@ struct tw_node {
 #define TW_NODE_DEBUG_BYTES 0
 #endif
 
-/** An intrusive timer: 40 bytes on LP64. Initialise it with tw_timer_init
- * before first use; treat every field as private. */
+/** An intrusive timer: 40 bytes on LP64. Initialise it with tw_timer_init;
+ * every field is private. */
 struct tw_timer {
     struct tw_node node; /**< private: the wheel's link */
-    tw_timer_fn *fn;     /**< private: set by tw_timer_init */
-    void *arg;           /**< private: set by tw_timer_init */
+    tw_timer_fn *fn;     /**< private */
+    void *arg;           /**< private */
 };
 
-/** The wheel. Caller-owned (static, inside your struct, or malloc'ed by you);
- * about 31 KB, of which only the slots in use are touched. Every field is
- * private. */
+/** The wheel: caller-owned (static, in your struct, or malloc'ed), about
+ * 31 KB, of which only the slots in use are touched. Every field is private
+ * (src/core/wheel.c describes them). */
 struct tw_wheel {
-    /** private: the slots, each kept as TW_WHEEL_CHAINS lists */
+    /** private */
     struct tw_node *slots[TW_WHEEL_LEVELS][TW_WHEEL_SLOTS][TW_WHEEL_CHAINS];
-    /** private: level 1's sub-slot lists, sub[s][q] for the timers planned
-     * with slack on tick 16 * q of level-1 slot s */
+    /** private */
     struct tw_node *sub[TW_WHEEL_SLOTS][TW_WHEEL_CHAINS][TW_WHEEL_CHAINS];
-    uint64_t occupied[TW_WHEEL_LEVELS]; /**< bit s set <=> slots[level][s] non-empty */
-    struct tw_node *ready;              /**< due at `now`, not fired yet */
-    uint64_t now;                       /**< current tick */
-    uint64_t target;                    /**< tick the running advance goes to */
-    uint64_t moves;                     /**< timers moved down a level, ever */
-    size_t pending;                     /**< armed timers, ready list included */
-    uint32_t levels;                    /**< bit l set <=> occupied[l] != 0 */
-    uint32_t chain;                     /**< next chain to push onto, round robin */
-    int advancing;                      /**< inside tw_wheel_advance */
-    int bare;                           /**< a bare node was armed since init: pull only */
-    uint64_t subbed; /**< private: bit s set => level-1 slot s may have sub-lists in use */
+    uint64_t occupied[TW_WHEEL_LEVELS]; /**< private */
+    struct tw_node *ready;              /**< private */
+    uint64_t now;                       /**< private: read it with tw_wheel_now */
+    uint64_t target;                    /**< private */
+    uint64_t moves;                     /**< private */
+    size_t pending;                     /**< private */
+    uint32_t levels;                    /**< private */
+    uint32_t chain;                     /**< private */
+    int advancing;                      /**< private */
+    int bare;                           /**< private */
+    uint64_t subbed;                    /**< private */
 };
 
 /* ---- wheel ------------------------------------------------------------- */
 
-/** Make an empty wheel whose time is `now`. Returns 0, or TW_EINVAL if w is
- * NULL. O(size of the wheel). */
+/** Make an empty wheel whose time is `now`. Returns 0, or TW_EINVAL for NULL.
+ * O(size of the wheel). */
 TW_API int tw_wheel_init(struct tw_wheel *w, uint64_t now);
 
 /** Detach every pending timer (each becomes idle; no callback runs) and leave
- * the wheel empty. The timers' memory stays the caller's. Returns the number
- * of timers detached, TW_EINVAL for NULL, or TW_EBUSY when called from inside
- * a callback of this wheel (nothing is changed then). O(pending + slots). */
+ * the wheel empty; the timers' memory stays the caller's. Returns the number
+ * detached, TW_EINVAL for NULL, or TW_EBUSY from inside one of this wheel's
+ * callbacks (nothing changed). O(pending + slots). */
 TW_API int64_t tw_wheel_destroy(struct tw_wheel *w);
 
-/** Advance time to `now`, firing every timer whose deadline is <= now, tick by
- * tick in deadline order. Returns the number of callbacks run (>= 0), or
- * TW_EINVAL for NULL or a pull-only wheel (see tw_node_arm), or TW_EBUSY when
- * called from inside one of this wheel's callbacks. A `now` earlier than the
- * wheel's time does not move time back and rescans nothing: it only fires
- * timers that tw_wheel_expire_next left due at the current tick (usually
- * none, so it returns 0). Idle ticks cost nothing. */
+/** Advance time to `now`, running the callback of every timer due by then,
+ * tick by tick. Returns the number of callbacks run, TW_EINVAL for NULL or a
+ * pull-only wheel (see "Bare nodes"), or TW_EBUSY from inside one of this
+ * wheel's callbacks. A `now` before the wheel's time does not move time back:
+ * it only fires what tw_wheel_expire_next left due (usually nothing). */
 TW_API int64_t tw_wheel_advance(struct tw_wheel *w, uint64_t now);
 
-/** Pull interface, for callers that prefer to run expired work themselves:
- * remove and return the next timer due by `now` (earliest deadline first; the
- * timer is idle and its callback is NOT called, periodic ones included), or
- * NULL when none is left, in which case the wheel's time is `now` (or stays
- * where it was if `now` is earlier: time never goes back). Between
- * calls the caller may arm, cancel or re-arm anything; the wheel's time is
- * then the returned timer's deadline. Returns NULL for a NULL wheel, a
- * pull-only wheel (use tw_wheel_expire_next_node there), or while
- * tw_wheel_advance is running. O(1) amortised per timer, as advance. */
+/** Pull instead of callbacks: remove and return the next timer due by `now`
+ * (earliest first; it is idle and its callback is not run, periodic ones
+ * included), or NULL when none is left, the wheel's time then being `now`
+ * (never going back). Between calls the caller may arm, cancel or re-arm
+ * anything. NULL also for a NULL or pull-only wheel (use
+ * tw_wheel_expire_next_node there) and inside tw_wheel_advance. O(1)
+ * amortised per timer. */
 TW_API struct tw_timer *tw_wheel_expire_next(struct tw_wheel *w, uint64_t now);
 
-/** The wheel's current tick (0 for NULL). Static inline, so that arming
- * from the wheel's time, tw_timer_arm_in(w, t, tw_wheel_now(w), delay),
- * costs no call more than arming from a clock. O(1). */
+/** The wheel's time (0 for NULL). Inline: arming from it costs no call. */
 static inline uint64_t tw_wheel_now(const struct tw_wheel *w)
 {
     return w ? w->now : 0;
 }
 
-/** The earliest tick at which the wheel has work: no timer is due before it,
- * so a poller may sleep until then. It is never later than the earliest
- * deadline, and equal to it unless a later re-arm or a far slot makes the
- * wheel stop early to move timers (advancing to it then fires nothing).
- * TW_NEVER when no timer is pending. (TW_NEVER is also UINT64_MAX, the last
- * tick, where saturated deadlines fall: tw_wheel_pending tells the two apart.)
- * O(1). */
+/** The earliest tick at which the wheel has work: nothing is due before it,
+ * so a poller may sleep until then (advancing to it may fire nothing, when
+ * the wheel only moves timers there). TW_NEVER when nothing is pending (a
+ * deadline saturated at UINT64_MAX gives the same value: tw_wheel_pending
+ * tells them apart). O(1). */
 TW_API uint64_t tw_wheel_next_expiry(const struct tw_wheel *w);
 
-/** Ticks from the wheel's time until tw_wheel_next_expiry: 0 if something is
- * due now, TW_NEVER if nothing is pending; with timers pending always
- * next_expiry - now, the last tick included (time 2^64-2 and a timer due at
- * 2^64-1 give 1). In an event loop use tw_wheel_timeout_from: the wheel's
- * time is stale while the loop sleeps. O(1). */
-TW_API uint64_t tw_wheel_timeout(const struct tw_wheel *w);
-
-/** The poll timeout of an event loop: ticks from the caller's `now` until
+/** The poll timeout of an event loop: ticks from the caller's `now` to
  * tw_wheel_next_expiry, 0 if that is at or before `now` (advance, then ask
- * again), TW_NEVER if nothing is pending or w is NULL. Measured from the
- * caller's clock, not from the wheel's last advance, so a loop that re-aims
- * its poll or loop timer with it never pushes an expiry forward. O(1). */
-TW_API uint64_t tw_wheel_timeout_from(const struct tw_wheel *w, uint64_t now);
+ * again), TW_NEVER if nothing is pending or w is NULL. Counted from your
+ * clock, not the wheel's stale time, so re-aiming a loop timer with it never
+ * pushes an expiry forward; tw_wheel_timeout(w, tw_wheel_now(w)) counts from
+ * the wheel's time. O(1). */
+TW_API uint64_t tw_wheel_timeout(const struct tw_wheel *w, uint64_t now);
 
-/** Number of armed timers. O(1). */
+/** Number of armed timers and nodes. O(1). */
 TW_API size_t tw_wheel_pending(const struct tw_wheel *w);
 
-/** How many times timers have been moved from one slot to another by
- * advancing (cascades and lazy re-arms) or by a re-arm with slack (or
- * TW_ARM_SLACK) that relocated a pending timer, whatever the slack (0 included),
- * since init (an eager re-arm counts none and leaves none to an advance, but
- * for the move a lazy re-arm before it may have left in place: see "Lazy or
- * eager re-arm"). For tuning. O(1). */
+/** How many times timers were moved since init: by advances (a timer moving
+ * down a level, a lazy re-arm catching up) and by re-arms with slack that
+ * relocated a pending timer. For tuning. O(1). */
 TW_API uint64_t tw_wheel_moves(const struct tw_wheel *w);
 
-/* ---- timers ------------------------------------------------------------ */
+/* ---- timers and nodes --------------------------------------------------- */
 
-/** Prepare a timer: idle, calling fn(timer, arg) when it fires. fn may not be
- * NULL. Returns 0 or TW_EINVAL. Must not be called on a pending timer. */
+/** Prepare a timer: idle, calling fn(t, arg) when it fires. fn may not be
+ * NULL. Returns 0 or TW_EINVAL. Not on a pending timer. */
 TW_API int tw_timer_init(struct tw_timer *t, tw_timer_fn *fn, void *arg);
 
-/** Disarm t. Returns 1 if it was pending (its callback will not run), 0 if it
- * was idle (no-op), TW_EINVAL for NULL. O(1).
- *
- * A pending timer or node belongs to the wheel it was armed on until it fires
- * or is cancelled: arming or cancelling it with another wheel is the caller's
- * error (release builds corrupt both wheels' counts; debug builds, see
- * TWHEEL_DEBUG, return TW_EINVAL and change nothing). */
-TW_API int tw_timer_cancel(struct tw_wheel *w, struct tw_timer *t);
+/** Prepare a bare node: idle. Returns 0 or TW_EINVAL. Not on a pending node. */
+TW_API int tw_node_init(struct tw_node *n);
 
-/** Whether t is armed. O(1). */
-TW_API bool tw_timer_pending(const struct tw_timer *t);
-
-/** t's deadline if pending, TW_NEVER if idle. O(1). */
-TW_API uint64_t tw_timer_deadline(const struct tw_timer *t);
-
-/* ---- arming ------------------------------------------------------------- */
-/** @name Arming: one call for timers, one for nodes
- * tw_timer_arm(w, t, deadline, slack, flags) and tw_node_arm are every arm:
- * first arm, re-arm, exact or with slack, lazy or eager, and the store-only
- * arm of a timer known idle. `deadline` is an absolute tick (<= the wheel's
- * time means the next tick); arm from a clock with tw_timer_arm_in(w, t, now,
- * delay). Both are static inline: with constant `slack` and `flags`, as in
- * almost every call, the choice below folds away at compile time and the
- * call costs what one out-of-line worker (tw_timer_arm_lazy_ and the others
- * below) costs, so the hot paths pay nothing for the flags.
- * @{ */
-
-/** Flag of tw_timer_arm / tw_node_arm: re-arming a pending timer relocates it
- * at once to the slot of its new deadline, later or earlier, instead of only
- * storing a later deadline, so that no advance moves it for this re-arm (see
- * "Lazy or eager re-arm" above). One store if it is in that slot already.
- * One exception: if a lazy re-arm left t in the slot of an older deadline
- * and the new one falls in the slot of the deadline that lazy re-arm
- * stored, it is one store too, and t stays where the lazy re-arm left it
- * (moved once when that slot comes due; still exact, and
- * tw_wheel_next_expiry may return that slot's earlier tick meanwhile). Only
- * an idle timer is checked for being initialised (a pending one was, when it
- * was armed). Ignored with slack or TW_ARM_IDLE: a slack re-arm relocates at
- * once anyway, and an idle timer has nothing to relocate. */
+/** Flag of tw_arm: re-arming a pending timer relocates it at once, later or
+ * earlier, so that no advance moves it for this re-arm (see the re-arm rule
+ * above). Ignored with slack or TW_ARM_IDLE. */
 #define TW_ARM_EAGER 0x1u
-/** Flag of tw_timer_arm / tw_node_arm: the caller knows the timer is idle
- * (initialised and never armed, or fired, or cancelled since). The arm then
- * only stores into it, skipping the load that tells an arm from a re-arm, so
- * arming a timer whose memory is not in the cache does not wait for it.
- * Contract: the timer is initialised and not pending. Release builds do not
- * check it (a pending timer would be linked twice and corrupt the wheel);
- * debug builds (TWHEEL_DEBUG) return TW_EBUSY for a pending one and
- * TW_EINVAL for an uninitialised one, changing nothing. Release builds check
- * the pointers only (a timer's callback is read by debug builds). */
+/** Flag of tw_arm: the caller knows the timer is idle (initialised, and not
+ * armed since, or fired or cancelled). The arm then only stores into it,
+ * never reading it, so a timer whose memory is not in the cache costs no
+ * wait. Release builds do not check the promise (a pending timer would be
+ * linked twice and corrupt the wheel); debug builds return TW_EBUSY for a
+ * pending one and TW_EINVAL for an uninitialised one. */
 #define TW_ARM_IDLE 0x2u
-/** Flag of tw_timer_arm / tw_node_arm: arm by the slack rules (planned
- * tick, re-arm relocated at once and counted by tw_wheel_moves) even when
- * `slack` is 0. A nonzero slack implies it; with slack 0 and without it
- * the arm is exact, lazy or eager. */
+/** Flag of tw_arm: the slack rules even for a slack of 0 (the fire at the
+ * deadline, a re-arm relocated at once and counted by tw_wheel_moves). A
+ * nonzero slack implies it. */
 #define TW_ARM_SLACK 0x4u
-/** Every flag tw_timer_arm and tw_node_arm know; other bits give TW_EINVAL. */
+/** Every flag tw_arm knows; other bits give TW_EINVAL. */
 #define TW_ARM_FLAGS (TW_ARM_EAGER | TW_ARM_IDLE | TW_ARM_SLACK)
 
-/** Worker of tw_timer_arm: exact, lazy (no flag, slack 0). Call tw_timer_arm. */
-TW_API int tw_timer_arm_lazy_(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline);
-/** Worker of tw_timer_arm: exact, eager (TW_ARM_EAGER). Call tw_timer_arm. */
-TW_API int tw_timer_arm_eager_(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline);
-/** Worker of tw_timer_arm: with slack (or TW_ARM_SLACK). Call tw_timer_arm. */
-TW_API int tw_timer_arm_slack_(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline,
-                               uint64_t slack);
-/** Worker of tw_timer_arm: exact, known idle (TW_ARM_IDLE). Call tw_timer_arm. */
-TW_API int tw_timer_arm_idle_(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline);
-/** Worker of tw_timer_arm: with slack, known idle (TW_ARM_IDLE and slack or
- * TW_ARM_SLACK). Call tw_timer_arm. */
-TW_API int tw_timer_arm_idle_slack_(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline,
-                                    uint64_t slack);
-
-/** Arm t to fire at the absolute tick `deadline` (<= the wheel's time means
- * the next tick), at some tick in [deadline, deadline + slack] (the end
- * saturating at UINT64_MAX; slack 0 is exact), with `flags` a set of
- * TW_ARM_EAGER, TW_ARM_IDLE and TW_ARM_SLACK (0 for the default: lazy, and
- * any state).
+/* The calls of C (_Generic, which clang-format cannot lay out). */
+/* clang-format off */
+#ifndef __cplusplus
+/** Arm or re-arm `x`, a struct tw_timer * or a bare struct tw_node *, to
+ * fire at the absolute tick `deadline` (<= the wheel's time means the next
+ * tick), or anywhere in [deadline, deadline + slack] with a nonzero slack;
+ * `flags` is 0 (lazy re-arm, any state) or a set of TW_ARM_EAGER,
+ * TW_ARM_IDLE and TW_ARM_SLACK. Every arm is this call: first arm, re-arm,
+ * exact or with slack, lazy or eager. With constant slack and flags (almost
+ * every call) the choice between them costs nothing at run time.
  *
- * Arming a pending timer re-arms it. Exact (slack 0, no TW_ARM_SLACK): lazy
- * when the new deadline is not earlier (one store; the advance that reaches
- * the older deadline's slot moves it), immediate otherwise; with
- * TW_ARM_EAGER, relocated at once either way. With slack: nothing to do if
- * its planned tick is inside the new window, else it is relocated at once
- * (never lazily), late in the window, and tw_wheel_moves counts it; the
- * slack rules are at the top of this file. With TW_ARM_IDLE, the caller
- * promises t is idle and the arm only stores into t (see TW_ARM_IDLE).
- *
- * Returns 0, TW_EINVAL (NULL argument, unknown flag, or uninitialised timer:
- * the lazy arm checks it always; the eager and slack arms of a pending timer
- * skip it, since it was checked when the timer was armed), or TW_ERANGE when
- * the wheel's time is already UINT64_MAX (no later tick exists; t is left
- * unchanged). Callable from callbacks. O(1). */
-static inline int tw_timer_arm(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline,
-                               uint64_t slack, unsigned flags)
-{
-    if (flags & ~TW_ARM_FLAGS)
-        return TW_EINVAL;
-    if (slack || (flags & TW_ARM_SLACK))
-        return (flags & TW_ARM_IDLE) ? tw_timer_arm_idle_slack_(w, t, deadline, slack)
-                                     : tw_timer_arm_slack_(w, t, deadline, slack);
-    if (flags & TW_ARM_IDLE)
-        return tw_timer_arm_idle_(w, t, deadline);
-    if (flags & TW_ARM_EAGER)
-        return tw_timer_arm_eager_(w, t, deadline);
-    return tw_timer_arm_lazy_(w, t, deadline);
-}
+ * Returns 0; TW_EINVAL for a NULL argument, an unknown flag or an
+ * uninitialised timer (checked while it is idle); TW_ERANGE when the wheel's
+ * time is UINT64_MAX (no later tick; x unchanged). A bare node also gets
+ * TW_EBUSY from inside a callback of tw_wheel_advance. Callable from
+ * callbacks. O(1), no allocation. */
+#define tw_arm(w, x, deadline, slack, flags)                                                 \
+    _Generic((x), struct tw_timer *: tw_timer_arm_,                                          \
+             struct tw_node *: tw_node_arm_)(w, x, deadline, slack, flags)
 
-/** The deadline `delay` ticks after `now`, saturating at UINT64_MAX instead
- * of wrapping round (a sum that wrapped would be a past deadline, due at the
- * next tick): tw_timer_arm(w, t, tw_deadline_in(now, delay), slack, flags)
- * arms from a clock with any slack and flags, and now = tw_wheel_now(w)
- * counts from the wheel's time. */
+/** Arm or re-arm `x` (a timer or bare node) exact and lazy, `delay` ticks
+ * after the caller's `now`: tw_arm(w, x, tw_deadline_in(now, delay), 0, 0).
+ * The deadline is never earlier than now + delay, however stale the wheel's
+ * time: the way to arm from an event loop. With now = tw_wheel_now(w) it
+ * counts from the wheel's time. The results of tw_arm. O(1). */
+#define tw_arm_in(w, x, now, delay) tw_arm(w, x, tw_deadline_in(now, delay), 0, 0)
+
+/** Disarm `x` (a timer or bare node). Returns 1 if it was pending (its
+ * callback will not run), 0 if it was idle, TW_EINVAL for NULL. O(1). */
+#define tw_cancel(w, x)                                                                      \
+    _Generic((x), struct tw_timer *: tw_timer_cancel_,                                       \
+             struct tw_node *: tw_node_cancel_)(w, x)
+
+/** Whether `x` (a timer or bare node, const or not) is armed; false for NULL.
+ * O(1). */
+#define tw_pending(x)                                                                        \
+    _Generic((x), struct tw_timer *: tw_timer_pending_,                                      \
+             const struct tw_timer *: tw_timer_pending_,                                     \
+             struct tw_node *: tw_node_pending_,                                             \
+             const struct tw_node *: tw_node_pending_)(x)
+
+/** The tick at which `x` (a timer or bare node, const or not) fires if
+ * pending (its planned tick, with slack), TW_NEVER if idle or NULL. O(1). */
+#define tw_deadline(x)                                                                       \
+    _Generic((x), struct tw_timer *: tw_timer_deadline_,                                     \
+             const struct tw_timer *: tw_timer_deadline_,                                    \
+             struct tw_node *: tw_node_deadline_,                                            \
+             const struct tw_node *: tw_node_deadline_)(x)
+#endif /* C; C++ gets overloads of the same names at the end of this file */
+/* clang-format on */
+
+/** The deadline `delay` ticks after `now`, saturating at UINT64_MAX (a sum
+ * that wrapped would be a past deadline, due at the next tick). */
 static inline uint64_t tw_deadline_in(uint64_t now, uint64_t delay)
 {
     return now + delay < now ? UINT64_MAX : now + delay;
 }
 
-/** Arm (or re-arm) t to fire `delay` ticks after the caller's `now`: exact
- * and lazy, at now + delay (saturating), or the wheel's next tick if that is
- * already past. The deadline is never earlier than now + delay, even on a
- * wheel not advanced for a while: the way to arm from an event loop (see
- * "Time and event loops" above). With now = tw_wheel_now(w) it counts from
- * the wheel's time. The results of tw_timer_arm. O(1). */
-static inline int tw_timer_arm_in(struct tw_wheel *w, struct tw_timer *t, uint64_t now,
-                                  uint64_t delay)
-{
-    return tw_timer_arm(w, t, tw_deadline_in(now, delay), 0, 0);
-}
-/** @} */
-
-/* ---- slack ------------------------------------------------------------- */
-/* Timers that may fire late, by at most `slack` ticks (rules at the top of
- * this file). The wheel uses the freedom to plan each timer on a slot
- * boundary it can fire from without moving down a level, and to fire timers
- * together; exact timers and these may share a wheel. */
-
-/** A slack of delay / 2^shift: tw_slack_fraction(delay, 3) is 1/8 of the
- * delay, the lateness Linux's timer wheel allows every timer. A shift of 64
- * or more gives 0 (exact). */
-static inline uint64_t tw_slack_fraction(uint64_t delay, unsigned shift)
-{
-    return shift >= 64 ? 0 : delay >> shift;
-}
-
-/** Recover the struct that embeds a timer: container_of. */
-#define tw_container_of(ptr, type, member) \
+/** Recover the struct that embeds a timer or node: container_of. */
+/* clang-format off */
+#define tw_container_of(ptr, type, member)                                                   \
     ((type *)(void *)((char *)(ptr) - offsetof(type, member)))
+/* clang-format on */
 
 /* ---- bare nodes (pull only) -------------------------------------------- */
 /** @name Bare nodes (pull only)
  * For users who never let the wheel call back: they embed a struct tw_node
- * (24 bytes) instead of a struct tw_timer (40) and collect due nodes with
- * tw_wheel_expire_next_node, as twheel's keyed layer and cache do. Nodes obey
- * every rule of timers (exactness, lazy later re-arm, saturation, immediate
- * cancel). Once a bare node has been armed on a wheel, the wheel is pull-only
- * until tw_wheel_init or tw_wheel_destroy: tw_wheel_advance returns TW_EINVAL
- * and tw_wheel_expire_next NULL there, since a bare node has no callback.
- * Whole timers may share a pull-only wheel: tw_wheel_expire_next_node hands
- * out their nodes too (tw_container_of(n, struct tw_timer, node)).
+ * (24 bytes) instead of a struct tw_timer (40), arm it with the same calls
+ * and collect due nodes with tw_wheel_expire_next_node, as twheel's keyed
+ * layer and cache do. Nodes obey every rule of timers. Once a bare node has
+ * been armed on a wheel, the wheel is pull-only until tw_wheel_init or
+ * tw_wheel_destroy: tw_wheel_advance returns TW_EINVAL and
+ * tw_wheel_expire_next NULL there, a bare node having no callback. Whole
+ * timers may share a pull-only wheel (tw_container_of(n, struct tw_timer,
+ * node) gets a timer back from its node).
  * @{ */
-
-/** Prepare a node: idle. Returns 0 or TW_EINVAL. Not on a pending node. */
-TW_API int tw_node_init(struct tw_node *n);
-
-/** Worker of tw_node_arm: exact, lazy. Call tw_node_arm. */
-TW_API int tw_node_arm_lazy_(struct tw_wheel *w, struct tw_node *n, uint64_t deadline);
-/** Worker of tw_node_arm: exact, eager (TW_ARM_EAGER). Call tw_node_arm. */
-TW_API int tw_node_arm_eager_(struct tw_wheel *w, struct tw_node *n, uint64_t deadline);
-/** Worker of tw_node_arm: with slack (or TW_ARM_SLACK). Call tw_node_arm. */
-TW_API int tw_node_arm_slack_(struct tw_wheel *w, struct tw_node *n, uint64_t deadline,
-                              uint64_t slack);
-/** Worker of tw_node_arm: exact, known idle (TW_ARM_IDLE). Call tw_node_arm. */
-TW_API int tw_node_arm_idle_(struct tw_wheel *w, struct tw_node *n, uint64_t deadline);
-/** Worker of tw_node_arm: with slack, known idle. Call tw_node_arm. */
-TW_API int tw_node_arm_idle_slack_(struct tw_wheel *w, struct tw_node *n, uint64_t deadline,
-                                   uint64_t slack);
-
-/** As tw_timer_arm for a node, with the same flags and results, and
- * TW_EBUSY from inside a callback of tw_wheel_advance (that advance would
- * take the node for a timer); on success the wheel becomes pull-only. With
- * TW_ARM_IDLE only stores are made into n (debug builds return TW_EBUSY for
- * a pending n). O(1). */
-static inline int tw_node_arm(struct tw_wheel *w, struct tw_node *n, uint64_t deadline,
-                              uint64_t slack, unsigned flags)
-{
-    if (flags & ~TW_ARM_FLAGS)
-        return TW_EINVAL;
-    if (slack || (flags & TW_ARM_SLACK))
-        return (flags & TW_ARM_IDLE) ? tw_node_arm_idle_slack_(w, n, deadline, slack)
-                                     : tw_node_arm_slack_(w, n, deadline, slack);
-    if (flags & TW_ARM_IDLE)
-        return tw_node_arm_idle_(w, n, deadline);
-    if (flags & TW_ARM_EAGER)
-        return tw_node_arm_eager_(w, n, deadline);
-    return tw_node_arm_lazy_(w, n, deadline);
-}
-
-/** As tw_timer_arm_in, for a node: exact and lazy, `delay` ticks after the
- * caller's `now` (saturating; the wheel's next tick if already past). The
- * results of tw_node_arm. O(1). */
-static inline int tw_node_arm_in(struct tw_wheel *w, struct tw_node *n, uint64_t now,
-                                 uint64_t delay)
-{
-    return tw_node_arm(w, n, tw_deadline_in(now, delay), 0, 0);
-}
-
-/** As tw_timer_cancel: 1 if it was pending, 0 if idle, TW_EINVAL. O(1). */
-TW_API int tw_node_cancel(struct tw_wheel *w, struct tw_node *n);
-
-/** Whether n is armed; its deadline if pending, TW_NEVER if idle. O(1). */
-TW_API bool tw_node_pending(const struct tw_node *n);
-/** n's deadline if pending, TW_NEVER if idle. O(1). */
-TW_API uint64_t tw_node_deadline(const struct tw_node *n);
 
 /** As tw_wheel_expire_next, handing out nodes (bare ones, and those of whole
  * timers). Works on every wheel, pull-only or not. */
@@ -567,7 +371,117 @@ static inline int tw_periodic_start_in(struct tw_wheel *w, struct tw_periodic *p
 /** Stop p. Returns 1 if it was running, 0 if not, TW_EINVAL for NULL. O(1). */
 TW_API int tw_periodic_stop(struct tw_periodic *p);
 
+/* ---- internal: the typed forms behind tw_arm and the other calls --------
+ * Not API, and not documented: use tw_arm, tw_arm_in, tw_cancel, tw_pending
+ * and tw_deadline. They are here because the calls expand to them. The arm
+ * forms pick one out-of-line worker from their flags, so that with constant
+ * flags the choice folds away at compile time. */
+/** @cond */
+/* The out-of-line workers, one per kind (timer, node) and way of arming. */
+#define TW_ARM_WORKERS_(kind, type)                                                        \
+    TW_API int tw_##kind##_arm_lazy_(struct tw_wheel *w, type *x, uint64_t deadline);      \
+    TW_API int tw_##kind##_arm_eager_(struct tw_wheel *w, type *x, uint64_t deadline);     \
+    TW_API int tw_##kind##_arm_idle_(struct tw_wheel *w, type *x, uint64_t deadline);      \
+    TW_API int tw_##kind##_arm_slack_(struct tw_wheel *w, type *x, uint64_t deadline,      \
+                                      uint64_t slack);                                     \
+    TW_API int tw_##kind##_arm_idle_slack_(struct tw_wheel *w, type *x, uint64_t deadline, \
+                                           uint64_t slack)
+TW_ARM_WORKERS_(timer, struct tw_timer);
+TW_ARM_WORKERS_(node, struct tw_node);
+TW_API int tw_node_cancel_(struct tw_wheel *w, struct tw_node *n);
+
+/* clang-format off */
+/* The worker of tw_KIND_arm_ for its flags (KIND: timer or node). */
+#define TW_ARM_CHOOSE_(kind, w, x, deadline, slack, flags)                                   \
+    ((flags) & ~TW_ARM_FLAGS ? (int)TW_EINVAL                                                \
+     : (slack) || ((flags) & TW_ARM_SLACK)                                                   \
+         ? ((flags) & TW_ARM_IDLE ? tw_##kind##_arm_idle_slack_(w, x, deadline, slack)       \
+                                  : tw_##kind##_arm_slack_(w, x, deadline, slack))           \
+     : (flags) & TW_ARM_IDLE  ? tw_##kind##_arm_idle_(w, x, deadline)                        \
+     : (flags) & TW_ARM_EAGER ? tw_##kind##_arm_eager_(w, x, deadline)                       \
+                              : tw_##kind##_arm_lazy_(w, x, deadline))
+/* clang-format on */
+
+static inline int tw_timer_arm_(struct tw_wheel *w, struct tw_timer *t, uint64_t deadline,
+                                uint64_t slack, unsigned flags)
+{
+    return TW_ARM_CHOOSE_(timer, w, t, deadline, slack, flags);
+}
+
+static inline int tw_node_arm_(struct tw_wheel *w, struct tw_node *n, uint64_t deadline,
+                               uint64_t slack, unsigned flags)
+{
+    return TW_ARM_CHOOSE_(node, w, n, deadline, slack, flags);
+}
+
+/* A timer's node is its first member: these cost no instruction over the
+ * node forms. */
+static inline int tw_timer_cancel_(struct tw_wheel *w, struct tw_timer *t)
+{
+    return tw_node_cancel_(w, t ? &t->node : NULL);
+}
+
+static inline bool tw_node_pending_(const struct tw_node *n)
+{
+    return n && n->pprev;
+}
+
+static inline bool tw_timer_pending_(const struct tw_timer *t)
+{
+    return tw_node_pending_(t ? &t->node : NULL);
+}
+
+static inline uint64_t tw_node_deadline_(const struct tw_node *n)
+{
+    return n && n->pprev ? n->deadline : TW_NEVER;
+}
+
+static inline uint64_t tw_timer_deadline_(const struct tw_timer *t)
+{
+    return tw_node_deadline_(t ? &t->node : NULL);
+}
+/** @endcond */
+
 #ifdef __cplusplus
+} /* extern "C" */
+
+/* C++ has no _Generic: the same calls as overloads (outside extern "C",
+ * which allows no overloading). */
+inline int tw_arm(tw_wheel *w, tw_timer *t, uint64_t deadline, uint64_t slack, unsigned flags)
+{
+    return tw_timer_arm_(w, t, deadline, slack, flags);
+}
+inline int tw_arm(tw_wheel *w, tw_node *n, uint64_t deadline, uint64_t slack, unsigned flags)
+{
+    return tw_node_arm_(w, n, deadline, slack, flags);
+}
+template <class X> inline int tw_arm_in(tw_wheel *w, X *x, uint64_t now, uint64_t delay)
+{
+    return tw_arm(w, x, tw_deadline_in(now, delay), 0, 0);
+}
+inline int tw_cancel(tw_wheel *w, tw_timer *t)
+{
+    return tw_timer_cancel_(w, t);
+}
+inline int tw_cancel(tw_wheel *w, tw_node *n)
+{
+    return tw_node_cancel_(w, n);
+}
+inline bool tw_pending(const tw_timer *t)
+{
+    return tw_timer_pending_(t);
+}
+inline bool tw_pending(const tw_node *n)
+{
+    return tw_node_pending_(n);
+}
+inline uint64_t tw_deadline(const tw_timer *t)
+{
+    return tw_timer_deadline_(t);
+}
+inline uint64_t tw_deadline(const tw_node *n)
+{
+    return tw_node_deadline_(n);
 }
 #endif
 

@@ -935,7 +935,7 @@ static inline bool cache_retire(struct tw_cache *c, struct cache_shard *s, struc
 static inline void cache_unlink(struct tw_cache *c, struct cache_shard *s, struct cache_entry *e,
                                 struct cache_garbage *g)
 {
-    tw_node_cancel(&s->wheel, &e->timer);
+    tw_cancel(&s->wheel, &e->timer);
     tw_cache_map_remove_(c, s, e, true, g);
     if (c->limit)
         tw_cache_lru_unlink_(s, e);
@@ -953,14 +953,14 @@ static inline uint64_t cache_arm(struct tw_cache *c, struct cache_shard *s, stru
                                  uint64_t tick, uint64_t now_ns)
 {
     if (!c->slack_shift) {
-        tw_node_arm(&s->wheel, &e->timer, tick, 0, 0);
+        tw_arm(&s->wheel, &e->timer, tick, 0, 0);
         return tick;
     }
     uint64_t now_tick = now_ns / CACHE_NS_PER_TICK;
-    tw_node_arm(&s->wheel, &e->timer, tick,
-                tw_slack_fraction(tick > now_tick ? tick - now_tick : 0, c->slack_shift),
+    tw_arm(&s->wheel, &e->timer, tick,
+                ((tick > now_tick ? tick - now_tick : 0) >> c->slack_shift),
                 TW_ARM_SLACK);
-    return tw_node_deadline(&e->timer);
+    return tw_deadline(&e->timer);
 }
 
 /* Tell the clock service about a deadline just armed (cheap when the

@@ -29,7 +29,7 @@ int tw_cache_store_at_locked_(struct tw_cache *c, struct cache_shard *s, const s
             tw_cache_lru_unlink_(s, e);
             tw_cache_lru_push_(s, e, cache_stamp(c, now_ns));
         }
-        uint64_t planned = tw_node_deadline(&e->timer);
+        uint64_t planned = tw_deadline(&e->timer);
         if (c->slack_shift && planned <= tick)
             *deadline = planned;
         else
@@ -66,7 +66,7 @@ int tw_cache_store_at_locked_(struct tw_cache *c, struct cache_shard *s, const s
     if (e) {
         /* The new entry takes the old one's place in its chain (a release
          * store publishes it); the old one is retired. */
-        tw_node_cancel(&s->wheel, &e->timer);
+        tw_cancel(&s->wheel, &e->timer);
         tw_cache_map_replace_(s, e, n, k->hash);
         if (c->limit)
             tw_cache_lru_unlink_(s, e);

@@ -667,12 +667,12 @@ static inline void maybe_shrink(struct tw_tasks *t)
 /* Move an entry's task to another (free) entry. */
 static void relocate(struct tw_tasks *t, struct entry *from, struct entry *to)
 {
-    uint64_t deadline = tw_node_deadline(&from->u.node);
-    tw_node_cancel(&t->wheel, &from->u.node);
+    uint64_t deadline = tw_deadline(&from->u.node);
+    tw_cancel(&t->wheel, &from->u.node);
     tw_node_init(&to->u.node);
     to->value = from->value;
     to->key = from->key;
-    tw_node_arm(&t->wheel, &to->u.node, deadline, 0, 0);
+    tw_arm(&t->wheel, &to->u.node, deadline, 0, 0);
 }
 
 /* Under a quarter of the pool live, above the capacity floor: a set
@@ -941,11 +941,11 @@ __attribute__((noinline)) static void arm_other(struct tw_tasks *t, struct entry
                                       : 0;
     uint64_t deadline = tw_deadline_in(tw_wheel_now(&t->wheel), (uint64_t)delay);
     if (slack)
-        tw_node_arm(&t->wheel, &e->u.node, deadline, slack, 0);
+        tw_arm(&t->wheel, &e->u.node, deadline, slack, 0);
     else if (t->eager)
-        tw_node_arm(&t->wheel, &e->u.node, deadline, 0, TW_ARM_EAGER);
+        tw_arm(&t->wheel, &e->u.node, deadline, 0, TW_ARM_EAGER);
     else
-        tw_node_arm(&t->wheel, &e->u.node, deadline, 0, 0);
+        tw_arm(&t->wheel, &e->u.node, deadline, 0, 0);
 }
 
 /* Exact lazy arms take the core's exact path: slack and eager re-arm cost
@@ -955,7 +955,7 @@ static inline void arm(struct tw_tasks *t, struct entry *e, int64_t delay)
     if (__builtin_expect(t->not_lazy, 0))
         arm_other(t, e, delay);
     else
-        tw_node_arm_in(&t->wheel, &e->u.node, tw_wheel_now(&t->wheel), (uint64_t)delay);
+        tw_arm_in(&t->wheel, &e->u.node, tw_wheel_now(&t->wheel), (uint64_t)delay);
 }
 
 /* Around the do_set/do_move of a *_slack call: they call no user code (but
@@ -1063,7 +1063,7 @@ static inline int do_remove(struct tw_tasks *t, const struct keyref *k, void **v
         return TW_ENOENT;
     uint32_t idx = (t->slots[pos] & t->mask) - 2;
     struct entry *e = entry_at(t, idx);
-    tw_node_cancel(&t->wheel, &e->u.node);
+    tw_cancel(&t->wheel, &e->u.node);
     if (value)
         *value = e->value;
     free_key(t, &e->key);
@@ -1085,7 +1085,7 @@ static inline int do_get(const struct tw_tasks *t, const struct keyref *k, void 
     if (value)
         *value = e->value;
     if (deadline)
-        *deadline = tw_node_deadline(&e->u.node);
+        *deadline = tw_deadline(&e->u.node);
     return 0;
 }
 
@@ -1408,8 +1408,8 @@ int64_t tw_tasks_drain(struct tw_tasks *t, tw_tasks_fn *fn, void *ctx)
             continue;
         uint32_t idx = (s & t->mask) - 2;
         struct entry *e = entry_at(t, idx);
-        uint64_t deadline = tw_node_deadline(&e->u.node);
-        tw_node_cancel(&t->wheel, &e->u.node);
+        uint64_t deadline = tw_deadline(&e->u.node);
+        tw_cancel(&t->wheel, &e->u.node);
         e->u.idle.deadline = deadline;
         e->u.idle.next = head;
         head = idx;

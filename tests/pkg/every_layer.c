@@ -48,7 +48,7 @@ static int wheel_layer(void)
     int fired = 0;
     CHECK(tw_wheel_init(&w, 100) == 0);
     CHECK(tw_timer_init(&t, on_timer, &fired) == 0);
-    CHECK(tw_timer_arm_in(&w, &t, tw_wheel_now(&w), 10) == 0);
+    CHECK(tw_arm_in(&w, &t, tw_wheel_now(&w), 10) == 0);
     CHECK(tw_wheel_advance(&w, 109) == 0 && fired == 0);
     CHECK(tw_wheel_advance(&w, 110) == 1 && fired == 1);
     CHECK(tw_wheel_pending(&w) == 0);

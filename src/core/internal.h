@@ -1,0 +1,291 @@
+/* SPDX-License-Identifier: MIT */
+/* What the core's files share: the wheel's geometry, slot arithmetic, the
+ * linking and unlinking of nodes, placement, the debug ownership checks and
+ * the exact arm of a node. All static inline, so that the hot paths (arm,
+ * re-arm, cancel, advance) inline it. The design, and what each field of
+ * struct tw_wheel holds, is at the top of src/core/wheel.c. */
+#ifndef TWHEEL_CORE_INTERNAL_H
+#define TWHEEL_CORE_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "twheel/wheel.h"
+
+#define SLOT_BITS TW_WHEEL_SLOT_BITS
+#define SLOT_MASK ((uint64_t)TW_WHEEL_SLOTS - 1)
+#define LEVELS TW_WHEEL_LEVELS
+#define CHAINS TW_WHEEL_CHAINS
+
+_Static_assert(TW_WHEEL_SLOTS == 64, "one 64-bit occupancy word per level");
+_Static_assert(LEVELS *SLOT_BITS >= 64 && (LEVELS - 1) * SLOT_BITS < 64,
+               "levels cover exactly the 64-bit tick range");
+_Static_assert(LEVELS <= 32, "levels bitmap is 32 bits wide");
+_Static_assert(CHAINS >= 1 && (CHAINS & (CHAINS - 1)) == 0, "chains: a power of two");
+
+/* ---- slots and levels ------------------------------------------------------ */
+
+/* The first tick of slot `slot` at `level`, in the block of the level above
+ * that holds `now`. */
+static inline uint64_t slot_tick(uint64_t now, unsigned level, unsigned slot)
+{
+    unsigned shift = (level + 1) * SLOT_BITS;
+    uint64_t above = shift >= 64 ? 0 : now & ~((UINT64_C(1) << shift) - 1);
+    return above | ((uint64_t)slot << (level * SLOT_BITS));
+}
+
+/* The first tick of the earliest occupied slot (w->levels != 0): no timer
+ * is due before it. */
+static inline uint64_t first_slot_tick(const struct tw_wheel *w)
+{
+    unsigned level = (unsigned)__builtin_ctz(w->levels);
+    return slot_tick(w->now, level, (unsigned)__builtin_ctzll(w->occupied[level]));
+}
+
+static inline uint64_t saturating_add(uint64_t a, uint64_t b)
+{
+    return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
+static inline void mark_occupied(struct tw_wheel *w, unsigned level, unsigned slot)
+{
+    w->occupied[level] |= UINT64_C(1) << slot;
+    w->levels |= UINT32_C(1) << level;
+}
+
+static inline void mark_empty(struct tw_wheel *w, unsigned level, unsigned slot)
+{
+    w->occupied[level] &= ~(UINT64_C(1) << slot);
+    if (!w->occupied[level])
+        w->levels &= ~(UINT32_C(1) << level);
+}
+
+/* Level 1's sub-slots: a level-1 slot's 64 ticks in SUBS parts of SUB_WIDTH
+ * ticks (as many parts as chains: 16 ticks). */
+#define SUBS CHAINS
+#define SUB_BITS 4
+#define SUB_WIDTH (TW_WHEEL_SLOTS / SUBS)
+_Static_assert(SUB_WIDTH == 1u << SUB_BITS, "a sub-slot is 2^SUB_BITS ticks");
+_Static_assert(SUBS == 4 && SUB_WIDTH * SUBS == TW_WHEEL_SLOTS,
+               "sub-slots split a slot in 4 (process_next_slot looks at 1..3)");
+
+/* Whether level-1 slot `slot` holds nothing, in its chains or sub-lists. */
+static inline bool level1_slot_empty(const struct tw_wheel *w, size_t slot)
+{
+    struct tw_node *const *sub = &w->sub[slot][0][0];
+    for (unsigned c = 0; c < CHAINS; c++)
+        if (w->slots[1][slot][c])
+            return false;
+    for (unsigned i = 0; i < SUBS * CHAINS; i++)
+        if (sub[i])
+            return false;
+    return true;
+}
+
+/* The cold half of unlinking: `link`, a list head, was left NULL; if it is a
+ * chain (or a level-1 sub-list) of a slot whose other lists are empty too,
+ * the slot is empty now. Written with few live values so that, inlined, it
+ * costs the hot paths no stack frame. */
+static inline void chain_emptied(struct tw_wheel *w, struct tw_node **link)
+{
+    size_t off = (size_t)((uintptr_t)link - (uintptr_t)&w->slots[0][0][0]);
+    if (off >= sizeof w->slots) {
+        off = (size_t)((uintptr_t)link - (uintptr_t)&w->sub[0][0][0]);
+        if (off >= sizeof w->sub)
+            return; /* a link inside a node */
+        size_t slot = off / sizeof w->sub[0];
+        if (level1_slot_empty(w, slot))
+            mark_empty(w, 1, (unsigned)slot);
+        return;
+    }
+    size_t idx = off / (sizeof(struct tw_node *) * CHAINS); /* level * 64 + slot */
+    if (idx / TW_WHEEL_SLOTS == 1) {
+        if (level1_slot_empty(w, idx % TW_WHEEL_SLOTS))
+            mark_empty(w, 1, (unsigned)(idx % TW_WHEEL_SLOTS));
+        return;
+    }
+    struct tw_node *const *chains = &w->slots[0][0][0] + idx * CHAINS;
+    for (unsigned c = 0; c < CHAINS; c++)
+        if (chains[c])
+            return;
+    mark_empty(w, (unsigned)(idx / TW_WHEEL_SLOTS), (unsigned)(idx % TW_WHEEL_SLOTS));
+}
+
+/* Take a pending node out of its list; the caller decides what it becomes.
+ * Only the last node of a chain can leave its slot empty, and only a chain
+ * head (or the ready list's) points at it then. */
+static inline void unlink_node(struct tw_wheel *w, struct tw_node *t)
+{
+    struct tw_node **link = t->pprev;
+    struct tw_node *next = t->next;
+    *link = next;
+    if (next)
+        next->pprev = link;
+    else if (__builtin_expect(link != &w->ready, 1))
+        chain_emptied(w, link);
+    t->pprev = NULL;
+}
+
+/* Per highest differing bit b (0..63) of deadline ^ now, the level's digit
+ * shift (6 * level) and the flat index of its first chain head in w->slots
+ * (level * slots * chains): L1-resident loads instead of a division by 6 and
+ * the multiplications around it, on every arm. place() reads both from one
+ * word of place_by_bit (index << 8 | shift): one load, and the shift needs
+ * no extracting (x86 shifts by the low 6 bits of the count). */
+#define TW_B4(b) TW_B1(b), TW_B1((b) + 1), TW_B1((b) + 2), TW_B1((b) + 3)
+#define TW_B16(b) TW_B4(b), TW_B4((b) + 4), TW_B4((b) + 8), TW_B4((b) + 12)
+#define TW_B1(b) \
+    ((uint32_t)(((b) / SLOT_BITS) * TW_WHEEL_SLOTS * CHAINS) << 8 | ((b) / SLOT_BITS) * SLOT_BITS)
+static const uint32_t place_by_bit[64] = {TW_B16(0), TW_B16(16), TW_B16(32), TW_B16(48)};
+#undef TW_B1
+#undef TW_B16
+#undef TW_B4
+
+/* Place a timer whose deadline is > now into its slot, on chain `chain` (any
+ * number: taken modulo TW_WHEEL_CHAINS). The occupancy bits change only when
+ * the chain was empty: a non-empty chain means the slot is marked already. */
+static inline void place(struct tw_wheel *w, struct tw_node *t, unsigned chain)
+{
+    uint64_t deadline = t->deadline;
+    size_t bit = 63 - (size_t)__builtin_clzll(deadline ^ w->now);
+    uint32_t pb = place_by_bit[bit];
+    size_t slot = (size_t)(deadline >> (pb & 63)) & SLOT_MASK;
+    size_t base = pb >> 8;
+    struct tw_node **head = &w->slots[0][0][0] + (base + slot * CHAINS + (chain & (CHAINS - 1)));
+    struct tw_node *first = *head;
+    t->next = first;
+    *head = t;
+    t->pprev = head;
+    if (__builtin_expect(first != NULL, 1))
+        first->pprev = &t->next;
+    else
+        mark_occupied(w, (unsigned)(base / (TW_WHEEL_SLOTS * CHAINS)), (unsigned)slot);
+}
+
+/* Per highest differing bit b of d ^ now: the bits of a tick from the
+ * level of d upward (~0 << 6 * level), which in_place_for compares. A mask
+ * rather than place_by_bit's shift: one AND-test, where a shift by a
+ * variable count takes the count's move into CL as well. */
+#define TW_B1(b) (~UINT64_C(0) << (((b) / SLOT_BITS) * SLOT_BITS))
+#define TW_B4(b) TW_B1(b), TW_B1((b) + 1), TW_B1((b) + 2), TW_B1((b) + 3)
+#define TW_B16(b) TW_B4(b), TW_B4((b) + 4), TW_B4((b) + 8), TW_B4((b) + 12)
+static const uint64_t level_bits[64] = {TW_B16(0), TW_B16(16), TW_B16(32), TW_B16(48)};
+#undef TW_B16
+#undef TW_B4
+#undef TW_B1
+
+/* Whether pending node n (its deadline D, not ready) may take deadline d >
+ * now with one store, being in the slot place() would pick for d already,
+ * or in one before it (then it is moved when that slot comes due, as after
+ * a lazy re-arm, and never fires late). True when D and d agree on every
+ * digit from the level of d upward (d's level: the highest bit in which d
+ * and now differ), that is, place() would put D and d in the same slot S:
+ *  - n was placed for some D0 <= D (D0 = D unless a lazy re-arm stored D
+ *    since); its slot X has not come due, so X's level is D0's level
+ *    against now, no higher than S's level (D0 <= D, both > now);
+ *  - at a lower level X lies inside now's current slot of S's level, all of
+ *    it before S; at the same level X is D0's slot, not after D's, S;
+ *  - either way X starts no later than S, which starts no later than d.
+ * Level 1's sub-lists break the last step (sub-list q starts 16q ticks into
+ * its slot), so a level-1 slot with sub-lists in use (subbed, never clear
+ * while they hold a node) does not qualify. (A node on a sub-list starts at
+ * its D0 <= D, so d >= D would be safe there too, but testing it keeps D
+ * live: one instruction more on every re-arm, for a case exact timers never
+ * meet.) A ready node (D = now) never does: d and now differ at d's level.
+ * At level 0 this is D == d. The digits are compared with one mask,
+ * level_bits, rather than a shift by place_by_bit's count, which would
+ * first have to move the count into CL. */
+static inline bool in_place_for(const struct tw_wheel *w, const struct tw_node *n, uint64_t d)
+{
+    uint64_t high = level_bits[63 - (size_t)__builtin_clzll(d ^ w->now)];
+    if ((n->deadline ^ d) & high)
+        return false;
+    return high != ~SLOT_MASK || !(w->subbed >> ((d >> SLOT_BITS) & SLOT_MASK) & 1);
+}
+
+/* Debug builds (TWHEEL_DEBUG): a pending node remembers its wheel, and the
+ * public arm and cancel calls refuse a node pending on another wheel. In
+ * release builds both are nothing at all. */
+static inline bool owned_or_idle(const struct tw_wheel *w, const struct tw_node *n)
+{
+#ifdef TWHEEL_DEBUG
+    return !n->pprev || n->owner == w;
+#else
+    (void)w;
+    (void)n;
+    return true;
+#endif
+}
+
+static inline void set_owner(struct tw_node *n, struct tw_wheel *w)
+{
+#ifdef TWHEEL_DEBUG
+    n->owner = w;
+#else
+    (void)n;
+    (void)w;
+#endif
+}
+
+/* The first step of every arm: a deadline <= now becomes now + 1 (0), or
+ * there is no later tick (TW_ERANGE). */
+static inline __attribute__((always_inline)) int clamp_deadline(const struct tw_wheel *w,
+                                                                uint64_t *deadline)
+{
+    if (__builtin_expect(*deadline <= w->now, 0)) {
+        if (w->now == UINT64_MAX)
+            return TW_ERANGE;
+        *deadline = w->now + 1;
+    }
+    return 0;
+}
+
+/* The last step of an exact arm: n, unlinked, takes `deadline` (> now) and
+ * goes into its slot. Timers are spread over a slot's chains by the wheel's
+ * round-robin counter (the order in which timers due at one tick fire is
+ * unspecified, but this keeps it stable). */
+static inline __attribute__((always_inline)) void link_node(struct tw_wheel *w, struct tw_node *n,
+                                                            uint64_t deadline)
+{
+    n->deadline = deadline;
+    place(w, n, w->chain++);
+    set_owner(n, w);
+}
+
+/* Arm or re-arm n exact (both pointers checked by the caller), lazily or,
+ * with `eager` (a constant), eagerly. Inlined into each public entry: the
+ * arm is a few dozen instructions, a call is a tenth of it. A pending node
+ * takes the new deadline with one store where it may stay: lazily, when the
+ * deadline is later than one still in the future (it is moved when its slot
+ * comes due; a ready node has deadline == now: relinked); eagerly, when it
+ * is in the slot of the new deadline already (in_place_for). Otherwise it
+ * is unlinked and placed for the new deadline at once, so that an eager
+ * re-arm leaves no move to a later advance. */
+static inline __attribute__((always_inline)) int
+arm_node_exact(struct tw_wheel *w, struct tw_node *n, uint64_t deadline, bool eager)
+{
+    int rc = clamp_deadline(w, &deadline);
+    if (rc)
+        return rc;
+    if (n->pprev) {
+        if (eager ? in_place_for(w, n, deadline)
+                  : deadline >= n->deadline && n->deadline > w->now) {
+            n->deadline = deadline;
+            return 0;
+        }
+        unlink_node(w, n);
+    } else {
+        w->pending++;
+    }
+    link_node(w, n, deadline);
+    return 0;
+}
+
+/* The lazy arm (the default), which periodic timers use too. */
+static inline __attribute__((always_inline)) int arm_node(struct tw_wheel *w, struct tw_node *n,
+                                                          uint64_t deadline)
+{
+    return arm_node_exact(w, n, deadline, false);
+}
+
+#endif /* TWHEEL_CORE_INTERNAL_H */
