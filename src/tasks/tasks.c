@@ -55,17 +55,26 @@
  * for them, and neither shrinking (floor_cap) nor compaction (floor_chunks)
  * goes below it; pool groups the hint will fill are advised huge at once.
  *
- * Slack and eager re-arm: every arm goes through arm(), which takes the
- * core's exact lazy path after one test of `not_lazy` (set while the
- * instance has a slack_shift or config.eager_rearm, or while a *_slack call
- * runs its do_set/do_move, with the call's slack in call_slack; those call
- * no user code, so no callback ever sees it), else arm_other() with
- * config.slack_shift's fraction or the call's slack, or, when that slack is
- * 0, the core's eager exact arm if config.eager_rearm (a slack arm relocates
- * at once already). So the default path (exact, lazy) pays one test for
- * both. Compaction re-arms a relocated task exactly at its planned tick,
- * which is inside its window (a fresh node: lazy and eager are the same arm
- * there).
+ * The keyed calls: a public call checks its key and hashes it once (struct
+ * keyref), checks its delay and works out, once, the absolute deadline
+ * (now + delay, saturating) and the slack (the *_slack call's, else delay >>
+ * config.slack_shift). A set hands them, as arguments, to set_at (every set,
+ * batched ones too); a move to arm(), after its lookup. No per-call value
+ * passes through the instance. set_at checks the limits (max_pending, the
+ * pool's size) and makes room (index, chunk, key block) before it inserts
+ * anything, each step leaving a valid instance if a later one fails, so a
+ * failing set changes nothing.
+ *
+ * Slack and eager re-arm: `not_lazy` (set by tw_tasks_new, never changed)
+ * says whether the instance has a slack_shift or config.eager_rearm. A call
+ * of the default instance without a slack of its own arms exact and lazy
+ * (do_set_lazy, arm with lazy = 1): the core's exact lazy arm, no test. The
+ * others test for slack or eager in arm() and call arm_other(): with slack,
+ * the core's slack arm; with slack 0, its eager exact arm (a slack arm
+ * relocates at once already). So the default path pays one test (of
+ * not_lazy) for both. Compaction re-arms a relocated task exactly at its
+ * planned tick, which is inside its window (a fresh node: lazy and eager are
+ * the same arm there).
  *
  * Re-entrancy: `depth` counts the callbacks running. Everything a callback
  * may do keeps the invariants between two calls of it: the firing loop holds
@@ -145,9 +154,7 @@ struct tw_tasks {
     int depth;              /* callbacks running (execute or drain's fn) */
     unsigned slack_shift;   /* config.slack_shift: 0 = exact, else slack = delay >> it */
     int eager;              /* config.eager_rearm: exact arms relocate at once */
-    int not_lazy;           /* slack_shift != 0, eager, or a *_slack call under way */
-    int call_explicit;      /* a *_slack call under way, with: */
-    uint64_t call_slack;
+    int not_lazy;           /* slack_shift != 0 or eager: not every arm is exact and lazy */
     int user_alloc;         /* config.allocator given: no big blocks of our own */
     /* pool */
     struct entry **chunks;  /* chunks[0..nchunks) allocated */
@@ -930,16 +937,12 @@ static int int_key(const struct tw_tasks *t, uint64_t key, struct keyref *k)
     return 0;
 }
 
-/* An arm that is not exact and lazy: with slack, the *_slack call's
- * (call_slack) or the instance's (delay >> slack_shift); an arm whose slack
- * is 0 is exact, and eager if config.eager_rearm says so (a slack arm is
- * not: it relocates at once anyway). */
-__attribute__((noinline)) static void arm_other(struct tw_tasks *t, struct entry *e, int64_t delay)
+/* An arm that is not exact and lazy: with slack, or exact and eager if
+ * config.eager_rearm says so (a slack arm is not: it relocates at once
+ * anyway). Out of line: the default path only tests for it. */
+__attribute__((noinline)) static void arm_other(struct tw_tasks *t, struct entry *e,
+                                                uint64_t deadline, uint64_t slack)
 {
-    uint64_t slack = t->call_explicit ? t->call_slack
-                     : t->slack_shift ? (uint64_t)delay >> t->slack_shift
-                                      : 0;
-    uint64_t deadline = tw_deadline_in(tw_wheel_now(&t->wheel), (uint64_t)delay);
     if (slack)
         tw_node_arm(&t->wheel, &e->u.node, deadline, slack, 0);
     else if (t->eager)
@@ -948,37 +951,36 @@ __attribute__((noinline)) static void arm_other(struct tw_tasks *t, struct entry
         tw_node_arm(&t->wheel, &e->u.node, deadline, 0, 0);
 }
 
-/* Exact lazy arms take the core's exact path: slack and eager re-arm cost
- * them this one branch. */
-static inline void arm(struct tw_tasks *t, struct entry *e, int64_t delay)
+/* Arm e at the absolute tick `deadline` with `slack`. `lazy`, a constant,
+ * says the call arms exact and lazy (the instance has neither slack_shift
+ * nor eager_rearm, and the call gives no slack): the core's exact lazy arm,
+ * without a test. Else one test sends slack and eager arms out of line. */
+static inline __attribute__((always_inline)) void arm(struct tw_tasks *t, struct entry *e,
+                                                      uint64_t deadline, uint64_t slack, int lazy)
 {
-    if (__builtin_expect(t->not_lazy, 0))
-        arm_other(t, e, delay);
+    if (!lazy && __builtin_expect(slack != 0 || t->eager, 0))
+        arm_other(t, e, deadline, slack);
     else
-        tw_node_arm_in(&t->wheel, &e->u.node, tw_wheel_now(&t->wheel), (uint64_t)delay);
+        tw_node_arm(&t->wheel, &e->u.node, deadline, 0, 0);
 }
 
-/* Around the do_set/do_move of a *_slack call: they call no user code (but
- * the allocator, which may not call the instance), so nothing else sees it. */
-static inline void call_slack_begin(struct tw_tasks *t, uint64_t slack)
+/* The slack config.slack_shift gives a delay (>= 0): 0 when exact. */
+static inline uint64_t config_slack(const struct tw_tasks *t, int64_t delay)
 {
-    t->call_slack = slack;
-    t->call_explicit = 1;
-    t->not_lazy = 1;
+    return t->slack_shift ? (uint64_t)delay >> t->slack_shift : 0;
 }
 
-static inline int call_slack_end(struct tw_tasks *t, int rc)
+/* The seam of every set: key k (checked and hashed once by the caller) to
+ * run at the absolute tick `deadline` with `slack` (`lazy`: see arm).
+ * Returns 1 if new, 0 if present (re-armed, value replaced), TW_ERANGE,
+ * TW_EFULL or TW_ENOMEM, changing nothing then. */
+static inline __attribute__((always_inline)) int set_at(struct tw_tasks *t, const struct keyref *k,
+                                                        void *value, uint64_t deadline,
+                                                        uint64_t slack, int lazy)
 {
-    t->call_explicit = 0;
-    t->not_lazy = t->slack_shift != 0 || t->eager;
-    return rc;
-}
-
-static int do_set(struct tw_tasks *t, const struct keyref *k, void *value, int64_t delay)
-{
-    if (delay < 0)
-        return TW_EINVAL;
-    if (tw_wheel_now(&t->wheel) == UINT64_MAX)
+    /* (Time at UINT64_MAX saturates every deadline to it: one test of the
+     * deadline on the path, the time read only then.) */
+    if (__builtin_expect(deadline == UINT64_MAX, 0) && tw_wheel_now(&t->wheel) == UINT64_MAX)
         return TW_ERANGE;
     if (__builtin_expect(compact_wanted(t), 0)) /* removals left the pool sparse */
         maybe_compact(t);
@@ -987,7 +989,7 @@ static int do_set(struct tw_tasks *t, const struct keyref *k, void *value, int64
     if (pos != NIL) {
         struct entry *e = entry_at(t, (t->slots[pos] & t->mask) - 2);
         e->value = value;
-        arm(t, e, delay);
+        arm(t, e, deadline, slack, lazy);
         return 0;
     }
     if (t->max_pending && t->live >= t->max_pending)
@@ -1024,7 +1026,7 @@ static int do_set(struct tw_tasks *t, const struct keyref *k, void *value, int64
         key.block = b;
         key.b[KEY_INLINE] = KEY_OUTSIDE;
     }
-    if (moved)
+    if (moved) /* the same hash, in the new index */
         (void)probe(t, k, &ins);
     uint32_t idx = t->free_head;
     struct entry *e = entry_at(t, idx);
@@ -1039,21 +1041,22 @@ static int do_set(struct tw_tasks *t, const struct keyref *k, void *value, int64
         t->tombs--;
     t->slots[ins] = tag_of(k->h, t->mask) | (idx + 2);
     t->live++;
-    arm(t, e, delay);
+    arm(t, e, deadline, slack, lazy);
     return 1;
 }
 
-static inline int do_move(struct tw_tasks *t, const struct keyref *k, int64_t delay)
+/* set_at out of line: any arm, and the exact lazy arm of the default
+ * instance (no test on its path). */
+__attribute__((noinline)) static int do_set(struct tw_tasks *t, const struct keyref *k,
+                                            void *value, uint64_t deadline, uint64_t slack)
 {
-    if (delay < 0)
-        return TW_EINVAL;
-    uint32_t pos = find_key(t, k);
-    if (pos == NIL)
-        return TW_ENOENT;
-    if (tw_wheel_now(&t->wheel) == UINT64_MAX)
-        return TW_ERANGE;
-    arm(t, entry_at(t, (t->slots[pos] & t->mask) - 2), delay);
-    return 0;
+    return set_at(t, k, value, deadline, slack, 0);
+}
+
+__attribute__((noinline)) static int do_set_lazy(struct tw_tasks *t, const struct keyref *k,
+                                                 void *value, uint64_t deadline)
+{
+    return set_at(t, k, value, deadline, 0, 1);
 }
 
 static inline int do_remove(struct tw_tasks *t, const struct keyref *k, void **value)
@@ -1089,75 +1092,98 @@ static inline int do_get(const struct tw_tasks *t, const struct keyref *k, void 
     return 0;
 }
 
+/* A set or move whose key check gave rc (0: k is filled): its delay checked
+ * and made an absolute deadline, once, and its slack the call's (`slack`, of
+ * a *_slack call) or config.slack_shift's (NULL); the default instance
+ * (exact, lazy) is told apart by one test of not_lazy. */
+static inline int set_in(struct tw_tasks *t, int rc, const struct keyref *k, void *value,
+                         int64_t delay, const uint64_t *slack)
+{
+    if (rc)
+        return rc;
+    if (delay < 0)
+        return TW_EINVAL;
+    uint64_t deadline = tw_deadline_in(tw_wheel_now(&t->wheel), (uint64_t)delay);
+    if (slack)
+        return do_set(t, k, value, deadline, *slack);
+    if (__builtin_expect(t->not_lazy, 0))
+        return do_set(t, k, value, deadline, config_slack(t, delay));
+    return do_set_lazy(t, k, value, deadline);
+}
+
+/* Every move: the lookup, then the deadline (after it, so that only the
+ * delay waits in a register through the probe), then the arm. */
+static inline int move_in(struct tw_tasks *t, int rc, const struct keyref *k, int64_t delay,
+                          const uint64_t *slack)
+{
+    if (rc || delay < 0)
+        return rc ? rc : TW_EINVAL;
+    uint32_t pos = find_key(t, k);
+    if (pos == NIL)
+        return TW_ENOENT;
+    uint64_t now = tw_wheel_now(&t->wheel);
+    if (now == UINT64_MAX)
+        return TW_ERANGE;
+    struct entry *e = entry_at(t, (t->slots[pos] & t->mask) - 2);
+    uint64_t deadline = tw_deadline_in(now, (uint64_t)delay);
+    if (slack)
+        arm(t, e, deadline, *slack, 0);
+    else if (__builtin_expect(t->not_lazy, 0))
+        arm(t, e, deadline, config_slack(t, delay), 0);
+    else
+        arm(t, e, deadline, 0, 1);
+    return 0;
+}
+
 int tw_tasks_set(struct tw_tasks *t, const void *key, size_t key_len, void *value, int64_t delay)
 {
     struct keyref k;
-    int rc = bytes_key(t, key, key_len, &k);
-    return rc ? rc : do_set(t, &k, value, delay);
+    return set_in(t, bytes_key(t, key, key_len, &k), &k, value, delay, NULL);
 }
 
 int tw_tasks_set_int(struct tw_tasks *t, uint64_t key, void *value, int64_t delay)
 {
     struct keyref k;
-    int rc = int_key(t, key, &k);
-    return rc ? rc : do_set(t, &k, value, delay);
-}
-
-int tw_tasks_move(struct tw_tasks *t, const void *key, size_t key_len, int64_t delay)
-{
-    struct keyref k;
-    int rc = bytes_key(t, key, key_len, &k);
-    return rc ? rc : do_move(t, &k, delay);
-}
-
-int tw_tasks_move_int(struct tw_tasks *t, uint64_t key, int64_t delay)
-{
-    struct keyref k;
-    int rc = int_key(t, key, &k);
-    return rc ? rc : do_move(t, &k, delay);
+    return set_in(t, int_key(t, key, &k), &k, value, delay, NULL);
 }
 
 int tw_tasks_set_slack(struct tw_tasks *t, const void *key, size_t key_len, void *value,
                        int64_t delay, uint64_t slack)
 {
     struct keyref k;
-    int rc = bytes_key(t, key, key_len, &k);
-    if (rc)
-        return rc;
-    call_slack_begin(t, slack);
-    return call_slack_end(t, do_set(t, &k, value, delay));
+    return set_in(t, bytes_key(t, key, key_len, &k), &k, value, delay, &slack);
 }
 
 int tw_tasks_set_slack_int(struct tw_tasks *t, uint64_t key, void *value, int64_t delay,
                            uint64_t slack)
 {
     struct keyref k;
-    int rc = int_key(t, key, &k);
-    if (rc)
-        return rc;
-    call_slack_begin(t, slack);
-    return call_slack_end(t, do_set(t, &k, value, delay));
+    return set_in(t, int_key(t, key, &k), &k, value, delay, &slack);
+}
+
+int tw_tasks_move(struct tw_tasks *t, const void *key, size_t key_len, int64_t delay)
+{
+    struct keyref k;
+    return move_in(t, bytes_key(t, key, key_len, &k), &k, delay, NULL);
+}
+
+int tw_tasks_move_int(struct tw_tasks *t, uint64_t key, int64_t delay)
+{
+    struct keyref k;
+    return move_in(t, int_key(t, key, &k), &k, delay, NULL);
 }
 
 int tw_tasks_move_slack(struct tw_tasks *t, const void *key, size_t key_len, int64_t delay,
                         uint64_t slack)
 {
     struct keyref k;
-    int rc = bytes_key(t, key, key_len, &k);
-    if (rc)
-        return rc;
-    call_slack_begin(t, slack);
-    return call_slack_end(t, do_move(t, &k, delay));
+    return move_in(t, bytes_key(t, key, key_len, &k), &k, delay, &slack);
 }
 
 int tw_tasks_move_slack_int(struct tw_tasks *t, uint64_t key, int64_t delay, uint64_t slack)
 {
     struct keyref k;
-    int rc = int_key(t, key, &k);
-    if (rc)
-        return rc;
-    call_slack_begin(t, slack);
-    return call_slack_end(t, do_move(t, &k, delay));
+    return move_in(t, int_key(t, key, &k), &k, delay, &slack);
 }
 
 int tw_tasks_remove(struct tw_tasks *t, const void *key, size_t key_len, void **value)
@@ -1337,8 +1363,8 @@ run_batch(struct tw_tasks *t, struct tw_tasks_item *items, size_t n, enum batch_
             int rc = bad[j % B_RING];
             if (!rc) {
                 switch (op) {
-                case B_SET: rc = do_set(t, k, it->value, it->delay_ticks); break;
-                case B_MOVE: rc = do_move(t, k, it->delay_ticks); break;
+                case B_SET: rc = set_in(t, 0, k, it->value, it->delay_ticks, NULL); break;
+                case B_MOVE: rc = move_in(t, 0, k, it->delay_ticks, NULL); break;
                 case B_REMOVE: rc = do_remove(t, k, &it->value); break;
                 default: rc = do_get(t, k, &it->value, &it->deadline); break;
                 }
