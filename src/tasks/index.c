@@ -28,7 +28,7 @@ int tw_tasks_rehash_(struct tw_tasks *t, uint32_t new_cap, uint32_t new_bits)
     /* Wide enough for every pool this index can hold without growing (the
      * pool grows by a chunk only when it is all live, and live <= 0.75 cap):
      * tw_tasks_add_chunk_ then never has to rehash just to widen the entry field,
-     * which cost a rehash of every task at each power of two on the way up
+     * which would cost a rehash of every task at each power of two on the way up
      * (about one more rehash per task on a fill). */
     uint32_t need = tasks_bits_for((uint64_t)new_cap * 3 / 4 + TASKS_CHUNK);
     if (need > new_bits)

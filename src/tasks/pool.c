@@ -14,7 +14,7 @@
  * shrinks below its first chunk. */
 /* The first TASKS_GROUPS_LAZY groups are filled in small pages and collapsed
  * into a huge page when full (MADV_COLLAPSE: a 2 MB copy, too dear to make
- * for every group: see twheel/tasks.h, Memory); later ones, in a pool already
+ * for every group: see tasks/tasks.c, Memory); later ones, in a pool already
  * 10 MB big, are advised at once (one 2 MB page from the first touch: at
  * most one partly used group, under 2 MB, is resident beyond need). */
 #ifndef TASKS_GROUPS_LAZY

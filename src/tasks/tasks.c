@@ -1,6 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* twheel keyed layer: tw_tasks, go-zero's key -> task API over the core wheel.
  *
+ * Threads and locks: none. An instance belongs to one thread at a time;
+ * tw_runner (src/runner) is the thread-safe service around it.
+ *
  * Layout
  * ------
  *   entries  a pool of 48-byte entries in chunks of TW_TASKS_CHUNK, addressed
@@ -10,7 +13,8 @@
  *            holds its key: an integer, a string of up to KEY_INLINE bytes in
  *            place (zero-padded, its length in the last byte: a lookup builds
  *            that form once, see tasks_inline_form, then compares, copies and
- *            hashes two words), or a pointer to a block for a longer string.
+ *            hashes two words), or a pointer to a block (u16 length, then
+ *            the bytes) for a longer string.
  *            After a chunk's entries come their home words (4 bytes each:
  *            the key's hash >> 32), all that a rehash reads of a task (see
  *            tw_tasks_rehash_): 52 bytes of pool per task.
@@ -27,7 +31,7 @@
  *            0.8 an insert scans 13 slots on average for the empty one), to
  *            a load of 0.4 (a shrink: 0.55): 5.3..10 bytes per task. Growing
  *            to 0.4 rather than 0.55 trades bytes for fewer rehashes of a
- *            fill (twheel/tasks.h gives the trade).
+ *            fill (see Memory).
  *            Deletion writes a tombstone, or an empty slot (clearing the
  *            tombstones before it too) when the next slot is empty. The
  *            entry field is sized at each rehash for the largest pool the new
@@ -37,6 +41,31 @@
  *            through its pull interface (tw_wheel_expire_next_node); each due
  *            entry is taken out of the index before execute runs, so execute
  *            sees a table in which its task is gone.
+ *   keys     hashed with the instance's seed (config.seed, else
+ *            tw_random_seed_: getrandom, /dev/urandom, at worst the clock
+ *            and an address): SipHash-1-3 for strings, tw_hash_int for
+ *            integers. A call hashes its key once; after that only the
+ *            firing of a task hashes it again, to find its slot.
+ *
+ * Memory: 48 bytes of entry, 4 of home word and 5.3..10 of index a task, so
+ * at most 62 (1% more past 39 chunks: the unused tail of each 2 MB group;
+ * tests/test_tasks_rules.c holds it under 64), plus the block of a string
+ * key longer than 15 bytes, plus, with the default allocator past 195
+ * chunks (199,680 tasks), the unfilled rest of the newest 2 MB group of
+ * entries (tasks/pool.c). Three of those are bytes traded for speed
+ * (bench/README.md, "Bytes per task, and what they buy", measures each
+ * against a build without it):
+ *  - the home word lets a rehash read it instead of every entry and key:
+ *    batched removes and fills from empty are faster, a single set of an
+ *    integer key a little slower (one line more written);
+ *  - growing the index to a load of 0.4, not 0.55, costs up to 2.5 bytes a
+ *    task: a fill rehashes each task 1.3-2 times instead of about 3;
+ *  - pool groups past the fourth are huge pages from their first touch,
+ *    not collapsed when full (a 2 MB copy each): up to 2 MB not yet filled.
+ * With the default allocator an index of TW_BIG_MIN bytes or more and the
+ * groups of entries are 2 MB aligned and advised huge (common/bigmem.c), so
+ * that the TLB covers them; with config.allocator everything comes from it
+ * and nothing is madvised.
  *
  * Memory returned: the index shrinks (rehash) when under 1/8 full. When fewer
  * than a quarter of the pool's entries are live, outside callbacks, the next
