@@ -18,11 +18,11 @@
  *   group + 1  move and remove: entries read, the wheel neighbours that
  *              unlinking writes prefetched
  *   group      the calls, in item order.
- * Grouping is what makes the prefetches overlap: a prefetch that misses
- * holds up retirement until its line (or its page walk) arrives, so
- * prefetches one item apart, with a call's worth of work between them,
- * mostly waited one after the other; issued TASKS_BATCH_GROUP at a time, their waits
- * overlap, and a stage's group is a whole step (TASKS_BATCH_GROUP calls) ahead of the
+ * Grouping is what makes the prefetches overlap: a prefetch that misses holds
+ * up retirement until its line (or its page walk) arrives, so prefetches one
+ * item apart, with a call's worth of work between them, mostly waited one
+ * after the other; issued TASKS_BATCH_GROUP at a time, their waits overlap,
+ * and a stage's group is a whole step (TASKS_BATCH_GROUP calls) ahead of the
  * next stage, time for its lines to arrive.
  * The look-ahead stages only read (slots by tag, never a key compare) and
  * only prefetch: the real call on an item starts from its hash alone, so an
