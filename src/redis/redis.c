@@ -278,6 +278,7 @@
  */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -346,30 +347,36 @@ static int rr_check_config(const struct tw_redis_config *c)
 
 /* ---- lifetime ---------------------------------------------------------------- */
 
-void tw_rr_orphan(struct tw_redis *r, struct tw_rr_item *it)
+/* Start one of the layer's own threads with SIGPIPE blocked (it inherits
+ * the mask of the thread creating it, which is restored): hiredis writes
+ * with write(), so a write to a server that was killed raises SIGPIPE,
+ * whose default action ends the process. Blocked, it stays pending on that
+ * thread and write() fails with EPIPE, a reconnect like any other. The
+ * process's disposition, which is the application's, is left alone. */
+int tw_rr_thread_create(pthread_t *t, void *(*fn)(void *), void *arg)
 {
-    pthread_mutex_lock(&r->mu);
-    it->next = r->orphans;
-    r->orphans = it;
-    pthread_mutex_unlock(&r->mu);
+    sigset_t pipe, old;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    if (pthread_sigmask(SIG_BLOCK, &pipe, &old) != 0)
+        return pthread_create(t, NULL, fn, arg);
+    int rc = pthread_create(t, NULL, fn, arg);
+    (void)pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return rc;
 }
 
 static void rr_free_all(struct tw_redis *r)
 {
     if (r->local)
         tw_rr_local_free(r->local);
-    while (r->orphans) {
-        struct tw_rr_item *n = r->orphans->next;
-        free(r->orphans);
-        r->orphans = n;
-    }
     if (r->exec_rt) {
         for (uint32_t i = 0; i < r->cfg.threads; i++)
             tw_rr_router_free(&r->exec_rt[i]);
         free(r->exec_rt);
     }
-    free(r->exec);
-    free(r->ack_exec_p);
+    free(r->round);
+    free(r->exec_threads);
+    free(r->ack_round);
     if (r->ack_head)
         for (uint32_t p = 0; p < r->cfg.partitions; p++)
             while (r->ack_head[p]) {
@@ -505,11 +512,13 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
     r->multi = !r->api.cluster;
     if (r->worker) {
         r->exec_rt = calloc(r->cfg.threads, sizeof *r->exec_rt);
-        r->exec = calloc(r->cfg.threads, sizeof *r->exec);
-        r->ack_exec_p = calloc(1, sizeof *r->ack_exec_p);
+        r->round = calloc(r->cfg.threads, sizeof *r->round);
+        r->exec_threads = calloc(r->cfg.threads, sizeof *r->exec_threads);
+        r->ack_round = calloc(1, sizeof *r->ack_round);
         r->ack_head = calloc(cfg->partitions, sizeof *r->ack_head);
         r->ack_tail = calloc(cfg->partitions, sizeof *r->ack_tail);
-        if (!r->exec_rt || !r->exec || !r->ack_exec_p || !r->ack_head || !r->ack_tail)
+        if (!r->exec_rt || !r->round || !r->exec_threads || !r->ack_round || !r->ack_head ||
+            !r->ack_tail)
             goto nomem;
         r->ack_delay_ns = (uint64_t)(r->cfg.lease_ms / 8 < RR_ACK_DELAY_MS ? r->cfg.lease_ms / 8
                                                                            : RR_ACK_DELAY_MS) *
@@ -526,9 +535,16 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
         }
         r->ack_started = true;
         if ((rc = tw_rr_local_new(&r->local, r->cfg.tick_ms, r->cfg.start_ahead_ms,
-                                  r->cfg.rt_priority, r->cfg.threads, tw_rr_run, tw_rr_exec_one,
-                                  r)) != 0)
+                                  r->cfg.rt_priority, r->cfg.threads)) != 0)
             goto fail;
+        for (uint32_t i = 0; i < r->cfg.threads; i++) {
+            r->round[i].r = r;
+            if (tw_rr_thread_create(&r->exec_threads[i], tw_rr_exec_main, &r->round[i]) != 0) {
+                rc = TW_ESYS;
+                goto fail;
+            }
+            r->exec_started++;
+        }
         if (tw_rr_thread_create(&r->sub_thread, tw_rr_sub_main, r) != 0) {
             rc = TW_ESYS;
             goto fail;
@@ -633,21 +649,24 @@ int tw_redis_stop(struct tw_redis *r)
     if (r->sub_started)
         pthread_join(r->sub_thread, NULL);
     r->claim_started = r->sub_started = false;
+    struct tw_rr_item *list = NULL;
     if (r->local) {
-        struct tw_rr_item *list = tw_rr_local_stop(r->local); /* running callbacks finish */
-        pthread_mutex_lock(&r->mu);
-        struct tw_rr_item *o = r->orphans;
-        r->orphans = NULL;
-        pthread_mutex_unlock(&r->mu);
-        while (o) {
-            struct tw_rr_item *nx = o->next;
-            o->next = list;
-            list = o;
-            o = nx;
-        }
-        if (list)
-            rr_release(r, list);
+        /* No START round begins now; running ones finish, armed items run
+         * at their time, and then the executors exit. What they left in the
+         * queue, and what it held for later, is given back. */
+        tw_rr_local_close(r->local);
+        for (uint32_t i = 0; i < r->exec_started; i++)
+            pthread_join(r->exec_threads[i], NULL);
+        r->exec_started = 0;
+        list = tw_rr_local_drain(r->local);
     }
+    for (size_t i = 0; i < r->carry.n; i++) { /* claimed, not handed over yet */
+        r->carry.v[i]->next = list;
+        list = r->carry.v[i];
+    }
+    r->carry.n = 0;
+    if (list)
+        rr_release(r, list);
     if (r->ack_started) { /* after the executors: it sends what they left */
         pthread_mutex_lock(&r->ack_mu);
         r->ack_stop = true;
