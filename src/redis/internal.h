@@ -138,7 +138,7 @@ enum {
     TW_RR_MOVE,
     TW_RR_REMOVE,
     TW_RR_CLAIM,
-    TW_RR_START, /* with the acknowledgements (redis.c: "ACKs ride on STARTs") */
+    TW_RR_START, /* with the acknowledgements (ack.c: "ACKs ride on STARTs") */
     TW_RR_FAIL,
     TW_RR_RELEASE,
     TW_RR_NSCRIPTS

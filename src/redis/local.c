@@ -17,7 +17,9 @@
  *  - the armed list: items a START granted ahead, ordered by run_ns; every
  *    idle executor waits for the head's time.
  * The queue calls no one: claim.c adds, executors (execute.c) take, arm
- * and settle what they took.
+ * and settle what they took. A held task costs its item and nothing more:
+ * the wheel links the node inside it, which shares its bytes with the run
+ * times a START sets (internal.h).
  *
  * When an item leaves the wheel (local due time D = item->due_local_ns,
  * computed conservatively by the claimer: offset.c, and "Never early" in

@@ -1093,7 +1093,7 @@ static void test_unreachable(void)
 
 /* Many partitions on a standalone server: a START round carries the starts
  * and pending acknowledgements of up to 48 partitions, cut into calls of at
- * most 128 arguments (execute.c, rr_exec_group). Tasks of 64 partitions due
+ * most 128 arguments (start.c, rr_start_group). Tasks of 64 partitions due
  * in clumps (32-task rounds over ~30 partitions, acknowledgements of the
  * clump before riding along): each delivered once, none early, every
  * acknowledgement accepted (none stale, nothing left pending). */
