@@ -135,4 +135,3 @@ void *tw_rr_ack_main(void *arg)
     pthread_mutex_unlock(&r->ack_mu);
     return NULL;
 }
-

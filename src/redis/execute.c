@@ -67,8 +67,8 @@ static void rr_exec_one(struct tw_redis *r, struct tw_rr_item *it, unsigned thre
 #endif
     if (it->started > 1)
         atomic_fetch_add(&r->redelivered, 1);
-    struct tw_redis_task t = {it->data, it->key_len, tw_rr_payload(it), it->payload_len,
-                              it->due_ms, (uint32_t)it->started};
+    struct tw_redis_task t = {it->data,        it->key_len, tw_rr_payload(it),
+                              it->payload_len, it->due_ms,  (uint32_t)it->started};
     enum tw_redis_result res = r->cfg.execute(r->cfg.arg, &t);
     rr_exec_time(r, tw_rr_mono_ns() - t1);
     if (res == TW_REDIS_DONE) {

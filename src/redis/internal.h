@@ -160,8 +160,8 @@ struct tw_rr_item {
      * run time. Never both (a started item is never held for later again), so
      * the wheel's node and the START's times share their bytes. */
     union {
-        struct tw_node node; /* on the local wheel (local.c's) */
-        struct {             /* set by a granted START (execute.c): */
+        struct tw_node node;   /* on the local wheel (local.c's) */
+        struct {               /* set by a granted START (execute.c): */
             uint64_t run_ns;   /* local clock at which it may run (never early) */
             uint64_t srv_us;   /* the server's clock in the START reply */
             uint64_t reply_ns; /* local clock when that reply was read */
@@ -179,9 +179,9 @@ struct tw_rr_item {
     uint32_t batch;            /* items of that round */
 #endif
     uint32_t part;
-    uint32_t key_len;      /* <= TW_REDIS_KEY_MAX */
-    uint32_t payload_len;  /* <= TW_REDIS_PAYLOAD_MAX */
-    char data[];           /* key bytes, then payload bytes and a NUL */
+    uint32_t key_len;     /* <= TW_REDIS_KEY_MAX */
+    uint32_t payload_len; /* <= TW_REDIS_PAYLOAD_MAX */
+    char data[];          /* key bytes, then payload bytes and a NUL */
 };
 
 static inline char *tw_rr_payload(struct tw_rr_item *it)
@@ -208,8 +208,8 @@ struct tw_rr_waiter {
  * local due time has come; rt_prio (redis.h's rt_priority, 0: none): the
  * tick thread asks for SCHED_FIFO at this priority when it starts, and each
  * executor while it waits for an armed item's run time. TW_ENOMEM, TW_ESYS. */
-int tw_rr_local_new(struct tw_rr_local **out, uint32_t tick_ms, uint32_t ahead_ms,
-                    uint32_t rt_prio, uint32_t threads);
+int tw_rr_local_new(struct tw_rr_local **out, uint32_t tick_ms, uint32_t ahead_ms, uint32_t rt_prio,
+                    uint32_t threads);
 /* Hold an item until it may be started (due_local_ns, or ahead as above;
  * at once when that is past: the FIFO, in the order of the calls). Accepted
  * while stopping too (tw_rr_local_drain hands it back). */
@@ -338,7 +338,7 @@ struct tw_redis {
     struct tw_rr_router *exec_rt;   /* one per executor thread */
     struct tw_rr_round *round;      /* one per executor thread: its START round */
     pthread_t *exec_threads;
-    uint32_t exec_started;          /* executor threads started */
+    uint32_t exec_started; /* executor threads started */
     /* delayed acknowledgements (ack.c): per list (tw_rr_ack_list), the done
      * items, oldest first, under ack_mu; the acknowledger thread sends what
      * no START took within ack_delay_ns */
@@ -349,7 +349,7 @@ struct tw_redis {
     bool ack_stop;
     uint64_t ack_delay_ns;
     struct tw_rr_router ack_rt;
-    struct tw_rr_round *ack_round;  /* the acknowledger's START round */
+    struct tw_rr_round *ack_round; /* the acknowledger's START round */
     pthread_t ack_thread;
     bool ack_started;
     struct tw_rr_local *local;

@@ -91,11 +91,11 @@ struct tw_rr_local {
     uint64_t span;          /* ... at ticks that are multiples of this (>= 1) */
     uint32_t rt_prio;       /* SCHED_FIFO priority of the tick thread (0: none) */
     atomic_uint_fast64_t rt_refused; /* threads refused it */
-    uint64_t sleep_until;   /* tick the tick thread sleeps until (TW_NEVER: no work) */
-    size_t held;            /* items in the queue, or taken and not settled */
-    size_t running;         /* items taken and not settled */
+    uint64_t sleep_until;            /* tick the tick thread sleeps until (TW_NEVER: no work) */
+    size_t held;                     /* items in the queue, or taken and not settled */
+    size_t running;                  /* items taken and not settled */
     bool stopping;
-    uint32_t nthreads;      /* executors taking from the queue */
+    uint32_t nthreads; /* executors taking from the queue */
     pthread_t tick_thread;
     bool tick_started;
 };
@@ -250,14 +250,14 @@ void tw_rr_local_arm(struct tw_rr_local *l, struct tw_rr_item *it)
     if (!it->next)
         l->armed_tail = it;
     l->narmed++;
-    l->held++; /* counted twice until the round that armed it settles (see the top) */
+    l->held++;          /* counted twice until the round that armed it settles (see the top) */
     if (l->armed == it) /* a new head: every idle executor waits for it */
         pthread_cond_broadcast(&l->run_cv);
     pthread_mutex_unlock(&l->mu);
 }
 
-int tw_rr_local_new(struct tw_rr_local **out, uint32_t tick_ms, uint32_t ahead_ms,
-                    uint32_t rt_prio, uint32_t threads)
+int tw_rr_local_new(struct tw_rr_local **out, uint32_t tick_ms, uint32_t ahead_ms, uint32_t rt_prio,
+                    uint32_t threads)
 {
     *out = NULL;
     struct tw_rr_local *l = calloc(1, sizeof *l);

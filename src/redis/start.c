@@ -237,4 +237,3 @@ void tw_rr_start_round(struct tw_rr_round *e, struct tw_rr_router *rt)
                           rr_start_check);
     atomic_fetch_add(&e->r->worker_reconnects, rt->reconnects - rc0);
 }
-

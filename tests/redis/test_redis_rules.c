@@ -1090,7 +1090,6 @@ static void test_unreachable(void)
     rfx_stop(&s);
 }
 
-
 /* Many partitions on a standalone server: a START round carries the starts
  * and pending acknowledgements of up to 48 partitions, cut into calls of at
  * most 128 arguments (start.c, rr_start_group). Tasks of 64 partitions due
