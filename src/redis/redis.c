@@ -148,9 +148,9 @@
  * writes per task would need a schema change; not done.
  *
  * Starting ahead (start_ahead_ms, A; local.c): a held task leaves the
- * local wheel between A/2 and A before its local due time, at a multiple of A/2,
- * so what comes due in one A/2 span leaves together and one executor
- * STARTs it in one round trip. START grants a task once the server's clock
+ * local wheel between A/2 and A before its local due time, at a multiple
+ * of A/2, so what comes due in one A/2 span leaves together and one
+ * executor STARTs it in one round trip. START grants a task once the server's clock
  * is within A of its due time (TIME + A >= due; earlier: "not yet", nothing
  * written) and answers its clock; each granted task may run at local reply
  * time + (due - that clock) (+ 0.1% + 1 us) (never early: below). Those
@@ -171,10 +171,10 @@
  * and to the armed list after each round. A = 0: START at the due time,
  * one executor per ready task, nothing armed. So a task normally runs
  * within the worker's own wake-up latency of its due time (A = 0: within
- * a tick and a round trip). rt_priority (the tick
- * thread, and executors while they wait for an armed task's time, at
- * SCHED_FIFO) is opt-in: it needs privileges, and a stalled virtual CPU
- * runs no thread, whatever its priority.
+ * a tick and a round trip). rt_priority (the tick thread, and executors
+ * while they wait for an armed task's time, at SCHED_FIFO) is opt-in: it
+ * needs privileges, and a stalled virtual CPU runs no thread, whatever its
+ * priority.
  *
  * Why refills are paced and ACKs ride on STARTs: Redis runs one script at a
  * time, so a refill round's claim calls run back to back would hold it for
@@ -189,10 +189,10 @@
  * the lateness path.
  *
  * Memory in Redis per pending task, with 16-byte keys and 32-byte payloads
- * and ~53 tasks per bucket: ~130 B of HASH field (dict entry 24, bucket 8, key sds
- * 24, value sds 56 for "0 0 <due> " and the payload, rounding), ~24 B in
- * its due bucket (entry and rounding), ~0.4 B of index; ~166 B with the
- * buckets' keyspace entries. The HASH is most of it; a listpack-encoded
+ * and ~53 tasks per bucket: ~130 B of HASH field (dict entry 24, bucket 8,
+ * key sds 24, value sds 56 for "0 0 <due> " and the payload, rounding),
+ * ~24 B in its due bucket (entry and rounding), ~0.4 B of index; ~166 B
+ * with the buckets' keyspace entries. The HASH is most of it; a listpack-encoded
  * record store (records bucketed by key hash) would need its bucket count
  * to grow with n (rehashing live buckets): not done. The price of buckets
  * is Redis work on set: one ZADD per bucket a batch touches (about one per
@@ -201,10 +201,11 @@
  * (less Redis CPU per set; claims cost the same).
  *
  * Pipelined sets are bound by Redis's CPU, not the client's, so the SET
- * script is written for Redis's cost (scripts.c): a bucket is one run of the delay-sorted tasks, added by
- * one ZADD; keys, payloads and delays come as three ARGV runs, the delays
- * as one binary string; the task HASH is created hashtable-encoded; and
- * the client writes a chunk's first call as soon as it is built (router.c).
+ * script is written for Redis's cost (scripts.c): a bucket is one run of
+ * the delay-sorted tasks, added by one ZADD; keys, payloads and delays come
+ * as three ARGV runs, the delays as one binary string; the task HASH is
+ * created hashtable-encoded; and the client writes a chunk's first call as
+ * soon as it is built (router.c).
  * A set's Redis work is mostly the ZADD into a listpack bucket
  * (O(bucket)), the AOF feed (each propagated argument appended on its own:
  * HSET's two and ZADD's two per task), string.format (the cheapest
