@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* twheel Redis layer: the claim thread. Claim rounds (every window/2, and
  * for notified partitions), their pacing, the frontier that hands claimed
- * tasks to the local window in due order, and the catch-up after a
+ * tasks to the local queue (local.c) in due order, and the catch-up after a
  * reconnect. */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -106,12 +106,11 @@ static int rr_claim_part(struct tw_redis *r, uint32_t p, unsigned batch, struct 
         it->due_ms = (uint64_t)e[1]->integer;
         it->token = (uint64_t)e[2]->integer;
         it->attempt = (uint64_t)e[3]->integer;
-        it->key_len = e[0]->len;
-        it->payload_len = e[4]->len;
+        it->key_len = (uint32_t)e[0]->len; /* a Redis string is at most 512 MB */
+        it->payload_len = (uint32_t)e[4]->len;
         memcpy(it->data, e[0]->str, e[0]->len);
-        it->payload = it->data + e[0]->len;
-        memcpy(it->payload, e[4]->str, e[4]->len);
-        it->payload[e[4]->len] = 0;
+        memcpy(tw_rr_payload(it), e[4]->str, e[4]->len);
+        tw_rr_payload(it)[e[4]->len] = 0;
         it->due_local_ns = tw_rr_local_due(r, p, it->due_ms);
         b->v[b->n++] = it;
         r->carry_n[p]++;
@@ -202,8 +201,7 @@ static bool rr_pace(struct tw_redis *r, unsigned char *want, size_t *nwanted, si
     for (size_t i = n0; i < c->n; i++) {
         struct tw_rr_item *it = c->v[i];
         r->carry_n[it->part]--;
-        if (tw_rr_local_add(r->local, it) != 0)
-            tw_rr_orphan(r, it);
+        tw_rr_local_add(r->local, it);
     }
     c->n = n0;
     uint64_t until = now + gap < pace_until ? now + gap : pace_until;
@@ -230,7 +228,7 @@ static bool rr_pace(struct tw_redis *r, unsigned char *want, size_t *nwanted, si
 }
 
 /* Claim the flagged partitions until each returns less than a full batch,
- * and hand the items to the local window in due order.
+ * and hand the items to the local queue in due order.
  *
  * Order: claims are bounded batches, so a partition whose claim came back
  * full may hold more due tasks, none earlier than the last one returned.
@@ -376,8 +374,7 @@ static int rr_claim_round(struct tw_redis *r, unsigned char *want, bool pace, bo
                 continue;
             }
             r->carry_n[it->part]--;
-            if (tw_rr_local_add(r->local, it) != 0)
-                tw_rr_orphan(r, it);
+            tw_rr_local_add(r->local, it);
         }
         c->n = k;
         for (uint32_t p = 0; p < P; p++)
@@ -461,9 +458,6 @@ void *tw_rr_claim_main(void *arg)
         pthread_mutex_lock(&r->mu);
     }
     pthread_mutex_unlock(&r->mu);
-    for (size_t i = 0; i < r->carry.n; i++) /* released by stop */
-        tw_rr_orphan(r, r->carry.v[i]);
-    r->carry.n = 0;
-    free(want);
+    free(want); /* the carry is left for stop to release */
     return NULL;
 }

@@ -171,7 +171,6 @@ struct rr_many {
     struct rr_sel *sel; /* one partition's items while they are sorted */
 };
 
-
 /* by key (hash first), then by position: a key's items are adjacent, its
  * last item last */
 static int rr_sel_by_key(const void *a, const void *b)
@@ -244,6 +243,20 @@ static int rr_many_build(void *ctx, size_t c, int *slot, const char **av, size_t
     return 0;
 }
 
+/* Free what set_many allocated (any of it NULL). */
+static void rr_many_free(struct rr_many *m, size_t *count)
+{
+    if (m) {
+        free(m->part);
+        free(m->hash);
+        free(m->order);
+        free(m->call);
+        free(m->sel);
+    }
+    free(m);
+    free(count);
+}
+
 int tw_rr_many_check(void *ctx, size_t i, const redisReply *x)
 {
     (void)ctx;
@@ -281,15 +294,7 @@ int tw_redis_set_many(struct tw_redis *r, const struct tw_redis_item *items, siz
         m->sel = malloc(n * sizeof *m->sel);
     }
     if (!m || !count || !m->part || !m->hash || !m->order || !m->call || !m->sel) {
-        if (m) {
-            free(m->part);
-            free(m->hash);
-            free(m->order);
-            free(m->call);
-            free(m->sel);
-        }
-        free(m);
-        free(count);
+        rr_many_free(m, count);
         return TW_ENOMEM;
     }
     m->r = r;
@@ -326,12 +331,6 @@ int tw_redis_set_many(struct tw_redis *r, const struct tw_redis_item *items, siz
     int rc = tw_rr_eval_many(&r->api, TW_RR_SET, ncalls, TW_RR_NKEYS, rr_many_build, m,
                              tw_rr_many_check);
     pthread_mutex_unlock(&r->api_mu);
-    free(m->part);
-    free(m->hash);
-    free(m->order);
-    free(m->call);
-    free(m->sel);
-    free(m);
-    free(count);
+    rr_many_free(m, count);
     return rc ? rc : (int)n;
 }

@@ -1,322 +1,25 @@
 /* SPDX-License-Identifier: MIT */
-/* twheel Redis layer: the executors' START rounds. Starting held tasks in
- * START script calls with the delayed acknowledgements riding along,
- * running the started ones (at once or through the armed queue), FAIL, and
- * the acknowledger thread for what no START took. */
+/* twheel Redis layer: the executor threads. Each takes work from the local
+ * queue (local.c): a batch of ready tasks, which it STARTs in one round
+ * (start.c) and hands on, each by its answer (run now, armed in the queue
+ * until its run time, back to the queue for a later round, or dropped); or
+ * an armed task whose run time has come. It runs a started task (execute),
+ * hands a DONE one's acknowledgement to ack.c and FAILs a FAILED one at
+ * once. */
 #define _GNU_SOURCE
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <time.h>
+#include <sys/prctl.h>
 
 #include "redis/internal.h"
 
-#define RR_ACK_FOLD 32       /* most acknowledgements folded into one START call */
-#define RR_ACK_PENDING_MAX 4096 /* more waiting: the acknowledger sends them at once */
-
+/* Back to the local queue for a later round, wait_ns from now (while
+ * stopping it stays there, and stop releases it). */
 static void rr_requeue(struct tw_redis *r, struct tw_rr_item *it, uint64_t wait_ns)
 {
     it->due_local_ns = tw_rr_mono_ns() + wait_ns;
-    if (tw_rr_local_add(r->local, it) != 0)
-        tw_rr_orphan(r, it); /* stopping (or no memory): released by stop */
-}
-
-/* A round of an executor: START a batch of held items, with delayed
- * acknowledgements riding along (or, on the acknowledger, acknowledgements
- * alone), in one START script call per partition group. A group is one
- * partition's starts and acknowledgements. On a standalone server every
- * group of the round goes in one call (the script takes any number of
- * partitions' keys there); in a Redis Cluster each group is its own call
- * (one slot's declared keys), the calls pipelined: one round trip either
- * way. */
-#define RR_CALL_ARGV 128 /* arguments of one call, "EVALSHA sha n" included */
-_Static_assert(RR_CALL_ARGV <= TW_RR_ARGV_MAX, "a START call must fit the router's argument limit");
-_Static_assert(3 + 2 + 2 + 4 + 3 * TW_RR_RUN_BATCH <= RR_CALL_ARGV,
-               "a group of a whole run's starts must fit one call");
-
-/* ---- delayed acknowledgements ------------------------------------------------
- * ACKs ride on STARTs. An executor does not acknowledge a finished task at
- * once: the item goes to a pending list, and the next START call (from any
- * executor of this worker) carries it: on a standalone server any START
- * call (one list for every partition), in a cluster the next START call of
- * its partition (a list per partition: one slot per call). What no START
- * picks up within ack_delay (100 ms, at most lease_ms / 8) the acknowledger
- * thread sends in START calls that start nothing; stop sends the rest.
- * Why: with tasks coming due one at a time, an acknowledgement call of its
- * own per task would double the script calls per delivered task. The price,
- * at-least-once: a worker that dies has up to ack_delay more of finished
- * tasks unacknowledged, delivered again when their leases end (the same as
- * an acknowledgement lost on the way); and a finished task stays in Redis
- * (pending, in stats) up to ack_delay longer. */
-static uint32_t rr_ack_list(const struct tw_redis *r, uint32_t part)
-{
-    return r->multi ? 0 : part;
-}
-
-static void rr_ack_push(struct tw_redis *r, struct tw_rr_item *it)
-{
-    uint32_t p = rr_ack_list(r, it->part);
-    it->next = NULL;
-    it->due_local_ns = tw_rr_mono_ns(); /* pending since (the field is free now) */
-    pthread_mutex_lock(&r->ack_mu);
-    if (r->ack_tail[p])
-        r->ack_tail[p]->next = it;
-    else
-        r->ack_head[p] = it;
-    r->ack_tail[p] = it;
-    if (r->ack_n++ == 0 || r->ack_n >= RR_ACK_PENDING_MAX)
-        pthread_cond_signal(&r->ack_cv); /* arm the acknowledger's timer, or flush now */
-    pthread_mutex_unlock(&r->ack_mu);
-}
-
-/* Up to max pending items of list p, oldest first (ack_mu held). */
-static size_t rr_ack_take(struct tw_redis *r, uint32_t p, struct tw_rr_item **out, size_t max)
-{
-    size_t k = 0;
-    while (k < max && r->ack_head[p]) {
-        struct tw_rr_item *it = r->ack_head[p];
-        r->ack_head[p] = it->next;
-        out[k++] = it;
-    }
-    if (!r->ack_head[p])
-        r->ack_tail[p] = NULL;
-    r->ack_n -= k;
-    return k;
-}
-
-/* The group of partition p (a new one when absent), or -1 when full. */
-static long rr_exec_find(struct tw_rr_exec *e, uint32_t p)
-{
-    for (size_t g = 0; g < e->ngroups; g++)
-        if (e->g[g].part == p)
-            return (long)g;
-    if (e->ngroups == TW_RR_GROUPS_MAX)
-        return -1;
-    e->g[e->ngroups] = (struct tw_rr_grp){p, 0, 0, 0, 0};
-    return (long)e->ngroups++;
-}
-
-/* Arguments of a call of group g alone, "EVALSHA sha n" and the declared keys
- * included: a start is key, token and attempt, an acknowledgement key and token. */
-static size_t rr_grp_argc(const struct tw_rr_grp *g)
-{
-    return 3 + 2 + 2 + 4 + 3 * g->ns + 2 * g->na;
-}
-
-/* Group the round: the items of v by partition (to start, or to
- * acknowledge), and on a START the pending acknowledgements that fit (any
- * partition's on a standalone server, the started partitions' in a
- * cluster; each group small enough for a call of its own), then cut the
- * groups into calls of at most RR_CALL_ARGV arguments (standalone), or one
- * call per group (cluster). */
-static void rr_exec_group(struct tw_rr_exec *e, bool cluster)
-{
-    struct tw_redis *r = e->r;
-    struct tw_rr_item *acks[TW_RR_ACK_MAX];
-    size_t ag[TW_RR_ACK_MAX], na = 0;
-    size_t gi[TW_RR_RUN_BATCH];
-    e->ngroups = 0;
-    for (size_t i = 0; i < e->n; i++) {
-        long g = rr_exec_find(e, e->v[i]->part); /* fits: <= 32 items */
-        gi[i] = (size_t)g;
-        if (e->starting) {
-            e->g[g].ns++;
-        } else {
-            acks[na] = e->v[i];
-            ag[na++] = (size_t)g;
-            e->g[g].na++;
-        }
-    }
-    if (e->starting) {
-        pthread_mutex_lock(&r->ack_mu);
-        if (r->multi) {
-            while (na < TW_RR_ACK_MAX && r->ack_head[0]) {
-                long g = rr_exec_find(e, r->ack_head[0]->part);
-                if (g < 0 || rr_grp_argc(&e->g[g]) + 2 > RR_CALL_ARGV)
-                    break;
-                ag[na] = (size_t)g;
-                e->g[g].na++;
-                na += rr_ack_take(r, 0, acks + na, 1);
-            }
-        } else {
-            size_t ng = e->ngroups;
-            for (size_t g = 0; g < ng; g++) {
-                uint32_t p = e->g[g].part;
-                while (na < TW_RR_ACK_MAX && r->ack_head[p] && e->g[g].na < RR_ACK_FOLD &&
-                       rr_grp_argc(&e->g[g]) + 2 <= RR_CALL_ARGV) {
-                    ag[na] = g;
-                    e->g[g].na++;
-                    na += rr_ack_take(r, p, acks + na, 1);
-                }
-            }
-        }
-        pthread_mutex_unlock(&r->ack_mu);
-    }
-    /* the starts and the acknowledgements, each contiguous per group */
-    size_t k = 0;
-    for (size_t g = 0; g < e->ngroups; g++) {
-        e->g[g].s0 = k;
-        if (e->starting)
-            for (size_t i = 0; i < e->n; i++)
-                if (gi[i] == g)
-                    e->order[k++] = i;
-    }
-    k = 0;
-    for (size_t g = 0; g < e->ngroups; g++) {
-        e->g[g].a0 = k;
-        for (size_t j = 0; j < na; j++)
-            if (ag[j] == g) {
-                e->ack[k] = acks[j];
-                e->ack_st[k++] = -2;
-            }
-    }
-    e->nack = na;
-    for (size_t i = 0; i < e->n; i++)
-        e->st[i] = -2;
-    /* calls */
-    e->ncalls = 0;
-    size_t argc = RR_CALL_ARGV;
-    for (size_t g = 0; g < e->ngroups; g++) {
-        size_t add = rr_grp_argc(&e->g[g]) - 7; /* its 4 + 3 ns + 2 na arguments */
-        if (cluster || argc + add > RR_CALL_ARGV) {
-            e->call[e->ncalls++] = g;
-            argc = 7 - 2; /* EVALSHA sha n lease ahead: no declared keys */
-        }
-        argc += add;
-    }
-    e->call[e->ncalls] = e->ngroups;
-}
-
-/* Call c: in a cluster the group's two keys (declared: one slot), then
- * lease, ahead and each group's key names and lists. */
-static int rr_exec_build(void *ctx, size_t c, int *slot, const char **av, size_t *al, int *nargs)
-{
-    struct tw_rr_exec *e = ctx;
-    struct tw_redis *r = e->r;
-    size_t g0 = e->call[c], g1 = e->call[c + 1];
-    *slot = r->slots[e->g[g0].part];
-    for (size_t g = g0; g < g1; g++)
-        for (int j = 0; j < 2; j++) /* lease, task */
-            e->kl[g][j] = (size_t)snprintf(e->kb[g][j], TW_RR_KEYBUF, "{%s:%u}%s", r->queue,
-                                           (unsigned)e->g[g].part, tw_rr_suffix[1 + j]);
-    size_t nk = 0;
-    if (e->cluster) {
-        for (int j = 0; j < 2; j++) {
-            av[j] = e->kb[g0][j];
-            al[j] = e->kl[g0][j];
-        }
-        nk = 2;
-    }
-    const char **a = av + nk;
-    size_t *l = al + nk;
-    int na = 0;
-    l[na] = (size_t)snprintf(e->lease, sizeof e->lease, "%u", r->cfg.lease_ms);
-    a[na++] = e->lease;
-    l[na] = (size_t)snprintf(e->ahead, sizeof e->ahead, "%llu",
-                             (unsigned long long)r->cfg.start_ahead_ms * 1000u);
-    a[na++] = e->ahead;
-    for (size_t g = g0; g < g1; g++) {
-        const struct tw_rr_grp *G = &e->g[g];
-        for (int j = 0; j < 2; j++) {
-            a[na] = e->kb[g][j];
-            l[na++] = e->kl[g][j];
-        }
-        l[na] = (size_t)snprintf(e->cnt[g][0], sizeof e->cnt[g][0], "%zu", G->na);
-        a[na++] = e->cnt[g][0];
-        l[na] = (size_t)snprintf(e->cnt[g][1], sizeof e->cnt[g][1], "%zu", G->ns);
-        a[na++] = e->cnt[g][1];
-        for (size_t j = G->a0; j < G->a0 + G->na; j++) {
-            const struct tw_rr_item *it = e->ack[j];
-            a[na] = it->data;
-            l[na++] = it->key_len;
-            l[na] = (size_t)snprintf(e->atok[j], sizeof e->atok[j], "%llu",
-                                     (unsigned long long)it->token);
-            a[na++] = e->atok[j];
-        }
-        for (size_t k = G->s0; k < G->s0 + G->ns; k++) {
-            const struct tw_rr_item *it = e->v[e->order[k]];
-            a[na] = it->data;
-            l[na++] = it->key_len;
-            l[na] = (size_t)snprintf(e->tok[k], sizeof e->tok[k], "%llu",
-                                     (unsigned long long)it->token);
-            a[na++] = e->tok[k];
-            l[na] = (size_t)snprintf(e->att[k], sizeof e->att[k], "%llu",
-                                     (unsigned long long)it->attempt + 1);
-            a[na++] = e->att[k];
-        }
-    }
-    *nargs = na;
-    return 0;
-}
-
-static int rr_exec_check(void *ctx, size_t c, const redisReply *x)
-{
-    struct tw_rr_exec *e = ctx;
-    uint64_t t_reply = tw_rr_mono_ns();
-    size_t g0 = e->call[c], g1 = e->call[c + 1], want = 1;
-    for (size_t g = g0; g < g1; g++)
-        want += e->g[g].na + 2 * e->g[g].ns;
-    if (x->type != REDIS_REPLY_ARRAY || x->elements != want)
-        return TW_EPROTO;
-    for (size_t i = 0; i < x->elements; i++)
-        if (x->element[i]->type != REDIS_REPLY_INTEGER)
-            return TW_EPROTO;
-    uint64_t now = (uint64_t)x->element[0]->integer;
-    size_t o = 1;
-    for (size_t g = g0; g < g1; g++) {
-        const struct tw_rr_grp *G = &e->g[g];
-        tw_rr_clock_sample(e->r, G->part, now, t_reply);
-        for (size_t j = G->a0; j < G->a0 + G->na; j++)
-            e->ack_st[j] = x->element[o++]->integer == 1 ? 1 : 0;
-        for (size_t k = G->s0; k < G->s0 + G->ns; k++) {
-            size_t i = e->order[k];
-            e->st[i] = x->element[o++]->integer;
-            e->arg[i] = x->element[o++]->integer;
-            e->now[i] = now;
-            e->reply_ns[i] = t_reply;
-        }
-    }
-    return 0;
-}
-
-static void rr_ack_count(struct tw_redis *r, long long st)
-{
-    if (st == 1)
-        atomic_fetch_add(&r->delivered, 1);
-    else if (st == 0)
-        atomic_fetch_add(&r->stale_acks, 1);
-    /* no answer: the lease runs out and the task is delivered again */
-}
-
-/* One round trip: the calls of the round (e->v, e->n, e->starting set). */
-static void rr_exec_eval(struct tw_rr_exec *e, struct tw_rr_router *rt)
-{
-    e->sent_ns = tw_rr_mono_ns();
-    e->cluster = rt->cluster;
-    rr_exec_group(e, e->cluster);
-    if (e->ngroups == 0)
-        return;
-    uint64_t rc0 = rt->reconnects;
-    (void)tw_rr_eval_many(rt, TW_RR_START, e->ncalls, e->cluster ? 2 : 0, rr_exec_build, e,
-                          rr_exec_check);
-    atomic_fetch_add(&e->r->worker_reconnects, rt->reconnects - rc0);
-}
-
-/* The round's acknowledgements, answered: counted and freed; unanswered:
- * back to the pending list (requeue) or dropped (their leases run out). */
-static void rr_exec_acks_done(struct tw_rr_exec *e, bool requeue)
-{
-    for (size_t j = 0; j < e->nack; j++) {
-        if (e->ack_st[j] == -2 && requeue) { /* no answer: the acknowledger tries again */
-            rr_ack_push(e->r, e->ack[j]);
-            continue;
-        }
-        rr_ack_count(e->r, e->ack_st[j]);
-        free(e->ack[j]);
-    }
-    e->nack = 0;
+    tw_rr_local_add(r->local, it);
 }
 
 /* The tasks of a batch are started together (their leases renewed then) and
@@ -347,12 +50,12 @@ static uint64_t rr_run_at(uint64_t due_ms, uint64_t srv_us, uint64_t reply_ns)
 }
 
 /* Run one started item at (or after) it->run_ns, on executor `thread`: count
- * its lateness, execute it, queue the acknowledgement of DONE (rr_ack_push),
- * FAIL it at once when FAILED. Called by tw_rr_run for those due already and
- * by local.c for the armed ones, on whichever executor woke first. */
-void tw_rr_exec_one(void *ctx, struct tw_rr_item *it, unsigned thread)
+ * its lateness, execute it, hand the acknowledgement of DONE to ack.c, FAIL
+ * it at once when FAILED. For the items of its own round due already, and
+ * for armed ones the local queue hands out on whichever executor woke
+ * first. */
+static void rr_exec_one(struct tw_redis *r, struct tw_rr_item *it, unsigned thread)
 {
-    struct tw_redis *r = ctx;
     struct tw_rr_router *rt = &r->exec_rt[thread];
     uint64_t t1 = tw_rr_mono_ns();
     /* lateness: a lower bound of the server's clock now, against due */
@@ -364,12 +67,12 @@ void tw_rr_exec_one(void *ctx, struct tw_rr_item *it, unsigned thread)
 #endif
     if (it->started > 1)
         atomic_fetch_add(&r->redelivered, 1);
-    struct tw_redis_task t = {it->data, it->key_len, it->payload, it->payload_len,
-                              it->due_ms, (uint32_t)it->started};
+    struct tw_redis_task t = {it->data,        it->key_len, tw_rr_payload(it),
+                              it->payload_len, it->due_ms,  (uint32_t)it->started};
     enum tw_redis_result res = r->cfg.execute(r->cfg.arg, &t);
     rr_exec_time(r, tw_rr_mono_ns() - t1);
     if (res == TW_REDIS_DONE) {
-        rr_ack_push(r, it); /* acknowledged with a later START, or by the acknowledger */
+        tw_rr_ack_push(r, it); /* acknowledged with a later START, or by the acknowledger */
         return;
     }
     atomic_fetch_add(&r->failed, 1);
@@ -397,24 +100,24 @@ void tw_rr_exec_one(void *ctx, struct tw_rr_item *it, unsigned thread)
     free(it);
 }
 
-/* Run a batch of held items whose start time has come (executor `thread`):
- * START them (the pending acknowledgements riding along), then hand each
+/* A round: a batch of held items whose start time has come (executor
+ * `thread`): START them (the pending acknowledgements riding along), then hand each
  * answered item on at once: a started task in order of the time it may run
  * at (a start is granted up to start_ahead_ms before its due time), those
- * due already here at once (tw_rr_exec_one), the others through the worker's
- * armed queue (local.c); one not due yet by the server's clock back to the
- * wheel for that long; one whose lease is gone dropped.
+ * due already here at once (rr_exec_one), the others through the worker's
+ * armed list (local.c); one not due yet by the server's clock back to the
+ * queue for that long; one whose lease is gone dropped.
  *
  * Unanswered items (no reply for their call: Redis, or one master, away).
  * A round answered in part (a cluster with a master away, or a standalone
  * batch of several calls of which a later one failed) hands on what was
- * answered and puts the unanswered items back into the wheel, due again
+ * answered and puts the unanswered items back into the queue, due again
  * after rr_retry_ns: a later round (any executor's) STARTs them with what
  * comes due then. Retrying them here would hold the answered tasks and
  * this executor until the away master is back (up to lease_ms / 2); every
  * executor would end up in such a loop, and the healthy masters' tasks
  * would wait for them. So no executor waits with started tasks of its own
- * (with threads = 1 it goes back to its armed queue at once, local.c), and
+ * (with threads = 1 it goes back to its armed items at once, local.c), and
  * stop is never held by a retry.
  * A round with no answer at all is retried here every TW_RR_RETRY_MS, the
  * batch kept, when Redis looks wholly away: a standalone server, or a
@@ -422,9 +125,9 @@ void tw_rr_exec_one(void *ctx, struct tw_rr_item *it, unsigned thread)
  * Putting its items back behind the ones that come due meanwhile would
  * start later tasks first once Redis is back (out of due order). That
  * gives up while stopping, or after lease_ms / 2 (the leases are about
- * gone: the items go back to the wheel, their STARTs will tell). In a
+ * gone: the items go back to the queue, their STARTs will tell). In a
  * cluster with another master still connected, a round with no answer (its
- * items all on the away master) goes back to the wheel instead, like the
+ * items all on the away master) goes back to the queue instead, like the
  * unanswered part of a round: redis.h promises no order for the tasks a
  * worker held when their master went, and an executor must not wait
  * seconds for that master while the others' tasks come due.
@@ -463,11 +166,10 @@ static uint64_t rr_retry_ns(const struct tw_redis *r, const struct tw_rr_router 
     return w;
 }
 
-void tw_rr_run(void *ctx, struct tw_rr_item **v, size_t n, unsigned thread)
+static void rr_run(struct tw_redis *r, struct tw_rr_item **v, size_t n, unsigned thread)
 {
-    struct tw_redis *r = ctx;
     struct tw_rr_router *rt = &r->exec_rt[thread];
-    struct tw_rr_exec *e = &r->exec[thread];
+    struct tw_rr_round *e = &r->round[thread];
     uint64_t at[TW_RR_RUN_BATCH];
     size_t run[TW_RR_RUN_BATCH], nrun = 0;
     e->r = r;
@@ -478,8 +180,8 @@ void tw_rr_run(void *ctx, struct tw_rr_item **v, size_t n, unsigned thread)
     uint64_t t_take = tw_rr_mono_ns(), t_sent;
 #endif
     rt->retry_ms = RR_START_RETRY_MS < r->cfg.command_timeout_ms ? RR_START_RETRY_MS : 0;
-    rr_exec_eval(e, rt);
-    rr_exec_acks_done(e, true);
+    tw_rr_start_round(e, rt);
+    tw_rr_ack_settle(e, true);
     uint64_t t0 = tw_rr_mono_ns(), give_up = (uint64_t)r->cfg.lease_ms * 500000u;
     for (;;) {
         bool none = true;
@@ -489,8 +191,8 @@ void tw_rr_run(void *ctx, struct tw_rr_item **v, size_t n, unsigned thread)
             tw_rr_mono_ns() - t0 >= give_up)
             break;
         tw_rr_sleep_ms(TW_RR_RETRY_MS); /* Redis away: the same batch again */
-        rr_exec_eval(e, rt);
-        rr_exec_acks_done(e, true);
+        tw_rr_start_round(e, rt);
+        tw_rr_ack_settle(e, true);
     }
     rt->retry_ms = 0;
 #ifdef TW_RR_TRACE
@@ -521,7 +223,7 @@ void tw_rr_run(void *ctx, struct tw_rr_item **v, size_t n, unsigned thread)
         }
         run[j] = i;
     }
-    /* Those not due yet go to the armed queue first (any idle executor
+    /* Those not due yet go to the armed list first (any idle executor
      * runs each at its time, local.c), then this one runs the rest. */
     uint64_t t_arm = tw_rr_mono_ns();
     size_t nnow = 0;
@@ -542,77 +244,26 @@ void tw_rr_run(void *ctx, struct tw_rr_item **v, size_t n, unsigned thread)
             run[nnow++] = run[q];
     }
     for (size_t q = 0; q < nnow; q++)
-        tw_rr_exec_one(r, v[run[q]], thread);
+        rr_exec_one(r, v[run[q]], thread);
 }
 
-/* The acknowledger thread: sends what no START took within ack_delay (all of
- * it once stopping), up to TW_RR_RUN_BATCH items per round. */
-void *tw_rr_ack_main(void *arg)
+/* An executor thread: rounds and runs until the local queue is closed and
+ * its armed items have run. */
+void *tw_rr_exec_main(void *arg)
 {
-    struct tw_redis *r = arg;
-    struct tw_rr_exec *e = r->ack_exec_p;
+    struct tw_rr_round *e = arg;
+    struct tw_redis *r = e->r;
+    unsigned me = (unsigned)(e - r->round);
+    (void)prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL); /* it waits for run times */
     struct tw_rr_item *v[TW_RR_RUN_BATCH];
-    uint32_t P = r->multi ? 1 : r->cfg.partitions, from = 0;
-    pthread_mutex_lock(&r->ack_mu);
-    for (;;) {
-        uint64_t now = tw_rr_mono_ns(), next = UINT64_MAX;
-        size_t n = 0;
-        bool stop = r->ack_stop;
-        if (r->ack_n) {
-            bool all = stop || r->ack_n >= RR_ACK_PENDING_MAX;
-            for (uint32_t i = 0; i < P && n < TW_RR_RUN_BATCH; i++) {
-                uint32_t p = (from + i) % P;
-                /* the oldest first, while they are old enough */
-                while (n < TW_RR_RUN_BATCH && r->ack_head[p]) {
-                    struct tw_rr_item *h = r->ack_head[p];
-                    if (!all && now - h->due_local_ns < r->ack_delay_ns) {
-                        if (h->due_local_ns + r->ack_delay_ns < next)
-                            next = h->due_local_ns + r->ack_delay_ns;
-                        break;
-                    }
-                    n += rr_ack_take(r, p, v + n, 1);
-                }
-            }
-            from = (from + 1) % P;
-        }
-        if (n) {
-            pthread_mutex_unlock(&r->ack_mu);
-            e->r = r;
-            e->starting = false;
-            e->v = v;
-            e->n = n;
-            rr_exec_eval(e, &r->ack_rt);
-            bool answered = false;
-            for (size_t j = 0; j < e->nack; j++)
-                answered = answered || e->ack_st[j] != -2;
-            if (!answered) /* a connection that died with a restart fails at once: again */
-                rr_exec_eval(e, &r->ack_rt);
-            answered = false;
-            for (size_t j = 0; j < e->nack; j++)
-                answered = answered || e->ack_st[j] != -2;
-            rr_exec_acks_done(e, false);
-            pthread_mutex_lock(&r->ack_mu);
-            if (stop && !answered) { /* Redis away at stop: the leases will run out */
-                for (uint32_t p = 0; p < P; p++)
-                    while (r->ack_head[p]) {
-                        struct tw_rr_item *it = r->ack_head[p];
-                        r->ack_head[p] = it->next;
-                        free(it);
-                    }
-                for (uint32_t p = 0; p < P; p++)
-                    r->ack_tail[p] = NULL;
-                r->ack_n = 0;
-            }
-            continue; /* more may be due */
-        }
-        if (stop)
-            break;
-        if (next == UINT64_MAX) {
-            pthread_cond_wait(&r->ack_cv, &r->ack_mu);
-        } else {
-            (void)tw_cond_wait_until_(&r->ack_cv, &r->ack_mu, next);
-        }
+    struct tw_rr_waiter w = {0};
+    bool started = false;
+    size_t n = 0;
+    while ((n = tw_rr_local_take(r->local, &w, n, v, &started)) != 0) {
+        if (started)
+            rr_exec_one(r, v[0], me);
+        else
+            rr_run(r, v, n, me);
     }
-    pthread_mutex_unlock(&r->ack_mu);
     return NULL;
 }

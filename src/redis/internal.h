@@ -1,6 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /* twheel Redis layer: what its source files share (not installed).
  *
+ * A task's path through the files runs one way: claim.c claims it and hands
+ * it to the local queue (local.c); an executor (execute.c) takes it from
+ * there, STARTs it (start.c) and runs it; its acknowledgement waits in
+ * ack.c until a later START carries it, or the acknowledger sends it. No
+ * file calls back into one before it on that path.
+ *
  * redis.c      - the layer's design comment (schema of keys, calls and
  *                costs, threads, locks, faults), the configuration and the
  *                lifetime: new, stop (the release of held leases), free.
@@ -11,21 +17,28 @@
  * claim.c      - the claim thread: claim rounds, pacing, the frontier, the
  *                catch-up after a reconnect.
  * subscriber.c - the subscriber thread: notifications flag partitions.
- * execute.c    - the executors' START rounds with acknowledgements riding
- *                along, running started tasks, FAIL, the acknowledger.
+ * local.c      - the local queue: the claimed tasks a worker holds, on a core
+ *                wheel until they may be started, then ready, and once
+ *                started armed until their run time; its tick thread and the
+ *                executors' wait.
+ * execute.c    - the executor threads: take from the local queue, START,
+ *                hand each task on, run it, FAIL.
+ * start.c      - a START round: one round trip of START script calls that
+ *                start a batch and carry pending acknowledgements.
+ * ack.c        - the delayed acknowledgements: the pending lists, what a
+ *                round's answers settle, the acknowledger thread.
  * stats.c      - the figures: lateness histogram, tw_redis_stats, trace.
  * router.c     - connections to one server or a Redis Cluster: CRC16 slots,
  *                CLUSTER SLOTS map, MOVED/ASK, reconnect with backoff, EVALSHA
  *                with EVAL fallback. One router per thread that uses it (or
  *                under the caller's mutex): a router is not thread-safe.
  * scripts.c    - the Lua scripts (see the schema in redis.c).
- * local.c      - a worker's near window: tw_tasks + tick thread + FIFO of ready
- *                tasks + executor threads.
  */
 #ifndef TWHEEL_REDIS_INTERNAL_H
 #define TWHEEL_REDIS_INTERNAL_H
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -34,7 +47,6 @@
 #include <hiredis/hiredis.h>
 
 #include "twheel/redis.h"
-#include "twheel/tasks.h"
 #include "twheel/wheel.h"
 
 #include "common/time.h" /* monotonic reads, condvars, tick rounding */
@@ -112,9 +124,9 @@ typedef int tw_rr_check_fn(void *ctx, size_t i, const redisReply *reply);
 int tw_rr_eval_many(struct tw_rr_router *rt, unsigned id, size_t n, int nkeys,
                     tw_rr_build_fn *build, void *ctx, tw_rr_check_fn *check);
 /* Most tasks in one SET script call (set_many groups them by partition):
- * 96 takes a partition's share of a 1000-item set_many on 16 partitions
- * (62 on average, rarely over 90) in one call, where 64 cut ~40% of them
- * in two; a call of 96 tasks holds Redis ~0.9 ms. */
+ * enough for a partition's share of a 1000-item set_many on 16 partitions
+ * (62 on average) to go in one call, and few enough that one call holds
+ * single-threaded Redis for well under a millisecond. */
 #define TW_RR_SET_BATCH 96
 /* Most arguments of one script call the router builds: EVALSHA sha n, 5 keys,
  * channel, count and a batched SET's 3 per task. Every caller's calls fit. */
@@ -126,7 +138,7 @@ enum {
     TW_RR_MOVE,
     TW_RR_REMOVE,
     TW_RR_CLAIM,
-    TW_RR_START, /* with the acknowledgements (redis.c: "ACKs ride on STARTs") */
+    TW_RR_START, /* with the acknowledgements (ack.c: "ACKs ride on STARTs") */
     TW_RR_FAIL,
     TW_RR_RELEASE,
     TW_RR_NSCRIPTS
@@ -143,71 +155,93 @@ extern const char *const tw_rr_scripts[TW_RR_NSCRIPTS];
 
 /* ---- a claimed task -------------------------------------------------------- */
 struct tw_rr_item {
-    struct tw_rr_item *next; /* in the ready FIFO */
-    uint32_t part;
+    struct tw_rr_item *next; /* in the ready FIFO, the armed list or an ack list */
+    /* Held for later, an item waits on the local wheel; once started, for its
+     * run time. Never both (a started item is never held for later again), so
+     * the wheel's node and the START's times share their bytes. */
+    union {
+        struct tw_node node;   /* on the local wheel (local.c's) */
+        struct {               /* set by a granted START (execute.c): */
+            uint64_t run_ns;   /* local clock at which it may run (never early) */
+            uint64_t srv_us;   /* the server's clock in the START reply */
+            uint64_t reply_ns; /* local clock when that reply was read */
+        };
+    };
     uint64_t token;
     uint64_t attempt;      /* starts counted when it was claimed (its start makes it + 1) */
     uint64_t due_ms;       /* Redis clock */
-    uint64_t due_local_ns; /* when the local clock may run it (conservative) */
-    uint64_t fired_ns;     /* local clock when it entered the ready FIFO (stage figures) */
-    /* Set by a granted START (execute.c tw_rr_run), read by whichever executor
-     * runs it from the armed queue (local.c): */
-    uint64_t run_ns;       /* local clock at which it may run (never early) */
-    uint64_t srv_us;       /* the server's clock in the START reply */
-    uint64_t reply_ns;     /* local clock when that reply was read */
-    uint64_t started;      /* the attempt the START recorded */
+    uint64_t due_local_ns; /* when the local clock may run it (conservative); in an ack
+                              list: when it was put there */
+    uint64_t started;      /* the attempt its START recorded */
 #ifdef TW_RR_TRACE
+    uint64_t fired_ns;         /* local clock when it became ready (stage figures) */
     uint64_t take_ns, sent_ns; /* its START round: taken from the FIFO, sent */
     uint32_t batch;            /* items of that round */
 #endif
-    size_t key_len, payload_len;
-    char *payload;         /* points into data, after the key */
-    char data[];           /* key bytes, then payload bytes */
+    uint32_t part;
+    uint32_t key_len;     /* <= TW_REDIS_KEY_MAX */
+    uint32_t payload_len; /* <= TW_REDIS_PAYLOAD_MAX */
+    char data[];          /* key bytes, then payload bytes and a NUL */
 };
 
-/* ---- the local window: wheel, tick thread, executors ----------------------- */
+static inline char *tw_rr_payload(struct tw_rr_item *it)
+{
+    return it->data + it->key_len;
+}
+
+/* ---- the local queue (local.c) ------------------------------------------------
+ * Every task a worker holds, from its claim until an executor takes it to
+ * run: on the wheel (held for later), ready (the FIFO), or started and armed
+ * until its run time. Thread-safe (one mutex). */
 struct tw_rr_local;
 #define TW_RR_RUN_BATCH 32
-typedef void tw_rr_run_fn(void *ctx, struct tw_rr_item **items, size_t n, unsigned thread);
-/* Runs one armed item (tw_rr_local_arm) on executor `thread` once its run_ns
- * has come; takes ownership of it. */
-typedef void tw_rr_exec_fn(void *ctx, struct tw_rr_item *it, unsigned thread);
-/* Start the tick thread and `threads` executor threads; run(ctx, items, n, i)
- * runs a batch of 1..TW_RR_RUN_BATCH items, in FIFO order, on executor i
- * once their local due time has come, or with ahead_ms > 0 once it is
- * ahead_ms / 2 .. ahead_ms away (the items of each ahead_ms / 2 span
- * together; with ticks longer than ahead_ms / 2, at the first tick at
- * most ahead_ms away; see local.c). */
-int tw_rr_local_new(struct tw_rr_local **out, uint32_t tick_ms, uint32_t ahead_ms,
-                    uint32_t rt_prio, uint32_t threads, tw_rr_run_fn *run,
-                    tw_rr_exec_fn *exec, void *ctx);
-/* rt_prio (redis.h's rt_priority, 0: none): the tick thread asks for
- * SCHED_FIFO at this priority when it starts, and each executor while it
- * waits for an armed item's run time. Threads refused it so far. */
-uint64_t tw_rr_local_rt_refused(struct tw_rr_local *l);
-/* From run (an executor thread): a started item that may run at it->run_ns
- * (in the future) joins the worker's armed queue, ordered by run_ns (ties in
- * the order of the calls); the first idle executor to wake at that time runs
- * it with exec. Accepted while stopping too: stop runs every armed item
- * before it returns. */
+/* An executor's wait for rt_priority (local.c fills it; zeroed at first). */
+struct tw_rr_waiter {
+    int state;             /* 0 not tried, 1 granted, -1 refused */
+    int pol;               /* the thread's own policy and parameters, */
+    struct sched_param sp; /* restored after each wait */
+};
+/* Start the tick thread. `threads` executors take from the queue: ahead_ms
+ * > 0 hands each ready item over once it is ahead_ms / 2 .. ahead_ms away
+ * (the items of each ahead_ms / 2 span together; with ticks longer than
+ * ahead_ms / 2, at the first tick at most ahead_ms away), else once its
+ * local due time has come; rt_prio (redis.h's rt_priority, 0: none): the
+ * tick thread asks for SCHED_FIFO at this priority when it starts, and each
+ * executor while it waits for an armed item's run time. TW_ENOMEM, TW_ESYS. */
+int tw_rr_local_new(struct tw_rr_local **out, uint32_t tick_ms, uint32_t ahead_ms, uint32_t rt_prio,
+                    uint32_t threads);
+/* Hold an item until it may be started (due_local_ns, or ahead as above;
+ * at once when that is past: the FIFO, in the order of the calls). Accepted
+ * while stopping too (tw_rr_local_drain hands it back). */
+void tw_rr_local_add(struct tw_rr_local *l, struct tw_rr_item *it);
+/* An executor's next work (blocks): first settles the `done` items of its
+ * previous take, then returns 1 armed item whose run time has come
+ * (*started true: run it), or 1..max ready items in FIFO order (*started
+ * false: START them), or 0 once stopping with nothing armed left (the
+ * executor exits). The caller owns what it takes; `w` is the thread's own. */
+size_t tw_rr_local_take(struct tw_rr_local *l, struct tw_rr_waiter *w, size_t done,
+                        struct tw_rr_item **v, bool *started);
+/* A started item that may run at it->run_ns (in the future) joins the armed
+ * list, ordered by run_ns (ties in the order of the calls); the first idle
+ * executor to wake at that time takes it. Accepted while stopping too:
+ * executors exit only once the armed list is empty. */
 void tw_rr_local_arm(struct tw_rr_local *l, struct tw_rr_item *it);
-/* Hold an item until item->due_local_ns (at once when already past: FIFO in
- * the order of the calls). TW_ECLOSED after stop, TW_ENOMEM. */
-int tw_rr_local_add(struct tw_rr_local *l, struct tw_rr_item *it);
-/* Stop: no more START rounds begin; running ones finish and every armed
- * item runs at its time; join every thread; return every item not started
- * (wheel and FIFO) as a list. */
-struct tw_rr_item *tw_rr_local_stop(struct tw_rr_local *l);
+/* Stop: no more ready items are handed out (armed ones still are, at their
+ * time); wake every executor, join the tick thread. */
+void tw_rr_local_close(struct tw_rr_local *l);
+/* Once every executor has exited: every item left (ready, then held for
+ * later in due order) as a list, taken out of the queue. */
+struct tw_rr_item *tw_rr_local_drain(struct tw_rr_local *l);
+/* Close, drain and free the items left, free the queue. */
 void tw_rr_local_free(struct tw_rr_local *l);
-/* Items held (waiting in the wheel, FIFO or armed queue, or running). */
+/* Items held (on the wheel, ready, armed, or taken and not settled). */
 size_t tw_rr_local_held(struct tw_rr_local *l);
-/* Most items one executor takes at once (1..TW_RR_RUN_BATCH; starts at 1). */
-void tw_rr_local_batch(struct tw_rr_local *l, size_t max);
-/* Items due and waiting for an executor, armed, or running. */
+/* Items ready, armed, or taken and not settled. */
 size_t tw_rr_local_ready(struct tw_rr_local *l);
-
-/* Start one of the layer's own threads with SIGPIPE blocked (local.c). */
-int tw_rr_thread_create(pthread_t *t, void *(*fn)(void *), void *arg);
+/* Most ready items one take hands out (1..TW_RR_RUN_BATCH; starts at 1). */
+void tw_rr_local_batch(struct tw_rr_local *l, size_t max);
+/* Threads refused rt_prio so far. */
+uint64_t tw_rr_local_rt_refused(struct tw_rr_local *l);
 
 /* ---- the layer's state: struct tw_redis and what its files share ---------- */
 #define TW_RR_QUEUE_MAX 64      /* queue name bytes */
@@ -216,14 +250,15 @@ int tw_rr_thread_create(pthread_t *t, void *(*fn)(void *), void *arg);
 #define TW_RR_HIST 512       /* lateness histogram buckets */
 #define TW_RR_SAMPLE_NODES 64 /* nodes a claim round samples the clock of */
 
-/* Claimed items not yet handed to the local window (claim thread only). */
+/* Claimed items not yet handed to the local queue (claim thread only; stop
+ * releases what is left once the claim thread has exited). */
 struct tw_rr_batch {
     struct tw_rr_item **v;
     size_t n, cap;
 };
 
-/* An executor's (or the acknowledger's) START round: what execute.c groups,
- * sends and reads back (execute.c: "A round of an executor"). */
+/* An executor's (or the acknowledger's) START round: what start.c groups,
+ * sends and reads back (start.c: "A START round"). */
 #define TW_RR_GROUPS_MAX 48 /* partition groups in one round */
 #define TW_RR_ACK_MAX 64    /* acknowledgements in one round */
 
@@ -233,7 +268,7 @@ struct tw_rr_grp {
     size_t a0, na; /* its acknowledgements: ack[a0 .. a0 + na) */
 };
 
-struct tw_rr_exec {
+struct tw_rr_round {
     struct tw_redis *r;
     bool starting;                    /* v holds items to start (else: to acknowledge) */
     struct tw_rr_item **v;
@@ -279,7 +314,7 @@ struct tw_redis {
     /* worker */
     bool worker;
     bool multi;                     /* standalone server: one START call takes any partitions */
-    pthread_mutex_t mu;             /* guards flags, nflagged, stop_claim, orphans */
+    pthread_mutex_t mu;             /* guards flags, nflagged, stop_claim */
     pthread_cond_t cv;              /* wakes the claim thread */
     pthread_cond_t sub_cv;          /* new waits here for the first subscription */
     bool subscribed;                /* the subscriber has subscribed once */
@@ -297,13 +332,14 @@ struct tw_redis {
     uint64_t *last_full;            /* claim thread only: due ms of the last task of the
                                        partition's last claim if it was a full batch
                                        (more due work may wait there), else UINT64_MAX */
-    struct tw_rr_item *orphans;     /* items an executor could not put back (stopping) */
     atomic_bool stop_sub;
     struct tw_rr_router claim_rt;
     struct tw_rr_router sub_rt;     /* only its node list is used */
     struct tw_rr_router *exec_rt;   /* one per executor thread */
-    struct tw_rr_exec *exec;           /* one per executor thread: its batch state */
-    /* delayed acknowledgements (rr_ack_push): per partition, a list of done
+    struct tw_rr_round *round;      /* one per executor thread: its START round */
+    pthread_t *exec_threads;
+    uint32_t exec_started; /* executor threads started */
+    /* delayed acknowledgements (ack.c): per list (tw_rr_ack_list), the done
      * items, oldest first, under ack_mu; the acknowledger thread sends what
      * no START took within ack_delay_ns */
     pthread_mutex_t ack_mu;
@@ -313,7 +349,7 @@ struct tw_redis {
     bool ack_stop;
     uint64_t ack_delay_ns;
     struct tw_rr_router ack_rt;
-    struct tw_rr_exec *ack_exec_p;     /* the acknowledger's batch state */
+    struct tw_rr_round *ack_round; /* the acknowledger's START round */
     pthread_t ack_thread;
     bool ack_started;
     struct tw_rr_local *local;
@@ -366,15 +402,47 @@ void tw_rr_clock_round(struct tw_redis *r, const unsigned char *want, unsigned c
 int tw_rr_int_reply(const redisReply *x, long long *out);
 int tw_rr_many_check(void *ctx, size_t i, const redisReply *x); /* a tw_rr_check_fn */
 
-/* execute.c: the executors' START rounds (local.c calls both) and the
- * acknowledger thread. */
-void tw_rr_run(void *ctx, struct tw_rr_item **v, size_t n, unsigned thread);
-void tw_rr_exec_one(void *ctx, struct tw_rr_item *it, unsigned thread);
-void *tw_rr_ack_main(void *arg);
-
 /* claim.c and subscriber.c: the claim and subscriber threads. */
 void *tw_rr_claim_main(void *arg);
 void *tw_rr_sub_main(void *arg);
+
+/* execute.c: an executor thread; arg is its struct tw_rr_round (r set). */
+void *tw_rr_exec_main(void *arg);
+
+/* start.c: one START round trip of e->v[0 .. e->n) (e->starting: to start,
+ * with pending acknowledgements riding along; else to acknowledge) on rt.
+ * The answers are in e->st, e->arg, e->now, e->reply_ns and e->ack_st. */
+void tw_rr_start_round(struct tw_rr_round *e, struct tw_rr_router *rt);
+
+/* ack.c: the delayed acknowledgements. */
+/* Which pending list a partition's acknowledgements wait in: one for every
+ * partition on a standalone server (any START call takes any), else the
+ * partition's own (a call is one slot's). */
+static inline uint32_t tw_rr_ack_list(const struct tw_redis *r, uint32_t part)
+{
+    return r->multi ? 0 : part;
+}
+/* Up to max of list p's acknowledgements, oldest first (ack_mu held). */
+static inline size_t tw_rr_ack_take(struct tw_redis *r, uint32_t p, struct tw_rr_item **out,
+                                    size_t max)
+{
+    size_t k = 0;
+    while (k < max && r->ack_head[p]) {
+        struct tw_rr_item *it = r->ack_head[p];
+        r->ack_head[p] = it->next;
+        out[k++] = it;
+    }
+    if (!r->ack_head[p])
+        r->ack_tail[p] = NULL;
+    r->ack_n -= k;
+    return k;
+}
+/* A DONE task: its acknowledgement waits for a START to carry it. */
+void tw_rr_ack_push(struct tw_redis *r, struct tw_rr_item *it);
+/* After a round: its answered acknowledgements counted and freed, the
+ * unanswered ones pushed back (requeue) or dropped (their leases run out). */
+void tw_rr_ack_settle(struct tw_rr_round *e, bool requeue);
+void *tw_rr_ack_main(void *arg);
 
 /* stats.c: the figures. */
 void tw_rr_note_late(struct tw_redis *r, uint64_t us);
@@ -385,8 +453,7 @@ void tw_rr_trace_note(struct tw_redis *r, const struct tw_rr_item *it, uint64_t 
 void tw_rr_trace_dump(struct tw_redis *r);
 #endif
 
-/* redis.c: an item that cannot go back to the local window (stopping, or no
- * memory) waits for stop, which releases it. */
-void tw_rr_orphan(struct tw_redis *r, struct tw_rr_item *it);
+/* redis.c: start one of the layer's own threads with SIGPIPE blocked. */
+int tw_rr_thread_create(pthread_t *t, void *(*fn)(void *), void *arg);
 
 #endif /* TWHEEL_REDIS_INTERNAL_H */

@@ -2,16 +2,18 @@
 /* twheel Redis layer: durable delayed tasks shared by worker processes.
  *
  * Redis holds every task; a worker claims the near window with a lease and
- * holds it in a local wheel (local.c), so a task starts at its tick, not at
- * the next poll. Notifications bring in work set earlier than what workers
- * hold.
+ * holds it in its local queue (local.c: a core wheel), so a task starts at
+ * its tick, not at the next poll. Notifications bring in work set earlier
+ * than what workers hold.
  *
  * This file is the layer's entry: this design comment, the configuration
- * and the lifetime (new, stop with the release of held leases, free). The
- * other jobs have a file each (internal.h lists them): client.c (set, move,
- * remove, set_many), keys.c, offset.c (the Redis clock offset), claim.c,
- * subscriber.c, execute.c (START rounds, executors, acknowledgements),
- * stats.c.
+ * and the lifetime (new, stop with the release of held leases, free, and
+ * the layer's threads). The other jobs have a file each (internal.h lists
+ * them): client.c (set, move, remove, set_many), keys.c, offset.c (the Redis
+ * clock offset), subscriber.c, stats.c, router.c, scripts.c, and along a
+ * task's path, which runs one way: claim.c -> local.c (held until it may
+ * start) -> execute.c (START through start.c, run, FAIL) -> ack.c (the
+ * delayed acknowledgement).
  *
  * Schema, per partition p of queue q (hash tag {q:p}, so a partition's keys
  * share one cluster slot and the partitions spread over the masters; a key
@@ -42,13 +44,13 @@
  * relative to the bucket) against ~120 B in a skiplist ZSET. A bucket holds
  * what falls due in 500 ms of one partition, so it stays compact while a
  * partition has <= 256 tasks due per second (averaged over each 500 ms) and
- * keys are <= 64 bytes; W7 (1e5 tasks due over 59 s, 16 partitions) puts
+ * keys are <= 64 bytes; 1e5 tasks due over a minute on 16 partitions put
  * ~53 in each. Denser (or longer keys): that bucket converts to a skiplist,
  * ~120 B per task, until it empties (Redis 7.0 does not convert back);
  * still correct, and O(log n) per operation. Raise partitions to keep the
  * density down. The index is a listpack while a partition's work spans
  * <= 128 buckets (64 s), a skiplist beyond: one member per bucket either
- * way, ~0.4 B per task at W7's density. Every client of a queue must use
+ * way, ~0.4 B per task at that density. Every client of a queue must use
  * the same W (it names the buckets).
  *
  * Buckets in a cluster: the bucket keys are not declared to EVALSHA (set
@@ -133,12 +135,10 @@
  * partitions return full batches; <= 64 tasks per call, spread over
  * window/4: rr_pace), counted in stats (claims, refills). A delivered task
  * costs about claim/64 + start/batch script calls, its acknowledgement
- * riding on a later START (rr_ack_push); a batch is what comes due in one
+ * riding on a later START (ack.c); a batch is what comes due in one
  * start_ahead_ms / 2 span (below), and on a standalone server one START
- * call takes every partition's starts and pending ACKs of a round. In W7's
- * spread load (1,700 tasks/s over 16 partitions, 2 workers) that is about
- * 0.25-0.3 script calls per task, sets included; a catch-up of tasks due
- * together, 0.13 or less (batches of 32).
+ * call takes every partition's starts and pending ACKs of a round; a
+ * catch-up of tasks due together starts them in batches of 32.
  *
  * Redis's work per task is mostly its writes, not the calls: a task is
  * written at set, claim, start and ack, each time in the HASH and a ZSET
@@ -148,14 +148,14 @@
  * writes per task would need a schema change; not done.
  *
  * Starting ahead (start_ahead_ms, A; local.c): a held task leaves the
- * wheel between A/2 and A before its local due time, at a multiple of A/2,
- * so what comes due in one A/2 span leaves together and one executor
- * STARTs it in one round trip. START grants a task once the server's clock
+ * local wheel between A/2 and A before its local due time, at a multiple
+ * of A/2, so what comes due in one A/2 span leaves together and one
+ * executor STARTs it in one round trip. START grants a task once the server's clock
  * is within A of its due time (TIME + A >= due; earlier: "not yet", nothing
  * written) and answers its clock; each granted task may run at local reply
  * time + (due - that clock) (+ 0.1% + 1 us) (never early: below). Those
  * due already run at once on the executor that started them; the others go
- * to the worker's armed queue (local.c), ordered by that time, and the
+ * to the worker's armed list (local.c), ordered by that time, and the
  * first idle executor to wake at the head's time runs it. Why: the wheel's
  * wake-up and the START round trip happen while the task is not due yet,
  * so their delays (the tick thread scheduled late, round trips queued
@@ -168,51 +168,57 @@
  * running task; redis.h says so). That span is why A is 10 ms by default:
  * a larger A batches more (fewer START calls, less Redis CPU) and widens
  * it. An executor is not asleep for its batch: it comes back to the FIFO
- * and to the armed queue after each round. A = 0: START at the due time,
- * one executor per ready task, nothing armed. rt_priority (the tick
- * thread, and executors while they wait for an armed task's time, at
- * SCHED_FIFO) is opt-in: it needs privileges, and a stalled virtual CPU
- * runs no thread, whatever its priority.
+ * and to the armed list after each round. A = 0: START at the due time,
+ * one executor per ready task, nothing armed. So a task normally runs
+ * within the worker's own wake-up latency of its due time (A = 0: within
+ * a tick and a round trip). rt_priority (the tick thread, and executors
+ * while they wait for an armed task's time, at SCHED_FIFO) is opt-in: it
+ * needs privileges, and a stalled virtual CPU runs no thread, whatever its
+ * priority.
  *
  * Why refills are paced and ACKs ride on STARTs: Redis runs one script at a
  * time, so a refill round's claim calls run back to back would hold it for
  * tens of ms every window/2, and the STARTs of tasks due meanwhile would
  * queue behind them: a lateness tail. rr_pace spreads them over window/4;
  * an ACK riding on a START halves the round trips an executor waits
- * behind. The tail left on a busy machine is threads not scheduled in time
- * (bench/README.md, W7).
+ * behind. What tail is left is threads the machine does not schedule in
+ * time. And a worker takes no more due work than its executors can start
+ * soon (claim.c, RR_READY_PER_THREAD), so that a backlog is shared by the
+ * workers instead of expiring in one worker's queue. With `appendfsync
+ * always`, every claim and start waits for an fsync: the disk is then on
+ * the lateness path.
  *
  * Memory in Redis per pending task, with 16-byte keys and 32-byte payloads
- * at W7's density: ~130 B of HASH field (dict entry 24, bucket 8, key sds
- * 24, value sds 56 for "0 0 <due> " and the payload, rounding), ~24 B in
- * its due bucket (entry and rounding), ~0.4 B of index; ~166 B with the
- * buckets' keyspace entries. The HASH is most of it; a listpack-encoded
+ * and ~53 tasks per bucket: ~130 B of HASH field (dict entry 24, bucket 8,
+ * key sds 24, value sds 56 for "0 0 <due> " and the payload, rounding),
+ * ~24 B in its due bucket (entry and rounding), ~0.4 B of index; ~166 B
+ * with the buckets' keyspace entries. The HASH is most of it; a listpack-encoded
  * record store (records bucketed by key hash) would need its bucket count
  * to grow with n (rehashing live buckets): not done. The price of buckets
  * is Redis work on set: one ZADD per bucket a batch touches (about one per
  * task when delays are spread) and the HMGET that finds replaced tasks'
  * buckets, where one due ZSET per partition would take a batch in one ZADD
- * (~1.3x the Redis CPU per set; claims cost the same).
+ * (less Redis CPU per set; claims cost the same).
  *
- * Pipelined sets are Redis-bound (about 9 us of Redis CPU per set against
- * under 1 us of the client's), so the SET script is written for Redis's
- * cost (scripts.c): a bucket is one run of the delay-sorted tasks, added by
- * one ZADD; keys, payloads and delays come as three ARGV runs, the delays
- * as one binary string; the task HASH is created hashtable-encoded; and
- * the client writes a chunk's first call as soon as it is built (router.c).
- * Where a set's ~40k Redis instructions go (W7's spread, batches of 1,000):
- * the ZADD into a listpack bucket ~7.7k (O(bucket)), the AOF feed ~5.8k
- * (each propagated argument appended on its own: HSET's two and ZADD's two
- * per task), string.format ~5k (the cheapest number-to-string in Redis's
- * Lua), HSET ~1.4k, and the rest mostly the Lua VM (its tables, GC and
- * string interning) and redis.call's plumbing. A score shared with the
+ * Pipelined sets are bound by Redis's CPU, not the client's, so the SET
+ * script is written for Redis's cost (scripts.c): a bucket is one run of
+ * the delay-sorted tasks, added by one ZADD; keys, payloads and delays come
+ * as three ARGV runs, the delays as one binary string; the task HASH is
+ * created hashtable-encoded; and the client writes a chunk's first call as
+ * soon as it is built (router.c).
+ * A set's Redis work is mostly the ZADD into a listpack bucket
+ * (O(bucket)), the AOF feed (each propagated argument appended on its own:
+ * HSET's two and ZADD's two per task), string.format (the cheapest
+ * number-to-string in Redis's Lua), HSET, and the Lua VM (its tables, GC
+ * and string interning) and redis.call's plumbing. A score shared with the
  * record (absolute due) would save one format per task but cost 7 B per
  * task in the buckets and touch every bucket script; not done.
  *
  * Why these calls:
  *  - claim leases a task up to window_ms before it is due, with a lease that
- *    ends lease_ms after its due time; the worker holds it in its wheel.
- *  - start, run when the local wheel lets the task out (start_ahead_ms
+ *    ends lease_ms after its due time; the worker holds it in its local
+ *    queue.
+ *  - start, run when the local queue lets the task out (start_ahead_ms
  *    before its due time at most), is the gate: it checks that the lease
  *    is still this worker's (same token, not expired: a set, move or remove
  *    since the claim reset the token to 0, so "replace and remove win" hold
@@ -253,10 +259,19 @@
  * stats, and stop's releases) shares one router under api_mu; a worker adds a
  * claim thread (own router), a subscriber thread (own connection, SUBSCRIBE
  * to every partition's channel on one node: in a cluster PUBLISH reaches
- * every node; new returns once it is subscribed), the local wheel's tick
- * thread, `threads` executors, each executor with its own router, and an
- * acknowledger thread (own router) for the delayed ACKs no START took. No
- * connection is ever shared unlocked.
+ * every node; new returns once it is subscribed), the local queue's tick
+ * thread (local.c), `threads` executors (execute.c), each with its own
+ * router, and an acknowledger thread (ack.c, own router) for the delayed
+ * ACKs no START took. No connection is ever shared unlocked. Every one of
+ * these threads blocks SIGPIPE (tw_rr_thread_create); the application's
+ * threads are the application's to guard (redis.h).
+ *
+ * Stop: claim and subscriber threads first (the claim thread leaves its
+ * carry, claimed but not handed over, to stop); then the local queue is
+ * closed: no START round begins, running ones finish, armed tasks run at
+ * their time, the executors exit; what is left in the queue and the carry
+ * is released (RELEASE, pipelined); last, the acknowledger sends every
+ * pending acknowledgement.
  *
  * Faults: a call gives TW_EIO after command_timeout_ms of failed attempts
  * (reconnecting with backoff); the claim thread and the subscriber reconnect
@@ -265,19 +280,24 @@
  * a cluster with another connection left, a claim round's calls give up
  * after RR_CLAIM_RETRY_MS (20 ms) instead: a master away costs the round
  * that much, not command_timeout_ms per call, and its partitions are
- * claimed by a later round once it answers (rr_claim_round). A
- * START round hands on every task it got an answer for at once (started
- * ones run or armed); the unanswered ones of a round answered in part (a
- * cluster master away, or one call of a standalone round failing) go back
- * to the wheel for the next round, so tasks on the masters that are up
- * stay on time. A round with no answer at all while Redis is wholly away
- * (standalone, or no cluster connection left) is retried in place every
- * 100 ms (the batch kept, so the catch-up stays in order) for up to
- * lease_ms / 2, then its tasks go back to the wheel (tw_rr_run). An ack that
- * fails leaves the lease to expire (at-least-once).
+ * claimed by a later round once it answers (rr_claim_round). A START
+ * round's calls give up after 5 ms likewise (execute.c,
+ * RR_START_RETRY_MS) and hand on every task they got an answer for at
+ * once (started ones run or armed); the unanswered ones of a round
+ * answered in part (a cluster master away, or one call of a standalone
+ * round failing) go back to the local queue for the next round, so tasks
+ * on the masters that are up stay on time. A round with no answer at all
+ * while Redis is wholly away (standalone, or no cluster connection left)
+ * is retried in place every 100 ms (the batch kept, so the catch-up stays
+ * in order) for up to lease_ms / 2, then its tasks go back to the queue
+ * (execute.c). A master that accepts connections but does not answer
+ * still holds each round that includes it for command_timeout_ms (reads
+ * are not polled). An ack that fails leaves the lease to expire
+ * (at-least-once).
  */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -346,30 +366,36 @@ static int rr_check_config(const struct tw_redis_config *c)
 
 /* ---- lifetime ---------------------------------------------------------------- */
 
-void tw_rr_orphan(struct tw_redis *r, struct tw_rr_item *it)
+/* Start one of the layer's own threads with SIGPIPE blocked (it inherits
+ * the mask of the thread creating it, which is restored): hiredis writes
+ * with write(), so a write to a server that was killed raises SIGPIPE,
+ * whose default action ends the process. Blocked, it stays pending on that
+ * thread and write() fails with EPIPE, a reconnect like any other. The
+ * process's disposition, which is the application's, is left alone. */
+int tw_rr_thread_create(pthread_t *t, void *(*fn)(void *), void *arg)
 {
-    pthread_mutex_lock(&r->mu);
-    it->next = r->orphans;
-    r->orphans = it;
-    pthread_mutex_unlock(&r->mu);
+    sigset_t pipe, old;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    if (pthread_sigmask(SIG_BLOCK, &pipe, &old) != 0)
+        return pthread_create(t, NULL, fn, arg);
+    int rc = pthread_create(t, NULL, fn, arg);
+    (void)pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return rc;
 }
 
 static void rr_free_all(struct tw_redis *r)
 {
     if (r->local)
         tw_rr_local_free(r->local);
-    while (r->orphans) {
-        struct tw_rr_item *n = r->orphans->next;
-        free(r->orphans);
-        r->orphans = n;
-    }
     if (r->exec_rt) {
         for (uint32_t i = 0; i < r->cfg.threads; i++)
             tw_rr_router_free(&r->exec_rt[i]);
         free(r->exec_rt);
     }
-    free(r->exec);
-    free(r->ack_exec_p);
+    free(r->round);
+    free(r->exec_threads);
+    free(r->ack_round);
     if (r->ack_head)
         for (uint32_t p = 0; p < r->cfg.partitions; p++)
             while (r->ack_head[p]) {
@@ -505,11 +531,13 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
     r->multi = !r->api.cluster;
     if (r->worker) {
         r->exec_rt = calloc(r->cfg.threads, sizeof *r->exec_rt);
-        r->exec = calloc(r->cfg.threads, sizeof *r->exec);
-        r->ack_exec_p = calloc(1, sizeof *r->ack_exec_p);
+        r->round = calloc(r->cfg.threads, sizeof *r->round);
+        r->exec_threads = calloc(r->cfg.threads, sizeof *r->exec_threads);
+        r->ack_round = calloc(1, sizeof *r->ack_round);
         r->ack_head = calloc(cfg->partitions, sizeof *r->ack_head);
         r->ack_tail = calloc(cfg->partitions, sizeof *r->ack_tail);
-        if (!r->exec_rt || !r->exec || !r->ack_exec_p || !r->ack_head || !r->ack_tail)
+        if (!r->exec_rt || !r->round || !r->exec_threads || !r->ack_round || !r->ack_head ||
+            !r->ack_tail)
             goto nomem;
         r->ack_delay_ns = (uint64_t)(r->cfg.lease_ms / 8 < RR_ACK_DELAY_MS ? r->cfg.lease_ms / 8
                                                                            : RR_ACK_DELAY_MS) *
@@ -526,9 +554,16 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
         }
         r->ack_started = true;
         if ((rc = tw_rr_local_new(&r->local, r->cfg.tick_ms, r->cfg.start_ahead_ms,
-                                  r->cfg.rt_priority, r->cfg.threads, tw_rr_run, tw_rr_exec_one,
-                                  r)) != 0)
+                                  r->cfg.rt_priority, r->cfg.threads)) != 0)
             goto fail;
+        for (uint32_t i = 0; i < r->cfg.threads; i++) {
+            r->round[i].r = r;
+            if (tw_rr_thread_create(&r->exec_threads[i], tw_rr_exec_main, &r->round[i]) != 0) {
+                rc = TW_ESYS;
+                goto fail;
+            }
+            r->exec_started++;
+        }
         if (tw_rr_thread_create(&r->sub_thread, tw_rr_sub_main, r) != 0) {
             rc = TW_ESYS;
             goto fail;
@@ -633,21 +668,24 @@ int tw_redis_stop(struct tw_redis *r)
     if (r->sub_started)
         pthread_join(r->sub_thread, NULL);
     r->claim_started = r->sub_started = false;
+    struct tw_rr_item *list = NULL;
     if (r->local) {
-        struct tw_rr_item *list = tw_rr_local_stop(r->local); /* running callbacks finish */
-        pthread_mutex_lock(&r->mu);
-        struct tw_rr_item *o = r->orphans;
-        r->orphans = NULL;
-        pthread_mutex_unlock(&r->mu);
-        while (o) {
-            struct tw_rr_item *nx = o->next;
-            o->next = list;
-            list = o;
-            o = nx;
-        }
-        if (list)
-            rr_release(r, list);
+        /* No START round begins now; running ones finish, armed items run
+         * at their time, and then the executors exit. What they left in the
+         * queue, and what it held for later, is given back. */
+        tw_rr_local_close(r->local);
+        for (uint32_t i = 0; i < r->exec_started; i++)
+            pthread_join(r->exec_threads[i], NULL);
+        r->exec_started = 0;
+        list = tw_rr_local_drain(r->local);
     }
+    for (size_t i = 0; i < r->carry.n; i++) { /* claimed, not handed over yet */
+        r->carry.v[i]->next = list;
+        list = r->carry.v[i];
+    }
+    r->carry.n = 0;
+    if (list)
+        rr_release(r, list);
     if (r->ack_started) { /* after the executors: it sends what they left */
         pthread_mutex_lock(&r->ack_mu);
         r->ack_stop = true;

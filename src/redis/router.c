@@ -462,6 +462,19 @@ int tw_rr_command(struct tw_rr_router *rt, int slot, int argc, const char **argv
     }
 }
 
+/* The head of a script call: EVALSHA, script id's SHA1, the key count nk
+ * (a decimal string). */
+static void rr_evalsha_head(const struct tw_rr_router *rt, unsigned id, const char *nk,
+                            const char **av, size_t *al)
+{
+    av[0] = "EVALSHA";
+    al[0] = 7;
+    av[1] = rt->shas[id];
+    al[1] = strlen(av[1]);
+    av[2] = nk;
+    al[2] = strlen(nk);
+}
+
 int tw_rr_eval(struct tw_rr_router *rt, unsigned id, int slot, int nkeys, int nargs,
                const char **argv, const size_t *lens, redisReply **reply)
 {
@@ -472,12 +485,7 @@ int tw_rr_eval(struct tw_rr_router *rt, unsigned id, int slot, int nkeys, int na
     if (argc > TW_RR_ARGV_MAX)
         return TW_EINVAL;
     snprintf(nk, sizeof nk, "%d", nkeys);
-    av[0] = "EVALSHA";
-    al[0] = 7;
-    av[1] = rt->shas[id];
-    al[1] = strlen(av[1]);
-    av[2] = nk;
-    al[2] = strlen(nk);
+    rr_evalsha_head(rt, id, nk, av, al);
     memcpy(av + 3, argv, (size_t)(nkeys + nargs) * sizeof *av);
     memcpy(al + 3, lens, (size_t)(nkeys + nargs) * sizeof *al);
     redisReply *r;
@@ -544,12 +552,7 @@ int tw_rr_eval_many(struct tw_rr_router *rt, unsigned id, size_t n, int nkeys,
          * know, is left to the one-by-one path (which connects and waits). */
         for (size_t j = 0; j < m && rc == 0; j++) {
             int slot;
-            av[0] = "EVALSHA";
-            al[0] = 7;
-            av[1] = rt->shas[id];
-            al[1] = strlen(av[1]);
-            av[2] = nk;
-            al[2] = strlen(nk);
+            rr_evalsha_head(rt, id, nk, av, al);
             rc = build(ctx, base + j, &slot, av + 3, al + 3, &nargs);
             if (rc)
                 break;

@@ -233,7 +233,7 @@
     "return out\n"
 
 /* START: the gate of every delivery, with the worker's delayed
- * acknowledgements riding along (redis.c: "ACKs ride on STARTs"), for one or
+ * acknowledgements riding along (ack.c: "ACKs ride on STARTs"), for one or
  * more partitions at once: one partition group in a Redis Cluster (its
  * lease ZSET and task HASH declared as KEYS: one slot), on a standalone
  * server the groups of up to ~60 tasks of any partitions (no keys declared:

@@ -1090,10 +1090,9 @@ static void test_unreachable(void)
     rfx_stop(&s);
 }
 
-
 /* Many partitions on a standalone server: a START round carries the starts
  * and pending acknowledgements of up to 48 partitions, cut into calls of at
- * most 128 arguments (execute.c, rr_exec_group). Tasks of 64 partitions due
+ * most 128 arguments (start.c, rr_start_group). Tasks of 64 partitions due
  * in clumps (32-task rounds over ~30 partitions, acknowledgements of the
  * clump before riding along): each delivered once, none early, every
  * acknowledgement accepted (none stale, nothing left pending). */
@@ -1324,7 +1323,94 @@ static void test_start_redone(void)
     tw_redis_free(r);
 }
 
-/* ---- the local window (white box: local.c) ------------------------------------ */
+/* ---- the local queue (white box: local.c) ------------------------------------- */
+
+/* A local queue with executor threads of the test's own, each taking from
+ * it as execute.c's do: run() a batch to START, exec() an armed item whose
+ * run time has come. */
+typedef void loc_run_fn(void *ctx, struct tw_rr_item **v, size_t n, unsigned thread);
+typedef void loc_exec_fn(void *ctx, struct tw_rr_item *it, unsigned thread);
+
+struct loc_fx {
+    struct tw_rr_local *l;
+    loc_run_fn *run;
+    loc_exec_fn *exec;
+    void *ctx;
+    unsigned started;
+    struct loc_thread {
+        struct loc_fx *f;
+        unsigned i;
+        pthread_t t;
+    } th[4];
+};
+
+static void *loc_fx_main(void *arg)
+{
+    struct loc_thread *t = arg;
+    struct loc_fx *f = t->f;
+    struct tw_rr_item *v[TW_RR_RUN_BATCH];
+    struct tw_rr_waiter w = {0};
+    bool started = false;
+    size_t n = 0;
+    while ((n = tw_rr_local_take(f->l, &w, n, v, &started)) != 0) {
+        if (started)
+            f->exec(f->ctx, v[0], t->i);
+        else
+            f->run(f->ctx, v, n, t->i);
+    }
+    return NULL;
+}
+
+static void loc_fx_free(struct loc_fx *f);
+
+static int loc_fx_new(struct loc_fx *f, uint32_t tick_ms, uint32_t ahead_ms, unsigned threads,
+                      loc_run_fn *run, loc_exec_fn *exec, void *ctx)
+{
+    memset(f, 0, sizeof *f);
+    f->run = run;
+    f->exec = exec;
+    f->ctx = ctx;
+    if (threads > sizeof f->th / sizeof f->th[0])
+        return TW_EINVAL;
+    int rc = tw_rr_local_new(&f->l, tick_ms, ahead_ms, 0, threads);
+    if (rc)
+        return rc;
+    tw_rr_local_batch(f->l, TW_RR_RUN_BATCH);
+    for (unsigned i = 0; i < threads; i++) {
+        f->th[i] = (struct loc_thread){f, i, 0};
+        if (pthread_create(&f->th[i].t, NULL, loc_fx_main, &f->th[i]) != 0) {
+            loc_fx_free(f);
+            return TW_ESYS;
+        }
+        f->started++;
+    }
+    return 0;
+}
+
+/* Close the queue, join the executors (armed items run first), and return
+ * what is left in it. */
+static struct tw_rr_item *loc_fx_stop(struct loc_fx *f)
+{
+    tw_rr_local_close(f->l);
+    for (unsigned i = 0; i < f->started; i++)
+        pthread_join(f->th[i].t, NULL);
+    f->started = 0;
+    return tw_rr_local_drain(f->l);
+}
+
+static void loc_fx_free(struct loc_fx *f)
+{
+    if (!f->l)
+        return;
+    struct tw_rr_item *left = loc_fx_stop(f);
+    while (left) {
+        struct tw_rr_item *nx = left->next;
+        free(left);
+        left = nx;
+    }
+    tw_rr_local_free(f->l);
+    f->l = NULL;
+}
 
 struct loc_rec {
     pthread_mutex_t mu;
@@ -1362,11 +1448,10 @@ static void local_ahead_with(uint32_t tick_ms, uint32_t ahead_ms)
     memset(&L, 0, sizeof L);
     pthread_mutex_init(&L.mu, NULL);
     L.ahead_ns = (uint64_t)ahead_ms * 1000000u;
-    struct tw_rr_local *l = NULL;
-    CHECK_EQ_INT(tw_rr_local_new(&l, tick_ms, ahead_ms, 0, 1, loc_rec_run, NULL, &L), 0);
-    if (!l)
+    struct loc_fx F;
+    CHECK_EQ_INT(loc_fx_new(&F, tick_ms, ahead_ms, 1, loc_rec_run, NULL, &L), 0);
+    if (!F.l)
         return;
-    tw_rr_local_batch(l, TW_RR_RUN_BATCH);
     enum { N = 60 };
     uint64_t t0 = tw_rr_mono_ns();
     for (int i = 0; i < N; i++) {
@@ -1376,8 +1461,7 @@ static void local_ahead_with(uint32_t tick_ms, uint32_t ahead_ms)
             break;
         /* 40 ms out and more, at steps that are no multiple of the tick */
         it->due_local_ns = t0 + 40000000u + (uint64_t)i * 1730000u;
-        if (tw_rr_local_add(l, it) != 0)
-            free(it);
+        tw_rr_local_add(F.l, it);
     }
     uint64_t end = rfx_mono_ms() + 5000;
     for (;;) {
@@ -1388,13 +1472,7 @@ static void local_ahead_with(uint32_t tick_ms, uint32_t ahead_ms)
             break;
         rfx_sleep_ms(10);
     }
-    struct tw_rr_item *left = tw_rr_local_stop(l);
-    while (left) {
-        struct tw_rr_item *nx = left->next;
-        free(left);
-        left = nx;
-    }
-    tw_rr_local_free(l);
+    loc_fx_free(&F);
     CHECK_EQ_U64(L.n, N);
     CHECK_(L.early == 0, "tick %u ahead %u: %zu of %zu left up to %llu us before due - ahead",
            tick_ms, ahead_ms, L.early, L.n, (unsigned long long)(L.worst_ns / 1000));
@@ -1408,7 +1486,7 @@ static void test_local_ahead(void)
     local_ahead_with(1, 10);
 }
 
-/* The armed queue (local.c): run arms each item to run at at0 + step *
+/* The armed list (local.c): run arms each item to run at at0 + step *
  * item->token; exec records it. */
 struct loc_arm {
     pthread_mutex_t mu;
@@ -1458,7 +1536,7 @@ static size_t loc_arm_count(struct loc_arm *A, const size_t *what)
     return n;
 }
 
-/* Granted items wait in the armed queue and run at their run time on
+/* Granted items wait in the armed list and run at their run time on
  * whichever executor wakes first: none early, each once, in run-time order
  * (checked with one executor, where the order is observable: items armed in
  * the reverse order, in one round). stop_while_armed: stop, called while every item is
@@ -1471,10 +1549,11 @@ static void local_armed_with(uint32_t threads, uint64_t step_ns, uint64_t at_ms,
     pthread_mutex_init(&A.mu, NULL);
     /* one executor: one round (it starts no other round while items are armed) */
     const size_t N = threads == 1 ? TW_RR_RUN_BATCH : 64;
-    CHECK_EQ_INT(tw_rr_local_new(&A.l, 1, 10, 0, threads, loc_arm_run, loc_arm_exec, &A), 0);
+    struct loc_fx F;
+    CHECK_EQ_INT(loc_fx_new(&F, 1, 10, threads, loc_arm_run, loc_arm_exec, &A), 0);
+    A.l = F.l;
     if (!A.l)
         return;
-    tw_rr_local_batch(A.l, TW_RR_RUN_BATCH);
     uint64_t t0 = tw_rr_mono_ns();
     A.at0 = t0 + at_ms * 1000000u;
     A.step_ns = step_ns;
@@ -1493,8 +1572,7 @@ static void local_armed_with(uint32_t threads, uint64_t step_ns, uint64_t at_ms,
             break;
         it->token = N - 1 - i; /* later items run earlier */
         it->due_local_ns = t0 + hold_ms * 1000000u; /* 0: straight to the FIFO */
-        if (tw_rr_local_add(A.l, it) != 0)
-            free(it);
+        tw_rr_local_add(A.l, it);
     }
     if (threads == 1)
         CHECK(tw_rr_mono_ns() < t0 + hold_ms * 1000000u); /* all added before any came due */
@@ -1509,7 +1587,7 @@ static void local_armed_with(uint32_t threads, uint64_t step_ns, uint64_t at_ms,
         CHECK_EQ_U64(tw_rr_local_ready(A.l), N); /* armed items count as ready */
         CHECK_EQ_U64(tw_rr_local_held(A.l), N);
         CHECK(tw_rr_mono_ns() < A.at0); /* none due yet: the test means something */
-        struct tw_rr_item *left = tw_rr_local_stop(A.l);
+        struct tw_rr_item *left = loc_fx_stop(&F);
         CHECK(left == NULL);
         CHECK_EQ_U64(loc_arm_count(&A, &A.ran), N); /* ran before stop returned */
         CHECK(tw_rr_mono_ns() >= A.at0 + step_ns * (N - 1));
@@ -1519,7 +1597,7 @@ static void local_armed_with(uint32_t threads, uint64_t step_ns, uint64_t at_ms,
         CHECK_EQ_U64(tw_rr_local_held(A.l), 0);
         CHECK_EQ_U64(tw_rr_local_ready(A.l), 0);
     }
-    tw_rr_local_free(A.l);
+    loc_fx_free(&F);
     CHECK_EQ_U64(A.ran, N);
     CHECK_EQ_U64(A.early, 0);
     CHECK_EQ_U64(A.twice, 0);
@@ -1536,7 +1614,9 @@ static void test_local_armed_first(void)
     struct loc_arm A;
     memset(&A, 0, sizeof A);
     pthread_mutex_init(&A.mu, NULL);
-    CHECK_EQ_INT(tw_rr_local_new(&A.l, 1, 10, 0, 1, loc_arm_run, loc_arm_exec, &A), 0);
+    struct loc_fx F;
+    CHECK_EQ_INT(loc_fx_new(&F, 1, 10, 1, loc_arm_run, loc_arm_exec, &A), 0);
+    A.l = F.l;
     if (!A.l)
         return;
     uint64_t t0 = tw_rr_mono_ns();
@@ -1549,8 +1629,7 @@ static void test_local_armed_first(void)
             break;
         it->token = (uint64_t)i;
         it->due_local_ns = t0;
-        if (tw_rr_local_add(A.l, it) != 0)
-            free(it);
+        tw_rr_local_add(A.l, it);
         uint64_t end = rfx_mono_ms() + 5000; /* the first armed, then the second ready */
         while (i == 0 && loc_arm_count(&A, &A.armed) < 1 && rfx_mono_ms() < end)
             rfx_sleep_ms(1);
@@ -1558,7 +1637,7 @@ static void test_local_armed_first(void)
     uint64_t end = rfx_mono_ms() + 5000;
     while (loc_arm_count(&A, &A.ran) < 2 && rfx_mono_ms() < end)
         rfx_sleep_ms(2);
-    tw_rr_local_free(A.l);
+    loc_fx_free(&F);
     CHECK_EQ_U64(A.ran, 2);
     CHECK_EQ_U64(A.early, 0);
     CHECK_EQ_U64(A.rounds_at_first, 1); /* the second round began after it ran */

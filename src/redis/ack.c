@@ -1,0 +1,137 @@
+/* SPDX-License-Identifier: MIT */
+/* twheel Redis layer: the delayed acknowledgements. A DONE task's
+ * acknowledgement waits in a pending list until a START round carries it
+ * (start.c), or the acknowledger thread sends it; the answers are settled
+ * here (counted, or pushed back).
+ *
+ * ACKs ride on STARTs. An executor does not acknowledge a finished task at
+ * once: the item goes to a pending list, and the next START call (from any
+ * executor of this worker) carries it: on a standalone server any START
+ * call (one list for every partition), in a cluster the next START call of
+ * its partition (a list per partition: one slot per call). What no START
+ * picks up within ack_delay (100 ms, at most lease_ms / 8) the acknowledger
+ * thread sends in START calls that start nothing; stop sends the rest.
+ * Why: with tasks coming due one at a time, an acknowledgement call of its
+ * own per task would double the script calls per delivered task. The price,
+ * at-least-once: a worker that dies has up to ack_delay more of finished
+ * tasks unacknowledged, delivered again when their leases end (the same as
+ * an acknowledgement lost on the way); and a finished task stays in Redis
+ * (pending, in stats) up to ack_delay longer. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "redis/internal.h"
+
+#define RR_ACK_PENDING_MAX 4096 /* more waiting: the acknowledger sends them at once */
+
+void tw_rr_ack_push(struct tw_redis *r, struct tw_rr_item *it)
+{
+    uint32_t p = tw_rr_ack_list(r, it->part);
+    it->next = NULL;
+    it->due_local_ns = tw_rr_mono_ns(); /* pending since (the field is free now) */
+    pthread_mutex_lock(&r->ack_mu);
+    if (r->ack_tail[p])
+        r->ack_tail[p]->next = it;
+    else
+        r->ack_head[p] = it;
+    r->ack_tail[p] = it;
+    if (r->ack_n++ == 0 || r->ack_n >= RR_ACK_PENDING_MAX)
+        pthread_cond_signal(&r->ack_cv); /* arm the acknowledger's timer, or flush now */
+    pthread_mutex_unlock(&r->ack_mu);
+}
+
+static void rr_ack_count(struct tw_redis *r, long long st)
+{
+    if (st == 1)
+        atomic_fetch_add(&r->delivered, 1);
+    else if (st == 0)
+        atomic_fetch_add(&r->stale_acks, 1);
+    /* no answer: the lease runs out and the task is delivered again */
+}
+
+void tw_rr_ack_settle(struct tw_rr_round *e, bool requeue)
+{
+    for (size_t j = 0; j < e->nack; j++) {
+        if (e->ack_st[j] == -2 && requeue) { /* no answer: the acknowledger tries again */
+            tw_rr_ack_push(e->r, e->ack[j]);
+            continue;
+        }
+        rr_ack_count(e->r, e->ack_st[j]);
+        free(e->ack[j]);
+    }
+    e->nack = 0;
+}
+
+/* The acknowledger thread: sends what no START took within ack_delay (all of
+ * it once stopping), up to TW_RR_RUN_BATCH items per round. */
+void *tw_rr_ack_main(void *arg)
+{
+    struct tw_redis *r = arg;
+    struct tw_rr_round *e = r->ack_round;
+    struct tw_rr_item *v[TW_RR_RUN_BATCH];
+    uint32_t P = r->multi ? 1 : r->cfg.partitions, from = 0;
+    pthread_mutex_lock(&r->ack_mu);
+    for (;;) {
+        uint64_t now = tw_rr_mono_ns(), next = UINT64_MAX;
+        size_t n = 0;
+        bool stop = r->ack_stop;
+        if (r->ack_n) {
+            bool all = stop || r->ack_n >= RR_ACK_PENDING_MAX;
+            for (uint32_t i = 0; i < P && n < TW_RR_RUN_BATCH; i++) {
+                uint32_t p = (from + i) % P;
+                /* the oldest first, while they are old enough */
+                while (n < TW_RR_RUN_BATCH && r->ack_head[p]) {
+                    struct tw_rr_item *h = r->ack_head[p];
+                    if (!all && now - h->due_local_ns < r->ack_delay_ns) {
+                        if (h->due_local_ns + r->ack_delay_ns < next)
+                            next = h->due_local_ns + r->ack_delay_ns;
+                        break;
+                    }
+                    n += tw_rr_ack_take(r, p, v + n, 1);
+                }
+            }
+            from = (from + 1) % P;
+        }
+        if (n) {
+            pthread_mutex_unlock(&r->ack_mu);
+            e->r = r;
+            e->starting = false;
+            e->v = v;
+            e->n = n;
+            tw_rr_start_round(e, &r->ack_rt);
+            bool answered = false;
+            for (size_t j = 0; j < e->nack; j++)
+                answered = answered || e->ack_st[j] != -2;
+            if (!answered) /* a connection that died with a restart fails at once: again */
+                tw_rr_start_round(e, &r->ack_rt);
+            answered = false;
+            for (size_t j = 0; j < e->nack; j++)
+                answered = answered || e->ack_st[j] != -2;
+            tw_rr_ack_settle(e, false);
+            pthread_mutex_lock(&r->ack_mu);
+            if (stop && !answered) { /* Redis away at stop: the leases will run out */
+                for (uint32_t p = 0; p < P; p++)
+                    while (r->ack_head[p]) {
+                        struct tw_rr_item *it = r->ack_head[p];
+                        r->ack_head[p] = it->next;
+                        free(it);
+                    }
+                for (uint32_t p = 0; p < P; p++)
+                    r->ack_tail[p] = NULL;
+                r->ack_n = 0;
+            }
+            continue; /* more may be due */
+        }
+        if (stop)
+            break;
+        if (next == UINT64_MAX) {
+            pthread_cond_wait(&r->ack_cv, &r->ack_mu);
+        } else {
+            (void)tw_cond_wait_until_(&r->ack_cv, &r->ack_mu, next);
+        }
+    }
+    pthread_mutex_unlock(&r->ack_mu);
+    return NULL;
+}
