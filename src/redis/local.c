@@ -323,7 +323,7 @@ void tw_rr_local_add(struct tw_rr_local *l, struct tw_rr_item *it)
      * tick (2^64 ticks from start): the item is then ready at once, and its
      * START tells when it may run. */
     if (leave <= now || tw_node_init(&it->node) != 0 ||
-        tw_node_arm(&l->wheel, &it->node, tick, 0, 0) != 0)
+        tw_arm(&l->wheel, &it->node, tick, 0, 0) != 0)
         loc_push(l, it);
     else if ((tick > wnow ? tick : wnow + 1) < l->sleep_until)
         pthread_cond_signal(&l->tick_cv);
