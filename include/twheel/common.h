@@ -92,8 +92,11 @@ extern "C" {
     XX(EFULL, -7, "pending-task limit reached")                             \
     XX(E2BIG, -8, "key or payload too long")                                \
     XX(ESYS, -9, "system call failed (thread, clock or lock)")              \
-    XX(EIO, -10, "server unreachable or connection lost")                   \
-    XX(EPROTO, -11, "unexpected reply from the server")
+    XX(EIO, -10, "server unreachable or connection lost: nothing written")  \
+    XX(EPROTO, -11, "unexpected reply from the server")                     \
+    XX(EUNKNOWN, -12, "outcome unknown: the call may have been applied")    \
+    XX(EOOM, -13, "the server is out of memory (maxmemory)")                \
+    XX(ECONFLICT, -14, "the server or queue is configured otherwise")
 
 /** The error codes, generated from TW_ERRNO_MAP: TW_ followed by the name.
  *
@@ -108,8 +111,11 @@ extern "C" {
  * | TW_EFULL | -7 | pending-task limit reached |
  * | TW_E2BIG | -8 | key or payload too long |
  * | TW_ESYS | -9 | system call failed (thread, clock or lock) |
- * | TW_EIO | -10 | server unreachable or connection lost (Redis layer) |
+ * | TW_EIO | -10 | server unreachable or connection lost before the call was sent: nothing written (Redis layer) |
  * | TW_EPROTO | -11 | unexpected reply from the server (Redis layer) |
+ * | TW_EUNKNOWN | -12 | the call was sent and its reply lost (timeout, connection closed): it may or may not have been applied; retrying a set, move or remove is safe (Redis layer) |
+ * | TW_EOOM | -13 | the server refused a write because it reached maxmemory (Redis layer) |
+ * | TW_ECONFLICT | -14 | the server's or the queue's configuration conflicts with the client's: an evicting maxmemory-policy, or another partition count stored with the queue (Redis layer) |
  */
 enum tw_errno {
 #define TW_ERRNO_ENUM_(name, value, text) TW_##name = (value),
