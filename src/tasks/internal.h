@@ -296,28 +296,57 @@ static inline void tasks_inline_form(struct tasks_keyref *k, const unsigned char
 #endif
 }
 
-/* Fill k for a checked string key: its one hash of the call. */
-static inline void tasks_keyref_str(const struct tw_tasks *t, const void *key, size_t len,
-                                    struct tasks_keyref *k)
+/* Fill k for a checked string key: its one hash of the call, with the seed
+ * (k0, k1). The runner fills its keys so, with its own seed, which it gives
+ * its shards' instances (config.seed): one hash picks the shard and serves
+ * that shard's index. */
+static inline void tasks_keyref_str_seeded(uint64_t k0, uint64_t k1, const void *key, size_t len,
+                                           struct tasks_keyref *k)
 {
     k->p = key;
     k->len = len;
     k->num = 0;
     if (len <= TASKS_KEY_INLINE) {
         tasks_inline_form(k, key, len);
-        k->h = tasks_siphash13_inline(&k->in, len, t->k0, t->k1);
+        k->h = tasks_siphash13_inline(&k->in, len, k0, k1);
     } else {
-        k->h = tw_siphash13(key, len, t->k0, t->k1);
+        k->h = tw_siphash13(key, len, k0, k1);
     }
 }
 
-/* Fill k for an integer key: its one hash of the call. */
-static inline void tasks_keyref_int(const struct tw_tasks *t, uint64_t key, struct tasks_keyref *k)
+/* Fill k for a checked string key whose hash h the caller computed as
+ * tasks_keyref_str_seeded does (the runner's batched calls): no hash. */
+static inline void tasks_keyref_str_hashed(const void *key, size_t len, uint64_t h,
+                                           struct tasks_keyref *k)
+{
+    k->p = key;
+    k->len = len;
+    k->num = 0;
+    k->h = h;
+    if (len <= TASKS_KEY_INLINE)
+        tasks_inline_form(k, key, len);
+}
+
+/* Fill k for an integer key: its one hash of the call, with the seed. */
+static inline void tasks_keyref_int_seeded(uint64_t k0, uint64_t k1, uint64_t key,
+                                           struct tasks_keyref *k)
 {
     k->p = NULL;
     k->len = 0;
     k->num = key;
-    k->h = tw_hash_int(key, t->k0, t->k1);
+    k->h = tw_hash_int(key, k0, k1);
+}
+
+/* The same, with the instance's seed. */
+static inline void tasks_keyref_str(const struct tw_tasks *t, const void *key, size_t len,
+                                    struct tasks_keyref *k)
+{
+    tasks_keyref_str_seeded(t->k0, t->k1, key, len, k);
+}
+
+static inline void tasks_keyref_int(const struct tw_tasks *t, uint64_t key, struct tasks_keyref *k)
+{
+    tasks_keyref_int_seeded(t->k0, t->k1, key, k);
 }
 
 /* ---- index ------------------------------------------------------------------- */
@@ -519,6 +548,21 @@ static inline int tasks_move_in(struct tw_tasks *t, int rc, const struct tasks_k
         tasks_arm(t, e, deadline, tasks_config_slack(t, delay), 0);
     else
         tasks_arm(t, e, deadline, 0, 1);
+    return 0;
+}
+
+/* A move to an absolute tick with the caller's slack (the runner's: its
+ * deadlines are absolute from the start): 0, TW_ENOENT or TW_ERANGE, as
+ * tasks_move_in from the lookup on; `lazy` as for tasks_arm. */
+static inline int tasks_move_at(struct tw_tasks *t, const struct tasks_keyref *k, uint64_t deadline,
+                                uint64_t slack, int lazy)
+{
+    uint32_t pos = tasks_find_key(t, k);
+    if (pos == TASKS_NIL)
+        return TW_ENOENT;
+    if (tw_wheel_now(&t->wheel) == UINT64_MAX)
+        return TW_ERANGE;
+    tasks_arm(t, tasks_entry_at(t, (t->slots[pos] & t->mask) - 2), deadline, slack, lazy);
     return 0;
 }
 
