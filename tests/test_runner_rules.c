@@ -349,6 +349,69 @@ static void test_admission_limit(void)
     tw_runner_free(r);
 }
 
+/* A set that max_pending refuses changes nothing: admission comes before
+ * the insert, so the key is never inserted and taken out again (no key
+ * block allocated and freed, no index grown), whichever path refuses it:
+ * single or batched, string keys short (stored in the entry) or long (in a
+ * block of their own). Present keys may still be replaced at the limit. */
+static void test_refused_set_changes_nothing(void)
+{
+    enum { MAXP = 6 };
+    static const char long_key[] = "a key longer than fifteen bytes";
+    struct counting c = {0};
+    struct tw_allocator a = {counting_alloc, &c};
+    reset_fires();
+    struct tw_runner_config cfg = {.execute = fire_cb,
+                                   .ctx = &F,
+                                   .tick_ns = TICK_NS,
+                                   .key_kind = TW_TASKS_KEY_BYTES,
+                                   .max_pending = MAXP,
+                                   .allocator = &a,
+                                   .shards = 4};
+    struct tw_runner *r;
+    CHECK_EQ_INT(tw_runner_new(&r, &cfg), 0);
+    const int64_t hour = INT64_C(3600000000000);
+    char key[MAXP][8];
+    for (int i = 0; i < MAXP; i++) {
+        snprintf(key[i], sizeof key[i], "k%d", i);
+        CHECK_EQ_INT(tw_runner_set(r, key[i], strlen(key[i]), (void *)(intptr_t)(i + 1), hour), 1);
+    }
+    struct tw_runner_stats before, after;
+    tw_runner_stats(r, &before);
+    long calls = atomic_load(&c.calls);
+    long long bytes = atomic_load(&c.outstanding);
+    CHECK_EQ_INT(tw_runner_set(r, long_key, sizeof long_key - 1, (void *)99, hour), TW_EFULL);
+    CHECK_EQ_INT(tw_runner_set(r, "new", 3, (void *)98, hour), TW_EFULL);
+    struct tw_runner_item it[2] = {
+        {.key = long_key, .key_len = sizeof long_key - 1, .value = (void *)97, .delay_ns = hour},
+        {.key = "new", .key_len = 3, .value = (void *)96, .delay_ns = hour}};
+    CHECK_EQ_INT((int)tw_runner_set_many(r, it, 2), 0);
+    CHECK_EQ_INT(it[0].result, TW_EFULL);
+    CHECK_EQ_INT(it[1].result, TW_EFULL);
+    CHECK_EQ_INT(atomic_load(&c.calls), calls); /* nothing allocated, nothing freed */
+    CHECK_EQ_U64((uint64_t)atomic_load(&c.outstanding), (uint64_t)bytes);
+    tw_runner_stats(r, &after);
+    CHECK_EQ_U64(after.pending, before.pending);
+    CHECK_EQ_U64(after.pending, MAXP);
+    /* the refused keys are absent, the others untouched, and a present key
+     * is replaced at the limit */
+    void *v = NULL;
+    CHECK_EQ_INT(tw_runner_remove(r, long_key, sizeof long_key - 1, NULL), TW_ENOENT);
+    CHECK_EQ_INT(tw_runner_remove(r, "new", 3, NULL), TW_ENOENT);
+    CHECK_EQ_INT(tw_runner_set(r, key[0], strlen(key[0]), (void *)100, hour), 0);
+    CHECK_EQ_INT(tw_runner_remove(r, key[0], strlen(key[0]), &v), 0);
+    CHECK_EQ_PTR(v, (void *)100);
+    for (int i = 1; i < MAXP; i++) {
+        CHECK_EQ_INT(tw_runner_remove(r, key[i], strlen(key[i]), &v), 0);
+        CHECK_EQ_PTR(v, (void *)(intptr_t)(i + 1));
+    }
+    /* room again: the long key goes in */
+    CHECK_EQ_INT(tw_runner_set(r, long_key, sizeof long_key - 1, (void *)99, hour), 1);
+    CHECK_EQ_INT(tw_runner_free(r), 0);
+    CHECK_EQ_INT(fires_n(&F), 0);
+    CHECK_EQ_U64((uint64_t)atomic_load(&c.outstanding), 0);
+}
+
 /* ---- drain and stop --------------------------------------------------------------- */
 
 struct drain_ctx {
@@ -1030,6 +1093,7 @@ int main(void)
     RUN(test_tick_thread_timer_slack);
     RUN(test_executor_pool);
     RUN(test_admission_limit);
+    RUN(test_refused_set_changes_nothing);
     RUN(test_deadlines_on_runner_clock);
     RUN(test_drain);
     RUN(test_stop);

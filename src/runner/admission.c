@@ -4,23 +4,24 @@
 #include "runner/internal.h"
 
 /* r->pending counts the tasks pending plus the room the shards have reserved
- * and not used, and never exceeds max_pending. A set of a new key takes one
- * unit of its shard's room (under the shard lock, no shared write); only when
- * the shard has none does it reserve a chunk (room_chunk, at most
+ * and not used, and never exceeds max_pending. Admission comes before the
+ * insert (rn_set_in_shard): a set finds a unit of room in its shard (under
+ * the shard lock, no shared write), and takes it if its key turns out new;
+ * only a shard with none left reserves a chunk (room_chunk, at most
  * max_pending / (2 * shards), 1 to 64) from r->pending with a CAS. A task
  * that leaves (fired, removed, drained) gives its unit back to its shard's
  * room, and a shard holding more than two chunks returns the excess. So the
  * shared line is written about once per chunk of calls of a shard, not per
  * call. When r->pending is full, the set first takes back the room of every
  * other shard whose lock is free at that moment (trylock: never waits, no
- * lock order issue) and tries once more; a single call that is still
- * refused then drops its lock, takes back every shard's room one lock at a
- * time (rn_room_sweep_) and tries a last time. So a single set's TW_EFULL
- * means the limit was reached at some instant of the call, counting the
- * room that concurrent sets reserved meanwhile (exact with one producer);
- * a batched set (rn_set_limited, under its group's lock) only does the
- * trylock pass, so it may be refused while up to 2 * room_chunk units per
- * busy shard are reserved and unused. */
+ * lock order issue) and tries once more; still without room, it may only
+ * replace a present key. A single call so refused drops its lock, takes
+ * back every shard's room one lock at a time (rn_room_sweep_) and tries a
+ * last time. So a single set's TW_EFULL means the limit was reached at some
+ * instant of the call, counting the room that concurrent sets reserved
+ * meanwhile (exact with one producer); a batched set (under its group's
+ * lock) only does the trylock pass, so it may be refused while up to
+ * 2 * room_chunk units per busy shard are reserved and unused. */
 
 static void rn_room_take_back(struct tw_runner *r, struct rn_shard *o)
 {
@@ -71,15 +72,10 @@ static int rn_room_reserve(struct tw_runner *r, struct rn_shard *s)
     return 0;
 }
 
-/* A set made key new in shard s (lock held): 1 if it may stay, 0 if
- * max_pending is reached (the caller takes the key out: TW_EFULL). */
-int rn_admit_(struct tw_runner *r, struct rn_shard *s)
+int rn_room_ensure_(struct tw_runner *r, struct rn_shard *s)
 {
-    if (!s->room && !rn_room_reserve(r, s)) {
-        rn_room_reclaim(r, s);
-        if (!rn_room_reserve(r, s))
-            return 0;
-    }
-    s->room--;
-    return 1;
+    if (s->room || rn_room_reserve(r, s))
+        return 1;
+    rn_room_reclaim(r, s);
+    return rn_room_reserve(r, s);
 }

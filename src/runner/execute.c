@@ -17,8 +17,8 @@ static void rn_run_job(struct tw_runner *r, struct rn_job *job)
         atomic_fetch_add_explicit(&r->late, 1, memory_order_relaxed);
     uint64_t worst = atomic_load_explicit(&r->worst_ns, memory_order_relaxed);
     while (late > worst &&
-           !atomic_compare_exchange_weak_explicit(&r->worst_ns, &worst, late,
-                                                  memory_order_relaxed, memory_order_relaxed))
+           !atomic_compare_exchange_weak_explicit(&r->worst_ns, &worst, late, memory_order_relaxed,
+                                                  memory_order_relaxed))
         ;
     r->execute(r->ctx, &job->task);
 }
@@ -77,7 +77,8 @@ void rn_dispatch_(struct tw_runner *r)
  * lock held. inflight counts tasks taken and not finished, for stop. */
 void rn_pool_work_(struct tw_pool_client *c)
 {
-    struct tw_runner *r = (struct tw_runner *)(void *)((char *)c - offsetof(struct tw_runner, client));
+    struct tw_runner *r =
+        (struct tw_runner *)(void *)((char *)c - offsetof(struct tw_runner, client));
     struct rn_job job;
     pthread_mutex_lock(&r->q);
     if (r->qcount == 0) {
@@ -111,8 +112,8 @@ void rn_collect_(void *ctx, const struct tw_task *task)
     struct tw_runner *r = ctx;
     /* On a clock the run reserved ring slots from collect_tail on (see
      * rn_clock_advance_shard); else the tick thread's batch. */
-    struct rn_job *job = r->clock ? &r->ring[(r->collect_tail + r->nbatch++) % r->qcap]
-                                  : &r->batch[r->nbatch++];
+    struct rn_job *job =
+        r->clock ? &r->ring[(r->collect_tail + r->nbatch++) % r->qcap] : &r->batch[r->nbatch++];
     job->task = *task;
     job->task.deadline -= r->collect_off;
     if (task->key) {

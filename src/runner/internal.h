@@ -27,6 +27,7 @@
 #include "common/alloc.h"
 #include "common/hash.h"
 #include "common/time.h"
+#include "tasks/internal.h"
 #include "twheel/runner.h"
 
 #define RN_BATCH 64 /* most due tasks one advance of a shard pops */
@@ -90,7 +91,8 @@ struct tw_runner {
     size_t max_pending;
     int int_keys;
     unsigned slack_shift; /* config.slack_shift: 0 = exact */
-    uint64_t k0, k1; /* shard hash seed */
+    int lazy;             /* neither slack_shift nor eager_rearm: exact lazy arms */
+    uint64_t k0, k1;      /* hash seed: of the shards, and of their instances' indexes */
     struct tw_allocator alloc;
     struct tw_tasks_config tcfg; /* for the shards' instances */
 
@@ -126,7 +128,7 @@ struct tw_runner {
     char pad_tick[64];
     struct rn_job *batch;
     unsigned nbatch;
-    uint64_t collect_off; /* off of the shard being advanced */
+    uint64_t collect_off;           /* off of the shard being advanced */
     struct rn_shard *collect_shard; /* ... and the shard itself */
 
     pthread_mutex_t q;
@@ -134,20 +136,20 @@ struct tw_runner {
     struct rn_job *ring; /* under q */
     size_t qcap, qhead, qcount;
     int q_quit;
-    size_t inflight;  /* under q: jobs taken by pool threads, not finished */
-    int q_blocked;    /* under q: the clock run stopped on a full ring */
-    int clock_left;   /* under q: stop has left (or is leaving) the clock */
-    size_t collect_tail; /* clock run only: ring slot of the next fired job */
+    size_t inflight;              /* under q: jobs taken by pool threads, not finished */
+    int q_blocked;                /* under q: the clock run stopped on a full ring */
+    int clock_left;               /* under q: stop has left (or is leaving) the clock */
+    size_t collect_tail;          /* clock run only: ring slot of the next fired job */
     struct tw_pool_client client; /* written by pool threads: off the config line */
 
     pthread_mutex_t stop_lock;
-    atomic_int stopped; /* written under stop_lock; read without it by stop */
-    pthread_t stopper;        /* the thread inside tw_runner_stop, ... */
-    atomic_int stopper_set;   /* ... valid when set (release/acquire) */
+    atomic_int stopped;     /* written under stop_lock; read without it by stop */
+    pthread_t stopper;      /* the thread inside tw_runner_stop, ... */
+    atomic_int stopper_set; /* ... valid when set (release/acquire) */
 
     pthread_mutex_t drain_lock;
-    pthread_cond_t drain_done;    /* signalled when drainers becomes NULL */
-    struct rn_drainer *drainers;  /* under drain_lock: threads inside drain */
+    pthread_cond_t drain_done;   /* signalled when drainers becomes NULL */
+    struct rn_drainer *drainers; /* under drain_lock: threads inside drain */
 
     unsigned ready; /* RN_* bits; written by tw_runner_new only */
 
@@ -212,18 +214,31 @@ static inline uint64_t rn_due_tick(const struct tw_runner *r, int64_t delay_ns)
 
 /* Slack (config.slack_shift): a task set or moved with delay_ns may run up
  * to (delay_ns >> slack_shift) / tick_ns ticks after its due tick. It is
- * computed here from the caller's delay, and given to the shard's tw_tasks by
- * its *_slack calls, because the delay a shard sees is counted from the
- * shard's time, which lags the clock while the tick thread sleeps: a fraction
- * of that would be too large. */
+ * computed here from the caller's delay and handed to the shard's tw_tasks
+ * as an argument (the shards' instances have no slack_shift of their own),
+ * because the delay a shard would see is counted from the shard's time,
+ * which lags the clock while the tick thread sleeps: a fraction of that
+ * would be too large. */
 static inline uint64_t rn_slack_ticks(const struct tw_runner *r, int64_t delay_ns)
 {
     return ((uint64_t)delay_ns >> r->slack_shift) / r->tick_ns;
 }
 
+/* A key's shard, from the hash that its shard's index uses too (one hash a
+ * call). The index takes a key's slot from the hash's high 32 bits and its
+ * tag from the low ones, so the shard comes from the hash times an odd
+ * constant: a bijection whose high bits spread each shard's keys evenly
+ * over its index's slots and tags. (From the high bits themselves, every
+ * key of shard i would have its slot in the i-th nshards-th of the index.) */
+#define RN_SHARD_MIX UINT64_C(0x9e3779b97f4a7c15)
+static inline unsigned rn_shard_index(const struct tw_runner *r, uint64_t h)
+{
+    return tw_hash_home(h * RN_SHARD_MIX, r->nshards);
+}
+
 static inline struct rn_shard *rn_shard_of(const struct tw_runner *r, uint64_t h)
 {
-    return &r->shards[tw_hash_home(h, r->nshards)];
+    return &r->shards[rn_shard_index(r, h)];
 }
 
 /* A shard's time on the runner's clock (shard lock held). */
@@ -261,9 +276,10 @@ static inline void rn_pending_sub(struct tw_runner *r, struct rn_shard *s, size_
 /* runner.c: free what tw_runner_new built (threads already joined). */
 void rn_destroy_(struct tw_runner *r);
 
-/* admission.c: a set is about to make a key new in shard s (lock held): 1
- * if it may, taking a unit of room, 0 if max_pending is reached. */
-int rn_admit_(struct tw_runner *r, struct rn_shard *s);
+/* admission.c: shard s (lock held) has no max_pending room: reserve some,
+ * taking back the spare room of shards whose lock is free if need be. 1 if
+ * it has room now, 0 if max_pending is reached. */
+int rn_room_ensure_(struct tw_runner *r, struct rn_shard *s);
 /* admission.c: with no lock held, take back every shard's unused room. */
 void rn_room_sweep_(struct tw_runner *r);
 
@@ -297,5 +313,29 @@ void rn_wait_drains_(struct tw_runner *r);
 /* stop.c: join the threads that were started (and leave the clock, let go
  * of the pool), once. */
 void rn_join_all_(struct tw_runner *r);
+
+/* ---- the set of one key ------------------------------------------------------ */
+
+/* Set key k in shard s (lock held), the seam of every set of the runner,
+ * single or batched: k hashed once by the caller (rn_shard_of), `deadline`
+ * on the shard's clock, `slack` an argument (0: exact). With max_pending,
+ * admission comes first, so a refused set inserts nothing: a shard with no
+ * room left reserves some (rn_room_ensure_), and if none is to be had only
+ * a key already present may be set (it replaces). A key made new takes a
+ * unit of the shard's room. 1 (new), 0 (replaced), or TW_EFULL, TW_ERANGE,
+ * TW_ENOMEM, changing nothing. */
+static inline int rn_set_in_shard(struct tw_runner *r, struct rn_shard *s,
+                                  const struct tasks_keyref *k, void *value, uint64_t deadline,
+                                  uint64_t slack)
+{
+    if (r->max_pending && !s->room && !rn_room_ensure_(r, s) &&
+        tasks_find_key(s->tasks, k) == TASKS_NIL)
+        return TW_EFULL;
+    int rc = r->lazy ? tw_tasks_set_lazy_at_(s->tasks, k, value, deadline)
+                     : tw_tasks_set_at_(s->tasks, k, value, deadline, slack);
+    if (rc == 1 && r->max_pending)
+        s->room--;
+    return rc;
+}
 
 #endif /* TWHEEL_RUNNER_INTERNAL_H */

@@ -3,109 +3,95 @@
  * runner.c). */
 #include "runner/internal.h"
 
-/* A validated key and its shard. */
+/* A checked key, its one hash (the shard's index uses it too: the shards'
+ * instances have the runner's seed) and its shard. */
 struct rn_key {
-    const void *p;
-    size_t len;
-    uint64_t num;
+    struct tasks_keyref kr;
     struct rn_shard *shard;
 };
 
-static int rn_key_bytes(const struct tw_runner *r, const void *key, size_t len, struct rn_key *k)
+static inline int rn_key_bytes(const struct tw_runner *r, const void *key, size_t len,
+                               struct rn_key *k)
 {
     if (!r || !key || r->int_keys)
         return TW_EINVAL;
     if (len > TW_RUNNER_KEY_MAX)
         return TW_E2BIG;
-    k->p = key;
-    k->len = len;
-    k->num = 0;
-    k->shard = rn_shard_of(r, tw_siphash13(key, len, r->k0, r->k1));
+    tasks_keyref_str_seeded(r->k0, r->k1, key, len, &k->kr);
+    k->shard = rn_shard_of(r, k->kr.h);
     return 0;
 }
 
-static int rn_key_int(const struct tw_runner *r, uint64_t key, struct rn_key *k)
+static inline int rn_key_int(const struct tw_runner *r, uint64_t key, struct rn_key *k)
 {
     if (!r || !r->int_keys)
         return TW_EINVAL;
-    k->p = NULL;
-    k->len = 0;
-    k->num = key;
-    k->shard = rn_shard_of(r, tw_hash_int(key, r->k0, r->k1));
+    tasks_keyref_int_seeded(r->k0, r->k1, key, &k->kr);
+    k->shard = rn_shard_of(r, k->kr.h);
     return 0;
 }
 
-
+/* The seam of the single calls: the key hashed once (rn_key), the due tick
+ * absolute from the start (the first tick at or after now + delay_ns, on
+ * the runner's clock; due + off on its shard's), the slack an argument,
+ * and a set admitted before anything is inserted (rn_set_in_shard). */
 static int rn_apply(struct tw_runner *r, const struct rn_key *k, enum rn_op op, void *value,
                     void **out_value, int64_t delay_ns)
 {
-    if (op != RN_REMOVE && delay_ns < 0)
-        return TW_EINVAL;
-    uint64_t due = op == RN_REMOVE ? 0 : rn_due_tick(r, delay_ns);
+    uint64_t due = 0, slack = 0;
+    if (op != RN_REMOVE) {
+        if (delay_ns < 0)
+            return TW_EINVAL;
+        due = rn_due_tick(r, delay_ns);
+        if (__builtin_expect(r->slack_shift != 0, 0))
+            slack = rn_slack_ticks(r, delay_ns);
+    }
     struct rn_shard *s = k->shard;
-    int swept = 0;
+    int swept = 0, rc;
 again:
     rn_lock(s);
     if (s->closed) {
         rn_unlock(s);
         return TW_ECLOSED;
     }
-    struct tw_tasks *t = s->tasks;
-    uint64_t now = rn_shard_now(s);
-    int64_t delay = due > now ? (int64_t)(due - now) : 0;
-    uint64_t deadline = now + (delay ? (uint64_t)delay : 1);
-    int rc;
     switch (op) {
     case RN_SET:
-        if (__builtin_expect(r->slack_shift != 0, 0)) {
-            uint64_t slack = rn_slack_ticks(r, delay_ns);
-            rc = r->int_keys ? tw_tasks_set_slack_int(t, k->num, value, delay, slack)
-                             : tw_tasks_set_slack(t, k->p, k->len, value, delay, slack);
-        } else {
-            rc = r->int_keys ? tw_tasks_set_int(t, k->num, value, delay)
-                             : tw_tasks_set(t, k->p, k->len, value, delay);
-        }
-        if (rc == 1 && r->max_pending && !rn_admit_(r, s)) {
-            if (r->int_keys)
-                tw_tasks_remove_int(t, k->num, NULL);
-            else
-                tw_tasks_remove(t, k->p, k->len, NULL);
-            rc = TW_EFULL;
+        rc = rn_set_in_shard(r, s, &k->kr, value, due + s->off, slack);
+        if (rc == TW_EFULL && !swept) {
+            /* Nothing was inserted. Take back every shard's spare room,
+             * each lock alone, and try once more: so a refusal means the
+             * limit was reached at some instant of the call (exact for one
+             * producer). */
+            rn_unlock(s);
+            rn_room_sweep_(r);
+            swept = 1;
+            goto again;
         }
         break;
     case RN_MOVE:
-        if (__builtin_expect(r->slack_shift != 0, 0)) {
-            uint64_t slack = rn_slack_ticks(r, delay_ns);
-            rc = r->int_keys ? tw_tasks_move_slack_int(t, k->num, delay, slack)
-                             : tw_tasks_move_slack(t, k->p, k->len, delay, slack);
-        } else {
-            rc = r->int_keys ? tw_tasks_move_int(t, k->num, delay)
-                             : tw_tasks_move(t, k->p, k->len, delay);
-        }
+        rc = tasks_move_at(s->tasks, &k->kr, due + s->off, slack, r->lazy);
         break;
     default:
-        rc = r->int_keys ? tw_tasks_remove_int(t, k->num, out_value)
-                         : tw_tasks_remove(t, k->p, k->len, out_value);
+        rc = tasks_remove_key(s->tasks, &k->kr, out_value);
         if (rc == 0)
             rn_pending_sub(r, s, 1);
-        break;
-    }
-    if (r->clock && rc >= 0 && op != RN_REMOVE) /* under the lock: see rn_clock_wake */
-        rn_clock_wake(r, deadline);
-    if (rc == TW_EFULL && !swept) {
-        /* Nothing changed (the key was taken out again). Take back every
-         * shard's spare room, each lock alone, and try once more: so a
-         * refusal means the limit was reached at some instant of the call
-         * (exact for one producer). */
         rn_unlock(s);
-        rn_room_sweep_(r);
-        swept = 1;
-        goto again;
+        return rc;
     }
-    uint64_t sleeping = atomic_load_explicit(&r->sleep_until, memory_order_relaxed);
+    /* After the arm, under the lock: the tick thread's wake-up (see the
+     * design comment), and the tick the task fires at, due or the shard's
+     * next tick if that is later, when the tick thread or the clock must
+     * hear of it (it is never earlier than due). */
+    uint64_t sleeping = atomic_load_explicit(&r->sleep_until, memory_order_relaxed), at = 0;
+    if (rc >= 0 && (r->clock || due < sleeping)) {
+        uint64_t now = rn_shard_now(s);
+        at = due > now ? due : now + 1;
+        if (r->clock) /* under the lock: see rn_clock_wake */
+            rn_clock_wake(r, at);
+    }
     rn_unlock(s);
-    if (rc >= 0 && op != RN_REMOVE && deadline < sleeping)
-        rn_kick_(r, deadline, sleeping);
+    if (at && at < sleeping)
+        rn_kick_(r, at, sleeping);
     return rc;
 }
 

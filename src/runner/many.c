@@ -5,53 +5,51 @@
 
 #include "runner/internal.h"
 
-/* Items are taken RN_GROUP at a time: validated, their due ticks computed
- * from one clock read, grouped by shard (a stable counting sort, so items
- * of one key keep their order), and each shard's group applied under one
- * acquisition of its lock with tw_tasks' batched call (which prefetches the
- * next keys' slots and entries). With max_pending, sets go one by one under
- * that lock, since a refused new key must be taken out before the next item
- * of the same key is applied. */
+/* Items are taken RN_GROUP at a time: checked and hashed, their due ticks
+ * computed from one clock read, grouped by shard (a stable counting sort, so
+ * items of one key keep their order), and each shard's group applied under
+ * one acquisition of its lock with tw_tasks' batched call (which prefetches
+ * the next keys' slots and entries, and hashes each key again for that).
+ * With max_pending (sets) or slack (sets and moves) the group goes one by
+ * one under that lock through the single calls' seam instead: each set is
+ * admitted before it inserts anything, and each item has a slack of its
+ * own; the hash computed here is handed down. */
 
-static uint64_t rn_item_shard(const struct tw_runner *r, const struct tw_runner_item *it)
+static inline uint64_t rn_item_hash(const struct tw_runner *r, const struct tw_runner_item *it)
 {
-    uint64_t h = r->int_keys ? tw_hash_int(it->key_int, r->k0, r->k1)
-                             : tw_siphash13(it->key, it->key_len, r->k0, r->k1);
-    return tw_hash_home(h, r->nshards);
+    return r->int_keys ? tw_hash_int(it->key_int, r->k0, r->k1)
+                       : tw_siphash13(it->key, it->key_len, r->k0, r->k1);
 }
 
-/* Sets of one shard's group one by one, as rn_apply does (max_pending, or
- * slack: each item's slack in ticks is in its `deadline` field, unused by a
- * set). */
-static void rn_set_limited(struct tw_runner *r, struct rn_shard *s, struct tw_tasks_item *it,
-                           size_t m)
+/* Whether a group's sets or moves go one by one (rn_one_by_one). */
+static inline int rn_one_by_one_wanted(const struct tw_runner *r, enum rn_op op)
 {
-    struct tw_tasks *t = s->tasks;
+    return op != RN_REMOVE && (r->slack_shift || (r->max_pending && op == RN_SET));
+}
+
+/* A group's sets or moves one by one, as the single calls do them: item i's
+ * due tick in its `delay_ticks`, its slack in its `deadline` (both unused
+ * by these calls otherwise), its hash hash[order[i]]. */
+static void rn_one_by_one(struct tw_runner *r, struct rn_shard *s, struct tw_tasks_item *it,
+                          size_t m, enum rn_op op, const uint64_t *hash, const uint16_t *order)
+{
     for (size_t i = 0; i < m; i++) {
-        int rc;
-        if (r->slack_shift)
-            rc = r->int_keys ? tw_tasks_set_slack_int(t, it[i].key_int, it[i].value,
-                                                      it[i].delay_ticks, it[i].deadline)
-                             : tw_tasks_set_slack(t, it[i].key, it[i].key_len, it[i].value,
-                                                  it[i].delay_ticks, it[i].deadline);
+        struct tasks_keyref k = {0}; /* (whole: a lookup reads `in` of short keys only) */
+        uint64_t h = hash[order[i]], deadline = (uint64_t)it[i].delay_ticks + s->off;
+        if (r->int_keys)
+            k = (struct tasks_keyref){.num = it[i].key_int, .h = h};
         else
-            rc = r->int_keys
-                     ? tw_tasks_set_int(t, it[i].key_int, it[i].value, it[i].delay_ticks)
-                     : tw_tasks_set(t, it[i].key, it[i].key_len, it[i].value, it[i].delay_ticks);
-        if (rc == 1 && r->max_pending && !rn_admit_(r, s)) {
-            if (r->int_keys)
-                tw_tasks_remove_int(t, it[i].key_int, NULL);
-            else
-                tw_tasks_remove(t, it[i].key, it[i].key_len, NULL);
-            rc = TW_EFULL;
-        }
-        it[i].result = rc;
+            tasks_keyref_str_hashed(it[i].key, it[i].key_len, h, &k);
+        it[i].result = op == RN_SET
+                           ? rn_set_in_shard(r, s, &k, it[i].value, deadline, it[i].deadline)
+                           : tasks_move_at(s->tasks, &k, deadline, it[i].deadline, r->lazy);
     }
 }
 
-/* One shard's group, copied into tmp[0..m) with `delay_ticks` holding due ticks. */
+/* One shard's group, copied into tmp[0..m) with `delay_ticks` holding due
+ * ticks; hash[order[i]] is tmp[i]'s hash. */
 static void rn_apply_group(struct tw_runner *r, struct rn_shard *s, struct tw_tasks_item *tmp,
-                           size_t m, enum rn_op op)
+                           size_t m, enum rn_op op, const uint64_t *hash, const uint16_t *order)
 {
     rn_lock(s);
     if (s->closed) {
@@ -61,44 +59,43 @@ static void rn_apply_group(struct tw_runner *r, struct rn_shard *s, struct tw_ta
         return;
     }
     struct tw_tasks *t = s->tasks;
-    uint64_t now = rn_shard_now(s), earliest = UINT64_MAX;
-    for (size_t i = 0; i < m; i++) { /* due tick -> delay from the shard's now */
-        uint64_t due = (uint64_t)tmp[i].delay_ticks;
-        tmp[i].delay_ticks = due > now ? (int64_t)(due - now) : 0;
-        uint64_t deadline = now + (tmp[i].delay_ticks ? (uint64_t)tmp[i].delay_ticks : 1);
-        if (deadline < earliest)
-            earliest = deadline;
-    }
-    switch (op) {
-    case RN_SET:
-        if (r->max_pending || r->slack_shift)
-            rn_set_limited(r, s, tmp, m);
-        else
-            (void)tw_tasks_set_many(t, tmp, m);
-        break;
-    case RN_MOVE:
-        if (r->slack_shift) /* one by one, each with its slack (in `deadline`) */
-            for (size_t i = 0; i < m; i++)
-                tmp[i].result = r->int_keys
-                                    ? tw_tasks_move_slack_int(t, tmp[i].key_int, tmp[i].delay_ticks,
-                                                              tmp[i].deadline)
-                                    : tw_tasks_move_slack(t, tmp[i].key, tmp[i].key_len,
-                                                          tmp[i].delay_ticks, tmp[i].deadline);
-        else
-            (void)tw_tasks_move_many(t, tmp, m);
-        break;
-    default:
+    if (op == RN_REMOVE) {
         (void)tw_tasks_remove_many(t, tmp, m);
         for (size_t i = 0; i < m; i++)
             if (tmp[i].result == 0)
                 rn_pending_sub(r, s, 1);
-        break;
+        rn_unlock(s);
+        return;
     }
-    if (r->clock && op != RN_REMOVE && earliest != UINT64_MAX)
+    uint64_t now = rn_shard_now(s), earliest = UINT64_MAX;
+    if (rn_one_by_one_wanted(r, op)) {
+        for (size_t i = 0; i < m; i++) {
+            uint64_t due = (uint64_t)tmp[i].delay_ticks;
+            if (due < earliest)
+                earliest = due;
+        }
+        rn_one_by_one(r, s, tmp, m, op, hash, order);
+    } else {
+        for (size_t i = 0; i < m; i++) { /* due tick -> delay from the shard's now */
+            uint64_t due = (uint64_t)tmp[i].delay_ticks;
+            tmp[i].delay_ticks = due > now ? (int64_t)(due - now) : 0;
+            if (due < earliest)
+                earliest = due;
+        }
+        if (op == RN_SET)
+            (void)tw_tasks_set_many(t, tmp, m);
+        else
+            (void)tw_tasks_move_many(t, tmp, m);
+    }
+    /* the earliest tick the group fires at: its earliest due, or the
+     * shard's next tick if that is later */
+    if (earliest <= now)
+        earliest = now + 1;
+    if (r->clock && earliest != UINT64_MAX)
         rn_clock_wake(r, earliest);
     uint64_t sleeping = atomic_load_explicit(&r->sleep_until, memory_order_relaxed);
     rn_unlock(s);
-    if (op != RN_REMOVE && earliest < sleeping)
+    if (earliest < sleeping)
         rn_kick_(r, earliest, sleeping);
 }
 
@@ -107,10 +104,12 @@ static int64_t rn_many_group(struct tw_runner *r, struct tw_runner_item *items, 
 {
     struct tw_tasks_item tmp[RN_GROUP];
     uint16_t shard_of[RN_GROUP], order[RN_GROUP];
+    uint64_t hash[RN_GROUP]; /* item i's, kept for rn_one_by_one */
     uint16_t count[RN_MAX_SHARDS + 1];
     memset(count, 0, (r->nshards + 1) * sizeof count[0]);
     uint64_t now_ns = tw_mono_ns_() - r->start_ns;
     size_t good = 0;
+    int one_by_one = rn_one_by_one_wanted(r, op);
     for (size_t i = 0; i < m; i++) {
         struct tw_runner_item *it = &items[i];
         int rc = 0;
@@ -125,7 +124,10 @@ static int64_t rn_many_group(struct tw_runner *r, struct tw_runner_item *items, 
             shard_of[i] = UINT16_MAX;
             continue;
         }
-        shard_of[i] = (uint16_t)rn_item_shard(r, it);
+        uint64_t h = rn_item_hash(r, it);
+        if (one_by_one) /* (a test the compiler takes out of the loop) */
+            hash[i] = h;
+        shard_of[i] = (uint16_t)rn_shard_index(r, h);
         count[shard_of[i] + 1]++;
         good++;
     }
@@ -143,7 +145,7 @@ static int64_t rn_many_group(struct tw_runner *r, struct tw_runner_item *items, 
         if (op != RN_REMOVE) { /* the due tick, as rn_due_tick, from one clock read */
             tmp[at].delay_ticks =
                 (int64_t)tw_ticks_up_(now_ns + (uint64_t)items[i].delay_ns, r->tick_ns);
-            if (r->slack_shift) /* the slack rides in `deadline` (rn_set_limited) */
+            if (r->slack_shift) /* the slack rides in `deadline` (rn_one_by_one) */
                 tmp[at].deadline = rn_slack_ticks(r, items[i].delay_ns);
         }
     }
@@ -151,7 +153,7 @@ static int64_t rn_many_group(struct tw_runner *r, struct tw_runner_item *items, 
     for (size_t lo = 0; lo < good;) {
         unsigned sh = shard_of[order[lo]];
         size_t hi = count[sh];
-        rn_apply_group(r, &r->shards[sh], tmp + lo, hi - lo, op);
+        rn_apply_group(r, &r->shards[sh], tmp + lo, hi - lo, op, hash, order + lo);
         lo = hi;
     }
     int64_t ok = 0;
@@ -166,8 +168,7 @@ static int64_t rn_many_group(struct tw_runner *r, struct tw_runner_item *items, 
     return ok;
 }
 
-static int64_t rn_many(struct tw_runner *r, struct tw_runner_item *items, size_t n,
-                       enum rn_op op)
+static int64_t rn_many(struct tw_runner *r, struct tw_runner_item *items, size_t n, enum rn_op op)
 {
     if (!r || (!items && n))
         return TW_EINVAL;

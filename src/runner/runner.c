@@ -261,6 +261,7 @@ int tw_runner_new(struct tw_runner **out, const struct tw_runner_config *cfg)
     r->tick_ns = cfg->tick_ns;
     r->max_pending = cfg->max_pending;
     r->slack_shift = cfg->slack_shift;
+    r->lazy = !cfg->slack_shift && !cfg->eager_rearm;
     r->int_keys = cfg->key_kind == TW_TASKS_KEY_INT;
     r->nshards = cfg->shards ? cfg->shards : rn_default_shards();
     r->room_chunk = r->max_pending / (2 * (size_t)r->nshards);
@@ -273,7 +274,7 @@ int tw_runner_new(struct tw_runner **out, const struct tw_runner_config *cfg)
     r->nworkers = r->clock ? 0 : cfg->workers;
     uint64_t seed[2];
     tw_random_seed_(seed);
-    r->k0 = seed[0];
+    r->k0 = seed[0] | !(seed[0] | seed[1]); /* {0, 0} would make the shards draw their own */
     r->k1 = seed[1];
     atomic_init(&r->sleep_until, 0);
     atomic_init(&r->pending, 0);
@@ -306,6 +307,9 @@ int tw_runner_new(struct tw_runner **out, const struct tw_runner_config *cfg)
         .ctx = r,
         .key_kind = cfg->key_kind,
         .eager_rearm = cfg->eager_rearm,
+        /* The runner's: a call hashes its key once, for its shard and for
+         * that shard's index (tasks/internal.h). */
+        .seed = {r->k0, r->k1},
         /* Our copy: drain makes new instances long after cfg is gone. */
         .allocator = cfg->allocator ? &r->alloc : NULL,
     };

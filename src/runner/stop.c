@@ -107,7 +107,7 @@ int tw_runner_stop(struct tw_runner *r, unsigned flags)
         r->shards[i].closed = 1;
         pthread_mutex_unlock(&r->shards[i].lock);
     }
-    rn_join_all_(r); /* tick thread, then workers once the queue is empty */
+    rn_join_all_(r);    /* tick thread, then workers once the queue is empty */
     rn_wait_drains_(r); /* drains of user threads: they meet closed shards */
     r->stopper = pthread_self();
     atomic_store_explicit(&r->stopper_set, 1, memory_order_release);
