@@ -669,12 +669,12 @@ static void test_max_pending_room(void)
     tw_runner_free(r);
 }
 
-/* twheel/runner.h gives a runner's memory on a clock: with shards = 1 about
- * 50 KB allocated empty (the shard's tw_tasks instance, 31 KB, and the queue
- * of 64 fired tasks, 19 KB), and about 31 KB more per shard. Pinned here from both
- * sides, counted through config.allocator, so that a bigger (or smaller)
- * wheel, instance or queue fails this test instead of leaving those figures
- * stale. */
+/* tw_runner_new (twheel/runner.h) gives a runner's memory: on a clock with
+ * shards = 1 about 50 KB allocated empty (the shard's tw_tasks instance,
+ * 31 KB, and the queue of 64 fired tasks, 19 KB), and about 31 KB more per
+ * shard. Pinned here from both sides, counted through config.allocator, so
+ * that a bigger (or smaller) wheel, instance or queue fails this test
+ * instead of leaving those figures stale. */
 struct counted {
     atomic_llong outstanding;
 };

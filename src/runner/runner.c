@@ -53,6 +53,16 @@
  * shards and advances every shard to it, so tasks due at earlier ticks are
  * dispatched before later ones even while catching up after a stall.
  *
+ * One hash a call: a keyed call hashes its key once (keyed.c, rn_key), with
+ * the runner's seed, which every shard's tw_tasks instance shares; the
+ * shard comes from that hash times an odd constant (rn_shard_index) and the
+ * hash goes down to the shard's index with the call (tasks/internal.h), as
+ * does its due tick, absolute on the runner's clock from the start (due +
+ * the shard's off), and its slack. Every set, single or batched, goes
+ * through rn_set_in_shard, which admits a new key (max_pending) before
+ * anything is inserted. The batched calls' prefetching path (tw_tasks'
+ * *_many) hashes each key a second time, in its look-ahead stage.
+ *
  * Many producers
  * --------------
  * A producer call cannot be deferred (it returns its true result, and its
@@ -119,7 +129,7 @@
  * line is written about once per chunk of calls of a shard, whatever the
  * number of producers. tw_runner_stats.shared_writes counts those writes
  * (test_runner_clock checks the bound). The price is TW_EFULL's precision
- * under concurrency, documented in runner.h.
+ * under concurrency, documented in docs/contracts.md.
  */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, pthread_condattr_setclock */
@@ -132,7 +142,8 @@
 #include "twheel/wheel.h"
 
 /* Shards by default: RN_SHARDS_PER_CPU per online CPU, at
- * least RN_MIN_DEFAULT_SHARDS, at most RN_MAX_SHARDS (see runner.h). */
+ * least RN_MIN_DEFAULT_SHARDS, at most RN_MAX_SHARDS (the design comment
+ * above gives the reasons). */
 static unsigned rn_default_shards(void)
 {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
