@@ -8,9 +8,9 @@ target_link_libraries(batch_keyed PRIVATE twheel_static)
 add_executable(eager_keyed ${CMAKE_CURRENT_LIST_DIR}/eager_keyed.c)
 target_link_libraries(eager_keyed PRIVATE twheel_static)
 # tw_tasks' index probe lengths, grown against sized up front (white-box: it
-# includes src/tasks/tasks.c and builds on the sources the keyed layer needs).
+# includes src/tasks/internal.h and builds on the sources the keyed layer needs).
 # Run: tasks_probe [--seq]
-file(GLOB twheel_core_sources ${PROJECT_SOURCE_DIR}/src/core/*.c)
+file(GLOB twheel_core_sources ${PROJECT_SOURCE_DIR}/src/core/*.c ${PROJECT_SOURCE_DIR}/src/tasks/*.c)
 add_executable(tasks_probe ${CMAKE_CURRENT_LIST_DIR}/tasks_probe.c
   ${PROJECT_SOURCE_DIR}/src/common/common.c ${PROJECT_SOURCE_DIR}/src/common/bigmem.c
   ${twheel_core_sources} ${PROJECT_SOURCE_DIR}/src/common/random.c)

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* Probe lengths of tw_tasks' index: grown from empty against sized up front
  * (config.capacity), measured by walking the index itself (white-box: this
- * file includes src/tasks/tasks.c, so it builds on the sources, not the library).
+ * file includes src/tasks/internal.h and builds on the sources, not the
+ * library).
  *
  * For N in {1e4, 3e4, 1e5, 3e5, 1e6}, integer and "conn:<k>" string keys,
  * several seeds, it fills three instances with the same keys in the same
@@ -19,7 +20,7 @@
  *
  * Usage: tasks_probe [--seq]   (--seq: keys 0..N-1, only N = 1e6, 6 seeds)
  */
-#include "tasks/tasks.c"
+#include "tasks/internal.h"
 
 #include <stdio.h>
 
@@ -42,9 +43,9 @@ static struct probes measure(const struct tw_tasks *t)
     uint64_t sum = 0;
     for (uint32_t pos = 0; pos < t->cap; pos++) {
         uint32_t sl = t->slots[pos];
-        if (sl <= SLOT_TOMB)
+        if (sl <= TASKS_SLOT_TOMB)
             continue;
-        uint32_t home = tw_hash_home((uint64_t)*hi_at(t, (sl & t->mask) - 2) << 32, t->cap);
+        uint32_t home = tw_hash_home((uint64_t)*tasks_hi_at(t, (sl & t->mask) - 2) << 32, t->cap);
         uint32_t d = (pos >= home ? pos - home : pos + t->cap - home) + 1;
         sum += d;
         if (d > m.max)
@@ -108,7 +109,7 @@ int main(int argc, char **argv)
                 fill(g, ints, n, seed);
                 struct probes pg = measure(g);
                 struct tw_tasks *f = make(ints, seed, 0);
-                if (rehash(f, g->cap, g->bits)) /* an empty index of the same size */
+                if (tw_tasks_rehash_(f, g->cap, g->bits)) /* an empty index of the same size */
                     abort();
                 fill(f, ints, n, seed);
                 struct probes pf = measure(f);
