@@ -88,6 +88,25 @@ static enum tw_redis_result noop_exec(void *arg, const struct tw_redis_task *t)
     return TW_REDIS_DONE;
 }
 
+/* Start a server with these extra arguments (NULL: none); false (checked) if
+ * it cannot start. */
+static bool start(struct rfx_server *s, const char *const *extra)
+{
+    struct rfx_options o = {.extra = extra};
+    if (rfx_start(s, &o) == 0)
+        return true;
+    CHECK(!"cannot start redis-server");
+    return false;
+}
+
+/* Wait (bounded) until *runs reaches n. */
+static void wait_runs(atomic_uint_fast32_t *runs, uint32_t n, unsigned ms)
+{
+    uint64_t end = rfx_mono_ms() + ms;
+    while (atomic_load(runs) < n && rfx_mono_ms() < end)
+        rfx_sleep_ms(10);
+}
+
 /* ---- eviction policy ---------------------------------------------------------- */
 
 /* allkeys-lru: refused (client and worker), nothing written; accepted with
@@ -96,12 +115,9 @@ static enum tw_redis_result noop_exec(void *arg, const struct tw_redis_task *t)
 static void test_evicting_policy(void)
 {
     static const char *const extra[] = {"--maxmemory-policy", "allkeys-lru", NULL};
-    struct rfx_options o = {.extra = extra};
     struct rfx_server s;
-    if (rfx_start(&s, &o) != 0) {
-        CHECK(!"cannot start redis-server");
+    if (!start(&s, extra))
         return;
-    }
     atomic_uint_fast32_t runs = 0;
     struct tw_redis_config c;
     struct tw_redis *r = NULL;
@@ -120,9 +136,7 @@ static void test_evicting_policy(void)
         CHECK_EQ_INT(tw_redis_stats(r, &st), 0);
         CHECK_EQ_U64(st.evicting_nodes, 1);
         CHECK_EQ_INT(tw_redis_set(r, "a", 1, "p", 1, 0), 0);
-        uint64_t end = rfx_mono_ms() + 5000;
-        while (atomic_load(&runs) < 1 && rfx_mono_ms() < end)
-            rfx_sleep_ms(10);
+        wait_runs(&runs, 1, 5000);
         CHECK_EQ_INT(atomic_load(&runs), 1);
         tw_redis_free(r);
         r = NULL;
@@ -160,12 +174,9 @@ static void test_policy_from_info(void)
     static const char *const extra[] = {"--maxmemory-policy",   "allkeys-lru",
                                         "--rename-command",     "CONFIG",
                                         "twheel-hidden-config", NULL};
-    struct rfx_options o = {.extra = extra};
     struct rfx_server s;
-    if (rfx_start(&s, &o) != 0) {
-        CHECK(!"cannot start redis-server");
+    if (!start(&s, extra))
         return;
-    }
     CHECK(rfx_command(&s, "CONFIG GET maxmemory-policy") != 0); /* refused */
     struct tw_redis_config c;
     struct tw_redis *r = NULL;
@@ -186,10 +197,8 @@ static void test_policy_from_info(void)
 static void test_evicting_later(void)
 {
     struct rfx_server s;
-    if (rfx_start(&s, NULL) != 0) {
-        CHECK(!"cannot start redis-server");
+    if (!start(&s, NULL))
         return;
-    }
     struct tw_redis_config c;
     struct tw_redis *r = NULL;
     cfg_on(&c, &s, "later");
@@ -229,12 +238,9 @@ static void test_oom_drains(void)
 {
     static const char *const extra[] = {"--maxmemory", "6mb", "--maxmemory-policy", "noeviction",
                                         NULL};
-    struct rfx_options o = {.extra = extra};
     struct rfx_server s;
-    if (rfx_start(&s, &o) != 0) {
-        CHECK(!"cannot start redis-server");
+    if (!start(&s, extra))
         return;
-    }
     struct tw_redis_config c;
     struct tw_redis *cl = NULL, *w = NULL;
     cfg_on(&c, &s, "oom");
@@ -340,10 +346,8 @@ out:
 static void test_lease_min(void)
 {
     struct rfx_server s;
-    if (rfx_start(&s, NULL) != 0) {
-        CHECK(!"cannot start redis-server");
+    if (!start(&s, NULL))
         return;
-    }
     atomic_uint_fast32_t runs = 0;
     struct tw_redis_config c;
     struct tw_redis *r = NULL;
@@ -366,9 +370,7 @@ static void test_lease_min(void)
     CHECK_EQ_INT(tw_redis_new(&r, &c), 0);
     if (r) { /* and it delivers */
         CHECK_EQ_INT(tw_redis_set(r, "a", 1, "p", 1, 0), 0);
-        uint64_t end = rfx_mono_ms() + 5000;
-        while (atomic_load(&runs) < 1 && rfx_mono_ms() < end)
-            rfx_sleep_ms(10);
+        wait_runs(&runs, 1, 5000);
         CHECK_EQ_INT(atomic_load(&runs), 1);
         tw_redis_free(r);
     }
@@ -380,10 +382,8 @@ static void test_lease_min(void)
 static void test_partitions_stored(void)
 {
     struct rfx_server s;
-    if (rfx_start(&s, NULL) != 0) {
-        CHECK(!"cannot start redis-server");
+    if (!start(&s, NULL))
         return;
-    }
     struct drain *d = calloc(1, sizeof *d);
     struct tw_redis_config c;
     struct tw_redis *cl = NULL, *w = NULL;
