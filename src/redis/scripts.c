@@ -325,12 +325,12 @@
     "if due <= hold() then redis.call('PUBLISH', ARGV[3], due) end\n"                      \
     "return 1\n"
 
-/* First lines: Redis 7 script flags (a shebang; why: redis.c, "Memory").
- * Without one a script runs in Redis's compatibility mode, where at
- * maxmemory its first write that may grow memory fails, unless another
- * write came before it: CLAIM fails at its first INCRBY or HSET (a full
- * queue never drains), while a SET that replaces a task gets through. With one, Redis
- * decides before the script runs: DENY_OOM refuses it at maxmemory (OOM,
+/* First lines: Redis 7 script flags (a shebang; why: redis.c, "Memory
+ * pressure"). Without one a script runs in Redis's compatibility mode,
+ * where at maxmemory its first write that may grow memory fails, unless
+ * another write came before it: CLAIM fails at its first INCRBY or HSET (a
+ * full queue never drains), while a SET that replaces a task gets through.
+ * With one, Redis decides before the script runs: DENY_OOM refuses it at maxmemory (OOM,
  * nothing written: set and move, which add work), ALLOW_OOM runs it
  * whatever the memory (what frees memory or keeps it flat: claim, start
  * with the acknowledgements, fail, release, remove). Declaring flags also
