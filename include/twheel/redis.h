@@ -42,6 +42,11 @@
  * lost acknowledgement is a second delivery, a lost set a task never
  * delivered), RDB alone everything since the last snapshot.
  *
+ * Memory: Redis must keep the queue's keys. tw_redis_new refuses a server
+ * whose maxmemory-policy may evict them, unless the caller accepts the risk
+ * (accept_evicting_policy). At maxmemory under noeviction new work is
+ * refused (TW_EOOM) and workers still drain the queue.
+ *
  * Leases: lease_ms bounds how long a claimed task may wait past its due
  * time and how long execute may run (the lease is renewed to now + lease_ms
  * at the start, not while execute runs); an execute that runs longer loses
@@ -75,6 +80,15 @@ extern "C" {
 #define TW_REDIS_PARTITIONS_MAX 16384u
 /** Most executor threads of a worker. */
 #define TW_REDIS_THREADS_MAX 256u
+/** Shortest lease_ms a worker accepts (less gives TW_EINVAL; so does less than 4 * tick_ms).
+ * A lease must outlast what a worker does between a START and the end of the work it
+ * protects: the wait until the due time (start_ahead_ms, capped at lease_ms / 4), the tasks
+ * of its batch run before it (a batch is cut to a quarter of the lease), the delayed
+ * acknowledgement (lease_ms / 8 at most), and the fixed costs no fraction of the lease
+ * covers: a tick of the local wheel, a START retried 100 ms after a lost reply, round trips
+ * and thread wake-ups. Below 200 ms those fixed costs alone can outlast the lease, and the
+ * queue churns: tasks claimed, their leases gone before they start, claimed again. */
+#define TW_REDIS_LEASE_MIN_MS 200u
 
 /** A client of one durable queue; with an execute callback, also a worker. */
 struct tw_redis;
@@ -103,7 +117,9 @@ struct tw_redis_config {
     const char *const *servers; /**< "host:port" seeds: the server, or any nodes of a cluster */
     size_t nservers;            /**< number of seeds (>= 1) */
     const char *queue;          /**< queue name, the prefix of every key (default "twq") */
-    uint32_t partitions;        /**< hash-tag partitions (default 16); every client of a queue must agree */
+    uint32_t partitions;        /**< hash-tag partitions (default 16); every client of a queue must
+                                     agree: the first stores it with the queue, another count gives
+                                     TW_ECONFLICT (tw_redis_new) */
     tw_redis_execute_fn *execute; /**< NULL: a client only (set/move/remove/stats), no worker */
     void *arg;                  /**< passed to execute */
     uint32_t threads;           /**< executor threads running execute (default 4) */
@@ -125,6 +141,12 @@ struct tw_redis_config {
      * priority. Needs root or CAP_SYS_NICE (and an RLIMIT_RTPRIO that allows it); when
      * refused, the thread keeps normal scheduling and stats count it in rt_refused. */
     uint32_t rt_priority;
+    /** false (default): tw_redis_new refuses (TW_ECONFLICT) a server, or a cluster master,
+     * whose maxmemory-policy may evict the queue's keys: allkeys-lru, allkeys-lfu,
+     * allkeys-random, or a policy it cannot read; noeviction and the volatile-* policies are
+     * safe (see tw_redis_new). true: the caller accepts tasks lost to eviction; stats count
+     * such servers in evicting_nodes. */
+    bool accept_evicting_policy;
 };
 
 /** Statistics; every count since tw_redis_new. */
@@ -150,18 +172,50 @@ struct tw_redis_stats {
                                moved, removed or expired) */
     uint64_t rt_refused;  /**< threads refused the rt_priority of the config (they run with
                                normal scheduling) */
+    uint64_t oom_refusals;   /**< set, move and set_many calls a server refused at maxmemory
+                                (TW_EOOM; a set_many counts once) */
+    uint64_t evicting_nodes; /**< servers connected now whose maxmemory-policy may evict the
+                                  queue's keys, accepted by accept_evicting_policy: tasks
+                                  may be lost (0 without it: such servers are refused) */
 };
 
 /** Fill @p cfg with the defaults above (servers NULL: must be set). No I/O. */
 TW_API void tw_redis_config_init(struct tw_redis_config *cfg);
 
 /** Connect and, with an execute callback, start the worker. Blocks while it
- * connects (connect_timeout_ms per attempt) and loads the scripts; a worker
- * then waits for its subscription, for at most connect_timeout_ms +
- * command_timeout_ms more. @p cfg and the strings it points to are copied;
- * arg stays the caller's. Any thread.
- * @return 0 and *out, or TW_EINVAL (bad config), TW_EIO (no server reachable),
- *         TW_EPROTO, TW_ENOMEM, TW_ESYS. */
+ * connects (connect_timeout_ms per attempt), loads the scripts and checks
+ * the servers (below); a worker then waits for its subscription, for at
+ * most connect_timeout_ms + command_timeout_ms more. @p cfg and the strings
+ * it points to are copied; arg stays the caller's. Any thread.
+ *
+ * Checks, a round trip or two each:
+ *  - Eviction: every master (each one the cluster's slot map names, and any
+ *    server the client connects to later) must keep the queue's keys:
+ *    maxmemory-policy noeviction, or volatile-* (the queue's keys carry no
+ *    TTL but one, which is only a hint). allkeys-* would evict tasks, and a
+ *    policy neither CONFIG GET nor INFO memory tells counts as evicting. A
+ *    server refused after new (first connected later, e.g. a promoted
+ *    replica) answers set, move, remove, set_many and stats with
+ *    TW_ECONFLICT, each call checking it again on a new connection, until
+ *    it is reconfigured.
+ *  - Partitions: the first client of a queue stores its partition count in
+ *    Redis (key "{queue}:partitions"); a client with another count is
+ *    refused. To move a queue to more partitions, give the new count a new
+ *    queue name: producers set into the new queue, workers of both run until
+ *    the old one's pending is 0, then the old workers stop. A queue with
+ *    nothing pending and no client running may instead be renumbered in
+ *    place: DEL {queue}:partitions, then start the clients with the new count.
+ *
+ * At maxmemory (noeviction): set, move and set_many are refused (TW_EOOM,
+ * nothing written), while workers keep claiming, starting, acknowledging,
+ * failing and releasing, and remove keeps working: what frees memory, or
+ * keeps it flat, gets through, so a full queue drains. Needs Redis 7.0 or
+ * later (the scripts declare this with Redis 7 script flags).
+ * @return 0 and *out, or TW_EINVAL (bad config, lease_ms below
+ *         TW_REDIS_LEASE_MIN_MS or 4 * tick_ms), TW_EIO (no server reachable),
+ *         TW_ECONFLICT (an evicting maxmemory-policy not accepted, or another
+ *         partition count stored with the queue), TW_EOOM (a new queue's
+ *         partition count refused at maxmemory), TW_EPROTO, TW_ENOMEM, TW_ESYS. */
 TW_API int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg);
 
 /** Store or replace a task due at now + delay_ms (Redis server clock); durable
@@ -170,7 +224,10 @@ TW_API int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg
  * while Redis is away or the slot migrates. Key and payload are copied to
  * Redis; the caller keeps them. Any thread, execute included.
  * @return 0, or TW_EINVAL (NULL, negative delay), TW_E2BIG, TW_EIO (nothing
- *         written), TW_EPROTO (Redis answered an error), TW_ECLOSED, TW_ENOMEM. */
+ *         written), TW_EOOM (the server is at maxmemory: nothing written; counted in
+ *         stats' oom_refusals), TW_ECONFLICT (a server found with an evicting policy
+ *         after tw_redis_new), TW_EPROTO (Redis answered another error), TW_ECLOSED,
+ *         TW_ENOMEM. */
 TW_API int tw_redis_set(struct tw_redis *r, const void *key, size_t key_len,
                         const void *payload, size_t payload_len, int64_t delay_ms);
 
@@ -179,8 +236,9 @@ TW_API int tw_redis_set(struct tw_redis *r, const void *key, size_t key_len,
 TW_API int tw_redis_move(struct tw_redis *r, const void *key, size_t key_len, int64_t delay_ms);
 
 /** Remove a task: not delivered after this returns (unless already running or started:
- * up to start_ahead_ms before its due time). Cost and threads as tw_redis_set.
- * @return 0, TW_ENOENT, or as tw_redis_set. */
+ * up to start_ahead_ms before its due time). Cost and threads as tw_redis_set. It frees
+ * memory, so a server at maxmemory still takes it.
+ * @return 0, TW_ENOENT, or as tw_redis_set (TW_EOOM aside). */
 TW_API int tw_redis_remove(struct tw_redis *r, const void *key, size_t key_len);
 
 /** One item of tw_redis_set_many. */
@@ -198,8 +256,8 @@ struct tw_redis_item {
  * given twice: the last item wins. Items are copied to Redis; the caller
  * keeps them. Threads as tw_redis_set.
  * @return the number stored (n on success), or an error code as tw_redis_set;
- *         on TW_EIO some of the items may be stored (not necessarily a
- *         prefix), and which is not known. */
+ *         on TW_EIO or TW_EOOM some of the items may be stored (not necessarily
+ *         a prefix), and which is not known. */
 TW_API int tw_redis_set_many(struct tw_redis *r, const struct tw_redis_item *items, size_t n);
 
 /** Stop claiming, let running callbacks finish (and tasks started ahead run

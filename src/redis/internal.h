@@ -65,6 +65,7 @@ struct tw_rr_node {
     bool ever_connected;  /* a later connect counts as a reconnect */
     uint64_t next_try_ns; /* no connect attempt before (backoff) */
     uint32_t backoff_ms;  /* current backoff, 0 after a success */
+    int check;            /* the owner's on_connect answer for the current connection */
 };
 
 struct tw_rr_router {
@@ -81,6 +82,13 @@ struct tw_rr_router {
     const char *const *shas;  /* script SHA1s (hex), owned by the client */
     const char *const *bodies; /* script texts */
     uint64_t reconnects;      /* connections re-established after a failure */
+    /* Set by the owner: run on each new connection before its first command;
+     * TW_EIO fails the connection, another negative code refuses the command
+     * with it (the connection closed: the next command to that node connects
+     * and is checked again), 0 or more is kept in the node's check. */
+    int (*on_connect)(void *ctx, redisContext *c);
+    void *on_connect_ctx;
+    uint64_t oom_refusals; /* script calls refused at maxmemory (TW_EOOM) */
 };
 
 /* Copy the seeds; connect to the first that answers and learn whether it is
@@ -102,12 +110,15 @@ int tw_rr_node_of(const struct tw_rr_router *rt, int slot);
 /* Run one command routed by `slot` (any node when slot < 0), following
  * MOVED/ASK, retrying connection errors with backoff until the command
  * timeout (retry_ms when set). Returns 0 and *reply (an error reply is returned as a reply), or
- * TW_EIO, TW_ENOMEM. */
+ * TW_EIO, TW_ENOMEM, or the node's refusal (on_connect). */
 int tw_rr_command(struct tw_rr_router *rt, int slot, int argc, const char **argv,
                   const size_t *lens, redisReply **reply);
+/* The code of an error reply: TW_EOOM for a write refused at maxmemory
+ * (counted in rt->oom_refusals), else TW_EPROTO. */
+int tw_rr_reply_error(struct tw_rr_router *rt, const redisReply *r);
 /* EVALSHA script `id` with EVAL fallback on NOSCRIPT. argv holds the keys then
  * the arguments (nkeys + nargs entries). Error replies other than NOSCRIPT:
- * TW_EPROTO (the reply is freed). */
+ * as tw_rr_reply_error (the reply is freed). */
 int tw_rr_eval(struct tw_rr_router *rt, unsigned id, int slot, int nkeys, int nargs,
                const char **argv, const size_t *lens, redisReply **reply);
 /* Pipelined EVALSHA of `n` calls of script `id` on one slot each: build(i)

@@ -32,6 +32,10 @@
  *   {q:p}:ch       channel PUBLISH due ms when a task becomes     set move fail release
  *                          due before hold (a worker claims now)
  *
+ * and one key per queue, {q}:partitions (STRING, its own slot): the
+ * partition count, written SET NX by the queue's first client and compared
+ * by every later one at new (below, "The servers' configuration").
+ *
  * W = TW_RR_BUCKET_MS = 500 ms. A waiting task (token 0) is in exactly the
  * bucket floor(due / W) of the due time in its record; a claimed one is in
  * lease instead. set, move and remove find the old bucket from the record;
@@ -200,6 +204,64 @@
  * buckets, where one due ZSET per partition would take a batch in one ZADD
  * (less Redis CPU per set; claims cost the same).
  *
+ * Memory pressure. Redis must keep every key of the queue: a task record
+ * evicted is a task lost (and its bucket entry an orphan, counted nowhere
+ * once its record is gone), an evicted bucket or lease ZSET hides its
+ * tasks from every claim while their records stay counted in pending. Which
+ * maxmemory-policy evicts what: allkeys-lru, allkeys-lfu and allkeys-random
+ * any key, so tasks; the volatile-* policies (lru, lfu, random, ttl) only
+ * keys with a TTL, and the queue's only such key is hold (SET PX by
+ * claim), whose loss costs at most lateness: a set due before the window
+ * already claimed then publishes nothing and waits for the next refill
+ * (window/2), never lost, never early; noeviction evicts nothing. With no
+ * key left to evict a volatile-* server refuses writes as noeviction
+ * does. So new accepts noeviction and volatile-*, and refuses the rest
+ * (a policy it cannot read included) with TW_ECONFLICT unless the config
+ * accepts the risk (accept_evicting_policy; stats count those servers in
+ * evicting_nodes). A key given a TTL later must be weighed the same way.
+ * The policy is read with CONFIG GET, or from INFO memory where CONFIG is
+ * renamed or denied (managed services). It is checked on every master at
+ * new (each node of the cluster's slot map), and on every later connection
+ * of the client's router (a master that was away, a promoted replica, a
+ * reconnect: router on_connect, one round trip); a server refused after new
+ * answers the client's calls with TW_ECONFLICT, each call on a new
+ * connection checked again (so a reconfigured server is taken at once;
+ * the refused one costs a connection per call). The workers' own
+ * connections are not checked: they drain. A policy changed by CONFIG SET
+ * on a connected server is seen at the next connection only.
+ *
+ * At maxmemory under noeviction, Redis refuses the commands that may grow
+ * memory. A script without flags is refused at its first such write unless
+ * another write came first: the claim then failed at its first INCRBY or
+ * HSET, nothing was ever started or acknowledged, and a full queue stayed
+ * full. So every script declares Redis 7 flags (a shebang, scripts.c): set
+ * and move (new work) are refused before they run, whole (TW_EOOM, nothing
+ * written, counted in oom_refusals); claim, start with its
+ * acknowledgements, fail, release and remove carry allow-oom and run at
+ * any memory: an acknowledgement or remove frees a task, claim and start
+ * rewrite a record of the same size and move a member between ZSETs, fail
+ * and release move one back (a new bucket at most). The queue drains, and
+ * sets work again once it has freed enough. The router keeps the OOM
+ * answer as TW_EOOM (tw_rr_reply_error), not TW_EPROTO.
+ *
+ * The servers' configuration, checked by new: the policy (above) and the
+ * queue's partition count. A key's partition is its hash % partitions, so
+ * clients with different counts put a task where another's worker never
+ * claims it, or claim partitions no set fills: tasks silently lost. So the
+ * first client of a queue stores its count in {q}:partitions (GET, then
+ * SET NX, GET again after losing the race: a server at maxmemory still
+ * lets a client of an existing queue start), and a client with another
+ * count fails new with TW_ECONFLICT. To grow a queue: a new queue name
+ * with the new count, producers moved to it, the old queue's workers kept
+ * until its pending is 0 (redis.h); or, for an empty queue with no client
+ * running, DEL {q}:partitions. Not built: re-partitioning in place would
+ * move every task between slots while workers claim them. A queue whose
+ * key was lost with its data (a restart without persistence) takes the
+ * count of its next first client. lease_ms has a floor (redis.h,
+ * TW_REDIS_LEASE_MIN_MS, and 4 ticks): a lease shorter than the fixed
+ * costs between a claim or START and the work it protects runs out before
+ * the work starts, and the queue churns without delivering.
+ *
  * Pipelined sets are bound by Redis's CPU, not the client's, so the SET
  * script is written for Redis's cost (scripts.c): a bucket is one run of
  * the delay-sorted tasks, added by one ZADD; keys, payloads and delays come
@@ -352,7 +414,8 @@ static int rr_check_config(const struct tw_redis_config *c)
         if (c->tick_ms == 0 || c->tick_ms > 1000 || c->window_ms < 2 * c->tick_ms ||
             c->window_ms > 86400000u)
             return TW_EINVAL;
-        if (c->lease_ms == 0 || c->lease_ms > 86400000u)
+        if (c->lease_ms < TW_REDIS_LEASE_MIN_MS || c->lease_ms < 4 * c->tick_ms ||
+            c->lease_ms > 86400000u)
             return TW_EINVAL;
         if (c->retry_max_ms < c->retry_base_ms || c->retry_max_ms > 86400000u)
             return TW_EINVAL;
@@ -464,6 +527,143 @@ static int rr_load_scripts(struct tw_redis *r)
     return 0;
 }
 
+/* ---- the servers' configuration: eviction, the queue's partition count ------ */
+
+/* The maxmemory-policy of the server behind c into buf ("" when it does not
+ * tell): CONFIG GET, or INFO memory's maxmemory_policy when CONFIG is
+ * refused (managed services rename or deny it). 0, or TW_EIO when the
+ * connection failed. */
+static int rr_read_policy(redisContext *c, char *buf, size_t cap)
+{
+    buf[0] = 0;
+    redisReply *x = redisCommand(c, "CONFIG GET maxmemory-policy");
+    if (!x)
+        return TW_EIO;
+    if (x->type == REDIS_REPLY_ARRAY && x->elements == 2 &&
+        x->element[1]->type == REDIS_REPLY_STRING) {
+        snprintf(buf, cap, "%s", x->element[1]->str);
+        freeReplyObject(x);
+        return 0;
+    }
+    freeReplyObject(x);
+    if (!(x = redisCommand(c, "INFO memory")))
+        return TW_EIO;
+    const char *p = x->type == REDIS_REPLY_STRING ? strstr(x->str, "maxmemory_policy:") : NULL;
+    if (p) {
+        p += strlen("maxmemory_policy:");
+        size_t n = strcspn(p, "\r\n");
+        if (n < cap) {
+            memcpy(buf, p, n);
+            buf[n] = 0;
+        }
+    }
+    freeReplyObject(x);
+    return 0;
+}
+
+/* The router's check of each new connection (on_connect): 0 for a policy
+ * that keeps the queue's keys, 1 for one that may evict them when the
+ * config accepts that, else TW_ECONFLICT (the node refused); TW_EIO. */
+static int rr_check_server(void *ctx, redisContext *c)
+{
+    const struct tw_redis *r = ctx;
+    char pol[64];
+    if (rr_read_policy(c, pol, sizeof pol) != 0)
+        return TW_EIO;
+    if (strcmp(pol, "noeviction") == 0 || strncmp(pol, "volatile-", 9) == 0)
+        return 0;
+    return r->cfg.accept_evicting_policy ? 1 : TW_ECONFLICT;
+}
+
+/* Check every master of the client's router: the nodes the slot map names
+ * (standalone: the server). The seeds new connected before the check was
+ * set are checked here; the others on connecting (a PING), and a master
+ * that does not answer now when it first does (the router calls
+ * rr_check_server on every connection). 0, TW_ECONFLICT, TW_ENOMEM. */
+static int rr_check_masters(struct tw_redis *r)
+{
+    struct tw_rr_router *rt = &r->api;
+    rt->on_connect = rr_check_server;
+    rt->on_connect_ctx = r;
+    int *slot_of = malloc((rt->nnodes ? rt->nnodes : 1) * sizeof *slot_of);
+    if (!slot_of)
+        return TW_ENOMEM;
+    size_t n = rt->nnodes; /* a PING may add nodes (redirects): those are checked on connecting */
+    for (size_t i = 0; i < n; i++)
+        slot_of[i] = !rt->cluster && i == 0 ? -1 : -2;
+    for (unsigned s = 0; rt->cluster && s < TW_RR_SLOTS; s++) {
+        int i = tw_rr_node_of(rt, (int)s);
+        if (i >= 0 && (size_t)i < n && slot_of[i] == -2)
+            slot_of[i] = (int)s;
+    }
+    int rc = 0;
+    uint32_t keep = rt->retry_ms;
+    rt->retry_ms = 1; /* one connection attempt per master: one that is away is checked later */
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        if (slot_of[i] == -2) /* a seed that serves no slot (a replica) */
+            continue;
+        if (rt->nodes[i].c) {
+            int v = rr_check_server(r, rt->nodes[i].c);
+            rt->nodes[i].check = v == TW_EIO ? 0 : v;
+            if (v < 0 && v != TW_EIO)
+                rc = v;
+            continue;
+        }
+        const char *av[1] = {"PING"};
+        size_t al[1] = {4};
+        redisReply *x = NULL;
+        int e = tw_rr_command(rt, slot_of[i], 1, av, al, &x);
+        if (x)
+            freeReplyObject(x);
+        if (e != 0 && e != TW_EIO)
+            rc = e;
+    }
+    rt->retry_ms = keep;
+    free(slot_of);
+    return rc;
+}
+
+/* The queue's partition count, stored with the queue: {queue}:partitions
+ * (its own slot: the name of no partition), written SET NX by its first
+ * client, read by every later one. Read first, so that a client of an
+ * existing queue starts on a server at maxmemory (the SET would be
+ * refused). 0, TW_ECONFLICT (another count, or a value not a count),
+ * TW_EOOM, TW_EIO, TW_EPROTO, TW_ENOMEM. */
+static int rr_check_partitions(struct tw_redis *r)
+{
+    char key[TW_RR_KEYBUF], val[16];
+    size_t kl = (size_t)snprintf(key, sizeof key, "{%s}:partitions", r->queue);
+    size_t vl = (size_t)snprintf(val, sizeof val, "%u", (unsigned)r->cfg.partitions);
+    int slot = (int)tw_rr_key_slot(key, kl);
+    for (int round = 0; round < 2; round++) { /* a second read after losing the SET NX race */
+        const char *get[2] = {"GET", key}, *set[4] = {"SET", key, val, "NX"};
+        size_t gl[2] = {3, kl}, sl[4] = {3, kl, vl, 2};
+        redisReply *x;
+        int rc = tw_rr_command(&r->api, slot, 2, get, gl, &x);
+        if (rc)
+            return rc;
+        int t = x->type;
+        if (t == REDIS_REPLY_STRING)
+            rc = x->len == vl && memcmp(x->str, val, vl) == 0 ? 0 : TW_ECONFLICT;
+        else
+            rc = t == REDIS_REPLY_ERROR ? tw_rr_reply_error(&r->api, x) : TW_EPROTO;
+        freeReplyObject(x);
+        if (t != REDIS_REPLY_NIL)
+            return rc;
+        if ((rc = tw_rr_command(&r->api, slot, 4, set, sl, &x)) != 0)
+            return rc;
+        t = x->type;
+        if (t == REDIS_REPLY_STATUS) /* "OK": stored */
+            rc = 0;
+        else
+            rc = t == REDIS_REPLY_ERROR ? tw_rr_reply_error(&r->api, x) : TW_EPROTO;
+        freeReplyObject(x);
+        if (t != REDIS_REPLY_NIL) /* stored, or refused */
+            return rc;
+    }
+    return TW_EPROTO;
+}
+
 int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
 {
     if (out)
@@ -526,7 +726,8 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
         int n = snprintf(tag, sizeof tag, "{%s:%u}", r->queue, (unsigned)p);
         r->slots[p] = (int)tw_rr_key_slot(tag, (size_t)n);
     }
-    if ((rc = rr_router(r, &r->api)) != 0 || (rc = rr_load_scripts(r)) != 0)
+    if ((rc = rr_router(r, &r->api)) != 0 || (rc = rr_load_scripts(r)) != 0 ||
+        (rc = rr_check_masters(r)) != 0 || (rc = rr_check_partitions(r)) != 0)
         goto fail;
     r->multi = !r->api.cluster;
     if (r->worker) {

@@ -162,6 +162,15 @@ static int rr_connect(struct tw_rr_router *rt, size_t i)
         rr_backoff(n);
         return TW_EIO;
     }
+    if (rt->on_connect) { /* the owner's check of the server (redis.c) */
+        int v = rt->on_connect(rt->on_connect_ctx, c);
+        if (v == TW_EIO) {
+            redisFree(c);
+            rr_backoff(n);
+            return TW_EIO;
+        }
+        n->check = v;
+    }
     n->c = c;
     n->backoff_ms = 0;
     n->next_try_ns = 0;
@@ -401,6 +410,11 @@ int tw_rr_command(struct tw_rr_router *rt, int slot, int argc, const char **argv
             rr_wait(rt, (size_t)n, deadline);
             continue;
         }
+        if (nd->check < 0) { /* refused by the owner's check: checked again on the next call */
+            int refused = nd->check;
+            rr_drop(nd);
+            return refused;
+        }
         redisReply *r = NULL;
         bool ok;
         if (ask >= 0) {
@@ -462,6 +476,17 @@ int tw_rr_command(struct tw_rr_router *rt, int slot, int argc, const char **argv
     }
 }
 
+int tw_rr_reply_error(struct tw_rr_router *rt, const redisReply *r)
+{
+    /* "OOM command not allowed when used memory > 'maxmemory'", or a script
+     * without the allow-oom flag refused before it ran */
+    if (strncmp(r->str, "OOM ", 4) == 0) {
+        rt->oom_refusals++;
+        return TW_EOOM;
+    }
+    return TW_EPROTO;
+}
+
 /* The head of a script call: EVALSHA, script id's SHA1, the key count nk
  * (a decimal string). */
 static void rr_evalsha_head(const struct tw_rr_router *rt, unsigned id, const char *nk,
@@ -503,8 +528,9 @@ int tw_rr_eval(struct tw_rr_router *rt, unsigned id, int slot, int nkeys, int na
             return rc;
     }
     if (r->type == REDIS_REPLY_ERROR) {
+        rc = tw_rr_reply_error(rt, r);
         freeReplyObject(r);
-        return TW_EPROTO;
+        return rc;
     }
     *reply = r;
     return 0;
@@ -567,7 +593,7 @@ int tw_rr_eval_many(struct tw_rr_router *rt, unsigned id, size_t n, int nkeys,
                 (void)rr_connect(rt, (size_t)nd);
             node[j] = nd;
             redo[j] = 0;
-            if (nd < 0 || !rt->nodes[nd].c) {
+            if (nd < 0 || !rt->nodes[nd].c || rt->nodes[nd].check < 0) {
                 redo[j] = 1;
                 node[j] = -1;
             } else if (redisAppendCommandArgv(rt->nodes[nd].c, argc, av, al) != REDIS_OK) {
@@ -602,7 +628,7 @@ int tw_rr_eval_many(struct tw_rr_router *rt, unsigned id, size_t n, int nkeys,
                 if (r->str[0] == 'M' || r->str[0] == 'A')
                     rt->map_stale = true;
             } else if (r->type == REDIS_REPLY_ERROR) {
-                rc = TW_EPROTO;
+                rc = tw_rr_reply_error(rt, r);
             } else if (check(ctx, base + j, r) != 0) {
                 rc = TW_EPROTO;
             }

@@ -325,8 +325,25 @@
     "if due <= hold() then redis.call('PUBLISH', ARGV[3], due) end\n"                      \
     "return 1\n"
 
+/* First lines: Redis 7 script flags (a shebang; why: redis.c, "Memory
+ * pressure"). Without one a script runs in Redis's compatibility mode,
+ * where at maxmemory its first write that may grow memory fails, unless
+ * another write came before it: CLAIM fails at its first INCRBY or HSET (a
+ * full queue never drains), while a SET that replaces a task gets through.
+ * With one, Redis decides before the script runs: DENY_OOM refuses it at maxmemory (OOM,
+ * nothing written: set and move, which add work), ALLOW_OOM runs it
+ * whatever the memory (what frees memory or keeps it flat: claim, start
+ * with the acknowledgements, fail, release, remove). Declaring flags also
+ * makes Redis 7 check that every key a script touches is in one slot (no
+ * allow-cross-slot-keys): the buckets share the declared keys' slot, and a
+ * cluster START call declares the keys of its one partition; a standalone
+ * server checks no slots (START declares no keys there). */
+#define DENY_OOM "#!lua\n"
+#define ALLOW_OOM "#!lua flags=allow-oom\n"
+
 const char *const tw_rr_scripts[TW_RR_NSCRIPTS] = {
-    [TW_RR_SET] = SET_LUA,         [TW_RR_MOVE] = MOVE_LUA,   [TW_RR_REMOVE] = REMOVE_LUA,
-    [TW_RR_CLAIM] = CLAIM_LUA,     [TW_RR_START] = START_LUA, [TW_RR_FAIL] = FAIL_LUA,
-    [TW_RR_RELEASE] = RELEASE_LUA,
+    [TW_RR_SET] = DENY_OOM SET_LUA,          [TW_RR_MOVE] = DENY_OOM MOVE_LUA,
+    [TW_RR_REMOVE] = ALLOW_OOM REMOVE_LUA,   [TW_RR_CLAIM] = ALLOW_OOM CLAIM_LUA,
+    [TW_RR_START] = ALLOW_OOM START_LUA,     [TW_RR_FAIL] = ALLOW_OOM FAIL_LUA,
+    [TW_RR_RELEASE] = ALLOW_OOM RELEASE_LUA,
 };

@@ -128,6 +128,9 @@ int tw_redis_stats(const struct tw_redis *cr, struct tw_redis_stats *out)
     pthread_mutex_lock(&r->api_mu);
     out->reconnects = r->api.reconnects + atomic_load(&r->sub_reconnects) +
                       atomic_load(&r->worker_reconnects);
+    out->oom_refusals = r->api.oom_refusals; /* the workers' scripts are never refused */
+    for (size_t i = 0; i < r->api.nnodes; i++)
+        out->evicting_nodes += r->api.nodes[i].c && r->api.nodes[i].check > 0;
     for (uint32_t p = 0; p < r->cfg.partitions && rc == 0; p++) {
         char kb[6][TW_RR_KEYBUF];
         const char *av[6];
