@@ -305,8 +305,9 @@ TW_API int tw_redis_stats(const struct tw_redis *r, struct tw_redis_stats *out);
  * succeeded (or the thread made none), and in @p buf the words: the
  * server's error reply as it sent it (NOAUTH, WRONGPASS, NOPERM, OOM ...), or
  * what the connection failed with and the server's address, or
- * tw_strerror's text; "" for 0. Calls refused before they are sent
- * (TW_EINVAL, TW_E2BIG, TW_ECLOSED) leave it as it was. Kept per thread, for
+ * tw_strerror's text; "" for 0 (TW_ENOENT of move and remove is an answer,
+ * not a failure: 0). Calls refused before they are sent (TW_EINVAL,
+ * TW_E2BIG, TW_ECLOSED) leave it as it was. Kept per thread, for
  * the 16 threads whose calls failed last (a 17th replaces the oldest:
  * 0 then). Never a credential. @p buf gets at most @p len bytes, NUL
  * included (cut; 256 holds any text). Any thread; O(16), a mutex of its own
