@@ -9,10 +9,11 @@ if(TWHEEL_BUILD_REDIS AND TARGET twheel_redis)
   set(TWHEEL_W7_RFX ${PROJECT_SOURCE_DIR}/tests/redis)
   add_executable(w7_worker ${TWHEEL_W7_RFX}/redis_worker.c)
   target_link_libraries(w7_worker PRIVATE twheel_redis ${TWHEEL_HIREDIS_LIBRARY} Threads::Threads)
+  target_include_directories(w7_worker PRIVATE ${PROJECT_SOURCE_DIR}/src ${TWHEEL_HIREDIS_INCLUDE_DIR})
   add_executable(w7_redis ${CMAKE_CURRENT_LIST_DIR}/w7_redis.c
     ${TWHEEL_W7_RFX}/fixture.c ${TWHEEL_W7_RFX}/harness.c)
   target_include_directories(w7_redis PRIVATE ${TWHEEL_W7_RFX} ${PROJECT_SOURCE_DIR}/include
-    ${TWHEEL_HIREDIS_INCLUDE_DIR})
+    ${PROJECT_SOURCE_DIR}/src ${TWHEEL_HIREDIS_INCLUDE_DIR})
   target_link_libraries(w7_redis PRIVATE twheel_redis ${TWHEEL_HIREDIS_LIBRARY} Threads::Threads m)
   target_compile_definitions(w7_redis PRIVATE W7_WORKER_PATH="$<TARGET_FILE:w7_worker>")
   add_dependencies(w7_redis w7_worker)

@@ -28,13 +28,17 @@
  *
  * Usage: w7_redis [--n N] [--min-ms A] [--max-ms B] [--fsync everysec|always]
  *                 [--quick] [--sets-only] [--pipe-only] [--spread-only] [--out FILE]
+ *                 [--auth] [--unix]
  * --quick: N = 2e4, delays 1-8 s. --sets-only: phase 1 alone (sets/s and
  * memory, printed; a quick check of the memory figure). --pipe-only: twheel's
  * pipelined sets alone, with Redis and client CPU per set (for profiling the
  * SET script under callgrind). --spread-only: phase 2
  * for twheel alone, one summary line (no table): for measuring a change to the
  * layer without the whole run. The table (markdown) is printed and, with
- * --out, written there too. Ratios are twheel / baseline.
+ * --out, written there too. Ratios are twheel / baseline. --auth: the
+ * servers want a password; --unix: every client, worker and baseline
+ * connection goes through the servers' unix sockets (both: the layer's
+ * connection syntax, redis.h "Connecting", as the workers are given it).
  */
 #define _GNU_SOURCE
 #include <inttypes.h>
@@ -51,6 +55,7 @@
 
 #include "fixture.h"
 #include "harness.h"
+#include "redis/url.h" /* tw_rr_url_redact: a URL printed without its password */
 #include "twheel/redis.h"
 
 #ifndef W7_WORKER_PATH
@@ -89,7 +94,9 @@ static struct {
     bool sets_only; /* --sets-only: phase 1 alone, figures printed */
     bool pipe_only; /* --pipe-only: twheel's pipelined sets alone (for profiling Redis) */
     bool spread_only; /* --spread-only: twheel's spread run alone (no table) */
-} cfg = {100000, 1000, 60000, "everysec", NULL, false, false, false};
+    bool auth;        /* --auth: the servers want a password */
+    bool via_unix;    /* --unix: connect through their unix sockets */
+} cfg = {100000, 1000, 60000, "everysec", NULL, false, false, false, false, false};
 
 static struct row rows[NKINDS];
 
@@ -173,8 +180,8 @@ static double self_cpu(void)
 
 static struct tw_redis *client_new(const struct rfx_server *s)
 {
-    static const char *servers[1];
-    servers[0] = rfx_addr(s);
+    char url[512];
+    const char *servers[1] = {rfx_url(s, cfg.via_unix, url, sizeof url)};
     struct tw_redis_config c;
     tw_redis_config_init(&c);
     c.servers = servers;
@@ -183,9 +190,12 @@ static struct tw_redis *client_new(const struct rfx_server *s)
     if (cfg.pipe_only)
         c.command_timeout_ms = 600000; /* redis-server may run under callgrind */
     struct tw_redis *r = NULL;
+    char err[256] = "";
+    c.errbuf = err;
+    c.errbuf_len = sizeof err;
     int rc = tw_redis_new(&r, &c);
     if (rc) {
-        fprintf(stderr, "w7: tw_redis_new: %s\n", tw_strerror(rc));
+        fprintf(stderr, "w7: tw_redis_new: %s: %s\n", tw_strerror(rc), err);
         return NULL;
     }
     return r;
@@ -341,12 +351,14 @@ static int crew_start(struct crew *w, const struct rfx_server *s, enum kind k, c
                       unsigned lease_ms, unsigned exec_us)
 {
     memset(w, 0, sizeof *w);
+    char url[512];
+    rfx_url(s, cfg.via_unix, url, sizeof url);
     for (int i = 0; i < 2; i++) {
         snprintf(w->out[i], sizeof w->out[i], "%s/%s.%d.%d", s->dir, tag, (int)k, i);
         snprintf(w->stats[i], sizeof w->stats[i], "%s/%s.stats.%d.%d", s->dir, tag, (int)k, i);
         unlink(w->out[i]);
         unlink(w->stats[i]);
-        struct rw_opts o = {.servers = rfx_addr(s), .queue = "w7", .out = w->out[i],
+        struct rw_opts o = {.servers = url, .queue = "w7", .out = w->out[i],
                             .stats = w->stats[i], .lease_ms = lease_ms, .exec_us = exec_us};
         if (k != TWHEEL) {
             o.mode = "poll";
@@ -758,9 +770,14 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--out") && *v) {
             cfg.out = v;
             i++;
+        } else if (!strcmp(a, "--auth")) {
+            cfg.auth = true;
+        } else if (!strcmp(a, "--unix")) {
+            cfg.via_unix = true;
         } else {
             fprintf(stderr, "usage: w7_redis [--quick] [--n N] [--min-ms A] [--max-ms B] "
-                            "[--fsync everysec|always] [--sets-only] [--pipe-only] [--spread-only] [--out FILE]\n");
+                            "[--fsync everysec|always] [--sets-only] [--pipe-only] [--spread-only] [--out FILE] "
+                            "[--auth] [--unix]\n");
             return 2;
         }
     }
@@ -772,12 +789,18 @@ int main(int argc, char **argv)
     rfx_cleanup_on_signals();
     double t0 = now_s();
     struct rfx_server srv, always;
-    struct rfx_options o = {.appendonly = true, .appendfsync = cfg.fsync};
-    struct rfx_options oa = {.appendonly = true, .appendfsync = "always"};
+    const char *pass = cfg.auth ? "w7@secret" : NULL;
+    struct rfx_options o = {.appendonly = true, .appendfsync = cfg.fsync,
+                            .unix_socket = cfg.via_unix, .password = pass};
+    struct rfx_options oa = {.appendonly = true, .appendfsync = "always",
+                             .unix_socket = cfg.via_unix, .password = pass};
     if (rfx_start(&srv, &o) || rfx_start(&always, &oa))
         return 1;
-    printf("w7: redis-server at %s (appendfsync %s) and %s (always); N = %" PRIu64 "\n",
-           rfx_addr(&srv), cfg.fsync, rfx_addr(&always), cfg.n);
+    char url[512], shown[512];
+    tw_rr_url_redact(rfx_url(&srv, cfg.via_unix, url, sizeof url), shown, sizeof shown);
+    printf("w7: redis-server at %s (appendfsync %s) and %s (always); N = %" PRIu64
+           "; connections to %s\n",
+           rfx_addr(&srv), cfg.fsync, rfx_addr(&always), cfg.n, shown);
     int rc = 0;
     if (cfg.spread_only) {
         rc = one_run(&srv, TWHEEL, false, &rows[TWHEEL]);

@@ -2,7 +2,12 @@
 /* Durable delayed tasks on Redis (twheel/redis.h): reminders that survive a
  * crash of the process that set them.
  *
- *   redis_reminders [HOST:PORT]     (default: $TWHEEL_REDIS_ADDR, else 127.0.0.1:6379)
+ *   redis_reminders [SERVER]     (default: $TWHEEL_REDIS_ADDR, else 127.0.0.1:6379)
+ *
+ * SERVER as the configuration takes it: host:port, a unix socket's path, or
+ * a URL with credentials (redis://user:password@host:6379/0, unix://...;
+ * twheel/redis.h, "Connecting"). It is never printed: it may hold a
+ * password; the layer's own texts name a server by its address only.
  *
  * Two handles on one queue, as two processes would have them: a client
  * (no execute) sets five reminders, cancels one (remove) and brings one
@@ -86,23 +91,26 @@ int main(int argc, char **argv)
     cfg.nservers = 1;
     cfg.queue = queue;
     cfg.connect_timeout_ms = 500;
+    char why[256];
+    cfg.errbuf = why; /* what failed, if tw_redis_new fails: the server's words */
+    cfg.errbuf_len = sizeof why;
 
     struct tw_redis *client, *worker;
     int rc = tw_redis_new(&client, &cfg); /* execute NULL: sets, moves, removes */
     if (rc) {
-        fprintf(stderr, "redis_reminders: cannot use Redis at %s: %s\n", addr, tw_strerror(rc));
+        fprintf(stderr, "redis_reminders: cannot use Redis: %s (%s)\n", tw_strerror(rc), why);
         return 2;
     }
     cfg.execute = deliver;
     cfg.threads = 2;
     rc = tw_redis_new(&worker, &cfg);
     if (rc) {
-        fprintf(stderr, "redis_reminders: worker: %s\n", tw_strerror(rc));
+        fprintf(stderr, "redis_reminders: worker: %s (%s)\n", tw_strerror(rc), why);
         tw_redis_free(client);
         return 2;
     }
-    printf("%5llu ms  queue %s on %s: a client and a worker (2 executor threads)\n",
-           (unsigned long long)(now_ms() - start_ms), queue, addr);
+    printf("%5llu ms  queue %s: a client and a worker (2 executor threads)\n",
+           (unsigned long long)(now_ms() - start_ms), queue);
 
     int bad = 0;
     bad |= set_reminder(client, 1, "stand-up meeting", 200) != 0;

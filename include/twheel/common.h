@@ -96,7 +96,8 @@ extern "C" {
     XX(EPROTO, -11, "unexpected reply from the server")                     \
     XX(EUNKNOWN, -12, "outcome unknown: the call may have been applied")    \
     XX(EOOM, -13, "the server is out of memory (maxmemory)")                \
-    XX(ECONFLICT, -14, "the server or queue is configured otherwise")
+    XX(ECONFLICT, -14, "the server or queue is configured otherwise")       \
+    XX(EAUTH, -15, "the server refused the credentials or lacks a permission")
 
 /** The error codes, generated from TW_ERRNO_MAP: TW_ followed by the name.
  *
@@ -116,6 +117,7 @@ extern "C" {
  * | TW_EUNKNOWN | -12 | the call was sent and its reply lost (timeout, connection closed): it may or may not have been applied; retrying a set, move or remove is safe (Redis layer) |
  * | TW_EOOM | -13 | the server refused a write because it reached maxmemory (Redis layer) |
  * | TW_ECONFLICT | -14 | the server's or the queue's configuration conflicts with the client's: an evicting maxmemory-policy, or another partition count stored with the queue (Redis layer) |
+ * | TW_EAUTH | -15 | the server refused the credentials (NOAUTH, WRONGPASS), or its ACL refused a command, key or channel the layer needs (NOPERM); the server's words: tw_redis_last_error, or tw_redis_config.errbuf for tw_redis_new (Redis layer) |
  */
 enum tw_errno {
 #define TW_ERRNO_ENUM_(name, value, text) TW_##name = (value),

@@ -56,6 +56,57 @@
  * `pending` and `delivered` lag execute by that much, and a worker that dies
  * leaves that much of its finished tasks to be delivered again. stop sends
  * them all.
+ *
+ * Connecting: each `servers` entry is one of
+ *  - `host:port`, `[ipv6]:port`: TCP, no credentials (the plain form);
+ *  - `/path/to/redis.sock`: a unix domain socket (the plain form);
+ *  - `redis://[user[:password]@]host[:port][/db]`: TCP, port 6379 by default,
+ *    host a name, an IPv4 address or `[ipv6]`;
+ *  - `unix://[user[:password]@]/path/to/redis.sock[?db=N]`.
+ * User and password are percent-decoded (`%40` for `@`; `:`, `/`, `?`, `#`
+ * and `%` must be encoded, an `@` need not be); schemes are matched without
+ * regard to case; a db is 0..1000000 (SELECT; a cluster has db 0 only);
+ * queries other than a socket's `?db=`, and fragments, are refused. Reserved,
+ * refused with TW_EINVAL for now: `rediss://` (TLS, same form) and
+ * `redis+sentinel://[user[:password]@]host[:port]/master-name[/db]` (one
+ * Sentinel per entry, port 26379 by default). Credentials come from the
+ * URLs or from the username and password fields, not both (TW_EINVAL); URLs
+ * that carry credentials must carry the same, URLs that name a db the same
+ * db, and entries without them share them: one user, one password and one
+ * db for every connection. Every connection the layer opens (the client's,
+ * the claim, subscriber, executor and acknowledger threads', each cluster
+ * node learnt from CLUSTER SLOTS, each reconnect) sends `AUTH password`, or
+ * `AUTH user password` with a user (a user without a password sends "", which
+ * a `nopass` user accepts), then `SELECT db` for a db other than 0. A
+ * refusal is TW_EAUTH. Credentials never appear in stats or error texts: a
+ * text names a server by its address only.
+ *
+ * The least ACL rule, for queue Q (glob characters of Q escaped):
+ *
+ *     ACL SETUSER twheel on >PASSWORD resetkeys resetchannels ~{Q:* &{Q:*}:ch
+ *         -@all +evalsha +eval +script|load +cluster|slots +time +hlen
+ *         +exists +get +set +hget +hmget +hset +hdel +incrby +publish
+ *         +zadd +zcard +zrangebyscore +zrem +zscore +zmscore
+ *         +subscribe +asking +select +info
+ *
+ * The keys are the queue's, `{Q:partition}...`, and the channels
+ * `{Q:partition}:ch`; the commands are those the layer sends itself (EVALSHA
+ * and EVAL of its scripts, SCRIPT LOAD, CLUSTER SLOTS, TIME, HLEN for
+ * stats, INFO for the maxmemory-policy check; SUBSCRIBE for a worker, ASKING in a cluster, SELECT with a db other
+ * than 0: those three may be left out where they are not used) and those its
+ * scripts call, which run under the same user. With Redis 7 or later,
+ * tw_redis_new asks the server's ACL (redis.acl_check_cmd, one EVAL) for
+ * every one of them on the queue's keys and channel before anything is
+ * written, and fails with TW_EAUTH whose text names the first refused
+ * (`NOPERM ... 'zadd {Q:0}:d:0 1 k' ...`). A rule changed later shows as
+ * TW_EAUTH from the calls, or in tw_redis_worker_error for the worker's
+ * threads (Redis's words in a script do not name the command there).
+ *
+ * The server's words: a call that fails on an error reply keeps it, and
+ * tw_redis_last_error gives the calling thread the text of its last call
+ * (NOAUTH, WRONGPASS, NOPERM, OOM ..., or the connection's failure with the
+ * server's address); tw_redis_new writes its failure into the config's
+ * errbuf.
  */
 #ifndef TWHEEL_REDIS_H
 #define TWHEEL_REDIS_H
@@ -114,7 +165,8 @@ typedef enum tw_redis_result tw_redis_execute_fn(void *arg, const struct tw_redi
 
 /** Configuration; fill it with tw_redis_config_init, then change what you need. */
 struct tw_redis_config {
-    const char *const *servers; /**< "host:port" seeds: the server, or any nodes of a cluster */
+    const char *const *servers; /**< the server, or any nodes of a cluster: "host:port",
+                                     "/socket/path" or URLs (Connecting, above) */
     size_t nservers;            /**< number of seeds (>= 1) */
     const char *queue;          /**< queue name, the prefix of every key (default "twq") */
     uint32_t partitions;        /**< hash-tag partitions (default 16); every client of a queue must
@@ -147,6 +199,19 @@ struct tw_redis_config {
      * safe (see tw_redis_new). true: the caller accepts tasks lost to eviction; stats count
      * such servers in evicting_nodes. */
     bool accept_evicting_policy;
+    /** ACL user for AUTH (NULL: none, or a URL's); copied. Not with credentials in URLs. */
+    const char *username;
+    /** Password for AUTH (NULL: none, or a URL's); copied, wiped at free. Not with
+     * credentials in URLs. */
+    const char *password;
+    /** Where tw_redis_new writes, when it fails, what failed (it writes "" first): the
+     * server's own words when a server refused (e.g. "127.0.0.1:6379: WRONGPASS invalid
+     * username-password pair or user is disabled."), hiredis' with the server's address
+     * when none answered, or which entry of the config is wrong and why; never a
+     * credential. NUL-terminated, cut to errbuf_len bytes. NULL: nothing written.
+     * Written during tw_redis_new only. */
+    char *errbuf;
+    size_t errbuf_len; /**< bytes at errbuf (256 holds any text the layer writes) */
 };
 
 /** Statistics; every count since tw_redis_new. */
@@ -177,16 +242,21 @@ struct tw_redis_stats {
     uint64_t evicting_nodes; /**< servers connected now whose maxmemory-policy may evict the
                                   queue's keys, accepted by accept_evicting_policy: tasks
                                   may be lost (0 without it: such servers are refused) */
+    uint64_t worker_errors; /**< error replies (and refused AUTHs) the worker's own threads
+                                 met: claim, start, acknowledge, fail, subscribe; the last
+                                 one's words: tw_redis_worker_error */
 };
 
 /** Fill @p cfg with the defaults above (servers NULL: must be set). No I/O. */
 TW_API void tw_redis_config_init(struct tw_redis_config *cfg);
 
 /** Connect and, with an execute callback, start the worker. Blocks while it
- * connects (connect_timeout_ms per attempt), loads the scripts and checks
- * the servers (below); a worker then waits for its subscription, for at
- * most connect_timeout_ms + command_timeout_ms more. @p cfg and the strings
- * it points to are copied; arg stays the caller's. Any thread.
+ * connects (connect_timeout_ms per attempt, AUTH and SELECT included),
+ * checks the user's permissions (one EVAL, Redis >= 7: see Connecting),
+ * loads the scripts and checks the servers (below); a worker then waits for
+ * its subscription, for at most connect_timeout_ms + command_timeout_ms
+ * more. @p cfg and the strings it points to are copied; arg stays the
+ * caller's. What failed goes to cfg->errbuf. Any thread.
  *
  * Checks, a round trip or two each:
  *  - Eviction: every master (each one the cluster's slot map names, and any
@@ -199,23 +269,26 @@ TW_API void tw_redis_config_init(struct tw_redis_config *cfg);
  *    TW_ECONFLICT, each call checking it again on a new connection, until
  *    it is reconfigured.
  *  - Partitions: the first client of a queue stores its partition count in
- *    Redis (key "{queue}:partitions"); a client with another count is
+ *    Redis (key "{queue:meta}:partitions"); a client with another count is
  *    refused. To move a queue to more partitions, give the new count a new
  *    queue name: producers set into the new queue, workers of both run until
  *    the old one's pending is 0, then the old workers stop. A queue with
  *    nothing pending and no client running may instead be renumbered in
- *    place: DEL {queue}:partitions, then start the clients with the new count.
+ *    place: DEL {queue:meta}:partitions, then start the clients with the new count.
  *
  * At maxmemory (noeviction): set, move and set_many are refused (TW_EOOM,
  * nothing written), while workers keep claiming, starting, acknowledging,
  * failing and releasing, and remove keeps working: what frees memory, or
  * keeps it flat, gets through, so a full queue drains. Needs Redis 7.0 or
  * later (the scripts declare this with Redis 7 script flags).
- * @return 0 and *out, or TW_EINVAL (bad config, lease_ms below
- *         TW_REDIS_LEASE_MIN_MS or 4 * tick_ms), TW_EIO (no server reachable),
- *         TW_ECONFLICT (an evicting maxmemory-policy not accepted, or another
- *         partition count stored with the queue), TW_EOOM (a new queue's
- *         partition count refused at maxmemory), TW_EPROTO, TW_ENOMEM, TW_ESYS. */
+ * @return 0 and *out, or TW_EINVAL (bad config, a TLS or Sentinel URL,
+ *         lease_ms below TW_REDIS_LEASE_MIN_MS or 4 * tick_ms), TW_EIO (no
+ *         server reachable), TW_EAUTH (credentials refused, or a permission
+ *         the layer needs missing: the text names it), TW_ECONFLICT (an
+ *         evicting maxmemory-policy not accepted, or another partition count
+ *         stored with the queue), TW_EOOM (a new queue's partition count
+ *         refused at maxmemory), TW_EPROTO (another error reply: the server's
+ *         words in errbuf), TW_ENOMEM, TW_ESYS. */
 TW_API int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg);
 
 /** Store or replace a task due at now + delay_ms (Redis server clock); durable
@@ -226,8 +299,9 @@ TW_API int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg
  * @return 0, or TW_EINVAL (NULL, negative delay), TW_E2BIG, TW_EIO (nothing
  *         written), TW_EOOM (the server is at maxmemory: nothing written; counted in
  *         stats' oom_refusals), TW_ECONFLICT (a server found with an evicting policy
- *         after tw_redis_new), TW_EPROTO (Redis answered another error), TW_ECLOSED,
- *         TW_ENOMEM. */
+ *         after tw_redis_new), TW_EAUTH (a permission refused, or the credentials at a
+ *         reconnect), TW_EPROTO (Redis answered another error), TW_ECLOSED,
+ *         TW_ENOMEM; the server's words: tw_redis_last_error. */
 TW_API int tw_redis_set(struct tw_redis *r, const void *key, size_t key_len,
                         const void *payload, size_t payload_len, int64_t delay_ms);
 
@@ -280,8 +354,31 @@ TW_API int tw_redis_free(struct tw_redis *r);
 /** Fill @p out: counters read locally, and `pending` by one HLEN round trip per
  * partition (under the client's mutex, as tw_redis_set). Any thread.
  * @return 0, TW_EINVAL (NULL r or out: *out untouched), or TW_EIO (pending
- *         unknown: set to UINT64_MAX, rest filled). */
+ *         unknown: set to UINT64_MAX, rest filled; why: tw_redis_last_error). */
 TW_API int tw_redis_stats(const struct tw_redis *r, struct tw_redis_stats *out);
+
+/** What the calling thread's last call on @p r that went to the server (set,
+ * move, remove, set_many, stats) ended with: its error code, 0 when it
+ * succeeded (or the thread made none), and in @p buf the words: the
+ * server's error reply as it sent it (NOAUTH, WRONGPASS, NOPERM, OOM ...), or
+ * what the connection failed with and the server's address, or
+ * tw_strerror's text; "" for 0 (TW_ENOENT of move and remove is an answer,
+ * not a failure: 0). Calls refused before they are sent (TW_EINVAL,
+ * TW_E2BIG, TW_ECLOSED) leave it as it was. Kept per thread, for
+ * the 16 threads whose calls failed last (a 17th replaces the oldest:
+ * 0 then). Never a credential. @p buf gets at most @p len bytes, NUL
+ * included (cut; 256 holds any text). Any thread; O(16), a mutex of its own
+ * (it does not wait for calls in flight).
+ * @return the code, or TW_EINVAL (NULL r, or NULL buf with len > 0). */
+TW_API int tw_redis_last_error(const struct tw_redis *r, char *buf, size_t len);
+
+/** The last error a worker's own threads met (they have no caller to answer):
+ * an error reply to a claim, start, acknowledgement or failure, a refused
+ * AUTH at a reconnect, a refused SUBSCRIBE; its code (TW_EAUTH, TW_EPROTO) and
+ * in @p buf the server's words; 0 and "" when none yet (stats count them:
+ * worker_errors). Buffer, threads and cost as tw_redis_last_error.
+ * @return the code, or TW_EINVAL (NULL r, or NULL buf with len > 0). */
+TW_API int tw_redis_worker_error(const struct tw_redis *r, char *buf, size_t len);
 
 #ifdef __cplusplus
 }

@@ -47,6 +47,7 @@ static int rr_api_eval(struct tw_redis *r, unsigned id, uint32_t p, int nargs, c
     redisReply *x;
     pthread_mutex_lock(&r->api_mu);
     int rc = tw_rr_eval(&r->api, id, r->slots[p], TW_RR_NKEYS, nargs, av, al, &x);
+    tw_rr_note(r, rc); /* the calling thread's last error (errors.c) */
     pthread_mutex_unlock(&r->api_mu);
     if (rc)
         return rc;
@@ -330,6 +331,7 @@ int tw_redis_set_many(struct tw_redis *r, const struct tw_redis_item *items, siz
     pthread_mutex_lock(&r->api_mu);
     int rc = tw_rr_eval_many(&r->api, TW_RR_SET, ncalls, TW_RR_NKEYS, rr_many_build, m,
                              tw_rr_many_check);
+    tw_rr_note(r, rc);
     pthread_mutex_unlock(&r->api_mu);
     rr_many_free(m, count);
     return rc ? rc : (int)n;

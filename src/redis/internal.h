@@ -32,6 +32,13 @@
  *                CLUSTER SLOTS map, MOVED/ASK, reconnect with backoff, EVALSHA
  *                with EVAL fallback. One router per thread that uses it (or
  *                under the caller's mutex): a router is not thread-safe.
+ * url.c        - the connection syntax: a server entry (plain or URL) parsed
+ *                (url.h: it builds without hiredis).
+ * connect.c    - opening one connection: TCP or unix socket, AUTH, SELECT.
+ * acl.c        - the permission check of tw_redis_new: every command, key
+ *                and channel the layer uses, asked of the server's ACL.
+ * errors.c     - the server's words: error replies to codes, each thread's
+ *                last error, the worker threads' last error.
  * scripts.c    - the Lua scripts (see the schema in redis.c).
  */
 #ifndef TWHEEL_REDIS_INTERNAL_H
@@ -50,12 +57,36 @@
 #include "twheel/wheel.h"
 
 #include "common/time.h" /* monotonic reads, condvars, tick rounding */
+#include "redis/url.h"   /* the connection syntax */
 
 #define TW_RR_SLOTS 16384u
 
 /* ---- time ------------------------------------------------------------------ */
 uint64_t tw_rr_mono_ns(void);
 void tw_rr_sleep_ms(uint32_t ms);
+
+/* ---- connections (connect.c) ------------------------------------------------- */
+/* How every connection of an instance is opened: the credentials and the
+ * database of the configuration (redis.c owns the strings). */
+struct tw_rr_conn {
+    char *user; /* ACL user; NULL: none */
+    char *pass; /* password; NULL: none (no AUTH unless a user is named) */
+    int db;     /* SELECT after AUTH when > 0 */
+};
+#define TW_RR_ERR_MAX 256 /* an error text, NUL included */
+/* Open one connection to host:port (a unix socket when port is 0: host is
+ * its path), with the command timeout set, then AUTH and SELECT as cn says
+ * (cn may be NULL: neither). 0 and *out; else *out NULL and err (errlen
+ * bytes) says what failed, naming the server, never a credential: TW_EIO
+ * (unreachable or lost), TW_EAUTH (AUTH refused, or SELECT refused for a
+ * permission), TW_EPROTO (SELECT refused otherwise: the server's words),
+ * TW_ENOMEM. */
+int tw_rr_open(const struct tw_rr_conn *cn, const char *host, int port,
+               uint32_t connect_timeout_ms, uint32_t command_timeout_ms, redisContext **out,
+               char *err, size_t errlen);
+/* A server as error texts name it: "host:port", "[v6]:port" or the socket
+ * path (port 0). */
+void tw_rr_where(const char *host, int port, char *buf, size_t len);
 
 /* ---- router ---------------------------------------------------------------- */
 struct tw_rr_node {
@@ -89,16 +120,27 @@ struct tw_rr_router {
     int (*on_connect)(void *ctx, redisContext *c);
     void *on_connect_ctx;
     uint64_t oom_refusals; /* script calls refused at maxmemory (TW_EOOM) */
+    const struct tw_rr_conn *conn; /* credentials and database of every connection */
+    char err[TW_RR_ERR_MAX];  /* what ended the last command badly: the server's error
+                               * reply, or the connection's failure ("" if nothing) */
+    void (*sink)(void *ctx, int code, const char *text); /* set by the owner: told
+                               * of each error reply that ends a call, and each AUTH refused */
+    void *sink_ctx;
 };
 
-/* Copy the seeds; connect to the first that answers and learn whether it is
- * a cluster (and its slot map). TW_EIO when none answers, TW_EINVAL for a bad
- * "host:port", TW_ENOMEM, TW_EPROTO. On failure the router is empty (free it
- * anyway: tw_rr_router_free is safe). */
+/* Copy the seeds ("host:port", or a unix socket's "/path"); connect to the
+ * first that answers (each connection opened as conn says: it must outlive
+ * the router) and learn whether it is a cluster (and its slot map). TW_EIO
+ * when none answers, TW_EAUTH when one refused the credentials or a
+ * permission (and none answered), TW_EINVAL for a bad seed, TW_ENOMEM,
+ * TW_EPROTO. On failure the router is empty but for err, which says why
+ * (free it anyway: tw_rr_router_free is safe). */
 int tw_rr_router_init(struct tw_rr_router *rt, const char *const *seeds, size_t nseeds,
-                      uint32_t connect_timeout_ms, uint32_t command_timeout_ms);
+                      const struct tw_rr_conn *conn, uint32_t connect_timeout_ms,
+                      uint32_t command_timeout_ms);
 void tw_rr_router_free(struct tw_rr_router *rt);
-/* Parse "host:port" (host may be a name or an IPv4/IPv6 literal in [ ]). */
+/* Parse "host:port" (host may be a name or an IPv4/IPv6 literal in [ ]), or
+ * a unix socket's "/path" (port 0). */
 int tw_rr_parse_addr(const char *s, char *host, size_t hostcap, int *port);
 /* Redis Cluster key slot (CRC16 of the hash tag or of the key, mod 16384). */
 unsigned tw_rr_key_slot(const void *key, size_t len);
@@ -305,6 +347,15 @@ struct tw_rr_round {
     char lease[16], ahead[24];
 };
 
+/* The last error of one thread's calls (errors.c). */
+#define TW_RR_ERR_THREADS 16 /* threads whose last error an instance keeps */
+struct tw_rr_lasterr {
+    pthread_t tid;
+    uint64_t seq;  /* when it was written (the oldest is replaced first) */
+    int code;      /* 0: the slot is free */
+    char text[TW_RR_ERR_MAX];
+};
+
 struct tw_redis {
     /* configuration (copied) */
     struct tw_redis_config cfg;
@@ -380,6 +431,19 @@ struct tw_redis {
     struct tw_rr_trace *trace; /* under hist_mu */
     size_t ntrace, trace_cap;
 #endif
+
+    /* connecting (connect.c) and the server's words (errors.c) */
+    struct tw_rr_conn conn;         /* credentials and database: every router's */
+    pthread_mutex_t err_mu;         /* guards lasterr, err_seq, werr */
+    struct tw_rr_lasterr lasterr[TW_RR_ERR_THREADS];
+    uint64_t err_seq;
+    atomic_uint nerrs;              /* lasterr slots holding an error */
+    char werr[TW_RR_ERR_MAX];       /* the worker threads' last error ("" none) */
+    int werr_code;                  /* ... its code (0 none) */
+    atomic_uint_fast64_t worker_errors;
+    int sub_err;                    /* under mu: the subscriber's first connection refused
+                                       (TW_EAUTH): new fails with it and sub_errtext */
+    char sub_errtext[TW_RR_ERR_MAX];
 };
 
 #ifdef TW_RR_TRACE
@@ -466,5 +530,46 @@ void tw_rr_trace_dump(struct tw_redis *r);
 
 /* redis.c: start one of the layer's own threads with SIGPIPE blocked. */
 int tw_rr_thread_create(pthread_t *t, void *(*fn)(void *), void *arg);
+
+/* errors.c: the server's words. */
+/* The code of an error reply's text: TW_EAUTH for a refusal of credentials
+ * or of a permission (NOAUTH, WRONGPASS, NOPERM, and the ACL refusals of a
+ * script's redis.call), else TW_EPROTO. */
+int tw_rr_error_code(const char *text);
+/* An error reply that ends a call: its words kept in rt->err (and told to
+ * rt->sink); returns its code (tw_rr_error_code). */
+int tw_rr_reply_error(struct tw_rr_router *rt, const redisReply *x);
+/* Record the outcome of the calling thread's call on r->api (under api_mu;
+ * rc: what the call returns). Inline: a success costs one load while no
+ * thread's last call failed. */
+void tw_rr_note_(struct tw_redis *r, int rc);
+static inline void tw_rr_note(struct tw_redis *r, int rc)
+{
+    if (rc < 0 || atomic_load_explicit(&r->nerrs, memory_order_relaxed))
+        tw_rr_note_(r, rc);
+}
+/* A worker router's sink (ctx: the struct tw_redis): counts and keeps the
+ * worker threads' last error. */
+void tw_rr_worker_sink(void *ctx, int code, const char *text);
+
+/* acl.c: ask the server's ACL, before anything is written, whether this
+ * instance's user may send every command the layer sends, on its keys and
+ * channels (redis.acl_check_cmd, Redis >= 7; earlier servers are not
+ * asked). 0, or TW_EAUTH naming the first command refused (in r->api.err),
+ * or as tw_rr_eval. */
+int tw_rr_acl_check(struct tw_redis *r);
+/* What it asks: each command with its arguments ("@d" index, "@b" a bucket,
+ * "@l" lease, "@t" task, "@s" seq, "@h" hold, "@c" channel, "@n" the
+ * database), and when the layer sends it. */
+#define TW_RR_ACL_WORKER 1u  /* a worker's only */
+#define TW_RR_ACL_CLUSTER 2u /* in a cluster only */
+#define TW_RR_ACL_DB 4u      /* with a database other than 0 only */
+#define TW_RR_ACL_ARGS 8
+struct tw_rr_acl_need {
+    unsigned when; /* 0: always */
+    const char *argv[TW_RR_ACL_ARGS];
+};
+extern const struct tw_rr_acl_need tw_rr_acl_needs[];
+extern const size_t tw_rr_acl_nneeds;
 
 #endif /* TWHEEL_REDIS_INTERNAL_H */

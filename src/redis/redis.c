@@ -32,7 +32,7 @@
  *   {q:p}:ch       channel PUBLISH due ms when a task becomes     set move fail release
  *                          due before hold (a worker claims now)
  *
- * and one key per queue, {q}:partitions (STRING, its own slot): the
+ * and one key per queue, {q:meta}:partitions (STRING, its own slot): the
  * partition count, written SET NX by the queue's first client and compared
  * by every later one at new (below, "The servers' configuration").
  *
@@ -219,7 +219,7 @@
  * (a policy it cannot read included) with TW_ECONFLICT unless the config
  * accepts the risk (accept_evicting_policy; stats count those servers in
  * evicting_nodes). A key given a TTL later must be weighed the same way.
- * The policy is read with CONFIG GET, or from INFO memory where CONFIG is
+ * The policy is read from INFO memory, or with CONFIG GET where INFO is
  * renamed or denied (managed services). It is checked on every master at
  * new (each node of the cluster's slot map), and on every later connection
  * of the client's router (a master that was away, a promoted replica, a
@@ -248,13 +248,13 @@
  * queue's partition count. A key's partition is its hash % partitions, so
  * clients with different counts put a task where another's worker never
  * claims it, or claim partitions no set fills: tasks silently lost. So the
- * first client of a queue stores its count in {q}:partitions (GET, then
+ * first client of a queue stores its count in {q:meta}:partitions (GET, then
  * SET NX, GET again after losing the race: a server at maxmemory still
  * lets a client of an existing queue start), and a client with another
  * count fails new with TW_ECONFLICT. To grow a queue: a new queue name
  * with the new count, producers moved to it, the old queue's workers kept
  * until its pending is 0 (redis.h); or, for an empty queue with no client
- * running, DEL {q}:partitions. Not built: re-partitioning in place would
+ * running, DEL {q:meta}:partitions. Not built: re-partitioning in place would
  * move every task between slots while workers claim them. A queue whose
  * key was lost with its data (a restart without persistence) takes the
  * count of its next first client. lease_ms has a floor (redis.h,
@@ -356,10 +356,35 @@
  * still holds each round that includes it for command_timeout_ms (reads
  * are not polled). An ack that fails leaves the lease to expire
  * (at-least-once).
+ *
+ * Connecting (url.c, connect.c, acl.c, errors.c): each servers entry is
+ * parsed once here (rr_check_servers: plain host:port or socket path, or a
+ * redis:// or unix:// URL; rediss:// and redis+sentinel:// are parsed but
+ * refused until TLS and Sentinel are served), and kept as the router takes
+ * it: "host:port" or the socket's path, no credentials. The credentials
+ * and the db go to r->conn, one set for the instance (the fields or the
+ * URLs, never both; URLs that disagree are refused rather than guessed at),
+ * wiped at free. Every connection is opened by tw_rr_open with r->conn:
+ * the routers' (client, claim, executors, acknowledger, each node learnt
+ * from CLUSTER SLOTS or a redirect, each reconnect) and the subscriber's,
+ * so no path connects without AUTH. A refused AUTH is TW_EAUTH and ends
+ * the call at once (retrying the same credentials cannot help; the node
+ * still backs off, so the worker's threads retry it slowly). Before it
+ * writes anything, new asks the server's ACL (acl.c, one EVAL of
+ * redis.acl_check_cmd, Redis >= 7) for every command the layer sends on
+ * the queue's keys and channel, because a command refused inside a script
+ * is not named by Redis 7.0 and one only the worker sends would otherwise
+ * fail long after new returned; a worker's new also fails when the
+ * subscriber's first connection is refused (sub_err). Error replies keep
+ * their words (errors.c): in the router's err for the call that met them,
+ * copied per calling thread for tw_redis_last_error, and, for the worker's
+ * own threads, which have no caller, into werr through their routers'
+ * sink (counted in worker_errors). Texts name servers by address only.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -390,18 +415,80 @@ void tw_redis_config_init(struct tw_redis_config *cfg)
     cfg->command_timeout_ms = 2000;
 }
 
+/* Where tw_redis_new says what failed (cfg->errbuf, when given). */
+static void rr_errbuf(const struct tw_redis_config *cfg, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void rr_errbuf(const struct tw_redis_config *cfg, const char *fmt, ...)
+{
+    if (!cfg || !cfg->errbuf || !cfg->errbuf_len)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cfg->errbuf, cfg->errbuf_len, fmt, ap);
+    va_end(ap);
+}
+
+static bool rr_same_str(bool has_a, const char *a, bool has_b, const char *b)
+{
+    return has_a == has_b && (!has_a || strcmp(a, b) == 0);
+}
+
+/* The servers entries (url.c): each parsed, the schemes served, and one
+ * set of credentials and one database for them all. Credentials come from
+ * the username/password fields or from the URLs, not both; the URLs that
+ * carry them carry the same, and those that name a database name the same
+ * (the others share what they say). On success *first holds the entry
+ * with credentials (or the first), and *db the database (0: none). */
+static int rr_check_servers(const struct tw_redis_config *c, struct tw_rr_url *first, int *db)
+{
+    struct tw_rr_url u;
+    bool have = false;
+    *db = 0;
+    for (size_t i = 0; i < c->nservers; i++) {
+        const char *why;
+        if (tw_rr_url_parse(c->servers[i], &u, &why) != 0) {
+            rr_errbuf(c, "servers[%zu]: %s", i, why);
+            return TW_EINVAL;
+        }
+        if (u.scheme == TW_RR_TLS || u.scheme == TW_RR_SENTINEL) {
+            rr_errbuf(c, "servers[%zu]: %s is not supported yet", i,
+                      u.scheme == TW_RR_TLS ? "TLS (rediss://)" : "Sentinel (redis+sentinel://)");
+            return TW_EINVAL;
+        }
+        if (u.db >= 0 && *db != 0 && u.db != *db) {
+            rr_errbuf(c, "servers[%zu]: another database than an earlier entry's", i);
+            return TW_EINVAL;
+        }
+        if (u.db > 0)
+            *db = u.db;
+        bool creds = u.has_user || u.has_pass;
+        if (creds && (c->username || c->password)) {
+            rr_errbuf(c, "servers[%zu]: credentials in the URL and in username/password", i);
+            return TW_EINVAL;
+        }
+        if (creds && have &&
+            (!rr_same_str(u.has_user, u.user, first->has_user, first->user) ||
+             !rr_same_str(u.has_pass, u.pass, first->has_pass, first->pass))) {
+            rr_errbuf(c, "servers[%zu]: other credentials than an earlier entry's", i);
+            return TW_EINVAL;
+        }
+        if (i == 0 || (creds && !have))
+            *first = u;
+        have = have || creds;
+    }
+    return 0;
+}
+
 static int rr_check_config(const struct tw_redis_config *c)
 {
-    if (!c->servers || c->nservers == 0 || c->nservers > 1024 || !c->queue)
+    if (!c->servers || c->nservers == 0 || c->nservers > 1024 || !c->queue) {
+        rr_errbuf(c, "servers (1..1024 entries) and queue are required");
         return TW_EINVAL;
+    }
     size_t ql = strlen(c->queue);
-    if (ql == 0 || ql > TW_RR_QUEUE_MAX || strpbrk(c->queue, "{}"))
+    if (ql == 0 || ql > TW_RR_QUEUE_MAX || strpbrk(c->queue, "{}")) {
+        rr_errbuf(c, "queue: 1..64 bytes, no { or }");
         return TW_EINVAL;
-    for (size_t i = 0; i < c->nservers; i++) {
-        char host[256];
-        int port;
-        if (tw_rr_parse_addr(c->servers[i], host, sizeof host, &port) != 0)
-            return TW_EINVAL;
     }
     if (c->partitions == 0 || c->partitions > TW_REDIS_PARTITIONS_MAX)
         return TW_EINVAL;
@@ -425,6 +512,40 @@ static int rr_check_config(const struct tw_redis_config *c)
             return TW_EINVAL;
     }
     return 0;
+}
+
+/* The configuration's credentials and database into r->conn (copies), its
+ * servers into r->servers as the router takes them ("host:port" or the
+ * socket's path: no credentials). After rr_check_config and
+ * rr_check_servers. */
+static int rr_copy_servers(struct tw_redis *r, const struct tw_redis_config *cfg,
+                           const struct tw_rr_url *first, int db)
+{
+    const char *user = cfg->username, *pass = cfg->password;
+    if (!user && !pass) {
+        user = first->has_user ? first->user : NULL;
+        pass = first->has_pass ? first->pass : NULL;
+    }
+    if ((user && !(r->conn.user = strdup(user))) || (pass && !(r->conn.pass = strdup(pass))))
+        return TW_ENOMEM;
+    r->conn.db = db;
+    for (size_t i = 0; i < cfg->nservers; i++) {
+        struct tw_rr_url u;
+        char addr[TW_RR_URL_HOST + 16];
+        (void)tw_rr_url_parse(cfg->servers[i], &u, NULL); /* checked */
+        tw_rr_url_addr(&u, addr, sizeof addr);
+        if (!(r->servers[i] = strdup(addr)))
+            return TW_ENOMEM;
+    }
+    return 0;
+}
+
+/* Wipe and free a credential. */
+static void rr_forget(char *s)
+{
+    if (s)
+        explicit_bzero(s, strlen(s));
+    free(s);
 }
 
 /* ---- lifetime ---------------------------------------------------------------- */
@@ -495,15 +616,27 @@ static void rr_free_all(struct tw_redis *r)
     pthread_cond_destroy(&r->sub_cv);
     pthread_mutex_destroy(&r->ack_mu);
     pthread_cond_destroy(&r->ack_cv);
+    pthread_mutex_destroy(&r->err_mu);
+    rr_forget(r->conn.user);
+    rr_forget(r->conn.pass);
     free(r);
 }
 
-static int rr_router(struct tw_redis *r, struct tw_rr_router *rt)
+/* A router of r's servers; the worker's threads' routers tell their errors
+ * to the worker (tw_rr_worker_sink). On failure `why` (TW_RR_ERR_MAX bytes)
+ * says what failed. */
+static int rr_router(struct tw_redis *r, struct tw_rr_router *rt, char *why)
 {
-    int rc = tw_rr_router_init(rt, (const char *const *)r->servers, r->cfg.nservers,
+    int rc = tw_rr_router_init(rt, (const char *const *)r->servers, r->cfg.nservers, &r->conn,
                                r->cfg.connect_timeout_ms, r->cfg.command_timeout_ms);
     rt->shas = r->shas;
     rt->bodies = tw_rr_scripts;
+    if (rt != &r->api) {
+        rt->sink = tw_rr_worker_sink;
+        rt->sink_ctx = r;
+    }
+    if (rc)
+        snprintf(why, TW_RR_ERR_MAX, "%s", rt->err[0] ? rt->err : tw_strerror(rc));
     return rc;
 }
 
@@ -517,8 +650,9 @@ static int rr_load_scripts(struct tw_redis *r)
         if (rc)
             return rc;
         if (x->type != REDIS_REPLY_STRING || x->len != 40) {
+            rc = x->type == REDIS_REPLY_ERROR ? tw_rr_reply_error(&r->api, x) : TW_EPROTO;
             freeReplyObject(x);
-            return TW_EPROTO;
+            return rc;
         }
         memcpy(r->sha[i], x->str, 41);
         r->shas[i] = r->sha[i];
@@ -530,23 +664,15 @@ static int rr_load_scripts(struct tw_redis *r)
 /* ---- the servers' configuration: eviction, the queue's partition count ------ */
 
 /* The maxmemory-policy of the server behind c into buf ("" when it does not
- * tell): CONFIG GET, or INFO memory's maxmemory_policy when CONFIG is
- * refused (managed services rename or deny it). 0, or TW_EIO when the
- * connection failed. */
+ * tell): INFO memory's maxmemory_policy, or CONFIG GET where INFO is denied
+ * (INFO first: the least ACL rule grants it, while CONFIG is an admin
+ * command that managed services rename or deny, and a denied command is
+ * logged in the server's ACL LOG). 0, or TW_EIO when the connection failed. */
 static int rr_read_policy(redisContext *c, char *buf, size_t cap)
 {
     buf[0] = 0;
-    redisReply *x = redisCommand(c, "CONFIG GET maxmemory-policy");
+    redisReply *x = redisCommand(c, "INFO memory");
     if (!x)
-        return TW_EIO;
-    if (x->type == REDIS_REPLY_ARRAY && x->elements == 2 &&
-        x->element[1]->type == REDIS_REPLY_STRING) {
-        snprintf(buf, cap, "%s", x->element[1]->str);
-        freeReplyObject(x);
-        return 0;
-    }
-    freeReplyObject(x);
-    if (!(x = redisCommand(c, "INFO memory")))
         return TW_EIO;
     const char *p = x->type == REDIS_REPLY_STRING ? strstr(x->str, "maxmemory_policy:") : NULL;
     if (p) {
@@ -556,7 +682,15 @@ static int rr_read_policy(redisContext *c, char *buf, size_t cap)
             memcpy(buf, p, n);
             buf[n] = 0;
         }
+        freeReplyObject(x);
+        return 0;
     }
+    freeReplyObject(x);
+    if (!(x = redisCommand(c, "CONFIG GET maxmemory-policy")))
+        return TW_EIO;
+    if (x->type == REDIS_REPLY_ARRAY && x->elements == 2 &&
+        x->element[1]->type == REDIS_REPLY_STRING)
+        snprintf(buf, cap, "%s", x->element[1]->str);
     freeReplyObject(x);
     return 0;
 }
@@ -623,7 +757,7 @@ static int rr_check_masters(struct tw_redis *r)
     return rc;
 }
 
-/* The queue's partition count, stored with the queue: {queue}:partitions
+/* The queue's partition count, stored with the queue: {queue:meta}:partitions
  * (its own slot: the name of no partition), written SET NX by its first
  * client, read by every later one. Read first, so that a client of an
  * existing queue starts on a server at maxmemory (the SET would be
@@ -632,7 +766,7 @@ static int rr_check_masters(struct tw_redis *r)
 static int rr_check_partitions(struct tw_redis *r)
 {
     char key[TW_RR_KEYBUF], val[16];
-    size_t kl = (size_t)snprintf(key, sizeof key, "{%s}:partitions", r->queue);
+    size_t kl = (size_t)snprintf(key, sizeof key, "{%s:meta}:partitions", r->queue);
     size_t vl = (size_t)snprintf(val, sizeof val, "%u", (unsigned)r->cfg.partitions);
     int slot = (int)tw_rr_key_slot(key, kl);
     for (int round = 0; round < 2; round++) { /* a second read after losing the SET NX race */
@@ -668,15 +802,27 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
 {
     if (out)
         *out = NULL;
-    if (!cfg || !out)
+    if (!cfg || !out) {
+        rr_errbuf(cfg, "NULL argument");
         return TW_EINVAL;
-    int rc = rr_check_config(cfg);
-    if (rc)
+    }
+    rr_errbuf(cfg, "%s", "");
+    struct tw_rr_url first;
+    int db, rc = rr_check_config(cfg);
+    if (rc && cfg->errbuf && cfg->errbuf_len && !cfg->errbuf[0])
+        rr_errbuf(cfg, "a configuration value out of its range (include/twheel/redis.h)");
+    if (rc || (rc = rr_check_servers(cfg, &first, &db)) != 0)
         return rc;
+    char why[TW_RR_ERR_MAX] = "";
     struct tw_redis *r = calloc(1, sizeof *r);
-    if (!r)
+    if (!r) {
+        rr_errbuf(cfg, "%s", tw_strerror(TW_ENOMEM));
         return TW_ENOMEM;
+    }
     r->cfg = *cfg;
+    r->cfg.username = r->cfg.password = NULL; /* r->conn holds copies */
+    r->cfg.errbuf = NULL;
+    r->cfg.errbuf_len = 0;
     /* starts ahead by a quarter of the lease and of the window at most:
      * capped, not refused, so that the default start_ahead_ms suits every
      * valid lease and window */
@@ -686,7 +832,7 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
         r->cfg.start_ahead_ms = r->cfg.window_ms / 4;
     if (pthread_mutex_init(&r->api_mu, NULL) || pthread_mutex_init(&r->mu, NULL) ||
         pthread_mutex_init(&r->stop_mu, NULL) || pthread_mutex_init(&r->hist_mu, NULL) ||
-        pthread_mutex_init(&r->ack_mu, NULL)) {
+        pthread_mutex_init(&r->ack_mu, NULL) || pthread_mutex_init(&r->err_mu, NULL)) {
         free(r); /* on Linux these inits cannot fail; nothing to destroy */
         return TW_ESYS;
     }
@@ -717,18 +863,21 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
         atomic_init(&r->off_cur[p], INT64_MIN);
         atomic_init(&r->off_prev[p], INT64_MIN);
     }
-    for (size_t i = 0; i < cfg->nservers; i++)
-        if (!(r->servers[i] = strdup(cfg->servers[i])))
-            goto nomem;
+    if (rr_copy_servers(r, cfg, &first, db) != 0)
+        goto nomem;
     r->cfg.servers = (const char *const *)r->servers;
     for (uint32_t p = 0; p < cfg->partitions; p++) {
         char tag[TW_RR_KEYBUF];
         int n = snprintf(tag, sizeof tag, "{%s:%u}", r->queue, (unsigned)p);
         r->slots[p] = (int)tw_rr_key_slot(tag, (size_t)n);
     }
-    if ((rc = rr_router(r, &r->api)) != 0 || (rc = rr_load_scripts(r)) != 0 ||
-        (rc = rr_check_masters(r)) != 0 || (rc = rr_check_partitions(r)) != 0)
+    if ((rc = rr_router(r, &r->api, why)) != 0)
         goto fail;
+    if ((rc = tw_rr_acl_check(r)) != 0 || (rc = rr_load_scripts(r)) != 0 ||
+        (rc = rr_check_masters(r)) != 0 || (rc = rr_check_partitions(r)) != 0) {
+        snprintf(why, sizeof why, "%s", r->api.err[0] ? r->api.err : tw_strerror(rc));
+        goto fail;
+    }
     r->multi = !r->api.cluster;
     if (r->worker) {
         r->exec_rt = calloc(r->cfg.threads, sizeof *r->exec_rt);
@@ -743,11 +892,11 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
         r->ack_delay_ns = (uint64_t)(r->cfg.lease_ms / 8 < RR_ACK_DELAY_MS ? r->cfg.lease_ms / 8
                                                                            : RR_ACK_DELAY_MS) *
                           1000000u;
-        if ((rc = rr_router(r, &r->claim_rt)) != 0 || (rc = rr_router(r, &r->sub_rt)) != 0 ||
-            (rc = rr_router(r, &r->ack_rt)) != 0)
+        if ((rc = rr_router(r, &r->claim_rt, why)) != 0 ||
+            (rc = rr_router(r, &r->sub_rt, why)) != 0 || (rc = rr_router(r, &r->ack_rt, why)) != 0)
             goto fail;
         for (uint32_t i = 0; i < r->cfg.threads; i++)
-            if ((rc = rr_router(r, &r->exec_rt[i])) != 0)
+            if ((rc = rr_router(r, &r->exec_rt[i], why)) != 0)
                 goto fail;
         if (tw_rr_thread_create(&r->ack_thread, tw_rr_ack_main, r) != 0) {
             rc = TW_ESYS;
@@ -775,9 +924,14 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
         uint64_t until = tw_rr_mono_ns() +
                          (uint64_t)(r->cfg.connect_timeout_ms + r->cfg.command_timeout_ms) * 1000000u;
         pthread_mutex_lock(&r->mu);
-        while (!r->subscribed && tw_cond_wait_until_(&r->sub_cv, &r->mu, until) == 0) {
+        while (!r->subscribed && !r->sub_err &&
+               tw_cond_wait_until_(&r->sub_cv, &r->mu, until) == 0) {
         }
+        rc = r->subscribed ? 0 : r->sub_err; /* refused: the credentials or SUBSCRIBE */
+        snprintf(why, sizeof why, "%s", r->sub_errtext);
         pthread_mutex_unlock(&r->mu);
+        if (rc)
+            goto fail;
         if (tw_rr_thread_create(&r->claim_thread, tw_rr_claim_main, r) != 0) {
             rc = TW_ESYS;
             goto fail;
@@ -789,6 +943,7 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
 nomem:
     rc = TW_ENOMEM;
 fail:
+    rr_errbuf(cfg, "%s", why[0] ? why : tw_strerror(rc));
     (void)tw_redis_stop(r);
     rr_free_all(r);
     return rc;

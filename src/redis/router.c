@@ -76,6 +76,13 @@ int tw_rr_parse_addr(const char *s, char *host, size_t hostcap, int *port)
 {
     if (!s)
         return TW_EINVAL;
+    if (s[0] == '/') { /* a unix socket: the path, port 0 */
+        if (strlen(s) >= hostcap)
+            return TW_EINVAL;
+        strcpy(host, s);
+        *port = 0;
+        return 0;
+    }
     const char *colon = strrchr(s, ':');
     if (!colon || colon == s)
         return TW_EINVAL;
@@ -138,29 +145,38 @@ static void rr_backoff(struct tw_rr_node *n)
     n->next_try_ns = tw_rr_mono_ns() + (uint64_t)n->backoff_ms * 1000000u;
 }
 
-/* Connect node i unless it is connected; 0, or TW_EIO (backing off). */
+/* What a node's connection failed with (why, else hiredis' words), into
+ * rt->err (before rr_drop). */
+static void rr_lost(struct tw_rr_router *rt, const struct tw_rr_node *n, const char *why)
+{
+    char where[TW_RR_ERR_MAX / 2 - 1]; /* with ": " and hiredis' errstr, fits err */
+    tw_rr_where(n->host, n->port, where, sizeof where);
+    if (!why)
+        why = n->c && n->c->errstr[0] ? n->c->errstr : "connection lost";
+    snprintf(rt->err, sizeof rt->err, "%s: %s", where, why);
+}
+
+/* Connect node i unless it is connected (tw_rr_open: AUTH and SELECT as
+ * rt->conn says); 0, TW_EIO (unreachable, or backing off), TW_EAUTH (AUTH
+ * refused: told to the sink), TW_EPROTO, TW_ENOMEM; rt->err says what. */
 static int rr_connect(struct tw_rr_router *rt, size_t i)
 {
     struct tw_rr_node *n = &rt->nodes[i];
     if (n->c)
         return 0;
-    if (tw_rr_mono_ns() < n->next_try_ns)
-        return TW_EIO;
-    struct timeval tv = {(time_t)(rt->connect_timeout_ms / 1000),
-                         (suseconds_t)(rt->connect_timeout_ms % 1000) * 1000};
-    redisContext *c = redisConnectWithTimeout(n->host, n->port, tv);
-    if (!c || c->err) {
-        if (c)
-            redisFree(c);
-        rr_backoff(n);
+    if (tw_rr_mono_ns() < n->next_try_ns) {
+        if (!rt->err[0])
+            rr_lost(rt, n, "not reachable (waiting to connect again)");
         return TW_EIO;
     }
-    struct timeval ct = {(time_t)(rt->command_timeout_ms / 1000),
-                         (suseconds_t)(rt->command_timeout_ms % 1000) * 1000};
-    if (redisSetTimeout(c, ct) != REDIS_OK) {
-        redisFree(c);
+    redisContext *c;
+    int rc = tw_rr_open(rt->conn, n->host, n->port, rt->connect_timeout_ms,
+                        rt->command_timeout_ms, &c, rt->err, sizeof rt->err);
+    if (rc) {
         rr_backoff(n);
-        return TW_EIO;
+        if (rc == TW_EAUTH && rt->sink)
+            rt->sink(rt->sink_ctx, rc, rt->err);
+        return rc;
     }
     if (rt->on_connect) { /* the owner's check of the server (redis.c) */
         int v = rt->on_connect(rt->on_connect_ctx, c);
@@ -226,14 +242,15 @@ static int rr_load_slots(struct tw_rr_router *rt, size_t asked, const redisReply
  * TW_EPROTO, TW_ENOMEM. */
 static int rr_refresh_from(struct tw_rr_router *rt, size_t i)
 {
-    if (rr_connect(rt, i) != 0)
-        return TW_EIO;
+    int rc = rr_connect(rt, i);
+    if (rc != 0)
+        return rc;
     redisReply *r = redisCommand(rt->nodes[i].c, "CLUSTER SLOTS");
     if (!r) {
+        rr_lost(rt, &rt->nodes[i], NULL);
         rr_drop(&rt->nodes[i]);
         return TW_EIO;
     }
-    int rc;
     if (r->type == REDIS_REPLY_ERROR) {
         if (strstr(r->str, "cluster support disabled")) {
             rt->cluster = false;
@@ -247,7 +264,7 @@ static int rr_refresh_from(struct tw_rr_router *rt, size_t i)
         } else if (strncmp(r->str, "LOADING", 7) == 0) {
             rc = TW_EIO;
         } else {
-            rc = TW_EPROTO;
+            rc = tw_rr_reply_error(rt, r); /* NOAUTH, NOPERM: TW_EAUTH */
         }
     } else {
         rc = rr_load_slots(rt, i, r);
@@ -272,9 +289,11 @@ static int rr_refresh(struct tw_rr_router *rt)
 }
 
 int tw_rr_router_init(struct tw_rr_router *rt, const char *const *seeds, size_t nseeds,
-                      uint32_t connect_timeout_ms, uint32_t command_timeout_ms)
+                      const struct tw_rr_conn *conn, uint32_t connect_timeout_ms,
+                      uint32_t command_timeout_ms)
 {
     memset(rt, 0, sizeof *rt);
+    rt->conn = conn;
     rt->connect_timeout_ms = connect_timeout_ms;
     rt->command_timeout_ms = command_timeout_ms;
     for (size_t i = 0; i < nseeds; i++) {
@@ -287,12 +306,21 @@ int tw_rr_router_init(struct tw_rr_router *rt, const char *const *seeds, size_t 
             return rc == TW_EPROTO ? TW_EINVAL : rc;
         }
     }
-    int rc = TW_EIO;
-    for (size_t i = 0; i < rt->nnodes && rc != 0 && rc != TW_ENOMEM; i++)
+    /* A seed that answered with a refusal (TW_EAUTH, TW_EPROTO) says more
+     * than one that did not answer: that is the error, with its words. */
+    int rc = TW_EIO, worst = TW_EIO;
+    char why[TW_RR_ERR_MAX] = "";
+    for (size_t i = 0; i < rt->nnodes && rc != 0 && rc != TW_ENOMEM; i++) {
         rc = rr_refresh_from(rt, i);
+        if (rc != 0 && (rc != TW_EIO || worst == TW_EIO)) {
+            worst = rc;
+            memcpy(why, rt->err, sizeof why);
+        }
+    }
     if (rc != 0) {
         tw_rr_router_free(rt);
-        return rc;
+        memcpy(rt->err, why, sizeof why);
+        return worst;
     }
     return 0;
 }
@@ -383,6 +411,7 @@ int tw_rr_command(struct tw_rr_router *rt, int slot, int argc, const char **argv
     uint32_t budget = rt->retry_ms ? rt->retry_ms : rt->command_timeout_ms;
     uint64_t deadline = tw_rr_mono_ns() + (uint64_t)budget * 1000000u;
     int ask = -1;
+    rt->err[0] = 0;
     for (;;) {
         if (rt->cluster && rt->map_stale) {
             int rc = rr_refresh(rt);
@@ -398,7 +427,10 @@ int tw_rr_command(struct tw_rr_router *rt, int slot, int argc, const char **argv
             continue;
         }
         struct tw_rr_node *nd = &rt->nodes[n];
-        if (rr_connect(rt, (size_t)n) != 0) {
+        int crc = rr_connect(rt, (size_t)n);
+        if (crc != 0 && crc != TW_EIO) /* refused (TW_EAUTH ...): retrying cannot help */
+            return crc;
+        if (crc != 0) {
             if (rt->cluster)
                 rt->map_stale = true;
             /* With the owner's short budget (retry_ms), a node that may not
@@ -434,6 +466,7 @@ int tw_rr_command(struct tw_rr_router *rt, int slot, int argc, const char **argv
             if (r)
                 freeReplyObject(r);
             int oom = nd->c && nd->c->err == REDIS_ERR_OOM;
+            rr_lost(rt, nd, NULL);
             rr_drop(nd);
             if (oom)
                 return TW_ENOMEM;
@@ -471,20 +504,11 @@ int tw_rr_command(struct tw_rr_router *rt, int slot, int argc, const char **argv
             nd->next_try_ns = 0;
             continue;
         }
+        if (r->type == REDIS_REPLY_ERROR) /* the caller's to judge; its words kept */
+            snprintf(rt->err, sizeof rt->err, "%s", r->str);
         *reply = r;
         return 0;
     }
-}
-
-int tw_rr_reply_error(struct tw_rr_router *rt, const redisReply *r)
-{
-    /* "OOM command not allowed when used memory > 'maxmemory'", or a script
-     * without the allow-oom flag refused before it ran */
-    if (strncmp(r->str, "OOM ", 4) == 0) {
-        rt->oom_refusals++;
-        return TW_EOOM;
-    }
-    return TW_EPROTO;
 }
 
 /* The head of a script call: EVALSHA, script id's SHA1, the key count nk
@@ -561,6 +585,7 @@ int tw_rr_eval_many(struct tw_rr_router *rt, unsigned id, size_t n, int nkeys,
     char nk[16];
     int nargs;
     snprintf(nk, sizeof nk, "%d", nkeys);
+    rt->err[0] = 0;
     int *node = malloc(RR_PIPE_CHUNK * sizeof *node);
     int *slots = malloc(RR_PIPE_CHUNK * sizeof *slots);
     unsigned char *redo = malloc(RR_PIPE_CHUNK);
@@ -615,6 +640,7 @@ int tw_rr_eval_many(struct tw_rr_router *rt, unsigned id, size_t n, int nkeys,
             if (redisGetReply(rt->nodes[node[j]].c, (void **)&r) != REDIS_OK || !r) {
                 if (r)
                     freeReplyObject(r);
+                rr_lost(rt, &rt->nodes[node[j]], NULL);
                 rr_drop(&rt->nodes[node[j]]);
                 if (rt->cluster)
                     rt->map_stale = true;

@@ -117,6 +117,7 @@ int tw_redis_stats(const struct tw_redis *cr, struct tw_redis_stats *out)
     out->notifications = atomic_load(&r->notifications);
     out->recovered = atomic_load(&r->recovered);
     out->lost_leases = atomic_load(&r->lost_leases);
+    out->worker_errors = atomic_load(&r->worker_errors);
     out->rt_refused = r->local ? tw_rr_local_rt_refused(r->local) : 0;
     pthread_mutex_lock(&r->hist_mu);
     out->late_p50_us = rr_pct(r, 0.50);
@@ -147,6 +148,7 @@ int tw_redis_stats(const struct tw_redis *cr, struct tw_redis_stats *out)
             pending += (uint64_t)v;
         }
     }
+    tw_rr_note(r, rc ? TW_EIO : 0);
     pthread_mutex_unlock(&r->api_mu);
     out->pending = rc ? UINT64_MAX : pending;
     return rc ? TW_EIO : 0;

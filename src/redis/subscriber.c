@@ -56,24 +56,25 @@ static void rr_sub_sleep(struct tw_redis *r, uint32_t ms)
     }
 }
 
-static redisContext *rr_sub_connect(struct tw_redis *r, size_t node)
+/* Connect (tw_rr_open: AUTH and SELECT as every connection) and
+ * subscribe. 0 and *out, or an error code with err saying what (TW_EAUTH:
+ * the credentials, or SUBSCRIBE or a channel, refused). */
+static int rr_sub_connect(struct tw_redis *r, size_t node, redisContext **out, char *err,
+                          size_t errlen)
 {
     const struct tw_rr_node *nd = &r->sub_rt.nodes[node];
-    struct timeval tv = {(time_t)(r->cfg.connect_timeout_ms / 1000),
-                         (suseconds_t)(r->cfg.connect_timeout_ms % 1000) * 1000};
-    redisContext *c = redisConnectWithTimeout(nd->host, nd->port, tv);
-    if (!c || c->err) {
-        if (c)
-            redisFree(c);
-        return NULL;
-    }
-    struct timeval ct = {(time_t)(r->cfg.command_timeout_ms / 1000),
-                         (suseconds_t)(r->cfg.command_timeout_ms % 1000) * 1000};
+    redisContext *c;
+    int rc = tw_rr_open(&r->conn, nd->host, nd->port, r->cfg.connect_timeout_ms,
+                        r->cfg.command_timeout_ms, &c, err, errlen);
+    if (rc)
+        return rc;
     uint32_t P = r->cfg.partitions;
     const char **av = malloc((P + 1) * sizeof *av);
     size_t *al = malloc((P + 1) * sizeof *al);
     char *names = malloc((size_t)P * TW_RR_KEYBUF);
-    bool ok = av && al && names && redisSetTimeout(c, ct) == REDIS_OK;
+    bool ok = av && al && names;
+    rc = ok ? TW_EIO : TW_ENOMEM;
+    snprintf(err, errlen, "SUBSCRIBE: connection lost");
     if (ok) {
         av[0] = "SUBSCRIBE";
         al[0] = 9;
@@ -85,9 +86,13 @@ static redisContext *rr_sub_connect(struct tw_redis *r, size_t node)
         ok = redisAppendCommandArgv(c, (int)P + 1, av, al) == REDIS_OK;
         /* Wait for every confirmation: from here on no PUBLISH is missed. */
         for (uint32_t p = 0; ok && p < P; p++) {
-            void *m = NULL;
-            ok = redisGetReply(c, &m) == REDIS_OK && m &&
-                 ((redisReply *)m)->type == REDIS_REPLY_ARRAY;
+            redisReply *m = NULL;
+            ok = redisGetReply(c, (void **)&m) == REDIS_OK && m &&
+                 m->type == REDIS_REPLY_ARRAY;
+            if (m && m->type == REDIS_REPLY_ERROR) { /* NOPERM: the command or a channel */
+                snprintf(err, errlen, "%s", m->str);
+                rc = tw_rr_error_code(m->str);
+            }
             if (m)
                 freeReplyObject(m);
         }
@@ -97,9 +102,24 @@ static redisContext *rr_sub_connect(struct tw_redis *r, size_t node)
     free(names);
     if (!ok) {
         redisFree(c);
-        return NULL;
+        return rc;
     }
-    return c;
+    *out = c;
+    return 0;
+}
+
+/* A refusal (TW_EAUTH) is the worker's error; before the first
+ * subscription it also ends tw_redis_new, which waits for it. */
+static void rr_sub_refused(struct tw_redis *r, int rc, const char *err)
+{
+    tw_rr_worker_sink(r, rc, err);
+    pthread_mutex_lock(&r->mu);
+    if (!r->subscribed && !r->sub_err) {
+        r->sub_err = rc;
+        snprintf(r->sub_errtext, sizeof r->sub_errtext, "%s", err);
+        pthread_cond_broadcast(&r->sub_cv);
+    }
+    pthread_mutex_unlock(&r->mu);
 }
 
 void *tw_rr_sub_main(void *arg)
@@ -109,8 +129,12 @@ void *tw_rr_sub_main(void *arg)
     uint32_t backoff = 0;
     bool first = true;
     while (!atomic_load(&r->stop_sub)) {
-        redisContext *c = rr_sub_connect(r, node);
-        if (!c) {
+        char err[TW_RR_ERR_MAX];
+        redisContext *c = NULL;
+        int rc = rr_sub_connect(r, node, &c, err, sizeof err);
+        if (rc == TW_EAUTH)
+            rr_sub_refused(r, rc, err);
+        if (rc) {
             node = (node + 1) % r->sub_rt.nnodes;
             backoff = backoff ? (backoff * 2 > 1000 ? 1000 : backoff * 2) : 10;
             rr_sub_sleep(r, backoff);

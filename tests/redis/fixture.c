@@ -347,7 +347,8 @@ static const char *env_or(const char *name, const char *dflt)
 redisContext *rfx_connect(const struct rfx_server *s)
 {
     struct timeval ct = {1, 0}, rt = {10, 0};
-    redisContext *c = redisConnectWithTimeout("127.0.0.1", s->port, ct);
+    redisContext *c = s->sock[0] ? redisConnectUnixWithTimeout(s->sock, ct)
+                                 : redisConnectWithTimeout("127.0.0.1", s->port, ct);
     if (!c)
         return NULL;
     if (c->err) {
@@ -355,6 +356,16 @@ redisContext *rfx_connect(const struct rfx_server *s)
         return NULL;
     }
     redisSetTimeout(c, rt);
+    if (s->opts.password) {
+        redisReply *r = redisCommand(c, "AUTH %s", s->opts.password);
+        bool ok = r && r->type == REDIS_REPLY_STATUS;
+        if (r)
+            freeReplyObject(r);
+        if (!ok) {
+            redisFree(c);
+            return NULL;
+        }
+    }
     return c;
 }
 
@@ -407,6 +418,17 @@ static int launch(struct rfx_server *s)
         argv[n++] = "nodes.conf";
         argv[n++] = "--cluster-node-timeout";
         argv[n++] = "5000";
+    }
+    if (s->opts.unix_socket) {
+        snprintf(s->sock, sizeof s->sock, "%s/redis.sock", s->dir);
+        argv[n++] = "--unixsocket";
+        argv[n++] = s->sock;
+        argv[n++] = "--unixsocketperm";
+        argv[n++] = "700";
+    }
+    if (s->opts.password) {
+        argv[n++] = "--requirepass";
+        argv[n++] = s->opts.password;
     }
     for (const char *const *e = s->opts.extra; e && *e && n < 62; e++)
         argv[n++] = *e;
@@ -585,6 +607,36 @@ const char *rfx_addr(const struct rfx_server *s)
     return s->addr;
 }
 
+const char *rfx_url(const struct rfx_server *s, bool via_unix, char *buf, size_t len)
+{
+    char pass[3 * 256 + 1] = "";
+    const char *p = s->opts.password ? s->opts.password : "";
+    size_t k = 0;
+    for (; *p && k + 4 < sizeof pass; p++) { /* all but unreserved characters escaped */
+        unsigned char c = (unsigned char)*p;
+        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+            c == '-' || c == '.' || c == '_' || c == '~')
+            pass[k++] = (char)c;
+        else
+            k += (size_t)snprintf(pass + k, 4, "%%%02X", c);
+    }
+    pass[k] = 0;
+    bool auth = s->opts.password != NULL;
+    int n;
+    if (via_unix)
+        n = snprintf(buf, len, "unix://%s%s%s%s", auth ? ":" : "", pass, auth ? "@" : "", s->sock);
+    else if (auth)
+        n = snprintf(buf, len, "redis://:%s@%s", pass, s->addr);
+    else
+        n = snprintf(buf, len, "%s", s->addr);
+    if (n < 0 || (size_t)n >= len) {
+        if (len)
+            buf[0] = 0;
+        fail("rfx_url: %zu bytes are too few", len);
+    }
+    return buf;
+}
+
 static redisReply *vcmd(const struct rfx_server *s, const char *fmt, va_list ap)
 {
     redisContext *c = rfx_connect(s);
@@ -733,12 +785,19 @@ static int cluster_ready(const struct rfx_cluster *c)
 
 int rfx_cluster_start(struct rfx_cluster *c, size_t n)
 {
+    return rfx_cluster_start_opts(c, n, NULL);
+}
+
+int rfx_cluster_start_opts(struct rfx_cluster *c, size_t n, const struct rfx_options *opts)
+{
     memset(c, 0, sizeof *c);
     if (n < 3 || n > RFX_CLUSTER_MAX) {
         fail("cluster of %zu nodes: 3..%d", n, RFX_CLUSTER_MAX);
         return -1;
     }
     struct rfx_options o = {0};
+    if (opts)
+        o = *opts;
     o.cluster = true;
     for (size_t i = 0; i < n; i++) {
         if (rfx_start(&c->node[i], &o) != 0) {
@@ -749,9 +808,13 @@ int rfx_cluster_start(struct rfx_cluster *c, size_t n)
         c->addrs[i] = c->node[i].addr;
     }
     /* redis-cli --cluster create A B C --cluster-replicas 0 --cluster-yes */
-    char *argv[RFX_CLUSTER_MAX + 8];
+    char *argv[RFX_CLUSTER_MAX + 10];
     size_t k = 0;
     argv[k++] = (char *)env_or("RFX_REDIS_CLI", "redis-cli");
+    if (o.password) {
+        argv[k++] = "-a";
+        argv[k++] = (char *)o.password;
+    }
     argv[k++] = "--cluster";
     argv[k++] = "create";
     for (size_t i = 0; i < n; i++)

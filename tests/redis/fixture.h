@@ -42,6 +42,9 @@ struct rfx_options {
     const char *appendfsync;    /* "always", "everysec", "no"; NULL: Redis default */
     bool cluster;               /* --cluster-enabled yes (bus port = port + 10000) */
     const char *const *extra;   /* more arguments, NULL-terminated; must outlive the server */
+    bool unix_socket;           /* --unixsocket DIR/redis.sock (--unixsocketperm 700): s->sock */
+    const char *password;       /* --requirepass: the default user's password, which the
+                                   fixture's own connections send (AUTH); must outlive it */
 };
 
 struct rfx_server {
@@ -49,6 +52,7 @@ struct rfx_server {
     int port;
     char dir[256];              /* the server's own temporary directory */
     char addr[32];              /* "127.0.0.1:port" */
+    char sock[300];             /* the unix socket's path with opts.unix_socket, else "" */
     struct rfx_options opts;    /* kept for rfx_restart */
     int slot_;                  /* registry index (internal) */
 };
@@ -64,7 +68,14 @@ int rfx_kill(struct rfx_server *s);
 int rfx_restart(struct rfx_server *s);
 /* "127.0.0.1:port". */
 const char *rfx_addr(const struct rfx_server *s);
-/* A new control connection (1 s connect timeout, 10 s command timeout), or NULL. */
+/* The entry a tw_redis configuration takes for s, into buf: "127.0.0.1:port";
+ * "redis://:PASSWORD@127.0.0.1:port" when it has opts.password (percent-
+ * encoded); with @p via_unix (opts.unix_socket needed) "unix:///dir/redis.sock"
+ * or "unix://:PASSWORD@/dir/redis.sock". Returns buf ("" when it does not fit). */
+const char *rfx_url(const struct rfx_server *s, bool via_unix, char *buf, size_t len);
+/* A new control connection (1 s connect timeout, 10 s command timeout; the
+ * unix socket when the server has one, else TCP; AUTH with opts.password),
+ * or NULL. */
 redisContext *rfx_connect(const struct rfx_server *s);
 /* One command on a fresh connection, reply checked: 0 if it is not an error. */
 int rfx_command(const struct rfx_server *s, const char *fmt, ...);
@@ -86,6 +97,9 @@ struct rfx_cluster {
 /* Start n (3..RFX_CLUSTER_MAX) masters, no replicas, slots spread evenly;
  * returns when every node reports cluster_state:ok and knows every master. */
 int rfx_cluster_start(struct rfx_cluster *c, size_t n);
+/* The same with every node started with @p opts (cluster set by the
+ * fixture; a password is given to redis-cli too). */
+int rfx_cluster_start_opts(struct rfx_cluster *c, size_t n, const struct rfx_options *opts);
 /* Stop every node. Idempotent. */
 int rfx_cluster_stop(struct rfx_cluster *c);
 /* Index of the node that owns @p slot (by node 0's view), or -1. */

@@ -24,7 +24,7 @@ extern "C" {
 
 /* Options of one redis_worker process (0 / NULL: the worker's default). */
 struct rw_opts {
-    const char *servers;   /* "host:port[,host:port...]" */
+    const char *servers;   /* entries separated by commas: host:port, /socket, URLs */
     const char *queue;
     const char *out;       /* delivery records (appended) */
     const char *stats;     /* written at a clean exit */

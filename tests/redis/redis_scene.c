@@ -14,7 +14,12 @@
  * 3 SIGKILL worker 1; 4 SIGKILL redis-server; 6 restart it; 6.5 a new
  * worker. Leases 3 s, windows 1 s.
  *
- * Usage: redis_scene WORKER [--n N] [--quick]   (N = 5000; --quick: 3000, half the timeline)
+ * Usage: redis_scene WORKER [--n N] [--quick] [--auth] [--unix]
+ *   N = 5000; --quick: 3000, half the timeline. --auth: redis-server wants a
+ *   password (one with an @, percent-encoded in the URL); --unix: the client
+ *   and the workers connect through its unix domain socket. Either way they
+ *   are given one entry in the layer's syntax (redis.h, "Connecting"), and
+ *   every reconnect after the kill authenticates again.
  */
 #define _GNU_SOURCE
 #include <inttypes.h>
@@ -26,6 +31,7 @@
 #include "fixture.h"
 #include "harness.h"
 #include "machine_stall.h"
+#include "redis/url.h" /* tw_rr_url_redact: the URL printed without its password */
 #include "twheel/redis.h"
 
 #define LEASE_MS 3000
@@ -40,16 +46,24 @@ static uint64_t now_ms(void)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: redis_scene WORKER [--n N] [--quick]\n");
+        fprintf(stderr, "usage: redis_scene WORKER [--n N] [--quick] [--auth] [--unix]\n");
         return 2;
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
     rfx_cleanup_on_signals();
+    /* the client writes on this thread to a server the scene kills: EPIPE,
+     * not death (redis.h; a unix socket gives it at the first write) */
+    signal(SIGPIPE, SIG_IGN);
     const char *worker = argv[1];
     uint64_t n = 5000;
     double scale = 1.0; /* timeline scale */
+    bool auth = false, via_unix = false;
     for (int i = 2; i < argc; i++) {
-        if (!strcmp(argv[i], "--quick")) {
+        if (!strcmp(argv[i], "--auth")) {
+            auth = true;
+        } else if (!strcmp(argv[i], "--unix")) {
+            via_unix = true;
+        } else if (!strcmp(argv[i], "--quick")) {
             n = 3000;
             scale = 0.5;
         } else if (!strcmp(argv[i], "--n") && i + 1 < argc) {
@@ -67,17 +81,22 @@ int main(int argc, char **argv)
     const uint64_t cap = n + 100000; /* ids: batch tasks, then single sets */
 
     struct rfx_server srv;
-    struct rfx_options so = {.appendonly = true, .appendfsync = "always"};
+    struct rfx_options so = {.appendonly = true, .appendfsync = "always",
+                             .unix_socket = via_unix, .password = auth ? "scene@secret" : NULL};
     if (rfx_start(&srv, &so))
         return 1;
     printf("scene: redis-server %s (appendonly yes, appendfsync always) in %s\n", rfx_addr(&srv),
            srv.dir);
+    char url[512], shown[512];
+    rfx_url(&srv, via_unix, url, sizeof url);
+    tw_rr_url_redact(url, shown, sizeof shown);
+    printf("scene: the client and the workers connect to %s\n", shown);
     char out[MAXW][300];
     pid_t pid[MAXW] = {0};
     int nw = 0;
     for (; nw < 3; nw++) {
         snprintf(out[nw], sizeof out[nw], "%s/deliveries.%d", srv.dir, nw);
-        struct rw_opts o = {.servers = rfx_addr(&srv), .queue = "scene", .out = out[nw],
+        struct rw_opts o = {.servers = url, .queue = "scene", .out = out[nw],
                             .threads = 2, .lease_ms = LEASE_MS, .window_ms = WINDOW_MS};
         if (rw_spawn(worker, &o, &pid[nw], NULL))
             return 1;
@@ -85,7 +104,7 @@ int main(int argc, char **argv)
     printf("scene: 3 workers (pids %d %d %d), leases %d ms, windows %d ms\n", (int)pid[0],
            (int)pid[1], (int)pid[2], LEASE_MS, WINDOW_MS);
 
-    const char *servers[] = {rfx_addr(&srv)};
+    const char *servers[] = {url};
     struct tw_redis_config cfg;
     tw_redis_config_init(&cfg);
     cfg.servers = servers;
@@ -93,13 +112,16 @@ int main(int argc, char **argv)
     cfg.queue = "scene";
     cfg.connect_timeout_ms = 200;
     cfg.command_timeout_ms = 300;
+    char err[256] = "";
+    cfg.errbuf = err;
+    cfg.errbuf_len = sizeof err;
     struct tw_redis *client = NULL;
     int rc = tw_redis_new(&client, &cfg);
     uint64_t *due_lo = calloc(cap, sizeof *due_lo);
     bool *acked = calloc(cap, sizeof *acked);
     int64_t *delays = malloc(n * sizeof *delays);
     if (rc || !due_lo || !acked || !delays) {
-        fprintf(stderr, "scene: setup failed (%s)\n", tw_strerror(rc));
+        fprintf(stderr, "scene: setup failed (%s: %s)\n", tw_strerror(rc), err);
         return 1;
     }
     srand(3);
@@ -151,7 +173,7 @@ int main(int argc, char **argv)
         }
         if (rr && !wn && el >= new_w && el >= rr_el + (new_w - restart_r)) {
             snprintf(out[nw], sizeof out[nw], "%s/deliveries.%d", srv.dir, nw);
-            struct rw_opts o = {.servers = rfx_addr(&srv), .queue = "scene", .out = out[nw],
+            struct rw_opts o = {.servers = url, .queue = "scene", .out = out[nw],
                                 .threads = 2, .lease_ms = LEASE_MS, .window_ms = WINDOW_MS};
             if (rw_spawn(worker, &o, &pid[nw], NULL))
                 return 1;

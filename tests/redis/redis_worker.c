@@ -21,6 +21,11 @@
  *                 members (ZRANGEBYSCORE ... LIMIT + ZREM), repeated while a
  *                 full batch comes back. Nothing is leased: at most once.
  *
+ * --servers takes entries separated by commas, each as the configuration
+ * takes it: host:port, a unix socket's /path, or a redis:// or unix:// URL
+ * with credentials (redis.h, "Connecting"; a comma in a password as %2C);
+ * the poll mode uses the first.
+ *
  * --ahead-ms N (or the environment's TW_RW_AHEAD_MS) sets start_ahead_ms,
  * --rt-priority N (or TW_RW_RT_PRIORITY) rt_priority.
  *
@@ -40,6 +45,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "redis/internal.h" /* the poll mode connects as the layer does (url.c, connect.c) */
 #include "twheel/redis.h"
 
 #define MAX_SERVERS 16
@@ -227,6 +233,9 @@ static int run_wheel(const struct opts *o, const sigset_t *set)
     cfg.rt_priority = o->rt_priority;
     cfg.execute = execute;
     cfg.arg = (void *)o;
+    char err[TW_RR_ERR_MAX] = "";
+    cfg.errbuf = err;
+    cfg.errbuf_len = sizeof err;
     struct tw_redis *r = NULL;
     int rc = TW_EIO;
     /* The server may be restarting: retry new for up to 10 s. */
@@ -238,7 +247,7 @@ static int run_wheel(const struct opts *o, const sigset_t *set)
             return 0;
     }
     if (rc) {
-        fprintf(stderr, "redis_worker: tw_redis_new: %s\n", tw_strerror(rc));
+        fprintf(stderr, "redis_worker: tw_redis_new: %s: %s\n", tw_strerror(rc), err);
         return 1;
     }
     wait_signal(set, -1);
@@ -279,19 +288,19 @@ static const char poll_script[] =
 
 static int run_poll(const struct opts *o, const sigset_t *set)
 {
-    char host[256];
-    const char *colon = strrchr(o->servers[0], ':');
-    if (!colon || (size_t)(colon - o->servers[0]) >= sizeof host)
+    /* the layer's own syntax and connection (AUTH, SELECT, unix sockets) */
+    struct tw_rr_url u;
+    const char *why;
+    if (tw_rr_url_parse(o->servers[0], &u, &why) != 0) {
+        fprintf(stderr, "redis_worker: --servers: %s\n", why);
         return 1;
-    memcpy(host, o->servers[0], (size_t)(colon - o->servers[0]));
-    host[colon - o->servers[0]] = 0;
-    int port = atoi(colon + 1);
-    struct timeval tv = {2, 0};
-    redisContext *c = redisConnectWithTimeout(host, port, tv);
-    if (!c || c->err) {
-        fprintf(stderr, "redis_worker: connect %s failed\n", o->servers[0]);
-        if (c)
-            redisFree(c);
+    }
+    struct tw_rr_conn cn = {u.has_user ? u.user : NULL, u.has_pass ? u.pass : NULL,
+                            u.db > 0 ? u.db : 0};
+    char err[TW_RR_ERR_MAX];
+    redisContext *c;
+    if (tw_rr_open(&cn, u.host, u.port, 2000, 10000, &c, err, sizeof err) != 0) {
+        fprintf(stderr, "redis_worker: %s\n", err);
         return 1;
     }
     char zkey[256];

@@ -127,7 +127,7 @@ static void test_evicting_policy(void)
     c.execute = noop_exec;
     c.arg = &runs;
     CHECK_EQ_INT(tw_redis_new(&r, &c), TW_ECONFLICT);
-    CHECK_EQ_INT(srv_int(&s, "EXISTS %s", "{ev}:partitions"), 0); /* refused before writing */
+    CHECK_EQ_INT(srv_int(&s, "EXISTS %s", "{ev:meta}:partitions"), 0); /* refused before writing */
 
     c.accept_evicting_policy = true;
     CHECK_EQ_INT(tw_redis_new(&r, &c), 0);
@@ -393,7 +393,7 @@ static void test_partitions_stored(void)
     CHECK(d != NULL);
     if (!cl || !d)
         goto out;
-    CHECK_EQ_INT(srv_int(&s, "GET %s", "{parts}:partitions"), 32);
+    CHECK_EQ_INT(srv_int(&s, "GET %s", "{parts:meta}:partitions"), 32);
     enum { N = 200 };
     for (int i = 0; i < N; i++) {
         char k[16];
@@ -410,7 +410,7 @@ static void test_partitions_stored(void)
     CHECK_EQ_INT(tw_redis_new(&w, &wc), TW_ECONFLICT);
     wc.partitions = 64;
     CHECK_EQ_INT(tw_redis_new(&w, &wc), TW_ECONFLICT);
-    CHECK_EQ_INT(srv_int(&s, "GET %s", "{parts}:partitions"), 32); /* unchanged */
+    CHECK_EQ_INT(srv_int(&s, "GET %s", "{parts:meta}:partitions"), 32); /* unchanged */
     /* the same count: taken, and it delivers all */
     wc.partitions = 32;
     wc.execute = drain_exec;
@@ -424,7 +424,7 @@ static void test_partitions_stored(void)
     CHECK_EQ_U64(st.delivered, N);
     CHECK_EQ_U64(st.pending, 0);
     /* a value that is no count (written by something else) is a conflict too */
-    CHECK_EQ_INT(rfx_command(&s, "SET {other}:partitions banana"), 0);
+    CHECK_EQ_INT(rfx_command(&s, "SET {other:meta}:partitions banana"), 0);
     struct tw_redis *x = NULL;
     cfg_on(&c, &s, "other");
     CHECK_EQ_INT(tw_redis_new(&x, &c), TW_ECONFLICT);
@@ -433,11 +433,11 @@ static void test_partitions_stored(void)
     w = NULL;
     tw_redis_free(cl);
     cl = NULL;
-    CHECK_EQ_INT(srv_int(&s, "DEL %s", "{parts}:partitions"), 1);
+    CHECK_EQ_INT(srv_int(&s, "DEL %s", "{parts:meta}:partitions"), 1);
     cfg_on(&c, &s, "parts");
     c.partitions = 64;
     CHECK_EQ_INT(tw_redis_new(&cl, &c), 0);
-    CHECK_EQ_INT(srv_int(&s, "GET %s", "{parts}:partitions"), 64);
+    CHECK_EQ_INT(srv_int(&s, "GET %s", "{parts:meta}:partitions"), 64);
 out:
     tw_redis_free(w);
     tw_redis_free(cl);

@@ -1192,7 +1192,7 @@ static void test_eval_many_order(void)
     }
     srv_addr[0] = rfx_addr(&srv);
     struct tw_rr_router rt;
-    CHECK_EQ_INT(tw_rr_router_init(&rt, srv_addr, 1, 500, 2000), 0);
+    CHECK_EQ_INT(tw_rr_router_init(&rt, srv_addr, 1, NULL, 500, 2000), 0);
     rt.shas = shas;
     rt.bodies = bodies;
     CHECK_EQ_INT(tw_rr_eval_many(&rt, TW_RR_SET, 2, 2, ord_build, NULL, ord_check), 0);
