@@ -261,7 +261,7 @@ int tw_rr_many_check(void *ctx, size_t i, const redisReply *x)
 {
     (void)ctx;
     (void)i;
-    return x->type == REDIS_REPLY_INTEGER ? 0 : TW_EPROTO;
+    return !x || x->type == REDIS_REPLY_INTEGER ? 0 : TW_EPROTO; /* NULL: lost, nothing to do */
 }
 
 int tw_redis_set_many(struct tw_redis *r, const struct tw_redis_item *items, size_t n)

@@ -102,12 +102,13 @@ int tw_rr_node_of(const struct tw_rr_router *rt, int slot);
 /* Run one command routed by `slot` (any node when slot < 0), following
  * MOVED/ASK, retrying connection errors with backoff until the command
  * timeout (retry_ms when set). Returns 0 and *reply (an error reply is returned as a reply), or
- * TW_EIO, TW_ENOMEM. */
+ * TW_EIO (no attempt can have been applied), TW_EUNKNOWN (one may have: its
+ * reply was lost), TW_ENOMEM. */
 int tw_rr_command(struct tw_rr_router *rt, int slot, int argc, const char **argv,
                   const size_t *lens, redisReply **reply);
 /* EVALSHA script `id` with EVAL fallback on NOSCRIPT. argv holds the keys then
  * the arguments (nkeys + nargs entries). Error replies other than NOSCRIPT:
- * TW_EPROTO (the reply is freed). */
+ * TW_EPROTO (the reply is freed), or TW_EUNKNOWN after a lost attempt. */
 int tw_rr_eval(struct tw_rr_router *rt, unsigned id, int slot, int nkeys, int nargs,
                const char **argv, const size_t *lens, redisReply **reply);
 /* Pipelined EVALSHA of `n` calls of script `id` on one slot each: build(i)
@@ -116,11 +117,15 @@ int tw_rr_eval(struct tw_rr_router *rt, unsigned id, int slot, int nkeys, int na
  * Redirected or NOSCRIPT calls are redone one by one with tw_rr_eval (for
  * TW_RR_SET with the later calls of their slot, so that a slot's SET calls
  * take effect in order). A node whose connection fails leaves its calls
- * unchecked; the other nodes' replies are still checked (and nothing is
- * redone): TW_EIO. Returns 0, or the first error. */
+ * unanswered; the other nodes' replies are still checked, and nothing is
+ * redone (but SET's unanswered calls, while the chunk's command timeout
+ * lasts). A call written whole whose reply was lost may have been applied:
+ * check(i, NULL) says so (its return is ignored), before any reply a redo
+ * of it brings. Returns 0, or the first error: TW_EIO only when no call
+ * was applied or lost (else TW_EUNKNOWN). */
 typedef int tw_rr_build_fn(void *ctx, size_t i, int *slot, const char **argv, size_t *lens,
                            int *nargs);
-typedef int tw_rr_check_fn(void *ctx, size_t i, const redisReply *reply);
+typedef int tw_rr_check_fn(void *ctx, size_t i, const redisReply *reply); /* reply NULL: lost */
 int tw_rr_eval_many(struct tw_rr_router *rt, unsigned id, size_t n, int nkeys,
                     tw_rr_build_fn *build, void *ctx, tw_rr_check_fn *check);
 /* Most tasks in one SET script call (set_many groups them by partition):

@@ -452,7 +452,7 @@ static int rr_load_scripts(struct tw_redis *r)
         redisReply *x;
         int rc = tw_rr_command(&r->api, -1, 3, av, al, &x);
         if (rc)
-            return rc;
+            return rc == TW_EUNKNOWN ? TW_EIO : rc; /* not loaded, whatever the server did */
         if (x->type != REDIS_REPLY_STRING || x->len != 40) {
             freeReplyObject(x);
             return TW_EPROTO;

@@ -200,6 +200,8 @@ static int rr_start_check(void *ctx, size_t c, const redisReply *x)
     struct tw_rr_round *e = ctx;
     uint64_t t_reply = tw_rr_mono_ns();
     size_t g0 = e->call[c], g1 = e->call[c + 1], want = 1;
+    if (!x) /* lost: left unanswered */
+        return 0;
     for (size_t g = g0; g < g1; g++)
         want += e->g[g].na + 2 * e->g[g].ns;
     if (x->type != REDIS_REPLY_ARRAY || x->elements != want)
