@@ -315,6 +315,8 @@ struct tw_redis {
     pthread_mutex_t api_mu;
     struct tw_rr_router api;
     atomic_bool closed;             /* stop has begun: calls give TW_ECLOSED */
+    atomic_uint_fast64_t req_seq;   /* the next request id of move and remove (client.c),
+                                       from a random start */
 
     /* worker */
     bool worker;

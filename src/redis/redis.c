@@ -304,6 +304,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/hash.h" /* tw_random_seed_ */
 #include "redis/internal.h"
 
 #define RR_ACK_DELAY_MS 100  /* an acknowledgement waits this long for a START to ride on */
@@ -477,6 +478,9 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
     if (!r)
         return TW_ENOMEM;
     r->cfg = *cfg;
+    uint64_t seed[2];
+    tw_random_seed_(seed);
+    atomic_init(&r->req_seq, seed[0]); /* request ids of move and remove (client.c) */
     /* starts ahead by a quarter of the lease and of the window at most:
      * capped, not refused, so that the default start_ahead_ms suits every
      * valid lease and window */
