@@ -186,6 +186,8 @@ struct tw_rr_item {
     uint32_t part;
     uint32_t key_len;     /* <= TW_REDIS_KEY_MAX */
     uint32_t payload_len; /* <= TW_REDIS_PAYLOAD_MAX */
+    uint32_t ack_lost;    /* an acknowledgement of it was written and its reply lost: it may
+                             have deleted the task (ack.c) */
     char data[];          /* key bytes, then payload bytes and a NUL */
 };
 
@@ -288,7 +290,7 @@ struct tw_rr_round {
     uint64_t sent_ns, reply_ns[TW_RR_RUN_BATCH]; /* local clock when the reply was read */
     struct tw_rr_item *ack[TW_RR_ACK_MAX]; /* grouped by partition */
     size_t nack;
-    signed char ack_st[TW_RR_ACK_MAX];   /* 1 deleted, 0 stale, -2 no answer */
+    signed char ack_st[TW_RR_ACK_MAX];   /* 1 deleted, 0 stale, 2 absent, -2 no answer */
     bool cluster;                     /* one call per group, its keys declared */
     char kb[TW_RR_GROUPS_MAX][2][TW_RR_KEYBUF];
     size_t kl[TW_RR_GROUPS_MAX][2];

@@ -252,7 +252,9 @@
  * nack, nstart, nack key, token pairs to acknowledge, nstart key, token,
  * attempt triples to start (the attempt the claim returned, plus one)
  * -> {now_us, then per group: r per acknowledgement (1 deleted, 0 stale:
- *    not our lease any more, nothing deleted), then s, a per start:
+ *    not our lease any more, nothing deleted; 2 absent: deleted already, by
+ *    a lost earlier try of this acknowledgement or by someone else, ack.c),
+ *    then s, a per start:
  *    s = 1 started (a = attempt, as the worker gave it: a start redone after
  *    a lost reply counts the attempt once; the lease renewed to now + lease_ms, unless
  *    it already ends as late: claim leased it to due + lease_ms, so a start
@@ -277,7 +279,7 @@
     "    local vs = call('HMGET', TK, unpack(ks)) local ls = call('ZMSCORE', LK, unpack(ks))\n" \
     "    for j = 1, na do local r, v, l = 0, vs[j], ls[j]\n"                               \
     "      if v and l and tonumber(l) * 1000 > now and (parse(v)) == ts[j] then\n"         \
-    "        nd = nd + 1 del[nd] = ks[j] r = 1 end\n"                                      \
+    "        nd = nd + 1 del[nd] = ks[j] r = 1 elseif not v then r = 2 end\n"              \
     "      o = o + 1 out[o] = r\n"                                                         \
     "    end\n"                                                                            \
     "    if nd > 0 then call('HDEL', TK, unpack(del, 1, nd)) "                             \
