@@ -21,10 +21,17 @@
  *    delivered once a worker runs, in due order; except those a worker had
  *    claimed already, and in a cluster those of a master still away.
  *  - No polling for due work.
- *  - Faults: a call gives TW_EIO after command_timeout_ms of failed tries,
- *    nothing half-written (set_many aside); in a cluster, a master that
- *    refuses connections does not hold the other masters' tasks back, one
- *    that hangs with its connections open does, up to command_timeout_ms.
+ *  - Faults: a call gives TW_EIO after command_timeout_ms of failed tries
+ *    when nothing was sent (nothing written), and TW_EUNKNOWN when a try was
+ *    sent and its reply lost (a timeout, a connection closed after the
+ *    write): the call may have been applied, then or later (a stalled
+ *    server runs it when it resumes). A reply lost before the timeout is
+ *    retried, and the retry answers for the call: a retried remove or move
+ *    answers for its own first run (never TW_ENOENT for its own removal,
+ *    never a second move); a retried set stores the task again. Nothing
+ *    half-written (set_many aside); in a cluster, a master that refuses
+ *    connections does not hold the other masters' tasks back, one that
+ *    hangs with its connections open does, up to command_timeout_ms.
  *
  * Threads: every call but execute's may come from any thread; set, move,
  * remove, set_many and stats share one set of connections under a mutex.
@@ -219,7 +226,8 @@ struct tw_redis_stats {
     uint64_t pending;     /**< tasks stored in Redis (all partitions) */
     uint64_t leased;      /**< tasks this worker holds leases on now */
     uint64_t delivered;   /**< execute calls that answered DONE and were acknowledged
-                               (delayed: see above) */
+                               (delayed: see above); an acknowledgement retried after a
+                               lost reply that finds its task gone counts here */
     uint64_t redelivered; /**< deliveries with attempt > 1 */
     uint64_t failed;      /**< execute calls that answered FAILED */
     uint64_t stale_acks;  /**< acknowledgements refused because the lease was no longer ours */
@@ -295,24 +303,32 @@ TW_API int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg
  * when it returns. One script call (one round trip, O(log n) in Redis for n
  * tasks in the partition); retried with backoff for up to command_timeout_ms
  * while Redis is away or the slot migrates. Key and payload are copied to
- * Redis; the caller keeps them. Any thread, execute included.
+ * Redis; the caller keeps them. Any thread, execute included. A try whose
+ * reply is lost is retried (the task written again: if a worker had taken
+ * it meanwhile, a few ms before its due time, it may be delivered twice).
  * @return 0, or TW_EINVAL (NULL, negative delay), TW_E2BIG, TW_EIO (nothing
- *         written), TW_EOOM (the server is at maxmemory: nothing written; counted in
- *         stats' oom_refusals), TW_ECONFLICT (a server found with an evicting policy
- *         after tw_redis_new), TW_EAUTH (a permission refused, or the credentials at a
- *         reconnect), TW_EPROTO (Redis answered another error), TW_ECLOSED,
- *         TW_ENOMEM; the server's words: tw_redis_last_error. */
+ *         sent: nothing written), TW_EUNKNOWN (sent, reply lost: it may be
+ *         stored; setting it again is safe), TW_EOOM (the server is at maxmemory:
+ *         nothing written; counted in stats' oom_refusals), TW_ECONFLICT (a server
+ *         found with an evicting policy after tw_redis_new), TW_EAUTH (a permission
+ *         refused, or the credentials at a reconnect), TW_EPROTO (Redis answered
+ *         another error), TW_ECLOSED, TW_ENOMEM; the server's words:
+ *         tw_redis_last_error. */
 TW_API int tw_redis_set(struct tw_redis *r, const void *key, size_t key_len,
                         const void *payload, size_t payload_len, int64_t delay_ms);
 
 /** Re-arm a stored task to now + delay_ms; cost and threads as tw_redis_set.
- * @return 0, TW_ENOENT, or as tw_redis_set. */
+ * A retry after a lost reply answers for the first run (moves it once).
+ * @return 0, TW_ENOENT, or as tw_redis_set (TW_EUNKNOWN: it may have been
+ *         moved). */
 TW_API int tw_redis_move(struct tw_redis *r, const void *key, size_t key_len, int64_t delay_ms);
 
 /** Remove a task: not delivered after this returns (unless already running or started:
  * up to start_ahead_ms before its due time). Cost and threads as tw_redis_set. It frees
- * memory, so a server at maxmemory still takes it.
- * @return 0, TW_ENOENT, or as tw_redis_set (TW_EOOM aside). */
+ * memory, so a server at maxmemory still takes it. A retry after a lost reply answers for
+ * the first run: 0 when that removed the task.
+ * @return 0, TW_ENOENT, or as tw_redis_set (TW_EOOM aside; TW_EUNKNOWN: it may have been
+ *         removed; a remove the caller repeats then answers TW_ENOENT if so). */
 TW_API int tw_redis_remove(struct tw_redis *r, const void *key, size_t key_len);
 
 /** One item of tw_redis_set_many. */
@@ -328,10 +344,14 @@ struct tw_redis_item {
  * then one script call per partition per 96 items, pipelined in chunks of
  * 512 calls: O(log n) per item in Redis, less for larger batches. A key
  * given twice: the last item wins. Items are copied to Redis; the caller
- * keeps them. Threads as tw_redis_set.
- * @return the number stored (n on success), or an error code as tw_redis_set;
- *         on TW_EIO or TW_EOOM some of the items may be stored (not necessarily
- *         a prefix), and which is not known. */
+ * keeps them. Threads as tw_redis_set. Calls whose replies are lost are
+ * sent again while command_timeout_ms lasts (as a set's retry).
+ * @return n (every item stored); TW_EINVAL, TW_E2BIG, TW_ECLOSED (nothing
+ *         sent); TW_EIO (nothing stored: no call was applied, none may have
+ *         been); TW_EUNKNOWN (some call was applied or may have been: each
+ *         item may be stored or not, which is not known; set_many of the
+ *         same items again is safe); TW_EOOM, TW_EPROTO, TW_ENOMEM (as
+ *         TW_EUNKNOWN, some items may be stored). */
 TW_API int tw_redis_set_many(struct tw_redis *r, const struct tw_redis_item *items, size_t n);
 
 /** Stop claiming, let running callbacks finish (and tasks started ahead run

@@ -16,7 +16,19 @@
  * at-least-once: a worker that dies has up to ack_delay more of finished
  * tasks unacknowledged, delivered again when their leases end (the same as
  * an acknowledgement lost on the way); and a finished task stays in Redis
- * (pending, in stats) up to ack_delay longer. */
+ * (pending, in stats) up to ack_delay longer.
+ *
+ * Lost replies. An acknowledgement written whole whose reply was lost
+ * (router.c) may have deleted its task: it is marked (ack_lost) and goes
+ * back to its list, by the executors as by the acknowledger while it runs,
+ * until an answer comes. START answers 1 (deleted now), 0 (not our lease:
+ * stale) or 2 (absent). Absent after a lost try is taken as that try's own
+ * deletion, a delivery; absent otherwise is stale, as before (a remove, or
+ * another worker that acknowledged the task after our lease ended). Exact
+ * but for a task that, between the lost try and its answer, was both not
+ * deleted by that try and deleted by someone else: counted delivered, not
+ * stale. The price: nothing on the way that works (the answer was already
+ * read; 2 tells apart what 0 lumped together). */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdatomic.h>
@@ -26,7 +38,8 @@
 
 #define RR_ACK_PENDING_MAX 4096 /* more waiting: the acknowledger sends them at once */
 
-void tw_rr_ack_push(struct tw_redis *r, struct tw_rr_item *it)
+/* Put an acknowledgement at the end of its pending list (its ack_lost kept). */
+static void rr_ack_queue(struct tw_redis *r, struct tw_rr_item *it)
 {
     uint32_t p = tw_rr_ack_list(r, it->part);
     it->next = NULL;
@@ -42,26 +55,41 @@ void tw_rr_ack_push(struct tw_redis *r, struct tw_rr_item *it)
     pthread_mutex_unlock(&r->ack_mu);
 }
 
-static void rr_ack_count(struct tw_redis *r, long long st)
+void tw_rr_ack_push(struct tw_redis *r, struct tw_rr_item *it)
 {
-    if (st == 1)
+    it->ack_lost = 0;
+    rr_ack_queue(r, it);
+}
+
+static void rr_ack_count(struct tw_redis *r, const struct tw_rr_item *it, long long st)
+{
+    if (st == 1 || (st == 2 && it->ack_lost)) /* deleted now, or by the lost try */
         atomic_fetch_add(&r->delivered, 1);
-    else if (st == 0)
+    else if (st == 0 || st == 2)
         atomic_fetch_add(&r->stale_acks, 1);
-    /* no answer: the lease runs out and the task is delivered again */
+    /* no answer: the lease runs out and the task is delivered again (or the
+     * lost try deleted it: uncounted) */
+}
+
+/* Count and free the answered acknowledgements of a round; the unanswered
+ * ones go back to their lists (all, or the lost ones only), or are dropped. */
+static void rr_ack_settle(struct tw_rr_round *e, bool requeue, bool requeue_lost)
+{
+    for (size_t j = 0; j < e->nack; j++) {
+        struct tw_rr_item *it = e->ack[j];
+        if (e->ack_st[j] == -2 && (requeue || (requeue_lost && it->ack_lost))) {
+            rr_ack_queue(e->r, it);
+            continue;
+        }
+        rr_ack_count(e->r, it, e->ack_st[j]);
+        free(it);
+    }
+    e->nack = 0;
 }
 
 void tw_rr_ack_settle(struct tw_rr_round *e, bool requeue)
 {
-    for (size_t j = 0; j < e->nack; j++) {
-        if (e->ack_st[j] == -2 && requeue) { /* no answer: the acknowledger tries again */
-            tw_rr_ack_push(e->r, e->ack[j]);
-            continue;
-        }
-        rr_ack_count(e->r, e->ack_st[j]);
-        free(e->ack[j]);
-    }
-    e->nack = 0;
+    rr_ack_settle(e, requeue, requeue);
 }
 
 /* The acknowledger thread: sends what no START took within ack_delay (all of
@@ -109,7 +137,9 @@ void *tw_rr_ack_main(void *arg)
             answered = false;
             for (size_t j = 0; j < e->nack; j++)
                 answered = answered || e->ack_st[j] != -2;
-            tw_rr_ack_settle(e, false);
+            /* the lost ones again until answered, but not at stop: a master
+             * that keeps losing them would hold it */
+            rr_ack_settle(e, false, !stop);
             pthread_mutex_lock(&r->ack_mu);
             if (stop && !answered) { /* Redis away at stop: the leases will run out */
                 for (uint32_t p = 0; p < P; p++)

@@ -348,7 +348,7 @@ static int rr_claim_round(struct tw_redis *r, unsigned char *want, bool pace, bo
             if (got < 0) {
                 err = got;
                 r->last_full[p] = UINT64_MAX; /* unreachable: do not hold the others back */
-                if (got == TW_EIO)
+                if (got == TW_EIO || got == TW_EUNKNOWN) /* a reply lost: as away */
                     bad[bi] = 1;
             }
             if (got >= 0)
@@ -437,7 +437,7 @@ void *tw_rr_claim_main(void *arg)
         }
         now = tw_rr_mono_ns();
         retry_at = capped ? now + RR_CAPPED_RETRY_NS : UINT64_MAX;
-        if (rc == TW_EIO || rc == TW_EPROTO || rc == TW_ENOMEM || !want) {
+        if (rc == TW_EIO || rc == TW_EUNKNOWN || rc == TW_EPROTO || rc == TW_ENOMEM || !want) {
             /* Redis away: try again soon, then less often, at most every window/2. */
             backoff_ms = backoff_ms ? backoff_ms * 2 : 50;
             uint64_t wait = (uint64_t)backoff_ms * 1000000u;

@@ -1,7 +1,23 @@
 /* SPDX-License-Identifier: MIT */
 /* twheel Redis layer: the producer calls. set, move, remove and set_many,
  * each one SET, MOVE or REMOVE script call (set_many pipelined) on the
- * client's router under api_mu. */
+ * client's router under api_mu.
+ *
+ * A lost reply (router.c) is retried within command_timeout_ms; what that
+ * retry answers must be the call's own answer. SET run twice stores the
+ * same tasks. move and remove are not so: a retried remove would find its
+ * own removal and answer "absent", a retried move would re-arm the task
+ * again, or find it gone (delivered meanwhile). So each move and remove
+ * carries a request id, the name of a marker key in its partition's slot
+ * ({q:p}:r:<16 hex digits>: a per-client counter from a random start, so
+ * the ids of the queue's clients do not meet); the script reads the marker
+ * first and answers what it holds, and sets it (PX rr_mark_ms) only when it
+ * changed something: the result a retry must repeat. An "absent" answer
+ * needs no memory: a retry that finds the task set meanwhile and removes
+ * it is still one removal, inside the call's span. The marker outlives
+ * every attempt the router sends (rr_command: a retry after a lost attempt
+ * only before the call's deadline, and its reply awaited for at most
+ * command_timeout_ms more): 2 * command_timeout_ms + 1 s. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdatomic.h>
@@ -91,6 +107,20 @@ int tw_redis_set(struct tw_redis *r, const void *key, size_t key_len, const void
     return rr_api_eval(r, TW_RR_SET, p, 5, av, al, &nargv);
 }
 
+/* The marker key of a move or remove of partition p, into buf; its length. */
+static size_t rr_mark_key(struct tw_redis *r, uint32_t p, char buf[TW_RR_KEYBUF])
+{
+    uint64_t id = atomic_fetch_add(&r->req_seq, 1);
+    return (size_t)snprintf(buf, TW_RR_KEYBUF, "{%s:%u}:r:%016llx", r->queue, (unsigned)p,
+                            (unsigned long long)id);
+}
+
+/* How long a marker lives, in ms, as the scripts take it (decimal). */
+static size_t rr_mark_ms(const struct tw_redis *r, char buf[24])
+{
+    return (size_t)snprintf(buf, 24, "%llu", 2ull * r->cfg.command_timeout_ms + 1000u);
+}
+
 int tw_redis_move(struct tw_redis *r, const void *key, size_t key_len, int64_t delay_ms)
 {
     if (!r)
@@ -101,9 +131,9 @@ int tw_redis_move(struct tw_redis *r, const void *key, size_t key_len, int64_t d
     if (atomic_load(&r->closed))
         return TW_ECLOSED;
     uint32_t p = tw_rr_part_of(r, key, key_len);
-    char kb[6][TW_RR_KEYBUF], d[24];
-    const char *av[8];
-    size_t al[8];
+    char kb[6][TW_RR_KEYBUF], d[24], mk[TW_RR_KEYBUF], ms[24];
+    const char *av[10];
+    size_t al[10];
     tw_rr_keys(r, p, kb, av, al);
     av[7] = av[5];
     al[7] = al[5];
@@ -111,8 +141,12 @@ int tw_redis_move(struct tw_redis *r, const void *key, size_t key_len, int64_t d
     al[5] = key_len;
     al[6] = (size_t)snprintf(d, sizeof d, "%lld", (long long)delay_ms);
     av[6] = d;
+    al[8] = rr_mark_key(r, p, mk);
+    av[8] = mk;
+    al[9] = rr_mark_ms(r, ms);
+    av[9] = ms;
     long long due;
-    rc = rr_api_eval(r, TW_RR_MOVE, p, 3, av, al, &due);
+    rc = rr_api_eval(r, TW_RR_MOVE, p, 5, av, al, &due);
     return rc ? rc : due < 0 ? TW_ENOENT : 0;
 }
 
@@ -126,14 +160,18 @@ int tw_redis_remove(struct tw_redis *r, const void *key, size_t key_len)
     if (atomic_load(&r->closed))
         return TW_ECLOSED;
     uint32_t p = tw_rr_part_of(r, key, key_len);
-    char kb[6][TW_RR_KEYBUF];
-    const char *av[6];
-    size_t al[6];
+    char kb[6][TW_RR_KEYBUF], mk[TW_RR_KEYBUF], ms[24];
+    const char *av[8];
+    size_t al[8];
     tw_rr_keys(r, p, kb, av, al);
     av[5] = key;
     al[5] = key_len;
+    al[6] = rr_mark_key(r, p, mk);
+    av[6] = mk;
+    al[7] = rr_mark_ms(r, ms);
+    av[7] = ms;
     long long v;
-    rc = rr_api_eval(r, TW_RR_REMOVE, p, 1, av, al, &v);
+    rc = rr_api_eval(r, TW_RR_REMOVE, p, 3, av, al, &v);
     return rc ? rc : v < 0 ? TW_ENOENT : 0;
 }
 
@@ -262,7 +300,7 @@ int tw_rr_many_check(void *ctx, size_t i, const redisReply *x)
 {
     (void)ctx;
     (void)i;
-    return x->type == REDIS_REPLY_INTEGER ? 0 : TW_EPROTO;
+    return !x || x->type == REDIS_REPLY_INTEGER ? 0 : TW_EPROTO; /* NULL: lost, nothing to do */
 }
 
 int tw_redis_set_many(struct tw_redis *r, const struct tw_redis_item *items, size_t n)

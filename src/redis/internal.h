@@ -152,7 +152,8 @@ int tw_rr_node_of(const struct tw_rr_router *rt, int slot);
 /* Run one command routed by `slot` (any node when slot < 0), following
  * MOVED/ASK, retrying connection errors with backoff until the command
  * timeout (retry_ms when set). Returns 0 and *reply (an error reply is returned as a reply), or
- * TW_EIO, TW_ENOMEM, or the node's refusal (on_connect). */
+ * TW_EIO (no attempt can have been applied), TW_EUNKNOWN (one may have: its
+ * reply was lost), TW_ENOMEM, or the node's refusal (on_connect). */
 int tw_rr_command(struct tw_rr_router *rt, int slot, int argc, const char **argv,
                   const size_t *lens, redisReply **reply);
 /* The code of an error reply: TW_EOOM for a write refused at maxmemory
@@ -160,7 +161,8 @@ int tw_rr_command(struct tw_rr_router *rt, int slot, int argc, const char **argv
 int tw_rr_reply_error(struct tw_rr_router *rt, const redisReply *r);
 /* EVALSHA script `id` with EVAL fallback on NOSCRIPT. argv holds the keys then
  * the arguments (nkeys + nargs entries). Error replies other than NOSCRIPT:
- * as tw_rr_reply_error (the reply is freed). */
+ * as tw_rr_reply_error (the reply is freed), or TW_EUNKNOWN after a lost
+ * attempt. */
 int tw_rr_eval(struct tw_rr_router *rt, unsigned id, int slot, int nkeys, int nargs,
                const char **argv, const size_t *lens, redisReply **reply);
 /* Pipelined EVALSHA of `n` calls of script `id` on one slot each: build(i)
@@ -169,11 +171,15 @@ int tw_rr_eval(struct tw_rr_router *rt, unsigned id, int slot, int nkeys, int na
  * Redirected or NOSCRIPT calls are redone one by one with tw_rr_eval (for
  * TW_RR_SET with the later calls of their slot, so that a slot's SET calls
  * take effect in order). A node whose connection fails leaves its calls
- * unchecked; the other nodes' replies are still checked (and nothing is
- * redone): TW_EIO. Returns 0, or the first error. */
+ * unanswered; the other nodes' replies are still checked, and nothing is
+ * redone (but SET's unanswered calls, while the chunk's command timeout
+ * lasts). A call written whole whose reply was lost may have been applied:
+ * check(i, NULL) says so (its return is ignored), before any reply a redo
+ * of it brings. Returns 0, or the first error: TW_EIO only when no call
+ * was applied or lost (else TW_EUNKNOWN). */
 typedef int tw_rr_build_fn(void *ctx, size_t i, int *slot, const char **argv, size_t *lens,
                            int *nargs);
-typedef int tw_rr_check_fn(void *ctx, size_t i, const redisReply *reply);
+typedef int tw_rr_check_fn(void *ctx, size_t i, const redisReply *reply); /* reply NULL: lost */
 int tw_rr_eval_many(struct tw_rr_router *rt, unsigned id, size_t n, int nkeys,
                     tw_rr_build_fn *build, void *ctx, tw_rr_check_fn *check);
 /* Most tasks in one SET script call (set_many groups them by partition):
@@ -234,6 +240,8 @@ struct tw_rr_item {
     uint32_t part;
     uint32_t key_len;     /* <= TW_REDIS_KEY_MAX */
     uint32_t payload_len; /* <= TW_REDIS_PAYLOAD_MAX */
+    uint32_t ack_lost;    /* an acknowledgement of it was written and its reply lost: it may
+                             have deleted the task (ack.c) */
     char data[];          /* key bytes, then payload bytes and a NUL */
 };
 
@@ -336,7 +344,7 @@ struct tw_rr_round {
     uint64_t sent_ns, reply_ns[TW_RR_RUN_BATCH]; /* local clock when the reply was read */
     struct tw_rr_item *ack[TW_RR_ACK_MAX]; /* grouped by partition */
     size_t nack;
-    signed char ack_st[TW_RR_ACK_MAX];   /* 1 deleted, 0 stale, -2 no answer */
+    signed char ack_st[TW_RR_ACK_MAX];   /* 1 deleted, 0 stale, 2 absent, -2 no answer */
     bool cluster;                     /* one call per group, its keys declared */
     char kb[TW_RR_GROUPS_MAX][2][TW_RR_KEYBUF];
     size_t kl[TW_RR_GROUPS_MAX][2];
@@ -372,6 +380,8 @@ struct tw_redis {
     pthread_mutex_t api_mu;
     struct tw_rr_router api;
     atomic_bool closed;             /* stop has begun: calls give TW_ECLOSED */
+    atomic_uint_fast64_t req_seq;   /* the next request id of move and remove (client.c),
+                                       from a random start */
 
     /* worker */
     bool worker;

@@ -95,12 +95,15 @@
  *                       written once built     EXISTS of halves to find the new
  *                                              ones: ~log2 of the buckets per new
  *                                              one), one index ZADD
- *   move       MOVE     1                      EXISTS(2) HGET, old bucket ZCARD   O(log n)
- *                                              ZREM [ZREM index] or lease ZREM,
- *                                              TIME HSET EXISTS ZADD [ZADD index]
- *                                              GET [PUB]
- *   remove     REMOVE   1                      EXISTS(2) HGET HDEL, bucket ZCARD  O(log n)
- *                                              ZREM [ZREM index] or lease ZREM
+ *   move       MOVE     1                      EXISTS(2) GET(marker) HGET, old    O(log n)
+ *                                              bucket ZCARD ZREM [ZREM index] or
+ *                                              lease ZREM, TIME HSET EXISTS ZADD
+ *                                              [ZADD index] GET [PUB], SET(marker
+ *                                              PX)
+ *   remove     REMOVE   1                      EXISTS(2) EXISTS(marker) HGET      O(log n)
+ *                                              HDEL, bucket ZCARD ZREM [ZREM
+ *                                              index] or lease ZREM, SET(marker
+ *                                              PX) when it removed
  *   claim      CLAIM    1 per <= 256 tasks     EXISTS(2) TIME, ZRANGEBYSCORE      O(k log n)
  *                                              LIMIT of expired leases (each:
  *                                              HGET ZREM HSET EXISTS ZADD
@@ -336,7 +339,8 @@
  * pending acknowledgement.
  *
  * Faults: a call gives TW_EIO after command_timeout_ms of failed attempts
- * (reconnecting with backoff); the claim thread and the subscriber reconnect
+ * (reconnecting with backoff), TW_EUNKNOWN once one may have been applied
+ * (below, "Lost replies"); the claim thread and the subscriber reconnect
  * with backoff and, once back, claim every partition before handing any due
  * task over (catching up what came due, in due order: rr_reconnected). In
  * a cluster with another connection left, a claim round's calls give up
@@ -380,6 +384,49 @@
  * copied per calling thread for tw_redis_last_error, and, for the worker's
  * own threads, which have no caller, into werr through their routers'
  * sink (counted in worker_errors). Texts name servers by address only.
+ * Lost replies: a call is sent (router.c) once all of its bytes are in the
+ * socket; before that (a failed connect, a backoff, an unknown slot, a
+ * write that failed, a connection found closed before writing) nothing can
+ * have been applied, after it a reply that does not come (read timeout,
+ * connection closed, an unreadable reply) leaves the outcome unknown. The
+ * router retries a lost attempt at once on a new connection while
+ * command_timeout_ms lasts (a read timeout spends all of it: no retry);
+ * once one is lost, the call ends in a reply or in TW_EUNKNOWN, never
+ * TW_EIO. What a retry answers must be the call's own answer:
+ *  - set, set_many: SET run twice stores the same tasks (due from the
+ *    later run). set_many redoes its unanswered calls, the lost ones too,
+ *    while its chunk's command_timeout_ms lasts, else answers TW_EUNKNOWN
+ *    (some items may be stored: a server that resumes runs what it read of
+ *    a closed connection up to its first failed reply, so even that part is
+ *    not known). The price of no memory: a task a worker claimed and
+ *    started in the few ms between the two runs is reset by the second and
+ *    delivered again (at least once; its acknowledgement then stale).
+ *  - move, remove: each call carries a request id, a marker key of its
+ *    partition's slot ({q:p}:r:<16 hex digits>, a per-client counter from
+ *    a random start) that the script reads first (answering what it holds)
+ *    and sets, PX 2 * command_timeout_ms + 1 s, only when it changed
+ *    something: a retry answers 0 for its own removal and the first run's
+ *    due time for its own move, instead of TW_ENOENT or a second move. An
+ *    absent task needs no memory (a retry that removes a task set meanwhile
+ *    is still one removal within the call). The marker outlives every
+ *    attempt the server runs while the caller waits (a retry is sent only
+ *    before the deadline). Cost per call: a marker read (EXISTS or GET of
+ *    an absent key) always, a marker write (SET PX: a key of ~30 B with its
+ *    expiry, ~100 B of memory, an AOF entry, and a DEL when it expires) per
+ *    move or remove that changed something, alive for its PX (at 10,000
+ *    removes per second and the default 2 s timeout, 50,000 markers, ~5
+ *    MB); in the client, the id's format. An evicting maxmemory-policy may drop a
+ *    marker (volatile-* first: it has a TTL), and the retry then answers as
+ *    without it.
+ *  - START (acknowledgements): a lost acknowledgement may have deleted its
+ *    task; it is marked and sent again until answered (ack.c), and START
+ *    answers "absent" apart from "stale", so that the retry counts its own
+ *    deletion as the delivery it was. No cost where no reply is lost.
+ *  - claim: a retried claim leases other tasks; what the lost one leased
+ *    waits for its lease to end (claim.c).
+ * Connections a server closed while idle are found (a non-blocking peek,
+ * one recv per command) and replaced before anything is written, so that
+ * a server gone before the call gives TW_EIO, not TW_EUNKNOWN.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -391,6 +438,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/hash.h" /* tw_random_seed_ */
 #include "redis/internal.h"
 
 #define RR_ACK_DELAY_MS 100  /* an acknowledgement waits this long for a START to ride on */
@@ -648,7 +696,7 @@ static int rr_load_scripts(struct tw_redis *r)
         redisReply *x;
         int rc = tw_rr_command(&r->api, -1, 3, av, al, &x);
         if (rc)
-            return rc;
+            return rc == TW_EUNKNOWN ? TW_EIO : rc; /* not loaded, whatever the server did */
         if (x->type != REDIS_REPLY_STRING || x->len != 40) {
             rc = x->type == REDIS_REPLY_ERROR ? tw_rr_reply_error(&r->api, x) : TW_EPROTO;
             freeReplyObject(x);
@@ -823,6 +871,9 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
     r->cfg.username = r->cfg.password = NULL; /* r->conn holds copies */
     r->cfg.errbuf = NULL;
     r->cfg.errbuf_len = 0;
+    uint64_t seed[2];
+    tw_random_seed_(seed);
+    atomic_init(&r->req_seq, seed[0]); /* request ids of move and remove (client.c) */
     /* starts ahead by a quarter of the lease and of the window at most:
      * capped, not refused, so that the default start_ahead_ms suits every
      * valid lease and window */

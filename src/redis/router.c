@@ -14,8 +14,25 @@
  *   CLUSTERDOWN and MASTERDOWN back off too. All of it within the command
  *   timeout (or the owner's shorter retry_ms, which also ends the call at
  *   once when the node's backoff outlasts it), after which the call gives
- *   TW_EIO. A pipelined batch (tw_rr_eval_many) whose connection to one
- *   node fails still reads the other nodes' replies.
+ *   TW_EIO, or TW_EUNKNOWN once an attempt may have been applied (below).
+ *   A pipelined batch (tw_rr_eval_many) whose connection to one node fails
+ *   still reads the other nodes' replies.
+ * - Where a command leaves, and where its reply is lost: a connection the
+ *   server closed while it sat idle is found before writing (rr_check_idle)
+ *   and replaced. A command is applied only once the server has read all of
+ *   it, so one whose bytes did not all reach the socket was not (unsent: a
+ *   failed connect, a backoff, an unknown slot, a write that failed); one
+ *   written whole whose reply does not come (read timeout, connection
+ *   closed, an unreadable reply) may have been (lost). Error replies (MOVED,
+ *   ASK, TRYAGAIN, LOADING, BUSY, NOSCRIPT, ...) come before any write, so a
+ *   retry after them is clean. Once an attempt is lost, the call's answer is
+ *   the reply of a later attempt, or TW_EUNKNOWN, never TW_EIO; a later
+ *   error reply cannot say the call did nothing either (TW_EUNKNOWN). A
+ *   retry after a lost attempt runs the command again: SET stores the same
+ *   tasks again, REMOVE and MOVE answer from the memory of their request id
+ *   (scripts.c), START takes its acknowledgements' "absent" as their own
+ *   deletion (ack.c). A read timeout spends the whole budget (the socket's
+ *   timeout is command_timeout_ms), so no retry follows one.
  * - Scripts: EVALSHA, and EVAL of the text when the server answers NOSCRIPT
  *   (after a restart or SCRIPT FLUSH); the EVAL caches it again.
  * A router is used by one thread at a time (the caller owns the lock).
@@ -26,6 +43,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include <hiredis/sds.h>
@@ -405,8 +423,79 @@ static void rr_wait(struct tw_rr_router *rt, size_t node, uint64_t deadline)
         tw_rr_sleep_ms((uint32_t)((until - now + 999999) / 1000000));
 }
 
-int tw_rr_command(struct tw_rr_router *rt, int slot, int argc, const char **argv,
-                  const size_t *lens, redisReply **reply)
+/* Whether the server closed node i's connection while it sat idle (it
+ * restarted or was killed, or dropped an idle client): a peek without
+ * waiting finds the end of the stream, or an error, queued on the socket. A
+ * command written there could only be lost, its outcome unknown to the
+ * caller (TW_EUNKNOWN) although the server never saw it; dropped now, the
+ * command goes on a new connection, or the call fails with nothing sent
+ * (TW_EIO). One non-blocking recv per command (per node and chunk in
+ * tw_rr_eval_many). A server that goes after the peek still makes the
+ * command's outcome unknown: nothing tells that apart from one that ran it
+ * and then went. */
+static void rr_check_idle(struct tw_rr_router *rt, size_t i)
+{
+    struct tw_rr_node *n = &rt->nodes[i];
+    char b;
+    if (!n->c)
+        return;
+    ssize_t k = recv(n->c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+        rr_drop(n);
+        if (rt->cluster)
+            rt->map_stale = true;
+    }
+}
+
+/* What became of one command on a connection (rr_roundtrip). */
+enum {
+    RR_UNSENT = 1, /* failed before the whole command was in the socket: the server, which
+                      runs a command only once it has read all of it, cannot have run it */
+    RR_LOST = 2    /* failed after (read timeout, connection closed, a reply that cannot be
+                      read): it may have been run */
+};
+
+/* Write the command (after ASKING when ask) on c and read its reply: 0 and
+ * *reply, RR_UNSENT or RR_LOST (c->err says why). The write and the read are
+ * those of redisCommandArgv, done apart to tell the two failures apart. */
+static int rr_roundtrip(redisContext *c, bool ask, int argc, const char **argv, const size_t *lens,
+                        redisReply **reply)
+{
+    if ((ask && redisAppendCommand(c, "ASKING") != REDIS_OK) ||
+        redisAppendCommandArgv(c, argc, argv, lens) != REDIS_OK)
+        return RR_UNSENT;
+    int done = 0;
+    while (!done)
+        if (redisBufferWrite(c, &done) != REDIS_OK)
+            return RR_UNSENT;
+    void *a = NULL;
+    if (ask) {
+        if (redisGetReply(c, &a) != REDIS_OK)
+            return RR_LOST;
+        if (a)
+            freeReplyObject(a);
+    }
+    if (redisGetReply(c, (void **)reply) != REDIS_OK || !*reply)
+        return RR_LOST;
+    return 0;
+}
+
+/* A call that failed: TW_EUNKNOWN once some attempt may have been applied,
+ * else `rc` (TW_EIO: nothing applied). */
+static int rr_failed(bool lost, int rc)
+{
+    return lost ? TW_EUNKNOWN : rc;
+}
+
+/* tw_rr_command; *lost is set once an attempt was written whole and its
+ * reply lost (it stays set: the call's outcome is unknown unless a later
+ * attempt answers, and whether that answer tells is the script's affair:
+ * REMOVE and MOVE remember theirs, scripts.c). Such a retry is sent only
+ * before the deadline, so that the scripts' memory of a call (2 *
+ * command_timeout_ms + 1 s, client.c) outlasts every attempt the server runs
+ * while the caller still waits. */
+static int rr_command(struct tw_rr_router *rt, int slot, int argc, const char **argv,
+                      const size_t *lens, bool *lost, redisReply **reply)
 {
     uint32_t budget = rt->retry_ms ? rt->retry_ms : rt->command_timeout_ms;
     uint64_t deadline = tw_rr_mono_ns() + (uint64_t)budget * 1000000u;
@@ -416,20 +505,21 @@ int tw_rr_command(struct tw_rr_router *rt, int slot, int argc, const char **argv
         if (rt->cluster && rt->map_stale) {
             int rc = rr_refresh(rt);
             if (rc == TW_ENOMEM)
-                return rc;
+                return rr_failed(*lost, rc);
         }
         int n = ask >= 0 ? ask : rr_node_for(rt, slot);
         if (n < 0) { /* slot unknown: refresh and retry */
             rt->map_stale = true;
             if (tw_rr_mono_ns() >= deadline)
-                return TW_EIO;
+                return rr_failed(*lost, TW_EIO);
             tw_rr_sleep_ms(RR_BACKOFF_MIN_MS);
             continue;
         }
         struct tw_rr_node *nd = &rt->nodes[n];
+        rr_check_idle(rt, (size_t)n);
         int crc = rr_connect(rt, (size_t)n);
         if (crc != 0 && crc != TW_EIO) /* refused (TW_EAUTH ...): retrying cannot help */
-            return crc;
+            return rr_failed(*lost, crc);
         if (crc != 0) {
             if (rt->cluster)
                 rt->map_stale = true;
@@ -438,42 +528,33 @@ int tw_rr_command(struct tw_rr_router *rt, int slot, int argc, const char **argv
              * sleeping until the deadline only cost the caller its time (an
              * executor's START round 5 ms per round with a master down). */
             if (tw_rr_mono_ns() >= deadline || (rt->retry_ms && nd->next_try_ns >= deadline))
-                return TW_EIO;
+                return rr_failed(*lost, TW_EIO);
             rr_wait(rt, (size_t)n, deadline);
             continue;
         }
         if (nd->check < 0) { /* refused by the owner's check: checked again on the next call */
             int refused = nd->check;
             rr_drop(nd);
-            return refused;
+            return rr_failed(*lost, refused);
         }
+        if (*lost && tw_rr_mono_ns() >= deadline)
+            return TW_EUNKNOWN;
         redisReply *r = NULL;
-        bool ok;
-        if (ask >= 0) {
-            ok = redisAppendCommand(nd->c, "ASKING") == REDIS_OK &&
-                 redisAppendCommandArgv(nd->c, argc, argv, lens) == REDIS_OK;
-            void *a = NULL;
-            ok = ok && redisGetReply(nd->c, &a) == REDIS_OK;
-            if (a)
-                freeReplyObject(a);
-            ok = ok && redisGetReply(nd->c, (void **)&r) == REDIS_OK;
-            ask = -1;
-        } else {
-            r = redisCommandArgv(nd->c, argc, argv, lens);
-            ok = r != NULL;
-        }
-        if (!ok || !r) {
+        int st = rr_roundtrip(nd->c, ask >= 0, argc, argv, lens, &r);
+        ask = -1;
+        if (st != 0) {
             if (r)
                 freeReplyObject(r);
-            int oom = nd->c && nd->c->err == REDIS_ERR_OOM;
+            int oom = nd->c->err == REDIS_ERR_OOM;
+            *lost = *lost || st == RR_LOST;
             rr_lost(rt, nd, NULL);
             rr_drop(nd);
             if (oom)
-                return TW_ENOMEM;
+                return rr_failed(*lost, TW_ENOMEM);
             if (rt->cluster)
                 rt->map_stale = true;
             if (tw_rr_mono_ns() >= deadline)
-                return TW_EIO;
+                return rr_failed(*lost, TW_EIO);
             continue; /* reconnect at once */
         }
         if (r->type == REDIS_REPLY_ERROR && rt->cluster &&
@@ -482,7 +563,7 @@ int tw_rr_command(struct tw_rr_router *rt, int slot, int argc, const char **argv
             bool moved = r->str[0] == 'M';
             freeReplyObject(r);
             if (idx < 0)
-                return idx == TW_ENOMEM ? TW_ENOMEM : TW_EPROTO;
+                return rr_failed(*lost, idx == TW_ENOMEM ? TW_ENOMEM : TW_EPROTO);
             if (moved) {
                 rt->slot_node[s] = (uint16_t)idx;
                 rt->map_stale = true;
@@ -490,7 +571,7 @@ int tw_rr_command(struct tw_rr_router *rt, int slot, int argc, const char **argv
                 ask = idx;
             }
             if (tw_rr_mono_ns() >= deadline)
-                return TW_EIO;
+                return rr_failed(*lost, TW_EIO);
             continue;
         }
         if (r->type == REDIS_REPLY_ERROR && rr_is_retry_error(r)) {
@@ -498,7 +579,7 @@ int tw_rr_command(struct tw_rr_router *rt, int slot, int argc, const char **argv
             if (rt->cluster)
                 rt->map_stale = true;
             if (tw_rr_mono_ns() >= deadline)
-                return TW_EIO;
+                return rr_failed(*lost, TW_EIO);
             rr_backoff(nd);
             rr_wait(rt, (size_t)n, deadline);
             nd->next_try_ns = 0;
@@ -509,6 +590,13 @@ int tw_rr_command(struct tw_rr_router *rt, int slot, int argc, const char **argv
         *reply = r;
         return 0;
     }
+}
+
+int tw_rr_command(struct tw_rr_router *rt, int slot, int argc, const char **argv,
+                  const size_t *lens, redisReply **reply)
+{
+    bool lost = false;
+    return rr_command(rt, slot, argc, argv, lens, &lost, reply);
 }
 
 /* The head of a script call: EVALSHA, script id's SHA1, the key count nk
@@ -524,8 +612,10 @@ static void rr_evalsha_head(const struct tw_rr_router *rt, unsigned id, const ch
     al[2] = strlen(nk);
 }
 
-int tw_rr_eval(struct tw_rr_router *rt, unsigned id, int slot, int nkeys, int nargs,
-               const char **argv, const size_t *lens, redisReply **reply)
+/* tw_rr_eval, *lost as rr_command's (the EVAL after NOSCRIPT included): an
+ * error reply after a lost attempt leaves the outcome unknown. */
+static int rr_eval(struct tw_rr_router *rt, unsigned id, int slot, int nkeys, int nargs,
+                   const char **argv, const size_t *lens, bool *lost, redisReply **reply)
 {
     const char *av[TW_RR_ARGV_MAX];
     size_t al[TW_RR_ARGV_MAX];
@@ -538,7 +628,7 @@ int tw_rr_eval(struct tw_rr_router *rt, unsigned id, int slot, int nkeys, int na
     memcpy(av + 3, argv, (size_t)(nkeys + nargs) * sizeof *av);
     memcpy(al + 3, lens, (size_t)(nkeys + nargs) * sizeof *al);
     redisReply *r;
-    int rc = tw_rr_command(rt, slot, argc, av, al, &r);
+    int rc = rr_command(rt, slot, argc, av, al, lost, &r);
     if (rc)
         return rc;
     if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) {
@@ -547,17 +637,28 @@ int tw_rr_eval(struct tw_rr_router *rt, unsigned id, int slot, int nkeys, int na
         al[0] = 4;
         av[1] = rt->bodies[id];
         al[1] = strlen(av[1]);
-        rc = tw_rr_command(rt, slot, argc, av, al, &r);
+        rc = rr_command(rt, slot, argc, av, al, lost, &r);
         if (rc)
             return rc;
     }
     if (r->type == REDIS_REPLY_ERROR) {
-        rc = tw_rr_reply_error(rt, r);
+        /* an error after a lost attempt may answer that attempt's effect
+         * (a retried set refused at maxmemory after the first was stored) */
+        rc = *lost ? TW_EUNKNOWN : tw_rr_reply_error(rt, r);
+        if (*lost)
+            tw_rr_reply_error(rt, r); /* its words kept all the same */
         freeReplyObject(r);
         return rc;
     }
     *reply = r;
     return 0;
+}
+
+int tw_rr_eval(struct tw_rr_router *rt, unsigned id, int slot, int nkeys, int nargs,
+               const char **argv, const size_t *lens, redisReply **reply)
+{
+    bool lost = false;
+    return rr_eval(rt, id, slot, nkeys, nargs, argv, lens, &lost, reply);
 }
 
 /* Send what is buffered for c once it reaches RR_FLUSH_BYTES (a SET call of
@@ -577,6 +678,41 @@ static void rr_flush_big(redisContext *c, bool *flushed)
         ;
 }
 
+/* One call of a tw_rr_eval_many chunk. */
+struct rr_call {
+    uint64_t end; /* its node's bytes of the chunk, up to its own last one */
+    int node, slot;
+    unsigned char state; /* RR_CALL_* */
+};
+
+enum {
+    RR_CALL_REDO,   /* not sent, or answered by a redirect or a retry error: not applied;
+                       redone one by one */
+    RR_CALL_SENT,   /* buffered or written on its node, its reply not read yet */
+    RR_CALL_DONE,   /* answered */
+    RR_CALL_UNSENT, /* its node failed before all of it was in the socket: not applied */
+    RR_CALL_LOST    /* its node failed after: it may have been applied */
+};
+
+/* The node of call j failed while its reply was read: the chunk's calls on
+ * that node not read yet are lost if they were wholly written (the bytes of
+ * the chunk written to it: what was buffered less what is still left), else
+ * unsent. */
+static void rr_node_failed(struct tw_rr_router *rt, struct rr_call *cl, size_t j, size_t m,
+                           const uint64_t *nbytes)
+{
+    int nd = cl[j].node;
+    uint64_t left = sdslen(rt->nodes[nd].c->obuf);
+    uint64_t written = nbytes[nd] > left ? nbytes[nd] - left : 0;
+    for (size_t k = j; k < m; k++)
+        if (cl[k].state == RR_CALL_SENT && cl[k].node == nd)
+            cl[k].state = cl[k].end <= written ? RR_CALL_LOST : RR_CALL_UNSENT;
+    rr_lost(rt, &rt->nodes[nd], NULL);
+    rr_drop(&rt->nodes[nd]);
+    if (rt->cluster)
+        rt->map_stale = true;
+}
+
 int tw_rr_eval_many(struct tw_rr_router *rt, unsigned id, size_t n, int nkeys,
                     tw_rr_build_fn *build, void *ctx, tw_rr_check_fn *check)
 {
@@ -585,20 +721,29 @@ int tw_rr_eval_many(struct tw_rr_router *rt, unsigned id, size_t n, int nkeys,
     char nk[16];
     int nargs;
     snprintf(nk, sizeof nk, "%d", nkeys);
+    size_t cap = n < RR_PIPE_CHUNK ? n : RR_PIPE_CHUNK, ncap = 0;
+    struct rr_call *cl = malloc((cap ? cap : 1) * sizeof *cl);
+    uint64_t *nbytes = NULL; /* per node: bytes of the chunk buffered for it */
     rt->err[0] = 0;
-    int *node = malloc(RR_PIPE_CHUNK * sizeof *node);
-    int *slots = malloc(RR_PIPE_CHUNK * sizeof *slots);
-    unsigned char *redo = malloc(RR_PIPE_CHUNK);
-    if (!node || !slots || !redo) {
-        free(node);
-        free(slots);
-        free(redo);
+    if (!cl)
         return TW_ENOMEM;
-    }
     int rc = 0;
+    bool applied = false; /* a call was answered, or lost: the batch is no TW_EIO */
+    uint32_t budget = rt->retry_ms ? rt->retry_ms : rt->command_timeout_ms;
     for (size_t base = 0; base < n && rc == 0; base += RR_PIPE_CHUNK) {
         size_t m = n - base < RR_PIPE_CHUNK ? n - base : RR_PIPE_CHUNK;
         bool flushed = false;
+        uint64_t deadline = tw_rr_mono_ns() + (uint64_t)budget * 1000000u;
+        if (rt->nnodes > ncap) {
+            uint64_t *nb = realloc(nbytes, rt->nnodes * sizeof *nb);
+            if (!nb) {
+                rc = TW_ENOMEM;
+                break;
+            }
+            nbytes = nb;
+            ncap = rt->nnodes;
+        }
+        memset(nbytes, 0, rt->nnodes * sizeof *nbytes);
         /* Send. A node that is not connected, or a slot the map does not
          * know, is left to the one-by-one path (which connects and waits). */
         for (size_t j = 0; j < m && rc == 0; j++) {
@@ -612,62 +757,90 @@ int tw_rr_eval_many(struct tw_rr_router *rt, unsigned id, size_t n, int nkeys,
                 rc = TW_EINVAL;
                 break;
             }
-            slots[j] = slot;
             int nd = rr_node_for(rt, slot);
-            if (nd >= 0 && !rt->nodes[nd].c)
+            cl[j] = (struct rr_call){0, nd, slot, RR_CALL_REDO};
+            if (nd < 0)
+                continue;
+            if (nbytes[nd] == 0) /* the node's first call of the chunk */
+                rr_check_idle(rt, (size_t)nd);
+            if (!rt->nodes[nd].c)
                 (void)rr_connect(rt, (size_t)nd);
-            node[j] = nd;
-            redo[j] = 0;
-            if (nd < 0 || !rt->nodes[nd].c || rt->nodes[nd].check < 0) {
-                redo[j] = 1;
-                node[j] = -1;
-            } else if (redisAppendCommandArgv(rt->nodes[nd].c, argc, av, al) != REDIS_OK) {
+            redisContext *c = rt->nodes[nd].c;
+            if (!c || rt->nodes[nd].check < 0) /* refused by the owner's check: redone */
+                continue;
+            size_t before = sdslen(c->obuf);
+            if (redisAppendCommandArgv(c, argc, av, al) != REDIS_OK) {
                 rc = TW_ENOMEM;
-            } else {
-                rr_flush_big(rt->nodes[nd].c, &flushed);
+                break;
             }
+            nbytes[nd] += sdslen(c->obuf) - before;
+            cl[j].end = nbytes[nd];
+            cl[j].state = RR_CALL_SENT;
+            rr_flush_big(c, &flushed);
         }
         /* Receive, in order (each node answers its commands in order). A
          * node whose connection fails is dropped and its later calls of the
-         * chunk stay unanswered, but the other nodes' replies are still read
-         * and checked: in a cluster with one master away, what the others
-         * answered counts (an executor's START round hands those on). */
+         * chunk stay unanswered (lost or unsent: rr_node_failed), but the
+         * other nodes' replies are still read and checked: in a cluster with
+         * one master away, what the others answered counts (an executor's
+         * START round hands those on). */
         bool io = false;
         for (size_t j = 0; j < m && rc == 0; j++) {
-            if (node[j] < 0 || !rt->nodes[node[j]].c) /* not sent, or its node failed */
+            if (cl[j].state != RR_CALL_SENT)
                 continue;
             redisReply *r = NULL;
-            if (redisGetReply(rt->nodes[node[j]].c, (void **)&r) != REDIS_OK || !r) {
+            if (redisGetReply(rt->nodes[cl[j].node].c, (void **)&r) != REDIS_OK || !r) {
                 if (r)
                     freeReplyObject(r);
-                rr_lost(rt, &rt->nodes[node[j]], NULL);
-                rr_drop(&rt->nodes[node[j]]);
-                if (rt->cluster)
-                    rt->map_stale = true;
+                rr_node_failed(rt, cl, j, m, nbytes);
                 io = true;
                 continue;
             }
+            cl[j].state = RR_CALL_DONE;
             if (r->type == REDIS_REPLY_ERROR &&
                 (strncmp(r->str, "NOSCRIPT", 8) == 0 || strncmp(r->str, "MOVED ", 6) == 0 ||
                  strncmp(r->str, "ASK ", 4) == 0 || rr_is_retry_error(r))) {
-                redo[j] = 1;
+                cl[j].state = RR_CALL_REDO;
                 if (r->str[0] == 'M' || r->str[0] == 'A')
                     rt->map_stale = true;
             } else if (r->type == REDIS_REPLY_ERROR) {
                 rc = tw_rr_reply_error(rt, r);
-            } else if (check(ctx, base + j, r) != 0) {
-                rc = TW_EPROTO;
+            } else {
+                applied = true;
+                if (check(ctx, base + j, r) != 0)
+                    rc = TW_EPROTO;
             }
             freeReplyObject(r);
+        }
+        /* The calls whose replies are lost (and, when the replies are left
+         * unread below, the calls still waiting for theirs) may have been
+         * applied: the caller hears of each (check with no reply). */
+        for (size_t j = 0; j < m; j++) {
+            if (rc && cl[j].state == RR_CALL_SENT)
+                cl[j].state = RR_CALL_LOST;
+            if (cl[j].state == RR_CALL_LOST) {
+                applied = true;
+                (void)check(ctx, base + j, NULL);
+            }
         }
         if (rc) { /* replies may be left unread: drop every connection */
             for (size_t i = 0; i < rt->nnodes; i++)
                 rr_drop(&rt->nodes[i]);
             break;
         }
-        if (io) { /* every reply read: the connections left are in step; no redo */
-            rc = TW_EIO;
-            break;
+        if (io) {
+            /* Every reply read: the connections left are in step. Nothing
+             * is redone, but for SET while the chunk's time lasts (a lost
+             * connection, not a timeout): its unanswered calls are redone
+             * one by one below, those that may have run too (a SET call
+             * run twice stores the same tasks; redis.c, "Lost replies"). */
+            if (id != TW_RR_SET || tw_rr_mono_ns() >= deadline) {
+                rc = applied ? TW_EUNKNOWN : TW_EIO;
+                break;
+            }
+            for (size_t j = 0; j < m; j++)
+                if (cl[j].state == RR_CALL_LOST || cl[j].state == RR_CALL_UNSENT)
+                    cl[j].state = RR_CALL_REDO;
         }
         /* SET: a key given twice in one set_many is in two calls of its
          * slot, and the later call must win. A call redone one by one below
@@ -676,27 +849,33 @@ int tw_rr_eval_many(struct tw_rr_router *rt, unsigned id, size_t n, int nkeys,
          * first calls are written early, rr_flush_big), so those are redone
          * too, in order (a SET call run twice stores the same tasks). */
         for (size_t j = 0; id == TW_RR_SET && j < m; j++)
-            if (redo[j])
+            if (cl[j].state == RR_CALL_REDO)
                 for (size_t k = j + 1; k < m; k++)
-                    if (slots[k] == slots[j])
-                        redo[k] = 1;
+                    if (cl[k].slot == cl[j].slot)
+                        cl[k].state = RR_CALL_REDO;
         for (size_t j = 0; j < m && rc == 0; j++) {
-            if (!redo[j])
+            if (cl[j].state != RR_CALL_REDO)
                 continue;
             int slot;
             rc = build(ctx, base + j, &slot, av + 3, al + 3, &nargs);
             if (rc)
                 break;
             redisReply *r;
-            rc = tw_rr_eval(rt, id, slot, nkeys, nargs, av + 3, al + 3, &r);
+            bool lost = false;
+            rc = rr_eval(rt, id, slot, nkeys, nargs, av + 3, al + 3, &lost, &r);
+            if (lost) {
+                applied = true;
+                (void)check(ctx, base + j, NULL);
+            }
             if (rc == 0) {
+                applied = true;
                 rc = check(ctx, base + j, r) ? TW_EPROTO : 0;
                 freeReplyObject(r);
             }
         }
     }
-    free(node);
-    free(slots);
-    free(redo);
-    return rc;
+    free(cl);
+    free(nbytes);
+    /* some call may have been applied: not "nothing written" */
+    return rc == TW_EIO && applied ? TW_EUNKNOWN : rc;
 }

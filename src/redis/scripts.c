@@ -145,9 +145,14 @@
     "if first then call('PUBLISH', A[1], first) end\n"                                      \
     "return #A\n"
 
-/* ARGV: key, delay_ms, channel -> due ms, or -1 (absent) */
+/* ARGV: key, delay_ms, channel, marker key, marker ms -> due ms, or -1 (absent).
+ * The marker (the call's request id, client.c: a retry after a lost reply
+ * sends the same) holds the due time of a move already made by this call:
+ * the retry answers it and moves nothing again. Set only by a move that
+ * happened, for marker ms; in the partition's slot, read once stable(). */
 #define MOVE_LUA                                                                           \
     PRELUDE BUCKETS "if not stable() then return redis.error_reply(TRY) end\n"             \
+    "local m = redis.call('GET', ARGV[4]) if m then return tonumber(m) end\n"              \
     "local v = redis.call('HGET', KEYS[3], ARGV[1])\n"                                     \
     "if not v then return -1 end\n"                                                        \
     "local tok, att, due, pos = parse(v)\n"                                                \
@@ -156,16 +161,20 @@
     "redis.call('HSET', KEYS[3], ARGV[1], rec(0, 0, due, string.sub(v, pos)))\n"           \
     "badd(ARGV[1], due)\n"                                                                 \
     "if due < hold() then redis.call('PUBLISH', ARGV[3], due) end\n"                       \
+    "redis.call('SET', ARGV[4], I(due), 'PX', ARGV[5])\n"                                  \
     "return due\n"
 
-/* ARGV: key -> 0, or -1 (absent) */
+/* ARGV: key, marker key, marker ms -> 0, or -1 (absent). The marker, as
+ * MOVE's: a removal this call made already answers 0 again on a retry. */
 #define REMOVE_LUA                                                                         \
     PRELUDE BUCKETS "if not stable() then return redis.error_reply(TRY) end\n"             \
+    "if redis.call('EXISTS', ARGV[2]) == 1 then return 0 end\n"                            \
     "local v = redis.call('HGET', KEYS[3], ARGV[1])\n"                                     \
     "if not v then return -1 end\n"                                                        \
     "local tok, att, due = parse(v)\n"                                                     \
     "redis.call('HDEL', KEYS[3], ARGV[1])\n"                                               \
     "if tok == 0 then bdel(ARGV[1], due) else redis.call('ZREM', KEYS[2], ARGV[1]) end\n"  \
+    "redis.call('SET', ARGV[2], '0', 'PX', ARGV[3])\n"                                     \
     "return 0\n"
 
 /* ARGV: window_ms, n, lease_ms, max_bytes
@@ -243,7 +252,9 @@
  * nack, nstart, nack key, token pairs to acknowledge, nstart key, token,
  * attempt triples to start (the attempt the claim returned, plus one)
  * -> {now_us, then per group: r per acknowledgement (1 deleted, 0 stale:
- *    not our lease any more, nothing deleted), then s, a per start:
+ *    not our lease any more, nothing deleted; 2 absent: deleted already, by
+ *    a lost earlier try of this acknowledgement or by someone else, ack.c),
+ *    then s, a per start:
  *    s = 1 started (a = attempt, as the worker gave it: a start redone after
  *    a lost reply counts the attempt once; the lease renewed to now + lease_ms, unless
  *    it already ends as late: claim leased it to due + lease_ms, so a start
@@ -268,7 +279,7 @@
     "    local vs = call('HMGET', TK, unpack(ks)) local ls = call('ZMSCORE', LK, unpack(ks))\n" \
     "    for j = 1, na do local r, v, l = 0, vs[j], ls[j]\n"                               \
     "      if v and l and tonumber(l) * 1000 > now and (parse(v)) == ts[j] then\n"         \
-    "        nd = nd + 1 del[nd] = ks[j] r = 1 end\n"                                      \
+    "        nd = nd + 1 del[nd] = ks[j] r = 1 elseif not v then r = 2 end\n"              \
     "      o = o + 1 out[o] = r\n"                                                         \
     "    end\n"                                                                            \
     "    if nd > 0 then call('HDEL', TK, unpack(del, 1, nd)) "                             \

@@ -200,6 +200,11 @@ static int rr_start_check(void *ctx, size_t c, const redisReply *x)
     struct tw_rr_round *e = ctx;
     uint64_t t_reply = tw_rr_mono_ns();
     size_t g0 = e->call[c], g1 = e->call[c + 1], want = 1;
+    if (!x) { /* lost: its acknowledgements may have deleted their tasks (ack.c) */
+        for (size_t j = e->g[g0].a0; j < e->g[g1 - 1].a0 + e->g[g1 - 1].na; j++)
+            e->ack[j]->ack_lost = 1;
+        return 0;
+    }
     for (size_t g = g0; g < g1; g++)
         want += e->g[g].na + 2 * e->g[g].ns;
     if (x->type != REDIS_REPLY_ARRAY || x->elements != want)
@@ -212,8 +217,10 @@ static int rr_start_check(void *ctx, size_t c, const redisReply *x)
     for (size_t g = g0; g < g1; g++) {
         const struct tw_rr_grp *G = &e->g[g];
         tw_rr_clock_sample(e->r, G->part, now, t_reply);
-        for (size_t j = G->a0; j < G->a0 + G->na; j++)
-            e->ack_st[j] = x->element[o++]->integer == 1 ? 1 : 0;
+        for (size_t j = G->a0; j < G->a0 + G->na; j++) { /* 1 deleted, 2 absent, else 0 */
+            long long a = x->element[o++]->integer;
+            e->ack_st[j] = (signed char)(a == 1 || a == 2 ? a : 0);
+        }
         for (size_t k = G->s0; k < G->s0 + G->ns; k++) {
             size_t i = e->order[k];
             e->st[i] = x->element[o++]->integer;

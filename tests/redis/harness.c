@@ -28,9 +28,15 @@
 
 struct tw_redis_stats rw_wait_drained(struct tw_redis *client, uint64_t deadline_ms)
 {
+    return rw_wait_pending(client, 0, deadline_ms);
+}
+
+struct tw_redis_stats rw_wait_pending(struct tw_redis *client, uint64_t left,
+                                      uint64_t deadline_ms)
+{
     struct tw_redis_stats st = {.pending = UINT64_MAX};
     for (;;) {
-        if (tw_redis_stats(client, &st) == 0 && st.pending == 0)
+        if (tw_redis_stats(client, &st) == 0 && st.pending <= left)
             break;
         if (rfx_mono_ms() >= deadline_ms)
             break;

@@ -102,6 +102,9 @@ uint64_t rw_redis_ms(redisContext *tc);
  * monotonic clock reaches @p deadline_ms (rfx_mono_ms); polls every 100 ms.
  * @return the last stats read (pending UINT64_MAX if none could be read). */
 struct tw_redis_stats rw_wait_drained(struct tw_redis *client, uint64_t deadline_ms);
+/* The same, until at most `left` tasks are pending. */
+struct tw_redis_stats rw_wait_pending(struct tw_redis *client, uint64_t left,
+                                      uint64_t deadline_ms);
 
 /* Task-count scaling for tests: $TWHEEL_REDIS_TEST_N if set, else @p dflt, divided
  * by 5 under a sanitizer (at least 1000). */
