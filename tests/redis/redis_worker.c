@@ -150,8 +150,10 @@ static int parse(int argc, char **argv, struct opts *o)
         i++;
         int rc = 0;
         if (!strcmp(a, "--servers")) {
-            char *copy = strdup(v);
-            if (!copy)
+            static char *copy; /* lives until exit, reachable (LeakSanitizer) */
+            free(copy);
+            o->nservers = 0;
+            if (!(copy = strdup(v)))
                 return -1;
             for (char *save = NULL, *t = strtok_r(copy, ",", &save); t && o->nservers < MAX_SERVERS;
                  t = strtok_r(NULL, ",", &save))
