@@ -653,6 +653,8 @@ static void rr_free_all(struct tw_redis *r)
     free(r->carry_n);
     free(r->last_full);
     free(r->unknown);
+    free(r->silent);
+    pthread_mutex_destroy(&r->silent_mu);
     for (size_t i = 0; i < r->carry.n; i++)
         free(r->carry.v[i]);
     free(r->carry.v);
@@ -883,7 +885,8 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
         r->cfg.start_ahead_ms = r->cfg.window_ms / 4;
     if (pthread_mutex_init(&r->api_mu, NULL) || pthread_mutex_init(&r->mu, NULL) ||
         pthread_mutex_init(&r->stop_mu, NULL) || pthread_mutex_init(&r->hist_mu, NULL) ||
-        pthread_mutex_init(&r->ack_mu, NULL) || pthread_mutex_init(&r->err_mu, NULL)) {
+        pthread_mutex_init(&r->ack_mu, NULL) || pthread_mutex_init(&r->err_mu, NULL) ||
+        pthread_mutex_init(&r->silent_mu, NULL)) {
         free(r); /* on Linux these inits cannot fail; nothing to destroy */
         return TW_ESYS;
     }
@@ -937,8 +940,9 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
         r->ack_round = calloc(1, sizeof *r->ack_round);
         r->ack_head = calloc(cfg->partitions, sizeof *r->ack_head);
         r->ack_tail = calloc(cfg->partitions, sizeof *r->ack_tail);
+        r->silent = calloc(cfg->partitions, sizeof *r->silent);
         if (!r->exec_rt || !r->round || !r->exec_threads || !r->ack_round || !r->ack_head ||
-            !r->ack_tail)
+            !r->ack_tail || !r->silent)
             goto nomem;
         r->ack_delay_ns = (uint64_t)(r->cfg.lease_ms / 8 < RR_ACK_DELAY_MS ? r->cfg.lease_ms / 8
                                                                            : RR_ACK_DELAY_MS) *
