@@ -318,7 +318,15 @@ static int rr_claim_round(struct tw_redis *r, unsigned char *want, bool pace, bo
      * claim of a slot being migrated (TRYAGAIN) gives up likewise and the
      * claim thread retries it after its backoff, instead of waiting out the
      * migration. test_redis_cluster (window 500 ms, one of three masters
-     * SIGKILLed for 3 s) bounds the healthy masters' tasks' lateness. */
+     * SIGKILLed for 3 s) bounds the healthy masters' tasks' lateness.
+     * A master that keeps its connections open but does not answer is
+     * waited for TW_RR_SILENT_MS at most (silent.c): the TIME round reads
+     * every master's reply as it comes, a claim not answered by then stays
+     * outstanding (TW_RR_EAWAIT) and its master is bad until its reply is
+     * read (tw_rr_await_collect, at the start of each round and every
+     * TW_RR_SILENT_MS between them), which hands the tasks on
+     * (rr_claim_late). test_redis_isolation (one of three masters
+     * SIGSTOPped for 8 s) bounds the healthy masters' tasks' lateness. */
     struct tw_rr_router *rt = &r->claim_rt;
     rt->retry_ms =
         rt->cluster && tw_rr_any_connected(rt) && RR_CLAIM_RETRY_MS < r->cfg.command_timeout_ms

@@ -141,10 +141,11 @@ static void rr_exec_one(struct tw_redis *r, struct tw_rr_item *it, unsigned thre
  * in every such round would take the executors from the healthy masters'
  * tasks.
  * A master that accepts connections but does not answer (stopped, or cut
- * off while the socket stays open) still holds the round for the socket's
- * command_timeout_ms on each read, its answered calls included; not done:
- * it needs replies read as they come (poll) and a reply wait well under
- * command_timeout_ms for START rounds. */
+ * off while the socket stays open) holds a round TW_RR_SILENT_MS at most
+ * in a cluster: the replies are read as they come and that master's calls
+ * are then left unanswered (silent.c); later rounds leave its partitions
+ * out until it answers again, so its tasks wait here, requeued like any
+ * unanswered ones. */
 #define RR_START_RETRY_MS (TW_RR_RETRY_MS / 20)
 
 /* How long an unanswered item waits before a later round tries it again:

@@ -12,8 +12,7 @@
  *                lifetime: new, stop (the release of held leases), free.
  * client.c     - the producer calls: set, move, remove, set_many.
  * keys.c       - a key's partition, the names of a partition's keys.
- * offset.c     - the Redis clock offset: samples, local due times, the TIME
- *                round before a claim round.
+ * offset.c     - the Redis clock offset: samples, local due times.
  * claim.c      - the claim thread: claim rounds, pacing, the frontier, the
  *                catch-up after a reconnect.
  * subscriber.c - the subscriber thread: notifications flag partitions.
@@ -28,6 +27,9 @@
  * ack.c        - the delayed acknowledgements: the pending lists, what a
  *                round's answers settle, the acknowledger thread.
  * stats.c      - the figures: lateness histogram, tw_redis_stats, trace.
+ * silent.c     - per-master isolation: the masters that do not answer (a
+ *                table every thread reads), the claim thread's TIME round,
+ *                its calls awaited without holding the other masters, probes.
  * router.c     - connections to one server or a Redis Cluster: CRC16 slots,
  *                CLUSTER SLOTS map, MOVED/ASK, reconnect with backoff, EVALSHA
  *                with EVAL fallback. One router per thread that uses it (or
@@ -352,7 +354,7 @@ struct tw_rr_silent_node { /* an entry of the worker's table of silent masters *
     bool used;
 };
 
-struct tw_rr_await { /* the claim thread's outstanding call on one node */
+struct tw_rr_await {    /* the claim thread's outstanding call on one node */
     unsigned char kind; /* 0 none, TW_RR_AWAIT_TIME, TW_RR_AWAIT_CLAIM */
     uint32_t part;      /* a claim's partition and batch */
     unsigned batch;
@@ -480,12 +482,12 @@ struct tw_redis {
     pthread_mutex_t stop_mu;        /* serialises stop */
 
     /* per-master isolation (silent.c) */
-    pthread_mutex_t silent_mu;      /* guards silent_at */
+    pthread_mutex_t silent_mu;                              /* guards silent_at */
     struct tw_rr_silent_node silent_at[TW_RR_SAMPLE_NODES]; /* the silent masters */
-    atomic_uint nsilent;            /* entries of silent_at in use */
+    atomic_uint nsilent;                                    /* entries of silent_at in use */
     _Atomic uint_least16_t *silent; /* per partition: 0, or 1 + its silent master's entry */
     struct tw_rr_await await[TW_RR_SAMPLE_NODES]; /* claim thread only: per claim_rt node */
-    uint32_t nawait;                /* claim thread only: outstanding calls */
+    uint32_t nawait;                              /* claim thread only: outstanding calls */
 
     /* figures */
     atomic_uint_fast64_t exec_ns;   /* running mean of one execute call's time */

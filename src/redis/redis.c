@@ -10,7 +10,8 @@
  * and the lifetime (new, stop with the release of held leases, free, and
  * the layer's threads). The other jobs have a file each (internal.h lists
  * them): client.c (set, move, remove, set_many), keys.c, offset.c (the Redis
- * clock offset), subscriber.c, stats.c, router.c, scripts.c, and along a
+ * clock offset), subscriber.c, stats.c, router.c, scripts.c, silent.c (the
+ * masters that do not answer), and along a
  * task's path, which runs one way: claim.c -> local.c (held until it may
  * start) -> execute.c (START through start.c, run, FAIL) -> ack.c (the
  * delayed acknowledgement).
@@ -327,7 +328,9 @@
  * every node; new returns once it is subscribed), the local queue's tick
  * thread (local.c), `threads` executors (execute.c), each with its own
  * router, and an acknowledger thread (ack.c, own router) for the delayed
- * ACKs no START took. No connection is ever shared unlocked. Every one of
+ * ACKs no START took. No connection is ever shared unlocked. What they
+ * share of the masters' health is the table of silent masters (silent.c:
+ * a mutex for the table, an atomic mark per partition). Every one of
  * these threads blocks SIGPIPE (tw_rr_thread_create); the application's
  * threads are the application's to guard (redis.h).
  *
@@ -357,8 +360,14 @@
  * is retried in place every 100 ms (the batch kept, so the catch-up stays
  * in order) for up to lease_ms / 2, then its tasks go back to the queue
  * (execute.c). A master that accepts connections but does not answer
- * still holds each round that includes it for command_timeout_ms (reads
- * are not polled). An ack that fails leaves the lease to expire
+ * (stopped, hung, cut off with its socket open) delays only its own
+ * partitions (silent.c): in a cluster a worker's threads read every
+ * master's replies as they come and wait TW_RR_SILENT_MS (30 ms) at most
+ * for one; a master that owes replies then is silent for the whole worker
+ * (START and acknowledgement rounds leave its partitions out, the claim
+ * thread keeps an unanswered claim outstanding and reads it when it comes,
+ * the subscriber moves to another node) until the claim thread's probe,
+ * or any late reply, shows it answers. An ack that fails leaves the lease to expire
  * (at-least-once).
  *
  * Connecting (url.c, connect.c, acl.c, errors.c): each servers entry is

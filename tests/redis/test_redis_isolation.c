@@ -52,7 +52,7 @@
 
 struct rec {
     pthread_mutex_t mu;
-    size_t n;                            /* ids below n are this test's */
+    size_t n; /* ids below n are this test's */
     uint32_t count[NMAX + NNOTE];
     uint64_t first_us[NMAX + NNOTE], due_ms[NMAX + NNOTE];
     uint64_t bad;
@@ -196,8 +196,8 @@ static void test_hung_master(void)
     }
     CHECK_EQ_INT(kill(vs->pid, SIGCONT), 0);
     uint64_t cont_ms = rfx_realtime_us() / 1000u;
-    printf("master %zu (%d of %d partitions, the first seed) stopped from +%" PRIu64
-           " to +%" PRIu64 " ms; %zu tasks notified during the stall\n",
+    printf("master %zu (%d of %d partitions, the first seed) stopped from +%" PRIu64 " to +%" PRIu64
+           " ms; %zu tasks notified during the stall\n",
            victim, held[victim], PARTS, stop_ms - set_ms, cont_ms - set_ms, nnote);
 
     /* every task started (bounded wait) */
