@@ -616,6 +616,22 @@ static void rr_evalsha_head(const struct tw_rr_router *rt, unsigned id, const ch
     al[2] = strlen(nk);
 }
 
+/* The arguments of EVALSHA script `id` into av, al (TW_RR_ARGV_MAX each; nk
+ * holds the key count): their count, or TW_EINVAL when they do not fit. */
+static int rr_eval_argv(const struct tw_rr_router *rt, unsigned id, int nkeys, int nargs,
+                        const char **argv, const size_t *lens, const char **av, size_t *al,
+                        char nk[16])
+{
+    int argc = 3 + nkeys + nargs;
+    if (argc > TW_RR_ARGV_MAX)
+        return TW_EINVAL;
+    snprintf(nk, 16, "%d", nkeys);
+    rr_evalsha_head(rt, id, nk, av, al);
+    memcpy(av + 3, argv, (size_t)(nkeys + nargs) * sizeof *av);
+    memcpy(al + 3, lens, (size_t)(nkeys + nargs) * sizeof *al);
+    return argc;
+}
+
 /* tw_rr_eval, *lost as rr_command's (the EVAL after NOSCRIPT included): an
  * error reply after a lost attempt leaves the outcome unknown. */
 static int rr_eval(struct tw_rr_router *rt, unsigned id, int slot, int nkeys, int nargs,
@@ -624,13 +640,9 @@ static int rr_eval(struct tw_rr_router *rt, unsigned id, int slot, int nkeys, in
     const char *av[TW_RR_ARGV_MAX];
     size_t al[TW_RR_ARGV_MAX];
     char nk[16];
-    int argc = 3 + nkeys + nargs;
-    if (argc > TW_RR_ARGV_MAX)
-        return TW_EINVAL;
-    snprintf(nk, sizeof nk, "%d", nkeys);
-    rr_evalsha_head(rt, id, nk, av, al);
-    memcpy(av + 3, argv, (size_t)(nkeys + nargs) * sizeof *av);
-    memcpy(al + 3, lens, (size_t)(nkeys + nargs) * sizeof *al);
+    int argc = rr_eval_argv(rt, id, nkeys, nargs, argv, lens, av, al, nk);
+    if (argc < 0)
+        return argc;
     redisReply *r;
     int rc = rr_command(rt, slot, argc, av, al, lost, &r);
     if (rc)
@@ -715,14 +727,8 @@ int tw_rr_eval_send(struct tw_rr_router *rt, unsigned id, int slot, int nkeys, i
     const char *av[TW_RR_ARGV_MAX];
     size_t al[TW_RR_ARGV_MAX];
     char nk[16];
-    int argc = 3 + nkeys + nargs;
-    if (argc > TW_RR_ARGV_MAX)
-        return TW_EINVAL;
-    snprintf(nk, sizeof nk, "%d", nkeys);
-    rr_evalsha_head(rt, id, nk, av, al);
-    memcpy(av + 3, argv, (size_t)(nkeys + nargs) * sizeof *av);
-    memcpy(al + 3, lens, (size_t)(nkeys + nargs) * sizeof *al);
-    return tw_rr_send(rt, slot, argc, av, al);
+    int argc = rr_eval_argv(rt, id, nkeys, nargs, argv, lens, av, al, nk);
+    return argc < 0 ? argc : tw_rr_send(rt, slot, argc, av, al);
 }
 
 /* Wait for any of fds[0..n) to be readable, until until_ns at most (0: poll
