@@ -323,8 +323,8 @@ static int rr_claim_round(struct tw_redis *r, unsigned char *want, bool pace, bo
      * waited for TW_RR_SILENT_MS at most (silent.c): the TIME round reads
      * every master's reply as it comes, a claim not answered by then stays
      * outstanding (TW_RR_EAWAIT) and its master is bad until its reply is
-     * read (tw_rr_await_collect, at the start of each round and every
-     * TW_RR_SILENT_MS between them), which hands the tasks on
+     * read (tw_rr_await_collect, before each call of a round and every
+     * TW_RR_SILENT_MS between rounds), which hands the tasks on
      * (rr_claim_late). test_redis_isolation (one of three masters
      * SIGSTOPped for 8 s) bounds the healthy masters' tasks' lateness. */
     struct tw_rr_router *rt = &r->claim_rt;
@@ -355,6 +355,8 @@ static int rr_claim_round(struct tw_redis *r, unsigned char *want, bool pace, bo
             uint32_t p = (r->claim_start + i) % P; /* fair under the cap */
             if (!want[p])
                 continue;
+            if (r->nawait || atomic_load(&r->nsilent)) /* between a paced round's calls too */
+                (void)tw_rr_await_collect(r, rr_claim_late);
             int nd = tw_rr_node_of(&r->claim_rt, r->slots[p]);
             size_t bi = nd < 0 || nd >= TW_RR_SAMPLE_NODES ? TW_RR_SAMPLE_NODES : (size_t)nd;
             if (bad[bi]) {
