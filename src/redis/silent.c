@@ -22,10 +22,11 @@
  *    connection, one call per master (struct tw_rr_await): the claim thread
  *    goes on with the other masters and reads that reply when it comes
  *    (tw_rr_await_collect), a late claim's tasks included, so no claimed
- *    task is lost to the wait. It gives up on a TIME after
- *    command_timeout_ms, on a claim after lease_ms / 2 as well (its tasks'
- *    leases then end first; it is safe to read it later, START checks the
- *    lease): the connection is closed.
+ *    task is lost to the wait; no other command uses that connection
+ *    meanwhile (router.c: owed). It gives up on a TIME after
+ *    command_timeout_ms, on a claim after lease_ms / 2 (command_timeout_ms
+ *    if longer: its tasks' leases end about then; reading it later is
+ *    safe, START checks the lease): the connection is closed.
  *  - While a master is silent the claim thread probes it: a TIME on its own
  *    connection (no more than one outstanding), read every
  *    TW_RR_SILENT_MS; any reply from that master clears the mark, and the
