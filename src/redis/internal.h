@@ -185,8 +185,6 @@ int tw_rr_eval_send(struct tw_rr_router *rt, unsigned id, int slot, int nkeys, i
                     const char **argv, const size_t *lens);
 int tw_rr_recv(struct tw_rr_router *rt, size_t node, uint64_t until_ns, redisReply **reply);
 void tw_rr_drop(struct tw_rr_router *rt, size_t node);
-/* Index of the node at host:port, or -1. */
-int tw_rr_node_find(const struct tw_rr_router *rt, const char *host, int port);
 /* EVALSHA script `id` with EVAL fallback on NOSCRIPT. argv holds the keys then
  * the arguments (nkeys + nargs entries). Error replies other than NOSCRIPT:
  * as tw_rr_reply_error (the reply is freed), or TW_EUNKNOWN after a lost
@@ -487,6 +485,8 @@ struct tw_redis {
     atomic_uint nsilent;                                    /* entries of silent_at in use */
     _Atomic uint_least16_t *silent; /* per partition: 0, or 1 + its silent master's entry */
     struct tw_rr_await await[TW_RR_SAMPLE_NODES]; /* claim thread only: per claim_rt node */
+    redisContext *probe[TW_RR_SAMPLE_NODES]; /* claim thread only: per silent_at entry */
+    uint64_t probe_ns[TW_RR_SAMPLE_NODES];   /* ... when it was sent */
     uint32_t nawait;                              /* claim thread only: outstanding calls */
 
     /* figures */

@@ -663,6 +663,9 @@ static void rr_free_all(struct tw_redis *r)
     free(r->last_full);
     free(r->unknown);
     free(r->silent);
+    for (size_t k = 0; k < TW_RR_SAMPLE_NODES; k++)
+        if (r->probe[k])
+            redisFree(r->probe[k]);
     pthread_mutex_destroy(&r->silent_mu);
     for (size_t i = 0; i < r->carry.n; i++)
         free(r->carry.v[i]);

@@ -682,14 +682,6 @@ void tw_rr_drop(struct tw_rr_router *rt, size_t node)
     rr_drop(&rt->nodes[node]);
 }
 
-int tw_rr_node_find(const struct tw_rr_router *rt, const char *host, int port)
-{
-    for (size_t i = 0; i < rt->nnodes; i++)
-        if (rt->nodes[i].port == port && strcmp(rt->nodes[i].host, host) == 0)
-            return (int)i;
-    return -1;
-}
-
 /* Write what is buffered for node n; 0, or TW_EIO (closed). */
 static int rr_flush(struct tw_rr_router *rt, size_t n)
 {

@@ -27,10 +27,11 @@
  *    command_timeout_ms, on a claim after lease_ms / 2 (command_timeout_ms
  *    if longer: its tasks' leases end about then; reading it later is
  *    safe, START checks the lease): the connection is closed.
- *  - While a master is silent the claim thread probes it: a TIME on its own
- *    connection (no more than one outstanding), read every
- *    TW_RR_SILENT_MS; any reply from that master clears the mark, and the
- *    executors' next rounds take its partitions again.
+ *  - While a master is silent the claim thread probes it: a PING on a
+ *    connection of its own (rr_probe), read every TW_RR_SILENT_MS; its
+ *    reply, or any late reply from that master, clears the mark, and the
+ *    next rounds take its partitions again. No thread reconnects to a
+ *    silent master meanwhile (that waits for an AUTH reply).
  *  - The subscriber leaves a silent master for another node (subscriber.c).
  * The marks are per partition (the master of each by the marking thread's
  * slot map), holding the entry of the master's address in a small table,
@@ -134,6 +135,14 @@ static void rr_answered(struct tw_redis *r, size_t nd)
 
 /* ---- the claim thread's calls ------------------------------------------------ */
 
+/* Whether claim router node nd is a silent master (its probe tells when it
+ * answers again). */
+static bool rr_silent_node(struct tw_redis *r, size_t nd)
+{
+    const struct tw_rr_node *n = &r->claim_rt.nodes[nd];
+    return tw_rr_silent_addr(r, n->host, n->port);
+}
+
 /* How long the claim thread waits for a reply before it goes on without it:
  * in a cluster TW_RR_SILENT_MS (there are other masters to serve), on a
  * standalone server the whole command timeout. */
@@ -204,7 +213,7 @@ void tw_rr_time_round(struct tw_redis *r, const unsigned char *want, unsigned ch
         int nd = want[p] ? tw_rr_node_of(rt, r->slots[p]) : -1;
         if (nd < 0 || nd >= TW_RR_SAMPLE_NODES || sent[nd] || bad[nd])
             continue;
-        if (r->await[nd].kind) { /* owes a reply: no call there this round */
+        if (r->await[nd].kind || rr_silent_node(r, (size_t)nd)) { /* owes a reply, or silent */
             bad[nd] = 1;
             continue;
         }
@@ -281,8 +290,8 @@ int tw_rr_await_claim(struct tw_redis *r, uint32_t p, unsigned batch, const char
 {
     struct tw_rr_router *rt = &r->claim_rt;
     int slot = r->slots[p], nd = tw_rr_node_of(rt, slot);
-    if (nd >= 0 && nd < TW_RR_SAMPLE_NODES && r->await[nd].kind)
-        return TW_RR_EAWAIT; /* owes a reply: not this round */
+    if (nd >= 0 && nd < TW_RR_SAMPLE_NODES && (r->await[nd].kind || rr_silent_node(r, (size_t)nd)))
+        return TW_RR_EAWAIT; /* owes a reply, or silent: not this round */
     uint64_t t0 = tw_rr_mono_ns();
     int s = nd >= 0 && nd < TW_RR_SAMPLE_NODES
                 ? tw_rr_eval_send(rt, TW_RR_CLAIM, slot, TW_RR_NKEYS, 4, av, al)
@@ -307,11 +316,66 @@ int tw_rr_await_claim(struct tw_redis *r, uint32_t p, unsigned batch, const char
         freeReplyObject(*x);
         return tw_rr_eval(rt, TW_RR_CLAIM, slot, TW_RR_NKEYS, 4, av, al, x);
     }
-    if ((*x)->type == REDIS_REPLY_ERROR) {
+    if ((*x)->type == REDIS_REPLY_ERROR) { /* its code, and the server's words told */
+        rc = tw_rr_reply_error(rt, *x);
         freeReplyObject(*x);
-        return TW_EPROTO;
+        return rc;
     }
     return 0;
+}
+
+/* The probe of silent master k: a PING on a connection of its own, made
+ * without waiting (no AUTH: an error reply shows it answers as well as
+ * PONG), read without waiting; its first reply clears the mark. Started
+ * again after command_timeout_ms without one. The router's connections to
+ * that master are left alone meanwhile: a reconnect there would wait for
+ * the AUTH reply of a master that does not answer. Claim thread only. */
+static void rr_probe(struct tw_redis *r, size_t k)
+{
+    char host[sizeof r->silent_at[k].host];
+    pthread_mutex_lock(&r->silent_mu);
+    bool used = r->silent_at[k].used;
+    int port = r->silent_at[k].port;
+    strcpy(host, r->silent_at[k].host);
+    pthread_mutex_unlock(&r->silent_mu);
+    redisContext *c = r->probe[k];
+    uint64_t now = tw_rr_mono_ns();
+    if (c && (!used || now - r->probe_ns[k] > (uint64_t)r->cfg.command_timeout_ms * 1000000u)) {
+        redisFree(c); /* cleared meanwhile, or no answer: a new one */
+        c = r->probe[k] = NULL;
+    }
+    if (!used)
+        return;
+    if (!c) {
+        c = port == 0 ? redisConnectUnixNonBlock(host) : redisConnectNonBlock(host, port);
+        if (!c || c->err || redisAppendCommand(c, "PING") != REDIS_OK) {
+            if (c)
+                redisFree(c);
+            return; /* refused (away): tried again next pass */
+        }
+        r->probe[k] = c;
+        r->probe_ns[k] = now;
+    }
+    int done = 0;
+    struct pollfd pfd = {c->fd, POLLIN, 0};
+    void *x = NULL;
+    bool ok = redisBufferWrite(c, &done) == REDIS_OK;
+    if (ok && poll(&pfd, 1, 0) <= 0)
+        return; /* no answer yet */
+    ok = ok && redisBufferRead(c) == REDIS_OK && redisGetReplyFromReader(c, &x) == REDIS_OK;
+    if (ok && !x)
+        return; /* part of it */
+    if (x)
+        freeReplyObject(x);
+    redisFree(c);
+    r->probe[k] = NULL;
+    if (!ok)
+        return; /* refused or closed: tried again next pass */
+    pthread_mutex_lock(&r->silent_mu);
+    if (r->silent_at[k].used && r->silent_at[k].port == port &&
+        strcmp(r->silent_at[k].host, host) == 0)
+        rr_silent_clear(r, k);
+    pthread_mutex_unlock(&r->silent_mu);
 }
 
 bool tw_rr_await_collect(struct tw_redis *r, tw_rr_late_fn *late)
@@ -339,38 +403,17 @@ bool tw_rr_await_collect(struct tw_redis *r, tw_rr_late_fn *late)
         rr_answered(r, nd);
         if (a.kind == TW_RR_AWAIT_TIME)
             rr_time_reply(r, nd, x, tw_rr_mono_ns(), NULL);
-        else if (x->type == REDIS_REPLY_ERROR) /* nothing claimed: a later round claims */
+        else if (x->type == REDIS_REPLY_ERROR) { /* nothing claimed: a later round claims */
+            if (!rr_redo_reply(x))
+                (void)tw_rr_reply_error(rt, x);
             freeReplyObject(x);
+        }
         else
             late(r, a.part, a.batch, x);
     }
-    /* probes: a TIME to each silent master that owes the claim thread nothing */
-    for (size_t k = 0; k < TW_RR_SAMPLE_NODES && atomic_load(&r->nsilent); k++) {
-        char host[256];
-        int port;
-        pthread_mutex_lock(&r->silent_mu);
-        bool used = r->silent_at[k].used;
-        strcpy(host, r->silent_at[k].host);
-        port = r->silent_at[k].port;
-        int nd = used ? tw_rr_node_find(rt, host, port) : -1;
-        if (used && (nd < 0 || nd >= TW_RR_SAMPLE_NODES))
-            rr_silent_clear(r, k); /* no probe can reach it: its rounds will tell */
-        pthread_mutex_unlock(&r->silent_mu);
-        if (nd < 0 || nd >= TW_RR_SAMPLE_NODES || r->await[nd].kind)
-            continue;
-        /* a slot of that node routes the probe there */
-        int slot = -1;
-        for (uint32_t p = 0; p < r->cfg.partitions && slot < 0; p++)
-            if (tw_rr_node_of(rt, r->slots[p]) == nd)
-                slot = r->slots[p];
-        if (slot >= 0 && tw_rr_send(rt, slot, 1, rr_time_av, rr_time_al) == nd)
-            rr_await_set(r, (size_t)nd, TW_RR_AWAIT_TIME, 0, 0, tw_rr_mono_ns());
-        else if (slot < 0) { /* it serves none of the queue's partitions now */
-            pthread_mutex_lock(&r->silent_mu);
-            if (rr_silent_find(r, host, port) == k)
-                rr_silent_clear(r, k);
-            pthread_mutex_unlock(&r->silent_mu);
-        }
-    }
+    bool any = atomic_load(&r->nsilent) != 0;
+    for (size_t k = 0; k < TW_RR_SAMPLE_NODES; k++)
+        if (any || r->probe[k])
+            rr_probe(r, k);
     return r->nawait || atomic_load(&r->nsilent);
 }
