@@ -30,8 +30,12 @@
  *    answers for its own first run (never TW_ENOENT for its own removal,
  *    never a second move); a retried set stores the task again. Nothing
  *    half-written (set_many aside); in a cluster, a master that refuses
- *    connections does not hold the other masters' tasks back, one that
- *    hangs with its connections open does, up to command_timeout_ms.
+ *    connections, or hangs with its connections open, does not hold the
+ *    other masters' tasks back: a worker waits 30 ms at most for a master's
+ *    answer before it leaves that master's partitions alone until it
+ *    answers again (its tasks then run, none lost). A producer's call (set,
+ *    move, remove, set_many, stats) on a hung master still waits
+ *    command_timeout_ms.
  *
  * Threads: every call but execute's may come from any thread; set, move,
  * remove, set_many and stats share one set of connections under a mutex.

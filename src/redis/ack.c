@@ -77,7 +77,9 @@ static void rr_ack_settle(struct tw_rr_round *e, bool requeue, bool requeue_lost
 {
     for (size_t j = 0; j < e->nack; j++) {
         struct tw_rr_item *it = e->ack[j];
-        if (e->ack_st[j] == -2 && (requeue || (requeue_lost && it->ack_lost))) {
+        /* no answer: tried again (a silent master's once it answers, silent.c) */
+        if (e->ack_st[j] == -2 &&
+            (requeue || (requeue_lost && it->ack_lost) || tw_rr_silent_part(e->r, it->part))) {
             rr_ack_queue(e->r, it);
             continue;
         }
@@ -109,6 +111,11 @@ void *tw_rr_ack_main(void *arg)
             bool all = stop || r->ack_n >= RR_ACK_PENDING_MAX;
             for (uint32_t i = 0; i < P && n < TW_RR_RUN_BATCH; i++) {
                 uint32_t p = (from + i) % P;
+                if (r->ack_head[p] && tw_rr_silent_part(r, p)) { /* kept until it answers */
+                    uint64_t again = now + (uint64_t)TW_RR_SILENT_MS * 1000000u;
+                    next = again < next ? again : next;
+                    continue;
+                }
                 /* the oldest first, while they are old enough */
                 while (n < TW_RR_RUN_BATCH && r->ack_head[p]) {
                     struct tw_rr_item *h = r->ack_head[p];

@@ -30,8 +30,11 @@ static int rr_item_cmp(const void *a, const void *b)
     return x->due_local_ns < y->due_local_ns ? -1 : x->due_local_ns > y->due_local_ns;
 }
 
+static int rr_claim_reply(struct tw_redis *r, uint32_t p, unsigned batch, struct tw_rr_batch *b,
+                          redisReply *x);
+
 /* One claim call on partition p; appends the items to b. Returns the number
- * claimed (>= 0) or an error. */
+ * claimed (>= 0) or an error (TW_RR_EAWAIT: its reply comes later, silent.c). */
 static int rr_claim_part(struct tw_redis *r, uint32_t p, unsigned batch, struct tw_rr_batch *b)
 {
     char kb[6][TW_RR_KEYBUF], win[16], n[16], lease[16], bytes[16];
@@ -51,7 +54,7 @@ static int rr_claim_part(struct tw_redis *r, uint32_t p, unsigned batch, struct 
 #ifdef TW_RR_TRACE
     uint64_t t_sent = tw_rr_mono_ns();
 #endif
-    int rc = tw_rr_eval(&r->claim_rt, TW_RR_CLAIM, r->slots[p], TW_RR_NKEYS, 4, av, al, &x);
+    int rc = tw_rr_await_claim(r, p, batch, av, al, &x);
 #ifdef TW_RR_TRACE
     if (rc == 0) {
         uint64_t t_done = tw_rr_mono_ns();
@@ -69,6 +72,14 @@ static int rr_claim_part(struct tw_redis *r, uint32_t p, unsigned batch, struct 
     atomic_fetch_add(&r->claims, 1);
     if (rc)
         return rc;
+    return rr_claim_reply(r, p, batch, b, x);
+}
+
+/* A claim's reply x (freed here) on partition p: its items appended to b.
+ * Returns the number claimed (>= 0) or an error. */
+static int rr_claim_reply(struct tw_redis *r, uint32_t p, unsigned batch, struct tw_rr_batch *b,
+                          redisReply *x)
+{
     uint64_t t_reply = tw_rr_mono_ns();
     if (x->type != REDIS_REPLY_ARRAY || x->elements < 2 || (x->elements - 2) % 5 != 0 ||
         x->element[0]->type != REDIS_REPLY_INTEGER || x->element[1]->type != REDIS_REPLY_INTEGER) {
@@ -119,6 +130,20 @@ static int rr_claim_part(struct tw_redis *r, uint32_t p, unsigned batch, struct 
     r->last_full[p] = k >= batch && got ? b->v[b->n - 1]->due_ms : UINT64_MAX;
     freeReplyObject(x);
     return (int)(k > got ? k : got);
+}
+
+/* A claim whose reply came after the claim thread went on without it
+ * (silent.c): its items join the carry, and the partition is flagged so
+ * that a round hands them over (by the frontier, as any claim's). */
+static void rr_claim_late(struct tw_redis *r, uint32_t p, unsigned batch, redisReply *x)
+{
+    (void)rr_claim_reply(r, p, batch, &r->carry, x); /* failed: the leases end, they come back */
+    pthread_mutex_lock(&r->mu);
+    if (!r->flags[p]) {
+        r->flags[p] = 1;
+        r->nflagged++;
+    }
+    pthread_mutex_unlock(&r->mu);
 }
 
 /* Catch-up after Redis comes back. The frontier (below) takes a partition
@@ -293,13 +318,22 @@ static int rr_claim_round(struct tw_redis *r, unsigned char *want, bool pace, bo
      * claim of a slot being migrated (TRYAGAIN) gives up likewise and the
      * claim thread retries it after its backoff, instead of waiting out the
      * migration. test_redis_cluster (window 500 ms, one of three masters
-     * SIGKILLed for 3 s) bounds the healthy masters' tasks' lateness. */
+     * SIGKILLed for 3 s) bounds the healthy masters' tasks' lateness.
+     * A master that keeps its connections open but does not answer is
+     * waited for TW_RR_SILENT_MS at most (silent.c): the TIME round reads
+     * every master's reply as it comes, a claim not answered by then stays
+     * outstanding (TW_RR_EAWAIT) and its master is bad until its reply is
+     * read (tw_rr_await_collect, before each call of a round and every
+     * TW_RR_SILENT_MS between rounds), which hands the tasks on
+     * (rr_claim_late). test_redis_isolation (one of three masters
+     * SIGSTOPped for 8 s) bounds the healthy masters' tasks' lateness. */
     struct tw_rr_router *rt = &r->claim_rt;
     rt->retry_ms =
         rt->cluster && tw_rr_any_connected(rt) && RR_CLAIM_RETRY_MS < r->cfg.command_timeout_ms
             ? RR_CLAIM_RETRY_MS
             : 0;
-    tw_rr_clock_round(r, want, bad);
+    (void)tw_rr_await_collect(r, rr_claim_late);
+    tw_rr_time_round(r, want, bad);
     rr_reconnected(r);
     r->claim_start = (r->claim_start + 1) % P;
     while (more && !*capped) {
@@ -321,6 +355,8 @@ static int rr_claim_round(struct tw_redis *r, unsigned char *want, bool pace, bo
             uint32_t p = (r->claim_start + i) % P; /* fair under the cap */
             if (!want[p])
                 continue;
+            if (r->nawait || atomic_load(&r->nsilent)) /* between a paced round's calls too */
+                (void)tw_rr_await_collect(r, rr_claim_late);
             int nd = tw_rr_node_of(&r->claim_rt, r->slots[p]);
             size_t bi = nd < 0 || nd >= TW_RR_SAMPLE_NODES ? TW_RR_SAMPLE_NODES : (size_t)nd;
             if (bad[bi]) {
@@ -346,9 +382,10 @@ static int rr_claim_round(struct tw_redis *r, unsigned char *want, bool pace, bo
             size_t n0 = c->n;
             int got = rr_claim_part(r, p, batch, c);
             if (got < 0) {
-                err = got;
+                if (got != TW_RR_EAWAIT) /* awaited: its reply is collected later */
+                    err = got;
                 r->last_full[p] = UINT64_MAX; /* unreachable: do not hold the others back */
-                if (got == TW_EIO || got == TW_EUNKNOWN) /* a reply lost: as away */
+                if (got == TW_EIO || got == TW_EUNKNOWN || got == TW_RR_EAWAIT) /* as away */
                     bad[bi] = 1;
             }
             if (got >= 0)
@@ -402,8 +439,15 @@ void *tw_rr_claim_main(void *arg)
     uint64_t last_ok_refill = 0;    /* start of the last refill round that claimed all */
     uint32_t backoff_ms = 0;
     uint64_t epoch = tw_rr_mono_ns();
+    bool awaiting = false; /* calls outstanding or masters silent: collect often */
     pthread_mutex_lock(&r->mu);
     while (!r->stop_claim) {
+        awaiting = awaiting || atomic_load(&r->nsilent);
+        if (awaiting) {
+            pthread_mutex_unlock(&r->mu);
+            awaiting = tw_rr_await_collect(r, rr_claim_late);
+            pthread_mutex_lock(&r->mu);
+        }
         uint64_t now = tw_rr_mono_ns();
         if (now - epoch > RR_OFF_EPOCH_NS) { /* forget old clock samples (drift) */
             epoch = now;
@@ -413,6 +457,8 @@ void *tw_rr_claim_main(void *arg)
         bool refill = now >= next_refill, retry = now >= retry_at;
         if (!refill && !retry && r->nflagged == 0) {
             uint64_t until = next_refill < retry_at ? next_refill : retry_at;
+            if (awaiting && until > now + (uint64_t)TW_RR_SILENT_MS * 1000000u)
+                until = now + (uint64_t)TW_RR_SILENT_MS * 1000000u;
             (void)tw_cond_wait_until_(&r->cv, &r->mu, until);
             continue;
         }
@@ -435,6 +481,7 @@ void *tw_rr_claim_main(void *arg)
                 atomic_fetch_add(&r->refills, 1);
             rc = rr_claim_round(r, want, pace, &capped);
         }
+        awaiting = r->nawait || atomic_load(&r->nsilent);
         now = tw_rr_mono_ns();
         retry_at = capped ? now + RR_CAPPED_RETRY_NS : UINT64_MAX;
         if (rc == TW_EIO || rc == TW_EUNKNOWN || rc == TW_EPROTO || rc == TW_ENOMEM || !want) {

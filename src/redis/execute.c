@@ -130,7 +130,9 @@ static void rr_exec_one(struct tw_redis *r, struct tw_rr_item *it, unsigned thre
  * items all on the away master) goes back to the queue instead, like the
  * unanswered part of a round: redis.h promises no order for the tasks a
  * worker held when their master went, and an executor must not wait
- * seconds for that master while the others' tasks come due.
+ * seconds for that master while the others' tasks come due. So too while
+ * a master is silent (silent.c): a round of its tasks alone sends nothing
+ * and opens no connection, and must not take it for Redis wholly away.
  * Each round's redirects, reconnects and backoff end after
  * RR_START_RETRY_MS (router retry_ms, 5 ms), not command_timeout_ms: a
  * master that refuses connections costs a round that much; the retry is
@@ -141,10 +143,11 @@ static void rr_exec_one(struct tw_redis *r, struct tw_rr_item *it, unsigned thre
  * in every such round would take the executors from the healthy masters'
  * tasks.
  * A master that accepts connections but does not answer (stopped, or cut
- * off while the socket stays open) still holds the round for the socket's
- * command_timeout_ms on each read, its answered calls included; not done:
- * it needs replies read as they come (poll) and a reply wait well under
- * command_timeout_ms for START rounds. */
+ * off while the socket stays open) holds a round TW_RR_SILENT_MS at most
+ * in a cluster: the replies are read as they come and that master's calls
+ * are then left unanswered (silent.c); later rounds leave its partitions
+ * out until it answers again, so its tasks wait here, requeued like any
+ * unanswered ones. */
 #define RR_START_RETRY_MS (TW_RR_RETRY_MS / 20)
 
 /* How long an unanswered item waits before a later round tries it again:
@@ -187,8 +190,8 @@ static void rr_run(struct tw_redis *r, struct tw_rr_item **v, size_t n, unsigned
         bool none = true;
         for (size_t i = 0; i < n && none; i++)
             none = e->st[i] == -2;
-        if (!none || (rt->cluster && tw_rr_any_connected(rt)) || atomic_load(&r->closed) ||
-            tw_rr_mono_ns() - t0 >= give_up)
+        if (!none || (rt->cluster && (tw_rr_any_connected(rt) || atomic_load(&r->nsilent))) ||
+            atomic_load(&r->closed) || tw_rr_mono_ns() - t0 >= give_up)
             break;
         tw_rr_sleep_ms(TW_RR_RETRY_MS); /* Redis away: the same batch again */
         tw_rr_start_round(e, rt);

@@ -12,8 +12,7 @@
  *                lifetime: new, stop (the release of held leases), free.
  * client.c     - the producer calls: set, move, remove, set_many.
  * keys.c       - a key's partition, the names of a partition's keys.
- * offset.c     - the Redis clock offset: samples, local due times, the TIME
- *                round before a claim round.
+ * offset.c     - the Redis clock offset: samples, local due times.
  * claim.c      - the claim thread: claim rounds, pacing, the frontier, the
  *                catch-up after a reconnect.
  * subscriber.c - the subscriber thread: notifications flag partitions.
@@ -28,6 +27,9 @@
  * ack.c        - the delayed acknowledgements: the pending lists, what a
  *                round's answers settle, the acknowledger thread.
  * stats.c      - the figures: lateness histogram, tw_redis_stats, trace.
+ * silent.c     - per-master isolation: the masters that do not answer (a
+ *                table every thread reads), the claim thread's TIME round,
+ *                its calls awaited without holding the other masters, probes.
  * router.c     - connections to one server or a Redis Cluster: CRC16 slots,
  *                CLUSTER SLOTS map, MOVED/ASK, reconnect with backoff, EVALSHA
  *                with EVAL fallback. One router per thread that uses it (or
@@ -97,6 +99,8 @@ struct tw_rr_node {
     uint64_t next_try_ns; /* no connect attempt before (backoff) */
     uint32_t backoff_ms;  /* current backoff, 0 after a success */
     int check;            /* the owner's on_connect answer for the current connection */
+    uint32_t owed;        /* replies to tw_rr_send's commands not read yet: no other
+                           * command may use the connection meanwhile */
 };
 
 struct tw_rr_router {
@@ -126,6 +130,14 @@ struct tw_rr_router {
     void (*sink)(void *ctx, int code, const char *text); /* set by the owner: told
                                * of each error reply that ends a call, and each AUTH refused */
     void *sink_ctx;
+    /* Set by the owner (per-master isolation, silent.c): in a cluster,
+     * tw_rr_eval_many reads every node's replies as they come and waits at
+     * most reply_ms for a node's (0: in order, each read up to
+     * command_timeout_ms); a node that owes replies then is silent: its
+     * connection is closed, its calls left unanswered, and on_silent told. */
+    uint32_t reply_ms;
+    void (*on_silent)(void *arg, const struct tw_rr_router *rt, size_t node);
+    void *silent_arg;
 };
 
 /* Copy the seeds ("host:port", or a unix socket's "/path"); connect to the
@@ -159,6 +171,20 @@ int tw_rr_command(struct tw_rr_router *rt, int slot, int argc, const char **argv
 /* The code of an error reply: TW_EOOM for a write refused at maxmemory
  * (counted in rt->oom_refusals), else TW_EPROTO. */
 int tw_rr_reply_error(struct tw_rr_router *rt, const redisReply *r);
+/* A command sent without waiting for its reply, and that reply read later
+ * (the claim thread's calls, silent.c): tw_rr_send connects the node
+ * serving `slot` when needed (no retry: TW_EIO while it backs off), writes
+ * the command and returns the node's index; tw_rr_recv returns that node's
+ * next reply (0 and *reply, error replies included), or TW_RR_PENDING when
+ * none came by until_ns (the call stays outstanding: a node answers its
+ * commands in order), or TW_EIO (the connection failed and was closed),
+ * TW_ENOMEM. tw_rr_drop closes a node's connection (what it owes is lost). */
+#define TW_RR_PENDING 1
+int tw_rr_send(struct tw_rr_router *rt, int slot, int argc, const char **argv, const size_t *lens);
+int tw_rr_eval_send(struct tw_rr_router *rt, unsigned id, int slot, int nkeys, int nargs,
+                    const char **argv, const size_t *lens);
+int tw_rr_recv(struct tw_rr_router *rt, size_t node, uint64_t until_ns, redisReply **reply);
+void tw_rr_drop(struct tw_rr_router *rt, size_t node);
 /* EVALSHA script `id` with EVAL fallback on NOSCRIPT. argv holds the keys then
  * the arguments (nkeys + nargs entries). Error replies other than NOSCRIPT:
  * as tw_rr_reply_error (the reply is freed), or TW_EUNKNOWN after a lost
@@ -311,6 +337,29 @@ uint64_t tw_rr_local_rt_refused(struct tw_rr_local *l);
 #define TW_RR_HIST 512       /* lateness histogram buckets */
 #define TW_RR_SAMPLE_NODES 64 /* nodes a claim round samples the clock of */
 
+/* Per-master isolation (silent.c). A master that accepts connections but
+ * does not answer (stopped, hung, cut off with its socket open) is silent
+ * once a worker thread has waited TW_RR_SILENT_MS for it: every thread of
+ * the worker then leaves its partitions alone (TW_RR_SILENT_MS at most, and
+ * only in a cluster) until the claim thread's probe, or a late reply, shows
+ * it answers again. */
+#define TW_RR_SILENT_MS 30
+#define TW_RR_EAWAIT (-1000) /* a claim left awaiting its reply (claim.c, silent.c) */
+
+struct tw_rr_silent_node { /* an entry of the worker's table of silent masters */
+    char host[256];
+    int port;
+    bool used;
+};
+
+struct tw_rr_await {    /* the claim thread's outstanding call on one node */
+    unsigned char kind; /* 0 none, TW_RR_AWAIT_TIME, TW_RR_AWAIT_CLAIM */
+    uint32_t part;      /* a claim's partition and batch */
+    unsigned batch;
+    uint64_t sent_ns;
+};
+enum { TW_RR_AWAIT_TIME = 1, TW_RR_AWAIT_CLAIM = 2 };
+
 /* Claimed items not yet handed to the local queue (claim thread only; stop
  * releases what is left once the claim thread has exited). */
 struct tw_rr_batch {
@@ -430,6 +479,16 @@ struct tw_redis {
     bool stopped;                   /* stop has finished */
     pthread_mutex_t stop_mu;        /* serialises stop */
 
+    /* per-master isolation (silent.c) */
+    pthread_mutex_t silent_mu;                              /* guards silent_at */
+    struct tw_rr_silent_node silent_at[TW_RR_SAMPLE_NODES]; /* the silent masters */
+    atomic_uint nsilent;                                    /* entries of silent_at in use */
+    _Atomic uint_least16_t *silent; /* per partition: 0, or 1 + its silent master's entry */
+    struct tw_rr_await await[TW_RR_SAMPLE_NODES]; /* claim thread only: per claim_rt node */
+    redisContext *probe[TW_RR_SAMPLE_NODES]; /* claim thread only: per silent_at entry */
+    uint64_t probe_ns[TW_RR_SAMPLE_NODES];   /* ... when it was sent */
+    uint32_t nawait;                              /* claim thread only: outstanding calls */
+
     /* figures */
     atomic_uint_fast64_t exec_ns;   /* running mean of one execute call's time */
     atomic_uint_fast64_t delivered, redelivered, failed, stale_acks, claims, refills,
@@ -479,9 +538,35 @@ void tw_rr_keys(const struct tw_redis *r, uint32_t p, char buf[6][TW_RR_KEYBUF],
 void tw_rr_clock_sample(struct tw_redis *r, uint32_t p, uint64_t server_us, uint64_t local_ns);
 /* Local monotonic ns at which the server's clock has surely reached due_ms. */
 uint64_t tw_rr_local_due(struct tw_redis *r, uint32_t p, uint64_t due_ms);
-/* A TIME round trip per node serving a wanted partition; a node that fails
- * is marked in bad[] (TW_RR_SAMPLE_NODES + 1 entries). */
-void tw_rr_clock_round(struct tw_redis *r, const unsigned char *want, unsigned char *bad);
+
+/* silent.c: per-master isolation. */
+/* A router's on_silent: node `node` of rt did not answer in time; its
+ * partitions (by rt's map) are silent for every thread of the worker. */
+void tw_rr_silent_mark(void *r, const struct tw_rr_router *rt, size_t node);
+/* Whether partition p's master is silent (any thread). */
+static inline bool tw_rr_silent_part(const struct tw_redis *r, uint32_t p)
+{
+    return r->silent && atomic_load_explicit(&r->silent[p], memory_order_relaxed) != 0;
+}
+/* Whether the master at host:port is silent (any thread). */
+bool tw_rr_silent_addr(struct tw_redis *r, const char *host, int port);
+/* The claim thread's TIME round: a TIME to every node serving a wanted
+ * partition, all sent at once and their replies read as they come; a node
+ * that fails, or has not answered within its patience (TW_RR_SILENT_MS in a
+ * cluster), or still owes an earlier reply, is marked in bad[]
+ * (TW_RR_SAMPLE_NODES + 1 entries). */
+void tw_rr_time_round(struct tw_redis *r, const unsigned char *want, unsigned char *bad);
+/* A claim call (EVALSHA CLAIM of av, al) on partition p whose reply is
+ * awaited for its patience at most: 0 and *x, an error, or TW_RR_EAWAIT (left
+ * outstanding: tw_rr_await_collect hands the reply to `late`). */
+int tw_rr_await_claim(struct tw_redis *r, uint32_t p, unsigned batch, const char **av,
+                      const size_t *al, redisReply **x);
+/* Read the replies that came for outstanding calls (a late claim's to
+ * `late`, which owns it), give up on those outstanding too long, and probe
+ * the silent masters. Claim thread only; whether anything is still
+ * outstanding or silent (call again soon). */
+typedef void tw_rr_late_fn(struct tw_redis *r, uint32_t p, unsigned batch, redisReply *x);
+bool tw_rr_await_collect(struct tw_redis *r, tw_rr_late_fn *late);
 
 /* client.c: the producer calls (and the reply checks the release shares). */
 int tw_rr_int_reply(const redisReply *x, long long *out);

@@ -10,7 +10,8 @@
  * and the lifetime (new, stop with the release of held leases, free, and
  * the layer's threads). The other jobs have a file each (internal.h lists
  * them): client.c (set, move, remove, set_many), keys.c, offset.c (the Redis
- * clock offset), subscriber.c, stats.c, router.c, scripts.c, and along a
+ * clock offset), subscriber.c, stats.c, router.c, scripts.c, silent.c (the
+ * masters that do not answer), and along a
  * task's path, which runs one way: claim.c -> local.c (held until it may
  * start) -> execute.c (START through start.c, run, FAIL) -> ack.c (the
  * delayed acknowledgement).
@@ -327,7 +328,9 @@
  * every node; new returns once it is subscribed), the local queue's tick
  * thread (local.c), `threads` executors (execute.c), each with its own
  * router, and an acknowledger thread (ack.c, own router) for the delayed
- * ACKs no START took. No connection is ever shared unlocked. Every one of
+ * ACKs no START took. No connection is ever shared unlocked. What they
+ * share of the masters' health is the table of silent masters (silent.c:
+ * a mutex for the table, an atomic mark per partition). Every one of
  * these threads blocks SIGPIPE (tw_rr_thread_create); the application's
  * threads are the application's to guard (redis.h).
  *
@@ -357,8 +360,14 @@
  * is retried in place every 100 ms (the batch kept, so the catch-up stays
  * in order) for up to lease_ms / 2, then its tasks go back to the queue
  * (execute.c). A master that accepts connections but does not answer
- * still holds each round that includes it for command_timeout_ms (reads
- * are not polled). An ack that fails leaves the lease to expire
+ * (stopped, hung, cut off with its socket open) delays only its own
+ * partitions (silent.c): in a cluster a worker's threads read every
+ * master's replies as they come and wait TW_RR_SILENT_MS (30 ms) at most
+ * for one; a master that owes replies then is silent for the whole worker
+ * (START and acknowledgement rounds leave its partitions out, the claim
+ * thread keeps an unanswered claim outstanding and reads it when it comes,
+ * the subscriber moves to another node) until the claim thread's probe,
+ * or any late reply, shows it answers. An ack that fails leaves the lease to expire
  * (at-least-once).
  *
  * Connecting (url.c, connect.c, acl.c, errors.c): each servers entry is
@@ -653,6 +662,11 @@ static void rr_free_all(struct tw_redis *r)
     free(r->carry_n);
     free(r->last_full);
     free(r->unknown);
+    free(r->silent);
+    for (size_t k = 0; k < TW_RR_SAMPLE_NODES; k++)
+        if (r->probe[k])
+            redisFree(r->probe[k]);
+    pthread_mutex_destroy(&r->silent_mu);
     for (size_t i = 0; i < r->carry.n; i++)
         free(r->carry.v[i]);
     free(r->carry.v);
@@ -883,7 +897,8 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
         r->cfg.start_ahead_ms = r->cfg.window_ms / 4;
     if (pthread_mutex_init(&r->api_mu, NULL) || pthread_mutex_init(&r->mu, NULL) ||
         pthread_mutex_init(&r->stop_mu, NULL) || pthread_mutex_init(&r->hist_mu, NULL) ||
-        pthread_mutex_init(&r->ack_mu, NULL) || pthread_mutex_init(&r->err_mu, NULL)) {
+        pthread_mutex_init(&r->ack_mu, NULL) || pthread_mutex_init(&r->err_mu, NULL) ||
+        pthread_mutex_init(&r->silent_mu, NULL)) {
         free(r); /* on Linux these inits cannot fail; nothing to destroy */
         return TW_ESYS;
     }
@@ -937,8 +952,9 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
         r->ack_round = calloc(1, sizeof *r->ack_round);
         r->ack_head = calloc(cfg->partitions, sizeof *r->ack_head);
         r->ack_tail = calloc(cfg->partitions, sizeof *r->ack_tail);
+        r->silent = calloc(cfg->partitions, sizeof *r->silent);
         if (!r->exec_rt || !r->round || !r->exec_threads || !r->ack_round || !r->ack_head ||
-            !r->ack_tail)
+            !r->ack_tail || !r->silent)
             goto nomem;
         r->ack_delay_ns = (uint64_t)(r->cfg.lease_ms / 8 < RR_ACK_DELAY_MS ? r->cfg.lease_ms / 8
                                                                            : RR_ACK_DELAY_MS) *

@@ -39,6 +39,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,6 +150,7 @@ static int rr_add_node(struct tw_rr_router *rt, const char *host, int port)
 
 static void rr_drop(struct tw_rr_node *n)
 {
+    n->owed = 0;
     if (n->c) {
         redisFree(n->c);
         n->c = NULL;
@@ -297,7 +299,7 @@ static int rr_refresh(struct tw_rr_router *rt)
     /* Known nodes, connected ones first. */
     for (int pass = 0; pass < 2; pass++)
         for (size_t i = 0; i < rt->nnodes; i++) {
-            if ((pass == 0) != (rt->nodes[i].c != NULL))
+            if ((pass == 0) != (rt->nodes[i].c != NULL) || rt->nodes[i].owed)
                 continue;
             rc = rr_refresh_from(rt, i);
             if (rc == 0 || rc == TW_ENOMEM)
@@ -516,6 +518,8 @@ static int rr_command(struct tw_rr_router *rt, int slot, int argc, const char **
             continue;
         }
         struct tw_rr_node *nd = &rt->nodes[n];
+        if (nd->owed) /* its connection awaits replies (tw_rr_send): not for this call */
+            return rr_failed(*lost, TW_EIO);
         rr_check_idle(rt, (size_t)n);
         int crc = rr_connect(rt, (size_t)n);
         if (crc != 0 && crc != TW_EIO) /* refused (TW_EAUTH ...): retrying cannot help */
@@ -612,6 +616,22 @@ static void rr_evalsha_head(const struct tw_rr_router *rt, unsigned id, const ch
     al[2] = strlen(nk);
 }
 
+/* The arguments of EVALSHA script `id` into av, al (TW_RR_ARGV_MAX each; nk
+ * holds the key count): their count, or TW_EINVAL when they do not fit. */
+static int rr_eval_argv(const struct tw_rr_router *rt, unsigned id, int nkeys, int nargs,
+                        const char **argv, const size_t *lens, const char **av, size_t *al,
+                        char nk[16])
+{
+    int argc = 3 + nkeys + nargs;
+    if (argc > TW_RR_ARGV_MAX)
+        return TW_EINVAL;
+    snprintf(nk, 16, "%d", nkeys);
+    rr_evalsha_head(rt, id, nk, av, al);
+    memcpy(av + 3, argv, (size_t)(nkeys + nargs) * sizeof *av);
+    memcpy(al + 3, lens, (size_t)(nkeys + nargs) * sizeof *al);
+    return argc;
+}
+
 /* tw_rr_eval, *lost as rr_command's (the EVAL after NOSCRIPT included): an
  * error reply after a lost attempt leaves the outcome unknown. */
 static int rr_eval(struct tw_rr_router *rt, unsigned id, int slot, int nkeys, int nargs,
@@ -620,13 +640,9 @@ static int rr_eval(struct tw_rr_router *rt, unsigned id, int slot, int nkeys, in
     const char *av[TW_RR_ARGV_MAX];
     size_t al[TW_RR_ARGV_MAX];
     char nk[16];
-    int argc = 3 + nkeys + nargs;
-    if (argc > TW_RR_ARGV_MAX)
-        return TW_EINVAL;
-    snprintf(nk, sizeof nk, "%d", nkeys);
-    rr_evalsha_head(rt, id, nk, av, al);
-    memcpy(av + 3, argv, (size_t)(nkeys + nargs) * sizeof *av);
-    memcpy(al + 3, lens, (size_t)(nkeys + nargs) * sizeof *al);
+    int argc = rr_eval_argv(rt, id, nkeys, nargs, argv, lens, av, al, nk);
+    if (argc < 0)
+        return argc;
     redisReply *r;
     int rc = rr_command(rt, slot, argc, av, al, lost, &r);
     if (rc)
@@ -659,6 +675,95 @@ int tw_rr_eval(struct tw_rr_router *rt, unsigned id, int slot, int nkeys, int na
 {
     bool lost = false;
     return rr_eval(rt, id, slot, nkeys, nargs, argv, lens, &lost, reply);
+}
+
+void tw_rr_drop(struct tw_rr_router *rt, size_t node)
+{
+    rr_drop(&rt->nodes[node]);
+}
+
+/* Write what is buffered for node n; 0, or TW_EIO (closed). */
+static int rr_flush(struct tw_rr_router *rt, size_t n)
+{
+    int done = 0;
+    while (!done)
+        if (redisBufferWrite(rt->nodes[n].c, &done) != REDIS_OK) {
+            rr_lost(rt, &rt->nodes[n], NULL);
+            rr_drop(&rt->nodes[n]);
+            return TW_EIO;
+        }
+    return 0;
+}
+
+int tw_rr_send(struct tw_rr_router *rt, int slot, int argc, const char **argv, const size_t *lens)
+{
+    int n = rr_node_for(rt, slot); /* the map as it is: the node tw_rr_node_of names */
+    if (n < 0) {
+        rt->map_stale = true;
+        return TW_EIO;
+    }
+    int crc = rr_connect(rt, (size_t)n);
+    if (crc != 0)
+        return crc;
+    if (redisAppendCommandArgv(rt->nodes[n].c, argc, argv, lens) != REDIS_OK)
+        return TW_ENOMEM;
+    if (rr_flush(rt, (size_t)n) != 0)
+        return TW_EIO;
+    rt->nodes[n].owed++;
+    return n;
+}
+
+int tw_rr_eval_send(struct tw_rr_router *rt, unsigned id, int slot, int nkeys, int nargs,
+                    const char **argv, const size_t *lens)
+{
+    const char *av[TW_RR_ARGV_MAX];
+    size_t al[TW_RR_ARGV_MAX];
+    char nk[16];
+    int argc = rr_eval_argv(rt, id, nkeys, nargs, argv, lens, av, al, nk);
+    return argc < 0 ? argc : tw_rr_send(rt, slot, argc, av, al);
+}
+
+/* Wait for any of fds[0..n) to be readable, until until_ns at most (0: poll
+ * once). Returns poll's count (0: none by then). */
+static int rr_poll_until(struct pollfd *fds, size_t n, uint64_t until_ns)
+{
+    for (;;) {
+        uint64_t now = tw_rr_mono_ns();
+        int ms = now >= until_ns ? 0 : (int)((until_ns - now + 999999) / 1000000);
+        int pr = poll(fds, (nfds_t)n, ms);
+        if (pr >= 0 || errno != EINTR)
+            return pr < 0 ? 0 : pr;
+    }
+}
+
+int tw_rr_recv(struct tw_rr_router *rt, size_t node, uint64_t until_ns, redisReply **reply)
+{
+    for (;;) {
+        redisContext *c = rt->nodes[node].c;
+        void *x = NULL;
+        if (!c)
+            return TW_EIO;
+        if (redisGetReplyFromReader(c, &x) != REDIS_OK) {
+            rr_lost(rt, &rt->nodes[node], NULL);
+            rr_drop(&rt->nodes[node]);
+            return TW_EIO;
+        }
+        if (x) {
+            if (rt->nodes[node].owed)
+                rt->nodes[node].owed--;
+            *reply = x;
+            return 0;
+        }
+        struct pollfd pfd = {c->fd, POLLIN, 0};
+        if (rr_poll_until(&pfd, 1, until_ns) == 0)
+            return TW_RR_PENDING;
+        if (redisBufferRead(c) != REDIS_OK) {
+            int oom = c->err == REDIS_ERR_OOM;
+            rr_lost(rt, &rt->nodes[node], NULL);
+            rr_drop(&rt->nodes[node]);
+            return oom ? TW_ENOMEM : TW_EIO;
+        }
+    }
 }
 
 /* Send what is buffered for c once it reaches RR_FLUSH_BYTES (a SET call of
@@ -711,6 +816,135 @@ static void rr_node_failed(struct tw_rr_router *rt, struct rr_call *cl, size_t j
     rr_drop(&rt->nodes[nd]);
     if (rt->cluster)
         rt->map_stale = true;
+}
+
+/* Call j's reply r (freed here): a redirect, NOSCRIPT or a retry answer
+ * marks it for a redo; another error reply is its code (tw_rr_reply_error)
+ * and a reply the check refuses TW_EPROTO; *applied once one has run. */
+static int rr_call_reply(struct tw_rr_router *rt, struct rr_call *cl, size_t j, redisReply *r,
+                         tw_rr_check_fn *check, void *ctx, size_t i, bool *applied)
+{
+    int rc = 0;
+    cl[j].state = RR_CALL_DONE;
+    if (r->type == REDIS_REPLY_ERROR &&
+        (strncmp(r->str, "NOSCRIPT", 8) == 0 || strncmp(r->str, "MOVED ", 6) == 0 ||
+         strncmp(r->str, "ASK ", 4) == 0 || rr_is_retry_error(r))) {
+        cl[j].state = RR_CALL_REDO;
+        if (r->str[0] == 'M' || r->str[0] == 'A')
+            rt->map_stale = true;
+    } else if (r->type == REDIS_REPLY_ERROR) {
+        rc = tw_rr_reply_error(rt, r);
+    } else {
+        *applied = true;
+        if (check(ctx, i, r) != 0)
+            rc = TW_EPROTO;
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
+/* The replies of a chunk's sent calls read from every node at once
+ * (rt->reply_ms, a cluster): each node's in order as they come, so that a
+ * node slow to answer holds no other node's answers. A node that still
+ * owes replies reply_ms after they were written is silent: its calls are
+ * lost (written whole: they may run once it answers), its connection
+ * closed, on_silent told; *io then, as for a node whose connection fails
+ * (rr_node_failed). Every call it settles leaves RR_CALL_SENT. */
+static int rr_recv_polled(struct tw_rr_router *rt, struct rr_call *cl, size_t m, size_t base,
+                          const uint64_t *nbytes, tw_rr_check_fn *check, void *ctx,
+                          bool *applied, bool *io)
+{
+    size_t *next = malloc(m * sizeof *next), *head = malloc(m * sizeof *head);
+    size_t *tail = malloc(m * sizeof *tail), *dn = malloc(m * sizeof *dn);
+    struct pollfd *fds = malloc(m * sizeof *fds);
+    size_t nd = 0;
+    int rc = 0;
+    if (!next || !head || !tail || !dn || !fds) {
+        rc = TW_ENOMEM;
+        goto out;
+    }
+    for (size_t j = 0; j < m; j++) { /* each node's calls, in order */
+        if (cl[j].state != RR_CALL_SENT)
+            continue;
+        size_t k = 0;
+        while (k < nd && dn[k] != (size_t)cl[j].node)
+            k++;
+        if (k == nd) {
+            dn[nd] = (size_t)cl[j].node;
+            head[nd++] = j;
+        } else {
+            next[tail[k]] = j;
+        }
+        tail[k] = j;
+        next[j] = SIZE_MAX;
+    }
+    for (size_t k = 0; k < nd; k++) { /* everything written, then waited for */
+        int done = 0;
+        while (!done)
+            if (redisBufferWrite(rt->nodes[dn[k]].c, &done) != REDIS_OK) {
+                rr_node_failed(rt, cl, head[k], m, nbytes);
+                head[k] = SIZE_MAX;
+                *io = true;
+                break;
+            }
+    }
+    uint64_t until = tw_rr_mono_ns() + (uint64_t)rt->reply_ms * 1000000u;
+    for (;;) {
+        size_t nf = 0;
+        for (size_t k = 0; k < nd && rc == 0; k++) {
+            while (head[k] != SIZE_MAX) {
+                void *x = NULL;
+                if (redisGetReplyFromReader(rt->nodes[dn[k]].c, &x) != REDIS_OK) {
+                    rr_node_failed(rt, cl, head[k], m, nbytes);
+                    head[k] = SIZE_MAX;
+                    *io = true;
+                } else if (x) {
+                    size_t j = head[k];
+                    head[k] = next[j];
+                    rc = rr_call_reply(rt, cl, j, x, check, ctx, base + j, applied);
+                    if (rc)
+                        break;
+                } else {
+                    break;
+                }
+            }
+            if (head[k] != SIZE_MAX)
+                fds[nf++] = (struct pollfd){rt->nodes[dn[k]].c->fd, POLLIN, 0};
+        }
+        if (nf == 0 || rc)
+            break;
+        if (rr_poll_until(fds, nf, until) == 0) {
+            if (tw_rr_mono_ns() < until)
+                continue;
+            for (size_t k = 0; k < nd; k++) { /* silent: given up */
+                if (head[k] == SIZE_MAX)
+                    continue;
+                rr_node_failed(rt, cl, head[k], m, nbytes);
+                rr_lost(rt, &rt->nodes[dn[k]], "no answer (silent)");
+                head[k] = SIZE_MAX;
+                *io = true;
+                if (rt->on_silent)
+                    rt->on_silent(rt->silent_arg, rt, dn[k]);
+            }
+            break;
+        }
+        for (size_t k = 0, f = 0; k < nd && f < nf; k++) {
+            if (head[k] == SIZE_MAX)
+                continue;
+            if (fds[f++].revents && redisBufferRead(rt->nodes[dn[k]].c) != REDIS_OK) {
+                rr_node_failed(rt, cl, head[k], m, nbytes);
+                head[k] = SIZE_MAX;
+                *io = true;
+            }
+        }
+    }
+out:
+    free(next);
+    free(head);
+    free(tail);
+    free(dn);
+    free(fds);
+    return rc;
 }
 
 int tw_rr_eval_many(struct tw_rr_router *rt, unsigned id, size_t n, int nkeys,
@@ -785,6 +1019,8 @@ int tw_rr_eval_many(struct tw_rr_router *rt, unsigned id, size_t n, int nkeys,
          * one master away, what the others answered counts (an executor's
          * START round hands those on). */
         bool io = false;
+        if (rt->cluster && rt->reply_ms)
+            rc = rr_recv_polled(rt, cl, m, base, nbytes, check, ctx, &applied, &io);
         for (size_t j = 0; j < m && rc == 0; j++) {
             if (cl[j].state != RR_CALL_SENT)
                 continue;
@@ -796,21 +1032,7 @@ int tw_rr_eval_many(struct tw_rr_router *rt, unsigned id, size_t n, int nkeys,
                 io = true;
                 continue;
             }
-            cl[j].state = RR_CALL_DONE;
-            if (r->type == REDIS_REPLY_ERROR &&
-                (strncmp(r->str, "NOSCRIPT", 8) == 0 || strncmp(r->str, "MOVED ", 6) == 0 ||
-                 strncmp(r->str, "ASK ", 4) == 0 || rr_is_retry_error(r))) {
-                cl[j].state = RR_CALL_REDO;
-                if (r->str[0] == 'M' || r->str[0] == 'A')
-                    rt->map_stale = true;
-            } else if (r->type == REDIS_REPLY_ERROR) {
-                rc = tw_rr_reply_error(rt, r);
-            } else {
-                applied = true;
-                if (check(ctx, base + j, r) != 0)
-                    rc = TW_EPROTO;
-            }
-            freeReplyObject(r);
+            rc = rr_call_reply(rt, cl, j, r, check, ctx, base + j, &applied);
         }
         /* The calls whose replies are lost (and, when the replies are left
          * unread below, the calls still waiting for theirs) may have been

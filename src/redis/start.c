@@ -63,6 +63,14 @@ static void rr_start_group(struct tw_rr_round *e, bool cluster)
     size_t gi[TW_RR_RUN_BATCH];
     e->ngroups = 0;
     for (size_t i = 0; i < e->n; i++) {
+        if (cluster && tw_rr_silent_part(r, e->v[i]->part)) { /* left out: unanswered */
+            gi[i] = SIZE_MAX;
+            if (!e->starting) {
+                acks[na] = e->v[i];
+                ag[na++] = SIZE_MAX;
+            }
+            continue;
+        }
         long g = rr_group_of(e, e->v[i]->part); /* fits: <= 32 items */
         gi[i] = (size_t)g;
         if (e->starting) {
@@ -108,10 +116,12 @@ static void rr_start_group(struct tw_rr_round *e, bool cluster)
                     e->order[k++] = i;
     }
     k = 0;
-    for (size_t g = 0; g < e->ngroups; g++) {
-        e->g[g].a0 = k;
+    for (size_t g = 0; g <= e->ngroups; g++) { /* the groups', then those left out */
+        size_t want = g < e->ngroups ? g : SIZE_MAX;
+        if (g < e->ngroups)
+            e->g[g].a0 = k;
         for (size_t j = 0; j < na; j++)
-            if (ag[j] == g) {
+            if (ag[j] == want) {
                 e->ack[k] = acks[j];
                 e->ack_st[k++] = -2;
             }
@@ -236,6 +246,12 @@ void tw_rr_start_round(struct tw_rr_round *e, struct tw_rr_router *rt)
 {
     e->sent_ns = tw_rr_mono_ns();
     e->cluster = rt->cluster;
+    /* per-master isolation (silent.c): every master's replies read as they
+     * come, a master silent after TW_RR_SILENT_MS, silent ones left out */
+    rt->reply_ms =
+        e->cluster && TW_RR_SILENT_MS < e->r->cfg.command_timeout_ms ? TW_RR_SILENT_MS : 0;
+    rt->on_silent = tw_rr_silent_mark;
+    rt->silent_arg = e->r;
     rr_start_group(e, e->cluster);
     if (e->ngroups == 0)
         return;

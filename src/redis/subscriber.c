@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* twheel Redis layer: the subscriber thread. Its own connection,
  * SUBSCRIBE to every partition's channel, and each notification flags its
- * partition for the claim thread (all of them after a reconnect). */
+ * partition for the claim thread (all of them after a reconnect). A node
+ * the worker finds silent (silent.c) is left for another. */
 #define _GNU_SOURCE
 #include <poll.h>
 #include <pthread.h>
@@ -122,6 +123,16 @@ static void rr_sub_refused(struct tw_redis *r, int rc, const char *err)
     pthread_mutex_unlock(&r->mu);
 }
 
+/* Whether the node subscribed to is a master the worker found silent
+ * (silent.c): it forwards no notification while it does not answer, so the
+ * subscriber moves to another node (and, as after any reconnect, every
+ * partition is claimed: what was published meanwhile is not missed). */
+static bool rr_sub_silent(struct tw_redis *r, size_t node)
+{
+    const struct tw_rr_node *nd = &r->sub_rt.nodes[node];
+    return tw_rr_silent_addr(r, nd->host, nd->port);
+}
+
 void *tw_rr_sub_main(void *arg)
 {
     struct tw_redis *r = arg;
@@ -129,6 +140,8 @@ void *tw_rr_sub_main(void *arg)
     uint32_t backoff = 0;
     bool first = true;
     while (!atomic_load(&r->stop_sub)) {
+        for (size_t k = 0; k < r->sub_rt.nnodes && rr_sub_silent(r, node); k++)
+            node = (node + 1) % r->sub_rt.nnodes; /* not a silent master, if another is left */
         char err[TW_RR_ERR_MAX];
         redisContext *c = NULL;
         int rc = rr_sub_connect(r, node, &c, err, sizeof err);
@@ -152,6 +165,8 @@ void *tw_rr_sub_main(void *arg)
         first = false;
         bool ok = true;
         while (ok && !atomic_load(&r->stop_sub)) {
+            if (rr_sub_silent(r, node)) /* its notifications stopped too: another node */
+                break;
             struct pollfd pfd = {c->fd, POLLIN, 0};
             int pr = poll(&pfd, 1, 100);
             if (pr < 0)
