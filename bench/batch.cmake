@@ -13,6 +13,6 @@ target_link_libraries(eager_keyed PRIVATE twheel_static)
 file(GLOB twheel_core_sources ${PROJECT_SOURCE_DIR}/src/core/*.c ${PROJECT_SOURCE_DIR}/src/tasks/*.c)
 add_executable(tasks_probe ${CMAKE_CURRENT_LIST_DIR}/tasks_probe.c
   ${PROJECT_SOURCE_DIR}/src/common/common.c ${PROJECT_SOURCE_DIR}/src/common/bigmem.c
-  ${twheel_core_sources} ${PROJECT_SOURCE_DIR}/src/common/random.c)
+  ${twheel_core_sources})
 target_include_directories(tasks_probe PRIVATE ${PROJECT_SOURCE_DIR}/include
   ${PROJECT_SOURCE_DIR}/src)

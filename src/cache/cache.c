@@ -123,6 +123,7 @@
 #include <time.h>
 
 #include "cache/internal.h"
+#include "common/random.h"
 
 /* The margin of cache_surely_live (cache/internal.h): 0 when the coarse
  * clock is missing or too coarse. */

@@ -117,10 +117,7 @@ static inline uint32_t tw_hash_home(uint64_t h, uint32_t cap)
     return (uint32_t)(((h >> 32) * (uint64_t)cap) >> 32);
 }
 
-/* 128 random bits for a hash seed: getrandom, else /dev/urandom, else the
- * clock and an address (weak, only when the kernel offers nothing better).
- * No global state. In src/common/random.c. */
-void tw_random_seed_(uint64_t out[2]);
+/* The seeds come from tw_random_seed_ (common/random.h). */
 
 /* ---- tw_hash_mum: a seeded multiply-mix hash for short keys --------------
  *

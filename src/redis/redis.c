@@ -447,7 +447,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "common/hash.h" /* tw_random_seed_ */
+#include "common/random.h"
 #include "redis/internal.h"
 
 #define RR_ACK_DELAY_MS 100  /* an acknowledgement waits this long for a START to ride on */

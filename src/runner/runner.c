@@ -139,6 +139,7 @@
 #include <unistd.h>
 
 #include "runner/internal.h"
+#include "common/random.h"
 #include "twheel/wheel.h"
 
 /* Shards by default: RN_SHARDS_PER_CPU per online CPU, at

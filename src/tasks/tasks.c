@@ -125,6 +125,7 @@
  *   stats.c     the figures
  */
 #include "tasks/internal.h"
+#include "common/random.h"
 
 int tw_tasks_new(struct tw_tasks **out, const struct tw_tasks_config *cfg)
 {

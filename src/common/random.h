@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: MIT */
-/* Random seeds for the keyed hashes of every layer (see hash.h). */
-#ifndef _POSIX_C_SOURCE
-#define _POSIX_C_SOURCE 200809L
-#endif
+/* Random seeds for the keyed hashes of every layer (see hash.h), and the
+ * Redis layer's request ids. Static inline: the Redis layer is a library of
+ * its own, linked against libtwheel's exported API only, so it cannot call
+ * a hidden function of libtwheel; each library gets its own copy. */
+#ifndef TWHEEL_COMMON_RANDOM_H
+#define TWHEEL_COMMON_RANDOM_H
+
 #include <fcntl.h>
 #include <stdint.h>
 #include <time.h>
@@ -11,9 +14,9 @@
 #include <sys/random.h>
 #endif
 
-#include "common/hash.h"
-
-void tw_random_seed_(uint64_t out[2])
+/* Two random 64-bit words: getrandom, /dev/urandom, at worst the clock and
+ * an address. No global state. */
+static inline void tw_random_seed_(uint64_t out[2])
 {
     unsigned char *p = (unsigned char *)out;
     size_t got = 0;
@@ -44,3 +47,5 @@ void tw_random_seed_(uint64_t out[2])
         out[1] = (uint64_t)(uintptr_t)out * UINT64_C(0xbf58476d1ce4e5b9) ^ out[0];
     }
 }
+
+#endif /* TWHEEL_COMMON_RANDOM_H */
