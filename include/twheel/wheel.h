@@ -122,14 +122,27 @@ struct tw_timer {
 };
 
 /** The wheel: caller-owned (static, in your struct, or malloc'ed), about
- * 31 KB, of which only the slots in use are touched. Every field is private
+ * 33 KB, of which only the slots in use are touched. Every field is private
  * (src/core/wheel.c describes them). */
 struct tw_wheel {
     /** private */
     struct tw_node *slots[TW_WHEEL_LEVELS][TW_WHEEL_SLOTS][TW_WHEEL_CHAINS];
     /** private */
     struct tw_node *sub[TW_WHEEL_SLOTS][TW_WHEEL_CHAINS][TW_WHEEL_CHAINS];
-    uint64_t occupied[TW_WHEEL_LEVELS]; /**< private */
+    /** private: the chains the walks ahead take from their slots, per level 1.. */
+    struct tw_node *walk[TW_WHEEL_LEVELS - 1][TW_WHEEL_CHAINS];
+    uint64_t occupied[TW_WHEEL_LEVELS];  /**< private */
+    uint64_t near[64];                           /**< private */
+    uint64_t near_at[TW_WHEEL_LEVELS];           /**< private */
+    uint64_t walk_rate[TW_WHEEL_LEVELS]; /**< private */
+    uint64_t walk_time[TW_WHEEL_LEVELS]; /**< private */
+    uint64_t walked[TW_WHEEL_LEVELS];    /**< private */
+    uint64_t near_top;                   /**< private */
+    uint64_t pushed_at;                  /**< private */
+    uint64_t near_until;                 /**< private */
+    uint64_t upper_until;                /**< private */
+    uint64_t wake;                       /**< private */
+    uint32_t walking;                    /**< private */
     struct tw_node *ready;              /**< private */
     uint64_t now;                       /**< private: read it with tw_wheel_now */
     uint64_t target;                    /**< private */

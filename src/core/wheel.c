@@ -142,6 +142,8 @@ int tw_wheel_init(struct tw_wheel *w, uint64_t now)
     memset(w, 0, sizeof *w);
     w->now = now;
     w->target = now;
+    w->pushed_at = UINT64_MAX; /* never */
+    tw_time_moved_(w); /* every near limit due (near_at and the untils are 0) */
     return 0;
 }
 
@@ -151,6 +153,7 @@ int64_t tw_wheel_destroy(struct tw_wheel *w)
         return TW_EINVAL;
     if (w->advancing)
         return TW_EBUSY;
+    tw_walk_stop_(w);
     int64_t detached = 0;
     for (struct tw_node *t = w->ready; t; t = t->next, detached++)
         t->pprev = NULL;
