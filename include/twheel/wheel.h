@@ -208,9 +208,35 @@ TW_API uint64_t tw_wheel_timeout(const struct tw_wheel *w, uint64_t now);
 TW_API size_t tw_wheel_pending(const struct tw_wheel *w);
 
 /** How many times timers were moved since init: by advances (a timer moving
- * down a level, a lazy re-arm catching up) and by re-arms with slack that
- * relocated a pending timer. For tuning. O(1). */
+ * down a level, a timer a lazy re-arm pushed back moved for its deadline,
+ * by the walk ahead or when its slot came due) and by re-arms with slack
+ * that relocated a pending timer. For tuning. O(1). */
 TW_API uint64_t tw_wheel_moves(const struct tw_wheel *w);
+
+/** The ticks before a slot comes due during which its walk ahead moves the
+ * timers lazy re-arms pushed back past it ("Moves per advance" above): 64
+ * for a level-1 slot, 4096 for a slot of any higher level. */
+#define TW_WHEEL_WALK_TICKS(level) ((level) < 2 ? TW_WHEEL_SLOTS : TW_WHEEL_SLOTS * TW_WHEEL_SLOTS)
+/** How far, in ticks of its pace, a walk ahead may fall behind it: it moves
+ * on a batch at a time, at least every this many ticks. */
+#define TW_WHEEL_WALK_LAG 8
+
+/** The most timers one advance moves for lazy re-arms ("Moves per advance"
+ * above): an advance (or the pulls of one `now`, up to the one returning
+ * NULL) that takes the wheel's time `ticks` ticks forward, with never more
+ * than `pending` timers pending, moves at most this many timers that lazy
+ * re-arms pushed back: (ticks + TW_WHEEL_WALK_LAG) times the sum over the
+ * levels 1-10 of pending / TW_WHEEL_WALK_TICKS(level) + 1, about pending /
+ * 51 + 10 a tick (saturating at UINT64_MAX). Besides them it moves only
+ * timers going down a level toward their own deadlines. O(1). */
+static inline uint64_t tw_wheel_lazy_moves_max(uint64_t pending, uint64_t ticks)
+{
+    uint64_t per_tick = 0;
+    for (unsigned level = 1; level < TW_WHEEL_LEVELS; level++)
+        per_tick += pending / TW_WHEEL_WALK_TICKS(level) + 1;
+    uint64_t t = ticks + TW_WHEEL_WALK_LAG < ticks ? UINT64_MAX : ticks + TW_WHEEL_WALK_LAG;
+    return t > UINT64_MAX / per_tick ? UINT64_MAX : t * per_tick;
+}
 
 /* ---- timers and nodes --------------------------------------------------- */
 

@@ -212,14 +212,14 @@ void tw_time_moved_(struct tw_wheel *w)
         uint64_t ticks = now - w->walk_time[level], rate = w->walk_rate[level];
         /* a whole window's worth takes every timer: no need to count */
         uint64_t budget = ticks >= walk_window(level) ? UINT64_MAX : rate * ticks;
-        if (budget >= WALK_BATCH || ticks >= WALK_EVERY) {
+        if (budget >= WALK_BATCH || ticks >= TW_WHEEL_WALK_LAG) {
             w->walk_time[level] = now;
             moved += walk_on(w, level, budget);
             ticks = 0;
         }
         if (w->walking >> level & 1) {
             uint64_t every = (WALK_BATCH - 1) / rate + 1;
-            uint64_t next = now + (every < WALK_EVERY ? every : WALK_EVERY) - ticks;
+            uint64_t next = now + (every < TW_WHEEL_WALK_LAG ? every : TW_WHEEL_WALK_LAG) - ticks;
             wake = next < wake ? next : wake;
         }
     }

@@ -242,11 +242,12 @@ static inline bool in_place_for(const struct tw_wheel *w, const struct tw_node *
 /* "Lazy re-arm" and "The walk ahead" at the top of wheel.c say what these
  * are for. */
 
-/* The walk window of level L >= 1: the last 2^(6L - 1) ticks before one of
- * its slots comes due, half its width. */
+/* The walk window of level L >= 1: the last ticks before one of its slots
+ * comes due (TW_WHEEL_WALK_TICKS: the whole slot before it at level 1, the
+ * width of a level-2 slot above). */
 static inline uint64_t walk_window(unsigned level)
 {
-    return UINT64_C(1) << (level < 2 ? level * SLOT_BITS : 2 * SLOT_BITS);
+    return TW_WHEEL_WALK_TICKS(level);
 }
 
 void tw_time_moved_(struct tw_wheel *w);
@@ -263,11 +264,10 @@ static inline void time_moved(struct tw_wheel *w)
 }
 
 /* A walk moves on once its pace has earned it WALK_BATCH timers, or every
- * WALK_EVERY ticks if it is slower: a call and its setup for every few
- * timers would cost more than the timers, and a walk behind its pace by
- * more than WALK_EVERY ticks of it would loosen the bound (wheel.h). */
+ * TW_WHEEL_WALK_LAG ticks if it is slower: a call and its setup for every
+ * few timers would cost more than the timers, and a walk further behind
+ * its pace would loosen the bound (tw_wheel_lazy_moves_max). */
 #define WALK_BATCH 64
-#define WALK_EVERY 8
 
 /* The lazy re-arm of pending node n to a later `deadline` (> now): push it
  * back with one store into n, leaving it in the slot of its older deadline
