@@ -983,8 +983,7 @@ static void test_lazy_rearm_moves_spread(void)
         }
     }
     printf("  most moves in one advance %llu (bound %llu), %.2f moves a timer\n",
-           (unsigned long long)most, (unsigned long long)bound,
-           (double)tw_wheel_moves(&w) / N);
+           (unsigned long long)most, (unsigned long long)bound, (double)tw_wheel_moves(&w) / N);
     CHECK(most <= bound);
     CHECK(most < N / 4);
     CHECK(tw_wheel_moves(&w) >= N); /* the moves were made, spread */

@@ -254,8 +254,8 @@ static void model_advance(struct model *m, uint64_t target, int pull)
     uint64_t allowed = tw_wheel_lazy_moves_max(m->most_armed, m->target - before), more = 0;
     for (size_t i = 0; i < m->n; i++)
         if (m->timers[i].armed)
-            more += model_descents(m->timers[i].armed_at, tw_deadline(&m->timers[i].timer),
-                                   before, m->target);
+            more += model_descents(m->timers[i].armed_at, tw_deadline(&m->timers[i].timer), before,
+                                   m->target);
     allowed = allowed + more < allowed ? UINT64_MAX : allowed + more;
     uint64_t moves = tw_wheel_moves(&m->wheel);
     m->allowed = 0;
@@ -304,14 +304,14 @@ static void model_op(struct model *m, uint64_t r)
     size_t id = (size_t)((r >> 4) & 0xfff) % m->n;
     struct model_timer *mt = &m->timers[id];
     uint64_t now = m->wheel.now;
-    uint64_t value = m->cluster ? m->cluster - 64 + (r >> 16) % 128
-                                : model_delay((r & 3) | ((r >> 16) << 2));
+    uint64_t value =
+        m->cluster ? m->cluster - 64 + (r >> 16) % 128 : model_delay((r & 3) | ((r >> 16) << 2));
     switch (op) {
     case 0: /* arm relative */
     case 1: { /* arm absolute */
         uint64_t deadline = op == 0 || m->cluster
                                 ? (value > UINT64_MAX - now ? UINT64_MAX : now + value)
-                                    : (value & 1 ? now - (value >> 1) % 8 : value);
+                                : (value & 1 ? now - (value >> 1) % 8 : value);
         /* One arming in four has slack: a little, 1/8 of the delay, a lot,
          * or so much that the window reaches the end of time. */
         uint64_t slack = 0;

@@ -149,8 +149,8 @@ struct tw_wheel {
     /** private: the chains the walks ahead take from their slots, per level 1.. */
     struct tw_node *walk[TW_WHEEL_LEVELS - 1][TW_WHEEL_CHAINS];
     uint64_t occupied[TW_WHEEL_LEVELS];  /**< private */
-    uint64_t near[64];                           /**< private */
-    uint64_t near_at[TW_WHEEL_LEVELS];           /**< private */
+    uint64_t near[64];                   /**< private */
+    uint64_t near_at[TW_WHEEL_LEVELS];   /**< private */
     uint64_t walk_rate[TW_WHEEL_LEVELS]; /**< private */
     uint64_t walk_time[TW_WHEEL_LEVELS]; /**< private */
     uint64_t walked[TW_WHEEL_LEVELS];    /**< private */

@@ -164,8 +164,8 @@ static void walks_open(struct tw_wheel *w, uint32_t opened, uint64_t now)
         unsigned level = (unsigned)__builtin_ctz(ls);
         unsigned slot = (unsigned)__builtin_ctzll(w->occupied[level]);
         uint64_t tick = slot_tick(now, level, slot), window = walk_window(level);
-        uint64_t block = level + 1 < LEVELS ? tick & ~((UINT64_C(1) << ((level + 1) * SLOT_BITS)) - 1)
-                                            : 0;
+        uint64_t block =
+            level + 1 < LEVELS ? tick & ~((UINT64_C(1) << ((level + 1) * SLOT_BITS)) - 1) : 0;
         if (tick - now <= window && tick > w->walked[level] && w->pushed_at != UINT64_MAX &&
             w->pushed_at >= block)
             walk_start(w, level, slot, tick, tick - window);

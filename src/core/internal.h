@@ -287,8 +287,7 @@ static inline void time_moved(struct tw_wheel *w)
  * on its timer, and the fewer the instructions around each miss (and the
  * fewer stores that depend on it), the more misses of successive
  * heartbeats the CPU keeps in flight. */
-static inline __attribute__((always_inline)) bool push_lazily(struct tw_wheel *w,
-                                                              struct tw_node *n,
+static inline __attribute__((always_inline)) bool push_lazily(struct tw_wheel *w, struct tw_node *n,
                                                               uint64_t deadline)
 {
     uint64_t d = n->deadline;
