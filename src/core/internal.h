@@ -103,36 +103,35 @@ static inline bool walk_holds(const struct tw_wheel *w, unsigned level, unsigned
 }
 
 /* The cold half of unlinking: `link`, a list head, was left NULL; if it is a
- * chain (or a level-1 sub-list) of a slot whose other lists are empty too,
- * and no walk ahead holds chains taken from it, the slot is empty now. (A
- * walk's own lists, w->walk, lie outside slots and sub: emptying one leaves
- * its slot marked, to be found empty when it comes due.) Written with few
- * live values so that, inlined, it costs the hot paths no stack frame. */
+ * chain (or a level-1 sub-list) of a slot, or a chain a walk ahead took
+ * from a slot, and the slot's other lists, and the walk's, are empty too,
+ * the slot is empty now. Written with few live values and no call so that,
+ * inlined, it costs the hot paths no stack frame. */
 static inline void chain_emptied(struct tw_wheel *w, struct tw_node **link)
 {
     size_t off = (size_t)((uintptr_t)link - (uintptr_t)&w->slots[0][0][0]);
     unsigned level, slot;
-    if (off >= sizeof w->slots) {
-        off = (size_t)((uintptr_t)link - (uintptr_t)&w->sub[0][0][0]);
-        if (off >= sizeof w->sub)
-            return; /* a link inside a node, or a walk's list */
-        level = 1;
-        slot = (unsigned)(off / sizeof w->sub[0]);
-        if (!level1_slot_empty(w, slot))
-            return;
-    } else {
+    if (off < sizeof w->slots) {
         size_t idx = off / (sizeof(struct tw_node *) * CHAINS); /* level * 64 + slot */
         level = (unsigned)(idx / TW_WHEEL_SLOTS);
         slot = (unsigned)(idx % TW_WHEEL_SLOTS);
-        if (level == 1) {
-            if (!level1_slot_empty(w, slot))
+    } else if ((off = (size_t)((uintptr_t)link - (uintptr_t)&w->sub[0][0][0])) < sizeof w->sub) {
+        level = 1;
+        slot = (unsigned)(off / sizeof w->sub[0]);
+    } else if ((off = (size_t)((uintptr_t)link - (uintptr_t)&w->walk[0][0])) < sizeof w->walk) {
+        level = (unsigned)(off / sizeof w->walk[0]) + 1;
+        slot = (unsigned)(w->walked[level] >> (level * SLOT_BITS)) & SLOT_MASK;
+    } else {
+        return; /* a link inside a node */
+    }
+    if (level == 1) {
+        if (!level1_slot_empty(w, slot))
+            return;
+    } else {
+        struct tw_node *const *chains = w->slots[level][slot];
+        for (unsigned c = 0; c < CHAINS; c++)
+            if (chains[c])
                 return;
-        } else {
-            struct tw_node *const *chains = &w->slots[0][0][0] + idx * CHAINS;
-            for (unsigned c = 0; c < CHAINS; c++)
-                if (chains[c])
-                    return;
-        }
     }
     if (__builtin_expect(w->walking != 0, 0) && walk_holds(w, level, slot))
         return;
