@@ -160,6 +160,7 @@ struct tw_wheel {
     uint64_t upper_until;                /**< private */
     uint64_t wake;                       /**< private */
     uint32_t walking;                    /**< private */
+    uint8_t walk_slot[TW_WHEEL_LEVELS];  /**< private */
     struct tw_node *ready;              /**< private */
     uint64_t now;                       /**< private: read it with tw_wheel_now */
     uint64_t target;                    /**< private */

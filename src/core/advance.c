@@ -16,12 +16,6 @@
  * X's chains, as the timers armed into X meanwhile). When X comes due first,
  * what it has not taken is placed all the same (walks_due). */
 
-/* The slot a walk of `level` takes from: the one due at w->walked[level]. */
-static inline unsigned walk_slot(const struct tw_wheel *w, unsigned level)
-{
-    return (unsigned)(w->walked[level] >> (level * SLOT_BITS)) & SLOT_MASK;
-}
-
 /* Start a walk of level-`level` slot `slot`, due at `tick`, credited from
  * tick `from` (its window's first) on: its chains become the walk's. Its
  * pace, the timers pending (more than the slot can hold) over the window's
@@ -39,6 +33,7 @@ static void walk_start(struct tw_wheel *w, unsigned level, unsigned slot, uint64
     w->walk_rate[level] = w->pending / walk_window(level) + 1;
     w->walk_time[level] = from;
     w->walked[level] = tick;
+    w->walk_slot[level] = (uint8_t)slot;
     w->walking |= UINT32_C(1) << level;
 }
 
@@ -81,7 +76,7 @@ static uint64_t walk_on(struct tw_wheel *w, unsigned level, uint64_t budget)
         }
     }
     if (!live) {
-        unsigned slot = walk_slot(w, level);
+        unsigned slot = w->walk_slot[level];
         w->walking &= ~(UINT32_C(1) << level);
         int empty = level == 1 ? level1_slot_empty(w, slot) : 1;
         for (unsigned c = 0; c < CHAINS && empty; c++)

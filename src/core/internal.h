@@ -90,13 +90,12 @@ static inline bool level1_slot_empty(const struct tw_wheel *w, size_t slot)
 }
 
 /* Whether a walk ahead (advance.c) holds chains taken from `slot` of
- * `level`, the slot due at w->walked[level]: then the slot is not empty.
+ * `level` (its walk_slot): then the slot is not empty.
  * Inline, with no call: a call in chain_emptied would cost every path that
  * inlines it a stack frame. */
 static inline bool walk_holds(const struct tw_wheel *w, unsigned level, unsigned slot)
 {
-    if (!(w->walking >> level & 1) ||
-        ((w->walked[level] >> (level * SLOT_BITS)) & SLOT_MASK) != slot)
+    if (!(w->walking >> level & 1) || w->walk_slot[level] != slot)
         return false;
     struct tw_node *const *walk = w->walk[level - 1];
     return walk[0] || walk[1] || walk[2] || walk[3];
@@ -120,7 +119,7 @@ static inline void chain_emptied(struct tw_wheel *w, struct tw_node **link)
         slot = (unsigned)(off / sizeof w->sub[0]);
     } else if ((off = (size_t)((uintptr_t)link - (uintptr_t)&w->walk[0][0])) < sizeof w->walk) {
         level = (unsigned)(off / sizeof w->walk[0]) + 1;
-        slot = (unsigned)(w->walked[level] >> (level * SLOT_BITS)) & SLOT_MASK;
+        slot = w->walk_slot[level];
     } else {
         return; /* a link inside a node */
     }

@@ -163,8 +163,8 @@
  *   pushed_at                  the time of the last push (UINT64_MAX: none)
  *   walk_rate, walk_time       a walk's pace (timers a tick) and the tick
  *                              it has taken timers up to
- *   walked[level]              the tick of the slot the level's walk took
- *                              (or last took) from
+ *   walked[level], walk_slot   the tick and the index of the slot the
+ *                              level's walk takes (or last took) from
  *   walking                    bit l set <=> level l's walk is under way
  *   wake                       the first tick at which a near limit
  *                              changes or a walk is due (time_moved)
