@@ -146,7 +146,7 @@ struct tw_wheel {
     struct tw_node *slots[TW_WHEEL_LEVELS][TW_WHEEL_SLOTS][TW_WHEEL_CHAINS];
     /** private */
     struct tw_node *sub[TW_WHEEL_SLOTS][TW_WHEEL_CHAINS][TW_WHEEL_CHAINS];
-    /** private: the chains the walks ahead take from their slots, per level 1.. */
+    /** private: the chains the walks ahead take from their slots, by level from 1 */
     struct tw_node *walk[TW_WHEEL_LEVELS - 1][TW_WHEEL_CHAINS];
     uint64_t occupied[TW_WHEEL_LEVELS];  /**< private */
     uint64_t near[64];                   /**< private */
