@@ -89,6 +89,7 @@ extern const struct bench_impl bench_impl_twheel_eager;
 extern const struct bench_impl bench_impl_libuv;
 extern const struct bench_impl bench_impl_libevent;
 extern const struct bench_impl bench_impl_libevent_common;
+extern const struct bench_impl bench_impl_timeoutc;
 extern const struct bench_impl bench_impl_heap4;
 extern const struct bench_impl bench_impl_rounds;
 extern const struct bench_impl bench_impl_scan;

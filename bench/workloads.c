@@ -566,6 +566,7 @@ static void run_w3(const struct bench_impl *im, size_t n, uint64_t seed, struct 
     r->m[2] = (a > 0 ? a : 0) / W3_TICKS;                    /* per tick */
     r->m[3] = (double)pairs;
     worst_tick_done(&worst, im, cc, &r->m[4], &r->m[5]);
+    r->m[6] = ((o > 0 ? o : 0) + (a > 0 ? a : 0)) / 1e6; /* ms of timer work, measured ticks */
 out:
     free(deadline);
     free(latest);

@@ -82,6 +82,7 @@ static void near_arm(size_t id, uint64_t d, uint64_t r)
     mt->armed = 1;
     mt->deadline = model_due(now, d);
     mt->last = mt->deadline > UINT64_MAX - slack ? UINT64_MAX : mt->deadline + slack;
+    model_armed(&m, mt);
     uint64_t planned = tw_deadline(&mt->timer);
     MODEL_REQUIRE(&m, mt->deadline <= planned && planned <= mt->last,
                   "timer %zu planned at %" PRIu64 " outside [%" PRIu64 ", %" PRIu64 "]", id,

@@ -895,6 +895,112 @@ static void test_moves_per_timer_bound(void)
     CHECK_EQ_INT(most[3], 3);
 }
 
+/* A heartbeat (a lazy re-arm to a later deadline) of a timer whose slot is
+ * not near stays one store: the timer stays in its slot (the poller still
+ * stops there) and nothing moves. One whose slot is near (the next level-1
+ * slot, or any at level 0) is relocated at once. A slot's walk then moves
+ * the pushed-back timer in the ticks before the slot comes due, not when it
+ * does. */
+static void test_heartbeat_stays_one_store(void)
+{
+    struct tw_wheel w;
+    struct probe p;
+    tw_wheel_init(&w, 0);
+    probe_init(&p, &w);
+    tw_arm(&w, &p.timer, 200, 0, 0); /* level-1 slot of ticks 192-255: not near */
+    CHECK_EQ_INT(tw_arm(&w, &p.timer, 5000, 0, 0), 0);
+    CHECK_EQ_U64(tw_wheel_next_expiry(&w), 192);
+    CHECK_EQ_U64(tw_deadline(&p.timer), 5000);
+    CHECK_EQ_U64(tw_wheel_moves(&w), 0);
+
+    tw_wheel_init(&w, 0);
+    probe_init(&p, &w);
+    tw_arm(&w, &p.timer, 100, 0, 0); /* the next level-1 slot (64-127): near */
+    CHECK_EQ_INT(tw_arm(&w, &p.timer, 5000, 0, 0), 0);
+    CHECK_EQ_U64(tw_wheel_next_expiry(&w), 4096); /* the level-2 slot of 5000 */
+    tw_wheel_init(&w, 0);
+    probe_init(&p, &w);
+    tw_arm(&w, &p.timer, 10, 0, 0); /* level 0 */
+    CHECK_EQ_INT(tw_arm(&w, &p.timer, 5000, 0, 0), 0);
+    CHECK_EQ_U64(tw_wheel_next_expiry(&w), 4096);
+
+    /* Level 2: 30000 waits in the slot of 28672-32767, walked in the 4096
+     * ticks before it comes due; pushed back to 50000, it is moved there
+     * (the slot of 49152) by then, and fires exactly. */
+    tw_wheel_init(&w, 0);
+    probe_init(&p, &w);
+    tw_arm(&w, &p.timer, 30000, 0, 0);
+    CHECK_EQ_INT(tw_arm(&w, &p.timer, 50000, 0, 0), 0);
+    CHECK_EQ_U64(tw_wheel_next_expiry(&w), 28672);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 28672 - 4097), 0);
+    CHECK_EQ_U64(tw_wheel_moves(&w), 0);
+    uint64_t moved_at = 0;
+    for (uint64_t t = 28672 - 4096; t < 28672 && !moved_at; t++) {
+        CHECK_EQ_INT(tw_wheel_advance(&w, t), 0);
+        if (tw_wheel_moves(&w))
+            moved_at = t;
+    }
+    CHECK(moved_at != 0); /* before its old slot came due */
+    CHECK_EQ_U64(tw_wheel_moves(&w), 1);
+    CHECK_EQ_U64(tw_wheel_next_expiry(&w), 49152);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 49999), 0);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 50000), 1);
+    CHECK_EQ_U64(p.fired_at, 50000);
+}
+
+/* W2's shape, the worst case of the lazy re-arm: N timers armed together
+ * 30000 ticks ahead, each re-armed 30000 ticks ahead about every 300 ticks
+ * (so none fires), advanced tick by tick over two timeouts. Their deadlines
+ * leave their slots behind again and again; no advance may move more than
+ * tw_wheel_lazy_moves_max(N, 1) of them (no timer here goes down a level
+ * toward its own deadline: each is re-armed long before), where moving them
+ * when their shared slot came due took all N in one advance. */
+static void test_lazy_rearm_moves_spread(void)
+{
+    enum { N = 20000, TIMEOUT = 30000, TICKS = 2 * TIMEOUT + 1000 };
+    struct tw_wheel w;
+    struct probe *p = calloc(N, sizeof *p);
+    CHECK(p != NULL);
+    if (!p)
+        return;
+    tw_wheel_init(&w, 0);
+    for (int i = 0; i < N; i++) {
+        probe_init(&p[i], &w);
+        tw_arm(&w, &p[i].timer, TIMEOUT, 0, 0);
+        p[i].value = TIMEOUT; /* its deadline */
+    }
+    uint64_t s = 28, most = 0, bound = tw_wheel_lazy_moves_max(N, 1);
+    for (uint64_t t = 1; t <= TICKS; t++) {
+        uint64_t before = tw_wheel_moves(&w);
+        CHECK_EQ_INT(tw_wheel_advance(&w, t), 0);
+        uint64_t moved = tw_wheel_moves(&w) - before;
+        most = moved > most ? moved : most;
+        for (int k = 0; k < N / 300; k++) {
+            s = s * 6364136223846793005u + 1442695040888963407u;
+            struct probe *x = &p[(s >> 33) % N];
+            tw_arm(&w, &x->timer, t + TIMEOUT, 0, 0);
+            x->value = t + TIMEOUT;
+        }
+    }
+    printf("  most moves in one advance %llu (bound %llu), %.2f moves a timer\n",
+           (unsigned long long)most, (unsigned long long)bound, (double)tw_wheel_moves(&w) / N);
+    CHECK(most <= bound);
+    CHECK(most < N / 4);
+    CHECK(tw_wheel_moves(&w) >= N); /* the moves were made, spread */
+    int64_t fired = 0;
+    while (tw_wheel_pending(&w))
+        fired += tw_wheel_advance(&w, tw_wheel_next_expiry(&w));
+    CHECK_EQ_INT(fired, N);
+    for (int i = 0; i < N; i++)
+        if (p[i].fires != 1 || p[i].fired_at != p[i].value) { /* exact, once */
+            CHECK_EQ_INT(p[i].fires, 1);
+            CHECK_EQ_U64(p[i].fired_at, p[i].value);
+            break;
+        }
+    tw_wheel_destroy(&w);
+    free(p);
+}
+
 int main(void)
 {
     RUN(test_sizes);
@@ -927,5 +1033,7 @@ int main(void)
     RUN(test_periodic_stopped_by_its_callback);
     RUN(test_moves_bounded_by_levels);
     RUN(test_moves_per_timer_bound);
+    RUN(test_heartbeat_stays_one_store);
+    RUN(test_lazy_rearm_moves_spread);
     return test_summary();
 }

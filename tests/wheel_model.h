@@ -16,10 +16,17 @@
  *     late: tick exact when S is 0);
  *   - fire ticks never go back within an advance (deadline order);
  * and after each advance, no armed timer is left with D + S <= target
- * (nothing missed); at any time each pending timer's planned tick
+ * (nothing missed), and the advance moved no more timers than wheel.h
+ * allows (model_moves_allowed: tw_wheel_lazy_moves_max for the ticks it
+ * covered, plus the descents of each timer toward its own deadline, plus
+ * what its callbacks armed); at any time each pending timer's planned tick
  * (tw_deadline) is in [D, D + S] and tw_wheel_next_expiry is no later
- * than the earliest of them (a poller may sleep on it). Callbacks perform random operations on other timers and
- * on themselves, so re-entrancy is part of every run.
+ * than the earliest of them (a poller may sleep on it). Callbacks perform
+ * random operations on other timers and on themselves, so re-entrancy is
+ * part of every run. With `cluster` set, armings are `cluster` ticks ahead
+ * give or take 64, exact and lazy but for one in 64 with slack, so that
+ * timers share a few slots and re-arms push them back past them: the
+ * heartbeats whose moves wheel.h bounds.
  *
  * On a mismatch the model prints what it saw and calls abort(): a test or a
  * fuzzer run fails loudly at the first wrong answer.
@@ -43,6 +50,7 @@ struct model_timer {
     struct model *model;
     uint64_t deadline; /* model's deadline when armed */
     uint64_t last;     /* deadline + slack (saturating): the latest fire */
+    uint64_t armed_at; /* the wheel's time when it was last armed */
     int armed;
 };
 
@@ -58,6 +66,11 @@ struct model {
     uint64_t rng;          /* drives callback actions */
     unsigned callback_ops; /* operations a callback performs, at most */
     int pulling;           /* fires come from tw_wheel_expire_next */
+    uint64_t cluster;      /* 0, or the delay armings cluster around */
+    size_t most_armed;     /* the most timers pending at once */
+    int advancing;         /* inside model_advance */
+    uint64_t allowed;      /* moves the running advance may add for its callbacks */
+    uint64_t most_moves;   /* the most moves one advance made */
 };
 
 #define MODEL_REQUIRE(m, cond, ...)                                          \
@@ -99,6 +112,37 @@ static inline uint64_t model_delay(uint64_t r)
 static inline uint64_t model_due(uint64_t now, uint64_t deadline)
 {
     return deadline <= now ? now + 1 : deadline;
+}
+
+/* The ticks in (lo, hi] at which a timer placed at `from` for the tick d
+ * may be moved a level down toward d: the distinct values of d with its
+ * digits below level l cleared (l >= 1) strictly between from and d. An
+ * exact timer armed at `from` and not re-armed moves at exactly these. */
+static inline uint64_t model_descents(uint64_t from, uint64_t d, uint64_t lo, uint64_t hi)
+{
+    uint64_t n = 0, prev = d;
+    for (unsigned l = 1; l < TW_WHEEL_LEVELS; l++) {
+        unsigned shift = l * TW_WHEEL_SLOT_BITS;
+        uint64_t t = shift >= 64 ? 0 : d & ~((UINT64_C(1) << shift) - 1);
+        if (t == prev)
+            continue;
+        prev = t;
+        n += t > from && t > lo && t <= hi;
+    }
+    return n;
+}
+
+/* A timer was armed (or re-armed) at the wheel's time: remember when, and
+ * inside an advance allow the moves that arming may add to it (a relocation
+ * with slack, and its descents within the advance). */
+static inline void model_armed(struct model *m, struct model_timer *mt)
+{
+    uint64_t now = m->wheel.now;
+    mt->armed_at = now;
+    if (m->armed > m->most_armed)
+        m->most_armed = m->armed;
+    if (m->advancing)
+        m->allowed += 1 + model_descents(now, tw_deadline(&mt->timer), now, m->target);
 }
 
 static void model_op(struct model *m, uint64_t r);
@@ -150,11 +194,17 @@ static inline void model_init(struct model *m, size_t n, uint64_t start, uint64_
     m->rng = seed;
     m->callback_ops = callback_ops;
     m->pulling = 0;
+    m->cluster = 0;
+    m->most_armed = 0;
+    m->advancing = 0;
+    m->allowed = 0;
+    m->most_moves = 0;
     for (size_t i = 0; i < n; i++) {
         m->timers[i].model = m;
         m->timers[i].armed = 0;
         m->timers[i].deadline = 0;
         m->timers[i].last = 0;
+        m->timers[i].armed_at = start;
         tw_timer_init(&m->timers[i].timer, model_fire, &m->timers[i]);
     }
 }
@@ -197,6 +247,19 @@ static void model_advance(struct model *m, uint64_t target, int pull)
     m->target = target > before ? target : before;
     m->last_fire = before;
     m->fires = 0;
+    /* The moves wheel.h allows this advance: the lazy re-arms' bound for
+     * the ticks it covers, the descents of each pending timer toward its
+     * planned tick since it was armed, and (model_armed) what callbacks
+     * arm. */
+    uint64_t allowed = tw_wheel_lazy_moves_max(m->most_armed, m->target - before), more = 0;
+    for (size_t i = 0; i < m->n; i++)
+        if (m->timers[i].armed)
+            more += model_descents(m->timers[i].armed_at, tw_deadline(&m->timers[i].timer), before,
+                                   m->target);
+    allowed = allowed + more < allowed ? UINT64_MAX : allowed + more;
+    uint64_t moves = tw_wheel_moves(&m->wheel);
+    m->allowed = 0;
+    m->advancing = 1;
     int64_t fired;
     if (pull) {
         fired = 0;
@@ -212,6 +275,15 @@ static void model_advance(struct model *m, uint64_t target, int pull)
     } else {
         fired = tw_wheel_advance(&m->wheel, target);
     }
+    m->advancing = 0;
+    moves = tw_wheel_moves(&m->wheel) - moves;
+    if (moves > m->most_moves)
+        m->most_moves = moves;
+    allowed = allowed + m->allowed < allowed ? UINT64_MAX : allowed + m->allowed;
+    MODEL_REQUIRE(m, moves <= allowed,
+                  "advance to %" PRIu64 " from %" PRIu64 " moved %" PRIu64
+                  " timers, wheel.h allows %" PRIu64 " (%zu pending at most)",
+                  m->target, before, moves, allowed, m->most_armed);
     MODEL_REQUIRE(m, fired == (int64_t)m->fires, "advance returned %" PRId64 ", saw %" PRIu64,
                   fired, m->fires);
     MODEL_REQUIRE(m, m->wheel.now == m->target, "now %" PRIu64 " after advancing to %" PRIu64,
@@ -227,19 +299,23 @@ static void model_advance(struct model *m, uint64_t target, int pull)
 static void model_op(struct model *m, uint64_t r)
 {
     unsigned op = (unsigned)(r >> 2) & 3;
+    if (m->cluster && !m->advancing) /* heartbeats: an advance in 16 ops, a cancel in 16 */
+        op = (r >> 56) % 16 == 0 ? 3 : (r >> 56) % 16 == 1 ? 2 : 0;
     size_t id = (size_t)((r >> 4) & 0xfff) % m->n;
     struct model_timer *mt = &m->timers[id];
     uint64_t now = m->wheel.now;
-    uint64_t value = model_delay((r & 3) | ((r >> 16) << 2));
+    uint64_t value =
+        m->cluster ? m->cluster - 64 + (r >> 16) % 128 : model_delay((r & 3) | ((r >> 16) << 2));
     switch (op) {
     case 0: /* arm relative */
     case 1: { /* arm absolute */
-        uint64_t deadline = op == 0 ? (value > UINT64_MAX - now ? UINT64_MAX : now + value)
-                                    : (value & 1 ? now - (value >> 1) % 8 : value);
+        uint64_t deadline = op == 0 || m->cluster
+                                ? (value > UINT64_MAX - now ? UINT64_MAX : now + value)
+                                : (value & 1 ? now - (value >> 1) % 8 : value);
         /* One arming in four has slack: a little, 1/8 of the delay, a lot,
          * or so much that the window reaches the end of time. */
         uint64_t slack = 0;
-        if ((r >> 60) % 4 == 0) {
+        if ((r >> 60) % 4 == 0 && (!m->cluster || (r >> 58) % 4 == 0)) {
             uint64_t sv = r >> 24;
             switch ((r >> 62) & 3) {
             case 0:
@@ -258,7 +334,7 @@ static void model_op(struct model *m, uint64_t r)
         }
         /* One exact arming in two is eager: it relocates a pending timer at
          * once, and leaves tw_wheel_moves as it was. */
-        int eager = slack == 0 && (r >> 59) & 1;
+        int eager = slack == 0 && (r >> 59) & 1 && !m->cluster; /* heartbeats: lazy */
         /* One other arming in two of an idle timer, exact or with slack,
          * is a start, the arm that takes the caller's word that the timer
          * is idle. */
@@ -283,6 +359,7 @@ static void model_op(struct model *m, uint64_t r)
         mt->armed = 1;
         mt->deadline = model_due(now, deadline);
         mt->last = mt->deadline > UINT64_MAX - slack ? UINT64_MAX : mt->deadline + slack;
+        model_armed(m, mt);
         uint64_t planned = tw_deadline(&mt->timer);
         MODEL_REQUIRE(m, mt->deadline <= planned && planned <= mt->last,
                       "deadline %" PRIu64 " after arm in [%" PRIu64 ", %" PRIu64 "]", planned,
@@ -303,9 +380,9 @@ static void model_op(struct model *m, uint64_t r)
     }
     default: { /* advance: a few ticks, to the next expiry, or far */
         uint64_t step;
-        switch ((r >> 16) & 3) {
+        switch (m->cluster ? (r >> 16) % 8 != 0 : (r >> 16) & 3) {
         case 0:
-            step = (r >> 20) % 8;
+            step = m->cluster ? 1 : (r >> 20) % 8; /* heartbeats: tick by tick */
             break;
         case 1: {
             uint64_t next = tw_wheel_next_expiry(&m->wheel);

@@ -19,11 +19,14 @@
  *    callback may arm, cancel or re-arm any timer of the wheel, itself
  *    included; a timer it cancels or re-arms obeys its new state at once.
  *  - Re-arm, lazy or eager (both exact; pick per call): by default a re-arm
- *    to a later deadline costs one store, and an advance may move the timer
- *    later (the cheapest in total: a heartbeat re-arming a 30 s timeout
- *    every 3 s moves it about twice a minute); with TW_ARM_EAGER it is
- *    relocated at once, about twice the cost, and no advance moves it for
- *    that re-arm (for a loop whose latency is the tick). tw_wheel_moves
+ *    to a later deadline costs one store into the timer, and an advance
+ *    moves the timer later, in the ticks before the slot it waits in comes
+ *    due, a bounded number at a time ("Moves per advance" below; the
+ *    cheapest in total: a heartbeat re-arming a 30 s timeout every 3 s
+ *    moves it about twice a minute). Only a timer whose slot is that near
+ *    (due within its walk's TW_WHEEL_WALK_TICKS, or within 64 ticks) is
+ *    relocated at once. With TW_ARM_EAGER it is relocated at once, about
+ *    twice the cost, and no advance moves it for that re-arm. tw_wheel_moves
  *    counts the moves.
  *  - Slack (opt-in per arm: the `slack` argument, or TW_ARM_SLACK): a timer
  *    armed at D with slack S fires at some tick P in [D, D + S] (saturating),
@@ -50,9 +53,23 @@
  * tw_runner (twheel/runner.h) is the thread-safe service.
  *
  * Costs: arm, re-arm and cancel are O(1). Advancing costs O(1) per occupied
- * slot that comes due plus O(1) per timer fired or moved; idle ticks cost
- * nothing. An exact timer not re-armed moves at most k times for a delay
- * below 64^k ticks (once below 64, twice below 4096).
+ * slot that comes due plus O(1) per timer fired, moved or walked past;
+ * idle ticks cost nothing. An exact timer not re-armed moves at most k
+ * times for a delay below 64^k ticks (once below 64, twice below 4096).
+ *
+ * Moves per advance: timers that lazy re-arms pushed back are moved by a
+ * walk ahead of the slot they wait in, during the TW_WHEEL_WALK_TICKS
+ * ticks before it comes due (64 for a level-1 slot, 4096 above), at a pace
+ * of the pending timers over those ticks. So one advance that takes time
+ * k ticks forward, with at most n timers pending, moves at most
+ * tw_wheel_lazy_moves_max(n, k) of them, about (k + 8) (n / 56 + 10), and
+ * takes at most that many off the walked slots; besides them it moves only
+ * timers going down a level toward their own deadlines (at most once per
+ * level each, as above: what an eager re-arm or an exact arm costs too).
+ * Timers armed together and pushed back together (a heartbeat after a
+ * restart) are no longer moved in one advance. Each advance that takes
+ * time forward also does O(1) work when a walk's window opens or its pace
+ * is due (once every 64 ticks, more often while a walk runs).
  */
 #ifndef TWHEEL_WHEEL_H
 #define TWHEEL_WHEEL_H
@@ -129,7 +146,21 @@ struct tw_wheel {
     struct tw_node *slots[TW_WHEEL_LEVELS][TW_WHEEL_SLOTS][TW_WHEEL_CHAINS];
     /** private */
     struct tw_node *sub[TW_WHEEL_SLOTS][TW_WHEEL_CHAINS][TW_WHEEL_CHAINS];
-    uint64_t occupied[TW_WHEEL_LEVELS]; /**< private */
+    /** private: the chains the walks ahead take from their slots, by level from 1 */
+    struct tw_node *walk[TW_WHEEL_LEVELS - 1][TW_WHEEL_CHAINS];
+    uint64_t occupied[TW_WHEEL_LEVELS];  /**< private */
+    uint64_t near[64];                   /**< private */
+    uint64_t near_at[TW_WHEEL_LEVELS];   /**< private */
+    uint64_t walk_rate[TW_WHEEL_LEVELS]; /**< private */
+    uint64_t walk_time[TW_WHEEL_LEVELS]; /**< private */
+    uint64_t walked[TW_WHEEL_LEVELS];    /**< private */
+    uint64_t near_top;                   /**< private */
+    uint64_t pushed_at;                  /**< private */
+    uint64_t near_until;                 /**< private */
+    uint64_t upper_until;                /**< private */
+    uint64_t wake;                       /**< private */
+    uint32_t walking;                    /**< private */
+    uint8_t walk_slot[TW_WHEEL_LEVELS];  /**< private */
     struct tw_node *ready;              /**< private */
     uint64_t now;                       /**< private: read it with tw_wheel_now */
     uint64_t target;                    /**< private */
@@ -195,9 +226,35 @@ TW_API uint64_t tw_wheel_timeout(const struct tw_wheel *w, uint64_t now);
 TW_API size_t tw_wheel_pending(const struct tw_wheel *w);
 
 /** How many times timers were moved since init: by advances (a timer moving
- * down a level, a lazy re-arm catching up) and by re-arms with slack that
- * relocated a pending timer. For tuning. O(1). */
+ * down a level, a timer a lazy re-arm pushed back moved for its deadline,
+ * by the walk ahead or when its slot came due) and by re-arms with slack
+ * that relocated a pending timer. For tuning. O(1). */
 TW_API uint64_t tw_wheel_moves(const struct tw_wheel *w);
+
+/** The ticks before a slot comes due during which its walk ahead moves the
+ * timers lazy re-arms pushed back past it ("Moves per advance" above): 64
+ * for a level-1 slot, 4096 for a slot of any higher level. */
+#define TW_WHEEL_WALK_TICKS(level) ((level) < 2 ? TW_WHEEL_SLOTS : TW_WHEEL_SLOTS * TW_WHEEL_SLOTS)
+/** How far, in ticks of its pace, a walk ahead may fall behind it: it moves
+ * on a batch at a time, at least every this many ticks. */
+#define TW_WHEEL_WALK_LAG 8
+
+/** The most timers one advance moves for lazy re-arms ("Moves per advance"
+ * above): an advance (or the pulls of one `now`, up to the one returning
+ * NULL) that takes the wheel's time `ticks` ticks forward, with never more
+ * than `pending` timers pending, moves at most this many timers that lazy
+ * re-arms pushed back: (ticks + TW_WHEEL_WALK_LAG) times the sum over the
+ * levels 1-10 of pending / TW_WHEEL_WALK_TICKS(level) + 1, about pending /
+ * 56 + 10 a tick (saturating at UINT64_MAX). Besides them it moves only
+ * timers going down a level toward their own deadlines. O(1). */
+static inline uint64_t tw_wheel_lazy_moves_max(uint64_t pending, uint64_t ticks)
+{
+    uint64_t per_tick = 0;
+    for (unsigned level = 1; level < TW_WHEEL_LEVELS; level++)
+        per_tick += pending / TW_WHEEL_WALK_TICKS(level) + 1;
+    uint64_t t = ticks + TW_WHEEL_WALK_LAG < ticks ? UINT64_MAX : ticks + TW_WHEEL_WALK_LAG;
+    return t > UINT64_MAX / per_tick ? UINT64_MAX : t * per_tick;
+}
 
 /* ---- timers and nodes --------------------------------------------------- */
 

@@ -7,6 +7,221 @@
 
 #include "core/internal.h"
 
+/* ---- the walk ahead -------------------------------------------------------------- */
+/* "The walk ahead" at the top of wheel.c says what it is for and why it is
+ * bounded. A walk of level L takes the chains of the level's first slot X
+ * when X's window begins (into w->walk[L - 1]: X stays marked occupied) and
+ * goes through them at its pace: each timer it takes was pushed back past X
+ * (placed for its deadline, a later slot) or is due in X (placed back into
+ * X's chains, as the timers armed into X meanwhile). When X comes due first,
+ * what it has not taken is placed all the same (walks_due). */
+
+/* Start a walk of level-`level` slot `slot`, due at `tick`, credited from
+ * tick `from` (its window's first) on: its chains become the walk's. Its
+ * pace, the timers pending (more than the slot can hold) over the window's
+ * ticks, takes them all by the time the slot comes due. */
+static void walk_start(struct tw_wheel *w, unsigned level, unsigned slot, uint64_t tick,
+                       uint64_t from)
+{
+    for (unsigned c = 0; c < CHAINS; c++) {
+        struct tw_node **head = &w->slots[level][slot][c], **walk = &w->walk[level - 1][c];
+        *walk = *head;
+        *head = NULL;
+        if (*walk)
+            (*walk)->pprev = walk;
+    }
+    w->walk_rate[level] = w->pending / walk_window(level) + 1;
+    w->walk_time[level] = from;
+    w->walked[level] = tick;
+    w->walk_slot[level] = (uint8_t)slot;
+    w->walking |= UINT32_C(1) << level;
+}
+
+/* Take up to `budget` timers off the walk of `level`, its chains side by
+ * side (their loads are independent; each chain's next timer is prefetched
+ * a round ahead), and place each for its deadline: a timer pushed back past
+ * the slot goes to its own slot (a move), the others back into the slot.
+ * Nothing else runs meanwhile, so the lists are made whole again (their
+ * heads' pprev) only at the end. When the walk has taken everything it
+ * ends, and a slot it left empty is marked so. Returns the timers moved. */
+static uint64_t walk_on(struct tw_wheel *w, unsigned level, uint64_t budget)
+{
+    struct tw_node *chain[CHAINS], **walk = w->walk[level - 1];
+    memcpy(chain, walk, sizeof chain);
+    uint64_t moved = 0, now = w->now;
+    uint64_t last = w->walked[level] + ((UINT64_C(1) << (level * SLOT_BITS)) - 1);
+    unsigned spread = w->chain, live = CHAINS;
+    while (live && budget) {
+        live = 0;
+        for (unsigned c = 0; c < CHAINS && budget; c++) {
+            struct tw_node *t = chain[c];
+            if (!t)
+                continue;
+            live++;
+            budget--;
+            chain[c] = t->next;
+            if (t->next) /* its miss now, a round early */
+                __builtin_prefetch(t->next);
+            moved += t->deadline > last; /* pushed back past the slot */
+            place_at(w, t, now, spread++);
+        }
+    }
+    w->chain = spread;
+    live = 0;
+    for (unsigned c = 0; c < CHAINS; c++) {
+        walk[c] = chain[c];
+        if (chain[c]) {
+            chain[c]->pprev = &walk[c];
+            live = 1;
+        }
+    }
+    if (!live) {
+        unsigned slot = w->walk_slot[level];
+        w->walking &= ~(UINT32_C(1) << level);
+        int empty = level == 1 ? level1_slot_empty(w, slot) : 1;
+        for (unsigned c = 0; c < CHAINS && empty; c++)
+            empty = !w->slots[level][slot][c];
+        if (empty)
+            mark_empty(w, level, slot);
+    }
+    return moved;
+}
+
+/* End the walks whose slots come due by `limit` before process_next_slot
+ * takes their slots' chains: what they have not taken is placed now, at
+ * most their pace times the ticks to their slots (the pace having been
+ * kept). A walked slot is always its level's first. */
+static __attribute__((noinline)) void walks_due(struct tw_wheel *w, uint64_t limit)
+{
+    for (uint32_t ls = w->walking; ls; ls &= ls - 1) {
+        unsigned level = (unsigned)__builtin_ctz(ls);
+        if (w->walked[level] <= limit)
+            w->moves += walk_on(w, level, UINT64_MAX);
+    }
+}
+
+/* Put the timers of every walk back in their slots' chains (destroy). */
+void tw_walk_stop_(struct tw_wheel *w)
+{
+    for (uint32_t ls = w->walking; ls; ls &= ls - 1)
+        w->moves += walk_on(w, (unsigned)__builtin_ctz(ls), UINT64_MAX);
+}
+
+/* Set the near limit of `level` >= 1 (its entries in w->near, one per
+ * highest differing bit: 6, or 4 at level 10) to `limit`. */
+static inline void near_set(struct tw_wheel *w, unsigned level, uint64_t limit)
+{
+    uint64_t *near = &w->near[level * SLOT_BITS];
+    unsigned n = level < LEVELS - 1 ? SLOT_BITS : 64 - (LEVELS - 1) * SLOT_BITS;
+    for (unsigned i = 0; i < n; i++)
+        near[i] = limit;
+}
+
+/* Recompute the near limit of `level` >= 1 (push_lazily) for the time
+ * `now`, and the tick at which it changes next (near_at). Level L holds
+ * deadlines from B, the first tick of the slot after now's; that slot is
+ * near from B less its walk window until B, when the next one's window is
+ * still to come. At level 1, slots with sub-lists count as near too
+ * (place_sub adds those it starts meanwhile), and so does all of level 0.
+ * Returns whether the slot after now's is in its window. */
+static bool near_level(struct tw_wheel *w, unsigned level, uint64_t now)
+{
+    uint64_t mask = (UINT64_C(1) << (level * SLOT_BITS)) - 1; /* level <= 10 */
+    uint64_t b = (now | mask) + 1, window = walk_window(level), limit = 0;
+    bool open = false;
+    if (b == 0) { /* no slot ahead at this level, ever */
+        w->near_at[level] = UINT64_MAX;
+    } else if (b - now <= window) {
+        limit = b + mask;
+        w->near_at[level] = b;
+        open = true;
+    } else {
+        w->near_at[level] = b - window;
+    }
+    if (level == 1 && w->subbed) { /* the last slot with sub-lists, in now's block */
+        uint64_t last = slot_tick(now, 1, 63 - (unsigned)__builtin_clzll(w->subbed)) + SLOT_MASK;
+        limit = last > limit ? last : limit;
+    }
+    near_set(w, level, limit);
+    if (level == 1 && (now | SLOT_MASK) > limit)
+        w->near[SLOT_BITS] = now | SLOT_MASK; /* all of level 0 (push_lazily's OR) */
+    return open;
+}
+
+/* Start a walk on the first slot of each level in `opened` (levels whose
+ * next slot's window has just begun) that is that slot and that a lazy
+ * re-arm may have left a timer in: the last push (pushed_at) came after
+ * the slot's block began, before which no slot of it existed to push from
+ * (a timer pushed earlier came into it re-placed by its deadline). */
+static void walks_open(struct tw_wheel *w, uint32_t opened, uint64_t now)
+{
+    for (uint32_t ls = opened & w->levels & ~w->walking; ls; ls &= ls - 1) {
+        unsigned level = (unsigned)__builtin_ctz(ls);
+        unsigned slot = (unsigned)__builtin_ctzll(w->occupied[level]);
+        uint64_t tick = slot_tick(now, level, slot), window = walk_window(level);
+        uint64_t block =
+            level + 1 < LEVELS ? tick & ~((UINT64_C(1) << ((level + 1) * SLOT_BITS)) - 1) : 0;
+        if (tick - now <= window && tick > w->walked[level] && w->pushed_at != UINT64_MAX &&
+            w->pushed_at >= block)
+            walk_start(w, level, slot, tick, tick - window);
+    }
+}
+
+/* Time moved to w->now, to or past `wake`: refresh the near limits that
+ * changed (level 1's every half slot; the others' rarely, when
+ * upper_until comes), with near_top, the highest limit of a level that
+ * holds timers; start the walks whose windows began; then move each walk
+ * on by its pace times the ticks since it last moved, once that is a batch
+ * (or its window is over), and note when this is due next. A walk starts
+ * at the first time move into its window and is credited from the window's
+ * first tick. tw_wheel_init calls it with every limit due. */
+void tw_time_moved_(struct tw_wheel *w)
+{
+    uint64_t now = w->now;
+    if (now >= w->near_until) {
+        uint32_t opened = 0;
+        if (now >= w->near_at[1])
+            opened |= (uint32_t)near_level(w, 1, now) << 1;
+        if (now >= w->upper_until) {
+            uint64_t until = UINT64_MAX;
+            for (unsigned level = 2; level < LEVELS; level++) {
+                if (now >= w->near_at[level])
+                    opened |= (uint32_t)near_level(w, level, now) << level;
+                until = w->near_at[level] < until ? w->near_at[level] : until;
+            }
+            w->upper_until = until;
+        }
+        w->near_until = w->near_at[1] < w->upper_until ? w->near_at[1] : w->upper_until;
+        uint64_t top = w->near[SLOT_BITS]; /* level 0's limit, and level 1's if higher */
+        for (uint32_t ls = w->levels & ~1u; ls; ls &= ls - 1) {
+            uint64_t limit = w->near[(unsigned)__builtin_ctz(ls) * SLOT_BITS + 1];
+            top = limit > top ? limit : top;
+        }
+        w->near_top = top;
+        if (opened)
+            walks_open(w, opened, now);
+    }
+    uint64_t moved = 0, wake = w->near_until;
+    for (uint32_t ls = w->walking; ls; ls &= ls - 1) {
+        unsigned level = (unsigned)__builtin_ctz(ls);
+        uint64_t ticks = now - w->walk_time[level], rate = w->walk_rate[level];
+        /* a whole window's worth takes every timer: no need to count */
+        uint64_t budget = ticks >= walk_window(level) ? UINT64_MAX : rate * ticks;
+        if (budget >= WALK_BATCH || ticks >= TW_WHEEL_WALK_LAG) {
+            w->walk_time[level] = now;
+            moved += walk_on(w, level, budget);
+            ticks = 0;
+        }
+        if (w->walking >> level & 1) {
+            uint64_t every = (WALK_BATCH - 1) / rate + 1;
+            uint64_t next = now + (every < TW_WHEEL_WALK_LAG ? every : TW_WHEEL_WALK_LAG) - ticks;
+            wake = next < wake ? next : wake;
+        }
+    }
+    w->wake = wake;
+    w->moves += moved;
+}
+
 /* Level-1 slot `slot` came due (now is its first tick): hand each chain of
  * its sub-lists to the same chain of the level-0 slot of its tick, which is
  * empty (level 0 holds nothing when a level-1 slot comes due: its slots all
@@ -166,10 +381,14 @@ static inline struct tw_node *pop_due(struct tw_wheel *w, uint64_t limit)
     if (!w->ready) {
         if (limit <= w->now)
             return NULL;
-        if (!process_next_slot(w, limit)) {
+        if (__builtin_expect(w->walking != 0, 0))
+            walks_due(w, limit);
+        int due = process_next_slot(w, limit);
+        if (!due)
             w->now = limit;
+        time_moved(w);
+        if (!due)
             return NULL;
-        }
     }
     struct tw_node *t = w->ready; /* the ready list's head: no slot to update */
     w->ready = t->next;
@@ -201,6 +420,7 @@ int64_t tw_wheel_advance(struct tw_wheel *w, uint64_t now)
         if (now < bound) {
             w->now = now;
             w->target = now;
+            time_moved(w);
             return 0;
         }
     }

@@ -22,6 +22,7 @@ _Static_assert(LEVELS *SLOT_BITS >= 64 && (LEVELS - 1) * SLOT_BITS < 64,
                "levels cover exactly the 64-bit tick range");
 _Static_assert(LEVELS <= 32, "levels bitmap is 32 bits wide");
 _Static_assert(CHAINS >= 1 && (CHAINS & (CHAINS - 1)) == 0, "chains: a power of two");
+_Static_assert(CHAINS == 4, "walk_holds looks at 4 chains");
 
 /* ---- slots and levels ------------------------------------------------------ */
 
@@ -47,10 +48,16 @@ static inline uint64_t saturating_add(uint64_t a, uint64_t b)
     return a > UINT64_MAX - b ? UINT64_MAX : a + b;
 }
 
+/* A level that holds a timer again brings its near limit into near_top
+ * (push_lazily). */
 static inline void mark_occupied(struct tw_wheel *w, unsigned level, unsigned slot)
 {
     w->occupied[level] |= UINT64_C(1) << slot;
-    w->levels |= UINT32_C(1) << level;
+    if (__builtin_expect(!(w->levels >> level & 1), 0)) {
+        w->levels |= UINT32_C(1) << level;
+        uint64_t limit = w->near[level * SLOT_BITS + 1]; /* level 0: 0, under near[6] */
+        w->near_top = limit > w->near_top ? limit : w->near_top;
+    }
 }
 
 static inline void mark_empty(struct tw_wheel *w, unsigned level, unsigned slot)
@@ -82,33 +89,52 @@ static inline bool level1_slot_empty(const struct tw_wheel *w, size_t slot)
     return true;
 }
 
+/* Whether a walk ahead (advance.c) holds chains taken from `slot` of
+ * `level` (its walk_slot): then the slot is not empty.
+ * Inline, with no call: a call in chain_emptied would cost every path that
+ * inlines it a stack frame. */
+static inline bool walk_holds(const struct tw_wheel *w, unsigned level, unsigned slot)
+{
+    if (!(w->walking >> level & 1) || w->walk_slot[level] != slot)
+        return false;
+    struct tw_node *const *walk = w->walk[level - 1];
+    return walk[0] || walk[1] || walk[2] || walk[3];
+}
+
 /* The cold half of unlinking: `link`, a list head, was left NULL; if it is a
- * chain (or a level-1 sub-list) of a slot whose other lists are empty too,
- * the slot is empty now. Written with few live values so that, inlined, it
- * costs the hot paths no stack frame. */
+ * chain (or a level-1 sub-list) of a slot, or a chain a walk ahead took
+ * from a slot, and the slot's other lists, and the walk's, are empty too,
+ * the slot is empty now. Written with few live values and no call so that,
+ * inlined, it costs the hot paths no stack frame. */
 static inline void chain_emptied(struct tw_wheel *w, struct tw_node **link)
 {
     size_t off = (size_t)((uintptr_t)link - (uintptr_t)&w->slots[0][0][0]);
-    if (off >= sizeof w->slots) {
-        off = (size_t)((uintptr_t)link - (uintptr_t)&w->sub[0][0][0]);
-        if (off >= sizeof w->sub)
-            return; /* a link inside a node */
-        size_t slot = off / sizeof w->sub[0];
-        if (level1_slot_empty(w, slot))
-            mark_empty(w, 1, (unsigned)slot);
-        return;
+    unsigned level, slot;
+    if (off < sizeof w->slots) {
+        size_t idx = off / (sizeof(struct tw_node *) * CHAINS); /* level * 64 + slot */
+        level = (unsigned)(idx / TW_WHEEL_SLOTS);
+        slot = (unsigned)(idx % TW_WHEEL_SLOTS);
+    } else if ((off = (size_t)((uintptr_t)link - (uintptr_t)&w->sub[0][0][0])) < sizeof w->sub) {
+        level = 1;
+        slot = (unsigned)(off / sizeof w->sub[0]);
+    } else if ((off = (size_t)((uintptr_t)link - (uintptr_t)&w->walk[0][0])) < sizeof w->walk) {
+        level = (unsigned)(off / sizeof w->walk[0]) + 1;
+        slot = w->walk_slot[level];
+    } else {
+        return; /* a link inside a node */
     }
-    size_t idx = off / (sizeof(struct tw_node *) * CHAINS); /* level * 64 + slot */
-    if (idx / TW_WHEEL_SLOTS == 1) {
-        if (level1_slot_empty(w, idx % TW_WHEEL_SLOTS))
-            mark_empty(w, 1, (unsigned)(idx % TW_WHEEL_SLOTS));
-        return;
-    }
-    struct tw_node *const *chains = &w->slots[0][0][0] + idx * CHAINS;
-    for (unsigned c = 0; c < CHAINS; c++)
-        if (chains[c])
+    if (level == 1) {
+        if (!level1_slot_empty(w, slot))
             return;
-    mark_empty(w, (unsigned)(idx / TW_WHEEL_SLOTS), (unsigned)(idx % TW_WHEEL_SLOTS));
+    } else {
+        struct tw_node *const *chains = w->slots[level][slot];
+        for (unsigned c = 0; c < CHAINS; c++)
+            if (chains[c])
+                return;
+    }
+    if (__builtin_expect(w->walking != 0, 0) && walk_holds(w, level, slot))
+        return;
+    mark_empty(w, level, slot);
 }
 
 /* Take a pending node out of its list; the caller decides what it becomes.
@@ -141,13 +167,15 @@ static const uint32_t place_by_bit[64] = {TW_B16(0), TW_B16(16), TW_B16(32), TW_
 #undef TW_B16
 #undef TW_B4
 
-/* Place a timer whose deadline is > now into its slot, on chain `chain` (any
- * number: taken modulo TW_WHEEL_CHAINS). The occupancy bits change only when
- * the chain was empty: a non-empty chain means the slot is marked already. */
-static inline void place(struct tw_wheel *w, struct tw_node *t, unsigned chain)
+/* Place a timer whose deadline is > now (the wheel's time, passed in: a
+ * caller placing many keeps it in a register) into its slot, on chain
+ * `chain` (any number: taken modulo TW_WHEEL_CHAINS). The occupancy bits
+ * change only when the chain was empty: a non-empty chain means the slot is
+ * marked already. */
+static inline void place_at(struct tw_wheel *w, struct tw_node *t, uint64_t now, unsigned chain)
 {
     uint64_t deadline = t->deadline;
-    size_t bit = 63 - (size_t)__builtin_clzll(deadline ^ w->now);
+    size_t bit = 63 - (size_t)__builtin_clzll(deadline ^ now);
     uint32_t pb = place_by_bit[bit];
     size_t slot = (size_t)(deadline >> (pb & 63)) & SLOT_MASK;
     size_t base = pb >> 8;
@@ -160,6 +188,11 @@ static inline void place(struct tw_wheel *w, struct tw_node *t, unsigned chain)
         first->pprev = &t->next;
     else
         mark_occupied(w, (unsigned)(base / (TW_WHEEL_SLOTS * CHAINS)), (unsigned)slot);
+}
+
+static inline void place(struct tw_wheel *w, struct tw_node *t, unsigned chain)
+{
+    place_at(w, t, w->now, chain);
 }
 
 /* Per highest differing bit b of d ^ now: the bits of a tick from the
@@ -201,6 +234,71 @@ static inline bool in_place_for(const struct tw_wheel *w, const struct tw_node *
     if ((n->deadline ^ d) & high)
         return false;
     return high != ~SLOT_MASK || !(w->subbed >> ((d >> SLOT_BITS) & SLOT_MASK) & 1);
+}
+
+/* ---- the lazy re-arm and the walk ahead ------------------------------------------ */
+/* "Lazy re-arm" and "The walk ahead" at the top of wheel.c say what these
+ * are for. */
+
+/* The walk window of level L >= 1: the last ticks before one of its slots
+ * comes due (TW_WHEEL_WALK_TICKS: the whole slot before it at level 1, the
+ * width of a level-2 slot above). */
+static inline uint64_t walk_window(unsigned level)
+{
+    return TW_WHEEL_WALK_TICKS(level);
+}
+
+void tw_time_moved_(struct tw_wheel *w);
+void tw_walk_stop_(struct tw_wheel *w);
+
+/* Called wherever the wheel's time moved, before anything can be re-armed
+ * at the new time: the near limits of the levels change only at a few ticks
+ * (near_until), and a walk moves on a batch at a time; `wake` is the first
+ * tick at which either is due. */
+static inline void time_moved(struct tw_wheel *w)
+{
+    if (__builtin_expect(w->now >= w->wake, 0))
+        tw_time_moved_(w);
+}
+
+/* A walk moves on once its pace has earned it WALK_BATCH timers, or every
+ * TW_WHEEL_WALK_LAG ticks if it is slower: a call and its setup for every
+ * few timers would cost more than the timers, and a walk further behind
+ * its pace would loosen the bound (tw_wheel_lazy_moves_max). */
+#define WALK_BATCH 64
+
+/* The lazy re-arm of pending node n to a later `deadline` (> now): push it
+ * back with one store into n, leaving it in the slot of its older deadline
+ * D, and return true; or return false, and the caller relocates it now. A D
+ * above near_top (the last near tick of the levels that hold timers) is far
+ * at once, one comparison; below it, the exact test by level: it is pushed
+ * back unless D <= near[b], b the highest bit in which D and
+ * now differ (taken as 6 for a D at level 0: the OR): its slot is due within
+ * its walk window (which may have walked it already), or is a level-1 slot
+ * with sub-lists (in_place_for says why those differ), or D is at level 0
+ * (due within 64 ticks: no time to walk it). A timer pushed back before,
+ * whose slot D no longer tells, is pushed again: its slot was not near when
+ * it was first pushed, and is walked when it is. pushed_at keeps the time
+ * of the last push: a slot of a block begun after it has no timer to walk.
+ * Re-arming to D itself changes nothing. A few instructions more than a
+ * bare store, and nothing that waits on D but the test: a heartbeat misses
+ * on its timer, and the fewer the instructions around each miss (and the
+ * fewer stores that depend on it), the more misses of successive
+ * heartbeats the CPU keeps in flight. */
+static inline __attribute__((always_inline)) bool push_lazily(struct tw_wheel *w, struct tw_node *n,
+                                                              uint64_t deadline)
+{
+    uint64_t d = n->deadline;
+    if (deadline <= d)
+        return deadline == d;
+    if (__builtin_expect(d <= w->near_top, 0)) {
+        unsigned b = 63u - (unsigned)__builtin_clzll((d ^ w->now) | (SLOT_MASK + 1));
+        if (d <= w->near[b])
+            return false;
+    }
+    w->pushed_at = w->now;
+    n->deadline = deadline;
+    return true;
 }
 
 /* Debug builds (TWHEEL_DEBUG): a pending node remembers its wheel, and the
@@ -256,11 +354,11 @@ static inline __attribute__((always_inline)) void link_node(struct tw_wheel *w, 
  * with `eager` (a constant), eagerly. Inlined into each public entry: the
  * arm is a few dozen instructions, a call is a tenth of it. A pending node
  * takes the new deadline with one store where it may stay: lazily, when the
- * deadline is later than one still in the future (it is moved when its slot
- * comes due; a ready node has deadline == now: relinked); eagerly, when it
- * is in the slot of the new deadline already (in_place_for). Otherwise it
- * is unlinked and placed for the new deadline at once, so that an eager
- * re-arm leaves no move to a later advance. */
+ * deadline is later and push_lazily lets it (it is moved by a walk ahead of
+ * its slot, or when its slot comes due; a ready node has deadline == now:
+ * relinked); eagerly, when it is in the slot of the new deadline already
+ * (in_place_for). Otherwise it is unlinked and placed for the new deadline
+ * at once, so that an eager re-arm leaves no move to a later advance. */
 static inline __attribute__((always_inline)) int
 arm_node_exact(struct tw_wheel *w, struct tw_node *n, uint64_t deadline, bool eager)
 {
@@ -268,9 +366,12 @@ arm_node_exact(struct tw_wheel *w, struct tw_node *n, uint64_t deadline, bool ea
     if (rc)
         return rc;
     if (n->pprev) {
-        if (eager ? in_place_for(w, n, deadline)
-                  : deadline >= n->deadline && n->deadline > w->now) {
-            n->deadline = deadline;
+        if (eager) {
+            if (in_place_for(w, n, deadline)) {
+                n->deadline = deadline;
+                return 0;
+            }
+        } else if (push_lazily(w, n, deadline)) {
             return 0;
         }
         unlink_node(w, n);

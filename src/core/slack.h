@@ -37,8 +37,14 @@ static inline void place_sub(struct tw_wheel *w, struct tw_node *t, size_t sub, 
     if (__builtin_expect(first != NULL, 1)) {
         first->pprev = &t->next;
     } else {
-        mark_occupied(w, 1, (unsigned)(sub / SUBS));
-        w->subbed |= UINT64_C(1) << (sub / SUBS);
+        unsigned slot = (unsigned)(sub / SUBS);
+        mark_occupied(w, 1, slot);
+        w->subbed |= UINT64_C(1) << slot;
+        /* near: an exact re-arm there is never lazy (push_lazily) */
+        uint64_t last = slot_tick(w->now, 1, slot) + SLOT_MASK;
+        for (unsigned b = SLOT_BITS; b < 2 * SLOT_BITS; b++)
+            w->near[b] = last > w->near[b] ? last : w->near[b];
+        w->near_top = last > w->near_top ? last : w->near_top;
     }
 }
 

@@ -32,11 +32,49 @@
  * moves to levels 2, 1 and 0 (so a delay below 64^k moves at most k times).
  *
  * Lazy re-arm (the default): re-arming a pending timer to a later deadline
- * only stores the deadline; the timer stays in the slot of its older one and
- * is re-placed when that slot comes due. Re-arming earlier unlinks and
- * re-inserts at once. One store per later re-arm: the lowest total cost
- * (timers armed together stay in one slot however often they are re-armed,
- * and the advance that reaches it moves them all at once).
+ * only stores the deadline (push_lazily): the timer stays in the slot of its
+ * older one, pushed back past it, and is moved for its deadline later, by
+ * the walk ahead of that slot (below) or when the slot comes due. Re-arming
+ * earlier unlinks and re-inserts at once. One store per later re-arm: the
+ * lowest total cost. A timer whose slot is near, due within its walk window
+ * (so the walk may have passed it), or at level 0 (due within 64 ticks: no
+ * time to walk it), or in a level-1 slot with sub-lists (which go down
+ * whole, not walked), is relocated at once instead, as an eager re-arm;
+ * "near" is a limit per highest differing bit of D and now (near[b]: the
+ * last near tick of D's level), and one comparison with the highest limit
+ * of the levels that hold timers (near_top) clears most heartbeats without
+ * that test. The limits change only at a few ticks, when a window opens or
+ * closes (near_at per level, near_until the first of them): level 1's
+ * every 64 ticks, the others' every 4096 or more.
+ *
+ * The walk ahead: without it, timers armed together and pushed back
+ * together (connections accepted at once, then heartbeats) all wait in the
+ * slot they were armed for, and the advance that reaches it moves them all:
+ * 10^6 in one tick in W2. So each level's first slot X is walked during its
+ * window, the last TW_WHEEL_WALK_TICKS ticks before it comes due (64 at
+ * level 1, 4096 above: at level 1 the whole slot before it; above, long
+ * enough to spread any load, short enough that what it walks is still in
+ * the cache when X comes due): when the window opens (tw_time_moved_, at
+ * near_until), X's chains become the walk's (w->walk; X stays marked
+ * occupied, and chain_emptied does not mark it empty while the walk holds
+ * chains of it), and at each later time move the walk takes its pace's
+ * worth off them: a timer pushed back past X is placed for its deadline (a
+ * move), any other is placed back into X. Its pace is the timers pending
+ * when it starts over the window's ticks (walk_rate), so it has taken them
+ * all by X's due tick; what it has not taken when X comes due within an
+ * advance (time jumped) is taken then (walks_due), at most its pace times
+ * the ticks that advance covers. Since X is near throughout its window, no
+ * re-arm pushes a timer into it behind the walk, and timers armed into X
+ * meanwhile are placed for their deadlines. A walk moves on once its pace
+ * has earned a batch of 64 (or every TW_WHEEL_WALK_LAG ticks if slower):
+ * the call and setup cost more than a few timers. A walk starts only if a
+ * push may have left a timer in X: the last push (pushed_at) came after X's
+ * block of the level above began (before, no slot of it existed; a timer
+ * pushed earlier came into it placed for its deadline), and X was not
+ * walked already (walked). Exact timers nobody re-arms (W3, W4) are never
+ * walked. The cost: a walked slot's timers that were not pushed back are
+ * taken twice, by the walk and when X comes due; tw_wheel_lazy_moves_max
+ * states what one advance can move.
  *
  * Eager re-arm (flag TW_ARM_EAGER): a pending timer is placed for its new
  * deadline at once, later or earlier, unless it is in that deadline's slot
@@ -112,6 +150,24 @@
  *   levels                     bit l set <=> occupied[l] != 0
  *   subbed                     bit s set => level-1 slot s may have sub-lists
  *                              in use (never clear while they hold a node)
+ *   walk[level - 1][chain]     the chains a walk ahead took from its level's
+ *                              first slot and has not taken off yet
+ *   near[b]                    by highest differing bit b of D ^ now (6 for
+ *                              level 0): the last tick of the level's near
+ *                              slots; a lazy re-arm at or below relocates
+ *   near_at[level]             when that level's near limit changes next
+ *   near_until, upper_until    the first of near_at of all levels, of
+ *                              levels 2 and up
+ *   near_top                   the highest near limit of a level holding
+ *                              timers: above it a re-arm is pushed at once
+ *   pushed_at                  the time of the last push (UINT64_MAX: none)
+ *   walk_rate, walk_time       a walk's pace (timers a tick) and the tick
+ *                              it has taken timers up to
+ *   walked[level], walk_slot   the tick and the index of the slot the
+ *                              level's walk takes (or last took) from
+ *   walking                    bit l set <=> level l's walk is under way
+ *   wake                       the first tick at which a near limit
+ *                              changes or a walk is due (time_moved)
  *   ready                      the nodes due at `now`, not fired or pulled yet
  *   now, target                the current tick; the tick the running
  *                              advance (or pull) goes to
@@ -124,7 +180,8 @@
  *
  * Files: wheel.c this design, init, destroy and the getters; arm.c the arm,
  * re-arm and cancel of timers and bare nodes (the workers behind tw_arm);
- * advance.c advancing, the cascade and the pull interface; periodic.c the
+ * advance.c advancing, the cascade, the walks ahead and the pull
+ * interface; periodic.c the
  * periodic timers; internal.h and slack.h the static inline helpers they
  * share (placement, linking, the exact arm; planning with slack), inlined
  * into the hot paths.
@@ -142,6 +199,9 @@ int tw_wheel_init(struct tw_wheel *w, uint64_t now)
     memset(w, 0, sizeof *w);
     w->now = now;
     w->target = now;
+    w->pushed_at = UINT64_MAX; /* never */
+    /* near_at and the untils are 0: every near limit is computed */
+    tw_time_moved_(w);
     return 0;
 }
 
@@ -151,6 +211,7 @@ int64_t tw_wheel_destroy(struct tw_wheel *w)
         return TW_EINVAL;
     if (w->advancing)
         return TW_EBUSY;
+    tw_walk_stop_(w);
     int64_t detached = 0;
     for (struct tw_node *t = w->ready; t; t = t->next, detached++)
         t->pprev = NULL;
