@@ -151,6 +151,12 @@ extern "C" {
  * and thread wake-ups. Below 200 ms those fixed costs alone can outlast the lease, and the
  * queue churns: tasks claimed, their leases gone before they start, claimed again. */
 #define TW_REDIS_LEASE_MIN_MS 200u
+/** Shortest hold_ms accepted by a worker. */
+#define TW_REDIS_HOLD_MIN_MS 100u
+/** How far a worker's clock rate may differ from the server's, in parts per
+ * million (0.1%): the margin of every wait after START and of fencing (see
+ * "Clocks" above). A divisor of 1000000. */
+#define TW_REDIS_CLOCK_RATE_PPM 1000u
 
 /** A client of one durable queue; with an execute callback, also a worker. */
 struct tw_redis;
@@ -223,6 +229,12 @@ struct tw_redis_config {
      * Written during tw_redis_new only. */
     char *errbuf;
     size_t errbuf_len; /**< bytes at errbuf (256 holds any text the layer writes) */
+    /** How long past its due time a claimed task stays leased to its worker until that
+     * worker starts it (default 1000; at least TW_REDIS_HOLD_MIN_MS; capped at lease_ms):
+     * the tasks a dead worker held come back this long after their due time. Shorter
+     * also means a worker whose executors are this late in starting a held task (a
+     * stall, a backlog) may lose it to another worker. */
+    uint32_t hold_ms;
 };
 
 /** Statistics; every count since tw_redis_new. */

@@ -231,6 +231,7 @@ enum {
 extern const char *const tw_rr_scripts[TW_RR_NSCRIPTS];
 /* Keys every script but START takes, in this order (KEYS[1..5]). */
 #define TW_RR_NKEYS 5
+#define TW_RR_CLAIM_NARGS 5 /* CLAIM's ARGV: window, n, lease, bytes, hold (scripts.c) */
 /* Width of a due-time bucket in ms (the schema in redis.c). Every client of a
  * queue must use the same width: it names the bucket a task sits in. */
 #define TW_RR_BUCKET_MS 500
@@ -453,6 +454,11 @@ struct tw_redis {
     uint64_t *last_full;            /* claim thread only: due ms of the last task of the
                                        partition's last claim if it was a full batch
                                        (more due work may wait there), else UINT64_MAX */
+    uint64_t *recover_ns;           /* claim thread only: per partition, the local time to
+                                       claim it again, when the earliest lease its last
+                                       claim saw ends (UINT64_MAX: none; claim.c) */
+    uint64_t recover_next;          /* claim thread only: at most the least recover_ns */
+    unsigned char *recover_due;     /* claim thread only: scratch of rr_pace */
     atomic_bool stop_sub;
     struct tw_rr_router claim_rt;
     struct tw_rr_router sub_rt;     /* only its node list is used */

@@ -294,12 +294,12 @@ int tw_rr_await_claim(struct tw_redis *r, uint32_t p, unsigned batch, const char
         return TW_RR_EAWAIT; /* owes a reply, or silent: not this round */
     uint64_t t0 = tw_rr_mono_ns();
     int s = nd >= 0 && nd < TW_RR_SAMPLE_NODES
-                ? tw_rr_eval_send(rt, TW_RR_CLAIM, slot, TW_RR_NKEYS, 4, av, al)
+                ? tw_rr_eval_send(rt, TW_RR_CLAIM, slot, TW_RR_NKEYS, TW_RR_CLAIM_NARGS, av, al)
                 : TW_EIO;
     if (s == TW_ENOMEM)
         return s;
     if (s != nd) /* not connected (or a node the map had not): the router's retries */
-        return tw_rr_eval(rt, TW_RR_CLAIM, slot, TW_RR_NKEYS, 4, av, al, x);
+        return tw_rr_eval(rt, TW_RR_CLAIM, slot, TW_RR_NKEYS, TW_RR_CLAIM_NARGS, av, al, x);
     int rc = tw_rr_recv(rt, (size_t)nd, t0 + rr_patience_ns(r), x);
     if (rc == TW_RR_PENDING) {
         if (!rt->cluster) { /* the whole command timeout: as a failed call */
@@ -314,7 +314,7 @@ int tw_rr_await_claim(struct tw_redis *r, uint32_t p, unsigned batch, const char
     rr_answered(r, (size_t)nd);
     if (rr_redo_reply(*x)) {
         freeReplyObject(*x);
-        return tw_rr_eval(rt, TW_RR_CLAIM, slot, TW_RR_NKEYS, 4, av, al, x);
+        return tw_rr_eval(rt, TW_RR_CLAIM, slot, TW_RR_NKEYS, TW_RR_CLAIM_NARGS, av, al, x);
     }
     if ((*x)->type == REDIS_REPLY_ERROR) { /* its code, and the server's words told */
         rc = tw_rr_reply_error(rt, *x);
