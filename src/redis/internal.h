@@ -251,6 +251,7 @@ struct tw_rr_item {
             uint64_t run_ns;   /* local clock at which it may run (never early) */
             uint64_t srv_us;   /* the server's clock in the START reply */
             uint64_t reply_ns; /* local clock when that reply was read */
+            uint64_t round_ns; /* local clock when that START round was sent (fencing) */
         };
     };
     uint64_t token;
@@ -337,6 +338,17 @@ uint64_t tw_rr_local_rt_refused(struct tw_rr_local *l);
 #define TW_RR_RETRY_MS 100      /* a start that failed for I/O is retried this much later */
 #define TW_RR_HIST 512       /* lateness histogram buckets */
 #define TW_RR_SAMPLE_NODES 64 /* nodes a claim round samples the clock of */
+/* A span of w measured on the local clock may be w / (1 + TW_REDIS_CLOCK_RATE_PPM
+ * / 1e6) .. w * (1 + ...) on the server's (redis.h: clocks): the margins. */
+static inline uint64_t tw_rr_rate_up(uint64_t w)
+{
+    return w + w / (1000000u / TW_REDIS_CLOCK_RATE_PPM) + 1;
+}
+static inline uint64_t tw_rr_rate_down(uint64_t w)
+{
+    uint64_t d = w / (1000000u / TW_REDIS_CLOCK_RATE_PPM) + 1;
+    return w > d ? w - d : 0;
+}
 
 /* Per-master isolation (silent.c). A master that accepts connections but
  * does not answer (stopped, hung, cut off with its socket open) is silent
@@ -497,8 +509,8 @@ struct tw_redis {
 
     /* figures */
     atomic_uint_fast64_t exec_ns;   /* running mean of one execute call's time */
-    atomic_uint_fast64_t delivered, redelivered, failed, stale_acks, claims, refills,
-        notifications, recovered, lost_leases, sub_reconnects, worker_reconnects;
+    atomic_uint_fast64_t delivered, redelivered, failed, stale_acks, claims, refills, notifications,
+        recovered, lost_leases, sub_reconnects, worker_reconnects, fenced;
     pthread_mutex_t hist_mu;
     uint64_t hist[TW_RR_HIST];
     uint64_t hist_n, late_max_us;

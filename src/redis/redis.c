@@ -334,9 +334,25 @@
  * due time; the worker runs it once (due - that TIME) has passed on its
  * monotonic clock since the reply was read: the server's clock had reached
  * that TIME before the reply arrived, so it has reached the due time by
- * then (plus 0.1% + 1 us for a local clock running fast against the
- * server's: the wait is at most start_ahead_ms <= 1 s). (3) alone makes the
- * rule hold; (2) makes it cheap (start almost never answers "not yet").
+ * then (plus TW_REDIS_CLOCK_RATE_PPM, 0.1%, + 1 us for a local clock running
+ * fast against the server's: the wait is at most start_ahead_ms <= 1 s).
+ * (3) alone makes the rule hold; (2) makes it cheap (start almost never
+ * answers "not yet").
+ *
+ * Clocks, what is assumed (redis.h states it): a worker's clock runs at the
+ * server's rate within TW_REDIS_CLOCK_RATE_PPM; offsets of any size are
+ * measured. Every span the worker measures on its own clock and trusts
+ * against the server's is scaled by that margin (internal.h:
+ * tw_rr_rate_up/down): the wait after START is lengthened (never early),
+ * the span a lease is trusted for after START is shortened (fencing). The
+ * windows, holds and recovery times only cost or save work, never break a
+ * rule, so they use the plain offset. Nothing corrects a difference
+ * between two masters' clocks: a due time read from one master's TIME is
+ * met by the next master's clock after a failover or a migration, so a
+ * task may run early by the old master's clock by as much as the new one
+ * runs behind it (the operator's clock synchronisation bounds that).
+ * tests/redis/test_redis_clocks.c runs a worker whose clocks run 0.1% fast
+ * (libfaketime) and checks that nothing starts early by the real clock.
  *
  * Threads and connections: the client API (set, move, remove, set_many,
  * stats, and stop's releases) shares one router under api_mu; a worker adds a

@@ -118,6 +118,7 @@ int tw_redis_stats(const struct tw_redis *cr, struct tw_redis_stats *out)
     out->recovered = atomic_load(&r->recovered);
     out->lost_leases = atomic_load(&r->lost_leases);
     out->worker_errors = atomic_load(&r->worker_errors);
+    out->fenced = atomic_load(&r->fenced);
     out->rt_refused = r->local ? tw_rr_local_rt_refused(r->local) : 0;
     pthread_mutex_lock(&r->hist_mu);
     out->late_p50_us = rr_pct(r, 0.50);
