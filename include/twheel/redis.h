@@ -296,9 +296,11 @@ struct tw_redis_stats {
     uint64_t failed;      /**< execute calls that answered FAILED */
     uint64_t stale_acks;  /**< acknowledgements refused because the lease was no longer ours */
     uint64_t reconnects;  /**< connections re-established after a failure */
-    uint64_t late_p50_us; /**< delivery lateness (a lower bound of the server's clock when
-                               execute was called, - due), median, from a log-linear
-                               histogram */
+    uint64_t late_p50_us; /**< delivery lateness as execute sees it: the server's clock
+                               just before execute is called (this worker's clock, and
+                               the offset to the server's measured by round trips: within
+                               about half a round trip) - due; median, from a log-linear
+                               histogram (buckets an eighth of a power of two wide) */
     uint64_t late_p99_us; /**< ... 99th percentile */
     uint64_t late_max_us; /**< ... maximum */
     uint64_t claims;      /**< claim script calls (refills, notifications, catch-up batches) */

@@ -570,8 +570,10 @@ void *tw_rr_claim_main(void *arg)
         uint64_t now = tw_rr_mono_ns();
         if (now - epoch > RR_OFF_EPOCH_NS) { /* forget old clock samples (drift) */
             epoch = now;
-            for (uint32_t p = 0; p < P; p++)
+            for (uint32_t p = 0; p < P; p++) {
                 atomic_store(&r->off_prev[p], atomic_exchange(&r->off_cur[p], INT64_MIN));
+                atomic_store(&r->off_hi_prev[p], atomic_exchange(&r->off_hi_cur[p], INT64_MAX));
+            }
         }
         bool refill = now >= next_refill, retry = now >= retry_at;
         /* recoveries (see the top), while Redis answers (else the backoff's refills) */

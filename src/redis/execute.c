@@ -92,8 +92,12 @@ static void rr_exec_one(struct tw_redis *r, struct tw_rr_item *it, unsigned thre
         free(it);
         return;
     }
-    /* lateness: a lower bound of the server's clock now, against due */
-    uint64_t due_us = it->due_ms * 1000u, srv = it->srv_us + (t1 - it->reply_ns) / 1000u;
+    /* lateness as execute sees it: the server's clock now, best estimate,
+     * within what the START round proves (after its reply, before its send) */
+    uint64_t due_us = it->due_ms * 1000u;
+    uint64_t lo = it->srv_us + (t1 - it->reply_ns) / 1000u;
+    uint64_t hi = it->srv_us + tw_rr_rate_up(t1 - it->round_ns) / 1000u + 1u;
+    uint64_t srv = tw_rr_server_us(r, it->part, t1, lo, hi);
     tw_rr_note_late(r, srv > due_us ? srv - due_us : 0);
 #ifdef TW_RR_TRACE
     tw_rr_trace_note(r, it, it->take_ns, it->sent_ns, it->reply_ns, it->srv_us, t1, it->batch,

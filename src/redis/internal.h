@@ -437,6 +437,9 @@ struct tw_redis {
     /* Per partition, the best lower bound of (server clock - local monotonic
      * clock) in us seen in this epoch and the previous one (INT64_MIN: none). */
     _Atomic int_fast64_t *off_cur, *off_prev;
+    /* ... and the best upper bound likewise (INT64_MAX: none): only the
+     * lateness figure uses it (offset.c), never a wait. */
+    _Atomic int_fast64_t *off_hi_cur, *off_hi_prev;
 
     /* client API: one router under api_mu */
     pthread_mutex_t api_mu;
@@ -553,7 +556,15 @@ void tw_rr_keys(const struct tw_redis *r, uint32_t p, char buf[6][TW_RR_KEYBUF],
                 const char **argv, size_t *lens);
 
 /* offset.c: the server clock's offset from the local monotonic clock. */
+/* The server read server_us before its reply arrived at local_ns: a lower bound. */
 void tw_rr_clock_sample(struct tw_redis *r, uint32_t p, uint64_t server_us, uint64_t local_ns);
+/* ... and after the request was sent at sent_ns: an upper bound. */
+void tw_rr_clock_sample_hi(struct tw_redis *r, uint32_t p, uint64_t server_us, uint64_t sent_ns);
+/* The server's clock at local now_ns, best estimate (us): the middle of the
+ * tightest bounds known, kept within [lo_us, hi_us] (the caller's own
+ * bounds); lo_us when no sample is known. For the lateness figure only. */
+uint64_t tw_rr_server_us(struct tw_redis *r, uint32_t p, uint64_t now_ns, uint64_t lo_us,
+                         uint64_t hi_us);
 /* Local monotonic ns at which the server's clock has surely reached due_ms. */
 uint64_t tw_rr_local_due(struct tw_redis *r, uint32_t p, uint64_t due_ms);
 

@@ -695,6 +695,8 @@ static void rr_free_all(struct tw_redis *r)
     free(r->slots);
     free(r->off_cur);
     free(r->off_prev);
+    free(r->off_hi_cur);
+    free(r->off_hi_prev);
     free(r->carry_n);
     free(r->last_full);
     free(r->unknown);
@@ -955,17 +957,21 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
     r->flags = calloc(cfg->partitions, 1);
     r->off_cur = malloc(cfg->partitions * sizeof *r->off_cur);
     r->off_prev = malloc(cfg->partitions * sizeof *r->off_prev);
+    r->off_hi_cur = malloc(cfg->partitions * sizeof *r->off_hi_cur);
+    r->off_hi_prev = malloc(cfg->partitions * sizeof *r->off_hi_prev);
     r->carry_n = calloc(cfg->partitions, sizeof *r->carry_n);
     r->last_full = malloc(cfg->partitions * sizeof *r->last_full);
     r->unknown = calloc(cfg->partitions, 1);
     if (!r->servers || !r->slots || !r->flags || !r->off_cur || !r->off_prev || !r->carry_n ||
-        !r->last_full || !r->unknown)
+        !r->last_full || !r->unknown || !r->off_hi_cur || !r->off_hi_prev)
         goto nomem;
     for (uint32_t p = 0; p < cfg->partitions; p++)
         r->last_full[p] = UINT64_MAX;
     for (uint32_t p = 0; p < cfg->partitions; p++) {
         atomic_init(&r->off_cur[p], INT64_MIN);
         atomic_init(&r->off_prev[p], INT64_MIN);
+        atomic_init(&r->off_hi_cur[p], INT64_MAX);
+        atomic_init(&r->off_hi_prev[p], INT64_MAX);
     }
     if (rr_copy_servers(r, cfg, &first, db) != 0)
         goto nomem;

@@ -1,7 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /* twheel Redis layer: the figures. The lateness histogram the executors
  * feed, tw_redis_stats, and (a debug build with -DTW_RR_TRACE only) the
- * stage figures of each start. */
+ * stage figures of each start.
+ *
+ * Lateness is what execute sees: the executor reads its clock just before
+ * the call and converts it to the server's with the best estimate of the
+ * offset (offset.c: the middle of the tightest bounds, within half a round
+ * trip), kept within what the task's own START round proves; due is
+ * subtracted (execute.c). A lower bound alone would miss everything
+ * between the server's reading of its clock and the reply's arrival: the
+ * script's work, the reply, an fsync. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdatomic.h>
