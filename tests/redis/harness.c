@@ -60,9 +60,11 @@ uint64_t rw_test_size(uint64_t dflt)
 
 int rw_spawn(const char *worker, const struct rw_opts *o, pid_t *pid, const char *log)
 {
-    char num[9][16];
-    const char *argv[40];
+    char num[11][16];
+    const char *argv[64];
     size_t n = 0, k = 0;
+    for (size_t i = 0; o->prefix && o->prefix[i] && n < 16; i++)
+        argv[n++] = o->prefix[i];
     argv[n++] = worker;
 #define RW_STR(flag, v)      \
     do {                     \
@@ -92,6 +94,8 @@ int rw_spawn(const char *worker, const struct rw_opts *o, pid_t *pid, const char
     RW_NUM("--exec-us", o->exec_us);
     RW_NUM("--interval-ms", o->interval_ms);
     RW_NUM("--batch", o->batch);
+    RW_NUM("--ahead-ms", o->ahead_ms);
+    RW_NUM("--hold-ms", o->hold_ms);
 #undef RW_STR
 #undef RW_NUM
     argv[n] = NULL;
