@@ -213,7 +213,8 @@ int rverdict_compute(struct rdel_set *s, uint64_t nids, const bool *required,
     out->first_missing = UINT64_MAX;
     out->first_start_us = UINT64_MAX;
     out->deliveries = s->n;
-    qsort(s->v, s->n, sizeof *s->v, by_id_start);
+    if (s->n > 1)
+        qsort(s->v, s->n, sizeof *s->v, by_id_start);
     uint64_t *late = malloc((s->n ? s->n : 1) * sizeof *late);
     if (!late)
         return -1;
@@ -264,7 +265,8 @@ int rverdict_compute(struct rdel_set *s, uint64_t nids, const bool *required,
             }
         }
     }
-    qsort(late, nl, sizeof *late, cmp_u64);
+    if (nl > 1)
+        qsort(late, nl, sizeof *late, cmp_u64);
     if (nl) {
         out->late_p50_us = late[(nl - 1) / 2];
         out->late_p99_us = late[(nl - 1) * 99 / 100];
