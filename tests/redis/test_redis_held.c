@@ -77,6 +77,18 @@ static uint64_t quantile(uint64_t *v, size_t n, double q)
     return v[(size_t)((double)(n - 1) * q)];
 }
 
+/* The defaults, one server, queue q of `parts` partitions (0: the default). */
+static void cfg_of(struct tw_redis_config *cfg, const char *const *servers, const char *q,
+                   uint32_t parts)
+{
+    tw_redis_config_init(cfg);
+    cfg->servers = servers;
+    cfg->nservers = 1;
+    cfg->queue = q;
+    if (parts)
+        cfg->partitions = parts;
+}
+
 /* ---- a worker killed while it holds a window --------------------------------- */
 
 #define KILL_N 3000
@@ -101,10 +113,7 @@ static void test_kill_held(void)
     o.out = out[0];
     CHECK_EQ_INT(rw_spawn(RFX_WORKER_PATH, &o, &pid[0], NULL), 0);
     struct tw_redis_config cfg;
-    tw_redis_config_init(&cfg);
-    cfg.servers = servers;
-    cfg.nservers = 1;
-    cfg.queue = "kh";
+    cfg_of(&cfg, servers, "kh", 0);
     struct tw_redis *client = NULL;
     CHECK_EQ_INT(tw_redis_new(&client, &cfg), 0);
     redisContext *tc = rfx_connect(&srv);
@@ -323,11 +332,7 @@ static void test_lost_claim(void)
         goto out;
     pthread_mutex_init(&R->mu, NULL);
     struct tw_redis_config cfg;
-    tw_redis_config_init(&cfg);
-    cfg.servers = servers;
-    cfg.nservers = 1;
-    cfg.queue = "lc";
-    cfg.partitions = 1;
+    cfg_of(&cfg, servers, "lc", 1);
     CHECK_EQ_INT(tw_redis_new(&client, &cfg), 0);
     if (!client)
         goto out;
@@ -448,11 +453,7 @@ static void test_fence_stopped(void)
     o.stats = stats[0];
     CHECK_EQ_INT(rw_spawn(RFX_WORKER_PATH, &o, &pid[0], NULL), 0);
     struct tw_redis_config cfg;
-    tw_redis_config_init(&cfg);
-    cfg.servers = servers;
-    cfg.nservers = 1;
-    cfg.queue = "fs";
-    cfg.partitions = 1;
+    cfg_of(&cfg, servers, "fs", 1);
     struct tw_redis *client = NULL;
     CHECK_EQ_INT(tw_redis_new(&client, &cfg), 0);
     redisContext *c = rfx_connect(&srv);
@@ -544,11 +545,7 @@ static void test_fencing_token(void)
     R->c = rfx_connect(&srv);
     R->fail_until = 3; /* two FAILED answers, then DONE */
     struct tw_redis_config cfg;
-    tw_redis_config_init(&cfg);
-    cfg.servers = servers;
-    cfg.nservers = 1;
-    cfg.queue = "ft";
-    cfg.partitions = 1;
+    cfg_of(&cfg, servers, "ft", 1);
     cfg.execute = hrec_exec;
     cfg.arg = R;
     cfg.threads = 2;
