@@ -11,8 +11,8 @@
  * rounds come every window/2, so each claim also answers the earliest lease
  * end left in its partition, and the claim thread claims that partition
  * again at that time (recover_ns: when the server's clock has surely passed
- * it, offset.c), at most once per RR_RECOVER_GAP (hold_ms / 8) per
- * partition: a dead worker's held tasks, whose holds end one after another,
+ * it, offset.c), at most once per hold_ms / RR_RECOVER_DIV (8) per
+ * partition (rr_recover_gap): a dead worker's held tasks, whose holds end one after another,
  * come back in a claim per gap, not one per task. A task so comes back
  * within about hold_ms + gap of its due time, whichever worker held it. In
  * the steady state the earliest end is that of the next task to start
@@ -283,7 +283,10 @@ static size_t rr_recovery_due(struct tw_redis *r, unsigned char *due, uint64_t n
  * of the quarter. A recovery that comes due during the wait (see the top)
  * is claimed at once, here, and the wait goes on: a refill must not hold a
  * dead worker's tasks back for a quarter of the window; what it brings
- * back is due, which ends the pacing in turn (catch-up). Each task is still claimed >= window/4 before it is due:
+ * back is due, which ends the pacing in turn (catch-up); a recovery claim
+ * that fails ends the recoveries of this wait (the node may be away: the
+ * round's own calls find out). Each task is still claimed >= window/4
+ * before it is due:
  * rounds start every window/2 (counted from their start), a partition is
  * claimed within window/4 of its round's start, and its previous claim
  * covered up to a window past that previous round's start.
@@ -333,11 +336,14 @@ static bool rr_pace(struct tw_redis *r, unsigned char *want, size_t *nwanted, si
             if (tw_rr_local_ready(r->local) >= rr_ready_max(r) ||
                 tw_rr_local_held(r->local) + c->n >= RR_HELD_MAX)
                 break; /* at its fill: the others recover them */
-            if (rr_claim_part(r, p, RR_PACED_BATCH, c) < 0)
-                r->last_full[p] = UINT64_MAX;
+            int got = rr_claim_part(r, p, RR_PACED_BATCH, c);
             if (want[p]) { /* claimed for this round too */
                 want[p] = 0;
                 (*nwanted)--;
+            }
+            if (got < 0) {
+                r->last_full[p] = UINT64_MAX;
+                break;
             }
         }
         rr_reconnected(r);
