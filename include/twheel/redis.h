@@ -58,10 +58,49 @@
  * (accept_evicting_policy). At maxmemory under noeviction new work is
  * refused (TW_EOOM) and workers still drain the queue.
  *
- * Leases: lease_ms bounds how long a claimed task may wait past its due
- * time and how long execute may run (the lease is renewed to now + lease_ms
- * at the start, not while execute runs); an execute that runs longer loses
- * its lease and the task is delivered again.
+ * Leases: a worker claims tasks up to window_ms before they are due and
+ * holds them with a short lease, the hold, that ends hold_ms (default 1 s)
+ * after the due time; starting a task lengthens its lease to lease_ms past
+ * the later of its due time and the start. So the tasks a worker held but
+ * had not started when it died (or that a claim leased but whose answer was
+ * lost) are delivered again about hold_ms after their due time, and
+ * lease_ms bounds how long execute may run (the lease is not renewed while
+ * execute runs): an execute that runs longer loses its lease and the task
+ * is delivered again. A live worker that is slow to start a held task (its
+ * executors busy) loses it only when another worker's claim takes it back
+ * first: its own start then finds the lease gone, and it does not run it.
+ *
+ * Fencing: execute is called only while the lease surely still runs by the
+ * server's clock (checked just before the call, with the margins below);
+ * otherwise the task is dropped (counted in `fenced`) and delivered again
+ * elsewhere. A worker that stalls (a pause, a stopped process, a swapped
+ * machine) past its lease therefore calls execute on none of the tasks it
+ * had started. execute itself can outlive the lease: struct tw_redis_task
+ * carries the lease's end (lease_end_ms on the server's clock,
+ * lease_deadline_ns on the worker's CLOCK_MONOTONIC) and a fencing token
+ * (token, with attempt). An application whose store must refuse a stale
+ * writer keeps, per key, the highest token it has accepted, and applies a
+ * write only if its token is at least that (one conditional write: SQL
+ * `UPDATE ... SET ..., fence = $token WHERE key = $key AND fence <= $token`,
+ * a Redis script, a compare-and-set); or, without conditional writes,
+ * checks CLOCK_MONOTONIC against lease_deadline_ns before it commits. A
+ * token is larger for every later lease of the same key: tokens come from
+ * one counter per partition of the queue, kept in Redis with the queue (a
+ * server that loses its data, or a queue moved to another partition count,
+ * starts another series: the store's fence must then be reset).
+ *
+ * Clocks: the contract assumes (1) a worker's clocks (CLOCK_MONOTONIC)
+ * run at the server's rate within TW_REDIS_CLOCK_RATE_PPM (0.1%); clock
+ * offsets of any size are fine: the worker measures them; and (2) after a
+ * failover or a slot migration, the master that now serves a partition has
+ * a clock within Y of the previous one's, Y being what the operator's time
+ * synchronisation keeps (NTP: typically well under 10 ms). Under (1) never
+ * early and fencing hold by the clock of the master that STARTs the task:
+ * every wait after START is lengthened, and every span a lease is trusted
+ * for shortened, by TW_REDIS_CLOCK_RATE_PPM. Under (2) a due time read from
+ * one master's TIME is met by its next master's clock: by the first one's, a
+ * task may run up to Y early, and a lease end may differ by Y; the layer
+ * cannot correct that (no clock is shared), so keep Y well under hold_ms.
  *
  * Acknowledgements are delayed by up to 100 ms (lease_ms / 8 if less):
  * `pending` and `delivered` lag execute by that much, and a worker that dies
@@ -151,6 +190,12 @@ extern "C" {
  * and thread wake-ups. Below 200 ms those fixed costs alone can outlast the lease, and the
  * queue churns: tasks claimed, their leases gone before they start, claimed again. */
 #define TW_REDIS_LEASE_MIN_MS 200u
+/** Shortest hold_ms accepted by a worker. */
+#define TW_REDIS_HOLD_MIN_MS 100u
+/** How far a worker's clock rate may differ from the server's, in parts per
+ * million (0.1%): the margin of every wait after START and of fencing (see
+ * "Clocks" above). A divisor of 1000000. */
+#define TW_REDIS_CLOCK_RATE_PPM 1000u
 
 /** A client of one durable queue; with an execute callback, also a worker. */
 struct tw_redis;
@@ -163,6 +208,15 @@ struct tw_redis_task {
     size_t payload_len;  /**< their length */
     uint64_t due_ms;     /**< due time, ms since the epoch on the Redis server's clock */
     uint32_t attempt;    /**< 1 for the first delivery, 2 after one failure or lost lease, ... */
+    /** Fencing token: the lease's token, larger for every later lease of this key (see
+     * "Fencing" above); with attempt, what a store records to refuse a stale writer. */
+    uint64_t token;
+    /** The lease's end, ms since the epoch on the Redis server's clock (a lower bound:
+     * at least due_ms + lease_ms); past it, the task may be delivered to another worker. */
+    uint64_t lease_end_ms;
+    /** The same end on this worker's CLOCK_MONOTONIC, in ns, made early by the clock
+     * margins: before it, the lease surely still runs. execute is called before it. */
+    uint64_t lease_deadline_ns;
 };
 
 /** What execute answers. */
@@ -223,6 +277,12 @@ struct tw_redis_config {
      * Written during tw_redis_new only. */
     char *errbuf;
     size_t errbuf_len; /**< bytes at errbuf (256 holds any text the layer writes) */
+    /** How long past its due time a claimed task stays leased to its worker until that
+     * worker starts it (default 1000; at least TW_REDIS_HOLD_MIN_MS; capped at lease_ms):
+     * the tasks a dead worker held come back this long after their due time. Shorter
+     * also means a worker whose executors are this late in starting a held task (a
+     * stall, a backlog) may lose it to another worker. */
+    uint32_t hold_ms;
 };
 
 /** Statistics; every count since tw_redis_new. */
@@ -236,9 +296,11 @@ struct tw_redis_stats {
     uint64_t failed;      /**< execute calls that answered FAILED */
     uint64_t stale_acks;  /**< acknowledgements refused because the lease was no longer ours */
     uint64_t reconnects;  /**< connections re-established after a failure */
-    uint64_t late_p50_us; /**< delivery lateness (a lower bound of the server's clock when
-                               execute was called, - due), median, from a log-linear
-                               histogram */
+    uint64_t late_p50_us; /**< delivery lateness as execute sees it: the server's clock
+                               just before execute is called (this worker's clock, and
+                               the offset to the server's measured by round trips: within
+                               about half a round trip) - due; median, from a log-linear
+                               histogram (buckets an eighth of a power of two wide) */
     uint64_t late_p99_us; /**< ... 99th percentile */
     uint64_t late_max_us; /**< ... maximum */
     uint64_t claims;      /**< claim script calls (refills, notifications, catch-up batches) */
@@ -257,6 +319,8 @@ struct tw_redis_stats {
     uint64_t worker_errors; /**< error replies (and refused AUTHs) the worker's own threads
                                  met: claim, start, acknowledge, fail, subscribe; the last
                                  one's words: tw_redis_worker_error */
+    uint64_t fenced;      /**< started tasks not executed because their lease may have
+                               ended before an executor got to them (a stall) */
 };
 
 /** Fill @p cfg with the defaults above (servers NULL: must be set). No I/O. */

@@ -1,8 +1,27 @@
 /* SPDX-License-Identifier: MIT */
 /* twheel Redis layer: the claim thread. Claim rounds (every window/2, and
  * for notified partitions), their pacing, the frontier that hands claimed
- * tasks to the local queue (local.c) in due order, and the catch-up after a
- * reconnect. */
+ * tasks to the local queue (local.c) in due order, the catch-up after a
+ * reconnect, and the recovery of held tasks whose holder is gone.
+ *
+ * Recovery. A claimed task is held with a short lease, the hold, which ends
+ * hold_ms after its due time (scripts.c: CLAIM); its START lengthens it.
+ * A hold that runs out means its worker died, stalled, or never got the
+ * claim's answer; any claim of the partition moves it back to due. Refill
+ * rounds come every window/2, so each claim also answers the earliest lease
+ * end left in its partition, and the claim thread claims that partition
+ * again at that time (recover_ns: when the server's clock has surely passed
+ * it, offset.c), at most once per hold_ms / RR_RECOVER_DIV (8) per
+ * partition (rr_recover_gap): a dead worker's held tasks, whose holds end one after another,
+ * come back in a claim per gap, not one per task. A task so comes back
+ * within about hold_ms + gap of its due time, whichever worker held it. In
+ * the steady state the earliest end is that of the next task to start
+ * (starts lengthen the others'), about hold_ms ahead: a claim per
+ * partition per hold_ms at most, most of them the refill's own. During a
+ * paced refill the wait between its calls ends for a recovery too
+ * (rr_pace). A worker at its fill does not claim (nor recover: the others
+ * do); and its fill counts execute's time (rr_ready_max), so that a live
+ * worker starts what it holds well within the hold. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdatomic.h>
@@ -21,6 +40,14 @@
 #define RR_CAPPED_RETRY_NS 5000000u /* a worker at its fill claims again this soon */
 #define RR_OFF_EPOCH_NS 5000000000ull /* clock offset samples are kept 5-10 s */
 #define RR_CLAIM_RETRY_MS (TW_RR_RETRY_MS / 5) /* a claim round gives up on a master away */
+#define RR_RECOVER_DIV 8 /* a partition is claimed for recovery once per hold_ms / this */
+#define RR_READY_MIN 4   /* due tasks waiting per executor, at least */
+
+/* The least time between two claims of a partition for recovery (see the top). */
+static uint64_t rr_recover_gap(const struct tw_redis *r)
+{
+    return (uint64_t)r->cfg.hold_ms * 1000000u / RR_RECOVER_DIV;
+}
 
 static int rr_item_cmp(const void *a, const void *b)
 {
@@ -37,7 +64,7 @@ static int rr_claim_reply(struct tw_redis *r, uint32_t p, unsigned batch, struct
  * claimed (>= 0) or an error (TW_RR_EAWAIT: its reply comes later, silent.c). */
 static int rr_claim_part(struct tw_redis *r, uint32_t p, unsigned batch, struct tw_rr_batch *b)
 {
-    char kb[6][TW_RR_KEYBUF], win[16], n[16], lease[16], bytes[16];
+    char kb[6][TW_RR_KEYBUF], win[16], n[16], lease[16], bytes[16], hold[16];
     const char *av[10];
     size_t al[10];
     tw_rr_keys(r, p, kb, av, al);
@@ -49,6 +76,8 @@ static int rr_claim_part(struct tw_redis *r, uint32_t p, unsigned batch, struct 
     av[7] = lease;
     al[8] = (size_t)snprintf(bytes, sizeof bytes, "%u", RR_BATCH_BYTES);
     av[8] = bytes;
+    al[9] = (size_t)snprintf(hold, sizeof hold, "%u", r->cfg.hold_ms);
+    av[9] = hold;
     redisReply *x;
     uint64_t rc0 = r->claim_rt.reconnects;
 #ifdef TW_RR_TRACE
@@ -64,7 +93,7 @@ static int rr_claim_part(struct tw_redis *r, uint32_t p, unsigned batch, struct 
                                                       x->type == REDIS_REPLY_ARRAY && x->elements
                                                           ? (uint64_t)x->element[0]->integer
                                                           : 0,
-                                                      0, 0, (uint32_t)(x->elements - 2) / 5, 9999};
+                                                      0, 0, (uint32_t)(x->elements - 3) / 5, 9999};
         pthread_mutex_unlock(&r->hist_mu);
     }
 #endif
@@ -81,15 +110,22 @@ static int rr_claim_reply(struct tw_redis *r, uint32_t p, unsigned batch, struct
                           redisReply *x)
 {
     uint64_t t_reply = tw_rr_mono_ns();
-    if (x->type != REDIS_REPLY_ARRAY || x->elements < 2 || (x->elements - 2) % 5 != 0 ||
-        x->element[0]->type != REDIS_REPLY_INTEGER || x->element[1]->type != REDIS_REPLY_INTEGER) {
+    if (x->type != REDIS_REPLY_ARRAY || x->elements < 3 || (x->elements - 3) % 5 != 0 ||
+        x->element[0]->type != REDIS_REPLY_INTEGER || x->element[1]->type != REDIS_REPLY_INTEGER ||
+        x->element[x->elements - 1]->type != REDIS_REPLY_INTEGER) {
         freeReplyObject(x);
         return TW_EPROTO;
     }
     uint64_t now_us = (uint64_t)x->element[0]->integer;
     tw_rr_clock_sample(r, p, now_us, t_reply);
     atomic_fetch_add(&r->recovered, (uint64_t)x->element[1]->integer);
-    size_t k = (x->elements - 2) / 5;
+    /* claim p again when its earliest lease ends (see the top) */
+    long long end = x->element[x->elements - 1]->integer;
+    uint64_t at = end < 0 ? UINT64_MAX : tw_rr_local_due(r, p, (uint64_t)end);
+    r->recover_ns[p] = at < t_reply + rr_recover_gap(r) ? t_reply + rr_recover_gap(r) : at;
+    if (r->recover_ns[p] < r->recover_next)
+        r->recover_next = r->recover_ns[p];
+    size_t k = (x->elements - 3) / 5;
     if (b->n + k > b->cap) {
         size_t cap = b->cap ? b->cap : 256;
         while (cap < b->n + k)
@@ -192,6 +228,46 @@ static uint64_t rr_frontier(const struct tw_redis *r)
     return f;
 }
 
+/* Due tasks this worker takes on at most (see rr_claim_round: Load):
+ * RR_READY_PER_THREAD per executor, fewer when execute is slow: what its
+ * executors get through in half a hold, so that a live worker starts what
+ * it holds before the hold ends and no claim takes it back (RR_READY_MIN
+ * at least). */
+static size_t rr_ready_max(const struct tw_redis *r)
+{
+    uint64_t per = RR_READY_PER_THREAD, ex = atomic_load(&r->exec_ns);
+    if (ex) {
+        uint64_t fit = (uint64_t)r->cfg.hold_ms * 500000u / ex;
+        if (fit < per)
+            per = fit < RR_READY_MIN ? RR_READY_MIN : fit;
+    }
+    return (size_t)r->cfg.threads * per;
+}
+
+/* The partitions whose recovery claim is due (within half a gap, so that
+ * nearby ones go together): each gets a provisional next time a gap away
+ * (its claim sets the real one; a claim that fails or waits for its
+ * carried items retries then), and those with no items carried are marked
+ * in `due` (if not marked yet: counted). recover_next is recomputed. */
+static size_t rr_recovery_due(struct tw_redis *r, unsigned char *due, uint64_t now)
+{
+    uint64_t gap = rr_recover_gap(r), soon = now + gap / 2, next = UINT64_MAX;
+    size_t k = 0;
+    for (uint32_t p = 0; p < r->cfg.partitions; p++) {
+        if (r->recover_ns[p] <= soon) {
+            r->recover_ns[p] = now + gap;
+            if (!r->carry_n[p] && !due[p]) {
+                due[p] = 1;
+                k++;
+            }
+        }
+        if (r->recover_ns[p] < next)
+            next = r->recover_ns[p];
+    }
+    r->recover_next = next;
+    return k;
+}
+
 /* Pacing a refill. A refill round claims what enters the window (tasks due
  * window/2 to window ahead), one claim call per partition or more. Run back
  * to back, the calls of every worker's round would hold single-threaded
@@ -204,7 +280,13 @@ static uint64_t rr_frontier(const struct tw_redis *r)
  * wanted) before the next call; a notification ends the wait and
  * the pacing (the notified partitions are claimed in this round), as does a
  * claimed task due within window/4 (catch-up: the frontier rules) or the end
- * of the quarter. Each task is still claimed >= window/4 before it is due:
+ * of the quarter. A recovery that comes due during the wait (see the top)
+ * is claimed at once, here, and the wait goes on: a refill must not hold a
+ * dead worker's tasks back for a quarter of the window; what it brings
+ * back is due, which ends the pacing in turn (catch-up); a recovery claim
+ * that fails ends the recoveries of this wait (the node may be away: the
+ * round's own calls find out). Each task is still claimed >= window/4
+ * before it is due:
  * rounds start every window/2 (counted from their start), a partition is
  * claimed within window/4 of its round's start, and its previous claim
  * covered up to a window past that previous round's start.
@@ -213,27 +295,60 @@ static bool rr_pace(struct tw_redis *r, unsigned char *want, size_t *nwanted, si
                     uint64_t pace_until, uint64_t gap, uint64_t quarter, bool *pace)
 {
     struct tw_rr_batch *c = &r->carry;
-    uint64_t now = tw_rr_mono_ns(), far = now + quarter;
-    if (r->nunknown) { /* catching up after a reconnect: no pacing */
-        *pace = false;
-        return false;
-    }
-    for (size_t i = n0; i < c->n; i++)
-        if (c->v[i]->due_local_ns <= far) {
+    uint64_t until = 0;
+    bool stop;
+    for (;;) {
+        uint64_t now = tw_rr_mono_ns(), far = now + quarter;
+        if (r->nunknown) { /* catching up after a reconnect: no pacing */
             *pace = false;
             return false;
         }
-    for (size_t i = n0; i < c->n; i++) {
-        struct tw_rr_item *it = c->v[i];
-        r->carry_n[it->part]--;
-        tw_rr_local_add(r->local, it);
+        for (size_t i = n0; i < c->n; i++)
+            if (c->v[i]->due_local_ns <= far) {
+                *pace = false;
+                return false;
+            }
+        for (size_t i = n0; i < c->n; i++) {
+            struct tw_rr_item *it = c->v[i];
+            r->carry_n[it->part]--;
+            tw_rr_local_add(r->local, it);
+        }
+        c->n = n0;
+        if (!until)
+            until = now + gap < pace_until ? now + gap : pace_until;
+        uint64_t wake = until < r->recover_next ? until : r->recover_next;
+        pthread_mutex_lock(&r->mu);
+        while (!r->stop_claim && r->nflagged == 0 && tw_rr_mono_ns() < wake)
+            (void)tw_cond_wait_until_(&r->cv, &r->mu, wake);
+        stop = r->stop_claim;
+        bool flagged = r->nflagged != 0;
+        pthread_mutex_unlock(&r->mu);
+        now = tw_rr_mono_ns();
+        if (stop || flagged || now >= until || now < r->recover_next)
+            break;
+        /* recoveries due: claimed now, then the wait goes on */
+        unsigned char *due = r->recover_due;
+        memset(due, 0, r->cfg.partitions);
+        rr_recovery_due(r, due, now);
+        for (uint32_t p = 0; p < r->cfg.partitions; p++) {
+            if (!due[p])
+                continue;
+            if (tw_rr_local_ready(r->local) >= rr_ready_max(r) ||
+                tw_rr_local_held(r->local) + c->n >= RR_HELD_MAX)
+                break; /* at its fill: the others recover them */
+            int got = rr_claim_part(r, p, RR_PACED_BATCH, c);
+            if (want[p]) { /* claimed for this round too */
+                want[p] = 0;
+                (*nwanted)--;
+            }
+            if (got < 0) {
+                r->last_full[p] = UINT64_MAX;
+                break;
+            }
+        }
+        rr_reconnected(r);
     }
-    c->n = n0;
-    uint64_t until = now + gap < pace_until ? now + gap : pace_until;
     pthread_mutex_lock(&r->mu);
-    while (!r->stop_claim && r->nflagged == 0 && tw_rr_mono_ns() < until)
-        (void)tw_cond_wait_until_(&r->cv, &r->mu, until);
-    bool stop = r->stop_claim;
     if (r->nflagged) {
         *pace = false;
         for (uint32_t p = 0; p < r->cfg.partitions; p++)
@@ -267,7 +382,7 @@ static bool rr_pace(struct tw_redis *r, unsigned char *want, size_t *nwanted, si
  * partition, and holds only what the frontier will reach).
  *
  * Load: a worker takes no more work than its executors can start soon
- * (RR_READY_PER_THREAD per thread due and waiting, RR_HELD_MAX held in all;
+ * (rr_ready_max due and waiting, RR_HELD_MAX held in all;
  * the carry stays below one batch per partition): claiming a backlog faster
  * than it can run would let the leases run out before the tasks start, and
  * workers would only pass the tasks around. "Ready" counts only tasks whose
@@ -298,7 +413,7 @@ static int rr_claim_round(struct tw_redis *r, unsigned char *want, bool pace, bo
         gap = quarter / (nw ? nw : 1);
         r->paced_calls = 0;
     }
-    size_t ready_max = (size_t)r->cfg.threads * RR_READY_PER_THREAD;
+    size_t ready_max = rr_ready_max(r);
     /* Nodes that failed this round (a TIME or a claim gave TW_EIO): their
      * other partitions are not tried again before the next round. Besides
      * sparing a command timeout per partition while a node is away, this
@@ -434,6 +549,16 @@ void *tw_rr_claim_main(void *arg)
     struct tw_redis *r = arg;
     uint32_t P = r->cfg.partitions;
     unsigned char *want = calloc(P, 1);
+    r->recover_ns = malloc(P * sizeof *r->recover_ns);
+    r->recover_due = calloc(P, 1);
+    if (!r->recover_ns || !r->recover_due) { /* as Redis away: never claims */
+        free(want);
+        want = NULL;
+    } else {
+        for (uint32_t p = 0; p < P; p++)
+            r->recover_ns[p] = UINT64_MAX;
+    }
+    r->recover_next = UINT64_MAX;
     uint64_t half = (uint64_t)r->cfg.window_ms * 1000000u / 2, next_refill = 0;
     uint64_t retry_at = UINT64_MAX; /* at its fill: claim again then */
     uint64_t last_ok_refill = 0;    /* start of the last refill round that claimed all */
@@ -451,28 +576,42 @@ void *tw_rr_claim_main(void *arg)
         uint64_t now = tw_rr_mono_ns();
         if (now - epoch > RR_OFF_EPOCH_NS) { /* forget old clock samples (drift) */
             epoch = now;
-            for (uint32_t p = 0; p < P; p++)
+            for (uint32_t p = 0; p < P; p++) {
                 atomic_store(&r->off_prev[p], atomic_exchange(&r->off_cur[p], INT64_MIN));
+                atomic_store(&r->off_hi_prev[p], atomic_exchange(&r->off_hi_cur[p], INT64_MAX));
+            }
         }
         bool refill = now >= next_refill, retry = now >= retry_at;
-        if (!refill && !retry && r->nflagged == 0) {
+        /* recoveries (see the top), while Redis answers (else the backoff's refills) */
+        uint64_t recover_at = want && backoff_ms == 0 ? r->recover_next : UINT64_MAX;
+        bool recover = now >= recover_at;
+        if (!refill && !retry && !recover && r->nflagged == 0) {
             uint64_t until = next_refill < retry_at ? next_refill : retry_at;
             if (awaiting && until > now + (uint64_t)TW_RR_SILENT_MS * 1000000u)
                 until = now + (uint64_t)TW_RR_SILENT_MS * 1000000u;
-            (void)tw_cond_wait_until_(&r->cv, &r->mu, until);
+            (void)tw_cond_wait_until_(&r->cv, &r->mu, until < recover_at ? until : recover_at);
             continue;
         }
         /* Pace only in the steady state: this worker's previous refill
          * claimed every partition, on time (rr_pace's bound needs it). */
         bool pace = refill && !retry && r->nflagged == 0 && last_ok_refill &&
                     now - last_ok_refill <= half + half / 4;
+        size_t nwant = 0;
         for (uint32_t p = 0; p < P; p++) {
             if (want)
-                want[p] = (unsigned char)(refill || retry || r->flags[p]);
+                nwant += want[p] = (unsigned char)(refill || retry || r->flags[p]);
             r->flags[p] = 0;
         }
         r->nflagged = 0;
         pthread_mutex_unlock(&r->mu);
+        /* A refill wants every partition: a paced one recovers what is due
+         * after its first call (rr_pace), an unpaced one claims them all. */
+        if (recover && !refill && !retry)
+            nwant += rr_recovery_due(r, want, now);
+        if (want && nwant == 0) { /* nothing due after all (a claim moved it on) */
+            pthread_mutex_lock(&r->mu);
+            continue;
+        }
         int rc = 0;
         bool capped = false;
         uint64_t round_start = now;
@@ -506,5 +645,9 @@ void *tw_rr_claim_main(void *arg)
     }
     pthread_mutex_unlock(&r->mu);
     free(want); /* the carry is left for stop to release */
+    free(r->recover_ns);
+    free(r->recover_due);
+    r->recover_ns = NULL;
+    r->recover_due = NULL;
     return NULL;
 }

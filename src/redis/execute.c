@@ -5,7 +5,19 @@
  * until its run time, back to the queue for a later round, or dropped); or
  * an armed task whose run time has come. It runs a started task (execute),
  * hands a DONE one's acknowledgement to ack.c and FAILs a FAILED one at
- * once. */
+ * once.
+ *
+ * Fencing: a granted START leased the task until L = max(due, the reply's
+ * clock) + lease_ms on the server's clock (scripts.c). The server read its
+ * clock after the round was sent (round_ns), so at local time t its clock
+ * reads at most srv_us + (t - round_ns), scaled up by the clock-rate margin
+ * (redis.h: clocks): the lease surely still runs before round_ns + (L -
+ * srv_us) scaled down by it. That is the deadline execute is called before
+ * (and the one it is given); an executor that reaches a task later (the
+ * process stopped or starved past the lease, with the task armed, or
+ * waiting behind the others of its batch) drops it unrun: another worker
+ * may be running it already. It is counted in `fenced`, neither
+ * acknowledged nor failed: its lease runs out and it is delivered again. */
 #define _GNU_SOURCE
 #include <stdatomic.h>
 #include <stdio.h>
@@ -38,15 +50,31 @@ static void rr_exec_time(struct tw_redis *r, uint64_t ns)
 
 /* When a granted start may run: the server's clock read srv_us before the
  * reply that carried it was read here at reply_ns, so after due_us - srv_us
- * more (plus 0.1% and 1 us against a local clock running fast against the
- * server's) the server's clock has surely passed the due time. 0: at once. */
+ * more (lengthened by the clock-rate margin against a local clock running
+ * fast, plus 1 us for the server's clock read in whole us) the server's
+ * clock has surely passed the due time. 0: at once. */
 static uint64_t rr_run_at(uint64_t due_ms, uint64_t srv_us, uint64_t reply_ns)
 {
     uint64_t due_us = due_ms * 1000u;
     if (srv_us >= due_us)
         return 0;
-    uint64_t w = due_us - srv_us;
-    return reply_ns + w * 1000u + w + 1000u;
+    return reply_ns + tw_rr_rate_up((due_us - srv_us) * 1000u) + 1000u;
+}
+
+/* The lease's end a granted START wrote (at least: scripts.c), server ms. */
+static uint64_t rr_lease_end_ms(const struct tw_redis *r, const struct tw_rr_item *it)
+{
+    uint64_t now_ms = it->srv_us / 1000u;
+    return (it->due_ms > now_ms ? it->due_ms : now_ms) + r->cfg.lease_ms;
+}
+
+/* Local time before which that lease surely runs (see the top), less 1 us
+ * for the server's clock read in whole us. */
+static uint64_t rr_fence_ns(const struct tw_redis *r, const struct tw_rr_item *it)
+{
+    uint64_t end_us = rr_lease_end_ms(r, it) * 1000u;
+    uint64_t left = end_us > it->srv_us ? tw_rr_rate_down((end_us - it->srv_us) * 1000u) : 0;
+    return left > 1000u ? it->round_ns + left - 1000u : it->round_ns;
 }
 
 /* Run one started item at (or after) it->run_ns, on executor `thread`: count
@@ -57,9 +85,19 @@ static uint64_t rr_run_at(uint64_t due_ms, uint64_t srv_us, uint64_t reply_ns)
 static void rr_exec_one(struct tw_redis *r, struct tw_rr_item *it, unsigned thread)
 {
     struct tw_rr_router *rt = &r->exec_rt[thread];
+    uint64_t fence = rr_fence_ns(r, it);
     uint64_t t1 = tw_rr_mono_ns();
-    /* lateness: a lower bound of the server's clock now, against due */
-    uint64_t due_us = it->due_ms * 1000u, srv = it->srv_us + (t1 - it->reply_ns) / 1000u;
+    if (t1 >= fence) { /* the lease may have ended: not ours to run (see the top) */
+        atomic_fetch_add(&r->fenced, 1);
+        free(it);
+        return;
+    }
+    /* lateness as execute sees it: the server's clock now, best estimate,
+     * within what the START round proves (after its reply, before its send) */
+    uint64_t due_us = it->due_ms * 1000u;
+    uint64_t lo = it->srv_us + (t1 - it->reply_ns) / 1000u;
+    uint64_t hi = it->srv_us + tw_rr_rate_up(t1 - it->round_ns) / 1000u + 1u;
+    uint64_t srv = tw_rr_server_us(r, it->part, t1, lo, hi);
     tw_rr_note_late(r, srv > due_us ? srv - due_us : 0);
 #ifdef TW_RR_TRACE
     tw_rr_trace_note(r, it, it->take_ns, it->sent_ns, it->reply_ns, it->srv_us, t1, it->batch,
@@ -67,8 +105,15 @@ static void rr_exec_one(struct tw_redis *r, struct tw_rr_item *it, unsigned thre
 #endif
     if (it->started > 1)
         atomic_fetch_add(&r->redelivered, 1);
-    struct tw_redis_task t = {it->data,        it->key_len, tw_rr_payload(it),
-                              it->payload_len, it->due_ms,  (uint32_t)it->started};
+    struct tw_redis_task t = {.key = it->data,
+                              .key_len = it->key_len,
+                              .payload = tw_rr_payload(it),
+                              .payload_len = it->payload_len,
+                              .due_ms = it->due_ms,
+                              .attempt = (uint32_t)it->started,
+                              .token = it->token,
+                              .lease_end_ms = rr_lease_end_ms(r, it),
+                              .lease_deadline_ns = fence};
     enum tw_redis_result res = r->cfg.execute(r->cfg.arg, &t);
     rr_exec_time(r, tw_rr_mono_ns() - t1);
     if (res == TW_REDIS_DONE) {
@@ -235,6 +280,7 @@ static void rr_run(struct tw_redis *r, struct tw_rr_item **v, size_t n, unsigned
         it->run_ns = at[run[q]];
         it->srv_us = e->now[run[q]];
         it->reply_ns = e->reply_ns[run[q]];
+        it->round_ns = e->sent_ns;
         it->started = (uint64_t)e->arg[run[q]];
 #ifdef TW_RR_TRACE
         it->take_ns = t_take;

@@ -231,6 +231,7 @@ enum {
 extern const char *const tw_rr_scripts[TW_RR_NSCRIPTS];
 /* Keys every script but START takes, in this order (KEYS[1..5]). */
 #define TW_RR_NKEYS 5
+#define TW_RR_CLAIM_NARGS 5 /* CLAIM's ARGV: window, n, lease, bytes, hold (scripts.c) */
 /* Width of a due-time bucket in ms (the schema in redis.c). Every client of a
  * queue must use the same width: it names the bucket a task sits in. */
 #define TW_RR_BUCKET_MS 500
@@ -250,6 +251,7 @@ struct tw_rr_item {
             uint64_t run_ns;   /* local clock at which it may run (never early) */
             uint64_t srv_us;   /* the server's clock in the START reply */
             uint64_t reply_ns; /* local clock when that reply was read */
+            uint64_t round_ns; /* local clock when that START round was sent (fencing) */
         };
     };
     uint64_t token;
@@ -336,6 +338,17 @@ uint64_t tw_rr_local_rt_refused(struct tw_rr_local *l);
 #define TW_RR_RETRY_MS 100      /* a start that failed for I/O is retried this much later */
 #define TW_RR_HIST 512       /* lateness histogram buckets */
 #define TW_RR_SAMPLE_NODES 64 /* nodes a claim round samples the clock of */
+/* A span of w measured on the local clock may be w / (1 + TW_REDIS_CLOCK_RATE_PPM
+ * / 1e6) .. w * (1 + ...) on the server's (redis.h: clocks): the margins. */
+static inline uint64_t tw_rr_rate_up(uint64_t w)
+{
+    return w + w / (1000000u / TW_REDIS_CLOCK_RATE_PPM) + 1;
+}
+static inline uint64_t tw_rr_rate_down(uint64_t w)
+{
+    uint64_t d = w / (1000000u / TW_REDIS_CLOCK_RATE_PPM) + 1;
+    return w > d ? w - d : 0;
+}
 
 /* Per-master isolation (silent.c). A master that accepts connections but
  * does not answer (stopped, hung, cut off with its socket open) is silent
@@ -424,6 +437,9 @@ struct tw_redis {
     /* Per partition, the best lower bound of (server clock - local monotonic
      * clock) in us seen in this epoch and the previous one (INT64_MIN: none). */
     _Atomic int_fast64_t *off_cur, *off_prev;
+    /* ... and the best upper bound likewise (INT64_MAX: none): only the
+     * lateness figure uses it (offset.c), never a wait. */
+    _Atomic int_fast64_t *off_hi_cur, *off_hi_prev;
 
     /* client API: one router under api_mu */
     pthread_mutex_t api_mu;
@@ -453,6 +469,11 @@ struct tw_redis {
     uint64_t *last_full;            /* claim thread only: due ms of the last task of the
                                        partition's last claim if it was a full batch
                                        (more due work may wait there), else UINT64_MAX */
+    uint64_t *recover_ns;           /* claim thread only: per partition, the local time to
+                                       claim it again, when the earliest lease its last
+                                       claim saw ends (UINT64_MAX: none; claim.c) */
+    uint64_t recover_next;          /* claim thread only: at most the least recover_ns */
+    unsigned char *recover_due;     /* claim thread only: scratch of rr_pace */
     atomic_bool stop_sub;
     struct tw_rr_router claim_rt;
     struct tw_rr_router sub_rt;     /* only its node list is used */
@@ -491,8 +512,8 @@ struct tw_redis {
 
     /* figures */
     atomic_uint_fast64_t exec_ns;   /* running mean of one execute call's time */
-    atomic_uint_fast64_t delivered, redelivered, failed, stale_acks, claims, refills,
-        notifications, recovered, lost_leases, sub_reconnects, worker_reconnects;
+    atomic_uint_fast64_t delivered, redelivered, failed, stale_acks, claims, refills, notifications,
+        recovered, lost_leases, sub_reconnects, worker_reconnects, fenced;
     pthread_mutex_t hist_mu;
     uint64_t hist[TW_RR_HIST];
     uint64_t hist_n, late_max_us;
@@ -535,7 +556,15 @@ void tw_rr_keys(const struct tw_redis *r, uint32_t p, char buf[6][TW_RR_KEYBUF],
                 const char **argv, size_t *lens);
 
 /* offset.c: the server clock's offset from the local monotonic clock. */
+/* The server read server_us before its reply arrived at local_ns: a lower bound. */
 void tw_rr_clock_sample(struct tw_redis *r, uint32_t p, uint64_t server_us, uint64_t local_ns);
+/* ... and after the request was sent at sent_ns: an upper bound. */
+void tw_rr_clock_sample_hi(struct tw_redis *r, uint32_t p, uint64_t server_us, uint64_t sent_ns);
+/* The server's clock at local now_ns, best estimate (us): the middle of the
+ * tightest bounds known, kept within [lo_us, hi_us] (the caller's own
+ * bounds); lo_us when no sample is known. For the lateness figure only. */
+uint64_t tw_rr_server_us(struct tw_redis *r, uint32_t p, uint64_t now_ns, uint64_t lo_us,
+                         uint64_t hi_us);
 /* Local monotonic ns at which the server's clock has surely reached due_ms. */
 uint64_t tw_rr_local_due(struct tw_redis *r, uint32_t p, uint64_t due_ms);
 

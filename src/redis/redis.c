@@ -113,13 +113,14 @@
  *                                              bucket ZCARD ZRANGEBYSCORE LIMIT
  *                                              HMGET INCRBY HSET ZADD(lease) ZREM
  *                                              [ZREM index], each taking the
- *                                              bucket's tasks at once; GET SET
+ *                                              bucket's tasks at once; GET SET;
+ *                                              ZRANGEBYSCORE of the first lease
  *   (worker)   TIME     1 per node per round   TIME                               O(1)
  *   start      START    1 round trip per       TIME; per partition group of the   O((k+a) log n)
  *                       executor round: the    call: HMGET ZMSCORE HSET [ZADD] of
  *                       tasks of one span      its k started tasks (ZADD of the
- *                       (start_ahead_ms / 2;   leases that end before now + lease
- *                       <= 32) and pending     only), HMGET ZMSCORE HDEL ZREM of
+ *                       (start_ahead_ms / 2;   holds lengthened to the lease, not
+ *                       <= 32) and pending     of redone starts), HMGET ZMSCORE HDEL ZREM of
  *                       ACKs (<= 64): one call its a acknowledged ones, each
  *                                              taking them at once
  *                       standalone (cut at 128
@@ -141,7 +142,10 @@
  * ends the walk). A worker's periodic work is one refill round every
  * window/2: a TIME per node and one claim per partition (more while
  * partitions return full batches; <= 64 tasks per call, spread over
- * window/4: rr_pace), counted in stats (claims, refills). A delivered task
+ * window/4: rr_pace), counted in stats (claims, refills), and a claim of a
+ * partition when the earliest lease its last claim saw ends (recovery,
+ * claim.c), at most one per partition per hold_ms / 8: in the steady state
+ * about one per partition per hold_ms, mostly the refill's. A delivered task
  * costs about claim/64 + start/batch script calls, its acknowledgement
  * riding on a later START (ack.c); a batch is what comes due in one
  * start_ahead_ms / 2 span (below), and on a standalone server one START
@@ -150,7 +154,7 @@
  *
  * Redis's work per task is mostly its writes, not the calls: a task is
  * written at set, claim, start and ack, each time in the HASH and a ZSET
- * (start's lease only when it would end before now + lease_ms), each write
+ * (start's: the hold lengthened to the lease), each write
  * propagated to the AOF, plus the reads that check token and lease; a
  * polling queue writes a task once (ZADD) and takes it in bulk. Fewer
  * writes per task would need a schema change; not done.
@@ -169,8 +173,7 @@
  * so their delays (the tick thread scheduled late, round trips queued
  * behind Redis work) cost nothing up to A/2; what remains is one wake-up
  * at the due time, shared by the idle executors because a machine's stalls
- * are per CPU (local.c). A start ahead of the due time writes no lease
- * (claim's already ends at due + lease_ms). The price: a task counts as
+ * are per CPU (local.c). The price: a task counts as
  * started (its attempt counted) up to A before it runs, so a set, move or
  * remove returning in that span no longer stops that delivery (as for a
  * running task; redis.h says so). That span is why A is 10 ms by default:
@@ -281,22 +284,36 @@
  * task in the buckets and touch every bucket script; not done.
  *
  * Why these calls:
- *  - claim leases a task up to window_ms before it is due, with a lease that
- *    ends lease_ms after its due time; the worker holds it in its local
- *    queue.
+ *  - claim leases a task up to window_ms before it is due, with a short
+ *    lease, the hold, that ends hold_ms (1 s) after its due time; the
+ *    worker holds it in its local queue. Why short: a worker that dies (or
+ *    a claim whose answer is lost) must not keep tasks it never started
+ *    from running for lease_ms; a hold that runs out is taken back by the
+ *    next claim of its partition, and each claim answers the partition's
+ *    earliest lease end so that some worker claims it then (claim.c:
+ *    recovery). The tasks a dead worker held come back about hold_ms
+ *    (+ hold_ms / 8) after their due time.
  *  - start, run when the local queue lets the task out (start_ahead_ms
  *    before its due time at most), is the gate: it checks that the lease
- *    is still this worker's (same token, not expired: a set, move or remove
- *    since the claim reset the token to 0, so "replace and remove win" hold
- *    for held tasks too), that the task is due within start_ahead_ms by the
- *    server's clock (TIME + ahead >= due; the worker waits out the rest),
- *    counts the attempt (records the claim's attempt + 1, which the worker
- *    sends: a start redone after a lost reply counts once) and has the
- *    lease run to now + lease_ms at least.
+ *    is still this worker's (same token: a set, move or remove since the
+ *    claim reset the token to 0, so "replace and remove win" hold for held
+ *    tasks too; a claim that took an expired hold back did too, and a hold
+ *    that ran out with no claim since is still this worker's alone), that
+ *    the task is due within start_ahead_ms by the server's clock (TIME +
+ *    ahead >= due; the worker waits out the rest), counts the attempt
+ *    (records the claim's attempt + 1, which the worker sends: a start
+ *    redone after a lost reply counts once) and lengthens the lease to
+ *    max(due, now) + lease_ms: execute's time.
  *  - ack and fail act only for the current token with an unexpired lease: a
  *    stale acknowledgement deletes nothing.
  *  - an expired lease goes back to due (keeping its due time) at the next
  *    claim of that partition by any worker; attempt counts only starts.
+ *  - fencing: the worker calls execute only while the lease START granted
+ *    surely still runs by the server's clock (execute.c: the lease end it
+ *    computes as START did, the server's clock bounded from above by the
+ *    round's send time, the clock margin), and hands execute that end and
+ *    the lease's token, which grows with every lease of a key (one INCR
+ *    counter per partition), for stores that must refuse a stale writer.
  *  - hold tells set whether a worker already holds the window the new task
  *    falls in (then it must be told: PUBLISH); later tasks will be claimed
  *    by the periodic refill, which runs every window/2 and claims
@@ -317,9 +334,25 @@
  * due time; the worker runs it once (due - that TIME) has passed on its
  * monotonic clock since the reply was read: the server's clock had reached
  * that TIME before the reply arrived, so it has reached the due time by
- * then (plus 0.1% + 1 us for a local clock running fast against the
- * server's: the wait is at most start_ahead_ms <= 1 s). (3) alone makes the
- * rule hold; (2) makes it cheap (start almost never answers "not yet").
+ * then (plus TW_REDIS_CLOCK_RATE_PPM, 0.1%, + 1 us for a local clock running
+ * fast against the server's: the wait is at most start_ahead_ms <= 1 s).
+ * (3) alone makes the rule hold; (2) makes it cheap (start almost never
+ * answers "not yet").
+ *
+ * Clocks, what is assumed (redis.h states it): a worker's clock runs at the
+ * server's rate within TW_REDIS_CLOCK_RATE_PPM; offsets of any size are
+ * measured. Every span the worker measures on its own clock and trusts
+ * against the server's is scaled by that margin (internal.h:
+ * tw_rr_rate_up/down): the wait after START is lengthened (never early),
+ * the span a lease is trusted for after START is shortened (fencing). The
+ * windows, holds and recovery times only cost or save work, never break a
+ * rule, so they use the plain offset. Nothing corrects a difference
+ * between two masters' clocks: a due time read from one master's TIME is
+ * met by the next master's clock after a failover or a migration, so a
+ * task may run early by the old master's clock by as much as the new one
+ * runs behind it (the operator's clock synchronisation bounds that).
+ * tests/redis/test_redis_clocks.c runs a worker whose clocks run 0.1% fast
+ * (libfaketime) and checks that nothing starts early by the real clock.
  *
  * Threads and connections: the client API (set, move, remove, set_many,
  * stats, and stop's releases) shares one router under api_mu; a worker adds a
@@ -470,6 +503,7 @@ void tw_redis_config_init(struct tw_redis_config *cfg)
     cfg->retry_max_ms = 60000;
     cfg->connect_timeout_ms = 1000;
     cfg->command_timeout_ms = 2000;
+    cfg->hold_ms = 1000;
 }
 
 /* Where tw_redis_new says what failed (cfg->errbuf, when given). */
@@ -560,6 +594,8 @@ static int rr_check_config(const struct tw_redis_config *c)
             return TW_EINVAL;
         if (c->lease_ms < TW_REDIS_LEASE_MIN_MS || c->lease_ms < 4 * c->tick_ms ||
             c->lease_ms > 86400000u)
+            return TW_EINVAL;
+        if (c->hold_ms < TW_REDIS_HOLD_MIN_MS || c->hold_ms > 86400000u)
             return TW_EINVAL;
         if (c->retry_max_ms < c->retry_base_ms || c->retry_max_ms > 86400000u)
             return TW_EINVAL;
@@ -659,6 +695,8 @@ static void rr_free_all(struct tw_redis *r)
     free(r->slots);
     free(r->off_cur);
     free(r->off_prev);
+    free(r->off_hi_cur);
+    free(r->off_hi_prev);
     free(r->carry_n);
     free(r->last_full);
     free(r->unknown);
@@ -895,6 +933,8 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
         r->cfg.start_ahead_ms = r->cfg.lease_ms / 4;
     if (r->cfg.start_ahead_ms > r->cfg.window_ms / 4)
         r->cfg.start_ahead_ms = r->cfg.window_ms / 4;
+    if (r->cfg.hold_ms > r->cfg.lease_ms) /* a hold is the lease of a task not started yet */
+        r->cfg.hold_ms = r->cfg.lease_ms;
     if (pthread_mutex_init(&r->api_mu, NULL) || pthread_mutex_init(&r->mu, NULL) ||
         pthread_mutex_init(&r->stop_mu, NULL) || pthread_mutex_init(&r->hist_mu, NULL) ||
         pthread_mutex_init(&r->ack_mu, NULL) || pthread_mutex_init(&r->err_mu, NULL) ||
@@ -917,17 +957,21 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
     r->flags = calloc(cfg->partitions, 1);
     r->off_cur = malloc(cfg->partitions * sizeof *r->off_cur);
     r->off_prev = malloc(cfg->partitions * sizeof *r->off_prev);
+    r->off_hi_cur = malloc(cfg->partitions * sizeof *r->off_hi_cur);
+    r->off_hi_prev = malloc(cfg->partitions * sizeof *r->off_hi_prev);
     r->carry_n = calloc(cfg->partitions, sizeof *r->carry_n);
     r->last_full = malloc(cfg->partitions * sizeof *r->last_full);
     r->unknown = calloc(cfg->partitions, 1);
     if (!r->servers || !r->slots || !r->flags || !r->off_cur || !r->off_prev || !r->carry_n ||
-        !r->last_full || !r->unknown)
+        !r->last_full || !r->unknown || !r->off_hi_cur || !r->off_hi_prev)
         goto nomem;
     for (uint32_t p = 0; p < cfg->partitions; p++)
         r->last_full[p] = UINT64_MAX;
     for (uint32_t p = 0; p < cfg->partitions; p++) {
         atomic_init(&r->off_cur[p], INT64_MIN);
         atomic_init(&r->off_prev[p], INT64_MIN);
+        atomic_init(&r->off_hi_cur[p], INT64_MAX);
+        atomic_init(&r->off_hi_prev[p], INT64_MAX);
     }
     if (rr_copy_servers(r, cfg, &first, db) != 0)
         goto nomem;

@@ -177,17 +177,23 @@
     "redis.call('SET', ARGV[2], '0', 'PX', ARGV[3])\n"                                     \
     "return 0\n"
 
-/* ARGV: window_ms, n, lease_ms, max_bytes
- * -> {now_us, recovered, key1, due1, token1, attempt1, payload1, key2, ...}
+/* ARGV: window_ms, n, lease_ms, max_bytes, hold_ms (absent: lease_ms)
+ * -> {now_us, recovered, key1, due1, token1, attempt1, payload1, key2, ...,
+ *     earliest}
  * (attempt: the starts counted so far; the start of this lease makes it
- * attempt + 1)
+ * attempt + 1; earliest: the earliest lease end left in the partition, ms,
+ * or -1 when nothing is leased: the claimer claims again then, to recover
+ * it should it run out)
  * First moves up to n expired leases back to their bucket (their due time
  * kept), then leases up to n tasks due by now + window, earliest first:
  * it walks the index from its lowest bucket (8 index members per read) and
  * each bucket in score order, drops emptied buckets from the index, and
  * stops at the first bucket that keeps a task due after the window, at n
- * tasks, or once the payloads pass max_bytes. A lease ends lease_ms after
- * the later of now and the task's due time. Per bucket, each command takes
+ * tasks, or once the payloads pass max_bytes. A claimed task's lease is a
+ * hold: it ends hold_ms after the later of now and the task's due time, so
+ * a task whose holder died (or whose claim's answer was lost) is free again
+ * about hold_ms after it was due; START lengthens it to lease_ms when the
+ * task starts. Per bucket, each command takes
  * what it leases at once: HMGET of the records, one INCRBY for their tokens
  * (consecutive; some unused when the byte limit stops the walk early: tokens
  * need only be unique), HSET, lease ZADD, bucket ZREM: one of each per
@@ -195,8 +201,10 @@
 #define CLAIM_LUA                                                                          \
     PRELUDE BUCKETS "if not stable() then return redis.error_reply(TRY) end\n"             \
     "local now = now_us() local now_ms = math.floor(now / 1000)\n"                         \
-    "local n = tonumber(ARGV[2]) local lease = tonumber(ARGV[3])\n"                        \
+    "local n = tonumber(ARGV[2])\n"                                                         \
     "local maxb = tonumber(ARGV[4]) local recovered = 0\n"                                 \
+    /* hms: a claimed task's hold (hold() reads the window end) */                        \
+    "local hms = tonumber(ARGV[5] or ARGV[3])\n"                                            \
     "local exp = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now_ms, 'LIMIT', 0, n)\n"    \
     "for i = 1, #exp do local k = exp[i]\n"                                                \
     "  local v = redis.call('HGET', KEYS[3], k) redis.call('ZREM', KEYS[2], k)\n"          \
@@ -223,7 +231,7 @@
     "        local v = vs[j]\n"                                                             \
     "        if v then local tok, att, due, pos = parse(v) local p = string.sub(v, pos)\n"  \
     "          t = t + 1 hs[nh + 1] = k hs[nh + 2] = rec(t, att, due, p)\n"                 \
-    "          lz[nh + 1] = I(math.max(due, now_ms) + lease) lz[nh + 2] = k nh = nh + 2\n"  \
+    "          lz[nh + 1] = I(math.max(due, now_ms) + hms) lz[nh + 2] = k nh = nh + 2\n"   \
     "          out[#out + 1] = k out[#out + 1] = due out[#out + 1] = t out[#out + 1] = att\n" \
     "          out[#out + 1] = p\n"                                                           \
     "          bytes = bytes + #p + #k end\n"                                               \
@@ -239,6 +247,9 @@
     "  from = '(' .. bs[#bs]\n"                                                            \
     "end\n"                                                                                \
     "if hi > hold() then redis.call('SET', KEYS[5], hi, 'PX', 2 * tonumber(ARGV[1]) + 1000) end\n" \
+    "local e = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '+inf', "                      \
+    "'WITHSCORES', 'LIMIT', 0, 1)\n"                                                         \
+    "out[#out + 1] = e[2] and tonumber(e[2]) or -1\n"                                        \
     "return out\n"
 
 /* START: the gate of every delivery, with the worker's delayed
@@ -256,21 +267,30 @@
  *    a lost earlier try of this acknowledgement or by someone else, ack.c),
  *    then s, a per start:
  *    s = 1 started (a = attempt, as the worker gave it: a start redone after
- *    a lost reply counts the attempt once; the lease renewed to now + lease_ms, unless
- *    it already ends as late: claim leased it to due + lease_ms, so a start
- *    ahead of the due time writes no lease);
+ *    a lost reply counts the attempt once; the lease lengthened to
+ *    max(due, now) + lease_ms, unless it already ends as late: the claim's
+ *    hold ends hold_ms after the due time, so every first start writes it);
  *    s = 0 not due within ahead_us by the server's clock (a = us until due);
- *    s = -1 lease gone (a = 0)}.
+ *    s = -1 lease gone: the record holds another token (a set, move,
+ *    remove, or a claim that recovered it and leased it anew), or none (a = 0)}.
+ * A lease that has run out but is still this token's (no claim has recovered
+ * it yet) starts like a running one: no one else was given the task, so the
+ * start keeps one holder at a time; a worker that was slow to start a held
+ * task loses it only to a claim that took it back first.
  * A start is granted once now + ahead_us >= due: the worker then waits
  * due - now (from the reply's arrival, on its monotonic clock) before it
  * runs the task, so it never runs early by the server's clock (redis.c).
+ * The lease it grants ends at max(due, now) + lease_ms (ms): the worker
+ * computes the same from the reply's clock and its due time, and calls
+ * execute only while that end surely lies ahead on the server's clock
+ * (fencing: execute.c).
  * Each command takes the group's tasks at once: HMGET of the records,
  * ZMSCORE of the leases, then one HDEL and ZREM for the acknowledged, one
  * HSET and ZADD for the started, whatever their number. The
  * acknowledgements go first, so a start sees the records they leave. */
 #define START_LUA                                                                          \
     PRELUDE "local call, unpack, tonumber = redis.call, unpack, tonumber\n"                \
-    "local now = now_us() local lease = math.floor(now / 1000) + tonumber(ARGV[1])\n"     \
+    "local now = now_us() local now_ms = math.floor(now / 1000) local L = tonumber(ARGV[1])\n" \
     "local ahead = tonumber(ARGV[2]) local out, o, i = {now}, 1, 3\n"                     \
     "while i <= #ARGV do local LK, TK = ARGV[i], ARGV[i + 1]\n"                          \
     "  local na, ns = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]) i = i + 4\n"            \
@@ -290,14 +310,15 @@
     "      as[j] = tonumber(ARGV[i + 2]) i = i + 3 end\n"                                    \
     "    local vs = call('HMGET', TK, unpack(ks)) local ls = call('ZMSCORE', LK, unpack(ks))\n" \
     "    for j = 1, ns do local s, a, v, l = -1, 0, vs[j], ls[j]\n"                        \
-    "      if v and l and tonumber(l) * 1000 > now then\n"                                 \
+    "      if v and l then\n"                                                              \
     "        local tok, att, due, pos = parse(v)\n"                                        \
     "        if tok == ts[j] then\n"                                                       \
     "          if now + ahead < due * 1000 then s = 0 a = due * 1000 - now\n"              \
     "          else s = 1 a = as[j] hs[nh + 1] = ks[j]\n"                                  \
     "            hs[nh + 2] = rec(tok, a, due, string.sub(v, pos)) nh = nh + 2\n"          \
-    "            if tonumber(l) < lease then\n"                                            \
-    "              lz[nz + 1] = lease lz[nz + 2] = ks[j] nz = nz + 2 end\n"                 \
+    "            local le = math.max(due, now_ms) + L\n"                                   \
+    "            if tonumber(l) < le then\n"                                               \
+    "              lz[nz + 1] = le lz[nz + 2] = ks[j] nz = nz + 2 end\n"                    \
     "          end\n"                                                                      \
     "        end\n"                                                                        \
     "      end\n"                                                                          \

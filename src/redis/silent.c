@@ -179,18 +179,22 @@ static void rr_await_late(struct tw_redis *r, size_t nd, unsigned char kind, uin
         tw_rr_silent_mark(r, &r->claim_rt, nd);
 }
 
-/* A TIME reply of node nd read at local t: a clock sample for each partition
- * it serves that is wanted (want NULL: every one); freed. */
+/* A TIME reply of node nd read at local t, its request sent at local sent
+ * (0: not known): a clock sample for each partition it serves that is
+ * wanted (want NULL: every one), both bounds (offset.c); freed. */
 static void rr_time_reply(struct tw_redis *r, size_t nd, redisReply *x, uint64_t t,
-                          const unsigned char *want)
+                          uint64_t sent, const unsigned char *want)
 {
     if (x->type == REDIS_REPLY_ARRAY && x->elements == 2 &&
         x->element[0]->type == REDIS_REPLY_STRING && x->element[1]->type == REDIS_REPLY_STRING) {
         uint64_t srv = strtoull(x->element[0]->str, NULL, 10) * 1000000u +
                        strtoull(x->element[1]->str, NULL, 10);
         for (uint32_t p = 0; p < r->cfg.partitions; p++)
-            if ((!want || want[p]) && tw_rr_node_of(&r->claim_rt, r->slots[p]) == (int)nd)
+            if ((!want || want[p]) && tw_rr_node_of(&r->claim_rt, r->slots[p]) == (int)nd) {
                 tw_rr_clock_sample(r, p, srv, t);
+                if (sent)
+                    tw_rr_clock_sample_hi(r, p, srv, sent);
+            }
     }
     freeReplyObject(x);
 }
@@ -208,6 +212,7 @@ void tw_rr_time_round(struct tw_redis *r, const unsigned char *want, unsigned ch
 {
     struct tw_rr_router *rt = &r->claim_rt;
     unsigned char sent[TW_RR_SAMPLE_NODES] = {0};
+    uint64_t sent_ns[TW_RR_SAMPLE_NODES] = {0}; /* when each TIME was sent */
     size_t nsent = 0;
     for (uint32_t p = 0; p < r->cfg.partitions; p++) {
         int nd = want[p] ? tw_rr_node_of(rt, r->slots[p]) : -1;
@@ -217,9 +222,11 @@ void tw_rr_time_round(struct tw_redis *r, const unsigned char *want, unsigned ch
             bad[nd] = 1;
             continue;
         }
+        uint64_t t_send = tw_rr_mono_ns();
         int s = tw_rr_send(rt, r->slots[p], 1, rr_time_av, rr_time_al);
         if (s == nd) {
             sent[nd] = 1;
+            sent_ns[nd] = t_send;
             nsent++;
             continue;
         }
@@ -229,7 +236,7 @@ void tw_rr_time_round(struct tw_redis *r, const unsigned char *want, unsigned ch
             continue;
         }
         rr_answered(r, (size_t)nd);
-        rr_time_reply(r, (size_t)nd, x, tw_rr_mono_ns(), want);
+        rr_time_reply(r, (size_t)nd, x, tw_rr_mono_ns(), t_send, want);
     }
     uint64_t t0 = tw_rr_mono_ns(), until = t0 + rr_patience_ns(r);
     while (nsent) {
@@ -259,7 +266,7 @@ void tw_rr_time_round(struct tw_redis *r, const unsigned char *want, unsigned ch
                 continue;
             }
             rr_answered(r, nd);
-            rr_time_reply(r, nd, x, tw_rr_mono_ns(), want);
+            rr_time_reply(r, nd, x, tw_rr_mono_ns(), sent_ns[nd], want);
         }
     }
     for (size_t nd = 0; nd < TW_RR_SAMPLE_NODES && nsent; nd++) {
@@ -294,12 +301,12 @@ int tw_rr_await_claim(struct tw_redis *r, uint32_t p, unsigned batch, const char
         return TW_RR_EAWAIT; /* owes a reply, or silent: not this round */
     uint64_t t0 = tw_rr_mono_ns();
     int s = nd >= 0 && nd < TW_RR_SAMPLE_NODES
-                ? tw_rr_eval_send(rt, TW_RR_CLAIM, slot, TW_RR_NKEYS, 4, av, al)
+                ? tw_rr_eval_send(rt, TW_RR_CLAIM, slot, TW_RR_NKEYS, TW_RR_CLAIM_NARGS, av, al)
                 : TW_EIO;
     if (s == TW_ENOMEM)
         return s;
     if (s != nd) /* not connected (or a node the map had not): the router's retries */
-        return tw_rr_eval(rt, TW_RR_CLAIM, slot, TW_RR_NKEYS, 4, av, al, x);
+        return tw_rr_eval(rt, TW_RR_CLAIM, slot, TW_RR_NKEYS, TW_RR_CLAIM_NARGS, av, al, x);
     int rc = tw_rr_recv(rt, (size_t)nd, t0 + rr_patience_ns(r), x);
     if (rc == TW_RR_PENDING) {
         if (!rt->cluster) { /* the whole command timeout: as a failed call */
@@ -314,7 +321,7 @@ int tw_rr_await_claim(struct tw_redis *r, uint32_t p, unsigned batch, const char
     rr_answered(r, (size_t)nd);
     if (rr_redo_reply(*x)) {
         freeReplyObject(*x);
-        return tw_rr_eval(rt, TW_RR_CLAIM, slot, TW_RR_NKEYS, 4, av, al, x);
+        return tw_rr_eval(rt, TW_RR_CLAIM, slot, TW_RR_NKEYS, TW_RR_CLAIM_NARGS, av, al, x);
     }
     if ((*x)->type == REDIS_REPLY_ERROR) { /* its code, and the server's words told */
         rc = tw_rr_reply_error(rt, *x);
@@ -402,7 +409,7 @@ bool tw_rr_await_collect(struct tw_redis *r, tw_rr_late_fn *late)
             continue;
         rr_answered(r, nd);
         if (a.kind == TW_RR_AWAIT_TIME)
-            rr_time_reply(r, nd, x, tw_rr_mono_ns(), NULL);
+            rr_time_reply(r, nd, x, tw_rr_mono_ns(), 0, NULL);
         else if (x->type == REDIS_REPLY_ERROR) { /* nothing claimed: a later round claims */
             if (!rr_redo_reply(x))
                 (void)tw_rr_reply_error(rt, x);

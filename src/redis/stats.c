@@ -1,7 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /* twheel Redis layer: the figures. The lateness histogram the executors
  * feed, tw_redis_stats, and (a debug build with -DTW_RR_TRACE only) the
- * stage figures of each start. */
+ * stage figures of each start.
+ *
+ * Lateness is what execute sees: the executor reads its clock just before
+ * the call and converts it to the server's with the best estimate of the
+ * offset (offset.c: the middle of the tightest bounds, within half a round
+ * trip), kept within what the task's own START round proves; due is
+ * subtracted (execute.c). A lower bound alone would miss everything
+ * between the server's reading of its clock and the reply's arrival: the
+ * script's work, the reply, an fsync. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdatomic.h>
@@ -118,6 +126,7 @@ int tw_redis_stats(const struct tw_redis *cr, struct tw_redis_stats *out)
     out->recovered = atomic_load(&r->recovered);
     out->lost_leases = atomic_load(&r->lost_leases);
     out->worker_errors = atomic_load(&r->worker_errors);
+    out->fenced = atomic_load(&r->fenced);
     out->rt_refused = r->local ? tw_rr_local_rt_refused(r->local) : 0;
     pthread_mutex_lock(&r->hist_mu);
     out->late_p50_us = rr_pct(r, 0.50);

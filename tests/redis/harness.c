@@ -60,9 +60,11 @@ uint64_t rw_test_size(uint64_t dflt)
 
 int rw_spawn(const char *worker, const struct rw_opts *o, pid_t *pid, const char *log)
 {
-    char num[9][16];
-    const char *argv[40];
+    char num[11][16];
+    const char *argv[64];
     size_t n = 0, k = 0;
+    for (size_t i = 0; o->prefix && o->prefix[i] && n < 16; i++)
+        argv[n++] = o->prefix[i];
     argv[n++] = worker;
 #define RW_STR(flag, v)      \
     do {                     \
@@ -92,6 +94,8 @@ int rw_spawn(const char *worker, const struct rw_opts *o, pid_t *pid, const char
     RW_NUM("--exec-us", o->exec_us);
     RW_NUM("--interval-ms", o->interval_ms);
     RW_NUM("--batch", o->batch);
+    RW_NUM("--ahead-ms", o->ahead_ms);
+    RW_NUM("--hold-ms", o->hold_ms);
 #undef RW_STR
 #undef RW_NUM
     argv[n] = NULL;
@@ -209,7 +213,8 @@ int rverdict_compute(struct rdel_set *s, uint64_t nids, const bool *required,
     out->first_missing = UINT64_MAX;
     out->first_start_us = UINT64_MAX;
     out->deliveries = s->n;
-    qsort(s->v, s->n, sizeof *s->v, by_id_start);
+    if (s->n > 1)
+        qsort(s->v, s->n, sizeof *s->v, by_id_start);
     uint64_t *late = malloc((s->n ? s->n : 1) * sizeof *late);
     if (!late)
         return -1;
@@ -260,7 +265,8 @@ int rverdict_compute(struct rdel_set *s, uint64_t nids, const bool *required,
             }
         }
     }
-    qsort(late, nl, sizeof *late, cmp_u64);
+    if (nl > 1)
+        qsort(late, nl, sizeof *late, cmp_u64);
     if (nl) {
         out->late_p50_us = late[(nl - 1) / 2];
         out->late_p99_us = late[(nl - 1) * 99 / 100];

@@ -27,7 +27,14 @@
  * the poll mode uses the first.
  *
  * --ahead-ms N (or the environment's TW_RW_AHEAD_MS) sets start_ahead_ms,
- * --rt-priority N (or TW_RW_RT_PRIORITY) rt_priority.
+ * --rt-priority N (or TW_RW_RT_PRIORITY) rt_priority, --hold-ms N hold_ms.
+ *
+ * Run under libfaketime (FAKETIME in the environment: a test that makes the
+ * worker's clocks run fast), start_us is read from the kernel by the raw
+ * clock_gettime system call, which libfaketime does not intercept: the real
+ * CLOCK_REALTIME, comparable with the server's TIME. The stats file then
+ * also gives clock_rate: how fast the worker's CLOCK_MONOTONIC ran against
+ * the kernel's over the worker's life (1.001: 0.1% fast).
  *
  * SIGTERM or SIGINT: stop cleanly (tw_redis_stop, stats to --stats, exit 0).
  */
@@ -40,6 +47,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -60,17 +68,28 @@ struct opts {
     uint32_t partitions, threads, lease_ms, window_ms, tick_ms;
     uint32_t exec_us, interval_ms, batch;
     int64_t ahead_ms; /* start_ahead_ms; -1: the default */
-    uint32_t rt_priority;
+    uint32_t rt_priority, hold_ms;
 };
 
 static int out_fd = -1;
 static pid_t self;
+static bool raw_clock; /* under libfaketime: read the kernel's clocks (see the top) */
+
+/* Clock `id` in ns: the kernel's own by the raw system call when raw_clock,
+ * else through the C library (which a preloaded libfaketime may fake). */
+static uint64_t clock_ns(clockid_t id, bool raw)
+{
+    struct timespec ts;
+    if (raw)
+        syscall(SYS_clock_gettime, id, &ts);
+    else
+        clock_gettime(id, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 static uint64_t realtime_us(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+    return clock_ns(CLOCK_REALTIME, raw_clock) / 1000u;
 }
 
 static void record(const char *key, size_t key_len, uint32_t attempt, uint64_t due_ms,
@@ -184,6 +203,8 @@ static int parse(int argc, char **argv, struct opts *o)
             rc = parse_u32(v, &o->batch);
         else if (!strcmp(a, "--rt-priority"))
             rc = parse_u32(v, &o->rt_priority);
+        else if (!strcmp(a, "--hold-ms"))
+            rc = parse_u32(v, &o->hold_ms);
         else if (!strcmp(a, "--ahead-ms")) {
             rc = parse_u32(v, &u);
             o->ahead_ms = u;
@@ -215,6 +236,7 @@ static int wait_signal(const sigset_t *set, int timeout_ms)
 
 static int run_wheel(const struct opts *o, const sigset_t *set)
 {
+    uint64_t mono0 = clock_ns(CLOCK_MONOTONIC, false), raw0 = clock_ns(CLOCK_MONOTONIC, true);
     struct tw_redis_config cfg;
     tw_redis_config_init(&cfg);
     cfg.servers = o->servers;
@@ -233,6 +255,8 @@ static int run_wheel(const struct opts *o, const sigset_t *set)
     if (o->ahead_ms >= 0)
         cfg.start_ahead_ms = (uint32_t)o->ahead_ms;
     cfg.rt_priority = o->rt_priority;
+    if (o->hold_ms)
+        cfg.hold_ms = o->hold_ms;
     cfg.execute = execute;
     cfg.arg = (void *)o;
     char err[TW_RR_ERR_MAX] = "";
@@ -265,10 +289,15 @@ static int run_wheel(const struct opts *o, const sigset_t *set)
                     "\nstale_acks %" PRIu64 "\nreconnects %" PRIu64 "\nlate_p50_us %" PRIu64
                     "\nlate_p99_us %" PRIu64 "\nlate_max_us %" PRIu64 "\nclaims %" PRIu64
                     "\nrefills %" PRIu64 "\nnotifications %" PRIu64 "\nrecovered %" PRIu64
-                    "\nlost_leases %" PRIu64 "\n",
+                    "\nlost_leases %" PRIu64 "\nfenced %" PRIu64 "\n",
                     st.delivered, st.redelivered, st.failed, st.stale_acks, st.reconnects,
                     st.late_p50_us, st.late_p99_us, st.late_max_us, st.claims, st.refills,
-                    st.notifications, st.recovered, st.lost_leases);
+                    st.notifications, st.recovered, st.lost_leases, st.fenced);
+            if (raw_clock) {
+                uint64_t mono = clock_ns(CLOCK_MONOTONIC, false) - mono0;
+                uint64_t raw = clock_ns(CLOCK_MONOTONIC, true) - raw0;
+                fprintf(f, "clock_rate %.6f\n", raw ? (double)mono / (double)raw : 0.0);
+            }
             fclose(f);
         }
     }
@@ -356,6 +385,7 @@ int main(int argc, char **argv)
     if (parse(argc, argv, &o))
         return 2;
     self = getpid();
+    raw_clock = getenv("FAKETIME") != NULL;
     out_fd = open(o.out, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (out_fd < 0) {
         fprintf(stderr, "redis_worker: open %s: %s\n", o.out, strerror(errno));

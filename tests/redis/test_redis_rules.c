@@ -1284,10 +1284,10 @@ static void test_start_redone(void)
                            "{redo:0}:seq",  "{redo:0}:hold",            "60000",
                            "10",            "30000",                    "100000"};
     redisReply *x = eval_argv(c, 12, claim);
-    /* {now, recovered, key, due, token, attempt, payload} */
-    CHECK(x && x->type == REDIS_REPLY_ARRAY && x->elements == 7);
+    /* {now, recovered, key, due, token, attempt, payload, earliest lease end} */
+    CHECK(x && x->type == REDIS_REPLY_ARRAY && x->elements == 8);
     char tok[24] = "0";
-    if (x && x->type == REDIS_REPLY_ARRAY && x->elements == 7) {
+    if (x && x->type == REDIS_REPLY_ARRAY && x->elements == 8) {
         CHECK_EQ_STR(x->element[2]->str, "k");
         CHECK_EQ_INT(x->element[5]->integer, 0); /* never started */
         CHECK_EQ_STR(x->element[6]->str, "pay");
