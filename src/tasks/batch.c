@@ -168,7 +168,7 @@ tasks_run_batch(struct tw_tasks *t, struct tw_tasks_item *items, size_t n, enum 
                     rc = tasks_move_in(t, 0, k, it->delay_ticks, NULL);
                     break;
                 case TASKS_BATCH_REMOVE:
-                    rc = tasks_remove_key(t, k, &it->value);
+                    rc = tasks_remove_key_(t, k, &it->value, true);
                     break;
                 default:
                     rc = tasks_get_key(t, k, &it->value, &it->deadline);

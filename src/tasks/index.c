@@ -85,3 +85,8 @@ void tw_tasks_shrink_index_(struct tw_tasks *t)
     /* on failure keep the larger one */
     (void)tw_tasks_rehash_(t, c > t->floor_cap ? c : t->floor_cap, t->bits);
 }
+
+void tw_tasks_clear_slot_(struct tw_tasks *t, uint32_t pos)
+{
+    tasks_clear_slot(t, pos);
+}

@@ -566,7 +566,14 @@ static inline int tasks_move_at(struct tw_tasks *t, const struct tasks_keyref *k
     return 0;
 }
 
-static inline int tasks_remove_key(struct tw_tasks *t, const struct tasks_keyref *k, void **value)
+void tw_tasks_clear_slot_(struct tw_tasks *t, uint32_t pos);
+
+/* Remove key k. `batch`, a constant: the batched pipeline calls the slot's
+ * clearing out of line (tw_tasks_clear_slot_), which keeps the pipeline's
+ * loop small enough for its prefetched keys to stay in registers; a single
+ * remove inlines it. */
+static inline int tasks_remove_key_(struct tw_tasks *t, const struct tasks_keyref *k, void **value,
+                                    bool batch)
 {
     uint32_t pos = tasks_find_key(t, k);
     if (pos == TASKS_NIL)
@@ -577,12 +584,20 @@ static inline int tasks_remove_key(struct tw_tasks *t, const struct tasks_keyref
     if (value)
         *value = e->value;
     tasks_free_key(t, &e->key);
-    tasks_clear_slot(t, pos);
+    if (batch)
+        tw_tasks_clear_slot_(t, pos);
+    else
+        tasks_clear_slot(t, pos);
     tasks_free_entry(t, idx);
     tasks_maybe_shrink(t);
     /* No compaction here: the next set, advance or drain does it (see
      * tasks/tasks.c), so a run of removals moves nothing. */
     return 0;
+}
+
+static inline int tasks_remove_key(struct tw_tasks *t, const struct tasks_keyref *k, void **value)
+{
+    return tasks_remove_key_(t, k, value, false);
 }
 
 static inline int tasks_get_key(const struct tw_tasks *t, const struct tasks_keyref *k,
