@@ -6,6 +6,7 @@
  * to a few seconds and makes no assertion about speed. */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -725,7 +726,7 @@ static void *st_reader(void *p)
 {
     struct st *m = p;
     char key[16];
-    long misses = 0, wrong = 0, gets = 0;
+    long misses = 0, wrong = 0;
     while (!atomic_load(&m->stop)) {
         for (int i = 0; i < 8; i++) {
             int kl = snprintf(key, sizeof key, "stable-%d", i);
@@ -734,12 +735,11 @@ static void *st_reader(void *p)
                 misses++;
             else if (v != (void *)(uintptr_t)(0x1000 + i))
                 wrong++;
-            gets++;
         }
+        atomic_fetch_add(&m->gets, 8); /* the churn waits for readers that run */
     }
     atomic_fetch_add(&m->misses, misses);
     atomic_fetch_add(&m->wrong, wrong);
-    atomic_fetch_add(&m->gets, gets);
     return NULL;
 }
 
@@ -763,9 +763,16 @@ static void test_stable_keys_during_resizes(void)
         pthread_create(&th[i], NULL, st_reader, &m);
     enum { CHURN = 3000, B = 32 };
     static char names[B][32];
+    /* On a busy machine the readers may not run before the churn ends: wait
+     * (bounded) until they read, and churn until they have read during it. */
     uint64_t t0 = mono_ms();
+    while (atomic_load(&m.gets) == 0 && mono_ms() - t0 < 10000)
+        sched_yield();
+    long before = atomic_load(&m.gets);
+    t0 = mono_ms();
     int rounds = 0;
-    for (; rounds < 6 && mono_ms() - t0 < 3000; rounds++) {
+    for (; (rounds < 6 || atomic_load(&m.gets) - before < 64) && mono_ms() - t0 < 10000;
+         rounds++) {
         for (int i = 0; i < CHURN; i += B) {
             const void *keys[B];
             size_t kls[B];
