@@ -283,6 +283,21 @@ struct tw_redis_config {
      * also means a worker whose executors are this late in starting a held task (a
      * stall, a backlog) may lose it to another worker. */
     uint32_t hold_ms;
+    /** With redis+sentinel:// servers: the ACL user the Sentinels want (NULL: none); the
+     * URL's credentials are the master's and its replicas'. Copied. */
+    const char *sentinel_username;
+    /** ... and the Sentinels' password (requirepass of sentinel.conf; NULL: none). Copied,
+     * wiped at free. */
+    const char *sentinel_password;
+    /** 0 (default): no replica wait. 1..1000: set, move, remove and set_many send WAIT for
+     * this many replicas after their write (in the same write; set_many: once per master
+     * after its calls) and answer TW_EREPLICAS when fewer confirmed it within
+     * wait_timeout_ms: written on the master, which a failover may still lose (see
+     * "Replication and failover"). The worker's own writes are not waited for. */
+    uint32_t wait_replicas;
+    /** How long WAIT waits for them, in ms (1 .. command_timeout_ms - 1; needed with
+     * wait_replicas): a call takes up to this much longer when a replica lags. */
+    uint32_t wait_timeout_ms;
 };
 
 /** Statistics; every count since tw_redis_new. */

@@ -541,9 +541,16 @@ static int rr_check_servers(const struct tw_redis_config *c, struct tw_rr_url *f
             rr_errbuf(c, "servers[%zu]: %s", i, why);
             return TW_EINVAL;
         }
-        if (u.scheme == TW_RR_TLS || u.scheme == TW_RR_SENTINEL) {
-            rr_errbuf(c, "servers[%zu]: %s is not supported yet", i,
-                      u.scheme == TW_RR_TLS ? "TLS (rediss://)" : "Sentinel (redis+sentinel://)");
+        if (u.scheme == TW_RR_TLS) {
+            rr_errbuf(c, "servers[%zu]: TLS (rediss://) is not supported yet", i);
+            return TW_EINVAL;
+        }
+        if (i > 0 && (u.scheme == TW_RR_SENTINEL) != (first->scheme == TW_RR_SENTINEL)) {
+            rr_errbuf(c, "servers[%zu]: Sentinel and other entries mixed", i);
+            return TW_EINVAL;
+        }
+        if (i > 0 && u.scheme == TW_RR_SENTINEL && strcmp(u.master, first->master) != 0) {
+            rr_errbuf(c, "servers[%zu]: another master name than an earlier entry's", i);
             return TW_EINVAL;
         }
         if (u.db >= 0 && *db != 0 && u.db != *db) {
@@ -564,7 +571,7 @@ static int rr_check_servers(const struct tw_redis_config *c, struct tw_rr_url *f
             return TW_EINVAL;
         }
         if (i == 0 || (creds && !have))
-            *first = u;
+            *first = u; /* the same scheme and master name as servers[0] (above) */
         have = have || creds;
     }
     return 0;
@@ -583,6 +590,12 @@ static int rr_check_config(const struct tw_redis_config *c)
     }
     if (c->partitions == 0 || c->partitions > TW_REDIS_PARTITIONS_MAX)
         return TW_EINVAL;
+    if (c->wait_replicas > 1000 ||
+        (c->wait_replicas && (c->wait_timeout_ms == 0 ||
+                              c->wait_timeout_ms >= c->command_timeout_ms))) {
+        rr_errbuf(c, "wait_replicas: at most 1000, with wait_timeout_ms in 1..command_timeout_ms-1");
+        return TW_EINVAL;
+    }
     if (c->connect_timeout_ms == 0 || c->command_timeout_ms == 0 ||
         c->connect_timeout_ms > 3600000u || c->command_timeout_ms > 3600000u)
         return TW_EINVAL;
@@ -719,6 +732,7 @@ static void rr_free_all(struct tw_redis *r)
     pthread_mutex_destroy(&r->err_mu);
     rr_forget(r->conn.user);
     rr_forget(r->conn.pass);
+    tw_rr_sentinel_free(r->sentinel);
     free(r);
 }
 
@@ -731,6 +745,7 @@ static int rr_router(struct tw_redis *r, struct tw_rr_router *rt, char *why)
                                r->cfg.connect_timeout_ms, r->cfg.command_timeout_ms);
     rt->shas = r->shas;
     rt->bodies = tw_rr_scripts;
+    rt->sentinel = r->sentinel; /* each connection to the master the Sentinels name */
     if (rt != &r->api) {
         rt->sink = tw_rr_worker_sink;
         rt->sink_ctx = r;
@@ -804,6 +819,9 @@ static int rr_check_server(void *ctx, redisContext *c)
     char pol[64];
     if (rr_read_policy(c, pol, sizeof pol) != 0)
         return TW_EIO;
+    int v = r->sentinel ? tw_rr_sentinel_recheck((struct tw_redis *)r, c) : 0;
+    if (v) /* a new master: the queue's partition count too (sentinel.c) */
+        return v;
     if (strcmp(pol, "noeviction") == 0 || strncmp(pol, "volatile-", 9) == 0)
         return 0;
     return r->cfg.accept_evicting_policy ? 1 : TW_ECONFLICT;
@@ -976,6 +994,9 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
     if (rr_copy_servers(r, cfg, &first, db) != 0)
         goto nomem;
     r->cfg.servers = (const char *const *)r->servers;
+    r->cfg.sentinel_username = r->cfg.sentinel_password = NULL; /* the Sentinel's copies */
+    if (first.scheme == TW_RR_SENTINEL && (rc = tw_rr_sentinel_new(r, cfg, why)) != 0)
+        goto fail;
     for (uint32_t p = 0; p < cfg->partitions; p++) {
         char tag[TW_RR_KEYBUF];
         int n = snprintf(tag, sizeof tag, "{%s:%u}", r->queue, (unsigned)p);
