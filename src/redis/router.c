@@ -444,11 +444,25 @@ static void rr_wait(struct tw_rr_router *rt, size_t node, uint64_t deadline)
  * tw_rr_eval_many). A server that goes after the peek still makes the
  * command's outcome unknown: nothing tells that apart from one that ran it
  * and then went. */
+/* With Sentinel: whether node n's connection went to a master the
+ * Sentinels no longer name (they were asked again if it was found stale);
+ * then it is closed, and the node takes the new address (sentinel.c). */
+static bool rr_sentinel_moved(struct tw_rr_router *rt, struct tw_rr_node *n)
+{
+    if (!rt->sentinel || rt->cluster || n->owed || !n->c ||
+        !tw_rr_sentinel_addr(rt->sentinel, n->host, &n->port))
+        return false;
+    rr_drop(n);
+    return true;
+}
+
 static void rr_check_idle(struct tw_rr_router *rt, size_t i)
 {
     struct tw_rr_node *n = &rt->nodes[i];
     char b;
     if (!n->c)
+        return;
+    if (rr_sentinel_moved(rt, n))
         return;
     ssize_t k = recv(n->c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
     if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
@@ -723,6 +737,7 @@ int tw_rr_send(struct tw_rr_router *rt, int slot, int argc, const char **argv, c
         rt->map_stale = true;
         return TW_EIO;
     }
+    (void)rr_sentinel_moved(rt, &rt->nodes[n]);
     int crc = rr_connect(rt, (size_t)n);
     if (crc != 0)
         return crc;

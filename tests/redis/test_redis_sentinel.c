@@ -10,6 +10,9 @@
  *  - auth: master and replicas with requirepass (and masterauth): the URL's
  *    password reaches the master found through Sentinel; a wrong one is
  *    TW_EAUTH.
+ *  - demoted: SENTINEL FAILOVER while a client and a worker run; the old
+ *    master, now a replica, is left: what is set before and after is
+ *    delivered.
  *  - failover: 1e4 tasks ($TWHEEL_REDIS_TEST_N; a fifth under sanitizers)
  *    set in batches over ~3 s with wait_replicas 1, due 1.5-4 s after their
  *    set, two redis_worker processes; the master SIGKILLed 1.5 s in, a
@@ -193,6 +196,74 @@ static void test_auth(void)
     rfx_sentinels_stop(&s);
 }
 
+/* Set keys [from, from + n) due in delay_ms, each retried while the calls
+ * fail (a failover under way) for up to 20 s. How many were acknowledged. */
+static int set_retried(struct tw_redis *c, int from, int n, int64_t delay_ms)
+{
+    int ok = 0;
+    uint64_t end = rfx_mono_ms() + 20000;
+    for (int i = from; i < from + n; i++) {
+        char k[16];
+        int kl = snprintf(k, sizeof k, "m%d", i);
+        while (tw_redis_set(c, k, (size_t)kl, "p", 1, delay_ms) != 0 && rfx_mono_ms() < end)
+            rfx_sleep_ms(20);
+        ok += rfx_mono_ms() < end;
+    }
+    return ok;
+}
+
+/* A manual failover (SENTINEL FAILOVER): the old master lives on as a
+ * replica, answering writes READONLY; the client and the worker move to the
+ * new master, and what was set before and after is delivered. */
+static void test_demoted(void)
+{
+    struct rfx_sentinels s;
+    if (rfx_sentinels_start(&s, NULL) != 0) {
+        CHECK(!"sentinels started");
+        rfx_sentinels_stop(&s);
+        return;
+    }
+    const char *servers[] = {s.url};
+    struct tw_redis_config cfg;
+    config(&cfg, servers, "sm");
+    cfg.execute = count;
+    struct tw_redis *w = NULL, *c = NULL;
+    CHECK_EQ_INT(tw_redis_new(&w, &cfg), 0);
+    config(&cfg, servers, "sm");
+    CHECK_EQ_INT(tw_redis_new(&c, &cfg), 0);
+    atomic_store(&delivered, 0);
+    if (w && c) {
+        CHECK_EQ_INT(set_retried(c, 0, 200, 3000), 200);
+        CHECK_EQ_INT(rfx_command(&s.sentinel[0], "SENTINEL FAILOVER mymaster"), 0);
+        int m = rfx_sentinels_master(&s, 0, 20000);
+        CHECK(m > 0);
+        CHECK_EQ_INT(set_retried(c, 200, 200, 100), 200);
+        CHECK(wait_delivered(400, 20000));
+        printf("delivered %u of 400 across a manual failover to data[%d]\n",
+               atomic_load(&delivered), m);
+        /* the old master becomes a replica (the Sentinels tell it to) */
+        bool replica = false;
+        for (uint64_t end = rfx_mono_ms() + 15000; !replica && rfx_mono_ms() < end;) {
+            redisContext *old = rfx_connect(&s.data[0]);
+            redisReply *x = old ? redisCommand(old, "ROLE") : NULL;
+            replica = x && x->type == REDIS_REPLY_ARRAY && strcmp(x->element[0]->str, "slave") == 0;
+            if (x)
+                freeReplyObject(x);
+            if (old)
+                redisFree(old);
+            rfx_sleep_ms(100);
+        }
+        CHECK(replica);
+        /* and the layer keeps to the new master */
+        atomic_store(&delivered, 0);
+        CHECK_EQ_INT(set_retried(c, 400, 100, 50), 100);
+        CHECK(wait_delivered(100, 10000));
+    }
+    tw_redis_free(w);
+    tw_redis_free(c);
+    rfx_sentinels_stop(&s);
+}
+
 #define BATCH 100
 #define LEASE_MS 2000
 #define WINDOW_MS 1000
@@ -313,6 +384,7 @@ int main(void)
 {
     RUN(test_discovery);
     RUN(test_auth);
+    RUN(test_demoted);
     RUN(test_failover);
     return test_summary();
 }
