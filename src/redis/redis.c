@@ -405,9 +405,33 @@
  *
  * Connecting (url.c, connect.c, acl.c, errors.c): each servers entry is
  * parsed once here (rr_check_servers: plain host:port or socket path, or a
- * redis:// or unix:// URL; rediss:// and redis+sentinel:// are parsed but
- * refused until TLS and Sentinel are served), and kept as the router takes
- * it: "host:port" or the socket's path, no credentials. The credentials
+ * redis://, unix:// or redis+sentinel:// URL; rediss:// is parsed but
+ * refused until TLS is served), and kept as the router takes it:
+ * "host:port" or the socket's path, no credentials.
+ * Sentinel (sentinel.c): with redis+sentinel:// entries (all of them, one
+ * master name) new first asks the Sentinels for the master and confirms it
+ * (ROLE master, with the config's credentials), and every router is seeded
+ * with its address. The instance keeps one master address (sentinel.c,
+ * under its own mutex) that every router's connection attempt reads
+ * (router.c, rr_connect: the address, then ROLE before the first command;
+ * the subscriber reads it before each subscription). What shows it wrong
+ * marks it stale: a connection that fails, a connection answering ROLE
+ * other than master, a READONLY reply. The next attempt of any thread asks
+ * the Sentinels again (at most every 100 ms; an answer other than the
+ * failed address preferred), and a connection still open to the old
+ * address is closed at its next command (rr_check_idle). A new master
+ * resets the clock offsets (measured afresh from its replies), and is
+ * checked by the client's on_connect as every new server, the queue's
+ * partition count included. Nothing listens to +switch-master: a failover
+ * breaks the old master's connections (it died) or its writes (READONLY,
+ * demoted), which is what the layer acts on.
+ * Replication loss (wait.c): a failover loses what no replica had; with
+ * wait_replicas, set, move and remove send WAIT in the same write as their
+ * script call (router.c, rr_roundtrip, when rt->wait_replicas is set) and
+ * set_many one WAIT per master after its calls, and answer TW_EREPLICAS
+ * when too few replicas confirmed. The worker's writes are not waited
+ * for: losing them delivers again (at least once), and the cost stays off
+ * the delivery path. The credentials
  * and the db go to r->conn, one set for the instance (the fields or the
  * URLs, never both; URLs that disagree are refused rather than guessed at),
  * wiped at free. Every connection is opened by tw_rr_open with r->conn:
