@@ -50,12 +50,25 @@ static enum tw_redis_result count(void *arg, const struct tw_redis_task *t)
     return TW_REDIS_DONE;
 }
 
-static void config(struct tw_redis_config *cfg, const char *const *servers, const char *queue)
+/* The defaults with one servers entry; tw_redis_new's errbuf when err. */
+static void config(struct tw_redis_config *cfg, const char *const *servers, const char *queue,
+                   char err[256])
 {
     tw_redis_config_init(cfg);
     cfg->servers = servers;
     cfg->nservers = 1;
     cfg->queue = queue;
+    cfg->errbuf = err;
+    cfg->errbuf_len = err ? 256 : 0;
+}
+
+static bool started(struct rfx_sentinels *s, const char *password)
+{
+    if (rfx_sentinels_start(s, password) == 0)
+        return true;
+    CHECK(!"sentinels started");
+    rfx_sentinels_stop(s);
+    return false;
 }
 
 static bool wait_delivered(unsigned n, unsigned ms)
@@ -69,18 +82,13 @@ static bool wait_delivered(unsigned n, unsigned ms)
 static void test_discovery(void)
 {
     struct rfx_sentinels s;
-    if (rfx_sentinels_start(&s, NULL) != 0) {
-        CHECK(!"sentinels started");
-        rfx_sentinels_stop(&s);
+    if (!started(&s, NULL))
         return;
-    }
     const char *servers[] = {s.url};
     char err[256];
     struct tw_redis_config cfg;
-    config(&cfg, servers, "sd");
+    config(&cfg, servers, "sd", err);
     cfg.execute = count;
-    cfg.errbuf = err;
-    cfg.errbuf_len = sizeof err;
     struct tw_redis *w = NULL;
     CHECK_EQ_INT(tw_redis_new(&w, &cfg), 0);
     atomic_store(&delivered, 0);
@@ -97,9 +105,7 @@ static void test_discovery(void)
 
     /* the replica wait: both replicas confirm; three cannot */
     struct tw_redis *c = NULL;
-    config(&cfg, servers, "sd");
-    cfg.errbuf = err;
-    cfg.errbuf_len = sizeof err;
+    config(&cfg, servers, "sd", err);
     cfg.wait_replicas = 2;
     CHECK_EQ_INT(tw_redis_new(&c, &cfg), TW_EINVAL); /* no wait_timeout_ms */
     CHECK(strstr(err, "wait_timeout_ms") != NULL);
@@ -107,8 +113,7 @@ static void test_discovery(void)
     CHECK_EQ_INT(tw_redis_new(&c, &cfg), 0);
     if (c) {
         CHECK_EQ_INT(tw_redis_set(c, "w1", 2, "p", 1, 60000), 0);
-        tw_redis_last_error(c, err, sizeof err);
-        printf("wait 2: %s\n", err);
+        CHECK_EQ_INT(tw_redis_last_error(c, err, sizeof err), 0);
         struct tw_redis_item it[2] = {{"w2", 2, "p", 1, 60000}, {"w3", 2, "p", 1, 60000}};
         CHECK_EQ_INT(tw_redis_set_many(c, it, 2), 2);
         CHECK_EQ_INT(tw_redis_move(c, "w1", 2, 50000), 0);
@@ -138,18 +143,14 @@ static void test_discovery(void)
     char bad[600];
     snprintf(bad, sizeof bad, "%.*s/nosuch", (int)(strrchr(s.url, '/') - s.url), s.url);
     const char *bads[] = {bad};
-    config(&cfg, bads, "sd");
-    cfg.errbuf = err;
-    cfg.errbuf_len = sizeof err;
+    config(&cfg, bads, "sd", err);
     c = NULL;
     CHECK_EQ_INT(tw_redis_new(&c, &cfg), TW_EINVAL);
     CHECK(strstr(err, "no master named \"nosuch\"") != NULL);
     printf("unknown master: %s\n", err);
     /* Sentinels that do not answer */
     const char *dead[] = {"redis+sentinel://127.0.0.1:1/mymaster"};
-    config(&cfg, dead, "sd");
-    cfg.errbuf = err;
-    cfg.errbuf_len = sizeof err;
+    config(&cfg, dead, "sd", err);
     CHECK_EQ_INT(tw_redis_new(&c, &cfg), TW_EIO);
     tw_redis_free(w);
     rfx_sentinels_stop(&s);
@@ -158,18 +159,13 @@ static void test_discovery(void)
 static void test_auth(void)
 {
     struct rfx_sentinels s;
-    if (rfx_sentinels_start(&s, "s3cret") != 0) {
-        CHECK(!"sentinels started");
-        rfx_sentinels_stop(&s);
+    if (!started(&s, "s3cret"))
         return;
-    }
     const char *servers[] = {s.url};
     char err[256];
     struct tw_redis_config cfg;
-    config(&cfg, servers, "sa");
+    config(&cfg, servers, "sa", err);
     cfg.execute = count;
-    cfg.errbuf = err;
-    cfg.errbuf_len = sizeof err;
     cfg.wait_replicas = 2;
     cfg.wait_timeout_ms = 1000;
     struct tw_redis *w = NULL;
@@ -186,9 +182,7 @@ static void test_auth(void)
     char bad[600];
     snprintf(bad, sizeof bad, "redis+sentinel://:wrong@%s", strchr(s.url, '@') + 1);
     const char *bads[] = {bad};
-    config(&cfg, bads, "sa");
-    cfg.errbuf = err;
-    cfg.errbuf_len = sizeof err;
+    config(&cfg, bads, "sa", err);
     struct tw_redis *c = NULL;
     CHECK_EQ_INT(tw_redis_new(&c, &cfg), TW_EAUTH);
     CHECK(strstr(err, "WRONGPASS") != NULL && strstr(err, "wrong") == NULL);
@@ -218,18 +212,15 @@ static int set_retried(struct tw_redis *c, int from, int n, int64_t delay_ms)
 static void test_demoted(void)
 {
     struct rfx_sentinels s;
-    if (rfx_sentinels_start(&s, NULL) != 0) {
-        CHECK(!"sentinels started");
-        rfx_sentinels_stop(&s);
+    if (!started(&s, NULL))
         return;
-    }
     const char *servers[] = {s.url};
     struct tw_redis_config cfg;
-    config(&cfg, servers, "sm");
+    config(&cfg, servers, "sm", NULL);
     cfg.execute = count;
     struct tw_redis *w = NULL, *c = NULL;
     CHECK_EQ_INT(tw_redis_new(&w, &cfg), 0);
-    config(&cfg, servers, "sm");
+    config(&cfg, servers, "sm", NULL);
     CHECK_EQ_INT(tw_redis_new(&c, &cfg), 0);
     atomic_store(&delivered, 0);
     if (w && c) {
@@ -280,11 +271,8 @@ static void test_failover(void)
 {
     const uint64_t n = rw_test_size(10000);
     struct rfx_sentinels s;
-    if (rfx_sentinels_start(&s, NULL) != 0) {
-        CHECK(!"sentinels started");
-        rfx_sentinels_stop(&s);
+    if (!started(&s, NULL))
         return;
-    }
     char out[2][300];
     pid_t pid[2] = {0};
     for (int w = 0; w < 2; w++) {
@@ -295,7 +283,7 @@ static void test_failover(void)
     }
     const char *servers[] = {s.url};
     struct tw_redis_config cfg;
-    config(&cfg, servers, "sf");
+    config(&cfg, servers, "sf", NULL);
     cfg.wait_replicas = 1;
     cfg.wait_timeout_ms = 1000;
     struct tw_redis *c = NULL;
@@ -349,14 +337,7 @@ static void test_failover(void)
     uint64_t got, deadline = rfx_mono_ms() + 40000;
     while ((got = load_all(&d, out, n)) < n && rfx_mono_ms() < deadline)
         rfx_sleep_ms(250);
-    struct tw_redis_stats st = {0};
-    do {
-        CHECK_EQ_INT(tw_redis_stats(c, &st), 0);
-        if (st.pending == 0)
-            break;
-        rfx_sleep_ms(100);
-    } while (rfx_mono_ms() < deadline);
-    CHECK_EQ_U64(st.pending, 0);
+    CHECK_EQ_U64(rw_wait_drained(c, deadline).pending, 0);
     for (int w = 0; w < 2; w++) {
         CHECK_EQ_INT(rw_stop(pid[w], 10000), 0);
         pid[w] = 0;
