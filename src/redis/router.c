@@ -572,6 +572,8 @@ static int rr_command(struct tw_rr_router *rt, int slot, int argc, const char **
         redisReply *r = NULL;
         int st = rr_roundtrip(rt, nd->c, ask >= 0, argc, argv, lens, &r);
         ask = -1;
+        if (*lost && rt->wait_replicas) /* WAIT vouches for this connection's writes only, */
+            rt->waited = -1;            /* and a lost attempt's went over another (wait.c) */
         if (st != 0) {
             if (r)
                 freeReplyObject(r);

@@ -15,8 +15,10 @@
  * last write, so it must go on the connection that carried the write. set,
  * move and remove append it to the same write as their script call
  * (router.c, rr_roundtrip): one round trip, the reply of each attempt
- * followed by its WAIT's (so a retried call is judged by its last
- * attempt's). set_many sends one WAIT per connected master after its
+ * followed by its WAIT's. A call retried after a lost attempt is
+ * reported unconfirmed: the lost attempt's write, which a retried move or
+ * remove answers for without writing again, went over a connection now
+ * gone, whose WAIT cannot be asked. set_many sends one WAIT per connected master after its
  * pipelined calls (one round trip more per set_many, not per item), and
  * counts any connection opened meanwhile as unconfirmed (a call may have
  * gone over a connection now gone, whose WAIT cannot be asked). Without
