@@ -134,6 +134,10 @@ struct rfx_sentinels {
  * when not NULL); returns when the master has both replicas in sync and
  * every Sentinel knows the two replicas and the two other Sentinels. */
 int rfx_sentinels_start(struct rfx_sentinels *s, const char *password);
+/* The same, the Sentinels with requirepass @p sentinel_password (and
+ * sentinel-pass, to ask each other) when not NULL. */
+int rfx_sentinels_start_auth(struct rfx_sentinels *s, const char *password,
+                             const char *sentinel_password);
 /* Stop them all. Idempotent. */
 int rfx_sentinels_stop(struct rfx_sentinels *s);
 /* The index in data[] of the master that every Sentinel names and that

@@ -75,6 +75,12 @@ static long healthy(const struct rfx_server *sen, const char *what)
 
 int rfx_sentinels_start(struct rfx_sentinels *s, const char *password)
 {
+    return rfx_sentinels_start_auth(s, password, NULL);
+}
+
+int rfx_sentinels_start_auth(struct rfx_sentinels *s, const char *password,
+                             const char *sentinel_password)
+{
     memset(s, 0, sizeof *s);
     size_t k = 0; /* the master's: it may become a replica; the replicas': a master */
     s->extra_[k++] = "--repl-diskless-sync-delay"; /* replicas in sync at once, not in 5 s */
@@ -106,9 +112,12 @@ int rfx_sentinels_start(struct rfx_sentinels *s, const char *password)
                      "sentinel parallel-syncs mymaster 2\n",
                      s->data[0].port);
     if (password)
-        snprintf(s->conf_ + n, sizeof s->conf_ - (size_t)n, "sentinel auth-pass mymaster %s\n",
-                 password);
-    struct rfx_options so = {.sentinel_conf = s->conf_};
+        n += snprintf(s->conf_ + n, sizeof s->conf_ - (size_t)n,
+                      "sentinel auth-pass mymaster %s\n", password);
+    if (sentinel_password)
+        snprintf(s->conf_ + n, sizeof s->conf_ - (size_t)n, "sentinel sentinel-pass %s\n",
+                 sentinel_password);
+    struct rfx_options so = {.sentinel_conf = s->conf_, .password = sentinel_password};
     for (int i = 0; i < 3; i++)
         if (rfx_start(&s->sentinel[i], &so) != 0)
             return -1;

@@ -7,9 +7,10 @@
  *    the two replicas answers 0, for three (there are two) TW_EREPLICAS with
  *    the task stored all the same; wait_replicas without wait_timeout_ms is
  *    TW_EINVAL.
- *  - auth: master and replicas with requirepass (and masterauth): the URL's
- *    password reaches the master found through Sentinel; a wrong one is
- *    TW_EAUTH.
+ *  - auth: master and replicas with requirepass (and masterauth), Sentinels
+ *    with a password of their own: sentinel_password reaches the Sentinels
+ *    (without it: TW_EAUTH, NOAUTH), the URL's password the master found
+ *    through them; a wrong one is TW_EAUTH.
  *  - demoted: SENTINEL FAILOVER while a client and a worker run; the old
  *    master, now a replica, is left: what is set before and after is
  *    delivered.
@@ -160,8 +161,11 @@ static void test_discovery(void)
 static void test_auth(void)
 {
     struct rfx_sentinels s;
-    if (!started(&s, "s3cret"))
+    if (rfx_sentinels_start_auth(&s, "s3cret", "sentpw") != 0) {
+        CHECK(!"sentinels started");
+        rfx_sentinels_stop(&s);
         return;
+    }
     const char *servers[] = {s.url};
     char err[256];
     struct tw_redis_config cfg;
@@ -170,6 +174,10 @@ static void test_auth(void)
     cfg.wait_replicas = 2;
     cfg.wait_timeout_ms = 1000;
     struct tw_redis *w = NULL;
+    CHECK_EQ_INT(tw_redis_new(&w, &cfg), TW_EAUTH); /* the Sentinels want theirs */
+    CHECK(strstr(err, "NOAUTH") != NULL);
+    printf("no Sentinel password: %s\n", err);
+    cfg.sentinel_password = "sentpw";
     CHECK_EQ_INT(tw_redis_new(&w, &cfg), 0);
     atomic_store(&delivered, 0);
     for (int i = 0; w && i < 50; i++) {
@@ -184,6 +192,7 @@ static void test_auth(void)
     snprintf(bad, sizeof bad, "redis+sentinel://:wrong@%s", strchr(s.url, '@') + 1);
     const char *bads[] = {bad};
     config(&cfg, bads, "sa", err);
+    cfg.sentinel_password = "sentpw";
     struct tw_redis *c = NULL;
     CHECK_EQ_INT(tw_redis_new(&c, &cfg), TW_EAUTH);
     CHECK(strstr(err, "WRONGPASS") != NULL && strstr(err, "wrong") == NULL);
