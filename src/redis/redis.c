@@ -407,7 +407,25 @@
  * parsed once here (rr_check_servers: plain host:port or socket path, or a
  * redis://, unix:// or redis+sentinel:// URL; rediss:// is parsed but
  * refused until TLS is served), and kept as the router takes it:
- * "host:port" or the socket's path, no credentials.
+ * "host:port" or the socket's path, no credentials. The credentials
+ * and the db go to r->conn, one set for the instance (the fields or the
+ * URLs, never both; URLs that disagree are refused rather than guessed at),
+ * wiped at free. Every connection is opened by tw_rr_open with r->conn:
+ * the routers' (client, claim, executors, acknowledger, each node learnt
+ * from CLUSTER SLOTS or a redirect, each reconnect) and the subscriber's,
+ * so no path connects without AUTH. A refused AUTH is TW_EAUTH and ends
+ * the call at once (retrying the same credentials cannot help; the node
+ * still backs off, so the worker's threads retry it slowly). Before it
+ * writes anything, new asks the server's ACL (acl.c, one EVAL of
+ * redis.acl_check_cmd, Redis >= 7) for every command the layer sends on
+ * the queue's keys and channel, because a command refused inside a script
+ * is not named by Redis 7.0 and one only the worker sends would otherwise
+ * fail long after new returned; a worker's new also fails when the
+ * subscriber's first connection is refused (sub_err). Error replies keep
+ * their words (errors.c): in the router's err for the call that met them,
+ * copied per calling thread for tw_redis_last_error, and, for the worker's
+ * own threads, which have no caller, into werr through their routers'
+ * sink (counted in worker_errors). Texts name servers by address only.
  * Sentinel (sentinel.c): with redis+sentinel:// entries (all of them, one
  * master name) new first asks the Sentinels for the master and confirms it
  * (ROLE master, with the config's credentials), and every router is seeded
@@ -431,25 +449,7 @@
  * set_many one WAIT per master after its calls, and answer TW_EREPLICAS
  * when too few replicas confirmed. The worker's writes are not waited
  * for: losing them delivers again (at least once), and the cost stays off
- * the delivery path. The credentials
- * and the db go to r->conn, one set for the instance (the fields or the
- * URLs, never both; URLs that disagree are refused rather than guessed at),
- * wiped at free. Every connection is opened by tw_rr_open with r->conn:
- * the routers' (client, claim, executors, acknowledger, each node learnt
- * from CLUSTER SLOTS or a redirect, each reconnect) and the subscriber's,
- * so no path connects without AUTH. A refused AUTH is TW_EAUTH and ends
- * the call at once (retrying the same credentials cannot help; the node
- * still backs off, so the worker's threads retry it slowly). Before it
- * writes anything, new asks the server's ACL (acl.c, one EVAL of
- * redis.acl_check_cmd, Redis >= 7) for every command the layer sends on
- * the queue's keys and channel, because a command refused inside a script
- * is not named by Redis 7.0 and one only the worker sends would otherwise
- * fail long after new returned; a worker's new also fails when the
- * subscriber's first connection is refused (sub_err). Error replies keep
- * their words (errors.c): in the router's err for the call that met them,
- * copied per calling thread for tw_redis_last_error, and, for the worker's
- * own threads, which have no caller, into werr through their routers'
- * sink (counted in worker_errors). Texts name servers by address only.
+ * the delivery path.
  * Lost replies: a call is sent (router.c) once all of its bytes are in the
  * socket; before that (a failed connect, a backoff, an unknown slot, a
  * write that failed, a connection found closed before writing) nothing can

@@ -434,16 +434,6 @@ static void rr_wait(struct tw_rr_router *rt, size_t node, uint64_t deadline)
         tw_rr_sleep_ms((uint32_t)((until - now + 999999) / 1000000));
 }
 
-/* Whether the server closed node i's connection while it sat idle (it
- * restarted or was killed, or dropped an idle client): a peek without
- * waiting finds the end of the stream, or an error, queued on the socket. A
- * command written there could only be lost, its outcome unknown to the
- * caller (TW_EUNKNOWN) although the server never saw it; dropped now, the
- * command goes on a new connection, or the call fails with nothing sent
- * (TW_EIO). One non-blocking recv per command (per node and chunk in
- * tw_rr_eval_many). A server that goes after the peek still makes the
- * command's outcome unknown: nothing tells that apart from one that ran it
- * and then went. */
 /* With Sentinel: whether node n's connection went to a master the
  * Sentinels no longer name (they were asked again if it was found stale);
  * then it is closed, and the node takes the new address (sentinel.c). */
@@ -456,6 +446,16 @@ static bool rr_sentinel_moved(struct tw_rr_router *rt, struct tw_rr_node *n)
     return true;
 }
 
+/* Whether the server closed node i's connection while it sat idle (it
+ * restarted or was killed, or dropped an idle client): a peek without
+ * waiting finds the end of the stream, or an error, queued on the socket. A
+ * command written there could only be lost, its outcome unknown to the
+ * caller (TW_EUNKNOWN) although the server never saw it; dropped now, the
+ * command goes on a new connection, or the call fails with nothing sent
+ * (TW_EIO). One non-blocking recv per command (per node and chunk in
+ * tw_rr_eval_many). A server that goes after the peek still makes the
+ * command's outcome unknown: nothing tells that apart from one that ran it
+ * and then went. */
 static void rr_check_idle(struct tw_rr_router *rt, size_t i)
 {
     struct tw_rr_node *n = &rt->nodes[i];
