@@ -30,6 +30,8 @@
 
 #include "redis/internal.h"
 
+#define RR_WAIT_REFUSED (-2) /* rt->waited: WAIT answered an error (its words in rt->err) */
+
 int tw_rr_wait_append(struct tw_rr_router *rt, redisContext *c)
 {
     rt->waited = -1;
@@ -39,11 +41,24 @@ int tw_rr_wait_append(struct tw_rr_router *rt, redisContext *c)
                : -1;
 }
 
+/* What a WAIT reply says: the replicas that confirmed, RR_WAIT_REFUSED for
+ * an error reply (NOPERM, say: its words into rt->err), -1 for none. */
+static long long rr_answer(struct tw_rr_router *rt, const redisReply *x)
+{
+    if (x && x->type == REDIS_REPLY_INTEGER)
+        return x->integer;
+    if (!x || x->type != REDIS_REPLY_ERROR)
+        return -1;
+    snprintf(rt->err, sizeof rt->err, "written on the master; WAIT refused: %s", x->str);
+    return RR_WAIT_REFUSED;
+}
+
 void tw_rr_wait_read(struct tw_rr_router *rt, redisContext *c)
 {
     redisReply *x = NULL;
-    if (redisGetReply(c, (void **)&x) == REDIS_OK && x && x->type == REDIS_REPLY_INTEGER)
-        rt->waited = x->integer;
+    if (redisGetReply(c, (void **)&x) != REDIS_OK)
+        x = NULL;
+    rt->waited = rr_answer(rt, x);
     if (x)
         freeReplyObject(x);
 }
@@ -53,6 +68,8 @@ static int rr_short(struct tw_rr_router *rt, long long got, int want, uint32_t m
 {
     if (got >= want)
         return 0;
+    if (got == RR_WAIT_REFUSED) /* rt->err holds the refusal */
+        return TW_EREPLICAS;
     if (got < 0)
         snprintf(rt->err, sizeof rt->err,
                  "written on the master; WAIT unanswered: replicas not confirmed");
@@ -85,13 +102,13 @@ int tw_rr_wait_many(struct tw_redis *r, uint64_t opened)
             continue;
         redisReply *x = redisCommand(rt->nodes[i].c, "WAIT %d %u", want,
                                      (unsigned)r->cfg.wait_timeout_ms);
-        long long got = x && x->type == REDIS_REPLY_INTEGER ? x->integer : -1;
+        long long got = rr_answer(rt, x);
         if (!x)
             tw_rr_drop(rt, i);
         else
             freeReplyObject(x);
         if (got < 0)
-            return rr_short(rt, -1, want, r->cfg.wait_timeout_ms);
+            return rr_short(rt, got, want, r->cfg.wait_timeout_ms);
         if (least < 0 || got < least)
             least = got;
     }

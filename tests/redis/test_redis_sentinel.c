@@ -5,8 +5,9 @@
  *    delivered; a master name no Sentinel knows fails tw_redis_new with
  *    TW_EINVAL, the Sentinel's words in errbuf; the replica wait: WAIT for
  *    the two replicas answers 0, for three (there are two) TW_EREPLICAS with
- *    the task stored all the same; wait_replicas without wait_timeout_ms is
- *    TW_EINVAL.
+ *    the task stored all the same, and for a user WAIT is denied to
+ *    TW_EREPLICAS with the refusal's words; wait_replicas without
+ *    wait_timeout_ms is TW_EINVAL.
  *  - auth: master and replicas with requirepass (and masterauth), Sentinels
  *    with a password of their own: sentinel_password reaches the Sentinels
  *    (without it: TW_EAUTH, NOAUTH), the URL's password the master found
@@ -137,7 +138,26 @@ static void test_discovery(void)
         CHECK_EQ_INT(tw_redis_remove(c, "w5", 2), TW_EREPLICAS); /* stored too */
         struct tw_redis_stats st;
         CHECK_EQ_INT(tw_redis_stats(c, &st), 0);
-        CHECK_EQ_U64(st.pending, 3); /* w1, w2, w4 */
+        CHECK_EQ_U64(st.pending, 3); /* w1, w2, w4 (w6 below makes 4) */
+        tw_redis_free(c);
+    }
+
+    /* a user WAIT is denied to: written, not confirmed, the refusal's words */
+    CHECK_EQ_INT(rfx_command(&s.data[0], "ACL SETUSER nowait on >pw ~* &* +@all -wait"), 0);
+    char nw[sizeof s.url + 16];
+    CHECK(snprintf(nw, sizeof nw, "redis+sentinel://nowait:pw@%s",
+                   s.url + strlen("redis+sentinel://")) < (int)sizeof nw);
+    const char *nws[] = {nw};
+    config(&cfg, nws, "sd", err);
+    cfg.wait_replicas = 1;
+    cfg.wait_timeout_ms = 100;
+    c = NULL;
+    CHECK_EQ_INT(tw_redis_new(&c, &cfg), 0);
+    if (c) {
+        CHECK_EQ_INT(tw_redis_set(c, "w6", 2, "p", 1, 60000), TW_EREPLICAS);
+        CHECK_EQ_INT(tw_redis_last_error(c, err, sizeof err), TW_EREPLICAS);
+        CHECK(strstr(err, "WAIT refused: NOPERM") != NULL);
+        printf("WAIT denied: %s\n", err);
         tw_redis_free(c);
     }
 
