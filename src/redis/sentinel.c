@@ -305,6 +305,8 @@ int tw_rr_sentinel_new(struct tw_redis *r, const struct tw_redis_config *cfg, ch
         pthread_mutex_unlock(&s->mu);
         if (rc == 0 && (rc = rr_confirm(r, s, why)) == 0)
             break;
+        if (rc == TW_EIO) /* unreachable, or a replica: prefer another answer */
+            atomic_store(&s->stale, true);
         if (rc != TW_EIO || tw_rr_mono_ns() >= until)
             return rc;
         tw_rr_sleep_ms(RR_ASK_MS);
