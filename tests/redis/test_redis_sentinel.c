@@ -17,13 +17,14 @@
  *    delivered.
  *  - failover: 1e4 tasks ($TWHEEL_REDIS_TEST_N; a fifth under sanitizers)
  *    set in batches over ~3 s (set_many, and one batch in four by single
- *    sets) with wait_replicas 1, due 1.5-4 s after their
- *    set, two redis_worker processes; the master SIGKILLed 1.5 s in, a
- *    replica promoted by the Sentinels. Every set acknowledged (answered 0,
- *    or set_many every item) is delivered at least once, none before its due
- *    time (the servers share this machine's clock), nothing stays pending;
- *    the producer and the workers reached the new master. Lateness is not
- *    judged: tasks due during the failover wait for it by design.
+ *    sets) with wait_replicas 1, due 1.5-4 s after their set, two
+ *    redis_worker processes; the master SIGKILLed 2 s in (while deliveries
+ *    are under way), a replica promoted by the Sentinels. Every set
+ *    acknowledged (answered 0, or set_many every item) is delivered at least
+ *    once, none before its due time (the servers share this machine's
+ *    clock), nothing stays pending; the producer reached the new master
+ *    (every set acknowledged), and each worker started tasks there.
+ *    Lateness is not judged: tasks due during the failover wait for it.
  */
 #define _GNU_SOURCE
 #include "fixture.h"
@@ -311,6 +312,7 @@ static void test_failover(void)
                             .lease_ms = LEASE_MS, .window_ms = WINDOW_MS};
         CHECK_EQ_INT(rw_spawn(RFX_WORKER_PATH, &o, &pid[w], NULL), 0);
     }
+    const pid_t wpid[2] = {pid[0], pid[1]};
     const char *servers[] = {s.url};
     struct tw_redis_config cfg;
     config(&cfg, servers, "sf", NULL);
@@ -326,7 +328,7 @@ static void test_failover(void)
         goto out;
     }
     srand(11);
-    uint64_t start = rfx_mono_ms(), acked = 0, refused = 0;
+    uint64_t start = rfx_mono_ms(), acked = 0, refused = 0, kill_us = 0;
     bool killed = false;
     for (uint64_t i = 0; i < n; i += BATCH) {
         size_t k = n - i < BATCH ? (size_t)(n - i) : BATCH;
@@ -357,7 +359,8 @@ static void test_failover(void)
         CHECK_EQ_INT(rc, (int)k);
         if (rc == (int)k)
             acked += k;
-        if (!killed && rfx_mono_ms() - start >= 1500) {
+        if (!killed && rfx_mono_ms() - start >= 2000) {
+            kill_us = rfx_realtime_us();
             CHECK_EQ_INT(rfx_kill(&s.data[0]), 0);
             printf("master SIGKILLed %" PRIu64 " ms in\n", rfx_mono_ms() - start);
             killed = true;
@@ -366,8 +369,10 @@ static void test_failover(void)
         if (now < target)
             rfx_sleep_ms((unsigned)(target - now));
     }
-    if (!killed)
+    if (!killed) {
+        kill_us = rfx_realtime_us();
         CHECK_EQ_INT(rfx_kill(&s.data[0]), 0);
+    }
     int m = rfx_sentinels_master(&s, 0, 20000);
     CHECK(m > 0);
     printf("%" PRIu64 " sets acknowledged in %" PRIu64 " ms (%" PRIu64
@@ -391,6 +396,18 @@ static void test_failover(void)
     rverdict_print(&v, "failover");
     CHECK_EQ_U64(v.missing, 0);
     CHECK_EQ_U64(v.early, 0);
+    /* each worker reached the new master: it started tasks there */
+    for (int w = 0; w < 2; w++) {
+        uint64_t before = 0, after = 0;
+        for (size_t i = 0; i < d.n; i++)
+            if (d.v[i].pid == (int)wpid[w]) {
+                before += d.v[i].start_us <= kill_us;
+                after += d.v[i].start_us > kill_us;
+            }
+        printf("worker %d: %" PRIu64 " deliveries before the kill, %" PRIu64 " after\n", w,
+               before, after);
+        CHECK(after > 0);
+    }
     rdel_free(&d);
 out:
     for (int w = 0; w < 2; w++)
