@@ -83,6 +83,18 @@ static bool wait_delivered(unsigned n, unsigned ms)
     return atomic_load(&delivered) >= n;
 }
 
+/* n tasks set on worker w, due in delay_ms: each acknowledged, all delivered. */
+static void set_delivered(struct tw_redis *w, int n, int64_t delay_ms)
+{
+    atomic_store(&delivered, 0);
+    for (int i = 0; w && i < n; i++) {
+        char k[16];
+        int kl = snprintf(k, sizeof k, "k%d", i);
+        CHECK_EQ_INT(tw_redis_set(w, k, (size_t)kl, "p", 1, delay_ms), 0);
+    }
+    CHECK(wait_delivered((unsigned)n, 10000));
+}
+
 static void test_discovery(void)
 {
     struct rfx_sentinels s;
@@ -95,13 +107,7 @@ static void test_discovery(void)
     cfg.execute = count;
     struct tw_redis *w = NULL;
     CHECK_EQ_INT(tw_redis_new(&w, &cfg), 0);
-    atomic_store(&delivered, 0);
-    for (int i = 0; w && i < 100; i++) {
-        char k[16];
-        int n = snprintf(k, sizeof k, "k%d", i);
-        CHECK_EQ_INT(tw_redis_set(w, k, (size_t)n, "p", 1, 100), 0);
-    }
-    CHECK(wait_delivered(100, 10000));
+    set_delivered(w, 100, 100);
     /* the tasks went to the master: its replicas hold what it held */
     uint64_t keys = 0;
     CHECK_EQ_INT(rfx_dbsize(&s.data[0], &keys), 0);
@@ -200,13 +206,7 @@ static void test_auth(void)
     printf("no Sentinel password: %s\n", err);
     cfg.sentinel_password = "sentpw";
     CHECK_EQ_INT(tw_redis_new(&w, &cfg), 0);
-    atomic_store(&delivered, 0);
-    for (int i = 0; w && i < 50; i++) {
-        char k[16];
-        int n = snprintf(k, sizeof k, "k%d", i);
-        CHECK_EQ_INT(tw_redis_set(w, k, (size_t)n, "p", 1, 50), 0);
-    }
-    CHECK(wait_delivered(50, 10000));
+    set_delivered(w, 50, 50);
     tw_redis_free(w);
     /* the wrong password, in the URL and in the field */
     char bad[600];
