@@ -59,6 +59,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check(tw_rr_url_parse(addr, &v, &why) == 0 && v.scheme == TW_RR_UNIX &&
               strcmp(v.host, u.host) == 0);
     }
+    /* a Sentinel list: 1..16 entries, the first of them in host and port, and
+     * the list is the whole entry (tw_rr_url_entry_len, as the tools split) */
+    if (u.scheme == TW_RR_SENTINEL) {
+        check(u.nsent >= 1 && u.nsent <= TW_RR_URL_SENTINELS);
+        check(u.sent[0].port == u.port && strcmp(u.sent[0].host, u.host) == 0);
+        for (size_t i = 0; i < u.nsent; i++)
+            check(u.sent[i].port >= 1 && u.sent[i].port <= 65535 && u.sent[i].host[0]);
+        const char *path = strchr(s + 17, '/'); /* after "redis+sentinel://" and the hosts */
+        check(path != NULL);
+        if (!strchr(path, ','))
+            check(tw_rr_url_entry_len(s) == strlen(s));
+    } else {
+        check(u.nsent == 0);
+    }
     /* the redacted copy: the same entry with "***" for the password */
     if (u.has_pass) {
         char *red = malloc(size + 8);
@@ -66,7 +80,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check(tw_rr_url_redact(s, red, size + 8) < size + 8);
         check(tw_rr_url_parse(red, &v, &why) == 0);
         check(v.scheme == u.scheme && v.port == u.port && v.db == u.db &&
-              strcmp(v.host, u.host) == 0 && strcmp(v.master, u.master) == 0);
+              strcmp(v.host, u.host) == 0 && strcmp(v.master, u.master) == 0 &&
+              v.nsent == u.nsent);
         check(v.has_user == u.has_user && strcmp(v.user, u.user) == 0);
         check(v.has_pass && strcmp(v.pass, "***") == 0);
         free(red);

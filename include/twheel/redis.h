@@ -117,9 +117,15 @@
  * and `%` must be encoded, an `@` need not be); schemes are matched without
  * regard to case; a db is 0..1000000 (SELECT; a cluster has db 0 only);
  * queries other than a socket's `?db=`, and fragments, are refused. Reserved,
- * refused with TW_EINVAL for now: `rediss://` (TLS, same form) and
- * `redis+sentinel://[user[:password]@]host[:port]/master-name[/db]` (one
- * Sentinel per entry, port 26379 by default). Credentials come from the
+ * refused with TW_EINVAL for now: `rediss://` (TLS, same form). Sentinel:
+ *  - `redis+sentinel://[user[:password]@]host[:port][,host[:port]...]/master-name[/db]`:
+ *    up to 16 Sentinels (port 26379 by default) watching master-name; the
+ *    user and password are the master's (and its replicas'), the Sentinels'
+ *    own go in sentinel_username and sentinel_password. Several such entries
+ *    may be given (one Sentinel each, say, as tools that split a list at its
+ *    commas can pass them); they must all name the same master, and cannot be
+ *    mixed with other entries (TW_EINVAL).
+ * Credentials come from the
  * URLs or from the username and password fields, not both (TW_EINVAL); URLs
  * that carry credentials must carry the same, URLs that name a db the same
  * db, and entries without them share them: one user, one password and one
@@ -151,6 +157,49 @@
  * (`NOPERM ... 'zadd {Q:0}:d:0 1 k' ...`). A rule changed later shows as
  * TW_EAUTH from the calls, or in tw_redis_worker_error for the worker's
  * threads (Redis's words in a script do not name the command there).
+ *
+ * Sentinel: tw_redis_new asks the Sentinels in turn (SENTINEL
+ * get-master-addr-by-name), connects to the master they name and confirms
+ * it answers ROLE master (a replica, or a stale answer: asked again, for up
+ * to connect_timeout_ms + command_timeout_ms); every later connection of
+ * every thread (client, claim, subscriber, executors, acknowledger, each
+ * reconnect) goes to the master last named and is confirmed the same way,
+ * so a failed-over master that comes back as a replica is never written to.
+ * A connection that fails, a replica, or a READONLY reply has the Sentinels
+ * asked again (at most every 100 ms): after a failover every thread reaches
+ * the promoted replica on its next attempt once the Sentinels name it, the
+ * subscriber subscribes there, the clock offsets are measured afresh and
+ * the client checks the new master as every new server (maxmemory-policy,
+ * the queue's partition count, stored again if the failover lost it). The
+ * calls made meanwhile fail as while a server is away (TW_EIO, TW_EUNKNOWN
+ * after command_timeout_ms), and the worker catches up once there. Errors
+ * of new: TW_EIO (no Sentinel answered, or the master they name did not),
+ * TW_EINVAL (no Sentinel knows master-name: errbuf says `no master named
+ * ...`), TW_EAUTH (the Sentinels' or the master's credentials refused).
+ * The least ACL rule gains `+role` on the master and replicas (and `+wait`
+ * with wait_replicas); a Sentinel's own ACL must allow `sentinel|get-master-
+ * addr-by-name`.
+ *
+ * Replication and failover: Redis replicates asynchronously. A write the
+ * master acknowledged and no replica had yet is lost when a failover
+ * promotes a replica: a set may vanish (its task never delivered), a move
+ * or a remove be undone (the task delivered at its earlier time, or after
+ * all), an acknowledgement be lost (the task delivered again: at least
+ * once holds), a claim or start be lost (the task claimed again). Until the
+ * Sentinels demote it, a master cut off from them still takes writes that
+ * the failover discards. wait_replicas > 0 makes the producer calls (set,
+ * move, remove, set_many) wait for that many replicas (WAIT, in the same
+ * write as the call; set_many: one WAIT per master after its calls) and
+ * answer TW_EREPLICAS when fewer confirmed within wait_timeout_ms: the
+ * write is on the master (never "nothing written"), not known to survive a
+ * failover; setting it again is safe. A call answered 0 with wait_replicas
+ * = N survives any failover that promotes one of the N replicas that
+ * confirmed it; Sentinel promotes the replica with the most replication
+ * offset among those it can reach (replica-priority first), so N = 1 is
+ * enough unless that one is unreachable, and N = all replicas is safe
+ * against any choice. The worker's own writes are not waited for: their
+ * loss redelivers, never loses, a task. WAIT makes each call one replica
+ * round trip slower; without wait_replicas nothing is sent.
  *
  * The server's words: a call that fails on an error reply keeps it, and
  * tw_redis_last_error gives the calling thread the text of its last call
@@ -283,6 +332,21 @@ struct tw_redis_config {
      * also means a worker whose executors are this late in starting a held task (a
      * stall, a backlog) may lose it to another worker. */
     uint32_t hold_ms;
+    /** With redis+sentinel:// servers: the ACL user the Sentinels want (NULL: none); the
+     * URL's credentials are the master's and its replicas'. Copied. */
+    const char *sentinel_username;
+    /** ... and the Sentinels' password (requirepass of sentinel.conf; NULL: none). Copied,
+     * wiped at free. */
+    const char *sentinel_password;
+    /** 0 (default): no replica wait. 1..1000: set, move, remove and set_many send WAIT for
+     * this many replicas after their write (in the same write; set_many: once per master
+     * after its calls) and answer TW_EREPLICAS when fewer confirmed it within
+     * wait_timeout_ms: written on the master, which a failover may still lose (see
+     * "Replication and failover"). The worker's own writes are not waited for. */
+    uint32_t wait_replicas;
+    /** How long WAIT waits for them, in ms (1 .. command_timeout_ms - 1; needed with
+     * wait_replicas): a call takes up to this much longer when a replica lags. */
+    uint32_t wait_timeout_ms;
 };
 
 /** Statistics; every count since tw_redis_new. */
@@ -357,9 +421,11 @@ TW_API void tw_redis_config_init(struct tw_redis_config *cfg);
  * failing and releasing, and remove keeps working: what frees memory, or
  * keeps it flat, gets through, so a full queue drains. Needs Redis 7.0 or
  * later (the scripts declare this with Redis 7 script flags).
- * @return 0 and *out, or TW_EINVAL (bad config, a TLS or Sentinel URL,
- *         lease_ms below TW_REDIS_LEASE_MIN_MS or 4 * tick_ms), TW_EIO (no
- *         server reachable), TW_EAUTH (credentials refused, or a permission
+ * @return 0 and *out, or TW_EINVAL (bad config, a TLS URL, a master name
+ *         no Sentinel knows, lease_ms below TW_REDIS_LEASE_MIN_MS or 4 *
+ *         tick_ms, wait_replicas without a wait_timeout_ms below
+ *         command_timeout_ms), TW_EIO (no server reachable; with Sentinel:
+ *         no Sentinel, or not the master they name), TW_EAUTH (credentials refused, or a permission
  *         the layer needs missing: the text names it), TW_ECONFLICT (an
  *         evicting maxmemory-policy not accepted, or another partition count
  *         stored with the queue), TW_EOOM (a new queue's partition count
@@ -380,15 +446,16 @@ TW_API int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg
  *         nothing written; counted in stats' oom_refusals), TW_ECONFLICT (a server
  *         found with an evicting policy after tw_redis_new), TW_EAUTH (a permission
  *         refused, or the credentials at a reconnect), TW_EPROTO (Redis answered
- *         another error), TW_ECLOSED, TW_ENOMEM; the server's words:
- *         tw_redis_last_error. */
+ *         another error), TW_EREPLICAS (with wait_replicas: stored on the
+ *         master, fewer replicas confirmed it; see "Replication and failover"),
+ *         TW_ECLOSED, TW_ENOMEM; the server's words: tw_redis_last_error. */
 TW_API int tw_redis_set(struct tw_redis *r, const void *key, size_t key_len,
                         const void *payload, size_t payload_len, int64_t delay_ms);
 
 /** Re-arm a stored task to now + delay_ms; cost and threads as tw_redis_set.
  * A retry after a lost reply answers for the first run (moves it once).
  * @return 0, TW_ENOENT, or as tw_redis_set (TW_EUNKNOWN: it may have been
- *         moved). */
+ *         moved; TW_EREPLICAS: moved on the master). */
 TW_API int tw_redis_move(struct tw_redis *r, const void *key, size_t key_len, int64_t delay_ms);
 
 /** Remove a task: not delivered after this returns (unless already running or started:
@@ -396,7 +463,8 @@ TW_API int tw_redis_move(struct tw_redis *r, const void *key, size_t key_len, in
  * memory, so a server at maxmemory still takes it. A retry after a lost reply answers for
  * the first run: 0 when that removed the task.
  * @return 0, TW_ENOENT, or as tw_redis_set (TW_EOOM aside; TW_EUNKNOWN: it may have been
- *         removed; a remove the caller repeats then answers TW_ENOENT if so). */
+ *         removed; a remove the caller repeats then answers TW_ENOENT if so;
+ *         TW_EREPLICAS: removed on the master). */
 TW_API int tw_redis_remove(struct tw_redis *r, const void *key, size_t key_len);
 
 /** One item of tw_redis_set_many. */
@@ -419,7 +487,9 @@ struct tw_redis_item {
  *         been); TW_EUNKNOWN (some call was applied or may have been: each
  *         item may be stored or not, which is not known; set_many of the
  *         same items again is safe); TW_EOOM, TW_EPROTO, TW_ENOMEM (as
- *         TW_EUNKNOWN, some items may be stored). */
+ *         TW_EUNKNOWN, some items may be stored); TW_EREPLICAS (every item
+ *         stored on the master, fewer replicas confirmed them, or a
+ *         connection was replaced during the call). */
 TW_API int tw_redis_set_many(struct tw_redis *r, const struct tw_redis_item *items, size_t n);
 
 /** Stop claiming, let running callbacks finish (and tasks started ahead run

@@ -62,14 +62,17 @@ static int rr_api_eval(struct tw_redis *r, unsigned id, uint32_t p, int nargs, c
 {
     redisReply *x;
     pthread_mutex_lock(&r->api_mu);
+    r->api.wait_replicas = (int)r->cfg.wait_replicas; /* WAIT in the same write (wait.c) */
+    r->api.wait_ms = r->cfg.wait_timeout_ms;
     int rc = tw_rr_eval(&r->api, id, r->slots[p], TW_RR_NKEYS, nargs, av, al, &x);
-    tw_rr_note(r, rc); /* the calling thread's last error (errors.c) */
+    int w = tw_rr_wait_check(r); /* TW_EREPLICAS: written, not confirmed by the replicas */
+    tw_rr_note(r, rc ? rc : w); /* the calling thread's last error (errors.c) */
     pthread_mutex_unlock(&r->api_mu);
     if (rc)
         return rc;
     rc = tw_rr_int_reply(x, result);
     freeReplyObject(x);
-    return rc;
+    return rc ? rc : w;
 }
 
 int tw_redis_set(struct tw_redis *r, const void *key, size_t key_len, const void *payload,
@@ -147,7 +150,7 @@ int tw_redis_move(struct tw_redis *r, const void *key, size_t key_len, int64_t d
     av[9] = ms;
     long long due;
     rc = rr_api_eval(r, TW_RR_MOVE, p, 5, av, al, &due);
-    return rc ? rc : due < 0 ? TW_ENOENT : 0;
+    return rc && rc != TW_EREPLICAS ? rc : due < 0 ? TW_ENOENT : rc;
 }
 
 int tw_redis_remove(struct tw_redis *r, const void *key, size_t key_len)
@@ -172,7 +175,7 @@ int tw_redis_remove(struct tw_redis *r, const void *key, size_t key_len)
     av[7] = ms;
     long long v;
     rc = rr_api_eval(r, TW_RR_REMOVE, p, 3, av, al, &v);
-    return rc ? rc : v < 0 ? TW_ENOENT : 0;
+    return rc && rc != TW_EREPLICAS ? rc : v < 0 ? TW_ENOENT : rc;
 }
 
 /* set_many: the items sorted by partition (stable); within a partition, a
@@ -367,10 +370,13 @@ int tw_redis_set_many(struct tw_redis *r, const struct tw_redis_item *items, siz
     }
     m->call[ncalls] = kept;
     pthread_mutex_lock(&r->api_mu);
+    uint64_t opened = r->api.opened;
     int rc = tw_rr_eval_many(&r->api, TW_RR_SET, ncalls, TW_RR_NKEYS, rr_many_build, m,
                              tw_rr_many_check);
+    if (rc == 0 && r->cfg.wait_replicas) /* one WAIT per master after the calls (wait.c) */
+        rc = tw_rr_wait_many(r, opened);
     tw_rr_note(r, rc);
     pthread_mutex_unlock(&r->api_mu);
     rr_many_free(m, count);
-    return rc ? rc : (int)n;
+    return rc ? rc : (int)n; /* TW_EREPLICAS: every item stored on the master */
 }

@@ -56,6 +56,8 @@ int tw_rr_reply_error(struct tw_rr_router *rt, const redisReply *x)
 {
     snprintf(rt->err, sizeof rt->err, "%s", x->str ? x->str : "error reply");
     int code = tw_rr_error_code(rt->err);
+    if (rt->sentinel && strncmp(rt->err, "READONLY", 8) == 0)
+        tw_rr_sentinel_stale(rt->sentinel); /* a replica now: the Sentinels asked again */
     if (code == TW_EOOM)
         rt->oom_refusals++;
     if (rt->sink)

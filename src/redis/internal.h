@@ -41,6 +41,9 @@
  *                and channel the layer uses, asked of the server's ACL.
  * errors.c     - the server's words: error replies to codes, each thread's
  *                last error, the worker threads' last error.
+ * sentinel.c   - Sentinel: the master asked of the Sentinels, ROLE confirmed
+ *                on every connection, asked again after a failure.
+ * wait.c       - the replica wait (WAIT) after the producer's writes.
  * scripts.c    - the Lua scripts (see the schema in redis.c).
  */
 #ifndef TWHEEL_REDIS_INTERNAL_H
@@ -138,6 +141,18 @@ struct tw_rr_router {
     uint32_t reply_ms;
     void (*on_silent)(void *arg, const struct tw_rr_router *rt, size_t node);
     void *silent_arg;
+    /* Set by the owner (sentinel.c): the master Sentinels name. Each
+     * connection goes to its current address and must answer ROLE master;
+     * a failed connection, a replica, or a READONLY reply has the
+     * Sentinels asked again. NULL: the seeds as given. */
+    struct tw_rr_sentinel *sentinel;
+    /* Set by the owner per call (wait.c): "WAIT wait_replicas wait_ms" goes
+     * in the same write as each command tw_rr_command sends, and its answer
+     * (replicas that confirmed; -1: none read) lands in waited. */
+    int wait_replicas;
+    uint32_t wait_ms;
+    long long waited;
+    uint64_t opened; /* connections opened, ever (wait.c: the same connection carried a call) */
 };
 
 /* Copy the seeds ("host:port", or a unix socket's "/path"); connect to the
@@ -524,6 +539,8 @@ struct tw_redis {
 
     /* connecting (connect.c) and the server's words (errors.c) */
     struct tw_rr_conn conn;         /* credentials and database: every router's */
+    struct tw_rr_sentinel *sentinel; /* the master the Sentinels name (sentinel.c); NULL:
+                                      * the servers as configured */
     pthread_mutex_t err_mu;         /* guards lasterr, err_seq, werr */
     struct tw_rr_lasterr lasterr[TW_RR_ERR_THREADS];
     uint64_t err_seq;
@@ -695,5 +712,49 @@ struct tw_rr_acl_need {
 };
 extern const struct tw_rr_acl_need tw_rr_acl_needs[];
 extern const size_t tw_rr_acl_nneeds;
+
+/* ---- Sentinel (sentinel.c) --------------------------------------------------- */
+struct tw_rr_sentinel;
+/* With redis+sentinel:// servers: the Sentinels and their credentials from
+ * cfg, the master asked of them and confirmed (ROLE master, r->conn's
+ * credentials), its address written over r->servers (what every router
+ * seeds from), r->sentinel set. 0; else why (TW_RR_ERR_MAX bytes) says
+ * what failed: TW_EIO (no Sentinel answered, or the master they name did
+ * not within connect_timeout_ms + command_timeout_ms), TW_EINVAL (no
+ * Sentinel knows the master's name), TW_EAUTH, TW_EPROTO, TW_ENOMEM. */
+int tw_rr_sentinel_new(struct tw_redis *r, const struct tw_redis_config *cfg, char *why);
+void tw_rr_sentinel_free(struct tw_rr_sentinel *s);
+/* The master's address as last found into host (TW_RR_URL_HOST bytes) and
+ * *port, the Sentinels asked again first when it was found stale (at most
+ * every RR_ASK_MS; the caller waits while another thread asks). True when
+ * it differs from what host and port held. Any thread. */
+bool tw_rr_sentinel_addr(struct tw_rr_sentinel *s, char *host, int *port);
+/* The master found wrong (a connection failed, a replica, READONLY): the
+ * next tw_rr_sentinel_addr asks the Sentinels. Any thread, lock-free. */
+void tw_rr_sentinel_stale(struct tw_rr_sentinel *s);
+/* ROLE on a new connection to host:port: 0 for a master; TW_EIO for
+ * anything else (marked stale, err says what), TW_EAUTH when ROLE is
+ * denied. */
+int tw_rr_sentinel_role(struct tw_rr_sentinel *s, redisContext *c, const char *host, int port,
+                        char *err, size_t errlen);
+/* Bumped each time the master's address changes. Any thread. */
+uint64_t tw_rr_sentinel_gen(const struct tw_rr_sentinel *s);
+/* The client's check of a new connection to the master, after its policy:
+ * the queue's partition count (stored again if a failover lost it). 0,
+ * TW_ECONFLICT, TW_EIO. */
+int tw_rr_sentinel_recheck(struct tw_redis *r, redisContext *c);
+
+/* ---- the replica wait (wait.c) ----------------------------------------------- */
+/* Append WAIT to c's output after a command (router.c, rt->wait_replicas
+ * set); read its answer into rt->waited after the command's reply. */
+int tw_rr_wait_append(struct tw_rr_router *rt, redisContext *c);
+void tw_rr_wait_read(struct tw_rr_router *rt, redisContext *c);
+/* After a producer call on r->api that succeeded: 0, or TW_EREPLICAS when
+ * fewer replicas than configured confirmed it (r->api.err says so). */
+int tw_rr_wait_check(struct tw_redis *r);
+/* After a set_many that succeeded: WAIT on each connected master, a round
+ * trip each; TW_EREPLICAS when one confirmed too few, or a connection was
+ * opened since `opened` (the calls' own connection gone: unconfirmed). */
+int tw_rr_wait_many(struct tw_redis *r, uint64_t opened);
 
 #endif /* TWHEEL_REDIS_INTERNAL_H */

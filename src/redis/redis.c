@@ -405,9 +405,9 @@
  *
  * Connecting (url.c, connect.c, acl.c, errors.c): each servers entry is
  * parsed once here (rr_check_servers: plain host:port or socket path, or a
- * redis:// or unix:// URL; rediss:// and redis+sentinel:// are parsed but
- * refused until TLS and Sentinel are served), and kept as the router takes
- * it: "host:port" or the socket's path, no credentials. The credentials
+ * redis://, unix:// or redis+sentinel:// URL; rediss:// is parsed but
+ * refused until TLS is served), and kept as the router takes it:
+ * "host:port" or the socket's path, no credentials. The credentials
  * and the db go to r->conn, one set for the instance (the fields or the
  * URLs, never both; URLs that disagree are refused rather than guessed at),
  * wiped at free. Every connection is opened by tw_rr_open with r->conn:
@@ -426,6 +426,30 @@
  * copied per calling thread for tw_redis_last_error, and, for the worker's
  * own threads, which have no caller, into werr through their routers'
  * sink (counted in worker_errors). Texts name servers by address only.
+ * Sentinel (sentinel.c): with redis+sentinel:// entries (all of them, one
+ * master name) new first asks the Sentinels for the master and confirms it
+ * (ROLE master, with the config's credentials), and every router is seeded
+ * with its address. The instance keeps one master address (sentinel.c,
+ * under its own mutex) that every router's connection attempt reads
+ * (router.c, rr_connect: the address, then ROLE before the first command;
+ * the subscriber reads it before each subscription). What shows it wrong
+ * marks it stale: a connection that fails, a connection answering ROLE
+ * other than master, a READONLY reply. The next attempt of any thread asks
+ * the Sentinels again (at most every 100 ms; an answer other than the
+ * failed address preferred), and a connection still open to the old
+ * address is closed at its next command (rr_check_idle). A new master
+ * resets the clock offsets (measured afresh from its replies), and is
+ * checked by the client's on_connect as every new server, the queue's
+ * partition count included. Nothing listens to +switch-master: a failover
+ * breaks the old master's connections (it died) or its writes (READONLY,
+ * demoted), which is what the layer acts on.
+ * Replication loss (wait.c): a failover loses what no replica had; with
+ * wait_replicas, set, move and remove send WAIT in the same write as their
+ * script call (router.c, rr_roundtrip, when rt->wait_replicas is set) and
+ * set_many one WAIT per master after its calls, and answer TW_EREPLICAS
+ * when too few replicas confirmed. The worker's writes are not waited
+ * for: losing them delivers again (at least once), and the cost stays off
+ * the delivery path.
  * Lost replies: a call is sent (router.c) once all of its bytes are in the
  * socket; before that (a failed connect, a backoff, an unknown slot, a
  * write that failed, a connection found closed before writing) nothing can
@@ -541,9 +565,16 @@ static int rr_check_servers(const struct tw_redis_config *c, struct tw_rr_url *f
             rr_errbuf(c, "servers[%zu]: %s", i, why);
             return TW_EINVAL;
         }
-        if (u.scheme == TW_RR_TLS || u.scheme == TW_RR_SENTINEL) {
-            rr_errbuf(c, "servers[%zu]: %s is not supported yet", i,
-                      u.scheme == TW_RR_TLS ? "TLS (rediss://)" : "Sentinel (redis+sentinel://)");
+        if (u.scheme == TW_RR_TLS) {
+            rr_errbuf(c, "servers[%zu]: TLS (rediss://) is not supported yet", i);
+            return TW_EINVAL;
+        }
+        if (i > 0 && (u.scheme == TW_RR_SENTINEL) != (first->scheme == TW_RR_SENTINEL)) {
+            rr_errbuf(c, "servers[%zu]: Sentinel and other entries mixed", i);
+            return TW_EINVAL;
+        }
+        if (i > 0 && u.scheme == TW_RR_SENTINEL && strcmp(u.master, first->master) != 0) {
+            rr_errbuf(c, "servers[%zu]: another master name than an earlier entry's", i);
             return TW_EINVAL;
         }
         if (u.db >= 0 && *db != 0 && u.db != *db) {
@@ -564,7 +595,7 @@ static int rr_check_servers(const struct tw_redis_config *c, struct tw_rr_url *f
             return TW_EINVAL;
         }
         if (i == 0 || (creds && !have))
-            *first = u;
+            *first = u; /* the same scheme and master name as servers[0] (above) */
         have = have || creds;
     }
     return 0;
@@ -583,6 +614,12 @@ static int rr_check_config(const struct tw_redis_config *c)
     }
     if (c->partitions == 0 || c->partitions > TW_REDIS_PARTITIONS_MAX)
         return TW_EINVAL;
+    if (c->wait_replicas > 1000 ||
+        (c->wait_replicas && (c->wait_timeout_ms == 0 ||
+                              c->wait_timeout_ms >= c->command_timeout_ms))) {
+        rr_errbuf(c, "wait_replicas: at most 1000, with wait_timeout_ms in 1..command_timeout_ms-1");
+        return TW_EINVAL;
+    }
     if (c->connect_timeout_ms == 0 || c->command_timeout_ms == 0 ||
         c->connect_timeout_ms > 3600000u || c->command_timeout_ms > 3600000u)
         return TW_EINVAL;
@@ -719,6 +756,7 @@ static void rr_free_all(struct tw_redis *r)
     pthread_mutex_destroy(&r->err_mu);
     rr_forget(r->conn.user);
     rr_forget(r->conn.pass);
+    tw_rr_sentinel_free(r->sentinel);
     free(r);
 }
 
@@ -731,6 +769,7 @@ static int rr_router(struct tw_redis *r, struct tw_rr_router *rt, char *why)
                                r->cfg.connect_timeout_ms, r->cfg.command_timeout_ms);
     rt->shas = r->shas;
     rt->bodies = tw_rr_scripts;
+    rt->sentinel = r->sentinel; /* each connection to the master the Sentinels name */
     if (rt != &r->api) {
         rt->sink = tw_rr_worker_sink;
         rt->sink_ctx = r;
@@ -804,6 +843,9 @@ static int rr_check_server(void *ctx, redisContext *c)
     char pol[64];
     if (rr_read_policy(c, pol, sizeof pol) != 0)
         return TW_EIO;
+    int v = r->sentinel ? tw_rr_sentinel_recheck((struct tw_redis *)r, c) : 0;
+    if (v) /* a new master: the queue's partition count too (sentinel.c) */
+        return v;
     if (strcmp(pol, "noeviction") == 0 || strncmp(pol, "volatile-", 9) == 0)
         return 0;
     return r->cfg.accept_evicting_policy ? 1 : TW_ECONFLICT;
@@ -976,6 +1018,9 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
     if (rr_copy_servers(r, cfg, &first, db) != 0)
         goto nomem;
     r->cfg.servers = (const char *const *)r->servers;
+    r->cfg.sentinel_username = r->cfg.sentinel_password = NULL; /* the Sentinel's copies */
+    if (first.scheme == TW_RR_SENTINEL && (rc = tw_rr_sentinel_new(r, cfg, why)) != 0)
+        goto fail;
     for (uint32_t p = 0; p < cfg->partitions; p++) {
         char tag[TW_RR_KEYBUF];
         int n = snprintf(tag, sizeof tag, "{%s:%u}", r->queue, (unsigned)p);

@@ -184,6 +184,8 @@ static int rr_connect(struct tw_rr_router *rt, size_t i)
     struct tw_rr_node *n = &rt->nodes[i];
     if (n->c)
         return 0;
+    if (rt->sentinel && !rt->cluster && tw_rr_sentinel_addr(rt->sentinel, n->host, &n->port))
+        n->next_try_ns = n->backoff_ms = 0; /* a new master: no backoff */
     if (tw_rr_mono_ns() < n->next_try_ns) {
         if (!rt->err[0])
             rr_lost(rt, n, "not reachable (waiting to connect again)");
@@ -192,7 +194,13 @@ static int rr_connect(struct tw_rr_router *rt, size_t i)
     redisContext *c;
     int rc = tw_rr_open(rt->conn, n->host, n->port, rt->connect_timeout_ms,
                         rt->command_timeout_ms, &c, rt->err, sizeof rt->err);
+    if (rc == 0 && rt->sentinel &&
+        (rc = tw_rr_sentinel_role(rt->sentinel, c, n->host, n->port, rt->err,
+                                  sizeof rt->err)) != 0)
+        redisFree(c); /* not the master (any more): the Sentinels are asked again */
     if (rc) {
+        if (rc == TW_EIO && rt->sentinel)
+            tw_rr_sentinel_stale(rt->sentinel);
         rr_backoff(n);
         if (rc == TW_EAUTH && rt->sink)
             rt->sink(rt->sink_ctx, rc, rt->err);
@@ -208,6 +216,7 @@ static int rr_connect(struct tw_rr_router *rt, size_t i)
         n->check = v;
     }
     n->c = c;
+    rt->opened++;
     n->backoff_ms = 0;
     n->next_try_ns = 0;
     if (n->ever_connected)
@@ -425,6 +434,18 @@ static void rr_wait(struct tw_rr_router *rt, size_t node, uint64_t deadline)
         tw_rr_sleep_ms((uint32_t)((until - now + 999999) / 1000000));
 }
 
+/* With Sentinel: whether node n's connection went to a master the
+ * Sentinels no longer name (they were asked again if it was found stale);
+ * then it is closed, and the node takes the new address (sentinel.c). */
+static bool rr_sentinel_moved(struct tw_rr_router *rt, struct tw_rr_node *n)
+{
+    if (!rt->sentinel || rt->cluster || n->owed || !n->c ||
+        !tw_rr_sentinel_addr(rt->sentinel, n->host, &n->port))
+        return false;
+    rr_drop(n);
+    return true;
+}
+
 /* Whether the server closed node i's connection while it sat idle (it
  * restarted or was killed, or dropped an idle client): a peek without
  * waiting finds the end of the stream, or an error, queued on the socket. A
@@ -440,6 +461,8 @@ static void rr_check_idle(struct tw_rr_router *rt, size_t i)
     struct tw_rr_node *n = &rt->nodes[i];
     char b;
     if (!n->c)
+        return;
+    if (rr_sentinel_moved(rt, n))
         return;
     ssize_t k = recv(n->c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
     if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
@@ -460,11 +483,12 @@ enum {
 /* Write the command (after ASKING when ask) on c and read its reply: 0 and
  * *reply, RR_UNSENT or RR_LOST (c->err says why). The write and the read are
  * those of redisCommandArgv, done apart to tell the two failures apart. */
-static int rr_roundtrip(redisContext *c, bool ask, int argc, const char **argv, const size_t *lens,
-                        redisReply **reply)
+static int rr_roundtrip(struct tw_rr_router *rt, redisContext *c, bool ask, int argc,
+                        const char **argv, const size_t *lens, redisReply **reply)
 {
     if ((ask && redisAppendCommand(c, "ASKING") != REDIS_OK) ||
-        redisAppendCommandArgv(c, argc, argv, lens) != REDIS_OK)
+        redisAppendCommandArgv(c, argc, argv, lens) != REDIS_OK ||
+        (rt->wait_replicas && tw_rr_wait_append(rt, c) != 0))
         return RR_UNSENT;
     int done = 0;
     while (!done)
@@ -479,6 +503,8 @@ static int rr_roundtrip(redisContext *c, bool ask, int argc, const char **argv, 
     }
     if (redisGetReply(c, (void **)reply) != REDIS_OK || !*reply)
         return RR_LOST;
+    if (rt->wait_replicas) /* the command's reply is in: WAIT's answer, or none (-1) */
+        tw_rr_wait_read(rt, c);
     return 0;
 }
 
@@ -544,8 +570,10 @@ static int rr_command(struct tw_rr_router *rt, int slot, int argc, const char **
         if (*lost && tw_rr_mono_ns() >= deadline)
             return TW_EUNKNOWN;
         redisReply *r = NULL;
-        int st = rr_roundtrip(nd->c, ask >= 0, argc, argv, lens, &r);
+        int st = rr_roundtrip(rt, nd->c, ask >= 0, argc, argv, lens, &r);
         ask = -1;
+        if (*lost && rt->wait_replicas) /* WAIT vouches for this connection's writes only, */
+            rt->waited = -1;            /* and a lost attempt's went over another (wait.c) */
         if (st != 0) {
             if (r)
                 freeReplyObject(r);
@@ -574,6 +602,15 @@ static int rr_command(struct tw_rr_router *rt, int slot, int argc, const char **
             } else {
                 ask = idx;
             }
+            if (tw_rr_mono_ns() >= deadline)
+                return rr_failed(*lost, TW_EIO);
+            continue;
+        }
+        if (r->type == REDIS_REPLY_ERROR && rt->sentinel && strncmp(r->str, "READONLY", 8) == 0) {
+            freeReplyObject(r); /* a replica now: nothing written; the Sentinels asked again */
+            tw_rr_sentinel_stale(rt->sentinel);
+            rr_lost(rt, nd, "a replica now (READONLY)");
+            rr_drop(nd);
             if (tw_rr_mono_ns() >= deadline)
                 return rr_failed(*lost, TW_EIO);
             continue;
@@ -702,6 +739,7 @@ int tw_rr_send(struct tw_rr_router *rt, int slot, int argc, const char **argv, c
         rt->map_stale = true;
         return TW_EIO;
     }
+    (void)rr_sentinel_moved(rt, &rt->nodes[n]);
     int crc = rr_connect(rt, (size_t)n);
     if (crc != 0)
         return crc;

@@ -144,7 +144,13 @@ void *tw_rr_sub_main(void *arg)
             node = (node + 1) % r->sub_rt.nnodes; /* not a silent master, if another is left */
         char err[TW_RR_ERR_MAX];
         redisContext *c = NULL;
+        struct tw_rr_node *nd = &r->sub_rt.nodes[node];
+        uint64_t gen = r->sentinel ? tw_rr_sentinel_gen(r->sentinel) : 0;
+        if (r->sentinel) /* the master the Sentinels name now (sentinel.c) */
+            (void)tw_rr_sentinel_addr(r->sentinel, nd->host, &nd->port);
         int rc = rr_sub_connect(r, node, &c, err, sizeof err);
+        if (rc == TW_EIO && r->sentinel)
+            tw_rr_sentinel_stale(r->sentinel);
         if (rc == TW_EAUTH)
             rr_sub_refused(r, rc, err);
         if (rc) {
@@ -167,6 +173,8 @@ void *tw_rr_sub_main(void *arg)
         while (ok && !atomic_load(&r->stop_sub)) {
             if (rr_sub_silent(r, node)) /* its notifications stopped too: another node */
                 break;
+            if (r->sentinel && tw_rr_sentinel_gen(r->sentinel) != gen)
+                break; /* a failover: subscribe on the new master */
             struct pollfd pfd = {c->fd, POLLIN, 0};
             int pr = poll(&pfd, 1, 100);
             if (pr < 0)

@@ -6,9 +6,11 @@
  *          | "redis://"  [userinfo "@"] hostport ["/" [db]]
  *          | "rediss://" [userinfo "@"] hostport ["/" [db]]  (TLS: parsed, refused for now)
  *          | "unix://"   [userinfo "@"] /socket/path ["?db=" db]
- *          | "redis+sentinel://" [userinfo "@"] hostport "/" master ["/" db]
- *                                               (one Sentinel: parsed, refused for now)
- *   userinfo = [user] [":" password]             percent-encoded (%XX)
+ *          | "redis+sentinel://" [userinfo "@"] hostport *("," hostport) "/" master ["/" db]
+ *                                               (1..16 Sentinels, asked in that order)
+ *   userinfo = [user] [":" password]             percent-encoded (%XX); for a
+ *                                                Sentinel URL: the master's (and
+ *                                                its replicas'), not the Sentinels'
  *   hostport = host [":" port]                   port 1..65535, default 6379
  *                                                (26379 for a Sentinel)
  *   host     = name or IPv4 (letters, digits, ".", "-", "_"), or "[" IPv6 "]"
@@ -270,8 +272,27 @@ static int parse_net(const char *s, struct tw_rr_url *u, const char **why)
     if (userinfo(s, al, u, &hp, why) != 0)
         return -1;
     bool sentinel = u->scheme == TW_RR_SENTINEL;
-    if (hostport(hp, (size_t)(s + al - hp), false, sentinel ? 26379 : 6379, u, why) != 0)
+    if (sentinel) { /* host:port[,host:port...], each kept in sent[]; the first in host */
+        const char *h = hp, *end = s + al;
+        for (;;) {
+            size_t hl = strcspn(h, ",/?#"); /* ends at a comma, or at end */
+            if (u->nsent == TW_RR_URL_SENTINELS) {
+                *why = "more than 16 Sentinels in one URL";
+                return -1;
+            }
+            if (hostport(h, hl, false, 26379, u, why) != 0)
+                return -1;
+            memcpy(u->sent[u->nsent].host, u->host, sizeof u->host);
+            u->sent[u->nsent++].port = u->port;
+            if (h + hl >= end)
+                break;
+            h += hl + 1; /* past the comma */
+        }
+        memcpy(u->host, u->sent[0].host, sizeof u->host);
+        u->port = u->sent[0].port;
+    } else if (hostport(hp, (size_t)(s + al - hp), false, 6379, u, why) != 0) {
         return -1;
+    }
     const char *rest = s + al;
     if (strcspn(rest, "?#") != n - al) {
         *why = "a query or fragment (none is supported)";
@@ -364,4 +385,16 @@ size_t tw_rr_url_redact(const char *s, char *buf, size_t len)
     int n = colon ? snprintf(buf, len, "%.*s***%s", (int)(colon + 1 - s), s, at)
                   : snprintf(buf, len, "%s", s ? s : "");
     return n < 0 ? 0 : (size_t)n;
+}
+
+size_t tw_rr_url_entry_len(const char *list)
+{
+    static const char sch[] = "redis+sentinel://";
+    size_t k = 0;
+    while (k < sizeof sch - 1 && list[k] && (list[k] | 0x20) == sch[k])
+        k++;
+    if (k < sizeof sch - 1) /* another scheme, or none: up to the first comma */
+        return strcspn(list, ",");
+    size_t hosts = k + strcspn(list + k, "/"); /* the Sentinels end at the path */
+    return hosts + strcspn(list + hosts, ",");
 }

@@ -15,13 +15,14 @@ enum tw_rr_scheme {
     TW_RR_TCP,      /* "host:port", "[v6]:port", redis:// */
     TW_RR_UNIX,     /* "/path", unix:// */
     TW_RR_TLS,      /* rediss:// (parsed; not served yet) */
-    TW_RR_SENTINEL  /* redis+sentinel:// (parsed; not served yet) */
+    TW_RR_SENTINEL  /* redis+sentinel:// (host, port: the first Sentinel; sent[]: all) */
 };
 
 #define TW_RR_URL_HOST 256 /* host name or address, NUL included */
 #define TW_RR_URL_PATH 108 /* a unix socket path, NUL included (sun_path) */
 #define TW_RR_URL_CRED 256 /* a user name or a password, decoded, NUL included */
 #define TW_RR_URL_DB_MAX 1000000 /* most a database number may be */
+#define TW_RR_URL_SENTINELS 16   /* most Sentinels one redis+sentinel:// entry names */
 
 struct tw_rr_url {
     enum tw_rr_scheme scheme;
@@ -32,6 +33,11 @@ struct tw_rr_url {
     char pass[TW_RR_URL_CRED]; /* percent-decoded */
     int db;                    /* database number, -1: not given */
     char master[TW_RR_URL_HOST]; /* redis+sentinel: the master's name (percent-decoded) */
+    size_t nsent;                /* redis+sentinel: the Sentinels listed (1..16), in order */
+    struct {
+        char host[TW_RR_URL_HOST];
+        int port;
+    } sent[TW_RR_URL_SENTINELS];
 };
 
 /* Parse one server entry: a plain "host:port", "[v6]:port" or "/socket/path",
@@ -49,5 +55,11 @@ size_t tw_rr_url_addr(const struct tw_rr_url *u, char *buf, size_t len);
  * (the user kept), anything else as given. Truncated as above; returns
  * the full length. */
 size_t tw_rr_url_redact(const char *s, char *buf, size_t len);
+
+/* The length of the first entry of a comma-separated list of entries (as
+ * the tools take --servers): up to the first comma, but a redis+sentinel://
+ * entry keeps the commas of its Sentinel list (those before its path).
+ * O(length). */
+size_t tw_rr_url_entry_len(const char *list);
 
 #endif /* TWHEEL_REDIS_URL_H */

@@ -393,6 +393,18 @@ static int launch(struct rfx_server *s)
     const char *argv[64];
     size_t n = 0;
     argv[n++] = env_or("RFX_REDIS_SERVER", "redis-server");
+    char conf[300];
+    if (s->opts.sentinel_conf) { /* the config file first, as Sentinel wants it */
+        snprintf(conf, sizeof conf, "%s/sentinel.conf", s->dir);
+        FILE *f = fopen(conf, "w");
+        bool ok = f && fputs(s->opts.sentinel_conf, f) >= 0;
+        if ((f && fclose(f) != 0) || !ok) {
+            fail("write %s: %s", conf, strerror(errno));
+            return -1;
+        }
+        argv[n++] = conf;
+        argv[n++] = "--sentinel";
+    }
     argv[n++] = "--port";
     argv[n++] = port;
     argv[n++] = "--bind";

@@ -45,6 +45,9 @@ struct rfx_options {
     bool unix_socket;           /* --unixsocket DIR/redis.sock (--unixsocketperm 700): s->sock */
     const char *password;       /* --requirepass: the default user's password, which the
                                    fixture's own connections send (AUTH); must outlive it */
+    const char *sentinel_conf;  /* a Sentinel: this text is written to DIR/sentinel.conf and
+                                   the server started on it with --sentinel (it rewrites
+                                   the file); must outlive it */
 };
 
 struct rfx_server {
@@ -114,6 +117,33 @@ int rfx_cluster_migrate_slot(struct rfx_cluster *c, unsigned slot, size_t to);
 int rfx_dbsize(const struct rfx_server *s, uint64_t *out);
 /* Redis Cluster hash slot of a key (CRC16 with {hash tags}). */
 unsigned rfx_key_slot(const void *key, size_t len);
+
+/* ---- Sentinel (fixture_sentinel.c) ------------------------------------- */
+/* A master, two replicas and three Sentinels (quorum 2) watching it as
+ * "mymaster", each on a free port in a directory of its own; small
+ * down-after-milliseconds (1000) and failover-timeout (3000) so that a
+ * failover takes a few seconds. */
+struct rfx_sentinels {
+    struct rfx_server data[3];    /* data[0] the first master, then its replicas */
+    struct rfx_server sentinel[3];
+    char url[512];                /* redis+sentinel://[:PASSWORD@]127.0.0.1:p1,...:p3/mymaster */
+    char port_[16], conf_[1024];  /* (internal: what the servers' options point to) */
+    const char *extra_[10], *mextra_[10];
+};
+/* Start them (every data server with requirepass and masterauth @p password
+ * when not NULL); returns when the master has both replicas in sync and
+ * every Sentinel knows the two replicas and the two other Sentinels. */
+int rfx_sentinels_start(struct rfx_sentinels *s, const char *password);
+/* The same, the Sentinels with requirepass @p sentinel_password (and
+ * sentinel-pass, to ask each other) when not NULL. */
+int rfx_sentinels_start_auth(struct rfx_sentinels *s, const char *password,
+                             const char *sentinel_password);
+/* Stop them all. Idempotent. */
+int rfx_sentinels_stop(struct rfx_sentinels *s);
+/* The index in data[] of the master that every Sentinel names and that
+ * answers ROLE master, waiting up to timeout_ms for one other than
+ * @p not (-1: any); -1 on timeout. */
+int rfx_sentinels_master(const struct rfx_sentinels *s, int not, int timeout_ms);
 
 /* ---- worker processes -------------------------------------------------- */
 /* fork + execv(argv[0], argv) with PDEATHSIG; stdout/stderr inherited unless

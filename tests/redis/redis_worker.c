@@ -174,9 +174,14 @@ static int parse(int argc, char **argv, struct opts *o)
             o->nservers = 0;
             if (!(copy = strdup(v)))
                 return -1;
-            for (char *save = NULL, *t = strtok_r(copy, ",", &save); t && o->nservers < MAX_SERVERS;
-                 t = strtok_r(NULL, ",", &save))
-                o->servers[o->nservers++] = t; /* copy lives until exit */
+            for (char *t = copy; *t && o->nservers < MAX_SERVERS;) { /* a Sentinel list kept */
+                size_t n = tw_rr_url_entry_len(t);
+                bool last = t[n] == 0;
+                t[n] = 0;
+                if (n)
+                    o->servers[o->nservers++] = t; /* copy lives until exit */
+                t += n + !last;
+            }
         } else if (!strcmp(a, "--queue"))
             o->queue = v;
         else if (!strcmp(a, "--out"))

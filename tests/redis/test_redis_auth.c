@@ -700,8 +700,10 @@ static void expect_einval(const char *const *servers, size_t n, const char *user
 static void test_config_refused(void)
 {
     expect_einval((const char *[]){"rediss://:hunter2@127.0.0.1:1"}, 1, NULL, NULL, "TLS");
-    expect_einval((const char *[]){"redis+sentinel://:hunter2@127.0.0.1/m"}, 1, NULL, NULL,
-                  "Sentinel");
+    expect_einval((const char *[]){"redis+sentinel://:hunter2@127.0.0.1/m", "127.0.0.1:1"}, 2,
+                  NULL, NULL, "Sentinel and other entries mixed");
+    expect_einval((const char *[]){"redis+sentinel://127.0.0.1/m", "redis+sentinel://h:2/n"}, 2,
+                  NULL, NULL, "another master name");
     expect_einval((const char *[]){"127.0.0.1:1", "redis://:hunter2@h:0"}, 2, NULL, NULL,
                   "servers[1]: a port");
     expect_einval((const char *[]){"redis://a:hunter2@h:1", "redis://a:other@h:2"}, 2, NULL,

@@ -132,6 +132,26 @@ static void test_reserved_schemes(void)
     CHECK_EQ_INT(parse("redis+sentinel://[::1]:5000/m%20x"), 0);
     CHECK_EQ_INT(u.port, 5000);
     CHECK_EQ_STR(u.master, "m x");
+    CHECK_EQ_INT(u.nsent, 1);
+    CHECK_EQ_INT(parse("redis+sentinel://u:p@s1:1,[::1]:2,s3/mm"), 0);
+    CHECK_EQ_INT(u.nsent, 3);
+    CHECK_EQ_STR(u.host, "s1");
+    CHECK_EQ_INT(u.port, 1);
+    CHECK_EQ_STR(u.sent[1].host, "::1");
+    CHECK_EQ_INT(u.sent[1].port, 2);
+    CHECK_EQ_STR(u.sent[2].host, "s3");
+    CHECK_EQ_INT(u.sent[2].port, 26379);
+    CHECK_EQ_STR(u.user, "u");
+    CHECK_EQ_STR(u.master, "mm");
+    refused("redis+sentinel://s1,/m");   /* an empty Sentinel */
+    refused("redis+sentinel://,s1/m");
+    refused("redis+sentinel://s1:0,s2/m");
+    refused("redis+sentinel://a,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p,q/m"); /* 17 */
+    refused("redis://s1,s2");            /* a list is a Sentinel URL's only */
+    CHECK_EQ_INT(tw_rr_url_entry_len("a:1,b:2"), 3);
+    CHECK_EQ_INT(tw_rr_url_entry_len("redis+sentinel://a:1,b:2/m,c:3"), 26);
+    CHECK_EQ_INT(tw_rr_url_entry_len("REDIS+SENTINEL://a,b/m"), 22);
+    CHECK_EQ_INT(tw_rr_url_entry_len("redis://a:1,b"), 11);
     refused("redis+sentinel://s1");  /* no master name */
     refused("redis+sentinel://s1/"); /* no master name */
 }
