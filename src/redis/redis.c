@@ -683,6 +683,7 @@ static void rr_free_all(struct tw_redis *r)
     free(r->ack_head);
     free(r->ack_tail);
     tw_rr_router_free(&r->ack_rt);
+    tw_rr_router_free(&r->sched_rt);
     tw_rr_router_free(&r->claim_rt);
     tw_rr_router_free(&r->sub_rt);
     tw_rr_router_free(&r->api);
@@ -1004,7 +1005,10 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
                                                                            : RR_ACK_DELAY_MS) *
                           1000000u;
         if ((rc = rr_router(r, &r->claim_rt, why)) != 0 ||
-            (rc = rr_router(r, &r->sub_rt, why)) != 0 || (rc = rr_router(r, &r->ack_rt, why)) != 0)
+            (rc = rr_router(r, &r->sub_rt, why)) != 0 || (rc = rr_router(r, &r->ack_rt, why)) != 0 ||
+            (rc = rr_router(r, &r->sched_rt, why)) != 0)
+            goto fail;
+        if (r->cfg.on_event && (rc = tw_rr_events_start(r)) != 0) /* events.c */
             goto fail;
         for (uint32_t i = 0; i < r->cfg.threads; i++)
             if ((rc = rr_router(r, &r->exec_rt[i], why)) != 0)
@@ -1048,6 +1052,8 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
             goto fail;
         }
         r->claim_started = true;
+        if ((rc = tw_rr_sched_start(r)) != 0) /* schedule.c */
+            goto fail;
     }
     *out = r;
     return 0;
@@ -1135,6 +1141,7 @@ int tw_redis_stop(struct tw_redis *r)
     if (r->sub_started)
         pthread_join(r->sub_thread, NULL);
     r->claim_started = r->sub_started = false;
+    tw_rr_sched_stop(r);
     struct tw_rr_item *list = NULL;
     if (r->local) {
         /* No START round begins now; running ones finish, armed items run
@@ -1161,6 +1168,7 @@ int tw_redis_stop(struct tw_redis *r)
         pthread_join(r->ack_thread, NULL);
         r->ack_started = false;
     }
+    tw_rr_events_stop(r); /* after every thread that tells it */
 #ifdef TW_RR_TRACE
     if (r->worker)
         tw_rr_trace_dump(r);
