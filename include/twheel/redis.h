@@ -21,6 +21,12 @@
  *    delivered once a worker runs, in due order; except those a worker had
  *    claimed already, and in a cluster those of a master still away.
  *  - No polling for due work.
+ *  - Retry limit: with max_attempts, a task whose last attempt answers FAILED
+ *    or loses its lease becomes a dead letter in the same script (never
+ *    lost, never both); list, get, requeue and purge them.
+ *  - Schedules: each occurrence of a recurring schedule (every N ms, or cron
+ *    in UTC) becomes one task across all workers, due at the occurrence;
+ *    missed ones follow the schedule's policy.
  *  - Faults: a call gives TW_EIO after command_timeout_ms of failed tries
  *    when nothing was sent (nothing written), and TW_EUNKNOWN when a try was
  *    sent and its reply lost (a timeout, a connection closed after the
@@ -38,7 +44,10 @@
  *    command_timeout_ms.
  *
  * Threads: every call but execute's may come from any thread; set, move,
- * remove, set_many and stats share one set of connections under a mutex.
+ * remove, set_many and stats (and the dead-letter and schedule calls) share
+ * one set of connections under a mutex. A worker runs, besides its
+ * executors, a claim, a subscriber, an acknowledger and a schedule thread,
+ * and an events thread when on_event is set.
  * execute runs on the worker's executor threads and may call set, move,
  * remove, set_many and stats on the same client, never stop or free.
  *
@@ -638,8 +647,8 @@ TW_API int tw_redis_schedule_set(struct tw_redis *r, const void *key, size_t key
                                  const struct tw_redis_schedule *s, uint64_t *next_ms);
 
 /** Delete a schedule (one script call). Occurrence tasks made already (up to window_ms
- * ahead) are still delivered; remove them by their key with the partition's... see
- * docs/contracts.md. Threads as tw_redis_set.
+ * ahead) are still delivered: they live in the schedule's partition, which tw_redis_remove
+ * does not look in for their key. Threads as tw_redis_set.
  * @return 0, TW_ENOENT, or as tw_redis_set. */
 TW_API int tw_redis_schedule_remove(struct tw_redis *r, const void *key, size_t key_len);
 
