@@ -25,7 +25,7 @@
  *    or loses its lease becomes a dead letter in the same script (never
  *    lost, never both); list, get, requeue and purge them.
  *  - Schedules: each occurrence of a recurring schedule (every N ms, or cron
- *    in UTC) becomes one task across all workers, due at the occurrence;
+ *    in universal time) becomes one task across all workers, due at the occurrence;
  *    missed ones follow the schedule's policy.
  *  - Faults: a call gives TW_EIO after command_timeout_ms of failed tries
  *    when nothing was sent (nothing written), and TW_EUNKNOWN when a try was
@@ -624,7 +624,7 @@ enum tw_redis_missed {
 /** A recurring schedule: cron, or every_ms from anchor_ms. */
 struct tw_redis_schedule {
     /** A 5-field cron expression (minute hour day-of-month month day-of-week), read in
-     * UTC: numbers, `*`, ranges `a-b`, steps `/n`, lists `a,b`, month and day names
+     * universal time: numbers, `*`, ranges `a-b`, steps `/n`, lists `a,b`, month and day names
      * (JAN, MON), 7 for Sunday; when both day fields are restricted, either matching
      * suffices (the classic rule). NULL: every_ms instead. */
     const char *cron;
@@ -639,7 +639,9 @@ struct tw_redis_schedule {
  * all workers, never early. An upsert with the same cron or every/anchor keeps the next
  * occurrence (a restart of the producer changes nothing); another one starts from now.
  * One TIME round trip (cron) and one script call (O(log n)). *next_ms (optional): the
- * next occurrence. Threads as tw_redis_set.
+ * next occurrence. Workers make occurrences tasks every window_ms / 2, window_ms ahead:
+ * an occurrence less than window_ms / 2 after the upsert may run up to that much late
+ * (never early). Threads as tw_redis_set.
  * @return 0, TW_EINVAL (a bad cron expression, or every_ms out of range, or a cron that
  *         never matches), TW_E2BIG, or as tw_redis_set. */
 TW_API int tw_redis_schedule_set(struct tw_redis *r, const void *key, size_t key_len,

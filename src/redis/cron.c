@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* twheel Redis layer: 5-field cron expressions in UTC (cron.h).
+/* twheel Redis layer: 5-field cron expressions in universal time (cron.h).
  *
  * Parsing fills a bit set per field. The next time is found field by field
  * from the largest: a month not in the set skips to the next month's first
@@ -9,7 +9,7 @@
  * (ten years: an expression matching only Feb 29 and a Monday... waits at
  * most 8 years between leap days, 2096 to 2104), each O(1). Civil dates
  * from day numbers by H. Hinnant's algorithms (proleptic Gregorian), so no
- * libc time zone is touched: UTC, whatever TZ says. */
+ * libc time zone is touched: universal time, whatever TZ says. */
 #include "redis/cron.h"
 
 #include <string.h>

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* twheel Redis layer: 5-field cron expressions, read in UTC (schedule.c).
+/* twheel Redis layer: 5-field cron expressions in universal time (schedule.c).
  * Apart from the rest of the layer so that it builds without hiredis (the
  * fuzz target and the unit tests build it alone). No allocation, no clock:
- * times are ms since the epoch, UTC. */
+ * times are ms since the epoch, universal time (no time zone). */
 #ifndef TWHEEL_REDIS_CRON_H
 #define TWHEEL_REDIS_CRON_H
 

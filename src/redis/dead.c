@@ -351,48 +351,47 @@ int tw_redis_dead_requeue_all(struct tw_redis *r, int64_t delay_ms, uint64_t *re
     return 0;
 }
 
+/* CMD {q:p}:dead on every partition (UNLINK, HLEN), the integer replies
+ * summed into *sum. */
+static int rr_each_dead(struct tw_redis *r, const char *cmd, uint64_t *sum)
+{
+    *sum = 0;
+    for (uint32_t p = 0; p < r->cfg.partitions; p++) {
+        char k[TW_RR_KEYBUF];
+        const char *av[2] = {cmd, k};
+        size_t al[2] = {strlen(cmd), tw_rr_pkey(r, p, "dead", k)};
+        long long n;
+        int rc = tw_rr_api_int(r, TW_RR_NSCRIPTS, r->slots[p], 0, 2, av, al, &n);
+        if (rc)
+            return rc;
+        *sum += (uint64_t)n;
+    }
+    return 0;
+}
+
 int tw_redis_dead_purge(struct tw_redis *r, const void *key, size_t key_len)
 {
     if (!r)
         return TW_EINVAL;
     if (atomic_load(&r->closed))
         return TW_ECLOSED;
+    uint64_t n = 0;
+    if (!key)
+        return rr_each_dead(r, "UNLINK", &n);
+    if (key_len > TW_REDIS_KEY_MAX)
+        return TW_E2BIG;
+    uint32_t p = tw_rr_part_of(r, key, key_len);
     char k[TW_RR_KEYBUF];
-    if (key) {
-        if (key_len > TW_REDIS_KEY_MAX)
-            return TW_E2BIG;
-        uint32_t p = tw_rr_part_of(r, key, key_len);
-        const char *av[3] = {"HDEL", k, key};
-        size_t al[3] = {4, tw_rr_pkey(r, p, "dead", k), key_len};
-        long long n;
-        int rc = tw_rr_api_int(r, TW_RR_NSCRIPTS, r->slots[p], 0, 3, av, al, &n);
-        return rc ? rc : n == 1 ? 0 : TW_ENOENT;
-    }
-    for (uint32_t p = 0; p < r->cfg.partitions; p++) {
-        const char *av[2] = {"UNLINK", k};
-        size_t al[2] = {6, tw_rr_pkey(r, p, "dead", k)};
-        long long n;
-        int rc = tw_rr_api_int(r, TW_RR_NSCRIPTS, r->slots[p], 0, 2, av, al, &n);
-        if (rc)
-            return rc;
-    }
-    return 0;
+    const char *av[3] = {"HDEL", k, key};
+    size_t al[3] = {4, tw_rr_pkey(r, p, "dead", k), key_len};
+    long long del;
+    int rc = tw_rr_api_int(r, TW_RR_NSCRIPTS, r->slots[p], 0, 3, av, al, &del);
+    return rc ? rc : del == 1 ? 0 : TW_ENOENT;
 }
 
 int tw_redis_dead_count(struct tw_redis *r, uint64_t *out)
 {
     if (!r || !out)
         return TW_EINVAL;
-    *out = 0;
-    for (uint32_t p = 0; p < r->cfg.partitions; p++) {
-        char k[TW_RR_KEYBUF];
-        const char *av[2] = {"HLEN", k};
-        size_t al[2] = {4, tw_rr_pkey(r, p, "dead", k)};
-        long long n;
-        int rc = tw_rr_api_int(r, TW_RR_NSCRIPTS, r->slots[p], 0, 2, av, al, &n);
-        if (rc)
-            return rc;
-        *out += (uint64_t)n;
-    }
-    return 0;
+    return rr_each_dead(r, "HLEN", out);
 }

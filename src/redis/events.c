@@ -28,13 +28,46 @@ struct rr_ev {
 };
 
 struct tw_rr_events {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
+    struct tw_rr_bg bg; /* mu guards what follows */
     struct rr_ev *head, *tail;
     size_t n;
-    bool stop;
-    pthread_t thread;
 };
+
+int tw_rr_bg_new(void **slot, size_t size, void *(*fn)(void *), void *arg)
+{
+    struct tw_rr_bg *b = calloc(1, size);
+    if (!b)
+        return TW_ENOMEM;
+    if (pthread_mutex_init(&b->mu, NULL) || tw_cond_init_mono_(&b->cv)) {
+        free(b); /* cannot fail on Linux */
+        return TW_ESYS;
+    }
+    *slot = b; /* before the thread starts: it reads it */
+    if (tw_rr_thread_create(&b->thread, fn, arg) != 0) {
+        *slot = NULL;
+        pthread_mutex_destroy(&b->mu);
+        pthread_cond_destroy(&b->cv);
+        free(b);
+        return TW_ESYS;
+    }
+    return 0;
+}
+
+void tw_rr_bg_free(void **slot)
+{
+    struct tw_rr_bg *b = *slot;
+    if (!b)
+        return;
+    pthread_mutex_lock(&b->mu);
+    b->stop = true;
+    pthread_cond_signal(&b->cv);
+    pthread_mutex_unlock(&b->mu);
+    pthread_join(b->thread, NULL);
+    *slot = NULL;
+    pthread_mutex_destroy(&b->mu);
+    pthread_cond_destroy(&b->cv);
+    free(b);
+}
 
 void tw_rr_event(struct tw_redis *r, enum tw_redis_event_kind kind, const char *key,
                  size_t key_len, uint32_t attempt, uint64_t due_ms)
@@ -52,9 +85,9 @@ void tw_rr_event(struct tw_redis *r, enum tw_redis_event_kind kind, const char *
     e->next = NULL;
     e->ev = (struct tw_redis_event){
         .kind = kind, .key = e->key, .key_len = key_len, .attempt = attempt, .due_ms = due_ms};
-    pthread_mutex_lock(&q->mu);
+    pthread_mutex_lock(&q->bg.mu);
     if (q->n >= TW_REDIS_EVENTS_MAX) {
-        pthread_mutex_unlock(&q->mu);
+        pthread_mutex_unlock(&q->bg.mu);
         free(e);
         atomic_fetch_add(&r->events_dropped, 1);
         return;
@@ -65,8 +98,8 @@ void tw_rr_event(struct tw_redis *r, enum tw_redis_event_kind kind, const char *
         q->head = e;
     q->tail = e;
     if (q->n++ == 0)
-        pthread_cond_signal(&q->cv);
-    pthread_mutex_unlock(&q->mu);
+        pthread_cond_signal(&q->bg.cv);
+    pthread_mutex_unlock(&q->bg.mu);
 }
 
 static void *rr_events_main(void *arg)
@@ -74,14 +107,14 @@ static void *rr_events_main(void *arg)
     struct tw_redis *r = arg;
     struct tw_rr_events *q = r->ev;
     for (;;) {
-        pthread_mutex_lock(&q->mu);
-        while (!q->head && !q->stop)
-            pthread_cond_wait(&q->cv, &q->mu);
+        pthread_mutex_lock(&q->bg.mu);
+        while (!q->head && !q->bg.stop)
+            pthread_cond_wait(&q->bg.cv, &q->bg.mu);
         struct rr_ev *e = q->head;
-        bool stop = q->stop;
+        bool stop = q->bg.stop;
         q->head = q->tail = NULL;
         q->n = 0;
-        pthread_mutex_unlock(&q->mu);
+        pthread_mutex_unlock(&q->bg.mu);
         while (e) {
             struct rr_ev *nx = e->next;
             r->cfg.on_event(r->cfg.event_arg, &e->ev);
@@ -95,36 +128,10 @@ static void *rr_events_main(void *arg)
 
 int tw_rr_events_start(struct tw_redis *r)
 {
-    struct tw_rr_events *q = calloc(1, sizeof *q);
-    if (!q)
-        return TW_ENOMEM;
-    if (pthread_mutex_init(&q->mu, NULL) || pthread_cond_init(&q->cv, NULL)) {
-        free(q);
-        return TW_ESYS;
-    }
-    r->ev = q;
-    if (tw_rr_thread_create(&q->thread, rr_events_main, r) != 0) {
-        r->ev = NULL;
-        pthread_mutex_destroy(&q->mu);
-        pthread_cond_destroy(&q->cv);
-        free(q);
-        return TW_ESYS;
-    }
-    return 0;
+    return tw_rr_bg_new(&r->ev, sizeof(struct tw_rr_events), rr_events_main, r);
 }
 
 void tw_rr_events_stop(struct tw_redis *r)
 {
-    struct tw_rr_events *q = r->ev;
-    if (!q)
-        return;
-    pthread_mutex_lock(&q->mu);
-    q->stop = true;
-    pthread_cond_signal(&q->cv);
-    pthread_mutex_unlock(&q->mu);
-    pthread_join(q->thread, NULL);
-    r->ev = NULL; /* events of threads still running (none: stop joined them) go nowhere */
-    pthread_mutex_destroy(&q->mu);
-    pthread_cond_destroy(&q->cv);
-    free(q);
+    tw_rr_bg_free(&r->ev); /* the thread gives what is queued before it exits */
 }

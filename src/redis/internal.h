@@ -47,7 +47,7 @@
  * events.c     - the on_event hook: a bounded queue and the events thread.
  * schedule.c   - recurring schedules: upsert, remove, list, and a worker's
  *                schedule thread that makes occurrences tasks.
- * cron.c       - 5-field cron expressions in UTC (cron.h: no hiredis).
+ * cron.c       - 5-field cron expressions in universal time (cron.h: no hiredis).
  */
 #ifndef TWHEEL_REDIS_INTERNAL_H
 #define TWHEEL_REDIS_INTERNAL_H
@@ -550,8 +550,8 @@ struct tw_redis {
 
     /* dead letters, events, schedules (dead.c, events.c, schedule.c) */
     atomic_uint_fast64_t dead_n, events_dropped, sched_fires;
-    struct tw_rr_events *ev;        /* NULL: no on_event (no thread) */
-    struct tw_rr_sched *sched;      /* a worker's schedule thread (NULL: none) */
+    void *ev;                       /* events.c's queue (NULL: no on_event, no thread) */
+    void *sched;                    /* a worker's schedule thread (schedule.c; NULL: none) */
     struct tw_rr_router sched_rt;   /* its router */
 };
 
@@ -747,7 +747,19 @@ struct tw_rr_scan {
 };
 int tw_rr_scan(struct tw_redis *r, struct tw_rr_scan *s, struct tw_redis_cursor *cur);
 
-/* events.c: the on_event hook's queue and thread. */
+/* events.c: the on_event hook's queue and thread; and a thread of the
+ * worker's own with a stop flag (the events and the schedule threads). */
+struct tw_rr_bg {
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* on CLOCK_MONOTONIC (tw_cond_wait_until_) */
+    bool stop;         /* under mu */
+    pthread_t thread;
+};
+/* A zeroed block of `size` bytes (a struct whose first member is a struct
+ * tw_rr_bg) into *slot, then its thread fn(arg): TW_ENOMEM, TW_ESYS (*slot
+ * NULL). Free: stop set and signalled, the thread joined, *slot NULL, freed. */
+int tw_rr_bg_new(void **slot, size_t size, void *(*fn)(void *), void *arg);
+void tw_rr_bg_free(void **slot);
 /* Queue an event (a copy of the key): a no-op without on_event. Any thread. */
 void tw_rr_event(struct tw_redis *r, enum tw_redis_event_kind kind, const char *key,
                  size_t key_len, uint32_t attempt, uint64_t due_ms);

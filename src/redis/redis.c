@@ -413,7 +413,7 @@
  * task ahead of its time, made by whichever worker's schedule thread wins
  * a compare-and-set on the schedule's next occurrence (SCHED_FIRE): one
  * task per occurrence across all workers, due at the occurrence (never
- * early: the task path's rule); cron expressions are read in UTC.
+ * early: the task path's rule); cron expressions are read in universal time.
  *
  * Events (events.c): executors and the claim thread queue copies of their
  * events (bounded), an events thread of its own calls on_event.

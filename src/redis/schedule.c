@@ -59,10 +59,7 @@
 #define RR_SPEC_MAX (TW_CRON_MAX + 8)
 
 struct tw_rr_sched {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    bool stop;
-    pthread_t thread;
+    struct tw_rr_bg bg;
 };
 
 /* A schedule record "next policy anchor speclen " spec payload. */
@@ -226,11 +223,11 @@ static void *rr_sched_main(void *arg)
                 rr_sched_part(r, &r->sched_rt, p);
         }
         uint64_t until = tw_rr_mono_ns() + period;
-        pthread_mutex_lock(&s->mu);
-        while (!s->stop && tw_cond_wait_until_(&s->cv, &s->mu, until) == 0) {
+        pthread_mutex_lock(&s->bg.mu);
+        while (!s->bg.stop && tw_cond_wait_until_(&s->bg.cv, &s->bg.mu, until) == 0) {
         }
-        bool stop = s->stop;
-        pthread_mutex_unlock(&s->mu);
+        bool stop = s->bg.stop;
+        pthread_mutex_unlock(&s->bg.mu);
         if (stop)
             return NULL;
     }
@@ -238,38 +235,12 @@ static void *rr_sched_main(void *arg)
 
 int tw_rr_sched_start(struct tw_redis *r)
 {
-    struct tw_rr_sched *s = calloc(1, sizeof *s);
-    if (!s)
-        return TW_ENOMEM;
-    if (pthread_mutex_init(&s->mu, NULL) || tw_cond_init_mono_(&s->cv)) {
-        free(s);
-        return TW_ESYS;
-    }
-    r->sched = s;
-    if (tw_rr_thread_create(&s->thread, rr_sched_main, r) != 0) {
-        r->sched = NULL;
-        pthread_mutex_destroy(&s->mu);
-        pthread_cond_destroy(&s->cv);
-        free(s);
-        return TW_ESYS;
-    }
-    return 0;
+    return tw_rr_bg_new(&r->sched, sizeof(struct tw_rr_sched), rr_sched_main, r);
 }
 
 void tw_rr_sched_stop(struct tw_redis *r)
 {
-    struct tw_rr_sched *s = r->sched;
-    if (!s)
-        return;
-    pthread_mutex_lock(&s->mu);
-    s->stop = true;
-    pthread_cond_signal(&s->cv);
-    pthread_mutex_unlock(&s->mu);
-    pthread_join(s->thread, NULL);
-    pthread_mutex_destroy(&s->mu);
-    pthread_cond_destroy(&s->cv);
-    free(s);
-    r->sched = NULL;
+    tw_rr_bg_free(&r->sched);
 }
 
 /* ---- the client's calls ------------------------------------------------------- */

@@ -444,7 +444,7 @@
 /* Schedules (schedule.c). {q:p}:sched HASH key -> "next policy anchor
  * speclen " .. spec .. payload, {q:p}:sched:n ZSET key -> next (ms, the
  * next occurrence not yet made a task). spec: "every N A" (every N ms from
- * A) or "cron " .. a 5-field expression (UTC). */
+ * A) or "cron " .. a 5-field expression (universal time). */
 #define SCHED                                                                              \
     "local SK = string.sub(KEYS[3], 1, -5) .. 'sched' local SN = SK .. ':n'\n"             \
     "local function sparse(o) local nx, pol, an, sl, pos = "                               \
