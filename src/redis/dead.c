@@ -35,10 +35,8 @@
 
 /* ---- execute's error text --------------------------------------------------- */
 
-static _Thread_local struct {
-    size_t len;
-    char text[TW_REDIS_ERROR_MAX];
-} rr_fail;
+_Thread_local size_t tw_rr_fail_len;
+static _Thread_local char rr_fail_text[TW_REDIS_ERROR_MAX];
 
 int tw_redis_fail_text(const char *text, size_t len)
 {
@@ -47,21 +45,16 @@ int tw_redis_fail_text(const char *text, size_t len)
     if (len > TW_REDIS_ERROR_MAX)
         len = TW_REDIS_ERROR_MAX;
     if (len)
-        memcpy(rr_fail.text, text, len);
-    rr_fail.len = len;
+        memcpy(rr_fail_text, text, len);
+    tw_rr_fail_len = len;
     return 0;
 }
 
 const char *tw_rr_fail_text_take(size_t *len)
 {
-    *len = rr_fail.len;
-    rr_fail.len = 0;
-    return rr_fail.text;
-}
-
-void tw_rr_fail_text_forget(void)
-{
-    rr_fail.len = 0;
+    *len = tw_rr_fail_len;
+    tw_rr_fail_len = 0;
+    return rr_fail_text;
 }
 
 /* ---- what the worker's scripts buried ----------------------------------------- */

@@ -69,12 +69,10 @@ void tw_rr_bg_free(void **slot)
     free(b);
 }
 
-void tw_rr_event(struct tw_redis *r, enum tw_redis_event_kind kind, const char *key,
-                 size_t key_len, uint32_t attempt, uint64_t due_ms)
+void tw_rr_event_(struct tw_redis *r, enum tw_redis_event_kind kind, const char *key,
+                  size_t key_len, uint32_t attempt, uint64_t due_ms)
 {
     struct tw_rr_events *q = r->ev;
-    if (!q)
-        return;
     struct rr_ev *e = malloc(sizeof *e + key_len + 1);
     if (!e) {
         atomic_fetch_add(&r->events_dropped, 1);

@@ -721,9 +721,15 @@ extern const size_t tw_rr_acl_nneeds;
  * ...} of the tasks it moved to the dead letters (counted, told as events).
  * 0, or TW_EPROTO for another shape. */
 int tw_rr_dead_claimed(struct tw_redis *r, uint32_t p, const redisReply *e);
-/* The calling executor's tw_redis_fail_text, taken (forgotten after). */
+/* The calling executor's tw_redis_fail_text, taken (forgotten after); or
+ * forgotten (DONE): one thread-local load when execute left none. */
 const char *tw_rr_fail_text_take(size_t *len);
-void tw_rr_fail_text_forget(void);
+extern _Thread_local size_t tw_rr_fail_len;
+static inline void tw_rr_fail_text_forget(void)
+{
+    if (tw_rr_fail_len)
+        tw_rr_fail_len = 0;
+}
 /* r, key and payload as set takes them: 0, TW_EINVAL, TW_E2BIG, TW_ECLOSED. */
 int tw_rr_check_task(const struct tw_redis *r, const void *key, size_t key_len,
                      const void *payload, size_t payload_len);
@@ -760,9 +766,17 @@ struct tw_rr_bg {
  * NULL). Free: stop set and signalled, the thread joined, *slot NULL, freed. */
 int tw_rr_bg_new(void **slot, size_t size, void *(*fn)(void *), void *arg);
 void tw_rr_bg_free(void **slot);
-/* Queue an event (a copy of the key): a no-op without on_event. Any thread. */
-void tw_rr_event(struct tw_redis *r, enum tw_redis_event_kind kind, const char *key,
-                 size_t key_len, uint32_t attempt, uint64_t due_ms);
+/* Queue an event (a copy of the key): a no-op without on_event (one load
+ * on the executors' path). Any thread. */
+void tw_rr_event_(struct tw_redis *r, enum tw_redis_event_kind kind, const char *key,
+                  size_t key_len, uint32_t attempt, uint64_t due_ms);
+static inline void tw_rr_event(struct tw_redis *r, enum tw_redis_event_kind kind,
+                               const char *key, size_t key_len, uint32_t attempt,
+                               uint64_t due_ms)
+{
+    if (r->ev)
+        tw_rr_event_(r, kind, key, key_len, attempt, due_ms);
+}
 int tw_rr_events_start(struct tw_redis *r); /* TW_ENOMEM, TW_ESYS */
 void tw_rr_events_stop(struct tw_redis *r); /* gives what is queued, joins */
 
