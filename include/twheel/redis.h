@@ -248,7 +248,7 @@ enum tw_redis_event_kind {
 
 /** One event (valid during the on_event call only). */
 struct tw_redis_event {
-    enum tw_redis_event_kind kind;
+    enum tw_redis_event_kind kind; /**< what happened */
     const char *key;  /**< the task's key (not NUL-terminated) */
     size_t key_len;   /**< its length */
     uint32_t attempt; /**< the delivery's attempt (dead: the attempts spent; 0 unknown) */
@@ -574,8 +574,8 @@ struct tw_redis_cursor {
  * (O(count) in Redis) and returns after one that gave entries, or 64 partitions: bounded
  * work, a whole listing is O(dead letters + partitions). An entry may be listed twice
  * when the set grows or shrinks between calls (HSCAN's rule); every entry present
- * throughout the listing is listed. The client's mutex is held across a call (fn must
- * not call the client). Any thread.
+ * throughout the listing is listed. fn runs on the caller's thread after each reply, the
+ * client's mutex not held (it may call the client). Any thread.
  * @return the number fn was given (>= 0), or TW_EINVAL, TW_ECLOSED, TW_EIO, TW_EUNKNOWN,
  *         TW_EAUTH, TW_EPROTO, TW_ENOMEM as tw_redis_set. */
 TW_API int tw_redis_dead_list(struct tw_redis *r, struct tw_redis_cursor *cur, size_t count,
