@@ -6,7 +6,8 @@
  * mid-execute counts that lost lease as an attempt (dead with "lease lost"
  * when it was the last); list (paged), get, requeue (one, all, and a live
  * task's key refused), purge (one, all), count; the hook hears delivered,
- * failed, dead and lease-lost on a thread that is no executor. */
+ * failed, dead and lease-lost on a thread that is no executor; all of it in
+ * a Redis Cluster too. */
 #define _GNU_SOURCE
 #include "fixture.h"
 #include "harness.h"
@@ -435,6 +436,70 @@ out:
     rfx_stop(&srv);
 }
 
+/* In a Redis Cluster: the dead letters and the schedules' keys sit in
+ * their partition's slot (scripts touch them undeclared, as the buckets):
+ * dead letters made, listed, requeued; a schedule's occurrences delivered. */
+static atomic_uint ticks;
+
+static enum tw_redis_result count_ticks(void *arg, const struct tw_redis_task *t)
+{
+    if (t->key_len > 5 && memcmp(t->key, "tick@", 5) == 0) {
+        atomic_fetch_add(&ticks, 1);
+        return TW_REDIS_DONE;
+    }
+    return execute(arg, t);
+}
+
+static void test_cluster(void)
+{
+    reset();
+    struct rfx_cluster cl;
+    CHECK_EQ_INT(rfx_cluster_start(&cl, 3), 0);
+    if (cl.n == 0)
+        return;
+    struct tw_redis_config cfg;
+    config(&cfg, cl.addrs, "dc");
+    cfg.nservers = cl.n;
+    cfg.partitions = 8;
+    cfg.max_attempts = 1;
+    cfg.execute = count_ticks;
+    struct tw_redis *w = NULL;
+    CHECK_EQ_INT(tw_redis_new(&w, &cfg), 0);
+    if (!w)
+        goto out;
+    char k[16];
+    for (int i = 0; i < 20; i++) {
+        int n = snprintf(k, sizeof k, "f%d", i);
+        CHECK_EQ_INT(tw_redis_set(w, k, (size_t)n, "p", 1, 0), 0);
+    }
+    struct tw_redis_schedule s = {.every_ms = 1000};
+    uint64_t next = 0;
+    CHECK_EQ_INT(tw_redis_schedule_set(w, "tick", 4, "", 0, &s, &next), 0);
+    CHECK(wait_dead(w, 20, 15000));
+    struct seen sn = {0};
+    struct tw_redis_cursor cur = {0};
+    while (!cur.done)
+        if (tw_redis_dead_list(w, &cur, 100, seen_one, &sn) < 0)
+            break;
+    unsigned covered = 0;
+    for (int i = 0; i < 20; i++)
+        covered += sn.key[i];
+    CHECK_EQ_INT((int)covered, 20);
+    atomic_store(&accept_prefix, 'f');
+    uint64_t moved = 0;
+    CHECK_EQ_INT(tw_redis_dead_requeue_all(w, 0, &moved), 0);
+    CHECK_EQ_U64(moved, 20);
+    uint64_t until = rfx_mono_ms() + 10000;
+    while (rfx_mono_ms() < until && atomic_load(&ticks) < 3)
+        rfx_sleep_ms(50);
+    CHECK(atomic_load(&ticks) >= 3);
+    CHECK_EQ_U64(dead_count(w), 0);
+    CHECK_EQ_INT(tw_redis_schedule_remove(w, "tick", 4), 0);
+out:
+    tw_redis_free(w);
+    rfx_cluster_stop(&cl);
+}
+
 int main(void)
 {
     rfx_cleanup_on_signals();
@@ -443,5 +508,6 @@ int main(void)
     RUN(test_list_requeue_purge);
     RUN(test_dead_after_kill);
     RUN(test_lease_lost_event);
+    RUN(test_cluster);
     return test_summary();
 }
