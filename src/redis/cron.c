@@ -19,13 +19,14 @@ static const char *const rr_months[] = {"JAN", "FEB", "MAR", "APR", "MAY", "JUN"
 static const char *const rr_days[] = {"SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"};
 
 struct rr_field {
-    unsigned lo, hi;           /* the range of its numbers */
-    const char *const *names;  /* names of lo, lo + 1, ... (NULL: none) */
+    unsigned lo, hi;          /* the range of its numbers */
+    const char *const *names; /* names of lo, lo + 1, ... (NULL: none) */
     unsigned nnames;
 };
 
 static const struct rr_field rr_fields[5] = {
-    {0, 59, NULL, 0}, {0, 23, NULL, 0}, {1, 31, NULL, 0}, {1, 12, rr_months, 12}, {0, 7, rr_days, 7},
+    {0, 59, NULL, 0},       {0, 23, NULL, 0},   {1, 31, NULL, 0},
+    {1, 12, rr_months, 12}, {0, 7, rr_days, 7},
 };
 
 static char rr_up(char ch)
@@ -56,8 +57,8 @@ static long rr_value(const struct rr_field *f, const char *s, size_t n, size_t *
 }
 
 /* One field (s, n bytes) into *bits. */
-static int rr_field(const struct rr_field *f, const char *s, size_t n, uint64_t *bits,
-                    bool *star, const char **why)
+static int rr_field(const struct rr_field *f, const char *s, size_t n, uint64_t *bits, bool *star,
+                    const char **why)
 {
     *bits = 0;
     *star = n > 0 && s[0] == '*';
@@ -153,8 +154,8 @@ bool tw_cron_match(const struct tw_cron *c, uint64_t t_ms)
     int64_t y;
     unsigned m, d;
     rr_civil(day, &y, &m, &d);
-    return ((c->month >> (m - 1)) & 1) && rr_day_ok(c, day, d) && ((c->hour >> (min / 60 % 24)) & 1) &&
-           ((c->minute >> (min % 60)) & 1);
+    return ((c->month >> (m - 1)) & 1) && rr_day_ok(c, day, d) &&
+           ((c->hour >> (min / 60 % 24)) & 1) && ((c->minute >> (min % 60)) & 1);
 }
 
 #define RR_LAST_MS 253402300800000ull /* 10000-01-01T00:00Z */

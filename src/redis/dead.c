@@ -31,7 +31,7 @@
 #include "redis/internal.h"
 
 #define RR_MAX_ATTEMPTS_MAX 1048575u /* a per-task limit: 20 bits above bit 32, < 2^53 */
-#define RR_LIST_PARTS 64            /* partitions one listing call visits at most */
+#define RR_LIST_PARTS 64             /* partitions one listing call visits at most */
 
 /* ---- execute's error text --------------------------------------------------- */
 
@@ -82,8 +82,8 @@ int tw_rr_dead_claimed(struct tw_redis *r, uint32_t p, const redisReply *e)
 
 /* ---- the client's calls --------------------------------------------------------- */
 
-int tw_rr_check_task(const struct tw_redis *r, const void *key, size_t key_len,
-                     const void *payload, size_t payload_len)
+int tw_rr_check_task(const struct tw_redis *r, const void *key, size_t key_len, const void *payload,
+                     size_t payload_len)
 {
     if (!r || !key || (!payload && payload_len))
         return TW_EINVAL;
@@ -92,8 +92,8 @@ int tw_rr_check_task(const struct tw_redis *r, const void *key, size_t key_len,
     return atomic_load(&r->closed) ? TW_ECLOSED : 0;
 }
 
-int tw_rr_api_call(struct tw_redis *r, unsigned id, int slot, int nkeys, int nargs,
-                   const char **av, const size_t *al, redisReply **x)
+int tw_rr_api_call(struct tw_redis *r, unsigned id, int slot, int nkeys, int nargs, const char **av,
+                   const size_t *al, redisReply **x)
 {
     pthread_mutex_lock(&r->api_mu);
     int rc = id == TW_RR_NSCRIPTS ? tw_rr_command(&r->api, slot, nkeys + nargs, av, al, x)
@@ -107,8 +107,8 @@ int tw_rr_api_call(struct tw_redis *r, unsigned id, int slot, int nkeys, int nar
     return rc;
 }
 
-int tw_rr_api_int(struct tw_redis *r, unsigned id, int slot, int nkeys, int nargs,
-                  const char **av, const size_t *al, long long *v)
+int tw_rr_api_int(struct tw_redis *r, unsigned id, int slot, int nkeys, int nargs, const char **av,
+                  const size_t *al, long long *v)
 {
     redisReply *x;
     int rc = tw_rr_api_call(r, id, slot, nkeys, nargs, av, al, &x);
@@ -149,8 +149,7 @@ int tw_redis_set_opts(struct tw_redis *r, const void *key, size_t key_len, const
 }
 
 /* The name of partition p's key with this suffix ("dead", "sched"). */
-size_t tw_rr_pkey(const struct tw_redis *r, uint32_t p, const char *suffix,
-                  char buf[TW_RR_KEYBUF])
+size_t tw_rr_pkey(const struct tw_redis *r, uint32_t p, const char *suffix, char buf[TW_RR_KEYBUF])
 {
     return (size_t)snprintf(buf, TW_RR_KEYBUF, "{%s:%u}:%s", r->queue, (unsigned)p, suffix);
 }
@@ -201,7 +200,8 @@ static int rr_scan_step(struct tw_redis *r, struct tw_rr_scan *s, struct tw_redi
     int given = 0;
     redisReply *f = x->element[1];
     for (size_t i = 0; i + 1 < f->elements && rc == 0; i += 2)
-        if (f->element[i]->type == REDIS_REPLY_STRING && f->element[i + 1]->type == REDIS_REPLY_STRING) {
+        if (f->element[i]->type == REDIS_REPLY_STRING &&
+            f->element[i + 1]->type == REDIS_REPLY_STRING) {
             rc = s->give(s, f->element[i]->str, f->element[i]->len, f->element[i + 1]->str,
                          f->element[i + 1]->len);
             given += rc == 0;

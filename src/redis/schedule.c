@@ -54,8 +54,8 @@
 #include "redis/cron.h"
 #include "redis/internal.h"
 
-#define RR_FIRE_MAX 64   /* occurrences one SCHED_FIRE is given at most */
-#define RR_DUE_MAX "32"  /* schedules one SCHED_DUE answers at most */
+#define RR_FIRE_MAX 64  /* occurrences one SCHED_FIRE is given at most */
+#define RR_DUE_MAX "32" /* schedules one SCHED_DUE answers at most */
 #define RR_SPEC_MAX (TW_CRON_MAX + 8)
 
 struct tw_rr_sched {
@@ -118,8 +118,7 @@ static int rr_after(const struct tw_cron *c, uint64_t every, uint64_t anchor, ui
 /* The occurrences to fire for schedule s at server time now (ms), grace
  * window_ms: s->next first, then (skip, once: from now - grace on) each
  * up to now + grace and one more, RR_FIRE_MAX at most. Their number. */
-static size_t rr_occurrences(const struct rr_srec *s, uint64_t now, uint64_t grace,
-                             uint64_t *o)
+static size_t rr_occurrences(const struct rr_srec *s, uint64_t now, uint64_t grace, uint64_t *o)
 {
     struct tw_cron c;
     uint64_t every;
