@@ -668,6 +668,10 @@ struct tw_redis_schedule_info {
 /** Told of a schedule, on the caller's thread. */
 typedef void tw_redis_schedule_fn(void *arg, const struct tw_redis_schedule_info *s);
 
+/** Count the schedules: one HLEN per partition. Threads as tw_redis_stats.
+ * @return 0 and *n, or as tw_redis_set. */
+TW_API int tw_redis_schedule_count(struct tw_redis *r, uint64_t *n);
+
 /** List schedules; paging, costs and threads as tw_redis_dead_list. */
 TW_API int tw_redis_schedule_list(struct tw_redis *r, struct tw_redis_cursor *cur, size_t count,
                                   tw_redis_schedule_fn *fn, void *arg);

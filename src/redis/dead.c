@@ -344,15 +344,15 @@ int tw_redis_dead_requeue_all(struct tw_redis *r, int64_t delay_ms, uint64_t *re
     return 0;
 }
 
-/* CMD {q:p}:dead on every partition (UNLINK, HLEN), the integer replies
+/* CMD {q:p}:suffix on every partition (UNLINK, HLEN), the integer replies
  * summed into *sum. */
-static int rr_each_dead(struct tw_redis *r, const char *cmd, uint64_t *sum)
+int tw_rr_each_part(struct tw_redis *r, const char *cmd, const char *suffix, uint64_t *sum)
 {
     *sum = 0;
     for (uint32_t p = 0; p < r->cfg.partitions; p++) {
         char k[TW_RR_KEYBUF];
         const char *av[2] = {cmd, k};
-        size_t al[2] = {strlen(cmd), tw_rr_pkey(r, p, "dead", k)};
+        size_t al[2] = {strlen(cmd), tw_rr_pkey(r, p, suffix, k)};
         long long n;
         int rc = tw_rr_api_int(r, TW_RR_NSCRIPTS, r->slots[p], 0, 2, av, al, &n);
         if (rc)
@@ -370,7 +370,7 @@ int tw_redis_dead_purge(struct tw_redis *r, const void *key, size_t key_len)
         return TW_ECLOSED;
     uint64_t n = 0;
     if (!key)
-        return rr_each_dead(r, "UNLINK", &n);
+        return tw_rr_each_part(r, "UNLINK", "dead", &n);
     if (key_len > TW_REDIS_KEY_MAX)
         return TW_E2BIG;
     uint32_t p = tw_rr_part_of(r, key, key_len);
@@ -386,5 +386,5 @@ int tw_redis_dead_count(struct tw_redis *r, uint64_t *out)
 {
     if (!r || !out)
         return TW_EINVAL;
-    return rr_each_dead(r, "HLEN", out);
+    return tw_rr_each_part(r, "HLEN", "dead", out);
 }

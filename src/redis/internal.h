@@ -741,6 +741,9 @@ int tw_rr_api_call(struct tw_redis *r, unsigned id, int slot, int nkeys, int nar
 /* ... whose reply is an integer, into *v. */
 int tw_rr_api_int(struct tw_redis *r, unsigned id, int slot, int nkeys, int nargs,
                   const char **av, const size_t *al, long long *v);
+/* CMD {queue:p}:suffix on every partition (HLEN, UNLINK): the integer
+ * replies summed into *sum. 0 or as tw_rr_api_call. */
+int tw_rr_each_part(struct tw_redis *r, const char *cmd, const char *suffix, uint64_t *sum);
 /* "{queue:p}:suffix" into buf; its length. */
 size_t tw_rr_pkey(const struct tw_redis *r, uint32_t p, const char *suffix,
                   char buf[TW_RR_KEYBUF]);

@@ -171,6 +171,8 @@
  *    remove    DEL
  *   schedule   HSCAN    as dead list           as dead list                       O(count)
  *    list
+ *   schedule   HLEN     1 per partition        HLEN                               O(1)
+ *    count
  *   (worker)   SCHED_   1 per partition per    EXISTS(2) TIME ZRANGEBYSCORE       O(log s + d)
  *              DUE      window/2 (its own      LIMIT 32 HMGET of the d due ones
  *                       thread)

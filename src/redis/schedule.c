@@ -354,3 +354,10 @@ int tw_redis_schedule_list(struct tw_redis *r, struct tw_redis_cursor *cur, size
     struct rr_sched_scan d = {{"sched", count, rr_sched_give}, fn, arg};
     return tw_rr_scan(r, &d.s, cur);
 }
+
+int tw_redis_schedule_count(struct tw_redis *r, uint64_t *n)
+{
+    if (!r || !n)
+        return TW_EINVAL;
+    return tw_rr_each_part(r, "HLEN", "sched", n);
+}

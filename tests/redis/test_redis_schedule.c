@@ -297,6 +297,9 @@ static void test_upsert_remove_list(void)
         if (tw_redis_schedule_list(c, &cur, 100, list_one, &l) < 0)
             break;
     CHECK_EQ_INT((int)l.n, 2);
+    uint64_t count = 0;
+    CHECK_EQ_INT(tw_redis_schedule_count(c, &count), 0);
+    CHECK_EQ_U64(count, 2);
     for (unsigned i = 0; i < 2 && i < l.n; i++)
         CHECK(!strcmp(l.key[i], "c") ? !strcmp(l.spec[i], "cron */5 * * * *")
                                       : !strncmp(l.spec[i], "every 30000 ", 12));
