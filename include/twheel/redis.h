@@ -333,7 +333,9 @@ struct tw_redis_config {
 
 /** Statistics; every count since tw_redis_new. */
 struct tw_redis_stats {
-    uint64_t pending;     /**< tasks stored in Redis (all partitions) */
+    uint64_t pending;     /**< tasks stored in Redis (all partitions; dead letters and
+                               schedules are not tasks: tw_redis_dead_count,
+                               tw_redis_schedule_count) */
     uint64_t leased;      /**< tasks this worker holds leases on now */
     uint64_t delivered;   /**< execute calls that answered DONE and were acknowledged
                                (delayed: see above); an acknowledgement retried after a
