@@ -204,11 +204,13 @@ static void test_missed_policies(void)
         CHECK_EQ_INT(tw_redis_schedule_set(c, names[p], strlen(names[p]), "", 0, &s, NULL), 0);
     }
     /* no worker until A + 4800: A .. A + 4000 are missed (more than the
-     * window, 300 ms, past when the worker comes), A + 5000 is not */
+     * worker's window, 600 ms, past when it comes), A + 5000 is not (unless
+     * the worker took 800 ms to make its first round) */
     while (server_ms(&srv) < A + 4800)
         rfx_sleep_ms(10);
     cfg.execute = record;
     cfg.threads = 2;
+    cfg.window_ms = 600;
     CHECK_EQ_INT(tw_redis_new(&w, &cfg), 0);
     if (!w)
         goto out;
