@@ -21,6 +21,12 @@
  *    delivered once a worker runs, in due order; except those a worker had
  *    claimed already, and in a cluster those of a master still away.
  *  - No polling for due work.
+ *  - Retry limit: with max_attempts, a task whose last attempt answers FAILED
+ *    or loses its lease becomes a dead letter in the same script (never
+ *    lost, never both); list, get, requeue and purge them.
+ *  - Schedules: each occurrence of a recurring schedule (every N ms, or cron
+ *    in universal time) becomes one task across all workers, due at the occurrence;
+ *    missed ones follow the schedule's policy.
  *  - Faults: a call gives TW_EIO after command_timeout_ms of failed tries
  *    when nothing was sent (nothing written), and TW_EUNKNOWN when a try was
  *    sent and its reply lost (a timeout, a connection closed after the
@@ -38,7 +44,10 @@
  *    command_timeout_ms.
  *
  * Threads: every call but execute's may come from any thread; set, move,
- * remove, set_many and stats share one set of connections under a mutex.
+ * remove, set_many and stats (and the dead-letter and schedule calls) share
+ * one set of connections under a mutex. A worker runs, besides its
+ * executors, a claim, a subscriber, an acknowledger and a schedule thread,
+ * and an events thread when on_event is set.
  * execute runs on the worker's executor threads and may call set, move,
  * remove, set_many and stats on the same client, never stop or free.
  *
@@ -142,7 +151,7 @@
  *     ACL SETUSER twheel on >PASSWORD resetkeys resetchannels ~{Q:* &{Q:*}:ch
  *         -@all +evalsha +eval +script|load +cluster|slots +time +hlen
  *         +exists +get +set +hget +hmget +hset +hdel +incrby +publish
- *         +zadd +zcard +zrangebyscore +zrem +zscore +zmscore
+ *         +zadd +zcard +zrangebyscore +zrem +zscore +zmscore +hexists +hscan +unlink
  *         +subscribe +asking +select +info
  *
  * The keys are the queue's, `{Q:partition}...`, and the channels
@@ -277,6 +286,27 @@ enum tw_redis_result {
 /** Runs a due task on one of the worker's executor threads. */
 typedef enum tw_redis_result tw_redis_execute_fn(void *arg, const struct tw_redis_task *task);
 
+/** What a worker tells its on_event hook. */
+enum tw_redis_event_kind {
+    TW_REDIS_EVENT_DELIVERED = 0, /**< execute answered DONE */
+    TW_REDIS_EVENT_FAILED = 1,    /**< execute answered FAILED (retried later, or dead) */
+    TW_REDIS_EVENT_DEAD = 2,      /**< moved to the dead letters by this worker's script */
+    TW_REDIS_EVENT_LEASE_LOST = 3 /**< not run: its lease was gone (replaced, moved,
+                                       removed, expired) or may have ended (fenced) */
+};
+
+/** One event (valid during the on_event call only). */
+struct tw_redis_event {
+    enum tw_redis_event_kind kind; /**< what happened */
+    const char *key;  /**< the task's key (not NUL-terminated) */
+    size_t key_len;   /**< its length */
+    uint32_t attempt; /**< the delivery's attempt (dead: the attempts spent; 0 unknown) */
+    uint64_t due_ms;  /**< its due time, server ms (0 unknown: a dead letter a claim made) */
+};
+
+/** Most events a worker queues for on_event; more are dropped (counted). */
+#define TW_REDIS_EVENTS_MAX 65536u
+
 /** Configuration; fill it with tw_redis_config_init, then change what you need. */
 struct tw_redis_config {
     const char *const *servers; /**< the server, or any nodes of a cluster: "host:port",
@@ -347,11 +377,29 @@ struct tw_redis_config {
     /** How long WAIT waits for them, in ms (1 .. command_timeout_ms - 1; needed with
      * wait_replicas): a call takes up to this much longer when a replica lags. */
     uint32_t wait_timeout_ms;
+    /** Retry limit (default 0: unlimited): a task whose max_attempts-th start answers
+     * FAILED, or loses its lease (its worker died, stalled past the lease or was fenced,
+     * and a claim took the lease back), moves to the queue's dead letters in the same
+     * script (tw_redis_dead_list), with its attempt, the time and the error text execute
+     * left (tw_redis_fail_text). A per-task limit (tw_redis_set_opts) overrides it. Read
+     * by the worker's scripts: every worker of a queue should give the same. */
+    uint32_t max_attempts;
+    /** Optional: told of this worker's deliveries (DONE answered), failures (FAILED
+     * answered), dead letters (the tasks this worker's scripts moved there) and lost
+     * leases (held or started tasks it did not run because the lease was gone). Called
+     * on the worker's events thread, never on an executor, after the fact: it must not
+     * block for long (events wait in a queue of TW_REDIS_EVENTS_MAX; past it they are
+     * dropped and counted in stats' events_dropped). The event is valid during the call
+     * only. NULL (default): no thread, nothing queued. */
+    void (*on_event)(void *arg, const struct tw_redis_event *ev);
+    void *event_arg; /**< passed to on_event */
 };
 
 /** Statistics; every count since tw_redis_new. */
 struct tw_redis_stats {
-    uint64_t pending;     /**< tasks stored in Redis (all partitions) */
+    uint64_t pending;     /**< tasks stored in Redis (all partitions; dead letters and
+                               schedules are not tasks: tw_redis_dead_count,
+                               tw_redis_schedule_count) */
     uint64_t leased;      /**< tasks this worker holds leases on now */
     uint64_t delivered;   /**< execute calls that answered DONE and were acknowledged
                                (delayed: see above); an acknowledgement retried after a
@@ -385,6 +433,10 @@ struct tw_redis_stats {
                                  one's words: tw_redis_worker_error */
     uint64_t fenced;      /**< started tasks not executed because their lease may have
                                ended before an executor got to them (a stall) */
+    uint64_t dead;        /**< tasks this worker's scripts moved to the dead letters
+                               (FAILED on the last attempt, or a lease lost on it) */
+    uint64_t events_dropped; /**< events not given to on_event: its queue was full */
+    uint64_t schedule_fires; /**< schedule occurrences this worker made tasks */
 };
 
 /** Fill @p cfg with the defaults above (servers NULL: must be set). No I/O. */
@@ -537,6 +589,164 @@ TW_API int tw_redis_last_error(const struct tw_redis *r, char *buf, size_t len);
  * worker_errors). Buffer, threads and cost as tw_redis_last_error.
  * @return the code, or TW_EINVAL (NULL r, or NULL buf with len > 0). */
 TW_API int tw_redis_worker_error(const struct tw_redis *r, char *buf, size_t len);
+
+/* ---- retry limit and dead letters ------------------------------------------ */
+
+/** Longest error text tw_redis_fail_text keeps, in bytes (more is cut). */
+#define TW_REDIS_ERROR_MAX 256
+
+/** Options of tw_redis_set_opts. Zero them, then set what you need. */
+struct tw_redis_set_opts {
+    /** This task's retry limit (1 .. 1048575); 0: the queue's (config max_attempts).
+     * Kept with the task until it leaves the queue, through its retries and a requeue
+     * from the dead letters; a later tw_redis_set of the key drops it. */
+    uint32_t max_attempts;
+};
+
+/** tw_redis_set with options (NULL: as tw_redis_set). One script call (SETX); cost,
+ * threads and errors as tw_redis_set (TW_EINVAL also for max_attempts > 1048575). A retry
+ * after a lost reply stores the task again. */
+TW_API int tw_redis_set_opts(struct tw_redis *r, const void *key, size_t key_len,
+                             const void *payload, size_t payload_len, int64_t delay_ms,
+                             const struct tw_redis_set_opts *opts);
+
+/** Inside execute only (the executor's thread): the error text kept with the task
+ * should this FAILED answer make it a dead letter; cut at TW_REDIS_ERROR_MAX bytes; the
+ * last call before execute returns counts, and it is forgotten when execute returns.
+ * Any bytes. No I/O, O(len).
+ * @return 0, TW_EINVAL (NULL text with len > 0). */
+TW_API int tw_redis_fail_text(const char *text, size_t len);
+
+/** A dead letter (valid during the callback only). */
+struct tw_redis_dead {
+    const char *key;     /**< its key (not NUL-terminated) */
+    size_t key_len;      /**< its length */
+    const void *payload; /**< its payload */
+    size_t payload_len;  /**< its length */
+    const char *error;   /**< execute's tw_redis_fail_text, "lease lost", or "" */
+    size_t error_len;    /**< its length */
+    uint32_t attempt;    /**< the attempts it spent */
+    uint32_t max_attempts; /**< its own limit (0: it had the queue's) */
+    uint64_t dead_ms;    /**< when it moved, ms on the Redis server's clock */
+    uint64_t due_ms;     /**< its last due time */
+};
+/** Told of dead letters and schedules, on the caller's thread. */
+typedef void tw_redis_dead_fn(void *arg, const struct tw_redis_dead *d);
+
+/** Where a listing goes on (dead letters, schedules). Zero it to start; done is
+ * set once every partition was listed. */
+struct tw_redis_cursor {
+    uint32_t partition; /**< the partition the listing is in */
+    uint64_t scan;      /**< its HSCAN cursor there */
+    bool done;          /**< nothing more */
+};
+
+/** List dead letters: calls fn for up to about @p count of them (1..1000; HSCAN's COUNT,
+ * a hint) and moves @p cur on. Each call visits partitions one HSCAN round trip each
+ * (O(count) in Redis) and returns after one that gave entries, or 64 partitions: bounded
+ * work, a whole listing is O(dead letters + partitions). An entry may be listed twice
+ * when the set grows or shrinks between calls (HSCAN's rule); every entry present
+ * throughout the listing is listed. fn runs on the caller's thread after each reply, the
+ * client's mutex not held (it may call the client). Any thread.
+ * @return the number fn was given (>= 0), or TW_EINVAL, TW_ECLOSED, TW_EIO, TW_EUNKNOWN,
+ *         TW_EAUTH, TW_EPROTO, TW_ENOMEM as tw_redis_set. */
+TW_API int tw_redis_dead_list(struct tw_redis *r, struct tw_redis_cursor *cur, size_t count,
+                              tw_redis_dead_fn *fn, void *arg);
+
+/** One dead letter by key (one HGET): calls fn with it. Threads as tw_redis_dead_list.
+ * @return 0, TW_ENOENT, or as tw_redis_dead_list. */
+TW_API int tw_redis_dead_get(struct tw_redis *r, const void *key, size_t key_len,
+                             tw_redis_dead_fn *fn, void *arg);
+
+/** Put a dead letter back into the queue, due at now + delay_ms, its attempts counted
+ * from 0 again (its own max_attempts kept); atomic (one script, O(log n)). A live task of
+ * the same key wins: the dead letter stays. Threads and costs as tw_redis_set.
+ * @return 0, TW_ENOENT (no such dead letter), TW_ECONFLICT (a live task holds the key), or
+ *         as tw_redis_set. */
+TW_API int tw_redis_dead_requeue(struct tw_redis *r, const void *key, size_t key_len,
+                                 int64_t delay_ms);
+
+/** Every dead letter back into the queue (as tw_redis_dead_requeue, those whose key a live
+ * task holds stay): per partition, script calls of one HSCAN step (COUNT 128) each until
+ * the partition's scan ends: O(dead letters) in all, each call bounded. *requeued
+ * (optional) counts what moved, also on failure.
+ * @return 0, or as tw_redis_set (what moved before the failure stays moved). */
+TW_API int tw_redis_dead_requeue_all(struct tw_redis *r, int64_t delay_ms, uint64_t *requeued);
+
+/** Delete one dead letter (HDEL), or with a NULL key every one (UNLINK of each
+ * partition's dead-letter HASH: the server frees it in the background). Threads as
+ * tw_redis_set.
+ * @return 0, TW_ENOENT (that key had no dead letter), or as tw_redis_set. */
+TW_API int tw_redis_dead_purge(struct tw_redis *r, const void *key, size_t key_len);
+
+/** Count the dead letters: one HLEN per partition. Threads as tw_redis_stats.
+ * @return 0 and *n, or as tw_redis_set. */
+TW_API int tw_redis_dead_count(struct tw_redis *r, uint64_t *n);
+
+/* ---- recurring schedules ------------------------------------------------------ */
+
+/** What a schedule does with occurrences no worker made a task of in time (workers down
+ * longer than window_ms past the occurrence). */
+enum tw_redis_missed {
+    TW_REDIS_MISSED_SKIP = 0, /**< drop them: the next occurrence still ahead runs */
+    TW_REDIS_MISSED_ONCE = 1, /**< run the first missed one at once, drop the rest */
+    TW_REDIS_MISSED_ALL = 2   /**< run each missed one, in due order */
+};
+
+/** A recurring schedule: cron, or every_ms from anchor_ms. */
+struct tw_redis_schedule {
+    /** A 5-field cron expression (minute hour day-of-month month day-of-week), read in
+     * universal time: numbers, `*`, ranges `a-b`, steps `/n`, lists `a,b`, month and day names
+     * (JAN, MON), 7 for Sunday; when both day fields are restricted, either matching
+     * suffices (the classic rule). NULL: every_ms instead. */
+    const char *cron;
+    uint64_t every_ms;  /**< with cron NULL: the period (1000 .. TW_REDIS_DELAY_MAX) */
+    uint64_t anchor_ms; /**< with cron NULL: occurrences are anchor + k * every_ms, server
+                             ms since the epoch; 0: the time of the first upsert */
+    enum tw_redis_missed missed; /**< the missed-run policy */
+};
+
+/** Create or replace the schedule @p key: each occurrence becomes the task
+ * "<key>@<occurrence ms>" due at that time, with @p payload, once per occurrence across
+ * all workers, never early. An upsert with the same cron or every/anchor keeps the next
+ * occurrence (a restart of the producer changes nothing); another one starts from now.
+ * One TIME round trip (cron) and one script call (O(log n)). *next_ms (optional): the
+ * next occurrence. Workers make occurrences tasks every window_ms / 2, window_ms ahead:
+ * an occurrence less than window_ms / 2 after the upsert may run up to that much late
+ * (never early). Threads as tw_redis_set.
+ * @return 0, TW_EINVAL (a bad cron expression, or every_ms out of range, or a cron that
+ *         never matches), TW_E2BIG, or as tw_redis_set. */
+TW_API int tw_redis_schedule_set(struct tw_redis *r, const void *key, size_t key_len,
+                                 const void *payload, size_t payload_len,
+                                 const struct tw_redis_schedule *s, uint64_t *next_ms);
+
+/** Delete a schedule (one script call). Occurrence tasks made already (up to window_ms
+ * ahead) are still delivered: they live in the schedule's partition, which tw_redis_remove
+ * does not look in for their key. Threads as tw_redis_set.
+ * @return 0, TW_ENOENT, or as tw_redis_set. */
+TW_API int tw_redis_schedule_remove(struct tw_redis *r, const void *key, size_t key_len);
+
+/** A schedule as listed (valid during the callback only). */
+struct tw_redis_schedule_info {
+    const char *key;     /**< its key */
+    size_t key_len;      /**< its length */
+    const void *payload; /**< the occurrences' payload */
+    size_t payload_len;  /**< its length */
+    const char *spec;    /**< "cron <expression>" or "every <ms> <anchor ms>" */
+    size_t spec_len;     /**< its length */
+    uint64_t next_ms;    /**< the next occurrence not yet made a task */
+    enum tw_redis_missed missed; /**< its policy */
+};
+/** Told of a schedule, on the caller's thread. */
+typedef void tw_redis_schedule_fn(void *arg, const struct tw_redis_schedule_info *s);
+
+/** Count the schedules: one HLEN per partition. Threads as tw_redis_stats.
+ * @return 0 and *n, or as tw_redis_set. */
+TW_API int tw_redis_schedule_count(struct tw_redis *r, uint64_t *n);
+
+/** List schedules; paging, costs and threads as tw_redis_dead_list. */
+TW_API int tw_redis_schedule_list(struct tw_redis *r, struct tw_redis_cursor *cur, size_t count,
+                                  tw_redis_schedule_fn *fn, void *arg);
 
 #ifdef __cplusplus
 }

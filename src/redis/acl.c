@@ -76,6 +76,11 @@ const struct tw_rr_acl_need tw_rr_acl_needs[] = {
     {0, {"zrem", "@l", "k"}},
     {0, {"zscore", "@l", "k"}},
     {0, {"zmscore", "@l", "k"}},
+    /* dead letters and schedules (dead.c, schedule.c): their HASHes and
+     * ZSET are keys of the same pattern, {Q:p}:dead, {Q:p}:sched[:n] */
+    {0, {"hexists", "@t", "k"}},
+    {0, {"hscan", "@t", "0"}},
+    {0, {"unlink", "@t"}},
 };
 const size_t tw_rr_acl_nneeds = sizeof tw_rr_acl_needs / sizeof tw_rr_acl_needs[0];
 

@@ -64,9 +64,9 @@ static int rr_claim_reply(struct tw_redis *r, uint32_t p, unsigned batch, struct
  * claimed (>= 0) or an error (TW_RR_EAWAIT: its reply comes later, silent.c). */
 static int rr_claim_part(struct tw_redis *r, uint32_t p, unsigned batch, struct tw_rr_batch *b)
 {
-    char kb[6][TW_RR_KEYBUF], win[16], n[16], lease[16], bytes[16], hold[16];
-    const char *av[10];
-    size_t al[10];
+    char kb[6][TW_RR_KEYBUF], win[16], n[16], lease[16], bytes[16], hold[16], maxa[16];
+    const char *av[11];
+    size_t al[11];
     tw_rr_keys(r, p, kb, av, al);
     al[5] = (size_t)snprintf(win, sizeof win, "%u", r->cfg.window_ms);
     av[5] = win;
@@ -78,6 +78,8 @@ static int rr_claim_part(struct tw_redis *r, uint32_t p, unsigned batch, struct 
     av[8] = bytes;
     al[9] = (size_t)snprintf(hold, sizeof hold, "%u", r->cfg.hold_ms);
     av[9] = hold;
+    al[10] = (size_t)snprintf(maxa, sizeof maxa, "%u", r->cfg.max_attempts);
+    av[10] = maxa;
     redisReply *x;
     uint64_t rc0 = r->claim_rt.reconnects;
 #ifdef TW_RR_TRACE
@@ -111,14 +113,13 @@ static int rr_claim_reply(struct tw_redis *r, uint32_t p, unsigned batch, struct
 {
     uint64_t t_reply = tw_rr_mono_ns();
     if (x->type != REDIS_REPLY_ARRAY || x->elements < 3 || (x->elements - 3) % 5 != 0 ||
-        x->element[0]->type != REDIS_REPLY_INTEGER || x->element[1]->type != REDIS_REPLY_INTEGER ||
+        x->element[0]->type != REDIS_REPLY_INTEGER || tw_rr_dead_claimed(r, p, x->element[1]) ||
         x->element[x->elements - 1]->type != REDIS_REPLY_INTEGER) {
         freeReplyObject(x);
         return TW_EPROTO;
     }
     uint64_t now_us = (uint64_t)x->element[0]->integer;
     tw_rr_clock_sample(r, p, now_us, t_reply);
-    atomic_fetch_add(&r->recovered, (uint64_t)x->element[1]->integer);
     /* claim p again when its earliest lease ends (see the top) */
     long long end = x->element[x->elements - 1]->integer;
     uint64_t at = end < 0 ? UINT64_MAX : tw_rr_local_due(r, p, (uint64_t)end);

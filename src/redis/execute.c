@@ -89,6 +89,8 @@ static void rr_exec_one(struct tw_redis *r, struct tw_rr_item *it, unsigned thre
     uint64_t t1 = tw_rr_mono_ns();
     if (t1 >= fence) { /* the lease may have ended: not ours to run (see the top) */
         atomic_fetch_add(&r->fenced, 1);
+        tw_rr_event(r, TW_REDIS_EVENT_LEASE_LOST, it->data, it->key_len, (uint32_t)it->started,
+                    it->due_ms);
         free(it);
         return;
     }
@@ -103,7 +105,7 @@ static void rr_exec_one(struct tw_redis *r, struct tw_rr_item *it, unsigned thre
     tw_rr_trace_note(r, it, it->take_ns, it->sent_ns, it->reply_ns, it->srv_us, t1, it->batch,
                   thread);
 #endif
-    if (it->started > 1)
+    if ((uint32_t)it->started > 1) /* above bit 32: a per-task max_attempts (dead.c) */
         atomic_fetch_add(&r->redelivered, 1);
     struct tw_redis_task t = {.key = it->data,
                               .key_len = it->key_len,
@@ -117,13 +119,16 @@ static void rr_exec_one(struct tw_redis *r, struct tw_rr_item *it, unsigned thre
     enum tw_redis_result res = r->cfg.execute(r->cfg.arg, &t);
     rr_exec_time(r, tw_rr_mono_ns() - t1);
     if (res == TW_REDIS_DONE) {
+        tw_rr_fail_text_forget();
+        tw_rr_event(r, TW_REDIS_EVENT_DELIVERED, it->data, it->key_len, t.attempt, it->due_ms);
         tw_rr_ack_push(r, it); /* acknowledged with a later START, or by the acknowledger */
         return;
     }
     atomic_fetch_add(&r->failed, 1);
-    char kb[6][TW_RR_KEYBUF], tok[24], base[16], max[16];
-    const char *av[10];
-    size_t al[10];
+    tw_rr_event(r, TW_REDIS_EVENT_FAILED, it->data, it->key_len, t.attempt, it->due_ms);
+    char kb[6][TW_RR_KEYBUF], tok[24], base[16], max[16], maxa[16];
+    const char *av[12];
+    size_t al[12];
     tw_rr_keys(r, it->part, kb, av, al);
     av[9] = av[5];
     al[9] = al[5];
@@ -135,11 +140,18 @@ static void rr_exec_one(struct tw_redis *r, struct tw_rr_item *it, unsigned thre
     av[7] = base;
     al[8] = (size_t)snprintf(max, sizeof max, "%u", r->cfg.retry_max_ms);
     av[8] = max;
+    al[10] = (size_t)snprintf(maxa, sizeof maxa, "%u", r->cfg.max_attempts); /* dead.c */
+    av[10] = maxa;
+    av[11] = tw_rr_fail_text_take(&al[11]);
     redisReply *x;
-    if (tw_rr_eval(rt, TW_RR_FAIL, r->slots[it->part], TW_RR_NKEYS, 5, av, al, &x) == 0) {
+    if (tw_rr_eval(rt, TW_RR_FAIL, r->slots[it->part], TW_RR_NKEYS, 7, av, al, &x) == 0) {
         long long ok = 0;
-        if (tw_rr_int_reply(x, &ok) != 0 || ok != 1)
+        if (tw_rr_int_reply(x, &ok) != 0 || (ok != 1 && ok != 2))
             atomic_fetch_add(&r->stale_acks, 1);
+        if (ok == 2) {
+            atomic_fetch_add(&r->dead_n, 1);
+            tw_rr_event(r, TW_REDIS_EVENT_DEAD, it->data, it->key_len, t.attempt, it->due_ms);
+        }
         freeReplyObject(x);
     }
     free(it);
@@ -258,6 +270,8 @@ static void rr_run(struct tw_redis *r, struct tw_rr_item **v, size_t n, unsigned
         }
         if (e->st[i] != 1) {
             atomic_fetch_add(&r->lost_leases, 1);
+            tw_rr_event(r, TW_REDIS_EVENT_LEASE_LOST, it->data, it->key_len,
+                        (uint32_t)it->attempt + 1, it->due_ms);
             free(it);
             continue;
         }

@@ -45,6 +45,12 @@
  *                on every connection, asked again after a failure.
  * wait.c       - the replica wait (WAIT) after the producer's writes.
  * scripts.c    - the Lua scripts (see the schema in redis.c).
+ * dead.c       - the retry limit and the dead letters: set_opts, execute's
+ *                error text, list, get, requeue, purge, count.
+ * events.c     - the on_event hook: a bounded queue and the events thread.
+ * schedule.c   - recurring schedules: upsert, remove, list, and a worker's
+ *                schedule thread that makes occurrences tasks.
+ * cron.c       - 5-field cron expressions in universal time (cron.h: no hiredis).
  */
 #ifndef TWHEEL_REDIS_INTERNAL_H
 #define TWHEEL_REDIS_INTERNAL_H
@@ -241,12 +247,19 @@ enum {
     TW_RR_START, /* with the acknowledgements (ack.c: "ACKs ride on STARTs") */
     TW_RR_FAIL,
     TW_RR_RELEASE,
+    TW_RR_SETX,        /* dead.c: set with options (a per-task max_attempts) */
+    TW_RR_REQUEUE,     /* dead.c: a dead letter back into the queue */
+    TW_RR_REQUEUE_ALL, /* dead.c: one HSCAN step of them */
+    TW_RR_SCHED_SET,   /* schedule.c: upsert */
+    TW_RR_SCHED_DEL,   /* schedule.c: remove */
+    TW_RR_SCHED_DUE,   /* schedule.c: the schedules coming due */
+    TW_RR_SCHED_FIRE,  /* schedule.c: occurrences made tasks, next moved on */
     TW_RR_NSCRIPTS
 };
 extern const char *const tw_rr_scripts[TW_RR_NSCRIPTS];
 /* Keys every script but START takes, in this order (KEYS[1..5]). */
 #define TW_RR_NKEYS 5
-#define TW_RR_CLAIM_NARGS 5 /* CLAIM's ARGV: window, n, lease, bytes, hold (scripts.c) */
+#define TW_RR_CLAIM_NARGS 6 /* CLAIM's ARGV: window, n, lease, bytes, hold, max_attempts */
 /* Width of a due-time bucket in ms (the schema in redis.c). Every client of a
  * queue must use the same width: it names the bucket a task sits in. */
 #define TW_RR_BUCKET_MS 500
@@ -551,6 +564,12 @@ struct tw_redis {
     int sub_err;                    /* under mu: the subscriber's first connection refused
                                        (TW_EAUTH): new fails with it and sub_errtext */
     char sub_errtext[TW_RR_ERR_MAX];
+
+    /* dead letters, events, schedules (dead.c, events.c, schedule.c) */
+    atomic_uint_fast64_t dead_n, events_dropped, sched_fires;
+    void *ev;                       /* events.c's queue (NULL: no on_event, no thread) */
+    void *sched;                    /* a worker's schedule thread (schedule.c; NULL: none) */
+    struct tw_rr_router sched_rt;   /* its router */
 };
 
 #ifdef TW_RR_TRACE
@@ -756,5 +775,76 @@ int tw_rr_wait_check(struct tw_redis *r);
  * trip each; TW_EREPLICAS when one confirmed too few, or a connection was
  * opened since `opened` (the calls' own connection gone: unconfirmed). */
 int tw_rr_wait_many(struct tw_redis *r, uint64_t opened);
+/* dead.c: the retry limit, dead letters, and the client-call helpers that
+ * schedule.c shares. */
+/* CLAIM's reply element 2: the recovered count, or {count, key, attempt,
+ * ...} of the tasks it moved to the dead letters (counted, told as events).
+ * 0, or TW_EPROTO for another shape. */
+int tw_rr_dead_claimed(struct tw_redis *r, uint32_t p, const redisReply *e);
+/* The calling executor's tw_redis_fail_text, taken (forgotten after); or
+ * forgotten (DONE): one thread-local load when execute left none. */
+const char *tw_rr_fail_text_take(size_t *len);
+extern _Thread_local size_t tw_rr_fail_len;
+static inline void tw_rr_fail_text_forget(void)
+{
+    if (tw_rr_fail_len)
+        tw_rr_fail_len = 0;
+}
+/* r, key and payload as set takes them: 0, TW_EINVAL, TW_E2BIG, TW_ECLOSED. */
+int tw_rr_check_task(const struct tw_redis *r, const void *key, size_t key_len,
+                     const void *payload, size_t payload_len);
+/* One call on the client's router under api_mu, its outcome noted
+ * (tw_rr_note): script `id`, or with id TW_RR_NSCRIPTS the plain command
+ * av (nkeys 0, nargs its words; an error reply becomes its code). */
+int tw_rr_api_call(struct tw_redis *r, unsigned id, int slot, int nkeys, int nargs,
+                   const char **av, const size_t *al, redisReply **x);
+/* ... whose reply is an integer, into *v. */
+int tw_rr_api_int(struct tw_redis *r, unsigned id, int slot, int nkeys, int nargs,
+                  const char **av, const size_t *al, long long *v);
+/* CMD {queue:p}:suffix on every partition (HLEN, UNLINK): the integer
+ * replies summed into *sum. 0 or as tw_rr_api_call. */
+int tw_rr_each_part(struct tw_redis *r, const char *cmd, const char *suffix, uint64_t *sum);
+/* "{queue:p}:suffix" into buf; its length. */
+size_t tw_rr_pkey(const struct tw_redis *r, uint32_t p, const char *suffix,
+                  char buf[TW_RR_KEYBUF]);
+/* A paged listing of one HASH per partition ("dead", "sched"): give() is
+ * told each field and value; count is HSCAN's COUNT (1..1000). */
+struct tw_rr_scan {
+    const char *suffix;
+    size_t count;
+    int (*give)(struct tw_rr_scan *s, const char *k, size_t kl, const char *v, size_t vl);
+};
+int tw_rr_scan(struct tw_redis *r, struct tw_rr_scan *s, struct tw_redis_cursor *cur);
+
+/* events.c: the on_event hook's queue and thread; and a thread of the
+ * worker's own with a stop flag (the events and the schedule threads). */
+struct tw_rr_bg {
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* on CLOCK_MONOTONIC (tw_cond_wait_until_) */
+    bool stop;         /* under mu */
+    pthread_t thread;
+};
+/* A zeroed block of `size` bytes (a struct whose first member is a struct
+ * tw_rr_bg) into *slot, then its thread fn(arg): TW_ENOMEM, TW_ESYS (*slot
+ * NULL). Free: stop set and signalled, the thread joined, *slot NULL, freed. */
+int tw_rr_bg_new(void **slot, size_t size, void *(*fn)(void *), void *arg);
+void tw_rr_bg_free(void **slot);
+/* Queue an event (a copy of the key): a no-op without on_event (one load
+ * on the executors' path). Any thread. */
+void tw_rr_event_(struct tw_redis *r, enum tw_redis_event_kind kind, const char *key,
+                  size_t key_len, uint32_t attempt, uint64_t due_ms);
+static inline void tw_rr_event(struct tw_redis *r, enum tw_redis_event_kind kind,
+                               const char *key, size_t key_len, uint32_t attempt,
+                               uint64_t due_ms)
+{
+    if (r->ev)
+        tw_rr_event_(r, kind, key, key_len, attempt, due_ms);
+}
+int tw_rr_events_start(struct tw_redis *r); /* TW_ENOMEM, TW_ESYS */
+void tw_rr_events_stop(struct tw_redis *r); /* gives what is queued, joins */
+
+/* schedule.c: a worker's schedule thread (on r->sched_rt). */
+int tw_rr_sched_start(struct tw_redis *r); /* TW_ENOMEM, TW_ESYS */
+void tw_rr_sched_stop(struct tw_redis *r);
 
 #endif /* TWHEEL_REDIS_INTERNAL_H */

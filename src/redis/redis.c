@@ -33,6 +33,19 @@
  *   {q:p}:ch       channel PUBLISH due ms when a task becomes     set move fail release
  *                          due before hold (a worker claims now)
  *
+ *   {q:p}:dead     HASH    the dead letters (dead.c): key ->      fail, claim (at the last
+ *                          "attempt dead_ms due errlen " error    attempt); requeue purge
+ *                          payload                                list get count
+ *   {q:p}:sched    HASH    the schedules (schedule.c): key ->     schedule set remove list,
+ *                          "next policy anchor speclen " spec     a worker's schedule thread
+ *                          payload
+ *   {q:p}:sched:n  ZSET    schedule key -> next occurrence ms     as {q:p}:sched
+ *
+ * A record's attempt field counts starts in its low 32 bits; a per-task
+ * max_attempts (set_opts) rides above them, so every script that copies a
+ * record keeps it (dead.c). A schedule's occurrence is the task
+ * "<key>@<occurrence ms>" in the schedule's partition (schedule.c).
+ *
  * and one key per queue, {q:meta}:partitions (STRING, its own slot): the
  * partition count, written SET NX by the queue's first client and compared
  * by every later one at new (below, "The servers' configuration").
@@ -134,6 +147,40 @@
  *   release    RELEASE  pipelined, 1 per held  HGET EXISTS(2) HSET ZREM EXISTS    O(log n)
  *                                              ZADD [ZADD index] GET [PUBLISH]
  *   stats      HLEN     1 per partition        HLEN                               O(1)
+ *   (fail, claim at a task's last attempt: FAIL's or the recovery's writes
+ *              become ZREM lease, HSET dead, HDEL task: the same cost)
+ *   set_opts   SETX     1                      EXISTS(2) HGET, old bucket (ZCARD  O(log n)
+ *                                              ZREM [ZREM index]) or lease ZREM,
+ *                                              TIME EXISTS HSET [HDEL] EXISTS
+ *                                              ZADD [ZADD index] GET [PUB]
+ *   dead list  HSCAN    1 per partition        HSCAN COUNT count (1..1000); a     O(count)
+ *                       visited (<= 64)        call ends at the first partition
+ *                                              that gave entries
+ *   dead get   HGET     1                      HGET                               O(1)
+ *   requeue    REQUEUE  1                      EXISTS(2) TIME HGET HEXISTS EXISTS O(log n)
+ *                                              HSET HDEL EXISTS ZADD [ZADD
+ *                                              index] GET [PUB]
+ *   requeue    REQUEUE_ 1 per partition per    HSCAN COUNT 128, then per dead     O(k log n)
+ *    all       ALL      HSCAN step             letter as requeue; GET [PUB]
+ *   purge      HDEL,    1; all: 1 per          HDEL; UNLINK (the server frees     O(1)
+ *              UNLINK   partition              the HASH in the background)
+ *   dead count HLEN     1 per partition        HLEN                               O(1)
+ *   schedule   TIME,    1 (every) or 2 (cron)  EXISTS(2) TIME HGET HSET ZADD      O(log s)
+ *    set       SCHED_SET
+ *   schedule   SCHED_   1                      EXISTS(2) ZREM HDEL                O(log s)
+ *    remove    DEL
+ *   schedule   HSCAN    as dead list           as dead list                       O(count)
+ *    list
+ *   schedule   HLEN     1 per partition        HLEN                               O(1)
+ *    count
+ *   (worker)   SCHED_   1 per partition per    EXISTS(2) TIME ZRANGEBYSCORE       O(log s + d)
+ *              DUE      window/2 (its own      LIMIT 32 HMGET of the d due ones
+ *                       thread)
+ *   (worker)   SCHED_   1 per schedule coming  EXISTS(2) HGET TIME, per           O(k log n)
+ *              FIRE     due (per 64            occurrence HEXISTS EXISTS HSET
+ *                       occurrences)           [HDEL] EXISTS ZADD [ZADD index],
+ *                                              HSET ZADD, GET [PUB]
+ * (s: schedules in the partition.)
  * A bucket operation costs O(bucket) <= 128 entries while it is a listpack
  * and O(log n) once a skiplist; the index likewise. Nothing ever scans:
  * claim reads at most 256 expired leases and 256 due tasks (and stops past
@@ -354,6 +401,25 @@
  * tests/redis/test_redis_clocks.c runs a worker whose clocks run 0.1% fast
  * (libfaketime) and checks that nothing starts early by the real clock.
  *
+ * Retry limit and dead letters (dead.c): FAIL, at a task's last attempt
+ * (its own max_attempts, else the queue's, which the worker sends), and
+ * CLAIM, recovering an expired lease at the last attempt, move the record
+ * into {q:p}:dead in the same script instead of back to a bucket: nothing
+ * lost on the way, never both a task and a dead letter from one move. The
+ * error text is execute's (tw_redis_fail_text, sent with FAIL) or "lease
+ * lost". A dead letter and a live task may share a key (a set after the
+ * move): requeue then refuses (TW_ECONFLICT). Why per partition: one
+ * script writes the task HASH and the dead HASH, so they share a slot.
+ *
+ * Schedules (schedule.c, its design comment): each occurrence becomes a
+ * task ahead of its time, made by whichever worker's schedule thread wins
+ * a compare-and-set on the schedule's next occurrence (SCHED_FIRE): one
+ * task per occurrence across all workers, due at the occurrence (never
+ * early: the task path's rule); cron expressions are read in universal time.
+ *
+ * Events (events.c): executors and the claim thread queue copies of their
+ * events (bounded), an events thread of its own calls on_event.
+ *
  * Threads and connections: the client API (set, move, remove, set_many,
  * stats, and stop's releases) shares one router under api_mu; a worker adds a
  * claim thread (own router), a subscriber thread (own connection, SUBSCRIBE
@@ -361,7 +427,9 @@
  * every node; new returns once it is subscribed), the local queue's tick
  * thread (local.c), `threads` executors (execute.c), each with its own
  * router, and an acknowledger thread (ack.c, own router) for the delayed
- * ACKs no START took. No connection is ever shared unlocked. What they
+ * ACKs no START took, a schedule thread (schedule.c, own router) and, with
+ * on_event, an events thread (events.c, no connection). No connection is
+ * ever shared unlocked. What they
  * share of the masters' health is the table of silent masters (silent.c:
  * a mutex for the table, an atomic mark per partition). Every one of
  * these threads blocks SIGPIPE (tw_rr_thread_create); the application's
@@ -720,6 +788,7 @@ static void rr_free_all(struct tw_redis *r)
     free(r->ack_head);
     free(r->ack_tail);
     tw_rr_router_free(&r->ack_rt);
+    tw_rr_router_free(&r->sched_rt);
     tw_rr_router_free(&r->claim_rt);
     tw_rr_router_free(&r->sub_rt);
     tw_rr_router_free(&r->api);
@@ -1049,7 +1118,10 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
                                                                            : RR_ACK_DELAY_MS) *
                           1000000u;
         if ((rc = rr_router(r, &r->claim_rt, why)) != 0 ||
-            (rc = rr_router(r, &r->sub_rt, why)) != 0 || (rc = rr_router(r, &r->ack_rt, why)) != 0)
+            (rc = rr_router(r, &r->sub_rt, why)) != 0 || (rc = rr_router(r, &r->ack_rt, why)) != 0 ||
+            (rc = rr_router(r, &r->sched_rt, why)) != 0)
+            goto fail;
+        if (r->cfg.on_event && (rc = tw_rr_events_start(r)) != 0) /* events.c */
             goto fail;
         for (uint32_t i = 0; i < r->cfg.threads; i++)
             if ((rc = rr_router(r, &r->exec_rt[i], why)) != 0)
@@ -1093,6 +1165,8 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
             goto fail;
         }
         r->claim_started = true;
+        if ((rc = tw_rr_sched_start(r)) != 0) /* schedule.c */
+            goto fail;
     }
     *out = r;
     return 0;
@@ -1180,6 +1254,7 @@ int tw_redis_stop(struct tw_redis *r)
     if (r->sub_started)
         pthread_join(r->sub_thread, NULL);
     r->claim_started = r->sub_started = false;
+    tw_rr_sched_stop(r);
     struct tw_rr_item *list = NULL;
     if (r->local) {
         /* No START round begins now; running ones finish, armed items run
@@ -1206,6 +1281,7 @@ int tw_redis_stop(struct tw_redis *r)
         pthread_join(r->ack_thread, NULL);
         r->ack_started = false;
     }
+    tw_rr_events_stop(r); /* after every thread that tells it */
 #ifdef TW_RR_TRACE
     if (r->worker)
         tw_rr_trace_dump(r);

@@ -68,6 +68,24 @@
     "if n > 0 and redis.call('ZREM', bk, k) == 1 and n == 1 then "                         \
     "redis.call('ZREM', KEYS[1], b) end end\n"
 
+/* The retry limit and the dead letters (dead.c; schema in redis.c). A
+ * record's attempt field holds the starts counted in its low 32 bits and a
+ * per-task max_attempts above them (0: the queue's, which the worker sends
+ * in ARGV; 0 there: unlimited). spent(att, qmax): the attempts are used up.
+ * bury moves a task's record into the partition's dead-letter HASH
+ * {q:p}:dead (an undeclared key of the slot, as the buckets: the script
+ * checked stable() first), key -> "attempt dead_ms due errlen " .. error ..
+ * payload, and deletes it from the task HASH: one script, nothing lost on
+ * the way. The caller has taken the task out of its bucket or lease. */
+#define DEAD                                                                               \
+    "local M32 = 4294967296\n"                                                              \
+    "local DK = string.sub(KEYS[3], 1, -5) .. 'dead'\n"                                     \
+    "local function spent(att, qmax) local mx = math.floor(att / M32) "                     \
+    "if mx == 0 then mx = qmax end return mx > 0 and att % M32 >= mx end\n"                \
+    "local function bury(k, att, now_ms, due, err, p) redis.call('HSET', DK, k, "            \
+    "string.format('%d %d %d %d ', att, now_ms, due, #err) .. err .. p) "                    \
+    "redis.call('HDEL', KEYS[3], k) end\n"
+
 /* ARGV: channel, n, then n keys, n payloads, and one string of the n
  * delays in ms as 8-byte little-endian integers (one partition; the keys
  * distinct: set_many keeps the last item of a key; any order, set_many
@@ -199,21 +217,25 @@
  * need only be unique), HSET, lease ZADD, bucket ZREM: one of each per
  * bucket, not HGET, INCR, HSET and ZADD per task. */
 #define CLAIM_LUA                                                                          \
-    PRELUDE BUCKETS "if not stable() then return redis.error_reply(TRY) end\n"             \
+    PRELUDE BUCKETS DEAD "if not stable() then return redis.error_reply(TRY) end\n"             \
     "local now = now_us() local now_ms = math.floor(now / 1000)\n"                         \
     "local n = tonumber(ARGV[2])\n"                                                         \
     "local maxb = tonumber(ARGV[4]) local recovered = 0\n"                                 \
     /* hms: a claimed task's hold (hold() reads the window end) */                        \
     "local hms = tonumber(ARGV[5] or ARGV[3])\n"                                            \
     "local exp = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now_ms, 'LIMIT', 0, n)\n"    \
+    "local qmax, dl = tonumber(ARGV[6] or '0'), {}\n"                                      \
     "for i = 1, #exp do local k = exp[i]\n"                                                \
     "  local v = redis.call('HGET', KEYS[3], k) redis.call('ZREM', KEYS[2], k)\n"          \
     "  if v then local tok, att, due, pos = parse(v)\n"                                    \
+    "    if spent(att, qmax) then bury(k, att, now_ms, due, 'lease lost', string.sub(v, pos))\n" \
+    "      dl[#dl + 1] = k dl[#dl + 1] = att else\n"                                       \
     "    redis.call('HSET', KEYS[3], k, rec(0, att, due, string.sub(v, pos)))\n"           \
-    "    badd(k, due) recovered = recovered + 1 end\n"                                     \
+    "    badd(k, due) recovered = recovered + 1 end end\n"                                 \
     "end\n"                                                                                \
     "local hi = now_ms + tonumber(ARGV[1]) local hb = math.floor(hi / W)\n"                \
-    "local out = {now, recovered} local bytes, left, from, done = 0, n, '-inf', false\n"   \
+    "local out = {now, #dl > 0 and {recovered, unpack(dl)} or recovered}\n"                 \
+    "local bytes, left, from, done = 0, n, '-inf', false\n"                                \
     "while not done do\n"                                                                  \
     "  local bs = redis.call('ZRANGEBYSCORE', KEYS[1], from, hb, 'LIMIT', 0, 8)\n"         \
     "  if #bs == 0 then break end\n"                                                       \
@@ -330,14 +352,19 @@
     "end\n"                                                                                \
     "return out\n"
 
-/* ARGV: key, token, retry_base_ms, retry_max_ms, channel -> 1 rescheduled, 0 stale */
+/* ARGV: key, token, retry_base_ms, retry_max_ms, channel, max_attempts, error
+ * text -> 1 rescheduled, 0 stale, 2 moved to the dead letters (its attempts
+ * spent: DEAD) */
 #define FAIL_LUA                                                                           \
-    PRELUDE BUCKETS "local v = redis.call('HGET', KEYS[3], ARGV[1])\n"                     \
+    PRELUDE BUCKETS DEAD "local v = redis.call('HGET', KEYS[3], ARGV[1])\n"                \
     "if not v then return 0 end\n"                                                         \
     "local tok, att, due, pos = parse(v) local now = now_us()\n"                           \
     "if not held(ARGV[1], tok, tonumber(ARGV[2]), now) then return 0 end\n"                \
     "if not stable() then return redis.error_reply(TRY) end\n"                             \
-    "local d = tonumber(ARGV[3]) * 2 ^ math.max(att - 1, 0)\n"                             \
+    "if spent(att, tonumber(ARGV[6] or '0')) then redis.call('ZREM', KEYS[2], ARGV[1])\n"   \
+    "  bury(ARGV[1], att, math.floor(now / 1000), due, ARGV[7] or '', string.sub(v, pos))\n" \
+    "  return 2 end\n"                                                                     \
+    "local d = tonumber(ARGV[3]) * 2 ^ math.max(att % M32 - 1, 0)\n"                       \
     "if d > tonumber(ARGV[4]) then d = tonumber(ARGV[4]) end\n"                            \
     "due = due_at(now, d)\n"                                                               \
     "redis.call('HSET', KEYS[3], ARGV[1], rec(0, att, due, string.sub(v, pos)))\n"         \
@@ -357,6 +384,146 @@
     "if due <= hold() then redis.call('PUBLISH', ARGV[3], due) end\n"                      \
     "return 1\n"
 
+/* ---- the dead letters' and the schedules' scripts (dead.c, schedule.c) ---- */
+
+/* A task record written whole by one script (SETX, requeue, a schedule's
+ * occurrence): the task HASH is created hashtable-encoded as SET does. */
+#define PUT                                                                                \
+    "local function put(k, v) if redis.call('EXISTS', KEYS[3]) == 0 then "                  \
+    "local b = string.rep('-', 513) redis.call('HSET', KEYS[3], k, v, b, '') "              \
+    "redis.call('HDEL', KEYS[3], b) else redis.call('HSET', KEYS[3], k, v) end end\n"
+
+/* tw_redis_set_opts: one task whose record starts with the attempt field
+ * ARGV[5] (a per-task max_attempts above bit 32). ARGV: key, payload,
+ * delay_ms, channel, attempt field -> due ms. As SET of one task. */
+#define SETX_LUA                                                                           \
+    PRELUDE BUCKETS PUT "if not stable() then return redis.error_reply(TRY) end\n"         \
+    "local k = ARGV[1] local o = redis.call('HGET', KEYS[3], k)\n"                         \
+    "if o then local tok, att, od = parse(o)\n"                                            \
+    "  if tok == 0 then bdel(k, od) else redis.call('ZREM', KEYS[2], k) end end\n"         \
+    "local due = due_at(now_us(), tonumber(ARGV[3]))\n"                                    \
+    "put(k, rec(0, tonumber(ARGV[5]), due, ARGV[2])) badd(k, due)\n"                       \
+    "if due < hold() then redis.call('PUBLISH', ARGV[4], due) end\n"                       \
+    "return due\n"
+
+/* A dead letter back into the queue, due at now + d, its attempts reset (a
+ * per-task max_attempts kept); not while a live task holds the key (-2),
+ * -1 when there is no such dead letter; else its new due time. */
+#define REQUEUE                                                                            \
+    "local DK = string.sub(KEYS[3], 1, -5) .. 'dead'\n"                                    \
+    "local function requeue(k, now, d) local v = redis.call('HGET', DK, k)\n"              \
+    "  if not v then return -1 end\n"                                                      \
+    "  if redis.call('HEXISTS', KEYS[3], k) == 1 then return -2 end\n"                     \
+    "  local att, t, due, el, pos = string.match(v, '^(%d+) (%d+) (%d+) (%d+) ()')\n"      \
+    "  local nd = due_at(now, d) local a0 = math.floor(tonumber(att) / 4294967296) * 4294967296\n" \
+    "  put(k, rec(0, a0, nd, string.sub(v, pos + tonumber(el)))) redis.call('HDEL', DK, k)\n" \
+    "  badd(k, nd) return nd end\n"
+
+/* ARGV: key, delay_ms, channel -> due ms, -1 (no dead letter), -2 (a live
+ * task holds the key: the dead letter stays). */
+#define REQUEUE_LUA                                                                        \
+    PRELUDE BUCKETS PUT REQUEUE "if not stable() then return redis.error_reply(TRY) end\n" \
+    "local due = requeue(ARGV[1], now_us(), tonumber(ARGV[2]))\n"                          \
+    "if due >= 0 and due < hold() then redis.call('PUBLISH', ARGV[3], due) end\n"          \
+    "return due\n"
+
+/* ARGV: HSCAN cursor, count, delay_ms, channel -> {next cursor, requeued,
+ * kept (a live task holds the key)}: one HSCAN step of the partition's dead
+ * letters (the caller iterates to cursor "0"). */
+#define REQUEUE_ALL_LUA                                                                    \
+    PRELUDE BUCKETS PUT REQUEUE "if not stable() then return redis.error_reply(TRY) end\n" \
+    "local now, d = now_us(), tonumber(ARGV[3])\n"                                         \
+    "local sc = redis.call('HSCAN', DK, ARGV[1], 'COUNT', ARGV[2])\n"                      \
+    "local moved, kept, first, f = 0, 0, nil, sc[2]\n"                                     \
+    "for i = 1, #f, 2 do local due = requeue(f[i], now, d)\n"                              \
+    "  if due >= 0 then moved = moved + 1 if not first or due < first then first = due end\n" \
+    "  elseif due == -2 then kept = kept + 1 end end\n"                                    \
+    "if first and first < hold() then redis.call('PUBLISH', ARGV[4], first) end\n"         \
+    "return {sc[1], moved, kept}\n"
+
+/* Schedules (schedule.c). {q:p}:sched HASH key -> "next policy anchor
+ * speclen " .. spec .. payload, {q:p}:sched:n ZSET key -> next (ms, the
+ * next occurrence not yet made a task). spec: "every N A" (every N ms from
+ * A) or "cron " .. a 5-field expression (universal time). */
+#define SCHED                                                                              \
+    "local SK = string.sub(KEYS[3], 1, -5) .. 'sched' local SN = SK .. ':n'\n"             \
+    "local function sparse(o) local nx, pol, an, sl, pos = "                               \
+    "string.match(o, '^(%d+) (%d+) (%d+) (%d+) ()') sl = tonumber(sl) "                    \
+    "return tonumber(nx), tonumber(pol), tonumber(an), string.sub(o, pos, pos + sl - 1), "  \
+    "string.sub(o, pos + sl) end\n"                                                        \
+    "local function swrite(k, nx, pol, an, spec, p) redis.call('HSET', SK, k, "            \
+    "string.format('%d %d %d %d ', nx, pol, an, #spec) .. spec .. p) "                     \
+    "redis.call('ZADD', SN, string.format('%d', nx), k) end\n"
+
+/* ARGV: key, spec, policy, payload, c1, c2 (a cron spec's first two
+ * occurrences after the caller's TIME) -> next ms. An upsert with the same
+ * spec keeps the next occurrence (and an every-schedule's anchor); another
+ * spec starts anew: the first occurrence at or after now (anchor 0: now). */
+#define SCHED_SET_LUA                                                                      \
+    PRELUDE BUCKETS SCHED "if not stable() then return redis.error_reply(TRY) end\n"       \
+    "local k, spec = ARGV[1], ARGV[2]\n"                                     \
+    "local now = math.floor((now_us() + 999) / 1000) local nx, an\n"                       \
+    "local o = redis.call('HGET', SK, k)\n"                                                \
+    "if o then local onx, opol, oan, ospec = sparse(o)\n"                                  \
+    "  if ospec == spec then nx = onx an = oan end end\n"                                  \
+    "if not nx then local ev, a = string.match(spec, '^every (%d+) (%d+)$')\n"             \
+    "  if ev then ev = tonumber(ev) an = tonumber(a) if an == 0 then an = now end\n"       \
+    "    if an >= now then nx = an else nx = an + math.ceil((now - an) / ev) * ev end\n"   \
+    "  else an = 0 nx = tonumber(ARGV[5]) if nx < now then nx = tonumber(ARGV[6]) end end\n" \
+    "end\n"                                                                                \
+    "swrite(k, nx, tonumber(ARGV[3]), an, spec, ARGV[4])\n"                                \
+    "return nx\n"
+
+/* ARGV: key -> 1 removed, 0 absent. */
+#define SCHED_DEL_LUA                                                                      \
+    PRELUDE BUCKETS SCHED "if not stable() then return redis.error_reply(TRY) end\n"       \
+    "redis.call('ZREM', SN, ARGV[1]) return redis.call('HDEL', SK, ARGV[1])\n"
+
+/* ARGV: ahead_ms, n -> {now_ms, key1, record1, ...}: the schedules whose
+ * next occurrence is due by now + ahead, earliest first, n at most. */
+#define SCHED_DUE_LUA                                                                      \
+    PRELUDE BUCKETS SCHED "if not stable() then return redis.error_reply(TRY) end\n"       \
+    "local now = math.floor(now_us() / 1000)\n"                              \
+    "local ks = redis.call('ZRANGEBYSCORE', SN, '-inf', now + tonumber(ARGV[1]), "         \
+    "'LIMIT', 0, tonumber(ARGV[2]))\n"                                                     \
+    "local out = {now}\n"                                                                  \
+    "if #ks > 0 then local vs = redis.call('HMGET', SK, unpack(ks))\n"                     \
+    "  for i = 1, #ks do if vs[i] then out[#out + 1] = ks[i] out[#out + 1] = vs[i]\n"      \
+    "    else redis.call('ZREM', SN, ks[i]) end end end\n"                                 \
+    "return out\n"
+
+/* ARGV: key, expected next, spec, grace_ms, channel, then the occurrences
+ * o1 (= expected next) < o2 < ... (the caller's list; for skip and once it
+ * leaves out what lies between o1 and the present)
+ * -> tasks made, or -1 (the schedule changed or another worker fired it:
+ * nothing done). Compare-and-set on next: of the workers that read the same
+ * next, one fires. Each listed occurrence up to now + grace becomes the task
+ * key .. '@' .. o, due at o, in the schedule's partition (unless that task
+ * exists already); one more than grace past now is missed and follows the
+ * policy (0 skip, 1 once: the first missed only, 2 every one). The first
+ * occurrence not taken becomes next (the last listed at least). */
+#define SCHED_FIRE_LUA                                                                     \
+    PRELUDE BUCKETS PUT SCHED "if not stable() then return redis.error_reply(TRY) end\n"   \
+    "local k = ARGV[1] local o = redis.call('HGET', SK, k) if not o then return -1 end\n"  \
+    "local nx, pol, an, spec, pl = sparse(o)\n"                                            \
+    "if nx ~= tonumber(ARGV[2]) or spec ~= ARGV[3] then return -1 end\n"                   \
+    "local now = math.floor(now_us() / 1000) local g = tonumber(ARGV[4])\n"                \
+    "local made, first, once, i = 0, nil, false, 6\n"                                      \
+    "while i < #ARGV do local t = tonumber(ARGV[i])\n"                                     \
+    "  if t > now + g then break end\n"                                                    \
+    "  local make = true\n"                                                                \
+    "  if t < now - g then if pol == 0 then make = false\n"                                \
+    "    elseif pol == 1 then make = not once once = true end end\n"                       \
+    "  local dk = k .. '@' .. ARGV[i]\n"                                                   \
+    "  if make and redis.call('HEXISTS', KEYS[3], dk) == 0 then\n"                         \
+    "    put(dk, rec(0, 0, t, pl)) badd(dk, t) made = made + 1\n"                          \
+    "    if not first then first = t end end\n"                                            \
+    "  i = i + 1\n"                                                                        \
+    "end\n"                                                                                \
+    "swrite(k, tonumber(ARGV[i]), pol, an, spec, pl)\n"                                    \
+    "if first and first < hold() then redis.call('PUBLISH', ARGV[5], first) end\n"         \
+    "return made\n"
+
 /* First lines: Redis 7 script flags (a shebang; why: redis.c, "Memory
  * pressure"). Without one a script runs in Redis's compatibility mode,
  * where at maxmemory its first write that may grow memory fails, unless
@@ -373,9 +540,17 @@
 #define DENY_OOM "#!lua\n"
 #define ALLOW_OOM "#!lua flags=allow-oom\n"
 
+/* CLAIM with the dead letters' branch is longer than the 4095 bytes C99
+ * promises every compiler takes in one string literal; gcc and clang take
+ * any length. */
+#pragma GCC diagnostic ignored "-Woverlength-strings"
 const char *const tw_rr_scripts[TW_RR_NSCRIPTS] = {
     [TW_RR_SET] = DENY_OOM SET_LUA,          [TW_RR_MOVE] = DENY_OOM MOVE_LUA,
     [TW_RR_REMOVE] = ALLOW_OOM REMOVE_LUA,   [TW_RR_CLAIM] = ALLOW_OOM CLAIM_LUA,
     [TW_RR_START] = ALLOW_OOM START_LUA,     [TW_RR_FAIL] = ALLOW_OOM FAIL_LUA,
     [TW_RR_RELEASE] = ALLOW_OOM RELEASE_LUA,
+    [TW_RR_SETX] = DENY_OOM SETX_LUA,         [TW_RR_REQUEUE] = DENY_OOM REQUEUE_LUA,
+    [TW_RR_REQUEUE_ALL] = DENY_OOM REQUEUE_ALL_LUA,
+    [TW_RR_SCHED_SET] = DENY_OOM SCHED_SET_LUA, [TW_RR_SCHED_DEL] = ALLOW_OOM SCHED_DEL_LUA,
+    [TW_RR_SCHED_DUE] = ALLOW_OOM SCHED_DUE_LUA, [TW_RR_SCHED_FIRE] = DENY_OOM SCHED_FIRE_LUA,
 };

@@ -127,6 +127,9 @@ int tw_redis_stats(const struct tw_redis *cr, struct tw_redis_stats *out)
     out->lost_leases = atomic_load(&r->lost_leases);
     out->worker_errors = atomic_load(&r->worker_errors);
     out->fenced = atomic_load(&r->fenced);
+    out->dead = atomic_load(&r->dead_n);
+    out->events_dropped = atomic_load(&r->events_dropped);
+    out->schedule_fires = atomic_load(&r->sched_fires);
     out->rt_refused = r->local ? tw_rr_local_rt_refused(r->local) : 0;
     pthread_mutex_lock(&r->hist_mu);
     out->late_p50_us = rr_pct(r, 0.50);

@@ -86,6 +86,7 @@ int rw_spawn(const char *worker, const struct rw_opts *o, pid_t *pid, const char
     RW_STR("--out", o->out);
     RW_STR("--stats", o->stats);
     RW_STR("--mode", o->mode);
+    RW_STR("--fail-prefix", o->fail_prefix);
     RW_NUM("--partitions", o->partitions);
     RW_NUM("--threads", o->threads);
     RW_NUM("--lease-ms", o->lease_ms);

@@ -9,6 +9,10 @@
  * early, lateness p50/p99/max (of all tasks, and of those not due while Redis
  * was down), redeliveries. Exit status 0 when the verdict is good.
  *
+ * The scene also keeps a recurring schedule (every second, missed runs all
+ * run) through the kills, and a task the workers always fail
+ * (--fail-prefix), which ends in the dead letters after 3 attempts.
+ *
  * Timeline (s): 0-2 N tasks set in pipelined batches, due 0.5-8 s later;
  * 2-9 one task set every 2 ms (each acknowledged or refused on its own);
  * 3 SIGKILL worker 1; 4 SIGKILL redis-server; 6 restart it; 6.5 a new
@@ -41,6 +45,46 @@
 static uint64_t now_ms(void)
 {
     return rfx_realtime_us() / 1000u;
+}
+
+struct scene_dead {
+    unsigned attempt;
+    char err[64];
+};
+
+static void scene_dead_one(void *arg, const struct tw_redis_dead *d)
+{
+    struct scene_dead *s = arg;
+    s->attempt = d->attempt;
+    snprintf(s->err, sizeof s->err, "%.*s", (int)d->error_len, d->error);
+}
+
+/* The schedule's occurrences in the delivery files: each period from the
+ * anchor to 2 s before its removal delivered, none before its time. */
+static void scene_ticks(char out[][300], int nw, uint64_t anchor, uint64_t end, uint64_t *periods,
+                        uint64_t *missing, uint64_t *early)
+{
+    size_t np = end > anchor + 2000 ? (size_t)((end - anchor - 2000) / 1000 + 1) : 0;
+    bool *seen = calloc(np ? np : 1, 1);
+    for (int w = 0; w < nw && seen; w++) {
+        FILE *f = fopen(out[w], "r");
+        char line[256];
+        while (f && fgets(line, sizeof line, f)) {
+            unsigned long long t, due, st;
+            unsigned att;
+            if (sscanf(line, "tick@%llu %u %llu %llu", &t, &att, &due, &st) != 4)
+                continue;
+            *early += st < due * 1000u;
+            if (t >= anchor && (t - anchor) % 1000 == 0 && (t - anchor) / 1000 < np)
+                seen[(t - anchor) / 1000] = true;
+        }
+        if (f)
+            fclose(f);
+    }
+    *periods = np;
+    for (size_t i = 0; i < np && seen; i++)
+        *missing += !seen[i];
+    free(seen);
 }
 
 int main(int argc, char **argv)
@@ -97,7 +141,8 @@ int main(int argc, char **argv)
     for (; nw < 3; nw++) {
         snprintf(out[nw], sizeof out[nw], "%s/deliveries.%d", srv.dir, nw);
         struct rw_opts o = {.servers = url, .queue = "scene", .out = out[nw],
-                            .threads = 2, .lease_ms = LEASE_MS, .window_ms = WINDOW_MS};
+                            .threads = 2, .lease_ms = LEASE_MS, .window_ms = WINDOW_MS,
+                            .fail_prefix = "poison:"};
         if (rw_spawn(worker, &o, &pid[nw], NULL))
             return 1;
     }
@@ -124,6 +169,18 @@ int main(int argc, char **argv)
         fprintf(stderr, "scene: setup failed (%s: %s)\n", tw_strerror(rc), err);
         return 1;
     }
+    /* a schedule through the kills, and a task that ends in the dead letters */
+    uint64_t anchor = now_ms() + 1000, sched_end = 0;
+    struct tw_redis_schedule tick = {.every_ms = 1000, .anchor_ms = anchor,
+                                     .missed = TW_REDIS_MISSED_ALL};
+    struct tw_redis_set_opts three = {.max_attempts = 3};
+    if (tw_redis_schedule_set(client, "tick", 4, "", 0, &tick, NULL) ||
+        tw_redis_set_opts(client, "poison:1", 8, "bad", 3, 500, &three)) {
+        fprintf(stderr, "scene: schedule or poison task refused\n");
+        return 1;
+    }
+    printf("scene: a schedule every 1000 ms (tick), a task the workers fail (poison:1, "
+           "max_attempts 3)\n");
     srand(3);
     for (uint64_t i = 0; i < n; i++)
         delays[i] = 500 + rand() % 7500;
@@ -174,7 +231,8 @@ int main(int argc, char **argv)
         if (rr && !wn && el >= new_w && el >= rr_el + (new_w - restart_r)) {
             snprintf(out[nw], sizeof out[nw], "%s/deliveries.%d", srv.dir, nw);
             struct rw_opts o = {.servers = url, .queue = "scene", .out = out[nw],
-                                .threads = 2, .lease_ms = LEASE_MS, .window_ms = WINDOW_MS};
+                                .threads = 2, .lease_ms = LEASE_MS, .window_ms = WINDOW_MS,
+                                .fail_prefix = "poison:"};
             if (rw_spawn(worker, &o, &pid[nw], NULL))
                 return 1;
             printf("scene: %5.2f s  a new worker %d\n", el / 1000.0, (int)pid[nw]);
@@ -228,7 +286,12 @@ int main(int argc, char **argv)
             break;
         rfx_sleep_ms(200);
     }
+    sched_end = now_ms();
+    tw_redis_schedule_remove(client, "tick", 4); /* its last occurrences still run */
     struct tw_redis_stats st = rw_wait_drained(client, deadline);
+    uint64_t ndead = 0;
+    while (tw_redis_dead_count(client, &ndead) == 0 && ndead < 1 && rfx_mono_ms() < deadline)
+        rfx_sleep_ms(100);
     uint64_t all_done = rfx_mono_ms() - start;
     mstall_stop(&machine);
     for (int w = 0; w < nw; w++)
@@ -252,7 +315,12 @@ int main(int argc, char **argv)
         rdel_free(&d2);
         free(calm);
     }
-    bool good = v.missing == 0 && v.early == 0 && v.unexplained == 0 && st.pending == 0;
+    struct scene_dead dl = {0};
+    tw_redis_dead_get(client, "poison:1", 8, scene_dead_one, &dl);
+    uint64_t periods = 0, missing = 0, early = 0;
+    scene_ticks(out, nw, anchor, sched_end, &periods, &missing, &early);
+    bool good = v.missing == 0 && v.early == 0 && v.unexplained == 0 && st.pending == 0 &&
+                ndead == 1 && dl.attempt == 3 && missing == 0 && early == 0;
     printf("\n=== verdict after %.1f s: %s\n", all_done / 1000.0, good ? "GOOD" : "BAD");
     printf("  delivered       %" PRIu64 " of %" PRIu64 " acknowledged tasks (missing %" PRIu64
            ")\n", v.delivered, v.expected, v.missing);
@@ -269,6 +337,10 @@ int main(int argc, char **argv)
            vc.late_p50_us / 1000.0, vc.late_p99_us / 1000.0, vc.late_max_us / 1000.0,
            vc.delivered);
     printf("  pending         %" PRIu64 " in Redis at the end\n", st.pending);
+    printf("  dead letters    %" PRIu64 ": poison:1 after %u attempts (\"%s\")\n", ndead,
+           dl.attempt, dl.err);
+    printf("  schedule        tick: %" PRIu64 " periods, %" PRIu64 " missing, %" PRIu64
+           " early\n", periods, missing, early);
     printf("  ");
     mstall_print(&machine, "the scene");
     rdel_free(&d);

@@ -27,7 +27,9 @@
  * the poll mode uses the first.
  *
  * --ahead-ms N (or the environment's TW_RW_AHEAD_MS) sets start_ahead_ms,
- * --rt-priority N (or TW_RW_RT_PRIORITY) rt_priority, --hold-ms N hold_ms.
+ * --rt-priority N (or TW_RW_RT_PRIORITY) rt_priority, --hold-ms N hold_ms;
+ * --fail-prefix P: tasks whose key starts with P answer FAILED (with an error
+ * text: the dead letters of the scene).
  *
  * Run under libfaketime (FAKETIME in the environment: a test that makes the
  * worker's clocks run fast), start_us is read from the kernel by the raw
@@ -69,6 +71,7 @@ struct opts {
     uint32_t exec_us, interval_ms, batch;
     int64_t ahead_ms; /* start_ahead_ms; -1: the default */
     uint32_t rt_priority, hold_ms;
+    const char *fail_prefix; /* keys starting with it answer FAILED */
 };
 
 static int out_fd = -1;
@@ -128,6 +131,11 @@ static enum tw_redis_result execute(void *arg, const struct tw_redis_task *t)
     uint64_t start = realtime_us();
     record(t->key, t->key_len, t->attempt, t->due_ms, start);
     busy_us(o->exec_us);
+    size_t fl = o->fail_prefix ? strlen(o->fail_prefix) : 0;
+    if (fl && t->key_len >= fl && memcmp(t->key, o->fail_prefix, fl) == 0) {
+        tw_redis_fail_text("failed on purpose", 17); /* kept with a dead letter */
+        return TW_REDIS_FAILED;
+    }
     return TW_REDIS_DONE;
 }
 
@@ -190,6 +198,8 @@ static int parse(int argc, char **argv, struct opts *o)
             o->stats = v;
         else if (!strcmp(a, "--mode"))
             o->mode = v;
+        else if (!strcmp(a, "--fail-prefix"))
+            o->fail_prefix = v;
         else if (!strcmp(a, "--partitions"))
             rc = parse_u32(v, &o->partitions);
         else if (!strcmp(a, "--threads"))
