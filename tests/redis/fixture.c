@@ -302,38 +302,107 @@ void rfx_reap(pid_t pid)
 }
 
 /* ---- servers --------------------------------------------------------------- */
-/* A port p with p and p + 10000 both bindable right now (a race with other
- * processes remains; rfx_start retries when the server cannot bind). */
+/* Ports. Test processes run side by side (ctest -j) and kill and restart
+ * their servers on the same port: a port another process's server gave up
+ * for a moment must not be handed to a new server elsewhere, or a client
+ * reconnecting to the first would reach the second (and, on the same queue
+ * name, take its tasks). So each port is reserved across processes by a
+ * file RFX_PORT_DIR/<port> holding the reserving pid (kept until rfx_stop
+ * or that pid's exit), and ports come from 10000..19999 (cluster bus:
+ * +10000), below Linux's ephemeral range (32768..), which clients' own
+ * sockets use. */
+#define RFX_PORT_LO 10000
+#define RFX_PORT_N 10000
+
+static void port_path(char *buf, size_t len, int port)
+{
+    const char *tmp = getenv("TMPDIR");
+    snprintf(buf, len, "%s/twheel-rfx-ports-%u/%d", tmp && *tmp ? tmp : "/tmp",
+             (unsigned)getuid(), port);
+}
+
+/* 0: port is now ours; -1: another live process holds it. */
+static int port_reserve(int port)
+{
+    char path[512];
+    port_path(path, sizeof path, port);
+    char *slash = strrchr(path, '/');
+    *slash = 0;
+    (void)mkdir(path, 0700);
+    *slash = '/';
+    for (int t = 0; t < 2; t++) {
+        int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (fd >= 0) {
+            char pid[32];
+            int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+            bool ok = write(fd, pid, (size_t)n) == n;
+            close(fd);
+            if (ok)
+                return 0;
+            unlink(path);
+            return -1;
+        }
+        if (errno != EEXIST)
+            return -1;
+        FILE *f = fopen(path, "r");
+        long owner = 0;
+        if (f) {
+            if (fscanf(f, "%ld", &owner) != 1)
+                owner = 0;
+            fclose(f);
+        }
+        /* a file still being written (owner 0) counts as held */
+        if (owner == 0 || (kill((pid_t)owner, 0) == 0 || errno != ESRCH))
+            return -1;
+        unlink(path); /* its process is gone: stale */
+    }
+    return -1;
+}
+
+static void port_release(int port)
+{
+    char path[512];
+    port_path(path, sizeof path, port);
+    FILE *f = fopen(path, "r");
+    long owner = 0;
+    if (!f)
+        return;
+    if (fscanf(f, "%ld", &owner) != 1)
+        owner = 0;
+    fclose(f);
+    if (owner == (long)getpid())
+        unlink(path);
+}
+
+static bool port_bindable(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return false;
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons((uint16_t)port);
+    bool ok = bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
+    close(fd);
+    return ok;
+}
+
+/* A reserved port p with p (and p + 10000 for a cluster bus) bindable now
+ * (rfx_start still retries when the server cannot bind). */
 static int free_port(bool need_bus)
 {
-    for (int tries = 0; tries < 50; tries++) {
-        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0)
-            return -1;
-        struct sockaddr_in a;
-        memset(&a, 0, sizeof a);
-        a.sin_family = AF_INET;
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        socklen_t len = sizeof a;
-        int port = -1;
-        if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-            getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-            port = ntohs(a.sin_port);
-        close(fd);
-        if (port <= 0)
+    static _Atomic unsigned next;
+    unsigned seed = (unsigned)getpid() * 2654435761u ^ (unsigned)rfx_mono_ms();
+    for (int tries = 0; tries < 200; tries++) {
+        unsigned k = atomic_fetch_add(&next, 1);
+        int port = RFX_PORT_LO + (int)((seed + k * 7919u) % RFX_PORT_N);
+        if (port_reserve(port) != 0)
             continue;
-        if (!need_bus)
+        if (port_bindable(port) && (!need_bus || port_bindable(port + 10000)))
             return port;
-        if (port + 10000 > 65535)
-            continue;
-        fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0)
-            return -1;
-        a.sin_port = htons((uint16_t)(port + 10000));
-        int ok = bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
-        close(fd);
-        if (ok)
-            return port;
+        port_release(port);
     }
     return -1;
 }
@@ -607,6 +676,8 @@ int rfx_stop(struct rfx_server *s)
     if (s->pid > 0)
         kill_reap(s->pid, true);
     s->pid = 0;
+    if (s->port > 0)
+        port_release(s->port);
     remove_dir(s->dir);
     s->dir[0] = 0;
     reg_drop(s->slot_);
