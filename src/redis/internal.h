@@ -517,6 +517,7 @@ struct tw_redis {
     pthread_mutex_t hist_mu;
     uint64_t hist[TW_RR_HIST];
     uint64_t hist_n, late_max_us;
+    uint64_t late_sum_us;           /* under hist_mu: the lateness histogram's sum (metrics.c) */
 #ifdef TW_RR_TRACE
     struct tw_rr_trace *trace; /* under hist_mu */
     size_t ntrace, trace_cap;
@@ -534,6 +535,7 @@ struct tw_redis {
     int sub_err;                    /* under mu: the subscriber's first connection refused
                                        (TW_EAUTH): new fails with it and sub_errtext */
     char sub_errtext[TW_RR_ERR_MAX];
+    bool adopt;                     /* config partitions 0: take the queue's stored count */
 };
 
 #ifdef TW_RR_TRACE
@@ -651,6 +653,11 @@ void tw_rr_trace_note(struct tw_redis *r, const struct tw_rr_item *it, uint64_t 
                       uint32_t batch, unsigned thread);
 void tw_rr_trace_dump(struct tw_redis *r);
 #endif
+
+/* inspect.c: a client whose config has partitions 0 takes the count stored
+ * with the queue (text v, from {q:meta}:partitions): 0, or TW_ECONFLICT for a
+ * value that is not a count. */
+int tw_rr_adopt_partitions(struct tw_redis *r, const char *v);
 
 /* redis.c: start one of the layer's own threads with SIGPIPE blocked. */
 int tw_rr_thread_create(pthread_t *t, void *(*fn)(void *), void *arg);

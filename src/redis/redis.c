@@ -581,8 +581,8 @@ static int rr_check_config(const struct tw_redis_config *c)
         rr_errbuf(c, "queue: 1..64 bytes, no { or }");
         return TW_EINVAL;
     }
-    if (c->partitions == 0 || c->partitions > TW_REDIS_PARTITIONS_MAX)
-        return TW_EINVAL;
+    if ((c->partitions == 0 && c->execute) || c->partitions > TW_REDIS_PARTITIONS_MAX)
+        return TW_EINVAL; /* 0: a client adopts the stored count (rr_check_partitions) */
     if (c->connect_timeout_ms == 0 || c->command_timeout_ms == 0 ||
         c->connect_timeout_ms > 3600000u || c->command_timeout_ms > 3600000u)
         return TW_EINVAL;
@@ -877,13 +877,17 @@ static int rr_check_partitions(struct tw_redis *r)
         if (rc)
             return rc;
         int t = x->type;
-        if (t == REDIS_REPLY_STRING)
+        if (t == REDIS_REPLY_STRING && r->adopt) /* the stored count (inspect.c) */
+            rc = tw_rr_adopt_partitions(r, x->str);
+        else if (t == REDIS_REPLY_STRING)
             rc = x->len == vl && memcmp(x->str, val, vl) == 0 ? 0 : TW_ECONFLICT;
         else
             rc = t == REDIS_REPLY_ERROR ? tw_rr_reply_error(&r->api, x) : TW_EPROTO;
         freeReplyObject(x);
         if (t != REDIS_REPLY_NIL)
             return rc;
+        if (r->adopt) /* no such queue: an inspecting client creates none */
+            return TW_ENOENT;
         if ((rc = tw_rr_command(&r->api, slot, 4, set, sl, &x)) != 0)
             return rc;
         t = x->type;
@@ -914,12 +918,19 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
     if (rc || (rc = rr_check_servers(cfg, &first, &db)) != 0)
         return rc;
     char why[TW_RR_ERR_MAX] = "";
+    struct tw_redis_config adopt; /* partitions 0: sized for any count until it is read */
+    if (cfg->partitions == 0) {
+        adopt = *cfg;
+        adopt.partitions = TW_REDIS_PARTITIONS_MAX;
+        cfg = &adopt;
+    }
     struct tw_redis *r = calloc(1, sizeof *r);
     if (!r) {
         rr_errbuf(cfg, "%s", tw_strerror(TW_ENOMEM));
         return TW_ENOMEM;
     }
     r->cfg = *cfg;
+    r->adopt = cfg == &adopt;
     r->cfg.username = r->cfg.password = NULL; /* r->conn holds copies */
     r->cfg.errbuf = NULL;
     r->cfg.errbuf_len = 0;
