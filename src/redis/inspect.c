@@ -491,11 +491,12 @@ int tw_redis_resume(struct tw_redis *r)
         size_t al[2] = {3, rr_part_key(r, p, ":pause", k)};
         rc = rr_plain(r, r->slots[p], 2, av, al);
     }
-    /* every worker claims now what came due meanwhile (subscriber.c flags it) */
+    /* every worker claims now what came due meanwhile, every partition before it
+     * hands a due task over (subscriber.c, claim.c: as after a reconnect) */
     for (uint32_t p = 0; p < r->cfg.partitions && rc == 0; p++) {
         char ch[TW_RR_KEYBUF];
-        const char *av[3] = {"PUBLISH", ch, "0"};
-        size_t al[3] = {7, rr_part_key(r, p, tw_rr_suffix[5], ch), 1};
+        const char *av[3] = {"PUBLISH", ch, "resume"};
+        size_t al[3] = {7, rr_part_key(r, p, tw_rr_suffix[5], ch), 6};
         rc = rr_plain(r, r->slots[p], 3, av, al);
     }
     return rc;

@@ -536,6 +536,8 @@ struct tw_redis {
                                        (TW_EAUTH): new fails with it and sub_errtext */
     char sub_errtext[TW_RR_ERR_MAX];
     bool adopt;                     /* config partitions 0: take the queue's stored count */
+    atomic_bool resumed;            /* the subscriber saw a resume: claim every partition
+                                       before handing due tasks over (claim.c) */
 };
 
 #ifdef TW_RR_TRACE
