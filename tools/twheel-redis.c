@@ -17,7 +17,8 @@
  *
  * The HTTP server of `metrics --listen` is small and blocking: one
  * connection at a time, a request of at most 8 KB read within 2 s (else
- * 400 or 408; the connection closed either way), GET or HEAD of /metrics
+ * 400 or 408; the connection closed either way, its unread bytes drained
+ * first, 64 KB at most), GET or HEAD of /metrics
  * only (404 for another path, 405 for another method), every answer with
  * Content-Length and Connection: close. SIGINT or SIGTERM ends it (exit 0).
  */
@@ -33,6 +34,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "twheel/common.h"
@@ -144,7 +146,9 @@ static int cmd_stats(struct ctx *c, int argc, char **argv)
     uint64_t w;
     if (i < 0 || (ec = want_args(argc, i, 0, 0, "stats")) || (ec = num_arg(within, "--within",
                                                                           1000000000000ull, &w)))
-        return i < 0 ? ec : ec;
+        return ec;
+    if (!c->r) /* the arguments checked before connecting */
+        return 0;
     struct tw_redis_counts q;
     int rc = tw_redis_counts(c->r, w, &q);
     if (rc)
@@ -172,7 +176,7 @@ static void put_escaped(const char *s, size_t n)
 static int cmd_get(struct ctx *c, int argc, char **argv)
 {
     int ec = want_args(argc, 1, 1, 1, "get");
-    if (ec)
+    if (ec || !c->r)
         return ec;
     static char payload[TW_REDIS_PAYLOAD_MAX];
     struct tw_redis_info in;
@@ -247,6 +251,8 @@ static int cmd_list(struct ctx *c, int argc, char **argv)
     struct tw_redis_cursor cur;
     if (cursor && parse_cursor(cursor, &cur) != 0)
         return usage_error("--cursor: not a cursor: %s", cursor);
+    if (!c->r)
+        return 0;
     if (within) { /* due within MS of the server's clock */
         struct tw_redis_counts q;
         int rc = tw_redis_counts(c->r, 0, &q);
@@ -256,6 +262,8 @@ static int cmd_list(struct ctx *c, int argc, char **argv)
     }
     if (f > t)
         return usage_error("--from is after --to%s", "");
+    if (!c->r)
+        return 0;
     for (;;) {
         struct tw_redis_page *pg;
         int rc = tw_redis_list(c->r, f, t, cursor ? &cur : NULL, (size_t)n, &pg);
@@ -288,7 +296,7 @@ static int cmd_set(struct ctx *c, int argc, char **argv)
 {
     uint64_t d;
     int ec = want_args(argc, 1, 2, 3, "set");
-    if (ec || (ec = num_arg(argv[2], "DELAY_MS", TW_REDIS_DELAY_MAX, &d)))
+    if (ec || (ec = num_arg(argv[2], "DELAY_MS", TW_REDIS_DELAY_MAX, &d)) || !c->r)
         return ec;
     const char *p = argc > 3 ? argv[3] : "";
     int rc = tw_redis_set(c->r, argv[1], strlen(argv[1]), p, strlen(p), (int64_t)d);
@@ -299,7 +307,7 @@ static int cmd_move(struct ctx *c, int argc, char **argv)
 {
     uint64_t d;
     int ec = want_args(argc, 1, 2, 2, "move");
-    if (ec || (ec = num_arg(argv[2], "DELAY_MS", TW_REDIS_DELAY_MAX, &d)))
+    if (ec || (ec = num_arg(argv[2], "DELAY_MS", TW_REDIS_DELAY_MAX, &d)) || !c->r)
         return ec;
     int rc = tw_redis_move(c->r, argv[1], strlen(argv[1]), (int64_t)d);
     if (rc == TW_ENOENT) {
@@ -312,7 +320,7 @@ static int cmd_move(struct ctx *c, int argc, char **argv)
 static int cmd_remove(struct ctx *c, int argc, char **argv)
 {
     int ec = want_args(argc, 1, 1, 1, "remove");
-    if (ec)
+    if (ec || !c->r)
         return ec;
     int rc = tw_redis_remove(c->r, argv[1], strlen(argv[1]));
     if (rc == TW_ENOENT) {
@@ -325,7 +333,7 @@ static int cmd_remove(struct ctx *c, int argc, char **argv)
 static int cmd_pause(struct ctx *c, int argc, char **argv)
 {
     int ec = want_args(argc, 1, 0, 0, argv[0]);
-    if (ec)
+    if (ec || !c->r)
         return ec;
     bool pause = strcmp(argv[0], "pause") == 0;
     int rc = pause ? tw_redis_pause(c->r) : tw_redis_resume(c->r);
@@ -337,8 +345,8 @@ static int cmd_drop(struct ctx *c, int argc, char **argv)
     const char *force = NULL;
     struct opt o[] = {{"force", true, &force}};
     int ec = 0, i = parse_opts(argc, argv, o, 1, &ec);
-    if (i < 0 || (ec = want_args(argc, i, 0, 0, "drop")))
-        return i < 0 ? ec : ec;
+    if (i < 0 || (ec = want_args(argc, i, 0, 0, "drop")) || !c->r)
+        return ec;
     int rc = tw_redis_drop(c->r, force != NULL);
     if (rc == TW_EBUSY) {
         fprintf(stderr, PROG ": drop: queue %s has a worker running or tasks leased; stop its "
@@ -406,7 +414,18 @@ static void serve_one(struct ctx *c, int fd, uint64_t within, char **buf, size_t
     char req[8193];
     size_t n = 0;
     const char *txt = "text/plain; charset=utf-8";
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     while (n < sizeof req - 1) {
+        clock_gettime(CLOCK_MONOTONIC, &t1); /* 2 s for the whole head, not per read */
+        long left_us = 2000000L - ((t1.tv_sec - t0.tv_sec) * 1000000L +
+                                   (t1.tv_nsec - t0.tv_nsec) / 1000);
+        if (left_us <= 0) {
+            reply(fd, "408 Request Timeout", txt, "timeout\n", 8, false);
+            return;
+        }
+        struct timeval lt = {left_us / 1000000, left_us % 1000000};
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &lt, sizeof lt);
         ssize_t r = recv(fd, req + n, sizeof req - 1 - n, 0);
         if (r <= 0) {
             if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
@@ -446,6 +465,18 @@ static void serve_one(struct ctx *c, int fd, uint64_t within, char **buf, size_t
         return;
     }
     reply(fd, "200 OK", "text/plain; version=0.0.4; charset=utf-8", *buf, len, head);
+}
+
+/* Close after the answer: the client's unread bytes drained first (64 KB,
+ * the receive timeout at most), so that the close sends no reset that could
+ * destroy the answer before the client reads it. */
+static void linger_close(int fd)
+{
+    char sink[4096];
+    shutdown(fd, SHUT_WR);
+    for (int k = 0; k < 16 && recv(fd, sink, sizeof sink, 0) > 0; k++)
+        ;
+    close(fd);
 }
 
 static int listen_on(const char *addr, int *out_fd, int *out_port)
@@ -501,6 +532,10 @@ static int cmd_metrics(struct ctx *c, int argc, char **argv)
     if ((ec = want_args(argc, i, 0, 0, "metrics")) ||
         (ec = num_arg(within, "--within", 1000000000000ull, &w)))
         return ec;
+    if (listen_addr && !strrchr(listen_addr, ':'))
+        return usage_error("--listen: ADDRESS:PORT expected, got %s", listen_addr);
+    if (!c->r)
+        return 0;
     char *buf = NULL;
     size_t cap = 0, len = 0;
     if (!listen_addr) {
@@ -532,7 +567,7 @@ static int cmd_metrics(struct ctx *c, int argc, char **argv)
         if (cfd < 0)
             continue;
         serve_one(c, cfd, w, &buf, &cap);
-        close(cfd);
+        linger_close(cfd);
     }
     close(fd);
     free(buf);
@@ -625,6 +660,9 @@ int main(int argc, char **argv)
         return usage_error("unknown command: %s", argv[i]);
     if (c.nservers == 0)
         c.servers[c.nservers++] = "127.0.0.1:6379";
+    int ec = cmd->run(&c, argc - i, argv + i); /* c.r NULL: the arguments only */
+    if (ec)
+        return ec;
     signal(SIGPIPE, SIG_IGN); /* the library writes on this thread (redis.h) */
 
     struct tw_redis_config cfg;
@@ -655,7 +693,7 @@ int main(int argc, char **argv)
                 err[0] ? ": " : "", err);
         return EXIT_DATA;
     }
-    int ec = cmd->run(&c, argc - i, argv + i);
+    ec = cmd->run(&c, argc - i, argv + i);
     tw_redis_free(c.r);
     return ec;
 }
