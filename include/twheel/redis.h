@@ -490,7 +490,7 @@ enum tw_redis_state {
 
 /** One stored task, as tw_redis_get reads it. */
 struct tw_redis_info {
-    enum tw_redis_state state;
+    enum tw_redis_state state; /**< waiting, held or running (see tw_redis_get) */
     uint64_t due_ms;       /**< due time, ms since the epoch on the Redis server's clock */
     uint32_t attempt;      /**< starts counted so far (a running task's own start included) */
     uint64_t token;        /**< the lease's token (0 while waiting) */
@@ -514,16 +514,16 @@ TW_API int tw_redis_get(struct tw_redis *r, const void *key, size_t key_len,
 
 /** Where a listing stopped: the last task listed (its due time and key). */
 struct tw_redis_cursor {
-    uint64_t due_ms;
-    size_t key_len;
-    char key[TW_REDIS_KEY_MAX];
+    uint64_t due_ms;            /**< its due time */
+    size_t key_len;             /**< its key's length */
+    char key[TW_REDIS_KEY_MAX]; /**< its key's bytes */
 };
 
 /** One listed task. */
 struct tw_redis_listed {
-    const char *key; /**< in the page's memory */
-    size_t key_len;
-    uint64_t due_ms;
+    const char *key; /**< in the page's memory (NUL-terminated too) */
+    size_t key_len;  /**< its length */
+    uint64_t due_ms; /**< its due time, ms since the epoch on the server's clock */
 };
 
 /** A page of tw_redis_list; free it with tw_redis_page_free. */

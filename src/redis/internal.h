@@ -42,6 +42,10 @@
  * errors.c     - the server's words: error replies to codes, each thread's
  *                last error, the worker threads' last error.
  * scripts.c    - the Lua scripts (see the schema in redis.c).
+ * inspect.c    - operating a queue: get, list, counts, pause and resume,
+ *                drop, and the stored partition count a client adopts.
+ * metrics.c    - the Prometheus text of the worker's and the queue's
+ *                figures: a table, a line per metric.
  */
 #ifndef TWHEEL_REDIS_INTERNAL_H
 #define TWHEEL_REDIS_INTERNAL_H
