@@ -462,7 +462,9 @@ static size_t rr_part_key(const struct tw_redis *r, uint32_t p, const char *suff
     return (size_t)snprintf(buf, TW_RR_KEYBUF, "{%s:%u}%s", r->queue, (unsigned)p, suffix);
 }
 
-int tw_redis_pause(struct tw_redis *r)
+/* `cmd KEY [arg]` on every partition, KEY its key with suffix; stops at
+ * the first error. */
+static int rr_each_part(struct tw_redis *r, const char *cmd, const char *suffix, const char *arg)
 {
     if (!r)
         return TW_EINVAL;
@@ -471,35 +473,24 @@ int tw_redis_pause(struct tw_redis *r)
     int rc = 0;
     for (uint32_t p = 0; p < r->cfg.partitions && rc == 0; p++) {
         char k[TW_RR_KEYBUF];
-        const char *av[3] = {"SET", k, "1"};
-        size_t al[3] = {3, rr_part_key(r, p, ":pause", k), 1};
-        rc = rr_plain(r, r->slots[p], 3, av, al);
+        const char *av[3] = {cmd, k, arg};
+        size_t al[3] = {strlen(cmd), rr_part_key(r, p, suffix, k), arg ? strlen(arg) : 0};
+        rc = rr_plain(r, r->slots[p], arg ? 3 : 2, av, al);
     }
     return rc;
 }
 
+int tw_redis_pause(struct tw_redis *r)
+{
+    return rr_each_part(r, "SET", ":pause", "1");
+}
+
 int tw_redis_resume(struct tw_redis *r)
 {
-    if (!r)
-        return TW_EINVAL;
-    if (atomic_load(&r->closed))
-        return TW_ECLOSED;
-    int rc = 0;
-    for (uint32_t p = 0; p < r->cfg.partitions && rc == 0; p++) {
-        char k[TW_RR_KEYBUF];
-        const char *av[2] = {"DEL", k};
-        size_t al[2] = {3, rr_part_key(r, p, ":pause", k)};
-        rc = rr_plain(r, r->slots[p], 2, av, al);
-    }
+    int rc = rr_each_part(r, "DEL", ":pause", NULL);
     /* every worker claims now what came due meanwhile, every partition before it
      * hands a due task over (subscriber.c, claim.c: as after a reconnect) */
-    for (uint32_t p = 0; p < r->cfg.partitions && rc == 0; p++) {
-        char ch[TW_RR_KEYBUF];
-        const char *av[3] = {"PUBLISH", ch, "resume"};
-        size_t al[3] = {7, rr_part_key(r, p, tw_rr_suffix[5], ch), 6};
-        rc = rr_plain(r, r->slots[p], 3, av, al);
-    }
-    return rc;
+    return rc ? rc : rr_each_part(r, "PUBLISH", tw_rr_suffix[5], "resume");
 }
 
 /* ---- drop ------------------------------------------------------------------- */
