@@ -538,12 +538,12 @@ struct tw_redis_page {
 #define TW_REDIS_PAGE_MAX 1000u
 
 /** List the waiting tasks due in [@p from_ms, @p to_ms) (server clock; 0 and UINT64_MAX
- * for no bound), in due order (due_ms, then key bytes), at most @p limit (1 ..
+ * for no bound), in due order (due_ms, then key bytes), at most @p limit (1 to
  * TW_REDIS_PAGE_MAX), after @p after (NULL: from the range's start; else the next cursor
  * of the previous page). Held and running tasks sit in no due bucket and are not listed
  * (tw_redis_counts counts them; tw_redis_get reads one). Bounded work per call: one
- * read-only script per partition, each reading at most limit tasks from at most limit +
- * 2 buckets (the index lists only non-empty ones), merged here: O(partitions * limit),
+ * read-only script per partition, each reading at most limit tasks from at most limit
+ * plus 2 buckets (the index lists only non-empty ones), merged here: O(partitions * limit),
  * never a scan of the queue. Pages are consistent per call, not across calls: a task
  * set, moved or claimed between two calls may be listed twice or missed.
  * @return 0 and *out, TW_EINVAL (limit 0 or above TW_REDIS_PAGE_MAX, from_ms > to_ms,
