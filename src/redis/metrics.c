@@ -42,41 +42,35 @@ struct rr_metric {
     RR_Q, sizeof(((struct tw_redis_counts *)0)->f), offsetof(struct tw_redis_counts, f), 1000
 #define RR_C "counter"
 #define RR_G "gauge"
+/* One line per metric: a counter or a gauge of the worker's (tw_redis_stats
+ * field f, named twheel_redis_f[_total]), a gauge of the queue's
+ * (tw_redis_counts field f); a labelled series or another unit in full. */
+#define WC(f, help) {"twheel_redis_" #f "_total", RR_C, "", help, W_(f)}
+#define WG(f, help) {"twheel_redis_" #f, RR_G, "", help, W_(f)}
+#define QG(f, help) {"twheel_redis_" #f, RR_G, "", help, Q_(f)}
 
 static const struct rr_metric rr_metrics[] = {
-    {"twheel_redis_delivered_total", RR_C, "", "execute calls answered DONE and acknowledged",
-     W_(delivered)},
-    {"twheel_redis_redelivered_total", RR_C, "", "deliveries with attempt > 1", W_(redelivered)},
-    {"twheel_redis_failed_total", RR_C, "", "execute calls answered FAILED", W_(failed)},
-    {"twheel_redis_stale_acks_total", RR_C, "", "acknowledgements refused: the lease was gone",
-     W_(stale_acks)},
-    {"twheel_redis_claims_total", RR_C, "", "claim script calls", W_(claims)},
-    {"twheel_redis_refills_total", RR_C, "", "periodic refill rounds", W_(refills)},
-    {"twheel_redis_notifications_total", RR_C, "", "notifications received",
-     W_(notifications)},
-    {"twheel_redis_recovered_total", RR_C, "", "expired leases moved back to due",
-     W_(recovered)},
-    {"twheel_redis_lost_leases_total", RR_C, "", "held tasks not started: their lease was gone",
-     W_(lost_leases)},
-    {"twheel_redis_fenced_total", RR_C, "", "started tasks not executed: the lease may have ended",
-     W_(fenced)},
-    {"twheel_redis_reconnects_total", RR_C, "", "connections re-established after a failure",
-     W_(reconnects)},
-    {"twheel_redis_oom_refusals_total", RR_C, "", "calls refused at maxmemory",
-     W_(oom_refusals)},
-    {"twheel_redis_worker_errors_total", RR_C, "", "error replies the worker's threads met",
-     W_(worker_errors)},
-    {"twheel_redis_leased", RR_G, "", "tasks this worker holds now", W_(leased)},
-    {"twheel_redis_evicting_nodes", RR_G, "", "connected servers whose policy may evict keys",
-     W_(evicting_nodes)},
-    {"twheel_redis_tasks", RR_G, "state=\"waiting\"", "the queue's tasks by state",
-     Q_(waiting)},
+    WC(delivered, "execute calls answered DONE and acknowledged"),
+    WC(redelivered, "deliveries with attempt > 1"),
+    WC(failed, "execute calls answered FAILED"),
+    WC(stale_acks, "acknowledgements refused: the lease was gone"),
+    WC(claims, "claim script calls"),
+    WC(refills, "periodic refill rounds"),
+    WC(notifications, "notifications received"),
+    WC(recovered, "expired leases moved back to due"),
+    WC(lost_leases, "held tasks not started: their lease was gone"),
+    WC(fenced, "started tasks not executed: the lease may have ended"),
+    WC(reconnects, "connections re-established after a failure"),
+    WC(oom_refusals, "calls refused at maxmemory"),
+    WC(worker_errors, "error replies the worker's threads met"),
+    WG(leased, "tasks this worker holds now"),
+    WG(evicting_nodes, "connected servers whose policy may evict the queue's keys"),
+    {"twheel_redis_tasks", RR_G, "state=\"waiting\"", "the queue's tasks by state", Q_(waiting)},
     {"twheel_redis_tasks", RR_G, "state=\"held\"", "", Q_(held)},
     {"twheel_redis_tasks", RR_G, "state=\"running\"", "", Q_(running)},
-    {"twheel_redis_due_within", RR_G, "", "waiting tasks due within the scrape's horizon",
-     Q_(due_within)},
-    {"twheel_redis_queue_lag_seconds", RR_G, "",
-     "how late the queue's most overdue waiting task is", Q_MS(lag_ms)},
+    QG(due_within, "waiting tasks due within the scrape's horizon"),
+    {"twheel_redis_queue_lag_seconds", RR_G, "", "how late the most overdue waiting task is",
+     Q_MS(lag_ms)},
     {"twheel_redis_paused_partitions", RR_G, "", "partitions paused", Q_(paused)},
 };
 
