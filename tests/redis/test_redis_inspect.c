@@ -508,6 +508,60 @@ static void test_metrics(void)
     tw_redis_free(c);
 }
 
+/* ---- a cluster: the same calls, each partition on its own master ------------------ */
+
+static void test_cluster(void)
+{
+    struct rfx_cluster cl;
+    if (rfx_cluster_start(&cl, 3) != 0) {
+        CHECK(!"cluster started");
+        return;
+    }
+    struct tw_redis_config cf;
+    cfg_for(&cf, "ins_cl", 6, NULL);
+    cf.servers = cl.addrs;
+    cf.nservers = cl.n;
+    struct tw_redis *c = NULL;
+    CHECK_EQ_INT(tw_redis_new(&c, &cf), 0);
+    if (!c) {
+        rfx_cluster_stop(&cl);
+        return;
+    }
+    enum { N = 200 };
+    static struct tw_redis_item it[N];
+    static char keys[N][16];
+    for (int i = 0; i < N; i++) {
+        int l = snprintf(keys[i], sizeof keys[i], "c%03d", i);
+        it[i] = (struct tw_redis_item){keys[i], (size_t)l, "p", 1, 60000 + (int64_t)i * 700};
+    }
+    CHECK_EQ_INT(tw_redis_set_many(c, it, N), N);
+    static struct seen all[N + 10];
+    size_t n = list_all(c, 0, UINT64_MAX, 9, all, N + 10, NULL);
+    CHECK_EQ_U64(n, N);
+    for (size_t i = 1; i < n && n != SIZE_MAX; i++)
+        CHECK(seen_cmp(&all[i - 1], &all[i]) < 0);
+    struct tw_redis_info in;
+    CHECK_EQ_INT(tw_redis_get(c, "c007", 4, &in, NULL, 0), 0);
+    CHECK_EQ_INT(in.state, TW_REDIS_WAITING);
+    struct tw_redis_counts q;
+    CHECK_EQ_INT(tw_redis_pause(c), 0);
+    CHECK_EQ_INT(tw_redis_counts(c, 61000, &q), 0);
+    CHECK_EQ_U64(q.pending, N);
+    CHECK_EQ_U64(q.paused, 6);
+    CHECK(q.due_within >= 1 && q.due_within <= 3);
+    CHECK_EQ_INT(tw_redis_resume(c), 0);
+    CHECK_EQ_INT(tw_redis_drop(c, false), 0);
+    uint64_t total = 0;
+    for (size_t i = 0; i < cl.n; i++) {
+        uint64_t k = 0;
+        CHECK_EQ_INT(rfx_dbsize(&cl.node[i], &k), 0);
+        total += k;
+    }
+    CHECK_EQ_U64(total, 0); /* every key of every partition, on every master */
+    tw_redis_free(c);
+    rfx_cluster_stop(&cl);
+}
+
 int main(void)
 {
     if (rfx_start(&srv, NULL) != 0) {
@@ -521,6 +575,7 @@ int main(void)
     RUN(test_drop);
     RUN(test_adopt);
     RUN(test_metrics);
+    RUN(test_cluster);
     rfx_stop(&srv);
     return test_summary();
 }
