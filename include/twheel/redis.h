@@ -612,9 +612,9 @@ TW_API int tw_redis_resume(struct tw_redis *r);
 TW_API int tw_redis_drop(struct tw_redis *r, bool force);
 
 /** Render the worker's and the queue's figures in the Prometheus text exposition
- * format (version 0.0.4) into @p buf: the worker's counters (tw_redis_stats), its
+ * format (version 0.0.4) into @p buf: a worker's counters (tw_redis_stats) and its
  * lateness histogram (twheel_redis_lateness_seconds, buckets at powers of two of a
- * microsecond), and the queue's figures from tw_redis_counts(r, within_ms) (tasks by
+ * microsecond), left out for a client without execute, and the queue's figures from tw_redis_counts(r, within_ms) (tasks by
  * state, due within within_ms, lag, paused), each labelled queue="NAME". When the queue
  * cannot be read, its figures are left out and twheel_redis_queue_up is 0. A metric is
  * a line of metrics.c's table. Cost: tw_redis_counts' calls, and HLEN per partition.

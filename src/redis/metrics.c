@@ -15,6 +15,9 @@
  * is the lateness truncated to whole us (v < 2^k exactly when the lateness
  * is below 2^k us). _sum is the sum of the recorded values (late_sum_us).
  *
+ * A client without a worker renders the queue's figures only: its own
+ * counters would be zeros that a scraper sums with the workers'.
+ *
  * Text exposition format 0.0.4: "# HELP name text", "# TYPE name type",
  * then "name{labels} value" lines, each ending in \n. */
 #define _GNU_SOURCE
@@ -153,7 +156,7 @@ int tw_redis_metrics(struct tw_redis *r, uint64_t within_ms, char *buf, size_t c
     const char *prev = "";
     for (size_t i = 0; i < sizeof rr_metrics / sizeof rr_metrics[0]; i++) {
         const struct rr_metric *m = &rr_metrics[i];
-        if (m->src == RR_Q && !up)
+        if ((m->src == RR_Q && !up) || (m->src == RR_W && !r->worker))
             continue;
         if (strcmp(m->name, prev) != 0)
             rr_put(&o, "# HELP %s %s\n# TYPE %s %s\n", m->name, m->help, m->name, m->type);
@@ -168,7 +171,8 @@ int tw_redis_metrics(struct tw_redis *r, uint64_t within_ms, char *buf, size_t c
     rr_put(&o, "# HELP twheel_redis_queue_up whether the queue's figures could be read\n"
                "# TYPE twheel_redis_queue_up gauge\ntwheel_redis_queue_up{queue=\"%s\"} %d\n",
            q, up ? 1 : 0);
-    rr_histogram(r, &o, q);
+    if (r->worker)
+        rr_histogram(r, &o, q);
     if (len)
         *len = o.len;
     if (o.len >= cap) {
