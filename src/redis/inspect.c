@@ -268,8 +268,9 @@ int tw_redis_get(struct tw_redis *r, const void *key, size_t key_len, struct tw_
     }
     unsigned long long tok, att, due;
     int pos = 0;
-    if (sscanf(v->str, "%llu %llu %llu %n", &tok, &att, &due, &pos) != 3 || pos == 0 ||
-        (size_t)pos > v->len) {
+    /* "token attempt due " then the payload, whose own leading blanks are its own */
+    if (sscanf(v->str, "%llu %llu %llu%n", &tok, &att, &due, &pos) != 3 || pos == 0 ||
+        (size_t)pos >= v->len || v->str[pos++] != ' ') {
         freeReplyObject(x);
         return TW_EPROTO;
     }

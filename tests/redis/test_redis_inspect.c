@@ -147,6 +147,15 @@ static void test_get_states(void)
     memset(big, 'k', sizeof big);
     CHECK_EQ_INT(tw_redis_get(c, big, sizeof big, &in, NULL, 0), TW_E2BIG);
     CHECK_EQ_INT(tw_redis_get(c, "k", 1, NULL, NULL, 0), TW_EINVAL);
+    CHECK_EQ_INT(tw_redis_set(c, "sp", 2, "  two blanks", 12, 60000), 0);
+    char sp[16];
+    CHECK_EQ_INT(tw_redis_get(c, "sp", 2, &in, sp, sizeof sp), 0);
+    CHECK(in.payload_len == 12 && memcmp(sp, "  two blanks", 12) == 0);
+    CHECK_EQ_INT(tw_redis_set(c, "e", 1, "", 0, 60000), 0); /* an empty payload */
+    CHECK_EQ_INT(tw_redis_get(c, "e", 1, &in, sp, sizeof sp), 0);
+    CHECK_EQ_U64(in.payload_len, 0);
+    CHECK_EQ_INT(tw_redis_remove(c, "sp", 2), 0);
+    CHECK_EQ_INT(tw_redis_remove(c, "e", 1), 0);
     CHECK_EQ_INT(tw_redis_set(c, "k", 1, "payload-long", 12, 2500), 0);
     CHECK_EQ_INT(tw_redis_get(c, "k", 1, &in, pay, sizeof pay), 0);
     CHECK_EQ_INT(in.state, TW_REDIS_WAITING);
