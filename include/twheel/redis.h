@@ -582,8 +582,8 @@ TW_API int tw_redis_counts(struct tw_redis *r, uint64_t within_ms, struct tw_red
  * partition). A claim of a paused partition leases nothing and recovers nothing, so
  * workers start no task they did not hold already: what a worker had claimed before
  * the pause (up to window_ms ahead of its due time) still starts and runs, within
- * window_ms + hold_ms of the pause's return; a hold that runs out meanwhile stays
- * leased until the resume (its task waits, counted held). set, move, remove and
+ * window_ms + hold_ms of the pause's return; the held tasks of a worker that dies
+ * meanwhile stay leased (counted held) until the resume, whose claims recover them. set, move, remove and
  * set_many are still accepted. Idempotent. Takes effect per partition as each flag is
  * set (a cluster's partitions are not paused at one instant).
  * @return 0, TW_EOOM (a server at maxmemory refused a flag: partitions before it are
