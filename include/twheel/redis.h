@@ -315,7 +315,9 @@ struct tw_redis_config {
     const char *queue;          /**< queue name, the prefix of every key (default "twq") */
     uint32_t partitions;        /**< hash-tag partitions (default 16); every client of a queue must
                                      agree: the first stores it with the queue, another count gives
-                                     TW_ECONFLICT (tw_redis_new) */
+                                     TW_ECONFLICT (tw_redis_new). 0, for a client without execute
+                                     only: the count stored with the queue (tw_redis_new gives
+                                     TW_ENOENT when the queue has none, and creates nothing) */
     tw_redis_execute_fn *execute; /**< NULL: a client only (set/move/remove/stats), no worker */
     void *arg;                  /**< passed to execute */
     uint32_t threads;           /**< executor threads running execute (default 4) */
@@ -635,7 +637,7 @@ typedef void tw_redis_dead_fn(void *arg, const struct tw_redis_dead *d);
 
 /** Where a listing goes on (dead letters, schedules). Zero it to start; done is
  * set once every partition was listed. */
-struct tw_redis_cursor {
+struct tw_redis_scan_cursor {
     uint32_t partition; /**< the partition the listing is in */
     uint64_t scan;      /**< its HSCAN cursor there */
     bool done;          /**< nothing more */
@@ -650,7 +652,7 @@ struct tw_redis_cursor {
  * client's mutex not held (it may call the client). Any thread.
  * @return the number fn was given (>= 0), or TW_EINVAL, TW_ECLOSED, TW_EIO, TW_EUNKNOWN,
  *         TW_EAUTH, TW_EPROTO, TW_ENOMEM as tw_redis_set. */
-TW_API int tw_redis_dead_list(struct tw_redis *r, struct tw_redis_cursor *cur, size_t count,
+TW_API int tw_redis_dead_list(struct tw_redis *r, struct tw_redis_scan_cursor *cur, size_t count,
                               tw_redis_dead_fn *fn, void *arg);
 
 /** One dead letter by key (one HGET): calls fn with it. Threads as tw_redis_dead_list.
@@ -745,8 +747,161 @@ typedef void tw_redis_schedule_fn(void *arg, const struct tw_redis_schedule_info
 TW_API int tw_redis_schedule_count(struct tw_redis *r, uint64_t *n);
 
 /** List schedules; paging, costs and threads as tw_redis_dead_list. */
-TW_API int tw_redis_schedule_list(struct tw_redis *r, struct tw_redis_cursor *cur, size_t count,
+TW_API int tw_redis_schedule_list(struct tw_redis *r, struct tw_redis_scan_cursor *cur, size_t count,
                                   tw_redis_schedule_fn *fn, void *arg);
+/* ---- operating a queue: inspect, pause, drop, metrics (src/redis/inspect.c, metrics.c) ----
+ *
+ * These calls read (or, for pause, resume and drop, write) the queue's keys on the
+ * client's connections, under the client's mutex as tw_redis_set; any thread, execute
+ * included. Their cost in Redis operations is in src/redis/redis.c's design table. They
+ * send their scripts with EVAL (not EVALSHA: they are rare), and besides the least ACL
+ * rule above they need +zcount +zrank +zrange +hlen +unlink +del on the queue's keys
+ * (drop also DEL of "{queue:meta}:partitions"). Each returns, besides the codes listed,
+ * what a call of tw_redis_set may (TW_EIO, TW_EUNKNOWN, TW_EAUTH, TW_EPROTO, TW_ECLOSED,
+ * TW_ENOMEM: the server's words in tw_redis_last_error). */
+
+/** A stored task's state (tw_redis_get). */
+enum tw_redis_state {
+    TW_REDIS_WAITING = 0, /**< in its due bucket: no worker holds it */
+    TW_REDIS_HELD = 1,    /**< claimed by a worker (a lease, the hold), not started */
+    TW_REDIS_RUNNING = 2  /**< started (its lease lengthened to lease_ms) */
+};
+
+/** One stored task, as tw_redis_get reads it. */
+struct tw_redis_info {
+    enum tw_redis_state state; /**< waiting, held or running (see tw_redis_get) */
+    uint64_t due_ms;       /**< due time, ms since the epoch on the Redis server's clock */
+    uint32_t attempt;      /**< starts counted so far (a running task's own start included) */
+    uint64_t token;        /**< the lease's token (0 while waiting) */
+    uint64_t lease_end_ms; /**< the lease's end on the server's clock (0 while waiting) */
+    uint64_t now_ms;       /**< the server's clock when it was read */
+    size_t payload_len;    /**< the payload's whole length (what was copied may be less) */
+};
+
+/** Read one task: state, due time, attempt, lease and payload, from one snapshot (one
+ * read-only script: HGET ZSCORE TIME, O(1)). The payload's first @p cap bytes go to
+ * @p payload (may be NULL with cap 0); info->payload_len is its whole length.
+ * Held and running: START lengthens a lease to lease_ms past the later of the due time
+ * and the start, while a claim's hold ends hold_ms past the later of the due time and
+ * the claim. So a lease that ends at least lease_ms (this client's config) past the due
+ * time is RUNNING, else HELD. Exact when the workers use this client's lease_ms and
+ * hold_ms and lease_ms > hold_ms, but for a task claimed lease_ms - hold_ms or more
+ * after its due time (a catch-up) and not started yet, which reads as RUNNING.
+ * @return 0, TW_ENOENT (no such task), TW_EINVAL, TW_E2BIG (key too long). */
+TW_API int tw_redis_get(struct tw_redis *r, const void *key, size_t key_len,
+                        struct tw_redis_info *info, void *payload, size_t cap);
+
+/** Where a listing stopped: the last task listed (its due time and key). */
+struct tw_redis_cursor {
+    uint64_t due_ms;            /**< its due time */
+    size_t key_len;             /**< its key's length */
+    char key[TW_REDIS_KEY_MAX]; /**< its key's bytes */
+};
+
+/** One listed task. */
+struct tw_redis_listed {
+    const char *key; /**< in the page's memory (NUL-terminated too) */
+    size_t key_len;  /**< its length */
+    uint64_t due_ms; /**< its due time, ms since the epoch on the server's clock */
+};
+
+/** A page of tw_redis_list; free it with tw_redis_page_free. */
+struct tw_redis_page {
+    size_t n;                      /**< tasks listed */
+    struct tw_redis_listed *items; /**< in due order: by due_ms, then by key bytes */
+    bool more;                     /**< tasks of the range may follow: list again after next */
+    struct tw_redis_cursor next;   /**< the last task listed (n > 0) */
+};
+
+/** Most tasks one page lists. */
+#define TW_REDIS_PAGE_MAX 1000u
+
+/** List the waiting tasks due in [@p from_ms, @p to_ms) (server clock; 0 and UINT64_MAX
+ * for no bound), in due order (due_ms, then key bytes), at most @p limit (1 to
+ * TW_REDIS_PAGE_MAX), after @p after (NULL: from the range's start; else the next cursor
+ * of the previous page). Held and running tasks sit in no due bucket and are not listed
+ * (tw_redis_counts counts them; tw_redis_get reads one). Bounded work per call: one
+ * read-only script per partition, each reading at most limit tasks from at most limit
+ * plus 2 buckets (the index lists only non-empty ones), merged here: O(partitions * limit),
+ * never a scan of the queue. Pages are consistent per call, not across calls: a task
+ * set, moved or claimed between two calls may be listed twice or missed.
+ * @return 0 and *out, TW_EINVAL (limit 0 or above TW_REDIS_PAGE_MAX, from_ms > to_ms,
+ *         NULL), TW_ENOMEM. */
+TW_API int tw_redis_list(struct tw_redis *r, uint64_t from_ms, uint64_t to_ms,
+                         const struct tw_redis_cursor *after, size_t limit,
+                         struct tw_redis_page **out);
+
+/** Free a page (NULL: nothing). */
+TW_API void tw_redis_page_free(struct tw_redis_page *page);
+
+/** The queue's figures, as tw_redis_counts reads them. */
+struct tw_redis_counts {
+    uint64_t now_ms;     /**< the server's clock (the last partition's read) */
+    uint64_t pending;    /**< every stored task: waiting + held + running */
+    uint64_t waiting;    /**< in a due bucket */
+    uint64_t held;       /**< claimed, not started (held and running: tw_redis_get) */
+    uint64_t running;    /**< started, not acknowledged */
+    uint64_t due_within; /**< waiting tasks due before now + within_ms (overdue ones included) */
+    bool due_capped;     /**< due_within is a lower bound: a partition had more than 4096
+                              buckets due in that span (not all were counted) */
+    uint64_t lag_ms;     /**< how late the most overdue waiting task is (0: none overdue) */
+    uint32_t paused;     /**< partitions paused (0: running; the partition count: paused) */
+    uint32_t partitions; /**< the queue's partition count */
+};
+
+/** Count the queue's tasks by state, those due within @p within_ms (overdue ones
+ * included), and the lag. One read-only script per partition: HLEN, ZCARD, the leases
+ * with their records (O(leased): what the workers hold), the index's buckets up to now +
+ * within_ms with a ZCARD or ZCOUNT each (O(buckets), at most 4096 per partition:
+ * due_capped), the first bucket's first task, EXISTS of the pause flag.
+ * @return 0, TW_EINVAL (NULL). */
+TW_API int tw_redis_counts(struct tw_redis *r, uint64_t within_ms, struct tw_redis_counts *out);
+
+/** Pause the queue: one flag key per partition ({queue:p}:pause, SET: one command per
+ * partition). A claim of a paused partition leases nothing and recovers nothing, so
+ * workers start no task they did not hold already: what a worker had claimed before
+ * the pause (up to window_ms ahead of its due time) still starts and runs, within
+ * window_ms + hold_ms of the pause's return; the held tasks of a worker that dies
+ * meanwhile stay leased (counted held) until the resume, whose claims recover them. set, move, remove and
+ * set_many are still accepted. Idempotent. Takes effect per partition as each flag is
+ * set (a cluster's partitions are not paused at one instant).
+ * @return 0, TW_EOOM (a server at maxmemory refused a flag: partitions before it are
+ *         paused; pause again). */
+TW_API int tw_redis_pause(struct tw_redis *r);
+
+/** Resume a paused queue: its flags deleted (DEL), then a PUBLISH on each partition's
+ * channel, so that every worker claims at once what came due meanwhile and delivers it
+ * in due order (its catch-up). Idempotent.
+ * @return 0. */
+TW_API int tw_redis_resume(struct tw_redis *r);
+
+/** Delete the queue: every key of every partition (due buckets, index, lease, task,
+ * seq, hold, pause flag) and "{queue:meta}:partitions" last, partition by partition,
+ * each by a script that unlinks at most 1024 buckets per call (UNLINK: Redis frees big
+ * values in the background). First every partition is checked: while a worker runs
+ * (a hold key alive: a worker claimed in the last 2 * window_ms + 1 s) or holds a
+ * lease, drop refuses with TW_EBUSY and deletes nothing, unless @p force. With force,
+ * the tasks workers hold are not started (their START finds no lease), running ones
+ * finish and their acknowledgements are stale; a worker still running recreates its
+ * hold keys and, once a task is set again, the queue. What drop leaves: the move and
+ * remove markers ({queue:p}:r:*), which expire within 2 * command_timeout_ms + 1 s.
+ * A set racing the drop may leave its task. The instance stays usable but should be
+ * freed: its partition count is no longer stored.
+ * @return 0, TW_EBUSY (a worker holds the queue, nothing deleted). */
+TW_API int tw_redis_drop(struct tw_redis *r, bool force);
+
+/** Render the worker's and the queue's figures in the Prometheus text exposition
+ * format (version 0.0.4) into @p buf: a worker's counters (tw_redis_stats) and its
+ * lateness histogram (twheel_redis_lateness_seconds, buckets at powers of two of a
+ * microsecond), left out for a client without execute, and the queue's figures from tw_redis_counts(r, within_ms) (tasks by
+ * state, due within within_ms, lag, paused), each labelled queue="NAME". When the queue
+ * cannot be read, its figures are left out and twheel_redis_queue_up is 0. A metric is
+ * a line of metrics.c's table. Cost: tw_redis_counts' calls, and HLEN per partition.
+ * @p len (may be NULL) gets the length written, or the length needed on TW_E2BIG (no
+ * NUL counted; the text is NUL-terminated when it fits). Any thread.
+ * @return 0, TW_E2BIG (@p cap too small: buf holds no text), TW_EINVAL (NULL r or buf). */
+TW_API int tw_redis_metrics(struct tw_redis *r, uint64_t within_ms, char *buf, size_t cap,
+                            size_t *len);
 
 #ifdef __cplusplus
 }

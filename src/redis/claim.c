@@ -202,7 +202,10 @@ static void rr_claim_late(struct tw_redis *r, uint32_t p, unsigned batch, redisR
  * timeout. */
 static void rr_reconnected(struct tw_redis *r)
 {
-    if (r->claim_rt.reconnects == r->rc_seen)
+    /* a resume (inspect.c) is a catch-up too: tasks came due in every partition */
+    bool resumed = atomic_load_explicit(&r->resumed, memory_order_relaxed) &&
+                   atomic_exchange(&r->resumed, false);
+    if (r->claim_rt.reconnects == r->rc_seen && !resumed)
         return;
     r->rc_seen = r->claim_rt.reconnects;
     memset(r->unknown, 1, r->cfg.partitions);

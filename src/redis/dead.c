@@ -180,7 +180,7 @@ static int rr_dead_give(const char *k, size_t kl, const char *v, size_t vl, tw_r
 
 /* One HSCAN step of partition p's HASH `suffix` from cur->scan; each field
  * and value to give(). Moves cur on. The number given, or an error. */
-static int rr_scan_step(struct tw_redis *r, struct tw_rr_scan *s, struct tw_redis_cursor *cur)
+static int rr_scan_step(struct tw_redis *r, struct tw_rr_scan *s, struct tw_redis_scan_cursor *cur)
 {
     char k[TW_RR_KEYBUF], c[24], n[16];
     const char *av[5] = {"HSCAN", k, c, "COUNT", n};
@@ -213,7 +213,7 @@ static int rr_scan_step(struct tw_redis *r, struct tw_rr_scan *s, struct tw_redi
     return rc ? rc : given;
 }
 
-int tw_rr_scan(struct tw_redis *r, struct tw_rr_scan *s, struct tw_redis_cursor *cur)
+int tw_rr_scan(struct tw_redis *r, struct tw_rr_scan *s, struct tw_redis_scan_cursor *cur)
 {
     if (!r || !cur || s->count == 0 || s->count > 1000)
         return TW_EINVAL;
@@ -244,7 +244,7 @@ static int rr_dead_scan_give(struct tw_rr_scan *s, const char *k, size_t kl, con
     return rr_dead_give(k, kl, v, vl, d->fn, d->arg);
 }
 
-int tw_redis_dead_list(struct tw_redis *r, struct tw_redis_cursor *cur, size_t count,
+int tw_redis_dead_list(struct tw_redis *r, struct tw_redis_scan_cursor *cur, size_t count,
                        tw_redis_dead_fn *fn, void *arg)
 {
     if (!fn)

@@ -51,6 +51,10 @@
  * schedule.c   - recurring schedules: upsert, remove, list, and a worker's
  *                schedule thread that makes occurrences tasks.
  * cron.c       - 5-field cron expressions in universal time (cron.h: no hiredis).
+ * inspect.c    - operating a queue: get, list, counts, pause and resume,
+ *                drop, and the stored partition count a client adopts.
+ * metrics.c    - the Prometheus text of the worker's and the queue's
+ *                figures: a table, a line per metric.
  */
 #ifndef TWHEEL_REDIS_INTERNAL_H
 #define TWHEEL_REDIS_INTERNAL_H
@@ -545,6 +549,7 @@ struct tw_redis {
     pthread_mutex_t hist_mu;
     uint64_t hist[TW_RR_HIST];
     uint64_t hist_n, late_max_us;
+    uint64_t late_sum_us;           /* under hist_mu: the lateness histogram's sum (metrics.c) */
 #ifdef TW_RR_TRACE
     struct tw_rr_trace *trace; /* under hist_mu */
     size_t ntrace, trace_cap;
@@ -570,6 +575,9 @@ struct tw_redis {
     void *ev;                       /* events.c's queue (NULL: no on_event, no thread) */
     void *sched;                    /* a worker's schedule thread (schedule.c; NULL: none) */
     struct tw_rr_router sched_rt;   /* its router */
+    bool adopt;                     /* config partitions 0: take the queue's stored count */
+    atomic_bool resumed;            /* the subscriber saw a resume: claim every partition
+                                       before handing due tasks over (claim.c) */
 };
 
 #ifdef TW_RR_TRACE
@@ -687,6 +695,11 @@ void tw_rr_trace_note(struct tw_redis *r, const struct tw_rr_item *it, uint64_t 
                       uint32_t batch, unsigned thread);
 void tw_rr_trace_dump(struct tw_redis *r);
 #endif
+
+/* inspect.c: a client whose config has partitions 0 takes the count stored
+ * with the queue (text v, from {q:meta}:partitions): 0, or TW_ECONFLICT for a
+ * value that is not a count. */
+int tw_rr_adopt_partitions(struct tw_redis *r, const char *v);
 
 /* redis.c: start one of the layer's own threads with SIGPIPE blocked. */
 int tw_rr_thread_create(pthread_t *t, void *(*fn)(void *), void *arg);
@@ -814,7 +827,7 @@ struct tw_rr_scan {
     size_t count;
     int (*give)(struct tw_rr_scan *s, const char *k, size_t kl, const char *v, size_t vl);
 };
-int tw_rr_scan(struct tw_redis *r, struct tw_rr_scan *s, struct tw_redis_cursor *cur);
+int tw_rr_scan(struct tw_redis *r, struct tw_rr_scan *s, struct tw_redis_scan_cursor *cur);
 
 /* events.c: the on_event hook's queue and thread; and a thread of the
  * worker's own with a stop flag (the events and the schedule threads). */

@@ -9,7 +9,8 @@
  * This file is the layer's entry: this design comment, the configuration
  * and the lifetime (new, stop with the release of held leases, free, and
  * the layer's threads). The other jobs have a file each (internal.h lists
- * them): client.c (set, move, remove, set_many), keys.c, offset.c (the Redis
+ * them): client.c (set, move, remove, set_many), inspect.c (get, list,
+ * counts, pause, resume, drop), metrics.c (the Prometheus text), keys.c, offset.c (the Redis
  * clock offset), subscriber.c, stats.c, router.c, scripts.c, silent.c (the
  * masters that do not answer), and along a
  * task's path, which runs one way: claim.c -> local.c (held until it may
@@ -31,7 +32,11 @@
  *   {q:p}:seq      STRING  lease token counter (INCR)             claim
  *   {q:p}:hold     STRING  latest window end any worker claimed   claim (SET PX); set move fail release (GET)
  *   {q:p}:ch       channel PUBLISH due ms when a task becomes     set move fail release
- *                          due before hold (a worker claims now)
+ *                          due before hold (a worker claims now)  resume ("resume")
+ *   {q:p}:pause    STRING  present while the queue is paused      pause resume (SET, DEL);
+ *                          (inspect.c)                            claim (EXISTS)
+ *   {q:p}:r:<id>   STRING  a move's or remove's marker (below,    move remove (SET PX)
+ *                          "Lost replies"), PX 2 * timeout + 1 s
  *
  *   {q:p}:dead     HASH    the dead letters (dead.c): key ->      fail, claim (at the last
  *                          "attempt dead_ms due errlen " error    attempt); requeue purge
@@ -49,6 +54,16 @@
  * and one key per queue, {q:meta}:partitions (STRING, its own slot): the
  * partition count, written SET NX by the queue's first client and compared
  * by every later one at new (below, "The servers' configuration").
+ *
+ * What an empty queue leaves (docs/keys.md says it for operators): a task's
+ * keys go with its last task (a bucket and its index entry with the
+ * bucket's last task, lease and task with their last member), but for
+ * {q:p}:seq, the token counter of each partition that ever leased a task,
+ * kept on purpose: tokens must grow across the queue's life (fencing: a
+ * store keeps the highest token it accepted, and a counter started again
+ * would be refused there); {q:p}:hold while a worker runs and 2 * window_ms
+ * + 1 s after (its TTL: the refill sets it every window/2); the markers,
+ * for their PX; {q:meta}:partitions. drop (inspect.c) deletes them all.
  *
  * W = TW_RR_BUCKET_MS = 500 ms. A waiting task (token 0) is in exactly the
  * bucket floor(due / W) of the due time in its record; a claimed one is in
@@ -181,6 +196,30 @@
  *                       occurrences)           [HDEL] EXISTS ZADD [ZADD index],
  *                                              HSET ZADD, GET [PUB]
  * (s: schedules in the partition.)
+ * The operator's calls (inspect.c, EVAL of read-only scripts but drop's;
+ * P = partitions, b = buckets read, l = leases, s = page size):
+ *   get        GET      1                      EXISTS(2) TIME HGET ZSCORE         O(log n)
+ *   list       LIST     1 per partition        EXISTS(2) TIME; per 16 buckets a   O(P s log n)
+ *                                              ZRANGEBYSCORE of the index; per
+ *                                              bucket [ZCOUNT] ZRANGE (s tasks at
+ *                                              most, b <= s + 2); the cursor's
+ *                                              bucket: ZCOUNT(2) ZRANK [ZRANGE of
+ *                                              one rank per step of a binary
+ *                                              search among equal due times]
+ *   counts     COUNTS   1 per partition        EXISTS(2) TIME HLEN ZCARD; per 512 O(P (l + b))
+ *                                              leases ZRANGE HMGET; per 64
+ *                                              buckets due by now + within a
+ *                                              ZRANGEBYSCORE, each ZCARD or
+ *                                              ZCOUNT (b <= 4096); ZRANGE(2)
+ *                                              EXISTS (pause)
+ *   pause      -        1 per partition        SET {q:p}:pause                    O(P)
+ *   resume     -        2 per partition        DEL, PUBLISH "resume"              O(P)
+ *   drop       DROP     1 + b / 1024 per       EXISTS(2) TIME; check: EXISTS      O(P + b)
+ *                       partition, + 1 check   ZCARD; then per 1024 buckets       (UNLINK frees
+ *                       per partition          ZRANGE UNLINK ZREM, last UNLINK    big values in
+ *                                              of the partition's keys; DEL meta  the background)
+ *   metrics    -        counts' and stats'     as counts and stats                O(P (l + b))
+ * The claim's pause check is one EXISTS per claim call.
  * A bucket operation costs O(bucket) <= 128 entries while it is a listpack
  * and O(log n) once a skiplist; the index likewise. Nothing ever scans:
  * claim reads at most 256 expired leases and 256 due tasks (and stops past
@@ -680,8 +719,8 @@ static int rr_check_config(const struct tw_redis_config *c)
         rr_errbuf(c, "queue: 1..64 bytes, no { or }");
         return TW_EINVAL;
     }
-    if (c->partitions == 0 || c->partitions > TW_REDIS_PARTITIONS_MAX)
-        return TW_EINVAL;
+    if ((c->partitions == 0 && c->execute) || c->partitions > TW_REDIS_PARTITIONS_MAX)
+        return TW_EINVAL; /* 0: a client adopts the stored count (rr_check_partitions) */
     if (c->wait_replicas > 1000 ||
         (c->wait_replicas && (c->wait_timeout_ms == 0 ||
                               c->wait_timeout_ms >= c->command_timeout_ms))) {
@@ -988,13 +1027,17 @@ static int rr_check_partitions(struct tw_redis *r)
         if (rc)
             return rc;
         int t = x->type;
-        if (t == REDIS_REPLY_STRING)
+        if (t == REDIS_REPLY_STRING && r->adopt) /* the stored count (inspect.c) */
+            rc = tw_rr_adopt_partitions(r, x->str);
+        else if (t == REDIS_REPLY_STRING)
             rc = x->len == vl && memcmp(x->str, val, vl) == 0 ? 0 : TW_ECONFLICT;
         else
             rc = t == REDIS_REPLY_ERROR ? tw_rr_reply_error(&r->api, x) : TW_EPROTO;
         freeReplyObject(x);
         if (t != REDIS_REPLY_NIL)
             return rc;
+        if (r->adopt) /* no such queue: an inspecting client creates none */
+            return TW_ENOENT;
         if ((rc = tw_rr_command(&r->api, slot, 4, set, sl, &x)) != 0)
             return rc;
         t = x->type;
@@ -1025,12 +1068,19 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
     if (rc || (rc = rr_check_servers(cfg, &first, &db)) != 0)
         return rc;
     char why[TW_RR_ERR_MAX] = "";
+    struct tw_redis_config adopt; /* partitions 0: sized for any count until it is read */
+    if (cfg->partitions == 0) {
+        adopt = *cfg;
+        adopt.partitions = TW_REDIS_PARTITIONS_MAX;
+        cfg = &adopt;
+    }
     struct tw_redis *r = calloc(1, sizeof *r);
     if (!r) {
         rr_errbuf(cfg, "%s", tw_strerror(TW_ENOMEM));
         return TW_ENOMEM;
     }
     r->cfg = *cfg;
+    r->adopt = cfg == &adopt;
     r->cfg.username = r->cfg.password = NULL; /* r->conn holds copies */
     r->cfg.errbuf = NULL;
     r->cfg.errbuf_len = 0;

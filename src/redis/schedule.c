@@ -346,7 +346,7 @@ static int rr_sched_give(struct tw_rr_scan *s, const char *k, size_t kl, const c
     return 0;
 }
 
-int tw_redis_schedule_list(struct tw_redis *r, struct tw_redis_cursor *cur, size_t count,
+int tw_redis_schedule_list(struct tw_redis *r, struct tw_redis_scan_cursor *cur, size_t count,
                            tw_redis_schedule_fn *fn, void *arg)
 {
     if (!fn)

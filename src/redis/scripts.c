@@ -217,7 +217,10 @@
  * need only be unique), HSET, lease ZADD, bucket ZREM: one of each per
  * bucket, not HGET, INCR, HSET and ZADD per task. */
 #define CLAIM_LUA                                                                          \
-    PRELUDE BUCKETS DEAD "if not stable() then return redis.error_reply(TRY) end\n"             \
+    PRELUDE BUCKETS DEAD "if not stable() then return redis.error_reply(TRY) end\n"        \
+    /* paused (inspect.c: {q:p}:pause): nothing claimed, nothing recovered */             \
+    "if redis.call('EXISTS', string.sub(KEYS[1], 1, -3) .. ':pause') == 1 then "            \
+    "return {now_us(), 0, -1} end\n"                                                       \
     "local now = now_us() local now_ms = math.floor(now / 1000)\n"                         \
     "local n = tonumber(ARGV[2])\n"                                                         \
     "local maxb = tonumber(ARGV[4]) local recovered = 0\n"                                 \

@@ -41,6 +41,7 @@ void tw_rr_note_late(struct tw_redis *r, uint64_t us)
     pthread_mutex_lock(&r->hist_mu);
     r->hist[rr_bucket(us)]++;
     r->hist_n++;
+    r->late_sum_us += us;
     if (us > r->late_max_us)
         r->late_max_us = us;
     pthread_mutex_unlock(&r->hist_mu);

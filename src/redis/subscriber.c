@@ -38,6 +38,8 @@ static void rr_on_message(struct tw_redis *r, const redisReply *m)
     if (*end != '}' || p >= r->cfg.partitions)
         return;
     atomic_fetch_add(&r->notifications, 1);
+    if (m->element[2]->type == REDIS_REPLY_STRING && strcmp(m->element[2]->str, "resume") == 0)
+        atomic_store(&r->resumed, true); /* tw_redis_resume: a catch-up (claim.c) */
     pthread_mutex_lock(&r->mu);
     if (!r->flags[p]) {
         r->flags[p] = 1;

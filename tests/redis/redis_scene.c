@@ -272,6 +272,11 @@ int main(int argc, char **argv)
     }
     printf("scene: %" PRIu64 " sets acknowledged, %" PRIu64
            " refused with TW_EIO while Redis was down\n", ok, refused);
+    struct tw_redis_counts qc; /* what an operator sees: twheel-redis stats */
+    if (tw_redis_counts(client, 1000, &qc) == 0)
+        printf("scene: the queue then: %" PRIu64 " waiting, %" PRIu64 " held, %" PRIu64
+               " running, %" PRIu64 " due within 1 s, lag %" PRIu64 " ms\n",
+               qc.waiting, qc.held, qc.running, qc.due_within, qc.lag_ms);
 
     struct rdel_set d = {0};
     struct rverdict v;

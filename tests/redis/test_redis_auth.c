@@ -717,7 +717,7 @@ static void test_config_refused(void)
     /* a partition count out of range still says something */
     struct tw_redis_config c;
     cfg_of(&c, (const char *[]){"127.0.0.1:1"}, "zq", NULL);
-    c.partitions = 0;
+    c.partitions = TW_REDIS_PARTITIONS_MAX + 1;
     struct tw_redis *r = NULL;
     CHECK_EQ_INT(tw_redis_new(&r, &c), TW_EINVAL);
     CHECK(errbuf[0] != 0);

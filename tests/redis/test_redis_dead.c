@@ -266,7 +266,7 @@ static void test_list_requeue_purge(void)
     }
     CHECK(wait_dead(w, 50, 15000));
     struct seen s = {0};
-    struct tw_redis_cursor cur = {0};
+    struct tw_redis_scan_cursor cur = {0};
     unsigned calls = 0;
     while (!cur.done && calls < 1000) {
         int n = tw_redis_dead_list(w, &cur, 10, seen_one, &s);
@@ -477,7 +477,7 @@ static void test_cluster(void)
     CHECK_EQ_INT(tw_redis_schedule_set(w, "tick", 4, "", 0, &s, &next), 0);
     CHECK(wait_dead(w, 20, 15000));
     struct seen sn = {0};
-    struct tw_redis_cursor cur = {0};
+    struct tw_redis_scan_cursor cur = {0};
     while (!cur.done)
         if (tw_redis_dead_list(w, &cur, 100, seen_one, &sn) < 0)
             break;

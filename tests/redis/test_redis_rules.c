@@ -970,7 +970,7 @@ static void test_bad_input(void)
     c.servers = NULL;
     CHECK_EQ_INT(tw_redis_new(&r, &c), TW_EINVAL);
     cfg_for(&c, "bad", NULL);
-    c.partitions = 0;
+    c.partitions = TW_REDIS_PARTITIONS_MAX + 1; /* 0 is a client's "the stored count" */
     CHECK_EQ_INT(tw_redis_new(&r, &c), TW_EINVAL);
     cfg_for(&c, "b{a}d", NULL);
     CHECK_EQ_INT(tw_redis_new(&r, &c), TW_EINVAL);

@@ -294,7 +294,7 @@ static void test_upsert_remove_list(void)
     fast.missed = (enum tw_redis_missed)3;
     CHECK_EQ_INT(tw_redis_schedule_set(c, "b", 1, "", 0, &fast, NULL), TW_EINVAL);
     struct listed l = {0};
-    struct tw_redis_cursor cur = {0};
+    struct tw_redis_scan_cursor cur = {0};
     while (!cur.done)
         if (tw_redis_schedule_list(c, &cur, 100, list_one, &l) < 0)
             break;

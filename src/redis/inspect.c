@@ -1,0 +1,549 @@
+/* SPDX-License-Identifier: MIT */
+/* twheel Redis layer: operating a queue. Inspect (get one task, list what is
+ * due in a range, count by state, the lag), pause and resume, drop; the
+ * stored partition count a client adopts. Costs: redis.c's design table.
+ *
+ * These calls are an operator's, rare next to the producers' and the
+ * workers': their scripts go by EVAL (Redis caches the body; no SHA kept
+ * in the instance), read-only ones flagged no-writes (a server at maxmemory
+ * or a replica-read setup still answers them), each on one partition's
+ * slot, reading its bucket keys as every script does (undeclared, same
+ * slot: redis.c, "Buckets in a cluster"; the stable() check first, so a
+ * migrating slot answers TRYAGAIN and the router retries).
+ *
+ * Bounded work: no call reads a whole queue. get reads one record; list
+ * reads at most `limit` tasks per partition from at most limit + 2 of its
+ * buckets (the index holds non-empty buckets only, so every bucket visited
+ * gives a task, but the first, where the range or the cursor starts, and
+ * the last, past the range's end) and merges the partitions' pages here;
+ * counts reads the leases (what workers hold) and at most RR_COUNT_BUCKETS
+ * buckets per partition; drop unlinks RR_DROP_BUCKETS buckets per call.
+ *
+ * The cursor of a listing is the last task listed, (due, key): a task
+ * follows it when its due time is later, or equal with a key greater by
+ * bytes (memcmp, then length: how Redis orders a ZSET's equal scores, and
+ * how the merge here orders partitions' tasks). Inside a bucket the first
+ * task after it is found by rank: the cursor's own rank when it is still
+ * there, else a binary search over the members of its score (ZRANGE of one
+ * rank per step: O(log ties) calls), so many tasks due in the same ms cost
+ * no scan. Lua compares strings by the server's locale (strcoll), so the
+ * script compares keys byte by byte.
+ *
+ * Pause is a flag key per partition, {q:p}:pause: a claim script can read
+ * only keys of its partition's slot, so one queue-wide key could not be
+ * read by a cluster's claims. CLAIM's first lines return nothing claimed
+ * while it exists (scripts.c). */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "redis/internal.h"
+
+#define RR_COUNT_BUCKETS 4096 /* buckets counts reads per partition (due_capped) */
+#define RR_DROP_BUCKETS 1024  /* buckets one drop call unlinks */
+#define RR_TIME_MAX 1000000000000000ull /* ms: times beyond are clamped (Lua's doubles) */
+
+/* The per-partition keys drop deletes besides the five every script declares
+ * (index, lease, task, seq, hold) and the due buckets: one line per key a
+ * feature adds to a partition. */
+static const char *const rr_drop_suffixes[] = {
+    ":pause",
+};
+/* The queue-wide keys drop deletes last, {q:meta}<suffix>: one line per key. */
+static const char *const rr_drop_queue_keys[] = {
+    ":partitions",
+};
+#define RR_NELEMS(a) (sizeof(a) / sizeof((a)[0]))
+
+/* What every script here starts with: a bucket script's stable() check. */
+#define RR_STABLE                                                                          \
+    "if type(redis.pcall('EXISTS', KEYS[1] .. ':-', KEYS[1] .. ':+')) ~= 'number' then "   \
+    "return redis.error_reply('TRYAGAIN twheel: the slot of ' .. KEYS[1] .. "               \
+    "' is migrating') end\n"                                                                \
+    "local W, call, floor = " TW_RR_BUCKET_MS_STR ", redis.call, math.floor\n"              \
+    "local function I(x) return string.format('%d', x) end\n"                               \
+    "local t = call('TIME') "                                                               \
+    "local now = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)\n"
+
+/* KEYS: index, lease, task; ARGV: key -> {now ms, record or nil, lease end or nil} */
+static const char rr_get_lua[] =
+    "#!lua flags=no-writes\n" RR_STABLE
+    "return {now, call('HGET', KEYS[3], ARGV[1]) or false, "
+    "call('ZSCORE', KEYS[2], ARGV[1]) or false}\n";
+
+/* KEYS: index, lease, task; ARGV: within ms, lease ms, most buckets
+ * -> {now, pending, leased, running, due within, capped, earliest due or -1,
+ *     paused} */
+static const char rr_counts_lua[] =
+    "#!lua flags=no-writes\n" RR_STABLE
+    "local pending, leased = call('HLEN', KEYS[3]), call('ZCARD', KEYS[2])\n"
+    "local L, running, off = tonumber(ARGV[2]), 0, 0\n"
+    "while off < leased do\n"
+    "  local ls = call('ZRANGE', KEYS[2], off, off + 511, 'WITHSCORES')\n"
+    "  if #ls == 0 then break end\n"
+    "  local ks = {} for i = 1, #ls, 2 do ks[#ks + 1] = ls[i] end\n"
+    "  local vs = call('HMGET', KEYS[3], unpack(ks))\n"
+    "  for j = 1, #ks do local v = vs[j]\n"
+    "    local due = v and tonumber(string.match(v, '^%d+ %d+ (%d+) '))\n"
+    "    if due and tonumber(ls[2 * j]) >= due + L then running = running + 1 end\n"
+    "  end\n"
+    "  off = off + 512\n"
+    "end\n"
+    "local hi = now + tonumber(ARGV[1]) local hb = I(floor(hi / W))\n"
+    "local due, nb, capped, from, maxb = 0, 0, 0, '-inf', tonumber(ARGV[3])\n"
+    "while capped == 0 do\n"
+    "  local bs = call('ZRANGEBYSCORE', KEYS[1], from, hb, 'LIMIT', 0, 64)\n"
+    "  if #bs == 0 then break end\n"
+    "  for i = 1, #bs do local b = tonumber(bs[i]) local bk = KEYS[1] .. ':' .. bs[i]\n"
+    "    if b * W + W <= hi then due = due + call('ZCARD', bk)\n"
+    "    else due = due + call('ZCOUNT', bk, '-inf', '(' .. I(hi - b * W)) end\n"
+    "    nb = nb + 1 if nb >= maxb then capped = 1 break end\n"
+    "  end\n"
+    "  from = '(' .. bs[#bs]\n"
+    "end\n"
+    "local first, e = -1, call('ZRANGE', KEYS[1], 0, 0)\n"
+    "if e[1] then local m = call('ZRANGE', KEYS[1] .. ':' .. e[1], 0, 0, 'WITHSCORES')\n"
+    "  if m[2] then first = tonumber(e[1]) * W + tonumber(m[2]) end end\n"
+    "local paused = call('EXISTS', string.sub(KEYS[1], 1, -3) .. ':pause')\n"
+    "return {now, pending, leased, running, due, capped, first, paused}\n";
+
+/* KEYS: index, lease, task; ARGV: from, to (ms, due in [from, to)), after
+ * due (-1: none), after key, limit -> {key1, due1, key2, due2, ...} */
+static const char rr_list_lua[] =
+    "#!lua flags=no-writes\n" RR_STABLE
+    "local from, to, ad, ak = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]\n"
+    "local left = tonumber(ARGV[5])\n"
+    /* a < b by bytes, as Redis orders equal scores (Lua's < is strcoll) */
+    "local function kless(a, b) local n = math.min(#a, #b)\n"
+    "  for i = 1, n do local x, y = string.byte(a, i), string.byte(b, i)\n"
+    "    if x ~= y then return x < y end end\n"
+    "  return #a < #b end\n"
+    /* the rank in bucket bk of the first task after the cursor (rel: ad - base) */
+    "local function after(bk, rel)\n"
+    "  local lo = call('ZCOUNT', bk, '-inf', '(' .. I(rel))\n"
+    "  local hi = lo + call('ZCOUNT', bk, I(rel), I(rel))\n"
+    "  local rk = call('ZRANK', bk, ak)\n"
+    "  if rk and rk >= lo and rk < hi then return rk + 1 end\n"
+    "  while lo < hi do local mid = floor((lo + hi) / 2)\n"
+    "    if kless(ak, call('ZRANGE', bk, mid, mid)[1]) then hi = mid else lo = mid + 1 end\n"
+    "  end\n"
+    "  return lo end\n"
+    "local lo = from if ad >= 0 and ad > lo then lo = ad end\n"
+    "local out, fb, hb, done = {}, I(floor(lo / W)), I(floor((to - 1) / W)), false\n"
+    "while not done do\n"
+    "  local bs = call('ZRANGEBYSCORE', KEYS[1], fb, hb, 'LIMIT', 0, 16)\n"
+    "  if #bs == 0 then break end\n"
+    "  for i = 1, #bs do local b = tonumber(bs[i]) local base = b * W\n"
+    "    local bk = KEYS[1] .. ':' .. bs[i] local r0 = 0\n"
+    "    if from > base then r0 = call('ZCOUNT', bk, '-inf', '(' .. I(from - base)) end\n"
+    "    if ad >= 0 and floor(ad / W) == b then local r1 = after(bk, ad - base)\n"
+    "      if r1 > r0 then r0 = r1 end end\n"
+    "    local m = call('ZRANGE', bk, r0, r0 + left - 1, 'WITHSCORES')\n"
+    "    for j = 1, #m, 2 do local due = base + tonumber(m[j + 1])\n"
+    "      if due >= to then done = true break end\n"
+    "      out[#out + 1] = m[j] out[#out + 1] = due left = left - 1\n"
+    "    end\n"
+    "    if done or left == 0 then done = true break end\n"
+    "  end\n"
+    "  fb = '(' .. bs[#bs]\n"
+    "end\n"
+    "return out\n";
+
+/* KEYS: index, lease, task, seq, hold; ARGV: "check" -> {hold exists, leases};
+ * ARGV: "drop", most buckets, suffixes... -> 1 (buckets left: call again) or
+ * 0 (the partition's keys deleted) */
+static const char rr_drop_lua[] =
+    "#!lua flags=allow-oom\n" RR_STABLE
+    "if ARGV[1] == 'check' then return {call('EXISTS', KEYS[5]), call('ZCARD', KEYS[2])} end\n"
+    "local bs = call('ZRANGE', KEYS[1], 0, tonumber(ARGV[2]) - 1)\n"
+    "if #bs > 0 then local ks = {} for i = 1, #bs do ks[i] = KEYS[1] .. ':' .. bs[i] end\n"
+    "  call('UNLINK', unpack(ks)) call('ZREM', KEYS[1], unpack(bs)) return 1 end\n"
+    "local base, ks = string.sub(KEYS[1], 1, -3), {KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]}\n"
+    "for i = 3, #ARGV do ks[#ks + 1] = base .. ARGV[i] end\n"
+    "call('UNLINK', unpack(ks)) return 0\n";
+
+int tw_rr_adopt_partitions(struct tw_redis *r, const char *v)
+{
+    char *end;
+    unsigned long n = strtoul(v, &end, 10);
+    if (*end || n == 0 || n > TW_REDIS_PARTITIONS_MAX || *v < '1' || *v > '9')
+        return TW_ECONFLICT;
+    r->cfg.partitions = (uint32_t)n; /* the arrays new sized for any count */
+    return 0;
+}
+
+static uint64_t rr_clamp(uint64_t ms)
+{
+    return ms > RR_TIME_MAX ? RR_TIME_MAX : ms;
+}
+
+/* One script call of body on partition p's slot: EVAL body 5 keys args.
+ * Under api_mu, the calling thread's error noted. 0 and *out (not an error
+ * reply), or an error code. */
+static int rr_eval_body(struct tw_redis *r, const char *body, uint32_t p, int nargs,
+                        const char **args, const size_t *lens, redisReply **out)
+{
+    char kb[6][TW_RR_KEYBUF], nk[4];
+    const char *av[3 + TW_RR_NKEYS + 16];
+    size_t al[3 + TW_RR_NKEYS + 16];
+    if (nargs > 16)
+        return TW_EINVAL;
+    av[0] = "EVAL";
+    al[0] = 4;
+    av[1] = body;
+    al[1] = strlen(body);
+    al[2] = (size_t)snprintf(nk, sizeof nk, "%d", TW_RR_NKEYS);
+    av[2] = nk;
+    tw_rr_keys(r, p, kb, av + 3, al + 3); /* writes 6: the channel is overwritten below */
+    for (int i = 0; i < nargs; i++) {
+        av[3 + TW_RR_NKEYS + i] = args[i];
+        al[3 + TW_RR_NKEYS + i] = lens ? lens[i] : strlen(args[i]);
+    }
+    if (atomic_load(&r->closed))
+        return TW_ECLOSED;
+    redisReply *x = NULL;
+    pthread_mutex_lock(&r->api_mu);
+    int rc = tw_rr_command(&r->api, r->slots[p], 3 + TW_RR_NKEYS + nargs, av, al, &x);
+    if (rc == 0 && x->type == REDIS_REPLY_ERROR) {
+        rc = tw_rr_reply_error(&r->api, x);
+        freeReplyObject(x);
+        x = NULL;
+    }
+    tw_rr_note(r, rc);
+    pthread_mutex_unlock(&r->api_mu);
+    *out = x;
+    return rc;
+}
+
+/* One plain command on partition p's slot (or the queue key's slot: p ==
+ * UINT32_MAX, slot given); the reply freed. Under api_mu. */
+static int rr_plain(struct tw_redis *r, int slot, int argc, const char **av, const size_t *al)
+{
+    redisReply *x = NULL;
+    pthread_mutex_lock(&r->api_mu);
+    int rc = tw_rr_command(&r->api, slot, argc, av, al, &x);
+    if (rc == 0 && x->type == REDIS_REPLY_ERROR)
+        rc = tw_rr_reply_error(&r->api, x);
+    tw_rr_note(r, rc);
+    pthread_mutex_unlock(&r->api_mu);
+    if (x)
+        freeReplyObject(x);
+    return rc;
+}
+
+static long long rr_int_at(const redisReply *x, size_t i)
+{
+    return i < x->elements && x->element[i]->type == REDIS_REPLY_INTEGER
+               ? x->element[i]->integer
+               : 0;
+}
+
+/* ---- get -------------------------------------------------------------------- */
+
+int tw_redis_get(struct tw_redis *r, const void *key, size_t key_len, struct tw_redis_info *info,
+                 void *payload, size_t cap)
+{
+    if (!r || !key || !info || (!payload && cap))
+        return TW_EINVAL;
+    if (key_len > TW_REDIS_KEY_MAX)
+        return TW_E2BIG;
+    const char *args[1] = {key};
+    size_t lens[1] = {key_len};
+    redisReply *x;
+    int rc = rr_eval_body(r, rr_get_lua, tw_rr_part_of(r, key, key_len), 1, args, lens, &x);
+    if (rc)
+        return rc;
+    if (x->type != REDIS_REPLY_ARRAY || x->elements != 3 ||
+        x->element[0]->type != REDIS_REPLY_INTEGER) {
+        freeReplyObject(x);
+        return TW_EPROTO;
+    }
+    const redisReply *v = x->element[1], *l = x->element[2];
+    if (v->type != REDIS_REPLY_STRING) {
+        freeReplyObject(x);
+        return TW_ENOENT;
+    }
+    unsigned long long tok, att, due;
+    int pos = 0;
+    /* "token attempt due " then the payload, whose own leading blanks are its own */
+    if (sscanf(v->str, "%llu %llu %llu%n", &tok, &att, &due, &pos) != 3 || pos == 0 ||
+        (size_t)pos >= v->len || v->str[pos++] != ' ') {
+        freeReplyObject(x);
+        return TW_EPROTO;
+    }
+    memset(info, 0, sizeof *info);
+    info->now_ms = (uint64_t)x->element[0]->integer;
+    info->due_ms = due;
+    info->attempt = (uint32_t)att;
+    info->token = tok;
+    info->payload_len = v->len - (size_t)pos;
+    info->state = TW_REDIS_WAITING;
+    if (tok != 0 && l->type == REDIS_REPLY_STRING) {
+        info->lease_end_ms = strtoull(l->str, NULL, 10);
+        info->state = info->lease_end_ms >= due + r->cfg.lease_ms ? TW_REDIS_RUNNING
+                                                                  : TW_REDIS_HELD;
+    }
+    if (cap)
+        memcpy(payload, v->str + pos, info->payload_len < cap ? info->payload_len : cap);
+    freeReplyObject(x);
+    return 0;
+}
+
+/* ---- list ------------------------------------------------------------------- */
+
+/* (due, key) order: due, then key bytes, then length. */
+static int rr_cmp(uint64_t da, const char *ka, size_t la, uint64_t db, const char *kb, size_t lb)
+{
+    if (da != db)
+        return da < db ? -1 : 1;
+    int c = memcmp(ka, kb, la < lb ? la : lb);
+    if (c)
+        return c;
+    return la < lb ? -1 : la > lb;
+}
+
+static int rr_listed_cmp(const void *a, const void *b)
+{
+    const struct tw_redis_listed *x = a, *y = b;
+    return rr_cmp(x->due_ms, x->key, x->key_len, y->due_ms, y->key, y->key_len);
+}
+
+void tw_redis_page_free(struct tw_redis_page *page)
+{
+    if (!page)
+        return;
+    for (size_t i = 0; i < page->n; i++)
+        free((void *)page->items[i].key);
+    free(page->items);
+    free(page);
+}
+
+int tw_redis_list(struct tw_redis *r, uint64_t from_ms, uint64_t to_ms,
+                  const struct tw_redis_cursor *after, size_t limit, struct tw_redis_page **out)
+{
+    if (out)
+        *out = NULL;
+    if (!r || !out || limit == 0 || limit > TW_REDIS_PAGE_MAX || from_ms > to_ms ||
+        (after && after->key_len > TW_REDIS_KEY_MAX))
+        return TW_EINVAL;
+    from_ms = rr_clamp(from_ms);
+    to_ms = rr_clamp(to_ms);
+    struct tw_redis_page *pg = calloc(1, sizeof *pg);
+    size_t cap = 0;
+    if (!pg)
+        return TW_ENOMEM;
+    char a[4][24];
+    const char *args[5];
+    size_t lens[5];
+    lens[0] = (size_t)snprintf(a[0], sizeof a[0], "%llu", (unsigned long long)from_ms);
+    lens[1] = (size_t)snprintf(a[1], sizeof a[1], "%llu", (unsigned long long)to_ms);
+    lens[2] = after ? (size_t)snprintf(a[2], sizeof a[2], "%llu",
+                                       (unsigned long long)rr_clamp(after->due_ms))
+                    : (size_t)snprintf(a[2], sizeof a[2], "-1");
+    lens[4] = (size_t)snprintf(a[3], sizeof a[3], "%zu", limit);
+    args[0] = a[0];
+    args[1] = a[1];
+    args[2] = a[2];
+    args[3] = after ? after->key : "";
+    lens[3] = after ? after->key_len : 0;
+    args[4] = a[3];
+    int rc = 0;
+    for (uint32_t p = 0; p < r->cfg.partitions && rc == 0; p++) {
+        redisReply *x;
+        if ((rc = rr_eval_body(r, rr_list_lua, p, 5, args, lens, &x)) != 0)
+            break;
+        if (x->type != REDIS_REPLY_ARRAY || x->elements % 2) {
+            rc = TW_EPROTO;
+        } else {
+            size_t k = x->elements / 2;
+            if (k == limit)
+                pg->more = true; /* this partition may have more */
+            if (pg->n + k > cap) {
+                size_t nc = cap ? cap * 2 : 64;
+                while (nc < pg->n + k)
+                    nc *= 2;
+                struct tw_redis_listed *v = realloc(pg->items, nc * sizeof *v);
+                if (!v)
+                    rc = TW_ENOMEM;
+                else {
+                    pg->items = v;
+                    cap = nc;
+                }
+            }
+            for (size_t i = 0; i < k && rc == 0; i++) {
+                const redisReply *kr = x->element[2 * i], *dr = x->element[2 * i + 1];
+                char *kc = kr->type == REDIS_REPLY_STRING ? malloc(kr->len + 1) : NULL;
+                if (!kc) {
+                    rc = kr->type == REDIS_REPLY_STRING ? TW_ENOMEM : TW_EPROTO;
+                    break;
+                }
+                memcpy(kc, kr->str, kr->len);
+                kc[kr->len] = 0;
+                pg->items[pg->n++] = (struct tw_redis_listed){
+                    kc, kr->len, dr->type == REDIS_REPLY_INTEGER ? (uint64_t)dr->integer : 0};
+            }
+        }
+        freeReplyObject(x);
+    }
+    if (rc) {
+        tw_redis_page_free(pg);
+        return rc;
+    }
+    if (pg->n)
+        qsort(pg->items, pg->n, sizeof *pg->items, rr_listed_cmp);
+    if (pg->n > limit) {
+        for (size_t i = limit; i < pg->n; i++)
+            free((void *)pg->items[i].key);
+        pg->n = limit;
+        pg->more = true;
+    }
+    if (pg->n) {
+        const struct tw_redis_listed *last = &pg->items[pg->n - 1];
+        pg->next.due_ms = last->due_ms;
+        pg->next.key_len = last->key_len;
+        memcpy(pg->next.key, last->key, last->key_len);
+    }
+    *out = pg;
+    return 0;
+}
+
+/* ---- counts ----------------------------------------------------------------- */
+
+int tw_redis_counts(struct tw_redis *r, uint64_t within_ms, struct tw_redis_counts *out)
+{
+    if (!r || !out)
+        return TW_EINVAL;
+    memset(out, 0, sizeof *out);
+    char a[3][24];
+    const char *args[3] = {a[0], a[1], a[2]};
+    snprintf(a[0], sizeof a[0], "%llu",
+             (unsigned long long)(within_ms > TW_REDIS_DELAY_MAX ? TW_REDIS_DELAY_MAX
+                                                                 : within_ms));
+    snprintf(a[1], sizeof a[1], "%u", (unsigned)r->cfg.lease_ms);
+    snprintf(a[2], sizeof a[2], "%d", RR_COUNT_BUCKETS);
+    uint64_t first = UINT64_MAX;
+    for (uint32_t p = 0; p < r->cfg.partitions; p++) {
+        redisReply *x;
+        int rc = rr_eval_body(r, rr_counts_lua, p, 3, args, NULL, &x);
+        if (rc)
+            return rc;
+        if (x->type != REDIS_REPLY_ARRAY || x->elements != 8) {
+            freeReplyObject(x);
+            return TW_EPROTO;
+        }
+        uint64_t pending = (uint64_t)rr_int_at(x, 1), leased = (uint64_t)rr_int_at(x, 2);
+        uint64_t running = (uint64_t)rr_int_at(x, 3);
+        long long e = rr_int_at(x, 6);
+        out->now_ms = (uint64_t)rr_int_at(x, 0);
+        out->pending += pending;
+        out->waiting += pending > leased ? pending - leased : 0;
+        out->running += running;
+        out->held += leased > running ? leased - running : 0;
+        out->due_within += (uint64_t)rr_int_at(x, 4);
+        out->due_capped |= rr_int_at(x, 5) != 0;
+        out->paused += rr_int_at(x, 7) != 0;
+        if (e >= 0 && (uint64_t)e < first)
+            first = (uint64_t)e;
+        freeReplyObject(x);
+    }
+    out->partitions = r->cfg.partitions;
+    out->lag_ms = first != UINT64_MAX && out->now_ms > first ? out->now_ms - first : 0;
+    return 0;
+}
+
+/* ---- pause, resume ---------------------------------------------------------- */
+
+/* The name of partition p's key with suffix, into buf; its length. */
+static size_t rr_part_key(const struct tw_redis *r, uint32_t p, const char *suffix,
+                          char buf[TW_RR_KEYBUF])
+{
+    return (size_t)snprintf(buf, TW_RR_KEYBUF, "{%s:%u}%s", r->queue, (unsigned)p, suffix);
+}
+
+/* `cmd KEY [arg]` on every partition, KEY its key with suffix; stops at
+ * the first error. */
+static int rr_each_part(struct tw_redis *r, const char *cmd, const char *suffix, const char *arg)
+{
+    if (!r)
+        return TW_EINVAL;
+    if (atomic_load(&r->closed))
+        return TW_ECLOSED;
+    int rc = 0;
+    for (uint32_t p = 0; p < r->cfg.partitions && rc == 0; p++) {
+        char k[TW_RR_KEYBUF];
+        const char *av[3] = {cmd, k, arg};
+        size_t al[3] = {strlen(cmd), rr_part_key(r, p, suffix, k), arg ? strlen(arg) : 0};
+        rc = rr_plain(r, r->slots[p], arg ? 3 : 2, av, al);
+    }
+    return rc;
+}
+
+int tw_redis_pause(struct tw_redis *r)
+{
+    return rr_each_part(r, "SET", ":pause", "1");
+}
+
+int tw_redis_resume(struct tw_redis *r)
+{
+    int rc = rr_each_part(r, "DEL", ":pause", NULL);
+    /* every worker claims now what came due meanwhile, every partition before it
+     * hands a due task over (subscriber.c, claim.c: as after a reconnect) */
+    return rc ? rc : rr_each_part(r, "PUBLISH", tw_rr_suffix[5], "resume");
+}
+
+/* ---- drop ------------------------------------------------------------------- */
+
+int tw_redis_drop(struct tw_redis *r, bool force)
+{
+    if (!r)
+        return TW_EINVAL;
+    if (atomic_load(&r->closed))
+        return TW_ECLOSED;
+    const char *args[2 + RR_NELEMS(rr_drop_suffixes)];
+    char nb[16];
+    snprintf(nb, sizeof nb, "%d", RR_DROP_BUCKETS);
+    args[0] = "check";
+    for (uint32_t p = 0; p < r->cfg.partitions && !force; p++) {
+        redisReply *x;
+        int rc = rr_eval_body(r, rr_drop_lua, p, 1, args, NULL, &x);
+        if (rc)
+            return rc;
+        bool busy = x->type != REDIS_REPLY_ARRAY || rr_int_at(x, 0) || rr_int_at(x, 1);
+        int proto = x->type != REDIS_REPLY_ARRAY;
+        freeReplyObject(x);
+        if (proto)
+            return TW_EPROTO;
+        if (busy)
+            return TW_EBUSY;
+    }
+    args[0] = "drop";
+    args[1] = nb;
+    for (size_t i = 0; i < RR_NELEMS(rr_drop_suffixes); i++)
+        args[2 + i] = rr_drop_suffixes[i];
+    for (uint32_t p = 0; p < r->cfg.partitions; p++) {
+        long long more = 1;
+        while (more == 1) {
+            redisReply *x;
+            int rc = rr_eval_body(r, rr_drop_lua, p, (int)RR_NELEMS(args), args, NULL, &x);
+            if (rc)
+                return rc;
+            more = x->type == REDIS_REPLY_INTEGER ? x->integer : -1;
+            freeReplyObject(x);
+            if (more < 0)
+                return TW_EPROTO;
+        }
+    }
+    for (size_t i = 0; i < RR_NELEMS(rr_drop_queue_keys); i++) {
+        char k[TW_RR_KEYBUF];
+        int n = snprintf(k, sizeof k, "{%s:meta}%s", r->queue, rr_drop_queue_keys[i]);
+        const char *av[2] = {"DEL", k};
+        size_t al[2] = {3, (size_t)n};
+        int rc = rr_plain(r, (int)tw_rr_key_slot(k, (size_t)n), 2, av, al);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
