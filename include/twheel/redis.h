@@ -116,8 +116,9 @@
  * User and password are percent-decoded (`%40` for `@`; `:`, `/`, `?`, `#`
  * and `%` must be encoded, an `@` need not be); schemes are matched without
  * regard to case; a db is 0..1000000 (SELECT; a cluster has db 0 only);
- * queries other than a socket's `?db=`, and fragments, are refused. Reserved,
- * refused with TW_EINVAL for now: `rediss://` (TLS, same form) and
+ * queries other than a socket's `?db=`, and fragments, are refused.
+ * `rediss://` is redis:// over TLS (port 6379 by default: give the server's
+ * tls-port). Reserved, refused with TW_EINVAL for now:
  * `redis+sentinel://[user[:password]@]host[:port]/master-name[/db]` (one
  * Sentinel per entry, port 26379 by default). Credentials come from the
  * URLs or from the username and password fields, not both (TW_EINVAL); URLs
@@ -130,6 +131,25 @@
  * a `nopass` user accepts), then `SELECT db` for a db other than 0. A
  * refusal is TW_EAUTH. Credentials never appear in stats or error texts: a
  * text names a server by its address only.
+ *
+ * TLS (`rediss://` entries, or the config's tls for `host:port` ones) is on
+ * for every connection of the instance, every node of a cluster (its TLS
+ * ports, as CLUSTER SLOTS answers a TLS client when the servers run
+ * `tls-cluster yes`) and every reconnect; a unix socket is never TLS (Redis
+ * serves none there), so entries may not mix them. The server's certificate
+ * is verified against tls_ca_file / tls_ca_dir (default: the system's
+ * store) and, unless tls_skip_hostname_check, must name the server
+ * (tls_server_name, else the host connected to); tls_cert_file and
+ * tls_key_file offer a client certificate (mutual TLS). Every failure of
+ * TLS is TW_ETLS with OpenSSL's words and the server's address in the text
+ * ("127.0.0.1:6380: TLS: certificate verify failed: unable to get local
+ * issuer certificate", "... Hostname mismatch", "... tlsv13 alert
+ * certificate required"), as is a TLS config given to a build without TLS
+ * (CMake option TWHEEL_TLS, on when OpenSSL is found). TLS costs a
+ * handshake per connection (a few ms of CPU with RSA 2048) and encryption
+ * per byte; a connection without AUTH or SELECT sends one PING after the
+ * handshake, so that a refused client certificate (told after the
+ * handshake with TLS 1.3) fails tw_redis_new, not a later call.
  *
  * The least ACL rule, for queue Q (glob characters of Q escaped):
  *
@@ -283,6 +303,29 @@ struct tw_redis_config {
      * also means a worker whose executors are this late in starting a held task (a
      * stall, a backlog) may lose it to another worker. */
     uint32_t hold_ms;
+    /** TLS on every connection (default false; see Connecting): for `host:port` entries.
+     * `rediss://` entries turn it on as well. With TLS, every entry must be `host:port` or
+     * `rediss://` (a `redis://` or unix socket entry: TW_EINVAL). */
+    bool tls;
+    /** CA certificates (PEM) that verify the servers; with tls_ca_dir NULL too, the
+     * system's store (Debian: /etc/ssl/certs). Read during tw_redis_new (TW_ETLS when
+     * OpenSSL cannot). Any tls_* field set without TLS on: TW_EINVAL. */
+    const char *tls_ca_file;
+    /** A directory of CA certificates named by hash (`openssl rehash`), beside or instead
+     * of tls_ca_file. */
+    const char *tls_ca_dir;
+    /** Client certificate (PEM, may hold the chain) for servers that ask for one
+     * (`tls-auth-clients yes`); with tls_key_file, both or neither (TW_EINVAL). */
+    const char *tls_cert_file;
+    /** The client certificate's private key (PEM, unencrypted). */
+    const char *tls_key_file;
+    /** The name every server's certificate must carry, also sent as SNI (NULL: each
+     * server's host as connected: the entry's, or the address CLUSTER SLOTS gives). */
+    const char *tls_server_name;
+    /** false (default): a server's certificate must name it (tls_server_name, else the
+     * host: a DNS name, or an IP address among its IP SANs). true: the chain alone is
+     * verified; anyone with a certificate from the CA can pose as the server. */
+    bool tls_skip_hostname_check;
 };
 
 /** Statistics; every count since tw_redis_new. */

@@ -478,6 +478,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "common/random.h"
@@ -530,20 +531,29 @@ static bool rr_same_str(bool has_a, const char *a, bool has_b, const char *b)
  * carry them carry the same, and those that name a database name the same
  * (the others share what they say). On success *first holds the entry
  * with credentials (or the first), and *db the database (0: none). */
-static int rr_check_servers(const struct tw_redis_config *c, struct tw_rr_url *first, int *db)
+static int rr_check_servers(const struct tw_redis_config *c, struct tw_rr_url *first, int *db,
+                            bool *tls)
 {
     struct tw_rr_url u;
     bool have = false;
     *db = 0;
+    *tls = c->tls;
+    for (size_t i = 0; i < c->nservers; i++)
+        if (tw_rr_url_parse(c->servers[i], &u, NULL) == 0 && u.scheme == TW_RR_TLS)
+            *tls = true;
     for (size_t i = 0; i < c->nservers; i++) {
         const char *why;
         if (tw_rr_url_parse(c->servers[i], &u, &why) != 0) {
             rr_errbuf(c, "servers[%zu]: %s", i, why);
             return TW_EINVAL;
         }
-        if (u.scheme == TW_RR_TLS || u.scheme == TW_RR_SENTINEL) {
-            rr_errbuf(c, "servers[%zu]: %s is not supported yet", i,
-                      u.scheme == TW_RR_TLS ? "TLS (rediss://)" : "Sentinel (redis+sentinel://)");
+        if (u.scheme == TW_RR_SENTINEL) {
+            rr_errbuf(c, "servers[%zu]: Sentinel (redis+sentinel://) is not supported yet", i);
+            return TW_EINVAL;
+        }
+        if (*tls && (u.scheme == TW_RR_UNIX || strncasecmp(c->servers[i], "redis://", 8) == 0)) {
+            rr_errbuf(c, "servers[%zu]: %s with TLS (every entry host:port or rediss://)", i,
+                      u.scheme == TW_RR_UNIX ? "a unix socket" : "redis://");
             return TW_EINVAL;
         }
         if (u.db >= 0 && *db != 0 && u.db != *db) {
@@ -566,6 +576,11 @@ static int rr_check_servers(const struct tw_redis_config *c, struct tw_rr_url *f
         if (i == 0 || (creds && !have))
             *first = u;
         have = have || creds;
+    }
+    if (!*tls && (c->tls_ca_file || c->tls_ca_dir || c->tls_cert_file || c->tls_key_file ||
+                  c->tls_server_name || c->tls_skip_hostname_check)) {
+        rr_errbuf(c, "tls_* settings without TLS (tls, or rediss:// entries)");
+        return TW_EINVAL;
     }
     return 0;
 }
@@ -703,7 +718,7 @@ static void rr_free_all(struct tw_redis *r)
     free(r->silent);
     for (size_t k = 0; k < TW_RR_SAMPLE_NODES; k++)
         if (r->probe[k])
-            redisFree(r->probe[k]);
+            tw_rr_link_free(r->probe[k]);
     pthread_mutex_destroy(&r->silent_mu);
     for (size_t i = 0; i < r->carry.n; i++)
         free(r->carry.v[i]);
@@ -719,6 +734,7 @@ static void rr_free_all(struct tw_redis *r)
     pthread_mutex_destroy(&r->err_mu);
     rr_forget(r->conn.user);
     rr_forget(r->conn.pass);
+    tw_rr_tls_free(r->conn.tls);
     free(r);
 }
 
@@ -768,11 +784,11 @@ static int rr_load_scripts(struct tw_redis *r)
  * (INFO first: the least ACL rule grants it, while CONFIG is an admin
  * command that managed services rename or deny, and a denied command is
  * logged in the server's ACL LOG). 0, or TW_EIO when the connection failed. */
-static int rr_read_policy(redisContext *c, char *buf, size_t cap)
+static int rr_read_policy(struct tw_rr_link *c, char *buf, size_t cap)
 {
     buf[0] = 0;
-    redisReply *x = redisCommand(c, "INFO memory");
-    if (!x)
+    redisReply *x;
+    if (tw_rr_link_command(c, 2, (const char *[]){"INFO", "memory"}, (size_t[]){4, 6}, &x) != 0)
         return TW_EIO;
     const char *p = x->type == REDIS_REPLY_STRING ? strstr(x->str, "maxmemory_policy:") : NULL;
     if (p) {
@@ -786,7 +802,8 @@ static int rr_read_policy(redisContext *c, char *buf, size_t cap)
         return 0;
     }
     freeReplyObject(x);
-    if (!(x = redisCommand(c, "CONFIG GET maxmemory-policy")))
+    if (tw_rr_link_command(c, 3, (const char *[]){"CONFIG", "GET", "maxmemory-policy"},
+                           (size_t[]){6, 3, 16}, &x) != 0)
         return TW_EIO;
     if (x->type == REDIS_REPLY_ARRAY && x->elements == 2 &&
         x->element[1]->type == REDIS_REPLY_STRING)
@@ -798,7 +815,7 @@ static int rr_read_policy(redisContext *c, char *buf, size_t cap)
 /* The router's check of each new connection (on_connect): 0 for a policy
  * that keeps the queue's keys, 1 for one that may evict them when the
  * config accepts that, else TW_ECONFLICT (the node refused); TW_EIO. */
-static int rr_check_server(void *ctx, redisContext *c)
+static int rr_check_server(void *ctx, struct tw_rr_link *c)
 {
     const struct tw_redis *r = ctx;
     char pol[64];
@@ -908,10 +925,11 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
     }
     rr_errbuf(cfg, "%s", "");
     struct tw_rr_url first;
+    bool tls;
     int db, rc = rr_check_config(cfg);
     if (rc && cfg->errbuf && cfg->errbuf_len && !cfg->errbuf[0])
         rr_errbuf(cfg, "a configuration value out of its range (include/twheel/redis.h)");
-    if (rc || (rc = rr_check_servers(cfg, &first, &db)) != 0)
+    if (rc || (rc = rr_check_servers(cfg, &first, &db, &tls)) != 0)
         return rc;
     char why[TW_RR_ERR_MAX] = "";
     struct tw_redis *r = calloc(1, sizeof *r);
@@ -921,6 +939,8 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
     }
     r->cfg = *cfg;
     r->cfg.username = r->cfg.password = NULL; /* r->conn holds copies */
+    r->cfg.tls_ca_file = r->cfg.tls_ca_dir = r->cfg.tls_cert_file = r->cfg.tls_key_file = NULL;
+    r->cfg.tls_server_name = NULL; /* read into r->conn.tls */
     r->cfg.errbuf = NULL;
     r->cfg.errbuf_len = 0;
     uint64_t seed[2];
@@ -975,6 +995,13 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
     }
     if (rr_copy_servers(r, cfg, &first, db) != 0)
         goto nomem;
+    if (tls) {
+        const struct tw_rr_tls_config tc = {cfg->tls_ca_file,     cfg->tls_ca_dir,
+                                            cfg->tls_cert_file,   cfg->tls_key_file,
+                                            cfg->tls_server_name, cfg->tls_skip_hostname_check};
+        if ((rc = tw_rr_tls_new(&tc, &r->conn.tls, why, sizeof why)) != 0)
+            goto fail;
+    }
     r->cfg.servers = (const char *const *)r->servers;
     for (uint32_t p = 0; p < cfg->partitions; p++) {
         char tag[TW_RR_KEYBUF];

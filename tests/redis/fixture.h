@@ -45,6 +45,11 @@ struct rfx_options {
     bool unix_socket;           /* --unixsocket DIR/redis.sock (--unixsocketperm 700): s->sock */
     const char *password;       /* --requirepass: the default user's password, which the
                                    fixture's own connections send (AUTH); must outlive it */
+    const char *tls_dir;        /* an rfx_tls_make directory: a second port, s->tls_port, serves
+                                   TLS with its server.crt/key and ca.crt (the plain port stays
+                                   for the fixture's own connections); in a cluster also
+                                   --tls-cluster yes. Must outlive the server */
+    bool tls_auth_clients;      /* with tls_dir: --tls-auth-clients yes (mutual TLS), else no */
 };
 
 struct rfx_server {
@@ -53,6 +58,8 @@ struct rfx_server {
     char dir[256];              /* the server's own temporary directory */
     char addr[32];              /* "127.0.0.1:port" */
     char sock[300];             /* the unix socket's path with opts.unix_socket, else "" */
+    int tls_port;               /* with opts.tls_dir: the TLS port, else 0 */
+    char tls_addr[32];          /* "127.0.0.1:tls_port", or "" */
     struct rfx_options opts;    /* kept for rfx_restart */
     int slot_;                  /* registry index (internal) */
 };
@@ -92,6 +99,7 @@ struct rfx_cluster {
     struct rfx_server node[RFX_CLUSTER_MAX];
     char id[RFX_CLUSTER_MAX][48]; /* CLUSTER MYID of each node */
     const char *addrs[RFX_CLUSTER_MAX]; /* node[i].addr, ready for a seed list */
+    const char *tls_addrs[RFX_CLUSTER_MAX]; /* node[i].tls_addr (with opts.tls_dir) */
 };
 
 /* Start n (3..RFX_CLUSTER_MAX) masters, no replicas, slots spread evenly;
@@ -114,6 +122,20 @@ int rfx_cluster_migrate_slot(struct rfx_cluster *c, unsigned slot, size_t to);
 int rfx_dbsize(const struct rfx_server *s, uint64_t *out);
 /* Redis Cluster hash slot of a key (CRC16 with {hash tags}). */
 unsigned rfx_key_slot(const void *key, size_t len);
+
+/* ---- TLS material ------------------------------------------------------ */
+/* Certificates made at run time with the openssl command (EC P-256, 2 days)
+ * in a new directory removed at exit: a CA (ca.crt), a server certificate
+ * it signs for IP 127.0.0.1 and DNS localhost (server.crt/key), a client
+ * certificate (client.crt/key), another CA (ca2.crt) and a certificate of
+ * the first CA for another name only, "wrong.example" (wrong.crt/key).
+ * Paths are dir + "/" + name. */
+struct rfx_tls {
+    char dir[256];
+};
+int rfx_tls_make(struct rfx_tls *t);
+/* dir/name into buf; returns buf. */
+const char *rfx_tls_path(const struct rfx_tls *t, const char *name, char *buf, size_t len);
 
 /* ---- worker processes -------------------------------------------------- */
 /* fork + execv(argv[0], argv) with PDEATHSIG; stdout/stderr inherited unless

@@ -327,9 +327,9 @@ static int run_poll(const struct opts *o, const sigset_t *set)
         return 1;
     }
     struct tw_rr_conn cn = {u.has_user ? u.user : NULL, u.has_pass ? u.pass : NULL,
-                            u.db > 0 ? u.db : 0};
+                            u.db > 0 ? u.db : 0, NULL}; /* plain: the baseline has no TLS */
     char err[TW_RR_ERR_MAX];
-    redisContext *c;
+    struct tw_rr_link *c;
     if (tw_rr_open(&cn, u.host, u.port, 2000, 10000, &c, err, sizeof err) != 0) {
         fprintf(stderr, "redis_worker: %s\n", err);
         return 1;
@@ -339,11 +339,14 @@ static int run_poll(const struct opts *o, const sigset_t *set)
     uint64_t claims = 0, got = 0;
     for (;;) {
         for (;;) {
-            redisReply *r = redisCommand(c, "EVAL %s 1 %s %u", poll_script, zkey, o->batch);
+            char nb[16];
+            snprintf(nb, sizeof nb, "%u", o->batch);
+            redisReply *r;
             claims++;
-            if (!r) {
+            if (tw_rr_link_command(c, 5, (const char *[]){"EVAL", poll_script, "1", zkey, nb},
+                                   NULL, &r) != 0) {
                 fprintf(stderr, "redis_worker: poll: %s\n", c->errstr);
-                redisFree(c);
+                tw_rr_link_free(c);
                 return 1;
             }
             size_t n = 0;
@@ -368,7 +371,7 @@ static int run_poll(const struct opts *o, const sigset_t *set)
         if (wait_signal(set, (int)o->interval_ms))
             break;
     }
-    redisFree(c);
+    tw_rr_link_free(c);
     if (o->stats) {
         FILE *f = fopen(o->stats, "w");
         if (f) {
