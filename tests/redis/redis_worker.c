@@ -28,6 +28,9 @@
  *
  * --ahead-ms N (or the environment's TW_RW_AHEAD_MS) sets start_ahead_ms,
  * --rt-priority N (or TW_RW_RT_PRIORITY) rt_priority, --hold-ms N hold_ms.
+ * --tls-ca FILE, --tls-cert FILE, --tls-key FILE: tls_ca_file,
+ * tls_cert_file, tls_key_file (with rediss:// entries; the poll mode is
+ * plain only).
  *
  * Run under libfaketime (FAKETIME in the environment: a test that makes the
  * worker's clocks run fast), start_us is read from the kernel by the raw
@@ -69,6 +72,7 @@ struct opts {
     uint32_t exec_us, interval_ms, batch;
     int64_t ahead_ms; /* start_ahead_ms; -1: the default */
     uint32_t rt_priority, hold_ms;
+    const char *tls_ca, *tls_cert, *tls_key;
 };
 
 static int out_fd = -1;
@@ -205,6 +209,12 @@ static int parse(int argc, char **argv, struct opts *o)
             rc = parse_u32(v, &o->rt_priority);
         else if (!strcmp(a, "--hold-ms"))
             rc = parse_u32(v, &o->hold_ms);
+        else if (!strcmp(a, "--tls-ca"))
+            o->tls_ca = v;
+        else if (!strcmp(a, "--tls-cert"))
+            o->tls_cert = v;
+        else if (!strcmp(a, "--tls-key"))
+            o->tls_key = v;
         else if (!strcmp(a, "--ahead-ms")) {
             rc = parse_u32(v, &u);
             o->ahead_ms = u;
@@ -257,6 +267,9 @@ static int run_wheel(const struct opts *o, const sigset_t *set)
     cfg.rt_priority = o->rt_priority;
     if (o->hold_ms)
         cfg.hold_ms = o->hold_ms;
+    cfg.tls_ca_file = o->tls_ca;
+    cfg.tls_cert_file = o->tls_cert;
+    cfg.tls_key_file = o->tls_key;
     cfg.execute = execute;
     cfg.arg = (void *)o;
     char err[TW_RR_ERR_MAX] = "";
