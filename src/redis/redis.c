@@ -403,17 +403,18 @@
  * or any late reply, shows it answers. An ack that fails leaves the lease to expire
  * (at-least-once).
  *
- * Connecting (url.c, connect.c, acl.c, errors.c): each servers entry is
- * parsed once here (rr_check_servers: plain host:port or socket path, or a
- * redis:// or unix:// URL; rediss:// and redis+sentinel:// are parsed but
- * refused until TLS and Sentinel are served), and kept as the router takes
- * it: "host:port" or the socket's path, no credentials. The credentials
+ * Connecting (url.c, connect.c, transport.c, acl.c, errors.c): each
+ * servers entry is parsed once here (rr_check_servers: plain host:port or
+ * socket path, or a redis://, rediss:// or unix:// URL; redis+sentinel://
+ * is parsed but refused until Sentinel is served), and kept as the router
+ * takes it: "host:port" or the socket's path, no credentials. The credentials
  * and the db go to r->conn, one set for the instance (the fields or the
  * URLs, never both; URLs that disagree are refused rather than guessed at),
  * wiped at free. Every connection is opened by tw_rr_open with r->conn:
  * the routers' (client, claim, executors, acknowledger, each node learnt
  * from CLUSTER SLOTS or a redirect, each reconnect) and the subscriber's,
- * so no path connects without AUTH. A refused AUTH is TW_EAUTH and ends
+ * so no path connects without AUTH (nor, with TLS, without TLS: the
+ * silent probe's PING goes through transport.c too). A refused AUTH is TW_EAUTH and ends
  * the call at once (retrying the same credentials cannot help; the node
  * still backs off, so the worker's threads retry it slowly). Before it
  * writes anything, new asks the server's ACL (acl.c, one EVAL of
@@ -426,6 +427,30 @@
  * copied per calling thread for tw_redis_last_error, and, for the worker's
  * own threads, which have no caller, into werr through their routers'
  * sink (counted in worker_errors). Texts name servers by address only.
+ * Transport and TLS (transport.c): every connection is the layer's own
+ * struct tw_rr_link, not a hiredis redisContext, because Debian 12's
+ * hiredis 0.14 has no TLS (hiredis has TLS from 1.0 on, as a library of its
+ * own). We keep hiredis for the protocol (redisFormatCommandArgv for the
+ * requests, a redisReader for the replies) and do the socket I/O: plain
+ * connections as hiredis did (a blocking socket with SO_RCVTIMEO and
+ * SO_SNDTIMEO at the command timeout, TCP_NODELAY, one read of up to 16 KB
+ * per wait; MSG_DONTWAIT where nothing may wait), TLS ones through OpenSSL
+ * on a non-blocking socket and poll. TLS is one switch for the instance
+ * (rediss:// entries, or cfg.tls): tw_redis_new builds one SSL_CTX (CA file
+ * or directory, else the system's store; the client certificate) held in
+ * r->conn.tls, and every connection made with r->conn (client, claim,
+ * subscriber, executors, acknowledger, each cluster node, each reconnect,
+ * the probe) does the handshake and verifies the server's chain and name
+ * (tls_server_name, else the host connected to: for nodes learnt from
+ * CLUSTER SLOTS the address it gives, which is the TLS port for a TLS
+ * client when the servers run tls-cluster yes). A TLS connection without
+ * AUTH or SELECT sends a PING before it is handed out: TLS 1.3 servers
+ * refuse a missing client certificate after the handshake. Any TLS failure
+ * is TW_ETLS with OpenSSL's words; like TW_EAUTH it ends the call at once
+ * and reaches the worker's error (sink). A TLS write reports only whole
+ * records (SSL_MODE_ENABLE_PARTIAL_WRITE), so what the router counts as
+ * written (a call that may have run) stays exact. Unix sockets are never
+ * TLS (Redis serves none there): a config mixing them with TLS is refused.
  * Lost replies: a call is sent (router.c) once all of its bytes are in the
  * socket; before that (a failed connect, a backoff, an unknown slot, a
  * write that failed, a connection found closed before writing) nothing can

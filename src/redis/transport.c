@@ -557,40 +557,49 @@ int tw_rr_link_flush(struct tw_rr_link *l)
     return lk_write(l, true) == 0 ? 0 : l->err;
 }
 
-/* Read into the reader: wait (up to the command timeout) for something,
- * or take what has come without waiting. 1 read, 0 nothing (no wait),
- * -1 failed (l->err). A TLS read drains what OpenSSL holds. */
-static int lk_read(struct tw_rr_link *l, bool wait)
+#ifdef TWHEEL_TLS
+/* lk_read for a TLS link: drains what OpenSSL can give without waiting. */
+static int lk_read_tls(struct tw_rr_link *l, bool wait)
 {
     char buf[LK_READ_BYTES];
     uint64_t deadline = 0;
     int got = 0;
     for (;;) {
-        ssize_t n;
-#ifdef TWHEEL_TLS
-        if (l->ssl) {
-            ERR_clear_error();
-            int r = SSL_read(l->ssl, buf, sizeof buf);
-            if (r > 0) {
-                if (redisReaderFeed(l->reader, buf, (size_t)r) != REDIS_OK)
-                    return lk_fail(l, TW_ENOMEM, "%s", tw_strerror(TW_ENOMEM));
-                got = 1;
-                continue;
-            }
-            int e = SSL_get_error(l->ssl, r);
-            if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE)
-                return lk_ssl_fail(l, r);
-            if (got || !wait)
-                return got;
-            if (!deadline)
-                deadline = lk_deadline(l->wait_ms);
-            if (!lk_wait(l->fd, e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline))
-                return lk_errno(l, EAGAIN);
+        ERR_clear_error();
+        int r = SSL_read(l->ssl, buf, sizeof buf);
+        if (r > 0) {
+            if (redisReaderFeed(l->reader, buf, (size_t)r) != REDIS_OK)
+                return lk_fail(l, TW_ENOMEM, "%s", tw_strerror(TW_ENOMEM));
+            got = 1;
             continue;
         }
+        int e = SSL_get_error(l->ssl, r);
+        if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE)
+            return lk_ssl_fail(l, r);
+        if (got || !wait)
+            return got;
+        if (!deadline)
+            deadline = lk_deadline(l->wait_ms);
+        if (!lk_wait(l->fd, e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline))
+            return lk_errno(l, EAGAIN);
+    }
+}
 #endif
-        n = wait && !l->nb ? read(l->fd, buf, sizeof buf)
-                           : recv(l->fd, buf, sizeof buf, MSG_DONTWAIT);
+
+/* Read into the reader: wait (up to the command timeout) for something,
+ * or take what has come without waiting. 1 read, 0 nothing (no wait),
+ * -1 failed (l->err). A TLS read drains what OpenSSL holds. */
+static int lk_read(struct tw_rr_link *l, bool wait)
+{
+#ifdef TWHEEL_TLS
+    if (l->ssl)
+        return lk_read_tls(l, wait);
+#endif
+    char buf[LK_READ_BYTES];
+    uint64_t deadline = 0;
+    for (;;) {
+        ssize_t n = wait && !l->nb ? read(l->fd, buf, sizeof buf)
+                                   : recv(l->fd, buf, sizeof buf, MSG_DONTWAIT);
         if (n > 0) {
             if (redisReaderFeed(l->reader, buf, (size_t)n) != REDIS_OK)
                 return lk_fail(l, TW_ENOMEM, "%s", tw_strerror(TW_ENOMEM));
