@@ -770,7 +770,7 @@ static void report(double elapsed)
         TROW("Redis CPU s per 1e5 tasks (spread run)", "%.3f", cpu_per_1e5);
 #undef TROW
         emit(f, "| early / lost (must be 0) | %" PRIu64 " / %" PRIu64 " | %" PRIu64 " / %" PRIu64
-                " | |\n",
+                " | |\n\n",
              t->early, t->lost, ts->early, ts->lost);
     }
     emit(f, "Script calls per task in the spread run (sets, claims, starts, acks; INFO "

@@ -121,8 +121,9 @@ int tw_rr_link_open(const struct tw_rr_tls *tls, const char *host, int port,
  * tw_rr_link_step drives it, the handshake, the writes and the reads. */
 int tw_rr_link_start(const struct tw_rr_tls *tls, const char *host, int port,
                      uint32_t command_timeout_ms, struct tw_rr_link **out);
-/* One command formatted into the output buffer (redisFormatCommandArgv;
- * lens may be NULL for NUL-terminated strings). 0 or TW_ENOMEM. */
+/* One command formatted into the output buffer (redisFormatSdsCommandArgv;
+ * lens may be NULL for NUL-terminated strings). 0, or TW_ENOMEM (the link is
+ * dead then: its err says so). */
 int tw_rr_link_append(struct tw_rr_link *l, int argc, const char **argv, const size_t *lens);
 /* Write everything buffered. 0 or the link's error. */
 int tw_rr_link_flush(struct tw_rr_link *l);

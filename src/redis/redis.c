@@ -430,7 +430,7 @@
  * Transport and TLS (transport.c): every connection is the layer's own
  * struct tw_rr_link, not a hiredis redisContext, because Debian 12's
  * hiredis 0.14 has no TLS (hiredis has TLS from 1.0 on, as a library of its
- * own). We keep hiredis for the protocol (redisFormatCommandArgv for the
+ * own). We keep hiredis for the protocol (redisFormatSdsCommandArgv for the
  * requests, a redisReader for the replies) and do the socket I/O: plain
  * connections as hiredis did (a blocking socket with SO_RCVTIMEO and
  * SO_SNDTIMEO at the command timeout, TCP_NODELAY, one read of up to 16 KB

@@ -454,17 +454,15 @@ enum {
 };
 
 /* Write the command (after ASKING when ask) on c and read its reply: 0 and
- * *reply, RR_UNSENT or RR_LOST (c->err says why; TW_ENOMEM there when the
- * command could not even be formatted). The write and the read are done
- * apart to tell the two failures apart. */
+ * *reply, RR_UNSENT or RR_LOST (c->err says why: TW_ENOMEM when the command
+ * could not even be formatted). The write and the read are done apart to
+ * tell the two failures apart. */
 static int rr_roundtrip(struct tw_rr_link *c, bool ask, int argc, const char **argv,
                         const size_t *lens, redisReply **reply)
 {
     if ((ask && tw_rr_link_append(c, 1, (const char *[]){"ASKING"}, (size_t[]){6}) != 0) ||
-        tw_rr_link_append(c, argc, argv, lens) != 0) {
-        c->err = TW_ENOMEM;
+        tw_rr_link_append(c, argc, argv, lens) != 0)
         return RR_UNSENT;
-    }
     if (tw_rr_link_flush(c) != 0)
         return RR_UNSENT;
     void *a = NULL;

@@ -6,8 +6,11 @@
  *
  * Why not hiredis' redisContext: Debian 12's hiredis 0.14 has no TLS (its
  * TLS came with 1.0, as a separate library). The protocol stays hiredis':
- * requests are formatted by redisFormatCommandArgv and replies parsed by a
- * redisReader, exactly as a redisContext does; only the socket I/O is ours.
+ * requests are formatted by redisFormatSdsCommandArgv (the formatter of
+ * redisAppendCommandArgv: its char * twin, redisFormatCommandArgv, formats
+ * with sprintf and costs a set ~460 more instructions) and replies parsed
+ * by a redisReader, exactly as a redisContext does; only the socket I/O is
+ * ours.
  *
  * Plain connections do what hiredis' blocking context did, syscall for
  * syscall: a blocking socket with SO_RCVTIMEO / SO_SNDTIMEO at the command
@@ -46,6 +49,8 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
+
+#include <hiredis/sds.h>
 
 #include "redis/internal.h"
 
@@ -112,6 +117,21 @@ static int lk_wait(int fd, short ev, uint64_t deadline_ns)
 static uint64_t lk_deadline(uint32_t ms)
 {
     return tw_rr_mono_ns() + (uint64_t)ms * 1000000u;
+}
+
+/* A read or write that found the socket not ready: 0 when not waiting
+ * (the caller returns 0), 1 once it is ready for ev (try again), -1 when
+ * the wait failed (l->err): a blocking socket's SO_RCVTIMEO / SO_SNDTIMEO
+ * ran out, or wait_ms passed since the first wait (*deadline, 0 at first). */
+static int lk_blocked(struct tw_rr_link *l, bool wait, short ev, uint64_t *deadline)
+{
+    if (!wait)
+        return 0;
+    if (!l->nb)
+        return lk_errno(l, EAGAIN);
+    if (!*deadline)
+        *deadline = lk_deadline(l->wait_ms);
+    return lk_wait(l->fd, ev, *deadline) ? 1 : lk_errno(l, EAGAIN);
 }
 
 /* ---- TLS configuration ------------------------------------------------------ */
@@ -470,10 +490,10 @@ int tw_rr_link_start(const struct tw_rr_tls *tls, const char *host, int port,
 
 int tw_rr_link_append(struct tw_rr_link *l, int argc, const char **argv, const size_t *lens)
 {
-    char *cmd;
-    int len = redisFormatCommandArgv(&cmd, argc, argv, lens);
+    sds cmd;
+    int len = redisFormatSdsCommandArgv(&cmd, argc, argv, lens);
     if (len < 0)
-        return TW_ENOMEM;
+        return lk_fail(l, TW_ENOMEM, "%s", tw_strerror(TW_ENOMEM)), TW_ENOMEM;
     if (l->olen + (size_t)len > l->ocap) {
         if (l->opos) { /* what was written makes room first */
             memmove(l->ob, l->ob + l->opos, l->olen - l->opos);
@@ -485,15 +505,15 @@ int tw_rr_link_append(struct tw_rr_link *l, int argc, const char **argv, const s
             cap *= 2;
         char *ob = cap > l->ocap ? realloc(l->ob, cap) : l->ob;
         if (!ob) {
-            redisFreeCommand(cmd);
-            return TW_ENOMEM;
+            sdsfree(cmd);
+            return lk_fail(l, TW_ENOMEM, "%s", tw_strerror(TW_ENOMEM)), TW_ENOMEM;
         }
         l->ob = ob;
         l->ocap = cap;
     }
     memcpy(l->ob + l->olen, cmd, (size_t)len);
     l->olen += (size_t)len;
-    redisFreeCommand(cmd);
+    sdsfree(cmd);
     return 0;
 }
 
@@ -517,12 +537,9 @@ static int lk_write(struct tw_rr_link *l, bool wait)
                 return lk_why_closed(l, w);
             if (e != SSL_ERROR_WANT_WRITE && e != SSL_ERROR_WANT_READ)
                 return lk_ssl_fail(l, w);
-            if (!wait)
-                return 0;
-            if (!deadline)
-                deadline = lk_deadline(l->wait_ms);
-            if (!lk_wait(l->fd, e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline))
-                return lk_errno(l, EAGAIN);
+            int b = lk_blocked(l, wait, e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, &deadline);
+            if (b <= 0)
+                return b;
             continue;
         }
 #endif
@@ -534,14 +551,9 @@ static int lk_write(struct tw_rr_link *l, bool wait)
         if (w < 0 && errno == EINTR)
             continue;
         if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            if (!wait)
-                return 0;
-            if (!l->nb) /* SO_SNDTIMEO ran out */
-                return lk_errno(l, errno);
-            if (!deadline)
-                deadline = lk_deadline(l->wait_ms);
-            if (!lk_wait(l->fd, POLLOUT, deadline))
-                return lk_errno(l, EAGAIN);
+            int b = lk_blocked(l, wait, POLLOUT, &deadline);
+            if (b <= 0)
+                return b;
             continue;
         }
         return lk_errno(l, w < 0 ? errno : EIO);
@@ -576,12 +588,11 @@ static int lk_read_tls(struct tw_rr_link *l, bool wait)
         int e = SSL_get_error(l->ssl, r);
         if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE)
             return lk_ssl_fail(l, r);
-        if (got || !wait)
+        if (got)
             return got;
-        if (!deadline)
-            deadline = lk_deadline(l->wait_ms);
-        if (!lk_wait(l->fd, e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline))
-            return lk_errno(l, EAGAIN);
+        int b = lk_blocked(l, wait, e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, &deadline);
+        if (b <= 0)
+            return b;
     }
 }
 #endif
@@ -611,14 +622,9 @@ static int lk_read(struct tw_rr_link *l, bool wait)
             continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK)
             return lk_errno(l, errno);
-        if (!wait)
-            return 0;
-        if (!l->nb) /* SO_RCVTIMEO ran out */
-            return lk_errno(l, errno);
-        if (!deadline)
-            deadline = lk_deadline(l->wait_ms);
-        if (!lk_wait(l->fd, POLLIN, deadline))
-            return lk_errno(l, EAGAIN);
+        int b = lk_blocked(l, wait, POLLIN, &deadline);
+        if (b <= 0)
+            return b;
     }
 }
 
@@ -662,7 +668,7 @@ int tw_rr_link_command(struct tw_rr_link *l, int argc, const char **argv, const 
     if (l->err)
         return l->err;
     if (tw_rr_link_append(l, argc, argv, lens) != 0)
-        return lk_fail(l, TW_ENOMEM, "%s", tw_strerror(TW_ENOMEM)), l->err;
+        return l->err;
     return tw_rr_link_get(l, (void **)reply);
 }
 
