@@ -137,6 +137,14 @@ static int lk_blocked(struct tw_rr_link *l, bool wait, short ev, uint64_t *deadl
 /* ---- TLS configuration ------------------------------------------------------ */
 
 #ifdef TWHEEL_TLS
+/* Before an SSL call on a link: its failure is then read from a clean
+ * error queue and errno (SSL_get_error, lk_ssl_fail). */
+static void lk_ossl_clear(void)
+{
+    ERR_clear_error();
+    errno = 0;
+}
+
 /* OpenSSL's reason for the last failure on this thread (its queue cleared). */
 static const char *lk_ossl_why(char *buf, size_t len)
 {
@@ -179,6 +187,9 @@ int tw_rr_tls_new(const struct tw_rr_tls_config *tc, struct tw_rr_tls **out, cha
     SSL_CTX_set_min_proto_version(t->ctx, TLS1_2_VERSION);
     SSL_CTX_set_verify(t->ctx, SSL_VERIFY_PEER, NULL);
     SSL_CTX_set_mode(t->ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    /* A server that closes without close_notify (killed, restarted) is a
+     * lost connection (TW_EIO, retried), not a TLS failure (TW_ETLS, final). */
+    SSL_CTX_set_options(t->ctx, SSL_OP_IGNORE_UNEXPECTED_EOF);
     if (tc->ca_file || tc->ca_dir) {
         if (SSL_CTX_load_verify_locations(t->ctx, tc->ca_file, tc->ca_dir) != 1) {
             snprintf(err, errlen, "TLS: cannot load the CA %s: %s",
@@ -314,6 +325,7 @@ static int lk_blocking(struct tw_rr_link *l, uint32_t ms)
 static int lk_ssl_fail(struct tw_rr_link *l, int ret)
 {
     SSL *ssl = l->ssl;
+    int sys = errno; /* the socket call's, before OpenSSL's calls below */
     int e = SSL_get_error(ssl, ret);
     char why[128];
     long vr = SSL_get_verify_result(ssl);
@@ -325,9 +337,9 @@ static int lk_ssl_fail(struct tw_rr_link *l, int ret)
     if (e == SSL_ERROR_SSL)
         return lk_fail(l, TW_ETLS, "TLS: %s", lk_ossl_why(why, sizeof why));
     ERR_clear_error();
-    if (e == SSL_ERROR_ZERO_RETURN || (e == SSL_ERROR_SYSCALL && errno == 0))
+    if (e == SSL_ERROR_ZERO_RETURN || (e == SSL_ERROR_SYSCALL && sys == 0))
         return lk_fail(l, TW_EIO, "Server closed the connection");
-    return lk_errno(l, errno ? errno : EIO);
+    return lk_errno(l, sys ? sys : EIO);
 }
 
 /* A write that failed on a closed socket (EPIPE, ECONNRESET): the server
@@ -338,7 +350,7 @@ static int lk_why_closed(struct tw_rr_link *l, int w)
 {
     int saved = errno;
     char b[256];
-    ERR_clear_error();
+    lk_ossl_clear();
     int r = SSL_read(l->ssl, b, sizeof b);
     if (r <= 0 && SSL_get_error(l->ssl, r) == SSL_ERROR_SSL)
         return lk_ssl_fail(l, r);
@@ -377,7 +389,7 @@ static int lk_ssl_new(struct tw_rr_link *l, const struct tw_rr_tls *t, const cha
 /* One handshake step: 1 done, 0 waiting for `*ev`, -1 failed. */
 static int lk_handshake(struct tw_rr_link *l, short *ev)
 {
-    ERR_clear_error();
+    lk_ossl_clear();
     int r = SSL_connect(l->ssl);
     if (r == 1) {
         l->state = LK_READY;
@@ -526,7 +538,7 @@ static int lk_write(struct tw_rr_link *l, bool wait)
         size_t n = l->olen - l->opos;
 #ifdef TWHEEL_TLS
         if (l->ssl) {
-            ERR_clear_error();
+            lk_ossl_clear();
             int w = SSL_write(l->ssl, l->ob + l->opos, n > INT32_MAX ? INT32_MAX : (int)n);
             if (w > 0) {
                 l->opos += (size_t)w;
@@ -577,7 +589,7 @@ static int lk_read_tls(struct tw_rr_link *l, bool wait)
     uint64_t deadline = 0;
     int got = 0;
     for (;;) {
-        ERR_clear_error();
+        lk_ossl_clear();
         int r = SSL_read(l->ssl, buf, sizeof buf);
         if (r > 0) {
             if (redisReaderFeed(l->reader, buf, (size_t)r) != REDIS_OK)
@@ -679,7 +691,7 @@ bool tw_rr_link_closed(struct tw_rr_link *l)
         return true;
 #ifdef TWHEEL_TLS
     if (l->ssl) {
-        ERR_clear_error();
+        lk_ossl_clear();
         int k = SSL_peek(l->ssl, &b, 1);
         if (k > 0)
             return false;

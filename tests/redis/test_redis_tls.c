@@ -14,6 +14,8 @@
  *  - mutual TLS (tls-auth-clients yes): refused without a client
  *    certificate, served with one;
  *  - AUTH over TLS: the right password works, a wrong one is TW_EAUTH;
+ *  - a TLS server SIGKILLed and restarted: every thread reconnects (a lost
+ *    connection, not a TLS failure);
  *  - configurations refused: TLS with a unix socket or redis://, tls_*
  *    fields without TLS, a certificate without its key, an unreadable CA.
  * Waits are bounded polls; nothing asserts speed.
@@ -22,6 +24,7 @@
 #include "fixture.h"
 #include "test.h"
 
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -370,6 +373,47 @@ static void test_auth(void)
     rfx_stop(&s);
 }
 
+/* A TLS server SIGKILLed and restarted (no close_notify: OpenSSL 3 calls
+ * that an unexpected EOF): a lost connection, reconnected with a new
+ * handshake by every thread, no worker error. */
+static void test_reconnect(void)
+{
+    NEED(make_certs());
+    struct rfx_server s;
+    NEED(start_tls_server(&s, false, NULL));
+    char url[64];
+    snprintf(url, sizeof url, "rediss://127.0.0.1:%d", s.tls_port);
+    struct got g = {PTHREAD_MUTEX_INITIALIZER, 0};
+    struct tw_redis_config c;
+    struct tw_redis *w = NULL, *client = NULL;
+    cfg_of(&c, (const char *[]){url}, 1, "rq", &g);
+    CHECK_(tw_redis_new(&w, &c) == 0, "%s", errbuf);
+    cfg_of(&c, (const char *[]){url}, 1, "rq", NULL);
+    CHECK_(tw_redis_new(&client, &c) == 0, "%s", errbuf);
+    if (w && client) {
+        round_trip(client, w, &g, "b", 10);
+        CHECK(rfx_kill(&s) == 0);
+        CHECK(rfx_restart(&s) == 0);
+        int rc = TW_EIO;
+        uint64_t end = rfx_mono_ms() + 10000;
+        while (rc != 0 && rfx_mono_ms() < end) /* the client reconnects on its next call */
+            rc = tw_redis_set(client, "again", 5, "x", 1, 100);
+        CHECK_EQ_INT(rc, 0);
+        size_t had = got_count(&g);
+        CHECK(got_wait(&g, had + 1, 10000));
+        struct tw_redis_stats st;
+        CHECK_EQ_INT(tw_redis_stats(w, &st), 0);
+        CHECK(st.reconnects > 0);
+        char buf[256];
+        CHECK_EQ_INT(tw_redis_worker_error(w, buf, sizeof buf), 0);
+        CHECK_(st.worker_errors == 0, "%" PRIu64 " worker errors, the last: %s",
+               st.worker_errors, buf);
+    }
+    tw_redis_free(client);
+    tw_redis_free(w);
+    rfx_stop(&s);
+}
+
 static void expect_einval(struct tw_redis_config *c, const char *says)
 {
     expect_fail(c, TW_EINVAL, says, NULL);
@@ -410,6 +454,7 @@ int main(void)
     RUN(test_wrong_name);
     RUN(test_mutual);
     RUN(test_auth);
+    RUN(test_reconnect);
     RUN(test_config_refused);
     return test_summary();
 }
