@@ -14,8 +14,9 @@
  *  - mutual TLS (tls-auth-clients yes): refused without a client
  *    certificate, served with one;
  *  - AUTH over TLS: the right password works, a wrong one is TW_EAUTH;
- *  - a TLS server SIGKILLed and restarted: every thread reconnects (a lost
- *    connection, not a TLS failure);
+ *  - a TLS server SIGKILLed and restarted: every thread reconnects;
+ *  - the silent probe's non-blocking connection: its handshake and PING
+ *    answered by a TLS server, no step waiting on a stopped one;
  *  - configurations refused: TLS with a unix socket or redis://, tls_*
  *    fields without TLS, a certificate without its key, an unreadable CA.
  * Waits are bounded polls; nothing asserts speed.
@@ -26,9 +27,11 @@
 
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "redis/internal.h" /* the probe's link (white box) */
 #include "twheel/redis.h"
 
 /* A step the rest of a case needs: checked, and the case ends without it. */
@@ -414,6 +417,50 @@ static void test_reconnect(void)
     rfx_stop(&s);
 }
 
+/* The silent probe's connection (silent.c): started without waiting, its
+ * TLS handshake driven by steps that never block: a PING answered by a
+ * TLS server; nothing, and no step waiting, from a stopped one. */
+static void test_probe(void)
+{
+    NEED(make_certs());
+    struct rfx_server s;
+    NEED(start_tls_server(&s, false, NULL));
+    struct tw_rr_tls_config tc = {.ca_file = ca};
+    struct tw_rr_tls *t = NULL;
+    char err[256];
+    NEED(tw_rr_tls_new(&tc, &t, err, sizeof err) == 0);
+    for (int stopped = 0; stopped < 2; stopped++) {
+        if (stopped)
+            CHECK(rfx_signal(s.pid, SIGSTOP) == 0);
+        struct tw_rr_link *l = NULL;
+        CHECK_EQ_INT(tw_rr_link_start(t, "127.0.0.1", s.tls_port, 1000, &l), 0);
+        CHECK_EQ_INT(tw_rr_link_append(l, 1, (const char *[]){"PING"}, NULL), 0);
+        void *x = NULL;
+        uint64_t end = rfx_mono_ms() + (stopped ? 500 : 5000), slowest = 0;
+        while (!x && rfx_mono_ms() < end) {
+            uint64_t t0 = rfx_mono_ms();
+            CHECK_EQ_INT(tw_rr_link_step(l, &x), 0);
+            if (rfx_mono_ms() - t0 > slowest)
+                slowest = rfx_mono_ms() - t0;
+            if (!x)
+                rfx_sleep_ms(5);
+        }
+        CHECK_(slowest < 100, "a step waited %" PRIu64 " ms", slowest);
+        if (stopped) {
+            CHECK(x == NULL);
+        } else {
+            CHECK(x != NULL && ((redisReply *)x)->type == REDIS_REPLY_STATUS &&
+                  strcmp(((redisReply *)x)->str, "PONG") == 0);
+        }
+        if (x)
+            freeReplyObject(x);
+        tw_rr_link_free(l);
+    }
+    CHECK(rfx_signal(s.pid, SIGCONT) == 0);
+    tw_rr_tls_free(t);
+    rfx_stop(&s);
+}
+
 static void expect_einval(struct tw_redis_config *c, const char *says)
 {
     expect_fail(c, TW_EINVAL, says, NULL);
@@ -455,6 +502,7 @@ int main(void)
     RUN(test_mutual);
     RUN(test_auth);
     RUN(test_reconnect);
+    RUN(test_probe);
     RUN(test_config_refused);
     return test_summary();
 }
