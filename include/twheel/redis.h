@@ -146,10 +146,12 @@
  * issuer certificate", "... Hostname mismatch", "... tlsv13 alert
  * certificate required"), as is a TLS config given to a build without TLS
  * (CMake option TWHEEL_TLS, on when OpenSSL is found). TLS costs a
- * handshake per connection (a few ms of CPU with RSA 2048) and encryption
- * per byte; a connection without AUTH or SELECT sends one PING after the
- * handshake, so that a refused client certificate (told after the
- * handshake with TLS 1.3) fails tw_redis_new, not a later call.
+ * handshake per connection and encryption per byte (W7 in bench/README.md
+ * measures it); a connection without AUTH or SELECT sends one PING after
+ * the handshake, so that a refused client certificate (told after the
+ * handshake with TLS 1.3) fails tw_redis_new, not a later call. Threads:
+ * as without TLS (OpenSSL 3 is thread-safe; each thread has its own
+ * connections). The files named are read once, by tw_redis_new.
  *
  * The least ACL rule, for queue Q (glob characters of Q escaped):
  *
@@ -400,9 +402,13 @@ TW_API void tw_redis_config_init(struct tw_redis_config *cfg);
  * failing and releasing, and remove keeps working: what frees memory, or
  * keeps it flat, gets through, so a full queue drains. Needs Redis 7.0 or
  * later (the scripts declare this with Redis 7 script flags).
- * @return 0 and *out, or TW_EINVAL (bad config, a TLS or Sentinel URL,
- *         lease_ms below TW_REDIS_LEASE_MIN_MS or 4 * tick_ms), TW_EIO (no
- *         server reachable), TW_EAUTH (credentials refused, or a permission
+ * @return 0 and *out, or TW_EINVAL (bad config, a Sentinel URL, TLS
+ *         mixed with unix sockets or redis://, tls_* fields without TLS, a
+ *         certificate without its key, lease_ms below TW_REDIS_LEASE_MIN_MS
+ *         or 4 * tick_ms), TW_EIO (no server reachable), TW_ETLS (TLS
+ *         failed: the server's certificate not verified, the client's
+ *         refused, a TLS file unreadable, no TLS in this build: OpenSSL's
+ *         words in errbuf), TW_EAUTH (credentials refused, or a permission
  *         the layer needs missing: the text names it), TW_ECONFLICT (an
  *         evicting maxmemory-policy not accepted, or another partition count
  *         stored with the queue), TW_EOOM (a new queue's partition count
@@ -422,7 +428,8 @@ TW_API int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg
  *         stored; setting it again is safe), TW_EOOM (the server is at maxmemory:
  *         nothing written; counted in stats' oom_refusals), TW_ECONFLICT (a server
  *         found with an evicting policy after tw_redis_new), TW_EAUTH (a permission
- *         refused, or the credentials at a reconnect), TW_EPROTO (Redis answered
+ *         refused, or the credentials at a reconnect), TW_ETLS (TLS refused at a
+ *         reconnect: a certificate no longer verified), TW_EPROTO (Redis answered
  *         another error), TW_ECLOSED, TW_ENOMEM; the server's words:
  *         tw_redis_last_error. */
 TW_API int tw_redis_set(struct tw_redis *r, const void *key, size_t key_len,
@@ -505,7 +512,8 @@ TW_API int tw_redis_last_error(const struct tw_redis *r, char *buf, size_t len);
 
 /** The last error a worker's own threads met (they have no caller to answer):
  * an error reply to a claim, start, acknowledgement or failure, a refused
- * AUTH at a reconnect, a refused SUBSCRIBE; its code (TW_EAUTH, TW_EPROTO) and
+ * AUTH or TLS handshake at a reconnect, a refused SUBSCRIBE; its code (TW_EAUTH,
+ * TW_ETLS, TW_EPROTO) and
  * in @p buf the server's words; 0 and "" when none yet (stats count them:
  * worker_errors). Buffer, threads and cost as tw_redis_last_error.
  * @return the code, or TW_EINVAL (NULL r, or NULL buf with len > 0). */
