@@ -156,6 +156,28 @@ static void round_trip(struct tw_redis *client, struct tw_redis *worker, struct 
     CHECK(st.notifications > 0);
 }
 
+/* A worker of `wurl` recording into g and a client of `curl` (a host:port
+ * entry with the tls field, else a rediss:// one), queue q, as cfg_of
+ * configures them, with the client certificate when cert. True when both
+ * opened (errbuf says why not); free both either way. */
+static bool open_pair(const char *wurl, const char *curl, const char *q, struct got *g,
+                      bool cert, struct tw_redis **w, struct tw_redis **client)
+{
+    *w = *client = NULL;
+    for (int i = 0; i < 2; i++) {
+        const char *servers[1] = {i == 0 ? wurl : curl};
+        struct tw_redis_config c;
+        cfg_of(&c, servers, 1, q, i == 0 ? g : NULL);
+        c.tls = strncmp(servers[0], "rediss://", 9) != 0;
+        if (cert) {
+            c.tls_cert_file = ccrt;
+            c.tls_key_file = ckey;
+        }
+        CHECK_(tw_redis_new(i == 0 ? w : client, &c) == 0, "%s", errbuf);
+    }
+    return *w && *client;
+}
+
 static bool start_tls_server(struct rfx_server *s, bool auth_clients, const char *password)
 {
     struct rfx_options o = {0};
@@ -174,15 +196,9 @@ static void test_standalone(void)
     snprintf(url, sizeof url, "rediss://127.0.0.1:%d", s.tls_port);
     snprintf(host, sizeof host, "localhost:%d", s.tls_port);
     struct got g = {PTHREAD_MUTEX_INITIALIZER, 0};
-    struct tw_redis_config c;
-    struct tw_redis *w = NULL, *client = NULL;
-    cfg_of(&c, (const char *[]){url}, 1, "tq", &g);
-    CHECK_(tw_redis_new(&w, &c) == 0, "%s", errbuf);
-    /* the bool for host:port, and a DNS name checked against the DNS SAN */
-    cfg_of(&c, (const char *[]){host}, 1, "tq", NULL);
-    c.tls = true;
-    CHECK_(tw_redis_new(&client, &c) == 0, "%s", errbuf);
-    if (w && client)
+    struct tw_redis *w, *client;
+    /* the client: the bool for host:port, and a DNS name checked against the DNS SAN */
+    if (open_pair(url, host, "tq", &g, false, &w, &client))
         round_trip(client, w, &g, "s", 40);
     tw_redis_free(client);
     tw_redis_free(w);
@@ -199,13 +215,8 @@ static void test_cluster(void)
     char seed[64];
     snprintf(seed, sizeof seed, "rediss://%s", cl.tls_addrs[1]);
     struct got g = {PTHREAD_MUTEX_INITIALIZER, 0};
-    struct tw_redis_config c;
-    struct tw_redis *w = NULL, *client = NULL;
-    cfg_of(&c, (const char *[]){seed}, 1, "cq", &g);
-    CHECK_(tw_redis_new(&w, &c) == 0, "%s", errbuf);
-    cfg_of(&c, (const char *[]){seed}, 1, "cq", NULL);
-    CHECK_(tw_redis_new(&client, &c) == 0, "%s", errbuf);
-    if (w && client) {
+    struct tw_redis *w, *client;
+    if (open_pair(seed, seed, "cq", &g, false, &w, &client)) {
         /* far enough ahead to count each master's keys before they are due */
         enum { N = 200 };
         char keys[N][16];
@@ -335,16 +346,8 @@ static void test_mutual(void)
     c.tls_key_file = ca; /* not a key: OpenSSL's words */
     expect_fail(&c, TW_ETLS, "client key", NULL);
     struct got g = {PTHREAD_MUTEX_INITIALIZER, 0};
-    struct tw_redis *w = NULL, *client = NULL;
-    cfg_of(&c, (const char *[]){url}, 1, "mq", &g);
-    c.tls_cert_file = ccrt;
-    c.tls_key_file = ckey;
-    CHECK_(tw_redis_new(&w, &c) == 0, "%s", errbuf);
-    cfg_of(&c, (const char *[]){url}, 1, "mq", NULL);
-    c.tls_cert_file = ccrt;
-    c.tls_key_file = ckey;
-    CHECK_(tw_redis_new(&client, &c) == 0, "%s", errbuf);
-    if (w && client)
+    struct tw_redis *w, *client;
+    if (open_pair(url, url, "mq", &g, true, &w, &client))
         round_trip(client, w, &g, "m", 20);
     tw_redis_free(client);
     tw_redis_free(w);
@@ -364,12 +367,8 @@ static void test_auth(void)
     expect_fail(&c, TW_EAUTH, "WRONGPASS", s.tls_addr);
     CHECK(strstr(errbuf, "wrong") == NULL || strstr(errbuf, ":wrong@") == NULL);
     struct got g = {PTHREAD_MUTEX_INITIALIZER, 0};
-    struct tw_redis *w = NULL, *client = NULL;
-    cfg_of(&c, (const char *[]){url}, 1, "aq", &g);
-    CHECK_(tw_redis_new(&w, &c) == 0, "%s", errbuf);
-    cfg_of(&c, (const char *[]){url}, 1, "aq", NULL);
-    CHECK_(tw_redis_new(&client, &c) == 0, "%s", errbuf);
-    if (w && client)
+    struct tw_redis *w, *client;
+    if (open_pair(url, url, "aq", &g, false, &w, &client))
         round_trip(client, w, &g, "a", 20);
     tw_redis_free(client);
     tw_redis_free(w);
@@ -387,13 +386,8 @@ static void test_reconnect(void)
     char url[64];
     snprintf(url, sizeof url, "rediss://127.0.0.1:%d", s.tls_port);
     struct got g = {PTHREAD_MUTEX_INITIALIZER, 0};
-    struct tw_redis_config c;
-    struct tw_redis *w = NULL, *client = NULL;
-    cfg_of(&c, (const char *[]){url}, 1, "rq", &g);
-    CHECK_(tw_redis_new(&w, &c) == 0, "%s", errbuf);
-    cfg_of(&c, (const char *[]){url}, 1, "rq", NULL);
-    CHECK_(tw_redis_new(&client, &c) == 0, "%s", errbuf);
-    if (w && client) {
+    struct tw_redis *w, *client;
+    if (open_pair(url, url, "rq", &g, false, &w, &client)) {
         round_trip(client, w, &g, "b", 10);
         CHECK(rfx_kill(&s) == 0);
         CHECK(rfx_restart(&s) == 0);
