@@ -40,7 +40,8 @@
  * connection goes through the servers' unix sockets (both: the layer's
  * connection syntax, redis.h "Connecting", as the workers are given it).
  *
- * TLS rows (unless --no-tls, or with --pipe-only / --spread-only): the
+ * TLS rows (unless --no-tls, or with --pipe-only / --spread-only, or a
+ * layer built without TLS): the
  * server also serves a TLS port (certificates made at run time, fixture
  * rfx_tls_make), and twheel runs phases 1-3 again over rediss:// on it,
  * each right after its plain run; the report adds a TLS / plain table.
@@ -104,7 +105,13 @@ static struct {
     bool auth;        /* --auth: the servers want a password */
     bool via_unix;    /* --unix: connect through their unix sockets */
     bool no_tls;      /* --no-tls: no TLS rows */
-} cfg = {100000, 1000, 60000, "everysec", NULL, false, false, false, false, false, false};
+} cfg = {100000, 1000, 60000, "everysec", NULL, false, false, false, false, false,
+#ifdef W7_TLS
+         false
+#else
+         true /* the layer was built without TLS */
+#endif
+};
 
 static struct rfx_tls tls; /* the TLS rows' certificates (made at run time) */
 static char tls_ca[300];
