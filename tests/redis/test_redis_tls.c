@@ -178,6 +178,18 @@ static bool open_pair(const char *wurl, const char *curl, const char *q, struct 
     return *w && *client;
 }
 
+/* open_pair, then round_trip of n tasks named p..., both freed. */
+static void pair_round_trip(const char *wurl, const char *curl, const char *q, bool cert,
+                            const char *p, size_t n)
+{
+    struct got g = {PTHREAD_MUTEX_INITIALIZER, 0};
+    struct tw_redis *w, *client;
+    if (open_pair(wurl, curl, q, &g, cert, &w, &client))
+        round_trip(client, w, &g, p, n);
+    tw_redis_free(client);
+    tw_redis_free(w);
+}
+
 static bool start_tls_server(struct rfx_server *s, bool auth_clients, const char *password)
 {
     struct rfx_options o = {0};
@@ -195,13 +207,8 @@ static void test_standalone(void)
     char url[64], host[64];
     snprintf(url, sizeof url, "rediss://127.0.0.1:%d", s.tls_port);
     snprintf(host, sizeof host, "localhost:%d", s.tls_port);
-    struct got g = {PTHREAD_MUTEX_INITIALIZER, 0};
-    struct tw_redis *w, *client;
     /* the client: the bool for host:port, and a DNS name checked against the DNS SAN */
-    if (open_pair(url, host, "tq", &g, false, &w, &client))
-        round_trip(client, w, &g, "s", 40);
-    tw_redis_free(client);
-    tw_redis_free(w);
+    pair_round_trip(url, host, "tq", false, "s", 40);
     rfx_stop(&s);
 }
 
@@ -345,12 +352,7 @@ static void test_mutual(void)
     expect_fail(&c, TW_EINVAL, "tls_key_file", NULL);
     c.tls_key_file = ca; /* not a key: OpenSSL's words */
     expect_fail(&c, TW_ETLS, "client key", NULL);
-    struct got g = {PTHREAD_MUTEX_INITIALIZER, 0};
-    struct tw_redis *w, *client;
-    if (open_pair(url, url, "mq", &g, true, &w, &client))
-        round_trip(client, w, &g, "m", 20);
-    tw_redis_free(client);
-    tw_redis_free(w);
+    pair_round_trip(url, url, "mq", true, "m", 20);
     rfx_stop(&s);
 }
 
@@ -366,12 +368,7 @@ static void test_auth(void)
     cfg_of(&c, (const char *[]){bad}, 1, "aq", NULL);
     expect_fail(&c, TW_EAUTH, "WRONGPASS", s.tls_addr);
     CHECK(strstr(errbuf, "wrong") == NULL || strstr(errbuf, ":wrong@") == NULL);
-    struct got g = {PTHREAD_MUTEX_INITIALIZER, 0};
-    struct tw_redis *w, *client;
-    if (open_pair(url, url, "aq", &g, false, &w, &client))
-        round_trip(client, w, &g, "a", 20);
-    tw_redis_free(client);
-    tw_redis_free(w);
+    pair_round_trip(url, url, "aq", false, "a", 20);
     rfx_stop(&s);
 }
 
