@@ -120,15 +120,7 @@ static char tls_ca[300];
  * (rfx_url), or for TWHEEL_TLS rediss:// on the TLS port (with the password). */
 static const char *kind_url(const struct rfx_server *s, enum kind k, char *buf, size_t len)
 {
-    if (k != TWHEEL_TLS)
-        return rfx_url(s, cfg.via_unix, buf, len);
-    char plain[512];
-    rfx_url(s, false, plain, sizeof plain); /* "127.0.0.1:P" or "redis://:PASS@127.0.0.1:P" */
-    const char *at = strrchr(plain, '@');
-    int cut = at ? (int)(at - plain) + 1 : 0;
-    snprintf(buf, len, "rediss://%.*s127.0.0.1:%d", cut > 8 ? cut - 8 : 0, plain + 8,
-             s->tls_port);
-    return buf;
+    return k == TWHEEL_TLS ? rfx_tls_url(s, buf, len) : rfx_url(s, cfg.via_unix, buf, len);
 }
 
 static struct row rows[NKINDS];

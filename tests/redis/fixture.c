@@ -718,7 +718,8 @@ const char *rfx_addr(const struct rfx_server *s)
     return s->addr;
 }
 
-const char *rfx_url(const struct rfx_server *s, bool via_unix, char *buf, size_t len)
+/* rfx_url and rfx_tls_url: mode 0 TCP, 1 the unix socket, 2 TLS. */
+static const char *url_of(const struct rfx_server *s, int mode, char *buf, size_t len)
 {
     char pass[3 * 256 + 1] = "";
     const char *p = s->opts.password ? s->opts.password : "";
@@ -734,8 +735,11 @@ const char *rfx_url(const struct rfx_server *s, bool via_unix, char *buf, size_t
     pass[k] = 0;
     bool auth = s->opts.password != NULL;
     int n;
-    if (via_unix)
+    if (mode == 1)
         n = snprintf(buf, len, "unix://%s%s%s%s", auth ? ":" : "", pass, auth ? "@" : "", s->sock);
+    else if (mode == 2)
+        n = snprintf(buf, len, "rediss://%s%s%s%s", auth ? ":" : "", pass, auth ? "@" : "",
+                     s->tls_addr);
     else if (auth)
         n = snprintf(buf, len, "redis://:%s@%s", pass, s->addr);
     else
@@ -746,6 +750,16 @@ const char *rfx_url(const struct rfx_server *s, bool via_unix, char *buf, size_t
         fail("rfx_url: %zu bytes are too few", len);
     }
     return buf;
+}
+
+const char *rfx_url(const struct rfx_server *s, bool via_unix, char *buf, size_t len)
+{
+    return url_of(s, via_unix ? 1 : 0, buf, len);
+}
+
+const char *rfx_tls_url(const struct rfx_server *s, char *buf, size_t len)
+{
+    return url_of(s, 2, buf, len);
 }
 
 static redisReply *vcmd(const struct rfx_server *s, const char *fmt, va_list ap)

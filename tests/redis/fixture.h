@@ -80,6 +80,8 @@ const char *rfx_addr(const struct rfx_server *s);
  * encoded); with @p via_unix (opts.unix_socket needed) "unix:///dir/redis.sock"
  * or "unix://:PASSWORD@/dir/redis.sock". Returns buf ("" when it does not fit). */
 const char *rfx_url(const struct rfx_server *s, bool via_unix, char *buf, size_t len);
+/* The same for its TLS port (opts.tls_dir): "rediss://[:PASSWORD@]127.0.0.1:tls_port". */
+const char *rfx_tls_url(const struct rfx_server *s, char *buf, size_t len);
 /* A new control connection (1 s connect timeout, 10 s command timeout; the
  * unix socket when the server has one, else TCP; AUTH with opts.password),
  * or NULL. */
