@@ -28,7 +28,7 @@
  *
  * Usage: w7_redis [--n N] [--min-ms A] [--max-ms B] [--fsync everysec|always]
  *                 [--quick] [--sets-only] [--pipe-only] [--spread-only] [--out FILE]
- *                 [--auth] [--unix]
+ *                 [--auth] [--unix] [--no-tls]
  * --quick: N = 2e4, delays 1-8 s. --sets-only: phase 1 alone (sets/s and
  * memory, printed; a quick check of the memory figure). --pipe-only: twheel's
  * pipelined sets alone, with Redis and client CPU per set (for profiling the
@@ -39,6 +39,12 @@
  * servers want a password; --unix: every client, worker and baseline
  * connection goes through the servers' unix sockets (both: the layer's
  * connection syntax, redis.h "Connecting", as the workers are given it).
+ *
+ * TLS rows (unless --no-tls, or with --pipe-only / --spread-only, or a
+ * layer built without TLS): the
+ * server also serves a TLS port (certificates made at run time, fixture
+ * rfx_tls_make), and twheel runs phases 1-3 again over rediss:// on it,
+ * each right after its plain run; the report adds a TLS / plain table.
  */
 #define _GNU_SOURCE
 #include <inttypes.h>
@@ -67,8 +73,10 @@
 #define BIG_BATCH 10000 /* the second pipelined-sets figure: calls of this many */
 #define KILL_EXEC_US 200 /* work in execute, so a kill finds tasks in flight */
 
-enum kind { TWHEEL, POLL100, POLL1000, NKINDS };
-static const char *kind_name[NKINDS] = {"twheel", "poll 100 ms", "poll 1 s"};
+enum kind { TWHEEL, POLL100, POLL1000, TWHEEL_TLS, NKINDS };
+static const char *kind_name[NKINDS] = {"twheel", "poll 100 ms", "poll 1 s", "twheel TLS"};
+/* The order of the burst and spread runs: twheel over TLS right after it plain. */
+static const enum kind run_order[NKINDS] = {TWHEEL, TWHEEL_TLS, POLL100, POLL1000};
 
 struct row {
     double sets_single, sets_pipe, bytes_per_task; /* per implementation (poll rows share) */
@@ -96,7 +104,24 @@ static struct {
     bool spread_only; /* --spread-only: twheel's spread run alone (no table) */
     bool auth;        /* --auth: the servers want a password */
     bool via_unix;    /* --unix: connect through their unix sockets */
-} cfg = {100000, 1000, 60000, "everysec", NULL, false, false, false, false, false};
+    bool no_tls;      /* --no-tls: no TLS rows */
+} cfg = {100000, 1000, 60000, "everysec", NULL, false, false, false, false, false,
+#ifdef W7_TLS
+         false
+#else
+         true /* the layer was built without TLS */
+#endif
+};
+
+static struct rfx_tls tls; /* the TLS rows' certificates (made at run time) */
+static char tls_ca[300];
+
+/* The entry a client or worker of kind k takes for s: the plain one
+ * (rfx_url), or for TWHEEL_TLS rediss:// on the TLS port (with the password). */
+static const char *kind_url(const struct rfx_server *s, enum kind k, char *buf, size_t len)
+{
+    return k == TWHEEL_TLS ? rfx_tls_url(s, buf, len) : rfx_url(s, cfg.via_unix, buf, len);
+}
 
 static struct row rows[NKINDS];
 
@@ -178,12 +203,14 @@ static double self_cpu(void)
            ((double)u.ru_utime.tv_usec + (double)u.ru_stime.tv_usec) / 1e6;
 }
 
-static struct tw_redis *client_new(const struct rfx_server *s)
+static struct tw_redis *client_new(const struct rfx_server *s, enum kind k)
 {
     char url[512];
-    const char *servers[1] = {rfx_url(s, cfg.via_unix, url, sizeof url)};
+    const char *servers[1] = {kind_url(s, k, url, sizeof url)};
     struct tw_redis_config c;
     tw_redis_config_init(&c);
+    if (k == TWHEEL_TLS)
+        c.tls_ca_file = tls_ca;
     c.servers = servers;
     c.nservers = 1;
     c.queue = "w7";
@@ -231,9 +258,9 @@ static double twheel_pipe(struct tw_redis *r, struct tw_redis_item *items, char 
     return cfg.n / (now_s() - t);
 }
 
-static int twheel_sets(const struct rfx_server *s, struct row *out)
+static int twheel_sets(const struct rfx_server *s, enum kind k, struct row *out)
 {
-    struct tw_redis *r = client_new(s);
+    struct tw_redis *r = client_new(s, k);
     if (!r)
         return -1;
     uint64_t single = cfg.pipe_only ? 0 : cfg.n < 20000 ? cfg.n : 20000;
@@ -352,7 +379,7 @@ static int crew_start(struct crew *w, const struct rfx_server *s, enum kind k, c
 {
     memset(w, 0, sizeof *w);
     char url[512];
-    rfx_url(s, cfg.via_unix, url, sizeof url);
+    kind_url(s, k, url, sizeof url);
     for (int i = 0; i < 2; i++) {
         snprintf(w->out[i], sizeof w->out[i], "%s/%s.%d.%d", s->dir, tag, (int)k, i);
         snprintf(w->stats[i], sizeof w->stats[i], "%s/%s.stats.%d.%d", s->dir, tag, (int)k, i);
@@ -360,7 +387,9 @@ static int crew_start(struct crew *w, const struct rfx_server *s, enum kind k, c
         unlink(w->stats[i]);
         struct rw_opts o = {.servers = url, .queue = "w7", .out = w->out[i],
                             .stats = w->stats[i], .lease_ms = lease_ms, .exec_us = exec_us};
-        if (k != TWHEEL) {
+        if (k == TWHEEL_TLS)
+            o.tls_ca = tls_ca;
+        else if (k != TWHEEL) {
             o.mode = "poll";
             o.interval_ms = k == POLL100 ? 100 : 1000;
         }
@@ -504,8 +533,9 @@ static int one_run(const struct rfx_server *s, enum kind k, bool burst, struct r
     if (!off || !due)
         goto out;
     flushall(s);
-    r = k == TWHEEL ? client_new(s) : NULL;
-    zc = k == TWHEEL ? NULL : rfx_connect(s);
+    bool tw = k == TWHEEL || k == TWHEEL_TLS;
+    r = tw ? client_new(s, k) : NULL;
+    zc = tw ? NULL : rfx_connect(s);
     if (!r && !zc)
         goto out;
     if (crew_start(&w, s, k, burst ? "burst" : "spread", 0, 0))
@@ -565,7 +595,7 @@ static int one_run(const struct rfx_server *s, enum kind k, bool burst, struct r
         row->calls_per_task = (calls1 - calls0) / (double)n;
         row->script_us_per_task = (us1 - us0) / (double)n;
         row->spread_missing = v.missing;
-        if (k == TWHEEL)
+        if (k == TWHEEL || k == TWHEEL_TLS)
             row->claims = stat_of(w.stats[0], "claims") + stat_of(w.stats[1], "claims");
         /* where the tail comes from: tasks set less than a window (2 s) before
          * their due time reach a worker through a notification, the others
@@ -613,8 +643,9 @@ static int kill_run(const struct rfx_server *s, enum kind k, struct row *row)
     if (!off || !due)
         goto out;
     flushall(s);
-    r = k == TWHEEL ? client_new(s) : NULL;
-    zc = k == TWHEEL ? NULL : rfx_connect(s);
+    bool tw = k == TWHEEL || k == TWHEEL_TLS;
+    r = tw ? client_new(s, k) : NULL;
+    zc = tw ? NULL : rfx_connect(s);
     if ((!r && !zc) || crew_start(&w, s, k, "kill", KILL_LEASE_MS, KILL_EXEC_US))
         goto out;
     rfx_sleep_ms(300);
@@ -721,6 +752,26 @@ static void report(double elapsed)
          t->kill_dups, t->kill_unexplained, p1->kill_dups, p2->kill_dups);
     emit(f, "\ntwheel claim calls during the spread run: %" PRIu64 " (both workers).\n",
          t->claims);
+    const struct row *ts = &rows[TWHEEL_TLS];
+    if (!cfg.no_tls) {
+        emit(f, "\n### twheel over TLS (rediss://, TLS 1.3, EC P-256 certificates) vs plain, "
+                "same server, same run\n\n");
+        emit(f, "| metric | plain | TLS | TLS / plain |\n|---|---:|---:|---:|\n");
+#define TROW(name, fmt, field)                                                                  \
+    emit(f, "| %s | " fmt " | " fmt " | %.2fx |\n", name, t->field, ts->field,                  \
+         t->field > 0 ? ts->field / t->field : 0)
+        TROW("sets/s, one by one (1 thread)", "%.0f", sets_single);
+        TROW("sets/s, pipelined (1 thread)", "%.0f", sets_pipe);
+        TROW("sets/s, pipelined in batches of 10,000", "%.0f", sets_pipe_big);
+        TROW("delivered/s end to end (burst, 2 workers)", "%.0f", delivered_per_s);
+        TROW("lateness p50 (ms)", "%.2f", p50_ms);
+        TROW("lateness p99 (ms)", "%.2f", p99_ms);
+        TROW("Redis CPU s per 1e5 tasks (spread run)", "%.3f", cpu_per_1e5);
+#undef TROW
+        emit(f, "| early / lost (must be 0) | %" PRIu64 " / %" PRIu64 " | %" PRIu64 " / %" PRIu64
+                " | |\n\n",
+             t->early, t->lost, ts->early, ts->lost);
+    }
     emit(f, "Script calls per task in the spread run (sets, claims, starts, acks; INFO "
             "commandstats): twheel %.2f (%.1f us of script time), poll 100 ms %.2f, poll 1 s "
             "%.2f.\n",
@@ -774,10 +825,12 @@ int main(int argc, char **argv)
             cfg.auth = true;
         } else if (!strcmp(a, "--unix")) {
             cfg.via_unix = true;
+        } else if (!strcmp(a, "--no-tls")) {
+            cfg.no_tls = true;
         } else {
             fprintf(stderr, "usage: w7_redis [--quick] [--n N] [--min-ms A] [--max-ms B] "
                             "[--fsync everysec|always] [--sets-only] [--pipe-only] [--spread-only] [--out FILE] "
-                            "[--auth] [--unix]\n");
+                            "[--auth] [--unix] [--no-tls]\n");
             return 2;
         }
     }
@@ -794,6 +847,14 @@ int main(int argc, char **argv)
                             .unix_socket = cfg.via_unix, .password = pass};
     struct rfx_options oa = {.appendonly = true, .appendfsync = "always",
                              .unix_socket = cfg.via_unix, .password = pass};
+    if (cfg.pipe_only || cfg.spread_only) /* plain twheel alone */
+        cfg.no_tls = true;
+    if (!cfg.no_tls) {
+        if (rfx_tls_make(&tls) != 0)
+            return 1;
+        rfx_tls_path(&tls, "ca.crt", tls_ca, sizeof tls_ca);
+        o.tls_dir = tls.dir;
+    }
     if (rfx_start(&srv, &o) || rfx_start(&always, &oa))
         return 1;
     char url[512], shown[512];
@@ -816,7 +877,9 @@ int main(int argc, char **argv)
         return rc ? 1 : 0;
     }
     printf("w7: phase 1, sets and memory\n");
-    rc |= twheel_sets(&srv, &rows[TWHEEL]);
+    rc |= twheel_sets(&srv, TWHEEL, &rows[TWHEEL]);
+    if (!cfg.no_tls && !cfg.pipe_only)
+        rc |= twheel_sets(&srv, TWHEEL_TLS, &rows[TWHEEL_TLS]);
     if (!cfg.pipe_only)
         rc |= poll_sets(&srv, &rows[POLL100]);
     rows[POLL1000].sets_single = rows[POLL100].sets_single;
@@ -826,7 +889,7 @@ int main(int argc, char **argv)
     rows[POLL1000].sets_client_us = rows[POLL100].sets_client_us;
     rows[POLL1000].bytes_per_task = rows[POLL100].bytes_per_task;
     if (cfg.sets_only) {
-        for (int k = 0; k < (cfg.pipe_only ? 1 : NKINDS); k += 2)
+        for (int k = 0; k < (cfg.pipe_only ? 1 : NKINDS); k += k == TWHEEL ? 2 : 1)
             printf("w7: %s: %.0f sets/s single, %.0f sets/s pipelined (CPU us per set: Redis "
                    "%.2f, scripts %.2f, client %.2f), %.0f in batches of 10,000, %.1f B per "
                    "pending task\n",
@@ -841,13 +904,16 @@ int main(int argc, char **argv)
         rfx_stop(&always);
         return rc ? 1 : 0;
     }
-    for (int k = 0; k < NKINDS && !rc; k++) {
+    for (int i = 0; i < NKINDS && !rc; i++) {
+        enum kind k = run_order[i];
+        if (k == TWHEEL_TLS && cfg.no_tls)
+            continue;
         printf("w7: %s, burst then spread (%" PRIu64 "-%" PRIu64 " ms)\n", kind_name[k],
                cfg.min_ms, cfg.max_ms);
-        rc |= one_run(&srv, (enum kind)k, true, &rows[k]);
-        rc |= one_run(&srv, (enum kind)k, false, &rows[k]);
+        rc |= one_run(&srv, k, true, &rows[k]);
+        rc |= one_run(&srv, k, false, &rows[k]);
     }
-    for (int k = 0; k < NKINDS && !rc; k++) {
+    for (int k = 0; k < TWHEEL_TLS && !rc; k++) { /* no TLS kill run: the same code path */
         printf("w7: %s, a worker SIGKILLed (appendfsync always)\n", kind_name[k]);
         rc |= kill_run(&always, (enum kind)k, &rows[k]);
     }

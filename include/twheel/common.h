@@ -98,7 +98,8 @@ extern "C" {
     XX(EOOM, -13, "the server is out of memory (maxmemory)")                \
     XX(ECONFLICT, -14, "the server or queue is configured otherwise")       \
     XX(EAUTH, -15, "the server refused the credentials or lacks a permission") \
-    XX(EREPLICAS, -16, "written on the master, not confirmed by enough replicas")
+    XX(EREPLICAS, -16, "written on the master, not confirmed by enough replicas") \
+    XX(ETLS, -17, "TLS failed: certificate not verified or refused, or no TLS")
 
 /** The error codes, generated from TW_ERRNO_MAP: TW_ followed by the name.
  *
@@ -120,6 +121,7 @@ extern "C" {
  * | TW_ECONFLICT | -14 | the server's or the queue's configuration conflicts with the client's: an evicting maxmemory-policy, or another partition count stored with the queue (Redis layer) |
  * | TW_EAUTH | -15 | the server refused the credentials (NOAUTH, WRONGPASS), or its ACL refused a command, key or channel the layer needs (NOPERM); the server's words: tw_redis_last_error, or tw_redis_config.errbuf for tw_redis_new (Redis layer) |
  * | TW_EREPLICAS | -16 | written on the master, but fewer replicas than tw_redis_config.wait_replicas confirmed it within wait_timeout_ms: applied, and kept unless a failover promotes a replica that lacks it; retrying is safe (Redis layer) |
+ * | TW_ETLS | -17 | TLS failed: the server's certificate not verified (CA, host name: OpenSSL's words in the text), the client's certificate refused or missing, a TLS file unreadable, or TLS asked of a build without it (Redis layer) |
  */
 enum tw_errno {
 #define TW_ERRNO_ENUM_(name, value, text) TW_##name = (value),

@@ -125,8 +125,9 @@
  * User and password are percent-decoded (`%40` for `@`; `:`, `/`, `?`, `#`
  * and `%` must be encoded, an `@` need not be); schemes are matched without
  * regard to case; a db is 0..1000000 (SELECT; a cluster has db 0 only);
- * queries other than a socket's `?db=`, and fragments, are refused. Reserved,
- * refused with TW_EINVAL for now: `rediss://` (TLS, same form). Sentinel:
+ * queries other than a socket's `?db=`, and fragments, are refused.
+ * `rediss://` is redis:// over TLS (port 6379 by default: give the server's
+ * tls-port). Sentinel (not with TLS: TW_EINVAL):
  *  - `redis+sentinel://[user[:password]@]host[:port][,host[:port]...]/master-name[/db]`:
  *    up to 16 Sentinels (port 26379 by default) watching master-name; the
  *    user and password are the master's (and its replicas'), the Sentinels'
@@ -145,6 +146,27 @@
  * a `nopass` user accepts), then `SELECT db` for a db other than 0. A
  * refusal is TW_EAUTH. Credentials never appear in stats or error texts: a
  * text names a server by its address only.
+ *
+ * TLS (`rediss://` entries, or the config's tls for `host:port` ones) is on
+ * for every connection of the instance, every node of a cluster (its TLS
+ * ports, as CLUSTER SLOTS answers a TLS client when the servers run
+ * `tls-cluster yes`) and every reconnect; a unix socket is never TLS (Redis
+ * serves none there), so entries may not mix them. The server's certificate
+ * is verified against tls_ca_file / tls_ca_dir (default: the system's
+ * store) and, unless tls_skip_hostname_check, must name the server
+ * (tls_server_name, else the host connected to); tls_cert_file and
+ * tls_key_file offer a client certificate (mutual TLS). Every failure of
+ * TLS is TW_ETLS with OpenSSL's words and the server's address in the text
+ * ("127.0.0.1:6380: TLS: certificate verify failed: unable to get local
+ * issuer certificate", "... Hostname mismatch", "... tlsv13 alert
+ * certificate required"), as is a TLS config given to a build without TLS
+ * (CMake option TWHEEL_TLS, on when OpenSSL is found). TLS costs a
+ * handshake per connection and encryption per byte (W7 in bench/README.md
+ * measures it); a connection without AUTH or SELECT sends one PING after
+ * the handshake, so that a refused client certificate (told after the
+ * handshake with TLS 1.3) fails tw_redis_new, not a later call. Threads:
+ * as without TLS (OpenSSL 3 is thread-safe; each thread has its own
+ * connections). The files named are read once, by tw_redis_new.
  *
  * The least ACL rule, for queue Q (glob characters of Q escaped):
  *
@@ -395,6 +417,29 @@ struct tw_redis_config {
      * only. NULL (default): no thread, nothing queued. */
     void (*on_event)(void *arg, const struct tw_redis_event *ev);
     void *event_arg; /**< passed to on_event */
+    /** TLS on every connection (default false; see Connecting): for `host:port` entries.
+     * `rediss://` entries turn it on as well. With TLS, every entry must be `host:port` or
+     * `rediss://` (a `redis://` or unix socket entry: TW_EINVAL). */
+    bool tls;
+    /** CA certificates (PEM) that verify the servers; with tls_ca_dir NULL too, the
+     * system's store (Debian: /etc/ssl/certs). Read during tw_redis_new (TW_ETLS when
+     * OpenSSL cannot). Any tls_* field set without TLS on: TW_EINVAL. */
+    const char *tls_ca_file;
+    /** A directory of CA certificates named by hash (`openssl rehash`), beside or instead
+     * of tls_ca_file. */
+    const char *tls_ca_dir;
+    /** Client certificate (PEM, may hold the chain) for servers that ask for one
+     * (`tls-auth-clients yes`); with tls_key_file, both or neither (TW_EINVAL). */
+    const char *tls_cert_file;
+    /** The client certificate's private key (PEM, unencrypted). */
+    const char *tls_key_file;
+    /** The name every server's certificate must carry, also sent as SNI (NULL: each
+     * server's host as connected: the entry's, or the address CLUSTER SLOTS gives). */
+    const char *tls_server_name;
+    /** false (default): a server's certificate must name it (tls_server_name, else the
+     * host: a DNS name, or an IP address among its IP SANs). true: the chain alone is
+     * verified; anyone with a certificate from the CA can pose as the server. */
+    bool tls_skip_hostname_check;
 };
 
 /** Statistics; every count since tw_redis_new. */
@@ -475,11 +520,15 @@ TW_API void tw_redis_config_init(struct tw_redis_config *cfg);
  * failing and releasing, and remove keeps working: what frees memory, or
  * keeps it flat, gets through, so a full queue drains. Needs Redis 7.0 or
  * later (the scripts declare this with Redis 7 script flags).
- * @return 0 and *out, or TW_EINVAL (bad config, a TLS URL, a master name
- *         no Sentinel knows, lease_ms below TW_REDIS_LEASE_MIN_MS or 4 *
- *         tick_ms, wait_replicas without a wait_timeout_ms below
- *         command_timeout_ms), TW_EIO (no server reachable; with Sentinel:
- *         no Sentinel, or not the master they name), TW_EAUTH (credentials refused, or a permission
+ * @return 0 and *out, or TW_EINVAL (bad config, TLS mixed with unix
+ *         sockets, redis:// or Sentinel, tls_* fields without TLS, a
+ *         certificate without its key, a master name no Sentinel knows,
+ *         lease_ms below TW_REDIS_LEASE_MIN_MS or 4 * tick_ms, wait_replicas
+ *         without a wait_timeout_ms below command_timeout_ms), TW_EIO (no
+ *         server reachable; with Sentinel: no Sentinel, or not the master
+ *         they name), TW_ETLS (TLS failed: the server's certificate not
+ *         verified, the client's refused, a TLS file unreadable, no TLS in
+ *         this build: OpenSSL's words in errbuf), TW_EAUTH (credentials refused, or a permission
  *         the layer needs missing: the text names it), TW_ECONFLICT (an
  *         evicting maxmemory-policy not accepted, or another partition count
  *         stored with the queue), TW_EOOM (a new queue's partition count
@@ -499,7 +548,8 @@ TW_API int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg
  *         stored; setting it again is safe), TW_EOOM (the server is at maxmemory:
  *         nothing written; counted in stats' oom_refusals), TW_ECONFLICT (a server
  *         found with an evicting policy after tw_redis_new), TW_EAUTH (a permission
- *         refused, or the credentials at a reconnect), TW_EPROTO (Redis answered
+ *         refused, or the credentials at a reconnect), TW_ETLS (TLS refused at a
+ *         reconnect: a certificate no longer verified), TW_EPROTO (Redis answered
  *         another error), TW_EREPLICAS (with wait_replicas: stored on the
  *         master, fewer replicas confirmed it; see "Replication and failover"),
  *         TW_ECLOSED, TW_ENOMEM; the server's words: tw_redis_last_error. */
@@ -586,7 +636,8 @@ TW_API int tw_redis_last_error(const struct tw_redis *r, char *buf, size_t len);
 
 /** The last error a worker's own threads met (they have no caller to answer):
  * an error reply to a claim, start, acknowledgement or failure, a refused
- * AUTH at a reconnect, a refused SUBSCRIBE; its code (TW_EAUTH, TW_EPROTO) and
+ * AUTH or TLS handshake at a reconnect, a refused SUBSCRIBE; its code (TW_EAUTH,
+ * TW_ETLS, TW_EPROTO) and
  * in @p buf the server's words; 0 and "" when none yet (stats count them:
  * worker_errors). Buffer, threads and cost as tw_redis_last_error.
  * @return the code, or TW_EINVAL (NULL r, or NULL buf with len > 0). */

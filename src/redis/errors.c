@@ -27,9 +27,11 @@
  * caller to answer: their routers' sink keeps the last error text in werr
  * and counts them (stats: worker_errors).
  *
- * Texts carry the server's words or hiredis' with the server's address,
- * never a credential: connect.c formats none, and no server reply echoes
- * one.
+ * Texts carry the server's words or the connection's (transport.c) with
+ * the server's address, never a credential: connect.c formats none, and no
+ * server reply echoes one. A TLS failure is no server's words but
+ * OpenSSL's (certificate verify failed, hostname mismatch, certificate
+ * required): TW_ETLS, told to the sink like a refused AUTH.
  */
 #define _GNU_SOURCE
 #include <pthread.h>

@@ -37,6 +37,8 @@
  * url.c        - the connection syntax: a server entry (plain or URL) parsed
  *                (url.h: it builds without hiredis).
  * connect.c    - opening one connection: TCP or unix socket, AUTH, SELECT.
+ * transport.c  - a connection's own I/O (struct tw_rr_link): socket, TLS
+ *                (OpenSSL), hiredis' reader and formatter; the TLS context.
  * acl.c        - the permission check of tw_redis_new: every command, key
  *                and channel the layer uses, asked of the server's ACL.
  * errors.c     - the server's words: error replies to codes, each thread's
@@ -80,24 +82,108 @@
 uint64_t tw_rr_mono_ns(void);
 void tw_rr_sleep_ms(uint32_t ms);
 
+/* ---- a connection's transport (transport.c) ------------------------------------
+ * One connection: a socket (TCP, or a unix socket), TLS over it when the
+ * instance's TLS context is given (never on a unix socket), hiredis' reader
+ * for the replies and its formatter for the commands, an output buffer.
+ * Blocking calls wait up to the command timeout (wait_ms) per read or write.
+ * One thread at a time. On a failure err and errstr say what (the first
+ * failure stays; the link is dead then: free it). */
+struct tw_rr_tls; /* the instance's TLS context (an OpenSSL SSL_CTX and the names) */
+struct tw_rr_link {
+    int fd;
+    bool nb;               /* the socket is non-blocking: waits poll (TLS, a probe) */
+    unsigned char state;   /* connecting, handshaking, ready (transport.c) */
+    int err;               /* 0, or what failed: TW_EIO, TW_ENOMEM, TW_ETLS, TW_EPROTO */
+    uint32_t wait_ms;      /* a blocking read or write waits this long */
+    void *ssl;             /* SSL *, NULL: plain */
+    redisReader *reader;
+    char *ob;              /* commands to write: ob[opos .. olen) */
+    size_t opos, olen, ocap;
+    char errstr[128];      /* what failed (no address: callers add it) */
+};
+/* Bytes appended and not written yet. */
+static inline size_t tw_rr_link_unsent(const struct tw_rr_link *l)
+{
+    return l->olen - l->opos;
+}
+/* The TLS settings of a configuration (redis.c copies them from
+ * tw_redis_config; the strings need only last through tw_rr_tls_new). */
+struct tw_rr_tls_config {
+    const char *ca_file, *ca_dir;      /* NULL both: the system's store */
+    const char *cert_file, *key_file;  /* client certificate and key (both or neither) */
+    const char *server_name;           /* NULL: each server's host */
+    bool skip_hostname_check;
+};
+/* A TLS context for every connection of an instance: 0 and *out, or
+ * TW_ETLS (no TLS in this build, a file OpenSSL refused: err says which and
+ * why), TW_EINVAL (a certificate without its key), TW_ENOMEM. Thread-safe
+ * once made; tw_rr_tls_free(NULL) is fine. */
+int tw_rr_tls_new(const struct tw_rr_tls_config *tc, struct tw_rr_tls **out, char *err,
+                  size_t errlen);
+void tw_rr_tls_free(struct tw_rr_tls *t);
+/* Connect to host:port (a unix socket when port is 0: host is its path)
+ * within connect_timeout_ms, then the TLS handshake when tls is given (port
+ * > 0). *out is always set (NULL only for TW_ENOMEM): on failure its err and
+ * errstr say what (TW_EIO, TW_ETLS: verification or handshake refused,
+ * TW_ENOMEM); free it. */
+int tw_rr_link_open(const struct tw_rr_tls *tls, const char *host, int port,
+                    uint32_t connect_timeout_ms, uint32_t command_timeout_ms,
+                    struct tw_rr_link **out);
+/* The same without waiting (the silent probe): the connect is started, and
+ * tw_rr_link_step drives it, the handshake, the writes and the reads. */
+int tw_rr_link_start(const struct tw_rr_tls *tls, const char *host, int port,
+                     uint32_t command_timeout_ms, struct tw_rr_link **out);
+/* One command formatted into the output buffer (redisFormatSdsCommandArgv;
+ * lens may be NULL for NUL-terminated strings). 0, or TW_ENOMEM (the link is
+ * dead then: its err says so). */
+int tw_rr_link_append(struct tw_rr_link *l, int argc, const char **argv, const size_t *lens);
+/* Write everything buffered. 0 or the link's error. */
+int tw_rr_link_flush(struct tw_rr_link *l);
+/* Read what has come, without waiting (after poll said the socket is
+ * readable; with TLS it may be part of a record: nothing). 0 or the error. */
+int tw_rr_link_read(struct tw_rr_link *l);
+/* The next reply the reader holds, without I/O: 0 and *reply (NULL: none
+ * yet), or the link's error (TW_EPROTO: a reply that cannot be parsed). */
+int tw_rr_link_next(struct tw_rr_link *l, void **reply);
+/* The next reply, waiting (writing what is buffered first): 0 and *reply,
+ * or the link's error (a read timeout is TW_EIO). */
+int tw_rr_link_get(struct tw_rr_link *l, void **reply);
+/* One command and its reply (append, get). */
+int tw_rr_link_command(struct tw_rr_link *l, int argc, const char **argv, const size_t *lens,
+                       redisReply **reply);
+/* Whether the server closed an idle connection (a non-blocking peek). */
+bool tw_rr_link_closed(struct tw_rr_link *l);
+/* The probe's step (tw_rr_link_start): without waiting, finish the connect
+ * and the handshake, write, read; 0 and *reply (NULL: none yet) or the
+ * link's error. */
+int tw_rr_link_step(struct tw_rr_link *l, void **reply);
+/* Close and free (NULL is fine). */
+void tw_rr_link_free(struct tw_rr_link *l);
+
 /* ---- connections (connect.c) ------------------------------------------------- */
-/* How every connection of an instance is opened: the credentials and the
- * database of the configuration (redis.c owns the strings). */
+/* How every connection of an instance is opened: the credentials, the
+ * database and the TLS context of the configuration (redis.c owns them). */
 struct tw_rr_conn {
     char *user; /* ACL user; NULL: none */
     char *pass; /* password; NULL: none (no AUTH unless a user is named) */
     int db;     /* SELECT after AUTH when > 0 */
+    struct tw_rr_tls *tls; /* NULL: plain */
 };
 #define TW_RR_ERR_MAX 256 /* an error text, NUL included */
 /* Open one connection to host:port (a unix socket when port is 0: host is
- * its path), with the command timeout set, then AUTH and SELECT as cn says
- * (cn may be NULL: neither). 0 and *out; else *out NULL and err (errlen
- * bytes) says what failed, naming the server, never a credential: TW_EIO
- * (unreachable or lost), TW_EAUTH (AUTH refused, or SELECT refused for a
- * permission), TW_EPROTO (SELECT refused otherwise: the server's words),
- * TW_ENOMEM. */
+ * its path), TLS as cn says, with the command timeout set, then AUTH and
+ * SELECT as cn says (cn may be NULL: plain, neither); a TLS connection
+ * without either answers a PING first, so that a server refusing the
+ * client's certificate (TLS 1.3 tells after the handshake) fails here. 0 and
+ * *out; else *out NULL and err (errlen bytes) says what failed, naming the
+ * server, never a credential: TW_EIO (unreachable or lost), TW_ETLS (TLS
+ * refused: verification, the client certificate), TW_EAUTH (AUTH refused,
+ * or SELECT refused for a permission), TW_EPROTO (SELECT refused otherwise:
+ * the server's words), TW_ENOMEM. The one entry point for a connection to
+ * any server (Sentinels too). */
 int tw_rr_open(const struct tw_rr_conn *cn, const char *host, int port,
-               uint32_t connect_timeout_ms, uint32_t command_timeout_ms, redisContext **out,
+               uint32_t connect_timeout_ms, uint32_t command_timeout_ms, struct tw_rr_link **out,
                char *err, size_t errlen);
 /* A server as error texts name it: "host:port", "[v6]:port" or the socket
  * path (port 0). */
@@ -107,7 +193,7 @@ void tw_rr_where(const char *host, int port, char *buf, size_t len);
 struct tw_rr_node {
     char host[256];
     int port;
-    redisContext *c;      /* NULL when not connected */
+    struct tw_rr_link *c; /* NULL when not connected */
     bool ever_connected;  /* a later connect counts as a reconnect */
     uint64_t next_try_ns; /* no connect attempt before (backoff) */
     uint32_t backoff_ms;  /* current backoff, 0 after a success */
@@ -134,7 +220,7 @@ struct tw_rr_router {
      * TW_EIO fails the connection, another negative code refuses the command
      * with it (the connection closed: the next command to that node connects
      * and is checked again), 0 or more is kept in the node's check. */
-    int (*on_connect)(void *ctx, redisContext *c);
+    int (*on_connect)(void *ctx, struct tw_rr_link *c);
     void *on_connect_ctx;
     uint64_t oom_refusals; /* script calls refused at maxmemory (TW_EOOM) */
     const struct tw_rr_conn *conn; /* credentials and database of every connection */
@@ -538,7 +624,7 @@ struct tw_redis {
     atomic_uint nsilent;                                    /* entries of silent_at in use */
     _Atomic uint_least16_t *silent; /* per partition: 0, or 1 + its silent master's entry */
     struct tw_rr_await await[TW_RR_SAMPLE_NODES]; /* claim thread only: per claim_rt node */
-    redisContext *probe[TW_RR_SAMPLE_NODES]; /* claim thread only: per silent_at entry */
+    struct tw_rr_link *probe[TW_RR_SAMPLE_NODES]; /* claim thread only: per silent_at entry */
     uint64_t probe_ns[TW_RR_SAMPLE_NODES];   /* ... when it was sent */
     uint32_t nawait;                              /* claim thread only: outstanding calls */
 
@@ -767,20 +853,20 @@ void tw_rr_sentinel_stale(struct tw_rr_sentinel *s);
 /* ROLE on a new connection to host:port: 0 for a master; TW_EIO for
  * anything else (marked stale, err says what), TW_EAUTH when ROLE is
  * denied. */
-int tw_rr_sentinel_role(struct tw_rr_sentinel *s, redisContext *c, const char *host, int port,
+int tw_rr_sentinel_role(struct tw_rr_sentinel *s, struct tw_rr_link *c, const char *host, int port,
                         char *err, size_t errlen);
 /* Bumped each time the master's address changes. Any thread. */
 uint64_t tw_rr_sentinel_gen(const struct tw_rr_sentinel *s);
 /* The client's check of a new connection to the master, after its policy:
  * the queue's partition count (stored again if a failover lost it). 0,
  * TW_ECONFLICT, TW_EIO. */
-int tw_rr_sentinel_recheck(struct tw_redis *r, redisContext *c);
+int tw_rr_sentinel_recheck(struct tw_redis *r, struct tw_rr_link *c);
 
 /* ---- the replica wait (wait.c) ----------------------------------------------- */
 /* Append WAIT to c's output after a command (router.c, rt->wait_replicas
  * set); read its answer into rt->waited after the command's reply. */
-int tw_rr_wait_append(struct tw_rr_router *rt, redisContext *c);
-void tw_rr_wait_read(struct tw_rr_router *rt, redisContext *c);
+int tw_rr_wait_append(struct tw_rr_router *rt, struct tw_rr_link *c);
+void tw_rr_wait_read(struct tw_rr_router *rt, struct tw_rr_link *c);
 /* After a producer call on r->api that succeeded: 0, or TW_EREPLICAS when
  * fewer replicas than configured confirmed it (r->api.err says so). */
 int tw_rr_wait_check(struct tw_redis *r);

@@ -510,17 +510,18 @@
  * or any late reply, shows it answers. An ack that fails leaves the lease to expire
  * (at-least-once).
  *
- * Connecting (url.c, connect.c, acl.c, errors.c): each servers entry is
- * parsed once here (rr_check_servers: plain host:port or socket path, or a
- * redis://, unix:// or redis+sentinel:// URL; rediss:// is parsed but
- * refused until TLS is served), and kept as the router takes it:
- * "host:port" or the socket's path, no credentials. The credentials
+ * Connecting (url.c, connect.c, transport.c, acl.c, errors.c): each
+ * servers entry is parsed once here (rr_check_servers: plain host:port or
+ * socket path, or a redis://, rediss://, unix:// or redis+sentinel:// URL),
+ * and kept as the router takes it: "host:port" or the socket's path, no
+ * credentials. The credentials
  * and the db go to r->conn, one set for the instance (the fields or the
  * URLs, never both; URLs that disagree are refused rather than guessed at),
  * wiped at free. Every connection is opened by tw_rr_open with r->conn:
  * the routers' (client, claim, executors, acknowledger, each node learnt
  * from CLUSTER SLOTS or a redirect, each reconnect) and the subscriber's,
- * so no path connects without AUTH. A refused AUTH is TW_EAUTH and ends
+ * so no path connects without AUTH (nor, with TLS, without TLS: the
+ * silent probe's PING goes through transport.c too). A refused AUTH is TW_EAUTH and ends
  * the call at once (retrying the same credentials cannot help; the node
  * still backs off, so the worker's threads retry it slowly). Before it
  * writes anything, new asks the server's ACL (acl.c, one EVAL of
@@ -557,6 +558,30 @@
  * when too few replicas confirmed. The worker's writes are not waited
  * for: losing them delivers again (at least once), and the cost stays off
  * the delivery path.
+ * Transport and TLS (transport.c): every connection is the layer's own
+ * struct tw_rr_link, not a hiredis redisContext, because Debian 12's
+ * hiredis 0.14 has no TLS (hiredis has TLS from 1.0 on, as a library of its
+ * own). We keep hiredis for the protocol (redisFormatSdsCommandArgv for the
+ * requests, a redisReader for the replies) and do the socket I/O: plain
+ * connections as hiredis did (a blocking socket with SO_RCVTIMEO and
+ * SO_SNDTIMEO at the command timeout, TCP_NODELAY, one read of up to 16 KB
+ * per wait; MSG_DONTWAIT where nothing may wait), TLS ones through OpenSSL
+ * on a non-blocking socket and poll. TLS is one switch for the instance
+ * (rediss:// entries, or cfg.tls): tw_redis_new builds one SSL_CTX (CA file
+ * or directory, else the system's store; the client certificate) held in
+ * r->conn.tls, and every connection made with r->conn (client, claim,
+ * subscriber, executors, acknowledger, each cluster node, each reconnect,
+ * the probe) does the handshake and verifies the server's chain and name
+ * (tls_server_name, else the host connected to: for nodes learnt from
+ * CLUSTER SLOTS the address it gives, which is the TLS port for a TLS
+ * client when the servers run tls-cluster yes). A TLS connection without
+ * AUTH or SELECT sends a PING before it is handed out: TLS 1.3 servers
+ * refuse a missing client certificate after the handshake. Any TLS failure
+ * is TW_ETLS with OpenSSL's words; like TW_EAUTH it ends the call at once
+ * and reaches the worker's error (sink). A TLS write reports only whole
+ * records (SSL_MODE_ENABLE_PARTIAL_WRITE), so what the router counts as
+ * written (a call that may have run) stays exact. Unix sockets are never
+ * TLS (Redis serves none there): a config mixing them with TLS is refused.
  * Lost replies: a call is sent (router.c) once all of its bytes are in the
  * socket; before that (a failed connect, a backoff, an unknown slot, a
  * write that failed, a connection found closed before writing) nothing can
@@ -609,6 +634,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "common/random.h"
@@ -661,19 +687,20 @@ static bool rr_same_str(bool has_a, const char *a, bool has_b, const char *b)
  * carry them carry the same, and those that name a database name the same
  * (the others share what they say). On success *first holds the entry
  * with credentials (or the first), and *db the database (0: none). */
-static int rr_check_servers(const struct tw_redis_config *c, struct tw_rr_url *first, int *db)
+static int rr_check_servers(const struct tw_redis_config *c, struct tw_rr_url *first, int *db,
+                            bool *tls)
 {
     struct tw_rr_url u;
     bool have = false;
     *db = 0;
+    *tls = c->tls;
+    for (size_t i = 0; i < c->nservers; i++)
+        if (tw_rr_url_parse(c->servers[i], &u, NULL) == 0 && u.scheme == TW_RR_TLS)
+            *tls = true;
     for (size_t i = 0; i < c->nservers; i++) {
         const char *why;
         if (tw_rr_url_parse(c->servers[i], &u, &why) != 0) {
             rr_errbuf(c, "servers[%zu]: %s", i, why);
-            return TW_EINVAL;
-        }
-        if (u.scheme == TW_RR_TLS) {
-            rr_errbuf(c, "servers[%zu]: TLS (rediss://) is not supported yet", i);
             return TW_EINVAL;
         }
         if (i > 0 && (u.scheme == TW_RR_SENTINEL) != (first->scheme == TW_RR_SENTINEL)) {
@@ -682,6 +709,16 @@ static int rr_check_servers(const struct tw_redis_config *c, struct tw_rr_url *f
         }
         if (i > 0 && u.scheme == TW_RR_SENTINEL && strcmp(u.master, first->master) != 0) {
             rr_errbuf(c, "servers[%zu]: another master name than an earlier entry's", i);
+            return TW_EINVAL;
+        }
+        if (*tls && u.scheme == TW_RR_SENTINEL) {
+            rr_errbuf(c, "servers[%zu]: Sentinel with TLS is not served (the Sentinels and "
+                         "the master are reached in plain)", i);
+            return TW_EINVAL;
+        }
+        if (*tls && (u.scheme == TW_RR_UNIX || strncasecmp(c->servers[i], "redis://", 8) == 0)) {
+            rr_errbuf(c, "servers[%zu]: %s with TLS (every entry host:port or rediss://)", i,
+                      u.scheme == TW_RR_UNIX ? "a unix socket" : "redis://");
             return TW_EINVAL;
         }
         if (u.db >= 0 && *db != 0 && u.db != *db) {
@@ -704,6 +741,11 @@ static int rr_check_servers(const struct tw_redis_config *c, struct tw_rr_url *f
         if (i == 0 || (creds && !have))
             *first = u; /* the same scheme and master name as servers[0] (above) */
         have = have || creds;
+    }
+    if (!*tls && (c->tls_ca_file || c->tls_ca_dir || c->tls_cert_file || c->tls_key_file ||
+                  c->tls_server_name || c->tls_skip_hostname_check)) {
+        rr_errbuf(c, "tls_* settings without TLS (tls, or rediss:// entries)");
+        return TW_EINVAL;
     }
     return 0;
 }
@@ -848,7 +890,7 @@ static void rr_free_all(struct tw_redis *r)
     free(r->silent);
     for (size_t k = 0; k < TW_RR_SAMPLE_NODES; k++)
         if (r->probe[k])
-            redisFree(r->probe[k]);
+            tw_rr_link_free(r->probe[k]);
     pthread_mutex_destroy(&r->silent_mu);
     for (size_t i = 0; i < r->carry.n; i++)
         free(r->carry.v[i]);
@@ -865,6 +907,7 @@ static void rr_free_all(struct tw_redis *r)
     rr_forget(r->conn.user);
     rr_forget(r->conn.pass);
     tw_rr_sentinel_free(r->sentinel);
+    tw_rr_tls_free(r->conn.tls);
     free(r);
 }
 
@@ -915,11 +958,11 @@ static int rr_load_scripts(struct tw_redis *r)
  * (INFO first: the least ACL rule grants it, while CONFIG is an admin
  * command that managed services rename or deny, and a denied command is
  * logged in the server's ACL LOG). 0, or TW_EIO when the connection failed. */
-static int rr_read_policy(redisContext *c, char *buf, size_t cap)
+static int rr_read_policy(struct tw_rr_link *c, char *buf, size_t cap)
 {
     buf[0] = 0;
-    redisReply *x = redisCommand(c, "INFO memory");
-    if (!x)
+    redisReply *x;
+    if (tw_rr_link_command(c, 2, (const char *[]){"INFO", "memory"}, (size_t[]){4, 6}, &x) != 0)
         return TW_EIO;
     const char *p = x->type == REDIS_REPLY_STRING ? strstr(x->str, "maxmemory_policy:") : NULL;
     if (p) {
@@ -933,7 +976,8 @@ static int rr_read_policy(redisContext *c, char *buf, size_t cap)
         return 0;
     }
     freeReplyObject(x);
-    if (!(x = redisCommand(c, "CONFIG GET maxmemory-policy")))
+    if (tw_rr_link_command(c, 3, (const char *[]){"CONFIG", "GET", "maxmemory-policy"},
+                           (size_t[]){6, 3, 16}, &x) != 0)
         return TW_EIO;
     if (x->type == REDIS_REPLY_ARRAY && x->elements == 2 &&
         x->element[1]->type == REDIS_REPLY_STRING)
@@ -945,7 +989,7 @@ static int rr_read_policy(redisContext *c, char *buf, size_t cap)
 /* The router's check of each new connection (on_connect): 0 for a policy
  * that keeps the queue's keys, 1 for one that may evict them when the
  * config accepts that, else TW_ECONFLICT (the node refused); TW_EIO. */
-static int rr_check_server(void *ctx, redisContext *c)
+static int rr_check_server(void *ctx, struct tw_rr_link *c)
 {
     const struct tw_redis *r = ctx;
     char pol[64];
@@ -1062,10 +1106,11 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
     }
     rr_errbuf(cfg, "%s", "");
     struct tw_rr_url first;
+    bool tls;
     int db, rc = rr_check_config(cfg);
     if (rc && cfg->errbuf && cfg->errbuf_len && !cfg->errbuf[0])
         rr_errbuf(cfg, "a configuration value out of its range (include/twheel/redis.h)");
-    if (rc || (rc = rr_check_servers(cfg, &first, &db)) != 0)
+    if (rc || (rc = rr_check_servers(cfg, &first, &db, &tls)) != 0)
         return rc;
     char why[TW_RR_ERR_MAX] = "";
     struct tw_redis_config adopt; /* partitions 0: sized for any count until it is read */
@@ -1082,6 +1127,8 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
     r->cfg = *cfg;
     r->adopt = cfg == &adopt;
     r->cfg.username = r->cfg.password = NULL; /* r->conn holds copies */
+    r->cfg.tls_ca_file = r->cfg.tls_ca_dir = r->cfg.tls_cert_file = r->cfg.tls_key_file = NULL;
+    r->cfg.tls_server_name = NULL; /* read into r->conn.tls */
     r->cfg.errbuf = NULL;
     r->cfg.errbuf_len = 0;
     uint64_t seed[2];
@@ -1136,6 +1183,13 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
     }
     if (rr_copy_servers(r, cfg, &first, db) != 0)
         goto nomem;
+    if (tls) {
+        const struct tw_rr_tls_config tc = {cfg->tls_ca_file,     cfg->tls_ca_dir,
+                                            cfg->tls_cert_file,   cfg->tls_key_file,
+                                            cfg->tls_server_name, cfg->tls_skip_hostname_check};
+        if ((rc = tw_rr_tls_new(&tc, &r->conn.tls, why, sizeof why)) != 0)
+            goto fail;
+    }
     r->cfg.servers = (const char *const *)r->servers;
     r->cfg.sentinel_username = r->cfg.sentinel_password = NULL; /* the Sentinel's copies */
     if (first.scheme == TW_RR_SENTINEL && (rc = tw_rr_sentinel_new(r, cfg, why)) != 0)

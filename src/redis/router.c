@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* twheel Redis layer: a small Redis Cluster router over hiredis 0.14 (which
- * has none).
+/* twheel Redis layer: a small Redis Cluster router over the layer's own
+ * connections (transport.c; hiredis 0.14 has no cluster support).
  *
  * - Slots: CRC16-XMODEM of the key, or of its {hash tag}, mod 16384 (the
  *   cluster spec's algorithm).
@@ -44,10 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/socket.h>
 #include <time.h>
-
-#include <hiredis/sds.h>
 
 #include "redis/internal.h"
 
@@ -152,7 +149,7 @@ static void rr_drop(struct tw_rr_node *n)
 {
     n->owed = 0;
     if (n->c) {
-        redisFree(n->c);
+        tw_rr_link_free(n->c);
         n->c = NULL;
     }
 }
@@ -165,11 +162,11 @@ static void rr_backoff(struct tw_rr_node *n)
     n->next_try_ns = tw_rr_mono_ns() + (uint64_t)n->backoff_ms * 1000000u;
 }
 
-/* What a node's connection failed with (why, else hiredis' words), into
+/* What a node's connection failed with (why, else the link's words), into
  * rt->err (before rr_drop). */
 static void rr_lost(struct tw_rr_router *rt, const struct tw_rr_node *n, const char *why)
 {
-    char where[TW_RR_ERR_MAX / 2 - 1]; /* with ": " and hiredis' errstr, fits err */
+    char where[TW_RR_ERR_MAX / 2 - 1]; /* with ": " and the link's errstr, fits err */
     tw_rr_where(n->host, n->port, where, sizeof where);
     if (!why)
         why = n->c && n->c->errstr[0] ? n->c->errstr : "connection lost";
@@ -191,25 +188,25 @@ static int rr_connect(struct tw_rr_router *rt, size_t i)
             rr_lost(rt, n, "not reachable (waiting to connect again)");
         return TW_EIO;
     }
-    redisContext *c;
+    struct tw_rr_link *c;
     int rc = tw_rr_open(rt->conn, n->host, n->port, rt->connect_timeout_ms,
                         rt->command_timeout_ms, &c, rt->err, sizeof rt->err);
     if (rc == 0 && rt->sentinel &&
         (rc = tw_rr_sentinel_role(rt->sentinel, c, n->host, n->port, rt->err,
                                   sizeof rt->err)) != 0)
-        redisFree(c); /* not the master (any more): the Sentinels are asked again */
+        tw_rr_link_free(c); /* not the master (any more): the Sentinels are asked again */
     if (rc) {
         if (rc == TW_EIO && rt->sentinel)
             tw_rr_sentinel_stale(rt->sentinel);
         rr_backoff(n);
-        if (rc == TW_EAUTH && rt->sink)
+        if ((rc == TW_EAUTH || rc == TW_ETLS) && rt->sink)
             rt->sink(rt->sink_ctx, rc, rt->err);
         return rc;
     }
     if (rt->on_connect) { /* the owner's check of the server (redis.c) */
         int v = rt->on_connect(rt->on_connect_ctx, c);
         if (v == TW_EIO) {
-            redisFree(c);
+            tw_rr_link_free(c);
             rr_backoff(n);
             return TW_EIO;
         }
@@ -274,8 +271,9 @@ static int rr_refresh_from(struct tw_rr_router *rt, size_t i)
     int rc = rr_connect(rt, i);
     if (rc != 0)
         return rc;
-    redisReply *r = redisCommand(rt->nodes[i].c, "CLUSTER SLOTS");
-    if (!r) {
+    redisReply *r;
+    if (tw_rr_link_command(rt->nodes[i].c, 2, (const char *[]){"CLUSTER", "SLOTS"},
+                           (size_t[]){7, 5}, &r) != 0) {
         rr_lost(rt, &rt->nodes[i], NULL);
         rr_drop(&rt->nodes[i]);
         return TW_EIO;
@@ -459,13 +457,11 @@ static bool rr_sentinel_moved(struct tw_rr_router *rt, struct tw_rr_node *n)
 static void rr_check_idle(struct tw_rr_router *rt, size_t i)
 {
     struct tw_rr_node *n = &rt->nodes[i];
-    char b;
     if (!n->c)
         return;
     if (rr_sentinel_moved(rt, n))
         return;
-    ssize_t k = recv(n->c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+    if (tw_rr_link_closed(n->c)) {
         rr_drop(n);
         if (rt->cluster)
             rt->map_stale = true;
@@ -481,27 +477,26 @@ enum {
 };
 
 /* Write the command (after ASKING when ask) on c and read its reply: 0 and
- * *reply, RR_UNSENT or RR_LOST (c->err says why). The write and the read are
- * those of redisCommandArgv, done apart to tell the two failures apart. */
-static int rr_roundtrip(struct tw_rr_router *rt, redisContext *c, bool ask, int argc,
+ * *reply, RR_UNSENT or RR_LOST (c->err says why: TW_ENOMEM when the command
+ * could not even be formatted). The write and the read are done apart to
+ * tell the two failures apart. With the replica wait, WAIT goes in the same
+ * write. */
+static int rr_roundtrip(struct tw_rr_router *rt, struct tw_rr_link *c, bool ask, int argc,
                         const char **argv, const size_t *lens, redisReply **reply)
 {
-    if ((ask && redisAppendCommand(c, "ASKING") != REDIS_OK) ||
-        redisAppendCommandArgv(c, argc, argv, lens) != REDIS_OK ||
+    if ((ask && tw_rr_link_append(c, 1, (const char *[]){"ASKING"}, (size_t[]){6}) != 0) ||
+        tw_rr_link_append(c, argc, argv, lens) != 0 ||
         (rt->wait_replicas && tw_rr_wait_append(rt, c) != 0))
         return RR_UNSENT;
-    int done = 0;
-    while (!done)
-        if (redisBufferWrite(c, &done) != REDIS_OK)
-            return RR_UNSENT;
+    if (tw_rr_link_flush(c) != 0)
+        return RR_UNSENT;
     void *a = NULL;
     if (ask) {
-        if (redisGetReply(c, &a) != REDIS_OK)
+        if (tw_rr_link_get(c, &a) != 0)
             return RR_LOST;
-        if (a)
-            freeReplyObject(a);
+        freeReplyObject(a);
     }
-    if (redisGetReply(c, (void **)reply) != REDIS_OK || !*reply)
+    if (tw_rr_link_get(c, (void **)reply) != 0)
         return RR_LOST;
     if (rt->wait_replicas) /* the command's reply is in: WAIT's answer, or none (-1) */
         tw_rr_wait_read(rt, c);
@@ -577,7 +572,7 @@ static int rr_command(struct tw_rr_router *rt, int slot, int argc, const char **
         if (st != 0) {
             if (r)
                 freeReplyObject(r);
-            int oom = nd->c->err == REDIS_ERR_OOM;
+            int oom = nd->c->err == TW_ENOMEM;
             *lost = *lost || st == RR_LOST;
             rr_lost(rt, nd, NULL);
             rr_drop(nd);
@@ -722,13 +717,11 @@ void tw_rr_drop(struct tw_rr_router *rt, size_t node)
 /* Write what is buffered for node n; 0, or TW_EIO (closed). */
 static int rr_flush(struct tw_rr_router *rt, size_t n)
 {
-    int done = 0;
-    while (!done)
-        if (redisBufferWrite(rt->nodes[n].c, &done) != REDIS_OK) {
-            rr_lost(rt, &rt->nodes[n], NULL);
-            rr_drop(&rt->nodes[n]);
-            return TW_EIO;
-        }
+    if (tw_rr_link_flush(rt->nodes[n].c) != 0) {
+        rr_lost(rt, &rt->nodes[n], NULL);
+        rr_drop(&rt->nodes[n]);
+        return TW_EIO;
+    }
     return 0;
 }
 
@@ -743,7 +736,7 @@ int tw_rr_send(struct tw_rr_router *rt, int slot, int argc, const char **argv, c
     int crc = rr_connect(rt, (size_t)n);
     if (crc != 0)
         return crc;
-    if (redisAppendCommandArgv(rt->nodes[n].c, argc, argv, lens) != REDIS_OK)
+    if (tw_rr_link_append(rt->nodes[n].c, argc, argv, lens) != 0)
         return TW_ENOMEM;
     if (rr_flush(rt, (size_t)n) != 0)
         return TW_EIO;
@@ -777,11 +770,11 @@ static int rr_poll_until(struct pollfd *fds, size_t n, uint64_t until_ns)
 int tw_rr_recv(struct tw_rr_router *rt, size_t node, uint64_t until_ns, redisReply **reply)
 {
     for (;;) {
-        redisContext *c = rt->nodes[node].c;
+        struct tw_rr_link *c = rt->nodes[node].c;
         void *x = NULL;
         if (!c)
             return TW_EIO;
-        if (redisGetReplyFromReader(c, &x) != REDIS_OK) {
+        if (tw_rr_link_next(c, &x) != 0) {
             rr_lost(rt, &rt->nodes[node], NULL);
             rr_drop(&rt->nodes[node]);
             return TW_EIO;
@@ -795,8 +788,8 @@ int tw_rr_recv(struct tw_rr_router *rt, size_t node, uint64_t until_ns, redisRep
         struct pollfd pfd = {c->fd, POLLIN, 0};
         if (rr_poll_until(&pfd, 1, until_ns) == 0)
             return TW_RR_PENDING;
-        if (redisBufferRead(c) != REDIS_OK) {
-            int oom = c->err == REDIS_ERR_OOM;
+        if (tw_rr_link_read(c) != 0) {
+            int oom = c->err == TW_ENOMEM;
             rr_lost(rt, &rt->nodes[node], NULL);
             rr_drop(&rt->nodes[node]);
             return oom ? TW_ENOMEM : TW_EIO;
@@ -810,15 +803,13 @@ int tw_rr_recv(struct tw_rr_router *rt, size_t node, uint64_t until_ns, redisRep
  * chunk. Only once: a write per call would make Redis wake, read, reply and
  * write its AOF once per call, which costs it more CPU than the overlap
  * gains. Small calls (START) stay buffered until the first read. A write
- * error is left for redisGetReply to report (the context keeps it). */
-static void rr_flush_big(redisContext *c, bool *flushed)
+ * error is left for the read to report (the link keeps it). */
+static void rr_flush_big(struct tw_rr_link *c, bool *flushed)
 {
-    int done = 0;
-    if (*flushed || sdslen(c->obuf) < RR_FLUSH_BYTES)
+    if (*flushed || tw_rr_link_unsent(c) < RR_FLUSH_BYTES)
         return;
     *flushed = true;
-    while (!done && redisBufferWrite(c, &done) == REDIS_OK)
-        ;
+    (void)tw_rr_link_flush(c);
 }
 
 /* One call of a tw_rr_eval_many chunk. */
@@ -845,7 +836,7 @@ static void rr_node_failed(struct tw_rr_router *rt, struct rr_call *cl, size_t j
                            const uint64_t *nbytes)
 {
     int nd = cl[j].node;
-    uint64_t left = sdslen(rt->nodes[nd].c->obuf);
+    uint64_t left = tw_rr_link_unsent(rt->nodes[nd].c);
     uint64_t written = nbytes[nd] > left ? nbytes[nd] - left : 0;
     for (size_t k = j; k < m; k++)
         if (cl[k].state == RR_CALL_SENT && cl[k].node == nd)
@@ -917,14 +908,11 @@ static int rr_recv_polled(struct tw_rr_router *rt, struct rr_call *cl, size_t m,
         next[j] = SIZE_MAX;
     }
     for (size_t k = 0; k < nd; k++) { /* everything written, then waited for */
-        int done = 0;
-        while (!done)
-            if (redisBufferWrite(rt->nodes[dn[k]].c, &done) != REDIS_OK) {
-                rr_node_failed(rt, cl, head[k], m, nbytes);
-                head[k] = SIZE_MAX;
-                *io = true;
-                break;
-            }
+        if (tw_rr_link_flush(rt->nodes[dn[k]].c) != 0) {
+            rr_node_failed(rt, cl, head[k], m, nbytes);
+            head[k] = SIZE_MAX;
+            *io = true;
+        }
     }
     uint64_t until = tw_rr_mono_ns() + (uint64_t)rt->reply_ms * 1000000u;
     for (;;) {
@@ -932,7 +920,7 @@ static int rr_recv_polled(struct tw_rr_router *rt, struct rr_call *cl, size_t m,
         for (size_t k = 0; k < nd && rc == 0; k++) {
             while (head[k] != SIZE_MAX) {
                 void *x = NULL;
-                if (redisGetReplyFromReader(rt->nodes[dn[k]].c, &x) != REDIS_OK) {
+                if (tw_rr_link_next(rt->nodes[dn[k]].c, &x) != 0) {
                     rr_node_failed(rt, cl, head[k], m, nbytes);
                     head[k] = SIZE_MAX;
                     *io = true;
@@ -969,7 +957,7 @@ static int rr_recv_polled(struct tw_rr_router *rt, struct rr_call *cl, size_t m,
         for (size_t k = 0, f = 0; k < nd && f < nf; k++) {
             if (head[k] == SIZE_MAX)
                 continue;
-            if (fds[f++].revents && redisBufferRead(rt->nodes[dn[k]].c) != REDIS_OK) {
+            if (fds[f++].revents && tw_rr_link_read(rt->nodes[dn[k]].c) != 0) {
                 rr_node_failed(rt, cl, head[k], m, nbytes);
                 head[k] = SIZE_MAX;
                 *io = true;
@@ -1037,15 +1025,15 @@ int tw_rr_eval_many(struct tw_rr_router *rt, unsigned id, size_t n, int nkeys,
                 rr_check_idle(rt, (size_t)nd);
             if (!rt->nodes[nd].c)
                 (void)rr_connect(rt, (size_t)nd);
-            redisContext *c = rt->nodes[nd].c;
+            struct tw_rr_link *c = rt->nodes[nd].c;
             if (!c || rt->nodes[nd].check < 0) /* refused by the owner's check: redone */
                 continue;
-            size_t before = sdslen(c->obuf);
-            if (redisAppendCommandArgv(c, argc, av, al) != REDIS_OK) {
+            size_t before = tw_rr_link_unsent(c);
+            if (tw_rr_link_append(c, argc, av, al) != 0) {
                 rc = TW_ENOMEM;
                 break;
             }
-            nbytes[nd] += sdslen(c->obuf) - before;
+            nbytes[nd] += tw_rr_link_unsent(c) - before;
             cl[j].end = nbytes[nd];
             cl[j].state = RR_CALL_SENT;
             rr_flush_big(c, &flushed);
@@ -1063,9 +1051,7 @@ int tw_rr_eval_many(struct tw_rr_router *rt, unsigned id, size_t n, int nkeys,
             if (cl[j].state != RR_CALL_SENT)
                 continue;
             redisReply *r = NULL;
-            if (redisGetReply(rt->nodes[cl[j].node].c, (void **)&r) != REDIS_OK || !r) {
-                if (r)
-                    freeReplyObject(r);
+            if (tw_rr_link_get(rt->nodes[cl[j].node].c, (void **)&r) != 0) {
                 rr_node_failed(rt, cl, j, m, nbytes);
                 io = true;
                 continue;

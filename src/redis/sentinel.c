@@ -75,7 +75,7 @@ struct tw_rr_sentinel {
 static int rr_ask_one(struct tw_rr_sentinel *s, size_t i, char *host, int *port, char *err,
                       size_t errlen)
 {
-    redisContext *c;
+    struct tw_rr_link *c;
     int rc = tw_rr_open(s->conn.user || s->conn.pass ? &s->conn : NULL, s->v[i].host,
                         s->v[i].port, s->connect_timeout_ms, s->command_timeout_ms, &c, err,
                         errlen);
@@ -83,7 +83,10 @@ static int rr_ask_one(struct tw_rr_sentinel *s, size_t i, char *host, int *port,
         return rc;
     char where[TW_RR_ERR_MAX / 2 - 2]; /* with ": " and hiredis' errstr (128), fits err */
     tw_rr_where(s->v[i].host, s->v[i].port, where, sizeof where);
-    redisReply *x = redisCommand(c, "SENTINEL get-master-addr-by-name %s", s->master);
+    const char *av[3] = {"SENTINEL", "get-master-addr-by-name", s->master};
+    redisReply *x = NULL;
+    if (tw_rr_link_command(c, 3, av, NULL, &x) != 0)
+        x = NULL;
     if (!x) {
         snprintf(err, errlen, "%s: %s", where, c->errstr[0] ? c->errstr : "connection lost");
         rc = TW_EIO;
@@ -108,7 +111,7 @@ static int rr_ask_one(struct tw_rr_sentinel *s, size_t i, char *host, int *port,
     }
     if (x)
         freeReplyObject(x);
-    redisFree(c);
+    tw_rr_link_free(c);
     return rc;
 }
 
@@ -194,12 +197,14 @@ uint64_t tw_rr_sentinel_gen(const struct tw_rr_sentinel *s)
     return atomic_load(&s->gen);
 }
 
-int tw_rr_sentinel_role(struct tw_rr_sentinel *s, redisContext *c, const char *host, int port,
+int tw_rr_sentinel_role(struct tw_rr_sentinel *s, struct tw_rr_link *c, const char *host, int port,
                         char *err, size_t errlen)
 {
     char where[TW_RR_ERR_MAX / 2];
     tw_rr_where(host, port, where, sizeof where);
-    redisReply *x = redisCommand(c, "ROLE");
+    redisReply *x = NULL;
+    if (tw_rr_link_command(c, 1, (const char *[]){"ROLE"}, NULL, &x) != 0)
+        x = NULL;
     int rc = TW_EIO;
     if (!x)
         snprintf(err, errlen, "%s: %s", where, c->errstr[0] ? c->errstr : "connection lost");
@@ -220,13 +225,14 @@ int tw_rr_sentinel_role(struct tw_rr_sentinel *s, redisContext *c, const char *h
     return rc;
 }
 
-int tw_rr_sentinel_recheck(struct tw_redis *r, redisContext *c)
+int tw_rr_sentinel_recheck(struct tw_redis *r, struct tw_rr_link *c)
 {
     char key[TW_RR_KEYBUF], val[16];
     snprintf(key, sizeof key, "{%s:meta}:partitions", r->queue);
     snprintf(val, sizeof val, "%u", (unsigned)r->cfg.partitions);
-    redisReply *x = redisCommand(c, "SET %s %s NX GET", key, val); /* Redis >= 7.0 */
-    if (!x)
+    const char *av[5] = {"SET", key, val, "NX", "GET"}; /* Redis >= 7.0 */
+    redisReply *x = NULL;
+    if (tw_rr_link_command(c, 5, av, NULL, &x) != 0 || !x)
         return TW_EIO;
     int rc = 0;
     if (x->type == REDIS_REPLY_STRING && strcmp(x->str, val) != 0)
@@ -274,13 +280,13 @@ static int rr_list(struct tw_rr_sentinel *s, const struct tw_redis_config *cfg, 
  * yet: ask again), or the refusal of r->conn's credentials. */
 static int rr_confirm(struct tw_redis *r, struct tw_rr_sentinel *s, char *why)
 {
-    redisContext *c;
+    struct tw_rr_link *c;
     int rc = tw_rr_open(&r->conn, s->host, s->port, r->cfg.connect_timeout_ms,
                         r->cfg.command_timeout_ms, &c, why, TW_RR_ERR_MAX);
     if (rc)
         return rc;
     rc = tw_rr_sentinel_role(s, c, s->host, s->port, why, TW_RR_ERR_MAX);
-    redisFree(c);
+    tw_rr_link_free(c);
     return rc;
 }
 

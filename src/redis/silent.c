@@ -345,36 +345,30 @@ static void rr_probe(struct tw_redis *r, size_t k)
     int port = r->silent_at[k].port;
     strcpy(host, r->silent_at[k].host);
     pthread_mutex_unlock(&r->silent_mu);
-    redisContext *c = r->probe[k];
+    struct tw_rr_link *c = r->probe[k];
     uint64_t now = tw_rr_mono_ns();
     if (c && (!used || now - r->probe_ns[k] > (uint64_t)r->cfg.command_timeout_ms * 1000000u)) {
-        redisFree(c); /* cleared meanwhile, or no answer: a new one */
+        tw_rr_link_free(c); /* cleared meanwhile, or no answer: a new one */
         c = r->probe[k] = NULL;
     }
     if (!used)
         return;
     if (!c) {
-        c = port == 0 ? redisConnectUnixNonBlock(host) : redisConnectNonBlock(host, port);
-        if (!c || c->err || redisAppendCommand(c, "PING") != REDIS_OK) {
-            if (c)
-                redisFree(c);
+        if (tw_rr_link_start(r->conn.tls, host, port, r->cfg.command_timeout_ms, &c) != 0 ||
+            tw_rr_link_append(c, 1, (const char *[]){"PING"}, (size_t[]){4}) != 0) {
+            tw_rr_link_free(c);
             return; /* refused (away): tried again next pass */
         }
         r->probe[k] = c;
         r->probe_ns[k] = now;
     }
-    int done = 0;
-    struct pollfd pfd = {c->fd, POLLIN, 0};
     void *x = NULL;
-    bool ok = redisBufferWrite(c, &done) == REDIS_OK;
-    if (ok && poll(&pfd, 1, 0) <= 0)
-        return; /* no answer yet */
-    ok = ok && redisBufferRead(c) == REDIS_OK && redisGetReplyFromReader(c, &x) == REDIS_OK;
+    bool ok = tw_rr_link_step(c, &x) == 0;
     if (ok && !x)
-        return; /* part of it */
+        return; /* no answer yet, or part of it */
     if (x)
         freeReplyObject(x);
-    redisFree(c);
+    tw_rr_link_free(c);
     r->probe[k] = NULL;
     if (!ok)
         return; /* refused or closed: tried again next pass */

@@ -62,11 +62,11 @@ static void rr_sub_sleep(struct tw_redis *r, uint32_t ms)
 /* Connect (tw_rr_open: AUTH and SELECT as every connection) and
  * subscribe. 0 and *out, or an error code with err saying what (TW_EAUTH:
  * the credentials, or SUBSCRIBE or a channel, refused). */
-static int rr_sub_connect(struct tw_redis *r, size_t node, redisContext **out, char *err,
+static int rr_sub_connect(struct tw_redis *r, size_t node, struct tw_rr_link **out, char *err,
                           size_t errlen)
 {
     const struct tw_rr_node *nd = &r->sub_rt.nodes[node];
-    redisContext *c;
+    struct tw_rr_link *c;
     int rc = tw_rr_open(&r->conn, nd->host, nd->port, r->cfg.connect_timeout_ms,
                         r->cfg.command_timeout_ms, &c, err, errlen);
     if (rc)
@@ -86,12 +86,11 @@ static int rr_sub_connect(struct tw_redis *r, size_t node, redisContext **out, c
             al[p + 1] = (size_t)snprintf(s, TW_RR_KEYBUF, "{%s:%u}:ch", r->queue, (unsigned)p);
             av[p + 1] = s;
         }
-        ok = redisAppendCommandArgv(c, (int)P + 1, av, al) == REDIS_OK;
+        ok = tw_rr_link_append(c, (int)P + 1, av, al) == 0;
         /* Wait for every confirmation: from here on no PUBLISH is missed. */
         for (uint32_t p = 0; ok && p < P; p++) {
             redisReply *m = NULL;
-            ok = redisGetReply(c, (void **)&m) == REDIS_OK && m &&
-                 m->type == REDIS_REPLY_ARRAY;
+            ok = tw_rr_link_get(c, (void **)&m) == 0 && m->type == REDIS_REPLY_ARRAY;
             if (m && m->type == REDIS_REPLY_ERROR) { /* NOPERM: the command or a channel */
                 snprintf(err, errlen, "%s", m->str);
                 rc = tw_rr_error_code(m->str);
@@ -104,7 +103,7 @@ static int rr_sub_connect(struct tw_redis *r, size_t node, redisContext **out, c
     free(al);
     free(names);
     if (!ok) {
-        redisFree(c);
+        tw_rr_link_free(c);
         return rc;
     }
     *out = c;
@@ -145,7 +144,7 @@ void *tw_rr_sub_main(void *arg)
         for (size_t k = 0; k < r->sub_rt.nnodes && rr_sub_silent(r, node); k++)
             node = (node + 1) % r->sub_rt.nnodes; /* not a silent master, if another is left */
         char err[TW_RR_ERR_MAX];
-        redisContext *c = NULL;
+        struct tw_rr_link *c = NULL;
         struct tw_rr_node *nd = &r->sub_rt.nodes[node];
         uint64_t gen = r->sentinel ? tw_rr_sentinel_gen(r->sentinel) : 0;
         if (r->sentinel) /* the master the Sentinels name now (sentinel.c) */
@@ -153,7 +152,7 @@ void *tw_rr_sub_main(void *arg)
         int rc = rr_sub_connect(r, node, &c, err, sizeof err);
         if (rc == TW_EIO && r->sentinel)
             tw_rr_sentinel_stale(r->sentinel);
-        if (rc == TW_EAUTH)
+        if (rc == TW_EAUTH || rc == TW_ETLS)
             rr_sub_refused(r, rc, err);
         if (rc) {
             node = (node + 1) % r->sub_rt.nnodes;
@@ -183,13 +182,13 @@ void *tw_rr_sub_main(void *arg)
                 continue;
             if (pr == 0)
                 continue;
-            if (redisBufferRead(c) != REDIS_OK) {
+            if (tw_rr_link_read(c) != 0) {
                 ok = false;
                 break;
             }
             void *m = NULL;
             while (ok) {
-                if (redisGetReplyFromReader(c, &m) != REDIS_OK) {
+                if (tw_rr_link_next(c, &m) != 0) {
                     ok = false;
                     break;
                 }
@@ -200,7 +199,7 @@ void *tw_rr_sub_main(void *arg)
                 m = NULL;
             }
         }
-        redisFree(c);
+        tw_rr_link_free(c);
     }
     return NULL;
 }

@@ -4,7 +4,7 @@
  *
  *   entry  = "host:port" | "[v6]:port" | "/socket/path"     (plain forms)
  *          | "redis://"  [userinfo "@"] hostport ["/" [db]]
- *          | "rediss://" [userinfo "@"] hostport ["/" [db]]  (TLS: parsed, refused for now)
+ *          | "rediss://" [userinfo "@"] hostport ["/" [db]]  (TLS)
  *          | "unix://"   [userinfo "@"] /socket/path ["?db=" db]
  *          | "redis+sentinel://" [userinfo "@"] hostport *("," hostport) "/" master ["/" db]
  *                                               (1..16 Sentinels, asked in that order)

@@ -14,7 +14,7 @@
 enum tw_rr_scheme {
     TW_RR_TCP,      /* "host:port", "[v6]:port", redis:// */
     TW_RR_UNIX,     /* "/path", unix:// */
-    TW_RR_TLS,      /* rediss:// (parsed; not served yet) */
+    TW_RR_TLS,      /* rediss:// (TLS: transport.c) */
     TW_RR_SENTINEL  /* redis+sentinel:// (host, port: the first Sentinel; sent[]: all) */
 };
 

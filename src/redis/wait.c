@@ -32,13 +32,19 @@
 
 #define RR_WAIT_REFUSED (-2) /* rt->waited: WAIT answered an error (its words in rt->err) */
 
-int tw_rr_wait_append(struct tw_rr_router *rt, redisContext *c)
+/* WAIT's arguments: want replicas within ms */
+static int rr_wait_command(struct tw_rr_link *c, int want, uint32_t ms)
+{
+    char n[16], t[16];
+    snprintf(n, sizeof n, "%d", want);
+    snprintf(t, sizeof t, "%u", (unsigned)ms);
+    return tw_rr_link_append(c, 3, (const char *[]){"WAIT", n, t}, NULL);
+}
+
+int tw_rr_wait_append(struct tw_rr_router *rt, struct tw_rr_link *c)
 {
     rt->waited = -1;
-    return redisAppendCommand(c, "WAIT %d %u", rt->wait_replicas, (unsigned)rt->wait_ms) ==
-                   REDIS_OK
-               ? 0
-               : -1;
+    return rr_wait_command(c, rt->wait_replicas, rt->wait_ms) == 0 ? 0 : -1;
 }
 
 /* What a WAIT reply says: the replicas that confirmed, RR_WAIT_REFUSED for
@@ -53,10 +59,10 @@ static long long rr_answer(struct tw_rr_router *rt, const redisReply *x)
     return RR_WAIT_REFUSED;
 }
 
-void tw_rr_wait_read(struct tw_rr_router *rt, redisContext *c)
+void tw_rr_wait_read(struct tw_rr_router *rt, struct tw_rr_link *c)
 {
     redisReply *x = NULL;
-    if (redisGetReply(c, (void **)&x) != REDIS_OK)
+    if (tw_rr_link_get(c, (void **)&x) != 0)
         x = NULL;
     rt->waited = rr_answer(rt, x);
     if (x)
@@ -100,8 +106,10 @@ int tw_rr_wait_many(struct tw_redis *r, uint64_t opened)
     for (size_t i = 0; i < rt->nnodes; i++) {
         if (!rt->nodes[i].c)
             continue;
-        redisReply *x = redisCommand(rt->nodes[i].c, "WAIT %d %u", want,
-                                     (unsigned)r->cfg.wait_timeout_ms);
+        redisReply *x = NULL;
+        if (rr_wait_command(rt->nodes[i].c, want, r->cfg.wait_timeout_ms) != 0 ||
+            tw_rr_link_get(rt->nodes[i].c, (void **)&x) != 0)
+            x = NULL;
         long long got = rr_answer(rt, x);
         if (!x)
             tw_rr_drop(rt, i);

@@ -301,6 +301,93 @@ void rfx_reap(pid_t pid)
     reg_drop(reg_find_pid(pid));
 }
 
+/* ---- TLS material ------------------------------------------------------------ */
+static const char *env_or(const char *name, const char *dflt);
+
+const char *rfx_tls_path(const struct rfx_tls *t, const char *name, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s/%s", t->dir, name);
+    return buf;
+}
+
+/* Run the openssl command in dir: 0 when it exits 0 within 30 s. */
+static int openssl_run(const char *dir, const char *const *args)
+{
+    char *argv[40], log[300];
+    size_t n = 0;
+    argv[n++] = "openssl";
+    for (; *args && n < 39; args++)
+        argv[n++] = (char *)*args;
+    argv[n] = NULL;
+    snprintf(log, sizeof log, "%s/openssl.log", dir);
+    pid_t pid;
+    int st = 0;
+    if (rfx_spawn(&pid, argv, log) != 0)
+        return -1;
+    if (rfx_wait(pid, 30000, &st) != 0) {
+        rfx_reap(pid);
+        st = -1;
+    }
+    if (st != 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        fail("openssl %s failed (log: %s)", argv[1], log);
+        return -1;
+    }
+    return 0;
+}
+
+/* A key and a certificate NAME.crt/NAME.key: a self-signed CA (ext NULL),
+ * or signed by the CA CANAME with the extensions ext. */
+static int tls_cert(const char *dir, const char *name, const char *caname, const char *ext)
+{
+    char key[300], crt[300], csr[300], subj[64], cacrt[300], cakey[300], extf[300];
+    snprintf(key, sizeof key, "%s/%s.key", dir, name);
+    snprintf(crt, sizeof crt, "%s/%s.crt", dir, name);
+    snprintf(csr, sizeof csr, "%s/%s.csr", dir, name);
+    snprintf(subj, sizeof subj, "/CN=twheel-test-%s", name);
+    if (!caname) {
+        const char *a[] = {"req", "-x509", "-newkey", "ec", "-pkeyopt",
+                           "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", key, "-out", crt,
+                           "-days", "2", "-subj", subj, "-addext",
+                           "basicConstraints=critical,CA:TRUE", "-addext",
+                           "keyUsage=critical,keyCertSign,cRLSign", NULL};
+        return openssl_run(dir, a);
+    }
+    snprintf(cacrt, sizeof cacrt, "%s/%s.crt", dir, caname);
+    snprintf(cakey, sizeof cakey, "%s/%s.key", dir, caname);
+    snprintf(extf, sizeof extf, "%s/%s.ext", dir, name);
+    FILE *f = fopen(extf, "w");
+    if (!f || fprintf(f, "%s\n", ext) < 0 || fclose(f) != 0) {
+        fail("%s: %s", extf, strerror(errno));
+        return -1;
+    }
+    const char *a[] = {"req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                       "-nodes", "-keyout", key, "-out", csr, "-subj", subj, NULL};
+    const char *b[] = {"x509", "-req", "-in", csr, "-CA", cacrt, "-CAkey", cakey,
+                       "-CAcreateserial", "-out", crt, "-days", "2", "-extfile", extf, NULL};
+    return openssl_run(dir, a) == 0 && openssl_run(dir, b) == 0 ? 0 : -1;
+}
+
+int rfx_tls_make(struct rfx_tls *t)
+{
+    snprintf(t->dir, sizeof t->dir, "%s/twheel-tls-XXXXXX", env_or("TMPDIR", "/tmp"));
+    if (!mkdtemp(t->dir)) {
+        fail("mkdtemp %s: %s", t->dir, strerror(errno));
+        return -1;
+    }
+    if (reg_add(0, t->dir) < 0) {
+        remove_dir(t->dir);
+        return -1;
+    }
+    if (tls_cert(t->dir, "ca", NULL, NULL) != 0 || tls_cert(t->dir, "ca2", NULL, NULL) != 0 ||
+        tls_cert(t->dir, "server", "ca",
+                 "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth") != 0 ||
+        tls_cert(t->dir, "client", "ca", "extendedKeyUsage=clientAuth") != 0 ||
+        tls_cert(t->dir, "wrong", "ca",
+                 "subjectAltName=DNS:wrong.example\nextendedKeyUsage=serverAuth,clientAuth") != 0)
+        return -1;
+    return 0;
+}
+
 /* ---- servers --------------------------------------------------------------- */
 /* Ports. Test processes run side by side (ctest -j) and kill and restart
  * their servers on the same port: a port another process's server gave up
@@ -511,6 +598,22 @@ static int launch(struct rfx_server *s)
         argv[n++] = "--requirepass";
         argv[n++] = s->opts.password;
     }
+    char tport[16], tcert[300], tkey[300], tca[300];
+    if (s->opts.tls_dir) {
+        snprintf(tport, sizeof tport, "%d", s->tls_port);
+        snprintf(tcert, sizeof tcert, "%s/server.crt", s->opts.tls_dir);
+        snprintf(tkey, sizeof tkey, "%s/server.key", s->opts.tls_dir);
+        snprintf(tca, sizeof tca, "%s/ca.crt", s->opts.tls_dir);
+        const char *t[] = {"--tls-port", tport, "--tls-cert-file", tcert, "--tls-key-file", tkey,
+                           "--tls-ca-cert-file", tca, "--tls-auth-clients",
+                           s->opts.tls_auth_clients ? "yes" : "no"};
+        for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+            argv[n++] = t[i];
+        if (s->opts.cluster) {
+            argv[n++] = "--tls-cluster";
+            argv[n++] = "yes";
+        }
+    }
     for (const char *const *e = s->opts.extra; e && *e && n < 62; e++)
         argv[n++] = *e;
     argv[n] = NULL;
@@ -622,6 +725,14 @@ int rfx_start(struct rfx_server *s, const struct rfx_options *opts)
         if (s->port < 0)
             break;
         snprintf(s->addr, sizeof s->addr, "127.0.0.1:%d", s->port);
+        if (s->opts.tls_dir) {
+            do /* its own port, and its own bus port in a cluster (tls-cluster) */
+                s->tls_port = free_port(s->opts.cluster);
+            while (s->tls_port == s->port);
+            if (s->tls_port < 0)
+                break;
+            snprintf(s->tls_addr, sizeof s->tls_addr, "127.0.0.1:%d", s->tls_port);
+        }
         int rc = launch(s);
         if (rc == 0)
             return 0;
@@ -690,7 +801,8 @@ const char *rfx_addr(const struct rfx_server *s)
     return s->addr;
 }
 
-const char *rfx_url(const struct rfx_server *s, bool via_unix, char *buf, size_t len)
+/* rfx_url and rfx_tls_url: mode 0 TCP, 1 the unix socket, 2 TLS. */
+static const char *url_of(const struct rfx_server *s, int mode, char *buf, size_t len)
 {
     char pass[3 * 256 + 1] = "";
     const char *p = s->opts.password ? s->opts.password : "";
@@ -706,8 +818,11 @@ const char *rfx_url(const struct rfx_server *s, bool via_unix, char *buf, size_t
     pass[k] = 0;
     bool auth = s->opts.password != NULL;
     int n;
-    if (via_unix)
+    if (mode == 1)
         n = snprintf(buf, len, "unix://%s%s%s%s", auth ? ":" : "", pass, auth ? "@" : "", s->sock);
+    else if (mode == 2)
+        n = snprintf(buf, len, "rediss://%s%s%s%s", auth ? ":" : "", pass, auth ? "@" : "",
+                     s->tls_addr);
     else if (auth)
         n = snprintf(buf, len, "redis://:%s@%s", pass, s->addr);
     else
@@ -718,6 +833,16 @@ const char *rfx_url(const struct rfx_server *s, bool via_unix, char *buf, size_t
         fail("rfx_url: %zu bytes are too few", len);
     }
     return buf;
+}
+
+const char *rfx_url(const struct rfx_server *s, bool via_unix, char *buf, size_t len)
+{
+    return url_of(s, via_unix ? 1 : 0, buf, len);
+}
+
+const char *rfx_tls_url(const struct rfx_server *s, char *buf, size_t len)
+{
+    return url_of(s, 2, buf, len);
 }
 
 static redisReply *vcmd(const struct rfx_server *s, const char *fmt, va_list ap)
@@ -889,19 +1014,30 @@ int rfx_cluster_start_opts(struct rfx_cluster *c, size_t n, const struct rfx_opt
         }
         c->n = i + 1;
         c->addrs[i] = c->node[i].addr;
+        c->tls_addrs[i] = c->node[i].tls_addr;
     }
-    /* redis-cli --cluster create A B C --cluster-replicas 0 --cluster-yes */
-    char *argv[RFX_CLUSTER_MAX + 10];
+    /* redis-cli --cluster create A B C --cluster-replicas 0 --cluster-yes; with
+     * tls-cluster the nodes meet on their TLS ports (the bus is TLS_PORT + 10000) */
+    char *argv[RFX_CLUSTER_MAX + 20];
+    char cacert[300], cert[300], key[300];
     size_t k = 0;
     argv[k++] = (char *)env_or("RFX_REDIS_CLI", "redis-cli");
     if (o.password) {
         argv[k++] = "-a";
         argv[k++] = (char *)o.password;
     }
+    if (o.tls_dir) {
+        snprintf(cacert, sizeof cacert, "%s/ca.crt", o.tls_dir);
+        snprintf(cert, sizeof cert, "%s/client.crt", o.tls_dir);
+        snprintf(key, sizeof key, "%s/client.key", o.tls_dir);
+        char *t[] = {"--tls", "--cacert", cacert, "--cert", cert, "--key", key};
+        for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+            argv[k++] = t[i];
+    }
     argv[k++] = "--cluster";
     argv[k++] = "create";
     for (size_t i = 0; i < n; i++)
-        argv[k++] = c->node[i].addr;
+        argv[k++] = o.tls_dir ? c->node[i].tls_addr : c->node[i].addr;
     argv[k++] = "--cluster-replicas";
     argv[k++] = "0";
     argv[k++] = "--cluster-yes";

@@ -48,6 +48,11 @@ struct rfx_options {
     const char *sentinel_conf;  /* a Sentinel: this text is written to DIR/sentinel.conf and
                                    the server started on it with --sentinel (it rewrites
                                    the file); must outlive it */
+    const char *tls_dir;        /* an rfx_tls_make directory: a second port, s->tls_port, serves
+                                   TLS with its server.crt/key and ca.crt (the plain port stays
+                                   for the fixture's own connections); in a cluster also
+                                   --tls-cluster yes. Must outlive the server */
+    bool tls_auth_clients;      /* with tls_dir: --tls-auth-clients yes (mutual TLS), else no */
 };
 
 struct rfx_server {
@@ -56,6 +61,8 @@ struct rfx_server {
     char dir[256];              /* the server's own temporary directory */
     char addr[32];              /* "127.0.0.1:port" */
     char sock[300];             /* the unix socket's path with opts.unix_socket, else "" */
+    int tls_port;               /* with opts.tls_dir: the TLS port, else 0 */
+    char tls_addr[32];          /* "127.0.0.1:tls_port", or "" */
     struct rfx_options opts;    /* kept for rfx_restart */
     int slot_;                  /* registry index (internal) */
 };
@@ -76,6 +83,8 @@ const char *rfx_addr(const struct rfx_server *s);
  * encoded); with @p via_unix (opts.unix_socket needed) "unix:///dir/redis.sock"
  * or "unix://:PASSWORD@/dir/redis.sock". Returns buf ("" when it does not fit). */
 const char *rfx_url(const struct rfx_server *s, bool via_unix, char *buf, size_t len);
+/* The same for its TLS port (opts.tls_dir): "rediss://[:PASSWORD@]127.0.0.1:tls_port". */
+const char *rfx_tls_url(const struct rfx_server *s, char *buf, size_t len);
 /* A new control connection (1 s connect timeout, 10 s command timeout; the
  * unix socket when the server has one, else TCP; AUTH with opts.password),
  * or NULL. */
@@ -95,6 +104,7 @@ struct rfx_cluster {
     struct rfx_server node[RFX_CLUSTER_MAX];
     char id[RFX_CLUSTER_MAX][48]; /* CLUSTER MYID of each node */
     const char *addrs[RFX_CLUSTER_MAX]; /* node[i].addr, ready for a seed list */
+    const char *tls_addrs[RFX_CLUSTER_MAX]; /* node[i].tls_addr (with opts.tls_dir) */
 };
 
 /* Start n (3..RFX_CLUSTER_MAX) masters, no replicas, slots spread evenly;
@@ -144,6 +154,19 @@ int rfx_sentinels_stop(struct rfx_sentinels *s);
  * answers ROLE master, waiting up to timeout_ms for one other than
  * @p not (-1: any); -1 on timeout. */
 int rfx_sentinels_master(const struct rfx_sentinels *s, int not, int timeout_ms);
+/* ---- TLS material ------------------------------------------------------ */
+/* Certificates made at run time with the openssl command (EC P-256, 2 days)
+ * in a new directory removed at exit: a CA (ca.crt), a server certificate
+ * it signs for IP 127.0.0.1 and DNS localhost (server.crt/key), a client
+ * certificate (client.crt/key), another CA (ca2.crt) and a certificate of
+ * the first CA for another name only, "wrong.example" (wrong.crt/key).
+ * Paths are dir + "/" + name. */
+struct rfx_tls {
+    char dir[256];
+};
+int rfx_tls_make(struct rfx_tls *t);
+/* dir/name into buf; returns buf. */
+const char *rfx_tls_path(const struct rfx_tls *t, const char *name, char *buf, size_t len);
 
 /* ---- worker processes -------------------------------------------------- */
 /* fork + execv(argv[0], argv) with PDEATHSIG; stdout/stderr inherited unless

@@ -97,6 +97,9 @@ int rw_spawn(const char *worker, const struct rw_opts *o, pid_t *pid, const char
     RW_NUM("--batch", o->batch);
     RW_NUM("--ahead-ms", o->ahead_ms);
     RW_NUM("--hold-ms", o->hold_ms);
+    RW_STR("--tls-ca", o->tls_ca);
+    RW_STR("--tls-cert", o->tls_cert);
+    RW_STR("--tls-key", o->tls_key);
 #undef RW_STR
 #undef RW_NUM
     argv[n] = NULL;

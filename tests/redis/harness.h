@@ -32,6 +32,7 @@ struct rw_opts {
     unsigned partitions, threads, lease_ms, window_ms, tick_ms, exec_us, interval_ms, batch;
     unsigned ahead_ms, hold_ms; /* start_ahead_ms, hold_ms (0: the default) */
     const char *fail_prefix; /* tasks whose key starts with it answer FAILED (NULL: none) */
+    const char *tls_ca, *tls_cert, *tls_key; /* tls_ca_file ... (NULL: none) */
     /* Words run before the worker, NULL-terminated, the first a full path
      * (e.g. /usr/bin/env NAME=VALUE... to run it under LD_PRELOAD); NULL: none. */
     const char *const *prefix;

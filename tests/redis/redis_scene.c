@@ -18,12 +18,14 @@
  * 3 SIGKILL worker 1; 4 SIGKILL redis-server; 6 restart it; 6.5 a new
  * worker. Leases 3 s, windows 1 s.
  *
- * Usage: redis_scene WORKER [--n N] [--quick] [--auth] [--unix]
+ * Usage: redis_scene WORKER [--n N] [--quick] [--auth] [--unix | --tls]
  *   N = 5000; --quick: 3000, half the timeline. --auth: redis-server wants a
  *   password (one with an @, percent-encoded in the URL); --unix: the client
- *   and the workers connect through its unix domain socket. Either way they
- *   are given one entry in the layer's syntax (redis.h, "Connecting"), and
- *   every reconnect after the kill authenticates again.
+ *   and the workers connect through its unix domain socket; --tls: through
+ *   its TLS port (rediss://, certificates made at run time, the CA given as
+ *   tls_ca_file). Either way they are given one entry in the layer's syntax
+ *   (redis.h, "Connecting"), and every reconnect after the kill
+ *   authenticates (and with --tls, does its handshake) again.
  */
 #define _GNU_SOURCE
 #include <inttypes.h>
@@ -90,7 +92,7 @@ static void scene_ticks(char out[][300], int nw, uint64_t anchor, uint64_t end, 
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: redis_scene WORKER [--n N] [--quick] [--auth] [--unix]\n");
+        fprintf(stderr, "usage: redis_scene WORKER [--n N] [--quick] [--auth] [--unix | --tls]\n");
         return 2;
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -101,12 +103,14 @@ int main(int argc, char **argv)
     const char *worker = argv[1];
     uint64_t n = 5000;
     double scale = 1.0; /* timeline scale */
-    bool auth = false, via_unix = false;
+    bool auth = false, via_unix = false, tls = false;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--auth")) {
             auth = true;
         } else if (!strcmp(argv[i], "--unix")) {
             via_unix = true;
+        } else if (!strcmp(argv[i], "--tls")) {
+            tls = true;
         } else if (!strcmp(argv[i], "--quick")) {
             n = 3000;
             scale = 0.5;
@@ -119,6 +123,10 @@ int main(int argc, char **argv)
     }
     if (n < 100)
         n = 100;
+    if (tls && via_unix) {
+        fprintf(stderr, "redis_scene: --tls or --unix (Redis serves no TLS on its socket)\n");
+        return 2;
+    }
     const uint64_t set_ms = (uint64_t)(2000 * scale), single_until = (uint64_t)(9000 * scale);
     const uint64_t kill_w = (uint64_t)(3000 * scale), kill_r = (uint64_t)(4000 * scale);
     const uint64_t restart_r = (uint64_t)(6000 * scale), new_w = (uint64_t)(6500 * scale);
@@ -127,12 +135,23 @@ int main(int argc, char **argv)
     struct rfx_server srv;
     struct rfx_options so = {.appendonly = true, .appendfsync = "always",
                              .unix_socket = via_unix, .password = auth ? "scene@secret" : NULL};
+    struct rfx_tls certs;
+    char ca[300] = "";
+    if (tls) {
+        if (rfx_tls_make(&certs))
+            return 1;
+        rfx_tls_path(&certs, "ca.crt", ca, sizeof ca);
+        so.tls_dir = certs.dir;
+    }
     if (rfx_start(&srv, &so))
         return 1;
     printf("scene: redis-server %s (appendonly yes, appendfsync always) in %s\n", rfx_addr(&srv),
            srv.dir);
     char url[512], shown[512];
-    rfx_url(&srv, via_unix, url, sizeof url);
+    if (tls)
+        rfx_tls_url(&srv, url, sizeof url);
+    else
+        rfx_url(&srv, via_unix, url, sizeof url);
     tw_rr_url_redact(url, shown, sizeof shown);
     printf("scene: the client and the workers connect to %s\n", shown);
     char out[MAXW][300];
@@ -140,9 +159,9 @@ int main(int argc, char **argv)
     int nw = 0;
     for (; nw < 3; nw++) {
         snprintf(out[nw], sizeof out[nw], "%s/deliveries.%d", srv.dir, nw);
-        struct rw_opts o = {.servers = url, .queue = "scene", .out = out[nw],
-                            .threads = 2, .lease_ms = LEASE_MS, .window_ms = WINDOW_MS,
-                            .fail_prefix = "poison:"};
+        struct rw_opts o = {.servers = url, .queue = "scene", .out = out[nw], .threads = 2,
+                            .lease_ms = LEASE_MS, .window_ms = WINDOW_MS,
+                            .fail_prefix = "poison:", .tls_ca = tls ? ca : NULL};
         if (rw_spawn(worker, &o, &pid[nw], NULL))
             return 1;
     }
@@ -155,6 +174,7 @@ int main(int argc, char **argv)
     cfg.servers = servers;
     cfg.nservers = 1;
     cfg.queue = "scene";
+    cfg.tls_ca_file = tls ? ca : NULL;
     cfg.connect_timeout_ms = 200;
     cfg.command_timeout_ms = 300;
     char err[256] = "";
@@ -230,9 +250,9 @@ int main(int argc, char **argv)
         }
         if (rr && !wn && el >= new_w && el >= rr_el + (new_w - restart_r)) {
             snprintf(out[nw], sizeof out[nw], "%s/deliveries.%d", srv.dir, nw);
-            struct rw_opts o = {.servers = url, .queue = "scene", .out = out[nw],
-                                .threads = 2, .lease_ms = LEASE_MS, .window_ms = WINDOW_MS,
-                                .fail_prefix = "poison:"};
+            struct rw_opts o = {.servers = url, .queue = "scene", .out = out[nw], .threads = 2,
+                                .lease_ms = LEASE_MS, .window_ms = WINDOW_MS,
+                                .fail_prefix = "poison:", .tls_ca = tls ? ca : NULL};
             if (rw_spawn(worker, &o, &pid[nw], NULL))
                 return 1;
             printf("scene: %5.2f s  a new worker %d\n", el / 1000.0, (int)pid[nw]);

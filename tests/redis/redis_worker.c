@@ -30,6 +30,9 @@
  * --rt-priority N (or TW_RW_RT_PRIORITY) rt_priority, --hold-ms N hold_ms;
  * --fail-prefix P: tasks whose key starts with P answer FAILED (with an error
  * text: the dead letters of the scene).
+ * --tls-ca FILE, --tls-cert FILE, --tls-key FILE: tls_ca_file,
+ * tls_cert_file, tls_key_file (with rediss:// entries; the poll mode is
+ * plain only).
  *
  * Run under libfaketime (FAKETIME in the environment: a test that makes the
  * worker's clocks run fast), start_us is read from the kernel by the raw
@@ -72,6 +75,7 @@ struct opts {
     int64_t ahead_ms; /* start_ahead_ms; -1: the default */
     uint32_t rt_priority, hold_ms;
     const char *fail_prefix; /* keys starting with it answer FAILED */
+    const char *tls_ca, *tls_cert, *tls_key;
 };
 
 static int out_fd = -1;
@@ -220,6 +224,12 @@ static int parse(int argc, char **argv, struct opts *o)
             rc = parse_u32(v, &o->rt_priority);
         else if (!strcmp(a, "--hold-ms"))
             rc = parse_u32(v, &o->hold_ms);
+        else if (!strcmp(a, "--tls-ca"))
+            o->tls_ca = v;
+        else if (!strcmp(a, "--tls-cert"))
+            o->tls_cert = v;
+        else if (!strcmp(a, "--tls-key"))
+            o->tls_key = v;
         else if (!strcmp(a, "--ahead-ms")) {
             rc = parse_u32(v, &u);
             o->ahead_ms = u;
@@ -272,6 +282,9 @@ static int run_wheel(const struct opts *o, const sigset_t *set)
     cfg.rt_priority = o->rt_priority;
     if (o->hold_ms)
         cfg.hold_ms = o->hold_ms;
+    cfg.tls_ca_file = o->tls_ca;
+    cfg.tls_cert_file = o->tls_cert;
+    cfg.tls_key_file = o->tls_key;
     cfg.execute = execute;
     cfg.arg = (void *)o;
     char err[TW_RR_ERR_MAX] = "";
@@ -342,9 +355,9 @@ static int run_poll(const struct opts *o, const sigset_t *set)
         return 1;
     }
     struct tw_rr_conn cn = {u.has_user ? u.user : NULL, u.has_pass ? u.pass : NULL,
-                            u.db > 0 ? u.db : 0};
+                            u.db > 0 ? u.db : 0, NULL}; /* plain: the baseline has no TLS */
     char err[TW_RR_ERR_MAX];
-    redisContext *c;
+    struct tw_rr_link *c;
     if (tw_rr_open(&cn, u.host, u.port, 2000, 10000, &c, err, sizeof err) != 0) {
         fprintf(stderr, "redis_worker: %s\n", err);
         return 1;
@@ -354,11 +367,14 @@ static int run_poll(const struct opts *o, const sigset_t *set)
     uint64_t claims = 0, got = 0;
     for (;;) {
         for (;;) {
-            redisReply *r = redisCommand(c, "EVAL %s 1 %s %u", poll_script, zkey, o->batch);
+            char nb[16];
+            snprintf(nb, sizeof nb, "%u", o->batch);
+            redisReply *r;
             claims++;
-            if (!r) {
+            if (tw_rr_link_command(c, 5, (const char *[]){"EVAL", poll_script, "1", zkey, nb},
+                                   NULL, &r) != 0) {
                 fprintf(stderr, "redis_worker: poll: %s\n", c->errstr);
-                redisFree(c);
+                tw_rr_link_free(c);
                 return 1;
             }
             size_t n = 0;
@@ -383,7 +399,7 @@ static int run_poll(const struct opts *o, const sigset_t *set)
         if (wait_signal(set, (int)o->interval_ms))
             break;
     }
-    redisFree(c);
+    tw_rr_link_free(c);
     if (o->stats) {
         FILE *f = fopen(o->stats, "w");
         if (f) {

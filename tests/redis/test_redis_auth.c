@@ -16,7 +16,7 @@
  *  - a unix domain socket, plain and as a URL with a password and a db;
  *  - the server's words for any error (OOM), per thread, and for a server
  *    that does not answer; configurations refused with what is wrong
- *    (TLS, Sentinel, conflicting credentials or databases).
+ *    (TLS with a unix socket, Sentinel, conflicting credentials or databases).
  * Waits are bounded polls; nothing asserts speed.
  */
 #define _GNU_SOURCE
@@ -699,11 +699,20 @@ static void expect_einval(const char *const *servers, size_t n, const char *user
 
 static void test_config_refused(void)
 {
-    expect_einval((const char *[]){"rediss://:hunter2@127.0.0.1:1"}, 1, NULL, NULL, "TLS");
+    expect_einval((const char *[]){"rediss://:hunter2@127.0.0.1:1", "/tmp/x.sock"}, 2, NULL, NULL,
+                  "a unix socket with TLS");
     expect_einval((const char *[]){"redis+sentinel://:hunter2@127.0.0.1/m", "127.0.0.1:1"}, 2,
                   NULL, NULL, "Sentinel and other entries mixed");
     expect_einval((const char *[]){"redis+sentinel://127.0.0.1/m", "redis+sentinel://h:2/n"}, 2,
                   NULL, NULL, "another master name");
+    { /* Sentinel with cfg.tls: refused, not reached in plain */
+        struct tw_redis_config c;
+        cfg_of(&c, (const char *[]){"redis+sentinel://127.0.0.1/m"}, "zq", NULL);
+        c.tls = true;
+        struct tw_redis *r = NULL;
+        CHECK_EQ_INT(tw_redis_new(&r, &c), TW_EINVAL);
+        CHECK_(strstr(errbuf, "Sentinel with TLS") != NULL, "in: %s", errbuf);
+    }
     expect_einval((const char *[]){"127.0.0.1:1", "redis://:hunter2@h:0"}, 2, NULL, NULL,
                   "servers[1]: a port");
     expect_einval((const char *[]){"redis://a:hunter2@h:1", "redis://a:other@h:2"}, 2, NULL,
@@ -724,7 +733,7 @@ static void test_config_refused(void)
     /* a small errbuf: cut and NUL-terminated; none: fine */
     char small[6];
     c.partitions = 16;
-    c.servers = (const char *[]){"rediss://h"};
+    c.servers = (const char *[]){"redis+sentinel://h/m"};
     c.errbuf = small;
     c.errbuf_len = sizeof small;
     CHECK_EQ_INT(tw_redis_new(&r, &c), TW_EINVAL);
