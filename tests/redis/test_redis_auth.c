@@ -733,7 +733,8 @@ static void test_config_refused(void)
     /* a small errbuf: cut and NUL-terminated; none: fine */
     char small[6];
     c.partitions = 16;
-    c.servers = (const char *[]){"redis+sentinel://h/m"};
+    c.servers = (const char *[]){"rediss://h:1", "/tmp/x.sock"};
+    c.nservers = 2;
     c.errbuf = small;
     c.errbuf_len = sizeof small;
     CHECK_EQ_INT(tw_redis_new(&r, &c), TW_EINVAL);
