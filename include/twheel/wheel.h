@@ -171,6 +171,12 @@ struct tw_wheel {
     int advancing;                      /**< private */
     int bare;                           /**< private */
     uint64_t subbed;                    /**< private */
+    uint64_t staged;                    /**< private */
+    uint8_t stage_level;                /**< private */
+    /** private: in_place_for's masks */
+    uint64_t level_bits[64];
+    /** private: the walked slot's timers, gone down a level ahead of it */
+    struct tw_node *stage[TW_WHEEL_SLOTS][TW_WHEEL_CHAINS];
 };
 
 /* ---- wheel ------------------------------------------------------------- */

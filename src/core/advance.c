@@ -16,6 +16,103 @@
  * X's chains, as the timers armed into X meanwhile). When X comes due first,
  * what it has not taken is placed all the same (walks_due). */
 
+/* The stage: a walk of level L >= 2 takes every timer of its slot X anyway,
+ * so the timers due in X that it takes go down to level L - 1 there and
+ * then, onto the stage (w->stage, by their digit at level L - 1), instead
+ * of back into X to be taken again when X comes due: a second miss on each,
+ * or an extra pass over X's timers when they outgrow the cache. When X comes
+ * due, the levels below it are empty, and each of the stage's lists becomes
+ * the chain of its level-(L - 1) slot whole (stage_down): O(1) a list.
+ * Those due in X's first level-(L - 1) slot (digit 0) go back into X, as
+ * they must go lower still. One walk of a level >= 2 runs at a time (a
+ * level >= 3 window is the last level-2 slot of a block, which has no next
+ * level-2 slot to walk), so one stage serves them all; the level it serves
+ * is stage_level. A staged timer is due in the level-(L - 1) slot of its
+ * deadline: while the stage is in use, in_place_for asks one digit more of
+ * a deadline at level L (the wheel's copy of level_bits), so that an eager
+ * re-arm to an earlier tick of X relocates it. */
+
+/* The stage serves the walks of `level` (0: none): in_place_for's masks for
+ * deadlines at the level it served and at the one it serves. */
+static void stage_serve(struct tw_wheel *w, unsigned level)
+{
+    for (unsigned pass = 0; pass < 2; pass++) {
+        unsigned l = pass ? level : w->stage_level;
+        if (!l)
+            continue;
+        uint64_t mask = ~UINT64_C(0) << ((pass ? l - 1 : l) * SLOT_BITS);
+        for (unsigned b = l * SLOT_BITS; b < 64 && b < (l + 1) * SLOT_BITS; b++)
+            w->level_bits[b] = mask;
+    }
+    w->stage_level = (uint8_t)level;
+}
+
+/* Put timer t, due in the walked slot at digit `digit` (> 0) of the level
+ * below it, on the stage's list of that digit, chain `chain`. Out of line:
+ * inlined, it would leave walk_take's loop too big to keep its chains in
+ * registers. */
+static __attribute__((noinline)) void stage_node(struct tw_wheel *w, struct tw_node *t,
+                                                 unsigned digit, unsigned chain)
+{
+    struct tw_node **head = &w->stage[digit][chain & (CHAINS - 1)];
+    struct tw_node *first = *head;
+    t->next = first;
+    *head = t;
+    t->pprev = head;
+    if (first)
+        first->pprev = &t->next;
+    else
+        w->staged |= UINT64_C(1) << digit;
+}
+
+/* The walked slot of level `level` came due (now is its first tick): hand
+ * each list of the stage to the same chain of the level-(level - 1) slot
+ * of its digit, which is empty (the levels below a slot coming due hold
+ * nothing): one store and one pprev fix a list. Should that chain be in use
+ * after all, its timers are placed one by one (counted as moves). The
+ * stage is left empty, serving no level, and the walk that filled it
+ * ends. */
+static __attribute__((noinline)) uint64_t stage_down(struct tw_wheel *w, unsigned level,
+                                                     unsigned *spread)
+{
+    uint64_t moved = 0;
+    for (uint64_t bits = w->staged; bits; bits &= bits - 1) {
+        unsigned digit = (unsigned)__builtin_ctzll(bits);
+        struct tw_node **chains = w->slots[level - 1][digit];
+        for (unsigned c = 0; c < CHAINS; c++) {
+            struct tw_node *list = w->stage[digit][c];
+            if (!list)
+                continue;
+            w->stage[digit][c] = NULL;
+            if (__builtin_expect(!chains[c], 1)) {
+                chains[c] = list;
+                list->pprev = &chains[c];
+                mark_occupied(w, level - 1, digit);
+                continue;
+            }
+            for (struct tw_node *t = list, *next; t; t = next) {
+                next = t->next;
+                place(w, t, (*spread)++);
+                moved++;
+            }
+        }
+    }
+    w->staged = 0;
+    w->walking &= ~(UINT32_C(1) << level);
+    stage_serve(w, 0);
+    return moved;
+}
+
+/* Detach the timers on the stage (destroy). */
+int64_t tw_stage_detach_(struct tw_wheel *w)
+{
+    int64_t detached = 0;
+    for (unsigned i = 0; i < TW_WHEEL_SLOTS * CHAINS; i++)
+        for (struct tw_node *t = (&w->stage[0][0])[i]; t; t = t->next, detached++)
+            t->pprev = NULL;
+    return detached;
+}
+
 /* Start a walk of level-`level` slot `slot`, due at `tick`, credited from
  * tick `from` (its window's first) on: its chains become the walk's. Its
  * pace, the timers pending (more than the slot can hold) over the window's
@@ -35,24 +132,31 @@ static void walk_start(struct tw_wheel *w, unsigned level, unsigned slot, uint64
     w->walked[level] = tick;
     w->walk_slot[level] = (uint8_t)slot;
     w->walking |= UINT32_C(1) << level;
+    if (level >= 2 && !w->staged)
+        stage_serve(w, level);
 }
 
-/* Take up to `budget` timers off the walk of `level`, its chains side by
- * side (their loads are independent; each chain's next timer is prefetched
- * a round ahead), and place each for its deadline: a timer pushed back past
- * the slot goes to its own slot (a move), the others back into the slot.
- * Nothing else runs meanwhile, so the lists are made whole again (their
- * heads' pprev) only at the end. When the walk has taken everything it
- * ends, and a slot it left empty is marked so. Returns the timers moved. */
-static uint64_t walk_on(struct tw_wheel *w, unsigned level, uint64_t budget)
+/* Take up to `budget` timers off the chains `chain` of a walk of `level`
+ * side by side (their loads are independent; each chain's next timer is
+ * prefetched a round ahead), and place each for its deadline: a timer
+ * pushed back past the slot (after `last`) goes to its own slot (a move);
+ * with `stage` (a constant), one due in the slot at a nonzero digit of the
+ * level below goes onto the stage (a move down), the others back into the
+ * slot. Nothing else runs meanwhile, so the lists are made whole again
+ * (their heads' pprev) only by the caller. Returns the timers moved. The
+ * loop is kept lean: at 10^6 timers each take is a miss, and the fewer its
+ * instructions, the more takes the CPU keeps in flight. */
+static inline __attribute__((always_inline)) uint64_t
+walk_take(struct tw_wheel *w, struct tw_node **chains, uint64_t last, unsigned shift,
+          uint64_t budget, bool stage)
 {
-    struct tw_node *chain[CHAINS], **walk = w->walk[level - 1];
-    memcpy(chain, walk, sizeof chain);
+    struct tw_node *chain[CHAINS]; /* a local copy: kept in registers */
+    memcpy(chain, chains, sizeof chain);
     uint64_t moved = 0, now = w->now;
-    uint64_t last = w->walked[level] + ((UINT64_C(1) << (level * SLOT_BITS)) - 1);
     unsigned spread = w->chain, live = CHAINS;
     while (live && budget) {
         live = 0;
+#pragma GCC unroll 4 /* the chains in registers */
         for (unsigned c = 0; c < CHAINS && budget; c++) {
             struct tw_node *t = chain[c];
             if (!t)
@@ -62,12 +166,40 @@ static uint64_t walk_on(struct tw_wheel *w, unsigned level, uint64_t budget)
             chain[c] = t->next;
             if (t->next) /* its miss now, a round early */
                 __builtin_prefetch(t->next);
-            moved += t->deadline > last; /* pushed back past the slot */
+            uint64_t d = t->deadline;
+            if (stage && __builtin_expect(d <= last, 0)) {
+                unsigned digit = (unsigned)(d >> shift) & SLOT_MASK;
+                if (digit) { /* due in the slot: down a level, ahead of it */
+                    stage_node(w, t, digit, spread++);
+                    moved++;
+                    continue;
+                }
+            }
+            moved += d > last; /* pushed back past the slot */
             place_at(w, t, now, spread++);
         }
     }
     w->chain = spread;
-    live = 0;
+    memcpy(chains, chain, sizeof chain);
+    return moved;
+}
+
+/* Take up to `budget` timers off the walk of `level` (walk_take), staging
+ * those due in its slot if the stage serves this level. When the walk has
+ * taken everything it ends, and a slot it left empty is marked so; a walk
+ * that staged timers ends only when its slot comes due (stage_down), so
+ * that the slot stays marked (walk_holds) while the stage holds its timers.
+ * Returns the timers moved. */
+static uint64_t walk_on(struct tw_wheel *w, unsigned level, uint64_t budget)
+{
+    struct tw_node *chain[CHAINS], **walk = w->walk[level - 1];
+    memcpy(chain, walk, sizeof chain);
+    uint64_t last = w->walked[level] + ((UINT64_C(1) << (level * SLOT_BITS)) - 1);
+    unsigned shift = (level - 1) * SLOT_BITS;
+    bool stage = level == w->stage_level;
+    uint64_t moved = stage ? walk_take(w, chain, last, shift, budget, true)
+                           : walk_take(w, chain, last, shift, budget, false);
+    unsigned live = 0;
     for (unsigned c = 0; c < CHAINS; c++) {
         walk[c] = chain[c];
         if (chain[c]) {
@@ -75,7 +207,7 @@ static uint64_t walk_on(struct tw_wheel *w, unsigned level, uint64_t budget)
             live = 1;
         }
     }
-    if (!live) {
+    if (!live && !(stage && w->staged)) { /* else it ends in stage_down */
         unsigned slot = w->walk_slot[level];
         w->walking &= ~(UINT32_C(1) << level);
         int empty = level == 1 ? level1_slot_empty(w, slot) : 1;
@@ -212,7 +344,8 @@ void tw_time_moved_(struct tw_wheel *w)
             moved += walk_on(w, level, budget);
             ticks = 0;
         }
-        if (w->walking >> level & 1) {
+        struct tw_node *const *left = w->walk[level - 1];
+        if ((w->walking >> level & 1) && (left[0] || left[1] || left[2] || left[3])) {
             uint64_t every = (WALK_BATCH - 1) / rate + 1;
             uint64_t next = now + (every < TW_WHEEL_WALK_LAG ? every : TW_WHEEL_WALK_LAG) - ticks;
             wake = next < wake ? next : wake;
@@ -330,9 +463,12 @@ static __attribute__((noinline)) int process_next_slot(struct tw_wheel *w, uint6
         memset(w->slots[level][slot], 0, sizeof chain);
         /* w->subbed may be stale (a cancel emptied the sub-lists): then the
          * hand-down finds nothing. Exact timers never set it. */
+        if (__builtin_expect(w->staged != 0, 0) && level == w->stage_level &&
+            tick == w->walked[level])
+            moved = stage_down(w, level, &spread);
         if (level == 1 && (w->subbed >> slot & 1)) {
             w->subbed &= ~(UINT64_C(1) << slot);
-            moved = hand_down_subs(w, slot, &spread);
+            moved += hand_down_subs(w, slot, &spread);
             *splice_due(w, w->sub[slot][0], &w->ready, tick, &spread, &moved) = NULL;
             head = w->ready;
         }

@@ -90,7 +90,8 @@ static inline bool level1_slot_empty(const struct tw_wheel *w, size_t slot)
 }
 
 /* Whether a walk ahead (advance.c) holds chains taken from `slot` of
- * `level` (its walk_slot): then the slot is not empty.
+ * `level` (its walk_slot), or the stage holds timers it took from there:
+ * then the slot is not empty.
  * Inline, with no call: a call in chain_emptied would cost every path that
  * inlines it a stack frame. */
 static inline bool walk_holds(const struct tw_wheel *w, unsigned level, unsigned slot)
@@ -98,13 +99,13 @@ static inline bool walk_holds(const struct tw_wheel *w, unsigned level, unsigned
     if (!(w->walking >> level & 1) || w->walk_slot[level] != slot)
         return false;
     struct tw_node *const *walk = w->walk[level - 1];
-    return walk[0] || walk[1] || walk[2] || walk[3];
+    return walk[0] || walk[1] || walk[2] || walk[3] || (w->staged && level == w->stage_level);
 }
 
 /* The cold half of unlinking: `link`, a list head, was left NULL; if it is a
- * chain (or a level-1 sub-list) of a slot, or a chain a walk ahead took
- * from a slot, and the slot's other lists, and the walk's, are empty too,
- * the slot is empty now. Written with few live values and no call so that,
+ * chain (or a level-1 sub-list) of a slot, a chain a walk ahead took from a
+ * slot or a list of the stage, and the slot's other lists, the walk's and
+ * the stage's, are empty too, the slot is empty now. Written with few live values and no call so that,
  * inlined, it costs the hot paths no stack frame. */
 static inline void chain_emptied(struct tw_wheel *w, struct tw_node **link)
 {
@@ -230,7 +231,7 @@ static const uint64_t level_bits[64] = {TW_B16(0), TW_B16(16), TW_B16(32), TW_B1
  * first have to move the count into CL. */
 static inline bool in_place_for(const struct tw_wheel *w, const struct tw_node *n, uint64_t d)
 {
-    uint64_t high = level_bits[63 - (size_t)__builtin_clzll(d ^ w->now)];
+    uint64_t high = w->level_bits[63 - (size_t)__builtin_clzll(d ^ w->now)];
     if ((n->deadline ^ d) & high)
         return false;
     return high != ~SLOT_MASK || !(w->subbed >> ((d >> SLOT_BITS) & SLOT_MASK) & 1);
@@ -250,6 +251,7 @@ static inline uint64_t walk_window(unsigned level)
 
 void tw_time_moved_(struct tw_wheel *w);
 void tw_walk_stop_(struct tw_wheel *w);
+int64_t tw_stage_detach_(struct tw_wheel *w);
 
 /* Called wherever the wheel's time moved, before anything can be re-armed
  * at the new time: the near limits of the levels change only at a few ticks

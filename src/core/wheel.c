@@ -200,6 +200,7 @@ int tw_wheel_init(struct tw_wheel *w, uint64_t now)
     w->now = now;
     w->target = now;
     w->pushed_at = UINT64_MAX; /* never */
+    memcpy(w->level_bits, level_bits, sizeof w->level_bits);
     /* near_at and the untils are 0: every near limit is computed */
     tw_time_moved_(w);
     return 0;
@@ -212,7 +213,7 @@ int64_t tw_wheel_destroy(struct tw_wheel *w)
     if (w->advancing)
         return TW_EBUSY;
     tw_walk_stop_(w);
-    int64_t detached = 0;
+    int64_t detached = tw_stage_detach_(w);
     for (struct tw_node *t = w->ready; t; t = t->next, detached++)
         t->pprev = NULL;
     for (unsigned level = 0; level < LEVELS; level++) {
