@@ -948,45 +948,48 @@ static void test_heartbeat_stays_one_store(void)
     CHECK_EQ_U64(p.fired_at, 50000);
 }
 
-/* A walk of a level >= 2 slot takes the timers due in it too: those due
- * past its first level-1 slot go down a level there and then (the stage),
- * and when the slot comes due they are handed down whole, so nothing of
- * them moves in that advance and each is read once, not twice. Staged
- * timers still fire exactly, when re-armed eagerly to an earlier tick of
- * the slot (then they relocate), cancelled, or detached by destroy. */
+/* A walk of a level >= 3 slot takes the timers due in it too: those due
+ * past its first level-2 slot go down a level there and then (staged into
+ * the level-2 slots, all past in the window), and when the slot comes due
+ * they are in place, so nothing of them moves in that advance and each is
+ * read once, not twice. Staged timers still fire exactly when re-armed
+ * eagerly to an earlier tick of the slot (then they relocate), cancelled,
+ * or detached by destroy. */
 static void test_walk_stages_due_timers(void)
 {
-    enum { T = 28672, OPEN = T - 4096 }; /* the level-2 slot of 30000 */
+    enum { T = 1 << 18, OPEN = T - 4096, W2 = 4096 }; /* level-3 slot 1 */
     struct tw_wheel w;
     struct probe a, b, c, d, pusher;
     tw_wheel_init(&w, 0);
     struct probe *all[] = {&a, &b, &c, &d, &pusher};
     for (size_t i = 0; i < 5; i++)
         probe_init(all[i], &w);
-    tw_arm(&w, &a.timer, 30000, 0, 0);      /* level-1 digit 20 of the slot */
-    tw_arm(&w, &b.timer, 31000, 0, 0);      /* digit 36 */
-    tw_arm(&w, &c.timer, 31500, 0, 0);      /* digit 44 */
-    tw_arm(&w, &d.timer, T + 10, 0, 0);     /* digit 0: stays in the slot */
-    tw_arm(&w, &pusher.timer, 30000, 0, 0); /* pushed back: the slot is walked */
-    CHECK_EQ_INT(tw_arm(&w, &pusher.timer, 50000, 0, 0), 0);
-    for (uint64_t t = 1; t < T; t++)
+    tw_arm(&w, &a.timer, T + 5 * W2 + 7, 0, 0); /* level-2 digit 5 of the slot */
+    tw_arm(&w, &b.timer, T + 20 * W2 + 3, 0, 0); /* digit 20 */
+    tw_arm(&w, &c.timer, T + 30 * W2, 0, 0);     /* digit 30 */
+    tw_arm(&w, &d.timer, T + 10, 0, 0);          /* digit 0: stays in the slot */
+    tw_arm(&w, &pusher.timer, T + 100, 0, 0);   /* pushed back: the slot is walked */
+    CHECK_EQ_INT(tw_arm(&w, &pusher.timer, 2 * T + 5, 0, 0), 0);
+    CHECK_EQ_INT(tw_wheel_advance(&w, OPEN - 1), 0);
+    CHECK_EQ_U64(tw_wheel_moves(&w), 0);
+    for (uint64_t t = OPEN; t < T; t++)
         CHECK_EQ_INT(tw_wheel_advance(&w, t), 0);
     /* the pusher moved, a, b and c went down: all before the slot came due */
     CHECK_EQ_U64(tw_wheel_moves(&w), 4);
     CHECK_EQ_U64(tw_wheel_next_expiry(&w), T);
-    /* b, due at 31000, re-armed eagerly to 29000 (digit 5 of the same slot):
-     * relocated, never left to come down at digit 36 */
-    CHECK_EQ_INT(tw_arm(&w, &b.timer, 29000, 0, TW_ARM_EAGER), 0);
+    /* b re-armed eagerly to digit 3 of the same slot: relocated, never left
+     * to come due at digit 20 */
+    CHECK_EQ_INT(tw_arm(&w, &b.timer, T + 3 * W2, 0, TW_ARM_EAGER), 0);
     CHECK_EQ_INT(tw_cancel(&w, &c.timer), 1);
     CHECK(!tw_pending(&c.timer));
     uint64_t before = tw_wheel_moves(&w);
     CHECK_EQ_INT(tw_wheel_advance(&w, T), 0);
-    CHECK_EQ_U64(tw_wheel_moves(&w) - before, 2); /* d and b (armed into the slot) go down at T */
-    CHECK_EQ_INT(tw_wheel_advance(&w, 60000), 4);
+    CHECK_EQ_U64(tw_wheel_moves(&w) - before, 2); /* d and b (armed into the slot) go down */
+    CHECK_EQ_INT(tw_wheel_advance(&w, 3 * T), 4);
     CHECK_EQ_U64(d.fired_at, T + 10);
-    CHECK_EQ_U64(b.fired_at, 29000);
-    CHECK_EQ_U64(a.fired_at, 30000);
-    CHECK_EQ_U64(pusher.fired_at, 50000);
+    CHECK_EQ_U64(b.fired_at, T + 3 * W2);
+    CHECK_EQ_U64(a.fired_at, T + 5 * W2 + 7);
+    CHECK_EQ_U64(pusher.fired_at, 2 * T + 5);
     CHECK_EQ_INT(a.fires + b.fires + c.fires + d.fires + pusher.fires, 4);
 
     /* Every staged timer cancelled: the slot comes due empty, nothing
@@ -994,21 +997,22 @@ static void test_walk_stages_due_timers(void)
     tw_wheel_init(&w, 0);
     for (size_t i = 0; i < 5; i++)
         probe_init(all[i], &w);
-    tw_arm(&w, &a.timer, 30000, 0, 0);
-    tw_arm(&w, &b.timer, 31000, 0, 0);
-    tw_arm(&w, &pusher.timer, 30000, 0, 0);
-    tw_arm(&w, &pusher.timer, 50000, 0, 0);
+    tw_arm(&w, &a.timer, T + 5 * W2, 0, 0);
+    tw_arm(&w, &b.timer, T + 6 * W2, 0, 0);
+    tw_arm(&w, &pusher.timer, T + 100, 0, 0);
+    tw_arm(&w, &pusher.timer, 2 * T + 5, 0, 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, T - 1), 0);
     CHECK_EQ_INT(tw_cancel(&w, &a.timer), 1);
     CHECK_EQ_INT(tw_cancel(&w, &b.timer), 1);
-    CHECK_EQ_INT(tw_wheel_advance(&w, T + 4096), 0);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 2 * T), 0);
     CHECK_EQ_U64(tw_wheel_pending(&w), 1);
+    CHECK_EQ_U64(tw_wheel_next_expiry(&w), 2 * T + 5);
     tw_wheel_init(&w, 0);
     for (size_t i = 0; i < 5; i++)
         probe_init(all[i], &w);
-    tw_arm(&w, &a.timer, 30000, 0, 0);
-    tw_arm(&w, &pusher.timer, 30000, 0, 0);
-    tw_arm(&w, &pusher.timer, 50000, 0, 0);
+    tw_arm(&w, &a.timer, T + 5 * W2, 0, 0);
+    tw_arm(&w, &pusher.timer, T + 100, 0, 0);
+    tw_arm(&w, &pusher.timer, 2 * T + 5, 0, 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, T - 1), 0);
     CHECK_EQ_INT(tw_wheel_destroy(&w), 2);
     CHECK(!tw_pending(&a.timer));

@@ -172,11 +172,8 @@ struct tw_wheel {
     int bare;                           /**< private */
     uint64_t subbed;                    /**< private */
     uint64_t staged;                    /**< private */
+    uint64_t level_bits[64];            /**< private */
     uint8_t stage_level;                /**< private */
-    /** private: in_place_for's masks */
-    uint64_t level_bits[64];
-    /** private: the walked slot's timers, gone down a level ahead of it */
-    struct tw_node *stage[TW_WHEEL_SLOTS][TW_WHEEL_CHAINS];
 };
 
 /* ---- wheel ------------------------------------------------------------- */

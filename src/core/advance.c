@@ -17,23 +17,29 @@
  * what it has not taken is placed all the same (walks_due). */
 
 /* The stage: a walk of level L >= 2 takes every timer of its slot X anyway,
- * so the timers due in X that it takes go down to level L - 1 there and
- * then, onto the stage (w->stage, by their digit at level L - 1), instead
- * of back into X to be taken again when X comes due: a second miss on each,
- * or an extra pass over X's timers when they outgrow the cache. When X comes
- * due, the levels below it are empty, and each of the stage's lists becomes
- * the chain of its level-(L - 1) slot whole (stage_down): O(1) a list.
- * Those due in X's first level-(L - 1) slot (digit 0) go back into X, as
- * they must go lower still. One walk of a level >= 2 runs at a time (a
- * level >= 3 window is the last level-2 slot of a block, which has no next
- * level-2 slot to walk), so one stage serves them all; the level it serves
- * is stage_level. A staged timer is due in the level-(L - 1) slot of its
- * deadline: while the stage is in use, in_place_for asks one digit more of
- * a deadline at level L (the wheel's copy of level_bits), so that an eager
+ * so a timer due in X that it takes goes down to level L - 1 there and
+ * then, into the slot of its digit at that level, instead of back into X
+ * to be taken again when X comes due (a second miss on each, or an extra
+ * pass over X's timers once they outgrow the cache). Those slots are free
+ * until X comes due: in X's window (the last 4096 ticks before it) every
+ * level-(L - 1) slot of now's block has passed when L >= 3 (the window is
+ * the last level-2 slot of a level-3 block), and at L = 2 the level-1
+ * slots up to now's own have (a timer whose digit is above now's goes back
+ * into X). Staged timers stay out of the occupancy bits (staged: which
+ * slots hold them), so that no advance before X takes those slots for now's
+ * block; when X comes due the levels below it are empty and stage_down
+ * marks them: O(1) a slot, nothing moves. Those due in X's first
+ * level-(L - 1) slot (digit 0) go back into X, as they must go lower
+ * still. One walk of a level >= 2 runs at a time (a level >= 3 window is
+ * the last level-2 slot of a block, which has no next level-2 slot to
+ * walk), so staged and stage_level (the level whose walk stages) serve
+ * them all. A staged timer is due in the level-(L - 1) slot of its
+ * deadline: while a walk stages, in_place_for asks one digit more of a
+ * deadline at level L (the wheel's copy of level_bits), so that an eager
  * re-arm to an earlier tick of X relocates it. */
 
-/* The stage serves the walks of `level` (0: none): in_place_for's masks for
- * deadlines at the level it served and at the one it serves. */
+/* Walks of `level` stage (0: none): in_place_for's masks for deadlines at
+ * the level that staged and at the one that stages. */
 static void stage_serve(struct tw_wheel *w, unsigned level)
 {
     for (unsigned pass = 0; pass < 2; pass++) {
@@ -47,69 +53,52 @@ static void stage_serve(struct tw_wheel *w, unsigned level)
     w->stage_level = (uint8_t)level;
 }
 
-/* Put timer t, due in the walked slot at digit `digit` (> 0) of the level
- * below it, on the stage's list of that digit, chain `chain`. Out of line:
- * inlined, it would leave walk_take's loop too big to keep its chains in
- * registers. */
+/* Put timer t, due in the walked slot of level `level` at digit `digit` of
+ * the level below, into that slot of the level below, chain `chain`,
+ * leaving its occupancy bit alone. Out of line: inlined, it would leave
+ * walk_take's loop too big to keep its chains in registers. */
 static __attribute__((noinline)) void stage_node(struct tw_wheel *w, struct tw_node *t,
-                                                 unsigned digit, unsigned chain)
+                                                 unsigned level, unsigned digit, unsigned chain)
 {
-    struct tw_node **head = &w->stage[digit][chain & (CHAINS - 1)];
+    struct tw_node **head = &w->slots[level - 1][digit][chain & (CHAINS - 1)];
     struct tw_node *first = *head;
     t->next = first;
     *head = t;
     t->pprev = head;
     if (first)
         first->pprev = &t->next;
-    else
-        w->staged |= UINT64_C(1) << digit;
+    w->staged |= UINT64_C(1) << digit;
 }
 
-/* The walked slot of level `level` came due (now is its first tick): hand
- * each list of the stage to the same chain of the level-(level - 1) slot
- * of its digit, which is empty (the levels below a slot coming due hold
- * nothing): one store and one pprev fix a list. Should that chain be in use
- * after all, its timers are placed one by one (counted as moves). The
- * stage is left empty, serving no level, and the walk that filled it
- * ends. */
-static __attribute__((noinline)) uint64_t stage_down(struct tw_wheel *w, unsigned level,
-                                                     unsigned *spread)
+/* The walked slot of level `level` came due (now is its first tick): the
+ * level-(level - 1) slots that hold staged timers are marked occupied, and
+ * the walk that staged them ends. */
+static __attribute__((noinline)) void stage_down(struct tw_wheel *w, unsigned level)
 {
-    uint64_t moved = 0;
     for (uint64_t bits = w->staged; bits; bits &= bits - 1) {
         unsigned digit = (unsigned)__builtin_ctzll(bits);
-        struct tw_node **chains = w->slots[level - 1][digit];
-        for (unsigned c = 0; c < CHAINS; c++) {
-            struct tw_node *list = w->stage[digit][c];
-            if (!list)
-                continue;
-            w->stage[digit][c] = NULL;
-            if (__builtin_expect(!chains[c], 1)) {
-                chains[c] = list;
-                list->pprev = &chains[c];
-                mark_occupied(w, level - 1, digit);
-                continue;
-            }
-            for (struct tw_node *t = list, *next; t; t = next) {
-                next = t->next;
-                place(w, t, (*spread)++);
-                moved++;
-            }
-        }
+        struct tw_node *const *chains = w->slots[level - 1][digit];
+        if (chains[0] || chains[1] || chains[2] || chains[3]) /* else all cancelled */
+            mark_occupied(w, level - 1, digit);
     }
     w->staged = 0;
     w->walking &= ~(UINT32_C(1) << level);
     stage_serve(w, 0);
-    return moved;
 }
 
-/* Detach the timers on the stage (destroy). */
+/* Detach the staged timers (destroy: the occupancy bits do not show them). */
 int64_t tw_stage_detach_(struct tw_wheel *w)
 {
     int64_t detached = 0;
-    for (unsigned i = 0; i < TW_WHEEL_SLOTS * CHAINS; i++)
-        for (struct tw_node *t = (&w->stage[0][0])[i]; t; t = t->next, detached++)
-            t->pprev = NULL;
+    for (uint64_t bits = w->staged; bits; bits &= bits - 1) {
+        struct tw_node **chains = w->slots[w->stage_level - 1][__builtin_ctzll(bits)];
+        for (unsigned c = 0; c < CHAINS; c++) {
+            for (struct tw_node *t = chains[c]; t; t = t->next, detached++)
+                t->pprev = NULL;
+            chains[c] = NULL;
+        }
+    }
+    w->staged = 0;
     return detached;
 }
 
@@ -136,20 +125,22 @@ static void walk_start(struct tw_wheel *w, unsigned level, unsigned slot, uint64
         stage_serve(w, level);
 }
 
-/* Take up to `budget` timers off the chains `chain` of a walk of `level`
+/* Take up to `budget` timers off the chains `chains` of a walk of `level`
  * side by side (their loads are independent; each chain's next timer is
  * prefetched a round ahead), and place each for its deadline: a timer
  * pushed back past the slot (after `last`) goes to its own slot (a move);
- * with `stage` (a constant), one due in the slot at a nonzero digit of the
- * level below goes onto the stage (a move down), the others back into the
- * slot. Nothing else runs meanwhile, so the lists are made whole again
+ * with `stage` (a constant), one due in the slot at a digit of the level
+ * below from 1 to `top` is staged (a move down), the others go back into
+ * the slot. Nothing else runs meanwhile, so the lists are made whole again
  * (their heads' pprev) only by the caller. Returns the timers moved. The
  * loop is kept lean: at 10^6 timers each take is a miss, and the fewer its
  * instructions, the more takes the CPU keeps in flight. */
-static inline __attribute__((always_inline)) uint64_t
-walk_take(struct tw_wheel *w, struct tw_node **chains, uint64_t last, unsigned shift,
-          uint64_t budget, bool stage)
+static inline __attribute__((always_inline)) uint64_t walk_take(struct tw_wheel *w, unsigned level,
+                                                                struct tw_node **chains,
+                                                                uint64_t last, unsigned top,
+                                                                uint64_t budget, bool stage)
 {
+    unsigned shift = (level - 1) * SLOT_BITS;
     struct tw_node *chain[CHAINS]; /* a local copy: kept in registers */
     memcpy(chain, chains, sizeof chain);
     uint64_t moved = 0, now = w->now;
@@ -169,8 +160,8 @@ walk_take(struct tw_wheel *w, struct tw_node **chains, uint64_t last, unsigned s
             uint64_t d = t->deadline;
             if (stage && __builtin_expect(d <= last, 0)) {
                 unsigned digit = (unsigned)(d >> shift) & SLOT_MASK;
-                if (digit) { /* due in the slot: down a level, ahead of it */
-                    stage_node(w, t, digit, spread++);
+                if (digit - 1 < top) { /* due in the slot: down a level, ahead of it */
+                    stage_node(w, t, level, digit, spread++);
                     moved++;
                     continue;
                 }
@@ -195,10 +186,12 @@ static uint64_t walk_on(struct tw_wheel *w, unsigned level, uint64_t budget)
     struct tw_node *chain[CHAINS], **walk = w->walk[level - 1];
     memcpy(chain, walk, sizeof chain);
     uint64_t last = w->walked[level] + ((UINT64_C(1) << (level * SLOT_BITS)) - 1);
-    unsigned shift = (level - 1) * SLOT_BITS;
     bool stage = level == w->stage_level;
-    uint64_t moved = stage ? walk_take(w, chain, last, shift, budget, true)
-                           : walk_take(w, chain, last, shift, budget, false);
+    /* the free slots of the level below: all but digit 0 above level 2,
+     * those up to now's at level 2 */
+    unsigned top = level > 2 ? SLOT_MASK : (unsigned)(w->now >> SLOT_BITS) & SLOT_MASK;
+    uint64_t moved = stage ? walk_take(w, level, chain, last, top, budget, true)
+                           : walk_take(w, level, chain, last, top, budget, false);
     unsigned live = 0;
     for (unsigned c = 0; c < CHAINS; c++) {
         walk[c] = chain[c];
@@ -465,7 +458,7 @@ static __attribute__((noinline)) int process_next_slot(struct tw_wheel *w, uint6
          * hand-down finds nothing. Exact timers never set it. */
         if (__builtin_expect(w->staged != 0, 0) && level == w->stage_level &&
             tick == w->walked[level])
-            moved = stage_down(w, level, &spread);
+            stage_down(w, level);
         if (level == 1 && (w->subbed >> slot & 1)) {
             w->subbed &= ~(UINT64_C(1) << slot);
             moved += hand_down_subs(w, slot, &spread);

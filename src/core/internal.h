@@ -90,8 +90,8 @@ static inline bool level1_slot_empty(const struct tw_wheel *w, size_t slot)
 }
 
 /* Whether a walk ahead (advance.c) holds chains taken from `slot` of
- * `level` (its walk_slot), or the stage holds timers it took from there:
- * then the slot is not empty.
+ * `level` (its walk_slot), or staged timers it took from there: then the
+ * slot is not empty.
  * Inline, with no call: a call in chain_emptied would cost every path that
  * inlines it a stack frame. */
 static inline bool walk_holds(const struct tw_wheel *w, unsigned level, unsigned slot)
@@ -103,9 +103,9 @@ static inline bool walk_holds(const struct tw_wheel *w, unsigned level, unsigned
 }
 
 /* The cold half of unlinking: `link`, a list head, was left NULL; if it is a
- * chain (or a level-1 sub-list) of a slot, a chain a walk ahead took from a
- * slot or a list of the stage, and the slot's other lists, the walk's and
- * the stage's, are empty too, the slot is empty now. Written with few live values and no call so that,
+ * chain (or a level-1 sub-list) of a slot, or a chain a walk ahead took
+ * from a slot, and the slot's other lists, and the walk's, are empty too,
+ * the slot is empty now (a staged slot, whose bit is clear, stays so). Written with few live values and no call so that,
  * inlined, it costs the hot paths no stack frame. */
 static inline void chain_emptied(struct tw_wheel *w, struct tw_node **link)
 {
