@@ -14,7 +14,7 @@ struct probe {
     struct tw_wheel *wheel;
     int fires;
     uint64_t fired_at;
-    int order;               /* position in the global firing order */
+    int order; /* position in the global firing order */
     void (*action)(struct probe *self);
     struct probe *other;
     uint64_t value;
@@ -549,7 +549,7 @@ static void test_bare_nodes(void)
     CHECK_EQ_INT(tw_cancel(&w, &a), 0); /* idle: no-op */
     probe_init(&p, &w);
     CHECK_EQ_INT(tw_arm_in(&w, &p.timer, tw_wheel_now(&w), 5), 0);
-    CHECK_EQ_INT(tw_wheel_advance(&w, 101), 0); /* not pull-only yet */
+    CHECK_EQ_INT(tw_wheel_advance(&w, 101), 0);              /* not pull-only yet */
     CHECK_EQ_INT(tw_arm_in(&w, &a, tw_wheel_now(&w), 0), 0); /* delay 0: next tick */
     CHECK_EQ_U64(tw_deadline(&a), 102);
     CHECK_EQ_INT(tw_arm_in(&w, &b, tw_wheel_now(&w), 3000), 0);
@@ -882,8 +882,8 @@ static void test_moves_per_timer_bound(void)
         CHECK_EQ_INT(tw_wheel_advance(&w, now + delay), 1);
         unsigned m = (unsigned)(tw_wheel_moves(&w) - before);
         if (m != moves_of(now, now + delay) || m > k) {
-            CHECK_(0, "now %" PRIu64 " delay %" PRIu64 ": %u moves, predicted %u, bound %u",
-                   now, delay, m, moves_of(now, now + delay), k);
+            CHECK_(0, "now %" PRIu64 " delay %" PRIu64 ": %u moves, predicted %u, bound %u", now,
+                   delay, m, moves_of(now, now + delay), k);
             break;
         }
         if (m > most[k])
@@ -964,11 +964,11 @@ static void test_walk_stages_due_timers(void)
     struct probe *all[] = {&a, &b, &c, &d, &pusher};
     for (size_t i = 0; i < 5; i++)
         probe_init(all[i], &w);
-    tw_arm(&w, &a.timer, T + 5 * W2 + 7, 0, 0); /* level-2 digit 5 of the slot */
+    tw_arm(&w, &a.timer, T + 5 * W2 + 7, 0, 0);  /* level-2 digit 5 of the slot */
     tw_arm(&w, &b.timer, T + 20 * W2 + 3, 0, 0); /* digit 20 */
     tw_arm(&w, &c.timer, T + 30 * W2, 0, 0);     /* digit 30 */
     tw_arm(&w, &d.timer, T + 10, 0, 0);          /* digit 0: stays in the slot */
-    tw_arm(&w, &pusher.timer, T + 100, 0, 0);   /* pushed back: the slot is walked */
+    tw_arm(&w, &pusher.timer, T + 100, 0, 0);    /* pushed back: the slot is walked */
     CHECK_EQ_INT(tw_arm(&w, &pusher.timer, 2 * T + 5, 0, 0), 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, OPEN - 1), 0);
     CHECK_EQ_U64(tw_wheel_moves(&w), 0);

@@ -35,21 +35,15 @@
  * walk), so staged and stage_level (the level whose walk stages) serve
  * them all. A staged timer is due in the level-(L - 1) slot of its
  * deadline: while a walk stages, in_place_for asks one digit more of a
- * deadline at level L (the wheel's copy of level_bits), so that an eager
- * re-arm to an earlier tick of X relocates it. */
+ * deadline at level L (the wheel's level_mask), so that an eager re-arm to
+ * an earlier tick of X relocates it. */
 
 /* Walks of `level` stage (0: none): in_place_for's masks for deadlines at
  * the level that staged and at the one that stages. */
 static void stage_serve(struct tw_wheel *w, unsigned level)
 {
-    for (unsigned pass = 0; pass < 2; pass++) {
-        unsigned l = pass ? level : w->stage_level;
-        if (!l)
-            continue;
-        uint64_t mask = ~UINT64_C(0) << ((pass ? l - 1 : l) * SLOT_BITS);
-        for (unsigned b = l * SLOT_BITS; b < 64 && b < (l + 1) * SLOT_BITS; b++)
-            w->level_bits[b] = mask;
-    }
+    w->level_mask[w->stage_level] = level_mask(w->stage_level);
+    w->level_mask[level] = level ? level_mask(level - 1) : level_mask(0);
     w->stage_level = (uint8_t)level;
 }
 

@@ -200,7 +200,8 @@ int tw_wheel_init(struct tw_wheel *w, uint64_t now)
     w->now = now;
     w->target = now;
     w->pushed_at = UINT64_MAX; /* never */
-    memcpy(w->level_bits, level_bits, sizeof w->level_bits);
+    for (unsigned level = 0; level < LEVELS; level++)
+        w->level_mask[level] = level_mask(level);
     /* near_at and the untils are 0: every near limit is computed */
     tw_time_moved_(w);
     return 0;
