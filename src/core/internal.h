@@ -276,7 +276,7 @@ static inline void time_moved(struct tw_wheel *w)
  * TW_WHEEL_WALK_LAG ticks if it is slower: a call and its setup for every
  * few timers would cost more than the timers, and a walk further behind
  * its pace would loosen the bound (tw_wheel_lazy_moves_max). */
-#define WALK_BATCH 64
+#define WALK_BATCH 256
 
 /* The lazy re-arm of pending node n to a later `deadline` (> now): push it
  * back with one store into n, leaving it in the slot of its older deadline

@@ -66,7 +66,7 @@
  * the ticks that advance covers. Since X is near throughout its window, no
  * re-arm pushes a timer into it behind the walk, and timers armed into X
  * meanwhile are placed for their deadlines. A walk moves on once its pace
- * has earned a batch of 64 (or every TW_WHEEL_WALK_LAG ticks if slower):
+ * has earned a batch of 256 (or every TW_WHEEL_WALK_LAG ticks if slower):
  * the call and setup cost more than a few timers. A walk starts only if a
  * push may have left a timer in X: the last push (pushed_at) came after X's
  * block of the level above began (before, no slot of it existed; a timer
