@@ -186,7 +186,7 @@ struct tw_wheel {
     int bare;                           /**< private */
     uint64_t subbed;                    /**< private */
     uint64_t staged;                    /**< private */
-    uint64_t level_mask[TW_WHEEL_LEVELS]; /**< private */
+    const uint64_t *level_bits;         /**< private */
     uint8_t stage_level;                /**< private */
 };
 

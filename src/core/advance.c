@@ -35,15 +35,14 @@
  * walk), so staged and stage_level (the level whose walk stages) serve
  * them all. A staged timer is due in the level-(L - 1) slot of its
  * deadline: while a walk stages, in_place_for asks one digit more of a
- * deadline at level L (the wheel's level_mask), so that an eager re-arm to
- * an earlier tick of X relocates it. */
+ * deadline at level L (w->level_bits), so that an eager re-arm to an
+ * earlier tick of X relocates it. */
 
-/* Walks of `level` stage (0: none): in_place_for's masks for deadlines at
- * the level that staged and at the one that stages. */
+/* Walks of `level` stage (0: none): in_place_for's masks ask one digit
+ * more of a deadline at that level. */
 static void stage_serve(struct tw_wheel *w, unsigned level)
 {
-    w->level_mask[w->stage_level] = level_mask(w->stage_level);
-    w->level_mask[level] = level ? level_mask(level - 1) : level_mask(0);
+    w->level_bits = tw_level_bits_[level];
     w->stage_level = (uint8_t)level;
 }
 

@@ -196,24 +196,15 @@ static inline void place(struct tw_wheel *w, struct tw_node *t, unsigned chain)
     place_at(w, t, w->now, chain);
 }
 
-/* Per highest differing bit b of d ^ now: the level of d, whose entry of
- * the wheel's level_mask (~0 << 6 * level, or one digit more for the level
- * a walk stages from) in_place_for compares. A mask rather than
+/* Per highest differing bit b of d ^ now: the bits of a tick from the
+ * level of d upward (~0 << 6 * level), which in_place_for compares; in the
+ * table of a level L > 0, one digit more for a d at level L (a walk of L
+ * stages, see advance.c). The wheel points at the table in use
+ * (w->level_bits: tw_level_bits_[0], or [L] while a walk of L stages),
+ * so the test costs what a static table does. A mask rather than
  * place_by_bit's shift: one AND-test, where a shift by a variable count
  * takes the count's move into CL as well. */
-#define TW_B1(b) ((b) / SLOT_BITS)
-#define TW_B4(b) TW_B1(b), TW_B1((b) + 1), TW_B1((b) + 2), TW_B1((b) + 3)
-#define TW_B16(b) TW_B4(b), TW_B4((b) + 4), TW_B4((b) + 8), TW_B4((b) + 12)
-static const uint8_t level_of_bit[64] = {TW_B16(0), TW_B16(16), TW_B16(32), TW_B16(48)};
-#undef TW_B16
-#undef TW_B4
-#undef TW_B1
-
-/* The mask of the digits from `level` upward. */
-static inline uint64_t level_mask(unsigned level)
-{
-    return ~UINT64_C(0) << (level * SLOT_BITS);
-}
+extern const uint64_t tw_level_bits_[LEVELS][64];
 
 /* Whether pending node n (its deadline D, not ready) may take deadline d >
  * now with one store, being in the slot place() would pick for d already,
@@ -240,7 +231,7 @@ static inline uint64_t level_mask(unsigned level)
  * to move the count into CL. */
 static inline bool in_place_for(const struct tw_wheel *w, const struct tw_node *n, uint64_t d)
 {
-    uint64_t high = w->level_mask[level_of_bit[63 - (size_t)__builtin_clzll(d ^ w->now)]];
+    uint64_t high = w->level_bits[63 - (size_t)__builtin_clzll(d ^ w->now)];
     if ((n->deadline ^ d) & high)
         return false;
     return high != ~SLOT_MASK || !(w->subbed >> ((d >> SLOT_BITS) & SLOT_MASK) & 1);

@@ -72,9 +72,13 @@
  * block of the level above began (before, no slot of it existed; a timer
  * pushed earlier came into it placed for its deadline), and X was not
  * walked already (walked). Exact timers nobody re-arms (W3, W4) are never
- * walked. The cost: a walked slot's timers that were not pushed back are
- * taken twice, by the walk and when X comes due; tw_wheel_lazy_moves_max
- * states what one advance can move.
+ * walked. A walk of a level L >= 2 takes X's other timers (due in X) down a
+ * level as it goes, into the level-(L - 1) slots of their deadlines, which
+ * are free until X comes due (all of them above level 2, the level-1 slots
+ * already past at level 2), kept out of the occupancy bits until then
+ * (staged; advance.c, "The stage"): so each timer of X is read once, not
+ * by the walk and again when X comes due, and X's own descent is spread
+ * too. tw_wheel_lazy_moves_max states what one advance can move.
  *
  * Eager re-arm (flag TW_ARM_EAGER): a pending timer is placed for its new
  * deadline at once, later or earlier, unless it is in that deadline's slot
@@ -166,6 +170,13 @@
  *   walked[level], walk_slot   the tick and the index of the slot the
  *                              level's walk takes (or last took) from
  *   walking                    bit l set <=> level l's walk is under way
+ *                              (a walk that staged timers: until its slot
+ *                              comes due)
+ *   staged, stage_level        the level-(stage_level - 1) slots holding
+ *                              timers the walk of stage_level took down
+ *                              ahead of its slot, not marked occupied yet
+ *   level_bits                 in_place_for's masks: tw_level_bits_[0], or
+ *                              [stage_level] (one digit more at that level)
  *   wake                       the first tick at which a near limit
  *                              changes or a walk is due (time_moved)
  *   ready                      the nodes due at `now`, not fired or pulled yet
@@ -192,6 +203,24 @@
 
 /* ---- wheel ------------------------------------------------------------------ */
 
+/* in_place_for's masks (internal.h): table L asks one digit more of a
+ * deadline at level L > 0; table 0 none. */
+#define TW_M(b, L) \
+    (~UINT64_C(0) << (((b) / SLOT_BITS - ((L) > 0 && (b) / SLOT_BITS == (L))) * SLOT_BITS))
+#define TW_B4(b, L) TW_M(b, L), TW_M((b) + 1, L), TW_M((b) + 2, L), TW_M((b) + 3, L)
+#define TW_B16(b, L) TW_B4(b, L), TW_B4((b) + 4, L), TW_B4((b) + 8, L), TW_B4((b) + 12, L)
+#define TW_T(L)                                                   \
+    {                                                             \
+        TW_B16(0, L), TW_B16(16, L), TW_B16(32, L), TW_B16(48, L) \
+    }
+const uint64_t tw_level_bits_[LEVELS][64] = {TW_T(0), TW_T(1), TW_T(2), TW_T(3), TW_T(4), TW_T(5),
+                                             TW_T(6), TW_T(7), TW_T(8), TW_T(9), TW_T(10)};
+_Static_assert(LEVELS == 11, "one table per level");
+#undef TW_T
+#undef TW_B16
+#undef TW_B4
+#undef TW_M
+
 int tw_wheel_init(struct tw_wheel *w, uint64_t now)
 {
     if (!w)
@@ -200,8 +229,7 @@ int tw_wheel_init(struct tw_wheel *w, uint64_t now)
     w->now = now;
     w->target = now;
     w->pushed_at = UINT64_MAX; /* never */
-    for (unsigned level = 0; level < LEVELS; level++)
-        w->level_mask[level] = level_mask(level);
+    w->level_bits = tw_level_bits_[0];
     /* near_at and the untils are 0: every near limit is computed */
     tw_time_moved_(w);
     return 0;
