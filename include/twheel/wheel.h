@@ -78,8 +78,9 @@
  * and no extra moves (a timer pushed back moves once per slot its deadline
  * outruns, about 60 / timeout times a minute: twice for a 30 s timeout,
  * walked or not). A walked slot's timers are each read once by its walk;
- * only a level-2 walk's timers due above now's level-1 slot go back into
- * their slot and are read again when it comes due. The moves are the
+ * only a level-1 walk's, and a level-2 walk's due above now's level-1
+ * slot, go back into their slot and are read again when it comes due (the
+ * cost of a level-1 walk is its 64-tick slot's). The moves are the
  * advances' work, not the re-arms': with 10^6 heartbeat timers each move is
  * a cache miss (about one random read), and they make the mean advance of
  * a tick-by-tick loop dearer than an eager re-arm's, whose heartbeats

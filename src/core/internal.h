@@ -105,8 +105,9 @@ static inline bool walk_holds(const struct tw_wheel *w, unsigned level, unsigned
 /* The cold half of unlinking: `link`, a list head, was left NULL; if it is a
  * chain (or a level-1 sub-list) of a slot, or a chain a walk ahead took
  * from a slot, and the slot's other lists, and the walk's, are empty too,
- * the slot is empty now (a staged slot, whose bit is clear, stays so). Written with few live values and no call so that,
- * inlined, it costs the hot paths no stack frame. */
+ * the slot is empty now (a staged slot, whose bit is clear, stays so).
+ * Written with few live values and no call so that, inlined, it costs the
+ * hot paths no stack frame. */
 static inline void chain_emptied(struct tw_wheel *w, struct tw_node **link)
 {
     size_t off = (size_t)((uintptr_t)link - (uintptr_t)&w->slots[0][0][0]);
