@@ -924,7 +924,7 @@ static void test_heartbeat_stays_one_store(void)
     CHECK_EQ_INT(tw_arm(&w, &p.timer, 5000, 0, 0), 0);
     CHECK_EQ_U64(tw_wheel_next_expiry(&w), 4096);
 
-    /* Level 2: 30000 waits in the slot of 28672-32767, walked in the 4096
+    /* Level 2: 30000 waits in the slot of 28672-32767, walked in the 1024
      * ticks before it comes due; pushed back to 50000, it is moved there
      * (the slot of 49152) by then, and fires exactly. */
     tw_wheel_init(&w, 0);

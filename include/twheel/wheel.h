@@ -59,13 +59,14 @@
  *
  * Moves per advance: timers that lazy re-arms pushed back are moved by a
  * walk ahead of the slot they wait in, during the TW_WHEEL_WALK_TICKS
- * ticks before it comes due (64 for a level-1 slot, 4096 above), at a pace
+ * ticks before it comes due (64 for a level-1 slot, 1024 for a level-2
+ * slot, 4096 above), at a pace
  * of the pending timers over those ticks; a walk of a slot above level 1
  * takes the slot's other timers down a level as it goes, where the level
  * below has room (always above level 2; at level 2, into the level-1 slots
  * already past). So one advance that takes time k ticks forward, with at
  * most n timers pending, moves at most tw_wheel_lazy_moves_max(n, k) timers
- * for walks, about (k + 8) (n / 56 + 10), and takes at most that many off
+ * for walks, about (k + 8) (n / 54 + 10), and takes at most that many off
  * the walked slots; besides them it moves only timers going down a level
  * toward their own deadlines (at most once per level each, as above: what
  * an eager re-arm or an exact arm costs too). Timers armed together and
@@ -251,8 +252,10 @@ TW_API uint64_t tw_wheel_moves(const struct tw_wheel *w);
 
 /** The ticks before a slot comes due during which its walk ahead moves the
  * timers lazy re-arms pushed back past it ("Moves per advance" above): 64
- * for a level-1 slot, 4096 for a slot of any higher level. */
-#define TW_WHEEL_WALK_TICKS(level) ((level) < 2 ? TW_WHEEL_SLOTS : TW_WHEEL_SLOTS * TW_WHEEL_SLOTS)
+ * for a level-1 slot, 1024 for a level-2 slot, 4096 for a slot of any
+ * higher level. */
+#define TW_WHEEL_WALK_TICKS(level)                                                          \
+    ((level) < 2 ? TW_WHEEL_SLOTS : (level) == 2 ? 16 * TW_WHEEL_SLOTS : TW_WHEEL_SLOTS * TW_WHEEL_SLOTS)
 /** How far, in ticks of its pace, a walk ahead may fall behind it: it moves
  * on a batch at a time, at least every this many ticks. */
 #define TW_WHEEL_WALK_LAG 8
@@ -263,7 +266,7 @@ TW_API uint64_t tw_wheel_moves(const struct tw_wheel *w);
  * than `pending` timers pending, moves at most this many timers that lazy
  * re-arms pushed back or that walks took down a level ahead of their slot:
  * (ticks + TW_WHEEL_WALK_LAG) times the sum over the levels 1-10 of
- * pending / TW_WHEEL_WALK_TICKS(level) + 1, about pending / 56 + 10 a tick
+ * pending / TW_WHEEL_WALK_TICKS(level) + 1, about pending / 54 + 10 a tick
  * (saturating at UINT64_MAX). Besides them it moves only timers going down
  * a level toward their own deadlines when their slot comes due. O(1). */
 static inline uint64_t tw_wheel_lazy_moves_max(uint64_t pending, uint64_t ticks)

@@ -21,18 +21,18 @@
  * then, into the slot of its digit at that level, instead of back into X
  * to be taken again when X comes due (a second miss on each, or an extra
  * pass over X's timers once they outgrow the cache). Those slots are free
- * until X comes due: in X's window (the last 4096 ticks before it) every
- * level-(L - 1) slot of now's block has passed when L >= 3 (the window is
- * the last level-2 slot of a level-3 block), and at L = 2 the level-1
- * slots up to now's own have (a timer whose digit is above now's goes back
- * into X). Staged timers stay out of the occupancy bits (staged: which
+ * until X comes due: in X's window (the last 4096 ticks before it, 1024 at
+ * L = 2) every level-(L - 1) slot of now's block has passed when L >= 3
+ * (the window lies in the last level-2 slot of a level-3 block), and at
+ * L = 2 the level-1 slots up to now's own have, 48 or more of the 64 (a
+ * timer whose digit is above now's goes back into X). Staged timers stay out of the occupancy bits (staged: which
  * slots hold them), so that no advance before X takes those slots for now's
  * block; when X comes due the levels below it are empty and stage_down
  * marks them: O(1) a slot, nothing moves. Those due in X's first
  * level-(L - 1) slot (digit 0) go back into X, as they must go lower
- * still. One walk of a level >= 2 runs at a time (a level >= 3 window is
- * the last level-2 slot of a block, which has no next level-2 slot to
- * walk), so staged and stage_level (the level whose walk stages) serve
+ * still. One walk of a level >= 2 runs at a time (a level >= 3 window lies
+ * in the last level-2 slot of a block, a level-2 window in an earlier
+ * one), so staged and stage_level (the level whose walk stages) serve
  * them all. A staged timer is due in the level-(L - 1) slot of its
  * deadline: while a walk stages, in_place_for asks one digit more of a
  * deadline at level L (w->level_bits), so that an eager re-arm to an

@@ -52,9 +52,11 @@
  * slot they were armed for, and the advance that reaches it moves them all:
  * 10^6 in one tick in W2. So each level's first slot X is walked during its
  * window, the last TW_WHEEL_WALK_TICKS ticks before it comes due (64 at
- * level 1, 4096 above: at level 1 the whole slot before it; above, long
- * enough to spread any load, short enough that what it walks is still in
- * the cache when X comes due): when the window opens (tw_time_moved_, at
+ * level 1, 1024 at level 2, 4096 above: at level 1 the whole slot before
+ * it; at level 2 its last quarter, so that most level-1 slots have passed
+ * when the walk takes X's timers down to them (below); above, long enough
+ * to spread any load, short enough that what it walks is still in the
+ * cache when X comes due): when the window opens (tw_time_moved_, at
  * near_until), X's chains become the walk's (w->walk; X stays marked
  * occupied, and chain_emptied does not mark it empty while the walk holds
  * chains of it), and at each later time move the walk takes its pace's
