@@ -14,7 +14,7 @@ struct probe {
     struct tw_wheel *wheel;
     int fires;
     uint64_t fired_at;
-    int order;               /* position in the global firing order */
+    int order; /* position in the global firing order */
     void (*action)(struct probe *self);
     struct probe *other;
     uint64_t value;
@@ -549,7 +549,7 @@ static void test_bare_nodes(void)
     CHECK_EQ_INT(tw_cancel(&w, &a), 0); /* idle: no-op */
     probe_init(&p, &w);
     CHECK_EQ_INT(tw_arm_in(&w, &p.timer, tw_wheel_now(&w), 5), 0);
-    CHECK_EQ_INT(tw_wheel_advance(&w, 101), 0); /* not pull-only yet */
+    CHECK_EQ_INT(tw_wheel_advance(&w, 101), 0);              /* not pull-only yet */
     CHECK_EQ_INT(tw_arm_in(&w, &a, tw_wheel_now(&w), 0), 0); /* delay 0: next tick */
     CHECK_EQ_U64(tw_deadline(&a), 102);
     CHECK_EQ_INT(tw_arm_in(&w, &b, tw_wheel_now(&w), 3000), 0);
@@ -882,8 +882,8 @@ static void test_moves_per_timer_bound(void)
         CHECK_EQ_INT(tw_wheel_advance(&w, now + delay), 1);
         unsigned m = (unsigned)(tw_wheel_moves(&w) - before);
         if (m != moves_of(now, now + delay) || m > k) {
-            CHECK_(0, "now %" PRIu64 " delay %" PRIu64 ": %u moves, predicted %u, bound %u",
-                   now, delay, m, moves_of(now, now + delay), k);
+            CHECK_(0, "now %" PRIu64 " delay %" PRIu64 ": %u moves, predicted %u, bound %u", now,
+                   delay, m, moves_of(now, now + delay), k);
             break;
         }
         if (m > most[k])
@@ -924,7 +924,7 @@ static void test_heartbeat_stays_one_store(void)
     CHECK_EQ_INT(tw_arm(&w, &p.timer, 5000, 0, 0), 0);
     CHECK_EQ_U64(tw_wheel_next_expiry(&w), 4096);
 
-    /* Level 2: 30000 waits in the slot of 28672-32767, walked in the 4096
+    /* Level 2: 30000 waits in the slot of 28672-32767, walked in the 1024
      * ticks before it comes due; pushed back to 50000, it is moved there
      * (the slot of 49152) by then, and fires exactly. */
     tw_wheel_init(&w, 0);
@@ -946,6 +946,77 @@ static void test_heartbeat_stays_one_store(void)
     CHECK_EQ_INT(tw_wheel_advance(&w, 49999), 0);
     CHECK_EQ_INT(tw_wheel_advance(&w, 50000), 1);
     CHECK_EQ_U64(p.fired_at, 50000);
+}
+
+/* A walk of a level >= 3 slot takes the timers due in it too: those due
+ * past its first level-2 slot go down a level there and then (staged into
+ * the level-2 slots, all past in the window), and when the slot comes due
+ * they are in place, so nothing of them moves in that advance and each is
+ * read once, not twice. Staged timers still fire exactly when re-armed
+ * eagerly to an earlier tick of the slot (then they relocate), cancelled,
+ * or detached by destroy. */
+static void test_walk_stages_due_timers(void)
+{
+    enum { T = 1 << 18, OPEN = T - 4096, W2 = 4096 }; /* level-3 slot 1 */
+    struct tw_wheel w;
+    struct probe a, b, c, d, pusher;
+    tw_wheel_init(&w, 0);
+    struct probe *all[] = {&a, &b, &c, &d, &pusher};
+    for (size_t i = 0; i < 5; i++)
+        probe_init(all[i], &w);
+    tw_arm(&w, &a.timer, T + 5 * W2 + 7, 0, 0);  /* level-2 digit 5 of the slot */
+    tw_arm(&w, &b.timer, T + 20 * W2 + 3, 0, 0); /* digit 20 */
+    tw_arm(&w, &c.timer, T + 30 * W2, 0, 0);     /* digit 30 */
+    tw_arm(&w, &d.timer, T + 10, 0, 0);          /* digit 0: stays in the slot */
+    tw_arm(&w, &pusher.timer, T + 100, 0, 0);    /* pushed back: the slot is walked */
+    CHECK_EQ_INT(tw_arm(&w, &pusher.timer, 2 * T + 5, 0, 0), 0);
+    CHECK_EQ_INT(tw_wheel_advance(&w, OPEN - 1), 0);
+    CHECK_EQ_U64(tw_wheel_moves(&w), 0);
+    for (uint64_t t = OPEN; t < T; t++)
+        CHECK_EQ_INT(tw_wheel_advance(&w, t), 0);
+    /* the pusher moved, a, b and c went down: all before the slot came due */
+    CHECK_EQ_U64(tw_wheel_moves(&w), 4);
+    CHECK_EQ_U64(tw_wheel_next_expiry(&w), T);
+    /* b re-armed eagerly to digit 3 of the same slot: relocated, never left
+     * to come due at digit 20 */
+    CHECK_EQ_INT(tw_arm(&w, &b.timer, T + 3 * W2, 0, TW_ARM_EAGER), 0);
+    CHECK_EQ_INT(tw_cancel(&w, &c.timer), 1);
+    CHECK(!tw_pending(&c.timer));
+    uint64_t before = tw_wheel_moves(&w);
+    CHECK_EQ_INT(tw_wheel_advance(&w, T), 0);
+    CHECK_EQ_U64(tw_wheel_moves(&w) - before, 2); /* d and b (armed into the slot) go down */
+    CHECK_EQ_INT(tw_wheel_advance(&w, 3 * T), 4);
+    CHECK_EQ_U64(d.fired_at, T + 10);
+    CHECK_EQ_U64(b.fired_at, T + 3 * W2);
+    CHECK_EQ_U64(a.fired_at, T + 5 * W2 + 7);
+    CHECK_EQ_U64(pusher.fired_at, 2 * T + 5);
+    CHECK_EQ_INT(a.fires + b.fires + c.fires + d.fires + pusher.fires, 4);
+
+    /* Every staged timer cancelled: the slot comes due empty, nothing
+     * fires; staged timers detached by destroy are idle. */
+    tw_wheel_init(&w, 0);
+    for (size_t i = 0; i < 5; i++)
+        probe_init(all[i], &w);
+    tw_arm(&w, &a.timer, T + 5 * W2, 0, 0);
+    tw_arm(&w, &b.timer, T + 6 * W2, 0, 0);
+    tw_arm(&w, &pusher.timer, T + 100, 0, 0);
+    tw_arm(&w, &pusher.timer, 2 * T + 5, 0, 0);
+    CHECK_EQ_INT(tw_wheel_advance(&w, T - 1), 0);
+    CHECK_EQ_INT(tw_cancel(&w, &a.timer), 1);
+    CHECK_EQ_INT(tw_cancel(&w, &b.timer), 1);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 2 * T), 0);
+    CHECK_EQ_U64(tw_wheel_pending(&w), 1);
+    CHECK_EQ_U64(tw_wheel_next_expiry(&w), 2 * T + 5);
+    tw_wheel_init(&w, 0);
+    for (size_t i = 0; i < 5; i++)
+        probe_init(all[i], &w);
+    tw_arm(&w, &a.timer, T + 5 * W2, 0, 0);
+    tw_arm(&w, &pusher.timer, T + 100, 0, 0);
+    tw_arm(&w, &pusher.timer, 2 * T + 5, 0, 0);
+    CHECK_EQ_INT(tw_wheel_advance(&w, T - 1), 0);
+    CHECK_EQ_INT(tw_wheel_destroy(&w), 2);
+    CHECK(!tw_pending(&a.timer));
+    CHECK(!tw_pending(&pusher.timer));
 }
 
 /* W2's shape, the worst case of the lazy re-arm: N timers armed together
@@ -1035,5 +1106,6 @@ int main(void)
     RUN(test_moves_per_timer_bound);
     RUN(test_heartbeat_stays_one_store);
     RUN(test_lazy_rearm_moves_spread);
+    RUN(test_walk_stages_due_timers);
     return test_summary();
 }

@@ -59,17 +59,33 @@
  *
  * Moves per advance: timers that lazy re-arms pushed back are moved by a
  * walk ahead of the slot they wait in, during the TW_WHEEL_WALK_TICKS
- * ticks before it comes due (64 for a level-1 slot, 4096 above), at a pace
- * of the pending timers over those ticks. So one advance that takes time
- * k ticks forward, with at most n timers pending, moves at most
- * tw_wheel_lazy_moves_max(n, k) of them, about (k + 8) (n / 56 + 10), and
- * takes at most that many off the walked slots; besides them it moves only
- * timers going down a level toward their own deadlines (at most once per
- * level each, as above: what an eager re-arm or an exact arm costs too).
- * Timers armed together and pushed back together (a heartbeat after a
- * restart) are no longer moved in one advance. Each advance that takes
- * time forward also does O(1) work when a walk's window opens or its pace
- * is due (once every 64 ticks, more often while a walk runs).
+ * ticks before it comes due (64 for a level-1 slot, 1024 for a level-2
+ * slot, 4096 above), at a pace
+ * of the pending timers over those ticks; a walk of a slot above level 1
+ * takes the slot's other timers down a level as it goes, where the level
+ * below has room (always above level 2; at level 2, into the level-1 slots
+ * already past). So one advance that takes time k ticks forward, with at
+ * most n timers pending, moves at most tw_wheel_lazy_moves_max(n, k) timers
+ * for walks, about (k + 8) (n / 54 + 10), and takes at most that many off
+ * the walked slots; besides them it moves only timers going down a level
+ * toward their own deadlines (at most once per level each, as above: what
+ * an eager re-arm or an exact arm costs too). Timers armed together and
+ * pushed back together (a heartbeat after a restart) are no longer moved in
+ * one advance. Each advance that takes time forward also does O(1) work
+ * when a walk's window opens or its pace is due (once every 64 ticks, more
+ * often while a walk runs).
+ *
+ * What the bound costs: nothing per re-arm (a heartbeat stays one store),
+ * and no extra moves (a timer pushed back moves once per slot its deadline
+ * outruns, about 60 / timeout times a minute: twice for a 30 s timeout,
+ * walked or not). A walked slot's timers are each read once by its walk;
+ * only a level-1 walk's, and a level-2 walk's due above now's level-1
+ * slot, go back into their slot and are read again when it comes due (the
+ * cost of a level-1 walk is its 64-tick slot's). The moves are the
+ * advances' work, not the re-arms': with 10^6 heartbeat timers each move is
+ * a cache miss (about one random read), and they make the mean advance of
+ * a tick-by-tick loop dearer than an eager re-arm's, whose heartbeats
+ * relocate the timers themselves (TW_ARM_EAGER: about 1.7x the heartbeat).
  */
 #ifndef TWHEEL_WHEEL_H
 #define TWHEEL_WHEEL_H
@@ -171,6 +187,9 @@ struct tw_wheel {
     int advancing;                      /**< private */
     int bare;                           /**< private */
     uint64_t subbed;                    /**< private */
+    uint64_t staged;                    /**< private */
+    const uint64_t *level_bits;         /**< private */
+    uint8_t stage_level;                /**< private */
 };
 
 /* ---- wheel ------------------------------------------------------------- */
@@ -233,8 +252,10 @@ TW_API uint64_t tw_wheel_moves(const struct tw_wheel *w);
 
 /** The ticks before a slot comes due during which its walk ahead moves the
  * timers lazy re-arms pushed back past it ("Moves per advance" above): 64
- * for a level-1 slot, 4096 for a slot of any higher level. */
-#define TW_WHEEL_WALK_TICKS(level) ((level) < 2 ? TW_WHEEL_SLOTS : TW_WHEEL_SLOTS * TW_WHEEL_SLOTS)
+ * for a level-1 slot, 1024 for a level-2 slot, 4096 for a slot of any
+ * higher level. */
+#define TW_WHEEL_WALK_TICKS(level)                                                          \
+    ((level) < 2 ? TW_WHEEL_SLOTS : (level) == 2 ? 16 * TW_WHEEL_SLOTS : TW_WHEEL_SLOTS * TW_WHEEL_SLOTS)
 /** How far, in ticks of its pace, a walk ahead may fall behind it: it moves
  * on a batch at a time, at least every this many ticks. */
 #define TW_WHEEL_WALK_LAG 8
@@ -243,10 +264,11 @@ TW_API uint64_t tw_wheel_moves(const struct tw_wheel *w);
  * above): an advance (or the pulls of one `now`, up to the one returning
  * NULL) that takes the wheel's time `ticks` ticks forward, with never more
  * than `pending` timers pending, moves at most this many timers that lazy
- * re-arms pushed back: (ticks + TW_WHEEL_WALK_LAG) times the sum over the
- * levels 1-10 of pending / TW_WHEEL_WALK_TICKS(level) + 1, about pending /
- * 56 + 10 a tick (saturating at UINT64_MAX). Besides them it moves only
- * timers going down a level toward their own deadlines. O(1). */
+ * re-arms pushed back or that walks took down a level ahead of their slot:
+ * (ticks + TW_WHEEL_WALK_LAG) times the sum over the levels 1-10 of
+ * pending / TW_WHEEL_WALK_TICKS(level) + 1, about pending / 54 + 10 a tick
+ * (saturating at UINT64_MAX). Besides them it moves only timers going down
+ * a level toward their own deadlines when their slot comes due. O(1). */
 static inline uint64_t tw_wheel_lazy_moves_max(uint64_t pending, uint64_t ticks)
 {
     uint64_t per_tick = 0;

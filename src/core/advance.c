@@ -16,6 +16,85 @@
  * X's chains, as the timers armed into X meanwhile). When X comes due first,
  * what it has not taken is placed all the same (walks_due). */
 
+/* The stage: a walk of level L >= 2 takes every timer of its slot X anyway,
+ * so a timer due in X that it takes goes down to level L - 1 there and
+ * then, into the slot of its digit at that level, instead of back into X
+ * to be taken again when X comes due (a second miss on each, or an extra
+ * pass over X's timers once they outgrow the cache). Those slots are free
+ * until X comes due: in X's window (the last 4096 ticks before it, 1024 at
+ * L = 2) every level-(L - 1) slot of now's block has passed when L >= 3
+ * (the window lies in the last level-2 slot of a level-3 block), and at
+ * L = 2 the level-1 slots up to now's own have, 48 or more of the 64 (a
+ * timer whose digit is above now's goes back into X). Staged timers stay out of the occupancy bits (staged: which
+ * slots hold them), so that no advance before X takes those slots for now's
+ * block; when X comes due the levels below it are empty and stage_down
+ * marks them: O(1) a slot, nothing moves. Those due in X's first
+ * level-(L - 1) slot (digit 0) go back into X, as they must go lower
+ * still. One walk of a level >= 2 runs at a time (a level >= 3 window lies
+ * in the last level-2 slot of a block, a level-2 window in an earlier
+ * one), so staged and stage_level (the level whose walk stages) serve
+ * them all. A staged timer is due in the level-(L - 1) slot of its
+ * deadline: while a walk stages, in_place_for asks one digit more of a
+ * deadline at level L (w->level_bits), so that an eager re-arm to an
+ * earlier tick of X relocates it. */
+
+/* Walks of `level` stage (0: none): in_place_for's masks ask one digit
+ * more of a deadline at that level. */
+static void stage_serve(struct tw_wheel *w, unsigned level)
+{
+    w->level_bits = tw_level_bits_[level];
+    w->stage_level = (uint8_t)level;
+}
+
+/* Put timer t, due in the walked slot of level `level` at digit `digit` of
+ * the level below, into that slot of the level below, chain `chain`,
+ * leaving its occupancy bit alone. Out of line: inlined, it would leave
+ * walk_take's loop too big to keep its chains in registers. */
+static __attribute__((noinline)) void stage_node(struct tw_wheel *w, struct tw_node *t,
+                                                 unsigned level, unsigned digit, unsigned chain)
+{
+    struct tw_node **head = &w->slots[level - 1][digit][chain & (CHAINS - 1)];
+    struct tw_node *first = *head;
+    t->next = first;
+    *head = t;
+    t->pprev = head;
+    if (first)
+        first->pprev = &t->next;
+    w->staged |= UINT64_C(1) << digit;
+}
+
+/* The walked slot of level `level` came due (now is its first tick): the
+ * level-(level - 1) slots that hold staged timers are marked occupied, and
+ * the walk that staged them ends. */
+static __attribute__((noinline)) void stage_down(struct tw_wheel *w, unsigned level)
+{
+    for (uint64_t bits = w->staged; bits; bits &= bits - 1) {
+        unsigned digit = (unsigned)__builtin_ctzll(bits);
+        struct tw_node *const *chains = w->slots[level - 1][digit];
+        if (chains[0] || chains[1] || chains[2] || chains[3]) /* else all cancelled */
+            mark_occupied(w, level - 1, digit);
+    }
+    w->staged = 0;
+    w->walking &= ~(UINT32_C(1) << level);
+    stage_serve(w, 0);
+}
+
+/* Detach the staged timers (destroy: the occupancy bits do not show them). */
+int64_t tw_stage_detach_(struct tw_wheel *w)
+{
+    int64_t detached = 0;
+    for (uint64_t bits = w->staged; bits; bits &= bits - 1) {
+        struct tw_node **chains = w->slots[w->stage_level - 1][__builtin_ctzll(bits)];
+        for (unsigned c = 0; c < CHAINS; c++) {
+            for (struct tw_node *t = chains[c]; t; t = t->next, detached++)
+                t->pprev = NULL;
+            chains[c] = NULL;
+        }
+    }
+    w->staged = 0;
+    return detached;
+}
+
 /* Start a walk of level-`level` slot `slot`, due at `tick`, credited from
  * tick `from` (its window's first) on: its chains become the walk's. Its
  * pace, the timers pending (more than the slot can hold) over the window's
@@ -35,24 +114,33 @@ static void walk_start(struct tw_wheel *w, unsigned level, unsigned slot, uint64
     w->walked[level] = tick;
     w->walk_slot[level] = (uint8_t)slot;
     w->walking |= UINT32_C(1) << level;
+    if (level >= 2 && !w->staged)
+        stage_serve(w, level);
 }
 
-/* Take up to `budget` timers off the walk of `level`, its chains side by
- * side (their loads are independent; each chain's next timer is prefetched
- * a round ahead), and place each for its deadline: a timer pushed back past
- * the slot goes to its own slot (a move), the others back into the slot.
- * Nothing else runs meanwhile, so the lists are made whole again (their
- * heads' pprev) only at the end. When the walk has taken everything it
- * ends, and a slot it left empty is marked so. Returns the timers moved. */
-static uint64_t walk_on(struct tw_wheel *w, unsigned level, uint64_t budget)
+/* Take up to `budget` timers off the chains `chains` of a walk of `level`
+ * side by side (their loads are independent; each chain's next timer is
+ * prefetched a round ahead), and place each for its deadline: a timer
+ * pushed back past the slot (after `last`) goes to its own slot (a move);
+ * with `stage` (a constant), one due in the slot at a digit of the level
+ * below from 1 to `top` is staged (a move down), the others go back into
+ * the slot. Nothing else runs meanwhile, so the lists are made whole again
+ * (their heads' pprev) only by the caller. Returns the timers moved. The
+ * loop is kept lean: at 10^6 timers each take is a miss, and the fewer its
+ * instructions, the more takes the CPU keeps in flight. */
+static inline __attribute__((always_inline)) uint64_t walk_take(struct tw_wheel *w, unsigned level,
+                                                                struct tw_node **chains,
+                                                                uint64_t last, unsigned top,
+                                                                uint64_t budget, bool stage)
 {
-    struct tw_node *chain[CHAINS], **walk = w->walk[level - 1];
-    memcpy(chain, walk, sizeof chain);
+    unsigned shift = (level - 1) * SLOT_BITS;
+    struct tw_node *chain[CHAINS]; /* a local copy: kept in registers */
+    memcpy(chain, chains, sizeof chain);
     uint64_t moved = 0, now = w->now;
-    uint64_t last = w->walked[level] + ((UINT64_C(1) << (level * SLOT_BITS)) - 1);
     unsigned spread = w->chain, live = CHAINS;
     while (live && budget) {
         live = 0;
+#pragma GCC unroll 4 /* the chains in registers */
         for (unsigned c = 0; c < CHAINS && budget; c++) {
             struct tw_node *t = chain[c];
             if (!t)
@@ -62,12 +150,42 @@ static uint64_t walk_on(struct tw_wheel *w, unsigned level, uint64_t budget)
             chain[c] = t->next;
             if (t->next) /* its miss now, a round early */
                 __builtin_prefetch(t->next);
-            moved += t->deadline > last; /* pushed back past the slot */
+            uint64_t d = t->deadline;
+            if (stage && __builtin_expect(d <= last, 0)) {
+                unsigned digit = (unsigned)(d >> shift) & SLOT_MASK;
+                if (digit - 1 < top) { /* due in the slot: down a level, ahead of it */
+                    stage_node(w, t, level, digit, spread++);
+                    moved++;
+                    continue;
+                }
+            }
+            moved += d > last; /* pushed back past the slot */
             place_at(w, t, now, spread++);
         }
     }
     w->chain = spread;
-    live = 0;
+    memcpy(chains, chain, sizeof chain);
+    return moved;
+}
+
+/* Take up to `budget` timers off the walk of `level` (walk_take), staging
+ * those due in its slot if the stage serves this level. When the walk has
+ * taken everything it ends, and a slot it left empty is marked so; a walk
+ * that staged timers ends only when its slot comes due (stage_down), so
+ * that the slot stays marked (walk_holds) while the stage holds its timers.
+ * Returns the timers moved. */
+static uint64_t walk_on(struct tw_wheel *w, unsigned level, uint64_t budget)
+{
+    struct tw_node *chain[CHAINS], **walk = w->walk[level - 1];
+    memcpy(chain, walk, sizeof chain);
+    uint64_t last = w->walked[level] + ((UINT64_C(1) << (level * SLOT_BITS)) - 1);
+    bool stage = level == w->stage_level;
+    /* the free slots of the level below: all but digit 0 above level 2,
+     * those up to now's at level 2 */
+    unsigned top = level > 2 ? SLOT_MASK : (unsigned)(w->now >> SLOT_BITS) & SLOT_MASK;
+    uint64_t moved = stage ? walk_take(w, level, chain, last, top, budget, true)
+                           : walk_take(w, level, chain, last, top, budget, false);
+    unsigned live = 0;
     for (unsigned c = 0; c < CHAINS; c++) {
         walk[c] = chain[c];
         if (chain[c]) {
@@ -75,7 +193,7 @@ static uint64_t walk_on(struct tw_wheel *w, unsigned level, uint64_t budget)
             live = 1;
         }
     }
-    if (!live) {
+    if (!live && !(stage && w->staged)) { /* else it ends in stage_down */
         unsigned slot = w->walk_slot[level];
         w->walking &= ~(UINT32_C(1) << level);
         int empty = level == 1 ? level1_slot_empty(w, slot) : 1;
@@ -212,7 +330,8 @@ void tw_time_moved_(struct tw_wheel *w)
             moved += walk_on(w, level, budget);
             ticks = 0;
         }
-        if (w->walking >> level & 1) {
+        struct tw_node *const *left = w->walk[level - 1];
+        if ((w->walking >> level & 1) && (left[0] || left[1] || left[2] || left[3])) {
             uint64_t every = (WALK_BATCH - 1) / rate + 1;
             uint64_t next = now + (every < TW_WHEEL_WALK_LAG ? every : TW_WHEEL_WALK_LAG) - ticks;
             wake = next < wake ? next : wake;
@@ -330,9 +449,12 @@ static __attribute__((noinline)) int process_next_slot(struct tw_wheel *w, uint6
         memset(w->slots[level][slot], 0, sizeof chain);
         /* w->subbed may be stale (a cancel emptied the sub-lists): then the
          * hand-down finds nothing. Exact timers never set it. */
+        if (__builtin_expect(w->staged != 0, 0) && level == w->stage_level &&
+            tick == w->walked[level])
+            stage_down(w, level);
         if (level == 1 && (w->subbed >> slot & 1)) {
             w->subbed &= ~(UINT64_C(1) << slot);
-            moved = hand_down_subs(w, slot, &spread);
+            moved += hand_down_subs(w, slot, &spread);
             *splice_due(w, w->sub[slot][0], &w->ready, tick, &spread, &moved) = NULL;
             head = w->ready;
         }

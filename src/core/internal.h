@@ -90,7 +90,8 @@ static inline bool level1_slot_empty(const struct tw_wheel *w, size_t slot)
 }
 
 /* Whether a walk ahead (advance.c) holds chains taken from `slot` of
- * `level` (its walk_slot): then the slot is not empty.
+ * `level` (its walk_slot), or staged timers it took from there: then the
+ * slot is not empty.
  * Inline, with no call: a call in chain_emptied would cost every path that
  * inlines it a stack frame. */
 static inline bool walk_holds(const struct tw_wheel *w, unsigned level, unsigned slot)
@@ -98,14 +99,15 @@ static inline bool walk_holds(const struct tw_wheel *w, unsigned level, unsigned
     if (!(w->walking >> level & 1) || w->walk_slot[level] != slot)
         return false;
     struct tw_node *const *walk = w->walk[level - 1];
-    return walk[0] || walk[1] || walk[2] || walk[3];
+    return walk[0] || walk[1] || walk[2] || walk[3] || (w->staged && level == w->stage_level);
 }
 
 /* The cold half of unlinking: `link`, a list head, was left NULL; if it is a
  * chain (or a level-1 sub-list) of a slot, or a chain a walk ahead took
  * from a slot, and the slot's other lists, and the walk's, are empty too,
- * the slot is empty now. Written with few live values and no call so that,
- * inlined, it costs the hot paths no stack frame. */
+ * the slot is empty now (a staged slot, whose bit is clear, stays so).
+ * Written with few live values and no call so that, inlined, it costs the
+ * hot paths no stack frame. */
 static inline void chain_emptied(struct tw_wheel *w, struct tw_node **link)
 {
     size_t off = (size_t)((uintptr_t)link - (uintptr_t)&w->slots[0][0][0]);
@@ -196,16 +198,14 @@ static inline void place(struct tw_wheel *w, struct tw_node *t, unsigned chain)
 }
 
 /* Per highest differing bit b of d ^ now: the bits of a tick from the
- * level of d upward (~0 << 6 * level), which in_place_for compares. A mask
- * rather than place_by_bit's shift: one AND-test, where a shift by a
- * variable count takes the count's move into CL as well. */
-#define TW_B1(b) (~UINT64_C(0) << (((b) / SLOT_BITS) * SLOT_BITS))
-#define TW_B4(b) TW_B1(b), TW_B1((b) + 1), TW_B1((b) + 2), TW_B1((b) + 3)
-#define TW_B16(b) TW_B4(b), TW_B4((b) + 4), TW_B4((b) + 8), TW_B4((b) + 12)
-static const uint64_t level_bits[64] = {TW_B16(0), TW_B16(16), TW_B16(32), TW_B16(48)};
-#undef TW_B16
-#undef TW_B4
-#undef TW_B1
+ * level of d upward (~0 << 6 * level), which in_place_for compares; in the
+ * table of a level L > 0, one digit more for a d at level L (a walk of L
+ * stages, see advance.c). The wheel points at the table in use
+ * (w->level_bits: tw_level_bits_[0], or [L] while a walk of L stages),
+ * so the test costs what a static table does. A mask rather than
+ * place_by_bit's shift: one AND-test, where a shift by a variable count
+ * takes the count's move into CL as well. */
+extern const uint64_t tw_level_bits_[LEVELS][64];
 
 /* Whether pending node n (its deadline D, not ready) may take deadline d >
  * now with one store, being in the slot place() would pick for d already,
@@ -225,12 +225,14 @@ static const uint64_t level_bits[64] = {TW_B16(0), TW_B16(16), TW_B16(32), TW_B1
  * its D0 <= D, so d >= D would be safe there too, but testing it keeps D
  * live: one instruction more on every re-arm, for a case exact timers never
  * meet.) A ready node (D = now) never does: d and now differ at d's level.
- * At level 0 this is D == d. The digits are compared with one mask,
- * level_bits, rather than a shift by place_by_bit's count, which would
- * first have to move the count into CL. */
+ * At level 0 this is D == d. Timers a walk staged (advance.c) sit a level
+ * below their slot, in the slot of their digit there: while a walk stages,
+ * its level's mask asks that digit too. The digits are compared with one
+ * mask rather than a shift by place_by_bit's count, which would first have
+ * to move the count into CL. */
 static inline bool in_place_for(const struct tw_wheel *w, const struct tw_node *n, uint64_t d)
 {
-    uint64_t high = level_bits[63 - (size_t)__builtin_clzll(d ^ w->now)];
+    uint64_t high = w->level_bits[63 - (size_t)__builtin_clzll(d ^ w->now)];
     if ((n->deadline ^ d) & high)
         return false;
     return high != ~SLOT_MASK || !(w->subbed >> ((d >> SLOT_BITS) & SLOT_MASK) & 1);
@@ -250,6 +252,7 @@ static inline uint64_t walk_window(unsigned level)
 
 void tw_time_moved_(struct tw_wheel *w);
 void tw_walk_stop_(struct tw_wheel *w);
+int64_t tw_stage_detach_(struct tw_wheel *w);
 
 /* Called wherever the wheel's time moved, before anything can be re-armed
  * at the new time: the near limits of the levels change only at a few ticks
@@ -265,7 +268,7 @@ static inline void time_moved(struct tw_wheel *w)
  * TW_WHEEL_WALK_LAG ticks if it is slower: a call and its setup for every
  * few timers would cost more than the timers, and a walk further behind
  * its pace would loosen the bound (tw_wheel_lazy_moves_max). */
-#define WALK_BATCH 64
+#define WALK_BATCH 256
 
 /* The lazy re-arm of pending node n to a later `deadline` (> now): push it
  * back with one store into n, leaving it in the slot of its older deadline

@@ -52,9 +52,11 @@
  * slot they were armed for, and the advance that reaches it moves them all:
  * 10^6 in one tick in W2. So each level's first slot X is walked during its
  * window, the last TW_WHEEL_WALK_TICKS ticks before it comes due (64 at
- * level 1, 4096 above: at level 1 the whole slot before it; above, long
- * enough to spread any load, short enough that what it walks is still in
- * the cache when X comes due): when the window opens (tw_time_moved_, at
+ * level 1, 1024 at level 2, 4096 above: at level 1 the whole slot before
+ * it; at level 2 its last quarter, so that most level-1 slots have passed
+ * when the walk takes X's timers down to them (below); above, long enough
+ * to spread any load, short enough that what it walks is still in the
+ * cache when X comes due): when the window opens (tw_time_moved_, at
  * near_until), X's chains become the walk's (w->walk; X stays marked
  * occupied, and chain_emptied does not mark it empty while the walk holds
  * chains of it), and at each later time move the walk takes its pace's
@@ -66,15 +68,19 @@
  * the ticks that advance covers. Since X is near throughout its window, no
  * re-arm pushes a timer into it behind the walk, and timers armed into X
  * meanwhile are placed for their deadlines. A walk moves on once its pace
- * has earned a batch of 64 (or every TW_WHEEL_WALK_LAG ticks if slower):
+ * has earned a batch of 256 (or every TW_WHEEL_WALK_LAG ticks if slower):
  * the call and setup cost more than a few timers. A walk starts only if a
  * push may have left a timer in X: the last push (pushed_at) came after X's
  * block of the level above began (before, no slot of it existed; a timer
  * pushed earlier came into it placed for its deadline), and X was not
  * walked already (walked). Exact timers nobody re-arms (W3, W4) are never
- * walked. The cost: a walked slot's timers that were not pushed back are
- * taken twice, by the walk and when X comes due; tw_wheel_lazy_moves_max
- * states what one advance can move.
+ * walked. A walk of a level L >= 2 takes X's other timers (due in X) down a
+ * level as it goes, into the level-(L - 1) slots of their deadlines, which
+ * are free until X comes due (all of them above level 2, the level-1 slots
+ * already past at level 2), kept out of the occupancy bits until then
+ * (staged; advance.c, "The stage"): so each timer of X is read once, not
+ * by the walk and again when X comes due, and X's own descent is spread
+ * too. tw_wheel_lazy_moves_max states what one advance can move.
  *
  * Eager re-arm (flag TW_ARM_EAGER): a pending timer is placed for its new
  * deadline at once, later or earlier, unless it is in that deadline's slot
@@ -166,6 +172,13 @@
  *   walked[level], walk_slot   the tick and the index of the slot the
  *                              level's walk takes (or last took) from
  *   walking                    bit l set <=> level l's walk is under way
+ *                              (a walk that staged timers: until its slot
+ *                              comes due)
+ *   staged, stage_level        the level-(stage_level - 1) slots holding
+ *                              timers the walk of stage_level took down
+ *                              ahead of its slot, not marked occupied yet
+ *   level_bits                 in_place_for's masks: tw_level_bits_[0], or
+ *                              [stage_level] (one digit more at that level)
  *   wake                       the first tick at which a near limit
  *                              changes or a walk is due (time_moved)
  *   ready                      the nodes due at `now`, not fired or pulled yet
@@ -192,6 +205,24 @@
 
 /* ---- wheel ------------------------------------------------------------------ */
 
+/* in_place_for's masks (internal.h): table L asks one digit more of a
+ * deadline at level L > 0; table 0 none. */
+#define TW_M(b, L) \
+    (~UINT64_C(0) << (((b) / SLOT_BITS - ((L) > 0 && (b) / SLOT_BITS == (L))) * SLOT_BITS))
+#define TW_B4(b, L) TW_M(b, L), TW_M((b) + 1, L), TW_M((b) + 2, L), TW_M((b) + 3, L)
+#define TW_B16(b, L) TW_B4(b, L), TW_B4((b) + 4, L), TW_B4((b) + 8, L), TW_B4((b) + 12, L)
+#define TW_T(L)                                                   \
+    {                                                             \
+        TW_B16(0, L), TW_B16(16, L), TW_B16(32, L), TW_B16(48, L) \
+    }
+const uint64_t tw_level_bits_[LEVELS][64] = {TW_T(0), TW_T(1), TW_T(2), TW_T(3), TW_T(4), TW_T(5),
+                                             TW_T(6), TW_T(7), TW_T(8), TW_T(9), TW_T(10)};
+_Static_assert(LEVELS == 11, "one table per level");
+#undef TW_T
+#undef TW_B16
+#undef TW_B4
+#undef TW_M
+
 int tw_wheel_init(struct tw_wheel *w, uint64_t now)
 {
     if (!w)
@@ -200,6 +231,7 @@ int tw_wheel_init(struct tw_wheel *w, uint64_t now)
     w->now = now;
     w->target = now;
     w->pushed_at = UINT64_MAX; /* never */
+    w->level_bits = tw_level_bits_[0];
     /* near_at and the untils are 0: every near limit is computed */
     tw_time_moved_(w);
     return 0;
@@ -212,7 +244,7 @@ int64_t tw_wheel_destroy(struct tw_wheel *w)
     if (w->advancing)
         return TW_EBUSY;
     tw_walk_stop_(w);
-    int64_t detached = 0;
+    int64_t detached = tw_stage_detach_(w);
     for (struct tw_node *t = w->ready; t; t = t->next, detached++)
         t->pprev = NULL;
     for (unsigned level = 0; level < LEVELS; level++) {
