@@ -779,8 +779,9 @@ struct tw_redis_info {
     uint32_t max_attempts; /**< its own retry limit (tw_redis_set_opts); 0: the queue's */
 };
 
-/** Read one task: state, due time, attempt, lease and payload, from one snapshot (one
- * read-only script: HGET ZSCORE TIME, O(1)). The payload's first @p cap bytes go to
+/** Read one task: state, due time, attempt and its own max_attempts, lease and payload,
+ * from one snapshot (one read-only script: HGET ZSCORE TIME, O(1)). The payload's first
+ * @p cap bytes go to
  * @p payload (may be NULL with cap 0); info->payload_len is its whole length.
  * Held and running: START lengthens a lease to lease_ms past the later of the due time
  * and the start, while a claim's hold ends hold_ms past the later of the due time and
