@@ -5,8 +5,8 @@
  *
  * Every command is one or a few calls of include/twheel/redis.h on a client
  * instance (no worker): stats, get, list, set, move, remove, pause, resume,
- * drop, metrics (printed once, or served over HTTP at /metrics with
- * --listen). The commands are a table (cmds[] below): a command is a line
+ * drop, dead list|get|requeue|purge|count, schedule list|set|remove,
+ * metrics (printed once, or served over HTTP at /metrics with --listen). The commands are a table (cmds[] below): a command is a line
  * there and a function. Connection strings go through the library's own
  * parser, so every form it takes (host:port, socket paths, redis://,
  * unix://, and what the library adds) works here.
@@ -155,10 +155,11 @@ static int cmd_stats(struct ctx *c, int argc, char **argv)
         return fail(c, "stats", rc);
     printf("queue       %s\npartitions  %" PRIu32 "\npending     %" PRIu64 "\nwaiting     %" PRIu64 "\nheld        %" PRIu64
            "\nrunning     %" PRIu64 "\ndue_within  %" PRIu64 "%s (%" PRIu64 " ms)\nlag_ms      %" PRIu64
-           "\npaused      %s\n",
+           "\npaused      %s\ndead        %" PRIu64 "\nschedules   %" PRIu64 "\n",
            c->queue, q.partitions, q.pending, q.waiting, q.held, q.running, q.due_within,
            q.due_capped ? "+" : "", w, q.lag_ms,
-           q.paused == 0 ? "no" : q.paused == q.partitions ? "yes" : "partly");
+           q.paused == 0 ? "no" : q.paused == q.partitions ? "yes" : "partly", q.dead,
+           q.schedules);
     return 0;
 }
 
@@ -189,9 +190,10 @@ static int cmd_get(struct ctx *c, int argc, char **argv)
         return fail(c, "get", rc);
     static const char *const st[] = {"waiting", "held", "running"};
     printf("key         %s\nstate       %s\ndue_ms      %" PRIu64 "\ndue_in_ms   %" PRId64
-           "\nattempt     %" PRIu32 "\ntoken       %" PRIu64 "\nlease_end_ms %" PRIu64 "\npayload     ",
+           "\nattempt     %" PRIu32 "\nmax_attempts %" PRIu32 "%s\ntoken       %" PRIu64
+           "\nlease_end_ms %" PRIu64 "\npayload     ",
            argv[1], st[in.state], in.due_ms, (int64_t)(in.due_ms - in.now_ms), in.attempt,
-           in.token, in.lease_end_ms);
+           in.max_attempts, in.max_attempts ? "" : " (the queue's)", in.token, in.lease_end_ms);
     put_escaped(payload, in.payload_len);
     putchar('\n');
     return 0;
@@ -294,12 +296,21 @@ static int cmd_list(struct ctx *c, int argc, char **argv)
 
 static int cmd_set(struct ctx *c, int argc, char **argv)
 {
-    uint64_t d;
-    int ec = want_args(argc, 1, 2, 3, "set");
-    if (ec || (ec = num_arg(argv[2], "DELAY_MS", TW_REDIS_DELAY_MAX, &d)) || !c->r)
+    const char *maxa = NULL;
+    struct opt o[] = {{"max-attempts", false, &maxa}};
+    uint64_t d, m = 0;
+    int ec = 0, i = parse_opts(argc, argv, o, 1, &ec);
+    if (i < 0 || (ec = want_args(argc, i, 2, 3, "set")) ||
+        (ec = num_arg(argv[i + 1], "DELAY_MS", TW_REDIS_DELAY_MAX, &d)) ||
+        (maxa && (ec = num_arg(maxa, "--max-attempts", 1048575, &m))))
         return ec;
-    const char *p = argc > 3 ? argv[3] : "";
-    int rc = tw_redis_set(c->r, argv[1], strlen(argv[1]), p, strlen(p), (int64_t)d);
+    if (maxa && m == 0)
+        return usage_error("--max-attempts: 1..%s", "1048575");
+    if (!c->r)
+        return 0;
+    const char *p = argc > i + 2 ? argv[i + 2] : "";
+    struct tw_redis_set_opts so = {.max_attempts = (uint32_t)m};
+    int rc = tw_redis_set_opts(c->r, argv[i], strlen(argv[i]), p, strlen(p), (int64_t)d, &so);
     return rc ? fail(c, "set", rc) : 0;
 }
 
@@ -354,6 +365,259 @@ static int cmd_drop(struct ctx *c, int argc, char **argv)
         return EXIT_DATA;
     }
     return rc ? fail(c, "drop", rc) : 0;
+}
+
+/* ---- dead letters, schedules ------------------------------------------------------ */
+
+#define POS_MAX 4
+/* As parse_opts, but options may come before or after the positional
+ * arguments ("--" ends the options), which go to pos[] (POS_MAX at most).
+ * Returns how many there are, or -1 after a usage error (*ec set). */
+static int parse_mixed(int argc, char **argv, struct opt *o, size_t n, const char **pos, int *ec)
+{
+    int np = 0;
+    bool opts = true;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (opts && !strcmp(a, "--")) {
+            opts = false;
+            continue;
+        }
+        if (!opts || strncmp(a, "--", 2) != 0 || !a[2]) {
+            if (np == POS_MAX) {
+                *ec = usage_error("%s: too many arguments", argv[0]);
+                return -1;
+            }
+            pos[np++] = a;
+            continue;
+        }
+        size_t k = 0;
+        while (k < n && strcmp(a + 2, o[k].name) != 0)
+            k++;
+        if (k == n) {
+            *ec = usage_error("unknown option %s", a);
+            return -1;
+        }
+        if (o[k].flag) {
+            *o[k].val = "1";
+        } else if (i + 1 >= argc) {
+            *ec = usage_error("%s needs a value", a);
+            return -1;
+        } else {
+            *o[k].val = argv[++i];
+        }
+    }
+    return np;
+}
+
+/* "KEY" or "--all", exactly one; 0, or a usage error's exit code. */
+static int key_or_all(int np, const char *all, const char *cmd)
+{
+    if ((np == 1) == (all != NULL))
+        return usage_error("%s: KEY or --all, one of them", cmd);
+    return 0;
+}
+
+static void put_dead(void *arg, const struct tw_redis_dead *d)
+{
+    long *left = arg;
+    if (*left == 0)
+        return;
+    if (*left > 0)
+        (*left)--;
+    put_escaped(d->key, d->key_len);
+    printf(" attempt=%" PRIu32 " max_attempts=%" PRIu32 " dead_ms=%" PRIu64 " due_ms=%" PRIu64
+           " error=",
+           d->attempt, d->max_attempts, d->dead_ms, d->due_ms);
+    put_escaped(d->error, d->error_len);
+    putchar('\n');
+}
+
+static int cmd_dead_list(struct ctx *c, int argc, char **argv)
+{
+    const char *count = "100", *pos[POS_MAX];
+    struct opt o[] = {{"count", false, &count}};
+    uint64_t n;
+    int ec = 0, np = parse_mixed(argc, argv, o, 1, pos, &ec);
+    if (np < 0 || (ec = want_args(np, 0, 0, 0, "dead list")) ||
+        (ec = num_arg(count, "--count", 1000000000, &n)))
+        return ec;
+    if (n == 0)
+        return usage_error("--count: 1..%s", "1000000000");
+    if (!c->r)
+        return 0;
+    struct tw_redis_scan_cursor cur = {0};
+    long left = (long)n;
+    while (!cur.done && left > 0) {
+        int rc = tw_redis_dead_list(c->r, &cur, left < 1000 ? (size_t)left : 1000, put_dead,
+                                    &left);
+        if (rc < 0)
+            return fail(c, "dead list", rc);
+    }
+    if (!cur.done)
+        printf("# more dead letters: " PROG " dead count; dead list --count N\n");
+    return 0;
+}
+
+static void show_dead(void *arg, const struct tw_redis_dead *d)
+{
+    (void)arg;
+    printf("key          ");
+    put_escaped(d->key, d->key_len);
+    printf("\nattempt      %" PRIu32 "\nmax_attempts %" PRIu32 "\ndead_ms      %" PRIu64
+           "\ndue_ms       %" PRIu64 "\nerror        ",
+           d->attempt, d->max_attempts, d->dead_ms, d->due_ms);
+    put_escaped(d->error, d->error_len);
+    printf("\npayload      ");
+    put_escaped(d->payload, d->payload_len);
+    putchar('\n');
+}
+
+/* A call on one key that answers TW_ENOENT for "no such WHAT": exit 1 with it. */
+static int key_result(struct ctx *c, const char *cmd, const char *what, const char *key, int rc)
+{
+    if (rc == TW_ENOENT) {
+        fprintf(stderr, PROG ": %s: no such %s: %s\n", cmd, what, key);
+        return EXIT_DATA;
+    }
+    return rc ? fail(c, cmd, rc) : 0;
+}
+
+static int cmd_dead_get(struct ctx *c, int argc, char **argv)
+{
+    int ec = want_args(argc, 1, 1, 1, "dead get");
+    if (ec || !c->r)
+        return ec;
+    int rc = tw_redis_dead_get(c->r, argv[1], strlen(argv[1]), show_dead, NULL);
+    return key_result(c, "dead get", "dead letter", argv[1], rc);
+}
+
+static int cmd_dead_requeue(struct ctx *c, int argc, char **argv)
+{
+    const char *all = NULL, *delay = "0", *pos[POS_MAX];
+    struct opt o[] = {{"all", true, &all}, {"delay", false, &delay}};
+    uint64_t d;
+    int ec = 0, np = parse_mixed(argc, argv, o, 2, pos, &ec);
+    if (np < 0 || (ec = key_or_all(np, all, "dead requeue")) ||
+        (ec = num_arg(delay, "--delay", TW_REDIS_DELAY_MAX, &d)) || !c->r)
+        return ec;
+    if (all) {
+        uint64_t moved = 0;
+        int rc = tw_redis_dead_requeue_all(c->r, (int64_t)d, &moved);
+        printf("requeued %" PRIu64 "\n", moved);
+        return rc ? fail(c, "dead requeue", rc) : 0;
+    }
+    int rc = tw_redis_dead_requeue(c->r, pos[0], strlen(pos[0]), (int64_t)d);
+    if (rc == TW_ECONFLICT) {
+        fprintf(stderr, PROG ": dead requeue: a live task holds the key %s (the dead letter "
+                        "stays)\n", pos[0]);
+        return EXIT_DATA;
+    }
+    return key_result(c, "dead requeue", "dead letter", pos[0], rc);
+}
+
+static int cmd_dead_purge(struct ctx *c, int argc, char **argv)
+{
+    const char *all = NULL, *pos[POS_MAX];
+    struct opt o[] = {{"all", true, &all}};
+    int ec = 0, np = parse_mixed(argc, argv, o, 1, pos, &ec);
+    if (np < 0 || (ec = key_or_all(np, all, "dead purge")) || !c->r)
+        return ec;
+    int rc = tw_redis_dead_purge(c->r, all ? NULL : pos[0], all ? 0 : strlen(pos[0]));
+    return key_result(c, "dead purge", "dead letter", all ? "" : pos[0], rc);
+}
+
+static int cmd_dead_count(struct ctx *c, int argc, char **argv)
+{
+    (void)argv;
+    int ec = want_args(argc, 1, 0, 0, "dead count");
+    if (ec || !c->r)
+        return ec;
+    uint64_t n;
+    int rc = tw_redis_dead_count(c->r, &n);
+    if (rc)
+        return fail(c, "dead count", rc);
+    printf("%" PRIu64 "\n", n);
+    return 0;
+}
+
+static const char *const missed_names[] = {"skip", "once", "all"};
+
+static void put_schedule(void *arg, const struct tw_redis_schedule_info *s)
+{
+    (void)arg;
+    put_escaped(s->key, s->key_len);
+    printf(" next_ms=%" PRIu64 " missed=%s spec=", s->next_ms,
+           (unsigned)s->missed < 3 ? missed_names[s->missed] : "?");
+    put_escaped(s->spec, s->spec_len);
+    printf(" payload=");
+    put_escaped(s->payload, s->payload_len);
+    putchar('\n');
+}
+
+static int cmd_schedule_list(struct ctx *c, int argc, char **argv)
+{
+    (void)argv;
+    int ec = want_args(argc, 1, 0, 0, "schedule list");
+    if (ec || !c->r)
+        return ec;
+    struct tw_redis_scan_cursor cur = {0};
+    while (!cur.done) {
+        int rc = tw_redis_schedule_list(c->r, &cur, 100, put_schedule, NULL);
+        if (rc < 0)
+            return fail(c, "schedule list", rc);
+    }
+    return 0;
+}
+
+static int cmd_schedule_set(struct ctx *c, int argc, char **argv)
+{
+    const char *cron = NULL, *every = NULL, *anchor = NULL, *missed = "skip", *payload = "";
+    const char *pos[POS_MAX];
+    struct opt o[] = {{"cron", false, &cron},     {"every", false, &every},
+                      {"anchor", false, &anchor}, {"missed", false, &missed},
+                      {"payload", false, &payload}};
+    int ec = 0, np = parse_mixed(argc, argv, o, 5, pos, &ec);
+    if (np < 0 || (ec = want_args(np, 0, 1, 1, "schedule set")))
+        return ec;
+    struct tw_redis_schedule s = {0};
+    if ((cron != NULL) == (every != NULL))
+        return usage_error("schedule set: --cron EXPR or --every MS, one of them%s", "");
+    if (anchor && !every)
+        return usage_error("schedule set: --anchor goes with --every%s", "");
+    if ((every && (ec = num_arg(every, "--every", TW_REDIS_DELAY_MAX, &s.every_ms))) ||
+        (anchor && (ec = num_arg(anchor, "--anchor", UINT64_MAX, &s.anchor_ms))))
+        return ec;
+    if (every && s.every_ms < 1000)
+        return usage_error("--every: at least 1000 ms, got %s", every);
+    size_t m = 0;
+    while (m < 3 && strcmp(missed, missed_names[m]) != 0)
+        m++;
+    if (m == 3)
+        return usage_error("--missed: skip, once or all, got %s", missed);
+    s.cron = cron;
+    s.missed = (enum tw_redis_missed)m;
+    if (!c->r)
+        return 0;
+    uint64_t next = 0;
+    int rc = tw_redis_schedule_set(c->r, pos[0], strlen(pos[0]), payload, strlen(payload), &s,
+                                   &next);
+    if (rc == TW_EINVAL) /* what the library's parser refused: the command line's fault */
+        return usage_error("--cron: not a 5-field expression that ever matches: %s",
+                           cron ? cron : every);
+    if (rc)
+        return fail(c, "schedule set", rc);
+    printf("next_ms %" PRIu64 "\n", next);
+    return 0;
+}
+
+static int cmd_schedule_remove(struct ctx *c, int argc, char **argv)
+{
+    int ec = want_args(argc, 1, 1, 1, "schedule remove");
+    if (ec || !c->r)
+        return ec;
+    int rc = tw_redis_schedule_remove(c->r, argv[1], strlen(argv[1]));
+    return key_result(c, "schedule remove", "schedule", argv[1], rc);
 }
 
 /* ---- metrics, and its HTTP server -------------------------------------------------- */
@@ -574,17 +838,19 @@ static int cmd_metrics(struct ctx *c, int argc, char **argv)
     return 0;
 }
 
-/* The commands. The dead letters' (dead list|requeue|purge) and the
- * schedules' (schedule list|set|remove) go here, a line each. */
+/* The commands. A name of two words ("dead list") is a command of a group:
+ * its function gets the arguments after both words (argv[0] its second). */
 static const struct cmd cmds[] = {
-    {"stats", "[--within MS]", "tasks by state, due within MS (60000), lag, paused", false,
+    {"stats", "[--within MS]",
+     "tasks by state, due within MS (60000), lag, paused, dead letters, schedules", false,
      cmd_stats},
     {"get", "KEY", "one task: state, due time, attempt, token, lease end, payload", false,
      cmd_get},
     {"list", "[--from MS] [--to MS | --within MS] [--limit N] [--cursor C] [--all]",
      "waiting tasks due in [from, to) (server ms), in due order, a page of N (100)", false,
      cmd_list},
-    {"set", "KEY DELAY_MS [PAYLOAD]", "store or replace a task due in DELAY_MS", true, cmd_set},
+    {"set", "[--max-attempts N] KEY DELAY_MS [PAYLOAD]",
+     "store or replace a task due in DELAY_MS (its own retry limit N)", true, cmd_set},
     {"move", "KEY DELAY_MS", "re-arm a task to now + DELAY_MS", false, cmd_move},
     {"remove", "KEY", "remove a task", false, cmd_remove},
     {"pause", "", "workers stop claiming (what they hold still runs); sets are accepted", false,
@@ -592,6 +858,21 @@ static const struct cmd cmds[] = {
     {"resume", "", "workers claim again: what came due runs, in due order", false, cmd_pause},
     {"drop", "[--force]", "delete the queue's keys (refused while a worker runs)", false,
      cmd_drop},
+    {"dead list", "[--count N]", "dead letters: key, attempts, when, error (N of them: 100)",
+     false, cmd_dead_list},
+    {"dead get", "KEY", "one dead letter, its error text and payload", false, cmd_dead_get},
+    {"dead requeue", "KEY|--all [--delay MS]",
+     "dead letters back into the queue, due in MS (0), attempts counted anew", false,
+     cmd_dead_requeue},
+    {"dead purge", "KEY|--all", "delete dead letters", false, cmd_dead_purge},
+    {"dead count", "", "how many dead letters", false, cmd_dead_count},
+    {"schedule list", "", "recurring schedules: key, next occurrence, policy, spec, payload",
+     false, cmd_schedule_list},
+    {"schedule set",
+     "KEY (--cron EXPR | --every MS [--anchor MS]) [--missed skip|once|all] [--payload P]",
+     "create or replace a schedule (cron in UTC); its occurrences are tasks KEY@MS", true,
+     cmd_schedule_set},
+    {"schedule remove", "KEY", "delete a schedule", false, cmd_schedule_remove},
     {"metrics", "[--listen ADDR:PORT] [--within MS]",
      "Prometheus text: printed, or served at http://ADDR:PORT/metrics", false, cmd_metrics},
 };
@@ -653,11 +934,25 @@ int main(int argc, char **argv)
     if (i >= argc)
         return usage_error("a command is needed%s", "");
     const struct cmd *cmd = NULL;
-    for (size_t k = 0; k < NCMDS && !cmd; k++)
-        if (!strcmp(argv[i], cmds[k].name))
+    bool group = false; /* argv[i] names a group ("dead"): the next word its command */
+    for (size_t k = 0; k < NCMDS && !cmd; k++) {
+        const char *sp = strchr(cmds[k].name, ' ');
+        size_t n = sp ? (size_t)(sp - cmds[k].name) : strlen(cmds[k].name);
+        if (strncmp(argv[i], cmds[k].name, n) != 0 || argv[i][n])
+            continue;
+        group = sp != NULL;
+        if (!sp || (i + 1 < argc && !strcmp(argv[i + 1], sp + 1)))
             cmd = &cmds[k];
+    }
+    if (!cmd && group) {
+        char both[64];
+        snprintf(both, sizeof both, "%s %s", argv[i], i + 1 < argc ? argv[i + 1] : "");
+        return usage_error(i + 1 < argc ? "unknown command: %s" : "%sCOMMAND is needed", both);
+    }
     if (!cmd)
         return usage_error("unknown command: %s", argv[i]);
+    if (group)
+        i++;
     if (c.nservers == 0)
         c.servers[c.nservers++] = "127.0.0.1:6379";
     int ec = cmd->run(&c, argc - i, argv + i); /* c.r NULL: the arguments only */

@@ -827,10 +827,12 @@ struct tw_redis_info {
     uint64_t lease_end_ms; /**< the lease's end on the server's clock (0 while waiting) */
     uint64_t now_ms;       /**< the server's clock when it was read */
     size_t payload_len;    /**< the payload's whole length (what was copied may be less) */
+    uint32_t max_attempts; /**< its own retry limit (tw_redis_set_opts); 0: the queue's */
 };
 
-/** Read one task: state, due time, attempt, lease and payload, from one snapshot (one
- * read-only script: HGET ZSCORE TIME, O(1)). The payload's first @p cap bytes go to
+/** Read one task: state, due time, attempt and its own max_attempts, lease and payload,
+ * from one snapshot (one read-only script: HGET ZSCORE TIME, O(1)). The payload's first
+ * @p cap bytes go to
  * @p payload (may be NULL with cap 0); info->payload_len is its whole length.
  * Held and running: START lengthens a lease to lease_ms past the later of the due time
  * and the start, while a claim's hold ends hold_ms past the later of the due time and
@@ -898,13 +900,16 @@ struct tw_redis_counts {
     uint64_t lag_ms;     /**< how late the most overdue waiting task is (0: none overdue) */
     uint32_t paused;     /**< partitions paused (0: running; the partition count: paused) */
     uint32_t partitions; /**< the queue's partition count */
+    uint64_t dead;       /**< dead letters (as tw_redis_dead_count) */
+    uint64_t schedules;  /**< schedules (as tw_redis_schedule_count) */
 };
 
 /** Count the queue's tasks by state, those due within @p within_ms (overdue ones
- * included), and the lag. One read-only script per partition: HLEN, ZCARD, the leases
- * with their records (O(leased): what the workers hold), the index's buckets up to now +
- * within_ms with a ZCARD or ZCOUNT each (O(buckets), at most 4096 per partition:
- * due_capped), the first bucket's first task, EXISTS of the pause flag.
+ * included), the lag, the dead letters and the schedules. One read-only script per
+ * partition: HLEN, ZCARD, the leases with their records (O(leased): what the workers
+ * hold), the index's buckets up to now + within_ms with a ZCARD or ZCOUNT each
+ * (O(buckets), at most 4096 per partition: due_capped), the first bucket's first task,
+ * EXISTS of the pause flag, HLEN of the dead letters and of the schedules.
  * @return 0, TW_EINVAL (NULL). */
 TW_API int tw_redis_counts(struct tw_redis *r, uint64_t within_ms, struct tw_redis_counts *out);
 
@@ -927,7 +932,7 @@ TW_API int tw_redis_pause(struct tw_redis *r);
 TW_API int tw_redis_resume(struct tw_redis *r);
 
 /** Delete the queue: every key of every partition (due buckets, index, lease, task,
- * seq, hold, pause flag) and "{queue:meta}:partitions" last, partition by partition,
+ * seq, hold, pause flag, dead letters, schedules) and "{queue:meta}:partitions" last, partition by partition,
  * each by a script that unlinks at most 1024 buckets per call (UNLINK: Redis frees big
  * values in the background). First every partition is checked: while a worker runs
  * (a hold key alive: a worker claimed in the last 2 * window_ms + 1 s) or holds a
@@ -945,7 +950,7 @@ TW_API int tw_redis_drop(struct tw_redis *r, bool force);
  * format (version 0.0.4) into @p buf: a worker's counters (tw_redis_stats) and its
  * lateness histogram (twheel_redis_lateness_seconds, buckets at powers of two of a
  * microsecond), left out for a client without execute, and the queue's figures from tw_redis_counts(r, within_ms) (tasks by
- * state, due within within_ms, lag, paused), each labelled queue="NAME". When the queue
+ * state, due within within_ms, lag, paused, dead letters, schedules), each labelled queue="NAME". When the queue
  * cannot be read, its figures are left out and twheel_redis_queue_up is 0. A metric is
  * a line of metrics.c's table. Cost: tw_redis_counts' calls, and HLEN per partition.
  * @p len (may be NULL) gets the length written, or the length needed on TW_E2BIG (no

@@ -51,6 +51,9 @@
  * feature adds to a partition. */
 static const char *const rr_drop_suffixes[] = {
     ":pause",
+    ":dead",    /* the dead letters (dead.c) */
+    ":sched",   /* the schedules (schedule.c) */
+    ":sched:n", /* their next occurrences */
 };
 /* The queue-wide keys drop deletes last, {q:meta}<suffix>: one line per key. */
 static const char *const rr_drop_queue_keys[] = {
@@ -76,7 +79,7 @@ static const char rr_get_lua[] =
 
 /* KEYS: index, lease, task; ARGV: within ms, lease ms, most buckets
  * -> {now, pending, leased, running, due within, capped, earliest due or -1,
- *     paused} */
+ *     paused, dead letters, schedules} */
 static const char rr_counts_lua[] =
     "#!lua flags=no-writes\n" RR_STABLE
     "local pending, leased = call('HLEN', KEYS[3]), call('ZCARD', KEYS[2])\n"
@@ -107,8 +110,10 @@ static const char rr_counts_lua[] =
     "local first, e = -1, call('ZRANGE', KEYS[1], 0, 0)\n"
     "if e[1] then local m = call('ZRANGE', KEYS[1] .. ':' .. e[1], 0, 0, 'WITHSCORES')\n"
     "  if m[2] then first = tonumber(e[1]) * W + tonumber(m[2]) end end\n"
-    "local paused = call('EXISTS', string.sub(KEYS[1], 1, -3) .. ':pause')\n"
-    "return {now, pending, leased, running, due, capped, first, paused}\n";
+    "local base = string.sub(KEYS[1], 1, -3)\n"
+    "local paused = call('EXISTS', base .. ':pause')\n"
+    "return {now, pending, leased, running, due, capped, first, paused, "
+    "call('HLEN', base .. ':dead'), call('HLEN', base .. ':sched')}\n";
 
 /* KEYS: index, lease, task; ARGV: from, to (ms, due in [from, to)), after
  * due (-1: none), after key, limit -> {key1, due1, key2, due2, ...} */
@@ -277,7 +282,7 @@ int tw_redis_get(struct tw_redis *r, const void *key, size_t key_len, struct tw_
     memset(info, 0, sizeof *info);
     info->now_ms = (uint64_t)x->element[0]->integer;
     info->due_ms = due;
-    info->attempt = (uint32_t)att;
+    info->attempt = (uint32_t)att; /* the starts; above bit 32 a per-task limit (dead.c) */
     info->token = tok;
     info->payload_len = v->len - (size_t)pos;
     info->state = TW_REDIS_WAITING;
@@ -286,6 +291,7 @@ int tw_redis_get(struct tw_redis *r, const void *key, size_t key_len, struct tw_
         info->state = info->lease_end_ms >= due + r->cfg.lease_ms ? TW_REDIS_RUNNING
                                                                   : TW_REDIS_HELD;
     }
+    info->max_attempts = (uint32_t)(att >> 32);
     if (cap)
         memcpy(payload, v->str + pos, info->payload_len < cap ? info->payload_len : cap);
     freeReplyObject(x);
@@ -430,7 +436,7 @@ int tw_redis_counts(struct tw_redis *r, uint64_t within_ms, struct tw_redis_coun
         int rc = rr_eval_body(r, rr_counts_lua, p, 3, args, NULL, &x);
         if (rc)
             return rc;
-        if (x->type != REDIS_REPLY_ARRAY || x->elements != 8) {
+        if (x->type != REDIS_REPLY_ARRAY || x->elements != 10) {
             freeReplyObject(x);
             return TW_EPROTO;
         }
@@ -445,6 +451,8 @@ int tw_redis_counts(struct tw_redis *r, uint64_t within_ms, struct tw_redis_coun
         out->due_within += (uint64_t)rr_int_at(x, 4);
         out->due_capped |= rr_int_at(x, 5) != 0;
         out->paused += rr_int_at(x, 7) != 0;
+        out->dead += (uint64_t)rr_int_at(x, 8);
+        out->schedules += (uint64_t)rr_int_at(x, 9);
         if (e >= 0 && (uint64_t)e < first)
             first = (uint64_t)e;
         freeReplyObject(x);

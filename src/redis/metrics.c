@@ -66,6 +66,9 @@ static const struct rr_metric rr_metrics[] = {
     WC(reconnects, "connections re-established after a failure"),
     WC(oom_refusals, "calls refused at maxmemory"),
     WC(worker_errors, "error replies the worker's threads met"),
+    WC(dead, "tasks this worker's scripts moved to the dead letters"),
+    WC(events_dropped, "events not given to on_event: its queue was full"),
+    WC(schedule_fires, "schedule occurrences this worker made tasks"),
     WG(leased, "tasks this worker holds now"),
     WG(evicting_nodes, "connected servers whose policy may evict the queue's keys"),
     {"twheel_redis_tasks", RR_G, "state=\"waiting\"", "the queue's tasks by state", Q_(waiting)},
@@ -75,6 +78,8 @@ static const struct rr_metric rr_metrics[] = {
     {"twheel_redis_queue_lag_seconds", RR_G, "", "how late the most overdue waiting task is",
      Q_MS(lag_ms)},
     {"twheel_redis_paused_partitions", RR_G, "", "partitions paused", Q_(paused)},
+    {"twheel_redis_dead_letters", RR_G, "", "the queue's dead letters", Q_(dead)},
+    QG(schedules, "the queue's recurring schedules"),
 };
 
 /* An appender: writes what fits, counts all. */

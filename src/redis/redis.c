@@ -63,7 +63,9 @@
  * store keeps the highest token it accepted, and a counter started again
  * would be refused there); {q:p}:hold while a worker runs and 2 * window_ms
  * + 1 s after (its TTL: the refill sets it every window/2); the markers,
- * for their PX; {q:meta}:partitions. drop (inspect.c) deletes them all.
+ * for their PX; {q:meta}:partitions; the dead letters and schedules until
+ * an operator requeues, purges or removes them. drop (inspect.c) deletes
+ * them all.
  *
  * W = TW_RR_BUCKET_MS = 500 ms. A waiting task (token 0) is in exactly the
  * bucket floor(due / W) of the due time in its record; a claimed one is in
@@ -211,13 +213,15 @@
  *                                              buckets due by now + within a
  *                                              ZRANGEBYSCORE, each ZCARD or
  *                                              ZCOUNT (b <= 4096); ZRANGE(2)
- *                                              EXISTS (pause)
+ *                                              EXISTS (pause) HLEN(2) (dead
+ *                                              letters, schedules)
  *   pause      -        1 per partition        SET {q:p}:pause                    O(P)
  *   resume     -        2 per partition        DEL, PUBLISH "resume"              O(P)
  *   drop       DROP     1 + b / 1024 per       EXISTS(2) TIME; check: EXISTS      O(P + b)
  *                       partition, + 1 check   ZCARD; then per 1024 buckets       (UNLINK frees
  *                       per partition          ZRANGE UNLINK ZREM, last UNLINK    big values in
- *                                              of the partition's keys; DEL meta  the background)
+ *                                              of the partition's keys (pause, the background)
+ *                                              dead, sched, sched:n too); DEL meta
  *   metrics    -        counts' and stats'     as counts and stats                O(P (l + b))
  * The claim's pause check is one EXISTS per claim call.
  * A bucket operation costs O(bucket) <= 128 entries while it is a listpack

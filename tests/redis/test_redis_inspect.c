@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Operating a queue (twheel/redis.h): get, list, counts, pause and resume,
- * drop, the adopted partition count, the Prometheus rendering; against a
+ * drop (dead letters and schedules included), a pause while leases expire,
+ * the adopted partition count, the Prometheus rendering; against a
  * real redis-server started by the fixture. Each case has its own queue.
  * Waits are bounded polls; nothing asserts speed, only states, order,
  * counts, what the server holds, and how many commands a listing costs. */
@@ -9,11 +10,13 @@
 #include "test.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "harness.h"
 #include "twheel/redis.h"
 
 static struct rfx_server srv;
@@ -29,6 +32,7 @@ struct rec {
     uint64_t due[REC_MAX];
     unsigned slow_ms;
     atomic_int running;
+    bool fail_f; /* keys starting with 'f' answer FAILED */
 };
 
 static enum tw_redis_result rec_exec(void *arg, const struct tw_redis_task *t)
@@ -45,7 +49,7 @@ static enum tw_redis_result rec_exec(void *arg, const struct tw_redis_task *t)
     if (slow)
         rfx_sleep_ms(slow);
     atomic_fetch_sub(&R->running, 1);
-    return TW_REDIS_DONE;
+    return R->fail_f && t->key_len && t->key[0] == 'f' ? TW_REDIS_FAILED : TW_REDIS_DONE;
 }
 
 static size_t rec_count(struct rec *R)
@@ -494,6 +498,25 @@ static void test_adopt(void)
 
 /* ---- metrics ---------------------------------------------------------------------- */
 
+/* The text as Prometheus reads it: promtool check metrics (skipped, with a
+ * message, when promtool is missing). */
+static void promcheck(const char *text, size_t len)
+{
+    if (system("command -v promtool >/dev/null") != 0) {
+        printf("SKIP promtool check: promtool is not installed (Debian package prometheus)\n");
+        return;
+    }
+    char path[] = "/tmp/tw_metrics_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0 && write(fd, text, len) == (ssize_t)len);
+    if (fd >= 0)
+        close(fd);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "promtool check metrics < %s", path);
+    CHECK_EQ_INT(system(cmd), 0);
+    unlink(path);
+}
+
 static void test_metrics(void)
 {
     struct tw_redis *c = open_q("ins_metrics", 2, NULL);
@@ -527,24 +550,200 @@ static void test_metrics(void)
     CHECK(strstr(big, "twheel_redis_lateness_seconds_count{queue=\"ins_metrics\"} 1\n"));
     CHECK(strstr(big, "twheel_redis_lateness_seconds_bucket{queue=\"ins_metrics\",le=\"+Inf\"} 1\n"));
     CHECK(strstr(big, "twheel_redis_delivered_total{queue=\"ins_metrics\"} 1\n"));
-    /* the worker's text as Prometheus reads it (the tool's test checks a client's) */
-    if (system("command -v promtool >/dev/null") != 0) {
-        printf("SKIP promtool check: promtool is not installed (Debian package prometheus)\n");
-    } else {
-        char path[] = "/tmp/tw_metrics_XXXXXX";
-        int fd = mkstemp(path);
-        CHECK(fd >= 0 && write(fd, big, len) == (ssize_t)len);
-        if (fd >= 0)
-            close(fd);
-        char cmd[128];
-        snprintf(cmd, sizeof cmd, "promtool check metrics < %s", path);
-        CHECK_EQ_INT(system(cmd), 0);
-        unlink(path);
-    }
+    promcheck(big, len); /* the worker's text (the tool's test checks a client's) */
     tw_redis_free(w);
     pthread_mutex_destroy(&R.mu);
     CHECK_EQ_INT(tw_redis_drop(c, true), 0); /* the worker's holds live on for seconds */
     tw_redis_free(c);
+}
+
+/* ---- dead letters and schedules: get, counts, metrics, drop ------------------------ */
+
+static uint64_t dead_n(struct tw_redis *c)
+{
+    uint64_t n = UINT64_MAX;
+    CHECK_EQ_INT(tw_redis_dead_count(c, &n), 0);
+    return n;
+}
+
+/* Keys of the server matching pattern, but the move and remove markers
+ * ({q:p}:r:<id>, which expire by themselves). */
+static size_t keys_left(const char *pattern)
+{
+    static char names[256][64];
+    size_t n = scan_keys(pattern, names, 256), left = 0;
+    for (size_t i = 0; i < n && i < 256; i++)
+        left += strstr(names[i], "}:r:") == NULL;
+    return n == SIZE_MAX ? n : left + (n > 256 ? n - 256 : 0);
+}
+
+/* Wait up to ms for the queue's dead letters to reach n; their count. */
+static uint64_t wait_dead_n(struct tw_redis *c, uint64_t n, unsigned ms)
+{
+    uint64_t end = rfx_mono_ms() + ms, d = dead_n(c);
+    while (rfx_mono_ms() < end && d < n) {
+        rfx_sleep_ms(20);
+        d = dead_n(c);
+    }
+    return d;
+}
+
+/* A worker of queue q (parts partitions) whose tasks "f..." answer FAILED,
+ * retry limit 1 for the queue; servers: the fixture's (NULL) or these. */
+static struct tw_redis *open_failing(const char *q, uint32_t parts, struct rec *R,
+                                     const char *const *servers, size_t n)
+{
+    struct tw_redis_config cf;
+    cfg_for(&cf, q, parts, R);
+    R->fail_f = true;
+    cf.max_attempts = 1;
+    if (servers) {
+        cf.servers = servers;
+        cf.nservers = n;
+    }
+    struct tw_redis *w = NULL;
+    CHECK_EQ_INT(tw_redis_new(&w, &cf), 0);
+    return w;
+}
+
+/* A task's own max_attempts as get reads it (above bit 32 of the record's
+ * attempt field; its starts below), before and after a start; the dead
+ * letters and schedules in counts and in the worker's metrics (promtool
+ * checked); drop deletes their keys too. */
+static void test_dead_sched(void)
+{
+    struct rec R;
+    struct tw_redis *c = open_q("ins_ds", 2, NULL);
+    struct tw_redis *w = c ? open_failing("ins_ds", 2, &R, NULL, 0) : NULL;
+    if (!w) {
+        tw_redis_free(c);
+        return;
+    }
+    struct tw_redis_set_opts three = {.max_attempts = 3};
+    struct tw_redis_info in;
+    CHECK_EQ_INT(tw_redis_set_opts(c, "own", 3, "p", 1, 600000, &three), 0);
+    CHECK_EQ_INT(tw_redis_set(c, "none", 4, "", 0, 600000), 0);
+    CHECK_EQ_INT(tw_redis_get(c, "own", 3, &in, NULL, 0), 0);
+    CHECK_EQ_INT(in.state, TW_REDIS_WAITING);
+    CHECK_EQ_U64(in.attempt, 0);
+    CHECK_EQ_U64(in.max_attempts, 3);
+    CHECK_EQ_U64(in.payload_len, 1);
+    CHECK_EQ_INT(tw_redis_get(c, "none", 4, &in, NULL, 0), 0);
+    CHECK_EQ_U64(in.max_attempts, 0);
+    /* "fm" fails once of its own 3; "f1" once of the queue's 1: a dead letter */
+    CHECK_EQ_INT(tw_redis_set_opts(c, "fm", 2, "", 0, 0, &three), 0);
+    CHECK_EQ_INT(tw_redis_set(c, "f1", 2, "x", 1, 0), 0);
+    CHECK_EQ_U64(wait_dead_n(c, 1, 5000), 1);
+    uint64_t end = rfx_mono_ms() + 5000;
+    while (rfx_mono_ms() < end && rec_count(&R) < 2)
+        rfx_sleep_ms(10);
+    CHECK_EQ_INT(tw_redis_get(c, "fm", 2, &in, NULL, 0), 0);
+    CHECK(in.attempt >= 1 && in.attempt <= 2); /* retried after 1 s, then 2 s */
+    CHECK_EQ_U64(in.max_attempts, 3);           /* kept by the scripts that copied it */
+    CHECK_EQ_INT(tw_redis_remove(c, "fm", 2), 0);
+    struct tw_redis_schedule sc = {.every_ms = 3600000};
+    CHECK_EQ_INT(tw_redis_schedule_set(c, "sch", 3, "s", 1, &sc, NULL), 0);
+    struct tw_redis_counts q;
+    CHECK_EQ_INT(tw_redis_counts(c, 0, &q), 0);
+    CHECK_EQ_U64(q.dead, 1);
+    CHECK_EQ_U64(q.schedules, 1);
+    static char big[32768];
+    size_t len = 0;
+    CHECK_EQ_INT(tw_redis_metrics(w, 1000, big, sizeof big, &len), 0);
+    CHECK(strstr(big, "twheel_redis_dead_total{queue=\"ins_ds\"} 1\n") != NULL);
+    CHECK(strstr(big, "twheel_redis_events_dropped_total{queue=\"ins_ds\"} 0\n") != NULL);
+    CHECK(strstr(big, "# TYPE twheel_redis_schedule_fires_total counter\n") != NULL);
+    CHECK(strstr(big, "twheel_redis_dead_letters{queue=\"ins_ds\"} 1\n") != NULL);
+    CHECK(strstr(big, "twheel_redis_schedules{queue=\"ins_ds\"} 1\n") != NULL);
+    promcheck(big, len);
+    CHECK_EQ_U64(scan_keys("{ins_ds:*}:dead", NULL, 0), 1);
+    CHECK_EQ_U64(scan_keys("{ins_ds:*}:sched", NULL, 0), 1);
+    CHECK_EQ_U64(scan_keys("{ins_ds:*}:sched:n", NULL, 0), 1);
+    tw_redis_free(w);
+    CHECK_EQ_INT(tw_redis_drop(c, true), 0); /* the worker's holds live on for seconds */
+    CHECK_EQ_U64(keys_left("{ins_ds:*"), 0);
+    tw_redis_free(c);
+    pthread_mutex_destroy(&R.mu);
+}
+
+/* ---- a pause while leases expire ------------------------------------------------ */
+
+struct dead_seen {
+    char err[64];
+    uint32_t attempt;
+};
+static void dead_seen_fn(void *arg, const struct tw_redis_dead *d)
+{
+    struct dead_seen *s = arg;
+    snprintf(s->err, sizeof s->err, "%.*s", (int)d->error_len, d->error);
+    s->attempt = d->attempt;
+}
+
+/* A paused queue's claims return before recovering expired leases: a worker
+ * process killed during the pause while it runs "x0" and "x1" leaves both
+ * leased past their end, no dead letter, while another worker claims. After
+ * the resume the claims recover "x0" (run again) and bury "x1" (its own
+ * max_attempts 1: dead, "lease lost"). */
+static void test_pause_expiry(void)
+{
+    struct tw_redis *c = open_q("ins_pexp", 4, NULL);
+    if (!c)
+        return;
+    char out[300];
+    snprintf(out, sizeof out, "%s/ins_pexp.deliveries", srv.dir);
+    struct tw_redis_set_opts one = {.max_attempts = 1};
+    CHECK_EQ_INT(tw_redis_set(c, "x0", 2, "a", 1, 0), 0);
+    CHECK_EQ_INT(tw_redis_set_opts(c, "x1", 2, "b", 1, 0, &one), 0);
+    struct rw_opts o = {.servers = rfx_addr(&srv), .queue = "ins_pexp", .out = out, .threads = 2,
+                        .partitions = 4, .lease_ms = 1000, .window_ms = 300, .hold_ms = 300,
+                        .exec_us = 60000000};
+    pid_t pid = 0;
+    CHECK_EQ_INT(rw_spawn(RFX_WORKER_PATH, &o, &pid, NULL), 0);
+    uint64_t end = rfx_mono_ms() + 15000, running = 0;
+    while (pid > 0 && rfx_mono_ms() < end && running < 2) {
+        struct rdel_set s = {0};
+        rdel_load(&s, out, "x", 2);
+        running = rdel_count_ids(&s, 2);
+        rdel_free(&s);
+        rfx_sleep_ms(20);
+    }
+    CHECK_EQ_U64(running, 2); /* both running in the worker */
+    CHECK_EQ_INT(tw_redis_pause(c), 0);
+    if (pid > 0) {
+        rfx_signal(pid, SIGKILL);
+        rfx_reap(pid);
+    }
+    struct rec R;
+    struct tw_redis *w = open_q("ins_pexp", 4, &R); /* claims, paused */
+    rfx_sleep_ms(2500); /* the leases end 1 s after the starts */
+    struct tw_redis_info in;
+    CHECK_EQ_INT(tw_redis_get(c, "x1", 2, &in, NULL, 0), 0);
+    CHECK(in.state != TW_REDIS_WAITING);
+    CHECK(in.lease_end_ms < in.now_ms); /* expired, not recovered */
+    CHECK_EQ_U64(in.attempt, 1);
+    CHECK_EQ_U64(in.max_attempts, 1);
+    CHECK_EQ_U64(dead_n(c), 0);
+    CHECK_EQ_U64(rec_count(&R), 0);
+    struct tw_redis_counts q;
+    CHECK_EQ_INT(tw_redis_counts(c, 0, &q), 0);
+    CHECK_EQ_U64(q.held + q.running, 2);
+    CHECK_EQ_U64(q.waiting, 0);
+    CHECK_EQ_INT(tw_redis_resume(c), 0);
+    CHECK_EQ_U64(wait_dead_n(c, 1, 10000), 1);
+    end = rfx_mono_ms() + 10000;
+    while (w && rfx_mono_ms() < end && rec_count(&R) < 1)
+        rfx_sleep_ms(10);
+    CHECK_EQ_U64(rec_count(&R), 1);
+    if (rec_count(&R) >= 1)
+        CHECK_EQ_STR(R.key[0], "x0");
+    struct dead_seen d = {{0}, 0};
+    CHECK_EQ_INT(tw_redis_dead_get(c, "x1", 2, dead_seen_fn, &d), 0);
+    CHECK_EQ_STR(d.err, "lease lost");
+    CHECK_EQ_U64(d.attempt, 1);
+    tw_redis_free(w);
+    CHECK_EQ_INT(tw_redis_drop(c, true), 0);
+    tw_redis_free(c);
+    pthread_mutex_destroy(&R.mu);
 }
 
 /* ---- a cluster: the same calls, each partition on its own master ------------------ */
@@ -589,7 +788,19 @@ static void test_cluster(void)
     CHECK_EQ_U64(q.paused, 6);
     CHECK(q.due_within >= 1 && q.due_within <= 3);
     CHECK_EQ_INT(tw_redis_resume(c), 0);
-    CHECK_EQ_INT(tw_redis_drop(c, false), 0);
+    /* a dead letter and a schedule: drop deletes their keys on their masters too */
+    struct rec R;
+    struct tw_redis *w = open_failing("ins_cl", 6, &R, cl.addrs, cl.n);
+    CHECK_EQ_INT(tw_redis_set(c, "fc", 2, "", 0, 0), 0);
+    struct tw_redis_schedule sc = {.every_ms = 3600000};
+    CHECK_EQ_INT(tw_redis_schedule_set(c, "csch", 4, "", 0, &sc, NULL), 0);
+    CHECK_EQ_U64(wait_dead_n(c, 1, 10000), 1);
+    tw_redis_free(w);
+    pthread_mutex_destroy(&R.mu);
+    CHECK_EQ_INT(tw_redis_counts(c, 0, &q), 0);
+    CHECK_EQ_U64(q.dead, 1);
+    CHECK_EQ_U64(q.schedules, 1);
+    CHECK_EQ_INT(tw_redis_drop(c, true), 0); /* the worker's holds live on for seconds */
     uint64_t total = 0;
     for (size_t i = 0; i < cl.n; i++) {
         uint64_t k = 0;
@@ -614,6 +825,8 @@ int main(void)
     RUN(test_drop);
     RUN(test_adopt);
     RUN(test_metrics);
+    RUN(test_dead_sched);
+    RUN(test_pause_expiry);
     RUN(test_cluster);
     rfx_stop(&srv);
     return test_summary();
