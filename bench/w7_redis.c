@@ -84,6 +84,8 @@ struct row {
     uint64_t kill_lost, kill_dups, kill_unexplained;
     bool have_kill;
     uint64_t claims; /* twheel: claim calls over the spread run (from worker stats) */
+    uint64_t spread_dups; /* spread run: deliveries beyond the first of a task */
+    char cmds[512];       /* spread run: INFO commandstats per task, the costliest first */
 };
 
 static struct {
@@ -96,9 +98,21 @@ static struct {
     bool spread_only; /* --spread-only: twheel's spread run alone (no table) */
     bool auth;        /* --auth: the servers want a password */
     bool via_unix;    /* --unix: connect through their unix sockets */
-} cfg = {100000, 1000, 60000, "everysec", NULL, false, false, false, false, false};
+    bool scale_only;  /* --scale-only: the scale rows alone (sets, memory, spread of each kind) */
+    bool million;     /* --million: the full run adds the scale row of 1e6 tasks */
+} cfg = {100000, 1000, 60000, "everysec", NULL, false, false, false, false, false, false, false};
 
 static struct row rows[NKINDS];
+static struct rfx_server srv_main; /* the everysec server (scale rows) */
+
+/* The scale table: per N, each kind's pipelined sets, memory and spread run
+ * (the 1e5 row from the phases above, 1e6 with --million). */
+#define NSCALES 2
+static struct {
+    uint64_t n;
+    struct row r[NKINDS];
+} scales[NSCALES];
+static int nscales;
 
 static void key_of(char *k, uint64_t i)
 {
@@ -166,6 +180,72 @@ static void script_calls(const struct rfx_server *s, double *calls, double *usec
     if (rp)
         freeReplyObject(rp);
     redisFree(c);
+}
+
+/* INFO commandstats: per command its calls and usec (scripts' inner
+ * commands included), for per-task figures of a run. */
+#define CS_MAX 96
+struct cstats {
+    int n;
+    char name[CS_MAX][32];
+    double calls[CS_MAX], usec[CS_MAX];
+};
+
+static void cstats_read(const struct rfx_server *s, struct cstats *cs)
+{
+    cs->n = 0;
+    redisContext *c = rfx_connect(s);
+    if (!c)
+        return;
+    redisReply *rp = redisCommand(c, "INFO commandstats");
+    if (rp && rp->type == REDIS_REPLY_STRING) {
+        for (const char *l = strstr(rp->str, "cmdstat_"); l && cs->n < CS_MAX;
+             l = strstr(l + 1, "\ncmdstat_")) {
+            if (*l == '\n')
+                l++;
+            unsigned long long n = 0, us = 0;
+            char name[32];
+            if (sscanf(l, "cmdstat_%31[^:]:calls=%llu,usec=%llu", name, &n, &us) == 3) {
+                snprintf(cs->name[cs->n], sizeof cs->name[0], "%s", name);
+                cs->calls[cs->n] = (double)n;
+                cs->usec[cs->n] = (double)us;
+                cs->n++;
+            }
+        }
+    }
+    if (rp)
+        freeReplyObject(rp);
+    redisFree(c);
+}
+
+/* "cmd calls x us, ..." per task of b - a, the costliest (calls * us) first, into out. */
+static void cstats_diff(const struct cstats *a, const struct cstats *b, double n, char *out,
+                        size_t len)
+{
+    double cost[CS_MAX], calls[CS_MAX];
+    for (int i = 0; i < b->n; i++) {
+        double c0 = 0, u0 = 0;
+        for (int j = 0; j < a->n; j++)
+            if (!strcmp(a->name[j], b->name[i])) {
+                c0 = a->calls[j];
+                u0 = a->usec[j];
+            }
+        calls[i] = (b->calls[i] - c0) / n;
+        cost[i] = (b->usec[i] - u0) / n;
+    }
+    size_t o = 0;
+    out[0] = 0;
+    for (int k = 0; k < 8; k++) {
+        int best = -1;
+        for (int i = 0; i < b->n; i++)
+            if (cost[i] > 0.005 && (best < 0 || cost[i] > cost[best]))
+                best = i;
+        if (best < 0 || o + 48 > len)
+            break;
+        o += (size_t)snprintf(out + o, len - o, "%s%s %.2f (%.1f us)", k ? ", " : "",
+                              b->name[best], calls[best], cost[best]);
+        cost[best] = -1;
+    }
 }
 
 /* CPU seconds this process has used (user + system). */
@@ -528,6 +608,8 @@ static int one_run(const struct rfx_server *s, enum kind k, bool burst, struct r
     double cmd0 = info(s, "total_commands_processed"), aof0 = info(s, "aof_current_size");
     double ev0 = info(s, "total_net_input_bytes");
     script_calls(s, &calls0, &us0);
+    struct cstats cs0, cs1;
+    cstats_read(s, &cs0);
     if (set_tasks(s, r, zc, n, off, base, due)) {
         fprintf(stderr, "w7: setting tasks failed\n");
         crew_stop(&w);
@@ -541,6 +623,7 @@ static int one_run(const struct rfx_server *s, enum kind k, bool burst, struct r
     double done_at = wait_all(&w, r, zc, &d, n, deadline, burst ? 10 : 200);
     double cpu1 = redis_cpu(s), calls1, us1;
     script_calls(s, &calls1, &us1);
+    cstats_read(s, &cs1);
     if (cfg.spread_only)
         printf("w7: per task: %.2f commands, %.0f AOF bytes, %.0f bytes in\n",
                (info(s, "total_commands_processed") - cmd0) / (double)n,
@@ -565,6 +648,9 @@ static int one_run(const struct rfx_server *s, enum kind k, bool burst, struct r
         row->calls_per_task = (calls1 - calls0) / (double)n;
         row->script_us_per_task = (us1 - us0) / (double)n;
         row->spread_missing = v.missing;
+        row->spread_dups = v.duplicates;
+        cstats_diff(&cs0, &cs1, (double)n, row->cmds, sizeof row->cmds);
+        printf("%s: per task (INFO commandstats, sets included): %s\n", label, row->cmds);
         if (k == TWHEEL)
             row->claims = stat_of(w.stats[0], "claims") + stat_of(w.stats[1], "claims");
         /* where the tail comes from: tasks set less than a window (2 s) before
@@ -670,6 +756,53 @@ static void emit(FILE *f, const char *fmt, ...)
     }
 }
 
+/* ---- scale rows: each kind's sets, memory and spread at N ------------------ */
+static int scale_run(uint64_t n)
+{
+    if (nscales == NSCALES)
+        return -1;
+    uint64_t keep = cfg.n;
+    cfg.n = n;
+    struct row *r = scales[nscales].r;
+    memset(r, 0, NKINDS * sizeof *r);
+    scales[nscales++].n = n;
+    printf("w7: scale row N = %" PRIu64 ": sets and memory\n", n);
+    int rc = twheel_sets(&srv_main, &r[TWHEEL]) | poll_sets(&srv_main, &r[POLL100]);
+    r[POLL1000].sets_pipe = r[POLL100].sets_pipe;
+    r[POLL1000].bytes_per_task = r[POLL100].bytes_per_task;
+    for (int k = 0; k < NKINDS && !rc; k++) {
+        printf("w7: scale row N = %" PRIu64 ": %s spread\n", n, kind_name[k]);
+        rc |= one_run(&srv_main, (enum kind)k, false, &r[k]);
+    }
+    cfg.n = keep;
+    return rc;
+}
+
+static void scale_table(FILE *f)
+{
+    emit(f, "\n### Scale rows: N tasks due uniformly over %" PRIu64 "-%" PRIu64
+             " ms, 2 workers, defaults\n\n",
+          cfg.min_ms, cfg.max_ms);
+    emit(f, "| N | kind | lateness p50 / p99 / max, ms | Redis CPU us per delivered task "
+             "(its set included) | x poll 100 ms | x poll 1 s | Redis B per pending task | "
+             "sets/s pipelined | early / lost / duplicates |\n");
+    emit(f, "|---|---|--:|--:|--:|--:|--:|--:|--:|\n");
+    for (int i = 0; i < nscales; i++)
+        for (int k = 0; k < NKINDS; k++) {
+            const struct row *r = &scales[i].r[k];
+            double us = r->cpu_per_1e5 * 10, p1 = scales[i].r[POLL100].cpu_per_1e5 * 10;
+            double p2 = scales[i].r[POLL1000].cpu_per_1e5 * 10;
+            emit(f, "| %.0e | %s | %.2f / %.2f / %.2f | %.1f | %.2f | %.2f | %.0f | %.0f | %" PRIu64
+                     " / %" PRIu64 " / %" PRIu64 " |\n",
+                  (double)scales[i].n, kind_name[k], r->p50_ms, r->p99_ms, r->max_ms, us,
+                  p1 > 0 ? us / p1 : 0, p2 > 0 ? us / p2 : 0, r->bytes_per_task, r->sets_pipe,
+                  r->early, r->spread_missing, r->spread_dups);
+        }
+    emit(f, "\nINFO commandstats per delivered task (calls, usec), twheel's spread runs:\n");
+    for (int i = 0; i < nscales; i++)
+        emit(f, "- %.0e: %s\n", (double)scales[i].n, scales[i].r[TWHEEL].cmds);
+}
+
 static void ratio_cell(char *buf, size_t len, double tw, double base, bool higher_better)
 {
     if (base <= 0 || tw <= 0) {
@@ -737,6 +870,8 @@ static void report(double elapsed)
          t->bytes_per_task <= 200 ? "reached" : "NOT reached", t->bytes_per_task);
     emit(f, "- SIGKILLed worker, lost = 0: %s (%" PRIu64 ")\n",
          t->have_kill && t->kill_lost == 0 ? "reached" : "NOT reached", t->kill_lost);
+    if (nscales)
+        scale_table(f);
     if (f)
         fclose(f);
 }
@@ -774,10 +909,14 @@ int main(int argc, char **argv)
             cfg.auth = true;
         } else if (!strcmp(a, "--unix")) {
             cfg.via_unix = true;
+        } else if (!strcmp(a, "--scale-only")) {
+            cfg.scale_only = true;
+        } else if (!strcmp(a, "--million")) {
+            cfg.million = true;
         } else {
             fprintf(stderr, "usage: w7_redis [--quick] [--n N] [--min-ms A] [--max-ms B] "
                             "[--fsync everysec|always] [--sets-only] [--pipe-only] [--spread-only] [--out FILE] "
-                            "[--auth] [--unix]\n");
+                            "[--auth] [--unix] [--scale-only] [--million]\n");
             return 2;
         }
     }
@@ -788,22 +927,22 @@ int main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOLBF, 0); /* progress lines, also into a log */
     rfx_cleanup_on_signals();
     double t0 = now_s();
-    struct rfx_server srv, always;
+    struct rfx_server always;
     const char *pass = cfg.auth ? "w7@secret" : NULL;
     struct rfx_options o = {.appendonly = true, .appendfsync = cfg.fsync,
                             .unix_socket = cfg.via_unix, .password = pass};
     struct rfx_options oa = {.appendonly = true, .appendfsync = "always",
                              .unix_socket = cfg.via_unix, .password = pass};
-    if (rfx_start(&srv, &o) || rfx_start(&always, &oa))
+    if (rfx_start(&srv_main, &o) || rfx_start(&always, &oa))
         return 1;
     char url[512], shown[512];
-    tw_rr_url_redact(rfx_url(&srv, cfg.via_unix, url, sizeof url), shown, sizeof shown);
+    tw_rr_url_redact(rfx_url(&srv_main, cfg.via_unix, url, sizeof url), shown, sizeof shown);
     printf("w7: redis-server at %s (appendfsync %s) and %s (always); N = %" PRIu64
            "; connections to %s\n",
-           rfx_addr(&srv), cfg.fsync, rfx_addr(&always), cfg.n, shown);
+           rfx_addr(&srv_main), cfg.fsync, rfx_addr(&always), cfg.n, shown);
     int rc = 0;
     if (cfg.spread_only) {
-        rc = one_run(&srv, TWHEEL, false, &rows[TWHEEL]);
+        rc = one_run(&srv_main, TWHEEL, false, &rows[TWHEEL]);
         printf("w7: twheel spread: p50/p99/max %.2f/%.2f/%.2f ms, Redis CPU %.3f s per 1e5 "
                "tasks, %.2f script calls per task (%.1f us in scripts), %" PRIu64
                " claim calls, early %" PRIu64 ", lost %" PRIu64 "\n",
@@ -811,14 +950,26 @@ int main(int argc, char **argv)
                rows[TWHEEL].cpu_per_1e5, rows[TWHEEL].calls_per_task,
                rows[TWHEEL].script_us_per_task, rows[TWHEEL].claims, rows[TWHEEL].early,
                rows[TWHEEL].lost);
-        rfx_stop(&srv);
+        rfx_stop(&srv_main);
         rfx_stop(&always);
         return rc ? 1 : 0;
     }
+    if (cfg.scale_only) {
+        rc = scale_run(cfg.n);
+        if (!rc && cfg.million && cfg.n != 1000000)
+            rc = scale_run(1000000);
+        rfx_stop(&srv_main);
+        rfx_stop(&always);
+        FILE *f = cfg.out ? fopen(cfg.out, "w") : NULL;
+        scale_table(f);
+        if (f)
+            fclose(f);
+        return rc ? 1 : 0;
+    }
     printf("w7: phase 1, sets and memory\n");
-    rc |= twheel_sets(&srv, &rows[TWHEEL]);
+    rc |= twheel_sets(&srv_main, &rows[TWHEEL]);
     if (!cfg.pipe_only)
-        rc |= poll_sets(&srv, &rows[POLL100]);
+        rc |= poll_sets(&srv_main, &rows[POLL100]);
     rows[POLL1000].sets_single = rows[POLL100].sets_single;
     rows[POLL1000].sets_pipe = rows[POLL100].sets_pipe;
     rows[POLL1000].sets_pipe_big = rows[POLL100].sets_pipe_big;
@@ -837,21 +988,27 @@ int main(int argc, char **argv)
                "bytes, %.0f bytes in\n",
                rows[TWHEEL].sets_calls, rows[TWHEEL].sets_cmds, rows[TWHEEL].sets_aof,
                rows[TWHEEL].sets_in);
-        rfx_stop(&srv);
+        rfx_stop(&srv_main);
         rfx_stop(&always);
         return rc ? 1 : 0;
     }
     for (int k = 0; k < NKINDS && !rc; k++) {
         printf("w7: %s, burst then spread (%" PRIu64 "-%" PRIu64 " ms)\n", kind_name[k],
                cfg.min_ms, cfg.max_ms);
-        rc |= one_run(&srv, (enum kind)k, true, &rows[k]);
-        rc |= one_run(&srv, (enum kind)k, false, &rows[k]);
+        rc |= one_run(&srv_main, (enum kind)k, true, &rows[k]);
+        rc |= one_run(&srv_main, (enum kind)k, false, &rows[k]);
     }
     for (int k = 0; k < NKINDS && !rc; k++) {
         printf("w7: %s, a worker SIGKILLed (appendfsync always)\n", kind_name[k]);
         rc |= kill_run(&always, (enum kind)k, &rows[k]);
     }
-    rfx_stop(&srv);
+    if (!rc) { /* the scale row of N from the phases above */
+        scales[nscales].n = cfg.n;
+        memcpy(scales[nscales++].r, rows, sizeof rows);
+    }
+    if (!rc && cfg.million && cfg.n != 1000000)
+        rc = scale_run(1000000);
+    rfx_stop(&srv_main);
     rfx_stop(&always);
     if (rc) {
         fprintf(stderr, "w7: a phase failed\n");
