@@ -12,7 +12,12 @@
  *   KEYS[5] hold   STRING latest window end claimed by any worker (ms, with a TTL)
  * A task is in exactly one of its due bucket and lease. token 0 = not leased; tokens
  * come from seq and are never reused, so a token names one lease of one
- * arming. attempt counts starts (START increments it).
+ * arming. attempt counts the starts of earlier leases; the start of the
+ * current lease is marked in its lease score instead (started(): a lease
+ * START lengthened ends at a whole ms + 0.5, a claim's hold at a whole ms),
+ * so that START writes one ZSET member per task, not the record with its
+ * payload. Whoever ends a lease without deleting the task (CLAIM's
+ * recovery, FAIL, RELEASE) folds that mark into the record's attempt.
  * Times come from redis.call('TIME') (Redis 7 replicates scripts by effects,
  * so TIME is allowed). Due times are whole ms, rounded up from the server's
  * microseconds, so that a task is never due before set's instant + delay.
@@ -33,7 +38,10 @@
     /* the lease of `k` is held by token `t` and still running at `now` */                 \
     "local function held(k, tok, t, now) if tok ~= t then return false end "               \
     "local ls = redis.call('ZSCORE', KEYS[2], k) "                                         \
-    "return ls and tonumber(ls) * 1000 > now end\n"
+    "return ls and tonumber(ls) * 1000 > now and ls end\n"                                  \
+    /* 1 when lease score `ls` (a string or number) carries START's mark, else 0 */        \
+    "local function started(ls) ls = tonumber(ls) "                                         \
+    "return ls and ls % 1 ~= 0 and 1 or 0 end\n"
 
 /* The due-time buckets (the Redis-side timing wheel; why: redis.c). A
  * waiting task (token 0) due at `due` ms is the member key, with score
@@ -205,10 +213,11 @@
     "local maxb = tonumber(ARGV[4]) local recovered = 0\n"                                 \
     /* hms: a claimed task's hold (hold() reads the window end) */                        \
     "local hms = tonumber(ARGV[5] or ARGV[3])\n"                                            \
-    "local exp = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now_ms, 'LIMIT', 0, n)\n"    \
-    "for i = 1, #exp do local k = exp[i]\n"                                                \
+    "local exp = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now_ms, 'WITHSCORES', "       \
+    "'LIMIT', 0, n)\n"                                                                      \
+    "for i = 1, #exp, 2 do local k = exp[i]\n"                                             \
     "  local v = redis.call('HGET', KEYS[3], k) redis.call('ZREM', KEYS[2], k)\n"          \
-    "  if v then local tok, att, due, pos = parse(v)\n"                                    \
+    "  if v then local tok, att, due, pos = parse(v) att = att + started(exp[i + 1])\n"    \
     "    redis.call('HSET', KEYS[3], k, rec(0, att, due, string.sub(v, pos)))\n"           \
     "    badd(k, due) recovered = recovered + 1 end\n"                                     \
     "end\n"                                                                                \
@@ -266,10 +275,10 @@
  *    not our lease any more, nothing deleted; 2 absent: deleted already, by
  *    a lost earlier try of this acknowledgement or by someone else, ack.c),
  *    then s, a per start:
- *    s = 1 started (a = attempt, as the worker gave it: a start redone after
- *    a lost reply counts the attempt once; the lease lengthened to
- *    max(due, now) + lease_ms, unless it already ends as late: the claim's
- *    hold ends hold_ms after the due time, so every first start writes it);
+ *    s = 1 started (a = attempt, as the worker gave it; the lease lengthened
+ *    to max(due, now) + lease_ms and marked started, + 0.5 ms: the record
+ *    is not written, and a start redone after a lost reply finds the mark,
+ *    so the attempt counts once);
  *    s = 0 not due within ahead_us by the server's clock (a = us until due);
  *    s = -1 lease gone: the record holds another token (a set, move,
  *    remove, or a claim that recovered it and leased it anew), or none (a = 0)}.
@@ -284,49 +293,51 @@
  * computes the same from the reply's clock and its due time, and calls
  * execute only while that end surely lies ahead on the server's clock
  * (fencing: execute.c).
- * Each command takes the group's tasks at once: HMGET of the records,
- * ZMSCORE of the leases, then one HDEL and ZREM for the acknowledged, one
- * HSET and ZADD for the started, whatever their number. The
- * acknowledgements go first, so a start sees the records they leave. */
+ * Each command takes the group's tasks at once: one HMGET of the records
+ * and one ZMSCORE of the leases for its acknowledgements and starts
+ * together, then one HDEL and ZREM for the acknowledged, one ZADD for the
+ * started, whatever their number. Both read before either writes: an
+ * acknowledgement and a start of one key in one group cannot both hold the
+ * record's token (the worker acknowledges a lease only after its START
+ * answered), so at most one of them acts on it. */
 #define START_LUA                                                                          \
-    PRELUDE "local call, unpack, tonumber = redis.call, unpack, tonumber\n"                \
+    PRELUDE "local call, unpack, tonumber, match, floor = redis.call, unpack, tonumber, "   \
+    "string.match, math.floor\n"                                                           \
     "local now = now_us() local now_ms = math.floor(now / 1000) local L = tonumber(ARGV[1])\n" \
     "local ahead = tonumber(ARGV[2]) local out, o, i = {now}, 1, 3\n"                     \
     "while i <= #ARGV do local LK, TK = ARGV[i], ARGV[i + 1]\n"                          \
     "  local na, ns = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]) i = i + 4\n"            \
-    "  if na > 0 then local ks, ts, del, nd = {}, {}, {}, 0\n"                             \
-    "    for j = 1, na do ks[j] = ARGV[i] ts[j] = tonumber(ARGV[i + 1]) i = i + 2 end\n"  \
-    "    local vs = call('HMGET', TK, unpack(ks)) local ls = call('ZMSCORE', LK, unpack(ks))\n" \
-    "    for j = 1, na do local r, v, l = 0, vs[j], ls[j]\n"                               \
-    "      if v and l and tonumber(l) * 1000 > now and (parse(v)) == ts[j] then\n"         \
-    "        nd = nd + 1 del[nd] = ks[j] r = 1 elseif not v then r = 2 end\n"              \
-    "      o = o + 1 out[o] = r\n"                                                         \
-    "    end\n"                                                                            \
-    "    if nd > 0 then call('HDEL', TK, unpack(del, 1, nd)) "                             \
-    "call('ZREM', LK, unpack(del, 1, nd)) end\n"                                           \
-    "  end\n"                                                                              \
-    "  if ns > 0 then local ks, ts, as, hs, lz, nh, nz = {}, {}, {}, {}, {}, 0, 0\n"       \
-    "    for j = 1, ns do ks[j] = ARGV[i] ts[j] = tonumber(ARGV[i + 1])\n"                  \
-    "      as[j] = tonumber(ARGV[i + 2]) i = i + 3 end\n"                                    \
-    "    local vs = call('HMGET', TK, unpack(ks)) local ls = call('ZMSCORE', LK, unpack(ks))\n" \
-    "    for j = 1, ns do local s, a, v, l = -1, 0, vs[j], ls[j]\n"                        \
-    "      if v and l then\n"                                                              \
-    "        local tok, att, due, pos = parse(v)\n"                                        \
-    "        if tok == ts[j] then\n"                                                       \
-    "          if now + ahead < due * 1000 then s = 0 a = due * 1000 - now\n"              \
-    "          else s = 1 a = as[j] hs[nh + 1] = ks[j]\n"                                  \
-    "            hs[nh + 2] = rec(tok, a, due, string.sub(v, pos)) nh = nh + 2\n"          \
-    "            local le = math.max(due, now_ms) + L\n"                                   \
-    "            if tonumber(l) < le then\n"                                               \
-    "              lz[nz + 1] = le lz[nz + 2] = ks[j] nz = nz + 2 end\n"                    \
-    "          end\n"                                                                      \
-    "        end\n"                                                                        \
-    "      end\n"                                                                          \
-    "      out[o + 1] = s out[o + 2] = a o = o + 2\n"                                      \
-    "    end\n"                                                                            \
-    "    if nh > 0 then call('HSET', TK, unpack(hs, 1, nh)) end\n"                        \
-    "    if nz > 0 then call('ZADD', LK, unpack(lz, 1, nz)) end\n"                        \
-    "  end\n"                                                                              \
+    "  local ks, ts, as, m = {}, {}, {}, na + ns\n"                                          \
+    "  for j = 1, na do ks[j] = ARGV[i] ts[j] = ARGV[i + 1] i = i + 2 end\n"                \
+    "  for j = na + 1, m do ks[j] = ARGV[i] ts[j] = ARGV[i + 1] as[j] = ARGV[i + 2] "       \
+    "i = i + 3 end\n"                                                                        \
+    "  if m > 0 then\n"                                                                      \
+    "  local vs = call('HMGET', TK, unpack(ks, 1, m)) local ls = call('ZMSCORE', LK, unpack(ks, 1, m))\n" \
+    "  local del, nd, lz, nz = {}, 0, {}, 0\n"                                               \
+    /* tokens compared as the decimal strings both sides write */                          \
+    "  for j = 1, na do local r, v, l = 0, vs[j], ls[j]\n"                                    \
+    "    if v and l and tonumber(l) * 1000 > now and match(v, '^%d+') == ts[j] then\n"       \
+    "      nd = nd + 1 del[nd] = ks[j] r = 1 elseif not v then r = 2 end\n"                  \
+    "    o = o + 1 out[o] = r\n"                                                              \
+    "  end\n"                                                                                 \
+    "  for j = na + 1, m do local s, a, v, l = -1, 0, vs[j], ls[j]\n"                         \
+    "    if v and l then local tok, due = match(v, '^(%d+) %d+ (%d+) ')\n"                   \
+    "      if tok == ts[j] then due = tonumber(due)\n"                                        \
+    "        if now + ahead < due * 1000 then s = 0 a = due * 1000 - now\n"                   \
+    "        else s = 1 a = tonumber(as[j]) l = tonumber(l)\n"                                \
+    /* the lease lengthened to le, marked started (+ 0.5); a redone start  */              \
+    /* finds the mark and writes only to lengthen                          */              \
+    "          local le = (due > now_ms and due or now_ms) + L\n"                             \
+    "          if l < le or l % 1 == 0 then\n"                                                \
+    "            lz[nz + 1] = (l > le and floor(l) or le) + 0.5 lz[nz + 2] = ks[j] nz = nz + 2 end\n" \
+    "        end\n"                                                                          \
+    "      end\n"                                                                            \
+    "    end\n"                                                                              \
+    "    out[o + 1] = s out[o + 2] = a o = o + 2\n"                                          \
+    "  end\n"                                                                                 \
+    "  if nd > 0 then call('HDEL', TK, unpack(del, 1, nd)) call('ZREM', LK, unpack(del, 1, nd)) end\n" \
+    "  if nz > 0 then call('ZADD', LK, unpack(lz, 1, nz)) end\n"                             \
+    "  end\n"                                                                                 \
     "end\n"                                                                                \
     "return out\n"
 
@@ -335,8 +346,10 @@
     PRELUDE BUCKETS "local v = redis.call('HGET', KEYS[3], ARGV[1])\n"                     \
     "if not v then return 0 end\n"                                                         \
     "local tok, att, due, pos = parse(v) local now = now_us()\n"                           \
-    "if not held(ARGV[1], tok, tonumber(ARGV[2]), now) then return 0 end\n"                \
+    "local ls = held(ARGV[1], tok, tonumber(ARGV[2]), now)\n"                               \
+    "if not ls then return 0 end\n"                                                         \
     "if not stable() then return redis.error_reply(TRY) end\n"                             \
+    "att = att + started(ls)\n"                                                             \
     "local d = tonumber(ARGV[3]) * 2 ^ math.max(att - 1, 0)\n"                             \
     "if d > tonumber(ARGV[4]) then d = tonumber(ARGV[4]) end\n"                            \
     "due = due_at(now, d)\n"                                                               \
@@ -352,6 +365,7 @@
     "local tok, att, due, pos = parse(v)\n"                                                \
     "if tok ~= tonumber(ARGV[2]) then return 0 end\n"                                      \
     "if not stable() then return redis.error_reply(TRY) end\n"                             \
+    "att = att + started(redis.call('ZSCORE', KEYS[2], ARGV[1]))\n"                         \
     "redis.call('HSET', KEYS[3], ARGV[1], rec(0, att, due, string.sub(v, pos)))\n"         \
     "redis.call('ZREM', KEYS[2], ARGV[1]) badd(ARGV[1], due)\n"                            \
     "if due <= hold() then redis.call('PUBLISH', ARGV[3], due) end\n"                      \
