@@ -100,7 +100,8 @@ static struct {
     bool via_unix;    /* --unix: connect through their unix sockets */
     bool scale_only;  /* --scale-only: the scale rows alone (sets, memory, spread of each kind) */
     bool million;     /* --million: the full run adds the scale row of 1e6 tasks */
-} cfg = {100000, 1000, 60000, "everysec", NULL, false, false, false, false, false, false, false};
+    unsigned cluster; /* --cluster M: twheel's spread on a local cluster of M masters alone */
+} cfg = {100000, 1000, 60000, "everysec", NULL, false, false, false, false, false, false, false, 0};
 
 static struct row rows[NKINDS];
 static struct rfx_server srv_main; /* the everysec server (scale rows) */
@@ -116,7 +117,7 @@ static int nscales;
 
 static void key_of(char *k, uint64_t i)
 {
-    snprintf(k, 17, "order:%010" PRIu64, i);
+    snprintf(k, 17, "order:%010" PRIu64, i % 10000000000u); /* 10 digits: 16 bytes */
 }
 
 static double now_s(void)
@@ -258,14 +259,12 @@ static double self_cpu(void)
            ((double)u.ru_utime.tv_usec + (double)u.ru_stime.tv_usec) / 1e6;
 }
 
-static struct tw_redis *client_new(const struct rfx_server *s)
+static struct tw_redis *client_of(const char *const *servers, size_t nservers)
 {
-    char url[512];
-    const char *servers[1] = {rfx_url(s, cfg.via_unix, url, sizeof url)};
     struct tw_redis_config c;
     tw_redis_config_init(&c);
     c.servers = servers;
-    c.nservers = 1;
+    c.nservers = nservers;
     c.queue = "w7";
     if (cfg.pipe_only)
         c.command_timeout_ms = 600000; /* redis-server may run under callgrind */
@@ -279,6 +278,13 @@ static struct tw_redis *client_new(const struct rfx_server *s)
         return NULL;
     }
     return r;
+}
+
+static struct tw_redis *client_new(const struct rfx_server *s)
+{
+    char url[512];
+    const char *servers[1] = {rfx_url(s, cfg.via_unix, url, sizeof url)};
+    return client_of(servers, 1);
 }
 
 /* ---- phase 1: sets/s and memory --------------------------------------- */
@@ -427,12 +433,17 @@ struct crew {
     char out[2][300], stats[2][300];
 };
 
-static int crew_start(struct crew *w, const struct rfx_server *s, enum kind k, const char *tag,
-                      unsigned lease_ms, unsigned exec_us)
+/* Two workers of kind k on server s, or on the servers of the comma list
+ * `urls` when given (a cluster; s then names the directory of their files). */
+static int crew_start_on(struct crew *w, const struct rfx_server *s, const char *urls, enum kind k,
+                         const char *tag, unsigned lease_ms, unsigned exec_us)
 {
     memset(w, 0, sizeof *w);
-    char url[512];
-    rfx_url(s, cfg.via_unix, url, sizeof url);
+    char url[2048];
+    if (urls)
+        snprintf(url, sizeof url, "%s", urls);
+    else
+        rfx_url(s, cfg.via_unix, url, sizeof url);
     for (int i = 0; i < 2; i++) {
         snprintf(w->out[i], sizeof w->out[i], "%s/%s.%d.%d", s->dir, tag, (int)k, i);
         snprintf(w->stats[i], sizeof w->stats[i], "%s/%s.stats.%d.%d", s->dir, tag, (int)k, i);
@@ -448,6 +459,12 @@ static int crew_start(struct crew *w, const struct rfx_server *s, enum kind k, c
             return -1;
     }
     return 0;
+}
+
+static int crew_start(struct crew *w, const struct rfx_server *s, enum kind k, const char *tag,
+                      unsigned lease_ms, unsigned exec_us)
+{
+    return crew_start_on(w, s, NULL, k, tag, lease_ms, exec_us);
 }
 
 static uint64_t stat_of(const char *path, const char *name)
@@ -803,6 +820,106 @@ static void scale_table(FILE *f)
         emit(f, "- %.0e: %s\n", (double)scales[i].n, scales[i].r[TWHEEL].cmds);
 }
 
+/* ---- a local cluster: the work per task on each master ------------------- */
+uint64_t tw_rr_hash_of(const void *key, size_t len); /* src/redis/keys.c: a key's partition hash */
+
+/* twheel's spread run of cfg.n tasks on a local cluster of cfg.cluster
+ * masters (AOF everysec): per master its partitions, the tasks of those, its
+ * Redis CPU and INFO commandstats per such task, and tasks/s per Redis core
+ * (1 / CPU per task). Printed, and written to cfg.out when given. */
+static int cluster_run(void)
+{
+    struct rfx_cluster cl;
+    struct rfx_options o = {.appendonly = true, .appendfsync = cfg.fsync};
+    if (rfx_cluster_start_opts(&cl, cfg.cluster, &o))
+        return -1;
+    const uint64_t n = cfg.n;
+    const unsigned parts = 16; /* the default (client_of leaves it) */
+    uint64_t *off = malloc(n * sizeof *off), *due = calloc(n, sizeof *due);
+    char urls[2048] = "";
+    struct tw_redis *r = NULL;
+    struct crew w;
+    struct rdel_set d = {0};
+    int rc = -1;
+    double cpu0[RFX_CLUSTER_MAX], cpu1[RFX_CLUSTER_MAX];
+    static struct cstats cs0[RFX_CLUSTER_MAX], cs1[RFX_CLUSTER_MAX];
+    uint64_t tasks[RFX_CLUSTER_MAX] = {0}, nparts[RFX_CLUSTER_MAX] = {0};
+    int owner[256];
+    if (!off || !due)
+        goto out;
+    for (size_t i = 0; i < cl.n; i++)
+        snprintf(urls + strlen(urls), sizeof urls - strlen(urls), "%s%s", i ? "," : "",
+                 cl.addrs[i]);
+    r = client_of(cl.addrs, cl.n);
+    if (!r || crew_start_on(&w, &cl.node[0], urls, TWHEEL, "cluster", 0, 0))
+        goto out;
+    for (unsigned p = 0; p < parts; p++) {
+        char tag[32];
+        int l = snprintf(tag, sizeof tag, "{w7:%u}", p);
+        owner[p] = rfx_cluster_owner(&cl, rfx_key_slot(tag, (size_t)l));
+        if (owner[p] >= 0)
+            nparts[owner[p]]++;
+    }
+    for (uint64_t i = 0; i < n; i++) {
+        char key[24];
+        key_of(key, i);
+        int m = owner[tw_rr_hash_of(key, 16) % parts];
+        if (m >= 0)
+            tasks[m]++;
+    }
+    rfx_sleep_ms(500); /* workers connected */
+    srand(42);
+    for (uint64_t i = 0; i < n; i++)
+        off[i] = cfg.min_ms + (uint64_t)rand() % (cfg.max_ms - cfg.min_ms + 1);
+    for (size_t i = 0; i < cl.n; i++) {
+        cpu0[i] = redis_cpu(&cl.node[i]);
+        cstats_read(&cl.node[i], &cs0[i]);
+    }
+    if (set_tasks(&cl.node[0], r, NULL, n, off, 0, due)) {
+        crew_stop(&w);
+        goto out;
+    }
+    wait_all(&w, r, NULL, &d, n, now_s() + (double)cfg.max_ms / 1000.0 + 60.0, 200);
+    for (size_t i = 0; i < cl.n; i++) {
+        cpu1[i] = redis_cpu(&cl.node[i]);
+        cstats_read(&cl.node[i], &cs1[i]);
+    }
+    crew_stop(&w);
+    crew_load(&w, &d, n);
+    struct rverdict v;
+    if (rverdict_compute(&d, n, NULL, due, 30000, 2000, &v))
+        goto out;
+    rverdict_print(&v, "twheel cluster spread");
+    FILE *f = cfg.out ? fopen(cfg.out, "w") : NULL;
+    emit(f, "\n### twheel on a local cluster of %zu masters: %" PRIu64 " tasks due over %" PRIu64
+            "-%" PRIu64 " ms, 2 workers, defaults (16 partitions)\n\n",
+         cl.n, n, cfg.min_ms, cfg.max_ms);
+    emit(f, "lateness p50 / p99 / max %.2f / %.2f / %.2f ms; early %" PRIu64 ", lost %" PRIu64
+            ", duplicates %" PRIu64 "\n\n",
+         v.late_p50_us / 1000.0, v.late_p99_us / 1000.0, v.late_max_us / 1000.0, v.early,
+         v.missing, v.duplicates);
+    emit(f, "| master | partitions | tasks | Redis CPU us per task of its partitions | tasks/s "
+            "per Redis core | INFO commandstats per task |\n|---|--:|--:|--:|--:|---|\n");
+    for (size_t i = 0; i < cl.n; i++) {
+        char cmds[512];
+        double t = tasks[i] ? (double)tasks[i] : 1;
+        cstats_diff(&cs0[i], &cs1[i], t, cmds, sizeof cmds);
+        double us = (cpu1[i] - cpu0[i]) * 1e6 / t;
+        emit(f, "| %zu | %" PRIu64 " | %" PRIu64 " | %.1f | %.0f | %s |\n", i, nparts[i],
+             tasks[i], us, us > 0 ? 1e6 / us : 0, cmds);
+    }
+    if (f)
+        fclose(f);
+    rc = v.missing || v.early ? -1 : 0;
+out:
+    rdel_free(&d);
+    free(off);
+    free(due);
+    tw_redis_free(r);
+    rfx_cluster_stop(&cl);
+    return rc;
+}
+
 static void ratio_cell(char *buf, size_t len, double tw, double base, bool higher_better)
 {
     if (base <= 0 || tw <= 0) {
@@ -913,10 +1030,13 @@ int main(int argc, char **argv)
             cfg.scale_only = true;
         } else if (!strcmp(a, "--million")) {
             cfg.million = true;
+        } else if (!strcmp(a, "--cluster") && *v) {
+            cfg.cluster = (unsigned)strtoul(v, NULL, 10);
+            i++;
         } else {
             fprintf(stderr, "usage: w7_redis [--quick] [--n N] [--min-ms A] [--max-ms B] "
                             "[--fsync everysec|always] [--sets-only] [--pipe-only] [--spread-only] [--out FILE] "
-                            "[--auth] [--unix] [--scale-only] [--million]\n");
+                            "[--auth] [--unix] [--scale-only] [--million] [--cluster M]\n");
             return 2;
         }
     }
@@ -926,6 +1046,8 @@ int main(int argc, char **argv)
     }
     setvbuf(stdout, NULL, _IOLBF, 0); /* progress lines, also into a log */
     rfx_cleanup_on_signals();
+    if (cfg.cluster)
+        return cluster_run() ? 1 : 0;
     double t0 = now_s();
     struct rfx_server always;
     const char *pass = cfg.auth ? "w7@secret" : NULL;

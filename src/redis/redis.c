@@ -988,7 +988,6 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
         snprintf(why, sizeof why, "%s", r->api.err[0] ? r->api.err : tw_strerror(rc));
         goto fail;
     }
-    r->multi = !r->api.cluster;
     if (r->worker) {
         r->exec_rt = calloc(r->cfg.threads, sizeof *r->exec_rt);
         r->round = calloc(r->cfg.threads, sizeof *r->round);

@@ -206,59 +206,63 @@
  * (consecutive; some unused when the byte limit stops the walk early: tokens
  * need only be unique), HSET, lease ZADD, bucket ZREM: one of each per
  * bucket, not HGET, INCR, HSET and ZADD per task. */
-#define CLAIM_LUA                                                                          \
-    PRELUDE BUCKETS "if not stable() then return redis.error_reply(TRY) end\n"             \
-    "local now = now_us() local now_ms = math.floor(now / 1000)\n"                         \
+#define CLAIM_LUA                                                                           \
+    PRELUDE BUCKETS "if not stable() then return redis.error_reply(TRY) end\n"              \
+    "local now = now_us() local now_ms = math.floor(now / 1000)\n"                          \
     "local n = tonumber(ARGV[2])\n"                                                         \
-    "local maxb = tonumber(ARGV[4]) local recovered = 0\n"                                 \
-    /* hms: a claimed task's hold (hold() reads the window end) */                        \
+    "local maxb = tonumber(ARGV[4]) local recovered = 0\n"                                  \
+    /* hms: a claimed task's hold (hold() reads the window end) */                          \
     "local hms = tonumber(ARGV[5] or ARGV[3])\n"                                            \
     "local exp = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now_ms, 'WITHSCORES', "       \
     "'LIMIT', 0, n)\n"                                                                      \
-    "for i = 1, #exp, 2 do local k = exp[i]\n"                                             \
-    "  local v = redis.call('HGET', KEYS[3], k) redis.call('ZREM', KEYS[2], k)\n"          \
-    "  if v then local tok, att, due, pos = parse(v) att = att + started(exp[i + 1])\n"    \
-    "    redis.call('HSET', KEYS[3], k, rec(0, att, due, string.sub(v, pos)))\n"           \
-    "    badd(k, due) recovered = recovered + 1 end\n"                                     \
-    "end\n"                                                                                \
-    "local hi = now_ms + tonumber(ARGV[1]) local hb = math.floor(hi / W)\n"                \
-    "local out = {now, recovered} local bytes, left, from, done = 0, n, '-inf', false\n"   \
-    "while not done do\n"                                                                  \
-    "  local bs = redis.call('ZRANGEBYSCORE', KEYS[1], from, hb, 'LIMIT', 0, 8)\n"         \
-    "  if #bs == 0 then break end\n"                                                       \
-    "  for i = 1, #bs do local b = bs[i] local bk = KEYS[1] .. ':' .. b\n"                 \
-    "    local base = tonumber(b) * W local card = redis.call('ZCARD', bk)\n"              \
-    "    local m = redis.call('ZRANGEBYSCORE', bk, '-inf', I(hi - base), "                \
-    "'LIMIT', 0, I(left))\n"                                                               \
-    "    local taken, nt, hs, lz, nh = {}, 0, {}, {}, 0\n"                                \
-    "    if #m > 0 then\n"                                                                  \
-    "      local vs = redis.call('HMGET', KEYS[3], unpack(m))\n"                            \
-    "      local t = redis.call('INCRBY', KEYS[4], #m) - #m\n"                              \
-    "      for j = 1, #m do local k = m[j]\n"                                               \
-    "        if bytes > maxb then done = true break end\n"                                  \
-    "        nt = nt + 1 taken[nt] = k left = left - 1\n"                                   \
-    "        local v = vs[j]\n"                                                             \
-    "        if v then local tok, att, due, pos = parse(v) local p = string.sub(v, pos)\n"  \
-    "          t = t + 1 hs[nh + 1] = k hs[nh + 2] = rec(t, att, due, p)\n"                 \
-    "          lz[nh + 1] = I(math.max(due, now_ms) + hms) lz[nh + 2] = k nh = nh + 2\n"   \
-    "          out[#out + 1] = k out[#out + 1] = due out[#out + 1] = t out[#out + 1] = att\n" \
-    "          out[#out + 1] = p\n"                                                           \
-    "          bytes = bytes + #p + #k end\n"                                               \
-    "      end\n"                                                                           \
-    "    end\n"                                                                             \
-    "    if nh > 0 then redis.call('HSET', KEYS[3], unpack(hs, 1, nh))\n"                   \
-    "      redis.call('ZADD', KEYS[2], unpack(lz, 1, nh)) end\n"                            \
-    "    if nt > 0 then redis.call('ZREM', bk, unpack(taken, 1, nt)) end\n"                 \
-    "    if nt == card then redis.call('ZREM', KEYS[1], b)\n"                               \
-    "    else done = true end\n"                                                           \
-    "    if done or left == 0 then done = true break end\n"                                \
-    "  end\n"                                                                              \
-    "  from = '(' .. bs[#bs]\n"                                                            \
-    "end\n"                                                                                \
+    "for i = 1, #exp, 2 do local k = exp[i]\n"                                              \
+    " local v = redis.call('HGET', KEYS[3], k) redis.call('ZREM', KEYS[2], k)\n"            \
+    " if v then local tok, att, due, pos = parse(v) att = att + started(exp[i + 1])\n"      \
+    "  redis.call('HSET', KEYS[3], k, rec(0, att, due, string.sub(v, pos)))\n"              \
+    "  badd(k, due) recovered = recovered + 1 end\n"                                        \
+    "end\n"                                                                                 \
+    "local hi = now_ms + tonumber(ARGV[1]) local hb = math.floor(hi / W)\n"                 \
+    "local out, no = {now, recovered}, 2 local bytes, left, from, done = 0, n, '-inf', false\n" \
+    "local match, sub, fmt = string.match, string.sub, string.format\n"                     \
+    "while not done do\n"                                                                   \
+    " local bs = redis.call('ZRANGEBYSCORE', KEYS[1], from, hb, 'LIMIT', 0, 8)\n"           \
+    " if #bs == 0 then break end\n"                                                         \
+    " for i = 1, #bs do local b = bs[i] local bk = KEYS[1] .. ':' .. b\n"                   \
+    "  local base = tonumber(b) * W local card = redis.call('ZCARD', bk)\n"                 \
+    "  local m = redis.call('ZRANGEBYSCORE', bk, '-inf', I(hi - base), "                    \
+    "'LIMIT', 0, I(left))\n"                                                                \
+    "  local taken, nt, hs, lz, nh = {}, 0, {}, {}, 0\n"                                    \
+    "  if #m > 0 then\n"                                                                    \
+    "   local vs = redis.call('HMGET', KEYS[3], unpack(m))\n"                               \
+    "   local t = redis.call('INCRBY', KEYS[4], #m) - #m\n"                                 \
+    "   for j = 1, #m do local k = m[j]\n"                                                  \
+    "    if bytes > maxb then done = true break end\n"                                      \
+    "    nt = nt + 1 taken[nt] = k left = left - 1\n"                                       \
+    "    local v = vs[j]\n"                                                                 \
+    "    if v then local tk, att, due, pos = match(v, '^(%d+) (%d+) (%d+) ()')\n"           \
+    "     due = tonumber(due) local p = sub(v, pos) t = t + 1\n"                            \
+    /* the record with the new token: its digits replace the old ones */                    \
+    "     hs[nh + 1] = k hs[nh + 2] = fmt('%d', t) .. sub(v, #tk + 1)\n"                    \
+    "     lz[nh + 1] = fmt('%d', (due > now_ms and due or now_ms) + hms)\n"                 \
+    "     lz[nh + 2] = k nh = nh + 2\n"                                                     \
+    "     out[no + 1] = k out[no + 2] = due out[no + 3] = t out[no + 4] = tonumber(att)\n"  \
+    "     out[no + 5] = p no = no + 5\n"                                                    \
+    "     bytes = bytes + #p + #k end\n"                                                    \
+    "   end\n"                                                                              \
+    "  end\n"                                                                               \
+    "  if nh > 0 then redis.call('HSET', KEYS[3], unpack(hs, 1, nh))\n"                     \
+    "   redis.call('ZADD', KEYS[2], unpack(lz, 1, nh)) end\n"                               \
+    "  if nt > 0 then redis.call('ZREM', bk, unpack(taken, 1, nt)) end\n"                   \
+    "  if nt == card then redis.call('ZREM', KEYS[1], b)\n"                                 \
+    "  else done = true end\n"                                                              \
+    "  if done or left == 0 then done = true break end\n"                                   \
+    " end\n"                                                                                \
+    " from = '(' .. bs[#bs]\n"                                                              \
+    "end\n"                                                                                 \
     "if hi > hold() then redis.call('SET', KEYS[5], hi, 'PX', 2 * tonumber(ARGV[1]) + 1000) end\n" \
-    "local e = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '+inf', "                      \
-    "'WITHSCORES', 'LIMIT', 0, 1)\n"                                                         \
-    "out[#out + 1] = e[2] and tonumber(e[2]) or -1\n"                                        \
+    "local e = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '+inf', "                       \
+    "'WITHSCORES', 'LIMIT', 0, 1)\n"                                                        \
+    "out[no + 1] = e[2] and tonumber(e[2]) or -1\n"                                         \
     "return out\n"
 
 /* START: the gate of every delivery, with the worker's delayed
