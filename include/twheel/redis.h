@@ -136,7 +136,8 @@
  *     ACL SETUSER twheel on >PASSWORD resetkeys resetchannels ~{Q:* &{Q:*}:ch
  *         -@all +evalsha +eval +script|load +cluster|slots +time +hlen
  *         +exists +get +set +hget +hmget +hset +hdel +incrby +publish
- *         +zadd +zcard +zrangebyscore +zrem +zscore +zmscore
+ *         +zadd +zrangebyscore +zrem +zscore +zmscore
+ *         +rpush +llen +lrange +ltrim +lrem +del
  *         +subscribe +asking +select +info
  *
  * The keys are the queue's, `{Q:partition}...`, and the channels

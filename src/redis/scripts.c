@@ -44,11 +44,15 @@
     "return ls and ls % 1 ~= 0 and 1 or 0 end\n"
 
 /* The due-time buckets (the Redis-side timing wheel; why: redis.c). A
- * waiting task (token 0) due at `due` ms is the member key, with score
- * due - b * W, of the bucket ZSET KEYS[1] .. ':' .. b, b = floor(due / W),
- * and b is a member (score b) of the index ZSET KEYS[1] while that bucket
- * is not empty. Every script keeps the two together: badd adds both, bdel
- * drops the index member with the bucket's last task.
+ * waiting task (token 0) due at `due` ms is an element, its key, of the
+ * bucket LIST KEYS[1] .. ':' .. b, b = floor(due / W), in the order it was
+ * put there (the due time is in the record: the worker orders what it
+ * claims), and b is a member (score b) of the index ZSET KEYS[1] while that
+ * bucket is not empty. Every script keeps the two together: badd adds both
+ * (RPUSH answers the new length: 1 = the bucket is new), bdel drops the
+ * index member with the bucket's last task (Redis deletes an emptied list).
+ * A LIST is compact (a quicklist of 8 KB listpacks) at any length, where a
+ * ZSET past 128 members becomes a skiplist of ~120 B a task.
  * Buckets are not declared keys: they share KEYS[1]'s hash tag (one slot),
  * which Redis 7.0 Cluster accepts from a script on the node serving that
  * slot. While the slot migrates (a bucket may then sit on the other node),
@@ -67,33 +71,25 @@
     "local TRY = 'TRYAGAIN twheel: the slot of ' .. KEYS[1] .. ' is migrating'\n"          \
     /* the index is touched only when a bucket appears or empties: in a        */          \
     /* listpack, finding a member scans the whole index                        */          \
-    "local function badd(k, due) local b = math.floor(due / W) local s = I(b) "            \
-    "local bk = bkey(s) local new = redis.call('EXISTS', bk) == 0 "                        \
-    "redis.call('ZADD', bk, I(due - b * W), k) "                                           \
-    "if new then redis.call('ZADD', KEYS[1], s, s) end end\n"                              \
+    "local function badd(k, due) local s = I(math.floor(due / W)) "                        \
+    "if redis.call('RPUSH', bkey(s), k) == 1 then redis.call('ZADD', KEYS[1], s, s) end end\n" \
     "local function bdel(k, due) local b = I(math.floor(due / W)) local bk = bkey(b) "     \
-    "local n = redis.call('ZCARD', bk) "                                                   \
-    "if n > 0 and redis.call('ZREM', bk, k) == 1 and n == 1 then "                         \
+    "if redis.call('LREM', bk, 1, k) == 1 and redis.call('EXISTS', bk) == 0 then "         \
     "redis.call('ZREM', KEYS[1], b) end end\n"
 
 /* ARGV: channel, n, then n keys, n payloads, and one string of the n
  * delays in ms as 8-byte little-endian integers (one partition; the keys
  * distinct: set_many keeps the last item of a key; any order, set_many
- * sends them by delay so that each bucket is one run of tasks: one ZADD)
+ * sends them by delay so that each bucket is one run of tasks: one RPUSH)
  * -> number of ARGV. One PUBLISH at most, with the earliest due time that
- * falls before hold. A replaced task leaves its old bucket (or the lease
- * set). Each command takes the batch at once: HMGET (of ARGV's keys as
- * they are), HSET, ZREM per old bucket, ZADD per run of tasks in one new
- * bucket (a slice of one table of score, key pairs; a bucket met in two
- * runs gets two ZADDs and is found new, or not, the same both times), and
- * one index ZADD for the buckets that appeared.
- * Which buckets are new: EXISTS of all of them answers how many exist; when
- * some are missing, EXISTS of halves finds them (newb), ~log2(buckets)
- * calls per new bucket instead of one EXISTS per bucket (a call of 62 tasks
- * spread over 59 s touches ~44 buckets, and nearly every call of a fill
- * creates one). The loop is written for the Lua 5.1 VM: locals for
- * globals, counters instead of #t, no per-call tables of keys, no table per
- * bucket, the delays read by one C call.
+ * falls before hold. A replaced task leaves its old bucket (LREM, or the
+ * lease set). Each command takes the batch at once: HMGET (of ARGV's keys
+ * as they are), HSET, RPUSH per run of tasks in one new bucket (a slice of
+ * one table of keys), and one index ZADD for the buckets that appeared:
+ * those whose RPUSH answered the run's own length (a bucket met in two runs
+ * is found new by the first). The loop is written for the Lua 5.1 VM:
+ * locals for globals, counters instead of #t, no per-call tables of keys,
+ * no table per bucket, the delays read by one C call.
  * A partition's task HASH is created hashtable-encoded (HSET of a 513-byte
  * field name with the records, HDEL of it: Redis never converts back): as
  * a listpack (its first 128 tasks under the default
@@ -111,45 +107,29 @@
     "local big = call('EXISTS', KEYS[3]) == 0 and string.rep('-', 513)\n"                    \
     "local old = call('HMGET', KEYS[3], unpack(A, 3, 2 + nk))\n"                            \
     "local D = {struct.unpack('<' .. string.rep('I8', nk), A[3 + 2 * nk])}\n"               \
-    "local hs, zs, lz, nl, rm, rb, rs, nr, cb = {}, {}, {}, 0, {}, {}, {}, 0, -1\n"          \
+    "local hs, lz, nl, rb, rs, nr, cb = {}, {}, 0, {}, {}, 0, -1\n"                         \
     "for j = 1, nk do local k = A[2 + j] local j2 = 2 * j\n"                                \
     "  local due = now + D[j]\n"                                                            \
     "  hs[j2 - 1] = k hs[j2] = fmt('0 0 %d ', due) .. A[2 + nk + j]\n"                     \
     "  local o = old[j]\n"                                                                  \
     "  if o then local tok, att, od = parse(o)\n"                                           \
-    "    if tok == 0 then local b = floor(od / W)\n"                                        \
-    "      local v = rm[b] if not v then v = {} rm[b] = v end v[#v + 1] = k\n"              \
-    "    else nl = nl + 1 lz[nl] = k end\n"                                                 \
+    "    if tok == 0 then bdel(k, od) else nl = nl + 1 lz[nl] = k end\n"                    \
     "  end\n"                                                                               \
-    "  local r = due % W local b = (due - r) / W\n"                                         \
-    "  if b ~= cb then nr = nr + 1 rb[nr] = b rs[nr] = j2 - 1 cb = b end\n"                 \
-    "  zs[j2 - 1] = fmt('%d', r) zs[j2] = k\n"                                              \
+    "  local b = floor(due / W)\n"                                                          \
+    "  if b ~= cb then nr = nr + 1 rb[nr] = b rs[nr] = j cb = b end\n"                      \
     "  if due < h and (not first or due < first) then first = due end\n"                    \
     "end\n"                                                                                 \
-    "rs[nr + 1] = 2 * nk + 1\n"                                                             \
-    "for b, v in pairs(rm) do local bk = bkey(I(b)) local n = call('ZCARD', bk)\n"         \
-    "  if n > 0 and call('ZREM', bk, unpack(v)) == n then call('ZREM', KEYS[1], I(b)) end\n" \
-    "end\n"                                                                                 \
+    "rs[nr + 1] = nk + 1\n"                                                                 \
     "if nl > 0 then call('ZREM', KEYS[2], unpack(lz, 1, nl)) end\n"                         \
     "if big then hs[2 * nk + 1] = big hs[2 * nk + 2] = '' end\n"                             \
     "call('HSET', KEYS[3], unpack(hs))\n"                                                   \
     "if big then call('HDEL', KEYS[3], big) end\n"                                           \
-    "local bs, bks, k1 = {}, {}, KEYS[1] .. ':'\n"                                          \
-    "for x = 1, nr do local s = fmt('%d', rb[x]) bs[x] = s bks[x] = k1 .. s end\n"          \
-    /* newb(lo, hi, e): e of bks[lo..hi] exist; marks the absent ones in isnew */          \
-    "local isnew, nidx = {}, 0\n"                                                           \
-    "local function newb(lo, hi, e)\n"                                                      \
-    "  if e == hi - lo + 1 then return end\n"                                               \
-    "  if e == 0 then for x = lo, hi do isnew[x] = true nidx = nidx + 1 end return end\n"   \
-    "  local mid = floor((lo + hi) / 2) local e1 = call('EXISTS', unpack(bks, lo, mid))\n"  \
-    "  newb(lo, mid, e1) newb(mid + 1, hi, e - e1)\n"                                       \
+    "local idx, c, k1 = {}, 0, KEYS[1] .. ':'\n"                                            \
+    "for x = 1, nr do local s, lo, hi = fmt('%d', rb[x]), rs[x], rs[x + 1] - 1\n"           \
+    "  if call('RPUSH', k1 .. s, unpack(A, 2 + lo, 2 + hi)) == hi - lo + 1 then\n"          \
+    "    idx[c + 1] = s idx[c + 2] = s c = c + 2 end\n"                                      \
     "end\n"                                                                                 \
-    "newb(1, nr, call('EXISTS', unpack(bks, 1, nr)))\n"                                     \
-    "for x = 1, nr do call('ZADD', bks[x], unpack(zs, rs[x], rs[x + 1] - 1)) end\n"         \
-    "if nidx > 0 then local idx, c = {}, 0\n"                                               \
-    "  for x = 1, nr do if isnew[x] then idx[c + 1] = bs[x] idx[c + 2] = bs[x] c = c + 2 end end\n" \
-    "  call('ZADD', KEYS[1], unpack(idx, 1, c))\n"                                          \
-    "end\n"                                                                                 \
+    "if c > 0 then call('ZADD', KEYS[1], unpack(idx, 1, c)) end\n"                           \
     "if first then call('PUBLISH', A[1], first) end\n"                                      \
     "return #A\n"
 
@@ -193,19 +173,23 @@
  * or -1 when nothing is leased: the claimer claims again then, to recover
  * it should it run out)
  * First moves up to n expired leases back to their bucket (their due time
- * kept), then leases up to n tasks due by now + window, earliest first:
- * it walks the index from its lowest bucket (8 index members per read) and
- * each bucket in score order, drops emptied buckets from the index, and
- * stops at the first bucket that keeps a task due after the window, at n
- * tasks, or once the payloads pass max_bytes. A claimed task's lease is a
+ * kept), then leases whole buckets, those that begin by now + window: it
+ * walks the index from its lowest bucket (8 index members per read), takes
+ * each bucket whole (LRANGE, DEL), drops it from the index, and stops once
+ * it has n tasks or more (n bounds where it stops, not the reply: at most
+ * one bucket over), or mid-bucket once the payloads pass max_bytes (the
+ * rest stays: LTRIM). So a task may be leased up to one bucket (W) past the
+ * window, every bucket a claim leaves untouched is due after the last task
+ * it took, and the tasks of one bucket come in the order they were put
+ * there: the worker orders what it claims by due time (claim.c). A claimed task's lease is a
  * hold: it ends hold_ms after the later of now and the task's due time, so
  * a task whose holder died (or whose claim's answer was lost) is free again
  * about hold_ms after it was due; START lengthens it to lease_ms when the
  * task starts. Per bucket, each command takes
  * what it leases at once: HMGET of the records, one INCRBY for their tokens
  * (consecutive; some unused when the byte limit stops the walk early: tokens
- * need only be unique), HSET, lease ZADD, bucket ZREM: one of each per
- * bucket, not HGET, INCR, HSET and ZADD per task. */
+ * need only be unique), HSET, lease ZADD, bucket LTRIM or DEL: one of each
+ * per bucket, not HGET, INCR, HSET and ZADD per task. */
 #define CLAIM_LUA                                                                           \
     PRELUDE BUCKETS "if not stable() then return redis.error_reply(TRY) end\n"              \
     "local now = now_us() local now_ms = math.floor(now / 1000)\n"                          \
@@ -228,16 +212,14 @@
     " local bs = redis.call('ZRANGEBYSCORE', KEYS[1], from, hb, 'LIMIT', 0, 8)\n"           \
     " if #bs == 0 then break end\n"                                                         \
     " for i = 1, #bs do local b = bs[i] local bk = KEYS[1] .. ':' .. b\n"                   \
-    "  local base = tonumber(b) * W local card = redis.call('ZCARD', bk)\n"                 \
-    "  local m = redis.call('ZRANGEBYSCORE', bk, '-inf', I(hi - base), "                    \
-    "'LIMIT', 0, I(left))\n"                                                                \
-    "  local taken, nt, hs, lz, nh = {}, 0, {}, {}, 0\n"                                    \
+    "  local m = redis.call('LRANGE', bk, 0, -1) local card = #m\n"                         \
+    "  local nt, hs, lz, nh = 0, {}, {}, 0\n"                                               \
     "  if #m > 0 then\n"                                                                    \
     "   local vs = redis.call('HMGET', KEYS[3], unpack(m))\n"                               \
     "   local t = redis.call('INCRBY', KEYS[4], #m) - #m\n"                                 \
     "   for j = 1, #m do local k = m[j]\n"                                                  \
     "    if bytes > maxb then done = true break end\n"                                      \
-    "    nt = nt + 1 taken[nt] = k left = left - 1\n"                                       \
+    "    nt = nt + 1 left = left - 1\n"                                                     \
     "    local v = vs[j]\n"                                                                 \
     "    if v then local tk, att, due, pos = match(v, '^(%d+) (%d+) (%d+) ()')\n"           \
     "     due = tonumber(due) local p = sub(v, pos) t = t + 1\n"                            \
@@ -252,10 +234,9 @@
     "  end\n"                                                                               \
     "  if nh > 0 then redis.call('HSET', KEYS[3], unpack(hs, 1, nh))\n"                     \
     "   redis.call('ZADD', KEYS[2], unpack(lz, 1, nh)) end\n"                               \
-    "  if nt > 0 then redis.call('ZREM', bk, unpack(taken, 1, nt)) end\n"                   \
-    "  if nt == card then redis.call('ZREM', KEYS[1], b)\n"                                 \
-    "  else done = true end\n"                                                              \
-    "  if done or left == 0 then done = true break end\n"                                   \
+    "  if nt == card then redis.call('DEL', bk) redis.call('ZREM', KEYS[1], b)\n"           \
+    "  else redis.call('LTRIM', bk, nt, -1) done = true end\n"                              \
+    "  if done or left <= 0 then done = true break end\n"                                   \
     " end\n"                                                                                \
     " from = '(' .. bs[#bs]\n"                                                              \
     "end\n"                                                                                 \

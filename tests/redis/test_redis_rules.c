@@ -162,22 +162,23 @@ static long long redis_int(const struct rfx_server *s, const char *fmt, const ch
 /* ---- the schema, read back (white box: redis.c, scripts.c) ---------------- */
 
 /* Checks every invariant of partition {q:p}'s keys: each index member names
- * a non-empty bucket, each bucket is in the index, each bucket member is a
- * task with token 0 whose recorded due time is its bucket's base + score,
- * each task with token 0 sits in a bucket and each other one in the lease
- * set. -> {violations, tasks waiting in buckets, buckets}, as reply. */
+ * a non-empty bucket, each bucket is in the index, each bucket element is a
+ * task with token 0 whose recorded due time falls in its bucket's
+ * [base, base + W), each task with token 0 sits in a bucket and each other
+ * one in the lease set. -> {violations, tasks waiting in buckets, buckets},
+ * as reply. */
 static const char schema_lua[] =
     "local W = tonumber(ARGV[1]) local bad, waiting = 0, 0\n"
     "local idx = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')\n"
     "for i = 1, #idx, 2 do local b = idx[i]\n"
     "  if tonumber(idx[i + 1]) ~= tonumber(b) then bad = bad + 1 end\n"
-    "  local m = redis.call('ZRANGE', KEYS[1] .. ':' .. b, 0, -1, 'WITHSCORES')\n"
+    "  local m = redis.call('LRANGE', KEYS[1] .. ':' .. b, 0, -1)\n"
     "  if #m == 0 then bad = bad + 1 end\n"
-    "  for j = 1, #m, 2 do waiting = waiting + 1\n"
+    "  for j = 1, #m do waiting = waiting + 1\n"
     "    local v = redis.call('HGET', KEYS[3], m[j])\n"
     "    local tok, att, due = string.match(v or '', '^(%d+) (%d+) (%d+) ')\n"
-    "    if not v or tonumber(tok) ~= 0 or tonumber(due) ~= tonumber(b) * W + tonumber(m[j + 1])\n"
-    "      or tonumber(m[j + 1]) >= W then bad = bad + 1 end\n"
+    "    if not v or tonumber(tok) ~= 0 or math.floor(tonumber(due) / W) ~= tonumber(b)\n"
+    "      then bad = bad + 1 end\n"
     "  end\n"
     "end\n"
     "if #redis.call('KEYS', KEYS[1] .. ':*') ~= #idx / 2 then bad = bad + 1 end\n"
@@ -223,13 +224,18 @@ static uint64_t check_schema(const struct rfx_server *s, const char *q, unsigned
 }
 
 /* The due time (ms) of a waiting task of queue q, partition 0, read from its
- * bucket (base + score), or -1 when it is in no bucket. */
+ * record once it is found in a bucket that covers that time, or -1 when it
+ * is in no bucket. */
 static long long bucket_due(const struct rfx_server *s, const char *q, const char *key)
 {
     static const char lua[] =
         "for _, b in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do\n"
-        "  local sc = redis.call('ZSCORE', KEYS[1] .. ':' .. b, ARGV[1])\n"
-        "  if sc then return tonumber(b) * tonumber(ARGV[2]) + tonumber(sc) end\n"
+        "  if redis.call('LPOS', KEYS[1] .. ':' .. b, ARGV[1]) then\n"
+        "    local v = redis.call('HGET', string.sub(KEYS[1], 1, -3) .. ':task', ARGV[1])\n"
+        "    local due = tonumber(string.match(v or '', '^%d+ %d+ (%d+) '))\n"
+        "    if due and math.floor(due / tonumber(ARGV[2])) == tonumber(b) then return due end\n"
+        "    return -3\n"
+        "  end\n"
         "end\n"
         "return -1\n";
     redisContext *c = rfx_connect(s);
