@@ -58,7 +58,8 @@
  * (accept_evicting_policy). At maxmemory under noeviction new work is
  * refused (TW_EOOM) and workers still drain the queue.
  *
- * Leases: a worker claims tasks up to window_ms before they are due and
+ * Leases: a worker claims tasks up to window_ms (plus 500 ms: Redis keeps
+ * them in 500 ms buckets and a claim takes buckets whole) before they are due and
  * holds them with a short lease, the hold, that ends hold_ms (default 1 s)
  * after the due time; starting a task lengthens its lease to lease_ms past
  * the later of its due time and the start. So the tasks a worker held but
