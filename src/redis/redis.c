@@ -229,7 +229,7 @@
  *
  * Memory pressure. Redis must keep every key of the queue: a task record
  * evicted is a task lost (and its bucket entry an orphan, counted nowhere
- * once its record is gone), an evicted bucket or lease ZSET hides its
+ * once its record is gone), an evicted bucket LIST or lease ZSET hides its
  * tasks from every claim while their records stay counted in pending. Which
  * maxmemory-policy evicts what: allkeys-lru, allkeys-lfu and allkeys-random
  * any key, so tasks; the volatile-* policies (lru, lfu, random, ttl) only

@@ -5,7 +5,7 @@
  * cluster slot; START names the lease and task keys of its partitions in
  * ARGV, below):
  *   KEYS[1] index  ZSET  bucket number b -> b (the non-empty due buckets;
- *                        bucket b is the ZSET KEYS[1] .. ':' .. b, below)
+ *                        bucket b is the LIST KEYS[1] .. ':' .. b, below)
  *   KEYS[2] lease  ZSET  key -> lease end ms  (tasks claimed by a worker)
  *   KEYS[3] task   HASH  key -> "token attempt due " .. payload
  *   KEYS[4] seq    STRING lease token counter
