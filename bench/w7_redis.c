@@ -92,6 +92,8 @@ struct row {
     uint64_t kill_lost, kill_dups, kill_unexplained;
     bool have_kill;
     uint64_t claims; /* twheel: claim calls over the spread run (from worker stats) */
+    uint64_t spread_dups; /* spread run: deliveries beyond the first of a task */
+    char cmds[512];       /* spread run: INFO commandstats per task, the costliest first */
 };
 
 static struct {
@@ -105,13 +107,16 @@ static struct {
     bool auth;        /* --auth: the servers want a password */
     bool via_unix;    /* --unix: connect through their unix sockets */
     bool no_tls;      /* --no-tls: no TLS rows */
+    bool scale_only;  /* --scale-only: the scale rows alone (sets, memory, spread of each kind) */
+    bool million;     /* --million: the full run adds the scale row of 1e6 tasks */
+    unsigned cluster; /* --cluster M: twheel's spread on a local cluster of M masters alone */
 } cfg = {100000, 1000, 60000, "everysec", NULL, false, false, false, false, false,
 #ifdef W7_TLS
-         false
+         false,
 #else
-         true /* the layer was built without TLS */
+         true, /* the layer was built without TLS */
 #endif
-};
+         false, false, 0};
 
 static struct rfx_tls tls; /* the TLS rows' certificates (made at run time) */
 static char tls_ca[300];
@@ -124,10 +129,20 @@ static const char *kind_url(const struct rfx_server *s, enum kind k, char *buf, 
 }
 
 static struct row rows[NKINDS];
+static struct rfx_server srv_main; /* the everysec server (scale rows) */
+
+/* The scale table: per N, each kind's pipelined sets, memory and spread run
+ * (the 1e5 row from the phases above, 1e6 with --million). */
+#define NSCALES 2
+static struct {
+    uint64_t n;
+    struct row r[NKINDS];
+} scales[NSCALES];
+static int nscales;
 
 static void key_of(char *k, uint64_t i)
 {
-    snprintf(k, 17, "order:%010" PRIu64, i);
+    snprintf(k, 17, "order:%010" PRIu64, i % 10000000000u); /* 10 digits: 16 bytes */
 }
 
 static double now_s(void)
@@ -193,6 +208,72 @@ static void script_calls(const struct rfx_server *s, double *calls, double *usec
     redisFree(c);
 }
 
+/* INFO commandstats: per command its calls and usec (scripts' inner
+ * commands included), for per-task figures of a run. */
+#define CS_MAX 96
+struct cstats {
+    int n;
+    char name[CS_MAX][32];
+    double calls[CS_MAX], usec[CS_MAX];
+};
+
+static void cstats_read(const struct rfx_server *s, struct cstats *cs)
+{
+    cs->n = 0;
+    redisContext *c = rfx_connect(s);
+    if (!c)
+        return;
+    redisReply *rp = redisCommand(c, "INFO commandstats");
+    if (rp && rp->type == REDIS_REPLY_STRING) {
+        for (const char *l = strstr(rp->str, "cmdstat_"); l && cs->n < CS_MAX;
+             l = strstr(l + 1, "\ncmdstat_")) {
+            if (*l == '\n')
+                l++;
+            unsigned long long n = 0, us = 0;
+            char name[32];
+            if (sscanf(l, "cmdstat_%31[^:]:calls=%llu,usec=%llu", name, &n, &us) == 3) {
+                snprintf(cs->name[cs->n], sizeof cs->name[0], "%s", name);
+                cs->calls[cs->n] = (double)n;
+                cs->usec[cs->n] = (double)us;
+                cs->n++;
+            }
+        }
+    }
+    if (rp)
+        freeReplyObject(rp);
+    redisFree(c);
+}
+
+/* "cmd calls x us, ..." per task of b - a, the costliest (calls * us) first, into out. */
+static void cstats_diff(const struct cstats *a, const struct cstats *b, double n, char *out,
+                        size_t len)
+{
+    double cost[CS_MAX], calls[CS_MAX];
+    for (int i = 0; i < b->n; i++) {
+        double c0 = 0, u0 = 0;
+        for (int j = 0; j < a->n; j++)
+            if (!strcmp(a->name[j], b->name[i])) {
+                c0 = a->calls[j];
+                u0 = a->usec[j];
+            }
+        calls[i] = (b->calls[i] - c0) / n;
+        cost[i] = (b->usec[i] - u0) / n;
+    }
+    size_t o = 0;
+    out[0] = 0;
+    for (int k = 0; k < 8; k++) {
+        int best = -1;
+        for (int i = 0; i < b->n; i++)
+            if (cost[i] > 0.005 && (best < 0 || cost[i] > cost[best]))
+                best = i;
+        if (best < 0 || o + 48 > len)
+            break;
+        o += (size_t)snprintf(out + o, len - o, "%s%s %.2f (%.1f us)", k ? ", " : "",
+                              b->name[best], calls[best], cost[best]);
+        cost[best] = -1;
+    }
+}
+
 /* CPU seconds this process has used (user + system). */
 static double self_cpu(void)
 {
@@ -203,16 +284,14 @@ static double self_cpu(void)
            ((double)u.ru_utime.tv_usec + (double)u.ru_stime.tv_usec) / 1e6;
 }
 
-static struct tw_redis *client_new(const struct rfx_server *s, enum kind k)
+/* A client of the servers given; ca: the TLS rows' CA file (NULL: plain). */
+static struct tw_redis *client_of(const char *const *servers, size_t nservers, const char *ca)
 {
-    char url[512];
-    const char *servers[1] = {kind_url(s, k, url, sizeof url)};
     struct tw_redis_config c;
     tw_redis_config_init(&c);
-    if (k == TWHEEL_TLS)
-        c.tls_ca_file = tls_ca;
+    c.tls_ca_file = ca;
     c.servers = servers;
-    c.nservers = 1;
+    c.nservers = nservers;
     c.queue = "w7";
     if (cfg.pipe_only)
         c.command_timeout_ms = 600000; /* redis-server may run under callgrind */
@@ -226,6 +305,13 @@ static struct tw_redis *client_new(const struct rfx_server *s, enum kind k)
         return NULL;
     }
     return r;
+}
+
+static struct tw_redis *client_new(const struct rfx_server *s, enum kind k)
+{
+    char url[512];
+    const char *servers[1] = {kind_url(s, k, url, sizeof url)};
+    return client_of(servers, 1, k == TWHEEL_TLS ? tls_ca : NULL);
 }
 
 /* ---- phase 1: sets/s and memory --------------------------------------- */
@@ -374,12 +460,17 @@ struct crew {
     char out[2][300], stats[2][300];
 };
 
-static int crew_start(struct crew *w, const struct rfx_server *s, enum kind k, const char *tag,
-                      unsigned lease_ms, unsigned exec_us)
+/* Two workers of kind k on server s, or on the servers of the comma list
+ * `urls` when given (a cluster; s then names the directory of their files). */
+static int crew_start_on(struct crew *w, const struct rfx_server *s, const char *urls, enum kind k,
+                         const char *tag, unsigned lease_ms, unsigned exec_us)
 {
     memset(w, 0, sizeof *w);
-    char url[512];
-    kind_url(s, k, url, sizeof url);
+    char url[2048];
+    if (urls)
+        snprintf(url, sizeof url, "%s", urls);
+    else
+        kind_url(s, k, url, sizeof url);
     for (int i = 0; i < 2; i++) {
         snprintf(w->out[i], sizeof w->out[i], "%s/%s.%d.%d", s->dir, tag, (int)k, i);
         snprintf(w->stats[i], sizeof w->stats[i], "%s/%s.stats.%d.%d", s->dir, tag, (int)k, i);
@@ -397,6 +488,12 @@ static int crew_start(struct crew *w, const struct rfx_server *s, enum kind k, c
             return -1;
     }
     return 0;
+}
+
+static int crew_start(struct crew *w, const struct rfx_server *s, enum kind k, const char *tag,
+                      unsigned lease_ms, unsigned exec_us)
+{
+    return crew_start_on(w, s, NULL, k, tag, lease_ms, exec_us);
 }
 
 static uint64_t stat_of(const char *path, const char *name)
@@ -558,6 +655,8 @@ static int one_run(const struct rfx_server *s, enum kind k, bool burst, struct r
     double cmd0 = info(s, "total_commands_processed"), aof0 = info(s, "aof_current_size");
     double ev0 = info(s, "total_net_input_bytes");
     script_calls(s, &calls0, &us0);
+    struct cstats cs0, cs1;
+    cstats_read(s, &cs0);
     if (set_tasks(s, r, zc, n, off, base, due)) {
         fprintf(stderr, "w7: setting tasks failed\n");
         crew_stop(&w);
@@ -571,6 +670,7 @@ static int one_run(const struct rfx_server *s, enum kind k, bool burst, struct r
     double done_at = wait_all(&w, r, zc, &d, n, deadline, burst ? 10 : 200);
     double cpu1 = redis_cpu(s), calls1, us1;
     script_calls(s, &calls1, &us1);
+    cstats_read(s, &cs1);
     if (cfg.spread_only)
         printf("w7: per task: %.2f commands, %.0f AOF bytes, %.0f bytes in\n",
                (info(s, "total_commands_processed") - cmd0) / (double)n,
@@ -595,6 +695,9 @@ static int one_run(const struct rfx_server *s, enum kind k, bool burst, struct r
         row->calls_per_task = (calls1 - calls0) / (double)n;
         row->script_us_per_task = (us1 - us0) / (double)n;
         row->spread_missing = v.missing;
+        row->spread_dups = v.duplicates;
+        cstats_diff(&cs0, &cs1, (double)n, row->cmds, sizeof row->cmds);
+        printf("%s: per task (INFO commandstats, sets included): %s\n", label, row->cmds);
         if (k == TWHEEL || k == TWHEEL_TLS)
             row->claims = stat_of(w.stats[0], "claims") + stat_of(w.stats[1], "claims");
         /* where the tail comes from: tasks set less than a window (2 s) before
@@ -701,6 +804,153 @@ static void emit(FILE *f, const char *fmt, ...)
     }
 }
 
+/* ---- scale rows: each kind's sets, memory and spread at N ------------------ */
+static int scale_run(uint64_t n)
+{
+    if (nscales == NSCALES)
+        return -1;
+    uint64_t keep = cfg.n;
+    cfg.n = n;
+    struct row *r = scales[nscales].r;
+    memset(r, 0, NKINDS * sizeof *r);
+    scales[nscales++].n = n;
+    printf("w7: scale row N = %" PRIu64 ": sets and memory\n", n);
+    int rc = twheel_sets(&srv_main, TWHEEL, &r[TWHEEL]) | poll_sets(&srv_main, &r[POLL100]);
+    r[POLL1000].sets_pipe = r[POLL100].sets_pipe;
+    r[POLL1000].bytes_per_task = r[POLL100].bytes_per_task;
+    for (int k = 0; k < TWHEEL_TLS && !rc; k++) {
+        printf("w7: scale row N = %" PRIu64 ": %s spread\n", n, kind_name[k]);
+        rc |= one_run(&srv_main, (enum kind)k, false, &r[k]);
+    }
+    cfg.n = keep;
+    return rc;
+}
+
+static void scale_table(FILE *f)
+{
+    emit(f, "\n### Scale rows: N tasks due uniformly over %" PRIu64 "-%" PRIu64
+             " ms, 2 workers, defaults\n\n",
+          cfg.min_ms, cfg.max_ms);
+    emit(f, "| N | kind | lateness p50 / p99 / max, ms | Redis CPU us per delivered task "
+             "(its set included) | x poll 100 ms | x poll 1 s | Redis B per pending task | "
+             "sets/s pipelined | early / lost / duplicates |\n");
+    emit(f, "|---|---|--:|--:|--:|--:|--:|--:|--:|\n");
+    for (int i = 0; i < nscales; i++)
+        for (int k = 0; k < TWHEEL_TLS; k++) {
+            const struct row *r = &scales[i].r[k];
+            double us = r->cpu_per_1e5 * 10, p1 = scales[i].r[POLL100].cpu_per_1e5 * 10;
+            double p2 = scales[i].r[POLL1000].cpu_per_1e5 * 10;
+            emit(f, "| %.0e | %s | %.2f / %.2f / %.2f | %.1f | %.2f | %.2f | %.0f | %.0f | %" PRIu64
+                     " / %" PRIu64 " / %" PRIu64 " |\n",
+                  (double)scales[i].n, kind_name[k], r->p50_ms, r->p99_ms, r->max_ms, us,
+                  p1 > 0 ? us / p1 : 0, p2 > 0 ? us / p2 : 0, r->bytes_per_task, r->sets_pipe,
+                  r->early, r->spread_missing, r->spread_dups);
+        }
+    emit(f, "\nINFO commandstats per delivered task (calls, usec), twheel's spread runs:\n");
+    for (int i = 0; i < nscales; i++)
+        emit(f, "- %.0e: %s\n", (double)scales[i].n, scales[i].r[TWHEEL].cmds);
+}
+
+/* ---- a local cluster: the work per task on each master ------------------- */
+uint64_t tw_rr_hash_of(const void *key, size_t len); /* src/redis/keys.c: a key's partition hash */
+
+/* twheel's spread run of cfg.n tasks on a local cluster of cfg.cluster
+ * masters (AOF everysec): per master its partitions, the tasks of those, its
+ * Redis CPU and INFO commandstats per such task, and tasks/s per Redis core
+ * (1 / CPU per task). Printed, and written to cfg.out when given. */
+static int cluster_run(void)
+{
+    struct rfx_cluster cl;
+    struct rfx_options o = {.appendonly = true, .appendfsync = cfg.fsync};
+    if (rfx_cluster_start_opts(&cl, cfg.cluster, &o))
+        return -1;
+    const uint64_t n = cfg.n;
+    const unsigned parts = 16; /* the default (client_of leaves it) */
+    uint64_t *off = malloc(n * sizeof *off), *due = calloc(n, sizeof *due);
+    char urls[2048] = "";
+    struct tw_redis *r = NULL;
+    struct crew w;
+    struct rdel_set d = {0};
+    int rc = -1;
+    double cpu0[RFX_CLUSTER_MAX], cpu1[RFX_CLUSTER_MAX];
+    static struct cstats cs0[RFX_CLUSTER_MAX], cs1[RFX_CLUSTER_MAX];
+    uint64_t tasks[RFX_CLUSTER_MAX] = {0}, nparts[RFX_CLUSTER_MAX] = {0};
+    int owner[256];
+    if (!off || !due)
+        goto out;
+    for (size_t i = 0; i < cl.n; i++)
+        snprintf(urls + strlen(urls), sizeof urls - strlen(urls), "%s%s", i ? "," : "",
+                 cl.addrs[i]);
+    r = client_of(cl.addrs, cl.n, NULL);
+    if (!r || crew_start_on(&w, &cl.node[0], urls, TWHEEL, "cluster", 0, 0))
+        goto out;
+    for (unsigned p = 0; p < parts; p++) {
+        char tag[32];
+        int l = snprintf(tag, sizeof tag, "{w7:%u}", p);
+        owner[p] = rfx_cluster_owner(&cl, rfx_key_slot(tag, (size_t)l));
+        if (owner[p] >= 0)
+            nparts[owner[p]]++;
+    }
+    for (uint64_t i = 0; i < n; i++) {
+        char key[24];
+        key_of(key, i);
+        int m = owner[tw_rr_hash_of(key, 16) % parts];
+        if (m >= 0)
+            tasks[m]++;
+    }
+    rfx_sleep_ms(500); /* workers connected */
+    srand(42);
+    for (uint64_t i = 0; i < n; i++)
+        off[i] = cfg.min_ms + (uint64_t)rand() % (cfg.max_ms - cfg.min_ms + 1);
+    for (size_t i = 0; i < cl.n; i++) {
+        cpu0[i] = redis_cpu(&cl.node[i]);
+        cstats_read(&cl.node[i], &cs0[i]);
+    }
+    if (set_tasks(&cl.node[0], r, NULL, n, off, 0, due)) {
+        crew_stop(&w);
+        goto out;
+    }
+    wait_all(&w, r, NULL, &d, n, now_s() + (double)cfg.max_ms / 1000.0 + 60.0, 200);
+    for (size_t i = 0; i < cl.n; i++) {
+        cpu1[i] = redis_cpu(&cl.node[i]);
+        cstats_read(&cl.node[i], &cs1[i]);
+    }
+    crew_stop(&w);
+    crew_load(&w, &d, n);
+    struct rverdict v;
+    if (rverdict_compute(&d, n, NULL, due, 30000, 2000, &v))
+        goto out;
+    rverdict_print(&v, "twheel cluster spread");
+    FILE *f = cfg.out ? fopen(cfg.out, "w") : NULL;
+    emit(f, "\n### twheel on a local cluster of %zu masters: %" PRIu64 " tasks due over %" PRIu64
+            "-%" PRIu64 " ms, 2 workers, defaults (16 partitions)\n\n",
+         cl.n, n, cfg.min_ms, cfg.max_ms);
+    emit(f, "lateness p50 / p99 / max %.2f / %.2f / %.2f ms; early %" PRIu64 ", lost %" PRIu64
+            ", duplicates %" PRIu64 "\n\n",
+         v.late_p50_us / 1000.0, v.late_p99_us / 1000.0, v.late_max_us / 1000.0, v.early,
+         v.missing, v.duplicates);
+    emit(f, "| master | partitions | tasks | Redis CPU us per task of its partitions | tasks/s "
+            "per Redis core | INFO commandstats per task |\n|---|--:|--:|--:|--:|---|\n");
+    for (size_t i = 0; i < cl.n; i++) {
+        char cmds[512];
+        double t = tasks[i] ? (double)tasks[i] : 1;
+        cstats_diff(&cs0[i], &cs1[i], t, cmds, sizeof cmds);
+        double us = (cpu1[i] - cpu0[i]) * 1e6 / t;
+        emit(f, "| %zu | %" PRIu64 " | %" PRIu64 " | %.1f | %.0f | %s |\n", i, nparts[i],
+             tasks[i], us, us > 0 ? 1e6 / us : 0, cmds);
+    }
+    if (f)
+        fclose(f);
+    rc = v.missing || v.early ? -1 : 0;
+out:
+    rdel_free(&d);
+    free(off);
+    free(due);
+    tw_redis_free(r);
+    rfx_cluster_stop(&cl);
+    return rc;
+}
+
 static void ratio_cell(char *buf, size_t len, double tw, double base, bool higher_better)
 {
     if (base <= 0 || tw <= 0) {
@@ -788,6 +1038,8 @@ static void report(double elapsed)
          t->bytes_per_task <= 200 ? "reached" : "NOT reached", t->bytes_per_task);
     emit(f, "- SIGKILLed worker, lost = 0: %s (%" PRIu64 ")\n",
          t->have_kill && t->kill_lost == 0 ? "reached" : "NOT reached", t->kill_lost);
+    if (nscales)
+        scale_table(f);
     if (f)
         fclose(f);
 }
@@ -827,10 +1079,17 @@ int main(int argc, char **argv)
             cfg.via_unix = true;
         } else if (!strcmp(a, "--no-tls")) {
             cfg.no_tls = true;
+        } else if (!strcmp(a, "--scale-only")) {
+            cfg.scale_only = true;
+        } else if (!strcmp(a, "--million")) {
+            cfg.million = true;
+        } else if (!strcmp(a, "--cluster") && *v) {
+            cfg.cluster = (unsigned)strtoul(v, NULL, 10);
+            i++;
         } else {
             fprintf(stderr, "usage: w7_redis [--quick] [--n N] [--min-ms A] [--max-ms B] "
                             "[--fsync everysec|always] [--sets-only] [--pipe-only] [--spread-only] [--out FILE] "
-                            "[--auth] [--unix] [--no-tls]\n");
+                            "[--auth] [--unix] [--no-tls] [--scale-only] [--million] [--cluster M]\n");
             return 2;
         }
     }
@@ -840,14 +1099,16 @@ int main(int argc, char **argv)
     }
     setvbuf(stdout, NULL, _IOLBF, 0); /* progress lines, also into a log */
     rfx_cleanup_on_signals();
+    if (cfg.cluster)
+        return cluster_run() ? 1 : 0;
     double t0 = now_s();
-    struct rfx_server srv, always;
+    struct rfx_server always;
     const char *pass = cfg.auth ? "w7@secret" : NULL;
     struct rfx_options o = {.appendonly = true, .appendfsync = cfg.fsync,
                             .unix_socket = cfg.via_unix, .password = pass};
     struct rfx_options oa = {.appendonly = true, .appendfsync = "always",
                              .unix_socket = cfg.via_unix, .password = pass};
-    if (cfg.pipe_only || cfg.spread_only) /* plain twheel alone */
+    if (cfg.pipe_only || cfg.spread_only || cfg.scale_only) /* plain twheel alone */
         cfg.no_tls = true;
     if (!cfg.no_tls) {
         if (rfx_tls_make(&tls) != 0)
@@ -855,16 +1116,16 @@ int main(int argc, char **argv)
         rfx_tls_path(&tls, "ca.crt", tls_ca, sizeof tls_ca);
         o.tls_dir = tls.dir;
     }
-    if (rfx_start(&srv, &o) || rfx_start(&always, &oa))
+    if (rfx_start(&srv_main, &o) || rfx_start(&always, &oa))
         return 1;
     char url[512], shown[512];
-    tw_rr_url_redact(rfx_url(&srv, cfg.via_unix, url, sizeof url), shown, sizeof shown);
+    tw_rr_url_redact(rfx_url(&srv_main, cfg.via_unix, url, sizeof url), shown, sizeof shown);
     printf("w7: redis-server at %s (appendfsync %s) and %s (always); N = %" PRIu64
            "; connections to %s\n",
-           rfx_addr(&srv), cfg.fsync, rfx_addr(&always), cfg.n, shown);
+           rfx_addr(&srv_main), cfg.fsync, rfx_addr(&always), cfg.n, shown);
     int rc = 0;
     if (cfg.spread_only) {
-        rc = one_run(&srv, TWHEEL, false, &rows[TWHEEL]);
+        rc = one_run(&srv_main, TWHEEL, false, &rows[TWHEEL]);
         printf("w7: twheel spread: p50/p99/max %.2f/%.2f/%.2f ms, Redis CPU %.3f s per 1e5 "
                "tasks, %.2f script calls per task (%.1f us in scripts), %" PRIu64
                " claim calls, early %" PRIu64 ", lost %" PRIu64 "\n",
@@ -872,16 +1133,28 @@ int main(int argc, char **argv)
                rows[TWHEEL].cpu_per_1e5, rows[TWHEEL].calls_per_task,
                rows[TWHEEL].script_us_per_task, rows[TWHEEL].claims, rows[TWHEEL].early,
                rows[TWHEEL].lost);
-        rfx_stop(&srv);
+        rfx_stop(&srv_main);
         rfx_stop(&always);
         return rc ? 1 : 0;
     }
+    if (cfg.scale_only) {
+        rc = scale_run(cfg.n);
+        if (!rc && cfg.million && cfg.n != 1000000)
+            rc = scale_run(1000000);
+        rfx_stop(&srv_main);
+        rfx_stop(&always);
+        FILE *f = cfg.out ? fopen(cfg.out, "w") : NULL;
+        scale_table(f);
+        if (f)
+            fclose(f);
+        return rc ? 1 : 0;
+    }
     printf("w7: phase 1, sets and memory\n");
-    rc |= twheel_sets(&srv, TWHEEL, &rows[TWHEEL]);
+    rc |= twheel_sets(&srv_main, TWHEEL, &rows[TWHEEL]);
     if (!cfg.no_tls && !cfg.pipe_only)
-        rc |= twheel_sets(&srv, TWHEEL_TLS, &rows[TWHEEL_TLS]);
+        rc |= twheel_sets(&srv_main, TWHEEL_TLS, &rows[TWHEEL_TLS]);
     if (!cfg.pipe_only)
-        rc |= poll_sets(&srv, &rows[POLL100]);
+        rc |= poll_sets(&srv_main, &rows[POLL100]);
     rows[POLL1000].sets_single = rows[POLL100].sets_single;
     rows[POLL1000].sets_pipe = rows[POLL100].sets_pipe;
     rows[POLL1000].sets_pipe_big = rows[POLL100].sets_pipe_big;
@@ -900,7 +1173,7 @@ int main(int argc, char **argv)
                "bytes, %.0f bytes in\n",
                rows[TWHEEL].sets_calls, rows[TWHEEL].sets_cmds, rows[TWHEEL].sets_aof,
                rows[TWHEEL].sets_in);
-        rfx_stop(&srv);
+        rfx_stop(&srv_main);
         rfx_stop(&always);
         return rc ? 1 : 0;
     }
@@ -910,14 +1183,20 @@ int main(int argc, char **argv)
             continue;
         printf("w7: %s, burst then spread (%" PRIu64 "-%" PRIu64 " ms)\n", kind_name[k],
                cfg.min_ms, cfg.max_ms);
-        rc |= one_run(&srv, k, true, &rows[k]);
-        rc |= one_run(&srv, k, false, &rows[k]);
+        rc |= one_run(&srv_main, k, true, &rows[k]);
+        rc |= one_run(&srv_main, k, false, &rows[k]);
     }
     for (int k = 0; k < TWHEEL_TLS && !rc; k++) { /* no TLS kill run: the same code path */
         printf("w7: %s, a worker SIGKILLed (appendfsync always)\n", kind_name[k]);
         rc |= kill_run(&always, (enum kind)k, &rows[k]);
     }
-    rfx_stop(&srv);
+    if (!rc) { /* the scale row of N from the phases above */
+        scales[nscales].n = cfg.n;
+        memcpy(scales[nscales++].r, rows, sizeof rows);
+    }
+    if (!rc && cfg.million && cfg.n != 1000000)
+        rc = scale_run(1000000);
+    rfx_stop(&srv_main);
     rfx_stop(&always);
     if (rc) {
         fprintf(stderr, "w7: a phase failed\n");

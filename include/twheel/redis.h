@@ -67,7 +67,8 @@
  * (accept_evicting_policy). At maxmemory under noeviction new work is
  * refused (TW_EOOM) and workers still drain the queue.
  *
- * Leases: a worker claims tasks up to window_ms before they are due and
+ * Leases: a worker claims tasks up to window_ms (plus 500 ms: Redis keeps
+ * them in 500 ms buckets and a claim takes buckets whole) before they are due and
  * holds them with a short lease, the hold, that ends hold_ms (default 1 s)
  * after the due time; starting a task lengthens its lease to lease_ms past
  * the later of its due time and the start. So the tasks a worker held but
@@ -173,7 +174,8 @@
  *     ACL SETUSER twheel on >PASSWORD resetkeys resetchannels ~{Q:* &{Q:*}:ch
  *         -@all +evalsha +eval +script|load +cluster|slots +time +hlen
  *         +exists +get +set +hget +hmget +hset +hdel +incrby +publish
- *         +zadd +zcard +zrangebyscore +zrem +zscore +zmscore +hexists +hscan +unlink
+ *         +zadd +zrangebyscore +zrem +zscore +zmscore +hexists +hscan +unlink
+ *         +rpush +llen +lrange +ltrim +lrem +del
  *         +subscribe +asking +select +info
  *
  * The keys are the queue's, `{Q:partition}...`, and the channels
@@ -834,12 +836,10 @@ struct tw_redis_info {
  * from one snapshot (one read-only script: HGET ZSCORE TIME, O(1)). The payload's first
  * @p cap bytes go to
  * @p payload (may be NULL with cap 0); info->payload_len is its whole length.
- * Held and running: START lengthens a lease to lease_ms past the later of the due time
- * and the start, while a claim's hold ends hold_ms past the later of the due time and
- * the claim. So a lease that ends at least lease_ms (this client's config) past the due
- * time is RUNNING, else HELD. Exact when the workers use this client's lease_ms and
- * hold_ms and lease_ms > hold_ms, but for a task claimed lease_ms - hold_ms or more
- * after its due time (a catch-up) and not started yet, which reads as RUNNING.
+ * Held and running: START marks the lease it lengthens as started (its end a whole ms +
+ * 0.5), a claim's hold never is; so a marked lease is RUNNING, any other HELD, exactly,
+ * whatever the workers' lease_ms and hold_ms. A running task's attempt includes its own
+ * start (the mark; the record counts it once the lease ends).
  * @return 0, TW_ENOENT (no such task), TW_EINVAL, TW_E2BIG (key too long). */
 TW_API int tw_redis_get(struct tw_redis *r, const void *key, size_t key_len,
                         struct tw_redis_info *info, void *payload, size_t cap);
@@ -874,9 +874,11 @@ struct tw_redis_page {
  * TW_REDIS_PAGE_MAX), after @p after (NULL: from the range's start; else the next cursor
  * of the previous page). Held and running tasks sit in no due bucket and are not listed
  * (tw_redis_counts counts them; tw_redis_get reads one). Bounded work per call: one
- * read-only script per partition, each reading at most limit tasks from at most limit
- * plus 2 buckets (the index lists only non-empty ones), merged here: O(partitions * limit),
- * never a scan of the queue. Pages are consistent per call, not across calls: a task
+ * read-only script per partition, each reading at most limit plus 2 buckets (the index
+ * lists only non-empty ones) whole, with their records' due times (a bucket, what falls
+ * due in 500 ms of one partition, is kept in no order by due time), keeping at most
+ * 2 * limit tasks, merged here: O(partitions * (limit + 2) * bucket size), never a scan
+ * of the queue. Pages are consistent per call, not across calls: a task
  * set, moved or claimed between two calls may be listed twice or missed.
  * @return 0 and *out, TW_EINVAL (limit 0 or above TW_REDIS_PAGE_MAX, from_ms > to_ms,
  *         NULL), TW_ENOMEM. */
@@ -906,10 +908,12 @@ struct tw_redis_counts {
 
 /** Count the queue's tasks by state, those due within @p within_ms (overdue ones
  * included), the lag, the dead letters and the schedules. One read-only script per
- * partition: HLEN, ZCARD, the leases with their records (O(leased): what the workers
- * hold), the index's buckets up to now + within_ms with a ZCARD or ZCOUNT each
- * (O(buckets), at most 4096 per partition: due_capped), the first bucket's first task,
- * EXISTS of the pause flag, HLEN of the dead letters and of the schedules.
+ * partition: HLEN, ZCARD, the leases' ends (O(leased): what the workers hold; a started
+ * one carries START's mark), the index's buckets up to now + within_ms with an LLEN
+ * each (O(buckets), at most 4096 per partition: due_capped) but the one that ends after
+ * now + within_ms, read whole with its records' due times, the first bucket read whole
+ * likewise (its earliest due time: the lag), EXISTS of the pause flag, HLEN of the dead
+ * letters and of the schedules.
  * @return 0, TW_EINVAL (NULL). */
 TW_API int tw_redis_counts(struct tw_redis *r, uint64_t within_ms, struct tw_redis_counts *out);
 

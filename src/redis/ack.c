@@ -5,12 +5,16 @@
  * here (counted, or pushed back).
  *
  * ACKs ride on STARTs. An executor does not acknowledge a finished task at
- * once: the item goes to a pending list, and the next START call (from any
- * executor of this worker) carries it: on a standalone server any START
- * call (one list for every partition), in a cluster the next START call of
- * its partition (a list per partition: one slot per call). What no START
+ * once: the item goes to its partition's pending list, and the next START
+ * call (from any executor of this worker) that starts a task of that
+ * partition carries it: the partition's group in that call reads the
+ * acknowledged and the started tasks together, so an acknowledgement adds
+ * two commands (HDEL, ZREM of many at once) to a group that runs anyway, not
+ * a group of its own (a START taking any partition's acknowledgements made
+ * about one more group per task at 1e5 tasks a minute). What no START
  * picks up within ack_delay (100 ms, at most lease_ms / 8) the acknowledger
- * thread sends in START calls that start nothing; stop sends the rest.
+ * thread sends in START calls that start nothing, partition by partition
+ * (many to a group); stop sends the rest.
  * Why: with tasks coming due one at a time, an acknowledgement call of its
  * own per task would double the script calls per delivered task. The price,
  * at-least-once: a worker that dies has up to ack_delay more of finished
@@ -101,7 +105,7 @@ void *tw_rr_ack_main(void *arg)
     struct tw_redis *r = arg;
     struct tw_rr_round *e = r->ack_round;
     struct tw_rr_item *v[TW_RR_RUN_BATCH];
-    uint32_t P = r->multi ? 1 : r->cfg.partitions, from = 0;
+    uint32_t P = r->cfg.partitions, from = 0;
     pthread_mutex_lock(&r->ack_mu);
     for (;;) {
         uint64_t now = tw_rr_mono_ns(), next = UINT64_MAX;

@@ -139,7 +139,8 @@ static int rr_claim_reply(struct tw_redis *r, uint32_t p, unsigned batch, struct
         b->v = v;
         b->cap = cap;
     }
-    size_t got = 0;
+    size_t got = 0, n0 = b->n;
+    uint64_t last = 0;
     for (size_t i = 0; i < k; i++) {
         redisReply **e = x->element + 2 + 5 * i; /* key, due, token, attempt, payload */
         if (e[0]->type != REDIS_REPLY_STRING || e[1]->type != REDIS_REPLY_INTEGER ||
@@ -160,11 +161,17 @@ static int rr_claim_reply(struct tw_redis *r, uint32_t p, unsigned batch, struct
         memcpy(tw_rr_payload(it), e[4]->str, e[4]->len);
         tw_rr_payload(it)[e[4]->len] = 0;
         it->due_local_ns = tw_rr_local_due(r, p, it->due_ms);
+        last = it->due_ms > last ? it->due_ms : last;
         b->v[b->n++] = it;
         r->carry_n[p]++;
         got++;
     }
-    r->last_full[p] = k >= batch && got ? b->v[b->n - 1]->due_ms : UINT64_MAX;
+    /* A bucket's tasks come in the order they were put there (scripts.c):
+     * this claim's by due time. CLAIM takes whole buckets, so what a full
+     * one left is due after its last task. */
+    if (b->n - n0 > 1)
+        qsort(b->v + n0, b->n - n0, sizeof *b->v, rr_item_cmp);
+    r->last_full[p] = k >= batch && got ? last : UINT64_MAX;
     freeReplyObject(x);
     return (int)(k > got ? k : got);
 }

@@ -12,22 +12,24 @@
  * migrating slot answers TRYAGAIN and the router retries).
  *
  * Bounded work: no call reads a whole queue. get reads one record; list
- * reads at most `limit` tasks per partition from at most limit + 2 of its
- * buckets (the index holds non-empty buckets only, so every bucket visited
- * gives a task, but the first, where the range or the cursor starts, and
- * the last, past the range's end) and merges the partitions' pages here;
- * counts reads the leases (what workers hold) and at most RR_COUNT_BUCKETS
- * buckets per partition; drop unlinks RR_DROP_BUCKETS buckets per call.
+ * reads at most limit + 2 buckets per partition (the index holds non-empty
+ * buckets only, so every bucket visited gives a task, but the first, where
+ * the range or the cursor starts, and the last, past the range's end), each
+ * whole: a bucket is a LIST in the order its tasks were put there, not by
+ * due time (redis.c), so the first tasks of a bucket after the cursor are
+ * known only once all of it is read (its records' due times by HMGET, 512
+ * keys a step). A bucket is what falls due in 500 ms of one partition, so a
+ * page costs O(limit + 2 buckets) of tasks per partition, at most 2 * limit
+ * kept at a time; the partitions' pages are merged here. counts reads the
+ * leases (what workers hold), at most RR_COUNT_BUCKETS buckets per
+ * partition by LLEN, and two buckets whole (the one that ends after the
+ * span, the first); drop unlinks RR_DROP_BUCKETS buckets per call.
  *
  * The cursor of a listing is the last task listed, (due, key): a task
  * follows it when its due time is later, or equal with a key greater by
- * bytes (memcmp, then length: how Redis orders a ZSET's equal scores, and
- * how the merge here orders partitions' tasks). Inside a bucket the first
- * task after it is found by rank: the cursor's own rank when it is still
- * there, else a binary search over the members of its score (ZRANGE of one
- * rank per step: O(log ties) calls), so many tasks due in the same ms cost
- * no scan. Lua compares strings by the server's locale (strcoll), so the
- * script compares keys byte by byte.
+ * bytes (memcmp, then length: how the merge here orders partitions' tasks).
+ * Lua compares strings by the server's locale (strcoll), so the script
+ * compares keys byte by byte.
  *
  * Pause is a flag key per partition, {q:p}:pause: a claim script can read
  * only keys of its partition's slot, so one queue-wide key could not be
@@ -77,84 +79,92 @@ static const char rr_get_lua[] =
     "return {now, call('HGET', KEYS[3], ARGV[1]) or false, "
     "call('ZSCORE', KEYS[2], ARGV[1]) or false}\n";
 
-/* KEYS: index, lease, task; ARGV: within ms, lease ms, most buckets
+/* A bucket is a LIST of keys in no order (redis.c): scan(bk, f) reads it
+ * whole, 512 keys per LRANGE with their records' due times by one HMGET,
+ * and calls f(key, due) for each (a key without a record is skipped). */
+#define RR_SCAN                                                                            \
+    "local function scan(bk, f) local i = 0\n"                                              \
+    "  while true do local m = call('LRANGE', bk, i, i + 511)\n"                            \
+    "    if #m == 0 then return end\n"                                                      \
+    "    local vs = call('HMGET', KEYS[3], unpack(m))\n"                                    \
+    "    for j = 1, #m do local v = vs[j]\n"                                                \
+    "      if v then f(m[j], tonumber(string.match(v, '^%d+ %d+ (%d+) '))) end end\n"       \
+    "    if #m < 512 then return end\n"                                                     \
+    "    i = i + 512 end end\n"
+
+/* KEYS: index, lease, task; ARGV: within ms, most buckets
  * -> {now, pending, leased, running, due within, capped, earliest due or -1,
- *     paused, dead letters, schedules} */
+ *     paused, dead letters, schedules}
+ * running: the leases that carry START's mark (+ 0.5, scripts.c). A bucket
+ * wholly before now + within counts by LLEN; the one that ends after it and
+ * the first bucket (the earliest due time) are read whole (scan). */
 static const char rr_counts_lua[] =
-    "#!lua flags=no-writes\n" RR_STABLE
+    "#!lua flags=no-writes\n" RR_STABLE RR_SCAN
     "local pending, leased = call('HLEN', KEYS[3]), call('ZCARD', KEYS[2])\n"
-    "local L, running, off = tonumber(ARGV[2]), 0, 0\n"
+    "local running, off = 0, 0\n"
     "while off < leased do\n"
     "  local ls = call('ZRANGE', KEYS[2], off, off + 511, 'WITHSCORES')\n"
     "  if #ls == 0 then break end\n"
-    "  local ks = {} for i = 1, #ls, 2 do ks[#ks + 1] = ls[i] end\n"
-    "  local vs = call('HMGET', KEYS[3], unpack(ks))\n"
-    "  for j = 1, #ks do local v = vs[j]\n"
-    "    local due = v and tonumber(string.match(v, '^%d+ %d+ (%d+) '))\n"
-    "    if due and tonumber(ls[2 * j]) >= due + L then running = running + 1 end\n"
-    "  end\n"
+    "  for i = 2, #ls, 2 do if tonumber(ls[i]) % 1 ~= 0 then running = running + 1 end end\n"
     "  off = off + 512\n"
     "end\n"
     "local hi = now + tonumber(ARGV[1]) local hb = I(floor(hi / W))\n"
-    "local due, nb, capped, from, maxb = 0, 0, 0, '-inf', tonumber(ARGV[3])\n"
+    "local due, nb, capped, from, maxb = 0, 0, 0, '-inf', tonumber(ARGV[2])\n"
     "while capped == 0 do\n"
     "  local bs = call('ZRANGEBYSCORE', KEYS[1], from, hb, 'LIMIT', 0, 64)\n"
     "  if #bs == 0 then break end\n"
     "  for i = 1, #bs do local b = tonumber(bs[i]) local bk = KEYS[1] .. ':' .. bs[i]\n"
-    "    if b * W + W <= hi then due = due + call('ZCARD', bk)\n"
-    "    else due = due + call('ZCOUNT', bk, '-inf', '(' .. I(hi - b * W)) end\n"
+    "    if b * W + W <= hi then due = due + call('LLEN', bk)\n"
+    "    else scan(bk, function(k, d) if d < hi then due = due + 1 end end) end\n"
     "    nb = nb + 1 if nb >= maxb then capped = 1 break end\n"
     "  end\n"
     "  from = '(' .. bs[#bs]\n"
     "end\n"
     "local first, e = -1, call('ZRANGE', KEYS[1], 0, 0)\n"
-    "if e[1] then local m = call('ZRANGE', KEYS[1] .. ':' .. e[1], 0, 0, 'WITHSCORES')\n"
-    "  if m[2] then first = tonumber(e[1]) * W + tonumber(m[2]) end end\n"
+    "if e[1] then scan(KEYS[1] .. ':' .. e[1], function(k, d)\n"
+    "  if first < 0 or d < first then first = d end end) end\n"
     "local base = string.sub(KEYS[1], 1, -3)\n"
     "local paused = call('EXISTS', base .. ':pause')\n"
     "return {now, pending, leased, running, due, capped, first, paused, "
     "call('HLEN', base .. ':dead'), call('HLEN', base .. ':sched')}\n";
 
 /* KEYS: index, lease, task; ARGV: from, to (ms, due in [from, to)), after
- * due (-1: none), after key, limit -> {key1, due1, key2, due2, ...} */
+ * due (-1: none), after key, limit -> {key1, due1, key2, due2, ...}, the
+ * first `limit` tasks after the cursor in (due, key) order. Buckets come in
+ * due order but their tasks in none: each bucket is read whole (scan), its
+ * tasks in the range and after the cursor kept, the kept ones sorted and
+ * cut to `limit` whenever they reach 2 * limit; the walk ends after the
+ * bucket that brings them to `limit` (every later bucket's tasks are due
+ * later). */
 static const char rr_list_lua[] =
-    "#!lua flags=no-writes\n" RR_STABLE
+    "#!lua flags=no-writes\n" RR_STABLE RR_SCAN
     "local from, to, ad, ak = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]\n"
     "local left = tonumber(ARGV[5])\n"
-    /* a < b by bytes, as Redis orders equal scores (Lua's < is strcoll) */
+    /* a < b by bytes (Lua's < is strcoll) */
     "local function kless(a, b) local n = math.min(#a, #b)\n"
     "  for i = 1, n do local x, y = string.byte(a, i), string.byte(b, i)\n"
     "    if x ~= y then return x < y end end\n"
     "  return #a < #b end\n"
-    /* the rank in bucket bk of the first task after the cursor (rel: ad - base) */
-    "local function after(bk, rel)\n"
-    "  local lo = call('ZCOUNT', bk, '-inf', '(' .. I(rel))\n"
-    "  local hi = lo + call('ZCOUNT', bk, I(rel), I(rel))\n"
-    "  local rk = call('ZRANK', bk, ak)\n"
-    "  if rk and rk >= lo and rk < hi then return rk + 1 end\n"
-    "  while lo < hi do local mid = floor((lo + hi) / 2)\n"
-    "    if kless(ak, call('ZRANGE', bk, mid, mid)[1]) then hi = mid else lo = mid + 1 end\n"
-    "  end\n"
-    "  return lo end\n"
+    "local function less(x, y) return x[1] < y[1] or (x[1] == y[1] and kless(x[2], y[2])) end\n"
+    "local c, nc = {}, 0\n"
+    "local function cut() table.sort(c, less)\n"
+    "  for i = nc, left + 1, -1 do c[i] = nil end if nc > left then nc = left end end\n"
+    "local function keep(k, d)\n"
+    "  if d < from or d >= to or (ad >= 0 and (d < ad or (d == ad and not kless(ak, k)))) then\n"
+    "    return end\n"
+    "  nc = nc + 1 c[nc] = {d, k} if nc >= 2 * left then cut() end end\n"
     "local lo = from if ad >= 0 and ad > lo then lo = ad end\n"
-    "local out, fb, hb, done = {}, I(floor(lo / W)), I(floor((to - 1) / W)), false\n"
+    "local fb, hb, done = I(floor(lo / W)), I(floor((to - 1) / W)), false\n"
     "while not done do\n"
     "  local bs = call('ZRANGEBYSCORE', KEYS[1], fb, hb, 'LIMIT', 0, 16)\n"
     "  if #bs == 0 then break end\n"
-    "  for i = 1, #bs do local b = tonumber(bs[i]) local base = b * W\n"
-    "    local bk = KEYS[1] .. ':' .. bs[i] local r0 = 0\n"
-    "    if from > base then r0 = call('ZCOUNT', bk, '-inf', '(' .. I(from - base)) end\n"
-    "    if ad >= 0 and floor(ad / W) == b then local r1 = after(bk, ad - base)\n"
-    "      if r1 > r0 then r0 = r1 end end\n"
-    "    local m = call('ZRANGE', bk, r0, r0 + left - 1, 'WITHSCORES')\n"
-    "    for j = 1, #m, 2 do local due = base + tonumber(m[j + 1])\n"
-    "      if due >= to then done = true break end\n"
-    "      out[#out + 1] = m[j] out[#out + 1] = due left = left - 1\n"
-    "    end\n"
-    "    if done or left == 0 then done = true break end\n"
+    "  for i = 1, #bs do scan(KEYS[1] .. ':' .. bs[i], keep)\n"
+    "    if nc >= left then done = true break end\n"
     "  end\n"
     "  fb = '(' .. bs[#bs]\n"
     "end\n"
+    "cut()\n"
+    "local out = {} for i = 1, nc do out[2 * i - 1] = c[i][2] out[2 * i] = c[i][1] end\n"
     "return out\n";
 
 /* KEYS: index, lease, task, seq, hold; ARGV: "check" -> {hold exists, leases};
@@ -287,9 +297,11 @@ int tw_redis_get(struct tw_redis *r, const void *key, size_t key_len, struct tw_
     info->payload_len = v->len - (size_t)pos;
     info->state = TW_REDIS_WAITING;
     if (tok != 0 && l->type == REDIS_REPLY_STRING) {
+        /* a started lease ends at a whole ms + 0.5 (START's mark, scripts.c): its
+         * start is not in the record's attempt yet */
         info->lease_end_ms = strtoull(l->str, NULL, 10);
-        info->state = info->lease_end_ms >= due + r->cfg.lease_ms ? TW_REDIS_RUNNING
-                                                                  : TW_REDIS_HELD;
+        info->state = memchr(l->str, '.', l->len) ? TW_REDIS_RUNNING : TW_REDIS_HELD;
+        info->attempt += info->state == TW_REDIS_RUNNING;
     }
     info->max_attempts = (uint32_t)(att >> 32);
     if (cap)
@@ -423,17 +435,16 @@ int tw_redis_counts(struct tw_redis *r, uint64_t within_ms, struct tw_redis_coun
     if (!r || !out)
         return TW_EINVAL;
     memset(out, 0, sizeof *out);
-    char a[3][24];
-    const char *args[3] = {a[0], a[1], a[2]};
+    char a[2][24];
+    const char *args[2] = {a[0], a[1]};
     snprintf(a[0], sizeof a[0], "%llu",
              (unsigned long long)(within_ms > TW_REDIS_DELAY_MAX ? TW_REDIS_DELAY_MAX
                                                                  : within_ms));
-    snprintf(a[1], sizeof a[1], "%u", (unsigned)r->cfg.lease_ms);
-    snprintf(a[2], sizeof a[2], "%d", RR_COUNT_BUCKETS);
+    snprintf(a[1], sizeof a[1], "%d", RR_COUNT_BUCKETS);
     uint64_t first = UINT64_MAX;
     for (uint32_t p = 0; p < r->cfg.partitions; p++) {
         redisReply *x;
-        int rc = rr_eval_body(r, rr_counts_lua, p, 3, args, NULL, &x);
+        int rc = rr_eval_body(r, rr_counts_lua, p, 2, args, NULL, &x);
         if (rc)
             return rc;
         if (x->type != REDIS_REPLY_ARRAY || x->elements != 10) {

@@ -568,7 +568,6 @@ struct tw_redis {
 
     /* worker */
     bool worker;
-    bool multi;                     /* standalone server: one START call takes any partitions */
     pthread_mutex_t mu;             /* guards flags, nflagged, stop_claim */
     pthread_cond_t cv;              /* wakes the claim thread */
     pthread_cond_t sub_cv;          /* new waits here for the first subscription */
@@ -744,12 +743,12 @@ void *tw_rr_exec_main(void *arg);
 void tw_rr_start_round(struct tw_rr_round *e, struct tw_rr_router *rt);
 
 /* ack.c: the delayed acknowledgements. */
-/* Which pending list a partition's acknowledgements wait in: one for every
- * partition on a standalone server (any START call takes any), else the
- * partition's own (a call is one slot's). */
+/* Which pending list a partition's acknowledgements wait in: the
+ * partition's own (a START round takes those of the partitions it starts). */
 static inline uint32_t tw_rr_ack_list(const struct tw_redis *r, uint32_t part)
 {
-    return r->multi ? 0 : part;
+    (void)r;
+    return part;
 }
 /* Up to max of list p's acknowledgements, oldest first (ack_mu held). */
 static inline size_t tw_rr_ack_take(struct tw_redis *r, uint32_t p, struct tw_rr_item **out,

@@ -22,12 +22,14 @@
  * goes to partition FNV-1a-64(key) % partitions, the same in every client):
  *
  *   key            type    holds                                 touched by
- *   {q:p}:d:<b>    ZSET    due bucket b (a Redis-side timing      set move remove claim fail release
- *                          wheel): key -> due ms - b * W, the
- *                          waiting tasks due in [b * W, (b+1) * W)
+ *   {q:p}:d:<b>    LIST    due bucket b (a Redis-side timing      set move remove claim fail release
+ *                          wheel): the keys of the waiting tasks
+ *                          due in [b * W, (b+1) * W), in the
+ *                          order they were put there
  *   {q:p}:d        ZSET    index: b -> b, one member per          as above, when a bucket
  *                          non-empty bucket                       appears or empties
- *   {q:p}:lease    ZSET    key -> lease end ms (claimed)          set move remove claim start ack fail release
+ *   {q:p}:lease    ZSET    key -> lease end ms (claimed; + 0.5    set move remove claim start ack fail release
+ *                          once started: the start's attempt)
  *   {q:p}:task     HASH    key -> "token attempt due " payload    all
  *   {q:p}:seq      STRING  lease token counter (INCR)             claim
  *   {q:p}:hold     STRING  latest window end any worker claimed   claim (SET PX); set move fail release (GET)
@@ -48,7 +50,12 @@
  *
  * A record's attempt field counts starts in its low 32 bits; a per-task
  * max_attempts (set_opts) rides above them, so every script that copies a
- * record keeps it (dead.c). A schedule's occurrence is the task
+ * record keeps it (dead.c; CLAIM splices the new token in before the field,
+ * untouched). The running lease's start is not in the field but in its
+ * lease score's + 0.5 mark: FAIL and CLAIM's recovery fold it in before
+ * they compare the attempts with max_attempts, so the start that failed or
+ * whose lease was lost counts; inspect's get reads the same mark (held or
+ * running, the attempt with the running start included). A schedule's occurrence is the task
  * "<key>@<occurrence ms>" in the schedule's partition (schedule.c).
  *
  * and one key per queue, {q:meta}:partitions (STRING, its own slot): the
@@ -69,24 +76,28 @@
  *
  * W = TW_RR_BUCKET_MS = 500 ms. A waiting task (token 0) is in exactly the
  * bucket floor(due / W) of the due time in its record; a claimed one is in
- * lease instead. set, move and remove find the old bucket from the record;
- * claim walks the index in score order and each bucket in score order, so
- * tasks leave in due order (catch-up included).
+ * lease instead. set, move and remove find the old bucket from the record
+ * (LREM of the key); claim walks the index in score order and takes whole
+ * buckets, and the worker sorts what a claim brought by due time (claim.c),
+ * so tasks leave in due order (catch-up included).
  *
- * Why buckets: a ZSET of <= 128 members (zset-max-listpack-entries) of <= 64
- * bytes (zset-max-listpack-value) is one listpack, ~21 B per task here (the
- * key with 2 bytes of framing, the score as a 1-3 byte integer since it is
- * relative to the bucket) against ~120 B in a skiplist ZSET. A bucket holds
- * what falls due in 500 ms of one partition, so it stays compact while a
- * partition has <= 256 tasks due per second (averaged over each 500 ms) and
- * keys are <= 64 bytes; 1e5 tasks due over a minute on 16 partitions put
- * ~53 in each. Denser (or longer keys): that bucket converts to a skiplist,
- * ~120 B per task, until it empties (Redis 7.0 does not convert back);
- * still correct, and O(log n) per operation. Raise partitions to keep the
- * density down. The index is a listpack while a partition's work spans
- * <= 128 buckets (64 s), a skiplist beyond: one member per bucket either
- * way, ~0.4 B per task at that density. Every client of a queue must use
- * the same W (it names the buckets).
+ * Why LIST buckets: a LIST is a quicklist of listpacks (8 KB each,
+ * list-max-listpack-size -2) at any length: ~19 B per task here (the key
+ * with its 2 bytes of framing), whether a bucket holds 50 tasks or 5,000.
+ * A ZSET bucket (as before) was a listpack only up to 128 members
+ * (zset-max-listpack-entries), a skiplist of ~120 B per task beyond: 1e6
+ * tasks due over a minute on 16 partitions put ~520 in each 500 ms bucket.
+ * What a LIST gives up is order by due time inside a bucket, which no one
+ * needs: claim takes a bucket whole, the worker sorts it. Its costs: a
+ * replaced, moved or removed waiting task is found by LREM, a scan of its
+ * bucket (O(bucket), memcmp of keys); a claim leases tasks up to one bucket
+ * (W) past its window (held locally, hold_ms past their due time as any);
+ * and a claim's n bounds where it stops, not its size (one bucket over at
+ * most). RPUSH answers the list's length, so set learns which buckets are
+ * new (the index's ZADD) without an EXISTS. The index is a listpack while a
+ * partition's work spans <= 128 buckets (64 s), a skiplist beyond: one
+ * member per bucket either way, ~0.4 B per task at that density. Every
+ * client of a queue must use the same W (it names the buckets).
  *
  * Buckets in a cluster: the bucket keys are not declared to EVALSHA (set
  * cannot know its bucket before it reads the server's TIME, move and remove
@@ -115,68 +126,68 @@
  *
  *   call       script   round trips            Redis work per call              cost
  *   set        SET      1                      EXISTS(2) TIME GET HMGET HSET,     O(log n)
- *                                              ZREM of the old bucket (ZCARD,
- *                                              [ZREM index]) or of lease, ZADD
- *                                              bucket, EXISTS [ZADD index] [PUB]
+ *                                              LREM of the old bucket (EXISTS,
+ *                                              [ZREM index]) or ZREM of lease,
+ *                                              RPUSH bucket [ZADD index] [PUB]
  *   set_many   SET      pipelined, 1 call per  the same, each of HMGET HSET       O(k log n)
  *                       partition per <= 96    taking the k tasks at once, one
- *                       (a key twice in one    ZADD per bucket (the tasks sent by
- *                       call: sent once, the   delay: a bucket is one run), one
- *                       last), each call       EXISTS of all the buckets (and
- *                       written once built     EXISTS of halves to find the new
- *                                              ones: ~log2 of the buckets per new
- *                                              one), one index ZADD
- *   move       MOVE     1                      EXISTS(2) GET(marker) HGET, old    O(log n)
- *                                              bucket ZCARD ZREM [ZREM index] or
- *                                              lease ZREM, TIME HSET EXISTS ZADD
+ *                       (a key twice in one    RPUSH per bucket (the tasks sent
+ *                       call: sent once, the   by delay: a bucket is one run),
+ *                       last), each call       whose answer tells a new bucket;
+ *                       written once built     one index ZADD
+ *   move       MOVE     1                      EXISTS(2) GET(marker) HGET, old    O(log n + bucket)
+ *                                              bucket LREM EXISTS [ZREM index] or
+ *                                              lease ZREM, TIME HSET RPUSH
  *                                              [ZADD index] GET [PUB], SET(marker
  *                                              PX)
- *   remove     REMOVE   1                      EXISTS(2) EXISTS(marker) HGET      O(log n)
- *                                              HDEL, bucket ZCARD ZREM [ZREM
+ *   remove     REMOVE   1                      EXISTS(2) EXISTS(marker) HGET      O(log n + bucket)
+ *                                              HDEL, bucket LREM EXISTS [ZREM
  *                                              index] or lease ZREM, SET(marker
  *                                              PX) when it removed
- *   claim      CLAIM    1 per <= 256 tasks     EXISTS(2) TIME, ZRANGEBYSCORE      O(k log n)
- *                                              LIMIT of expired leases (each:
- *                                              HGET ZREM HSET EXISTS ZADD
+ *   claim      CLAIM    1 per >= 256 tasks     EXISTS(2) TIME, ZRANGEBYSCORE      O(k log n)
+ *                       (whole buckets: one    LIMIT WITHSCORES of expired leases
+ *                       bucket over at most)   (each: HGET ZREM HSET RPUSH
  *                                              [ZADD index]); the index, 8
  *                                              buckets per ZRANGEBYSCORE; per
- *                                              bucket ZCARD ZRANGEBYSCORE LIMIT
- *                                              HMGET INCRBY HSET ZADD(lease) ZREM
- *                                              [ZREM index], each taking the
- *                                              bucket's tasks at once; GET SET;
- *                                              ZRANGEBYSCORE of the first lease
+ *                                              bucket LRANGE HMGET INCRBY HSET
+ *                                              ZADD(lease) DEL ZREM(index), each
+ *                                              taking the bucket's tasks at once;
+ *                                              GET SET; ZRANGEBYSCORE of the
+ *                                              first lease
  *   (worker)   TIME     1 per node per round   TIME                               O(1)
  *   start      START    1 round trip per       TIME; per partition group of the   O((k+a) log n)
- *                       executor round: the    call: HMGET ZMSCORE HSET [ZADD] of
- *                       tasks of one span      its k started tasks (ZADD of the
- *                       (start_ahead_ms / 2;   holds lengthened to the lease, not
- *                       <= 32) and pending     of redone starts), HMGET ZMSCORE HDEL ZREM of
- *                       ACKs (<= 64): one call its a acknowledged ones, each
- *                                              taking them at once
+ *                       executor round: the    call: one HMGET and one ZMSCORE of
+ *                       tasks of one span      its k started and a acknowledged
+ *                       (start_ahead_ms / 2;   tasks together, then HDEL ZREM of
+ *                       <= 32) and the ACKs    the acknowledged, ZADD(lease) of
+ *                       pending for the        the started (lengthened, marked
+ *                       partitions it starts   started: the record is not
+ *                       (<= 64): one call      written)
  *                       standalone (cut at 128
  *                       arguments), one per
  *                       partition in a cluster
  *   (ack)      START    what no START took     as start, nothing started          O(a log n)
  *                       within 100 ms, as above
  *   fail       FAIL     1 per FAILED task      HGET TIME ZSCORE EXISTS(2) HSET    O(log n)
- *                                              ZREM EXISTS ZADD [ZADD index]
+ *                                              ZREM RPUSH [ZADD index]
  *                                              GET [PUBLISH]
- *   release    RELEASE  pipelined, 1 per held  HGET EXISTS(2) HSET ZREM EXISTS    O(log n)
- *                                              ZADD [ZADD index] GET [PUBLISH]
+ *   release    RELEASE  pipelined, 1 per held  HGET EXISTS(2) ZSCORE HSET ZREM    O(log n)
+ *                                              RPUSH [ZADD index] GET [PUBLISH]
  *   stats      HLEN     1 per partition        HLEN                               O(1)
- *   (fail, claim at a task's last attempt: FAIL's or the recovery's writes
- *              become ZREM lease, HSET dead, HDEL task: the same cost)
- *   set_opts   SETX     1                      EXISTS(2) HGET, old bucket (ZCARD  O(log n)
- *                                              ZREM [ZREM index]) or lease ZREM,
- *                                              TIME EXISTS HSET [HDEL] EXISTS
- *                                              ZADD [ZADD index] GET [PUB]
+ *   (fail, claim at a task's last attempt, the lease's start mark folded in:
+ *              FAIL's or the recovery's writes become ZREM lease, HSET dead,
+ *              HDEL task: the same cost)
+ *   set_opts   SETX     1                      EXISTS(2) HGET, old bucket (LREM   O(log n + bucket)
+ *                                              EXISTS [ZREM index]) or lease
+ *                                              ZREM, TIME EXISTS HSET [HDEL]
+ *                                              RPUSH [ZADD index] GET [PUB]
  *   dead list  HSCAN    1 per partition        HSCAN COUNT count (1..1000); a     O(count)
  *                       visited (<= 64)        call ends at the first partition
  *                                              that gave entries
  *   dead get   HGET     1                      HGET                               O(1)
  *   requeue    REQUEUE  1                      EXISTS(2) TIME HGET HEXISTS EXISTS O(log n)
- *                                              HSET HDEL EXISTS ZADD [ZADD
- *                                              index] GET [PUB]
+ *                                              HSET HDEL RPUSH [ZADD index]
+ *                                              GET [PUB]
  *   requeue    REQUEUE_ 1 per partition per    HSCAN COUNT 128, then per dead     O(k log n)
  *    all       ALL      HSCAN step             letter as requeue; GET [PUB]
  *   purge      HDEL,    1; all: 1 per          HDEL; UNLINK (the server frees     O(1)
@@ -195,26 +206,30 @@
  *                       thread)
  *   (worker)   SCHED_   1 per schedule coming  EXISTS(2) HGET TIME, per           O(k log n)
  *              FIRE     due (per 64            occurrence HEXISTS EXISTS HSET
- *                       occurrences)           [HDEL] EXISTS ZADD [ZADD index],
- *                                              HSET ZADD, GET [PUB]
+ *                       occurrences)           [HDEL] RPUSH [ZADD index], HSET
+ *                                              ZADD, GET [PUB]
  * (s: schedules in the partition.)
  * The operator's calls (inspect.c, EVAL of read-only scripts but drop's;
- * P = partitions, b = buckets read, l = leases, s = page size):
+ * P = partitions, b = buckets read, l = leases, s = page size, B = tasks
+ * in one bucket: what falls due in W in one partition):
  *   get        GET      1                      EXISTS(2) TIME HGET ZSCORE         O(log n)
- *   list       LIST     1 per partition        EXISTS(2) TIME; per 16 buckets a   O(P s log n)
- *                                              ZRANGEBYSCORE of the index; per
- *                                              bucket [ZCOUNT] ZRANGE (s tasks at
- *                                              most, b <= s + 2); the cursor's
- *                                              bucket: ZCOUNT(2) ZRANK [ZRANGE of
- *                                              one rank per step of a binary
- *                                              search among equal due times]
- *   counts     COUNTS   1 per partition        EXISTS(2) TIME HLEN ZCARD; per 512 O(P (l + b))
- *                                              leases ZRANGE HMGET; per 64
+ *   list       LIST     1 per partition        EXISTS(2) TIME; per 16 buckets a   O(P (s + 2) B)
+ *                                              ZRANGEBYSCORE of the index; per    (a bucket is
+ *                                              bucket, per 512 of its tasks       not sorted:
+ *                                              LRANGE HMGET (b <= s + 2 whole     each is read
+ *                                              buckets: a LIST bucket is not      whole, its
+ *                                              ordered by due time; the page      best s kept)
+ *                                              kept is at most 2 s tasks)
+ *   counts     COUNTS   1 per partition        EXISTS(2) TIME HLEN ZCARD; per 512 O(P (l + b + B))
+ *                                              leases ZRANGE WITHSCORES (the
+ *                                              start mark: running); per 64
  *                                              buckets due by now + within a
- *                                              ZRANGEBYSCORE, each ZCARD or
- *                                              ZCOUNT (b <= 4096); ZRANGE(2)
- *                                              EXISTS (pause) HLEN(2) (dead
- *                                              letters, schedules)
+ *                                              ZRANGEBYSCORE, each LLEN (b <=
+ *                                              4096), the one that ends after
+ *                                              now + within and the first read
+ *                                              whole (LRANGE HMGET per 512: the
+ *                                              due times), EXISTS (pause)
+ *                                              HLEN(2) (dead letters, schedules)
  *   pause      -        1 per partition        SET {q:p}:pause                    O(P)
  *   resume     -        2 per partition        DEL, PUBLISH "resume"              O(P)
  *   drop       DROP     1 + b / 1024 per       EXISTS(2) TIME; check: EXISTS      O(P + b)
@@ -222,15 +237,16 @@
  *                       per partition          ZRANGE UNLINK ZREM, last UNLINK    big values in
  *                                              of the partition's keys (pause, the background)
  *                                              dead, sched, sched:n too); DEL meta
- *   metrics    -        counts' and stats'     as counts and stats                O(P (l + b))
+ *   metrics    -        counts' and stats'     as counts and stats                O(P (l + b + B))
  * The claim's pause check is one EXISTS per claim call.
- * A bucket operation costs O(bucket) <= 128 entries while it is a listpack
- * and O(log n) once a skiplist; the index likewise. Nothing ever scans:
- * claim reads at most 256 expired leases and 256 due tasks (and stops past
- * ~4 MB of payload) per call, and visits at most one bucket more than it
- * takes tasks from (each bucket it passes gives it a task and empties, or
- * ends the walk). A worker's periodic work is one refill round every
- * window/2: a TIME per node and one claim per partition (more while
+ * A bucket's RPUSH and its claim (LRANGE, DEL) cost O(1) per task; the LREM
+ * of a replaced, moved or removed waiting task scans its bucket; the index
+ * costs O(buckets) while a listpack, O(log n) once a skiplist. Nothing else
+ * of the workers' and producers' calls scans: claim reads at most 256
+ * expired leases, and due tasks until it has 256 or more (whole buckets; it
+ * stops mid-bucket past ~4 MB of payload) per call, and visits no bucket it
+ * does not empty; the operator's list and counts read whole buckets (above).
+ * A worker's periodic work is one refill round every window/2: a TIME per node and one claim per partition (more while
  * partitions return full batches; <= 64 tasks per call, spread over
  * window/4: rr_pace), counted in stats (claims, refills), and a claim of a
  * partition when the earliest lease its last claim saw ends (recovery,
@@ -242,12 +258,22 @@
  * call takes every partition's starts and pending ACKs of a round; a
  * catch-up of tasks due together starts them in batches of 32.
  *
- * Redis's work per task is mostly its writes, not the calls: a task is
- * written at set, claim, start and ack, each time in the HASH and a ZSET
- * (start's: the hold lengthened to the lease), each write
- * propagated to the AOF, plus the reads that check token and lease; a
- * polling queue writes a task once (ZADD) and takes it in bulk. Fewer
- * writes per task would need a schema change; not done.
+ * Redis's work per task: the writes (each propagated to the AOF), the
+ * reads that check token and lease, and the Lua around them. A task is
+ * written at set (record HSET, bucket RPUSH), claim (record HSET of the
+ * token, lease ZADD, its bucket's DEL shared), start (lease ZADD only: the
+ * start's attempt is the lease's + 0.5 mark, folded into the record by
+ * whoever ends the lease without deleting it, so the record and its
+ * payload are not rewritten) and acknowledgement (HDEL, ZREM); start and
+ * acknowledgement of one partition share one HMGET and one ZMSCORE, and
+ * acknowledgements wait for a START of their own partition (or the
+ * acknowledger's 100 ms), adding no group of their own. A polling queue
+ * writes a task once (ZADD) and takes it in bulk. What is left per task
+ * is per-partition work at low density (a START group is about one task
+ * at 1e5 tasks a minute on 16 partitions: its fixed commands are that
+ * task's) and the claim's rewrite of the record for the token; cutting
+ * those needs leases of many tasks under one record (a batch token, its
+ * tasks' starts and attempts counted without a write each): not done.
  *
  * Starting ahead (start_ahead_ms, A; local.c): a held task leaves the
  * local wheel between A/2 and A before its local due time, at a multiple
@@ -289,21 +315,22 @@
  * always`, every claim and start waits for an fsync: the disk is then on
  * the lateness path.
  *
- * Memory in Redis per pending task, with 16-byte keys and 32-byte payloads
- * and ~53 tasks per bucket: ~130 B of HASH field (dict entry 24, bucket 8,
- * key sds 24, value sds 56 for "0 0 <due> " and the payload, rounding),
- * ~24 B in its due bucket (entry and rounding), ~0.4 B of index; ~166 B
- * with the buckets' keyspace entries. The HASH is most of it; a listpack-encoded
- * record store (records bucketed by key hash) would need its bucket count
- * to grow with n (rehashing live buckets): not done. The price of buckets
- * is Redis work on set: one ZADD per bucket a batch touches (about one per
- * task when delays are spread) and the HMGET that finds replaced tasks'
- * buckets, where one due ZSET per partition would take a batch in one ZADD
- * (less Redis CPU per set; claims cost the same).
+ * Memory in Redis per pending task, with 16-byte keys and 32-byte payloads:
+ * ~130 B of HASH field (dict entry 24, bucket 8, key sds 24, value sds 56
+ * for "0 0 <due> " and the payload, rounding), ~19 B in its due bucket
+ * (the key and its framing in a listpack, at any density), ~0.4 B of
+ * index, and the buckets' keyspace entries; bench/README.md has the
+ * measured figures at 1e5 and 1e6. The HASH is most of it; a
+ * listpack-encoded record store (records bucketed by key hash) would need
+ * its bucket count to grow with n (rehashing live buckets): not done. The
+ * price of buckets is Redis work on set: one RPUSH per bucket a batch
+ * touches (about one per task when delays are spread) and the HMGET that
+ * finds replaced tasks' buckets, where one due ZSET per partition would
+ * take a batch in one ZADD (less Redis CPU per set; claims cost the same).
  *
  * Memory pressure. Redis must keep every key of the queue: a task record
  * evicted is a task lost (and its bucket entry an orphan, counted nowhere
- * once its record is gone), an evicted bucket or lease ZSET hides its
+ * once its record is gone), an evicted bucket LIST or lease ZSET hides its
  * tasks from every claim while their records stay counted in pending. Which
  * maxmemory-policy evicts what: allkeys-lru, allkeys-lfu and allkeys-random
  * any key, so tasks; the volatile-* policies (lru, lfu, random, ttl) only
@@ -361,20 +388,18 @@
  *
  * Pipelined sets are bound by Redis's CPU, not the client's, so the SET
  * script is written for Redis's cost (scripts.c): a bucket is one run of
- * the delay-sorted tasks, added by one ZADD; keys, payloads and delays come
+ * the delay-sorted tasks, added by one RPUSH; keys, payloads and delays come
  * as three ARGV runs, the delays as one binary string; the task HASH is
  * created hashtable-encoded; and the client writes a chunk's first call as
  * soon as it is built (router.c).
- * A set's Redis work is mostly the ZADD into a listpack bucket
- * (O(bucket)), the AOF feed (each propagated argument appended on its own:
- * HSET's two and ZADD's two per task), string.format (the cheapest
- * number-to-string in Redis's Lua), HSET, and the Lua VM (its tables, GC
- * and string interning) and redis.call's plumbing. A score shared with the
- * record (absolute due) would save one format per task but cost 7 B per
- * task in the buckets and touch every bucket script; not done.
+ * A set's Redis work is mostly the AOF feed (each propagated argument
+ * appended on its own: HSET's two and RPUSH's one per task), HSET,
+ * string.format of the record (the cheapest number-to-string in Redis's
+ * Lua), the RPUSH, and the Lua VM (its tables, GC and string interning) and
+ * redis.call's plumbing.
  *
  * Why these calls:
- *  - claim leases a task up to window_ms before it is due, with a short
+ *  - claim leases a task up to window_ms (+ W: whole buckets) before it is due, with a short
  *    lease, the hold, that ends hold_ms (1 s) after its due time; the
  *    worker holds it in its local queue. Why short: a worker that dies (or
  *    a claim whose answer is lost) must not keep tasks it never started
@@ -1210,7 +1235,6 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
         snprintf(why, sizeof why, "%s", r->api.err[0] ? r->api.err : tw_strerror(rc));
         goto fail;
     }
-    r->multi = !r->api.cluster;
     if (r->worker) {
         r->exec_rt = calloc(r->cfg.threads, sizeof *r->exec_rt);
         r->round = calloc(r->cfg.threads, sizeof *r->round);

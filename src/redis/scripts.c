@@ -5,14 +5,19 @@
  * cluster slot; START names the lease and task keys of its partitions in
  * ARGV, below):
  *   KEYS[1] index  ZSET  bucket number b -> b (the non-empty due buckets;
- *                        bucket b is the ZSET KEYS[1] .. ':' .. b, below)
+ *                        bucket b is the LIST KEYS[1] .. ':' .. b, below)
  *   KEYS[2] lease  ZSET  key -> lease end ms  (tasks claimed by a worker)
  *   KEYS[3] task   HASH  key -> "token attempt due " .. payload
  *   KEYS[4] seq    STRING lease token counter
  *   KEYS[5] hold   STRING latest window end claimed by any worker (ms, with a TTL)
  * A task is in exactly one of its due bucket and lease. token 0 = not leased; tokens
  * come from seq and are never reused, so a token names one lease of one
- * arming. attempt counts starts (START increments it).
+ * arming. attempt counts the starts of earlier leases; the start of the
+ * current lease is marked in its lease score instead (started(): a lease
+ * START lengthened ends at a whole ms + 0.5, a claim's hold at a whole ms),
+ * so that START writes one ZSET member per task, not the record with its
+ * payload. Whoever ends a lease without deleting the task (CLAIM's
+ * recovery, FAIL, RELEASE) folds that mark into the record's attempt.
  * Times come from redis.call('TIME') (Redis 7 replicates scripts by effects,
  * so TIME is allowed). Due times are whole ms, rounded up from the server's
  * microseconds, so that a task is never due before set's instant + delay.
@@ -33,14 +38,21 @@
     /* the lease of `k` is held by token `t` and still running at `now` */                 \
     "local function held(k, tok, t, now) if tok ~= t then return false end "               \
     "local ls = redis.call('ZSCORE', KEYS[2], k) "                                         \
-    "return ls and tonumber(ls) * 1000 > now end\n"
+    "return ls and tonumber(ls) * 1000 > now and ls end\n"                                  \
+    /* 1 when lease score `ls` (a string or number) carries START's mark, else 0 */        \
+    "local function started(ls) ls = tonumber(ls) "                                         \
+    "return ls and ls % 1 ~= 0 and 1 or 0 end\n"
 
 /* The due-time buckets (the Redis-side timing wheel; why: redis.c). A
- * waiting task (token 0) due at `due` ms is the member key, with score
- * due - b * W, of the bucket ZSET KEYS[1] .. ':' .. b, b = floor(due / W),
- * and b is a member (score b) of the index ZSET KEYS[1] while that bucket
- * is not empty. Every script keeps the two together: badd adds both, bdel
- * drops the index member with the bucket's last task.
+ * waiting task (token 0) due at `due` ms is an element, its key, of the
+ * bucket LIST KEYS[1] .. ':' .. b, b = floor(due / W), in the order it was
+ * put there (the due time is in the record: the worker orders what it
+ * claims), and b is a member (score b) of the index ZSET KEYS[1] while that
+ * bucket is not empty. Every script keeps the two together: badd adds both
+ * (RPUSH answers the new length: 1 = the bucket is new), bdel drops the
+ * index member with the bucket's last task (Redis deletes an emptied list).
+ * A LIST is compact (a quicklist of 8 KB listpacks) at any length, where a
+ * ZSET past 128 members becomes a skiplist of ~120 B a task.
  * Buckets are not declared keys: they share KEYS[1]'s hash tag (one slot),
  * which Redis 7.0 Cluster accepts from a script on the node serving that
  * slot. While the slot migrates (a bucket may then sit on the other node),
@@ -59,13 +71,10 @@
     "local TRY = 'TRYAGAIN twheel: the slot of ' .. KEYS[1] .. ' is migrating'\n"          \
     /* the index is touched only when a bucket appears or empties: in a        */          \
     /* listpack, finding a member scans the whole index                        */          \
-    "local function badd(k, due) local b = math.floor(due / W) local s = I(b) "            \
-    "local bk = bkey(s) local new = redis.call('EXISTS', bk) == 0 "                        \
-    "redis.call('ZADD', bk, I(due - b * W), k) "                                           \
-    "if new then redis.call('ZADD', KEYS[1], s, s) end end\n"                              \
+    "local function badd(k, due) local s = I(math.floor(due / W)) "                        \
+    "if redis.call('RPUSH', bkey(s), k) == 1 then redis.call('ZADD', KEYS[1], s, s) end end\n" \
     "local function bdel(k, due) local b = I(math.floor(due / W)) local bk = bkey(b) "     \
-    "local n = redis.call('ZCARD', bk) "                                                   \
-    "if n > 0 and redis.call('ZREM', bk, k) == 1 and n == 1 then "                         \
+    "if redis.call('LREM', bk, 1, k) == 1 and redis.call('EXISTS', bk) == 0 then "         \
     "redis.call('ZREM', KEYS[1], b) end end\n"
 
 /* The retry limit and the dead letters (dead.c; schema in redis.c). A
@@ -89,21 +98,16 @@
 /* ARGV: channel, n, then n keys, n payloads, and one string of the n
  * delays in ms as 8-byte little-endian integers (one partition; the keys
  * distinct: set_many keeps the last item of a key; any order, set_many
- * sends them by delay so that each bucket is one run of tasks: one ZADD)
+ * sends them by delay so that each bucket is one run of tasks: one RPUSH)
  * -> number of ARGV. One PUBLISH at most, with the earliest due time that
- * falls before hold. A replaced task leaves its old bucket (or the lease
- * set). Each command takes the batch at once: HMGET (of ARGV's keys as
- * they are), HSET, ZREM per old bucket, ZADD per run of tasks in one new
- * bucket (a slice of one table of score, key pairs; a bucket met in two
- * runs gets two ZADDs and is found new, or not, the same both times), and
- * one index ZADD for the buckets that appeared.
- * Which buckets are new: EXISTS of all of them answers how many exist; when
- * some are missing, EXISTS of halves finds them (newb), ~log2(buckets)
- * calls per new bucket instead of one EXISTS per bucket (a call of 62 tasks
- * spread over 59 s touches ~44 buckets, and nearly every call of a fill
- * creates one). The loop is written for the Lua 5.1 VM: locals for
- * globals, counters instead of #t, no per-call tables of keys, no table per
- * bucket, the delays read by one C call.
+ * falls before hold. A replaced task leaves its old bucket (LREM, or the
+ * lease set). Each command takes the batch at once: HMGET (of ARGV's keys
+ * as they are), HSET, RPUSH per run of tasks in one new bucket (a slice of
+ * one table of keys), and one index ZADD for the buckets that appeared:
+ * those whose RPUSH answered the run's own length (a bucket met in two runs
+ * is found new by the first). The loop is written for the Lua 5.1 VM:
+ * locals for globals, counters instead of #t, no per-call tables of keys,
+ * no table per bucket, the delays read by one C call.
  * A partition's task HASH is created hashtable-encoded (HSET of a 513-byte
  * field name with the records, HDEL of it: Redis never converts back): as
  * a listpack (its first 128 tasks under the default
@@ -121,45 +125,29 @@
     "local big = call('EXISTS', KEYS[3]) == 0 and string.rep('-', 513)\n"                    \
     "local old = call('HMGET', KEYS[3], unpack(A, 3, 2 + nk))\n"                            \
     "local D = {struct.unpack('<' .. string.rep('I8', nk), A[3 + 2 * nk])}\n"               \
-    "local hs, zs, lz, nl, rm, rb, rs, nr, cb = {}, {}, {}, 0, {}, {}, {}, 0, -1\n"          \
+    "local hs, lz, nl, rb, rs, nr, cb = {}, {}, 0, {}, {}, 0, -1\n"                         \
     "for j = 1, nk do local k = A[2 + j] local j2 = 2 * j\n"                                \
     "  local due = now + D[j]\n"                                                            \
     "  hs[j2 - 1] = k hs[j2] = fmt('0 0 %d ', due) .. A[2 + nk + j]\n"                     \
     "  local o = old[j]\n"                                                                  \
     "  if o then local tok, att, od = parse(o)\n"                                           \
-    "    if tok == 0 then local b = floor(od / W)\n"                                        \
-    "      local v = rm[b] if not v then v = {} rm[b] = v end v[#v + 1] = k\n"              \
-    "    else nl = nl + 1 lz[nl] = k end\n"                                                 \
+    "    if tok == 0 then bdel(k, od) else nl = nl + 1 lz[nl] = k end\n"                    \
     "  end\n"                                                                               \
-    "  local r = due % W local b = (due - r) / W\n"                                         \
-    "  if b ~= cb then nr = nr + 1 rb[nr] = b rs[nr] = j2 - 1 cb = b end\n"                 \
-    "  zs[j2 - 1] = fmt('%d', r) zs[j2] = k\n"                                              \
+    "  local b = floor(due / W)\n"                                                          \
+    "  if b ~= cb then nr = nr + 1 rb[nr] = b rs[nr] = j cb = b end\n"                      \
     "  if due < h and (not first or due < first) then first = due end\n"                    \
     "end\n"                                                                                 \
-    "rs[nr + 1] = 2 * nk + 1\n"                                                             \
-    "for b, v in pairs(rm) do local bk = bkey(I(b)) local n = call('ZCARD', bk)\n"         \
-    "  if n > 0 and call('ZREM', bk, unpack(v)) == n then call('ZREM', KEYS[1], I(b)) end\n" \
-    "end\n"                                                                                 \
+    "rs[nr + 1] = nk + 1\n"                                                                 \
     "if nl > 0 then call('ZREM', KEYS[2], unpack(lz, 1, nl)) end\n"                         \
     "if big then hs[2 * nk + 1] = big hs[2 * nk + 2] = '' end\n"                             \
     "call('HSET', KEYS[3], unpack(hs))\n"                                                   \
     "if big then call('HDEL', KEYS[3], big) end\n"                                           \
-    "local bs, bks, k1 = {}, {}, KEYS[1] .. ':'\n"                                          \
-    "for x = 1, nr do local s = fmt('%d', rb[x]) bs[x] = s bks[x] = k1 .. s end\n"          \
-    /* newb(lo, hi, e): e of bks[lo..hi] exist; marks the absent ones in isnew */          \
-    "local isnew, nidx = {}, 0\n"                                                           \
-    "local function newb(lo, hi, e)\n"                                                      \
-    "  if e == hi - lo + 1 then return end\n"                                               \
-    "  if e == 0 then for x = lo, hi do isnew[x] = true nidx = nidx + 1 end return end\n"   \
-    "  local mid = floor((lo + hi) / 2) local e1 = call('EXISTS', unpack(bks, lo, mid))\n"  \
-    "  newb(lo, mid, e1) newb(mid + 1, hi, e - e1)\n"                                       \
+    "local idx, c, k1 = {}, 0, KEYS[1] .. ':'\n"                                            \
+    "for x = 1, nr do local s, lo, hi = fmt('%d', rb[x]), rs[x], rs[x + 1] - 1\n"           \
+    "  if call('RPUSH', k1 .. s, unpack(A, 2 + lo, 2 + hi)) == hi - lo + 1 then\n"          \
+    "    idx[c + 1] = s idx[c + 2] = s c = c + 2 end\n"                                      \
     "end\n"                                                                                 \
-    "newb(1, nr, call('EXISTS', unpack(bks, 1, nr)))\n"                                     \
-    "for x = 1, nr do call('ZADD', bks[x], unpack(zs, rs[x], rs[x + 1] - 1)) end\n"         \
-    "if nidx > 0 then local idx, c = {}, 0\n"                                               \
-    "  for x = 1, nr do if isnew[x] then idx[c + 1] = bs[x] idx[c + 2] = bs[x] c = c + 2 end end\n" \
-    "  call('ZADD', KEYS[1], unpack(idx, 1, c))\n"                                          \
-    "end\n"                                                                                 \
+    "if c > 0 then call('ZADD', KEYS[1], unpack(idx, 1, c)) end\n"                           \
     "if first then call('PUBLISH', A[1], first) end\n"                                      \
     "return #A\n"
 
@@ -203,78 +191,87 @@
  * or -1 when nothing is leased: the claimer claims again then, to recover
  * it should it run out)
  * First moves up to n expired leases back to their bucket (their due time
- * kept), then leases up to n tasks due by now + window, earliest first:
- * it walks the index from its lowest bucket (8 index members per read) and
- * each bucket in score order, drops emptied buckets from the index, and
- * stops at the first bucket that keeps a task due after the window, at n
- * tasks, or once the payloads pass max_bytes. A claimed task's lease is a
+ * kept), then leases whole buckets, those that begin by now + window: it
+ * walks the index from its lowest bucket (8 index members per read), takes
+ * each bucket whole (LRANGE, DEL), drops it from the index, and stops once
+ * it has n tasks or more (n bounds where it stops, not the reply: at most
+ * one bucket over), or mid-bucket once the payloads pass max_bytes (the
+ * rest stays: LTRIM). So a task may be leased up to one bucket (W) past the
+ * window, every bucket a claim leaves untouched is due after the last task
+ * it took, and the tasks of one bucket come in the order they were put
+ * there: the worker orders what it claims by due time (claim.c). A claimed task's lease is a
  * hold: it ends hold_ms after the later of now and the task's due time, so
  * a task whose holder died (or whose claim's answer was lost) is free again
  * about hold_ms after it was due; START lengthens it to lease_ms when the
  * task starts. Per bucket, each command takes
  * what it leases at once: HMGET of the records, one INCRBY for their tokens
  * (consecutive; some unused when the byte limit stops the walk early: tokens
- * need only be unique), HSET, lease ZADD, bucket ZREM: one of each per
- * bucket, not HGET, INCR, HSET and ZADD per task. */
-#define CLAIM_LUA                                                                          \
-    PRELUDE BUCKETS DEAD "if not stable() then return redis.error_reply(TRY) end\n"        \
-    /* paused (inspect.c: {q:p}:pause): nothing claimed, nothing recovered */             \
+ * need only be unique), HSET, lease ZADD, bucket LTRIM or DEL: one of each
+ * per bucket, not HGET, INCR, HSET and ZADD per task.
+ * A recovered lease whose attempts are spent (its start mark folded in:
+ * DEAD) goes to the dead letters instead of its bucket; the reply's
+ * recovered is then {recovered, key1, attempt1, ...} of those (claim.c). */
+#define CLAIM_LUA                                                                           \
+    PRELUDE BUCKETS DEAD "if not stable() then return redis.error_reply(TRY) end\n"         \
+    /* paused (inspect.c: {q:p}:pause): nothing claimed, nothing recovered */               \
     "if redis.call('EXISTS', string.sub(KEYS[1], 1, -3) .. ':pause') == 1 then "            \
-    "return {now_us(), 0, -1} end\n"                                                       \
-    "local now = now_us() local now_ms = math.floor(now / 1000)\n"                         \
+    "return {now_us(), 0, -1} end\n"                                                        \
+    "local now = now_us() local now_ms = math.floor(now / 1000)\n"                          \
     "local n = tonumber(ARGV[2])\n"                                                         \
-    "local maxb = tonumber(ARGV[4]) local recovered = 0\n"                                 \
-    /* hms: a claimed task's hold (hold() reads the window end) */                        \
+    "local maxb = tonumber(ARGV[4]) local recovered = 0\n"                                  \
+    /* hms: a claimed task's hold (hold() reads the window end) */                          \
     "local hms = tonumber(ARGV[5] or ARGV[3])\n"                                            \
-    "local exp = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now_ms, 'LIMIT', 0, n)\n"    \
-    "local qmax, dl = tonumber(ARGV[6] or '0'), {}\n"                                      \
-    "for i = 1, #exp do local k = exp[i]\n"                                                \
-    "  local v = redis.call('HGET', KEYS[3], k) redis.call('ZREM', KEYS[2], k)\n"          \
-    "  if v then local tok, att, due, pos = parse(v)\n"                                    \
-    "    if spent(att, qmax) then bury(k, att, now_ms, due, 'lease lost', string.sub(v, pos))\n" \
-    "      dl[#dl + 1] = k dl[#dl + 1] = att else\n"                                       \
-    "    redis.call('HSET', KEYS[3], k, rec(0, att, due, string.sub(v, pos)))\n"           \
-    "    badd(k, due) recovered = recovered + 1 end end\n"                                 \
-    "end\n"                                                                                \
-    "local hi = now_ms + tonumber(ARGV[1]) local hb = math.floor(hi / W)\n"                \
-    "local out = {now, #dl > 0 and {recovered, unpack(dl)} or recovered}\n"                 \
-    "local bytes, left, from, done = 0, n, '-inf', false\n"                                \
-    "while not done do\n"                                                                  \
-    "  local bs = redis.call('ZRANGEBYSCORE', KEYS[1], from, hb, 'LIMIT', 0, 8)\n"         \
-    "  if #bs == 0 then break end\n"                                                       \
-    "  for i = 1, #bs do local b = bs[i] local bk = KEYS[1] .. ':' .. b\n"                 \
-    "    local base = tonumber(b) * W local card = redis.call('ZCARD', bk)\n"              \
-    "    local m = redis.call('ZRANGEBYSCORE', bk, '-inf', I(hi - base), "                \
-    "'LIMIT', 0, I(left))\n"                                                               \
-    "    local taken, nt, hs, lz, nh = {}, 0, {}, {}, 0\n"                                \
-    "    if #m > 0 then\n"                                                                  \
-    "      local vs = redis.call('HMGET', KEYS[3], unpack(m))\n"                            \
-    "      local t = redis.call('INCRBY', KEYS[4], #m) - #m\n"                              \
-    "      for j = 1, #m do local k = m[j]\n"                                               \
-    "        if bytes > maxb then done = true break end\n"                                  \
-    "        nt = nt + 1 taken[nt] = k left = left - 1\n"                                   \
-    "        local v = vs[j]\n"                                                             \
-    "        if v then local tok, att, due, pos = parse(v) local p = string.sub(v, pos)\n"  \
-    "          t = t + 1 hs[nh + 1] = k hs[nh + 2] = rec(t, att, due, p)\n"                 \
-    "          lz[nh + 1] = I(math.max(due, now_ms) + hms) lz[nh + 2] = k nh = nh + 2\n"   \
-    "          out[#out + 1] = k out[#out + 1] = due out[#out + 1] = t out[#out + 1] = att\n" \
-    "          out[#out + 1] = p\n"                                                           \
-    "          bytes = bytes + #p + #k end\n"                                               \
-    "      end\n"                                                                           \
-    "    end\n"                                                                             \
-    "    if nh > 0 then redis.call('HSET', KEYS[3], unpack(hs, 1, nh))\n"                   \
-    "      redis.call('ZADD', KEYS[2], unpack(lz, 1, nh)) end\n"                            \
-    "    if nt > 0 then redis.call('ZREM', bk, unpack(taken, 1, nt)) end\n"                 \
-    "    if nt == card then redis.call('ZREM', KEYS[1], b)\n"                               \
-    "    else done = true end\n"                                                           \
-    "    if done or left == 0 then done = true break end\n"                                \
-    "  end\n"                                                                              \
-    "  from = '(' .. bs[#bs]\n"                                                            \
-    "end\n"                                                                                \
+    "local exp = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now_ms, 'WITHSCORES', "       \
+    "'LIMIT', 0, n)\n"                                                                      \
+    "local qmax, dl = tonumber(ARGV[6] or '0'), {}\n"                                       \
+    "for i = 1, #exp, 2 do local k = exp[i]\n"                                              \
+    " local v = redis.call('HGET', KEYS[3], k) redis.call('ZREM', KEYS[2], k)\n"            \
+    " if v then local tok, att, due, pos = parse(v) att = att + started(exp[i + 1])\n"      \
+    "  if spent(att, qmax) then bury(k, att, now_ms, due, 'lease lost', string.sub(v, pos))\n" \
+    "   dl[#dl + 1] = k dl[#dl + 1] = att else\n"                                           \
+    "  redis.call('HSET', KEYS[3], k, rec(0, att, due, string.sub(v, pos)))\n"              \
+    "  badd(k, due) recovered = recovered + 1 end end\n"                                    \
+    "end\n"                                                                                 \
+    "local hi = now_ms + tonumber(ARGV[1]) local hb = math.floor(hi / W)\n"                 \
+    "local out, no = {now, #dl > 0 and {recovered, unpack(dl)} or recovered}, 2\n"          \
+    "local bytes, left, from, done = 0, n, '-inf', false\n"                                 \
+    "local match, sub, fmt = string.match, string.sub, string.format\n"                     \
+    "while not done do\n"                                                                   \
+    " local bs = redis.call('ZRANGEBYSCORE', KEYS[1], from, hb, 'LIMIT', 0, 8)\n"           \
+    " if #bs == 0 then break end\n"                                                         \
+    " for i = 1, #bs do local b = bs[i] local bk = KEYS[1] .. ':' .. b\n"                   \
+    "  local m = redis.call('LRANGE', bk, 0, -1) local card = #m\n"                         \
+    "  local nt, hs, lz, nh = 0, {}, {}, 0\n"                                               \
+    "  if #m > 0 then\n"                                                                    \
+    "   local vs = redis.call('HMGET', KEYS[3], unpack(m))\n"                               \
+    "   local t = redis.call('INCRBY', KEYS[4], #m) - #m\n"                                 \
+    "   for j = 1, #m do local k = m[j]\n"                                                  \
+    "    if bytes > maxb then done = true break end\n"                                      \
+    "    nt = nt + 1 left = left - 1\n"                                                     \
+    "    local v = vs[j]\n"                                                                 \
+    "    if v then local tk, att, due, pos = match(v, '^(%d+) (%d+) (%d+) ()')\n"           \
+    "     due = tonumber(due) local p = sub(v, pos) t = t + 1\n"                            \
+    /* the record with the new token: its digits replace the old ones */                    \
+    "     hs[nh + 1] = k hs[nh + 2] = fmt('%d', t) .. sub(v, #tk + 1)\n"                    \
+    "     lz[nh + 1] = fmt('%d', (due > now_ms and due or now_ms) + hms)\n"                 \
+    "     lz[nh + 2] = k nh = nh + 2\n"                                                     \
+    "     out[no + 1] = k out[no + 2] = due out[no + 3] = t out[no + 4] = tonumber(att)\n"  \
+    "     out[no + 5] = p no = no + 5\n"                                                    \
+    "     bytes = bytes + #p + #k end\n"                                                    \
+    "   end\n"                                                                              \
+    "  end\n"                                                                               \
+    "  if nh > 0 then redis.call('HSET', KEYS[3], unpack(hs, 1, nh))\n"                     \
+    "   redis.call('ZADD', KEYS[2], unpack(lz, 1, nh)) end\n"                               \
+    "  if nt == card then redis.call('DEL', bk) redis.call('ZREM', KEYS[1], b)\n"           \
+    "  else redis.call('LTRIM', bk, nt, -1) done = true end\n"                              \
+    "  if done or left <= 0 then done = true break end\n"                                   \
+    " end\n"                                                                                \
+    " from = '(' .. bs[#bs]\n"                                                              \
+    "end\n"                                                                                 \
     "if hi > hold() then redis.call('SET', KEYS[5], hi, 'PX', 2 * tonumber(ARGV[1]) + 1000) end\n" \
-    "local e = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '+inf', "                      \
-    "'WITHSCORES', 'LIMIT', 0, 1)\n"                                                         \
-    "out[#out + 1] = e[2] and tonumber(e[2]) or -1\n"                                        \
+    "local e = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '+inf', "                       \
+    "'WITHSCORES', 'LIMIT', 0, 1)\n"                                                        \
+    "out[no + 1] = e[2] and tonumber(e[2]) or -1\n"                                         \
     "return out\n"
 
 /* START: the gate of every delivery, with the worker's delayed
@@ -291,10 +288,10 @@
  *    not our lease any more, nothing deleted; 2 absent: deleted already, by
  *    a lost earlier try of this acknowledgement or by someone else, ack.c),
  *    then s, a per start:
- *    s = 1 started (a = attempt, as the worker gave it: a start redone after
- *    a lost reply counts the attempt once; the lease lengthened to
- *    max(due, now) + lease_ms, unless it already ends as late: the claim's
- *    hold ends hold_ms after the due time, so every first start writes it);
+ *    s = 1 started (a = attempt, as the worker gave it; the lease lengthened
+ *    to max(due, now) + lease_ms and marked started, + 0.5 ms: the record
+ *    is not written, and a start redone after a lost reply finds the mark,
+ *    so the attempt counts once);
  *    s = 0 not due within ahead_us by the server's clock (a = us until due);
  *    s = -1 lease gone: the record holds another token (a set, move,
  *    remove, or a claim that recovered it and leased it anew), or none (a = 0)}.
@@ -309,49 +306,51 @@
  * computes the same from the reply's clock and its due time, and calls
  * execute only while that end surely lies ahead on the server's clock
  * (fencing: execute.c).
- * Each command takes the group's tasks at once: HMGET of the records,
- * ZMSCORE of the leases, then one HDEL and ZREM for the acknowledged, one
- * HSET and ZADD for the started, whatever their number. The
- * acknowledgements go first, so a start sees the records they leave. */
+ * Each command takes the group's tasks at once: one HMGET of the records
+ * and one ZMSCORE of the leases for its acknowledgements and starts
+ * together, then one HDEL and ZREM for the acknowledged, one ZADD for the
+ * started, whatever their number. Both read before either writes: an
+ * acknowledgement and a start of one key in one group cannot both hold the
+ * record's token (the worker acknowledges a lease only after its START
+ * answered), so at most one of them acts on it. */
 #define START_LUA                                                                          \
-    PRELUDE "local call, unpack, tonumber = redis.call, unpack, tonumber\n"                \
+    PRELUDE "local call, unpack, tonumber, match, floor = redis.call, unpack, tonumber, "   \
+    "string.match, math.floor\n"                                                           \
     "local now = now_us() local now_ms = math.floor(now / 1000) local L = tonumber(ARGV[1])\n" \
     "local ahead = tonumber(ARGV[2]) local out, o, i = {now}, 1, 3\n"                     \
     "while i <= #ARGV do local LK, TK = ARGV[i], ARGV[i + 1]\n"                          \
     "  local na, ns = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]) i = i + 4\n"            \
-    "  if na > 0 then local ks, ts, del, nd = {}, {}, {}, 0\n"                             \
-    "    for j = 1, na do ks[j] = ARGV[i] ts[j] = tonumber(ARGV[i + 1]) i = i + 2 end\n"  \
-    "    local vs = call('HMGET', TK, unpack(ks)) local ls = call('ZMSCORE', LK, unpack(ks))\n" \
-    "    for j = 1, na do local r, v, l = 0, vs[j], ls[j]\n"                               \
-    "      if v and l and tonumber(l) * 1000 > now and (parse(v)) == ts[j] then\n"         \
-    "        nd = nd + 1 del[nd] = ks[j] r = 1 elseif not v then r = 2 end\n"              \
-    "      o = o + 1 out[o] = r\n"                                                         \
-    "    end\n"                                                                            \
-    "    if nd > 0 then call('HDEL', TK, unpack(del, 1, nd)) "                             \
-    "call('ZREM', LK, unpack(del, 1, nd)) end\n"                                           \
-    "  end\n"                                                                              \
-    "  if ns > 0 then local ks, ts, as, hs, lz, nh, nz = {}, {}, {}, {}, {}, 0, 0\n"       \
-    "    for j = 1, ns do ks[j] = ARGV[i] ts[j] = tonumber(ARGV[i + 1])\n"                  \
-    "      as[j] = tonumber(ARGV[i + 2]) i = i + 3 end\n"                                    \
-    "    local vs = call('HMGET', TK, unpack(ks)) local ls = call('ZMSCORE', LK, unpack(ks))\n" \
-    "    for j = 1, ns do local s, a, v, l = -1, 0, vs[j], ls[j]\n"                        \
-    "      if v and l then\n"                                                              \
-    "        local tok, att, due, pos = parse(v)\n"                                        \
-    "        if tok == ts[j] then\n"                                                       \
-    "          if now + ahead < due * 1000 then s = 0 a = due * 1000 - now\n"              \
-    "          else s = 1 a = as[j] hs[nh + 1] = ks[j]\n"                                  \
-    "            hs[nh + 2] = rec(tok, a, due, string.sub(v, pos)) nh = nh + 2\n"          \
-    "            local le = math.max(due, now_ms) + L\n"                                   \
-    "            if tonumber(l) < le then\n"                                               \
-    "              lz[nz + 1] = le lz[nz + 2] = ks[j] nz = nz + 2 end\n"                    \
-    "          end\n"                                                                      \
-    "        end\n"                                                                        \
-    "      end\n"                                                                          \
-    "      out[o + 1] = s out[o + 2] = a o = o + 2\n"                                      \
-    "    end\n"                                                                            \
-    "    if nh > 0 then call('HSET', TK, unpack(hs, 1, nh)) end\n"                        \
-    "    if nz > 0 then call('ZADD', LK, unpack(lz, 1, nz)) end\n"                        \
-    "  end\n"                                                                              \
+    "  local ks, ts, as, m = {}, {}, {}, na + ns\n"                                          \
+    "  for j = 1, na do ks[j] = ARGV[i] ts[j] = ARGV[i + 1] i = i + 2 end\n"                \
+    "  for j = na + 1, m do ks[j] = ARGV[i] ts[j] = ARGV[i + 1] as[j] = ARGV[i + 2] "       \
+    "i = i + 3 end\n"                                                                        \
+    "  if m > 0 then\n"                                                                      \
+    "  local vs = call('HMGET', TK, unpack(ks, 1, m)) local ls = call('ZMSCORE', LK, unpack(ks, 1, m))\n" \
+    "  local del, nd, lz, nz = {}, 0, {}, 0\n"                                               \
+    /* tokens compared as the decimal strings both sides write */                          \
+    "  for j = 1, na do local r, v, l = 0, vs[j], ls[j]\n"                                    \
+    "    if v and l and tonumber(l) * 1000 > now and match(v, '^%d+') == ts[j] then\n"       \
+    "      nd = nd + 1 del[nd] = ks[j] r = 1 elseif not v then r = 2 end\n"                  \
+    "    o = o + 1 out[o] = r\n"                                                              \
+    "  end\n"                                                                                 \
+    "  for j = na + 1, m do local s, a, v, l = -1, 0, vs[j], ls[j]\n"                         \
+    "    if v and l then local tok, due = match(v, '^(%d+) %d+ (%d+) ')\n"                   \
+    "      if tok == ts[j] then due = tonumber(due)\n"                                        \
+    "        if now + ahead < due * 1000 then s = 0 a = due * 1000 - now\n"                   \
+    "        else s = 1 a = tonumber(as[j]) l = tonumber(l)\n"                                \
+    /* the lease lengthened to le, marked started (+ 0.5); a redone start  */              \
+    /* finds the mark and writes only to lengthen                          */              \
+    "          local le = (due > now_ms and due or now_ms) + L\n"                             \
+    "          if l < le or l % 1 == 0 then\n"                                                \
+    "            lz[nz + 1] = (l > le and floor(l) or le) + 0.5 lz[nz + 2] = ks[j] nz = nz + 2 end\n" \
+    "        end\n"                                                                          \
+    "      end\n"                                                                            \
+    "    end\n"                                                                              \
+    "    out[o + 1] = s out[o + 2] = a o = o + 2\n"                                          \
+    "  end\n"                                                                                 \
+    "  if nd > 0 then call('HDEL', TK, unpack(del, 1, nd)) call('ZREM', LK, unpack(del, 1, nd)) end\n" \
+    "  if nz > 0 then call('ZADD', LK, unpack(lz, 1, nz)) end\n"                             \
+    "  end\n"                                                                                 \
     "end\n"                                                                                \
     "return out\n"
 
@@ -362,8 +361,11 @@
     PRELUDE BUCKETS DEAD "local v = redis.call('HGET', KEYS[3], ARGV[1])\n"                \
     "if not v then return 0 end\n"                                                         \
     "local tok, att, due, pos = parse(v) local now = now_us()\n"                           \
-    "if not held(ARGV[1], tok, tonumber(ARGV[2]), now) then return 0 end\n"                \
+    "local ls = held(ARGV[1], tok, tonumber(ARGV[2]), now)\n"                               \
+    "if not ls then return 0 end\n"                                                         \
     "if not stable() then return redis.error_reply(TRY) end\n"                             \
+    /* the attempt of this lease: its start mark folded in (DEAD counts it) */             \
+    "att = att + started(ls)\n"                                                             \
     "if spent(att, tonumber(ARGV[6] or '0')) then redis.call('ZREM', KEYS[2], ARGV[1])\n"   \
     "  bury(ARGV[1], att, math.floor(now / 1000), due, ARGV[7] or '', string.sub(v, pos))\n" \
     "  return 2 end\n"                                                                     \
@@ -382,6 +384,7 @@
     "local tok, att, due, pos = parse(v)\n"                                                \
     "if tok ~= tonumber(ARGV[2]) then return 0 end\n"                                      \
     "if not stable() then return redis.error_reply(TRY) end\n"                             \
+    "att = att + started(redis.call('ZSCORE', KEYS[2], ARGV[1]))\n"                         \
     "redis.call('HSET', KEYS[3], ARGV[1], rec(0, att, due, string.sub(v, pos)))\n"         \
     "redis.call('ZREM', KEYS[2], ARGV[1]) badd(ARGV[1], due)\n"                            \
     "if due <= hold() then redis.call('PUBLISH', ARGV[3], due) end\n"                      \

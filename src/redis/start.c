@@ -12,8 +12,9 @@
  * number of partitions' keys there); in a Redis Cluster each group is its
  * own call (one slot's declared keys), the calls pipelined: one round trip
  * either way. Acknowledgements ride along from the pending lists (ack.c):
- * on a standalone server any partition's, in a cluster those of the
- * partitions the round starts. */
+ * those of the partitions the round starts, so that they share the group's
+ * reads and add two commands (HDEL, ZREM) to it, not a group of four of
+ * their own. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdatomic.h>
@@ -83,25 +84,14 @@ static void rr_start_group(struct tw_rr_round *e, bool cluster)
     }
     if (e->starting) {
         pthread_mutex_lock(&r->ack_mu);
-        if (r->multi) {
-            while (na < TW_RR_ACK_MAX && r->ack_head[0]) {
-                long g = rr_group_of(e, r->ack_head[0]->part);
-                if (g < 0 || rr_grp_argc(&e->g[g]) + 2 > RR_CALL_ARGV)
-                    break;
-                ag[na] = (size_t)g;
+        size_t ng = e->ngroups;
+        for (size_t g = 0; g < ng; g++) {
+            uint32_t p = e->g[g].part;
+            while (na < TW_RR_ACK_MAX && r->ack_head[p] && e->g[g].na < RR_ACK_FOLD &&
+                   rr_grp_argc(&e->g[g]) + 2 <= RR_CALL_ARGV) {
+                ag[na] = g;
                 e->g[g].na++;
-                na += tw_rr_ack_take(r, 0, acks + na, 1);
-            }
-        } else {
-            size_t ng = e->ngroups;
-            for (size_t g = 0; g < ng; g++) {
-                uint32_t p = e->g[g].part;
-                while (na < TW_RR_ACK_MAX && r->ack_head[p] && e->g[g].na < RR_ACK_FOLD &&
-                       rr_grp_argc(&e->g[g]) + 2 <= RR_CALL_ARGV) {
-                    ag[na] = g;
-                    e->g[g].na++;
-                    na += tw_rr_ack_take(r, p, acks + na, 1);
-                }
+                na += tw_rr_ack_take(r, p, acks + na, 1);
             }
         }
         pthread_mutex_unlock(&r->ack_mu);

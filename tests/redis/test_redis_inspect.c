@@ -205,6 +205,53 @@ static void test_get_states(void)
     pthread_mutex_destroy(&R.mu);
 }
 
+/* Held or running by START's mark, whatever the lease lengths: a getter
+ * whose lease_ms equals the workers' hold (1 s) still reads a held task as
+ * held (a length test would call its hold a started lease), then running
+ * with its start counted once START marked the lease. */
+static void test_get_mark(void)
+{
+    struct rec R;
+    struct tw_redis_config cc;
+    cfg_for(&cc, "ins_mark", 1, NULL);
+    cc.lease_ms = 1000;
+    struct tw_redis *c = NULL;
+    CHECK_EQ_INT(tw_redis_new(&c, &cc), 0);
+    if (!c)
+        return;
+    struct tw_redis *w = open_q("ins_mark", 1, &R);
+    if (!w) {
+        tw_redis_free(c);
+        return;
+    }
+    R.slow_ms = 1500;
+    struct tw_redis_info in;
+    CHECK_EQ_INT(tw_redis_set(c, "m", 1, "p", 1, 2500), 0);
+    bool held = false, running = false;
+    uint64_t end = rfx_mono_ms() + 8000;
+    while (rfx_mono_ms() < end && !running) {
+        int rc = tw_redis_get(c, "m", 1, &in, NULL, 0);
+        if (rc == 0 && in.state == TW_REDIS_HELD) {
+            held = true;
+            CHECK(in.lease_end_ms >= in.due_ms + 1000); /* the hold: as long as cc's lease */
+            CHECK_EQ_U64(in.attempt, 0);
+        }
+        if (rc == 0 && in.state == TW_REDIS_RUNNING) {
+            /* START grants a task start_ahead_ms (10) before its due time at most */
+            CHECK(in.now_ms + 100 >= in.due_ms);
+            CHECK_EQ_U64(in.attempt, 1);
+            running = atomic_load(&R.running) != 0;
+        }
+        rfx_sleep_ms(20);
+    }
+    CHECK(held);
+    CHECK(running);
+    tw_redis_free(w);
+    CHECK_EQ_INT(tw_redis_drop(c, true), 0);
+    tw_redis_free(c);
+    pthread_mutex_destroy(&R.mu);
+}
+
 /* ---- list --------------------------------------------------------------------- */
 
 struct seen {
@@ -298,12 +345,15 @@ static void test_list_pages(void)
     CHECK_EQ_U64(m, want);
     for (size_t i = 0; i < m && m != SIZE_MAX; i++)
         CHECK(part[i].due >= from && part[i].due < to);
-    /* bounded: a page of 10 reads at most 10 tasks + 2 buckets per partition */
+    /* bounded: a page of 10 reads at most 10 + 2 buckets per partition (each whole:
+     * one LRANGE and one HMGET per 512 tasks, these hold fewer) */
     CHECK_EQ_INT(rfx_command(&srv, "CONFIG RESETSTAT"), 0);
     CHECK_EQ_INT(tw_redis_list(c, 0, UINT64_MAX, NULL, 10, &pg), 0);
     tw_redis_page_free(pg);
-    long long zr = cmd_calls("zrange"), zb = cmd_calls("zrangebyscore");
-    CHECK(zr >= 1 && zr <= 4 * 12);
+    long long lr = cmd_calls("lrange"), hm = cmd_calls("hmget");
+    long long zb = cmd_calls("zrangebyscore");
+    CHECK(lr >= 1 && lr <= 4 * 12);
+    CHECK_EQ_INT(hm, lr);
     CHECK(zb >= 4 && zb <= 4 * 2);
     /* the cursor's task removed between pages: the listing goes on after it */
     size_t k = list_all(c, 0, UINT64_MAX, 30, part, N + 10, "remove");
@@ -314,6 +364,44 @@ static void test_list_pages(void)
     CHECK_EQ_INT(tw_redis_list(c, 0, 10, NULL, 0, &pg), TW_EINVAL);
     CHECK_EQ_INT(tw_redis_list(c, 0, 10, NULL, TW_REDIS_PAGE_MAX + 1, &pg), TW_EINVAL);
     CHECK_EQ_INT(tw_redis_list(c, 11, 10, NULL, 5, &pg), TW_EINVAL);
+    CHECK_EQ_INT(tw_redis_drop(c, false), 0);
+    tw_redis_free(c);
+}
+
+/* Tasks of one bucket listed in due order whatever order they were put in
+ * (a bucket is a LIST of keys), over more than one 512-key read of it. */
+static void test_list_bucket_order(void)
+{
+    enum { N = 1200 };
+    struct tw_redis *c = open_q("ins_lorder", 1, NULL);
+    if (!c)
+        return;
+    static struct tw_redis_item it[N];
+    static char keys[N][16];
+    /* two calls: the later due times first, so each bucket holds them out of order */
+    for (int half = 0; half < 2; half++) {
+        for (int i = 0; i < N / 2; i++) {
+            int j = half * (N / 2) + i;
+            int l = snprintf(keys[j], sizeof keys[j], "o%04d", j);
+            it[i] = (struct tw_redis_item){keys[j], (size_t)l, "p", 1,
+                                           (half ? 600000 : 600200) + (int64_t)(i * 7 % 200)};
+        }
+        CHECK_EQ_INT(tw_redis_set_many(c, it, N / 2), N / 2);
+    }
+    static struct seen all[N + 10];
+    size_t n = list_all(c, 0, UINT64_MAX, 7, all, N + 10, NULL);
+    CHECK_EQ_U64(n, N);
+    for (size_t i = 1; i < n && n != SIZE_MAX; i++)
+        CHECK(seen_cmp(&all[i - 1], &all[i]) < 0);
+    struct tw_redis_counts q;
+    CHECK_EQ_INT(tw_redis_counts(c, 600100, &q), 0);
+    CHECK_EQ_U64(q.waiting, N);
+    size_t want = 0; /* the bucket across now + within counted by its tasks' due times */
+    for (size_t i = 0; i < n && n != SIZE_MAX; i++)
+        want += all[i].due < q.now_ms + 600100;
+    CHECK_EQ_U64(q.due_within, want);
+    CHECK_EQ_INT(tw_redis_counts(c, 700000, &q), 0);
+    CHECK_EQ_U64(q.due_within, N);
     CHECK_EQ_INT(tw_redis_drop(c, false), 0);
     tw_redis_free(c);
 }
@@ -819,7 +907,9 @@ int main(void)
         return 1;
     }
     RUN(test_get_states);
+    RUN(test_get_mark);
     RUN(test_list_pages);
+    RUN(test_list_bucket_order);
     RUN(test_counts_lag);
     RUN(test_pause_resume);
     RUN(test_drop);
