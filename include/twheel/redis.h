@@ -808,8 +808,8 @@ TW_API int tw_redis_schedule_list(struct tw_redis *r, struct tw_redis_scan_curso
  * client's connections, under the client's mutex as tw_redis_set; any thread, execute
  * included. Their cost in Redis operations is in src/redis/redis.c's design table. They
  * send their scripts with EVAL (not EVALSHA: they are rare), and besides the least ACL
- * rule above they need +zcount +zrank +zrange +hlen +unlink +del on the queue's keys
- * (drop also DEL of "{queue:meta}:partitions"). Each returns, besides the codes listed,
+ * rule above they need +zrange +zcard on the queue's keys (drop also DEL of
+ * "{queue:meta}:partitions"). Each returns, besides the codes listed,
  * what a call of tw_redis_set may (TW_EIO, TW_EUNKNOWN, TW_EAUTH, TW_EPROTO, TW_ECLOSED,
  * TW_ENOMEM: the server's words in tw_redis_last_error). */
 
@@ -920,8 +920,8 @@ TW_API int tw_redis_counts(struct tw_redis *r, uint64_t within_ms, struct tw_red
 /** Pause the queue: one flag key per partition ({queue:p}:pause, SET: one command per
  * partition). A claim of a paused partition leases nothing and recovers nothing, so
  * workers start no task they did not hold already: what a worker had claimed before
- * the pause (up to window_ms ahead of its due time) still starts and runs, within
- * window_ms + hold_ms of the pause's return; the held tasks of a worker that dies
+ * the pause (up to window_ms + 500 ms ahead of its due time: see Leases) still starts
+ * and runs, within window_ms + 500 ms + hold_ms of the pause's return; the held tasks of a worker that dies
  * meanwhile stay leased (counted held) until the resume, whose claims recover them. set, move, remove and
  * set_many are still accepted. Idempotent. Takes effect per partition as each flag is
  * set (a cluster's partitions are not paused at one instant).
