@@ -8,8 +8,12 @@
  * file calls back into one before it on that path.
  *
  * redis.c      - the layer's design comment (schema of keys, calls and
- *                costs, threads, locks, faults), the configuration and the
- *                lifetime: new, stop (the release of held leases), free.
+ *                costs, threads, locks, faults) and the lifetime: new, stop
+ *                (the release of held leases), free.
+ * config.c     - the configuration: defaults, the checks of its values and
+ *                servers entries, the copy of the servers kept.
+ * server_checks.c - the servers' configuration: eviction policy, the
+ *                queue's stored partition count.
  * client.c     - the producer calls: set, move, remove, set_many.
  * keys.c       - a key's partition, the names of a partition's keys.
  * offset.c     - the Redis clock offset: samples, local due times.
@@ -34,6 +38,8 @@
  *                CLUSTER SLOTS map, MOVED/ASK, reconnect with backoff, EVALSHA
  *                with EVAL fallback. One router per thread that uses it (or
  *                under the caller's mutex): a router is not thread-safe.
+ * pipeline.c   - the router's calls that do not wait for each reply: send
+ *                now and read later, and pipelined batches of script calls.
  * url.c        - the connection syntax: a server entry (plain or URL) parsed
  *                (url.h: it builds without hiredis).
  * connect.c    - opening one connection: TCP or unix socket, AUTH, SELECT.
@@ -319,6 +325,29 @@ typedef int tw_rr_build_fn(void *ctx, size_t i, int *slot, const char **argv, si
 typedef int tw_rr_check_fn(void *ctx, size_t i, const redisReply *reply); /* reply NULL: lost */
 int tw_rr_eval_many(struct tw_rr_router *rt, unsigned id, size_t n, int nkeys,
                     tw_rr_build_fn *build, void *ctx, tw_rr_check_fn *check);
+/* router.c's pieces that pipeline.c (tw_rr_send, tw_rr_recv, tw_rr_eval_many)
+ * shares: connect node i if it is not (0, TW_EIO while it backs off, the
+ * node's refusal); tell the owner's sink that node i's connection was lost
+ * (why: NULL for the connection's own error); with Sentinel, close node i's
+ * connection when it went to a master the Sentinels no longer name (true
+ * then); close node i's connection when the server closed it while idle;
+ * whether an error reply is one to retry after a backoff (LOADING,
+ * TRYAGAIN, CLUSTERDOWN, MASTERDOWN, BUSY); EVALSHA's first three
+ * arguments, and all of them (their count, or TW_EINVAL when over
+ * TW_RR_ARGV_MAX; nk holds the key count); tw_rr_eval whose *lost tells
+ * that an attempt was written whole and its reply lost. */
+int tw_rr_connect_node(struct tw_rr_router *rt, size_t i);
+void tw_rr_lost(struct tw_rr_router *rt, size_t node, const char *why);
+bool tw_rr_sentinel_moved(struct tw_rr_router *rt, size_t node);
+void tw_rr_check_idle(struct tw_rr_router *rt, size_t i);
+bool tw_rr_is_retry_error(const redisReply *r);
+void tw_rr_evalsha_head(const struct tw_rr_router *rt, unsigned id, const char *nk,
+                        const char **av, size_t *al);
+int tw_rr_eval_argv(const struct tw_rr_router *rt, unsigned id, int nkeys, int nargs,
+                    const char **argv, const size_t *lens, const char **av, size_t *al,
+                    char nk[16]);
+int tw_rr_eval_lost(struct tw_rr_router *rt, unsigned id, int slot, int nkeys, int nargs,
+                    const char **argv, const size_t *lens, bool *lost, redisReply **reply);
 /* Most tasks in one SET script call (set_many groups them by partition):
  * enough for a partition's share of a 1000-item set_many on 16 partitions
  * (62 on average) to go in one call, and few enough that one call holds
@@ -788,6 +817,31 @@ int tw_rr_adopt_partitions(struct tw_redis *r, const char *v);
 
 /* redis.c: start one of the layer's own threads with SIGPIPE blocked. */
 int tw_rr_thread_create(pthread_t *t, void *(*fn)(void *), void *arg);
+
+/* config.c: what tw_redis_new says failed, into cfg->errbuf when given. */
+void tw_rr_errbuf(const struct tw_redis_config *cfg, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* config.c: the ranges of c's values: 0 or TW_EINVAL (with the reason in
+ * errbuf where one is more than "out of range"). */
+int tw_rr_check_config(const struct tw_redis_config *c);
+/* config.c: the servers entries (url.c) each parsed, the schemes served,
+ * one set of credentials and one database for them all: 0 with *first the
+ * entry with credentials (or the first), *db the database (0: none) and
+ * *tls whether connections use TLS; or TW_EINVAL with the reason. */
+int tw_rr_check_servers(const struct tw_redis_config *c, struct tw_rr_url *first, int *db,
+                        bool *tls);
+/* config.c: the credentials and database into r->conn, the servers into
+ * r->servers as the router takes them; after both checks. 0, TW_ENOMEM. */
+int tw_rr_copy_servers(struct tw_redis *r, const struct tw_redis_config *cfg,
+                       const struct tw_rr_url *first, int db);
+/* server_checks.c: every master's maxmemory-policy checked now and on each
+ * new connection: 0, TW_ECONFLICT, TW_ENOMEM. */
+int tw_rr_check_masters(struct tw_redis *r);
+/* server_checks.c: the queue's partition count, stored with the queue by
+ * its first client and compared (or adopted) by every later one: 0,
+ * TW_ECONFLICT, TW_ENOENT (an inspecting client, no queue), TW_EOOM,
+ * TW_EIO, TW_EPROTO, TW_ENOMEM. */
+int tw_rr_check_partitions(struct tw_redis *r);
 
 /* errors.c: the server's words. */
 /* The code of an error reply's text: TW_EAUTH for a refusal of credentials

@@ -6,10 +6,11 @@
  * its tick, not at the next poll. Notifications bring in work set earlier
  * than what workers hold.
  *
- * This file is the layer's entry: this design comment, the configuration
- * and the lifetime (new, stop with the release of held leases, free, and
- * the layer's threads). The other jobs have a file each (internal.h lists
- * them): client.c (set, move, remove, set_many), inspect.c (get, list,
+ * This file is the layer's entry: this design comment and the lifetime
+ * (new, stop with the release of held leases, free, and the layer's
+ * threads). The other jobs have a file each (internal.h lists them):
+ * config.c (the configuration's defaults and checks), server_checks.c (the
+ * servers' eviction policy, the stored partition count), client.c (set, move, remove, set_many), inspect.c (get, list,
  * counts, pause, resume, drop), metrics.c (the Prometheus text), keys.c, offset.c (the Redis
  * clock offset), subscriber.c, stats.c, router.c, scripts.c, silent.c (the
  * masters that do not answer), and along a
@@ -368,7 +369,7 @@
  * sets work again once it has freed enough. The router keeps the OOM
  * answer as TW_EOOM (tw_rr_reply_error), not TW_EPROTO.
  *
- * The servers' configuration, checked by new: the policy (above) and the
+ * The servers' configuration, checked by new (server_checks.c): the policy (above) and the
  * queue's partition count. A key's partition is its hash % partitions, so
  * clients with different counts put a task where another's worker never
  * claims it, or claim partitions no set fills: tasks silently lost. So the
@@ -540,8 +541,8 @@
  * (at-least-once).
  *
  * Connecting (url.c, connect.c, transport.c, acl.c, errors.c): each
- * servers entry is parsed once here (rr_check_servers: plain host:port or
- * socket path, or a redis://, rediss://, unix:// or redis+sentinel:// URL),
+ * servers entry is parsed once (tw_rr_check_servers, config.c: plain
+ * host:port or socket path, or a redis://, rediss://, unix:// or redis+sentinel:// URL),
  * and kept as the router takes it: "host:port" or the socket's path, no
  * credentials. The credentials
  * and the db go to r->conn, one set for the instance (the fields or the
@@ -568,7 +569,7 @@
  * (ROLE master, with the config's credentials), and every router is seeded
  * with its address. The instance keeps one master address (sentinel.c,
  * under its own mutex) that every router's connection attempt reads
- * (router.c, rr_connect: the address, then ROLE before the first command;
+ * (router.c, tw_rr_connect_node: the address, then ROLE before the first command;
  * the subscriber reads it before each subscription). What shows it wrong
  * marks it stale: a connection that fails, a connection answering ROLE
  * other than master, a READONLY reply. The next attempt of any thread asks
@@ -658,195 +659,16 @@
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <time.h>
 
 #include "common/random.h"
 #include "redis/internal.h"
 
 #define RR_ACK_DELAY_MS 100  /* an acknowledgement waits this long for a START to ride on */
-
-/* ---- configuration ---------------------------------------------------------- */
-
-void tw_redis_config_init(struct tw_redis_config *cfg)
-{
-    if (!cfg)
-        return;
-    memset(cfg, 0, sizeof *cfg);
-    cfg->queue = "twq";
-    cfg->partitions = 16;
-    cfg->threads = 4;
-    cfg->lease_ms = 30000;
-    cfg->window_ms = 2000;
-    cfg->tick_ms = 1;
-    cfg->start_ahead_ms = 10;
-    cfg->retry_base_ms = 1000;
-    cfg->retry_max_ms = 60000;
-    cfg->connect_timeout_ms = 1000;
-    cfg->command_timeout_ms = 2000;
-    cfg->hold_ms = 1000;
-}
-
-/* Where tw_redis_new says what failed (cfg->errbuf, when given). */
-static void rr_errbuf(const struct tw_redis_config *cfg, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void rr_errbuf(const struct tw_redis_config *cfg, const char *fmt, ...)
-{
-    if (!cfg || !cfg->errbuf || !cfg->errbuf_len)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cfg->errbuf, cfg->errbuf_len, fmt, ap);
-    va_end(ap);
-}
-
-static bool rr_same_str(bool has_a, const char *a, bool has_b, const char *b)
-{
-    return has_a == has_b && (!has_a || strcmp(a, b) == 0);
-}
-
-/* The servers entries (url.c): each parsed, the schemes served, and one
- * set of credentials and one database for them all. Credentials come from
- * the username/password fields or from the URLs, not both; the URLs that
- * carry them carry the same, and those that name a database name the same
- * (the others share what they say). On success *first holds the entry
- * with credentials (or the first), and *db the database (0: none). */
-static int rr_check_servers(const struct tw_redis_config *c, struct tw_rr_url *first, int *db,
-                            bool *tls)
-{
-    struct tw_rr_url u;
-    bool have = false;
-    *db = 0;
-    *tls = c->tls;
-    for (size_t i = 0; i < c->nservers; i++)
-        if (tw_rr_url_parse(c->servers[i], &u, NULL) == 0 && u.scheme == TW_RR_TLS)
-            *tls = true;
-    for (size_t i = 0; i < c->nservers; i++) {
-        const char *why;
-        if (tw_rr_url_parse(c->servers[i], &u, &why) != 0) {
-            rr_errbuf(c, "servers[%zu]: %s", i, why);
-            return TW_EINVAL;
-        }
-        if (i > 0 && (u.scheme == TW_RR_SENTINEL) != (first->scheme == TW_RR_SENTINEL)) {
-            rr_errbuf(c, "servers[%zu]: Sentinel and other entries mixed", i);
-            return TW_EINVAL;
-        }
-        if (i > 0 && u.scheme == TW_RR_SENTINEL && strcmp(u.master, first->master) != 0) {
-            rr_errbuf(c, "servers[%zu]: another master name than an earlier entry's", i);
-            return TW_EINVAL;
-        }
-        if (*tls && u.scheme == TW_RR_SENTINEL) {
-            rr_errbuf(c, "servers[%zu]: Sentinel with TLS is not served (the Sentinels and "
-                         "the master are reached in plain)", i);
-            return TW_EINVAL;
-        }
-        if (*tls && (u.scheme == TW_RR_UNIX || strncasecmp(c->servers[i], "redis://", 8) == 0)) {
-            rr_errbuf(c, "servers[%zu]: %s with TLS (every entry host:port or rediss://)", i,
-                      u.scheme == TW_RR_UNIX ? "a unix socket" : "redis://");
-            return TW_EINVAL;
-        }
-        if (u.db >= 0 && *db != 0 && u.db != *db) {
-            rr_errbuf(c, "servers[%zu]: another database than an earlier entry's", i);
-            return TW_EINVAL;
-        }
-        if (u.db > 0)
-            *db = u.db;
-        bool creds = u.has_user || u.has_pass;
-        if (creds && (c->username || c->password)) {
-            rr_errbuf(c, "servers[%zu]: credentials in the URL and in username/password", i);
-            return TW_EINVAL;
-        }
-        if (creds && have &&
-            (!rr_same_str(u.has_user, u.user, first->has_user, first->user) ||
-             !rr_same_str(u.has_pass, u.pass, first->has_pass, first->pass))) {
-            rr_errbuf(c, "servers[%zu]: other credentials than an earlier entry's", i);
-            return TW_EINVAL;
-        }
-        if (i == 0 || (creds && !have))
-            *first = u; /* the same scheme and master name as servers[0] (above) */
-        have = have || creds;
-    }
-    if (!*tls && (c->tls_ca_file || c->tls_ca_dir || c->tls_cert_file || c->tls_key_file ||
-                  c->tls_server_name || c->tls_skip_hostname_check)) {
-        rr_errbuf(c, "tls_* settings without TLS (tls, or rediss:// entries)");
-        return TW_EINVAL;
-    }
-    return 0;
-}
-
-static int rr_check_config(const struct tw_redis_config *c)
-{
-    if (!c->servers || c->nservers == 0 || c->nservers > 1024 || !c->queue) {
-        rr_errbuf(c, "servers (1..1024 entries) and queue are required");
-        return TW_EINVAL;
-    }
-    size_t ql = strlen(c->queue);
-    if (ql == 0 || ql > TW_RR_QUEUE_MAX || strpbrk(c->queue, "{}")) {
-        rr_errbuf(c, "queue: 1..64 bytes, no { or }");
-        return TW_EINVAL;
-    }
-    if ((c->partitions == 0 && c->execute) || c->partitions > TW_REDIS_PARTITIONS_MAX)
-        return TW_EINVAL; /* 0: a client adopts the stored count (rr_check_partitions) */
-    if (c->wait_replicas > 1000 ||
-        (c->wait_replicas && (c->wait_timeout_ms == 0 ||
-                              c->wait_timeout_ms >= c->command_timeout_ms))) {
-        rr_errbuf(c, "wait_replicas: at most 1000, with wait_timeout_ms in 1..command_timeout_ms-1");
-        return TW_EINVAL;
-    }
-    if (c->connect_timeout_ms == 0 || c->command_timeout_ms == 0 ||
-        c->connect_timeout_ms > 3600000u || c->command_timeout_ms > 3600000u)
-        return TW_EINVAL;
-    if (c->execute) {
-        if (c->threads == 0 || c->threads > TW_REDIS_THREADS_MAX)
-            return TW_EINVAL;
-        if (c->tick_ms == 0 || c->tick_ms > 1000 || c->window_ms < 2 * c->tick_ms ||
-            c->window_ms > 86400000u)
-            return TW_EINVAL;
-        if (c->lease_ms < TW_REDIS_LEASE_MIN_MS || c->lease_ms < 4 * c->tick_ms ||
-            c->lease_ms > 86400000u)
-            return TW_EINVAL;
-        if (c->hold_ms < TW_REDIS_HOLD_MIN_MS || c->hold_ms > 86400000u)
-            return TW_EINVAL;
-        if (c->retry_max_ms < c->retry_base_ms || c->retry_max_ms > 86400000u)
-            return TW_EINVAL;
-        if (c->start_ahead_ms > 1000)
-            return TW_EINVAL;
-        if (c->rt_priority > 99)
-            return TW_EINVAL;
-    }
-    return 0;
-}
-
-/* The configuration's credentials and database into r->conn (copies), its
- * servers into r->servers as the router takes them ("host:port" or the
- * socket's path: no credentials). After rr_check_config and
- * rr_check_servers. */
-static int rr_copy_servers(struct tw_redis *r, const struct tw_redis_config *cfg,
-                           const struct tw_rr_url *first, int db)
-{
-    const char *user = cfg->username, *pass = cfg->password;
-    if (!user && !pass) {
-        user = first->has_user ? first->user : NULL;
-        pass = first->has_pass ? first->pass : NULL;
-    }
-    if ((user && !(r->conn.user = strdup(user))) || (pass && !(r->conn.pass = strdup(pass))))
-        return TW_ENOMEM;
-    r->conn.db = db;
-    for (size_t i = 0; i < cfg->nservers; i++) {
-        struct tw_rr_url u;
-        char addr[TW_RR_URL_HOST + 16];
-        (void)tw_rr_url_parse(cfg->servers[i], &u, NULL); /* checked */
-        tw_rr_url_addr(&u, addr, sizeof addr);
-        if (!(r->servers[i] = strdup(addr)))
-            return TW_ENOMEM;
-    }
-    return 0;
-}
 
 /* Wipe and free a credential. */
 static void rr_forget(char *s)
@@ -980,166 +802,21 @@ static int rr_load_scripts(struct tw_redis *r)
     return 0;
 }
 
-/* ---- the servers' configuration: eviction, the queue's partition count ------ */
-
-/* The maxmemory-policy of the server behind c into buf ("" when it does not
- * tell): INFO memory's maxmemory_policy, or CONFIG GET where INFO is denied
- * (INFO first: the least ACL rule grants it, while CONFIG is an admin
- * command that managed services rename or deny, and a denied command is
- * logged in the server's ACL LOG). 0, or TW_EIO when the connection failed. */
-static int rr_read_policy(struct tw_rr_link *c, char *buf, size_t cap)
-{
-    buf[0] = 0;
-    redisReply *x;
-    if (tw_rr_link_command(c, 2, (const char *[]){"INFO", "memory"}, (size_t[]){4, 6}, &x) != 0)
-        return TW_EIO;
-    const char *p = x->type == REDIS_REPLY_STRING ? strstr(x->str, "maxmemory_policy:") : NULL;
-    if (p) {
-        p += strlen("maxmemory_policy:");
-        size_t n = strcspn(p, "\r\n");
-        if (n < cap) {
-            memcpy(buf, p, n);
-            buf[n] = 0;
-        }
-        freeReplyObject(x);
-        return 0;
-    }
-    freeReplyObject(x);
-    if (tw_rr_link_command(c, 3, (const char *[]){"CONFIG", "GET", "maxmemory-policy"},
-                           (size_t[]){6, 3, 16}, &x) != 0)
-        return TW_EIO;
-    if (x->type == REDIS_REPLY_ARRAY && x->elements == 2 &&
-        x->element[1]->type == REDIS_REPLY_STRING)
-        snprintf(buf, cap, "%s", x->element[1]->str);
-    freeReplyObject(x);
-    return 0;
-}
-
-/* The router's check of each new connection (on_connect): 0 for a policy
- * that keeps the queue's keys, 1 for one that may evict them when the
- * config accepts that, else TW_ECONFLICT (the node refused); TW_EIO. */
-static int rr_check_server(void *ctx, struct tw_rr_link *c)
-{
-    const struct tw_redis *r = ctx;
-    char pol[64];
-    if (rr_read_policy(c, pol, sizeof pol) != 0)
-        return TW_EIO;
-    int v = r->sentinel ? tw_rr_sentinel_recheck((struct tw_redis *)r, c) : 0;
-    if (v) /* a new master: the queue's partition count too (sentinel.c) */
-        return v;
-    if (strcmp(pol, "noeviction") == 0 || strncmp(pol, "volatile-", 9) == 0)
-        return 0;
-    return r->cfg.accept_evicting_policy ? 1 : TW_ECONFLICT;
-}
-
-/* Check every master of the client's router: the nodes the slot map names
- * (standalone: the server). The seeds new connected before the check was
- * set are checked here; the others on connecting (a PING), and a master
- * that does not answer now when it first does (the router calls
- * rr_check_server on every connection). 0, TW_ECONFLICT, TW_ENOMEM. */
-static int rr_check_masters(struct tw_redis *r)
-{
-    struct tw_rr_router *rt = &r->api;
-    rt->on_connect = rr_check_server;
-    rt->on_connect_ctx = r;
-    int *slot_of = malloc((rt->nnodes ? rt->nnodes : 1) * sizeof *slot_of);
-    if (!slot_of)
-        return TW_ENOMEM;
-    size_t n = rt->nnodes; /* a PING may add nodes (redirects): those are checked on connecting */
-    for (size_t i = 0; i < n; i++)
-        slot_of[i] = !rt->cluster && i == 0 ? -1 : -2;
-    for (unsigned s = 0; rt->cluster && s < TW_RR_SLOTS; s++) {
-        int i = tw_rr_node_of(rt, (int)s);
-        if (i >= 0 && (size_t)i < n && slot_of[i] == -2)
-            slot_of[i] = (int)s;
-    }
-    int rc = 0;
-    uint32_t keep = rt->retry_ms;
-    rt->retry_ms = 1; /* one connection attempt per master: one that is away is checked later */
-    for (size_t i = 0; i < n && rc == 0; i++) {
-        if (slot_of[i] == -2) /* a seed that serves no slot (a replica) */
-            continue;
-        if (rt->nodes[i].c) {
-            int v = rr_check_server(r, rt->nodes[i].c);
-            rt->nodes[i].check = v == TW_EIO ? 0 : v;
-            if (v < 0 && v != TW_EIO)
-                rc = v;
-            continue;
-        }
-        const char *av[1] = {"PING"};
-        size_t al[1] = {4};
-        redisReply *x = NULL;
-        int e = tw_rr_command(rt, slot_of[i], 1, av, al, &x);
-        if (x)
-            freeReplyObject(x);
-        if (e != 0 && e != TW_EIO)
-            rc = e;
-    }
-    rt->retry_ms = keep;
-    free(slot_of);
-    return rc;
-}
-
-/* The queue's partition count, stored with the queue: {queue:meta}:partitions
- * (its own slot: the name of no partition), written SET NX by its first
- * client, read by every later one. Read first, so that a client of an
- * existing queue starts on a server at maxmemory (the SET would be
- * refused). 0, TW_ECONFLICT (another count, or a value not a count),
- * TW_EOOM, TW_EIO, TW_EPROTO, TW_ENOMEM. */
-static int rr_check_partitions(struct tw_redis *r)
-{
-    char key[TW_RR_KEYBUF], val[16];
-    size_t kl = (size_t)snprintf(key, sizeof key, "{%s:meta}:partitions", r->queue);
-    size_t vl = (size_t)snprintf(val, sizeof val, "%u", (unsigned)r->cfg.partitions);
-    int slot = (int)tw_rr_key_slot(key, kl);
-    for (int round = 0; round < 2; round++) { /* a second read after losing the SET NX race */
-        const char *get[2] = {"GET", key}, *set[4] = {"SET", key, val, "NX"};
-        size_t gl[2] = {3, kl}, sl[4] = {3, kl, vl, 2};
-        redisReply *x;
-        int rc = tw_rr_command(&r->api, slot, 2, get, gl, &x);
-        if (rc)
-            return rc;
-        int t = x->type;
-        if (t == REDIS_REPLY_STRING && r->adopt) /* the stored count (inspect.c) */
-            rc = tw_rr_adopt_partitions(r, x->str);
-        else if (t == REDIS_REPLY_STRING)
-            rc = x->len == vl && memcmp(x->str, val, vl) == 0 ? 0 : TW_ECONFLICT;
-        else
-            rc = t == REDIS_REPLY_ERROR ? tw_rr_reply_error(&r->api, x) : TW_EPROTO;
-        freeReplyObject(x);
-        if (t != REDIS_REPLY_NIL)
-            return rc;
-        if (r->adopt) /* no such queue: an inspecting client creates none */
-            return TW_ENOENT;
-        if ((rc = tw_rr_command(&r->api, slot, 4, set, sl, &x)) != 0)
-            return rc;
-        t = x->type;
-        if (t == REDIS_REPLY_STATUS) /* "OK": stored */
-            rc = 0;
-        else
-            rc = t == REDIS_REPLY_ERROR ? tw_rr_reply_error(&r->api, x) : TW_EPROTO;
-        freeReplyObject(x);
-        if (t != REDIS_REPLY_NIL) /* stored, or refused */
-            return rc;
-    }
-    return TW_EPROTO;
-}
-
 int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
 {
     if (out)
         *out = NULL;
     if (!cfg || !out) {
-        rr_errbuf(cfg, "NULL argument");
+        tw_rr_errbuf(cfg, "NULL argument");
         return TW_EINVAL;
     }
-    rr_errbuf(cfg, "%s", "");
+    tw_rr_errbuf(cfg, "%s", "");
     struct tw_rr_url first;
     bool tls;
-    int db, rc = rr_check_config(cfg);
+    int db, rc = tw_rr_check_config(cfg);
     if (rc && cfg->errbuf && cfg->errbuf_len && !cfg->errbuf[0])
-        rr_errbuf(cfg, "a configuration value out of its range (include/twheel/redis.h)");
-    if (rc || (rc = rr_check_servers(cfg, &first, &db, &tls)) != 0)
+        tw_rr_errbuf(cfg, "a configuration value out of its range (include/twheel/redis.h)");
+    if (rc || (rc = tw_rr_check_servers(cfg, &first, &db, &tls)) != 0)
         return rc;
     char why[TW_RR_ERR_MAX] = "";
     struct tw_redis_config adopt; /* partitions 0: sized for any count until it is read */
@@ -1150,7 +827,7 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
     }
     struct tw_redis *r = calloc(1, sizeof *r);
     if (!r) {
-        rr_errbuf(cfg, "%s", tw_strerror(TW_ENOMEM));
+        tw_rr_errbuf(cfg, "%s", tw_strerror(TW_ENOMEM));
         return TW_ENOMEM;
     }
     r->cfg = *cfg;
@@ -1210,7 +887,7 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
         atomic_init(&r->off_hi_cur[p], INT64_MAX);
         atomic_init(&r->off_hi_prev[p], INT64_MAX);
     }
-    if (rr_copy_servers(r, cfg, &first, db) != 0)
+    if (tw_rr_copy_servers(r, cfg, &first, db) != 0)
         goto nomem;
     if (tls) {
         const struct tw_rr_tls_config tc = {cfg->tls_ca_file,     cfg->tls_ca_dir,
@@ -1231,7 +908,7 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
     if ((rc = rr_router(r, &r->api, why)) != 0)
         goto fail;
     if ((rc = tw_rr_acl_check(r)) != 0 || (rc = rr_load_scripts(r)) != 0 ||
-        (rc = rr_check_masters(r)) != 0 || (rc = rr_check_partitions(r)) != 0) {
+        (rc = tw_rr_check_masters(r)) != 0 || (rc = tw_rr_check_partitions(r)) != 0) {
         snprintf(why, sizeof why, "%s", r->api.err[0] ? r->api.err : tw_strerror(rc));
         goto fail;
     }
@@ -1305,7 +982,7 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
 nomem:
     rc = TW_ENOMEM;
 fail:
-    rr_errbuf(cfg, "%s", why[0] ? why : tw_strerror(rc));
+    tw_rr_errbuf(cfg, "%s", why[0] ? why : tw_strerror(rc));
     (void)tw_redis_stop(r);
     rr_free_all(r);
     return rc;

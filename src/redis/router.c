@@ -35,6 +35,8 @@
  *   timeout is command_timeout_ms), so no retry follows one.
  * - Scripts: EVALSHA, and EVAL of the text when the server answers NOSCRIPT
  *   (after a restart or SCRIPT FLUSH); the EVAL caches it again.
+ * - Pipelines: pipeline.c sends without waiting and reads replies later,
+ *   by the same rules of where a command leaves and where its reply is lost.
  * A router is used by one thread at a time (the caller owns the lock).
  */
 #define _POSIX_C_SOURCE 200809L
@@ -50,8 +52,6 @@
 
 #define RR_BACKOFF_MIN_MS 10u
 #define RR_BACKOFF_MAX_MS 1000u
-#define RR_PIPE_CHUNK 512u
-#define RR_FLUSH_BYTES 4096u /* tw_rr_eval_many writes a node's buffer at this size */
 
 uint64_t tw_rr_mono_ns(void)
 {
@@ -176,7 +176,7 @@ static void rr_lost(struct tw_rr_router *rt, const struct tw_rr_node *n, const c
 /* Connect node i unless it is connected (tw_rr_open: AUTH and SELECT as
  * rt->conn says); 0, TW_EIO (unreachable, or backing off), TW_EAUTH (AUTH
  * refused: told to the sink), TW_EPROTO, TW_ENOMEM; rt->err says what. */
-static int rr_connect(struct tw_rr_router *rt, size_t i)
+int tw_rr_connect_node(struct tw_rr_router *rt, size_t i)
 {
     struct tw_rr_node *n = &rt->nodes[i];
     if (n->c)
@@ -189,11 +189,10 @@ static int rr_connect(struct tw_rr_router *rt, size_t i)
         return TW_EIO;
     }
     struct tw_rr_link *c;
-    int rc = tw_rr_open(rt->conn, n->host, n->port, rt->connect_timeout_ms,
-                        rt->command_timeout_ms, &c, rt->err, sizeof rt->err);
+    int rc = tw_rr_open(rt->conn, n->host, n->port, rt->connect_timeout_ms, rt->command_timeout_ms,
+                        &c, rt->err, sizeof rt->err);
     if (rc == 0 && rt->sentinel &&
-        (rc = tw_rr_sentinel_role(rt->sentinel, c, n->host, n->port, rt->err,
-                                  sizeof rt->err)) != 0)
+        (rc = tw_rr_sentinel_role(rt->sentinel, c, n->host, n->port, rt->err, sizeof rt->err)) != 0)
         tw_rr_link_free(c); /* not the master (any more): the Sentinels are asked again */
     if (rc) {
         if (rc == TW_EIO && rt->sentinel)
@@ -237,7 +236,8 @@ static int rr_load_slots(struct tw_rr_router *rt, size_t asked, const redisReply
     for (size_t i = 0; i < r->elements; i++) {
         const redisReply *e = r->element[i];
         if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 ||
-            e->element[0]->type != REDIS_REPLY_INTEGER || e->element[1]->type != REDIS_REPLY_INTEGER ||
+            e->element[0]->type != REDIS_REPLY_INTEGER ||
+            e->element[1]->type != REDIS_REPLY_INTEGER ||
             e->element[2]->type != REDIS_REPLY_ARRAY || e->element[2]->elements < 2 ||
             e->element[2]->element[0]->type != REDIS_REPLY_STRING ||
             e->element[2]->element[1]->type != REDIS_REPLY_INTEGER)
@@ -268,7 +268,7 @@ static int rr_load_slots(struct tw_rr_router *rt, size_t asked, const redisReply
  * TW_EPROTO, TW_ENOMEM. */
 static int rr_refresh_from(struct tw_rr_router *rt, size_t i)
 {
-    int rc = rr_connect(rt, i);
+    int rc = tw_rr_connect_node(rt, i);
     if (rc != 0)
         return rc;
     redisReply *r;
@@ -377,15 +377,6 @@ int tw_rr_node_of(const struct tw_rr_router *rt, int slot)
     return n == UINT16_MAX ? -1 : n;
 }
 
-/* The node for a slot; -1 when the map does not know it. */
-static int rr_node_for(struct tw_rr_router *rt, int slot)
-{
-    if (!rt->cluster || slot < 0)
-        return 0;
-    uint16_t n = rt->slot_node[slot];
-    return n == UINT16_MAX ? -1 : n;
-}
-
 static int rr_redirect_target(struct tw_rr_router *rt, size_t from, const char *msg, int *slot)
 {
     /* "MOVED 3999 127.0.0.1:6381" / "ASK 3999 :6381" */
@@ -411,10 +402,9 @@ static int rr_redirect_target(struct tw_rr_router *rt, size_t from, const char *
     return rr_add_node(rt, host, port);
 }
 
-static bool rr_is_retry_error(const redisReply *r)
+bool tw_rr_is_retry_error(const redisReply *r)
 {
-    static const char *const pre[] = {"LOADING", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN",
-                                      "BUSY "};
+    static const char *const pre[] = {"LOADING", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "BUSY "};
     for (size_t i = 0; i < sizeof pre / sizeof pre[0]; i++)
         if (strncmp(r->str, pre[i], strlen(pre[i])) == 0)
             return true;
@@ -454,7 +444,7 @@ static bool rr_sentinel_moved(struct tw_rr_router *rt, struct tw_rr_node *n)
  * tw_rr_eval_many). A server that goes after the peek still makes the
  * command's outcome unknown: nothing tells that apart from one that ran it
  * and then went. */
-static void rr_check_idle(struct tw_rr_router *rt, size_t i)
+void tw_rr_check_idle(struct tw_rr_router *rt, size_t i)
 {
     struct tw_rr_node *n = &rt->nodes[i];
     if (!n->c)
@@ -530,7 +520,7 @@ static int rr_command(struct tw_rr_router *rt, int slot, int argc, const char **
             if (rc == TW_ENOMEM)
                 return rr_failed(*lost, rc);
         }
-        int n = ask >= 0 ? ask : rr_node_for(rt, slot);
+        int n = ask >= 0 ? ask : tw_rr_node_of(rt, slot);
         if (n < 0) { /* slot unknown: refresh and retry */
             rt->map_stale = true;
             if (tw_rr_mono_ns() >= deadline)
@@ -541,8 +531,8 @@ static int rr_command(struct tw_rr_router *rt, int slot, int argc, const char **
         struct tw_rr_node *nd = &rt->nodes[n];
         if (nd->owed) /* its connection awaits replies (tw_rr_send): not for this call */
             return rr_failed(*lost, TW_EIO);
-        rr_check_idle(rt, (size_t)n);
-        int crc = rr_connect(rt, (size_t)n);
+        tw_rr_check_idle(rt, (size_t)n);
+        int crc = tw_rr_connect_node(rt, (size_t)n);
         if (crc != 0 && crc != TW_EIO) /* refused (TW_EAUTH ...): retrying cannot help */
             return rr_failed(*lost, crc);
         if (crc != 0) {
@@ -610,7 +600,7 @@ static int rr_command(struct tw_rr_router *rt, int slot, int argc, const char **
                 return rr_failed(*lost, TW_EIO);
             continue;
         }
-        if (r->type == REDIS_REPLY_ERROR && rr_is_retry_error(r)) {
+        if (r->type == REDIS_REPLY_ERROR && tw_rr_is_retry_error(r)) {
             freeReplyObject(r);
             if (rt->cluster)
                 rt->map_stale = true;
@@ -637,8 +627,8 @@ int tw_rr_command(struct tw_rr_router *rt, int slot, int argc, const char **argv
 
 /* The head of a script call: EVALSHA, script id's SHA1, the key count nk
  * (a decimal string). */
-static void rr_evalsha_head(const struct tw_rr_router *rt, unsigned id, const char *nk,
-                            const char **av, size_t *al)
+void tw_rr_evalsha_head(const struct tw_rr_router *rt, unsigned id, const char *nk, const char **av,
+                        size_t *al)
 {
     av[0] = "EVALSHA";
     al[0] = 7;
@@ -650,15 +640,14 @@ static void rr_evalsha_head(const struct tw_rr_router *rt, unsigned id, const ch
 
 /* The arguments of EVALSHA script `id` into av, al (TW_RR_ARGV_MAX each; nk
  * holds the key count): their count, or TW_EINVAL when they do not fit. */
-static int rr_eval_argv(const struct tw_rr_router *rt, unsigned id, int nkeys, int nargs,
-                        const char **argv, const size_t *lens, const char **av, size_t *al,
-                        char nk[16])
+int tw_rr_eval_argv(const struct tw_rr_router *rt, unsigned id, int nkeys, int nargs,
+                    const char **argv, const size_t *lens, const char **av, size_t *al, char nk[16])
 {
     int argc = 3 + nkeys + nargs;
     if (argc > TW_RR_ARGV_MAX)
         return TW_EINVAL;
     snprintf(nk, 16, "%d", nkeys);
-    rr_evalsha_head(rt, id, nk, av, al);
+    tw_rr_evalsha_head(rt, id, nk, av, al);
     memcpy(av + 3, argv, (size_t)(nkeys + nargs) * sizeof *av);
     memcpy(al + 3, lens, (size_t)(nkeys + nargs) * sizeof *al);
     return argc;
@@ -666,13 +655,13 @@ static int rr_eval_argv(const struct tw_rr_router *rt, unsigned id, int nkeys, i
 
 /* tw_rr_eval, *lost as rr_command's (the EVAL after NOSCRIPT included): an
  * error reply after a lost attempt leaves the outcome unknown. */
-static int rr_eval(struct tw_rr_router *rt, unsigned id, int slot, int nkeys, int nargs,
-                   const char **argv, const size_t *lens, bool *lost, redisReply **reply)
+int tw_rr_eval_lost(struct tw_rr_router *rt, unsigned id, int slot, int nkeys, int nargs,
+                    const char **argv, const size_t *lens, bool *lost, redisReply **reply)
 {
     const char *av[TW_RR_ARGV_MAX];
     size_t al[TW_RR_ARGV_MAX];
     char nk[16];
-    int argc = rr_eval_argv(rt, id, nkeys, nargs, argv, lens, av, al, nk);
+    int argc = tw_rr_eval_argv(rt, id, nkeys, nargs, argv, lens, av, al, nk);
     if (argc < 0)
         return argc;
     redisReply *r;
@@ -706,7 +695,7 @@ int tw_rr_eval(struct tw_rr_router *rt, unsigned id, int slot, int nkeys, int na
                const char **argv, const size_t *lens, redisReply **reply)
 {
     bool lost = false;
-    return rr_eval(rt, id, slot, nkeys, nargs, argv, lens, &lost, reply);
+    return tw_rr_eval_lost(rt, id, slot, nkeys, nargs, argv, lens, &lost, reply);
 }
 
 void tw_rr_drop(struct tw_rr_router *rt, size_t node)
@@ -714,414 +703,12 @@ void tw_rr_drop(struct tw_rr_router *rt, size_t node)
     rr_drop(&rt->nodes[node]);
 }
 
-/* Write what is buffered for node n; 0, or TW_EIO (closed). */
-static int rr_flush(struct tw_rr_router *rt, size_t n)
+void tw_rr_lost(struct tw_rr_router *rt, size_t node, const char *why)
 {
-    if (tw_rr_link_flush(rt->nodes[n].c) != 0) {
-        rr_lost(rt, &rt->nodes[n], NULL);
-        rr_drop(&rt->nodes[n]);
-        return TW_EIO;
-    }
-    return 0;
+    rr_lost(rt, &rt->nodes[node], why);
 }
 
-int tw_rr_send(struct tw_rr_router *rt, int slot, int argc, const char **argv, const size_t *lens)
+bool tw_rr_sentinel_moved(struct tw_rr_router *rt, size_t node)
 {
-    int n = rr_node_for(rt, slot); /* the map as it is: the node tw_rr_node_of names */
-    if (n < 0) {
-        rt->map_stale = true;
-        return TW_EIO;
-    }
-    (void)rr_sentinel_moved(rt, &rt->nodes[n]);
-    int crc = rr_connect(rt, (size_t)n);
-    if (crc != 0)
-        return crc;
-    if (tw_rr_link_append(rt->nodes[n].c, argc, argv, lens) != 0)
-        return TW_ENOMEM;
-    if (rr_flush(rt, (size_t)n) != 0)
-        return TW_EIO;
-    rt->nodes[n].owed++;
-    return n;
-}
-
-int tw_rr_eval_send(struct tw_rr_router *rt, unsigned id, int slot, int nkeys, int nargs,
-                    const char **argv, const size_t *lens)
-{
-    const char *av[TW_RR_ARGV_MAX];
-    size_t al[TW_RR_ARGV_MAX];
-    char nk[16];
-    int argc = rr_eval_argv(rt, id, nkeys, nargs, argv, lens, av, al, nk);
-    return argc < 0 ? argc : tw_rr_send(rt, slot, argc, av, al);
-}
-
-/* Wait for any of fds[0..n) to be readable, until until_ns at most (0: poll
- * once). Returns poll's count (0: none by then). */
-static int rr_poll_until(struct pollfd *fds, size_t n, uint64_t until_ns)
-{
-    for (;;) {
-        uint64_t now = tw_rr_mono_ns();
-        int ms = now >= until_ns ? 0 : (int)((until_ns - now + 999999) / 1000000);
-        int pr = poll(fds, (nfds_t)n, ms);
-        if (pr >= 0 || errno != EINTR)
-            return pr < 0 ? 0 : pr;
-    }
-}
-
-int tw_rr_recv(struct tw_rr_router *rt, size_t node, uint64_t until_ns, redisReply **reply)
-{
-    for (;;) {
-        struct tw_rr_link *c = rt->nodes[node].c;
-        void *x = NULL;
-        if (!c)
-            return TW_EIO;
-        if (tw_rr_link_next(c, &x) != 0) {
-            rr_lost(rt, &rt->nodes[node], NULL);
-            rr_drop(&rt->nodes[node]);
-            return TW_EIO;
-        }
-        if (x) {
-            if (rt->nodes[node].owed)
-                rt->nodes[node].owed--;
-            *reply = x;
-            return 0;
-        }
-        struct pollfd pfd = {c->fd, POLLIN, 0};
-        if (rr_poll_until(&pfd, 1, until_ns) == 0)
-            return TW_RR_PENDING;
-        if (tw_rr_link_read(c) != 0) {
-            int oom = c->err == TW_ENOMEM;
-            rr_lost(rt, &rt->nodes[node], NULL);
-            rr_drop(&rt->nodes[node]);
-            return oom ? TW_ENOMEM : TW_EIO;
-        }
-    }
-}
-
-/* Send what is buffered for c once it reaches RR_FLUSH_BYTES (a SET call of
- * set_many is ~5 KB), once per chunk (*flushed): Redis runs that first call
- * while the caller builds the others, instead of waiting for the whole
- * chunk. Only once: a write per call would make Redis wake, read, reply and
- * write its AOF once per call, which costs it more CPU than the overlap
- * gains. Small calls (START) stay buffered until the first read. A write
- * error is left for the read to report (the link keeps it). */
-static void rr_flush_big(struct tw_rr_link *c, bool *flushed)
-{
-    if (*flushed || tw_rr_link_unsent(c) < RR_FLUSH_BYTES)
-        return;
-    *flushed = true;
-    (void)tw_rr_link_flush(c);
-}
-
-/* One call of a tw_rr_eval_many chunk. */
-struct rr_call {
-    uint64_t end; /* its node's bytes of the chunk, up to its own last one */
-    int node, slot;
-    unsigned char state; /* RR_CALL_* */
-};
-
-enum {
-    RR_CALL_REDO,   /* not sent, or answered by a redirect or a retry error: not applied;
-                       redone one by one */
-    RR_CALL_SENT,   /* buffered or written on its node, its reply not read yet */
-    RR_CALL_DONE,   /* answered */
-    RR_CALL_UNSENT, /* its node failed before all of it was in the socket: not applied */
-    RR_CALL_LOST    /* its node failed after: it may have been applied */
-};
-
-/* The node of call j failed while its reply was read: the chunk's calls on
- * that node not read yet are lost if they were wholly written (the bytes of
- * the chunk written to it: what was buffered less what is still left), else
- * unsent. */
-static void rr_node_failed(struct tw_rr_router *rt, struct rr_call *cl, size_t j, size_t m,
-                           const uint64_t *nbytes)
-{
-    int nd = cl[j].node;
-    uint64_t left = tw_rr_link_unsent(rt->nodes[nd].c);
-    uint64_t written = nbytes[nd] > left ? nbytes[nd] - left : 0;
-    for (size_t k = j; k < m; k++)
-        if (cl[k].state == RR_CALL_SENT && cl[k].node == nd)
-            cl[k].state = cl[k].end <= written ? RR_CALL_LOST : RR_CALL_UNSENT;
-    rr_lost(rt, &rt->nodes[nd], NULL);
-    rr_drop(&rt->nodes[nd]);
-    if (rt->cluster)
-        rt->map_stale = true;
-}
-
-/* Call j's reply r (freed here): a redirect, NOSCRIPT or a retry answer
- * marks it for a redo; another error reply is its code (tw_rr_reply_error)
- * and a reply the check refuses TW_EPROTO; *applied once one has run. */
-static int rr_call_reply(struct tw_rr_router *rt, struct rr_call *cl, size_t j, redisReply *r,
-                         tw_rr_check_fn *check, void *ctx, size_t i, bool *applied)
-{
-    int rc = 0;
-    cl[j].state = RR_CALL_DONE;
-    if (r->type == REDIS_REPLY_ERROR &&
-        (strncmp(r->str, "NOSCRIPT", 8) == 0 || strncmp(r->str, "MOVED ", 6) == 0 ||
-         strncmp(r->str, "ASK ", 4) == 0 || rr_is_retry_error(r))) {
-        cl[j].state = RR_CALL_REDO;
-        if (r->str[0] == 'M' || r->str[0] == 'A')
-            rt->map_stale = true;
-    } else if (r->type == REDIS_REPLY_ERROR) {
-        rc = tw_rr_reply_error(rt, r);
-    } else {
-        *applied = true;
-        if (check(ctx, i, r) != 0)
-            rc = TW_EPROTO;
-    }
-    freeReplyObject(r);
-    return rc;
-}
-
-/* The replies of a chunk's sent calls read from every node at once
- * (rt->reply_ms, a cluster): each node's in order as they come, so that a
- * node slow to answer holds no other node's answers. A node that still
- * owes replies reply_ms after they were written is silent: its calls are
- * lost (written whole: they may run once it answers), its connection
- * closed, on_silent told; *io then, as for a node whose connection fails
- * (rr_node_failed). Every call it settles leaves RR_CALL_SENT. */
-static int rr_recv_polled(struct tw_rr_router *rt, struct rr_call *cl, size_t m, size_t base,
-                          const uint64_t *nbytes, tw_rr_check_fn *check, void *ctx,
-                          bool *applied, bool *io)
-{
-    size_t *next = malloc(m * sizeof *next), *head = malloc(m * sizeof *head);
-    size_t *tail = malloc(m * sizeof *tail), *dn = malloc(m * sizeof *dn);
-    struct pollfd *fds = malloc(m * sizeof *fds);
-    size_t nd = 0;
-    int rc = 0;
-    if (!next || !head || !tail || !dn || !fds) {
-        rc = TW_ENOMEM;
-        goto out;
-    }
-    for (size_t j = 0; j < m; j++) { /* each node's calls, in order */
-        if (cl[j].state != RR_CALL_SENT)
-            continue;
-        size_t k = 0;
-        while (k < nd && dn[k] != (size_t)cl[j].node)
-            k++;
-        if (k == nd) {
-            dn[nd] = (size_t)cl[j].node;
-            head[nd++] = j;
-        } else {
-            next[tail[k]] = j;
-        }
-        tail[k] = j;
-        next[j] = SIZE_MAX;
-    }
-    for (size_t k = 0; k < nd; k++) { /* everything written, then waited for */
-        if (tw_rr_link_flush(rt->nodes[dn[k]].c) != 0) {
-            rr_node_failed(rt, cl, head[k], m, nbytes);
-            head[k] = SIZE_MAX;
-            *io = true;
-        }
-    }
-    uint64_t until = tw_rr_mono_ns() + (uint64_t)rt->reply_ms * 1000000u;
-    for (;;) {
-        size_t nf = 0;
-        for (size_t k = 0; k < nd && rc == 0; k++) {
-            while (head[k] != SIZE_MAX) {
-                void *x = NULL;
-                if (tw_rr_link_next(rt->nodes[dn[k]].c, &x) != 0) {
-                    rr_node_failed(rt, cl, head[k], m, nbytes);
-                    head[k] = SIZE_MAX;
-                    *io = true;
-                } else if (x) {
-                    size_t j = head[k];
-                    head[k] = next[j];
-                    rc = rr_call_reply(rt, cl, j, x, check, ctx, base + j, applied);
-                    if (rc)
-                        break;
-                } else {
-                    break;
-                }
-            }
-            if (head[k] != SIZE_MAX)
-                fds[nf++] = (struct pollfd){rt->nodes[dn[k]].c->fd, POLLIN, 0};
-        }
-        if (nf == 0 || rc)
-            break;
-        if (rr_poll_until(fds, nf, until) == 0) {
-            if (tw_rr_mono_ns() < until)
-                continue;
-            for (size_t k = 0; k < nd; k++) { /* silent: given up */
-                if (head[k] == SIZE_MAX)
-                    continue;
-                rr_node_failed(rt, cl, head[k], m, nbytes);
-                rr_lost(rt, &rt->nodes[dn[k]], "no answer (silent)");
-                head[k] = SIZE_MAX;
-                *io = true;
-                if (rt->on_silent)
-                    rt->on_silent(rt->silent_arg, rt, dn[k]);
-            }
-            break;
-        }
-        for (size_t k = 0, f = 0; k < nd && f < nf; k++) {
-            if (head[k] == SIZE_MAX)
-                continue;
-            if (fds[f++].revents && tw_rr_link_read(rt->nodes[dn[k]].c) != 0) {
-                rr_node_failed(rt, cl, head[k], m, nbytes);
-                head[k] = SIZE_MAX;
-                *io = true;
-            }
-        }
-    }
-out:
-    free(next);
-    free(head);
-    free(tail);
-    free(dn);
-    free(fds);
-    return rc;
-}
-
-int tw_rr_eval_many(struct tw_rr_router *rt, unsigned id, size_t n, int nkeys,
-                    tw_rr_build_fn *build, void *ctx, tw_rr_check_fn *check)
-{
-    const char *av[TW_RR_ARGV_MAX];
-    size_t al[TW_RR_ARGV_MAX];
-    char nk[16];
-    int nargs;
-    snprintf(nk, sizeof nk, "%d", nkeys);
-    size_t cap = n < RR_PIPE_CHUNK ? n : RR_PIPE_CHUNK, ncap = 0;
-    struct rr_call *cl = malloc((cap ? cap : 1) * sizeof *cl);
-    uint64_t *nbytes = NULL; /* per node: bytes of the chunk buffered for it */
-    rt->err[0] = 0;
-    if (!cl)
-        return TW_ENOMEM;
-    int rc = 0;
-    bool applied = false; /* a call was answered, or lost: the batch is no TW_EIO */
-    uint32_t budget = rt->retry_ms ? rt->retry_ms : rt->command_timeout_ms;
-    for (size_t base = 0; base < n && rc == 0; base += RR_PIPE_CHUNK) {
-        size_t m = n - base < RR_PIPE_CHUNK ? n - base : RR_PIPE_CHUNK;
-        bool flushed = false;
-        uint64_t deadline = tw_rr_mono_ns() + (uint64_t)budget * 1000000u;
-        if (rt->nnodes > ncap) {
-            uint64_t *nb = realloc(nbytes, rt->nnodes * sizeof *nb);
-            if (!nb) {
-                rc = TW_ENOMEM;
-                break;
-            }
-            nbytes = nb;
-            ncap = rt->nnodes;
-        }
-        memset(nbytes, 0, rt->nnodes * sizeof *nbytes);
-        /* Send. A node that is not connected, or a slot the map does not
-         * know, is left to the one-by-one path (which connects and waits). */
-        for (size_t j = 0; j < m && rc == 0; j++) {
-            int slot;
-            rr_evalsha_head(rt, id, nk, av, al);
-            rc = build(ctx, base + j, &slot, av + 3, al + 3, &nargs);
-            if (rc)
-                break;
-            int argc = 3 + nkeys + nargs;
-            if (argc > TW_RR_ARGV_MAX) {
-                rc = TW_EINVAL;
-                break;
-            }
-            int nd = rr_node_for(rt, slot);
-            cl[j] = (struct rr_call){0, nd, slot, RR_CALL_REDO};
-            if (nd < 0)
-                continue;
-            if (nbytes[nd] == 0) /* the node's first call of the chunk */
-                rr_check_idle(rt, (size_t)nd);
-            if (!rt->nodes[nd].c)
-                (void)rr_connect(rt, (size_t)nd);
-            struct tw_rr_link *c = rt->nodes[nd].c;
-            if (!c || rt->nodes[nd].check < 0) /* refused by the owner's check: redone */
-                continue;
-            size_t before = tw_rr_link_unsent(c);
-            if (tw_rr_link_append(c, argc, av, al) != 0) {
-                rc = TW_ENOMEM;
-                break;
-            }
-            nbytes[nd] += tw_rr_link_unsent(c) - before;
-            cl[j].end = nbytes[nd];
-            cl[j].state = RR_CALL_SENT;
-            rr_flush_big(c, &flushed);
-        }
-        /* Receive, in order (each node answers its commands in order). A
-         * node whose connection fails is dropped and its later calls of the
-         * chunk stay unanswered (lost or unsent: rr_node_failed), but the
-         * other nodes' replies are still read and checked: in a cluster with
-         * one master away, what the others answered counts (an executor's
-         * START round hands those on). */
-        bool io = false;
-        if (rt->cluster && rt->reply_ms)
-            rc = rr_recv_polled(rt, cl, m, base, nbytes, check, ctx, &applied, &io);
-        for (size_t j = 0; j < m && rc == 0; j++) {
-            if (cl[j].state != RR_CALL_SENT)
-                continue;
-            redisReply *r = NULL;
-            if (tw_rr_link_get(rt->nodes[cl[j].node].c, (void **)&r) != 0) {
-                rr_node_failed(rt, cl, j, m, nbytes);
-                io = true;
-                continue;
-            }
-            rc = rr_call_reply(rt, cl, j, r, check, ctx, base + j, &applied);
-        }
-        /* The calls whose replies are lost (and, when the replies are left
-         * unread below, the calls still waiting for theirs) may have been
-         * applied: the caller hears of each (check with no reply). */
-        for (size_t j = 0; j < m; j++) {
-            if (rc && cl[j].state == RR_CALL_SENT)
-                cl[j].state = RR_CALL_LOST;
-            if (cl[j].state == RR_CALL_LOST) {
-                applied = true;
-                (void)check(ctx, base + j, NULL);
-            }
-        }
-        if (rc) { /* replies may be left unread: drop every connection */
-            for (size_t i = 0; i < rt->nnodes; i++)
-                rr_drop(&rt->nodes[i]);
-            break;
-        }
-        if (io) {
-            /* Every reply read: the connections left are in step. Nothing
-             * is redone, but for SET while the chunk's time lasts (a lost
-             * connection, not a timeout): its unanswered calls are redone
-             * one by one below, those that may have run too (a SET call
-             * run twice stores the same tasks; redis.c, "Lost replies"). */
-            if (id != TW_RR_SET || tw_rr_mono_ns() >= deadline) {
-                rc = applied ? TW_EUNKNOWN : TW_EIO;
-                break;
-            }
-            for (size_t j = 0; j < m; j++)
-                if (cl[j].state == RR_CALL_LOST || cl[j].state == RR_CALL_UNSENT)
-                    cl[j].state = RR_CALL_REDO;
-        }
-        /* SET: a key given twice in one set_many is in two calls of its
-         * slot, and the later call must win. A call redone one by one below
-         * runs after the later calls of its slot that went through (a BUSY,
-         * NOSCRIPT, TRYAGAIN or LOADING answer that ended in between: the
-         * first calls are written early, rr_flush_big), so those are redone
-         * too, in order (a SET call run twice stores the same tasks). */
-        for (size_t j = 0; id == TW_RR_SET && j < m; j++)
-            if (cl[j].state == RR_CALL_REDO)
-                for (size_t k = j + 1; k < m; k++)
-                    if (cl[k].slot == cl[j].slot)
-                        cl[k].state = RR_CALL_REDO;
-        for (size_t j = 0; j < m && rc == 0; j++) {
-            if (cl[j].state != RR_CALL_REDO)
-                continue;
-            int slot;
-            rc = build(ctx, base + j, &slot, av + 3, al + 3, &nargs);
-            if (rc)
-                break;
-            redisReply *r;
-            bool lost = false;
-            rc = rr_eval(rt, id, slot, nkeys, nargs, av + 3, al + 3, &lost, &r);
-            if (lost) {
-                applied = true;
-                (void)check(ctx, base + j, NULL);
-            }
-            if (rc == 0) {
-                applied = true;
-                rc = check(ctx, base + j, r) ? TW_EPROTO : 0;
-                freeReplyObject(r);
-            }
-        }
-    }
-    free(cl);
-    free(nbytes);
-    /* some call may have been applied: not "nothing written" */
-    return rc == TW_EIO && applied ? TW_EUNKNOWN : rc;
+    return rr_sentinel_moved(rt, &rt->nodes[node]);
 }

@@ -12,7 +12,7 @@
  * wrong, an answer other than the address that failed is preferred (a
  * Sentinel that has not yet learnt of a failover names the old master).
  * Nothing trusts that answer alone: every connection any router of the
- * instance opens (router.c, rr_connect) goes to the address last found and
+ * instance opens (router.c, tw_rr_connect_node) goes to the address last found and
  * must answer ROLE with "master" before its first command; a replica (a
  * stale answer, or a failed-over master that came back as a replica) fails
  * that connection like an unreachable server, and has the Sentinels asked
