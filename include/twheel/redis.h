@@ -210,8 +210,10 @@
  * TW_EINVAL (no Sentinel knows master-name: errbuf says `no master named
  * ...`), TW_EAUTH (the Sentinels' or the master's credentials refused).
  * The least ACL rule gains `+role` on the master and replicas (and `+wait`
- * with wait_replicas); a Sentinel's own ACL must allow `sentinel|get-master-
- * addr-by-name`.
+ * with wait_replicas, with or without Sentinel: tw_redis_new asks for it with
+ * the others and fails with TW_EAUTH naming `wait` when it is refused; a
+ * refused ROLE fails the connection itself with TW_EAUTH); a Sentinel's own
+ * ACL must allow `sentinel|get-master-addr-by-name`.
  *
  * Replication and failover: Redis replicates asynchronously. A write the
  * master acknowledged and no replica had yet is lost when a failover

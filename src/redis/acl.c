@@ -12,10 +12,15 @@
  * refused ends tw_redis_new with TW_EAUTH and a NOPERM text naming it (the
  * command and its arguments: key and channel names, never a credential).
  *
- * rr_needs lists them: the client's and the worker's own commands, and
- * every command scripts.c calls, each on the keys it is called on (a test
- * keeps the list complete against the scripts' text). include/twheel/redis.h
- * states the same as the least ACL rule.
+ * tw_rr_acl_needs lists them: the client's and the worker's own commands,
+ * and every command scripts.c calls, each on the keys it is called on (a
+ * test keeps the list complete against the scripts' text).
+ * include/twheel/redis.h states the same as the least ACL rule. WAIT is
+ * asked for only with wait_replicas: refused, it would show as replicas
+ * that never answer (TW_EREPLICAS) rather than as a permission. ROLE, which
+ * every connection sends first with Sentinel, is not asked: refused, it
+ * fails the connection itself with TW_EAUTH (sentinel.c), before this
+ * check could run.
  */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -52,6 +57,7 @@ const struct tw_rr_acl_need tw_rr_acl_needs[] = {
     {TW_RR_ACL_WORKER, {"subscribe", "@c"}},
     {TW_RR_ACL_CLUSTER, {"asking"}},
     {TW_RR_ACL_DB, {"select", "@n"}},
+    {TW_RR_ACL_WAIT, {"wait", "0", "0"}}, /* after the producer calls (wait.c) */
     /* what the scripts call (scripts.c) */
     {0, {"exists", "@b"}},
     {0, {"exists", "@t"}},
@@ -109,7 +115,8 @@ int tw_rr_acl_check(struct tw_redis *r)
 {
     unsigned when = (r->worker ? TW_RR_ACL_WORKER : 0u) |
                     (r->api.cluster ? TW_RR_ACL_CLUSTER : 0u) |
-                    (r->conn.db > 0 ? TW_RR_ACL_DB : 0u);
+                    (r->conn.db > 0 ? TW_RR_ACL_DB : 0u) |
+                    (r->cfg.wait_replicas ? TW_RR_ACL_WAIT : 0u);
     uint32_t parts[2] = {0, r->cfg.partitions - 1};
     size_t nparts = r->cfg.partitions > 1 ? 2 : 1;
     size_t cap = 3 + nparts * tw_rr_acl_nneeds * (1 + TW_RR_ACL_ARGS);

@@ -876,6 +876,7 @@ int tw_rr_acl_check(struct tw_redis *r);
 #define TW_RR_ACL_WORKER 1u  /* a worker's only */
 #define TW_RR_ACL_CLUSTER 2u /* in a cluster only */
 #define TW_RR_ACL_DB 4u      /* with a database other than 0 only */
+#define TW_RR_ACL_WAIT 8u    /* with wait_replicas only */
 #define TW_RR_ACL_ARGS 8
 struct tw_rr_acl_need {
     unsigned when; /* 0: always */
