@@ -23,6 +23,8 @@
 #include "fixture.h"
 #include "test.h"
 
+#include "recorder.h"
+
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -39,52 +41,6 @@
 /* A password with every character that must be escaped in a URL, and an @. */
 #define PASS "pa:ss@w/rd%x?#"
 #define PASS_URL "pa%3Ass@w%2Frd%25x%3F%23"
-
-/* ---- a worker that records keys ------------------------------------------- */
-
-#define GOT_MAX 256
-
-struct got {
-    pthread_mutex_t mu;
-    size_t n;
-    char key[GOT_MAX][32];
-};
-
-static enum tw_redis_result got_exec(void *arg, const struct tw_redis_task *t)
-{
-    struct got *g = arg;
-    pthread_mutex_lock(&g->mu);
-    if (g->n < GOT_MAX)
-        snprintf(g->key[g->n++], sizeof g->key[0], "%.*s", (int)t->key_len, t->key);
-    pthread_mutex_unlock(&g->mu);
-    return TW_REDIS_DONE;
-}
-
-static size_t got_count(struct got *g)
-{
-    pthread_mutex_lock(&g->mu);
-    size_t n = g->n;
-    pthread_mutex_unlock(&g->mu);
-    return n;
-}
-
-static bool got_has(struct got *g, const char *key)
-{
-    bool yes = false;
-    pthread_mutex_lock(&g->mu);
-    for (size_t i = 0; i < g->n && !yes; i++)
-        yes = strcmp(g->key[i], key) == 0;
-    pthread_mutex_unlock(&g->mu);
-    return yes;
-}
-
-static bool got_wait(struct got *g, size_t n, unsigned ms)
-{
-    uint64_t end = rfx_mono_ms() + ms;
-    while (got_count(g) < n && rfx_mono_ms() < end)
-        rfx_sleep_ms(10);
-    return got_count(g) >= n;
-}
 
 static char errbuf[TW_RR_ERR_MAX];
 
@@ -121,39 +77,12 @@ static int open_one(struct tw_redis **r, const char *server, const char *q, cons
     return tw_redis_new(r, &c);
 }
 
-/* The client sets n tasks "<p>0".."<p>n-1" due in 50..250 ms (half of them
- * through set_many), removes "<p>1" and moves "<p>2" to 20 ms; the worker
- * delivers the other n - 1; then stats: nothing pending, delivered n - 1,
- * no worker error, no error of this thread. */
+/* round_trip_stats (recorder.h), then no error of this thread. */
 static void round_trip(struct tw_redis *client, struct tw_redis *worker, struct got *g,
                        const char *p, size_t n)
 {
-    char keys[64][16];
-    struct tw_redis_item items[64];
-    size_t m = 0;
-    for (size_t i = 0; i < n && i < 64; i++) {
-        snprintf(keys[i], sizeof keys[i], "%s%zu", p, i);
-        int64_t delay = 50 + (int64_t)(i * 200 / n);
-        if (i % 2)
-            items[m++] = (struct tw_redis_item){keys[i], strlen(keys[i]), "x", 1, delay};
-        else
-            CHECK_EQ_INT(tw_redis_set(client, keys[i], strlen(keys[i]), "x", 1, delay), 0);
-    }
-    CHECK_EQ_INT(tw_redis_set_many(client, items, m), (int)m);
-    CHECK_EQ_INT(tw_redis_remove(client, keys[1], strlen(keys[1])), 0);
-    CHECK_EQ_INT(tw_redis_move(client, keys[2], strlen(keys[2]), 20), 0);
-    size_t before = got_count(g);
-    CHECK(got_wait(g, before + n - 1, 10000));
-    CHECK(!got_has(g, keys[1]));
     struct tw_redis_stats st;
-    uint64_t end = rfx_mono_ms() + 5000;
-    do {
-        rfx_sleep_ms(20);
-        CHECK_EQ_INT(tw_redis_stats(worker, &st), 0);
-    } while ((st.pending != 0 || st.delivered < before + n - 1) && rfx_mono_ms() < end);
-    CHECK_EQ_U64(st.pending, 0);
-    CHECK_EQ_U64(st.delivered, before + n - 1);
-    CHECK_EQ_U64(st.worker_errors, 0);
+    round_trip_stats(client, worker, g, p, n, &st);
     char buf[TW_RR_ERR_MAX];
     CHECK_EQ_INT(tw_redis_last_error(client, buf, sizeof buf), 0);
     CHECK_EQ_STR(buf, "");
@@ -196,7 +125,7 @@ static void test_password(void)
     CHECK_EQ_INT(open_one(&r, url, "pw", NULL, NULL, NULL), TW_EAUTH);
     CHECK(strstr(errbuf, "WRONGPASS") != NULL && strstr(errbuf, "wrong@") == NULL);
     /* a worker refused too (its first connection, before any thread) */
-    struct got g = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    struct got g = GOT_INIT;
     CHECK_EQ_INT(open_one(&r, rfx_addr(&s), "pw", NULL, "guess-4711", &g), TW_EAUTH);
     CHECK(strstr(errbuf, "WRONGPASS") != NULL);
 
@@ -306,7 +235,7 @@ static void test_least_acl_user(void)
         freeReplyObject(x);
     char url[400];
     snprintf(url, sizeof url, "redis://tw:u-pass@%s", rfx_addr(&s));
-    struct got g = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    struct got g = GOT_INIT;
     struct tw_redis *worker = NULL, *client = NULL;
     CHECK_EQ_INT(open_one(&worker, url, "lq", NULL, NULL, &g), 0);
     if (!worker)
@@ -333,7 +262,7 @@ static void refused_without(const struct rfx_server *s, const char *const *chang
     snprintf(user, sizeof user, "lack%d", seq++);
     CHECK_EQ_INT(acl_user(s, "mq", user, change), 0);
     snprintf(url, sizeof url, "redis://%s:u-pass@%s", user, rfx_addr(s));
-    struct got g = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    struct got g = GOT_INIT;
     struct tw_redis *r = NULL;
     int rc = open_one(&r, url, "mq", NULL, NULL, worker ? &g : NULL);
     CHECK_EQ_INT(rc, TW_EAUTH);
@@ -435,7 +364,7 @@ static void test_acl_changed(void)
     CHECK_EQ_INT(acl_user(&s, "cq", "tw", NULL), 0);
     char url[400];
     snprintf(url, sizeof url, "redis://tw:u-pass@%s", rfx_addr(&s));
-    struct got g = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    struct got g = GOT_INIT;
     struct tw_redis *worker = NULL, *client = NULL;
     CHECK_EQ_INT(open_one(&worker, url, "cq", NULL, NULL, &g), 0);
     CHECK_EQ_INT(open_one(&client, url, "cq", NULL, NULL, NULL), 0);
@@ -508,7 +437,7 @@ static void test_reconnect_auth(void)
         return;
     char url[400];
     snprintf(url, sizeof url, "redis://:%s@%s", PASS_URL, rfx_addr(&s));
-    struct got g = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    struct got g = GOT_INIT;
     struct tw_redis *worker = NULL, *client = NULL;
     CHECK_EQ_INT(open_one(&worker, url, "rq", NULL, NULL, &g), 0);
     CHECK_EQ_INT(open_one(&client, url, "rq", NULL, NULL, NULL), 0);
@@ -551,7 +480,7 @@ static void test_cluster_auth(void)
         return;
     char url[400];
     snprintf(url, sizeof url, "redis://:%s@%s", PASS_URL, cl.addrs[1]);
-    struct got g = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    struct got g = GOT_INIT;
     struct tw_redis *worker = NULL, *client = NULL;
     CHECK_EQ_INT(open_one(&worker, url, "kq", NULL, NULL, &g), 0);
     CHECK_EQ_INT(open_one(&client, url, "kq", NULL, NULL, NULL), 0);
@@ -587,7 +516,7 @@ static void test_unix_socket(void)
     if (s.pid <= 0)
         return;
     CHECK(s.sock[0] == '/');
-    struct got g = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    struct got g = GOT_INIT;
     struct tw_redis *worker = NULL, *client = NULL;
     char url[400];
     snprintf(url, sizeof url, "unix://%s", s.sock);
@@ -611,7 +540,7 @@ static void test_unix_socket(void)
     if (s.pid <= 0)
         return;
     snprintf(url, sizeof url, "unix://:%s@%s?db=3", PASS_URL, s.sock);
-    struct got g2 = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    struct got g2 = GOT_INIT;
     CHECK_EQ_INT(open_one(&worker, url, "uq", NULL, NULL, &g2), 0);
     CHECK_EQ_INT(open_one(&client, url, "uq", NULL, NULL, NULL), 0);
     if (worker && client) {

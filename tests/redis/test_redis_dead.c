@@ -100,6 +100,24 @@ static void config(struct tw_redis_config *cfg, const char *const *servers, cons
     cfg->hold_ms = 300;
 }
 
+/* A test's server, started, and a configuration of it for queue q. */
+struct env {
+    struct rfx_server srv;
+    const char *servers[1];
+    struct tw_redis_config cfg;
+};
+
+static bool env_start(struct env *e, const char *q)
+{
+    reset();
+    CHECK_EQ_INT(rfx_start(&e->srv, NULL), 0);
+    if (e->srv.pid <= 0)
+        return false;
+    e->servers[0] = rfx_addr(&e->srv);
+    config(&e->cfg, e->servers, q);
+    return true;
+}
+
 static uint64_t dead_count(struct tw_redis *c)
 {
     uint64_t n = UINT64_MAX;
@@ -140,19 +158,14 @@ static void got_one(void *arg, const struct tw_redis_dead *d)
 /* FAILED every time: dead after exactly max_attempts runs, whole, once. */
 static void test_dead_after_max_attempts(void)
 {
-    reset();
-    struct rfx_server srv;
-    CHECK_EQ_INT(rfx_start(&srv, NULL), 0);
-    if (srv.pid <= 0)
+    struct env e;
+    if (!env_start(&e, "dm"))
         return;
-    const char *servers[] = {rfx_addr(&srv)};
-    struct tw_redis_config cfg;
-    config(&cfg, servers, "dm");
-    cfg.max_attempts = 3;
-    cfg.execute = execute;
-    cfg.on_event = on_event;
+    e.cfg.max_attempts = 3;
+    e.cfg.execute = execute;
+    e.cfg.on_event = on_event;
     struct tw_redis *w = NULL;
-    CHECK_EQ_INT(tw_redis_new(&w, &cfg), 0);
+    CHECK_EQ_INT(tw_redis_new(&w, &e.cfg), 0);
     if (!w)
         goto out;
     uint64_t t0 = rfx_realtime_us() / 1000u;
@@ -182,24 +195,19 @@ static void test_dead_after_max_attempts(void)
     CHECK_EQ_INT((int)atomic_load(&ev_on_executor), 0);
 out:
     tw_redis_free(w);
-    rfx_stop(&srv);
+    rfx_stop(&e.srv);
 }
 
 /* A per-task limit wins over the queue's (unlimited here); a plain set
  * keeps retrying past it. */
 static void test_per_task_limit(void)
 {
-    reset();
-    struct rfx_server srv;
-    CHECK_EQ_INT(rfx_start(&srv, NULL), 0);
-    if (srv.pid <= 0)
+    struct env e;
+    if (!env_start(&e, "dp"))
         return;
-    const char *servers[] = {rfx_addr(&srv)};
-    struct tw_redis_config cfg;
-    config(&cfg, servers, "dp");
-    cfg.execute = execute;
+    e.cfg.execute = execute;
     struct tw_redis *w = NULL;
-    CHECK_EQ_INT(tw_redis_new(&w, &cfg), 0);
+    CHECK_EQ_INT(tw_redis_new(&w, &e.cfg), 0);
     if (!w)
         goto out;
     struct tw_redis_set_opts o = {.max_attempts = 2};
@@ -222,7 +230,7 @@ static void test_per_task_limit(void)
     CHECK(st.failed >= 5);
 out:
     tw_redis_free(w);
-    rfx_stop(&srv);
+    rfx_stop(&e.srv);
 }
 
 struct seen {
@@ -244,19 +252,14 @@ static void seen_one(void *arg, const struct tw_redis_dead *d)
 /* list (paged), get, requeue one / all (a live key refused), purge, count */
 static void test_list_requeue_purge(void)
 {
-    reset();
-    struct rfx_server srv;
-    CHECK_EQ_INT(rfx_start(&srv, NULL), 0);
-    if (srv.pid <= 0)
+    struct env e;
+    if (!env_start(&e, "dl"))
         return;
-    const char *servers[] = {rfx_addr(&srv)};
-    struct tw_redis_config cfg;
-    config(&cfg, servers, "dl");
-    cfg.max_attempts = 1;
-    cfg.execute = execute;
-    cfg.on_event = on_event;
+    e.cfg.max_attempts = 1;
+    e.cfg.execute = execute;
+    e.cfg.on_event = on_event;
     struct tw_redis *w = NULL;
-    CHECK_EQ_INT(tw_redis_new(&w, &cfg), 0);
+    CHECK_EQ_INT(tw_redis_new(&w, &e.cfg), 0);
     if (!w)
         goto out;
     char k[16];
@@ -317,7 +320,7 @@ static void test_list_requeue_purge(void)
     CHECK_EQ_U64(dead_count(w), 0);
 out:
     tw_redis_free(w);
-    rfx_stop(&srv);
+    rfx_stop(&e.srv);
 }
 
 /* A worker process SIGKILLed while it runs two tasks: its lost lease is an
@@ -325,25 +328,20 @@ out:
  * again here, answers FAILED, and is dead with attempt 2 and its text. */
 static void test_dead_after_kill(void)
 {
-    reset();
-    struct rfx_server srv;
-    CHECK_EQ_INT(rfx_start(&srv, NULL), 0);
-    if (srv.pid <= 0)
+    struct env e;
+    if (!env_start(&e, "dk"))
         return;
-    const char *servers[] = {rfx_addr(&srv)};
     char out[300];
-    snprintf(out, sizeof out, "%s/deliveries", srv.dir);
-    struct tw_redis_config cfg;
-    config(&cfg, servers, "dk");
+    snprintf(out, sizeof out, "%s/deliveries", e.srv.dir);
     struct tw_redis *c = NULL, *w = NULL;
     pid_t pid = 0;
-    CHECK_EQ_INT(tw_redis_new(&c, &cfg), 0);
+    CHECK_EQ_INT(tw_redis_new(&c, &e.cfg), 0);
     if (!c)
         goto out;
     struct tw_redis_set_opts two = {.max_attempts = 2}, one = {.max_attempts = 1};
     CHECK_EQ_INT(tw_redis_set_opts(c, "x0", 2, "px", 2, 0, &two), 0);
     CHECK_EQ_INT(tw_redis_set_opts(c, "x1", 2, "py", 2, 0, &one), 0);
-    struct rw_opts o = {.servers = rfx_addr(&srv), .queue = "dk", .out = out, .threads = 2,
+    struct rw_opts o = {.servers = rfx_addr(&e.srv), .queue = "dk", .out = out, .threads = 2,
                         .partitions = 4, .lease_ms = 1000, .window_ms = 300, .hold_ms = 300,
                         .exec_us = 60000000};
     CHECK_EQ_INT(rw_spawn(RFX_WORKER_PATH, &o, &pid, NULL), 0);
@@ -362,9 +360,9 @@ static void test_dead_after_kill(void)
     rfx_signal(pid, SIGKILL);
     rfx_reap(pid);
     pid = 0;
-    cfg.execute = execute;
-    cfg.on_event = on_event;
-    CHECK_EQ_INT(tw_redis_new(&w, &cfg), 0);
+    e.cfg.execute = execute;
+    e.cfg.on_event = on_event;
+    CHECK_EQ_INT(tw_redis_new(&w, &e.cfg), 0);
     if (!w)
         goto out;
     CHECK(wait_dead(c, 2, 15000));
@@ -391,7 +389,7 @@ out:
     }
     tw_redis_free(w);
     tw_redis_free(c);
-    rfx_stop(&srv);
+    rfx_stop(&e.srv);
 }
 
 /* lease-lost events: a held task replaced before its start */
@@ -405,20 +403,15 @@ static enum tw_redis_result slow(void *arg, const struct tw_redis_task *t)
 
 static void test_lease_lost_event(void)
 {
-    reset();
-    struct rfx_server srv;
-    CHECK_EQ_INT(rfx_start(&srv, NULL), 0);
-    if (srv.pid <= 0)
+    struct env e;
+    if (!env_start(&e, "de"))
         return;
-    const char *servers[] = {rfx_addr(&srv)};
-    struct tw_redis_config cfg;
-    config(&cfg, servers, "de");
-    cfg.threads = 1;
-    cfg.execute = slow;
-    cfg.on_event = on_event;
-    cfg.window_ms = 2000;
+    e.cfg.threads = 1;
+    e.cfg.execute = slow;
+    e.cfg.on_event = on_event;
+    e.cfg.window_ms = 2000;
     struct tw_redis *w = NULL;
-    CHECK_EQ_INT(tw_redis_new(&w, &cfg), 0);
+    CHECK_EQ_INT(tw_redis_new(&w, &e.cfg), 0);
     if (!w)
         goto out;
     /* the first keeps the one executor busy while the second, held, is replaced */
@@ -433,7 +426,7 @@ static void test_lease_lost_event(void)
     CHECK(atomic_load(&ev_n[TW_REDIS_EVENT_DELIVERED]) >= 1);
 out:
     tw_redis_free(w);
-    rfx_stop(&srv);
+    rfx_stop(&e.srv);
 }
 
 /* In a Redis Cluster: the dead letters and the schedules' keys sit in

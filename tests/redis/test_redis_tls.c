@@ -25,6 +25,8 @@
 #include "fixture.h"
 #include "test.h"
 
+#include "recorder.h"
+
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
@@ -42,37 +44,6 @@
             return;                                                              \
         }                                                                        \
     } while (0)
-
-struct got {
-    pthread_mutex_t mu;
-    size_t n;
-};
-
-static enum tw_redis_result got_exec(void *arg, const struct tw_redis_task *t)
-{
-    (void)t;
-    struct got *g = arg;
-    pthread_mutex_lock(&g->mu);
-    g->n++;
-    pthread_mutex_unlock(&g->mu);
-    return TW_REDIS_DONE;
-}
-
-static size_t got_count(struct got *g)
-{
-    pthread_mutex_lock(&g->mu);
-    size_t n = g->n;
-    pthread_mutex_unlock(&g->mu);
-    return n;
-}
-
-static bool got_wait(struct got *g, size_t n, unsigned ms)
-{
-    uint64_t end = rfx_mono_ms() + ms;
-    while (got_count(g) < n && rfx_mono_ms() < end)
-        rfx_sleep_ms(10);
-    return got_count(g) >= n;
-}
 
 static struct rfx_tls tls;
 static char errbuf[256];
@@ -112,39 +83,15 @@ static void cfg_of(struct tw_redis_config *c, const char *const *servers, size_t
     }
 }
 
-/* n tasks set (half through set_many) due in 50..250 ms, one removed and
- * one moved; the worker delivers n - 1; stats: nothing pending, no worker
- * error, notifications received (sets earlier than the held window). */
+/* round_trip_stats (recorder.h), then no run more, and a set inside
+ * the held window told to the worker over the subscriber's connection. */
 static void round_trip(struct tw_redis *client, struct tw_redis *worker, struct got *g,
                        const char *p, size_t n)
 {
-    char keys[64][16];
-    struct tw_redis_item items[64];
-    size_t m = 0;
-    for (size_t i = 0; i < n && i < 64; i++) {
-        snprintf(keys[i], sizeof keys[i], "%s%zu", p, i);
-        int64_t delay = 50 + (int64_t)(i * 200 / n);
-        if (i % 2)
-            items[m++] = (struct tw_redis_item){keys[i], strlen(keys[i]), "x", 1, delay};
-        else
-            CHECK_EQ_INT(tw_redis_set(client, keys[i], strlen(keys[i]), "x", 1, delay), 0);
-    }
-    CHECK_EQ_INT(tw_redis_set_many(client, items, m), (int)m);
-    CHECK_EQ_INT(tw_redis_remove(client, keys[1], strlen(keys[1])), 0);
-    CHECK_EQ_INT(tw_redis_move(client, keys[2], strlen(keys[2]), 20), 0);
-    size_t before = got_count(g);
-    CHECK(got_wait(g, before + n - 1, 10000));
     struct tw_redis_stats st;
-    uint64_t end = rfx_mono_ms() + 5000;
-    do {
-        rfx_sleep_ms(20);
-        CHECK_EQ_INT(tw_redis_stats(worker, &st), 0);
-    } while ((st.pending != 0 || st.delivered < before + n - 1) && rfx_mono_ms() < end);
-    CHECK_EQ_U64(st.pending, 0);
-    CHECK_EQ_U64(st.delivered, before + n - 1);
-    CHECK_EQ_U64(st.worker_errors, 0);
+    round_trip_stats(client, worker, g, p, n, &st);
     rfx_sleep_ms(100);
-    CHECK_EQ_U64(got_count(g), before + n - 1);
+    CHECK_EQ_U64(got_count(g), st.delivered); /* nothing run twice, nothing removed run */
     /* The subscriber's connection: a set inside the held window is told to
      * the worker (a refill may claim a task first: a few tries). */
     for (int i = 0; i < 20 && st.notifications == 0; i++) {
@@ -182,7 +129,7 @@ static bool open_pair(const char *wurl, const char *curl, const char *q, struct 
 static void pair_round_trip(const char *wurl, const char *curl, const char *q, bool cert,
                             const char *p, size_t n)
 {
-    struct got g = {PTHREAD_MUTEX_INITIALIZER, 0};
+    struct got g = GOT_INIT;
     struct tw_redis *w, *client;
     if (open_pair(wurl, curl, q, &g, cert, &w, &client))
         round_trip(client, w, &g, p, n);
@@ -221,7 +168,7 @@ static void test_cluster(void)
     NEED(rfx_cluster_start_opts(&cl, 3, &o) == 0);
     char seed[64];
     snprintf(seed, sizeof seed, "rediss://%s", cl.tls_addrs[1]);
-    struct got g = {PTHREAD_MUTEX_INITIALIZER, 0};
+    struct got g = GOT_INIT;
     struct tw_redis *w, *client;
     if (open_pair(seed, seed, "cq", &g, false, &w, &client)) {
         /* far enough ahead to count each master's keys before they are due */
@@ -382,7 +329,7 @@ static void test_reconnect(void)
     NEED(start_tls_server(&s, false, NULL));
     char url[64];
     snprintf(url, sizeof url, "rediss://127.0.0.1:%d", s.tls_port);
-    struct got g = {PTHREAD_MUTEX_INITIALIZER, 0};
+    struct got g = GOT_INIT;
     struct tw_redis *w, *client;
     if (open_pair(url, url, "rq", &g, false, &w, &client)) {
         round_trip(client, w, &g, "b", 10);
