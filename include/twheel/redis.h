@@ -444,6 +444,16 @@ struct tw_redis_config {
      * host: a DNS name, or an IP address among its IP SANs). true: the chain alone is
      * verified; anyone with a certificate from the CA can pose as the server. */
     bool tls_skip_hostname_check;
+    /** In a Redis Cluster, how long a worker thread waits for one master's reply before it
+     * takes that master as silent (default 30 ms): the worker's threads then leave its
+     * partitions alone, so that a hung master delays only its own tasks, until a probe or
+     * a late reply shows it answers (its unanswered calls are not lost: their tasks wait
+     * for a later round). A healthy master slower than this (far away, a slow fsync with
+     * appendfsync always, a host stall) is taken as silent until its next reply and its
+     * connection reopened, so raise it for such masters. 5 .. 60000; 0: no isolation, every
+     * call waits command_timeout_ms, as always on a standalone server, which has no other
+     * master to serve meanwhile. At or above command_timeout_ms: no isolation either. */
+    uint32_t silent_ms;
 };
 
 /** Statistics; every count since tw_redis_new. */
@@ -488,6 +498,9 @@ struct tw_redis_stats {
                                (FAILED on the last attempt, or a lease lost on it) */
     uint64_t events_dropped; /**< events not given to on_event: its queue was full */
     uint64_t schedule_fires; /**< schedule occurrences this worker made tasks */
+    uint64_t silent_marks; /**< times this worker took a cluster master as silent (it did not
+                                answer within silent_ms); frequent marks of healthy masters
+                                say silent_ms is too short for them */
 };
 
 /** Fill @p cfg with the defaults above (servers NULL: must be set). No I/O. */

@@ -116,7 +116,7 @@ void *tw_rr_ack_main(void *arg)
             for (uint32_t i = 0; i < P && n < TW_RR_RUN_BATCH; i++) {
                 uint32_t p = (from + i) % P;
                 if (r->ack_head[p] && tw_rr_silent_part(r, p)) { /* kept until it answers */
-                    uint64_t again = now + (uint64_t)TW_RR_SILENT_MS * 1000000u;
+                    uint64_t again = now + tw_rr_patience_ns(r);
                     next = again < next ? again : next;
                     continue;
                 }

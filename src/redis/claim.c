@@ -446,11 +446,11 @@ static int rr_claim_round(struct tw_redis *r, unsigned char *want, bool pace, bo
      * migration. test_redis_cluster (window 500 ms, one of three masters
      * SIGKILLed for 3 s) bounds the healthy masters' tasks' lateness.
      * A master that keeps its connections open but does not answer is
-     * waited for TW_RR_SILENT_MS at most (silent.c): the TIME round reads
+     * waited for silent_ms at most (silent.c): the TIME round reads
      * every master's reply as it comes, a claim not answered by then stays
      * outstanding (TW_RR_EAWAIT) and its master is bad until its reply is
      * read (tw_rr_await_collect, before each call of a round and every
-     * TW_RR_SILENT_MS between rounds), which hands the tasks on
+     * silent_ms between rounds), which hands the tasks on
      * (rr_claim_late). test_redis_isolation (one of three masters
      * SIGSTOPped for 8 s) bounds the healthy masters' tasks' lateness. */
     struct tw_rr_router *rt = &r->claim_rt;
@@ -598,8 +598,8 @@ void *tw_rr_claim_main(void *arg)
         bool recover = now >= recover_at;
         if (!refill && !retry && !recover && r->nflagged == 0) {
             uint64_t until = next_refill < retry_at ? next_refill : retry_at;
-            if (awaiting && until > now + (uint64_t)TW_RR_SILENT_MS * 1000000u)
-                until = now + (uint64_t)TW_RR_SILENT_MS * 1000000u;
+            if (awaiting && until > now + tw_rr_patience_ns(r))
+                until = now + tw_rr_patience_ns(r);
             (void)tw_cond_wait_until_(&r->cv, &r->mu, until < recover_at ? until : recover_at);
             continue;
         }

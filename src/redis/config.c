@@ -29,6 +29,7 @@ void tw_redis_config_init(struct tw_redis_config *cfg)
     cfg->connect_timeout_ms = 1000;
     cfg->command_timeout_ms = 2000;
     cfg->hold_ms = 1000;
+    cfg->silent_ms = TW_RR_SILENT_MS;
 }
 
 /* Where tw_redis_new says what failed (cfg->errbuf, when given). */
@@ -136,6 +137,10 @@ int tw_rr_check_config(const struct tw_redis_config *c)
          (c->wait_timeout_ms == 0 || c->wait_timeout_ms >= c->command_timeout_ms))) {
         tw_rr_errbuf(
             c, "wait_replicas: at most 1000, with wait_timeout_ms in 1..command_timeout_ms-1");
+        return TW_EINVAL;
+    }
+    if (c->silent_ms > 60000 || (c->silent_ms > 0 && c->silent_ms < 5)) {
+        tw_rr_errbuf(c, "silent_ms: 0 (no isolation) or 5..60000");
         return TW_EINVAL;
     }
     if (c->connect_timeout_ms == 0 || c->command_timeout_ms == 0 ||

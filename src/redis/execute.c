@@ -200,7 +200,7 @@ static void rr_exec_one(struct tw_redis *r, struct tw_rr_item *it, unsigned thre
  * in every such round would take the executors from the healthy masters'
  * tasks.
  * A master that accepts connections but does not answer (stopped, or cut
- * off while the socket stays open) holds a round TW_RR_SILENT_MS at most
+ * off while the socket stays open) holds a round silent_ms at most
  * in a cluster: the replies are read as they come and that master's calls
  * are then left unanswered (silent.c); later rounds leave its partitions
  * out until it answers again, so its tasks wait here, requeued like any

@@ -499,10 +499,10 @@ static inline uint64_t tw_rr_rate_down(uint64_t w)
 
 /* Per-master isolation (silent.c). A master that accepts connections but
  * does not answer (stopped, hung, cut off with its socket open) is silent
- * once a worker thread has waited TW_RR_SILENT_MS for it: every thread of
- * the worker then leaves its partitions alone (TW_RR_SILENT_MS at most, and
- * only in a cluster) until the claim thread's probe, or a late reply, shows
- * it answers again. */
+ * once a worker thread has waited cfg.silent_ms for it: every thread of
+ * the worker then leaves its partitions alone until the claim thread's
+ * probe, or a late reply, shows it answers again. TW_RR_SILENT_MS is the
+ * default of silent_ms. */
 #define TW_RR_SILENT_MS 30
 #define TW_RR_EAWAIT (-1000) /* a claim left awaiting its reply (claim.c, silent.c) */
 
@@ -685,7 +685,7 @@ struct tw_redis {
     char sub_errtext[TW_RR_ERR_MAX];
 
     /* dead letters, events, schedules (dead.c, events.c, schedule.c) */
-    atomic_uint_fast64_t dead_n, events_dropped, sched_fires;
+    atomic_uint_fast64_t dead_n, events_dropped, sched_fires, silent_marks;
     void *ev;                       /* events.c's queue (NULL: no on_event, no thread) */
     void *sched;                    /* a worker's schedule thread (schedule.c; NULL: none) */
     struct tw_rr_router sched_rt;   /* its router */
@@ -730,6 +730,13 @@ uint64_t tw_rr_local_due(struct tw_redis *r, uint32_t p, uint64_t due_ms);
 /* A router's on_silent: node `node` of rt did not answer in time; its
  * partitions (by rt's map) are silent for every thread of the worker. */
 void tw_rr_silent_mark(void *r, const struct tw_rr_router *rt, size_t node);
+/* How long a worker thread waits for one master's replies before it marks
+ * it silent: silent_ms in a cluster (when below command_timeout_ms), else 0
+ * (no isolation: the command timeout). */
+uint32_t tw_rr_isolate_ms(const struct tw_redis *r, bool cluster);
+/* How long the claim thread waits for a reply before it goes on without
+ * it: tw_rr_isolate_ms for its router, else the whole command timeout. */
+uint64_t tw_rr_patience_ns(const struct tw_redis *r);
 /* Whether partition p's master is silent (any thread). */
 static inline bool tw_rr_silent_part(const struct tw_redis *r, uint32_t p)
 {

@@ -69,6 +69,7 @@ static const struct rr_metric rr_metrics[] = {
     WC(dead, "tasks this worker's scripts moved to the dead letters"),
     WC(events_dropped, "events not given to on_event: its queue was full"),
     WC(schedule_fires, "schedule occurrences this worker made tasks"),
+    WC(silent_marks, "times a cluster master was taken as silent (silent_ms)"),
     WG(leased, "tasks this worker holds now"),
     WG(evicting_nodes, "connected servers whose policy may evict the queue's keys"),
     {"twheel_redis_tasks", RR_G, "state=\"waiting\"", "the queue's tasks by state", Q_(waiting)},

@@ -532,7 +532,7 @@
  * (execute.c). A master that accepts connections but does not answer
  * (stopped, hung, cut off with its socket open) delays only its own
  * partitions (silent.c): in a cluster a worker's threads read every
- * master's replies as they come and wait TW_RR_SILENT_MS (30 ms) at most
+ * master's replies as they come and wait silent_ms (30 ms by default) at most
  * for one; a master that owes replies then is silent for the whole worker
  * (START and acknowledgement rounds leave its partitions out, the claim
  * thread keeps an unanswered claim outstanding and reads it when it comes,

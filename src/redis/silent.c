@@ -7,18 +7,18 @@
  * worker's threads each make calls that span the masters: the claim
  * thread's TIME round and claims, the executors' START rounds (a partition
  * group per call, pipelined over the masters), the acknowledger's. So no
- * worker thread waits on one master for more than TW_RR_SILENT_MS in a
+ * worker thread waits on one master for more than silent_ms in a
  * cluster, and once one has, the master is silent for all of them:
  *  - START and acknowledgement rounds (start.c) read every master's replies
  *    as they come (router.c, reply_ms) and give a master that owes replies
- *    TW_RR_SILENT_MS: its connection is closed, its calls unanswered (their
+ *    silent_ms: its connection is closed, its calls unanswered (their
  *    tasks back to the local queue, their acknowledgements pending), and it
  *    is marked here (tw_rr_silent_mark). Rounds then leave a silent
  *    master's partitions out: no executor waits for it again, and the
  *    acknowledger keeps its acknowledgements (ack.c).
  *  - The claim thread sends its TIME round to every master at once and
  *    reads the replies as they come; a claim's reply is awaited
- *    TW_RR_SILENT_MS. What is not answered by then stays outstanding on its
+ *    silent_ms. What is not answered by then stays outstanding on its
  *    connection, one call per master (struct tw_rr_await): the claim thread
  *    goes on with the other masters and reads that reply when it comes
  *    (tw_rr_await_collect), a late claim's tasks included, so no claimed
@@ -28,7 +28,7 @@
  *    if longer: its tasks' leases end about then; reading it later is
  *    safe, START checks the lease): the connection is closed.
  *  - While a master is silent the claim thread probes it: a PING on a
- *    connection of its own (rr_probe), read every TW_RR_SILENT_MS; its
+ *    connection of its own (rr_probe), read every silent_ms; its
  *    reply, or any late reply from that master, clears the mark, and the
  *    next rounds take its partitions again. No thread reconnects to a
  *    silent master meanwhile (that waits for an AUTH reply).
@@ -37,13 +37,14 @@
  * slot map), holding the entry of the master's address in a small table,
  * so a clear finds them whatever map the marking thread had.
  *
- * The price: a healthy master that takes longer than TW_RR_SILENT_MS to
+ * The price: a healthy master that takes longer than silent_ms to
  * answer (a stall of its host, an fsync) is taken as silent until its next
  * reply, a few ms later: its tasks in that round wait for a later one
  * (execute.c: TW_RR_RETRY_MS), and the START it did not answer in time is
  * sent again (a START redone counts its attempt once; an acknowledgement
- * redone counts as stale). A standalone server has no other master to
- * isolate from: calls wait command_timeout_ms there, as before. */
+ * redone counts as stale). tw_redis_config.silent_ms sets the wait (0: no
+ * isolation), stats' silent_marks counts the marks. A standalone server has
+ * no other master to isolate from: calls wait command_timeout_ms there. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <poll.h>
@@ -83,6 +84,7 @@ void tw_rr_silent_mark(void *arg, const struct tw_rr_router *rt, size_t node)
                 atomic_store(&r->silent[p], (uint_least16_t)(k + 1));
     pthread_mutex_unlock(&r->silent_mu);
     if (added) { /* the claim thread probes it from now on */
+        atomic_fetch_add(&r->silent_marks, 1);
         pthread_mutex_lock(&r->mu);
         pthread_cond_signal(&r->cv);
         pthread_mutex_unlock(&r->mu);
@@ -143,15 +145,16 @@ static bool rr_silent_node(struct tw_redis *r, size_t nd)
     return tw_rr_silent_addr(r, n->host, n->port);
 }
 
-/* How long the claim thread waits for a reply before it goes on without it:
- * in a cluster TW_RR_SILENT_MS (there are other masters to serve), on a
- * standalone server the whole command timeout. */
-static uint64_t rr_patience_ns(const struct tw_redis *r)
+uint32_t tw_rr_isolate_ms(const struct tw_redis *r, bool cluster)
 {
-    uint32_t ms = r->claim_rt.cluster && TW_RR_SILENT_MS < r->cfg.command_timeout_ms
-                      ? TW_RR_SILENT_MS
-                      : r->cfg.command_timeout_ms;
-    return (uint64_t)ms * 1000000u;
+    uint32_t ms = r->cfg.silent_ms;
+    return cluster && ms > 0 && ms < r->cfg.command_timeout_ms ? ms : 0;
+}
+
+uint64_t tw_rr_patience_ns(const struct tw_redis *r)
+{
+    uint32_t ms = tw_rr_isolate_ms(r, r->claim_rt.cluster);
+    return (uint64_t)(ms ? ms : r->cfg.command_timeout_ms) * 1000000u;
 }
 
 static void rr_await_set(struct tw_redis *r, size_t nd, unsigned char kind, uint32_t p,
@@ -238,7 +241,7 @@ void tw_rr_time_round(struct tw_redis *r, const unsigned char *want, unsigned ch
         rr_answered(r, (size_t)nd);
         rr_time_reply(r, (size_t)nd, x, tw_rr_mono_ns(), t_send, want);
     }
-    uint64_t t0 = tw_rr_mono_ns(), until = t0 + rr_patience_ns(r);
+    uint64_t t0 = tw_rr_mono_ns(), until = t0 + tw_rr_patience_ns(r);
     while (nsent) {
         struct pollfd fds[TW_RR_SAMPLE_NODES];
         size_t idx[TW_RR_SAMPLE_NODES], nf = 0;
@@ -307,7 +310,7 @@ int tw_rr_await_claim(struct tw_redis *r, uint32_t p, unsigned batch, const char
         return s;
     if (s != nd) /* not connected (or a node the map had not): the router's retries */
         return tw_rr_eval(rt, TW_RR_CLAIM, slot, TW_RR_NKEYS, TW_RR_CLAIM_NARGS, av, al, x);
-    int rc = tw_rr_recv(rt, (size_t)nd, t0 + rr_patience_ns(r), x);
+    int rc = tw_rr_recv(rt, (size_t)nd, t0 + tw_rr_patience_ns(r), x);
     if (rc == TW_RR_PENDING) {
         if (!rt->cluster) { /* the whole command timeout: as a failed call */
             tw_rr_drop(rt, (size_t)nd);

@@ -237,9 +237,8 @@ void tw_rr_start_round(struct tw_rr_round *e, struct tw_rr_router *rt)
     e->sent_ns = tw_rr_mono_ns();
     e->cluster = rt->cluster;
     /* per-master isolation (silent.c): every master's replies read as they
-     * come, a master silent after TW_RR_SILENT_MS, silent ones left out */
-    rt->reply_ms =
-        e->cluster && TW_RR_SILENT_MS < e->r->cfg.command_timeout_ms ? TW_RR_SILENT_MS : 0;
+     * come, a master silent after silent_ms, silent ones left out */
+    rt->reply_ms = tw_rr_isolate_ms(e->r, e->cluster);
     rt->on_silent = tw_rr_silent_mark;
     rt->silent_arg = e->r;
     rr_start_group(e, e->cluster);

@@ -131,6 +131,7 @@ int tw_redis_stats(const struct tw_redis *cr, struct tw_redis_stats *out)
     out->dead = atomic_load(&r->dead_n);
     out->events_dropped = atomic_load(&r->events_dropped);
     out->schedule_fires = atomic_load(&r->sched_fires);
+    out->silent_marks = atomic_load(&r->silent_marks);
     out->rt_refused = r->local ? tw_rr_local_rt_refused(r->local) : 0;
     pthread_mutex_lock(&r->hist_mu);
     out->late_p50_us = rr_pct(r, 0.50);

@@ -287,9 +287,70 @@ out:
     rfx_cluster_stop(c);
 }
 
+/* silent_ms: its range checked; a master stopped for 600 ms is taken as
+ * silent by a worker with the default (30 ms), not by one that waits 2.5 s
+ * (stats' silent_marks); both go on once it answers. */
+static void test_silent_ms(void)
+{
+    struct tw_redis_config cfg;
+    struct tw_redis *bad = NULL;
+    const char *none[1] = {"127.0.0.1:1"};
+    tw_redis_config_init(&cfg);
+    CHECK_EQ_INT((int)cfg.silent_ms, 30);
+    cfg.servers = none;
+    cfg.nservers = 1;
+    cfg.silent_ms = 3;
+    CHECK_EQ_INT(tw_redis_new(&bad, &cfg), TW_EINVAL);
+    cfg.silent_ms = 60001;
+    CHECK_EQ_INT(tw_redis_new(&bad, &cfg), TW_EINVAL);
+    CHECK(bad == NULL);
+
+    struct rfx_cluster *c = &cluster;
+    CHECK_EQ_INT(rfx_cluster_start(c, 3), 0);
+    if (c->n != 3)
+        return;
+    for (size_t i = 0; i < c->n; i++)
+        CHECK_EQ_INT(rfx_command(&c->node[i], "CONFIG SET cluster-node-timeout 60000"), 0);
+    memset(&rec, 0, sizeof rec);
+    pthread_mutex_init(&rec.mu, NULL);
+    tw_redis_config_init(&cfg);
+    cfg.servers = c->addrs;
+    cfg.nservers = c->n;
+    cfg.queue = "sm";
+    cfg.partitions = PARTS;
+    cfg.execute = iso_exec;
+    cfg.arg = &rec;
+    cfg.threads = 1;
+    cfg.window_ms = 300; /* a TIME round to every master every 150 ms */
+    struct tw_redis *quick = NULL, *patient = NULL;
+    CHECK_EQ_INT(tw_redis_new(&quick, &cfg), 0);
+    cfg.silent_ms = 2500;
+    cfg.command_timeout_ms = 3000;
+    CHECK_EQ_INT(tw_redis_new(&patient, &cfg), 0);
+    if (quick && patient) {
+        rfx_sleep_ms(500);
+        CHECK_EQ_INT(kill(c->node[1].pid, SIGSTOP), 0);
+        rfx_sleep_ms(600);
+        CHECK_EQ_INT(kill(c->node[1].pid, SIGCONT), 0);
+        rfx_sleep_ms(1000);
+        struct tw_redis_stats q, pt;
+        CHECK_EQ_INT(tw_redis_stats(quick, &q), 0);
+        CHECK_EQ_INT(tw_redis_stats(patient, &pt), 0);
+        printf("silent marks: default %" PRIu64 ", silent_ms 2500: %" PRIu64 "\n",
+               q.silent_marks, pt.silent_marks);
+        CHECK(q.silent_marks >= 1);
+        CHECK_EQ_U64(pt.silent_marks, 0);
+    }
+    tw_redis_free(quick);
+    tw_redis_free(patient);
+    pthread_mutex_destroy(&rec.mu);
+    rfx_cluster_stop(c);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN); /* a write to a stopped master's connection */
     RUN(test_hung_master);
+    RUN(test_silent_ms);
     return test_summary();
 }
