@@ -1006,5 +1006,9 @@ void tw_rr_events_stop(struct tw_redis *r); /* gives what is queued, joins */
 /* schedule.c: a worker's schedule thread (on r->sched_rt). */
 int tw_rr_sched_start(struct tw_redis *r); /* TW_ENOMEM, TW_ESYS */
 void tw_rr_sched_stop(struct tw_redis *r);
+/* The subscriber's: ask partition p (UINT32_MAX: every one) for due
+ * schedules now (a schedule was set there, or notifications may have been
+ * missed). A no-op without the schedule thread. */
+void tw_rr_sched_wake(struct tw_redis *r, uint32_t p);
 
 #endif /* TWHEEL_REDIS_INTERNAL_H */

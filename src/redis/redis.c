@@ -35,7 +35,8 @@
  *   {q:p}:seq      STRING  lease token counter (INCR)             claim
  *   {q:p}:hold     STRING  latest window end any worker claimed   claim (SET PX); set move fail release (GET)
  *   {q:p}:ch       channel PUBLISH due ms when a task becomes     set move fail release
- *                          due before hold (a worker claims now)  resume ("resume")
+ *                          due before hold (a worker claims now)  resume ("resume"),
+ *                                                                 schedule set ("sched")
  *   {q:p}:pause    STRING  present while the queue is paused      pause resume (SET, DEL);
  *                          (inspect.c)                            claim (EXISTS)
  *   {q:p}:r:<id>   STRING  a move's or remove's marker (below,    move remove (SET PX)
@@ -195,15 +196,20 @@
  *              UNLINK   partition              the HASH in the background)
  *   dead count HLEN     1 per partition        HLEN                               O(1)
  *   schedule   TIME,    1 (every) or 2 (cron)  EXISTS(2) TIME HGET HSET ZADD      O(log s)
- *    set       SCHED_SET
+ *    set       SCHED_SET                       PUBLISH "sched"
  *   schedule   SCHED_   1                      EXISTS(2) ZREM HDEL                O(log s)
  *    remove    DEL
  *   schedule   HSCAN    as dead list           as dead list                       O(count)
  *    list
  *   schedule   HLEN     1 per partition        HLEN                               O(1)
  *    count
- *   (worker)   SCHED_   1 per partition per    EXISTS(2) TIME ZRANGEBYSCORE       O(log s + d)
- *              DUE      window/2 (its own      LIMIT 32 HMGET of the d due ones
+ *   (worker)   SCHED_   1 per partition when   EXISTS(2) TIME ZRANGEBYSCORE       O(log s + d)
+ *              DUE      its next occurrence    LIMIT 32 HMGET of the d due ones,
+ *                       comes within window    ZRANGEBYSCORE LIMIT 1 of the next
+ *                       (then every window/2
+ *                       while it fires), on a
+ *                       "sched" and at least
+ *                       once a minute (its own
  *                       thread)
  *   (worker)   SCHED_   1 per schedule coming  EXISTS(2) HGET TIME, per           O(k log n)
  *              FIRE     due (per 64            occurrence HEXISTS EXISTS HSET
@@ -951,6 +957,8 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
             }
             r->exec_started++;
         }
+        if ((rc = tw_rr_sched_start(r)) != 0) /* before the subscriber, which wakes it */
+            goto fail;
         if (tw_rr_thread_create(&r->sub_thread, tw_rr_sub_main, r) != 0) {
             rc = TW_ESYS;
             goto fail;
@@ -974,8 +982,6 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
             goto fail;
         }
         r->claim_started = true;
-        if ((rc = tw_rr_sched_start(r)) != 0) /* schedule.c */
-            goto fail;
     }
     *out = r;
     return 0;

@@ -7,9 +7,10 @@
  * occurrences become ordinary tasks, "<key>@<occurrence ms>", due at the
  * occurrence, in the same partition (so one script writes the task and
  * moves next on: one slot), ahead of time: each worker's schedule thread
- * asks every partition, every window_ms / 2, for the schedules whose next
- * occurrence falls within window_ms (SCHED_DUE: one ZRANGEBYSCORE and an
- * HMGET), computes the occurrences in C (cron.c for cron; arithmetic for
+ * asks a partition for the schedules whose next occurrence falls within
+ * window_ms (SCHED_DUE: one ZRANGEBYSCORE and an HMGET) when the earliest
+ * next occurrence it holds comes that near (SCHED_DUE answers it too), then
+ * every window_ms / 2 while it fires; computes the occurrences in C (cron.c for cron; arithmetic for
  * every-N), and fires each with SCHED_FIRE, a compare-and-set on next: of
  * the workers that read the same next, one changes it, the others find it
  * moved and do nothing. So each occurrence is made a task once across all
@@ -37,12 +38,24 @@
  * one call; for every one the list is the missed occurrences in order, 64
  * per call, the calls repeated at once while they fill.
  *
+ * Not polled: a partition is asked again when its earliest next occurrence
+ * (SCHED_DUE's `later`) comes within window_ms, every window_ms / 2 while
+ * it fires (an every-schedule shorter than the window fires each round),
+ * at once when a schedule is set there (SCHED_SET publishes "sched" on the
+ * partition's channel; the subscriber wakes this thread), for every
+ * partition after the subscriber reconnected (what it missed), and at
+ * least once a minute (RR_SCHED_RECHECK_NS: a bound on what anything
+ * unforeseen could delay). Another worker firing a schedule only moves its
+ * next later: this thread then asks early and finds nothing, never late.
+ * So a queue without schedules costs a worker one SCHED_DUE per partition
+ * a minute, not two a second.
+ *
  * Costs (redis.c's table): upsert: a TIME (cron) and SCHED_SET (HGET HSET
- * ZADD); remove: SCHED_DEL (ZREM HDEL); list: HSCAN as dead letters; per
- * worker, one SCHED_DUE per partition per window_ms / 2 (ZRANGEBYSCORE,
- * HMGET of what is due), and per occurrence a share of one SCHED_FIRE (HGET
- * TIME, per task HEXISTS HSET EXISTS ZADD [ZADD index], HSET ZADD of the
- * schedule, [PUBLISH]).
+ * ZADD PUBLISH); remove: SCHED_DEL (ZREM HDEL); list: HSCAN as dead
+ * letters; per worker, SCHED_DUE (two ZRANGEBYSCORE, HMGET of what is due)
+ * as above, and per occurrence a share of one SCHED_FIRE (HGET TIME, per
+ * task HEXISTS HSET EXISTS ZADD [ZADD index], HSET ZADD of the schedule,
+ * [PUBLISH]).
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -58,9 +71,16 @@
 #define RR_DUE_MAX "32" /* schedules one SCHED_DUE answers at most */
 #define RR_SPEC_MAX (TW_CRON_MAX + 8)
 
+/* The schedule thread's state: when to ask each partition next (monotonic
+ * ns; 0: now, as after a wake), under bg.mu. */
 struct tw_rr_sched {
     struct tw_rr_bg bg;
+    bool woken; /* a wake since the thread last looked */
+    uint64_t at[];
 };
+
+#define RR_ASKING (UINT64_MAX - 1) /* at[p] while the thread asks p */
+#define RR_SCHED_RECHECK_NS (60ull * 1000000000u) /* the longest a partition goes unasked */
 
 /* A schedule record "next policy anchor speclen " spec payload. */
 struct rr_srec {
@@ -179,9 +199,13 @@ static bool rr_fire(struct tw_redis *r, struct tw_rr_router *rt, uint32_t p, con
     return ok && n == RR_FIRE_MAX;
 }
 
-/* One partition: the schedules coming due, each fired. */
-static void rr_sched_part(struct tw_redis *r, struct tw_rr_router *rt, uint32_t p)
+/* One partition: the schedules coming due, each fired. The monotonic time
+ * at which to ask it again: window/2 on while it fires or fails (the
+ * cadence of an active partition), else when its next occurrence comes
+ * within window_ms (SCHED_DUE's `later`), at most RR_SCHED_RECHECK_NS on. */
+static uint64_t rr_sched_part(struct tw_redis *r, struct tw_rr_router *rt, uint32_t p)
 {
+    uint64_t half = (uint64_t)(r->cfg.window_ms / 2 ? r->cfg.window_ms / 2 : 1) * 1000000u;
     for (int again = 0; again < 16; again++) {
         char kb[6][TW_RR_KEYBUF], ahead[16];
         const char *av[7];
@@ -193,37 +217,75 @@ static void rr_sched_part(struct tw_redis *r, struct tw_rr_router *rt, uint32_t 
         al[6] = strlen(RR_DUE_MAX);
         redisReply *x;
         if (tw_rr_eval(rt, TW_RR_SCHED_DUE, r->slots[p], TW_RR_NKEYS, 2, av, al, &x) != 0)
-            return;
-        bool more = false;
-        if (x->type == REDIS_REPLY_ARRAY && x->elements >= 1 &&
-            x->element[0]->type == REDIS_REPLY_INTEGER) {
-            uint64_t now = (uint64_t)x->element[0]->integer;
-            for (size_t i = 1; i + 1 < x->elements; i += 2)
+            return tw_rr_mono_ns() + half;
+        bool more = false, fired = false;
+        long long now = -1, later = -1;
+        if (x->type == REDIS_REPLY_ARRAY && x->elements >= 2 &&
+            x->element[0]->type == REDIS_REPLY_INTEGER &&
+            x->element[1]->type == REDIS_REPLY_INTEGER) {
+            now = x->element[0]->integer;
+            later = x->element[1]->integer;
+            for (size_t i = 2; i + 1 < x->elements; i += 2)
                 if (x->element[i]->type == REDIS_REPLY_STRING &&
-                    x->element[i + 1]->type == REDIS_REPLY_STRING)
-                    more |= rr_fire(r, rt, p, x->element[i], x->element[i + 1], now);
+                    x->element[i + 1]->type == REDIS_REPLY_STRING) {
+                    more |= rr_fire(r, rt, p, x->element[i], x->element[i + 1], (uint64_t)now);
+                    fired = true;
+                }
         }
         freeReplyObject(x);
-        if (!more)
-            return;
+        if (more)
+            continue;
+        uint64_t t = tw_rr_mono_ns();
+        if (fired || now < 0)
+            return t + half;
+        uint64_t wait = later < 0 ? RR_SCHED_RECHECK_NS
+                        : (uint64_t)later > (uint64_t)now + r->cfg.window_ms
+                            ? ((uint64_t)later - (uint64_t)now - r->cfg.window_ms) * 1000000u
+                            : 0;
+        return t + (wait < RR_SCHED_RECHECK_NS ? wait : RR_SCHED_RECHECK_NS);
     }
+    return tw_rr_mono_ns();
 }
 
+/* The schedule thread: asks each partition when its at[] comes (or after
+ * a wake: a schedule set there, or the subscriber reconnected), never at
+ * a fixed pace while nothing nears. */
 static void *rr_sched_main(void *arg)
 {
     struct tw_redis *r = arg;
     struct tw_rr_sched *s = r->sched;
-    uint64_t period = (uint64_t)(r->cfg.window_ms / 2 ? r->cfg.window_ms / 2 : 1) * 1000000u;
+    uint64_t half = (uint64_t)(r->cfg.window_ms / 2 ? r->cfg.window_ms / 2 : 1) * 1000000u;
     for (;;) {
+        pthread_mutex_lock(&s->bg.mu);
+        s->woken = false;
+        pthread_mutex_unlock(&s->bg.mu);
+        uint64_t next = UINT64_MAX;
         for (uint32_t p = 0; p < r->cfg.partitions; p++) {
             if (atomic_load(&r->closed))
                 return NULL;
-            if (!tw_rr_silent_part(r, p))
-                rr_sched_part(r, &r->sched_rt, p);
+            uint64_t now = tw_rr_mono_ns(), again;
+            pthread_mutex_lock(&s->bg.mu);
+            bool due = s->at[p] <= now;
+            if (due)
+                s->at[p] = RR_ASKING;
+            else
+                next = s->at[p] < next ? s->at[p] : next;
+            pthread_mutex_unlock(&s->bg.mu);
+            if (!due)
+                continue;
+            if (tw_rr_silent_part(r, p))
+                again = now + half;
+            else
+                again = rr_sched_part(r, &r->sched_rt, p);
+            pthread_mutex_lock(&s->bg.mu);
+            if (s->at[p] == RR_ASKING) /* else a wake came meanwhile: ask again */
+                s->at[p] = again;
+            next = s->at[p] < next ? s->at[p] : next;
+            pthread_mutex_unlock(&s->bg.mu);
         }
-        uint64_t until = tw_rr_mono_ns() + period;
         pthread_mutex_lock(&s->bg.mu);
-        while (!s->bg.stop && tw_cond_wait_until_(&s->bg.cv, &s->bg.mu, until) == 0) {
+        while (!s->bg.stop && !s->woken &&
+               tw_cond_wait_until_(&s->bg.cv, &s->bg.mu, next) == 0) {
         }
         bool stop = s->bg.stop;
         pthread_mutex_unlock(&s->bg.mu);
@@ -234,7 +296,22 @@ static void *rr_sched_main(void *arg)
 
 int tw_rr_sched_start(struct tw_redis *r)
 {
-    return tw_rr_bg_new(&r->sched, sizeof(struct tw_rr_sched), rr_sched_main, r);
+    size_t size = sizeof(struct tw_rr_sched) + r->cfg.partitions * sizeof(uint64_t);
+    return tw_rr_bg_new(&r->sched, size, rr_sched_main, r); /* at[] zeroed: every p now */
+}
+
+void tw_rr_sched_wake(struct tw_redis *r, uint32_t p)
+{
+    struct tw_rr_sched *s = r->sched;
+    if (!s)
+        return;
+    pthread_mutex_lock(&s->bg.mu);
+    for (uint32_t q = 0; q < r->cfg.partitions; q++)
+        if (p == UINT32_MAX || q == p)
+            s->at[q] = 0; /* while asked (RR_ASKING): asked again after */
+    s->woken = true;
+    pthread_cond_signal(&s->bg.cv);
+    pthread_mutex_unlock(&s->bg.mu);
 }
 
 void tw_rr_sched_stop(struct tw_redis *r)
@@ -289,15 +366,15 @@ int tw_redis_schedule_set(struct tw_redis *r, const void *key, size_t key_len, c
     }
     snprintf(pol, sizeof pol, "%u", (unsigned)sc->missed);
     char kb[6][TW_RR_KEYBUF];
-    const char *av[11];
-    size_t al[11];
+    const char *av[12];
+    size_t al[12];
     tw_rr_keys(r, p, kb, av, al);
-    const char *arg[6] = {key, spec, pol, payload ? payload : "", c1, c2};
-    size_t argl[6] = {key_len, sl, strlen(pol), payload_len, strlen(c1), strlen(c2)};
+    const char *arg[7] = {key, spec, pol, payload ? payload : "", c1, c2, kb[5]};
+    size_t argl[7] = {key_len, sl, strlen(pol), payload_len, strlen(c1), strlen(c2), al[5]};
     memcpy(av + 5, arg, sizeof arg);
     memcpy(al + 5, argl, sizeof argl);
     long long nx;
-    if ((rc = tw_rr_api_int(r, TW_RR_SCHED_SET, r->slots[p], TW_RR_NKEYS, 6, av, al, &nx)) != 0)
+    if ((rc = tw_rr_api_int(r, TW_RR_SCHED_SET, r->slots[p], TW_RR_NKEYS, 7, av, al, &nx)) != 0)
         return rc;
     if (next_ms)
         *next_ms = (uint64_t)nx;

@@ -462,9 +462,12 @@
     "redis.call('ZADD', SN, string.format('%d', nx), k) end\n"
 
 /* ARGV: key, spec, policy, payload, c1, c2 (a cron spec's first two
- * occurrences after the caller's TIME) -> next ms. An upsert with the same
- * spec keeps the next occurrence (and an every-schedule's anchor); another
- * spec starts anew: the first occurrence at or after now (anchor 0: now). */
+ * occurrences after the caller's TIME), channel -> next ms. An upsert with
+ * the same spec keeps the next occurrence (and an every-schedule's anchor);
+ * another spec starts anew: the first occurrence at or after now (anchor 0:
+ * now). "sched" is published on the partition's channel: the workers'
+ * schedule threads, which ask a partition again only when its next
+ * occurrence nears, ask it now (schedule.c). */
 #define SCHED_SET_LUA                                                                      \
     PRELUDE BUCKETS SCHED "if not stable() then return redis.error_reply(TRY) end\n"       \
     "local k, spec = ARGV[1], ARGV[2]\n"                                     \
@@ -478,6 +481,7 @@
     "  else an = 0 nx = tonumber(ARGV[5]) if nx < now then nx = tonumber(ARGV[6]) end end\n" \
     "end\n"                                                                                \
     "swrite(k, nx, tonumber(ARGV[3]), an, spec, ARGV[4])\n"                                \
+    "if ARGV[7] then redis.call('PUBLISH', ARGV[7], 'sched') end\n"                          \
     "return nx\n"
 
 /* ARGV: key -> 1 removed, 0 absent. */
@@ -485,14 +489,18 @@
     PRELUDE BUCKETS SCHED "if not stable() then return redis.error_reply(TRY) end\n"       \
     "redis.call('ZREM', SN, ARGV[1]) return redis.call('HDEL', SK, ARGV[1])\n"
 
-/* ARGV: ahead_ms, n -> {now_ms, key1, record1, ...}: the schedules whose
- * next occurrence is due by now + ahead, earliest first, n at most. */
+/* ARGV: ahead_ms, n -> {now_ms, later, key1, record1, ...}: the schedules
+ * whose next occurrence is due by now + ahead, earliest first, n at most;
+ * later: the first next occurrence after now + ahead (-1: none), when the
+ * schedule thread asks again (schedule.c). */
 #define SCHED_DUE_LUA                                                                      \
     PRELUDE BUCKETS SCHED "if not stable() then return redis.error_reply(TRY) end\n"       \
-    "local now = math.floor(now_us() / 1000)\n"                              \
-    "local ks = redis.call('ZRANGEBYSCORE', SN, '-inf', now + tonumber(ARGV[1]), "         \
+    "local now = math.floor(now_us() / 1000) local lim = now + tonumber(ARGV[1])\n"        \
+    "local ks = redis.call('ZRANGEBYSCORE', SN, '-inf', lim, "                              \
     "'LIMIT', 0, tonumber(ARGV[2]))\n"                                                     \
-    "local out = {now}\n"                                                                  \
+    "local nx = redis.call('ZRANGEBYSCORE', SN, '(' .. lim, '+inf', 'WITHSCORES', "        \
+    "'LIMIT', 0, 1)\n"                                                                     \
+    "local out = {now, nx[2] and tonumber(nx[2]) or -1}\n"                                 \
     "if #ks > 0 then local vs = redis.call('HMGET', SK, unpack(ks))\n"                     \
     "  for i = 1, #ks do if vs[i] then out[#out + 1] = ks[i] out[#out + 1] = vs[i]\n"      \
     "    else redis.call('ZREM', SN, ks[i]) end end end\n"                                 \

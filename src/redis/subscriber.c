@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* twheel Redis layer: the subscriber thread. Its own connection,
  * SUBSCRIBE to every partition's channel, and each notification flags its
- * partition for the claim thread (all of them after a reconnect). A node
- * the worker finds silent (silent.c) is left for another. */
+ * partition for the claim thread, or for the schedule thread when it says
+ * "sched" (all of them for both after a reconnect). A node the worker finds
+ * silent (silent.c) is left for another. */
 #define _GNU_SOURCE
 #include <poll.h>
 #include <pthread.h>
@@ -38,6 +39,10 @@ static void rr_on_message(struct tw_redis *r, const redisReply *m)
     if (*end != '}' || p >= r->cfg.partitions)
         return;
     atomic_fetch_add(&r->notifications, 1);
+    if (m->element[2]->type == REDIS_REPLY_STRING && strcmp(m->element[2]->str, "sched") == 0) {
+        tw_rr_sched_wake(r, (uint32_t)p); /* a schedule set: no task to claim */
+        return;
+    }
     if (m->element[2]->type == REDIS_REPLY_STRING && strcmp(m->element[2]->str, "resume") == 0)
         atomic_store(&r->resumed, true); /* tw_redis_resume: a catch-up (claim.c) */
     pthread_mutex_lock(&r->mu);
@@ -168,6 +173,7 @@ void *tw_rr_sub_main(void *arg)
         if (!first) {
             atomic_fetch_add(&r->sub_reconnects, 1);
             rr_flag_all(r); /* notifications may have been missed: claim everything */
+            tw_rr_sched_wake(r, UINT32_MAX); /* ... and ask for every schedule */
         }
         first = false;
         bool ok = true;

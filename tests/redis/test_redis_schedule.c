@@ -6,7 +6,8 @@
  * machine's realtime clock); after a downtime with no worker each missed-run
  * policy (skip, once, all) gives what it promises, the missed ones of "all"
  * in due order; upsert keeps or restarts next, remove, list, cron's next,
- * bad schedules refused. */
+ * bad schedules refused; an idle worker does not poll for schedules, and a
+ * schedule set wakes it. */
 #define _GNU_SOURCE
 #include "fixture.h"
 #include "harness.h"
@@ -240,6 +241,75 @@ out:
     rfx_stop(&srv);
 }
 
+/* ---- not polled ---- */
+
+/* EVALSHA calls s has served (INFO commandstats); 0 when unread. */
+static uint64_t evalsha_calls(const struct rfx_server *s)
+{
+    redisContext *c = rfx_connect(s);
+    if (!c)
+        return 0;
+    redisReply *x = redisCommand(c, "INFO commandstats");
+    uint64_t n = 0;
+    const char *p = x && x->type == REDIS_REPLY_STRING ? strstr(x->str, "cmdstat_evalsha:calls=")
+                                                        : NULL;
+    if (p)
+        n = strtoull(p + strlen("cmdstat_evalsha:calls="), NULL, 10);
+    if (x)
+        freeReplyObject(x);
+    redisFree(c);
+    return n;
+}
+
+/* An idle worker asks its partitions for schedules once, then not while
+ * none nears (its script calls are its refill's claims alone); a schedule
+ * set then wakes it (SCHED_SET's "sched"), and its occurrences come on
+ * time from the first. */
+static void test_idle_then_woken(void)
+{
+    struct rfx_server srv;
+    CHECK_EQ_INT(rfx_start(&srv, NULL), 0);
+    if (srv.pid <= 0)
+        return;
+    pthread_mutex_lock(&mu);
+    ngot = 0;
+    pthread_mutex_unlock(&mu);
+    const char *servers[] = {rfx_addr(&srv)};
+    struct tw_redis_config cfg;
+    client_config(&cfg, servers, "si");
+    struct tw_redis *c = NULL, *w = NULL;
+    CHECK_EQ_INT(tw_redis_new(&c, &cfg), 0);
+    cfg.execute = record;
+    cfg.threads = 1;
+    CHECK_EQ_INT(tw_redis_new(&w, &cfg), 0);
+    if (!c || !w)
+        goto out;
+    rfx_sleep_ms(500); /* the first asks are done */
+    struct tw_redis_stats s0, s1;
+    CHECK_EQ_INT(tw_redis_stats(w, &s0), 0);
+    uint64_t e0 = evalsha_calls(&srv);
+    rfx_sleep_ms(3000); /* 20 windows of 300 ms: 80 asks of 4 partitions if polled */
+    CHECK_EQ_INT(tw_redis_stats(w, &s1), 0);
+    uint64_t e1 = evalsha_calls(&srv), other = (e1 - e0) - (s1.claims - s0.claims);
+    printf("idle 3 s: %" PRIu64 " script calls, %" PRIu64 " of them claims\n", e1 - e0,
+           s1.claims - s0.claims);
+    CHECK(e1 > e0 && other <= 2);
+    uint64_t A = server_ms(&srv) + 1000;
+    struct tw_redis_schedule s = {.every_ms = 1000, .anchor_ms = A};
+    CHECK_EQ_INT(tw_redis_schedule_set(c, "wk", 2, "", 0, &s, NULL), 0);
+    while (server_ms(&srv) < A + 2300)
+        rfx_sleep_ms(20);
+    uint64_t o[16];
+    size_t n = occurrences("wk", o, 16);
+    CHECK_EQ_INT((int)n, 3);
+    for (size_t i = 0; i < n; i++)
+        CHECK_EQ_U64(o[i], A + 1000 * i);
+out:
+    tw_redis_free(w);
+    tw_redis_free(c);
+    rfx_stop(&srv);
+}
+
 /* ---- upsert, remove, list, cron ---- */
 
 struct listed {
@@ -324,5 +394,6 @@ int main(void)
     RUN(test_two_workers_restart);
     RUN(test_missed_policies);
     RUN(test_upsert_remove_list);
+    RUN(test_idle_then_woken);
     return test_summary();
 }
