@@ -5,7 +5,8 @@
  *    delivered; a master name no Sentinel knows fails tw_redis_new with
  *    TW_EINVAL, the Sentinel's words in errbuf; the replica wait: WAIT for
  *    the two replicas answers 0, for three (there are two) TW_EREPLICAS with
- *    the task stored all the same, and for a user WAIT is denied to
+ *    the task stored all the same; a user WAIT is denied to fails
+ *    tw_redis_new (TW_EAUTH naming it), and one denied it later gets
  *    TW_EREPLICAS with the refusal's words; wait_replicas without
  *    wait_timeout_ms is TW_EINVAL.
  *  - auth: master and replicas with requirepass (and masterauth), Sentinels
@@ -149,7 +150,9 @@ static void test_discovery(void)
         tw_redis_free(c);
     }
 
-    /* a user WAIT is denied to: written, not confirmed, the refusal's words */
+    /* a user WAIT is denied to: refused by new's permission check, naming
+     * it; denied after new (the rule changed): written, not confirmed, the
+     * refusal's words */
     CHECK_EQ_INT(rfx_command(&s.data[0], "ACL SETUSER nowait on >pw ~* &* +@all -wait"), 0);
     char nw[sizeof s.url + 16];
     CHECK(snprintf(nw, sizeof nw, "redis+sentinel://nowait:pw@%s",
@@ -159,7 +162,13 @@ static void test_discovery(void)
     cfg.wait_replicas = 1;
     cfg.wait_timeout_ms = 100;
     c = NULL;
+    CHECK_EQ_INT(tw_redis_new(&c, &cfg), TW_EAUTH);
+    CHECK_(strstr(err, "'wait 0 0'") != NULL, "'wait' named in: %s", err);
+    tw_redis_free(c);
+    c = NULL;
+    CHECK_EQ_INT(rfx_command(&s.data[0], "ACL SETUSER nowait +wait"), 0);
     CHECK_EQ_INT(tw_redis_new(&c, &cfg), 0);
+    CHECK_EQ_INT(rfx_command(&s.data[0], "ACL SETUSER nowait -wait"), 0);
     if (c) {
         CHECK_EQ_INT(tw_redis_set(c, "w6", 2, "p", 1, 60000), TW_EREPLICAS);
         CHECK_EQ_INT(tw_redis_last_error(c, err, sizeof err), TW_EREPLICAS);
