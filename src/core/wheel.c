@@ -265,7 +265,10 @@ int64_t tw_wheel_destroy(struct tw_wheel *w)
 
 uint64_t tw_wheel_next_expiry(const struct tw_wheel *w)
 {
-    if (!w)
+    /* pending first: a walked slot stays marked while its walk's stage
+     * holds slots below it (walk_holds), even once cancels emptied them,
+     * and names a tick only a pending timer may justify */
+    if (!w || !w->pending)
         return TW_NEVER;
     if (w->ready)
         return w->now;
