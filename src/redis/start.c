@@ -103,7 +103,7 @@ static void rr_start_group(struct tw_rr_round *e, bool cluster)
             }
     }
     e->nack = na;
-    for (size_t i = 0; i < e->n; i++)
+    for (size_t i = 0; e->starting && i < e->n; i++) /* st: starts only (<= TW_RR_RUN_BATCH) */
         e->st[i] = -2;
     /* calls */
     e->ncalls = 0;
