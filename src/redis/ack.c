@@ -12,12 +12,12 @@
  * to TW_RR_ACK_MAX (back to back): a partition's group is one HMGET, one
  * ZMSCORE, one HDEL and one ZREM for all its acknowledgements, so the
  * commands and calls per task fall as the rate grows; stop sends the rest.
- * Why not ride on STARTs (the partition's acknowledgements added to a START
- * group of the same partition, as before): at 1e5 tasks a minute on 16
- * partitions a START group is about one task, so riding cost each
- * acknowledgement a group's HDEL and ZREM and every START group a ZMSCORE;
- * a batch every 100 ms costs about one command per acknowledgement, and a
- * START group is HMGET and ZADD alone.
+ * Why not in START calls (a partition's acknowledgements added to a START
+ * group of the same partition): at 1e5 tasks a minute on 16 partitions a
+ * START group is about one task, so each acknowledgement would cost a
+ * group's HDEL and ZREM and the group a ZMSCORE; a batch every 100 ms costs
+ * about one command per acknowledgement, and a START group is HMGET and
+ * ZADD alone.
  * The price, at-least-once: a worker that dies has up to ack_delay more of
  * finished tasks unacknowledged, delivered again when their leases end (the
  * same as an acknowledgement lost on the way); and a finished task stays in
@@ -25,10 +25,11 @@
  *
  * Lost replies. An acknowledgement written whole whose reply was lost
  * (router.c) may have deleted its task: it is marked (ack_lost) and goes
- * back to its list while the acknowledger runs, until an answer comes. START answers 1 (deleted now), 0 (not our lease:
- * stale) or 2 (absent). Absent after a lost try is taken as that try's own
- * deletion, a delivery; absent otherwise is stale, as before (a remove, or
- * another worker that acknowledged the task after our lease ended). Exact
+ * back to its list while the acknowledger runs, until an answer comes.
+ * START answers 1 (deleted now), 0 (not our lease: stale) or 2 (absent).
+ * Absent after a lost try is taken as that try's own deletion, a delivery;
+ * absent otherwise is stale (a remove, or another worker that acknowledged
+ * the task after our lease ended). Exact
  * but for a task that, between the lost try and its answer, was both not
  * deleted by that try and deleted by someone else: counted delivered, not
  * stale. The price: nothing on the way that works (the answer was already
