@@ -311,9 +311,10 @@
  * window/2, and the STARTs of tasks due meanwhile would queue behind them:
  * a lateness tail. rr_pace spreads them over window/4; an acknowledgement
  * batch is calls of <= 128 acknowledgements. What tail is left is threads
- * the machine does not schedule in time. And a worker takes no more due work than its executors can start
- * soon (claim.c, RR_READY_PER_THREAD), so that a backlog is shared by the
- * workers instead of expiring in one worker's queue. With `appendfsync
+ * the machine does not schedule in time. And a worker takes no more due
+ * work than its executors can start soon (claim.c, RR_READY_PER_THREAD), so
+ * that a backlog is shared by the workers instead of expiring in one
+ * worker's queue. With `appendfsync
  * always`, every claim and start waits for an fsync: the disk is then on
  * the lateness path.
  *
