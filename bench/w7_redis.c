@@ -585,9 +585,16 @@ out:
  * records of the last batch (up to 2 s). Returns the time (s) when Redis said
  * done (or the deadline); *d holds the records afterwards. */
 static double wait_all(const struct crew *w, struct tw_redis *r, redisContext *zc,
-                       struct rdel_set *d, uint64_t n, double deadline, unsigned poll_ms)
+                       struct rdel_set *d, uint64_t n, double quiet_until, double deadline,
+                       unsigned poll_ms)
 {
     double done = 0;
+    /* nothing can be done before the last due time: no polling until then
+     * (twheel's stats are one HLEN round trip per partition, which every
+     * 200 ms over a minute's spread were about a seventh of Redis's
+     * wake-ups at 1e5, counted in twheel's Redis CPU) */
+    while (now_s() < quiet_until)
+        rfx_sleep_ms(poll_ms);
     for (;;) {
         double t = now_s();
         if (r) {
@@ -657,17 +664,19 @@ static int one_run(const struct rfx_server *s, enum kind k, bool burst, struct r
     script_calls(s, &calls0, &us0);
     struct cstats cs0, cs1;
     cstats_read(s, &cs0);
+    double t_set0 = now_s();
     if (set_tasks(s, r, zc, n, off, base, due)) {
         fprintf(stderr, "w7: setting tasks failed\n");
         crew_stop(&w);
         goto out;
     }
     double deadline = now_s() + (double)(burst ? 2000 + n / 20 : cfg.max_ms) / 1000.0 + 60.0;
+    double quiet = burst ? 0 : t_set0 + (double)cfg.max_ms / 1000.0;
     /* The burst's end is timed to 10 ms; the spread run only waits for the
      * end, and polls every 200 ms: twheel's stats cost one HLEN per
      * partition (16 round trips), which every 10 ms was about as many
      * commands as the workers sent, and counted in Redis CPU. */
-    double done_at = wait_all(&w, r, zc, &d, n, deadline, burst ? 10 : 200);
+    double done_at = wait_all(&w, r, zc, &d, n, quiet, deadline, burst ? 10 : 200);
     double cpu1 = redis_cpu(s), calls1, us1;
     script_calls(s, &calls1, &us1);
     cstats_read(s, &cs1);
@@ -764,7 +773,7 @@ static int kill_run(const struct rfx_server *s, enum kind k, struct row *row)
     rfx_wait(w.pid[0], 5000, NULL);
     w.pid[0] = 0;
     /* the baseline never gets back what the dead poller claimed: bound the wait */
-    wait_all(&w, r, zc, &d, n, now_s() + (k == TWHEEL ? 30.0 : 8.0), 10);
+    wait_all(&w, r, zc, &d, n, 0, now_s() + (k == TWHEEL ? 30.0 : 8.0), 10);
     crew_stop(&w);
     crew_load(&w, &d, n);
     struct rverdict v;
@@ -906,11 +915,13 @@ static int cluster_run(void)
         cpu0[i] = redis_cpu(&cl.node[i]);
         cstats_read(&cl.node[i], &cs0[i]);
     }
+    double t_set0 = now_s();
     if (set_tasks(&cl.node[0], r, NULL, n, off, 0, due)) {
         crew_stop(&w);
         goto out;
     }
-    wait_all(&w, r, NULL, &d, n, now_s() + (double)cfg.max_ms / 1000.0 + 60.0, 200);
+    wait_all(&w, r, NULL, &d, n, t_set0 + (double)cfg.max_ms / 1000.0,
+             now_s() + (double)cfg.max_ms / 1000.0 + 60.0, 200);
     for (size_t i = 0; i < cl.n; i++) {
         cpu1[i] = redis_cpu(&cl.node[i]);
         cstats_read(&cl.node[i], &cs1[i]);

@@ -121,7 +121,7 @@ static void rr_exec_one(struct tw_redis *r, struct tw_rr_item *it, unsigned thre
     if (res == TW_REDIS_DONE) {
         tw_rr_fail_text_forget();
         tw_rr_event(r, TW_REDIS_EVENT_DELIVERED, it->data, it->key_len, t.attempt, it->due_ms);
-        tw_rr_ack_push(r, it); /* acknowledged with a later START, or by the acknowledger */
+        tw_rr_ack_push(r, it); /* acknowledged in the acknowledger's next batch */
         return;
     }
     atomic_fetch_add(&r->failed, 1);
@@ -158,7 +158,7 @@ static void rr_exec_one(struct tw_redis *r, struct tw_rr_item *it, unsigned thre
 }
 
 /* A round: a batch of held items whose start time has come (executor
- * `thread`): START them (the pending acknowledgements riding along), then hand each
+ * `thread`): START them, then hand each
  * answered item on at once: a started task in order of the time it may run
  * at (a start is granted up to start_ahead_ms before its due time), those
  * due already here at once (rr_exec_one), the others through the worker's
@@ -241,7 +241,6 @@ static void rr_run(struct tw_redis *r, struct tw_rr_item **v, size_t n, unsigned
 #endif
     rt->retry_ms = RR_START_RETRY_MS < r->cfg.command_timeout_ms ? RR_START_RETRY_MS : 0;
     tw_rr_start_round(e, rt);
-    tw_rr_ack_settle(e, true);
     uint64_t t0 = tw_rr_mono_ns(), give_up = (uint64_t)r->cfg.lease_ms * 500000u;
     for (;;) {
         bool none = true;
@@ -252,7 +251,6 @@ static void rr_run(struct tw_redis *r, struct tw_rr_item **v, size_t n, unsigned
             break;
         tw_rr_sleep_ms(TW_RR_RETRY_MS); /* Redis away: the same batch again */
         tw_rr_start_round(e, rt);
-        tw_rr_ack_settle(e, true);
     }
     rt->retry_ms = 0;
 #ifdef TW_RR_TRACE

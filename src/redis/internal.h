@@ -363,7 +363,7 @@ enum {
     TW_RR_MOVE,
     TW_RR_REMOVE,
     TW_RR_CLAIM,
-    TW_RR_START, /* with the acknowledgements (ack.c: "ACKs ride on STARTs") */
+    TW_RR_START, /* and the acknowledgements (ack.c) */
     TW_RR_FAIL,
     TW_RR_RELEASE,
     TW_RR_SETX,        /* dead.c: set with options (a per-task max_attempts) */
@@ -530,7 +530,7 @@ struct tw_rr_batch {
 /* An executor's (or the acknowledger's) START round: what start.c groups,
  * sends and reads back (start.c: "A START round"). */
 #define TW_RR_GROUPS_MAX 48 /* partition groups in one round */
-#define TW_RR_ACK_MAX 64    /* acknowledgements in one round */
+#define TW_RR_ACK_MAX 128   /* acknowledgements in one round (the acknowledger's) */
 
 struct tw_rr_grp {
     uint32_t part;
@@ -628,8 +628,8 @@ struct tw_redis {
     pthread_t *exec_threads;
     uint32_t exec_started; /* executor threads started */
     /* delayed acknowledgements (ack.c): per list (tw_rr_ack_list), the done
-     * items, oldest first, under ack_mu; the acknowledger thread sends what
-     * no START took within ack_delay_ns */
+     * items, oldest first, under ack_mu; the acknowledger thread sends them
+     * all once the oldest has waited ack_delay_ns */
     pthread_mutex_t ack_mu;
     pthread_cond_t ack_cv;
     struct tw_rr_item **ack_head, **ack_tail;
@@ -774,13 +774,14 @@ void *tw_rr_sub_main(void *arg);
 void *tw_rr_exec_main(void *arg);
 
 /* start.c: one START round trip of e->v[0 .. e->n) (e->starting: to start,
- * with pending acknowledgements riding along; else to acknowledge) on rt.
+ * <= TW_RR_RUN_BATCH; else to acknowledge, <= TW_RR_ACK_MAX of at most
+ * TW_RR_GROUPS_MAX partitions) on rt.
  * The answers are in e->st, e->arg, e->now, e->reply_ns and e->ack_st. */
 void tw_rr_start_round(struct tw_rr_round *e, struct tw_rr_router *rt);
 
 /* ack.c: the delayed acknowledgements. */
 /* Which pending list a partition's acknowledgements wait in: the
- * partition's own (a START round takes those of the partitions it starts). */
+ * partition's own (a round groups them by partition). */
 static inline uint32_t tw_rr_ack_list(const struct tw_redis *r, uint32_t part)
 {
     (void)r;
@@ -801,11 +802,8 @@ static inline size_t tw_rr_ack_take(struct tw_redis *r, uint32_t p, struct tw_rr
     r->ack_n -= k;
     return k;
 }
-/* A DONE task: its acknowledgement waits for a START to carry it. */
+/* A DONE task: its acknowledgement waits for the acknowledger's next batch. */
 void tw_rr_ack_push(struct tw_redis *r, struct tw_rr_item *it);
-/* After a round: its answered acknowledgements counted and freed, the
- * unanswered ones pushed back (requeue) or dropped (their leases run out). */
-void tw_rr_ack_settle(struct tw_rr_round *e, bool requeue);
 void *tw_rr_ack_main(void *arg);
 
 /* stats.c: the figures. */

@@ -157,19 +157,20 @@
  *                                              GET SET; ZRANGEBYSCORE of the
  *                                              first lease
  *   (worker)   TIME     1 per node per round   TIME                               O(1)
- *   start      START    1 round trip per       TIME; per partition group of the   O((k+a) log n)
- *                       executor round: the    call: one HMGET and one ZMSCORE of
- *                       tasks of one span      its k started and a acknowledged
- *                       (start_ahead_ms / 2;   tasks together, then HDEL ZREM of
- *                       <= 32) and the ACKs    the acknowledged, ZADD(lease) of
- *                       pending for the        the started (lengthened, marked
- *                       partitions it starts   started: the record is not
- *                       (<= 64): one call      written)
- *                       standalone (cut at 128
- *                       arguments), one per
+ *   start      START    1 round trip per       TIME; per partition group of the   O(k log n)
+ *                       executor round: the    call: one HMGET of its k started
+ *                       tasks of one span      tasks' records (the token), one
+ *                       (start_ahead_ms / 2;   ZADD XX GT of their leases
+ *                       <= 32): one call       (lengthened, marked started: the
+ *                       standalone (cut at 128 record is not written, the lease
+ *                       arguments), one per    not read)
  *                       partition in a cluster
- *   (ack)      START    what no START took     as start, nothing started          O(a log n)
- *                       within 100 ms, as above
+ *   (ack)      START    1 round trip per       TIME; per partition group: one     O(a log n)
+ *                       batch: every pending   HMGET and one ZMSCORE of its a
+ *                       ACK once the oldest    acknowledged tasks, HDEL ZREM of
+ *                       has waited 100 ms      those still this lease's
+ *                       (<= 128 of <= 48
+ *                       partitions a round)
  *   fail       FAIL     1 per FAILED task      HGET TIME ZSCORE EXISTS(2) HSET    O(log n)
  *                                              ZREM RPUSH [ZADD index]
  *                                              GET [PUBLISH]
@@ -259,11 +260,11 @@
  * partition when the earliest lease its last claim saw ends (recovery,
  * claim.c), at most one per partition per hold_ms / 8: in the steady state
  * about one per partition per hold_ms, mostly the refill's. A delivered task
- * costs about claim/64 + start/batch script calls, its acknowledgement
- * riding on a later START (ack.c); a batch is what comes due in one
+ * costs about claim/64 + start/batch script calls, and its acknowledgement
+ * a share of one batch per 100 ms (ack.c); a batch is what comes due in one
  * start_ahead_ms / 2 span (below), and on a standalone server one START
- * call takes every partition's starts and pending ACKs of a round; a
- * catch-up of tasks due together starts them in batches of 32.
+ * call takes every partition's starts of a round; a catch-up of tasks due
+ * together starts them in batches of 32.
  *
  * Redis's work per task: the writes (each propagated to the AOF), the
  * reads that check token and lease, and the Lua around them. A task is
@@ -271,16 +272,18 @@
  * token, lease ZADD, its bucket's DEL shared), start (lease ZADD only: the
  * start's attempt is the lease's + 0.5 mark, folded into the record by
  * whoever ends the lease without deleting it, so the record and its
- * payload are not rewritten) and acknowledgement (HDEL, ZREM); start and
- * acknowledgement of one partition share one HMGET and one ZMSCORE, and
- * acknowledgements wait for a START of their own partition (or the
- * acknowledger's 100 ms), adding no group of their own. A polling queue
- * writes a task once (ZADD) and takes it in bulk. What is left per task
- * is per-partition work at low density (a START group is about one task
- * at 1e5 tasks a minute on 16 partitions: its fixed commands are that
- * task's) and the claim's rewrite of the record for the token; cutting
- * those needs leases of many tasks under one record (a batch token, its
- * tasks' starts and attempts counted without a write each): not done.
+ * payload are not rewritten) and acknowledgement (HDEL, ZREM); a start
+ * group reads the records only (HMGET: the token, which is the lease's
+ * exactly while its member exists), and acknowledgements go in batches, a
+ * partition's group of them one HMGET, ZMSCORE, HDEL and ZREM (ack.c: why
+ * not riding on STARTs). A polling queue writes a task once (ZADD) and
+ * takes it in bulk. What is left per task is per-call and per-partition
+ * work at low density (a START call per start_ahead_ms / 2 per worker, and
+ * a START group of about one task at 1e5 tasks a minute on 16 partitions:
+ * its HMGET and ZADD are that task's) and the claim's rewrite of the
+ * record for the token; cutting those needs leases of many tasks under one
+ * record (a batch token, its tasks' starts and attempts counted without a
+ * write each): not done.
  *
  * Starting ahead (start_ahead_ms, A; local.c): a held task leaves the
  * local wheel between A/2 and A before its local due time, at a multiple
@@ -310,15 +313,15 @@
  * needs privileges, and a stalled virtual CPU runs no thread, whatever its
  * priority.
  *
- * Why refills are paced and ACKs ride on STARTs: Redis runs one script at a
- * time, so a refill round's claim calls run back to back would hold it for
- * tens of ms every window/2, and the STARTs of tasks due meanwhile would
- * queue behind them: a lateness tail. rr_pace spreads them over window/4;
- * an ACK riding on a START halves the round trips an executor waits
- * behind. What tail is left is threads the machine does not schedule in
- * time. And a worker takes no more due work than its executors can start
- * soon (claim.c, RR_READY_PER_THREAD), so that a backlog is shared by the
- * workers instead of expiring in one worker's queue. With `appendfsync
+ * Why refills are paced: Redis runs one script at a time, so a refill
+ * round's claim calls run back to back would hold it for tens of ms every
+ * window/2, and the STARTs of tasks due meanwhile would queue behind them:
+ * a lateness tail. rr_pace spreads them over window/4; an acknowledgement
+ * batch is calls of <= 128 acknowledgements. What tail is left is threads
+ * the machine does not schedule in time. And a worker takes no more due
+ * work than its executors can start soon (claim.c, RR_READY_PER_THREAD), so
+ * that a backlog is shared by the workers instead of expiring in one
+ * worker's queue. With `appendfsync
  * always`, every claim and start waits for an fsync: the disk is then on
  * the lateness path.
  *
@@ -502,7 +505,7 @@
  * every node; new returns once it is subscribed), the local queue's tick
  * thread (local.c), `threads` executors (execute.c), each with its own
  * router, and an acknowledger thread (ack.c, own router) for the delayed
- * ACKs no START took, a schedule thread (schedule.c, own router) and, with
+ * ACKs, a schedule thread (schedule.c, own router) and, with
  * on_event, an events thread (events.c, no connection). No connection is
  * ever shared unlocked. What they
  * share of the masters' health is the table of silent masters (silent.c:

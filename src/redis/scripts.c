@@ -274,13 +274,14 @@
     "out[no + 1] = e[2] and tonumber(e[2]) or -1\n"                                         \
     "return out\n"
 
-/* START: the gate of every delivery, with the worker's delayed
- * acknowledgements riding along (ack.c: "ACKs ride on STARTs"), for one or
- * more partitions at once: one partition group in a Redis Cluster (its
- * lease ZSET and task HASH declared as KEYS: one slot), on a standalone
- * server the groups of up to ~60 tasks of any partitions (no keys declared:
- * one call per executor round instead of one per partition). The groups
- * name their keys in ARGV either way.
+/* START: the gate of every delivery, and the worker's batched
+ * acknowledgements (ack.c), for one or more partitions at once: one
+ * partition group in a Redis Cluster (its lease ZSET and task HASH declared
+ * as KEYS: one slot), on a standalone server the groups of any partitions
+ * (no keys declared: one call per executor round instead of one per
+ * partition). The groups name their keys in ARGV either way. The worker
+ * sends starts (an executor's round) and acknowledgements (the
+ * acknowledger's) in separate calls; the script takes both in one group.
  * ARGV: lease_ms, ahead_us, then per group: its lease key, its task key,
  * nack, nstart, nack key, token pairs to acknowledge, nstart key, token,
  * attempt triples to start (the attempt the claim returned, plus one)
@@ -306,50 +307,57 @@
  * computes the same from the reply's clock and its due time, and calls
  * execute only while that end surely lies ahead on the server's clock
  * (fencing: execute.c).
+ * A start reads the record only: the token in it is this lease's exactly
+ * while the lease member exists (every script that removes a lease member
+ * resets or deletes the record in the same call, and only CLAIM writes a
+ * token, with its lease), so the lease needs no read. Its write is ZADD XX
+ * GT of the lengthened end + 0.5: it marks a claim's hold (which ends
+ * before: hold_ms <= lease_ms, and the server's clock has moved on since
+ * the claim) and lengthens a start's mark only forwards (a redone start),
+ * never adding a member. An acknowledgement also reads its lease (ZMSCORE):
+ * it deletes only while the lease runs.
  * Each command takes the group's tasks at once: one HMGET of the records
- * and one ZMSCORE of the leases for its acknowledgements and starts
- * together, then one HDEL and ZREM for the acknowledged, one ZADD for the
- * started, whatever their number. Both read before either writes: an
- * acknowledgement and a start of one key in one group cannot both hold the
- * record's token (the worker acknowledges a lease only after its START
- * answered), so at most one of them acts on it. */
+ * of its acknowledgements and starts together, one ZMSCORE of the
+ * acknowledged ones' leases, then one HDEL and ZREM for the acknowledged,
+ * one ZADD for the started, whatever their number. An acknowledgement and
+ * a start of one key in one group cannot both hold the record's token (the
+ * worker acknowledges a lease only after its START answered), so at most
+ * one of them acts on it. Numbers go to Redis as strings made by
+ * string.format (not Lua's '%.14g'). */
 #define START_LUA                                                                          \
-    PRELUDE "local call, unpack, tonumber, match, floor = redis.call, unpack, tonumber, "   \
-    "string.match, math.floor\n"                                                           \
-    "local now = now_us() local now_ms = math.floor(now / 1000) local L = tonumber(ARGV[1])\n" \
+    "local call, unpack, tonumber, match, floor, fmt = redis.call, unpack, tonumber, "     \
+    "string.match, math.floor, string.format\n"                                            \
+    "local t = call('TIME') local now = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"       \
+    "local now_ms = floor(now / 1000) local L = tonumber(ARGV[1])\n"                       \
     "local ahead = tonumber(ARGV[2]) local out, o, i = {now}, 1, 3\n"                     \
-    "while i <= #ARGV do local LK, TK = ARGV[i], ARGV[i + 1]\n"                          \
+    "while i <= #ARGV do local LK, TK = ARGV[i], ARGV[i + 1]\n"                            \
     "  local na, ns = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]) i = i + 4\n"            \
-    "  local ks, ts, as, m = {}, {}, {}, na + ns\n"                                          \
+    "  local ks, ts, m, i0 = {}, {}, na + ns, i + 2 * na\n"                                \
     "  for j = 1, na do ks[j] = ARGV[i] ts[j] = ARGV[i + 1] i = i + 2 end\n"                \
-    "  for j = na + 1, m do ks[j] = ARGV[i] ts[j] = ARGV[i + 1] as[j] = ARGV[i + 2] "       \
-    "i = i + 3 end\n"                                                                        \
-    "  if m > 0 then\n"                                                                      \
-    "  local vs = call('HMGET', TK, unpack(ks, 1, m)) local ls = call('ZMSCORE', LK, unpack(ks, 1, m))\n" \
-    "  local del, nd, lz, nz = {}, 0, {}, 0\n"                                               \
+    "  for j = na + 1, m do ks[j] = ARGV[i] ts[j] = ARGV[i + 1] i = i + 3 end\n"            \
+    "  if m > 0 then local vs = call('HMGET', TK, unpack(ks, 1, m))\n"                      \
+    "  if na > 0 then local ls = call('ZMSCORE', LK, unpack(ks, 1, na)) local del, nd = {}, 0\n" \
     /* tokens compared as the decimal strings both sides write */                          \
-    "  for j = 1, na do local r, v, l = 0, vs[j], ls[j]\n"                                    \
-    "    if v and l and tonumber(l) * 1000 > now and match(v, '^%d+') == ts[j] then\n"       \
-    "      nd = nd + 1 del[nd] = ks[j] r = 1 elseif not v then r = 2 end\n"                  \
-    "    o = o + 1 out[o] = r\n"                                                              \
+    "    for j = 1, na do local r, v, l = 0, vs[j], ls[j]\n"                                  \
+    "      if v and l and tonumber(l) * 1000 > now and match(v, '^%d+') == ts[j] then\n"     \
+    "        nd = nd + 1 del[nd] = ks[j] r = 1 elseif not v then r = 2 end\n"                \
+    "      o = o + 1 out[o] = r\n"                                                            \
+    "    end\n"                                                                               \
+    "    if nd > 0 then call('HDEL', TK, unpack(del, 1, nd)) call('ZREM', LK, unpack(del, 1, nd)) end\n" \
     "  end\n"                                                                                 \
-    "  for j = na + 1, m do local s, a, v, l = -1, 0, vs[j], ls[j]\n"                         \
-    "    if v and l then local tok, due = match(v, '^(%d+) %d+ (%d+) ')\n"                   \
+    "  local lz, nz = {}, 0\n"                                                                \
+    "  for j = na + 1, m do local s, a, v = -1, 0, vs[j]\n"                                   \
+    "    if v then local tok, due = match(v, '^(%d+) %d+ (%d+) ')\n"                         \
     "      if tok == ts[j] then due = tonumber(due)\n"                                        \
     "        if now + ahead < due * 1000 then s = 0 a = due * 1000 - now\n"                   \
-    "        else s = 1 a = tonumber(as[j]) l = tonumber(l)\n"                                \
-    /* the lease lengthened to le, marked started (+ 0.5); a redone start  */              \
-    /* finds the mark and writes only to lengthen                          */              \
-    "          local le = (due > now_ms and due or now_ms) + L\n"                             \
-    "          if l < le or l % 1 == 0 then\n"                                                \
-    "            lz[nz + 1] = (l > le and floor(l) or le) + 0.5 lz[nz + 2] = ks[j] nz = nz + 2 end\n" \
-    "        end\n"                                                                          \
-    "      end\n"                                                                            \
-    "    end\n"                                                                              \
-    "    out[o + 1] = s out[o + 2] = a o = o + 2\n"                                          \
+    "        else s = 1 a = tonumber(ARGV[i0 + 3 * (j - na) - 1])\n"                          \
+    "          lz[nz + 1] = fmt('%d.5', (due > now_ms and due or now_ms) + L) lz[nz + 2] = ks[j]\n" \
+    "          nz = nz + 2 end\n"                                                             \
+    "      end\n"                                                                             \
+    "    end\n"                                                                               \
+    "    out[o + 1] = s out[o + 2] = a o = o + 2\n"                                           \
     "  end\n"                                                                                 \
-    "  if nd > 0 then call('HDEL', TK, unpack(del, 1, nd)) call('ZREM', LK, unpack(del, 1, nd)) end\n" \
-    "  if nz > 0 then call('ZADD', LK, unpack(lz, 1, nz)) end\n"                             \
+    "  if nz > 0 then call('ZADD', LK, 'XX', 'GT', unpack(lz, 1, nz)) end\n"                 \
     "  end\n"                                                                                 \
     "end\n"                                                                                \
     "return out\n"

@@ -1,22 +1,22 @@
 /* SPDX-License-Identifier: MIT */
 /* twheel Redis layer: a START round. One round trip of START script calls
- * that starts a batch of held tasks and carries pending acknowledgements
- * along (or, for the acknowledger, carries acknowledgements alone): the
- * grouping by partition, the calls' arguments, and the answers read back
- * into the round (struct tw_rr_round). What to do with the answers is the
- * caller's: execute.c hands started tasks on, ack.c settles the
+ * that starts a batch of held tasks (an executor's round, execute.c), or
+ * that acknowledges a batch of finished ones (the acknowledger's, ack.c):
+ * the grouping by partition, the calls' arguments, and the answers read
+ * back into the round (struct tw_rr_round). What to do with the answers is
+ * the caller's: execute.c hands started tasks on, ack.c settles the
  * acknowledgements.
  *
- * A group is one partition's starts and acknowledgements. On a standalone
- * server every group of the round goes in one call (the script takes any
- * number of partitions' keys there); in a Redis Cluster each group is its
- * own call (one slot's declared keys), the calls pipelined: one round trip
- * either way. Acknowledgements ride along from the pending lists (ack.c):
- * those of the partitions the round starts, so that they share the group's
- * reads and add two commands (HDEL, ZREM) to it, not a group of four of
- * their own. */
+ * A group is one partition's starts or acknowledgements. On a standalone
+ * server the groups of the round go in as few calls as fit RR_CALL_ARGV
+ * arguments (the script takes any number of partitions' keys there); in a
+ * Redis Cluster each group is its own call (one slot's declared keys), the
+ * calls pipelined: one round trip either way. Starts and acknowledgements
+ * go in separate rounds: a start group is the record's HMGET and the
+ * lease's ZADD; an acknowledgement group is HMGET, ZMSCORE, HDEL and ZREM
+ * for all of a partition's pending acknowledgements at once (why apart:
+ * ack.c). */
 #define _GNU_SOURCE
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,11 +25,13 @@
 
 #include "redis/internal.h"
 
-#define RR_ACK_FOLD 32   /* most acknowledgements folded into one START call */
 #define RR_CALL_ARGV 128 /* arguments of one call, "EVALSHA sha n" included */
 _Static_assert(RR_CALL_ARGV <= TW_RR_ARGV_MAX, "a START call must fit the router's argument limit");
 _Static_assert(3 + 2 + 2 + 4 + 3 * TW_RR_RUN_BATCH <= RR_CALL_ARGV,
                "a group of a whole run's starts must fit one call");
+_Static_assert(3 + 2 + 2 + 4 + 2 * TW_RR_ACK_MAX <= TW_RR_ARGV_MAX,
+               "a group of a whole round's acknowledgements must fit one call");
+_Static_assert(TW_RR_ACK_MAX >= TW_RR_RUN_BATCH, "a round's items fit either way");
 
 /* The group of partition p (a new one when absent), or -1 when full. */
 static long rr_group_of(struct tw_rr_round *e, uint32_t p)
@@ -51,17 +53,15 @@ static size_t rr_grp_argc(const struct tw_rr_grp *g)
 }
 
 /* Group the round: the items of v by partition (to start, or to
- * acknowledge), and on a START the pending acknowledgements that fit (any
- * partition's on a standalone server, the started partitions' in a
- * cluster; each group small enough for a call of its own), then cut the
- * groups into calls of at most RR_CALL_ARGV arguments (standalone), or one
- * call per group (cluster). */
+ * acknowledge: the caller keeps them within TW_RR_GROUPS_MAX partitions),
+ * then cut the groups into calls of at most RR_CALL_ARGV arguments
+ * (standalone; a bigger group alone), or one call per group (cluster). */
 static void rr_start_group(struct tw_rr_round *e, bool cluster)
 {
     struct tw_redis *r = e->r;
     struct tw_rr_item *acks[TW_RR_ACK_MAX];
     size_t ag[TW_RR_ACK_MAX], na = 0;
-    size_t gi[TW_RR_RUN_BATCH];
+    size_t gi[TW_RR_ACK_MAX];
     e->ngroups = 0;
     for (size_t i = 0; i < e->n; i++) {
         if (cluster && tw_rr_silent_part(r, e->v[i]->part)) { /* left out: unanswered */
@@ -72,7 +72,7 @@ static void rr_start_group(struct tw_rr_round *e, bool cluster)
             }
             continue;
         }
-        long g = rr_group_of(e, e->v[i]->part); /* fits: <= 32 items */
+        long g = rr_group_of(e, e->v[i]->part); /* fits: the caller's bound */
         gi[i] = (size_t)g;
         if (e->starting) {
             e->g[g].ns++;
@@ -81,20 +81,6 @@ static void rr_start_group(struct tw_rr_round *e, bool cluster)
             ag[na++] = (size_t)g;
             e->g[g].na++;
         }
-    }
-    if (e->starting) {
-        pthread_mutex_lock(&r->ack_mu);
-        size_t ng = e->ngroups;
-        for (size_t g = 0; g < ng; g++) {
-            uint32_t p = e->g[g].part;
-            while (na < TW_RR_ACK_MAX && r->ack_head[p] && e->g[g].na < RR_ACK_FOLD &&
-                   rr_grp_argc(&e->g[g]) + 2 <= RR_CALL_ARGV) {
-                ag[na] = g;
-                e->g[g].na++;
-                na += tw_rr_ack_take(r, p, acks + na, 1);
-            }
-        }
-        pthread_mutex_unlock(&r->ack_mu);
     }
     /* the starts and the acknowledgements, each contiguous per group */
     size_t k = 0;
@@ -117,7 +103,7 @@ static void rr_start_group(struct tw_rr_round *e, bool cluster)
             }
     }
     e->nack = na;
-    for (size_t i = 0; i < e->n; i++)
+    for (size_t i = 0; e->starting && i < e->n; i++) /* st: starts only (<= TW_RR_RUN_BATCH) */
         e->st[i] = -2;
     /* calls */
     e->ncalls = 0;

@@ -1,0 +1,304 @@
+/* SPDX-License-Identifier: MIT */
+/* What a delivered task costs Redis in the START and acknowledgement path
+ * (src/redis/ack.c, start.c, scripts.c: START).
+ *
+ * test_ack_batches: a worker on one partition delivers 300 tasks due over
+ * 1.5 s. Its acknowledgements go in batches, once the oldest pending one
+ * has waited the acknowledgement delay (100 ms): the HDELs in Redis's
+ * commandstats number about one per batch (<= 40 here), not one per START
+ * round; START groups read no lease (ZMSCORE only in the acknowledgement
+ * groups: no more ZMSCOREs than HDELs + ZREMs); every task delivered once,
+ * none early, and nothing pending at the end.
+ *
+ * test_start_script: the START script run by the test, against a record
+ * and a hold written by hand: a start marks the hold started and lengthens
+ * it to max(due, now) + lease_ms + 0.5, answers the attempt it was given; a
+ * start redone finds the mark (still 1, the score not shortened); a stale
+ * token is refused (-1) and changes nothing; a token whose lease member is
+ * gone adds no member (ZADD XX); a start too early answers 0 and writes
+ * nothing; an acknowledgement deletes only for its token with its lease
+ * running (1), is stale otherwise (0), absent after the deletion (2).
+ */
+#define _GNU_SOURCE
+#include "fixture.h"
+#include "harness.h"
+#include "test.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "redis/internal.h" /* the START script (test_start_script) */
+#include "twheel/redis.h"
+
+/* ---- acknowledgements in batches ------------------------------------------- */
+
+#define BATCH_N 300
+#define BATCH_SPREAD_MS 1500
+
+struct brec {
+    _Atomic uint32_t runs[BATCH_N];
+    _Atomic uint64_t total, early;
+    redisContext *tc; /* the test's connection, for the server's clock */
+    pthread_mutex_t mu;
+};
+
+static enum tw_redis_result brec_exec(void *arg, const struct tw_redis_task *t)
+{
+    struct brec *R = arg;
+    char k[16];
+    size_t l = t->key_len < sizeof k - 1 ? t->key_len : sizeof k - 1;
+    memcpy(k, t->key, l);
+    k[l] = 0;
+    unsigned long id = strtoul(k + 2, NULL, 10);
+    if (id < BATCH_N)
+        atomic_fetch_add(&R->runs[id], 1);
+    pthread_mutex_lock(&R->mu);
+    uint64_t now = rw_redis_ms(R->tc);
+    pthread_mutex_unlock(&R->mu);
+    if (now && now < t->due_ms)
+        atomic_fetch_add(&R->early, 1);
+    atomic_fetch_add(&R->total, 1);
+    return TW_REDIS_DONE;
+}
+
+/* The calls of command `name` in INFO commandstats (0: none yet). */
+static uint64_t cmd_calls(redisContext *c, const char *name)
+{
+    uint64_t n = 0;
+    redisReply *x = redisCommand(c, "INFO commandstats");
+    if (x && x->type == REDIS_REPLY_STRING) {
+        char pat[64];
+        snprintf(pat, sizeof pat, "cmdstat_%s:calls=", name);
+        const char *p = strstr(x->str, pat);
+        if (p)
+            n = strtoull(p + strlen(pat), NULL, 10);
+    }
+    if (x)
+        freeReplyObject(x);
+    return n;
+}
+
+static void test_ack_batches(void)
+{
+    struct rfx_server srv;
+    CHECK_EQ_INT(rfx_start(&srv, NULL), 0);
+    if (srv.pid <= 0)
+        return;
+    const char *servers[] = {rfx_addr(&srv)};
+    struct brec *R = calloc(1, sizeof *R);
+    redisContext *c = rfx_connect(&srv);
+    struct tw_redis *client = NULL, *worker = NULL;
+    CHECK(R && c);
+    if (!R || !c)
+        goto out;
+    pthread_mutex_init(&R->mu, NULL);
+    R->tc = rfx_connect(&srv);
+    CHECK(R->tc != NULL);
+    struct tw_redis_config cfg;
+    tw_redis_config_init(&cfg);
+    cfg.servers = servers;
+    cfg.nservers = 1;
+    cfg.queue = "ab";
+    cfg.partitions = 1;
+    CHECK_EQ_INT(tw_redis_new(&client, &cfg), 0);
+    cfg.execute = brec_exec;
+    cfg.arg = R;
+    cfg.threads = 2;
+    CHECK_EQ_INT(tw_redis_new(&worker, &cfg), 0);
+    if (!client || !worker || !R->tc)
+        goto out;
+    int64_t delays[BATCH_N];
+    for (size_t i = 0; i < BATCH_N; i++)
+        delays[i] = 1000 + (int64_t)(i * BATCH_SPREAD_MS / BATCH_N);
+    redisReply *x = redisCommand(c, "CONFIG RESETSTAT");
+    if (x)
+        freeReplyObject(x);
+    CHECK_EQ_INT(rw_set_range(client, c, "b:", 0, BATCH_N, delays, NULL), BATCH_N);
+    struct tw_redis_stats st =
+        rw_wait_drained(client, rfx_mono_ms() + 1000 + BATCH_SPREAD_MS + 10000);
+    CHECK_EQ_U64(st.pending, 0);
+    uint64_t hdel = cmd_calls(c, "hdel"), zrem = cmd_calls(c, "zrem");
+    uint64_t zmscore = cmd_calls(c, "zmscore"), hmget = cmd_calls(c, "hmget");
+    printf("ack batches: %" PRIu64 " tasks: hdel %" PRIu64 ", zrem %" PRIu64 ", zmscore %" PRIu64
+           ", hmget %" PRIu64 "\n",
+           (uint64_t)atomic_load(&R->total), hdel, zrem, zmscore, hmget);
+    /* about one batch per 100 ms over 1.5 s, and the last at the end */
+    CHECK_(hdel >= 1 && hdel <= 40, "hdel calls %" PRIu64, hdel);
+    /* a ZMSCORE per acknowledgement group (each deletes what it acknowledges) */
+    CHECK_(zmscore <= hdel + 2, "zmscore %" PRIu64 ", hdel %" PRIu64, zmscore, hdel);
+    uint64_t once = 0;
+    for (size_t i = 0; i < BATCH_N; i++)
+        once += atomic_load(&R->runs[i]) == 1;
+    CHECK_EQ_U64(once, BATCH_N);
+    CHECK_EQ_U64(atomic_load(&R->early), 0);
+    CHECK_EQ_INT(tw_redis_stats(worker, &st), 0);
+    CHECK_EQ_U64(st.delivered, BATCH_N);
+    CHECK_EQ_U64(st.stale_acks, 0);
+out:
+    tw_redis_free(worker);
+    tw_redis_free(client);
+    if (R && R->tc)
+        redisFree(R->tc);
+    if (c)
+        redisFree(c);
+    free(R);
+    rfx_stop(&srv);
+}
+
+/* ---- the START script ------------------------------------------------------ */
+
+#define LK "{ss:0}:lease"
+#define TK "{ss:0}:task"
+#define LEASE_MS 30000
+
+/* START of one group: na acknowledgements (key, token pairs) then ns starts
+ * (key, token, attempt triples) as ARGV words; the reply (NULL on error). */
+static redisReply *start_call(redisContext *c, unsigned ahead_ms, int na, int ns,
+                              const char *const *words)
+{
+    const char *av[32];
+    size_t al[32];
+    char lease[16], ahead[24], cna[8], cns[8];
+    snprintf(lease, sizeof lease, "%d", LEASE_MS);
+    snprintf(ahead, sizeof ahead, "%u", ahead_ms * 1000u);
+    snprintf(cna, sizeof cna, "%d", na);
+    snprintf(cns, sizeof cns, "%d", ns);
+    int n = 0;
+    av[n++] = "EVAL";
+    av[n++] = tw_rr_scripts[TW_RR_START];
+    av[n++] = "0";
+    av[n++] = lease;
+    av[n++] = ahead;
+    av[n++] = LK;
+    av[n++] = TK;
+    av[n++] = cna;
+    av[n++] = cns;
+    for (int i = 0; i < 2 * na + 3 * ns; i++)
+        av[n++] = words[i];
+    for (int i = 0; i < n; i++)
+        al[i] = strlen(av[i]);
+    redisReply *x = redisCommandArgv(c, n, av, al);
+    if (x && x->type != REDIS_REPLY_ARRAY) {
+        fprintf(stderr, "start_call: %s\n", x->type == REDIS_REPLY_ERROR ? x->str : "?");
+        freeReplyObject(x);
+        return NULL;
+    }
+    return x;
+}
+
+static double zscore(redisContext *c, const char *k)
+{
+    redisReply *x = redisCommand(c, "ZSCORE " LK " %s", k);
+    double v = x && x->type == REDIS_REPLY_STRING ? strtod(x->str, NULL) : -1;
+    if (x)
+        freeReplyObject(x);
+    return v;
+}
+
+static void test_start_script(void)
+{
+    struct rfx_server srv;
+    CHECK_EQ_INT(rfx_start(&srv, NULL), 0);
+    if (srv.pid <= 0)
+        return;
+    redisContext *c = rfx_connect(&srv);
+    CHECK(c != NULL);
+    if (!c) {
+        rfx_stop(&srv);
+        return;
+    }
+    uint64_t now = rw_redis_ms(c);
+    uint64_t due = now + 2000, hold = due + 1000;
+    redisReply *x;
+    /* k1 held by token 5 (a claim's hold), k2 by token 9 with no lease
+     * member, k3 due later than any start ahead, k4 held and running */
+    char r1[64], r2[64], r3[64], r4[64];
+    snprintf(r1, sizeof r1, "5 0 %" PRIu64 " p1", due);
+    snprintf(r2, sizeof r2, "9 0 %" PRIu64 " p2", due);
+    snprintf(r3, sizeof r3, "7 0 %" PRIu64 " p3", due + 60000);
+    snprintf(r4, sizeof r4, "8 1 %" PRIu64 " p4", now);
+    x = redisCommand(c, "HSET " TK " k1 %s k2 %s k3 %s k4 %s", r1, r2, r3, r4);
+    if (x)
+        freeReplyObject(x);
+    x = redisCommand(c, "ZADD " LK " %" PRIu64 " k1 %" PRIu64 " k3 %" PRIu64 ".5 k4", hold,
+                     due + 61000, now + LEASE_MS);
+    if (x)
+        freeReplyObject(x);
+    /* k1 started 3 s ahead: marked, lengthened to due + lease_ms (due is
+     * after now), the attempt as given */
+    x = start_call(c, 3000, 0, 1, (const char *[]){"k1", "5", "1"});
+    CHECK(x && x->elements == 3);
+    if (x && x->elements == 3) {
+        CHECK_EQ_INT(x->element[1]->integer, 1);
+        CHECK_EQ_INT(x->element[2]->integer, 1);
+    }
+    if (x)
+        freeReplyObject(x);
+    double s1 = zscore(c, "k1");
+    CHECK_(s1 == (double)(due + LEASE_MS) + 0.5, "k1 lease %.1f, due %" PRIu64, s1, due);
+    /* redone: started again, the mark kept, never shortened */
+    x = start_call(c, 3000, 0, 1, (const char *[]){"k1", "5", "1"});
+    CHECK(x && x->elements == 3 && x->element[1]->integer == 1);
+    if (x)
+        freeReplyObject(x);
+    CHECK(zscore(c, "k1") == s1);
+    /* a stale token: refused, nothing written */
+    x = start_call(c, 3000, 0, 1, (const char *[]){"k1", "4", "1"});
+    CHECK(x && x->elements == 3 && x->element[1]->integer == -1);
+    if (x)
+        freeReplyObject(x);
+    CHECK(zscore(c, "k1") == s1);
+    /* the token with no lease member: no member added */
+    x = start_call(c, 3000, 0, 1, (const char *[]){"k2", "9", "1"});
+    CHECK(x != NULL);
+    if (x)
+        freeReplyObject(x);
+    CHECK(zscore(c, "k2") == -1);
+    /* not due within ahead: 0 and the us until due, the hold unchanged */
+    x = start_call(c, 3000, 0, 1, (const char *[]){"k3", "7", "1"});
+    CHECK(x && x->elements == 3 && x->element[1]->integer == 0 &&
+          x->element[2]->integer > 50000000);
+    if (x)
+        freeReplyObject(x);
+    CHECK(zscore(c, "k3") == (double)(due + 61000));
+    /* acknowledgements: a stale token (0), k4's (1: deleted with its lease),
+     * then k4 again (2: absent) */
+    x = start_call(c, 0, 2, 0, (const char *[]){"k1", "4", "k4", "8"});
+    CHECK(x && x->elements == 3);
+    if (x && x->elements == 3) {
+        CHECK_EQ_INT(x->element[1]->integer, 0);
+        CHECK_EQ_INT(x->element[2]->integer, 1);
+    }
+    if (x)
+        freeReplyObject(x);
+    CHECK(zscore(c, "k4") == -1);
+    CHECK(zscore(c, "k1") == s1);
+    x = start_call(c, 0, 1, 0, (const char *[]){"k4", "8"});
+    CHECK(x && x->elements == 2 && x->element[1]->integer == 2);
+    if (x)
+        freeReplyObject(x);
+    /* an acknowledgement whose lease has run out deletes nothing */
+    x = redisCommand(c, "ZADD " LK " %" PRIu64 ".5 k1", now - 1);
+    if (x)
+        freeReplyObject(x);
+    x = start_call(c, 0, 1, 0, (const char *[]){"k1", "5"});
+    CHECK(x && x->elements == 2 && x->element[1]->integer == 0);
+    if (x)
+        freeReplyObject(x);
+    x = redisCommand(c, "HEXISTS " TK " k1");
+    CHECK(x && x->type == REDIS_REPLY_INTEGER && x->integer == 1);
+    if (x)
+        freeReplyObject(x);
+    redisFree(c);
+    rfx_stop(&srv);
+}
+
+int main(void)
+{
+    RUN(test_ack_batches);
+    RUN(test_start_script);
+    return test_summary();
+}
