@@ -677,7 +677,7 @@
 #include "common/random.h"
 #include "redis/internal.h"
 
-#define RR_ACK_DELAY_MS 100  /* an acknowledgement waits this long for a START to ride on */
+#define RR_ACK_DELAY_MS 100  /* the oldest pending acknowledgement waits this long before a batch goes */
 
 /* Wipe and free a credential. */
 static void rr_forget(char *s)
