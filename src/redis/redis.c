@@ -677,7 +677,7 @@
 #include "common/random.h"
 #include "redis/internal.h"
 
-#define RR_ACK_DELAY_MS 100  /* the oldest pending acknowledgement waits this long before a batch goes */
+#define RR_ACK_DELAY_MS 100 /* the oldest pending acknowledgement waits this long, then a batch */
 
 /* Wipe and free a credential. */
 static void rr_forget(char *s)
