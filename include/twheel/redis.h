@@ -781,9 +781,10 @@ struct tw_redis_schedule {
  * all workers, never early. An upsert with the same cron or every/anchor keeps the next
  * occurrence (a restart of the producer changes nothing); another one starts from now.
  * One TIME round trip (cron) and one script call (O(log n)). *next_ms (optional): the
- * next occurrence. Workers make occurrences tasks every window_ms / 2, window_ms ahead:
- * an occurrence less than window_ms / 2 after the upsert may run up to that much late
- * (never early). Threads as tw_redis_set.
+ * next occurrence. Workers make occurrences tasks window_ms ahead: the upsert notifies
+ * them (PUBLISH on the partition's channel), so an occurrence soon after it is made at
+ * once and runs on time (never early); a worker that missed the notification (not
+ * subscribed then) looks at least once a minute. Threads as tw_redis_set.
  * @return 0, TW_EINVAL (a bad cron expression, or every_ms out of range, or a cron that
  *         never matches), TW_E2BIG, or as tw_redis_set. */
 TW_API int tw_redis_schedule_set(struct tw_redis *r, const void *key, size_t key_len,
