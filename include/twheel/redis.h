@@ -783,8 +783,9 @@ struct tw_redis_schedule {
  * One TIME round trip (cron) and one script call (O(log n)). *next_ms (optional): the
  * next occurrence. Workers make occurrences tasks window_ms ahead: the upsert notifies
  * them (PUBLISH on the partition's channel), so an occurrence soon after it is made at
- * once and runs on time (never early); a worker that missed the notification (not
- * subscribed then) looks at least once a minute. Threads as tw_redis_set.
+ * once and runs on time (never early); a worker not subscribed then asks every
+ * partition when it subscribes (at its start, after a reconnect). Threads as
+ * tw_redis_set.
  * @return 0, TW_EINVAL (a bad cron expression, or every_ms out of range, or a cron that
  *         never matches), TW_E2BIG, or as tw_redis_set. */
 TW_API int tw_redis_schedule_set(struct tw_redis *r, const void *key, size_t key_len,
