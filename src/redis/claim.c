@@ -598,8 +598,9 @@ void *tw_rr_claim_main(void *arg)
         bool recover = now >= recover_at;
         if (!refill && !retry && !recover && r->nflagged == 0) {
             uint64_t until = next_refill < retry_at ? next_refill : retry_at;
-            if (awaiting && until > now + tw_rr_patience_ns(r))
-                until = now + tw_rr_patience_ns(r);
+            uint64_t collect = now + tw_rr_patience_ns(r); /* an awaited reply's next look */
+            if (awaiting && until > collect)
+                until = collect;
             (void)tw_cond_wait_until_(&r->cv, &r->mu, until < recover_at ? until : recover_at);
             continue;
         }

@@ -199,13 +199,19 @@ static bool rr_fire(struct tw_redis *r, struct tw_rr_router *rt, uint32_t p, con
     return ok && n == RR_FIRE_MAX;
 }
 
+/* The cadence of an active partition: window_ms / 2 (1 ms at least), in ns. */
+static uint64_t rr_half_window_ns(const struct tw_redis *r)
+{
+    return (uint64_t)(r->cfg.window_ms / 2 ? r->cfg.window_ms / 2 : 1) * 1000000u;
+}
+
 /* One partition: the schedules coming due, each fired. The monotonic time
  * at which to ask it again: window/2 on while it fires or fails (the
  * cadence of an active partition), else when its next occurrence comes
  * within window_ms (SCHED_DUE's `later`), at most RR_SCHED_RECHECK_NS on. */
 static uint64_t rr_sched_part(struct tw_redis *r, struct tw_rr_router *rt, uint32_t p)
 {
-    uint64_t half = (uint64_t)(r->cfg.window_ms / 2 ? r->cfg.window_ms / 2 : 1) * 1000000u;
+    uint64_t half = rr_half_window_ns(r);
     for (int again = 0; again < 16; again++) {
         char kb[6][TW_RR_KEYBUF], ahead[16];
         const char *av[7];
@@ -254,7 +260,7 @@ static void *rr_sched_main(void *arg)
 {
     struct tw_redis *r = arg;
     struct tw_rr_sched *s = r->sched;
-    uint64_t half = (uint64_t)(r->cfg.window_ms / 2 ? r->cfg.window_ms / 2 : 1) * 1000000u;
+    uint64_t half = rr_half_window_ns(r);
     for (;;) {
         pthread_mutex_lock(&s->bg.mu);
         s->woken = false;
@@ -306,9 +312,10 @@ void tw_rr_sched_wake(struct tw_redis *r, uint32_t p)
     if (!s)
         return;
     pthread_mutex_lock(&s->bg.mu);
-    for (uint32_t q = 0; q < r->cfg.partitions; q++)
-        if (p == UINT32_MAX || q == p)
-            s->at[q] = 0; /* while asked (RR_ASKING): asked again after */
+    if (p != UINT32_MAX)
+        s->at[p] = 0; /* while asked (RR_ASKING): asked again after */
+    else
+        memset(s->at, 0, r->cfg.partitions * sizeof s->at[0]);
     s->woken = true;
     pthread_cond_signal(&s->bg.cv);
     pthread_mutex_unlock(&s->bg.mu);
