@@ -203,11 +203,13 @@
  * hold: it ends hold_ms after the later of now and the task's due time, so
  * a task whose holder died (or whose claim's answer was lost) is free again
  * about hold_ms after it was due; START lengthens it to lease_ms when the
- * task starts. Per bucket, each command takes
+ * task starts. Per slice of up to 1000 keys of a bucket, each command takes
  * what it leases at once: HMGET of the records, one INCRBY for their tokens
  * (consecutive; some unused when the byte limit stops the walk early: tokens
- * need only be unique), HSET, lease ZADD, bucket LTRIM or DEL: one of each
- * per bucket, not HGET, INCR, HSET and ZADD per task.
+ * need only be unique), HSET, lease ZADD; then the bucket's LTRIM or DEL:
+ * not HGET, INCR, HSET and ZADD per task. Slices, because Lua's unpack
+ * passes at most ~8000 values to a command, and a bucket holds whatever was
+ * set due within its W ms (a burst of tasks set with one delay).
  * A recovered lease whose attempts are spent (its start mark folded in:
  * DEAD) goes to the dead letters instead of its bucket; the reply's
  * recovered is then {recovered, key1, attempt1, ...} of those (claim.c). */
@@ -233,6 +235,9 @@
     "  badd(k, due) recovered = recovered + 1 end end\n"                                    \
     "end\n"                                                                                 \
     "local hi = now_ms + tonumber(ARGV[1]) local hb = math.floor(hi / W)\n"                 \
+    /* a bucket's keys go to HMGET, HSET and ZADD in slices: Lua's unpack */                \
+    /* gives at most ~8000 values, and a bucket may hold any number of tasks */             \
+    "local SLICE = 1000\n"                                                                  \
     "local out, no = {now, #dl > 0 and {recovered, unpack(dl)} or recovered}, 2\n"          \
     "local bytes, left, from, done = 0, n, '-inf', false\n"                                 \
     "local match, sub, fmt = string.match, string.sub, string.format\n"                     \
@@ -241,14 +246,15 @@
     " if #bs == 0 then break end\n"                                                         \
     " for i = 1, #bs do local b = bs[i] local bk = KEYS[1] .. ':' .. b\n"                   \
     "  local m = redis.call('LRANGE', bk, 0, -1) local card = #m\n"                         \
-    "  local nt, hs, lz, nh = 0, {}, {}, 0\n"                                               \
-    "  if #m > 0 then\n"                                                                    \
-    "   local vs = redis.call('HMGET', KEYS[3], unpack(m))\n"                               \
-    "   local t = redis.call('INCRBY', KEYS[4], #m) - #m\n"                                 \
-    "   for j = 1, #m do local k = m[j]\n"                                                  \
+    "  local nt = 0\n"                                                                      \
+    "  for s = 1, card, SLICE do local e = s + SLICE - 1 if e > card then e = card end\n"   \
+    "   local hs, lz, nh = {}, {}, 0\n"                                                     \
+    "   local vs = redis.call('HMGET', KEYS[3], unpack(m, s, e))\n"                         \
+    "   local t = redis.call('INCRBY', KEYS[4], e - s + 1) - (e - s + 1)\n"                 \
+    "   for j = s, e do local k = m[j]\n"                                                   \
     "    if bytes > maxb then done = true break end\n"                                      \
     "    nt = nt + 1 left = left - 1\n"                                                     \
-    "    local v = vs[j]\n"                                                                 \
+    "    local v = vs[j - s + 1]\n"                                                         \
     "    if v then local tk, att, due, pos = match(v, '^(%d+) (%d+) (%d+) ()')\n"           \
     "     due = tonumber(due) local p = sub(v, pos) t = t + 1\n"                            \
     /* the record with the new token: its digits replace the old ones */                    \
@@ -259,9 +265,10 @@
     "     out[no + 5] = p no = no + 5\n"                                                    \
     "     bytes = bytes + #p + #k end\n"                                                    \
     "   end\n"                                                                              \
+    "   if nh > 0 then redis.call('HSET', KEYS[3], unpack(hs, 1, nh))\n"                    \
+    "    redis.call('ZADD', KEYS[2], unpack(lz, 1, nh)) end\n"                              \
+    "   if done then break end\n"                                                           \
     "  end\n"                                                                               \
-    "  if nh > 0 then redis.call('HSET', KEYS[3], unpack(hs, 1, nh))\n"                     \
-    "   redis.call('ZADD', KEYS[2], unpack(lz, 1, nh)) end\n"                               \
     "  if nt == card then redis.call('DEL', bk) redis.call('ZREM', KEYS[1], b)\n"           \
     "  else redis.call('LTRIM', bk, nt, -1) done = true end\n"                              \
     "  if done or left <= 0 then done = true break end\n"                                   \

@@ -18,6 +18,12 @@
  * gone adds no member (ZADD XX); a start too early answers 0 and writes
  * nothing; an acknowledgement deletes only for its token with its lease
  * running (1), is stale otherwise (0), absent after the deletion (2).
+ *
+ * test_big_bucket: 20,000 tasks set at once with one delay on one
+ * partition, so that one due bucket holds 10,000 or more (Lua's unpack
+ * passes at most ~8000 values to a command: a claim that handed a whole
+ * bucket to HMGET failed on every try, and those tasks never ran). A
+ * worker delivers every one of them once, none early, nothing left.
  */
 #define _GNU_SOURCE
 #include "fixture.h"
@@ -144,6 +150,115 @@ out:
         redisFree(R->tc);
     if (c)
         redisFree(c);
+    free(R);
+    rfx_stop(&srv);
+}
+
+/* ---- a due bucket of more tasks than one Lua call can pass ------------------ */
+
+#define BIG_N 20000
+#define BIG_DELAY_MS 1500
+
+struct bigrec {
+    _Atomic uint32_t *runs;
+    _Atomic uint64_t total, early;
+    redisContext *tc; /* the test's connection, for the server's clock */
+    pthread_mutex_t mu;
+};
+
+static enum tw_redis_result big_exec(void *arg, const struct tw_redis_task *t)
+{
+    struct bigrec *R = arg;
+    char k[16];
+    size_t l = t->key_len < sizeof k - 1 ? t->key_len : sizeof k - 1;
+    memcpy(k, t->key, l);
+    k[l] = 0;
+    unsigned long id = strtoul(k + 2, NULL, 10);
+    if (id < BIG_N)
+        atomic_fetch_add(&R->runs[id], 1);
+    pthread_mutex_lock(&R->mu);
+    uint64_t now = rw_redis_ms(R->tc);
+    pthread_mutex_unlock(&R->mu);
+    if (now && now < t->due_ms)
+        atomic_fetch_add(&R->early, 1);
+    atomic_fetch_add(&R->total, 1);
+    return TW_REDIS_DONE;
+}
+
+/* The length of the longest due bucket of partition 0 of queue q. */
+static long long longest_bucket(redisContext *c, const char *q)
+{
+    long long most = 0;
+    redisReply *x = redisCommand(c, "ZRANGE {%s:0}:d 0 -1", q);
+    for (size_t i = 0; x && x->type == REDIS_REPLY_ARRAY && i < x->elements; i++) {
+        redisReply *y = redisCommand(c, "LLEN {%s:0}:d:%s", q, x->element[i]->str);
+        if (y && y->type == REDIS_REPLY_INTEGER && y->integer > most)
+            most = y->integer;
+        if (y)
+            freeReplyObject(y);
+    }
+    if (x)
+        freeReplyObject(x);
+    return most;
+}
+
+static void test_big_bucket(void)
+{
+    struct rfx_server srv;
+    CHECK_EQ_INT(rfx_start(&srv, NULL), 0);
+    if (srv.pid <= 0)
+        return;
+    const char *servers[] = {rfx_addr(&srv)};
+    struct bigrec *R = calloc(1, sizeof *R);
+    _Atomic uint32_t *runs = calloc(BIG_N, sizeof *runs);
+    int64_t *delays = malloc(BIG_N * sizeof *delays);
+    redisContext *c = rfx_connect(&srv);
+    struct tw_redis *client = NULL, *worker = NULL;
+    CHECK(R && runs && delays && c);
+    if (!R || !runs || !delays || !c)
+        goto out;
+    R->runs = runs;
+    pthread_mutex_init(&R->mu, NULL);
+    R->tc = rfx_connect(&srv);
+    CHECK(R->tc != NULL);
+    struct tw_redis_config cfg;
+    tw_redis_config_init(&cfg);
+    cfg.servers = servers;
+    cfg.nservers = 1;
+    cfg.queue = "bb";
+    cfg.partitions = 1;
+    CHECK_EQ_INT(tw_redis_new(&client, &cfg), 0);
+    if (!client || !R->tc)
+        goto out;
+    for (size_t i = 0; i < BIG_N; i++)
+        delays[i] = BIG_DELAY_MS;
+    CHECK_EQ_INT(rw_set_range(client, c, "g:", 0, BIG_N, delays, NULL), BIG_N);
+    long long most = longest_bucket(c, "bb"); /* two buckets at most: one is this long */
+    CHECK_(most >= BIG_N / 2, "longest bucket %lld", most);
+    cfg.execute = big_exec;
+    cfg.arg = R;
+    cfg.threads = 2;
+    CHECK_EQ_INT(tw_redis_new(&worker, &cfg), 0);
+    if (!worker)
+        goto out;
+    struct tw_redis_stats st = rw_wait_drained(client, rfx_mono_ms() + BIG_DELAY_MS + 60000);
+    CHECK_EQ_U64(st.pending, 0);
+    uint64_t once = 0;
+    for (size_t i = 0; i < BIG_N; i++)
+        once += atomic_load(&runs[i]) == 1;
+    printf("big bucket: %lld tasks in one bucket; %" PRIu64 " of %d delivered once\n", most, once,
+           BIG_N);
+    CHECK_EQ_U64(once, BIG_N);
+    CHECK_EQ_U64(atomic_load(&R->early), 0);
+out:
+    tw_redis_free(worker);
+    tw_redis_free(client);
+    if (R && R->tc)
+        redisFree(R->tc);
+    if (c)
+        redisFree(c);
+    free(delays);
+    free(runs);
     free(R);
     rfx_stop(&srv);
 }
@@ -300,5 +415,6 @@ int main(void)
 {
     RUN(test_ack_batches);
     RUN(test_start_script);
+    RUN(test_big_bucket);
     return test_summary();
 }
