@@ -168,7 +168,9 @@ static int rr_claim_reply(struct tw_redis *r, uint32_t p, unsigned batch, struct
     }
     /* A bucket's tasks come in the order they were put there (scripts.c):
      * this claim's by due time. CLAIM takes whole buckets, so what a full
-     * one left is due after its last task. */
+     * one left is due after its last task; but for a bucket it split, due
+     * window/4 ahead or more, whose tasks go to the wheel (which orders
+     * them) before any is due. */
     if (b->n - n0 > 1)
         qsort(b->v + n0, b->n - n0, sizeof *b->v, rr_item_cmp);
     r->last_full[p] = k >= batch && got ? last : UINT64_MAX;

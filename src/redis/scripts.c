@@ -191,15 +191,21 @@
  * or -1 when nothing is leased: the claimer claims again then, to recover
  * it should it run out)
  * First moves up to n expired leases back to their bucket (their due time
- * kept), then leases whole buckets, those that begin by now + window: it
- * walks the index from its lowest bucket (8 index members per read), takes
- * each bucket whole (LRANGE, DEL), drops it from the index, and stops once
- * it has n tasks or more (n bounds where it stops, not the reply: at most
- * one bucket over), or mid-bucket once the payloads pass max_bytes (the
- * rest stays: LTRIM). So a task may be leased up to one bucket (W) past the
- * window, every bucket a claim leaves untouched is due after the last task
- * it took, and the tasks of one bucket come in the order they were put
- * there: the worker orders what it claims by due time (claim.c). A claimed task's lease is a
+ * kept), then leases the buckets that begin by now + window: it walks the
+ * index from its lowest bucket (8 index members per read), takes each
+ * bucket whole (LRANGE, DEL), drops it from the index, and stops once it
+ * has n tasks or more (n bounds where it stops, not the reply: at most one
+ * bucket over), or mid-bucket once the payloads pass max_bytes (the rest
+ * stays: LTRIM). A bucket that begins window/4 or more ahead is split
+ * instead once n are taken (LTRIM): its tasks all go to the worker's wheel,
+ * which orders them, and a dense one (a burst set with one delay, or one
+ * partition at high density) would otherwise make one long call that
+ * holds single-threaded Redis while STARTs wait. So a task may be leased
+ * up to one bucket (W) past the window, every bucket a claim leaves
+ * untouched is due after the last task it took, and the tasks of one
+ * bucket come in the order they were put there: the worker orders what it
+ * claims by due time (claim.c; only what is due within window/4, taken
+ * from whole buckets, needs that order before the wheel). A claimed task's lease is a
  * hold: it ends hold_ms after the later of now and the task's due time, so
  * a task whose holder died (or whose claim's answer was lost) is free again
  * about hold_ms after it was due; START lengthens it to lease_ms when the
@@ -238,6 +244,8 @@
     /* a bucket's keys go to HMGET, HSET and ZADD in slices: Lua's unpack */                \
     /* gives at most ~8000 values, and a bucket may hold any number of tasks */             \
     "local SLICE = 1000\n"                                                                  \
+    /* a bucket that begins window/4 or more ahead may be split at n (above) */             \
+    "local split_at = now_ms + math.floor(tonumber(ARGV[1]) / 4)\n"                        \
     "local out, no = {now, #dl > 0 and {recovered, unpack(dl)} or recovered}, 2\n"          \
     "local bytes, left, from, done = 0, n, '-inf', false\n"                                 \
     "local match, sub, fmt = string.match, string.sub, string.format\n"                     \
@@ -245,14 +253,17 @@
     " local bs = redis.call('ZRANGEBYSCORE', KEYS[1], from, hb, 'LIMIT', 0, 8)\n"           \
     " if #bs == 0 then break end\n"                                                         \
     " for i = 1, #bs do local b = bs[i] local bk = KEYS[1] .. ':' .. b\n"                   \
-    "  local m = redis.call('LRANGE', bk, 0, -1) local card = #m\n"                         \
+    "  local split = tonumber(b) * W >= split_at\n"                                         \
+    /* upto: the most a split bucket is read (0: all of it) */                              \
+    "  local upto = split and left or 0\n"                                                  \
+    "  local m = redis.call('LRANGE', bk, 0, upto - 1) local card = #m\n"                   \
     "  local nt = 0\n"                                                                      \
     "  for s = 1, card, SLICE do local e = s + SLICE - 1 if e > card then e = card end\n"   \
     "   local hs, lz, nh = {}, {}, 0\n"                                                     \
     "   local vs = redis.call('HMGET', KEYS[3], unpack(m, s, e))\n"                         \
     "   local t = redis.call('INCRBY', KEYS[4], e - s + 1) - (e - s + 1)\n"                 \
     "   for j = s, e do local k = m[j]\n"                                                   \
-    "    if bytes > maxb then done = true break end\n"                                      \
+    "    if bytes > maxb or (split and left <= 0) then done = true break end\n"             \
     "    nt = nt + 1 left = left - 1\n"                                                     \
     "    local v = vs[j - s + 1]\n"                                                         \
     "    if v then local tk, att, due, pos = match(v, '^(%d+) (%d+) (%d+) ()')\n"           \
@@ -269,8 +280,11 @@
     "    redis.call('ZADD', KEYS[2], unpack(lz, 1, nh)) end\n"                              \
     "   if done then break end\n"                                                           \
     "  end\n"                                                                               \
-    "  if nt == card then redis.call('DEL', bk) redis.call('ZREM', KEYS[1], b)\n"           \
-    "  else redis.call('LTRIM', bk, nt, -1) done = true end\n"                              \
+    /* read up to upto: whether the bucket holds more is not known */                      \
+    "  if nt == card and (upto == 0 or card < upto) then\n"                                  \
+    "   redis.call('DEL', bk) redis.call('ZREM', KEYS[1], b)\n"                              \
+    "  else redis.call('LTRIM', bk, nt, -1) done = true\n"                                   \
+    "   if redis.call('EXISTS', bk) == 0 then redis.call('ZREM', KEYS[1], b) end end\n"      \
     "  if done or left <= 0 then done = true break end\n"                                   \
     " end\n"                                                                                \
     " from = '(' .. bs[#bs]\n"                                                              \

@@ -22,8 +22,11 @@
  * test_big_bucket: 20,000 tasks set at once with one delay on one
  * partition, so that one due bucket holds 10,000 or more (Lua's unpack
  * passes at most ~8000 values to a command: a claim that handed a whole
- * bucket to HMGET failed on every try, and those tasks never ran). A
- * worker delivers every one of them once, none early, nothing left.
+ * bucket to HMGET failed on every try, and those tasks never ran). Twice:
+ * a worker started once they are due (its catch-up claims the bucket
+ * whole, in due order), and a worker running while they are set 1.5 s
+ * ahead (its claims split the bucket, ~256 tasks a call: >= 60 calls).
+ * Each time every task is delivered once, none early, nothing left.
  */
 #define _GNU_SOURCE
 #include "fixture.h"
@@ -202,54 +205,61 @@ static long long longest_bucket(redisContext *c, const char *q)
     return most;
 }
 
-static void test_big_bucket(void)
+/* One round of test_big_bucket on queue q: the worker started before the
+ * sets (running) or once the tasks are due. */
+static void big_bucket_round(const struct rfx_server *srv, const char *q, bool running)
 {
-    struct rfx_server srv;
-    CHECK_EQ_INT(rfx_start(&srv, NULL), 0);
-    if (srv.pid <= 0)
-        return;
-    const char *servers[] = {rfx_addr(&srv)};
+    const char *servers[] = {rfx_addr(srv)};
     struct bigrec *R = calloc(1, sizeof *R);
     _Atomic uint32_t *runs = calloc(BIG_N, sizeof *runs);
     int64_t *delays = malloc(BIG_N * sizeof *delays);
-    redisContext *c = rfx_connect(&srv);
+    redisContext *c = rfx_connect(srv);
     struct tw_redis *client = NULL, *worker = NULL;
     CHECK(R && runs && delays && c);
     if (!R || !runs || !delays || !c)
         goto out;
     R->runs = runs;
     pthread_mutex_init(&R->mu, NULL);
-    R->tc = rfx_connect(&srv);
+    R->tc = rfx_connect(srv);
     CHECK(R->tc != NULL);
     struct tw_redis_config cfg;
     tw_redis_config_init(&cfg);
     cfg.servers = servers;
     cfg.nservers = 1;
-    cfg.queue = "bb";
+    cfg.queue = q;
     cfg.partitions = 1;
     CHECK_EQ_INT(tw_redis_new(&client, &cfg), 0);
-    if (!client || !R->tc)
+    cfg.execute = big_exec;
+    cfg.arg = R;
+    cfg.threads = 2;
+    if (running)
+        CHECK_EQ_INT(tw_redis_new(&worker, &cfg), 0);
+    if (!client || !R->tc || (running && !worker))
         goto out;
     for (size_t i = 0; i < BIG_N; i++)
         delays[i] = BIG_DELAY_MS;
     CHECK_EQ_INT(rw_set_range(client, c, "g:", 0, BIG_N, delays, NULL), BIG_N);
-    long long most = longest_bucket(c, "bb"); /* two buckets at most: one is this long */
-    CHECK_(most >= BIG_N / 2, "longest bucket %lld", most);
-    cfg.execute = big_exec;
-    cfg.arg = R;
-    cfg.threads = 2;
-    CHECK_EQ_INT(tw_redis_new(&worker, &cfg), 0);
-    if (!worker)
-        goto out;
+    long long most = longest_bucket(c, q); /* two buckets at most: one is this long */
+    if (!running) {
+        CHECK_(most >= BIG_N / 2, "longest bucket %lld", most);
+        rfx_sleep_ms(BIG_DELAY_MS + 100);
+        CHECK_EQ_INT(tw_redis_new(&worker, &cfg), 0);
+        if (!worker)
+            goto out;
+    }
     struct tw_redis_stats st = rw_wait_drained(client, rfx_mono_ms() + BIG_DELAY_MS + 60000);
     CHECK_EQ_U64(st.pending, 0);
     uint64_t once = 0;
     for (size_t i = 0; i < BIG_N; i++)
         once += atomic_load(&runs[i]) == 1;
-    printf("big bucket: %lld tasks in one bucket; %" PRIu64 " of %d delivered once\n", most, once,
-           BIG_N);
+    CHECK_EQ_INT(tw_redis_stats(worker, &st), 0);
+    printf("big bucket, %s: longest bucket %lld; %" PRIu64 " of %d delivered once; %" PRIu64
+           " claim calls\n",
+           running ? "worker running" : "catch-up", most, once, BIG_N, st.claims);
     CHECK_EQ_U64(once, BIG_N);
     CHECK_EQ_U64(atomic_load(&R->early), 0);
+    if (running)
+        CHECK_(st.claims >= 60, "claims %" PRIu64, st.claims);
 out:
     tw_redis_free(worker);
     tw_redis_free(client);
@@ -260,6 +270,16 @@ out:
     free(delays);
     free(runs);
     free(R);
+}
+
+static void test_big_bucket(void)
+{
+    struct rfx_server srv;
+    CHECK_EQ_INT(rfx_start(&srv, NULL), 0);
+    if (srv.pid <= 0)
+        return;
+    big_bucket_round(&srv, "bb", false);
+    big_bucket_round(&srv, "bs", true);
     rfx_stop(&srv);
 }
 
