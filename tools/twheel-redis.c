@@ -59,7 +59,7 @@ struct cmd {
     const char *name;
     const char *args; /* the usage of its arguments */
     const char *help;
-    bool creates;     /* may create the queue (set: a new queue takes 16 partitions) */
+    bool creates;     /* may create the queue (set: the library's default count) */
     int (*run)(struct ctx *c, int argc, char **argv);
 };
 
@@ -886,7 +886,8 @@ static void help(void)
            "                         (repeat for more seeds; default 127.0.0.1:6379)\n"
            "  -q, --queue NAME       the queue (default twq)\n"
            "  -p, --partitions N     its partition count (default: the one stored with it;\n"
-           "                         set creates a new queue with 16)\n"
+           "                         set creates a new queue with 16 on a cluster,\n"
+           "                         1 on one server)\n"
            "  -t, --timeout MS       per command, retries included (default 2000)\n"
            "  -h, --help             print this and exit\n"
            "  -V, --version          print the version and exit\n\nCommands:\n");
@@ -973,7 +974,7 @@ int main(int argc, char **argv)
     cfg.errbuf_len = sizeof err;
     int rc = tw_redis_new(&c.r, &cfg);
     if (rc == TW_ENOENT && cmd->creates) { /* a new queue: the library's default count */
-        cfg.partitions = 16;
+        cfg.partitions = TW_REDIS_PARTITIONS_AUTO;
         rc = tw_redis_new(&c.r, &cfg);
     }
     if (rc == TW_ENOENT) {

@@ -263,6 +263,17 @@ extern "C" {
 #define TW_REDIS_DELAY_MAX 1000000000000LL
 /** Most partitions a queue may have. */
 #define TW_REDIS_PARTITIONS_MAX 16384u
+/** tw_redis_config.partitions (the default): the count stored with the queue, or for a
+ * new queue TW_REDIS_PARTITIONS_CLUSTER on a Redis Cluster and TW_REDIS_PARTITIONS_SINGLE
+ * on one server (standalone, or the master Sentinels name). */
+#define TW_REDIS_PARTITIONS_AUTO 0xffffffffu
+/** Partitions of a queue created with TW_REDIS_PARTITIONS_AUTO on a Redis Cluster: enough
+ * to spread it over 16 masters. */
+#define TW_REDIS_PARTITIONS_CLUSTER 16u
+/** Partitions of a queue created with TW_REDIS_PARTITIONS_AUTO on one server, which runs
+ * every partition's scripts on its one thread: more would only add calls (bench/README.md,
+ * W7 "Partitions"). */
+#define TW_REDIS_PARTITIONS_SINGLE 1u
 /** Most executor threads of a worker. */
 #define TW_REDIS_THREADS_MAX 256u
 /** Shortest lease_ms a worker accepts (less gives TW_EINVAL; so does less than 4 * tick_ms).
@@ -339,7 +350,9 @@ struct tw_redis_config {
                                      "/socket/path" or URLs (Connecting, above) */
     size_t nservers;            /**< number of seeds (>= 1) */
     const char *queue;          /**< queue name, the prefix of every key (default "twq") */
-    uint32_t partitions;        /**< hash-tag partitions (default 16); every client of a queue must
+    uint32_t partitions;        /**< hash-tag partitions (default TW_REDIS_PARTITIONS_AUTO: the
+                                     count stored with the queue, or for a new queue 16 on a Redis
+                                     Cluster and 1 on one server); every client of a queue must
                                      agree: the first stores it with the queue, another count gives
                                      TW_ECONFLICT (tw_redis_new). 0, for a client without execute
                                      only: the count stored with the queue (tw_redis_new gives
@@ -526,7 +539,13 @@ TW_API void tw_redis_config_init(struct tw_redis_config *cfg);
  *    it is reconfigured.
  *  - Partitions: the first client of a queue stores its partition count in
  *    Redis (key "{queue:meta}:partitions"); a client with another count is
- *    refused. To move a queue to more partitions, give the new count a new
+ *    refused, one with TW_REDIS_PARTITIONS_AUTO (the default) takes it. A
+ *    queue created by a default client has 1 partition on one server: that
+ *    server runs every partition's scripts on its one thread, so more
+ *    partitions there only add script calls (each worker claims, starts and
+ *    acknowledges per partition); on a Redis Cluster 16, spread over the
+ *    masters by their hash tags. A queue on one server meant to move to a
+ *    cluster later may be given its count now. To move a queue to more partitions, give the new count a new
  *    queue name: producers set into the new queue, workers of both run until
  *    the old one's pending is 0, then the old workers stop. A queue with
  *    nothing pending and no client running may instead be renumbered in

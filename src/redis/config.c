@@ -18,7 +18,7 @@ void tw_redis_config_init(struct tw_redis_config *cfg)
         return;
     memset(cfg, 0, sizeof *cfg);
     cfg->queue = "twq";
-    cfg->partitions = 16;
+    cfg->partitions = TW_REDIS_PARTITIONS_AUTO;
     cfg->threads = 4;
     cfg->lease_ms = 30000;
     cfg->window_ms = 2000;
@@ -130,8 +130,11 @@ int tw_rr_check_config(const struct tw_redis_config *c)
         tw_rr_errbuf(c, "queue: 1..64 bytes, no { or }");
         return TW_EINVAL;
     }
-    if ((c->partitions == 0 && c->execute) || c->partitions > TW_REDIS_PARTITIONS_MAX)
-        return TW_EINVAL; /* 0: a client adopts the stored count (tw_rr_check_partitions, server_checks.c) */
+    /* 0: a client adopts the stored count; AUTO: adopts it, or creates the
+     * queue with a count for the servers (tw_rr_check_partitions, server_checks.c) */
+    if ((c->partitions == 0 && c->execute) ||
+        (c->partitions > TW_REDIS_PARTITIONS_MAX && c->partitions != TW_REDIS_PARTITIONS_AUTO))
+        return TW_EINVAL;
     if (c->wait_replicas > 1000 ||
         (c->wait_replicas &&
          (c->wait_timeout_ms == 0 || c->wait_timeout_ms >= c->command_timeout_ms))) {

@@ -690,6 +690,8 @@ struct tw_redis {
     void *sched;                    /* a worker's schedule thread (schedule.c; NULL: none) */
     struct tw_rr_router sched_rt;   /* its router */
     bool adopt;                     /* config partitions 0: take the queue's stored count */
+    bool auto_partitions;           /* config partitions AUTO: take it, or create the queue
+                                       with the servers' count (server_checks.c) */
     atomic_bool resumed;            /* the subscriber saw a resume: claim every partition
                                        before handing due tasks over (claim.c) */
 };
@@ -847,6 +849,10 @@ int tw_rr_check_masters(struct tw_redis *r);
  * TW_ECONFLICT, TW_ENOENT (an inspecting client, no queue), TW_EOOM,
  * TW_EIO, TW_EPROTO, TW_ENOMEM. */
 int tw_rr_check_partitions(struct tw_redis *r);
+/* The same read only, for a client configured with 0 or AUTO (others: 0 at
+ * once): the count it will use (the stored one, or a new queue's), nothing
+ * written, so that the permission check (acl.c) asks for the right keys. */
+int tw_rr_read_partitions(struct tw_redis *r);
 
 /* errors.c: the server's words. */
 /* The code of an error reply's text: TW_EAUTH for a refusal of credentials

@@ -811,6 +811,32 @@ static int rr_load_scripts(struct tw_redis *r)
     return 0;
 }
 
+/* A client that read its partition count (config 0 or AUTO) was sized for
+ * TW_REDIS_PARTITIONS_MAX: its per-partition arrays shrink to the count.
+ * Before any thread starts; a shrink that fails keeps the larger block. */
+#define RR_FIT(a)                                                                          \
+    do {                                                                                   \
+        void *fit_ = realloc((a), n * sizeof *(a));                                        \
+        if (fit_)                                                                          \
+            (a) = fit_;                                                                    \
+    } while (0)
+static void rr_fit_partitions(struct tw_redis *r)
+{
+    size_t n = r->cfg.partitions;
+    if (!(r->adopt || r->auto_partitions) || n == TW_REDIS_PARTITIONS_MAX)
+        return;
+    RR_FIT(r->slots);
+    RR_FIT(r->flags);
+    RR_FIT(r->off_cur);
+    RR_FIT(r->off_prev);
+    RR_FIT(r->off_hi_cur);
+    RR_FIT(r->off_hi_prev);
+    RR_FIT(r->carry_n);
+    RR_FIT(r->last_full);
+    RR_FIT(r->unknown);
+}
+#undef RR_FIT
+
 int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
 {
     if (out)
@@ -828,8 +854,10 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
     if (rc || (rc = tw_rr_check_servers(cfg, &first, &db, &tls)) != 0)
         return rc;
     char why[TW_RR_ERR_MAX] = "";
-    struct tw_redis_config adopt; /* partitions 0: sized for any count until it is read */
-    if (cfg->partitions == 0) {
+    /* partitions 0 or AUTO: sized for any count until it is read (rr_fit_partitions) */
+    struct tw_redis_config adopt;
+    uint32_t asked = cfg->partitions;
+    if (asked == 0 || asked == TW_REDIS_PARTITIONS_AUTO) {
         adopt = *cfg;
         adopt.partitions = TW_REDIS_PARTITIONS_MAX;
         cfg = &adopt;
@@ -840,7 +868,8 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
         return TW_ENOMEM;
     }
     r->cfg = *cfg;
-    r->adopt = cfg == &adopt;
+    r->adopt = asked == 0;
+    r->auto_partitions = asked == TW_REDIS_PARTITIONS_AUTO;
     r->cfg.username = r->cfg.password = NULL; /* r->conn holds copies */
     r->cfg.tls_ca_file = r->cfg.tls_ca_dir = r->cfg.tls_cert_file = r->cfg.tls_key_file = NULL;
     r->cfg.tls_server_name = NULL; /* read into r->conn.tls */
@@ -916,19 +945,23 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
     }
     if ((rc = rr_router(r, &r->api, why)) != 0)
         goto fail;
-    if ((rc = tw_rr_acl_check(r)) != 0 || (rc = rr_load_scripts(r)) != 0 ||
+    /* the count first (config 0 or AUTO): the permission check asks for
+     * the keys of the first and the last partition */
+    if ((rc = tw_rr_read_partitions(r)) != 0 || (rc = tw_rr_acl_check(r)) != 0 ||
+        (rc = rr_load_scripts(r)) != 0 ||
         (rc = tw_rr_check_masters(r)) != 0 || (rc = tw_rr_check_partitions(r)) != 0) {
         snprintf(why, sizeof why, "%s", r->api.err[0] ? r->api.err : tw_strerror(rc));
         goto fail;
     }
+    rr_fit_partitions(r);
     if (r->worker) {
         r->exec_rt = calloc(r->cfg.threads, sizeof *r->exec_rt);
         r->round = calloc(r->cfg.threads, sizeof *r->round);
         r->exec_threads = calloc(r->cfg.threads, sizeof *r->exec_threads);
         r->ack_round = calloc(1, sizeof *r->ack_round);
-        r->ack_head = calloc(cfg->partitions, sizeof *r->ack_head);
-        r->ack_tail = calloc(cfg->partitions, sizeof *r->ack_tail);
-        r->silent = calloc(cfg->partitions, sizeof *r->silent);
+        r->ack_head = calloc(r->cfg.partitions, sizeof *r->ack_head);
+        r->ack_tail = calloc(r->cfg.partitions, sizeof *r->ack_tail);
+        r->silent = calloc(r->cfg.partitions, sizeof *r->silent);
         if (!r->exec_rt || !r->round || !r->exec_threads || !r->ack_round || !r->ack_head ||
             !r->ack_tail || !r->silent)
             goto nomem;

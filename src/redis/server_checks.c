@@ -112,42 +112,73 @@ int tw_rr_check_masters(struct tw_redis *r)
  * (its own slot: the name of no partition), written SET NX by its first
  * client, read by every later one. Read first, so that a client of an
  * existing queue starts on a server at maxmemory (the SET would be
- * refused). 0, TW_ECONFLICT (another count, or a value not a count),
+ * refused). A client configured with 0 adopts the stored count and creates
+ * no queue; one with TW_REDIS_PARTITIONS_AUTO adopts it, or creates the
+ * queue with TW_REDIS_PARTITIONS_CLUSTER partitions on a cluster and
+ * TW_REDIS_PARTITIONS_SINGLE on one server (which runs every partition on
+ * its one thread: partitions there only add calls).
+ *
+ * rr_partitions_step: one GET and, when store and the queue has none, one
+ * SET NX. 0 (decided: *done, or read but not stored yet), TW_ECONFLICT
+ * (another count, or a value not a count), TW_ENOENT (0: no queue),
  * TW_EOOM, TW_EIO, TW_EPROTO, TW_ENOMEM. */
-int tw_rr_check_partitions(struct tw_redis *r)
+static int rr_partitions_step(struct tw_redis *r, bool store, bool *done)
 {
     char key[TW_RR_KEYBUF], val[16];
     size_t kl = (size_t)snprintf(key, sizeof key, "{%s:meta}:partitions", r->queue);
     size_t vl = (size_t)snprintf(val, sizeof val, "%u", (unsigned)r->cfg.partitions);
     int slot = (int)tw_rr_key_slot(key, kl);
+    const char *get[2] = {"GET", key}, *set[4] = {"SET", key, val, "NX"};
+    size_t gl[2] = {3, kl}, sl[4] = {3, kl, vl, 2};
+    redisReply *x;
+    *done = false;
+    int rc = tw_rr_command(&r->api, slot, 2, get, gl, &x);
+    if (rc)
+        return rc;
+    int t = x->type;
+    if (t == REDIS_REPLY_STRING && (r->adopt || r->auto_partitions)) /* inspect.c */
+        rc = tw_rr_adopt_partitions(r, x->str);
+    else if (t == REDIS_REPLY_STRING)
+        rc = x->len == vl && memcmp(x->str, val, vl) == 0 ? 0 : TW_ECONFLICT;
+    else
+        rc = t == REDIS_REPLY_ERROR ? tw_rr_reply_error(&r->api, x) : TW_EPROTO;
+    freeReplyObject(x);
+    if (t != REDIS_REPLY_NIL) {
+        *done = rc == 0;
+        return rc;
+    }
+    if (r->adopt) /* no such queue: an inspecting client creates none */
+        return TW_ENOENT;
+    if (r->auto_partitions) /* a new queue: the servers' count */
+        r->cfg.partitions = r->api.cluster ? TW_REDIS_PARTITIONS_CLUSTER : TW_REDIS_PARTITIONS_SINGLE;
+    if (!store)
+        return 0;
+    vl = (size_t)snprintf(val, sizeof val, "%u", (unsigned)r->cfg.partitions);
+    sl[2] = vl;
+    if ((rc = tw_rr_command(&r->api, slot, 4, set, sl, &x)) != 0)
+        return rc;
+    t = x->type;
+    if (t == REDIS_REPLY_STATUS) /* "OK": stored */
+        rc = 0;
+    else
+        rc = t == REDIS_REPLY_ERROR ? tw_rr_reply_error(&r->api, x) : TW_EPROTO;
+    freeReplyObject(x);
+    *done = t != REDIS_REPLY_NIL && rc == 0; /* nil: another client stored first */
+    return t == REDIS_REPLY_NIL ? 0 : rc;
+}
+
+int tw_rr_read_partitions(struct tw_redis *r)
+{
+    bool done;
+    return r->adopt || r->auto_partitions ? rr_partitions_step(r, false, &done) : 0;
+}
+
+int tw_rr_check_partitions(struct tw_redis *r)
+{
     for (int round = 0; round < 2; round++) { /* a second read after losing the SET NX race */
-        const char *get[2] = {"GET", key}, *set[4] = {"SET", key, val, "NX"};
-        size_t gl[2] = {3, kl}, sl[4] = {3, kl, vl, 2};
-        redisReply *x;
-        int rc = tw_rr_command(&r->api, slot, 2, get, gl, &x);
-        if (rc)
-            return rc;
-        int t = x->type;
-        if (t == REDIS_REPLY_STRING && r->adopt) /* the stored count (inspect.c) */
-            rc = tw_rr_adopt_partitions(r, x->str);
-        else if (t == REDIS_REPLY_STRING)
-            rc = x->len == vl && memcmp(x->str, val, vl) == 0 ? 0 : TW_ECONFLICT;
-        else
-            rc = t == REDIS_REPLY_ERROR ? tw_rr_reply_error(&r->api, x) : TW_EPROTO;
-        freeReplyObject(x);
-        if (t != REDIS_REPLY_NIL)
-            return rc;
-        if (r->adopt) /* no such queue: an inspecting client creates none */
-            return TW_ENOENT;
-        if ((rc = tw_rr_command(&r->api, slot, 4, set, sl, &x)) != 0)
-            return rc;
-        t = x->type;
-        if (t == REDIS_REPLY_STATUS) /* "OK": stored */
-            rc = 0;
-        else
-            rc = t == REDIS_REPLY_ERROR ? tw_rr_reply_error(&r->api, x) : TW_EPROTO;
-        freeReplyObject(x);
-        if (t != REDIS_REPLY_NIL) /* stored, or refused */
+        bool done;
+        int rc = rr_partitions_step(r, true, &done);
+        if (rc || done)
             return rc;
     }
     return TW_EPROTO;

@@ -108,7 +108,7 @@ run 1 -u 127.0.0.1:1 -q "$Q" -t 300 dead list; has err "cannot open queue"
 run 0 "${C[@]}" set a 60000 hello
 run 0 "${C[@]}" set b 30000
 run 0 "${C[@]}" set c 90000 "x y"
-run 0 "${C[@]}" stats; has out "^partitions  16"; has out "^pending     3"; has out "^waiting     3"
+run 0 "${C[@]}" stats; has out "^partitions  1$"; has out "^pending     3"; has out "^waiting     3"
 has out "^paused      no"
 run 0 "${C[@]}" get a; has out "^state       waiting"; has out "^payload     hello"; has out "^attempt     0"
 has out "^max_attempts 0 (the queue's)"
@@ -138,7 +138,7 @@ run 1 "${C[@]}" remove c; has err "no such task: c"
 run 0 "${C[@]}" stats; has out "^pending     2"
 
 # ---- pause, resume, with a worker ----------------------------------------------
-"$WORKER" --servers "$ADDR" --queue "$Q" --partitions 16 --out "$tmp/deliveries" \
+"$WORKER" --servers "$ADDR" --queue "$Q" --out "$tmp/deliveries" \
     --fail-prefix f >"$tmp/worker.log" 2>&1 &
 wpid=$!
 run 0 "${C[@]}" pause
