@@ -81,7 +81,10 @@
  * lease instead. set, move and remove find the old bucket from the record
  * (LREM of the key); claim walks the index in score order and takes whole
  * buckets, and the worker sorts what a claim brought by due time (claim.c),
- * so tasks leave in due order (catch-up included).
+ * so tasks leave in due order (catch-up included); a bucket that begins
+ * window/4 or more ahead is split at the claim's batch instead (its tasks
+ * go to the worker's wheel, which orders them), so that a dense one is
+ * not one long call.
  *
  * Why LIST buckets: a LIST is a quicklist of listpacks (8 KB each,
  * list-max-listpack-size -2) at any length: ~19 B per task here (the key
@@ -95,7 +98,7 @@
  * bucket (O(bucket), memcmp of keys); a claim leases tasks up to one bucket
  * (W) past its window (held locally, hold_ms past their due time as any);
  * and a claim's n bounds where it stops, not its size (one bucket over at
- * most). RPUSH answers the list's length, so set learns which buckets are
+ * most, among buckets due within window/4). RPUSH answers the list's length, so set learns which buckets are
  * new (the index's ZADD) without an EXISTS. The index is a listpack while a
  * partition's work spans <= 128 buckets (64 s), a skiplist beyond: one
  * member per bucket either way, ~0.4 B per task at that density. Every
@@ -251,9 +254,10 @@
  * of a replaced, moved or removed waiting task scans its bucket; the index
  * costs O(buckets) while a listpack, O(log n) once a skiplist. Nothing else
  * of the workers' and producers' calls scans: claim reads at most 256
- * expired leases, and due tasks until it has 256 or more (whole buckets; it
- * stops mid-bucket past ~4 MB of payload) per call, and visits no bucket it
- * does not empty; the operator's list and counts read whole buckets (above).
+ * expired leases, and due tasks until it has 256 or more (whole buckets
+ * within window/4, split beyond; it stops mid-bucket past ~4 MB of payload)
+ * per call, and reads no more of a bucket than it takes, but for the
+ * payload stop; the operator's list and counts read whole buckets (above).
  * A worker's periodic work is one refill round every window/2: a TIME per node and one claim per partition (more while
  * partitions return full batches; <= 64 tasks per call, spread over
  * window/4: rr_pace), counted in stats (claims, refills), and a claim of a
