@@ -110,13 +110,14 @@ static struct {
     bool scale_only;  /* --scale-only: the scale rows alone (sets, memory, spread of each kind) */
     bool million;     /* --million: the full run adds the scale row of 1e6 tasks */
     unsigned cluster; /* --cluster M: twheel's spread on a local cluster of M masters alone */
+    unsigned partitions; /* --partitions P: twheel's queue's count (0: the library's default) */
 } cfg = {100000, 1000, 60000, "everysec", NULL, false, false, false, false, false,
 #ifdef W7_TLS
          false,
 #else
          true, /* the layer was built without TLS */
 #endif
-         false, false, 0};
+         false, false, 0, 0};
 
 static struct rfx_tls tls; /* the TLS rows' certificates (made at run time) */
 static char tls_ca[300];
@@ -293,6 +294,8 @@ static struct tw_redis *client_of(const char *const *servers, size_t nservers, c
     c.servers = servers;
     c.nservers = nservers;
     c.queue = "w7";
+    if (cfg.partitions)
+        c.partitions = cfg.partitions;
     if (cfg.pipe_only)
         c.command_timeout_ms = 600000; /* redis-server may run under callgrind */
     struct tw_redis *r = NULL;
@@ -478,6 +481,7 @@ static int crew_start_on(struct crew *w, const struct rfx_server *s, const char 
         unlink(w->stats[i]);
         struct rw_opts o = {.servers = url, .queue = "w7", .out = w->out[i],
                             .stats = w->stats[i], .lease_ms = lease_ms, .exec_us = exec_us};
+        o.partitions = cfg.partitions; /* 0: the default */
         if (k == TWHEEL_TLS)
             o.tls_ca = tls_ca;
         else if (k != TWHEEL) {
@@ -1097,10 +1101,14 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--cluster") && *v) {
             cfg.cluster = (unsigned)strtoul(v, NULL, 10);
             i++;
+        } else if (!strcmp(a, "--partitions") && *v) {
+            cfg.partitions = (unsigned)strtoul(v, NULL, 10);
+            i++;
         } else {
             fprintf(stderr, "usage: w7_redis [--quick] [--n N] [--min-ms A] [--max-ms B] "
                             "[--fsync everysec|always] [--sets-only] [--pipe-only] [--spread-only] [--out FILE] "
-                            "[--auth] [--unix] [--no-tls] [--scale-only] [--million] [--cluster M]\n");
+                            "[--auth] [--unix] [--no-tls] [--scale-only] [--million] [--cluster M] "
+                            "[--partitions P]\n");
             return 2;
         }
     }

@@ -33,7 +33,12 @@
 #include "redis/internal.h"
 
 #define RR_BATCH 256         /* tasks per claim call */
-#define RR_PACED_BATCH 64    /* tasks per claim call of a paced refill (rr_pace) */
+/* Tasks per claim call of a paced refill (rr_pace): a few ms of Redis at
+ * most, which starting ahead absorbs (start_ahead_ms), and enough that a
+ * bucket of a dense partition goes to one worker in a few calls: the
+ * worker that holds a bucket's tasks STARTs them in fewer, fuller groups
+ * than two workers holding every other slice of it. */
+#define RR_PACED_BATCH 1024
 #define RR_BATCH_BYTES (4u << 20)
 #define RR_HELD_MAX 65536    /* claimed tasks a worker holds before it stops claiming */
 #define RR_READY_PER_THREAD (4 * TW_RR_RUN_BATCH) /* due tasks waiting per executor, at most */
@@ -502,7 +507,7 @@ static int rr_claim_round(struct tw_redis *r, unsigned char *want, bool pace, bo
             want[p] = 0;
             size_t share = (ready_max - ready) / (nwanted ? nwanted : 1);
             unsigned batch = share < 4 ? 4 : share > RR_BATCH ? RR_BATCH : (unsigned)share;
-            if (pace) /* tasks for later: not bound by the ready share, but small calls */
+            if (pace) /* tasks for later: not bound by the ready share */
                 batch = RR_PACED_BATCH;
             if (paced_round)
                 r->paced_calls++;

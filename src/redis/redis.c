@@ -259,7 +259,7 @@
  * per call, and reads no more of a bucket than it takes, but for the
  * payload stop; the operator's list and counts read whole buckets (above).
  * A worker's periodic work is one refill round every window/2: a TIME per node and one claim per partition (more while
- * partitions return full batches; <= 64 tasks per call, spread over
+ * partitions return full batches; <= 1024 tasks per call, spread over
  * window/4: rr_pace), counted in stats (claims, refills), and a claim of a
  * partition when the earliest lease its last claim saw ends (recovery,
  * claim.c), at most one per partition per hold_ms / 8: in the steady state
