@@ -48,8 +48,11 @@
 #define BATCH_N 300
 #define BATCH_SPREAD_MS 1500
 
+/* Deliveries of tasks "<2 chars><id>", id < n: runs per id, early ones
+ * (by the server's clock), the total. */
 struct brec {
-    _Atomic uint32_t runs[BATCH_N];
+    _Atomic uint32_t *runs;
+    size_t n;
     _Atomic uint64_t total, early;
     redisContext *tc; /* the test's connection, for the server's clock */
     pthread_mutex_t mu;
@@ -63,7 +66,7 @@ static enum tw_redis_result brec_exec(void *arg, const struct tw_redis_task *t)
     memcpy(k, t->key, l);
     k[l] = 0;
     unsigned long id = strtoul(k + 2, NULL, 10);
-    if (id < BATCH_N)
+    if (id < R->n)
         atomic_fetch_add(&R->runs[id], 1);
     pthread_mutex_lock(&R->mu);
     uint64_t now = rw_redis_ms(R->tc);
@@ -72,6 +75,45 @@ static enum tw_redis_result brec_exec(void *arg, const struct tw_redis_task *t)
         atomic_fetch_add(&R->early, 1);
     atomic_fetch_add(&R->total, 1);
     return TW_REDIS_DONE;
+}
+
+/* A recorder of n ids on server srv (its own connection), or NULL. */
+static struct brec *brec_new(const struct rfx_server *srv, size_t n)
+{
+    struct brec *R = calloc(1, sizeof *R);
+    if (!R)
+        return NULL;
+    R->runs = calloc(n, sizeof *R->runs);
+    R->n = n;
+    R->tc = rfx_connect(srv);
+    pthread_mutex_init(&R->mu, NULL);
+    if (!R->runs || !R->tc) {
+        if (R->tc)
+            redisFree(R->tc);
+        free(R->runs);
+        free(R);
+        return NULL;
+    }
+    return R;
+}
+
+static void brec_free(struct brec *R)
+{
+    if (!R)
+        return;
+    redisFree(R->tc);
+    pthread_mutex_destroy(&R->mu);
+    free(R->runs);
+    free(R);
+}
+
+/* How many ids ran exactly once. */
+static size_t brec_once(const struct brec *R)
+{
+    size_t once = 0;
+    for (size_t i = 0; i < R->n; i++)
+        once += atomic_load(&R->runs[i]) == 1;
+    return once;
 }
 
 /* The calls of command `name` in INFO commandstats (0: none yet). */
@@ -98,15 +140,12 @@ static void test_ack_batches(void)
     if (srv.pid <= 0)
         return;
     const char *servers[] = {rfx_addr(&srv)};
-    struct brec *R = calloc(1, sizeof *R);
+    struct brec *R = brec_new(&srv, BATCH_N);
     redisContext *c = rfx_connect(&srv);
     struct tw_redis *client = NULL, *worker = NULL;
     CHECK(R && c);
     if (!R || !c)
         goto out;
-    pthread_mutex_init(&R->mu, NULL);
-    R->tc = rfx_connect(&srv);
-    CHECK(R->tc != NULL);
     struct tw_redis_config cfg;
     tw_redis_config_init(&cfg);
     cfg.servers = servers;
@@ -118,7 +157,7 @@ static void test_ack_batches(void)
     cfg.arg = R;
     cfg.threads = 2;
     CHECK_EQ_INT(tw_redis_new(&worker, &cfg), 0);
-    if (!client || !worker || !R->tc)
+    if (!client || !worker)
         goto out;
     int64_t delays[BATCH_N];
     for (size_t i = 0; i < BATCH_N; i++)
@@ -139,10 +178,7 @@ static void test_ack_batches(void)
     CHECK_(hdel >= 1 && hdel <= 40, "hdel calls %" PRIu64, hdel);
     /* a ZMSCORE per acknowledgement group (each deletes what it acknowledges) */
     CHECK_(zmscore <= hdel + 2, "zmscore %" PRIu64 ", hdel %" PRIu64, zmscore, hdel);
-    uint64_t once = 0;
-    for (size_t i = 0; i < BATCH_N; i++)
-        once += atomic_load(&R->runs[i]) == 1;
-    CHECK_EQ_U64(once, BATCH_N);
+    CHECK_EQ_U64(brec_once(R), BATCH_N);
     CHECK_EQ_U64(atomic_load(&R->early), 0);
     CHECK_EQ_INT(tw_redis_stats(worker, &st), 0);
     CHECK_EQ_U64(st.delivered, BATCH_N);
@@ -150,11 +186,9 @@ static void test_ack_batches(void)
 out:
     tw_redis_free(worker);
     tw_redis_free(client);
-    if (R && R->tc)
-        redisFree(R->tc);
+    brec_free(R);
     if (c)
         redisFree(c);
-    free(R);
     rfx_stop(&srv);
 }
 
@@ -162,32 +196,6 @@ out:
 
 #define BIG_N 20000
 #define BIG_DELAY_MS 1500
-
-struct bigrec {
-    _Atomic uint32_t *runs;
-    _Atomic uint64_t total, early;
-    redisContext *tc; /* the test's connection, for the server's clock */
-    pthread_mutex_t mu;
-};
-
-static enum tw_redis_result big_exec(void *arg, const struct tw_redis_task *t)
-{
-    struct bigrec *R = arg;
-    char k[16];
-    size_t l = t->key_len < sizeof k - 1 ? t->key_len : sizeof k - 1;
-    memcpy(k, t->key, l);
-    k[l] = 0;
-    unsigned long id = strtoul(k + 2, NULL, 10);
-    if (id < BIG_N)
-        atomic_fetch_add(&R->runs[id], 1);
-    pthread_mutex_lock(&R->mu);
-    uint64_t now = rw_redis_ms(R->tc);
-    pthread_mutex_unlock(&R->mu);
-    if (now && now < t->due_ms)
-        atomic_fetch_add(&R->early, 1);
-    atomic_fetch_add(&R->total, 1);
-    return TW_REDIS_DONE;
-}
 
 /* The length of the longest due bucket of partition 0 of queue q. */
 static long long longest_bucket(redisContext *c, const char *q)
@@ -211,18 +219,13 @@ static long long longest_bucket(redisContext *c, const char *q)
 static void big_bucket_round(const struct rfx_server *srv, const char *q, bool running)
 {
     const char *servers[] = {rfx_addr(srv)};
-    struct bigrec *R = calloc(1, sizeof *R);
-    _Atomic uint32_t *runs = calloc(BIG_N, sizeof *runs);
+    struct brec *R = brec_new(srv, BIG_N);
     int64_t *delays = malloc(BIG_N * sizeof *delays);
     redisContext *c = rfx_connect(srv);
     struct tw_redis *client = NULL, *worker = NULL;
-    CHECK(R && runs && delays && c);
-    if (!R || !runs || !delays || !c)
+    CHECK(R && delays && c);
+    if (!R || !delays || !c)
         goto out;
-    R->runs = runs;
-    pthread_mutex_init(&R->mu, NULL);
-    R->tc = rfx_connect(srv);
-    CHECK(R->tc != NULL);
     struct tw_redis_config cfg;
     tw_redis_config_init(&cfg);
     cfg.servers = servers;
@@ -230,12 +233,12 @@ static void big_bucket_round(const struct rfx_server *srv, const char *q, bool r
     cfg.queue = q;
     cfg.partitions = 1;
     CHECK_EQ_INT(tw_redis_new(&client, &cfg), 0);
-    cfg.execute = big_exec;
+    cfg.execute = brec_exec;
     cfg.arg = R;
     cfg.threads = 2;
     if (running)
         CHECK_EQ_INT(tw_redis_new(&worker, &cfg), 0);
-    if (!client || !R->tc || (running && !worker))
+    if (!client || (running && !worker))
         goto out;
     for (size_t i = 0; i < BIG_N; i++)
         delays[i] = BIG_DELAY_MS;
@@ -250,9 +253,7 @@ static void big_bucket_round(const struct rfx_server *srv, const char *q, bool r
     }
     struct tw_redis_stats st = rw_wait_drained(client, rfx_mono_ms() + BIG_DELAY_MS + 60000);
     CHECK_EQ_U64(st.pending, 0);
-    uint64_t once = 0;
-    for (size_t i = 0; i < BIG_N; i++)
-        once += atomic_load(&runs[i]) == 1;
+    uint64_t once = brec_once(R);
     CHECK_EQ_INT(tw_redis_stats(worker, &st), 0);
     printf("big bucket, %s: longest bucket %lld; %" PRIu64 " of %d delivered once; %" PRIu64
            " claim calls\n",
@@ -264,13 +265,10 @@ static void big_bucket_round(const struct rfx_server *srv, const char *q, bool r
 out:
     tw_redis_free(worker);
     tw_redis_free(client);
-    if (R && R->tc)
-        redisFree(R->tc);
+    brec_free(R);
     if (c)
         redisFree(c);
     free(delays);
-    free(runs);
-    free(R);
 }
 
 static void test_big_bucket(void)
