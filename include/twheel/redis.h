@@ -272,7 +272,7 @@ extern "C" {
 #define TW_REDIS_PARTITIONS_CLUSTER 16u
 /** Partitions of a queue created with TW_REDIS_PARTITIONS_AUTO on one server, which runs
  * every partition's scripts on its one thread: more would only add calls (bench/README.md,
- * W7 "Partitions"). */
+ * "One partition on one server"). */
 #define TW_REDIS_PARTITIONS_SINGLE 1u
 /** Most executor threads of a worker. */
 #define TW_REDIS_THREADS_MAX 256u
