@@ -967,16 +967,14 @@ int main(int argc, char **argv)
     cfg.servers = c.servers;
     cfg.nservers = c.nservers;
     cfg.queue = c.queue;
-    cfg.partitions = c.partitions;
+    /* 0: the stored count; a command that may create the queue takes the
+     * library's default, which is the stored count or a new queue's */
+    cfg.partitions = c.partitions ? c.partitions : cmd->creates ? TW_REDIS_PARTITIONS_AUTO : 0;
     cfg.command_timeout_ms = c.timeout_ms;
     cfg.connect_timeout_ms = c.timeout_ms < 1000 ? c.timeout_ms : 1000;
     cfg.errbuf = err;
     cfg.errbuf_len = sizeof err;
     int rc = tw_redis_new(&c.r, &cfg);
-    if (rc == TW_ENOENT && cmd->creates) { /* a new queue: the library's default count */
-        cfg.partitions = TW_REDIS_PARTITIONS_AUTO;
-        rc = tw_redis_new(&c.r, &cfg);
-    }
     if (rc == TW_ENOENT) {
         fprintf(stderr, PROG ": queue %s does not exist (no {%s:meta}:partitions)\n", c.queue,
                 c.queue);

@@ -545,11 +545,12 @@ TW_API void tw_redis_config_init(struct tw_redis_config *cfg);
  *    partitions there only add script calls (each worker claims, starts and
  *    acknowledges per partition); on a Redis Cluster 16, spread over the
  *    masters by their hash tags. A queue on one server meant to move to a
- *    cluster later may be given its count now. To move a queue to more partitions, give the new count a new
- *    queue name: producers set into the new queue, workers of both run until
- *    the old one's pending is 0, then the old workers stop. A queue with
- *    nothing pending and no client running may instead be renumbered in
- *    place: DEL {queue:meta}:partitions, then start the clients with the new count.
+ *    cluster later may be given its count now. To move a queue to more
+ *    partitions, give the new count a new queue name: producers set into
+ *    the new queue, workers of both run until the old one's pending is 0,
+ *    then the old workers stop. A queue with nothing pending and no client
+ *    running may instead be renumbered in place: DEL
+ *    {queue:meta}:partitions, then start the clients with the new count.
  *
  * At maxmemory (noeviction): set, move and set_many are refused (TW_EOOM,
  * nothing written), while workers keep claiming, starting, acknowledging,

@@ -98,8 +98,9 @@
  * bucket (O(bucket), memcmp of keys); a claim leases tasks up to one bucket
  * (W) past its window (held locally, hold_ms past their due time as any);
  * and a claim's n bounds where it stops, not its size (one bucket over at
- * most, among buckets due within window/4). RPUSH answers the list's length, so set learns which buckets are
- * new (the index's ZADD) without an EXISTS. The index is a listpack while a
+ * most, among buckets due within window/4). RPUSH answers the list's
+ * length, so set learns which buckets are new (the index's ZADD) without
+ * an EXISTS. The index is a listpack while a
  * partition's work spans <= 128 buckets (64 s), a skiplist beyond: one
  * member per bucket either way, ~0.4 B per task at that density. Every
  * client of a queue must use the same W (it names the buckets).

@@ -205,12 +205,12 @@
  * untouched is due after the last task it took, and the tasks of one
  * bucket come in the order they were put there: the worker orders what it
  * claims by due time (claim.c; only what is due within window/4, taken
- * from whole buckets, needs that order before the wheel). A claimed task's lease is a
- * hold: it ends hold_ms after the later of now and the task's due time, so
- * a task whose holder died (or whose claim's answer was lost) is free again
- * about hold_ms after it was due; START lengthens it to lease_ms when the
- * task starts. Per slice of up to 1000 keys of a bucket, each command takes
- * what it leases at once: HMGET of the records, one INCRBY for their tokens
+ * from whole buckets, needs that order before the wheel). A claimed task's
+ * lease is a hold: it ends hold_ms after the later of now and the task's
+ * due time, so a task whose holder died (or whose claim's answer was lost)
+ * is free again about hold_ms after it was due; START lengthens it to
+ * lease_ms when the task starts. Per slice of up to 1000 keys of a bucket,
+ * each command takes what it leases at once: HMGET of the records, one INCRBY for their tokens
  * (consecutive; some unused when the byte limit stops the walk early: tokens
  * need only be unique), HSET, lease ZADD; then the bucket's LTRIM or DEL:
  * not HGET, INCR, HSET and ZADD per task. Slices, because Lua's unpack
@@ -253,9 +253,8 @@
     " local bs = redis.call('ZRANGEBYSCORE', KEYS[1], from, hb, 'LIMIT', 0, 8)\n"           \
     " if #bs == 0 then break end\n"                                                         \
     " for i = 1, #bs do local b = bs[i] local bk = KEYS[1] .. ':' .. b\n"                   \
-    "  local split = tonumber(b) * W >= split_at\n"                                         \
-    /* upto: the most a split bucket is read (0: all of it) */                              \
-    "  local upto = split and left or 0\n"                                                  \
+    /* upto: the most of the bucket read, all a split one takes (0: all of it) */          \
+    "  local upto = tonumber(b) * W >= split_at and left or 0\n"                            \
     "  local m = redis.call('LRANGE', bk, 0, upto - 1) local card = #m\n"                   \
     "  local nt = 0\n"                                                                      \
     "  for s = 1, card, SLICE do local e = s + SLICE - 1 if e > card then e = card end\n"   \
@@ -263,7 +262,7 @@
     "   local vs = redis.call('HMGET', KEYS[3], unpack(m, s, e))\n"                         \
     "   local t = redis.call('INCRBY', KEYS[4], e - s + 1) - (e - s + 1)\n"                 \
     "   for j = s, e do local k = m[j]\n"                                                   \
-    "    if bytes > maxb or (split and left <= 0) then done = true break end\n"             \
+    "    if bytes > maxb then done = true break end\n"                                      \
     "    nt = nt + 1 left = left - 1\n"                                                     \
     "    local v = vs[j - s + 1]\n"                                                         \
     "    if v then local tk, att, due, pos = match(v, '^(%d+) (%d+) (%d+) ()')\n"           \
