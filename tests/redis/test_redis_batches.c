@@ -116,6 +116,23 @@ static size_t brec_once(const struct brec *R)
     return once;
 }
 
+/* A queue of one partition on servers[0]; with R, a worker of 2 executors
+ * recording into R. */
+static void one_partition(struct tw_redis_config *cfg, const char *const *servers, const char *q,
+                          struct brec *R)
+{
+    tw_redis_config_init(cfg);
+    cfg->servers = servers;
+    cfg->nservers = 1;
+    cfg->queue = q;
+    cfg->partitions = 1;
+    if (R) {
+        cfg->execute = brec_exec;
+        cfg->arg = R;
+        cfg->threads = 2;
+    }
+}
+
 /* The calls of command `name` in INFO commandstats (0: none yet). */
 static uint64_t cmd_calls(redisContext *c, const char *name)
 {
@@ -147,15 +164,9 @@ static void test_ack_batches(void)
     if (!R || !c)
         goto out;
     struct tw_redis_config cfg;
-    tw_redis_config_init(&cfg);
-    cfg.servers = servers;
-    cfg.nservers = 1;
-    cfg.queue = "ab";
-    cfg.partitions = 1;
+    one_partition(&cfg, servers, "ab", NULL);
     CHECK_EQ_INT(tw_redis_new(&client, &cfg), 0);
-    cfg.execute = brec_exec;
-    cfg.arg = R;
-    cfg.threads = 2;
+    one_partition(&cfg, servers, "ab", R);
     CHECK_EQ_INT(tw_redis_new(&worker, &cfg), 0);
     if (!client || !worker)
         goto out;
@@ -227,15 +238,9 @@ static void big_bucket_round(const struct rfx_server *srv, const char *q, bool r
     if (!R || !delays || !c)
         goto out;
     struct tw_redis_config cfg;
-    tw_redis_config_init(&cfg);
-    cfg.servers = servers;
-    cfg.nservers = 1;
-    cfg.queue = q;
-    cfg.partitions = 1;
+    one_partition(&cfg, servers, q, NULL);
     CHECK_EQ_INT(tw_redis_new(&client, &cfg), 0);
-    cfg.execute = brec_exec;
-    cfg.arg = R;
-    cfg.threads = 2;
+    one_partition(&cfg, servers, q, R);
     if (running)
         CHECK_EQ_INT(tw_redis_new(&worker, &cfg), 0);
     if (!client || (running && !worker))

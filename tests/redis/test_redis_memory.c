@@ -10,7 +10,8 @@
  *    (counted), remove still works, a worker drains every pending task, and
  *    a set works again afterwards;
  *  - a lease below TW_REDIS_LEASE_MIN_MS (or 4 ticks) is TW_EINVAL;
- *  - the partition count is stored with the queue: another count is refused.
+ *  - the partition count is stored with the queue: another count is refused;
+ *    the default makes 1 on one server, and takes a stored count.
  * Waits are bounded polls; nothing asserts speed.
  */
 #define _GNU_SOURCE
@@ -445,6 +446,70 @@ out:
     rfx_stop(&s);
 }
 
+/* The default count (TW_REDIS_PARTITIONS_AUTO) on one server: a default
+ * client creates a queue of 1 partition; a client of 16 is then refused; a
+ * default worker of a queue stored with 64 takes 64 (it delivers all the
+ * tasks a client of 64 spread over them); a count above the most but AUTO
+ * is refused as before. (On a cluster the default makes 16, spread over the
+ * masters: test_redis_isolation and test_redis_cluster run on it.) */
+static void test_partitions_auto(void)
+{
+    struct rfx_server s;
+    if (!start(&s, NULL))
+        return;
+    struct drain *d = calloc(1, sizeof *d);
+    struct tw_redis_config c;
+    struct tw_redis *cl = NULL, *w = NULL;
+    CHECK(d != NULL);
+    if (!d)
+        goto out;
+    cfg_on(&c, &s, "auto");
+    CHECK_EQ_U64(c.partitions, TW_REDIS_PARTITIONS_AUTO);
+    CHECK_EQ_INT(tw_redis_new(&cl, &c), 0);
+    CHECK_EQ_INT(srv_int(&s, "GET %s", "{auto:meta}:partitions"), 1);
+    tw_redis_free(cl);
+    cl = NULL;
+    c.partitions = 16;
+    CHECK_EQ_INT(tw_redis_new(&cl, &c), TW_ECONFLICT);
+    c.partitions = TW_REDIS_PARTITIONS_MAX + 1;
+    CHECK_EQ_INT(tw_redis_new(&cl, &c), TW_EINVAL);
+    /* a queue of 64: a default worker takes the count and finds every task */
+    cfg_on(&c, &s, "auto64");
+    c.partitions = 64;
+    CHECK_EQ_INT(tw_redis_new(&cl, &c), 0);
+    if (!cl)
+        goto out;
+    enum { N = 300 };
+    for (int i = 0; i < N; i++) {
+        char k[16];
+        int n = snprintf(k, sizeof k, "t%d", i);
+        CHECK_EQ_INT(tw_redis_set(cl, k, (size_t)n, "p", 1, 100), 0);
+    }
+    struct tw_redis_config wc;
+    cfg_on(&wc, &s, "auto64");
+    wc.execute = drain_exec;
+    wc.arg = d;
+    CHECK_EQ_INT(tw_redis_new(&w, &wc), 0);
+    if (!w)
+        goto out;
+    struct tw_redis_stats st;
+    uint64_t end = rfx_mono_ms() + 10000;
+    while (tw_redis_stats(w, &st) == 0 && (st.delivered < N || st.pending) && rfx_mono_ms() < end)
+        rfx_sleep_ms(10);
+    CHECK_EQ_U64(st.delivered, N);
+    CHECK_EQ_U64(st.pending, 0);
+    size_t seen = 0;
+    for (int i = 0; i < N; i++)
+        seen += atomic_load(&d->seen[i]);
+    CHECK_EQ_U64(seen, N);
+    CHECK_EQ_INT(srv_int(&s, "GET %s", "{auto64:meta}:partitions"), 64); /* unchanged */
+out:
+    tw_redis_free(w);
+    tw_redis_free(cl);
+    free(d);
+    rfx_stop(&s);
+}
+
 /* ---- cluster ------------------------------------------------------------------ */
 
 /* Every master is checked: one evicting master of three refuses new (seeded
@@ -510,6 +575,7 @@ int main(void)
     RUN(test_oom_drains);
     RUN(test_lease_min);
     RUN(test_partitions_stored);
+    RUN(test_partitions_auto);
     RUN(test_cluster_masters);
     return test_summary();
 }
