@@ -317,14 +317,18 @@ static void test_failover(void)
     pid_t pid[2] = {0};
     for (int w = 0; w < 2; w++) {
         snprintf(out[w], sizeof out[w], "%s/deliveries.%d", s.data[0].dir, w);
+        /* 16 partitions, claimed by both workers: on one (the default on one
+         * server) the worker whose claims come first may take every task,
+         * and the other would start none on the new master */
         struct rw_opts o = {.servers = s.url, .queue = "sf", .out = out[w], .threads = 2,
-                            .lease_ms = LEASE_MS, .window_ms = WINDOW_MS};
+                            .partitions = 16, .lease_ms = LEASE_MS, .window_ms = WINDOW_MS};
         CHECK_EQ_INT(rw_spawn(RFX_WORKER_PATH, &o, &pid[w], NULL), 0);
     }
     const pid_t wpid[2] = {pid[0], pid[1]};
     const char *servers[] = {s.url};
     struct tw_redis_config cfg;
     config(&cfg, servers, "sf", NULL);
+    cfg.partitions = 16;
     cfg.wait_replicas = 1;
     cfg.wait_timeout_ms = 1000;
     struct tw_redis *c = NULL;
