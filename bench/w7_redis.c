@@ -111,13 +111,14 @@ static struct {
     bool million;     /* --million: the full run adds the scale row of 1e6 tasks */
     unsigned cluster; /* --cluster M: twheel's spread on a local cluster of M masters alone */
     unsigned partitions; /* --partitions P: twheel's queue's count (0: the library's default) */
+    unsigned exec_us;    /* --exec-us N: each execute of the spread and burst runs sleeps N us */
 } cfg = {100000, 1000, 60000, "everysec", NULL, false, false, false, false, false,
 #ifdef W7_TLS
          false,
 #else
          true, /* the layer was built without TLS */
 #endif
-         false, false, 0, 0};
+         false, false, 0, 0, 0};
 
 static struct rfx_tls tls; /* the TLS rows' certificates (made at run time) */
 static char tls_ca[300];
@@ -460,6 +461,7 @@ static int poll_sets(const struct rfx_server *s, struct row *out)
 /* ---- workers ------------------------------------------------------------- */
 struct crew {
     pid_t pid[2];
+    pid_t pid_first[2]; /* as started (pid is zeroed once stopped) */
     char out[2][300], stats[2][300];
 };
 
@@ -490,6 +492,7 @@ static int crew_start_on(struct crew *w, const struct rfx_server *s, const char 
         }
         if (rw_spawn(W7_WORKER_PATH, &o, &w->pid[i], NULL) != 0)
             return -1;
+        w->pid_first[i] = w->pid[i];
     }
     return 0;
 }
@@ -646,7 +649,7 @@ static int one_run(const struct rfx_server *s, enum kind k, bool burst, struct r
     zc = tw ? NULL : rfx_connect(s);
     if (!r && !zc)
         goto out;
-    if (crew_start(&w, s, k, burst ? "burst" : "spread", 0, 0))
+    if (crew_start(&w, s, k, burst ? "burst" : "spread", 0, cfg.exec_us))
         goto out;
     rfx_sleep_ms(300); /* workers connected */
     srand(42);
@@ -697,6 +700,42 @@ static int one_run(const struct rfx_server *s, enum kind k, bool burst, struct r
     char label[64];
     snprintf(label, sizeof label, "%s %s", kind_name[k], burst ? "burst" : "spread");
     rverdict_print(&v, label);
+    if (w.pid_first[0] && d.n) { /* each worker's share: a worker that claims first must not take all */
+        uint64_t mine = 0;
+        for (size_t i = 0; i < d.n; i++)
+            mine += d.v[i].pid == w.pid_first[0];
+        /* and over time: the 100 ms spans of due times one worker ran alone (>= 90%) */
+        uint64_t lo = UINT64_MAX, hi = 0;
+        for (size_t i = 0; i < d.n; i++) {
+            lo = d.v[i].due_ms < lo ? d.v[i].due_ms : lo;
+            hi = d.v[i].due_ms > hi ? d.v[i].due_ms : hi;
+        }
+        size_t nb = (size_t)((hi - lo) / 100 + 1), alone = 0, busy = 0;
+        uint32_t(*bin)[2] = calloc(nb, sizeof *bin);
+        if (bin) {
+            for (size_t i = 0; i < d.n; i++)
+                bin[(d.v[i].due_ms - lo) / 100][d.v[i].pid == w.pid_first[0]]++;
+            for (size_t b = 0; b < nb; b++) {
+                uint32_t t = bin[b][0] + bin[b][1];
+                if (t < 20)
+                    continue;
+                busy++;
+                alone += bin[b][0] * 10 >= t * 9 || bin[b][1] * 10 >= t * 9;
+            }
+            free(bin);
+        }
+        if (getenv("W7_SHARES_DUMP")) {
+            FILE *df = fopen(getenv("W7_SHARES_DUMP"), "w");
+            for (size_t i = 0; df && i < d.n; i++)
+                fprintf(df, "%d %" PRIu64 " %" PRIu64 "\n", d.v[i].pid == w.pid_first[0],
+                        d.v[i].due_ms, d.v[i].start_us);
+            if (df)
+                fclose(df);
+        }
+        printf("%s: worker shares %.1f%% / %.1f%%; one worker ran >= 90%% of %zu of %zu 100 ms spans\n",
+               label, 100.0 * (double)mine / (double)d.n, 100.0 * (double)(d.n - mine) / (double)d.n,
+               alone, busy);
+    }
     if (burst) {
         double span = done_at - (double)base / 1000.0;
         row->delivered_per_s = span > 0 ? (double)n / span : 0;
@@ -1104,11 +1143,14 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--partitions") && *v) {
             cfg.partitions = (unsigned)strtoul(v, NULL, 10);
             i++;
+        } else if (!strcmp(a, "--exec-us") && *v) {
+            cfg.exec_us = (unsigned)strtoul(v, NULL, 10);
+            i++;
         } else {
             fprintf(stderr, "usage: w7_redis [--quick] [--n N] [--min-ms A] [--max-ms B] "
                             "[--fsync everysec|always] [--sets-only] [--pipe-only] [--spread-only] [--out FILE] "
                             "[--auth] [--unix] [--no-tls] [--scale-only] [--million] [--cluster M] "
-                            "[--partitions P]\n");
+                            "[--partitions P] [--exec-us N]\n");
             return 2;
         }
     }

@@ -21,8 +21,26 @@
  * paced refill the wait between its calls ends for a recovery too
  * (rr_pace). A worker at its fill does not claim (nor recover: the others
  * do); and its fill counts execute's time (rr_ready_max), so that a live
- * worker starts what it holds well within the hold. */
+ * worker starts what it holds well within the hold.
+ *
+ * Sharing. A refill takes every task that enters its window, and rounds of
+ * different workers do not interleave by design: at one partition a
+ * worker's round may take every task due in the next second. With a cheap
+ * execute that is what saves Redis work (fewer, fuller START groups); with
+ * a slow one, tasks due in that second wait for that worker's executors
+ * while the other workers' sit idle. So a worker whose executors run fewer
+ * than RR_SHARE_MAX tasks in W (execute's mean time, measured) sends a
+ * share, 4/5 of that pace per partition (rr_share): once its claim has
+ * taken the window, CLAIM goes on to the buckets up to two windows ahead
+ * and takes at most the share of each, once per bucket per worker
+ * (share_from). Each worker's rounds (every window/2) pass that zone at
+ * least once for each bucket, so each offers every bucket's tasks to every
+ * worker before the rest is taken whole when the bucket enters a window: a
+ * bucket is split about by the workers' paces, and what is left over (more
+ * than the shares) is claimed as before, still window/4 or more ahead (a
+ * partition's claims are at most 3/4 of a window apart). */
 #define _GNU_SOURCE
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -47,6 +65,7 @@
 #define RR_CLAIM_RETRY_MS (TW_RR_RETRY_MS / 5) /* a claim round gives up on a master away */
 #define RR_RECOVER_DIV 8 /* a partition is claimed for recovery once per hold_ms / this */
 #define RR_READY_MIN 4   /* due tasks waiting per executor, at least */
+#define RR_SHARE_MAX 16384 /* tasks a worker runs in W, at which it takes no share */
 
 /* The least time between two claims of a partition for recovery (see the top). */
 static uint64_t rr_recover_gap(const struct tw_redis *r)
@@ -62,16 +81,37 @@ static int rr_item_cmp(const void *a, const void *b)
     return x->due_local_ns < y->due_local_ns ? -1 : x->due_local_ns > y->due_local_ns;
 }
 
-static int rr_claim_reply(struct tw_redis *r, uint32_t p, unsigned batch, struct tw_rr_batch *b,
-                          redisReply *x);
+static int rr_claim_reply(struct tw_redis *r, uint32_t p, unsigned batch, unsigned share,
+                          struct tw_rr_batch *b, redisReply *x);
+
+/* The share (see the top: Sharing): tasks of one due bucket of one
+ * partition that this worker takes beyond its window, 4/5 of what its
+ * executors run in W at execute's mean time; 0 (no share: the buckets wait
+ * for the window) while that time is unknown, or short enough that the
+ * worker runs RR_SHARE_MAX tasks in W. */
+static unsigned rr_share(const struct tw_redis *r)
+{
+    uint64_t ex = atomic_load(&r->exec_ns);
+    if (!ex)
+        return 0;
+    uint64_t per_w = (uint64_t)r->cfg.threads * TW_RR_BUCKET_MS * 1000000u * 4u / 5u / ex;
+    if (per_w >= RR_SHARE_MAX)
+        return 0;
+    per_w /= r->cfg.partitions;
+    return per_w ? (unsigned)per_w : 1;
+}
 
 /* One claim call on partition p; appends the items to b. Returns the number
- * claimed (>= 0) or an error (TW_RR_EAWAIT: its reply comes later, silent.c). */
-static int rr_claim_part(struct tw_redis *r, uint32_t p, unsigned batch, struct tw_rr_batch *b)
+ * claimed (>= 0) or an error (TW_RR_EAWAIT: its reply comes later, silent.c).
+ * shares_only: nothing of the window, only this worker's shares beyond it
+ * (rr_claim_shares). */
+static int rr_claim_part(struct tw_redis *r, uint32_t p, unsigned batch, struct tw_rr_batch *b,
+                         bool shares_only)
 {
     char kb[6][TW_RR_KEYBUF], win[16], n[16], lease[16], bytes[16], hold[16], maxa[16];
-    const char *av[11];
-    size_t al[11];
+    char share[16], from[24];
+    const char *av[14];
+    size_t al[14];
     tw_rr_keys(r, p, kb, av, al);
     al[5] = (size_t)snprintf(win, sizeof win, "%u", r->cfg.window_ms);
     av[5] = win;
@@ -85,6 +125,13 @@ static int rr_claim_part(struct tw_redis *r, uint32_t p, unsigned batch, struct 
     av[9] = hold;
     al[10] = (size_t)snprintf(maxa, sizeof maxa, "%u", r->cfg.max_attempts);
     av[10] = maxa;
+    unsigned sh = rr_share(r);
+    al[11] = (size_t)snprintf(share, sizeof share, "%u", sh);
+    av[11] = share;
+    al[12] = (size_t)snprintf(from, sizeof from, "%" PRIu64, r->share_from[p]);
+    av[12] = from;
+    av[13] = shares_only ? "1" : "0";
+    al[13] = 1;
     redisReply *x;
     uint64_t rc0 = r->claim_rt.reconnects;
 #ifdef TW_RR_TRACE
@@ -108,13 +155,14 @@ static int rr_claim_part(struct tw_redis *r, uint32_t p, unsigned batch, struct 
     atomic_fetch_add(&r->claims, 1);
     if (rc)
         return rc;
-    return rr_claim_reply(r, p, batch, b, x);
+    return rr_claim_reply(r, p, batch, sh, b, x);
 }
 
-/* A claim's reply x (freed here) on partition p: its items appended to b.
- * Returns the number claimed (>= 0) or an error. */
-static int rr_claim_reply(struct tw_redis *r, uint32_t p, unsigned batch, struct tw_rr_batch *b,
-                          redisReply *x)
+/* A claim's reply x (freed here) on partition p, sent with that batch and
+ * share: its items appended to b. Returns the number claimed (>= 0) or an
+ * error. */
+static int rr_claim_reply(struct tw_redis *r, uint32_t p, unsigned batch, unsigned share,
+                          struct tw_rr_batch *b, redisReply *x)
 {
     uint64_t t_reply = tw_rr_mono_ns();
     if (x->type != REDIS_REPLY_ARRAY || x->elements < 3 || (x->elements - 3) % 5 != 0 ||
@@ -179,6 +227,12 @@ static int rr_claim_reply(struct tw_redis *r, uint32_t p, unsigned batch, struct
     if (b->n - n0 > 1)
         qsort(b->v + n0, b->n - n0, sizeof *b->v, rr_item_cmp);
     r->last_full[p] = k >= batch && got ? last : UINT64_MAX;
+    /* Fewer than batch - 1: CLAIM took the window and every bucket of the
+     * zone got this worker's share (it stops at batch - 1 in the zone): the
+     * next claim's zone begins past this one's (as CLAIM computes it). */
+    if (share && k + 1 < batch)
+        r->share_from[p] =
+            (now_us / 1000u + 2u * (uint64_t)r->cfg.window_ms) / TW_RR_BUCKET_MS + 1;
     freeReplyObject(x);
     return (int)(k > got ? k : got);
 }
@@ -188,7 +242,7 @@ static int rr_claim_reply(struct tw_redis *r, uint32_t p, unsigned batch, struct
  * that a round hands them over (by the frontier, as any claim's). */
 static void rr_claim_late(struct tw_redis *r, uint32_t p, unsigned batch, redisReply *x)
 {
-    (void)rr_claim_reply(r, p, batch, &r->carry, x); /* failed: the leases end, they come back */
+    (void)rr_claim_reply(r, p, batch, 0, &r->carry, x); /* failed: the leases end, they come back */
     pthread_mutex_lock(&r->mu);
     if (!r->flags[p]) {
         r->flags[p] = 1;
@@ -354,7 +408,7 @@ static bool rr_pace(struct tw_redis *r, unsigned char *want, size_t *nwanted, si
             if (tw_rr_local_ready(r->local) >= rr_ready_max(r) ||
                 tw_rr_local_held(r->local) + c->n >= RR_HELD_MAX)
                 break; /* at its fill: the others recover them */
-            int got = rr_claim_part(r, p, RR_PACED_BATCH, c);
+            int got = rr_claim_part(r, p, RR_PACED_BATCH, c, false);
             if (want[p]) { /* claimed for this round too */
                 want[p] = 0;
                 (*nwanted)--;
@@ -383,6 +437,37 @@ static bool rr_pace(struct tw_redis *r, unsigned char *want, size_t *nwanted, si
     if (tw_rr_mono_ns() >= pace_until)
         *pace = false;
     return stop;
+}
+
+/* A worker at its fill takes no work of its window, but still its share of
+ * the buckets beyond it (see the top: Sharing): its backlog is due now,
+ * those a window or more later, and a worker that skipped them would leave
+ * its share to the others' windows, which then take it whole, overrun in
+ * turn, and leave theirs. One call per partition once a bucket has entered
+ * the zone since its last claim; the tasks go to the wheel at once (due a
+ * window or more ahead: the wheel orders them). */
+static void rr_claim_shares(struct tw_redis *r)
+{
+    struct tw_rr_batch *c = &r->carry;
+    if (!rr_share(r))
+        return;
+    uint64_t now = tw_rr_mono_ns(), zone_ms = 2u * (uint64_t)r->cfg.window_ms;
+    for (uint32_t p = 0; p < r->cfg.partitions; p++) {
+        if (tw_rr_local_held(r->local) + c->n >= RR_HELD_MAX)
+            return;
+        uint64_t b = r->share_from[p]; /* 0: no share taken yet, the whole zone */
+        if (r->carry_n[p] || r->unknown[p] || r->last_full[p] != UINT64_MAX ||
+            (b && tw_rr_local_due(r, p, b * TW_RR_BUCKET_MS - zone_ms) > now))
+            continue;
+        size_t n0 = c->n;
+        if (rr_claim_part(r, p, RR_PACED_BATCH, c, true) < 0)
+            return; /* the rounds find out */
+        for (size_t i = n0; i < c->n; i++) {
+            r->carry_n[c->v[i]->part]--;
+            tw_rr_local_add(r->local, c->v[i]);
+        }
+        c->n = n0;
+    }
 }
 
 /* Claim the flagged partitions until each returns less than a full batch,
@@ -502,6 +587,7 @@ static int rr_claim_round(struct tw_redis *r, unsigned char *want, bool pace, bo
             size_t ready = tw_rr_local_ready(r->local);
             if (ready >= ready_max || tw_rr_local_held(r->local) + c->n >= RR_HELD_MAX) {
                 *capped = true;
+                rr_claim_shares(r);
                 break;
             }
             want[p] = 0;
@@ -513,7 +599,7 @@ static int rr_claim_round(struct tw_redis *r, unsigned char *want, bool pace, bo
                 r->paced_calls++;
             nwanted--;
             size_t n0 = c->n;
-            int got = rr_claim_part(r, p, batch, c);
+            int got = rr_claim_part(r, p, batch, c, false);
             if (got < 0) {
                 if (got != TW_RR_EAWAIT) /* awaited: its reply is collected later */
                     err = got;
@@ -569,7 +655,8 @@ void *tw_rr_claim_main(void *arg)
     unsigned char *want = calloc(P, 1);
     r->recover_ns = malloc(P * sizeof *r->recover_ns);
     r->recover_due = calloc(P, 1);
-    if (!r->recover_ns || !r->recover_due) { /* as Redis away: never claims */
+    r->share_from = calloc(P, sizeof *r->share_from);
+    if (!r->recover_ns || !r->recover_due || !r->share_from) { /* as Redis away: never claims */
         free(want);
         want = NULL;
     } else {
@@ -666,7 +753,9 @@ void *tw_rr_claim_main(void *arg)
     free(want); /* the carry is left for stop to release */
     free(r->recover_ns);
     free(r->recover_due);
+    free(r->share_from);
     r->recover_ns = NULL;
     r->recover_due = NULL;
+    r->share_from = NULL;
     return NULL;
 }

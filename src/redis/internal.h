@@ -378,7 +378,8 @@ enum {
 extern const char *const tw_rr_scripts[TW_RR_NSCRIPTS];
 /* Keys every script but START takes, in this order (KEYS[1..5]). */
 #define TW_RR_NKEYS 5
-#define TW_RR_CLAIM_NARGS 6 /* CLAIM's ARGV: window, n, lease, bytes, hold, max_attempts */
+#define TW_RR_CLAIM_NARGS 9 /* CLAIM's ARGV: window, n, lease, bytes, hold, max_attempts, \
+                               share, share_from, shares_only (claim.c) */
 /* Width of a due-time bucket in ms (the schema in redis.c). Every client of a
  * queue must use the same width: it names the bucket a task sits in. */
 #define TW_RR_BUCKET_MS 500
@@ -619,6 +620,9 @@ struct tw_redis {
                                        claim it again, when the earliest lease its last
                                        claim saw ends (UINT64_MAX: none; claim.c) */
     uint64_t recover_next;          /* claim thread only: at most the least recover_ns */
+    uint64_t *share_from;           /* claim thread only: per partition, the first bucket
+                                       beyond the window this worker has not had its share
+                                       of (claim.c: Sharing) */
     unsigned char *recover_due;     /* claim thread only: scratch of rr_pace */
     atomic_bool stop_sub;
     struct tw_rr_router claim_rt;

@@ -96,7 +96,9 @@
  * needs: claim takes a bucket whole, the worker sorts it. Its costs: a
  * replaced, moved or removed waiting task is found by LREM, a scan of its
  * bucket (O(bucket), memcmp of keys); a claim leases tasks up to one bucket
- * (W) past its window (held locally, hold_ms past their due time as any);
+ * (W) past its window (held locally, hold_ms past their due time as any;
+ * a worker with a slow execute takes a share of each bucket up to two
+ * windows ahead too: claim.c, Sharing);
  * and a claim's n bounds where it stops, not its size (one bucket over at
  * most, among buckets due within window/4). RPUSH answers the list's
  * length, so set learns which buckets are new (the index's ZADD) without
@@ -159,7 +161,9 @@
  *                                              ZADD(lease) DEL ZREM(index), each
  *                                              taking the bucket's tasks at once;
  *                                              GET SET; ZRANGEBYSCORE of the
- *                                              first lease
+ *                                              first lease; with a share, per
+ *                                              zone bucket the same as a split
+ *                                              one (LRANGE .. LTRIM)
  *   (worker)   TIME     1 per node per round   TIME                               O(1)
  *   start      START    1 round trip per       TIME; per partition group of the   O(k log n)
  *                       executor round: the    call: one HMGET of its k started
@@ -414,7 +418,9 @@
  * redis.call's plumbing.
  *
  * Why these calls:
- *  - claim leases a task up to window_ms (+ W: whole buckets) before it is due, with a short
+ *  - claim leases a task up to window_ms (+ W: whole buckets; a share of
+ *    each bucket up to 2 * window_ms + W with a slow execute, so that
+ *    workers split buckets by pace: claim.c) before it is due, with a short
  *    lease, the hold, that ends hold_ms (1 s) after its due time; the
  *    worker holds it in its local queue. Why short: a worker that dies (or
  *    a claim whose answer is lost) must not keep tasks it never started

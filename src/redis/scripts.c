@@ -183,7 +183,8 @@
     "redis.call('SET', ARGV[2], '0', 'PX', ARGV[3])\n"                                     \
     "return 0\n"
 
-/* ARGV: window_ms, n, lease_ms, max_bytes, hold_ms (absent: lease_ms)
+/* ARGV: window_ms, n, lease_ms, max_bytes, hold_ms (absent: lease_ms),
+ * max_attempts (0: none), share (absent or 0: none), share_from, shares_only
  * -> {now_us, recovered, key1, due1, token1, attempt1, payload1, key2, ...,
  *     earliest}
  * (attempt: the starts counted so far; the start of this lease makes it
@@ -218,7 +219,13 @@
  * set due within its W ms (a burst of tasks set with one delay).
  * A recovered lease whose attempts are spent (its start mark folded in:
  * DEAD) goes to the dead letters instead of its bucket; the reply's
- * recovered is then {recovered, key1, attempt1, ...} of those (claim.c). */
+ * recovered is then {recovered, key1, attempt1, ...} of those (claim.c).
+ * With a share (claim.c: a worker's executors' pace over W), a claim that
+ * took every bucket of its window goes on to the buckets that begin up to
+ * two windows ahead, from bucket share_from on (those this worker has not
+ * had its share of), and takes at most share tasks of each (LTRIM keeps
+ * the rest), in all fewer than n. shares_only ('1'): only that (a worker
+ * at its fill), the window's buckets and the hold untouched. */
 #define CLAIM_LUA                                                                           \
     PRELUDE BUCKETS DEAD "if not stable() then return redis.error_reply(TRY) end\n"         \
     /* paused (inspect.c: {q:p}:pause): nothing claimed, nothing recovered */               \
@@ -249,46 +256,76 @@
     "local out, no = {now, #dl > 0 and {recovered, unpack(dl)} or recovered}, 2\n"          \
     "local bytes, left, from, done = 0, n, '-inf', false\n"                                 \
     "local match, sub, fmt = string.match, string.sub, string.format\n"                     \
+    /* lease keys m[1..card] of a bucket: how many it took (done: past max_bytes) */       \
+    "local function lease(m, card) local nt = 0\n"                                          \
+    " for s = 1, card, SLICE do local e = s + SLICE - 1 if e > card then e = card end\n"    \
+    "  local hs, lz, nh = {}, {}, 0\n"                                                      \
+    "  local vs = redis.call('HMGET', KEYS[3], unpack(m, s, e))\n"                          \
+    "  local t = redis.call('INCRBY', KEYS[4], e - s + 1) - (e - s + 1)\n"                  \
+    "  for j = s, e do local k = m[j]\n"                                                    \
+    "   if bytes > maxb then done = true break end\n"                                       \
+    "   nt = nt + 1 left = left - 1\n"                                                      \
+    "   local v = vs[j - s + 1]\n"                                                          \
+    "   if v then local tk, att, due, pos = match(v, '^(%d+) (%d+) (%d+) ()')\n"            \
+    "    due = tonumber(due) local p = sub(v, pos) t = t + 1\n"                             \
+    /* the record with the new token: its digits replace the old ones */                    \
+    "    hs[nh + 1] = k hs[nh + 2] = fmt('%d', t) .. sub(v, #tk + 1)\n"                     \
+    "    lz[nh + 1] = fmt('%d', (due > now_ms and due or now_ms) + hms)\n"                  \
+    "    lz[nh + 2] = k nh = nh + 2\n"                                                      \
+    "    out[no + 1] = k out[no + 2] = due out[no + 3] = t out[no + 4] = tonumber(att)\n"   \
+    "    out[no + 5] = p no = no + 5\n"                                                     \
+    "    bytes = bytes + #p + #k end\n"                                                     \
+    "  end\n"                                                                               \
+    "  if nh > 0 then redis.call('HSET', KEYS[3], unpack(hs, 1, nh))\n"                     \
+    "   redis.call('ZADD', KEYS[2], unpack(lz, 1, nh)) end\n"                               \
+    "  if done then break end\n"                                                            \
+    " end\n"                                                                                \
+    " return nt end\n"                                                                      \
+    /* the first upto keys of bucket b leased (0: all); the rest left, the */               \
+    /* bucket and its index entry dropped once empty; true when it kept some */             \
+    "local function take(b, upto) local bk = KEYS[1] .. ':' .. b\n"                         \
+    " local m = redis.call('LRANGE', bk, 0, upto - 1) local card = #m\n"                    \
+    " local nt = lease(m, card)\n"                                                          \
+    /* read up to upto: whether the bucket holds more is not known */                      \
+    " if nt == card and (upto == 0 or card < upto) then\n"                                  \
+    "  redis.call('DEL', bk) redis.call('ZREM', KEYS[1], b) return false end\n"             \
+    " redis.call('LTRIM', bk, nt, -1)\n"                                                    \
+    " if redis.call('EXISTS', bk) == 0 then redis.call('ZREM', KEYS[1], b) return false end\n" \
+    " return true end\n"                                                                    \
+    /* shares only (a worker at its fill, claim.c): nothing of the window */                \
+    "if ARGV[9] == '1' then done = true end\n"                                              \
     "while not done do\n"                                                                   \
     " local bs = redis.call('ZRANGEBYSCORE', KEYS[1], from, hb, 'LIMIT', 0, 8)\n"           \
     " if #bs == 0 then break end\n"                                                         \
-    " for i = 1, #bs do local b = bs[i] local bk = KEYS[1] .. ':' .. b\n"                   \
+    " for i = 1, #bs do local b = bs[i]\n"                                                  \
     /* upto: the most of the bucket read, all a split one takes (0: all of it) */          \
     "  local upto = tonumber(b) * W >= split_at and left or 0\n"                            \
-    "  local m = redis.call('LRANGE', bk, 0, upto - 1) local card = #m\n"                   \
-    "  local nt = 0\n"                                                                      \
-    "  for s = 1, card, SLICE do local e = s + SLICE - 1 if e > card then e = card end\n"   \
-    "   local hs, lz, nh = {}, {}, 0\n"                                                     \
-    "   local vs = redis.call('HMGET', KEYS[3], unpack(m, s, e))\n"                         \
-    "   local t = redis.call('INCRBY', KEYS[4], e - s + 1) - (e - s + 1)\n"                 \
-    "   for j = s, e do local k = m[j]\n"                                                   \
-    "    if bytes > maxb then done = true break end\n"                                      \
-    "    nt = nt + 1 left = left - 1\n"                                                     \
-    "    local v = vs[j - s + 1]\n"                                                         \
-    "    if v then local tk, att, due, pos = match(v, '^(%d+) (%d+) (%d+) ()')\n"           \
-    "     due = tonumber(due) local p = sub(v, pos) t = t + 1\n"                            \
-    /* the record with the new token: its digits replace the old ones */                    \
-    "     hs[nh + 1] = k hs[nh + 2] = fmt('%d', t) .. sub(v, #tk + 1)\n"                    \
-    "     lz[nh + 1] = fmt('%d', (due > now_ms and due or now_ms) + hms)\n"                 \
-    "     lz[nh + 2] = k nh = nh + 2\n"                                                     \
-    "     out[no + 1] = k out[no + 2] = due out[no + 3] = t out[no + 4] = tonumber(att)\n"  \
-    "     out[no + 5] = p no = no + 5\n"                                                    \
-    "     bytes = bytes + #p + #k end\n"                                                    \
-    "   end\n"                                                                              \
-    "   if nh > 0 then redis.call('HSET', KEYS[3], unpack(hs, 1, nh))\n"                    \
-    "    redis.call('ZADD', KEYS[2], unpack(lz, 1, nh)) end\n"                              \
-    "   if done then break end\n"                                                           \
-    "  end\n"                                                                               \
-    /* read up to upto: whether the bucket holds more is not known */                      \
-    "  if nt == card and (upto == 0 or card < upto) then\n"                                  \
-    "   redis.call('DEL', bk) redis.call('ZREM', KEYS[1], b)\n"                              \
-    "  else redis.call('LTRIM', bk, nt, -1) done = true\n"                                   \
-    "   if redis.call('EXISTS', bk) == 0 then redis.call('ZREM', KEYS[1], b) end end\n"      \
-    "  if done or left <= 0 then done = true break end\n"                                   \
+    "  local kept = take(b, upto)\n"                                                        \
+    "  if kept or done or left <= 0 then done = true break end\n"                           \
     " end\n"                                                                                \
     " from = '(' .. bs[#bs]\n"                                                              \
     "end\n"                                                                                 \
-    "if hi > hold() then redis.call('SET', KEYS[5], hi, 'PX', 2 * tonumber(ARGV[1]) + 1000) end\n" \
+    /* the share (claim.c): beyond the window, up to two windows ahead, the */              \
+    /* buckets from ARGV[8] on (not capped by this worker yet) give at most */              \
+    /* ARGV[7] tasks each, so that workers split them; the rest stays for */                \
+    /* the next claims. Only once the window is claimed, and for fewer than */              \
+    /* n in all: a claim that reaches here is never a full batch. */                        \
+    "local share = tonumber(ARGV[7] or '0')\n"                                              \
+    "if ARGV[9] == '1' then done = false end\n"                                             \
+    "if share > 0 and not done and left > 1 then\n"                                         \
+    " local hz = math.floor((now_ms + 2 * tonumber(ARGV[1])) / W)\n"                        \
+    " from = math.max(hb + 1, tonumber(ARGV[8] or '0'))\n"                                  \
+    " while not done do\n"                                                                  \
+    "  local bs = redis.call('ZRANGEBYSCORE', KEYS[1], from, hz, 'LIMIT', 0, 8)\n"          \
+    "  if #bs == 0 then break end\n"                                                        \
+    "  for i = 1, #bs do\n"                                                                 \
+    "   take(bs[i], math.min(share, left - 1))\n"                                           \
+    "   if done or left <= 1 then done = true break end\n"                                  \
+    "  end\n"                                                                               \
+    "  from = '(' .. bs[#bs]\n"                                                             \
+    " end\n"                                                                                \
+    "end\n"                                                                                 \
+    "if hi > hold() and ARGV[9] ~= '1' then redis.call('SET', KEYS[5], hi, 'PX', 2 * tonumber(ARGV[1]) + 1000) end\n" \
     "local e = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '+inf', "                       \
     "'WITHSCORES', 'LIMIT', 0, 1)\n"                                                        \
     "out[no + 1] = e[2] and tonumber(e[2]) or -1\n"                                         \

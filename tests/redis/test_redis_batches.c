@@ -28,6 +28,17 @@
  * ahead (its claims split the bucket at their batch, 256 or 1024 tasks:
  * >= 10 calls, where the catch-up takes 2 or 3).
  * Each time every task is delivered once, none early, nothing left.
+ *
+ * test_share: two workers of 2 executors whose execute sleeps 4 ms (about
+ * 450 tasks a second each) on one partition, 8,400 tasks due over 1-13 s
+ * (350 a 500 ms bucket: more than one worker runs, less than two). Each
+ * claims its share of every bucket two windows ahead (claim.c: Sharing),
+ * so both run part of each bucket: of the 14 buckets due from 6 s on (the
+ * shares known by then), at most a quarter may be run >= 90% by one
+ * worker (without shares one worker fell behind, the other took whole
+ * windows and fell behind in turn: 9 of 14). Every task once, none early.
+ * It runs alone (timing): a stall of seconds could let one worker take a
+ * bucket whole.
  */
 #define _GNU_SOURCE
 #include "fixture.h"
@@ -287,6 +298,103 @@ static void test_big_bucket(void)
     rfx_stop(&srv);
 }
 
+/* ---- workers with a slow execute share the buckets ------------------------- */
+
+#define SHARE_N 8400          /* due over 1-13 s: 700 a second, 350 a bucket */
+#define SHARE_FIRST_MS 1000
+#define SHARE_LAST_MS 13000
+#define SHARE_JUDGED_MS 6000  /* buckets judged from here on: shares known by then */
+#define SHARE_EXEC_MS 4       /* 2 executors: about 450 tasks a second a worker */
+
+struct share_arg {
+    struct brec *R;
+    _Atomic uint8_t *who; /* per id: 1 + the worker that ran it */
+    uint8_t id;
+};
+
+static enum tw_redis_result share_exec(void *arg, const struct tw_redis_task *t)
+{
+    struct share_arg *a = arg;
+    (void)brec_exec(a->R, t);
+    char k[16]; /* "s:<id>", not NUL-terminated */
+    size_t l = t->key_len < sizeof k - 1 ? t->key_len : sizeof k - 1;
+    memcpy(k, t->key, l);
+    k[l] = 0;
+    unsigned long id = strtoul(k + 2, NULL, 10);
+    if (id < a->R->n)
+        atomic_store(&a->who[id], (uint8_t)(1 + a->id));
+    rfx_sleep_ms(SHARE_EXEC_MS);
+    return TW_REDIS_DONE;
+}
+
+static void test_share(void)
+{
+    struct rfx_server srv;
+    CHECK_EQ_INT(rfx_start(&srv, NULL), 0);
+    if (srv.pid <= 0)
+        return;
+    const char *servers[] = {rfx_addr(&srv)};
+    struct brec *R = brec_new(&srv, SHARE_N);
+    _Atomic uint8_t *who = calloc(SHARE_N, sizeof *who);
+    int64_t *delays = malloc(SHARE_N * sizeof *delays);
+    redisContext *c = rfx_connect(&srv);
+    struct tw_redis *client = NULL, *worker[2] = {NULL, NULL};
+    struct share_arg arg[2];
+    CHECK(R && who && delays && c);
+    if (!R || !who || !delays || !c)
+        goto out;
+    struct tw_redis_config cfg;
+    one_partition(&cfg, servers, "sh", NULL);
+    CHECK_EQ_INT(tw_redis_new(&client, &cfg), 0);
+    for (int w = 0; w < 2; w++) {
+        arg[w] = (struct share_arg){R, who, (uint8_t)w};
+        one_partition(&cfg, servers, "sh", R);
+        cfg.execute = share_exec;
+        cfg.arg = &arg[w];
+        CHECK_EQ_INT(tw_redis_new(&worker[w], &cfg), 0);
+    }
+    if (!client || !worker[0] || !worker[1])
+        goto out;
+    for (size_t i = 0; i < SHARE_N; i++)
+        delays[i] = SHARE_FIRST_MS + (int64_t)(i * (SHARE_LAST_MS - SHARE_FIRST_MS) / SHARE_N);
+    CHECK_EQ_INT(rw_set_range(client, c, "s:", 0, SHARE_N, delays, NULL), SHARE_N);
+    struct tw_redis_stats st = rw_wait_drained(client, rfx_mono_ms() + SHARE_LAST_MS + 60000);
+    CHECK_EQ_U64(st.pending, 0);
+    CHECK_EQ_U64(brec_once(R), SHARE_N);
+    CHECK_EQ_U64(atomic_load(&R->early), 0);
+    /* per 500 ms of delays from SHARE_JUDGED_MS on: how many one worker ran
+     * (nearly) alone */
+    enum { NB = (SHARE_LAST_MS - SHARE_JUDGED_MS) / 500 };
+    unsigned ran[NB][2] = {{0}}, alone = 0;
+    for (size_t i = 0; i < SHARE_N; i++) {
+        uint8_t w = atomic_load(&who[i]);
+        if (delays[i] < SHARE_JUDGED_MS || !w)
+            continue;
+        size_t b = (size_t)(delays[i] - SHARE_JUDGED_MS) / 500;
+        if (b < NB)
+            ran[b][w - 1]++;
+    }
+    printf("share: tasks a bucket per worker:");
+    for (size_t b = 0; b < NB; b++) {
+        unsigned t = ran[b][0] + ran[b][1];
+        alone += ran[b][0] * 10 >= t * 9 || ran[b][1] * 10 >= t * 9;
+        printf(" %u/%u", ran[b][0], ran[b][1]);
+    }
+    printf("; one worker alone in %u of %d\n", alone, (int)NB);
+    /* each worker takes about what it runs in a bucket's time: both in each */
+    CHECK_(alone * 4 <= NB, "one worker ran alone %u of %d buckets", alone, (int)NB);
+out:
+    tw_redis_free(worker[0]);
+    tw_redis_free(worker[1]);
+    tw_redis_free(client);
+    brec_free(R);
+    free(who);
+    free(delays);
+    if (c)
+        redisFree(c);
+    rfx_stop(&srv);
+}
+
 /* ---- the START script ------------------------------------------------------ */
 
 #define LK "{ss:0}:lease"
@@ -440,5 +548,6 @@ int main(void)
     RUN(test_ack_batches);
     RUN(test_start_script);
     RUN(test_big_bucket);
+    RUN(test_share);
     return test_summary();
 }
