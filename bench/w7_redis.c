@@ -28,7 +28,8 @@
  *
  * Usage: w7_redis [--n N] [--min-ms A] [--max-ms B] [--fsync everysec|always]
  *                 [--quick] [--sets-only] [--pipe-only] [--spread-only] [--out FILE]
- *                 [--auth] [--unix] [--no-tls]
+ *                 [--auth] [--unix] [--no-tls] [--scale-only] [--million]
+ *                 [--cluster M] [--partitions P] [--exec-us N]
  * --quick: N = 2e4, delays 1-8 s. --sets-only: phase 1 alone (sets/s and
  * memory, printed; a quick check of the memory figure). --pipe-only: twheel's
  * pipelined sets alone, with Redis and client CPU per set (for profiling the
@@ -39,6 +40,11 @@
  * servers want a password; --unix: every client, worker and baseline
  * connection goes through the servers' unix sockets (both: the layer's
  * connection syntax, redis.h "Connecting", as the workers are given it).
+ * --exec-us N: each execute of the spread and burst runs sleeps N us (a slow
+ * execute: how the workers share the tasks); the spread run prints each
+ * worker's share and how many 100 ms spans of due times one worker ran
+ * (nearly) alone, and with W7_SHARES_DUMP=FILE in the environment writes
+ * each delivery there as "<first worker? 1 : 0> <due ms> <start us>".
  *
  * TLS rows (unless --no-tls, or with --pipe-only / --spread-only, or a
  * layer built without TLS): the

@@ -82,8 +82,9 @@
  *
  * Sharing: with a slow execute (a worker whose executors, at execute's
  * measured mean time, run fewer than 16,384 tasks in 500 ms), a worker also
- * claims a share of each 500 ms bucket due up to 2 * window_ms (+ 500 ms)
- * ahead: about 4/5 of what its executors run in 500 ms, per partition. So
+ * claims a share of each 500 ms bucket due up to one more window past its
+ * own (at most 10 s more: 2 * window_ms + 500 ms ahead by default): 4/5 of
+ * what its executors run in 500 ms, divided over the partitions. So
  * workers split each bucket by their pace, and tasks due together do not
  * all wait for the executors of the one worker whose claim came first; a
  * worker at its fill (behind on due work) still takes its share of those
@@ -967,8 +968,8 @@ TW_API int tw_redis_counts(struct tw_redis *r, uint64_t within_ms, struct tw_red
 /** Pause the queue: one flag key per partition ({queue:p}:pause, SET: one command per
  * partition). A claim of a paused partition leases nothing and recovers nothing, so
  * workers start no task they did not hold already: what a worker had claimed before
- * the pause (up to window_ms + 500 ms ahead of its due time, 2 * window_ms + 500 ms
- * with a slow execute: see Leases, Sharing) still starts and runs, within that
+ * the pause (up to window_ms + 500 ms ahead of its due time, one more window, at most
+ * 10 s, with a slow execute: see Leases, Sharing) still starts and runs, within that
  * + hold_ms of the pause's return; the held tasks of a worker that dies
  * meanwhile stay leased (counted held) until the resume, whose claims recover them. set, move, remove and
  * set_many are still accepted. Idempotent. Takes effect per partition as each flag is

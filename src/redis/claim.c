@@ -19,26 +19,34 @@
  * (starts lengthen the others'), about hold_ms ahead: a claim per
  * partition per hold_ms at most, most of them the refill's own. During a
  * paced refill the wait between its calls ends for a recovery too
- * (rr_pace). A worker at its fill does not claim (nor recover: the others
- * do); and its fill counts execute's time (rr_ready_max), so that a live
- * worker starts what it holds well within the hold.
+ * (rr_pace). A worker at its fill claims nothing of its window (nor
+ * recovers: the others do), only its shares (below); and its fill counts
+ * execute's time (rr_ready_max), so that a live worker starts what it
+ * holds well within the hold.
  *
  * Sharing. A refill takes every task that enters its window, and rounds of
  * different workers do not interleave by design: at one partition a
  * worker's round may take every task due in the next second. With a cheap
  * execute that is what saves Redis work (fewer, fuller START groups); with
  * a slow one, tasks due in that second wait for that worker's executors
- * while the other workers' sit idle. So a worker whose executors run fewer
- * than RR_SHARE_MAX tasks in W (execute's mean time, measured) sends a
- * share, 4/5 of that pace per partition (rr_share): once its claim has
- * taken the window, CLAIM goes on to the buckets up to two windows ahead
- * and takes at most the share of each, once per bucket per worker
- * (share_from). Each worker's rounds (every window/2) pass that zone at
- * least once for each bucket, so each offers every bucket's tasks to every
- * worker before the rest is taken whole when the bucket enters a window: a
- * bucket is split about by the workers' paces, and what is left over (more
- * than the shares) is claimed as before, still window/4 or more ahead (a
- * partition's claims are at most 3/4 of a window apart). */
+ * while the other workers' sit idle, and once it falls behind (at its
+ * fill, it claims nothing) the others take whole windows and fall behind
+ * in turn. So a worker whose executors run fewer than RR_SHARE_MAX tasks
+ * in W (at execute's measured mean time) sends a share, 4/5 of that pace
+ * over the partitions (rr_share): once its claim has taken the window,
+ * CLAIM goes on to the buckets up to a window past it (the zone; at most
+ * RR_SHARE_ZONE_MAX_MS) and takes of each what the share has room for:
+ * the worker counts what it took of each zone bucket (share_tab, a slot a
+ * bucket) and sends the counts with every claim, so a bucket gives each
+ * worker its share once, whether its tasks were set before the bucket
+ * entered the zone or after. A worker at its fill still claims its shares
+ * (rr_claim_shares: its backlog is due now, the zone a window later).
+ * Each worker's rounds (every window/2) pass a bucket's time in the zone,
+ * so every worker is offered its share of every bucket before the rest is
+ * taken whole when the bucket enters a window: a bucket is split about by
+ * the workers' paces, and what is left (more than the shares) is claimed
+ * as before, window/4 or more ahead (a partition's claims are at most 3/4
+ * of a window apart). */
 #define _GNU_SOURCE
 #include <inttypes.h>
 #include <pthread.h>
@@ -66,6 +74,10 @@
 #define RR_RECOVER_DIV 8 /* a partition is claimed for recovery once per hold_ms / this */
 #define RR_READY_MIN 4   /* due tasks waiting per executor, at least */
 #define RR_SHARE_MAX 16384 /* tasks a worker runs in W, at which it takes no share */
+#define RR_SHARE_ZONE_MAX_MS 10000 /* the zone: window_ms past the window, at most this */
+/* Buckets the zone can span at once, and a slot each (rr_share_slot) */
+#define RR_SHARE_SLOTS (RR_SHARE_ZONE_MAX_MS / TW_RR_BUCKET_MS + 3)
+#define RR_SHARES_ONLY_GAP_NS (TW_RR_BUCKET_MS * 500000ull) /* W/2 between them */
 
 /* The least time between two claims of a partition for recovery (see the top). */
 static uint64_t rr_recover_gap(const struct tw_redis *r)
@@ -86,19 +98,37 @@ static int rr_claim_reply(struct tw_redis *r, uint32_t p, unsigned batch, unsign
 
 /* The share (see the top: Sharing): tasks of one due bucket of one
  * partition that this worker takes beyond its window, 4/5 of what its
- * executors run in W at execute's mean time; 0 (no share: the buckets wait
- * for the window) while that time is unknown, or short enough that the
- * worker runs RR_SHARE_MAX tasks in W. */
+ * executors run in W at execute's mean time over the partitions; 0 (no
+ * share: the buckets wait for the window) while that time is unknown, when
+ * the worker runs RR_SHARE_MAX tasks or more in W, or less than a task a
+ * partition. */
 static unsigned rr_share(const struct tw_redis *r)
 {
     uint64_t ex = atomic_load(&r->exec_ns);
     if (!ex)
         return 0;
-    uint64_t per_w = (uint64_t)r->cfg.threads * TW_RR_BUCKET_MS * 1000000u * 4u / 5u / ex;
-    if (per_w >= RR_SHARE_MAX)
+    uint64_t pace = (uint64_t)r->cfg.threads * TW_RR_BUCKET_MS * 1000000u / ex;
+    if (pace >= RR_SHARE_MAX)
         return 0;
-    per_w /= r->cfg.partitions;
-    return per_w ? (unsigned)per_w : 1;
+    return (unsigned)(pace * 4u / 5u / r->cfg.partitions);
+}
+
+/* How far past the window the shares reach, ms. */
+static uint64_t rr_share_zone_ms(const struct tw_redis *r)
+{
+    return r->cfg.window_ms < RR_SHARE_ZONE_MAX_MS ? r->cfg.window_ms : RR_SHARE_ZONE_MAX_MS;
+}
+
+/* The slot of bucket b of partition p (emptied if it held an older bucket:
+ * the zone spans fewer buckets than there are slots). */
+static struct tw_rr_share_slot *rr_share_slot(struct tw_redis *r, uint32_t p, uint64_t b)
+{
+    struct tw_rr_share_slot *s = &r->share_tab[(size_t)p * RR_SHARE_SLOTS + b % RR_SHARE_SLOTS];
+    if (s->bucket != b) {
+        s->bucket = b;
+        s->taken = 0;
+    }
+    return s;
 }
 
 /* One claim call on partition p; appends the items to b. Returns the number
@@ -109,9 +139,9 @@ static int rr_claim_part(struct tw_redis *r, uint32_t p, unsigned batch, struct 
                          bool shares_only)
 {
     char kb[6][TW_RR_KEYBUF], win[16], n[16], lease[16], bytes[16], hold[16], maxa[16];
-    char share[16], from[24];
-    const char *av[14];
-    size_t al[14];
+    char share[16], zone[16], taken[RR_SHARE_SLOTS * 32 + 1];
+    const char *av[15];
+    size_t al[15];
     tw_rr_keys(r, p, kb, av, al);
     al[5] = (size_t)snprintf(win, sizeof win, "%u", r->cfg.window_ms);
     av[5] = win;
@@ -128,10 +158,20 @@ static int rr_claim_part(struct tw_redis *r, uint32_t p, unsigned batch, struct 
     unsigned sh = rr_share(r);
     al[11] = (size_t)snprintf(share, sizeof share, "%u", sh);
     av[11] = share;
-    al[12] = (size_t)snprintf(from, sizeof from, "%" PRIu64, r->share_from[p]);
-    av[12] = from;
+    size_t tl = 0; /* "bucket:taken ..." of this partition's slots */
+    for (size_t i = 0; sh && i < RR_SHARE_SLOTS; i++) {
+        const struct tw_rr_share_slot *t = &r->share_tab[(size_t)p * RR_SHARE_SLOTS + i];
+        if (t->taken)
+            tl += (size_t)snprintf(taken + tl, sizeof taken - tl, "%" PRIu64 ":%" PRIu32 " ",
+                                   t->bucket, t->taken);
+    }
+    taken[tl] = 0;
+    av[12] = taken;
+    al[12] = tl;
     av[13] = shares_only ? "1" : "0";
     al[13] = 1;
+    al[14] = (size_t)snprintf(zone, sizeof zone, "%" PRIu64, rr_share_zone_ms(r));
+    av[14] = zone;
     redisReply *x;
     uint64_t rc0 = r->claim_rt.reconnects;
 #ifdef TW_RR_TRACE
@@ -227,12 +267,14 @@ static int rr_claim_reply(struct tw_redis *r, uint32_t p, unsigned batch, unsign
     if (b->n - n0 > 1)
         qsort(b->v + n0, b->n - n0, sizeof *b->v, rr_item_cmp);
     r->last_full[p] = k >= batch && got ? last : UINT64_MAX;
-    /* Fewer than batch - 1: CLAIM took the window and every bucket of the
-     * zone got this worker's share (it stops at batch - 1 in the zone): the
-     * next claim's zone begins past this one's (as CLAIM computes it). */
-    if (share && k + 1 < batch)
-        r->share_from[p] =
-            (now_us / 1000u + 2u * (uint64_t)r->cfg.window_ms) / TW_RR_BUCKET_MS + 1;
+    /* What this claim took beyond its window (as CLAIM computes it) counts
+     * against this worker's share of each bucket there. */
+    uint64_t hb = (now_us / 1000u + r->cfg.window_ms) / TW_RR_BUCKET_MS;
+    for (size_t i = n0; share && i < b->n; i++) {
+        uint64_t bk = b->v[i]->due_ms / TW_RR_BUCKET_MS;
+        if (bk > hb)
+            rr_share_slot(r, p, bk)->taken++;
+    }
     freeReplyObject(x);
     return (int)(k > got ? k : got);
 }
@@ -443,22 +485,23 @@ static bool rr_pace(struct tw_redis *r, unsigned char *want, size_t *nwanted, si
  * the buckets beyond it (see the top: Sharing): its backlog is due now,
  * those a window or more later, and a worker that skipped them would leave
  * its share to the others' windows, which then take it whole, overrun in
- * turn, and leave theirs. One call per partition once a bucket has entered
- * the zone since its last claim; the tasks go to the wheel at once (due a
- * window or more ahead: the wheel orders them). */
+ * turn, and leave theirs. At most one call per partition per W/2 (the
+ * shares already taken are not taken again: they are counted); the tasks
+ * go to the wheel at once (due a window or more ahead: the wheel orders
+ * them). */
 static void rr_claim_shares(struct tw_redis *r)
 {
     struct tw_rr_batch *c = &r->carry;
-    if (!rr_share(r))
+    if (!rr_share(r) || r->nunknown)
         return;
-    uint64_t now = tw_rr_mono_ns(), zone_ms = 2u * (uint64_t)r->cfg.window_ms;
+    uint64_t now = tw_rr_mono_ns();
     for (uint32_t p = 0; p < r->cfg.partitions; p++) {
         if (tw_rr_local_held(r->local) + c->n >= RR_HELD_MAX)
             return;
-        uint64_t b = r->share_from[p]; /* 0: no share taken yet, the whole zone */
-        if (r->carry_n[p] || r->unknown[p] || r->last_full[p] != UINT64_MAX ||
-            (b && tw_rr_local_due(r, p, b * TW_RR_BUCKET_MS - zone_ms) > now))
+        if (r->carry_n[p] || r->last_full[p] != UINT64_MAX ||
+            now - r->share_ns[p] < RR_SHARES_ONLY_GAP_NS)
             continue;
+        r->share_ns[p] = now;
         size_t n0 = c->n;
         if (rr_claim_part(r, p, RR_PACED_BATCH, c, true) < 0)
             return; /* the rounds find out */
@@ -623,9 +666,12 @@ static int rr_claim_round(struct tw_redis *r, unsigned char *want, bool pace, bo
             qsort(c->v, c->n, sizeof *c->v, rr_item_cmp);
         frontier = rr_frontier(r);
         size_t k = 0;
+        /* what is due by the frontier, and what is not due for window/4 (a
+         * split bucket's, a share's: the wheel orders them, as in rr_pace) */
+        uint64_t far = tw_rr_mono_ns() + quarter;
         for (size_t i = 0; i < c->n; i++) {
             struct tw_rr_item *it = c->v[i];
-            if (it->due_ms > frontier) {
+            if (it->due_ms > frontier && it->due_local_ns <= far) {
                 c->v[k++] = it;
                 continue;
             }
@@ -655,9 +701,10 @@ void *tw_rr_claim_main(void *arg)
     unsigned char *want = calloc(P, 1);
     r->recover_ns = malloc(P * sizeof *r->recover_ns);
     r->recover_due = calloc(P, 1);
-    r->share_from = calloc(P, sizeof *r->share_from);
-    if (!r->recover_ns || !r->recover_due || !r->share_from) { /* as Redis away: never claims */
-        free(want);
+    r->share_tab = calloc((size_t)P * RR_SHARE_SLOTS, sizeof *r->share_tab);
+    r->share_ns = calloc(P, sizeof *r->share_ns);
+    if (!r->recover_ns || !r->recover_due || !r->share_tab || !r->share_ns) {
+        free(want); /* as Redis away: never claims */
         want = NULL;
     } else {
         for (uint32_t p = 0; p < P; p++)
@@ -753,9 +800,11 @@ void *tw_rr_claim_main(void *arg)
     free(want); /* the carry is left for stop to release */
     free(r->recover_ns);
     free(r->recover_due);
-    free(r->share_from);
+    free(r->share_tab);
+    free(r->share_ns);
     r->recover_ns = NULL;
     r->recover_due = NULL;
-    r->share_from = NULL;
+    r->share_tab = NULL;
+    r->share_ns = NULL;
     return NULL;
 }

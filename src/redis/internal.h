@@ -378,8 +378,8 @@ enum {
 extern const char *const tw_rr_scripts[TW_RR_NSCRIPTS];
 /* Keys every script but START takes, in this order (KEYS[1..5]). */
 #define TW_RR_NKEYS 5
-#define TW_RR_CLAIM_NARGS 9 /* CLAIM's ARGV: window, n, lease, bytes, hold, max_attempts, \
-                               share, share_from, shares_only (claim.c) */
+#define TW_RR_CLAIM_NARGS 10 /* CLAIM's ARGV: window, n, lease, bytes, hold, max_attempts, \
+                                share, taken, shares_only, zone_ms (claim.c) */
 /* Width of a due-time bucket in ms (the schema in redis.c). Every client of a
  * queue must use the same width: it names the bucket a task sits in. */
 #define TW_RR_BUCKET_MS 500
@@ -574,6 +574,12 @@ struct tw_rr_lasterr {
     char text[TW_RR_ERR_MAX];
 };
 
+/* What a worker took of one due bucket beyond its window (claim.c: Sharing). */
+struct tw_rr_share_slot {
+    uint64_t bucket;
+    uint32_t taken;
+};
+
 struct tw_redis {
     /* configuration (copied) */
     struct tw_redis_config cfg;
@@ -620,9 +626,11 @@ struct tw_redis {
                                        claim it again, when the earliest lease its last
                                        claim saw ends (UINT64_MAX: none; claim.c) */
     uint64_t recover_next;          /* claim thread only: at most the least recover_ns */
-    uint64_t *share_from;           /* claim thread only: per partition, the first bucket
-                                       beyond the window this worker has not had its share
-                                       of (claim.c: Sharing) */
+    struct tw_rr_share_slot *share_tab; /* claim thread only: per partition, what this
+                                       worker took of each bucket beyond its window
+                                       (claim.c: Sharing) */
+    uint64_t *share_ns;             /* claim thread only: per partition, its last claim
+                                       of shares only (rr_claim_shares) */
     unsigned char *recover_due;     /* claim thread only: scratch of rr_pace */
     atomic_bool stop_sub;
     struct tw_rr_router claim_rt;

@@ -97,8 +97,8 @@
  * replaced, moved or removed waiting task is found by LREM, a scan of its
  * bucket (O(bucket), memcmp of keys); a claim leases tasks up to one bucket
  * (W) past its window (held locally, hold_ms past their due time as any;
- * a worker with a slow execute takes a share of each bucket up to two
- * windows ahead too: claim.c, Sharing);
+ * a worker with a slow execute takes a share of each bucket up to one
+ * more window ahead too: claim.c, Sharing);
  * and a claim's n bounds where it stops, not its size (one bucket over at
  * most, among buckets due within window/4). RPUSH answers the list's
  * length, so set learns which buckets are new (the index's ZADD) without
@@ -419,8 +419,8 @@
  *
  * Why these calls:
  *  - claim leases a task up to window_ms (+ W: whole buckets; a share of
- *    each bucket up to 2 * window_ms + W with a slow execute, so that
- *    workers split buckets by pace: claim.c) before it is due, with a short
+ *    each bucket up to one more window, at most 10 s, with a slow execute,
+ *    so that workers split buckets by pace: claim.c) before it is due, with a short
  *    lease, the hold, that ends hold_ms (1 s) after its due time; the
  *    worker holds it in its local queue. Why short: a worker that dies (or
  *    a claim whose answer is lost) must not keep tasks it never started

@@ -184,7 +184,8 @@
     "return 0\n"
 
 /* ARGV: window_ms, n, lease_ms, max_bytes, hold_ms (absent: lease_ms),
- * max_attempts (0: none), share (absent or 0: none), share_from, shares_only
+ * max_attempts (0: none), share (absent or 0: none), taken ("bucket:count
+ * ..."), shares_only ('1' or absent), zone_ms (absent: window_ms)
  * -> {now_us, recovered, key1, due1, token1, attempt1, payload1, key2, ...,
  *     earliest}
  * (attempt: the starts counted so far; the start of this lease makes it
@@ -202,8 +203,9 @@
  * which orders them, and a dense one (a burst set with one delay, or one
  * partition at high density) would otherwise make one long call that
  * holds single-threaded Redis while STARTs wait. So a task may be leased
- * up to one bucket (W) past the window, every bucket a claim leaves
- * untouched is due after the last task it took, and the tasks of one
+ * up to one bucket (W) past the window, every bucket a full claim leaves
+ * untouched is due after the last task it took (a claim that reaches the
+ * share zone, below, is never full), and the tasks of one
  * bucket come in the order they were put there: the worker orders what it
  * claims by due time (claim.c; only what is due within window/4, taken
  * from whole buckets, needs that order before the wheel). A claimed task's
@@ -222,10 +224,11 @@
  * recovered is then {recovered, key1, attempt1, ...} of those (claim.c).
  * With a share (claim.c: a worker's executors' pace over W), a claim that
  * took every bucket of its window goes on to the buckets that begin up to
- * two windows ahead, from bucket share_from on (those this worker has not
- * had its share of), and takes at most share tasks of each (LTRIM keeps
- * the rest), in all fewer than n. shares_only ('1'): only that (a worker
- * at its fill), the window's buckets and the hold untouched. */
+ * zone_ms past it and takes of each what this worker's share has room
+ * for (share less what taken says it took there: LTRIM keeps the rest), in
+ * all fewer than n (so such a claim is never full). shares_only ('1'):
+ * only that (a worker at its fill): no recovery, the window's buckets and
+ * the hold untouched. */
 #define CLAIM_LUA                                                                           \
     PRELUDE BUCKETS DEAD "if not stable() then return redis.error_reply(TRY) end\n"         \
     /* paused (inspect.c: {q:p}:pause): nothing claimed, nothing recovered */               \
@@ -236,8 +239,9 @@
     "local maxb = tonumber(ARGV[4]) local recovered = 0\n"                                  \
     /* hms: a claimed task's hold (hold() reads the window end) */                          \
     "local hms = tonumber(ARGV[5] or ARGV[3])\n"                                            \
-    "local exp = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now_ms, 'WITHSCORES', "       \
-    "'LIMIT', 0, n)\n"                                                                      \
+    /* a worker at its fill (shares only, below) recovers nothing: the others do */         \
+    "local exp = ARGV[9] == '1' and {} or redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', "    \
+    "now_ms, 'WITHSCORES', 'LIMIT', 0, n)\n"                                                 \
     "local qmax, dl = tonumber(ARGV[6] or '0'), {}\n"                                       \
     "for i = 1, #exp, 2 do local k = exp[i]\n"                                              \
     " local v = redis.call('HGET', KEYS[3], k) redis.call('ZREM', KEYS[2], k)\n"            \
@@ -305,21 +309,23 @@
     " end\n"                                                                                \
     " from = '(' .. bs[#bs]\n"                                                              \
     "end\n"                                                                                 \
-    /* the share (claim.c): beyond the window, up to two windows ahead, the */              \
-    /* buckets from ARGV[8] on (not capped by this worker yet) give at most */              \
-    /* ARGV[7] tasks each, so that workers split them; the rest stays for */                \
-    /* the next claims. Only once the window is claimed, and for fewer than */              \
-    /* n in all: a claim that reaches here is never a full batch. */                        \
+    /* the share (claim.c): beyond the window, up to zone_ms past it, a */                  \
+    /* bucket gives this worker at most ARGV[7] tasks in all (ARGV[8]: */                    \
+    /* "bucket:taken ..." of what it took there already), so that workers */                \
+    /* split it; the rest stays for the next claims. Only once the window */                \
+    /* is claimed, and fewer than n in all: such a claim is never full. */                  \
     "local share = tonumber(ARGV[7] or '0')\n"                                              \
     "if ARGV[9] == '1' then done = false end\n"                                             \
     "if share > 0 and not done and left > 1 then\n"                                         \
-    " local hz = math.floor((now_ms + 2 * tonumber(ARGV[1])) / W)\n"                        \
-    " from = math.max(hb + 1, tonumber(ARGV[8] or '0'))\n"                                  \
+    " local taken = {}\n"                                                                   \
+    " for b, c in string.gmatch(ARGV[8] or '', '(%d+):(%d+)') do taken[b] = tonumber(c) end\n" \
+    " local hz = math.floor((hi + tonumber(ARGV[10] or ARGV[1])) / W)\n"                    \
+    " from = hb + 1\n"                                                                      \
     " while not done do\n"                                                                  \
     "  local bs = redis.call('ZRANGEBYSCORE', KEYS[1], from, hz, 'LIMIT', 0, 8)\n"          \
     "  if #bs == 0 then break end\n"                                                        \
-    "  for i = 1, #bs do\n"                                                                 \
-    "   take(bs[i], math.min(share, left - 1))\n"                                           \
+    "  for i = 1, #bs do local room = share - (taken[bs[i]] or 0)\n"                        \
+    "   if room > 0 then take(bs[i], math.min(room, left - 1)) end\n"                       \
     "   if done or left <= 1 then done = true break end\n"                                  \
     "  end\n"                                                                               \
     "  from = '(' .. bs[#bs]\n"                                                             \

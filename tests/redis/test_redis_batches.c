@@ -39,6 +39,8 @@
  * windows and fell behind in turn: 9 of 14). Every task once, none early.
  * It runs alone (timing): a stall of seconds could let one worker take a
  * bucket whole.
+ *
+ * test_share_script: CLAIM's shares, by the script alone (below).
  */
 #define _GNU_SOURCE
 #include "fixture.h"
@@ -395,6 +397,105 @@ out:
     rfx_stop(&srv);
 }
 
+/* ---- the CLAIM script's shares ---------------------------------------------- */
+
+/* CLAIM of queue "sz" partition 0: window 1000 ms, n 1024, the zone 3000 ms
+ * past the window; share, taken ("bucket:count ...") and shares_only as
+ * given. Counts the tasks it took per bucket into got[] (bucket - base),
+ * and those due within the window (before base) into *win. -1: an error. */
+static int share_claim(redisContext *c, unsigned share, const char *taken, bool only,
+                       uint64_t base, unsigned got[8], unsigned *win)
+{
+    char sh[16];
+    snprintf(sh, sizeof sh, "%u", share);
+    const char *av[] = {"EVAL", tw_rr_scripts[TW_RR_CLAIM], "5", "{sz:0}:d", "{sz:0}:lease",
+                        "{sz:0}:task", "{sz:0}:seq", "{sz:0}:hold", "1000", "1024", "30000",
+                        "4194304", "1000", "0", sh, taken, only ? "1" : "0", "3000"};
+    size_t al[sizeof av / sizeof *av];
+    for (size_t i = 0; i < sizeof av / sizeof *av; i++)
+        al[i] = strlen(av[i]);
+    redisReply *x = redisCommandArgv(c, (int)(sizeof av / sizeof *av), av, al);
+    if (!x || x->type != REDIS_REPLY_ARRAY || x->elements < 3 || (x->elements - 3) % 5) {
+        fprintf(stderr, "share_claim: %s\n", x && x->type == REDIS_REPLY_ERROR ? x->str : "?");
+        if (x)
+            freeReplyObject(x);
+        return -1;
+    }
+    memset(got, 0, 8 * sizeof *got);
+    *win = 0;
+    for (size_t i = 2; i + 1 < x->elements; i += 5) {
+        uint64_t b = (uint64_t)x->element[i + 1]->integer / 500;
+        if (b < base)
+            ++*win;
+        else if (b - base < 8)
+            got[b - base]++;
+    }
+    freeReplyObject(x);
+    return 0;
+}
+
+/* test_share_script: the shares, by the script alone. 10 tasks due within
+ * the window, 60 in each of two buckets past it. A claim of shares only
+ * (share 30) takes 30 of each zone bucket and nothing of the window, sets
+ * no hold; again with what it took counted: nothing; with 10 counted in
+ * the first, 20 more there; a plain claim without a share: the window's 10
+ * only, the zone's buckets left as they were. */
+static void test_share_script(void)
+{
+    struct rfx_server srv;
+    CHECK_EQ_INT(rfx_start(&srv, NULL), 0);
+    if (srv.pid <= 0)
+        return;
+    const char *servers[] = {rfx_addr(&srv)};
+    redisContext *c = rfx_connect(&srv);
+    struct tw_redis *client = NULL;
+    struct tw_redis_config cfg;
+    one_partition(&cfg, servers, "sz", NULL);
+    CHECK_EQ_INT(tw_redis_new(&client, &cfg), 0);
+    if (!client || !c)
+        goto out;
+    /* due in the middle of their buckets: the sets take well under 250 ms */
+    uint64_t now = rw_redis_ms(c), b1 = (now + 2200) / 500, b2 = b1 + 2;
+    uint64_t base = (now + 1000) / 500 + 1; /* the zone's first bucket */
+    int64_t delays[130];
+    for (size_t i = 0; i < 130; i++)
+        delays[i] = i < 10 ? 300 : (int64_t)((i < 70 ? b1 : b2) * 500 + 250 - now);
+    CHECK_EQ_INT(rw_set_range(client, c, "z:", 0, 130, delays, NULL), 130);
+    unsigned got[8], win;
+    char taken[128];
+    CHECK_EQ_INT(share_claim(c, 30, "", true, base, got, &win), 0);
+    CHECK_EQ_INT(win, 0);
+    CHECK_EQ_INT(got[b1 - base], 30);
+    CHECK_EQ_INT(got[b2 - base], 30);
+    redisReply *x = redisCommand(c, "EXISTS {sz:0}:hold");
+    CHECK(x && x->type == REDIS_REPLY_INTEGER && x->integer == 0);
+    if (x)
+        freeReplyObject(x);
+    snprintf(taken, sizeof taken, "%" PRIu64 ":30 %" PRIu64 ":30", b1, b2);
+    CHECK_EQ_INT(share_claim(c, 30, taken, true, base, got, &win), 0);
+    CHECK_EQ_INT(got[b1 - base] + got[b2 - base] + win, 0);
+    snprintf(taken, sizeof taken, "%" PRIu64 ":10 %" PRIu64 ":30", b1, b2);
+    CHECK_EQ_INT(share_claim(c, 30, taken, true, base, got, &win), 0);
+    CHECK_EQ_INT(got[b1 - base], 20);
+    CHECK_EQ_INT(got[b2 - base], 0);
+    CHECK_EQ_INT(share_claim(c, 0, "", false, base, got, &win), 0);
+    CHECK_EQ_INT(win, 10);
+    CHECK_EQ_INT(got[b1 - base] + got[b2 - base], 0);
+    x = redisCommand(c, "LLEN {sz:0}:d:%" PRIu64, b1);
+    CHECK(x && x->type == REDIS_REPLY_INTEGER && x->integer == 10);
+    if (x)
+        freeReplyObject(x);
+    x = redisCommand(c, "LLEN {sz:0}:d:%" PRIu64, b2);
+    CHECK(x && x->type == REDIS_REPLY_INTEGER && x->integer == 30);
+    if (x)
+        freeReplyObject(x);
+out:
+    tw_redis_free(client);
+    if (c)
+        redisFree(c);
+    rfx_stop(&srv);
+}
+
 /* ---- the START script ------------------------------------------------------ */
 
 #define LK "{ss:0}:lease"
@@ -549,5 +650,6 @@ int main(void)
     RUN(test_start_script);
     RUN(test_big_bucket);
     RUN(test_share);
+    RUN(test_share_script);
     return test_summary();
 }
