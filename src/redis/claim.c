@@ -382,6 +382,18 @@ static size_t rr_recovery_due(struct tw_redis *r, unsigned char *due, uint64_t n
     return k;
 }
 
+/* The carry's items from n0 on go to the local queue at once: due window/4
+ * or more ahead, they need no frontier (the wheel orders them). */
+static void rr_to_wheel(struct tw_redis *r, size_t n0)
+{
+    struct tw_rr_batch *c = &r->carry;
+    for (size_t i = n0; i < c->n; i++) {
+        r->carry_n[c->v[i]->part]--;
+        tw_rr_local_add(r->local, c->v[i]);
+    }
+    c->n = n0;
+}
+
 /* Pacing a refill. A refill round claims what enters the window (tasks due
  * window/2 to window ahead), one claim call per partition or more. Run back
  * to back, the calls of every worker's round would hold single-threaded
@@ -422,12 +434,7 @@ static bool rr_pace(struct tw_redis *r, unsigned char *want, size_t *nwanted, si
                 *pace = false;
                 return false;
             }
-        for (size_t i = n0; i < c->n; i++) {
-            struct tw_rr_item *it = c->v[i];
-            r->carry_n[it->part]--;
-            tw_rr_local_add(r->local, it);
-        }
-        c->n = n0;
+        rr_to_wheel(r, n0);
         if (!until)
             until = now + gap < pace_until ? now + gap : pace_until;
         uint64_t wake = until < r->recover_next ? until : r->recover_next;
@@ -505,11 +512,7 @@ static void rr_claim_shares(struct tw_redis *r)
         size_t n0 = c->n;
         if (rr_claim_part(r, p, RR_PACED_BATCH, c, true) < 0)
             return; /* the rounds find out */
-        for (size_t i = n0; i < c->n; i++) {
-            r->carry_n[c->v[i]->part]--;
-            tw_rr_local_add(r->local, c->v[i]);
-        }
-        c->n = n0;
+        rr_to_wheel(r, n0);
     }
 }
 

@@ -240,7 +240,8 @@
     /* hms: a claimed task's hold (hold() reads the window end) */                          \
     "local hms = tonumber(ARGV[5] or ARGV[3])\n"                                            \
     /* a worker at its fill (shares only, below) recovers nothing: the others do */         \
-    "local exp = ARGV[9] == '1' and {} or redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', "    \
+    "local only = ARGV[9] == '1'\n"                                                          \
+    "local exp = only and {} or redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', "              \
     "now_ms, 'WITHSCORES', 'LIMIT', 0, n)\n"                                                 \
     "local qmax, dl = tonumber(ARGV[6] or '0'), {}\n"                                       \
     "for i = 1, #exp, 2 do local k = exp[i]\n"                                              \
@@ -297,8 +298,7 @@
     " if redis.call('EXISTS', bk) == 0 then redis.call('ZREM', KEYS[1], b) return false end\n" \
     " return true end\n"                                                                    \
     /* shares only (a worker at its fill, claim.c): nothing of the window */                \
-    "if ARGV[9] == '1' then done = true end\n"                                              \
-    "while not done do\n"                                                                   \
+    "while not done and not only do\n"                                                      \
     " local bs = redis.call('ZRANGEBYSCORE', KEYS[1], from, hb, 'LIMIT', 0, 8)\n"           \
     " if #bs == 0 then break end\n"                                                         \
     " for i = 1, #bs do local b = bs[i]\n"                                                  \
@@ -315,7 +315,6 @@
     /* split it; the rest stays for the next claims. Only once the window */                \
     /* is claimed, and fewer than n in all: such a claim is never full. */                  \
     "local share = tonumber(ARGV[7] or '0')\n"                                              \
-    "if ARGV[9] == '1' then done = false end\n"                                             \
     "if share > 0 and not done and left > 1 then\n"                                         \
     " local taken = {}\n"                                                                   \
     " for b, c in string.gmatch(ARGV[8] or '', '(%d+):(%d+)') do taken[b] = tonumber(c) end\n" \
@@ -331,7 +330,7 @@
     "  from = '(' .. bs[#bs]\n"                                                             \
     " end\n"                                                                                \
     "end\n"                                                                                 \
-    "if hi > hold() and ARGV[9] ~= '1' then redis.call('SET', KEYS[5], hi, 'PX', 2 * tonumber(ARGV[1]) + 1000) end\n" \
+    "if hi > hold() and not only then redis.call('SET', KEYS[5], hi, 'PX', 2 * tonumber(ARGV[1]) + 1000) end\n" \
     "local e = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '+inf', "                       \
     "'WITHSCORES', 'LIMIT', 0, 1)\n"                                                        \
     "out[no + 1] = e[2] and tonumber(e[2]) or -1\n"                                         \
