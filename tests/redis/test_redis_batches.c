@@ -435,10 +435,11 @@ static int share_claim(redisContext *c, unsigned share, const char *taken, bool 
 }
 
 /* test_share_script: the shares, by the script alone. 10 tasks due within
- * the window, 60 in each of two buckets past it. A claim of shares only
- * (share 30) takes 30 of each zone bucket and nothing of the window, sets
- * no hold; again with what it took counted: nothing; with 10 counted in
- * the first, 20 more there; a plain claim without a share: the window's 10
+ * the window, 60 in each of two buckets past it, and a lease that ran out.
+ * A claim of shares only (share 30) takes 30 of each zone bucket and
+ * nothing of the window, sets no hold, recovers nothing; again with what
+ * it took counted: nothing; with 10 counted in the first, 20 more there; a
+ * plain claim without a share: the window's 10 and the recovered one
  * only, the zone's buckets left as they were. */
 static void test_share_script(void)
 {
@@ -461,14 +462,25 @@ static void test_share_script(void)
     for (size_t i = 0; i < 130; i++)
         delays[i] = i < 10 ? 300 : (int64_t)((i < 70 ? b1 : b2) * 500 + 250 - now);
     CHECK_EQ_INT(rw_set_range(client, c, "z:", 0, 130, delays, NULL), 130);
+    /* and a lease that ran out (a task due a second ago, its holder gone) */
+    redisReply *x = redisCommand(c, "HSET {sz:0}:task z:lost %s", "7 0 1000 p");
+    if (x)
+        freeReplyObject(x);
+    x = redisCommand(c, "ZADD {sz:0}:lease 2000 z:lost");
+    if (x)
+        freeReplyObject(x);
     unsigned got[8], win;
     char taken[128];
     CHECK_EQ_INT(share_claim(c, 30, "", true, base, got, &win), 0);
     CHECK_EQ_INT(win, 0);
     CHECK_EQ_INT(got[b1 - base], 30);
     CHECK_EQ_INT(got[b2 - base], 30);
-    redisReply *x = redisCommand(c, "EXISTS {sz:0}:hold");
+    x = redisCommand(c, "EXISTS {sz:0}:hold");
     CHECK(x && x->type == REDIS_REPLY_INTEGER && x->integer == 0);
+    if (x)
+        freeReplyObject(x);
+    x = redisCommand(c, "ZSCORE {sz:0}:lease z:lost"); /* not recovered by shares only */
+    CHECK(x && x->type == REDIS_REPLY_STRING && strcmp(x->str, "2000") == 0);
     if (x)
         freeReplyObject(x);
     snprintf(taken, sizeof taken, "%" PRIu64 ":30 %" PRIu64 ":30", b1, b2);
@@ -479,7 +491,7 @@ static void test_share_script(void)
     CHECK_EQ_INT(got[b1 - base], 20);
     CHECK_EQ_INT(got[b2 - base], 0);
     CHECK_EQ_INT(share_claim(c, 0, "", false, base, got, &win), 0);
-    CHECK_EQ_INT(win, 10);
+    CHECK_EQ_INT(win, 11); /* and the lost one, recovered and leased again */
     CHECK_EQ_INT(got[b1 - base] + got[b2 - base], 0);
     x = redisCommand(c, "LLEN {sz:0}:d:%" PRIu64, b1);
     CHECK(x && x->type == REDIS_REPLY_INTEGER && x->integer == 10);
