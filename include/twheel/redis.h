@@ -88,8 +88,15 @@
  * workers split each bucket by their pace, and tasks due together do not
  * all wait for the executors of the one worker whose claim came first; a
  * worker at its fill (behind on due work) still takes its share of those
- * later buckets. With a fast execute one worker's claim may take every task
- * due in a second: fewer, fuller START calls.
+ * later buckets. A share is the tasks set first into its bucket, so with
+ * tasks set in due order each worker runs a run of due times within a
+ * bucket, and a worker may hold the end of one bucket and the start of the
+ * next. A worker knows its
+ * share once it has timed its first executes: until then it takes whole
+ * buckets, so workers that start together on a queue with work due within
+ * their first window may run that work unevenly. With a fast execute one
+ * worker's claim may take every task due in a second: fewer, fuller START
+ * calls.
  *
  * Fencing: execute is called only while the lease surely still runs by the
  * server's clock (checked just before the call, with the margins below);
