@@ -217,8 +217,10 @@ static void test_move_remove_replace(void)
     CHECK_EQ_INT(tw_runner_move_int(r, 1, TICK_NS), TW_ENOENT);
     CHECK_EQ_INT(tw_runner_remove_int(r, 1, NULL), TW_ENOENT);
     uint64_t t0 = now_ns();
-    CHECK_EQ_INT(tw_runner_set_int(r, 1, (void *)10, 20 * TICK_NS), 1);
-    CHECK_EQ_INT(tw_runner_move_int(r, 1, 30 * TICK_NS), 0); /* later */
+    /* delays of 100 ms and more: the next call comes first even on a busy
+     * machine */
+    CHECK_EQ_INT(tw_runner_set_int(r, 1, (void *)10, 100 * TICK_NS), 1);
+    CHECK_EQ_INT(tw_runner_move_int(r, 1, 130 * TICK_NS), 0); /* later */
     CHECK_EQ_INT(tw_runner_move_int(r, 1, -1), TW_EINVAL);
     CHECK_EQ_INT(tw_runner_set_int(r, 2, (void *)20, 200 * TICK_NS), 1);
     CHECK_EQ_INT(tw_runner_set_int(r, 2, (void *)21, 4 * TICK_NS), 0); /* replaced */
@@ -226,7 +228,7 @@ static void test_move_remove_replace(void)
     void *v = NULL;
     CHECK_EQ_INT(tw_runner_remove_int(r, 3, &v), 0);
     CHECK_EQ_PTR(v, (void *)30);
-    CHECK_EQ_INT(tw_runner_set_int(r, 4, (void *)40, 50 * TICK_NS), 1);
+    CHECK_EQ_INT(tw_runner_set_int(r, 4, (void *)40, 500 * TICK_NS), 1);
     CHECK_EQ_INT(tw_runner_move_int(r, 4, 0), 0); /* go-zero ran this twice */
     CHECK_EQ_INT(wait_fires(&F, 3), 3);
     sleep_ms(60);
@@ -234,7 +236,7 @@ static void test_move_remove_replace(void)
     for (int i = 0; i < 3; i++) {
         if (F.key[i] == 1) {
             CHECK_EQ_U64(F.value[i], 10);
-            CHECK(F.at_ns[i] >= t0 + 30 * TICK_NS);
+            CHECK(F.at_ns[i] >= t0 + 130 * TICK_NS);
         } else if (F.key[i] == 2) {
             CHECK_EQ_U64(F.value[i], 21);
             CHECK(F.at_ns[i] >= t0 + 4 * TICK_NS);
@@ -1014,7 +1016,9 @@ static void test_default_shards(void)
 static void test_slack(void)
 {
     enum { K = 16 };
-    const int64_t d = 40 * TICK_NS, d2 = 60 * TICK_NS; /* slack 20 and 30 ticks */
+    /* slack 200 and 300 ticks; long enough that the sets, the move_many and
+     * the remove below come before any of them is due on a busy machine */
+    const int64_t d = 400 * TICK_NS, d2 = 600 * TICK_NS;
     reset_fires();
     struct tw_runner_config cfg = {.execute = fire_cb, .ctx = &F, .tick_ns = TICK_NS,
                                    .key_kind = TW_TASKS_KEY_INT,

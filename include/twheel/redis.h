@@ -987,7 +987,9 @@ TW_API int tw_redis_pause(struct tw_redis *r);
 
 /** Resume a paused queue: its flags deleted (DEL), then a PUBLISH on each partition's
  * channel, so that every worker claims at once what came due meanwhile and delivers it
- * in due order (its catch-up). Idempotent.
+ * in due order (its catch-up). Idempotent. The flags go one after another: a claim
+ * that comes between two deletions (a worker's regular round) may hand over the due
+ * tasks of a partition resumed first before earlier ones of a partition still paused.
  * @return 0. */
 TW_API int tw_redis_resume(struct tw_redis *r);
 

@@ -63,9 +63,11 @@ static inline bool got_wait(struct got *g, size_t n, unsigned ms)
 }
 
 /* The client sets n (<= 64) tasks "<p>0".."<p>n-1" due in 50..250 ms (half
- * of them through set_many), removes "<p>1" and moves "<p>2" to 20 ms; the
- * worker delivers the other n - 1 and not "<p>1"; then the worker's stats:
- * nothing pending, n - 1 more delivered, no worker error. *st holds them. */
+ * of them through set_many), but "<p>1" and "<p>2" in 2 s, so that a stall
+ * of the test's thread cannot let them start first; removes "<p>1" and
+ * moves "<p>2" to 20 ms; the worker delivers the other n - 1 and not
+ * "<p>1" (nor later: delivered counts it); then the worker's stats: nothing
+ * pending, n - 1 more delivered, no worker error. *st holds them. */
 static inline void round_trip_stats(struct tw_redis *client, struct tw_redis *worker,
                                     struct got *g, const char *p, size_t n,
                                     struct tw_redis_stats *st)
@@ -75,7 +77,7 @@ static inline void round_trip_stats(struct tw_redis *client, struct tw_redis *wo
     size_t m = 0, before = got_count(g);
     for (size_t i = 0; i < n && i < 64; i++) {
         snprintf(keys[i], sizeof keys[i], "%s%zu", p, i);
-        int64_t delay = 50 + (int64_t)(i * 200 / n);
+        int64_t delay = i == 1 || i == 2 ? 2000 : 50 + (int64_t)(i * 200 / n);
         if (i % 2)
             items[m++] = (struct tw_redis_item){keys[i], strlen(keys[i]), "x", 1, delay};
         else

@@ -265,10 +265,18 @@ static void big_bucket_round(const struct rfx_server *srv, const char *q, bool r
         goto out;
     for (size_t i = 0; i < BIG_N; i++)
         delays[i] = BIG_DELAY_MS;
+    uint64_t set0 = rw_redis_ms(c);
     CHECK_EQ_INT(rw_set_range(client, c, "g:", 0, BIG_N, delays, NULL), BIG_N);
-    long long most = longest_bucket(c, q); /* two buckets at most: one is this long */
+    uint64_t set1 = rw_redis_ms(c);
+    long long most = longest_bucket(c, q);
     if (!running) {
-        CHECK_(most >= BIG_N / 2, "longest bucket %lld", most);
+        /* two buckets at most (one is this long), unless a busy machine
+         * spread the set over three */
+        if ((set1 + BIG_DELAY_MS) / 500 - (set0 + BIG_DELAY_MS) / 500 <= 1)
+            CHECK_(most >= BIG_N / 2, "longest bucket %lld", most);
+        else
+            printf("big bucket: the set took %" PRIu64 " ms, over three buckets\n",
+                   set1 - set0);
         rfx_sleep_ms(BIG_DELAY_MS + 100);
         CHECK_EQ_INT(tw_redis_new(&worker, &cfg), 0);
         if (!worker)
@@ -525,12 +533,13 @@ static void test_share_script(void)
     CHECK_EQ_INT(tw_redis_new(&client, &cfg), 0);
     if (!client || !c)
         goto out;
-    /* due in the middle of their buckets: the sets take well under 250 ms */
+    /* due 20 ms into their buckets: the sets run after `now` is read, never
+     * before, so a stall of up to 480 ms keeps them there */
     uint64_t now = rw_redis_ms(c), b1 = (now + 2200) / 500, b2 = b1 + 2;
     uint64_t base = (now + 1000) / 500 + 1; /* the zone's first bucket */
     int64_t delays[130];
     for (size_t i = 0; i < 130; i++)
-        delays[i] = i < 10 ? 300 : (int64_t)((i < 70 ? b1 : b2) * 500 + 250 - now);
+        delays[i] = i < 10 ? 300 : (int64_t)((i < 70 ? b1 : b2) * 500 + 20 - now);
     CHECK_EQ_INT(rw_set_range(client, c, "z:", 0, 130, delays, NULL), 130);
     /* and a lease that ran out (a task due a second ago, its holder gone) */
     redisReply *x = redisCommand(c, "HSET {sz:0}:task z:lost %s", "7 0 1000 p");

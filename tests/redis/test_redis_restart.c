@@ -12,7 +12,8 @@
  *  - every set that returned 0 is delivered (nothing acknowledged is lost),
  *    none early, duplicates only after a lease could have run out;
  *  - the tasks due during the downtime (past the window held at the kill,
- *    and the one due bucket a claim may take past it)
+ *    the window more that a worker with a slow execute takes shares of,
+ *    and the one due bucket a claim may take past those)
  *    are delivered after the restart, in due order: not one inversion (they
  *    are printed). Tasks the worker held at the kill (due within its window)
  *    are the exception redis.h states: they come back as their STARTs are
@@ -157,14 +158,17 @@ static void test_restart_under_load(void)
 
     /* Catch-up: first deliveries of tasks due during the downtime, beyond the
      * window held at the kill (a claim takes whole due buckets: up to one
-     * bucket, TW_RR_BUCKET_MS, past the window), in the order the single
-     * executor started them. */
+     * bucket, TW_RR_BUCKET_MS, past the window; and a worker whose execute
+     * is slow, as a busy machine can make this one's, shares of the buckets
+     * up to one more window past it: src/redis/claim.c, Sharing), in the
+     * order the single executor started them. */
     struct rdel *cu = malloc((d.n ? d.n : 1) * sizeof *cu);
     CHECK(cu != NULL);
     size_t ncu = 0;
     for (size_t i = 0; cu && i < d.n; i++) {
         bool first = i == 0 || d.v[i - 1].id != d.v[i].id;
-        if (first && d.v[i].due_ms >= kill_ms + WINDOW_MS + BUCKET_MS + 100 && d.v[i].due_ms < restart_ms)
+        if (first && d.v[i].due_ms >= kill_ms + 2 * WINDOW_MS + BUCKET_MS + 100 &&
+            d.v[i].due_ms < restart_ms)
             cu[ncu++] = d.v[i];
     }
     uint64_t before_restart = 0, inversions = 0;
@@ -190,7 +194,8 @@ static void test_restart_under_load(void)
     printf("catch-up: %zu tasks due during the downtime; %" PRIu64
            " started before the restart, %" PRIu64 " out of due order\n",
            ncu, before_restart, inversions);
-    CHECK(ncu >= seeds / 2);
+    /* not empty: about 60% of the seeds are due past the held zone, and some sets */
+    CHECK(ncu >= seeds / 4);
     CHECK_EQ_U64(before_restart, 0);
     /* Due order, strictly. (It used to fail 1 run in 2-6 with one block of
      * a few partitions' tasks late: a claim round that straddled the

@@ -383,7 +383,9 @@ static void test_probe(void)
             if (!x)
                 rfx_sleep_ms(5);
         }
-        CHECK_(slowest < 100, "a step waited %" PRIu64 " ms", slowest);
+        /* a step that blocked would wait out the 1000 ms timeout; a busy
+         * machine may hold a step that did not for a while */
+        CHECK_(slowest < 500, "a step waited %" PRIu64 " ms", slowest);
         if (stopped) {
             CHECK(x == NULL);
         } else {
