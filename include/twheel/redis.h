@@ -972,24 +972,26 @@ struct tw_redis_counts {
  * @return 0, TW_EINVAL (NULL). */
 TW_API int tw_redis_counts(struct tw_redis *r, uint64_t within_ms, struct tw_redis_counts *out);
 
-/** Pause the queue: one flag key per partition ({queue:p}:pause, SET: one command per
- * partition). A claim of a paused partition leases nothing and recovers nothing, so
+/** Pause the queue: one flag key per partition ({queue:p}:pause), all set by one script
+ * on one server (EVAL: the partitions pause at one instant), one SET per partition on a
+ * cluster. A claim of a paused partition leases nothing and recovers nothing, so
  * workers start no task they did not hold already: what a worker had claimed before
  * the pause (up to window_ms + 500 ms ahead of its due time, one more window, at most
  * 10 s, with a slow execute: see Leases, Sharing) still starts and runs, within that
  * + hold_ms of the pause's return; the held tasks of a worker that dies
  * meanwhile stay leased (counted held) until the resume, whose claims recover them. set, move, remove and
- * set_many are still accepted. Idempotent. Takes effect per partition as each flag is
- * set (a cluster's partitions are not paused at one instant).
- * @return 0, TW_EOOM (a server at maxmemory refused a flag: partitions before it are
- *         paused; pause again). */
+ * set_many are still accepted. Idempotent. On a cluster it takes effect per partition as
+ * each flag is set (the partitions are not paused at one instant).
+ * @return 0, TW_EOOM (a server at maxmemory refused a flag: on one server none is set;
+ *         on a cluster the partitions before it are paused; pause again). */
 TW_API int tw_redis_pause(struct tw_redis *r);
 
-/** Resume a paused queue: its flags deleted (DEL), then a PUBLISH on each partition's
+/** Resume a paused queue: its flags deleted (on one server by one script, at one
+ * instant; on a cluster one DEL per partition), then a PUBLISH on each partition's
  * channel, so that every worker claims at once what came due meanwhile and delivers it
- * in due order (its catch-up). Idempotent. The flags go one after another: a claim
- * that comes between two deletions (a worker's regular round) may hand over the due
- * tasks of a partition resumed first before earlier ones of a partition still paused.
+ * in due order (its catch-up). Idempotent. On a cluster the flags go one after another:
+ * a claim that comes between two deletions (a worker's regular round) may hand over the
+ * due tasks of a partition resumed first before earlier ones of a partition still paused.
  * @return 0. */
 TW_API int tw_redis_resume(struct tw_redis *r);
 

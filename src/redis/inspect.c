@@ -34,7 +34,11 @@
  * Pause is a flag key per partition, {q:p}:pause: a claim script can read
  * only keys of its partition's slot, so one queue-wide key could not be
  * read by a cluster's claims. CLAIM's first lines return nothing claimed
- * while it exists (scripts.c). */
+ * while it exists (scripts.c). On one server one script sets (or deletes)
+ * every flag, so the partitions pause and resume at one instant: a claim
+ * between two flags could otherwise hand over one partition's catch-up
+ * before earlier tasks of one still paused. A cluster's flags go one
+ * partition after another. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdatomic.h>
@@ -500,14 +504,74 @@ static int rr_each_part(struct tw_redis *r, const char *cmd, const char *suffix,
     return rc;
 }
 
+/* On one server every partition's flag in one script (atomic, and with
+ * the commands the least ACL rule already allows: SET, DEL), so that no
+ * claim sees some partitions flagged and others not. TW_ENOMEM if the
+ * argument arrays cannot be had. */
+static const char rr_pause_all_lua[] =
+    "for i = 1, #KEYS do redis.call('SET', KEYS[i], '1') end return #KEYS";
+static const char rr_resume_all_lua[] =
+    "for i = 1, #KEYS do redis.call('DEL', KEYS[i]) end return #KEYS";
+
+static int rr_all_parts(struct tw_redis *r, const char *lua)
+{
+    uint32_t P = r->cfg.partitions;
+    size_t argc = 3 + (size_t)P;
+    const char **av = malloc(argc * sizeof *av);
+    size_t *al = malloc(argc * sizeof *al);
+    char *keys = malloc((size_t)P * TW_RR_KEYBUF);
+    char nk[16];
+    int rc = TW_ENOMEM;
+    if (av && al && keys) {
+        av[0] = "EVAL";
+        al[0] = 4;
+        av[1] = lua;
+        al[1] = strlen(lua);
+        al[2] = (size_t)snprintf(nk, sizeof nk, "%u", (unsigned)P);
+        av[2] = nk;
+        for (uint32_t p = 0; p < P; p++) {
+            char *k = keys + (size_t)p * TW_RR_KEYBUF;
+            al[3 + p] = rr_part_key(r, p, ":pause", k);
+            av[3 + p] = k;
+        }
+        rc = rr_plain(r, r->slots[0], (int)argc, av, al);
+    }
+    free(av);
+    free(al);
+    free(keys);
+    return rc;
+}
+
+/* A cluster's partitions live in many slots: one command each. */
+static bool rr_one_server(struct tw_redis *r)
+{
+    pthread_mutex_lock(&r->api_mu);
+    bool one = !r->api.cluster;
+    pthread_mutex_unlock(&r->api_mu);
+    return one;
+}
+
+/* Every flag at once on one server; one partition after another on a
+ * cluster (also when the one-server call found that the server is one:
+ * a client made while it was away learns that at its first connection). */
+static int rr_flags(struct tw_redis *r, const char *lua, const char *cmd, const char *arg)
+{
+    if (r && !atomic_load(&r->closed) && rr_one_server(r)) {
+        int rc = rr_all_parts(r, lua);
+        if (rc == 0 || rr_one_server(r))
+            return rc;
+    }
+    return rr_each_part(r, cmd, ":pause", arg);
+}
+
 int tw_redis_pause(struct tw_redis *r)
 {
-    return rr_each_part(r, "SET", ":pause", "1");
+    return rr_flags(r, rr_pause_all_lua, "SET", "1");
 }
 
 int tw_redis_resume(struct tw_redis *r)
 {
-    int rc = rr_each_part(r, "DEL", ":pause", NULL);
+    int rc = rr_flags(r, rr_resume_all_lua, "DEL", NULL);
     /* every worker claims now what came due meanwhile, every partition before it
      * hands a due task over (subscriber.c, claim.c: as after a reconnect) */
     return rc ? rc : rr_each_part(r, "PUBLISH", tw_rr_suffix[5], "resume");

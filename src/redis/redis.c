@@ -246,8 +246,12 @@
  *                                              whole (LRANGE HMGET per 512: the
  *                                              due times), EXISTS (pause)
  *                                              HLEN(2) (dead letters, schedules)
- *   pause      -        1 per partition        SET {q:p}:pause                    O(P)
- *   resume     -        2 per partition        DEL, PUBLISH "resume"              O(P)
+ *   pause      -        1 (one server: EVAL    SET {q:p}:pause (each)             O(P)
+ *                       of every flag; a
+ *                       cluster: 1 per
+ *                       partition)
+ *   resume     -        as pause, + 1 per      DEL (each), PUBLISH "resume"       O(P)
+ *                       partition
  *   drop       DROP     1 + b / 1024 per       EXISTS(2) TIME; check: EXISTS      O(P + b)
  *                       partition, + 1 check   ZCARD; then per 1024 buckets       (UNLINK frees
  *                       per partition          ZRANGE UNLINK ZREM, last UNLINK    big values in

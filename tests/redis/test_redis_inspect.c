@@ -459,7 +459,10 @@ static void test_pause_resume(void)
            in.state == TW_REDIS_WAITING)
         rfx_sleep_ms(10);
     CHECK(in.state != TW_REDIS_WAITING);
+    long long ev0 = cmd_calls("eval");
     CHECK_EQ_INT(tw_redis_pause(c), 0);
+    /* one script flags every partition at once (one server) */
+    CHECK_EQ_INT((int)(cmd_calls("eval") - ev0), 1);
     CHECK_EQ_INT(tw_redis_pause(c), 0); /* idempotent */
     end = rfx_mono_ms() + 5000;
     while (rfx_mono_ms() < end && rec_count(&R) < 1)
@@ -478,7 +481,9 @@ static void test_pause_resume(void)
     CHECK_EQ_U64(q.paused, 4);
     CHECK_EQ_U64(q.waiting, 20);
     CHECK(q.lag_ms >= 1000);
+    ev0 = cmd_calls("eval");
     CHECK_EQ_INT(tw_redis_resume(c), 0);
+    CHECK_EQ_INT((int)(cmd_calls("eval") - ev0), 1); /* and clears them at once */
     end = rfx_mono_ms() + 5000;
     while (rfx_mono_ms() < end && rec_count(&R) < 21)
         rfx_sleep_ms(10);
