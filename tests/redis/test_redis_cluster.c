@@ -244,6 +244,7 @@ static void test_cluster_migrate_midrun(struct rfx_cluster *c)
     cfg.nservers = 3;
     cfg.queue = "cl";
     cfg.partitions = 16;
+    cfg.command_timeout_ms = 30000; /* a busy machine: see the setter below */
     struct tw_redis *client = NULL;
     CHECK_EQ_INT(tw_redis_new(&client, &cfg), 0);
     uint64_t *due_lo = calloc(n, sizeof *due_lo);
@@ -434,7 +435,14 @@ static void away_run(struct rfx_cluster *c, const char *queue, size_t n, uint32_
     cfg.queue = queue;
     cfg.partitions = AWAY_PARTS;
     struct tw_redis *client = NULL, *worker = NULL;
+    /* The setter's calls wait longer than the default 2 s: on a busy machine
+     * (three masters, other tests, other work) a node's share of a 20,000
+     * set_many took longer, and its TW_EUNKNOWN left the rest unset. The
+     * worker keeps the default: its waits on the away master are judged. */
+    uint32_t timeout_ms = cfg.command_timeout_ms;
+    cfg.command_timeout_ms = 30000;
     CHECK_EQ_INT(tw_redis_new(&client, &cfg), 0);
+    cfg.command_timeout_ms = timeout_ms;
     cfg.execute = away_exec;
     cfg.arg = &rec;
     cfg.threads = 2;
