@@ -7,8 +7,9 @@
  *    where CONFIG is renamed; a server turned evicting after new is refused
  *    at its next connection; in a cluster, one evicting master refuses new;
  *  - at maxmemory under noeviction, set, set_many and move give TW_EOOM
- *    (counted), remove still works, a worker drains every pending task, and
- *    a set works again afterwards;
+ *    (counted), pause too and pauses no partition of a 4-partition queue,
+ *    remove still works, a worker drains every pending task, and a set (and
+ *    a pause and resume) works again afterwards;
  *  - a lease below TW_REDIS_LEASE_MIN_MS (or 4 ticks) is TW_EINVAL;
  *  - the partition count is stored with the queue: another count is refused;
  *    the default makes 1 on one server, and takes a stored count.
@@ -243,15 +244,19 @@ static void test_oom_drains(void)
     if (!start(&s, extra))
         return;
     struct tw_redis_config c;
-    struct tw_redis *cl = NULL, *w = NULL;
+    struct tw_redis *cl = NULL, *w = NULL, *pq = NULL;
+    /* a queue of 4 partitions, made before the server fills, for pause */
+    cfg_on(&c, &s, "oomp");
+    c.partitions = 4;
+    CHECK_EQ_INT(tw_redis_new(&pq, &c), 0);
     cfg_on(&c, &s, "oom");
     CHECK_EQ_INT(tw_redis_new(&cl, &c), 0);
     struct drain *d = calloc(1, sizeof *d);
     struct tw_redis_item *items = calloc(OOM_BATCH, sizeof *items);
     char(*keys)[16] = calloc(OOM_BATCH, 16);
     char *payload = malloc(OOM_PAYLOAD);
-    CHECK(cl && d && items && keys && payload);
-    if (!cl || !d || !items || !keys || !payload)
+    CHECK(pq && cl && d && items && keys && payload);
+    if (!pq || !cl || !d || !items || !keys || !payload)
         goto out;
     memset(payload, 'x', OOM_PAYLOAD);
 
@@ -296,6 +301,12 @@ static void test_oom_drains(void)
            "%" PRIu64 " OOM refusals\n",
            filled, OOM_PAYLOAD, used, maxm, st.oom_refusals);
     CHECK(filled > 1000);
+    /* pause at maxmemory: refused, and no partition paused (one script
+     * for every flag on one server: all or nothing) */
+    struct tw_redis_counts q;
+    CHECK_EQ_INT(tw_redis_pause(pq), TW_EOOM);
+    CHECK_EQ_INT(tw_redis_counts(pq, 0, &q), 0);
+    CHECK_EQ_U64(q.paused, 0);
     /* remove frees memory: a server at maxmemory takes it */
     CHECK_EQ_INT(tw_redis_remove(cl, "t1", 2), 0);
     atomic_store(&d->seen[1], 1);
@@ -331,9 +342,16 @@ static void test_oom_drains(void)
     /* memory freed: new work is taken again */
     CHECK_EQ_INT(tw_redis_set(cl, "after", 5, payload, OOM_PAYLOAD, 0), 0);
     CHECK_EQ_INT(tw_redis_move(cl, "after", 5, 60000), 0);
+    CHECK_EQ_INT(tw_redis_pause(pq), 0);
+    CHECK_EQ_INT(tw_redis_counts(pq, 0, &q), 0);
+    CHECK_EQ_U64(q.paused, 4);
+    CHECK_EQ_INT(tw_redis_resume(pq), 0);
+    CHECK_EQ_INT(tw_redis_counts(pq, 0, &q), 0);
+    CHECK_EQ_U64(q.paused, 0);
 out:
     tw_redis_free(w);
     tw_redis_free(cl);
+    tw_redis_free(pq);
     free(payload);
     free(keys);
     free(items);
