@@ -48,8 +48,8 @@
  * as before, window/4 or more ahead (a partition's claims are at most 3/4
  * of a window apart). A share is the head of its bucket's list (the tasks
  * set into it first; LTRIM keeps the rest), not every n-th task: striding
- * would rewrite the list at every claim. Until a
- * worker has timed an execute its share is 0 and it takes whole buckets. */
+ * would rewrite the list at every claim. Until a worker has timed an
+ * execute its share is 0 and it takes whole buckets. */
 #define _GNU_SOURCE
 #include <inttypes.h>
 #include <pthread.h>

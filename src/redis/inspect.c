@@ -552,8 +552,9 @@ static bool rr_one_server(struct tw_redis *r)
 }
 
 /* Every flag at once on one server; one partition after another on a
- * cluster (also when the one-server call found that the server is one:
- * a client made while it was away learns that at its first connection). */
+ * cluster, also when the one-server call failed and its connection found a
+ * cluster (a client made while the server was away learns which it is only
+ * at its first connection). */
 static int rr_flags(struct tw_redis *r, const char *lua, const char *cmd, const char *arg)
 {
     if (r && !atomic_load(&r->closed) && rr_one_server(r)) {
