@@ -623,6 +623,56 @@ static void test_catch_up(void)
     rec_destroy(&R);
 }
 
+/* Tasks claimed ahead of their due time, a window's worth on four
+ * partitions: the refills' paced claims and the notified ones take them
+ * window/4 or more ahead, so they go straight to the worker's wheel rather
+ * than through the frontier (claim.c). One executor runs them, so the run
+ * order is observable: due order, each once, none early. */
+static void test_claimed_ahead_order(void)
+{
+    struct rec R;
+    rec_init(&R, &srv);
+    struct tw_redis_config c;
+    cfg_for(&c, "ahead_order", &R);
+    c.partitions = 4;
+    c.threads = 1;
+    struct tw_redis *w = worker_new(&c, &R);
+    if (!w)
+        return;
+    enum { N = 480, FIRST_MS = 1200, STEP_MS = 5 };
+    /* the first refill has claimed (an empty queue); the tasks come after */
+    struct tw_redis_stats st;
+    uint64_t end = rfx_mono_ms() + 3000;
+    while (tw_redis_stats(w, &st) == 0 && st.claims == 0 && rfx_mono_ms() < end)
+        rfx_sleep_ms(10);
+    for (int i = 0; i < N; i++) {
+        int j = (i * 7) % N; /* shuffled delays, 7 and N coprime */
+        char k[16];
+        int n = snprintf(k, sizeof k, "a%d", j);
+        CHECK_EQ_INT(tw_redis_set(w, k, (size_t)n, k, (size_t)n, FIRST_MS + j * STEP_MS), 0);
+    }
+    CHECK(rec_wait(&R, N, FIRST_MS + N * STEP_MS + 10000));
+    CHECK_EQ_U64(rec_count(&R), N);
+    size_t early = 0, bad_order = 0, twice = 0;
+    unsigned char seen[N] = {0};
+    for (size_t i = 0; i < rec_count(&R); i++) {
+        early += R.d[i].srv_us < R.d[i].due_ms * 1000;
+        bad_order += i > 0 && R.d[i - 1].due_ms > R.d[i].due_ms;
+        int j = atoi(R.d[i].key + 1);
+        if (j >= 0 && j < N)
+            twice += seen[j]++ != 0;
+    }
+    CHECK_EQ_U64(early, 0);
+    CHECK_EQ_U64(bad_order, 0);
+    CHECK_EQ_U64(twice, 0);
+    wait_delivered(w, N, 3000); /* counted at the acknowledgement, after execute */
+    CHECK_EQ_INT(tw_redis_stats(w, &st), 0);
+    CHECK_EQ_U64(st.delivered, N);
+    CHECK_EQ_U64(st.redelivered, 0);
+    tw_redis_free(w);
+    rec_destroy(&R);
+}
+
 /* With a long window (refills every 30 s), a task set earlier than what the
  * worker holds comes in through the notification, not a poll. */
 static void test_notification(void)
@@ -1832,6 +1882,7 @@ int main(void)
     RUN(test_stale_ack);
     RUN(test_failed_backoff);
     RUN(test_catch_up);
+    RUN(test_claimed_ahead_order);
     RUN(test_slow_backlog);
     RUN(test_notification);
     RUN(test_window_beyond_ready_cap);
