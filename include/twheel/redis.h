@@ -207,7 +207,15 @@
  * written, and fails with TW_EAUTH whose text names the first refused
  * (`NOPERM ... 'zadd {Q:0}:d:0 1 k' ...`). A rule changed later shows as
  * TW_EAUTH from the calls, or in tw_redis_worker_error for the worker's
- * threads (Redis's words in a script do not name the command there).
+ * threads (Redis's words in a script do not name the command there). Such
+ * a TW_EAUTH does not mean nothing was written: Redis keeps the writes a
+ * script made before its refused command. Taking a channel away leaves a
+ * set whole but unannounced (PUBLISH comes last: it runs by the next
+ * refill, up to window_ms / 2 late); taking a command away may leave a
+ * task half-written (a set refused at its ZADD has put the task into a
+ * due bucket the index does not list: no worker claims it, nor the tasks
+ * set into that bucket after it). Change a running queue's rule only by
+ * adding to it, or with its clients and workers stopped.
  *
  * Sentinel: tw_redis_new asks the Sentinels in turn (SENTINEL
  * get-master-addr-by-name), connects to the master they name and confirms

@@ -9,7 +9,9 @@
  *    and not one denial in the server's ACL LOG; users that lack one
  *    command, a channel or the keys: tw_redis_new fails with TW_EAUTH naming
  *    it; a command taken away while the worker runs: TW_EAUTH from the call,
- *    the worker's own error, and delivery once it is given back;
+ *    the worker's own error, and delivery once it is given back; the
+ *    channel taken away: TW_EAUTH from a set that is written whole, and
+ *    delivered by a refill;
  *  - AUTH on every connection: across a SIGKILL and restart of the server
  *    (every thread reconnects, the subscriber subscribes again), and on
  *    every node of a cluster learnt from CLUSTER SLOTS (one seed given);
@@ -421,6 +423,19 @@ static void test_acl_changed(void)
     CHECK_EQ_INT(acl_user(&s, "cq", "tw", NULL), 0);
     CHECK(got_wait(&g, 1, 10000));
     CHECK(got_has(&g, "b"));
+    /* the channel taken away: set's last command, the PUBLISH of a task due
+     * before what the worker holds, is refused; the task is written whole
+     * (redis.h) and a refill claims it */
+    CHECK_EQ_INT(acl_user(&s, "cq", "tw", (const char *[]){"resetchannels", NULL}), 0);
+    CHECK_EQ_INT(tw_redis_set(client, "c", 1, "x", 1, 300), TW_EAUTH);
+    const char *hexists[4] = {"HEXISTS", "{cq:0}:task", "c"};
+    redisReply *x = admin(&s, 3, hexists);
+    CHECK(x && x->type == REDIS_REPLY_INTEGER && x->integer == 1);
+    if (x)
+        freeReplyObject(x);
+    CHECK(got_wait(&g, 2, 10000));
+    CHECK(got_has(&g, "c"));
+    CHECK_EQ_INT(acl_user(&s, "cq", "tw", NULL), 0);
 out:
     tw_redis_free(worker);
     tw_redis_free(client);
