@@ -275,6 +275,27 @@ int rfx_signal(pid_t pid, int sig)
     return kill(pid, sig) == 0 ? 0 : -1;
 }
 
+int rfx_wait_stopped(pid_t pid, int timeout_ms)
+{
+    uint64_t end = rfx_mono_ms() + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms);
+    for (;;) {
+        int st = 0;
+        /* the group stop is reported once every thread has stopped */
+        pid_t w = waitpid(pid, &st, WNOHANG | WUNTRACED);
+        if (w == pid && WIFSTOPPED(st))
+            return 0;
+        if (w == pid || (w < 0 && errno == ECHILD)) { /* it exited: reaped here */
+            reg_drop(reg_find_pid(pid));
+            return -1;
+        }
+        if (w < 0 && errno != EINTR)
+            return -1;
+        if (rfx_mono_ms() >= end)
+            return -1;
+        rfx_sleep_ms(1);
+    }
+}
+
 int rfx_wait(pid_t pid, int timeout_ms, int *status)
 {
     uint64_t end = rfx_mono_ms() + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms);

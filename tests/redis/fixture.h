@@ -175,6 +175,10 @@ const char *rfx_tls_path(const struct rfx_tls *t, const char *name, char *buf, s
 int rfx_spawn(pid_t *out, char *const argv[], const char *log);
 /* Send a signal to a process started by rfx_spawn. */
 int rfx_signal(pid_t pid, int sig);
+/* After SIGSTOP: wait up to timeout_ms until every thread of the process
+ * has stopped (kill returns before the threads running on other CPUs do);
+ * 0 once stopped, -1 on timeout or if it exited. */
+int rfx_wait_stopped(pid_t pid, int timeout_ms);
 /* Wait up to timeout_ms for it to exit; 0 and *status (waitpid's) when it
  * did, -1 on timeout (still registered, still running). */
 int rfx_wait(pid_t pid, int timeout_ms, int *status);

@@ -27,7 +27,7 @@
  * armed or in its executors' hands, it is SIGSTOPped. Worker B runs the rest
  * once A's leases have ended; then A is SIGCONTed. A must call execute on
  * none of them after its stop: counted in its delivery records (start_us
- * after the SIGSTOP).
+ * after every thread of A had stopped).
  *
  * test_fencing_token: execute gets the lease's end and a fencing token: the
  * token grows with each delivery of a key, the lease end lies lease_ms past
@@ -489,6 +489,9 @@ static void test_fence_stopped(void)
     if (now < stop_at)
         rfx_sleep_ms((unsigned)((stop_at - now) / 1000u));
     CHECK_EQ_INT(rfx_signal(pid[0], SIGSTOP), 0);
+    /* from when every thread of A has stopped: an executor on the other CPU
+     * may start a task after kill returns, before the stop reaches it */
+    CHECK_EQ_INT(rfx_wait_stopped(pid[0], 5000), 0);
     uint64_t stop_us = rfx_realtime_us();
     /* B runs what A did not (once A's leases end), A still stopped */
     uint64_t deadline = rfx_mono_ms() + 15000;
