@@ -143,17 +143,18 @@ int rdel_load(struct rdel_set *s, const char *path, const char *prefix, uint64_t
         p += pl;
         char *end;
         d.id = strtoull(p, &end, 10);
-        unsigned long long due, start;
+        unsigned long long due, start, lease_end = 0;
         unsigned att;
         int pid;
         if (end == p || *end != ' ' || d.id >= nids ||
-            sscanf(end, " %u %llu %llu %d", &att, &due, &start, &pid) != 4) {
+            sscanf(end, " %u %llu %llu %d %llu", &att, &due, &start, &pid, &lease_end) < 4) {
             s->bad_lines++;
             continue;
         }
         d.attempt = att;
         d.due_ms = due;
         d.start_us = start;
+        d.lease_end_ms = lease_end;
         d.pid = pid;
         d.seq = seq++;
         if (s->n == s->cap) {
@@ -255,12 +256,14 @@ int rverdict_compute(struct rdel_set *s, uint64_t nids, const bool *required,
                 out->redelivered++;
             if (d != first) {
                 /* The previous holder's lease ran from its claim (at the
-                 * earliest due - window) or, once it started execute, from
-                 * that start (renewed then, by the Redis clock: 200 ms slack). */
+                 * earliest due - window) or, once started, to the end its
+                 * START granted (by the Redis clock: 200 ms slack). */
                 out->duplicates++;
                 uint64_t w = window_ms < lease_ms ? window_ms : lease_ms;
                 uint64_t earliest = (d->due_ms + lease_ms - w) * 1000u;
-                uint64_t after_prev = d[-1].start_us + (uint64_t)lease_ms * 1000u;
+                uint64_t after_prev = d[-1].lease_end_ms
+                                          ? d[-1].lease_end_ms * 1000u
+                                          : d[-1].start_us + (uint64_t)lease_ms * 1000u;
                 after_prev = after_prev > 200000u ? after_prev - 200000u : 0;
                 if (after_prev > earliest)
                     earliest = after_prev;

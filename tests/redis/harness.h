@@ -5,7 +5,7 @@
  * expired lease, lateness percentiles).
  *
  * Records are the lines redis_worker writes, one per delivery:
- *     <prefix><id> <attempt> <due_ms> <start_us> <pid>
+ *     <prefix><id> <attempt> <due_ms> <start_us> <pid> [<lease_end_ms>]
  * where <id> is a decimal task number below the test's task count.
  */
 #ifndef TWHEEL_TESTS_REDIS_HARNESS_H
@@ -49,6 +49,7 @@ struct rdel {
     int pid;
     uint64_t due_ms;   /* as reported to execute (Redis clock) */
     uint64_t start_us; /* start of execute, CLOCK_REALTIME */
+    uint64_t lease_end_ms; /* the lease's end its START granted (Redis clock); 0: not known */
     uint64_t seq;      /* position in its file (order of starts within a 1-thread worker) */
 };
 
@@ -84,8 +85,10 @@ struct rverdict {
  * correct due time (Redis TIME before the set + delay). A duplicate is
  * explained when it starts once the previous holder's lease could have run
  * out: at or after due - window_ms + lease_ms (a lease taken when the task was
- * claimed into a window) and previous start + lease_ms (the lease is renewed
- * when execute starts), less 200 ms of slack.
+ * claimed into a window) and the end of the lease the previous delivery's
+ * START granted (its lease_end_ms; where not recorded, its start + lease_ms,
+ * which a delay between the START and execute makes too late), less 200 ms
+ * of slack.
  * Sorts s. -1: out of memory. */
 int rverdict_compute(struct rdel_set *s, uint64_t nids, const bool *required,
                      const uint64_t *due_lo_ms, uint32_t lease_ms, uint32_t window_ms,

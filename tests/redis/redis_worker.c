@@ -7,10 +7,12 @@
  * before execute returns, so a SIGKILL loses no delivery that was
  * acknowledged:
  *
- *     <key> <attempt> <due_ms> <start_us> <pid>\n
+ *     <key> <attempt> <due_ms> <start_us> <pid> <lease_end_ms>\n
  *
  * (start_us: CLOCK_REALTIME at the start of execute; the servers run on the
- * same machine, so it is comparable with the Redis clock.)
+ * same machine, so it is comparable with the Redis clock. lease_end_ms: the
+ * task's lease_end_ms, the end of the lease its START granted, on the Redis
+ * clock; 0 in the poll mode, which leases nothing.)
  *
  * Modes:
  *   --mode wheel  (default) a tw_redis worker: the layer under test.
@@ -100,13 +102,14 @@ static uint64_t realtime_us(void)
 }
 
 static void record(const char *key, size_t key_len, uint32_t attempt, uint64_t due_ms,
-                   uint64_t start_us)
+                   uint64_t start_us, uint64_t lease_end_ms)
 {
-    char line[TW_REDIS_KEY_MAX + 96];
+    char line[TW_REDIS_KEY_MAX + 128];
     if (key_len > TW_REDIS_KEY_MAX)
         key_len = TW_REDIS_KEY_MAX;
-    int n = snprintf(line, sizeof line, "%.*s %" PRIu32 " %" PRIu64 " %" PRIu64 " %d\n",
-                     (int)key_len, key, attempt, due_ms, start_us, (int)self);
+    int n = snprintf(line, sizeof line,
+                     "%.*s %" PRIu32 " %" PRIu64 " %" PRIu64 " %d %" PRIu64 "\n", (int)key_len,
+                     key, attempt, due_ms, start_us, (int)self, lease_end_ms);
     if (n <= 0 || out_fd < 0)
         return;
     size_t len = (size_t)n < sizeof line ? (size_t)n : sizeof line - 1;
@@ -133,7 +136,7 @@ static enum tw_redis_result execute(void *arg, const struct tw_redis_task *t)
 {
     const struct opts *o = arg;
     uint64_t start = realtime_us();
-    record(t->key, t->key_len, t->attempt, t->due_ms, start);
+    record(t->key, t->key_len, t->attempt, t->due_ms, start, t->lease_end_ms);
     busy_us(o->exec_us);
     size_t fl = o->fail_prefix ? strlen(o->fail_prefix) : 0;
     if (fl && t->key_len >= fl && memcmp(t->key, o->fail_prefix, fl) == 0) {
@@ -386,7 +389,7 @@ static int run_poll(const struct opts *o, const sigset_t *set)
                     const char *bar = memchr(m, '|', ml);
                     size_t kl = bar ? (size_t)(bar - m) : ml;
                     uint64_t due = strtoull(r->element[i + 1]->str, NULL, 10);
-                    record(m, kl, 1, due, start);
+                    record(m, kl, 1, due, start, 0);
                     busy_us(o->exec_us);
                     n++;
                 }
