@@ -20,4 +20,9 @@ if(TWHEEL_BUILD_REDIS AND TARGET twheel_redis)
     target_compile_definitions(w7_redis PRIVATE W7_TLS)
   endif()
   add_dependencies(w7_redis w7_worker)
+  # what one START call costs Redis: per call and per task started
+  add_executable(w7_start ${CMAKE_CURRENT_LIST_DIR}/w7_start.c ${TWHEEL_W7_RFX}/fixture.c)
+  target_include_directories(w7_start PRIVATE ${TWHEEL_W7_RFX} ${PROJECT_SOURCE_DIR}/include
+    ${PROJECT_SOURCE_DIR}/src ${TWHEEL_HIREDIS_INCLUDE_DIR})
+  target_link_libraries(w7_start PRIVATE twheel_redis ${TWHEEL_HIREDIS_LIBRARY} Threads::Threads)
 endif()
