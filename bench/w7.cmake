@@ -24,5 +24,5 @@ if(TWHEEL_BUILD_REDIS AND TARGET twheel_redis)
   add_executable(w7_start ${CMAKE_CURRENT_LIST_DIR}/w7_start.c ${TWHEEL_W7_RFX}/fixture.c)
   target_include_directories(w7_start PRIVATE ${TWHEEL_W7_RFX} ${PROJECT_SOURCE_DIR}/include
     ${PROJECT_SOURCE_DIR}/src ${TWHEEL_HIREDIS_INCLUDE_DIR})
-  target_link_libraries(w7_start PRIVATE twheel_redis ${TWHEEL_HIREDIS_LIBRARY} Threads::Threads)
+  target_link_libraries(w7_start PRIVATE twheel_redis ${TWHEEL_HIREDIS_LIBRARY} Threads::Threads m)
 endif()

@@ -29,27 +29,13 @@
 
 #include <hiredis/hiredis.h>
 
+#include "bench_util.h" /* xorshift64, median */
 #include "fixture.h"
 #include "redis/internal.h" /* tw_rr_scripts: the START the library sends */
 
 #define KMAX 32
 static const int kinds[] = {0, 1, 8, 32}; /* 0: the script that returns at once */
 #define NKINDS (sizeof kinds / sizeof kinds[0])
-
-static uint64_t rng = 0x9e3779b97f4a7c15u;
-static uint64_t next_rand(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 static int load(redisContext *c, const char *body, char sha[41])
 {
@@ -75,7 +61,7 @@ static int server_cpu(const struct rfx_server *s, double *out)
 
 /* C calls, each starting k random keys (k = 0: the no-op with 8 keys' arguments). */
 static int run(redisContext *c, const struct rfx_server *s, const char *sha, const char *nop,
-               int k, uint64_t n, int calls, double *us_per_call)
+               int k, uint64_t n, int calls, uint64_t *rng, double *us_per_call)
 {
     int nk = k ? k : 8;
     const char *av[3 + 6 + 3 * KMAX];
@@ -106,7 +92,7 @@ static int run(redisContext *c, const struct rfx_server *s, const char *sha, con
         return -1;
     for (int i = 0; i < calls; i++) {
         for (int j = 0; j < nk; j++) { /* distinct within a call: consecutive from a draw */
-            uint64_t id = next_rand() % (n - (uint64_t)nk) + (uint64_t)j;
+            uint64_t id = xorshift64(rng) % (n - (uint64_t)nk) + (uint64_t)j;
             snprintf(keys[j], sizeof keys[j], "k:%013" PRIu64, id);
             al[first_key + 3 * j] = 15;
         }
@@ -182,10 +168,11 @@ int main(int argc, char **argv)
     if (!filled)
         goto out;
     double v[NKINDS][99];
+    uint64_t rng = UINT64_C(0x9e3779b97f4a7c15);
     for (int round = 0; round < rounds; round++)
         for (size_t x = 0; x < NKINDS; x++) {
             size_t kx = round % 2 ? NKINDS - 1 - x : x; /* alternate the order */
-            if (run(c, &s, sha, nop, kinds[kx], n, calls, &v[kx][round]))
+            if (run(c, &s, sha, nop, kinds[kx], n, calls, &rng, &v[kx][round]))
                 goto out;
         }
     double med[NKINDS];
@@ -193,8 +180,7 @@ int main(int argc, char **argv)
            "Redis CPU us a call (median, min-max)\n",
            n, calls, rounds);
     for (size_t x = 0; x < NKINDS; x++) {
-        qsort(v[x], (size_t)rounds, sizeof v[x][0], cmp_double);
-        med[x] = v[x][(rounds - 1) / 2];
+        med[x] = median(v[x], (size_t)rounds); /* sorts v[x] */
         if (kinds[x])
             printf("  START of %2d: %7.1f (%.1f-%.1f), %.2f a start\n", kinds[x], med[x], v[x][0],
                    v[x][rounds - 1], med[x] / kinds[x]);
