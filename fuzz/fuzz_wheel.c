@@ -6,7 +6,8 @@
  * model of tests/wheel_model.h, which aborts at the first disagreement,
  * a fire early or late, or an advance that moved more timers than wheel.h
  * allows (tw_wheel_lazy_moves_max and the descents toward the timers' own
- * deadlines).
+ * deadlines), or an exact lazy arm that moved more than
+ * TW_WHEEL_REARM_MOVES_MAX (its walk step).
  *
  * Layout: byte 0 timer count (1..64), byte 1 starting time class, byte 2
  * callback actions (low 2 bits) and heartbeat mode (bits 2-3: 2 and 3 arm

@@ -9,7 +9,9 @@
  * timers back past the few slots they share.
  * Every advance is held to the moves wheel.h allows
  * (tw_wheel_lazy_moves_max plus the descents toward the timers' own
- * deadlines); the most moves one advance made are printed per run.
+ * deadlines), and every exact lazy arm to TW_WHEEL_REARM_MOVES_MAX (its
+ * walk step); the most moves one advance and one arm
+ * made are printed per run.
  *
  * Usage: test_wheel_model [ops] [seed]   (defaults: 1200000, fixed seed)
  */
@@ -63,10 +65,11 @@ int main(int argc, char **argv)
         model_advance(&m, UINT64_MAX, 0);
         model_check_all(&m);
         printf("run %zu: start %llu, %zu timers, cluster %llu, %llu fires, %llu moves (at most "
-               "%llu in one advance), ends at %llu\n",
+               "%llu in one advance; %llu by lazy arms, at most %llu in one), ends at %llu\n",
                k, (unsigned long long)runs[k].start, m.n, (unsigned long long)runs[k].cluster,
                (unsigned long long)m.total_fires, (unsigned long long)tw_wheel_moves(&m.wheel),
-               (unsigned long long)m.most_moves, (unsigned long long)m.wheel.now);
+               (unsigned long long)m.most_moves, (unsigned long long)m.rearm_moves,
+               (unsigned long long)m.most_rearm, (unsigned long long)m.wheel.now);
         total_fires += m.total_fires;
     }
     printf("%llu operations, %llu fires checked against the model\n", (unsigned long long)ops,

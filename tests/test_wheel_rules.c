@@ -1025,7 +1025,10 @@ static void test_walk_stages_due_timers(void)
  * leave their slots behind again and again; no advance may move more than
  * tw_wheel_lazy_moves_max(N, 1) of them (no timer here goes down a level
  * toward its own deadline: each is re-armed long before), where moving them
- * when their shared slot came due took all N in one advance. */
+ * when their shared slot came due took all N in one advance. No re-arm
+ * moves more than TW_WHEEL_REARM_MOVES_MAX, and the re-arms' steps take
+ * most of the walks' moves off the ticks (each eighth re-arm while a walk
+ * has timers left: eight a re-arm, ahead of any walk's pace here). */
 static void test_lazy_rearm_moves_spread(void)
 {
     enum { N = 20000, TIMEOUT = 30000, TICKS = 2 * TIMEOUT + 1000 };
@@ -1041,6 +1044,7 @@ static void test_lazy_rearm_moves_spread(void)
         p[i].value = TIMEOUT; /* its deadline */
     }
     uint64_t s = 28, most = 0, bound = tw_wheel_lazy_moves_max(N, 1);
+    uint64_t rearm_moves = 0, rearm_most = 0;
     for (uint64_t t = 1; t <= TICKS; t++) {
         uint64_t before = tw_wheel_moves(&w);
         CHECK_EQ_INT(tw_wheel_advance(&w, t), 0);
@@ -1049,14 +1053,23 @@ static void test_lazy_rearm_moves_spread(void)
         for (int k = 0; k < N / 300; k++) {
             s = s * 6364136223846793005u + 1442695040888963407u;
             struct probe *x = &p[(s >> 33) % N];
+            before = tw_wheel_moves(&w);
             tw_arm(&w, &x->timer, t + TIMEOUT, 0, 0);
+            moved = tw_wheel_moves(&w) - before;
+            rearm_moves += moved;
+            rearm_most = moved > rearm_most ? moved : rearm_most;
             x->value = t + TIMEOUT;
         }
     }
-    printf("  most moves in one advance %llu (bound %llu), %.2f moves a timer\n",
-           (unsigned long long)most, (unsigned long long)bound, (double)tw_wheel_moves(&w) / N);
+    printf("  most moves in one advance %llu (bound %llu), in one re-arm %llu (bound %d), "
+           "%.2f moves a timer, %.0f%% of them by re-arms\n",
+           (unsigned long long)most, (unsigned long long)bound, (unsigned long long)rearm_most,
+           TW_WHEEL_REARM_MOVES_MAX, (double)tw_wheel_moves(&w) / N,
+           100.0 * (double)rearm_moves / (double)tw_wheel_moves(&w));
     CHECK(most <= bound);
     CHECK(most < N / 4);
+    CHECK(rearm_most <= TW_WHEEL_REARM_MOVES_MAX);
+    CHECK(rearm_moves * 2 > tw_wheel_moves(&w)); /* most of them off the ticks */
     CHECK(tw_wheel_moves(&w) >= N); /* the moves were made, spread */
     int64_t fired = 0;
     while (tw_wheel_pending(&w))

@@ -71,6 +71,8 @@ struct model {
     int advancing;         /* inside model_advance */
     uint64_t allowed;      /* moves the running advance may add for its callbacks */
     uint64_t most_moves;   /* the most moves one advance made */
+    uint64_t rearm_moves;  /* moves made by exact lazy arms (their walk steps) */
+    uint64_t most_rearm;   /* the most moves one of them made */
 };
 
 #define MODEL_REQUIRE(m, cond, ...)                                          \
@@ -199,6 +201,8 @@ static inline void model_init(struct model *m, size_t n, uint64_t start, uint64_
     m->advancing = 0;
     m->allowed = 0;
     m->most_moves = 0;
+    m->rearm_moves = 0;
+    m->most_rearm = 0;
     for (size_t i = 0; i < n; i++) {
         m->timers[i].model = m;
         m->timers[i].armed = 0;
@@ -349,6 +353,17 @@ static void model_op(struct model *m, uint64_t r)
                      : tw_arm(&m->wheel, &mt->timer, deadline, slack, flags);
         MODEL_REQUIRE(m, !eager || tw_wheel_moves(&m->wheel) == moves,
                       "an eager arm of timer %zu counted a move", id);
+        /* an exact lazy arm moves only what its walk step takes (none from
+         * an advance's callback), TW_WHEEL_REARM_MOVES_MAX at most */
+        if (!eager && slack == 0) {
+            uint64_t moved = tw_wheel_moves(&m->wheel) - moves;
+            MODEL_REQUIRE(m, moved <= TW_WHEEL_REARM_MOVES_MAX,
+                          "a lazy arm of timer %zu moved %" PRIu64 " timers", id, moved);
+            if (m->advancing) /* a pull's callback: its step, not the advance's */
+                m->allowed += moved;
+            m->rearm_moves += moved;
+            m->most_rearm = moved > m->most_rearm ? moved : m->most_rearm;
+        }
         if (now == UINT64_MAX) {
             MODEL_REQUIRE(m, rc == TW_ERANGE, "arm at the end of time returned %d", rc);
             break;

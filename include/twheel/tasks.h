@@ -96,7 +96,9 @@ struct tw_tasks_config {
      * key, and their batched forms) relocates its wheel node at once
      * (tw_arm with TW_ARM_EAGER): a re-arm costs more, the advances
      * after it less. 0 (the default): lazy, a re-arm to a later tick is one
-     * store and a later advance moves the task. When tasks fire does not
+     * store, and the task is moved later by a walk of its slot, which later
+     * lazy re-arms (up to TW_WHEEL_REARM_MOVES_MAX tasks, one in eight) and
+     * advances take steps of (twheel/wheel.h). When tasks fire does not
      * change. Arms with slack relocate at once either way. */
     int eager_rearm;
 };

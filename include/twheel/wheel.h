@@ -19,11 +19,11 @@
  *    callback may arm, cancel or re-arm any timer of the wheel, itself
  *    included; a timer it cancels or re-arms obeys its new state at once.
  *  - Re-arm, lazy or eager (both exact; pick per call): by default a re-arm
- *    to a later deadline costs one store into the timer, and an advance
- *    moves the timer later, in the ticks before the slot it waits in comes
- *    due, a bounded number at a time ("Moves per advance" below; the
- *    cheapest in total: a heartbeat re-arming a 30 s timeout every 3 s
- *    moves it about twice a minute). Only a timer whose slot is that near
+ *    to a later deadline costs one store into the timer, and the timer is
+ *    moved later, by the walk ahead of the slot it waits in, before that
+ *    slot comes due, a bounded number at a time ("Moves per advance"
+ *    below; the cheapest in total: a heartbeat re-arming a 30 s timeout
+ *    every 3 s moves it about twice a minute). Only a timer whose slot is that near
  *    (due within its walk's TW_WHEEL_WALK_TICKS, or within 64 ticks) is
  *    relocated at once. With TW_ARM_EAGER it is relocated at once, about
  *    twice the cost, and no advance moves it for that re-arm. tw_wheel_moves
@@ -64,8 +64,13 @@
  * of the pending timers over those ticks; a walk of a slot above level 1
  * takes the slot's other timers down a level as it goes, where the level
  * below has room (always above level 2; at level 2, into the level-1 slots
- * already past). So one advance that takes time k ticks forward, with at
- * most n timers pending, moves at most tw_wheel_lazy_moves_max(n, k) timers
+ * already past). The walks move on in two ways: while a walk has timers
+ * left, one in eight lazy re-arms that push a timer back takes up to
+ * TW_WHEEL_REARM_MOVES_MAX (64) of them off it (not from inside a
+ * callback of tw_wheel_advance), and the advances take what the pace
+ * asks beyond what those steps took. So one advance that takes time k
+ * ticks forward, with at most n timers pending, moves at most
+ * tw_wheel_lazy_moves_max(n, k) timers
  * for walks, about (k + 8) (n / 54 + 10), and takes at most that many off
  * the walked slots; besides them it moves only timers going down a level
  * toward their own deadlines (at most once per level each, as above: what
@@ -75,18 +80,22 @@
  * when a walk's window opens or its pace is due (once every 64 ticks, more
  * often while a walk runs).
  *
- * What the bound costs: nothing per re-arm (a heartbeat stays one store),
- * and no extra moves (a timer pushed back moves once per slot its deadline
- * outruns, about 60 / timeout times a minute: twice for a 30 s timeout,
- * walked or not). A walked slot's timers are each read once by its walk;
- * only a level-1 walk's, and a level-2 walk's due above now's level-1
- * slot, go back into their slot and are read again when it comes due (the
- * cost of a level-1 walk is its 64-tick slot's). The moves are the
- * advances' work, not the re-arms': with 10^6 heartbeat timers each move is
- * a cache miss (about one random read), and they make the mean advance of
- * a tick-by-tick loop dearer than an eager re-arm's, whose heartbeats
- * relocate the timers themselves (TW_ARM_EAGER: about 1.7x the heartbeat).
- */
+ * What the bound costs: no extra moves (a timer pushed back moves once per
+ * slot its deadline outruns, about 60 / timeout times a minute: twice for
+ * a 30 s timeout, walked or not), and a heartbeat's own timer stays one
+ * store. A walked slot's timers are each read once by its walk; only a
+ * level-1 walk's, and a level-2 walk's due above now's level-1 slot, go
+ * back into their slot and are read again when it comes due (the cost of a
+ * level-1 walk is its 64-tick slot's). With 10^6 heartbeat timers each
+ * move is a cache miss (about one random read). Where re-arms are frequent
+ * (a heartbeat workload re-arms far more often than its timers move) their
+ * steps take nearly all the moves, so the ticks are left with the fires
+ * and the cascades, as with an eager re-arm, and one re-arm in eight, while
+ * a walk runs, costs up to 64 moves (a few microseconds at 10^6 timers);
+ * where they are rare, the advances make the moves at the walks' pace.
+ * TW_ARM_EAGER relocates the timer in the re-arm itself (about 1.7x the
+ * lazy heartbeat) and moves no other timer.
+  */
 #ifndef TWHEEL_WHEEL_H
 #define TWHEEL_WHEEL_H
 
@@ -170,12 +179,14 @@ struct tw_wheel {
     uint64_t walk_rate[TW_WHEEL_LEVELS]; /**< private */
     uint64_t walk_time[TW_WHEEL_LEVELS]; /**< private */
     uint64_t walked[TW_WHEEL_LEVELS];    /**< private */
+    uint64_t walk_ahead[TW_WHEEL_LEVELS]; /**< private */
     uint64_t near_top;                   /**< private */
     uint64_t pushed_at;                  /**< private */
     uint64_t near_until;                 /**< private */
     uint64_t upper_until;                /**< private */
     uint64_t wake;                       /**< private */
     uint32_t walking;                    /**< private */
+    uint32_t pushes;                     /**< private */
     uint8_t walk_slot[TW_WHEEL_LEVELS];  /**< private */
     struct tw_node *ready;              /**< private */
     uint64_t now;                       /**< private: read it with tw_wheel_now */
@@ -259,6 +270,11 @@ TW_API uint64_t tw_wheel_moves(const struct tw_wheel *w);
 /** How far, in ticks of its pace, a walk ahead may fall behind it: it moves
  * on a batch at a time, at least every this many ticks. */
 #define TW_WHEEL_WALK_LAG 8
+/** The most timers one lazy re-arm moves: while a walk ahead has timers
+ * left, one in eight re-arms that push a timer back also takes up to this
+ * many off the walk ("Moves per advance" above); not from a callback of
+ * tw_wheel_advance. */
+#define TW_WHEEL_REARM_MOVES_MAX 64
 
 /** The most timers one advance moves for lazy re-arms ("Moves per advance"
  * above): an advance (or the pulls of one `now`, up to the one returning

@@ -111,6 +111,7 @@ static void walk_start(struct tw_wheel *w, unsigned level, unsigned slot, uint64
     }
     w->walk_rate[level] = w->pending / walk_window(level) + 1;
     w->walk_time[level] = from;
+    w->walk_ahead[level] = 0;
     w->walked[level] = tick;
     w->walk_slot[level] = (uint8_t)slot;
     w->walking |= UINT32_C(1) << level;
@@ -215,6 +216,26 @@ static __attribute__((noinline)) void walks_due(struct tw_wheel *w, uint64_t lim
         unsigned level = (unsigned)__builtin_ctz(ls);
         if (w->walked[level] <= limit)
             w->moves += walk_on(w, level, UINT64_MAX);
+    }
+}
+
+/* A lazy re-arm's step (arm_node_exact, every REARM_WALK_EVERY-th push
+ * while a walk runs): take up to TW_WHEEL_REARM_MOVES_MAX timers off the
+ * walk of the lowest level that has some left (its slot comes due first),
+ * counted ahead of its pace (walk_ahead), so that the advances take only
+ * what the pushes did not. Taking timers ahead of the pace is always
+ * right: the walked slot is near from its window's start, so nothing is
+ * pushed into it behind the walk. */
+void tw_walk_step_(struct tw_wheel *w)
+{
+    for (uint32_t ls = w->walking; ls; ls &= ls - 1) {
+        unsigned level = (unsigned)__builtin_ctz(ls);
+        struct tw_node *const *left = w->walk[level - 1];
+        if (!(left[0] || left[1] || left[2] || left[3]))
+            continue; /* a walk that staged: it ends when its slot comes due */
+        w->moves += walk_on(w, level, TW_WHEEL_REARM_MOVES_MAX);
+        w->walk_ahead[level] += TW_WHEEL_REARM_MOVES_MAX;
+        return;
     }
 }
 
@@ -326,8 +347,12 @@ void tw_time_moved_(struct tw_wheel *w)
         /* a whole window's worth takes every timer: no need to count */
         uint64_t budget = ticks >= walk_window(level) ? UINT64_MAX : rate * ticks;
         if (budget >= WALK_BATCH || ticks >= TW_WHEEL_WALK_LAG) {
+            /* what the re-arms' steps took counts against the pace */
+            uint64_t ahead = w->walk_ahead[level];
             w->walk_time[level] = now;
-            moved += walk_on(w, level, budget);
+            w->walk_ahead[level] = budget > ahead ? 0 : ahead - budget;
+            if (budget > ahead)
+                moved += walk_on(w, level, budget == UINT64_MAX ? budget : budget - ahead);
             ticks = 0;
         }
         struct tw_node *const *left = w->walk[level - 1];

@@ -35,8 +35,9 @@
  * only stores the deadline (push_lazily): the timer stays in the slot of its
  * older one, pushed back past it, and is moved for its deadline later, by
  * the walk ahead of that slot (below) or when the slot comes due. Re-arming
- * earlier unlinks and re-inserts at once. One store per later re-arm: the
- * lowest total cost. A timer whose slot is near, due within its walk window
+ * earlier unlinks and re-inserts at once. One store into the timer per
+ * later re-arm (and, one push in eight while a walk runs, a step of that
+ * walk: below): the lowest total cost. A timer whose slot is near, due within its walk window
  * (so the walk may have passed it), or at level 0 (due within 64 ticks: no
  * time to walk it), or in a level-1 slot with sub-lists (which go down
  * whole, not walked), is relocated at once instead, as an eager re-arm;
@@ -69,7 +70,18 @@
  * re-arm pushes a timer into it behind the walk, and timers armed into X
  * meanwhile are placed for their deadlines. A walk moves on once its pace
  * has earned a batch of 256 (or every TW_WHEEL_WALK_LAG ticks if slower):
- * the call and setup cost more than a few timers. A walk starts only if a
+ * the call and setup cost more than a few timers. The re-arms take steps
+ * of it too (tw_walk_step_): while a walk has timers left, one lazy push in
+ * REARM_WALK_EVERY (8) takes TW_WHEEL_REARM_MOVES_MAX (64) off the walk of
+ * the lowest level, counted in walk_ahead, and an advance takes only what
+ * the pace asks beyond them. Why: the moves are the pushes' doing, and
+ * made by the ticks they made the mean tick of a heartbeat loop at 10^6
+ * timers dearer than an eager re-arm's, each move a cache miss; made by
+ * the pushes, a push costs one store almost always, a few microseconds
+ * once in eight while a walk runs, and the ticks are left with the fires
+ * and the cascades. Taking timers ahead of the pace is right at any time:
+ * the walked slot is near from its window's start. Callbacks of an advance
+ * take no steps (the advance running walks at its pace). A walk starts only if a
  * push may have left a timer in X: the last push (pushed_at) came after X's
  * block of the level above began (before, no slot of it existed; a timer
  * pushed earlier came into it placed for its deadline), and X was not
@@ -169,6 +181,10 @@
  *   pushed_at                  the time of the last push (UINT64_MAX: none)
  *   walk_rate, walk_time       a walk's pace (timers a tick) and the tick
  *                              it has taken timers up to
+ *   walk_ahead[level]          timers the re-arms' steps took off the walk
+ *                              since walk_time, ahead of its pace
+ *   pushes                     lazy pushes while a walk ran (one in
+ *                              REARM_WALK_EVERY takes a step)
  *   walked[level], walk_slot   the tick and the index of the slot the
  *                              level's walk takes (or last took) from
  *   walking                    bit l set <=> level l's walk is under way
