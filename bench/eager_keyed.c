@@ -10,9 +10,12 @@
  * by T / 8, tick by tick (a tick-driven loop). Lazy re-arm leaves each moved
  * task to be relocated by the advance that reaches its old slot; eager
  * relocates it inside move, so the advances only fire. No task fires during
- * the rounds; at the end everything fires.
+ * the rounds; at the end everything fires. With --spread a round's moves
+ * are spread over its ticks instead (N / (T / 8) before each tick, single
+ * calls), as W2's heartbeats are: then the lazy moves take steps of the
+ * walks (twheel/wheel.h, TW_WHEEL_REARM_MOVES_MAX).
  *
- * Usage: eager_keyed [N (default 1e5)] [rounds (default 16)] [--eager] [--batched]
+ * Usage: eager_keyed [N (default 1e5)] [rounds (default 16)] [--eager] [--batched | --spread]
  * Count: valgrind --tool=callgrind --toggle-collect=tw_tasks_move_int \
  *          --toggle-collect=tw_tasks_move_many --toggle-collect=tw_tasks_advance \
  *          eager_keyed ...   and callgrind_annotate --inclusive=yes.
@@ -45,16 +48,18 @@ static uint64_t mix(uint64_t x)
 int main(int argc, char **argv)
 {
     size_t n = 100000, rounds = 16;
-    int eager = 0, batched = 0, npos = 0;
+    int eager = 0, batched = 0, spread = 0, npos = 0;
     for (int a = 1; a < argc; a++) {
         if (strcmp(argv[a], "--eager") == 0)
             eager = 1;
         else if (strcmp(argv[a], "--batched") == 0)
             batched = 1;
+        else if (strcmp(argv[a], "--spread") == 0)
+            spread = 1;
         else if (argv[a][0] != '-' && npos < 2)
             *(npos++ == 0 ? &n : &rounds) = (size_t)atof(argv[a]);
         else {
-            fprintf(stderr, "usage: eager_keyed [N] [rounds] [--eager] [--batched]\n");
+            fprintf(stderr, "usage: eager_keyed [N] [rounds] [--eager] [--batched | --spread]\n");
             return 2;
         }
     }
@@ -84,10 +89,12 @@ int main(int argc, char **argv)
         }
         if (batched)
             tw_tasks_move_many(t, it, n);
-        else
+        else if (!spread)
             for (size_t i = 0; i < n; i++)
                 tw_tasks_move_int(t, it[i].key_int, it[i].delay_ticks);
         for (uint64_t k = 0; k < STEP; k++) {
+            for (size_t i = spread ? k * n / STEP : 0; spread && i < (k + 1) * n / STEP; i++)
+                tw_tasks_move_int(t, it[i].key_int, it[i].delay_ticks);
             uint64_t a = cpu_now_ns();
             tw_tasks_advance(t, tw_tasks_now(t) + 1);
             a = cpu_now_ns() - a;
@@ -99,7 +106,10 @@ int main(int argc, char **argv)
     uint64_t t1 = cpu_now_ns();
     printf("eager_keyed: N %zu, %zu rounds, %s, %s: %llu fired during the rounds, %llu in "
            "all; %.1f ms CPU, the dearest tick %.1f us\n",
-           n, rounds, eager ? "eager" : "lazy", batched ? "move_many" : "single moves",
+           n, rounds, eager ? "eager" : "lazy",
+           batched  ? "move_many"
+           : spread ? "single moves between the ticks"
+                    : "single moves",
            (unsigned long long)rounds_fired, (unsigned long long)fired, (double)(t1 - t0) / 1e6,
            (double)worst / 1e3);
     tw_tasks_free(t);
