@@ -23,11 +23,11 @@
  *    moved later, by the walk ahead of the slot it waits in, before that
  *    slot comes due, a bounded number at a time ("Moves per advance"
  *    below; the cheapest in total: a heartbeat re-arming a 30 s timeout
- *    every 3 s moves it about twice a minute). Only a timer whose slot is that near
- *    (due within its walk's TW_WHEEL_WALK_TICKS, or within 64 ticks) is
- *    relocated at once. With TW_ARM_EAGER it is relocated at once, about
- *    twice the cost, and no advance moves it for that re-arm. tw_wheel_moves
- *    counts the moves.
+ *    every 3 s moves it about twice a minute). Only a timer whose slot is
+ *    that near (due within its walk's TW_WHEEL_WALK_TICKS, or within 64
+ *    ticks) is relocated at once. With TW_ARM_EAGER it is relocated at
+ *    once, about twice the cost, and no advance or re-arm moves it for
+ *    that re-arm. tw_wheel_moves counts the moves.
  *  - Slack (opt-in per arm: the `slack` argument, or TW_ARM_SLACK): a timer
  *    armed at D with slack S fires at some tick P in [D, D + S] (saturating),
  *    never outside it; tw_deadline reports P, and timers with overlapping
@@ -95,7 +95,7 @@
  * where they are rare, the advances make the moves at the walks' pace.
  * TW_ARM_EAGER relocates the timer in the re-arm itself (about 1.7x the
  * lazy heartbeat) and moves no other timer.
-  */
+ */
 #ifndef TWHEEL_WHEEL_H
 #define TWHEEL_WHEEL_H
 
