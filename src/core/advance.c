@@ -230,8 +230,7 @@ void tw_walk_step_(struct tw_wheel *w)
 {
     for (uint32_t ls = w->walking; ls; ls &= ls - 1) {
         unsigned level = (unsigned)__builtin_ctz(ls);
-        struct tw_node *const *left = w->walk[level - 1];
-        if (!(left[0] || left[1] || left[2] || left[3]))
+        if (!walk_left(w, level))
             continue; /* a walk that staged: it ends when its slot comes due */
         w->moves += walk_on(w, level, TW_WHEEL_REARM_MOVES_MAX);
         w->walk_ahead[level] += TW_WHEEL_REARM_MOVES_MAX;
@@ -355,8 +354,7 @@ void tw_time_moved_(struct tw_wheel *w)
                 moved += walk_on(w, level, budget == UINT64_MAX ? budget : budget - ahead);
             ticks = 0;
         }
-        struct tw_node *const *left = w->walk[level - 1];
-        if ((w->walking >> level & 1) && (left[0] || left[1] || left[2] || left[3])) {
+        if ((w->walking >> level & 1) && walk_left(w, level)) {
             uint64_t every = (WALK_BATCH - 1) / rate + 1;
             uint64_t next = now + (every < TW_WHEEL_WALK_LAG ? every : TW_WHEEL_WALK_LAG) - ticks;
             wake = next < wake ? next : wake;

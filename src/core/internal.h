@@ -89,6 +89,13 @@ static inline bool level1_slot_empty(const struct tw_wheel *w, size_t slot)
     return true;
 }
 
+/* Whether the walk of `level` (advance.c) has timers left to take. */
+static inline bool walk_left(const struct tw_wheel *w, unsigned level)
+{
+    struct tw_node *const *walk = w->walk[level - 1];
+    return walk[0] || walk[1] || walk[2] || walk[3];
+}
+
 /* Whether a walk ahead (advance.c) holds chains taken from `slot` of
  * `level` (its walk_slot), or staged timers it took from there: then the
  * slot is not empty.

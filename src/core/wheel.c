@@ -37,10 +37,11 @@
  * the walk ahead of that slot (below) or when the slot comes due. Re-arming
  * earlier unlinks and re-inserts at once. One store into the timer per
  * later re-arm (and, one push in eight while a walk runs, a step of that
- * walk: below): the lowest total cost. A timer whose slot is near, due within its walk window
- * (so the walk may have passed it), or at level 0 (due within 64 ticks: no
- * time to walk it), or in a level-1 slot with sub-lists (which go down
- * whole, not walked), is relocated at once instead, as an eager re-arm;
+ * walk: below): the lowest total cost. A timer whose slot is near, due
+ * within its walk window (so the walk may have passed it), or at level 0
+ * (due within 64 ticks: no time to walk it), or in a level-1 slot with
+ * sub-lists (which go down whole, not walked), is relocated at once
+ * instead, as an eager re-arm;
  * "near" is a limit per highest differing bit of D and now (near[b]: the
  * last near tick of D's level), and one comparison with the highest limit
  * of the levels that hold timers (near_top) clears most heartbeats without
@@ -81,11 +82,11 @@
  * once in eight while a walk runs, and the ticks are left with the fires
  * and the cascades. Taking timers ahead of the pace is right at any time:
  * the walked slot is near from its window's start. Callbacks of an advance
- * take no steps (the advance running walks at its pace). A walk starts only if a
- * push may have left a timer in X: the last push (pushed_at) came after X's
- * block of the level above began (before, no slot of it existed; a timer
- * pushed earlier came into it placed for its deadline), and X was not
- * walked already (walked). Exact timers nobody re-arms (W3, W4) are never
+ * take no steps (the advance running walks at its pace). A walk starts
+ * only if a push may have left a timer in X: the last push (pushed_at)
+ * came after X's block of the level above began (before, no slot of it
+ * existed; a timer pushed earlier came into it placed for its deadline),
+ * and X was not walked already (walked). Exact timers nobody re-arms (W3, W4) are never
  * walked. A walk of a level L >= 2 takes X's other timers (due in X) down a
  * level as it goes, into the level-(L - 1) slots of their deadlines, which
  * are free until X comes due (all of them above level 2, the level-1 slots
