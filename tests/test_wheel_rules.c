@@ -1085,6 +1085,81 @@ static void test_lazy_rearm_moves_spread(void)
     free(p);
 }
 
+/* A re-arm from a callback of tw_wheel_advance takes no step of a walk
+ * (the advance running walks at its pace); the same re-arms outside it do.
+ * Group a (2,000 timers at 30000, pushed back once) makes the walk of the
+ * level-2 slot of 28672 run from tick 27648; group b (1,024 timers at
+ * 60000, in a slot not near) is pushed back from a callback at 27701, then
+ * again from outside. */
+enum { STEP_A = 2000, STEP_B = 1024 };
+static struct probe *step_b;
+static uint64_t step_moves_in_callback;
+
+static void push_group_b(struct probe *self)
+{
+    for (size_t i = 0; i < STEP_B; i++) {
+        uint64_t before = tw_wheel_moves(self->wheel);
+        CHECK_EQ_INT(tw_arm(self->wheel, &step_b[i].timer, 61000 + i, 0, 0), 0);
+        step_moves_in_callback += tw_wheel_moves(self->wheel) - before;
+    }
+}
+
+static void test_rearm_steps_not_from_callbacks(void)
+{
+    struct tw_wheel w;
+    struct probe *a = calloc(STEP_A, sizeof *a), *b = calloc(STEP_B, sizeof *b), trigger;
+    CHECK(a != NULL && b != NULL);
+    if (!a || !b) {
+        free(a);
+        free(b);
+        return;
+    }
+    tw_wheel_init(&w, 0);
+    for (size_t i = 0; i < STEP_A; i++) {
+        probe_init(&a[i], &w);
+        tw_arm(&w, &a[i].timer, 30000, 0, 0);
+    }
+    for (size_t i = 0; i < STEP_B; i++) {
+        probe_init(&b[i], &w);
+        tw_arm(&w, &b[i].timer, 60000, 0, 0);
+    }
+    CHECK_EQ_INT(tw_wheel_advance(&w, 1), 0);
+    for (size_t i = 0; i < STEP_A; i++) /* lazy pushes: the slot of 28672 is walked */
+        tw_arm(&w, &a[i].timer, 50000, 0, 0);
+    probe_init(&trigger, &w);
+    trigger.action = push_group_b;
+    step_b = b;
+    step_moves_in_callback = 0;
+    tw_arm(&w, &trigger.timer, 27701, 0, 0);
+    for (uint64_t t = 2; t <= 27701; t++)
+        tw_wheel_advance(&w, t);
+    CHECK_EQ_INT(trigger.fires, 1);
+    CHECK_EQ_U64(step_moves_in_callback, 0);
+    uint64_t outside = 0; /* the same pushes from outside, the walk still running */
+    for (size_t i = 0; i < STEP_B; i++) {
+        uint64_t before = tw_wheel_moves(&w);
+        CHECK_EQ_INT(tw_arm(&w, &b[i].timer, 62000 + i, 0, 0), 0);
+        outside += tw_wheel_moves(&w) - before;
+    }
+    CHECK(outside > 0);
+    int64_t fired = 0; /* and everything still fires exactly */
+    while (tw_wheel_pending(&w))
+        fired += tw_wheel_advance(&w, tw_wheel_next_expiry(&w));
+    CHECK_EQ_INT(fired, STEP_A + STEP_B);
+    for (size_t i = 0; i < STEP_A; i++)
+        if (a[i].fired_at != 50000) {
+            CHECK_EQ_U64(a[i].fired_at, 50000);
+            break;
+        }
+    for (size_t i = 0; i < STEP_B; i++)
+        if (b[i].fired_at != 62000 + i) {
+            CHECK_EQ_U64(b[i].fired_at, 62000 + i);
+            break;
+        }
+    free(a);
+    free(b);
+}
+
 int main(void)
 {
     RUN(test_sizes);
@@ -1119,6 +1194,7 @@ int main(void)
     RUN(test_moves_per_timer_bound);
     RUN(test_heartbeat_stays_one_store);
     RUN(test_lazy_rearm_moves_spread);
+    RUN(test_rearm_steps_not_from_callbacks);
     RUN(test_walk_stages_due_timers);
     return test_summary();
 }
