@@ -948,6 +948,41 @@ static void test_heartbeat_stays_one_store(void)
     CHECK_EQ_U64(p.fired_at, 50000);
 }
 
+/* A level-2 slot X is walked twice. The first pass starts when the slot
+ * before X comes due: it moves the timers pushed back past X and puts
+ * back the timers due in X whose level-1 slot has not passed yet. The
+ * second pass, over X's last 1,024 ticks, walks those again and takes
+ * down, ahead of X, the ones whose level-1 slot has passed by then. Timers
+ * due later in X still go down when X comes due. Each fires exactly. */
+static void test_walk_level2_two_passes(void)
+{
+    enum { X = 7 * 4096, FIRST = X - 4096, SECOND = X - 1024 };
+    struct tw_wheel w;
+    struct probe p, q, r;
+    tw_wheel_init(&w, 0);
+    probe_init(&p, &w);
+    probe_init(&q, &w);
+    probe_init(&r, &w);
+    tw_arm(&w, &p.timer, X + 100, 0, 0);
+    CHECK_EQ_INT(tw_arm(&w, &p.timer, 60000, 0, 0), 0); /* pushed back past X */
+    tw_arm(&w, &q.timer, X + 30 * 64 + 3, 0, 0); /* level-1 digit 30 */
+    tw_arm(&w, &r.timer, X + 60 * 64 + 1, 0, 0); /* level-1 digit 60 */
+    CHECK_EQ_INT(tw_wheel_advance(&w, FIRST - 1), 0);
+    CHECK_EQ_U64(tw_wheel_moves(&w), 0);
+    for (uint64_t t = FIRST; t < SECOND; t++)
+        CHECK_EQ_INT(tw_wheel_advance(&w, t), 0);
+    CHECK_EQ_U64(tw_wheel_moves(&w), 1); /* p moved, q and r put back */
+    for (uint64_t t = SECOND; t < X; t++)
+        CHECK_EQ_INT(tw_wheel_advance(&w, t), 0);
+    CHECK_EQ_U64(tw_wheel_moves(&w), 2); /* q went down ahead of X, r back */
+    CHECK_EQ_INT(tw_wheel_advance(&w, X), 0);
+    CHECK_EQ_U64(tw_wheel_moves(&w), 3); /* r goes down as X comes due */
+    CHECK_EQ_INT(tw_wheel_advance(&w, 70000), 3);
+    CHECK_EQ_U64(q.fired_at, X + 30 * 64 + 3);
+    CHECK_EQ_U64(r.fired_at, X + 60 * 64 + 1);
+    CHECK_EQ_U64(p.fired_at, 60000);
+}
+
 /* A walk of a level >= 3 slot takes the timers due in it too: those due
  * past its first level-2 slot go down a level there and then (staged into
  * the level-2 slots, all past in the window), and when the slot comes due
@@ -1087,10 +1122,11 @@ static void test_lazy_rearm_moves_spread(void)
 
 /* A re-arm from a callback of tw_wheel_advance takes no step of a walk
  * (the advance running walks at its pace); the same re-arms outside it do.
- * Group a (2,000 timers at 30000, pushed back once) makes the walk of the
- * level-2 slot of 28672 run from tick 27648; group b (1,024 timers at
- * 60000, in a slot not near) is pushed back from a callback at 27701, then
- * again from outside. */
+ * Group a (2,000 timers at 30000, pushed back once) makes the first pass
+ * over the level-2 slot of 28672 run from tick 24576, about 2 timers a
+ * tick; group b (1,024 timers at 60000, in a slot not near) is pushed back
+ * from a callback at 24629, then again from outside, the pass still
+ * running. */
 enum { STEP_A = 2000, STEP_B = 1024 };
 static struct probe *step_b;
 static uint64_t step_moves_in_callback;
@@ -1130,8 +1166,8 @@ static void test_rearm_steps_not_from_callbacks(void)
     trigger.action = push_group_b;
     step_b = b;
     step_moves_in_callback = 0;
-    tw_arm(&w, &trigger.timer, 27701, 0, 0);
-    for (uint64_t t = 2; t <= 27701; t++)
+    tw_arm(&w, &trigger.timer, 24629, 0, 0);
+    for (uint64_t t = 2; t <= 24629; t++)
         tw_wheel_advance(&w, t);
     CHECK_EQ_INT(trigger.fires, 1);
     CHECK_EQ_U64(step_moves_in_callback, 0);
@@ -1196,5 +1232,6 @@ int main(void)
     RUN(test_lazy_rearm_moves_spread);
     RUN(test_rearm_steps_not_from_callbacks);
     RUN(test_walk_stages_due_timers);
+    RUN(test_walk_level2_two_passes);
     return test_summary();
 }

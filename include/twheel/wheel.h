@@ -24,10 +24,11 @@
  *    slot comes due, a bounded number at a time ("Moves per advance"
  *    below; the cheapest in total: a heartbeat re-arming a 30 s timeout
  *    every 3 s moves it about twice a minute). Only a timer whose slot is
- *    that near (due within its walk's TW_WHEEL_WALK_TICKS, or within 64
- *    ticks) is relocated at once. With TW_ARM_EAGER it is relocated at
- *    once, about twice the cost, and no advance or re-arm moves it for
- *    that re-arm. tw_wheel_moves counts the moves.
+ *    that near (due within its walk's TW_WHEEL_WALK_TICKS, the next slot
+ *    at level 2, or within 64 ticks) is relocated at once. With
+ *    TW_ARM_EAGER it is relocated at once, about twice the cost, and no
+ *    advance or re-arm moves it for that re-arm. tw_wheel_moves counts the
+ *    moves.
  *  - Slack (opt-in per arm: the `slack` argument, or TW_ARM_SLACK): a timer
  *    armed at D with slack S fires at some tick P in [D, D + S] (saturating),
  *    never outside it; tw_deadline reports P, and timers with overlapping
@@ -60,23 +61,25 @@
  * Moves per advance: timers that lazy re-arms pushed back are moved by a
  * walk ahead of the slot they wait in, during the TW_WHEEL_WALK_TICKS
  * ticks before it comes due (64 for a level-1 slot, 1024 for a level-2
- * slot, 4096 above), at a pace
- * of the pending timers over those ticks; a walk of a slot above level 1
- * takes the slot's other timers down a level as it goes, where the level
- * below has room (always above level 2; at level 2, into the level-1 slots
- * already past). The walks move on in two ways: while a walk has timers
- * left, one in eight lazy re-arms that push a timer back takes up to
- * TW_WHEEL_REARM_MOVES_MAX (64) of them off it (not from inside a
- * callback of tw_wheel_advance), and the advances take what the pace
- * asks beyond what those steps took. So one advance that takes time k
- * ticks forward, with at most n timers pending, moves at most
- * tw_wheel_lazy_moves_max(n, k) timers
- * for walks, about (k + 8) (n / 54 + 10), and takes at most that many off
- * the walked slots; besides them it moves only timers going down a level
- * toward their own deadlines (at most once per level each, as above: what
- * an eager re-arm or an exact arm costs too). Timers armed together and
- * pushed back together (a heartbeat after a restart) are no longer moved in
- * one advance. Each advance that takes time forward also does O(1) work
+ * slot, 4096 above), at a pace of the pending timers over those ticks; a
+ * level-2 slot is walked in a first pass before that too, from the moment
+ * the slot before it comes due, over TW_WHEEL_WALK_FIRST_TICKS (3072), so
+ * that re-arms of many timers at once (a sweep of every key) find a walk
+ * to take steps of. A walk of a slot above level 1 takes the slot's other
+ * timers down a level as it goes, where the level below has room (always
+ * above level 2; at level 2, into the level-1 slots already past; the
+ * second pass walks those the first put back). The walks move on in two
+ * ways: while a walk has timers left, one in eight lazy re-arms that push
+ * a timer back takes up to TW_WHEEL_REARM_MOVES_MAX (64) of them off it
+ * (not from inside a callback of tw_wheel_advance), and the advances take
+ * what the pace asks beyond what those steps took. So one advance that
+ * takes time k ticks forward, with at most n timers pending, moves at most
+ * tw_wheel_lazy_moves_max(n, k) timers for walks, about (k + 8) (n / 53 +
+ * 11), and takes at most that many off the walked slots; besides them it
+ * moves only timers going down a level toward their own deadlines (at
+ * most once per level each, as above: what an eager re-arm or an exact arm
+ * costs too). Timers armed together and pushed back together (a heartbeat
+ * after a restart) are no longer moved in one advance. Each advance that takes time forward also does O(1) work
  * when a walk's window opens or its pace is due (once every 64 ticks, more
  * often while a walk runs).
  *
@@ -85,8 +88,8 @@
  * a 30 s timeout, walked or not), and a heartbeat's own timer stays one
  * store. A walked slot's timers are each read once by its walk; only a
  * level-1 walk's, and a level-2 walk's due above now's level-1 slot, go
- * back into their slot and are read again when it comes due (the cost of a
- * level-1 walk is its 64-tick slot's). With 10^6 heartbeat timers each
+ * back into their slot and are read again, by the second pass or when it
+ * comes due (the cost of a level-1 walk is its 64-tick slot's). With 10^6 heartbeat timers each
  * move is a cache miss (about one random read). Where re-arms are frequent
  * (a heartbeat workload re-arms far more often than its timers move) their
  * steps take nearly all the moves, so the ticks are left with the fires
@@ -188,6 +191,7 @@ struct tw_wheel {
     uint32_t walking;                    /**< private */
     uint32_t pushes;                     /**< private */
     uint8_t walk_slot[TW_WHEEL_LEVELS];  /**< private */
+    uint8_t second_pass;                 /**< private */
     struct tw_node *ready;              /**< private */
     uint64_t now;                       /**< private: read it with tw_wheel_now */
     uint64_t target;                    /**< private */
@@ -263,10 +267,15 @@ TW_API uint64_t tw_wheel_moves(const struct tw_wheel *w);
 
 /** The ticks before a slot comes due during which its walk ahead moves the
  * timers lazy re-arms pushed back past it ("Moves per advance" above): 64
- * for a level-1 slot, 1024 for a level-2 slot, 4096 for a slot of any
- * higher level. */
+ * for a level-1 slot, 1024 for a level-2 slot (its second pass), 4096 for
+ * a slot of any higher level. */
 #define TW_WHEEL_WALK_TICKS(level)                                                          \
     ((level) < 2 ? TW_WHEEL_SLOTS : (level) == 2 ? 16 * TW_WHEEL_SLOTS : TW_WHEEL_SLOTS * TW_WHEEL_SLOTS)
+/** A level-2 slot is walked twice: a first pass during the
+ * TW_WHEEL_WALK_FIRST_TICKS before its last TW_WHEEL_WALK_TICKS(2), from the
+ * moment the slot before it comes due, then a second pass over what the
+ * first put back ("Moves per advance" above). */
+#define TW_WHEEL_WALK_FIRST_TICKS (TW_WHEEL_SLOTS * TW_WHEEL_SLOTS - TW_WHEEL_WALK_TICKS(2))
 /** How far, in ticks of its pace, a walk ahead may fall behind it: it moves
  * on a batch at a time, at least every this many ticks. */
 #define TW_WHEEL_WALK_LAG 8
@@ -282,7 +291,9 @@ TW_API uint64_t tw_wheel_moves(const struct tw_wheel *w);
  * than `pending` timers pending, moves at most this many timers that lazy
  * re-arms pushed back or that walks took down a level ahead of their slot:
  * (ticks + TW_WHEEL_WALK_LAG) times the sum over the levels 1-10 of
- * pending / TW_WHEEL_WALK_TICKS(level) + 1, about pending / 54 + 10 a tick
+ * pending / TW_WHEEL_WALK_TICKS(level) + 1 plus pending /
+ * TW_WHEEL_WALK_FIRST_TICKS + 1 (level 2's first pass, whose rest the
+ * second's start takes), about pending / 53 + 11 a tick
  * (saturating at UINT64_MAX). Besides them it moves only timers going down
  * a level toward their own deadlines when their slot comes due. O(1). */
 static inline uint64_t tw_wheel_lazy_moves_max(uint64_t pending, uint64_t ticks)
@@ -290,6 +301,7 @@ static inline uint64_t tw_wheel_lazy_moves_max(uint64_t pending, uint64_t ticks)
     uint64_t per_tick = 0;
     for (unsigned level = 1; level < TW_WHEEL_LEVELS; level++)
         per_tick += pending / TW_WHEEL_WALK_TICKS(level) + 1;
+    per_tick += pending / TW_WHEEL_WALK_FIRST_TICKS + 1;
     uint64_t t = ticks + TW_WHEEL_WALK_LAG < ticks ? UINT64_MAX : ticks + TW_WHEEL_WALK_LAG;
     return t > UINT64_MAX / per_tick ? UINT64_MAX : t * per_tick;
 }

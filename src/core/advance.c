@@ -21,11 +21,13 @@
  * then, into the slot of its digit at that level, instead of back into X
  * to be taken again when X comes due (a second miss on each, or an extra
  * pass over X's timers once they outgrow the cache). Those slots are free
- * until X comes due: in X's window (the last 4096 ticks before it, 1024 at
- * L = 2) every level-(L - 1) slot of now's block has passed when L >= 3
- * (the window lies in the last level-2 slot of a level-3 block), and at
- * L = 2 the level-1 slots up to now's own have, 48 or more of the 64 (a
- * timer whose digit is above now's goes back into X). Staged timers stay out of the occupancy bits (staged: which
+ * until X comes due: in X's window (the last 4096 ticks before it; at
+ * L = 2 its two passes over those ticks) every level-(L - 1) slot of
+ * now's block has passed when L >= 3 (the window lies in the last level-2
+ * slot of a level-3 block), and at L = 2 the level-1 slots up to now's
+ * own have: from 0 of the 64 in the first pass, from 48 in the second (a
+ * timer whose digit is above now's goes back into X, for the second pass
+ * or for X's due tick). Staged timers stay out of the occupancy bits (staged: which
  * slots hold them), so that no advance before X takes those slots for now's
  * block; when X comes due the levels below it are empty and stage_down
  * marks them: O(1) a slot, nothing moves. Those due in X's first
@@ -97,10 +99,11 @@ int64_t tw_stage_detach_(struct tw_wheel *w)
 
 /* Start a walk of level-`level` slot `slot`, due at `tick`, credited from
  * tick `from` (its window's first) on: its chains become the walk's. Its
- * pace, the timers pending (more than the slot can hold) over the window's
- * ticks, takes them all by the time the slot comes due. */
+ * pace, the timers pending (more than the slot can hold) over `span` ticks,
+ * takes them all by the end of its window: the time the slot comes due, or
+ * at level 2 the second pass's start for a first pass. */
 static void walk_start(struct tw_wheel *w, unsigned level, unsigned slot, uint64_t tick,
-                       uint64_t from)
+                       uint64_t from, uint64_t span)
 {
     for (unsigned c = 0; c < CHAINS; c++) {
         struct tw_node **head = &w->slots[level][slot][c], **walk = &w->walk[level - 1][c];
@@ -109,7 +112,7 @@ static void walk_start(struct tw_wheel *w, unsigned level, unsigned slot, uint64
         if (*walk)
             (*walk)->pprev = walk;
     }
-    w->walk_rate[level] = w->pending / walk_window(level) + 1;
+    w->walk_rate[level] = w->pending / span + 1;
     w->walk_time[level] = from;
     w->walk_ahead[level] = 0;
     w->walked[level] = tick;
@@ -269,6 +272,10 @@ static bool near_level(struct tw_wheel *w, unsigned level, uint64_t now)
     bool open = false;
     if (b == 0) { /* no slot ahead at this level, ever */
         w->near_at[level] = UINT64_MAX;
+    } else if (level == 2) { /* always in a window: the first pass's or the second's */
+        limit = b + mask;
+        w->near_at[level] = b - now > window ? b - window : b;
+        open = true;
     } else if (b - now <= window) {
         limit = b + mask;
         w->near_at[level] = b;
@@ -286,6 +293,21 @@ static bool near_level(struct tw_wheel *w, unsigned level, uint64_t now)
     return open;
 }
 
+/* The second pass over level-2 slot X (due at `tick`): its window began.
+ * What the first pass has not taken yet (its pace took it all by now, bar
+ * the last batch) is taken, and the timers the first put back into X (due
+ * in X at a level-1 slot that had not passed) and those armed into X since
+ * are walked again at the pace of the last TW_WHEEL_WALK_TICKS(2). */
+static void second_pass(struct tw_wheel *w, uint64_t tick)
+{
+    unsigned slot = w->walk_slot[2];
+    if ((w->walking >> 2 & 1) && walk_left(w, 2))
+        w->moves += walk_on(w, 2, UINT64_MAX);
+    struct tw_node *const *chains = w->slots[2][slot];
+    if (chains[0] || chains[1] || chains[2] || chains[3])
+        walk_start(w, 2, slot, tick, tick - walk_window(2), walk_window(2));
+}
+
 /* Start a walk on the first slot of each level in `opened` (levels whose
  * next slot's window has just begun) that is that slot and that a lazy
  * re-arm may have left a timer in: the last push (pushed_at) came after
@@ -293,15 +315,31 @@ static bool near_level(struct tw_wheel *w, unsigned level, uint64_t now)
  * (a timer pushed earlier came into it re-placed by its deadline). */
 static void walks_open(struct tw_wheel *w, uint32_t opened, uint64_t now)
 {
+    if ((opened >> 2 & 1) && w->second_pass) {
+        w->second_pass = 0;
+        uint64_t tick = w->walked[2];
+        if (tick > now && tick - now <= walk_window(2)) {
+            second_pass(w, tick);
+            opened &= ~UINT32_C(4);
+        }
+    }
     for (uint32_t ls = opened & w->levels & ~w->walking; ls; ls &= ls - 1) {
         unsigned level = (unsigned)__builtin_ctz(ls);
         unsigned slot = (unsigned)__builtin_ctzll(w->occupied[level]);
         uint64_t tick = slot_tick(now, level, slot), window = walk_window(level);
         uint64_t block =
             level + 1 < LEVELS ? tick & ~((UINT64_C(1) << ((level + 1) * SLOT_BITS)) - 1) : 0;
-        if (tick - now <= window && tick > w->walked[level] && w->pushed_at != UINT64_MAX &&
-            w->pushed_at >= block)
-            walk_start(w, level, slot, tick, tick - window);
+        bool first = level == 2 && tick - now > window; /* before the second pass's window */
+        if ((first ? tick - now <= window + TW_WHEEL_WALK_FIRST_TICKS : tick - now <= window) &&
+            tick > w->walked[level] && w->pushed_at != UINT64_MAX && w->pushed_at >= block) {
+            if (first)
+                walk_start(w, level, slot, tick, tick - window - TW_WHEEL_WALK_FIRST_TICKS,
+                           TW_WHEEL_WALK_FIRST_TICKS);
+            else
+                walk_start(w, level, slot, tick, tick - window, window);
+            if (level == 2)
+                w->second_pass = first;
+        }
     }
 }
 
@@ -343,8 +381,9 @@ void tw_time_moved_(struct tw_wheel *w)
     for (uint32_t ls = w->walking; ls; ls &= ls - 1) {
         unsigned level = (unsigned)__builtin_ctz(ls);
         uint64_t ticks = now - w->walk_time[level], rate = w->walk_rate[level];
-        /* a whole window's worth takes every timer: no need to count */
-        uint64_t budget = ticks >= walk_window(level) ? UINT64_MAX : rate * ticks;
+        uint64_t span = level == 2 && w->second_pass ? TW_WHEEL_WALK_FIRST_TICKS : walk_window(level);
+        /* a whole span's worth takes every timer: no need to count */
+        uint64_t budget = ticks >= span ? UINT64_MAX : rate * ticks;
         if (budget >= WALK_BATCH || ticks >= TW_WHEEL_WALK_LAG) {
             /* what the re-arms' steps took counts against the pace */
             uint64_t ahead = w->walk_ahead[level];

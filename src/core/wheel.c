@@ -58,16 +58,27 @@
  * it; at level 2 its last quarter, so that most level-1 slots have passed
  * when the walk takes X's timers down to them (below); above, long enough
  * to spread any load, short enough that what it walks is still in the
- * cache when X comes due): when the window opens (tw_time_moved_, at
+ * cache when X comes due). At level 2 a first pass comes before that
+ * window: from the moment the slot before X comes due, over
+ * TW_WHEEL_WALK_FIRST_TICKS (3072), it moves the timers pushed back past
+ * X and takes down what it can; the second pass, in the window, walks what
+ * the first put back (second_pass). Why: re-arms of every timer at once (a
+ * keyed heartbeat sweep) come after a level-2 slot came due and long
+ * before the next one's last quarter, so with one pass no walk ran while
+ * they pushed, the ticks made all the moves, and the pace of a walk, set
+ * by every timer pending, made each of its ticks cost a few hundred
+ * misses; with the first pass open, the sweep's steps take it whole, and
+ * without a sweep its pace is a third. When a window opens (tw_time_moved_, at
  * near_until), X's chains become the walk's (w->walk; X stays marked
  * occupied, and chain_emptied does not mark it empty while the walk holds
  * chains of it), and at each later time move the walk takes its pace's
  * worth off them: a timer pushed back past X is placed for its deadline (a
  * move), any other is placed back into X. Its pace is the timers pending
  * when it starts over the window's ticks (walk_rate), so it has taken them
- * all by X's due tick; what it has not taken when X comes due within an
- * advance (time jumped) is taken then (walks_due), at most its pace times
- * the ticks that advance covers. Since X is near throughout its window, no
+ * all by X's due tick (a first pass: by the second's start); what it has
+ * not taken when X comes due within an advance (time jumped) is taken then
+ * (walks_due), at most its pace times the ticks that advance covers. Since
+ * X is near throughout its walks (at level 2 the next slot always is), no
  * re-arm pushes a timer into it behind the walk, and timers armed into X
  * meanwhile are placed for their deadlines. A walk moves on once its pace
  * has earned a batch of 256 (or every TW_WHEEL_WALK_LAG ticks if slower):
@@ -188,6 +199,8 @@
  *                              REARM_WALK_EVERY takes a step)
  *   walked[level], walk_slot   the tick and the index of the slot the
  *                              level's walk takes (or last took) from
+ *   second_pass                the level-2 walk is a first pass: a second
+ *                              is due when the window of its slot opens
  *   walking                    bit l set <=> level l's walk is under way
  *                              (a walk that staged timers: until its slot
  *                              comes due)
