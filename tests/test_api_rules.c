@@ -227,6 +227,7 @@ static void test_null_getters(void)
 {
     CHECK_EQ_U64(tw_wheel_now(NULL), 0);
     CHECK_EQ_U64(tw_wheel_next_expiry(NULL), TW_NEVER);
+    CHECK_EQ_U64(tw_wheel_next_work(NULL), TW_NEVER);
     CHECK_EQ_U64(tw_wheel_timeout(NULL, tw_wheel_now(NULL)), TW_NEVER);
     CHECK_EQ_U64(tw_wheel_timeout(NULL, 5), TW_NEVER);
     CHECK_EQ_U64(tw_wheel_pending(NULL), 0);
@@ -239,6 +240,7 @@ static void test_null_getters(void)
     CHECK_EQ_U64(tw_tasks_pending(NULL), 0);
     CHECK_EQ_U64(tw_tasks_now(NULL), 0);
     CHECK_EQ_U64(tw_tasks_next_expiry(NULL), TW_NEVER);
+    CHECK_EQ_U64(tw_tasks_next_work(NULL), TW_NEVER);
     /* Stats calls can fail: TW_EINVAL for a NULL object, *out untouched. */
     struct tw_tasks_stats ts;
     memset(&ts, 0xab, sizeof ts);

@@ -983,6 +983,54 @@ static void test_walk_level2_two_passes(void)
     CHECK_EQ_U64(p.fired_at, 60000);
 }
 
+/* tw_wheel_next_work: the next expiry while no lazy re-arm pushed a timer
+ * back (an idle poller keeps sleeping long); after pushes, the walks'
+ * steps too, so that a poller that sleeps until it gets the walks' moves
+ * spread over its wake-ups, none over the bound, none all at once. */
+static void test_next_work(void)
+{
+    enum { N = 20000 };
+    struct tw_wheel w;
+    tw_wheel_init(&w, 0);
+    CHECK_EQ_U64(tw_wheel_next_work(NULL), TW_NEVER);
+    CHECK_EQ_U64(tw_wheel_next_work(&w), TW_NEVER);
+    struct probe *p = calloc(N, sizeof *p);
+    CHECK(p != NULL);
+    if (!p)
+        return;
+    for (size_t i = 0; i < N; i++) {
+        probe_init(&p[i], &w);
+        tw_arm(&w, &p[i].timer, 30000, 0, 0);
+    }
+    CHECK_EQ_U64(tw_wheel_next_work(&w), tw_wheel_next_expiry(&w));
+    for (size_t i = 0; i < N; i++) /* pushed back: the slot of 28672 is walked */
+        tw_arm(&w, &p[i].timer, 60000 + i % 1000, 0, 0);
+    uint64_t wakes = 0, worst = 0;
+    while (tw_wheel_now(&w) < 30000) {
+        uint64_t from = tw_wheel_now(&w), next = tw_wheel_next_work(&w);
+        CHECK(next > from && next <= from + TW_WHEEL_SLOTS);
+        uint64_t before = tw_wheel_moves(&w);
+        CHECK_EQ_INT(tw_wheel_advance(&w, next), 0);
+        uint64_t moved = tw_wheel_moves(&w) - before;
+        CHECK(moved <= tw_wheel_lazy_moves_max(N, next - from));
+        worst = moved > worst ? moved : worst;
+        if (++wakes > 30000)
+            break;
+    }
+    CHECK_EQ_U64(tw_wheel_moves(&w), N); /* every pushed timer moved once */
+    CHECK(worst < N / 50);               /* a few dozen at a time */
+    int64_t fired = 0;
+    while (tw_wheel_pending(&w))
+        fired += tw_wheel_advance(&w, tw_wheel_next_expiry(&w));
+    CHECK_EQ_INT(fired, N);
+    for (size_t i = 0; i < N; i++)
+        if (p[i].fired_at != 60000 + i % 1000) {
+            CHECK_EQ_U64(p[i].fired_at, 60000 + i % 1000);
+            break;
+        }
+    free(p);
+}
+
 /* A walk of a level >= 3 slot takes the timers due in it too: those due
  * past its first level-2 slot go down a level there and then (staged into
  * the level-2 slots, all past in the window), and when the slot comes due
@@ -1233,5 +1281,6 @@ int main(void)
     RUN(test_rearm_steps_not_from_callbacks);
     RUN(test_walk_stages_due_timers);
     RUN(test_walk_level2_two_passes);
+    RUN(test_next_work);
     return test_summary();
 }

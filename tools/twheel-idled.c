@@ -434,7 +434,9 @@ static void run_timers(struct server *s)
     uint64_t tick = tick_of(s, t_b);
     int expired = 0;
     if (s->strategy == STRATEGY_WHEEL) {
-        if (tw_wheel_next_expiry(&s->wheel) <= tick) {
+        /* next_work, not next_expiry: the walks of the timers heartbeats
+         * pushed back move on at the wake-ups it asks for, a share each */
+        if (tw_wheel_next_work(&s->wheel) <= tick) {
             tw_wheel_advance(&s->wheel, tick);
             expired = 1;
         }
@@ -471,7 +473,7 @@ static struct timespec *poll_timeout(struct server *s, int64_t now_ns, int64_t n
 {
     int64_t until = INT64_MAX;
     if (s->strategy == STRATEGY_WHEEL) {
-        uint64_t next = tw_wheel_next_expiry(&s->wheel);
+        uint64_t next = tw_wheel_next_work(&s->wheel);
         if (next != TW_NEVER)
             until = tick_start_ns(s, next);
     } else {

@@ -260,6 +260,12 @@ TW_API uint64_t tw_tasks_now(const struct tw_tasks *t);
 /** The earliest tick at which something may be due (see tw_wheel_next_expiry),
  * TW_NEVER when nothing is pending or t is NULL. O(1). */
 TW_API uint64_t tw_tasks_next_expiry(const struct tw_tasks *t);
+/** The earliest tick at which advancing has work: the next expiry, or a
+ * step of the walks that move lazily moved tasks (see tw_wheel_next_work).
+ * A loop that sleeps between advances sleeps until this to keep each
+ * advance's moves bounded. TW_NEVER when nothing is pending or t is NULL.
+ * O(1). */
+TW_API uint64_t tw_tasks_next_work(const struct tw_tasks *t);
 /** Fill *out. O(index size) because of max_probe. Returns 0, or TW_EINVAL
  * for a NULL t or out (*out untouched; the stats rule of twheel/common.h). */
 TW_API int tw_tasks_stats(const struct tw_tasks *t, struct tw_tasks_stats *out);

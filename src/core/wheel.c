@@ -307,6 +307,16 @@ uint64_t tw_wheel_next_expiry(const struct tw_wheel *w)
     return first_slot_tick(w);
 }
 
+/* wake is always ahead of now: tw_time_moved_ sets it past the time it
+ * runs at, and runs whenever time reaches it. */
+uint64_t tw_wheel_next_work(const struct tw_wheel *w)
+{
+    uint64_t next = tw_wheel_next_expiry(w);
+    if (!w || !w->pending || w->pushed_at == UINT64_MAX)
+        return next;
+    return w->wake < next ? w->wake : next;
+}
+
 size_t tw_wheel_pending(const struct tw_wheel *w)
 {
     return w ? w->pending : 0;

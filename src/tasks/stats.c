@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The figures: pending, now, next expiry and tw_tasks_stats. */
+/* The figures: pending, now, next expiry, next work and tw_tasks_stats. */
 #include "tasks/internal.h"
 
 size_t tw_tasks_pending(const struct tw_tasks *t)
@@ -15,6 +15,11 @@ uint64_t tw_tasks_now(const struct tw_tasks *t)
 uint64_t tw_tasks_next_expiry(const struct tw_tasks *t)
 {
     return t ? tw_wheel_next_expiry(&t->wheel) : TW_NEVER;
+}
+
+uint64_t tw_tasks_next_work(const struct tw_tasks *t)
+{
+    return t ? tw_wheel_next_work(&t->wheel) : TW_NEVER;
 }
 
 int tw_tasks_stats(const struct tw_tasks *t, struct tw_tasks_stats *s)
