@@ -16,3 +16,9 @@ add_executable(tasks_probe ${CMAKE_CURRENT_LIST_DIR}/tasks_probe.c
   ${twheel_core_sources})
 target_include_directories(tasks_probe PRIVATE ${PROJECT_SOURCE_DIR}/include
   ${PROJECT_SOURCE_DIR}/src)
+
+# Heartbeats on tw_runner (bench/runner_beats.c): the tick thread's dearest
+# pass with lazy or eager moves.
+# Run: runner_beats [N] [SECONDS] [TICK_US] [--eager] [--burst]
+add_executable(runner_beats ${CMAKE_CURRENT_LIST_DIR}/runner_beats.c)
+target_link_libraries(runner_beats PRIVATE twheel_static Threads::Threads)

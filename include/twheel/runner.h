@@ -109,6 +109,12 @@ struct tw_runner_stats {
      * calls write (a shard moves room to or from it a chunk at a time): 0
      * without max_pending. */
     uint64_t shared_writes;
+    /** The most CPU time the tick thread (or one run on the shared clock)
+     * spent in one pass: advancing every shard to the tick, under each
+     * shard's lock in turn, and handing what fired to the executors. CPU
+     * time, so that neither a stall of the machine nor a wait for a full
+     * queue counts. */
+    uint64_t worst_tick_cpu_ns;
 };
 
 /** Start a runner: its threads (or its seat on the clock) run from here on.

@@ -158,7 +158,23 @@ struct tw_runner {
     size_t room_chunk;      /* room a shard reserves at a time (admission.c) */
     char pad_figures[64];   /* pending: producers; these: workers and the tick thread */
     _Atomic uint64_t fired, late, worst_ns, drained, tick;
+    _Atomic uint64_t worst_tick_cpu; /* written by the tick thread or clock run only */
 };
+
+/* The CPU time of the calling thread, in ns: a pass of the tick thread is
+ * timed by it (tw_runner_stats' worst_tick_cpu_ns). */
+static inline uint64_t rn_cpu_ns(void)
+{
+    return tw_time_ns_(CLOCK_THREAD_CPUTIME_ID);
+}
+
+/* A pass that began at CPU time `since` ended: keep the dearest. */
+static inline void rn_pass_done(struct tw_runner *r, uint64_t since)
+{
+    uint64_t spent = rn_cpu_ns() - since;
+    if (spent > atomic_load_explicit(&r->worst_tick_cpu, memory_order_relaxed))
+        atomic_store_explicit(&r->worst_tick_cpu, spent, memory_order_relaxed);
+}
 
 /* The calls of the single and batched paths. */
 enum rn_op { RN_SET, RN_MOVE, RN_REMOVE };
@@ -247,6 +263,26 @@ static inline uint64_t rn_shard_now(const struct rn_shard *s)
     return tw_tasks_now(s->tasks) - s->off;
 }
 
+/* After a lazy arm in shard s (locked): the tick to wake the tick thread
+ * for, `at` (0: none) or earlier if the shard's wheel now has walk work
+ * (tw_tasks_next_work) before `sleeping`, the tick the thread sleeps
+ * until. Asked only while it sleeps more than a level-1 slot ahead: once
+ * a shard pushed a task back its next work is never further, so this is
+ * the first push after a quiet spell, and the walks get their steps from
+ * it on instead of all at once when the thread wakes. Not on a shared
+ * clock (it wakes at the work it was told of at its last run). */
+static inline uint64_t rn_work_kick(const struct tw_runner *r, const struct rn_shard *s,
+                                    uint64_t sleeping, uint64_t at)
+{
+    if (!r->lazy || r->clock || sleeping <= rn_shard_now(s) + TW_WHEEL_SLOTS)
+        return at;
+    uint64_t work = tw_tasks_next_work(s->tasks);
+    if (work == TW_NEVER)
+        return at;
+    work -= s->off;
+    return work < sleeping && (!at || work < at) ? work : at;
+}
+
 /* On a shared clock: a producer armed runner tick `deadline`. Called under
  * the shard lock, so that stop, which closes every shard before it leaves
  * the clock, never frees the member under a waker. One atomic load when the
@@ -288,8 +324,11 @@ void *rn_tick_main_(void *arg);
 /* tick.c: a producer armed runner tick `deadline` earlier than `sleeping`,
  * sleep_until as read under the shard lock: wake the tick thread. */
 void rn_kick_(struct tw_runner *r, uint64_t deadline, uint64_t sleeping);
-/* tick.c: the earliest next expiry over the shards, on the runner's clock. */
-uint64_t rn_next_expiry_(struct tw_runner *r);
+/* tick.c: the earliest next expiry over the shards, on the runner's clock;
+ * with `work`, also the earliest tick at which a shard's wheel has work
+ * (tw_tasks_next_work: the walks of lazily moved tasks move on), the one
+ * to sleep until so that no advance makes a walk's moves all at once. */
+uint64_t rn_next_expiry_(struct tw_runner *r, uint64_t *work);
 
 /* on_clock.c: the clock's run of this runner (tw_clock_run_fn). */
 uint64_t rn_clock_run_(void *ctx, uint64_t now_ns);

@@ -89,6 +89,8 @@ again:
         if (r->clock) /* under the lock: see rn_clock_wake */
             rn_clock_wake(r, at);
     }
+    if (rc >= 0)
+        at = rn_work_kick(r, s, sleeping, at);
     rn_unlock(s);
     if (at && at < sleeping)
         rn_kick_(r, at, sleeping);

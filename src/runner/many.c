@@ -94,7 +94,10 @@ static void rn_apply_group(struct tw_runner *r, struct rn_shard *s, struct tw_ta
     if (r->clock && earliest != UINT64_MAX)
         rn_clock_wake(r, earliest);
     uint64_t sleeping = atomic_load_explicit(&r->sleep_until, memory_order_relaxed);
+    uint64_t work = rn_work_kick(r, s, sleeping, 0);
     rn_unlock(s);
+    if (work && work < earliest)
+        earliest = work;
     if (earliest < sleeping)
         rn_kick_(r, earliest, sleeping);
 }

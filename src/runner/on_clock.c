@@ -53,17 +53,16 @@ static int rn_clock_advance_shard(struct tw_runner *r, struct rn_shard *s, uint6
     }
 }
 
-uint64_t rn_clock_run_(void *ctx, uint64_t now_ns)
+static uint64_t rn_clock_pass(struct tw_runner *r, uint64_t now_ns)
 {
-    struct tw_runner *r = ctx;
     uint64_t now_tick = now_ns > r->start_ns ? (now_ns - r->start_ns) / r->tick_ns : 0;
     /* Room for one round over every shard and the final pass even when
      * nothing fires, so a run that fires nothing always finishes. */
     unsigned budget = RN_CLOCK_BUDGET + 2 * r->nshards;
-    uint64_t next;
+    uint64_t next, work;
     int rc;
     for (;;) {
-        next = rn_next_expiry_(r);
+        next = rn_next_expiry_(r, &work);
         if (next > now_tick)
             break;
         for (unsigned i = 0; i < r->nshards; i++)
@@ -75,8 +74,21 @@ uint64_t rn_clock_run_(void *ctx, uint64_t now_ns)
             goto out;
     atomic_store_explicit(&r->tick, now_tick, memory_order_relaxed);
     /* A set after the scan above lowers our deadline itself (tw_clock_wake). */
-    return next == TW_NEVER ? TW_CLOCK_NEVER : r->start_ns + next * r->tick_ns;
+    /* work was read before the shards moved to now_tick, which may have
+     * done it: then the next tick at the earliest (the next run reads it
+     * again). */
+    if (work <= now_tick)
+        work = now_tick + 1;
+    return work == TW_NEVER ? TW_CLOCK_NEVER : r->start_ns + work * r->tick_ns;
 out:
     /* Out of budget: again at once. Blocked: a pool thread wakes us. */
     return rc == RN_RUN_BUDGET ? now_ns : TW_CLOCK_NEVER;
+}
+
+uint64_t rn_clock_run_(void *ctx, uint64_t now_ns)
+{
+    struct tw_runner *r = ctx;
+    uint64_t cpu = rn_cpu_ns(), next = rn_clock_pass(r, now_ns);
+    rn_pass_done(r, cpu);
+    return next;
 }

@@ -48,6 +48,15 @@
  * UINT64_MAX, so an arming either is seen by that scan or sees a value that
  * makes it kick; the sleep loop re-checks sleep_until under ctl, so no kick
  * is lost. While the thread is awake (0) producers do not touch ctl at all.
+ * The tick it sleeps until is the shards' next work (tw_tasks_next_work),
+ * not only their next expiry: once moves have pushed tasks back lazily,
+ * the walks that move them (twheel/wheel.h, "Moves per advance") step at
+ * least every 64 ticks, and a thread that slept until the next expiry
+ * would make all their moves in the one pass that reaches the walked slot
+ * (milliseconds at 10^6 keys, under each shard's lock in turn). The first
+ * lazy move while the thread sleeps further than that kicks it
+ * (rn_work_kick); tw_runner_stats.worst_tick_cpu_ns reports the dearest
+ * pass.
  *
  * Order across shards: each round finds the earliest next expiry over all
  * shards and advances every shard to it, so tasks due at earlier ticks are

@@ -22,6 +22,7 @@ int tw_runner_stats(const struct tw_runner *r, struct tw_runner_stats *st)
     st->worst_lateness_ns = atomic_load_explicit(&r->worst_ns, memory_order_relaxed);
     st->drained = atomic_load_explicit(&r->drained, memory_order_relaxed);
     st->tick = atomic_load_explicit(&r->tick, memory_order_relaxed);
+    st->worst_tick_cpu_ns = atomic_load_explicit(&r->worst_tick_cpu, memory_order_relaxed);
     st->shards = r->nshards;
     return 0;
 }

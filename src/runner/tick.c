@@ -27,19 +27,24 @@ void rn_kick_(struct tw_runner *r, uint64_t deadline, uint64_t sleeping)
     }
 }
 
-uint64_t rn_next_expiry_(struct tw_runner *r)
+uint64_t rn_next_expiry_(struct tw_runner *r, uint64_t *work)
 {
-    uint64_t next = TW_NEVER;
+    uint64_t next = TW_NEVER, first_work = TW_NEVER;
     for (unsigned i = 0; i < r->nshards; i++) {
         struct rn_shard *s = &r->shards[i];
         rn_lock(s);
         uint64_t e = tw_tasks_next_expiry(s->tasks);
+        uint64_t k = work ? tw_tasks_next_work(s->tasks) : TW_NEVER;
+        rn_unlock(s);
         if (e != TW_NEVER)
             e -= s->off;
-        rn_unlock(s);
-        if (e < next)
-            next = e;
+        if (k != TW_NEVER)
+            k -= s->off;
+        next = e < next ? e : next;
+        first_work = k < first_work ? k : first_work;
     }
+    if (work)
+        *work = first_work < next ? first_work : next;
     return next;
 }
 
@@ -62,7 +67,7 @@ static void rn_advance_shard(struct tw_runner *r, struct rn_shard *s, uint64_t t
 static void rn_run_due(struct tw_runner *r, uint64_t target)
 {
     for (;;) {
-        uint64_t t = rn_next_expiry_(r);
+        uint64_t t = rn_next_expiry_(r, NULL);
         if (t > target)
             break;
         for (unsigned i = 0; i < r->nshards; i++)
@@ -83,11 +88,13 @@ void *rn_tick_main_(void *arg)
     prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
 #endif
     for (;;) {
-        uint64_t now_tick = (tw_mono_ns_() - r->start_ns) / r->tick_ns;
+        uint64_t now_tick = (tw_mono_ns_() - r->start_ns) / r->tick_ns, cpu = rn_cpu_ns();
         rn_run_due(r, now_tick);
+        rn_pass_done(r, cpu);
 
         atomic_store(&r->sleep_until, UINT64_MAX);
-        uint64_t next = rn_next_expiry_(r);
+        uint64_t next;
+        rn_next_expiry_(r, &next); /* the walks' next steps too */
         uint64_t expect = UINT64_MAX;
         if (next <= now_tick || !atomic_compare_exchange_strong(&r->sleep_until, &expect, next)) {
             atomic_store(&r->sleep_until, 0); /* kicked, or due already */
