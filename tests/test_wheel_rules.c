@@ -1023,6 +1023,15 @@ static void test_next_work(void)
     while (tw_wheel_pending(&w))
         fired += tw_wheel_advance(&w, tw_wheel_next_expiry(&w));
     CHECK_EQ_INT(fired, N);
+    /* once time has left the level-3 block of the last push, no walk can
+     * begin: back to the next expiry */
+    struct probe late;
+    probe_init(&late, &w);
+    tw_arm(&w, &late.timer, 300000, 0, 0);
+    CHECK(tw_wheel_next_work(&w) < tw_wheel_next_expiry(&w));
+    CHECK_EQ_INT(tw_wheel_advance(&w, 270000), 0);
+    CHECK_EQ_U64(tw_wheel_next_work(&w), tw_wheel_next_expiry(&w));
+    CHECK_EQ_INT(tw_wheel_advance(&w, 300000), 1);
     for (size_t i = 0; i < N; i++)
         if (p[i].fired_at != 60000 + i % 1000) {
             CHECK_EQ_U64(p[i].fired_at, 60000 + i % 1000);

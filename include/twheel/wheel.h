@@ -251,11 +251,13 @@ TW_API uint64_t tw_wheel_next_expiry(const struct tw_wheel *w);
 /** The earliest tick at which advancing has work: tw_wheel_next_expiry, or
  * earlier once lazy re-arms have pushed timers back, the next tick at which
  * a walk ahead moves on at its pace or may begin (at most 64 ticks away
- * while timers are pending). A poller that re-arms lazily and sleeps until
- * this rather than until the next expiry gets the walks' moves spread over
- * its wake-ups; sleeping until the next expiry, it leaves them to the
- * advance that reaches the walked slot, all at once (tw_runner's tick
- * thread sleeps until this). TW_NEVER when nothing is pending. O(1). */
+ * while a walk runs or may still begin: until time leaves, after the last
+ * push, the block of the level above the highest that holds timers). A
+ * poller that re-arms lazily and sleeps until this rather than until the
+ * next expiry gets the walks' moves spread over its wake-ups; sleeping
+ * until the next expiry, it leaves them to the advance that reaches the
+ * walked slot, all at once (tw_runner's tick thread sleeps until this).
+ * TW_NEVER when nothing is pending. O(1). */
 TW_API uint64_t tw_wheel_next_work(const struct tw_wheel *w);
 
 /** The poll timeout of an event loop: ticks from the caller's `now` to

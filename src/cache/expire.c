@@ -2,7 +2,9 @@
 /* twheel cache: expiry. The clock service runs tw_cache_clock_run_: every
  * shard's due timers are pulled off its wheel, CACHE_EXPIRE_BATCH per hold
  * of the shard lock, and their entries retired; the run returns the
- * earliest next deadline. Under the manual clock tw_cache_advance does the
+ * earliest next work (tw_wheel_next_work: a deadline, or a step of the
+ * walks that move the timers refreshes pushed back, so that no run makes
+ * them all at once). Under the manual clock tw_cache_advance does the
  * same pass. Reads never depend on it (they compare expiries with the
  * clock), so it never shrinks a table (a shrink relinks chains under
  * readers) and a late run only holds memory longer. */
@@ -43,7 +45,7 @@ static uint64_t cache_expire_shard(struct tw_cache *c, struct cache_shard *s, ui
             n++;
         }
         if (n + rearmed < CACHE_EXPIRE_BATCH)
-            *next = tw_wheel_next_expiry(&s->wheel);
+            *next = tw_wheel_next_work(&s->wheel);
         if (n) {
             atomic_fetch_sub_explicit(&c->count, n, memory_order_relaxed);
             cache_bump(&s->expirations, n);

@@ -308,12 +308,23 @@ uint64_t tw_wheel_next_expiry(const struct tw_wheel *w)
 }
 
 /* wake is always ahead of now: tw_time_moved_ sets it past the time it
- * runs at, and runs whenever time reaches it. */
+ * runs at, and runs whenever time reaches it. It counts while a walk runs,
+ * or while one may still begin: a walk of level L begins only if the last
+ * push came in now's block of level L + 1 (walks_open), so once time has
+ * left the block of the highest level holding timers since the last push,
+ * none can, and a wheel re-armed lazily once sleeps until its expiries
+ * again. */
 uint64_t tw_wheel_next_work(const struct tw_wheel *w)
 {
     uint64_t next = tw_wheel_next_expiry(w);
-    if (!w || !w->pending || w->pushed_at == UINT64_MAX)
+    if (!w || !w->pending || !w->levels)
         return next;
+    if (!w->walking) {
+        unsigned bits = ((31u - (unsigned)__builtin_clz(w->levels)) + 1) * SLOT_BITS;
+        uint64_t block = bits >= 64 ? 0 : w->now & ~((UINT64_C(1) << bits) - 1);
+        if (w->pushed_at == UINT64_MAX || w->pushed_at < block)
+            return next;
+    }
     return w->wake < next ? w->wake : next;
 }
 
