@@ -712,6 +712,46 @@ static long long runner_bytes(struct tw_clock *clk, struct tw_pool *pool, unsign
     return n;
 }
 
+/* On a shared clock too, tasks that are only moved (lazily) have their
+ * wheels walked: the run asks to run again at the shards' next work, and
+ * the first lazy move after a run that asked for a far tick wakes the
+ * member (rn_work_kick), so the runner's time follows the clock's. Bounded
+ * wait: passes as soon as the runner has passed 128 ticks. */
+static void test_lazy_moves_keep_time(void)
+{
+    struct tw_clock *clk;
+    struct tw_pool *pool;
+    struct tw_runner *r;
+    static struct counter cnt;
+    CHECK_EQ_INT(tw_clock_new(&clk, NULL), 0);
+    CHECK_EQ_INT(tw_pool_new(&pool, 1, NULL), 0);
+    struct tw_runner_config cfg = {.execute = count_cb,
+                                   .ctx = &cnt,
+                                   .tick_ns = TICK_NS,
+                                   .key_kind = TW_TASKS_KEY_INT,
+                                   .clock = clk,
+                                   .pool = pool};
+    CHECK_EQ_INT(tw_runner_new(&r, &cfg), 0);
+    for (uint64_t k = 0; k < 1000; k++)
+        CHECK_EQ_INT(tw_runner_set_int(r, k, NULL, INT64_C(60000000000)), 1);
+    sleep_ms(20); /* the member asks to run again in 60 s */
+    for (uint64_t k = 0; k < 1000; k++)
+        CHECK_EQ_INT(tw_runner_move_int(r, k, INT64_C(61000000000)), 0);
+    struct tw_runner_stats st = {0};
+    for (int i = 0; i < 10000; i++) {
+        CHECK_EQ_INT(tw_runner_stats(r, &st), 0);
+        if (st.tick >= 128)
+            break;
+        sleep_ms(1);
+    }
+    CHECK(st.tick >= 128);
+    CHECK(st.worst_tick_cpu_ns > 0);
+    CHECK_EQ_INT(atomic_load(&cnt.fired), 0);
+    CHECK_EQ_INT(tw_runner_free(r), 0);
+    CHECK_EQ_INT(tw_pool_free(pool), 0);
+    CHECK_EQ_INT(tw_clock_free(clk), 0);
+}
+
 static void test_memory(void)
 {
     struct tw_clock *clk;
@@ -738,5 +778,6 @@ int main(void)
     RUN(test_full_queue);
     RUN(test_max_pending_room);
     RUN(test_memory);
+    RUN(test_lazy_moves_keep_time);
     return test_summary();
 }

@@ -122,6 +122,10 @@ struct tw_runner {
     pthread_cond_t tick_cv;
     int stopping; /* under ctl */
     _Atomic uint64_t sleep_until;
+    /* On a shared clock: the tick the last run asked to run again at
+     * (rn_clock_run_; producers may have lowered the member's due since;
+     * UINT64_MAX before the first run, 0 when no producer need wake it) */
+    _Atomic uint64_t clock_next;
 
     /* tick thread only (written for every fired task: off the line of
      * sleep_until, which producers read on every set and move) */
@@ -263,26 +267,6 @@ static inline uint64_t rn_shard_now(const struct rn_shard *s)
     return tw_tasks_now(s->tasks) - s->off;
 }
 
-/* After a lazy arm in shard s (locked): the tick to wake the tick thread
- * for, `at` (0: none) or earlier if the shard's wheel now has walk work
- * (tw_tasks_next_work) before `sleeping`, the tick the thread sleeps
- * until. Asked only while it sleeps more than a level-1 slot ahead: once
- * a shard pushed a task back its next work is never further, so this is
- * the first push after a quiet spell, and the walks get their steps from
- * it on instead of all at once when the thread wakes. Not on a shared
- * clock (it wakes at the work it was told of at its last run). */
-static inline uint64_t rn_work_kick(const struct tw_runner *r, const struct rn_shard *s,
-                                    uint64_t sleeping, uint64_t at)
-{
-    if (!r->lazy || r->clock || sleeping <= rn_shard_now(s) + TW_WHEEL_SLOTS)
-        return at;
-    uint64_t work = tw_tasks_next_work(s->tasks);
-    if (work == TW_NEVER)
-        return at;
-    work -= s->off;
-    return work < sleeping && (!at || work < at) ? work : at;
-}
-
 /* On a shared clock: a producer armed runner tick `deadline`. Called under
  * the shard lock, so that stop, which closes every shard before it leaves
  * the clock, never frees the member under a waker. One atomic load when the
@@ -290,6 +274,37 @@ static inline uint64_t rn_work_kick(const struct tw_runner *r, const struct rn_s
 static inline void rn_clock_wake(struct tw_runner *r, uint64_t deadline)
 {
     tw_clock_wake(r->clock, r->member, r->start_ns + deadline * r->tick_ns);
+}
+
+/* After a lazy arm in shard s (locked): the tick to wake the tick thread
+ * for, `at` (0: none) or earlier if the shard's wheel now has walk work
+ * (tw_tasks_next_work) before `sleeping`, the tick the thread sleeps
+ * until. Asked only while it sleeps more than a level-1 slot ahead: once
+ * a shard pushed a task back its next work is never further, so this is
+ * the first push after a quiet spell, and the walks get their steps from
+ * it on instead of all at once when the thread wakes. On a shared clock
+ * the same for the tick its last run asked for (clock_next): the member
+ * is woken then. */
+static inline uint64_t rn_work_kick(struct tw_runner *r, const struct rn_shard *s,
+                                    uint64_t sleeping, uint64_t at)
+{
+    if (!r->lazy)
+        return at;
+    uint64_t far = rn_shard_now(s) + TW_WHEEL_SLOTS;
+    if (r->clock)
+        sleeping = atomic_load_explicit(&r->clock_next, memory_order_relaxed);
+    if (sleeping <= far)
+        return at;
+    uint64_t work = tw_tasks_next_work(s->tasks);
+    if (work == TW_NEVER)
+        return at;
+    work -= s->off;
+    if (r->clock) { /* under the lock: see rn_clock_wake */
+        if (work < sleeping)
+            rn_clock_wake(r, work);
+        return at;
+    }
+    return work < sleeping && (!at || work < at) ? work : at;
 }
 
 /* n tasks left shard s (lock held): their max_pending room goes back to it,

@@ -79,9 +79,12 @@ static uint64_t rn_clock_pass(struct tw_runner *r, uint64_t now_ns)
      * again). */
     if (work <= now_tick)
         work = now_tick + 1;
+    atomic_store_explicit(&r->clock_next, work, memory_order_relaxed);
     return work == TW_NEVER ? TW_CLOCK_NEVER : r->start_ns + work * r->tick_ns;
 out:
-    /* Out of budget: again at once. Blocked: a pool thread wakes us. */
+    /* Out of budget: again at once. Blocked: a pool thread wakes us (and
+     * no producer needs to, for walks: clock_next 0). */
+    atomic_store_explicit(&r->clock_next, 0, memory_order_relaxed);
     return rc == RN_RUN_BUDGET ? now_ns : TW_CLOCK_NEVER;
 }
 

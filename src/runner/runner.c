@@ -298,6 +298,7 @@ int tw_runner_new(struct tw_runner **out, const struct tw_runner_config *cfg)
     r->k0 = seed[0] | !(seed[0] | seed[1]); /* {0, 0} would make the shards draw their own */
     r->k1 = seed[1];
     atomic_init(&r->sleep_until, 0);
+    atomic_init(&r->clock_next, UINT64_MAX); /* no run yet: any lazy move may wake it */
     atomic_init(&r->pending, 0);
     atomic_init(&r->fired, 0);
     atomic_init(&r->late, 0);
