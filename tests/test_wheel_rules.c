@@ -948,12 +948,14 @@ static void test_heartbeat_stays_one_store(void)
     CHECK_EQ_U64(p.fired_at, 50000);
 }
 
-/* A level-2 slot X is walked twice. The first pass starts when the slot
- * before X comes due: it moves the timers pushed back past X and puts
- * back the timers due in X whose level-1 slot has not passed yet. The
- * second pass, over X's last 1,024 ticks, walks those again and takes
- * down, ahead of X, the ones whose level-1 slot has passed by then. Timers
- * due later in X still go down when X comes due. Each fires exactly. */
+/* A level-2 slot X may be walked twice. A lazy re-arm's step in the first
+ * half of the slot before X opens a first pass: it moves the timers pushed
+ * back past X and puts back the timers due in X whose level-1 slot has not
+ * passed yet. The second pass, over X's last 1,024 ticks, walks those again
+ * and takes down, ahead of X, the ones whose level-1 slot has passed by
+ * then. Timers due later in X still go down when X comes due. Without a
+ * re-arm in that half, only the second pass walks X. Each fires exactly. */
+enum { REARMS_A_STEP = 8 }; /* one lazy push in eight takes a step */
 static void test_walk_level2_two_passes(void)
 {
     enum { X = 7 * 4096, FIRST = X - 4096, SECOND = X - 1024 };
@@ -967,11 +969,14 @@ static void test_walk_level2_two_passes(void)
     CHECK_EQ_INT(tw_arm(&w, &p.timer, 60000, 0, 0), 0); /* pushed back past X */
     tw_arm(&w, &q.timer, X + 30 * 64 + 3, 0, 0); /* level-1 digit 30 */
     tw_arm(&w, &r.timer, X + 60 * 64 + 1, 0, 0); /* level-1 digit 60 */
-    CHECK_EQ_INT(tw_wheel_advance(&w, FIRST - 1), 0);
-    CHECK_EQ_U64(tw_wheel_moves(&w), 0);
-    for (uint64_t t = FIRST; t < SECOND; t++)
-        CHECK_EQ_INT(tw_wheel_advance(&w, t), 0);
+    CHECK_EQ_INT(tw_wheel_advance(&w, FIRST + 10), 0);
+    CHECK_EQ_U64(tw_wheel_moves(&w), 0); /* no first pass without a re-arm */
+    for (unsigned k = 1; k <= REARMS_A_STEP; k++) /* a step: the first pass opens */
+        CHECK_EQ_INT(tw_arm(&w, &p.timer, 60000 + k, 0, 0), 0);
     CHECK_EQ_U64(tw_wheel_moves(&w), 1); /* p moved, q and r put back */
+    for (uint64_t t = FIRST + 11; t < SECOND; t++)
+        CHECK_EQ_INT(tw_wheel_advance(&w, t), 0);
+    CHECK_EQ_U64(tw_wheel_moves(&w), 1);
     for (uint64_t t = SECOND; t < X; t++)
         CHECK_EQ_INT(tw_wheel_advance(&w, t), 0);
     CHECK_EQ_U64(tw_wheel_moves(&w), 2); /* q went down ahead of X, r back */
@@ -980,7 +985,24 @@ static void test_walk_level2_two_passes(void)
     CHECK_EQ_INT(tw_wheel_advance(&w, 70000), 3);
     CHECK_EQ_U64(q.fired_at, X + 30 * 64 + 3);
     CHECK_EQ_U64(r.fired_at, X + 60 * 64 + 1);
-    CHECK_EQ_U64(p.fired_at, 60000);
+    CHECK_EQ_U64(p.fired_at, 60000 + REARMS_A_STEP);
+
+    /* the same without the re-arms: only the second pass walks X, taking
+     * q down */
+    tw_wheel_init(&w, 0);
+    probe_init(&p, &w);
+    probe_init(&q, &w);
+    tw_arm(&w, &p.timer, X + 100, 0, 0);
+    CHECK_EQ_INT(tw_arm(&w, &p.timer, 60000, 0, 0), 0);
+    tw_arm(&w, &q.timer, X + 30 * 64 + 3, 0, 0);
+    for (uint64_t t = 1; t < SECOND; t++)
+        CHECK_EQ_INT(tw_wheel_advance(&w, t), 0);
+    CHECK_EQ_U64(tw_wheel_moves(&w), 0);
+    for (uint64_t t = SECOND; t < X; t++)
+        CHECK_EQ_INT(tw_wheel_advance(&w, t), 0);
+    CHECK_EQ_U64(tw_wheel_moves(&w), 2); /* p moved, q down ahead of X */
+    CHECK_EQ_INT(tw_wheel_advance(&w, 70000), 2);
+    CHECK_EQ_U64(q.fired_at, X + 30 * 64 + 3);
 }
 
 /* tw_wheel_next_work: the next expiry while no lazy re-arm pushed a timer
@@ -1179,11 +1201,11 @@ static void test_lazy_rearm_moves_spread(void)
 
 /* A re-arm from a callback of tw_wheel_advance takes no step of a walk
  * (the advance running walks at its pace); the same re-arms outside it do.
- * Group a (2,000 timers at 30000, pushed back once) makes the first pass
- * over the level-2 slot of 28672 run from tick 24576, about 2 timers a
- * tick; group b (1,024 timers at 60000, in a slot not near) is pushed back
- * from a callback at 24629, then again from outside, the pass still
- * running. */
+ * Group a (2,000 timers at 30000, pushed back once) leaves the level-2 slot
+ * of 28672 to be walked; group b (1,024 timers at 60000, in a slot not
+ * near) is pushed back from a callback at 24629 (the callback's steps open
+ * no first pass), then again from outside (their steps open it and take
+ * from it). */
 enum { STEP_A = 2000, STEP_B = 1024 };
 static struct probe *step_b;
 static uint64_t step_moves_in_callback;

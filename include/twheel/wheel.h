@@ -61,11 +61,13 @@
  * Moves per advance: timers that lazy re-arms pushed back are moved by a
  * walk ahead of the slot they wait in, during the TW_WHEEL_WALK_TICKS
  * ticks before it comes due (64 for a level-1 slot, 1024 for a level-2
- * slot, 4096 above), at a pace of the pending timers over those ticks; a
- * level-2 slot is walked in a first pass before that too, from the moment
- * the slot before it comes due, over TW_WHEEL_WALK_FIRST_TICKS (3072), so
- * that re-arms of many timers at once (a sweep of every key) find a walk
- * to take steps of. A walk of a slot above level 1 takes the slot's other
+ * slot, 4096 above), at a pace of the pending timers over those ticks. A
+ * level-2 slot may be walked in a first pass before that: a lazy re-arm
+ * in the first half of the slot before it opens one, which runs at the
+ * pace of the pending timers over the ticks left until the second pass
+ * (at least 1024), so that re-arms of many timers at once (a sweep of
+ * every key) find a walk to take steps of. A walk of a slot above level 1
+ * takes the slot's other
  * timers down a level as it goes, where the level below has room (always
  * above level 2; at level 2, into the level-1 slots already past; the
  * second pass walks those the first put back). The walks move on in two
@@ -74,7 +76,7 @@
  * (not from inside a callback of tw_wheel_advance), and the advances take
  * what the pace asks beyond what those steps took. So one advance that
  * takes time k ticks forward, with at most n timers pending, moves at most
- * tw_wheel_lazy_moves_max(n, k) timers for walks, about (k + 8) (n / 53 +
+ * tw_wheel_lazy_moves_max(n, k) timers for walks, about (k + 8) (n / 51 +
  * 11), and takes at most that many off the walked slots; besides them it
  * moves only timers going down a level toward their own deadlines (at
  * most once per level each, as above: what an eager re-arm or an exact arm
@@ -283,11 +285,6 @@ TW_API uint64_t tw_wheel_moves(const struct tw_wheel *w);
  * a slot of any higher level. */
 #define TW_WHEEL_WALK_TICKS(level)                                                          \
     ((level) < 2 ? TW_WHEEL_SLOTS : (level) == 2 ? 16 * TW_WHEEL_SLOTS : TW_WHEEL_SLOTS * TW_WHEEL_SLOTS)
-/** A level-2 slot is walked twice: a first pass during the
- * TW_WHEEL_WALK_FIRST_TICKS before its last TW_WHEEL_WALK_TICKS(2), from the
- * moment the slot before it comes due, then a second pass over what the
- * first put back ("Moves per advance" above). */
-#define TW_WHEEL_WALK_FIRST_TICKS (TW_WHEEL_SLOTS * TW_WHEEL_SLOTS - TW_WHEEL_WALK_TICKS(2))
 /** How far, in ticks of its pace, a walk ahead may fall behind it: it moves
  * on a batch at a time, at least every this many ticks. */
 #define TW_WHEEL_WALK_LAG 8
@@ -304,8 +301,9 @@ TW_API uint64_t tw_wheel_moves(const struct tw_wheel *w);
  * re-arms pushed back or that walks took down a level ahead of their slot:
  * (ticks + TW_WHEEL_WALK_LAG) times the sum over the levels 1-10 of
  * pending / TW_WHEEL_WALK_TICKS(level) + 1 plus pending /
- * TW_WHEEL_WALK_FIRST_TICKS + 1 (level 2's first pass, whose rest the
- * second's start takes), about pending / 53 + 11 a tick
+ * TW_WHEEL_WALK_TICKS(2) + 1 (level 2's first pass, at most the second's
+ * pace, whose rest the second's start takes), about pending / 51 + 11 a
+ * tick
  * (saturating at UINT64_MAX). Besides them it moves only timers going down
  * a level toward their own deadlines when their slot comes due. O(1). */
 static inline uint64_t tw_wheel_lazy_moves_max(uint64_t pending, uint64_t ticks)
@@ -313,7 +311,7 @@ static inline uint64_t tw_wheel_lazy_moves_max(uint64_t pending, uint64_t ticks)
     uint64_t per_tick = 0;
     for (unsigned level = 1; level < TW_WHEEL_LEVELS; level++)
         per_tick += pending / TW_WHEEL_WALK_TICKS(level) + 1;
-    per_tick += pending / TW_WHEEL_WALK_FIRST_TICKS + 1;
+    per_tick += pending / TW_WHEEL_WALK_TICKS(2) + 1; /* level 2's first pass */
     uint64_t t = ticks + TW_WHEEL_WALK_LAG < ticks ? UINT64_MAX : ticks + TW_WHEEL_WALK_LAG;
     return t > UINT64_MAX / per_tick ? UINT64_MAX : t * per_tick;
 }

@@ -215,11 +215,35 @@ static uint64_t walk_on(struct tw_wheel *w, unsigned level, uint64_t budget)
  * kept). A walked slot is always its level's first. */
 static __attribute__((noinline)) void walks_due(struct tw_wheel *w, uint64_t limit)
 {
-    for (uint32_t ls = w->walking; ls; ls &= ls - 1) {
+    for (uint32_t ls = walk_levels(w); ls; ls &= ls - 1) {
         unsigned level = (unsigned)__builtin_ctz(ls);
         if (w->walked[level] <= limit)
             w->moves += walk_on(w, level, UINT64_MAX);
     }
+}
+
+/* The first pass over the next level-2 slot X (WALK_FIRST_OPEN: now lies
+ * in the slot before X, before X's second-pass window): a lazy push's
+ * step opens it if X is still at least FIRST_PASS_MIN ticks ahead of the
+ * second pass's window, so that its pace, the timers pending over the
+ * ticks left until that window, is at most a second pass's. The push just
+ * made satisfies walks_open's rule (pushed_at is now, in X's block). */
+static void first_pass(struct tw_wheel *w)
+{
+    w->walking &= ~WALK_FIRST_OPEN; /* opened now, or never for this slot */
+    if (!(w->levels >> 2 & 1))
+        return;
+    uint64_t now = w->now, window = walk_window(2);
+    unsigned slot = (unsigned)__builtin_ctzll(w->occupied[2]);
+    uint64_t tick = slot_tick(now, 2, slot);
+    /* not the next slot, walked already, or too late: the second pass
+     * walks it */
+    if (tick - now > SLOT_WIDTH_2 || tick <= w->walked[2] || tick - now < window + FIRST_PASS_MIN)
+        return;
+    walk_start(w, 2, slot, tick, now, tick - window - now);
+    w->second_pass = 1;
+    if (w->wake > now + 1) /* its pace counts from the next time move */
+        w->wake = now + 1;
 }
 
 /* A lazy re-arm's step (arm_node_exact, every REARM_WALK_EVERY-th push
@@ -231,7 +255,9 @@ static __attribute__((noinline)) void walks_due(struct tw_wheel *w, uint64_t lim
  * pushed into it behind the walk. */
 void tw_walk_step_(struct tw_wheel *w)
 {
-    for (uint32_t ls = w->walking; ls; ls &= ls - 1) {
+    if ((w->walking & WALK_FIRST_OPEN) && !(w->walking >> 2 & 1))
+        first_pass(w);
+    for (uint32_t ls = walk_levels(w); ls; ls &= ls - 1) {
         unsigned level = (unsigned)__builtin_ctz(ls);
         if (!walk_left(w, level))
             continue; /* a walk that staged: it ends when its slot comes due */
@@ -244,7 +270,7 @@ void tw_walk_step_(struct tw_wheel *w)
 /* Put the timers of every walk back in their slots' chains (destroy). */
 void tw_walk_stop_(struct tw_wheel *w)
 {
-    for (uint32_t ls = w->walking; ls; ls &= ls - 1)
+    for (uint32_t ls = walk_levels(w); ls; ls &= ls - 1)
         w->moves += walk_on(w, (unsigned)__builtin_ctz(ls), UINT64_MAX);
 }
 
@@ -272,10 +298,18 @@ static bool near_level(struct tw_wheel *w, unsigned level, uint64_t now)
     bool open = false;
     if (b == 0) { /* no slot ahead at this level, ever */
         w->near_at[level] = UINT64_MAX;
-    } else if (level == 2) { /* always in a window: the first pass's or the second's */
+    } else if (level == 2) { /* always near: the first pass's window or the second's */
         limit = b + mask;
-        w->near_at[level] = b - now > window ? b - window : b;
-        open = true;
+        if (b - now > window) { /* a push may open a first pass over b's slot */
+            w->near_at[level] = b - window;
+            if ((w->levels >> 2 & 1) && slot_tick(now, 2, (unsigned)__builtin_ctzll(w->occupied[2])) == b &&
+                b > w->walked[2] && !(w->walking >> 2 & 1))
+                w->walking |= WALK_FIRST_OPEN;
+        } else {
+            w->near_at[level] = b;
+            w->walking &= ~WALK_FIRST_OPEN;
+            open = true;
+        }
     } else if (b - now <= window) {
         limit = b + mask;
         w->near_at[level] = b;
@@ -329,16 +363,11 @@ static void walks_open(struct tw_wheel *w, uint32_t opened, uint64_t now)
         uint64_t tick = slot_tick(now, level, slot), window = walk_window(level);
         uint64_t block =
             level + 1 < LEVELS ? tick & ~((UINT64_C(1) << ((level + 1) * SLOT_BITS)) - 1) : 0;
-        bool first = level == 2 && tick - now > window; /* before the second pass's window */
-        if ((first ? tick - now <= window + TW_WHEEL_WALK_FIRST_TICKS : tick - now <= window) &&
-            tick > w->walked[level] && w->pushed_at != UINT64_MAX && w->pushed_at >= block) {
-            if (first)
-                walk_start(w, level, slot, tick, tick - window - TW_WHEEL_WALK_FIRST_TICKS,
-                           TW_WHEEL_WALK_FIRST_TICKS);
-            else
-                walk_start(w, level, slot, tick, tick - window, window);
+        if (tick - now <= window && tick > w->walked[level] && w->pushed_at != UINT64_MAX &&
+            w->pushed_at >= block) {
+            walk_start(w, level, slot, tick, tick - window, window);
             if (level == 2)
-                w->second_pass = first;
+                w->second_pass = 0;
         }
     }
 }
@@ -378,10 +407,10 @@ void tw_time_moved_(struct tw_wheel *w)
             walks_open(w, opened, now);
     }
     uint64_t moved = 0, wake = w->near_until;
-    for (uint32_t ls = w->walking; ls; ls &= ls - 1) {
+    for (uint32_t ls = walk_levels(w); ls; ls &= ls - 1) {
         unsigned level = (unsigned)__builtin_ctz(ls);
         uint64_t ticks = now - w->walk_time[level], rate = w->walk_rate[level];
-        uint64_t span = level == 2 && w->second_pass ? TW_WHEEL_WALK_FIRST_TICKS : walk_window(level);
+        uint64_t span = level == 2 && w->second_pass ? SLOT_WIDTH_2 - walk_window(2) : walk_window(level);
         /* a whole span's worth takes every timer: no need to count */
         uint64_t budget = ticks >= span ? UINT64_MAX : rate * ticks;
         if (budget >= WALK_BATCH || ticks >= TW_WHEEL_WALK_LAG) {

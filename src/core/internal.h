@@ -288,6 +288,20 @@ static inline void time_moved(struct tw_wheel *w)
  * chains' misses in flight and its setup is paid for 64 timers. */
 #define REARM_WALK_EVERY 8
 
+/* A bit of w->walking above the levels': now lies in the level-2 slot
+ * before the next one X, before X's second-pass window, so a lazy push's
+ * step may open a first pass over X (first_pass, advance.c). Only while X
+ * is at least FIRST_PASS_MIN ticks ahead of that window. */
+#define WALK_FIRST_OPEN (UINT32_C(1) << 31)
+#define FIRST_PASS_MIN TW_WHEEL_WALK_TICKS(2)
+#define SLOT_WIDTH_2 (UINT64_C(1) << (2 * SLOT_BITS))
+
+/* The levels whose walks are under way (w->walking without the open bit). */
+static inline uint32_t walk_levels(const struct tw_wheel *w)
+{
+    return w->walking & ~WALK_FIRST_OPEN;
+}
+
 /* The lazy re-arm of pending node n to a later `deadline` (> now): push it
  * back with one store into n, leaving it in the slot of its older deadline
  * D, and return true; or return false, and the caller relocates it now. A D

@@ -58,20 +58,23 @@
  * it; at level 2 its last quarter, so that most level-1 slots have passed
  * when the walk takes X's timers down to them (below); above, long enough
  * to spread any load, short enough that what it walks is still in the
- * cache when X comes due). At level 2 a first pass comes before that
- * window: from the moment the slot before X comes due, over
- * TW_WHEEL_WALK_FIRST_TICKS (3072), it moves the timers pushed back past
- * X and takes down what it can; the second pass, in the window, walks what
- * the first put back (second_pass). Why: re-arms of every timer at once (a
- * keyed heartbeat sweep) come after a level-2 slot came due and long
- * before the next one's last quarter, so with one pass no walk ran while
- * they pushed, the ticks made all the moves, and the pace of a walk, set
- * by every timer pending, made each of its ticks cost a few hundred
- * misses; with the first pass open, the sweep's steps take it whole, and
- * without a sweep its pace is a third. When a window opens (tw_time_moved_, at
- * near_until), X's chains become the walk's (w->walk; X stays marked
- * occupied, and chain_emptied does not mark it empty while the walk holds
- * chains of it), and at each later time move the walk takes its pace's
+ * cache when X comes due). At level 2 a first pass may come before that
+ * window: a lazy push's step in the first half of the slot before X opens
+ * it (first_pass; WALK_FIRST_OPEN marks the slot before X, X unwalked),
+ * at the pace of the pending timers over the ticks left until the window;
+ * it moves the timers pushed back past X and takes down what it can, and
+ * the second pass, in the window, walks what it put back (second_pass).
+ * Why: re-arms of every timer at once (a keyed heartbeat sweep) come after
+ * a level-2 slot came due and long before the next one's last quarter, so
+ * with one pass no walk ran while they pushed, the ticks made all the
+ * moves, and the pace of a walk, set by every timer pending, made each of
+ * its ticks cost a few hundred misses; with the first pass, the sweep's
+ * steps take it whole. Opened only by pushes: without them, a first pass
+ * would read X's timers not pushed back twice (W1's expiry). When a
+ * window opens (tw_time_moved_, at near_until), X's chains become the
+ * walk's (w->walk; X stays marked occupied, and chain_emptied does not
+ * mark it empty while the walk holds chains of it), and at each later
+ * time move the walk takes its pace's
  * worth off them: a timer pushed back past X is placed for its deadline (a
  * move), any other is placed back into X. Its pace is the timers pending
  * when it starts over the window's ticks (walk_rate), so it has taken them
@@ -203,7 +206,8 @@
  *                              is due when the window of its slot opens
  *   walking                    bit l set <=> level l's walk is under way
  *                              (a walk that staged timers: until its slot
- *                              comes due)
+ *                              comes due); bit 31, WALK_FIRST_OPEN: a
+ *                              push's step may open a first pass
  *   staged, stage_level        the level-(stage_level - 1) slots holding
  *                              timers the walk of stage_level took down
  *                              ahead of its slot, not marked occupied yet
