@@ -13,6 +13,7 @@
 
 #include "test.h"
 #include "test_time.h"
+#include "runner_wait.h"
 #include "twheel.h"
 
 #if defined(__linux__)
@@ -1089,13 +1090,7 @@ static void test_lazy_moves_keep_time(void)
     sleep_ms(20); /* let it go to sleep for 60 s */
     for (uint64_t k = 0; k < 1000; k++)
         CHECK_EQ_INT(tw_runner_move_int(r, k, INT64_C(61000000000)), 0);
-    struct tw_runner_stats st = {0};
-    for (int i = 0; i < 10000; i++) {
-        CHECK_EQ_INT(tw_runner_stats(r, &st), 0);
-        if (st.tick >= 128)
-            break;
-        sleep_ms(1);
-    }
+    struct tw_runner_stats st = runner_wait_tick(r, 128);
     CHECK(st.tick >= 128);
     CHECK(st.worst_tick_cpu_ns > 0);
     CHECK_EQ_U64(st.fired, 0);
