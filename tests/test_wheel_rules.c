@@ -1016,6 +1016,15 @@ static void test_next_work(void)
     tw_wheel_init(&w, 0);
     CHECK_EQ_U64(tw_wheel_next_work(NULL), TW_NEVER);
     CHECK_EQ_U64(tw_wheel_next_work(&w), TW_NEVER);
+    /* exact timers only: the next expiry, in the slot before theirs too
+     * (where a push could open a first pass) */
+    struct probe x;
+    probe_init(&x, &w);
+    tw_arm(&w, &x.timer, 30000, 0, 0);
+    CHECK_EQ_INT(tw_wheel_advance(&w, 25000), 0);
+    CHECK_EQ_U64(tw_wheel_next_work(&w), tw_wheel_next_expiry(&w));
+    CHECK_EQ_INT(tw_wheel_advance(&w, 30000), 1);
+    tw_wheel_init(&w, 0);
     struct probe *p = calloc(N, sizeof *p);
     CHECK(p != NULL);
     if (!p)

@@ -7,7 +7,9 @@
  *
  *   wheel  each connection embeds a struct tw_timer; a heartbeat re-arms it
  *          (one store: re-arming later is lazy), epoll_wait sleeps until the
- *          wheel's next expiry, and advancing the wheel fires the idle ones.
+ *          wheel's next work (tw_wheel_next_work: its next expiry, or a step
+ *          of the walks that move pushed-back timers), and advancing the
+ *          wheel fires the idle ones.
  *   scan   each connection keeps its deadline; the loop wakes every
  *          --scan-period (default: every tick, the same precision as the
  *          wheel; 1000 is the classic once-a-second sweep) and checks them all.

@@ -11,7 +11,7 @@
 #include "cache/internal.h"
 
 /* Expire s's entries due by now_tick, a batch per lock hold, and collect its
- * limbo. Returns how many expired and sets *next to the shard's next expiry.
+ * limbo. Returns how many expired and sets *next to the shard's next work.
  * Tables are not shrunk here: readers would have to distrust their misses
  * while a shrink relinks, and a read must not wait on expiry. */
 static uint64_t cache_expire_shard(struct tw_cache *c, struct cache_shard *s, uint64_t now_tick,
@@ -64,7 +64,7 @@ static uint64_t cache_expire_shard(struct tw_cache *c, struct cache_shard *s, ui
     }
 }
 
-/* One expiry pass over every shard; *next = the earliest next expiry, or
+/* One expiry pass over every shard; *next = the earliest next work, or
  * 10 ms from now while some shard still holds limbo. */
 static uint64_t cache_expire_all(struct tw_cache *c, uint64_t now_tick, uint64_t *next,
                                  uint64_t *budget)

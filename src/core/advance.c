@@ -247,10 +247,11 @@ static void first_pass(struct tw_wheel *w)
 }
 
 /* A lazy re-arm's step (arm_node_exact, every REARM_WALK_EVERY-th push
- * while a walk runs): take up to TW_WHEEL_REARM_MOVES_MAX timers off the
- * walk of the lowest level that has some left (its slot comes due first),
- * counted ahead of its pace (walk_ahead), so that the advances take only
- * what the pushes did not. Taking timers ahead of the pace is always
+ * while a walk runs or a first pass may open, which it opens first): take
+ * up to TW_WHEEL_REARM_MOVES_MAX timers off the walk of the lowest level
+ * that has some left (its slot comes due first), counted ahead of its
+ * pace (walk_ahead), so that the advances take only what the pushes did
+ * not. Taking timers ahead of the pace is always
  * right: the walked slot is near from its window's start, so nothing is
  * pushed into it behind the walk. */
 void tw_walk_step_(struct tw_wheel *w)
@@ -288,9 +289,10 @@ static inline void near_set(struct tw_wheel *w, unsigned level, uint64_t limit)
  * `now`, and the tick at which it changes next (near_at). Level L holds
  * deadlines from B, the first tick of the slot after now's; that slot is
  * near from B less its walk window until B, when the next one's window is
- * still to come. At level 1, slots with sub-lists count as near too
- * (place_sub adds those it starts meanwhile), and so does all of level 0.
- * Returns whether the slot after now's is in its window. */
+ * still to come; at level 2 always (a first pass may walk it: the open
+ * bit is set until its window). At level 1, slots with sub-lists count as
+ * near too (place_sub adds those it starts meanwhile), and so does all of
+ * level 0. Returns whether the slot after now's is in its window. */
 static bool near_level(struct tw_wheel *w, unsigned level, uint64_t now)
 {
     uint64_t mask = (UINT64_C(1) << (level * SLOT_BITS)) - 1; /* level <= 10 */

@@ -309,7 +309,8 @@ static inline uint32_t walk_levels(const struct tw_wheel *w)
  * at once, one comparison; below it, the exact test by level: it is pushed
  * back unless D <= near[b], b the highest bit in which D and
  * now differ (taken as 6 for a D at level 0: the OR): its slot is due within
- * its walk window (which may have walked it already), or is a level-1 slot
+ * its walk window (which may have walked it already; at level 2, the next
+ * slot, which a first pass may walk), or is a level-1 slot
  * with sub-lists (in_place_for says why those differ), or D is at level 0
  * (due within 64 ticks: no time to walk it). A timer pushed back before,
  * whose slot D no longer tells, is pushed again: its slot was not near when

@@ -38,8 +38,9 @@
  * earlier unlinks and re-inserts at once. One store into the timer per
  * later re-arm (and, one push in eight while a walk runs, a step of that
  * walk: below): the lowest total cost. A timer whose slot is near, due
- * within its walk window (so the walk may have passed it), or at level 0
- * (due within 64 ticks: no time to walk it), or in a level-1 slot with
+ * within its walk window (so the walk may have passed it; at level 2 the
+ * next slot always, as a first pass may walk it), or at level 0 (due
+ * within 64 ticks: no time to walk it), or in a level-1 slot with
  * sub-lists (which go down whole, not walked), is relocated at once
  * instead, as an eager re-arm;
  * "near" is a limit per highest differing bit of D and now (near[b]: the
@@ -64,12 +65,11 @@
  * at the pace of the pending timers over the ticks left until the window;
  * it moves the timers pushed back past X and takes down what it can, and
  * the second pass, in the window, walks what it put back (second_pass).
- * Why: re-arms of every timer at once (a keyed heartbeat sweep) come after
- * a level-2 slot came due and long before the next one's last quarter, so
- * with one pass no walk ran while they pushed, the ticks made all the
- * moves, and the pace of a walk, set by every timer pending, made each of
- * its ticks cost a few hundred misses; with the first pass, the sweep's
- * steps take it whole. Opened only by pushes: without them, a first pass
+ * Why: re-arms of every timer at once (a keyed heartbeat sweep) come right
+ * after a level-2 slot came due, long before the next one's last quarter:
+ * with no walk open for their steps, the ticks would make the moves at the
+ * window's pace, set by every timer pending, a few hundred misses a tick;
+ * the first pass gives the sweep's steps a walk to take whole. Opened only by pushes: without them, a first pass
  * would read X's timers not pushed back twice (W1's expiry). When a
  * window opens (tw_time_moved_, at near_until), X's chains become the
  * walk's (w->walk; X stays marked occupied, and chain_emptied does not
@@ -198,8 +198,9 @@
  *                              it has taken timers up to
  *   walk_ahead[level]          timers the re-arms' steps took off the walk
  *                              since walk_time, ahead of its pace
- *   pushes                     lazy pushes while a walk ran (one in
- *                              REARM_WALK_EVERY takes a step)
+ *   pushes                     lazy pushes while a walk ran or a first
+ *                              pass could open (one in REARM_WALK_EVERY
+ *                              takes a step)
  *   walked[level], walk_slot   the tick and the index of the slot the
  *                              level's walk takes (or last took) from
  *   second_pass                the level-2 walk is a first pass: a second
@@ -323,7 +324,7 @@ uint64_t tw_wheel_next_work(const struct tw_wheel *w)
     uint64_t next = tw_wheel_next_expiry(w);
     if (!w || !w->pending || !w->levels)
         return next;
-    if (!w->walking) {
+    if (!walk_levels(w)) { /* the open bit alone: only a push opens that pass */
         unsigned bits = ((31u - (unsigned)__builtin_clz(w->levels)) + 1) * SLOT_BITS;
         uint64_t block = bits >= 64 ? 0 : w->now & ~((UINT64_C(1) << bits) - 1);
         if (w->pushed_at == UINT64_MAX || w->pushed_at < block)

@@ -124,7 +124,8 @@ struct tw_runner {
     _Atomic uint64_t sleep_until;
     /* On a shared clock: the tick the last run asked to run again at
      * (rn_clock_run_; producers may have lowered the member's due since;
-     * UINT64_MAX before the first run, 0 when no producer need wake it) */
+     * UINT64_MAX before the first run and while one runs, 0 when no
+     * producer need wake it) */
     _Atomic uint64_t clock_next;
 
     /* tick thread only (written for every fired task: off the line of

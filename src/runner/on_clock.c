@@ -56,6 +56,10 @@ static int rn_clock_advance_shard(struct tw_runner *r, struct rn_shard *s, uint6
 static uint64_t rn_clock_pass(struct tw_runner *r, uint64_t now_ns)
 {
     uint64_t now_tick = now_ns > r->start_ns ? (now_ns - r->start_ns) / r->tick_ns : 0;
+    /* While the run reads the shards, a lazy move wakes the member for its
+     * walks (rn_work_kick): the scan may have read that shard already, and
+     * the clock keeps the earlier of that wake-up and what the run asks. */
+    atomic_store_explicit(&r->clock_next, UINT64_MAX, memory_order_relaxed);
     /* Room for one round over every shard and the final pass even when
      * nothing fires, so a run that fires nothing always finishes. */
     unsigned budget = RN_CLOCK_BUDGET + 2 * r->nshards;

@@ -56,7 +56,10 @@
  * (milliseconds at 10^6 keys, under each shard's lock in turn). The first
  * lazy move while the thread sleeps further than that kicks it
  * (rn_work_kick); tw_runner_stats.worst_tick_cpu_ns reports the dearest
- * pass.
+ * pass. On a shared clock the same: clock_next is the tick the last run
+ * asked for (UINT64_MAX while a run reads the shards, as sleep_until is
+ * while the tick thread does), and such a move lowers the member's due
+ * (tw_clock_wake) instead of kicking.
  *
  * Order across shards: each round finds the earliest next expiry over all
  * shards and advances every shard to it, so tasks due at earlier ticks are
