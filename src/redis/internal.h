@@ -448,9 +448,12 @@ struct tw_rr_waiter {
 int tw_rr_local_new(struct tw_rr_local **out, uint32_t tick_ms, uint32_t ahead_ms, uint32_t rt_prio,
                     uint32_t threads);
 /* Hold an item until it may be started (due_local_ns, or ahead as above;
- * at once when that is past: the FIFO, in the order of the calls). Accepted
- * while stopping too (tw_rr_local_drain hands it back). */
+ * at once when that is past: the FIFO, after what the wheel holds for the
+ * ticks that have come, then in the order of the calls). Accepted while
+ * stopping too (tw_rr_local_drain hands it back). */
 void tw_rr_local_add(struct tw_rr_local *l, struct tw_rr_item *it);
+/* The instant of the queue's tick `tick`, on tw_rr_mono_ns's clock. */
+uint64_t tw_rr_local_tick_ns(const struct tw_rr_local *l, uint64_t tick);
 /* An executor's next work (blocks): first settles the `done` items of its
  * previous take, then returns 1 armed item whose run time has come
  * (*started true: run it), or 1..max ready items in FIFO order (*started

@@ -13,7 +13,12 @@
  *    share of what is ready (at most batch_max, <= TW_RR_RUN_BATCH, set by
  *    the owner), so that a backlog costs one round trip per batch. Items
  *    already due when added go straight to it in the order they were added
- *    (catch-up keeps due order).
+ *    (catch-up keeps due order), behind what the wheel holds for the ticks
+ *    that have come: an add collects those first, as the tick thread would
+ *    (a catch-up handed over late must not overtake them). Without start
+ *    ahead an item's tick is the first at or after its due time, so an
+ *    item added due may still go before one of the wheel's that fell due
+ *    less than a tick before it (the order holds to the tick).
  *  - the armed list: items a START granted ahead, ordered by run_ns; every
  *    idle executor waits for the head's time.
  * The queue calls no one: claim.c adds, executors (execute.c) take, arm
@@ -120,6 +125,14 @@ static uint64_t loc_now_tick(const struct tw_rr_local *l)
     return (tw_rr_mono_ns() - l->start_ns) / l->tick_ns;
 }
 
+/* Move what the wheel holds due by tick `now` to the FIFO, in due order. */
+static void loc_collect(struct tw_rr_local *l, uint64_t now)
+{
+    struct tw_node *n;
+    while ((n = tw_wheel_expire_next_node(&l->wheel, now)) != NULL)
+        loc_push(l, tw_container_of(n, struct tw_rr_item, node));
+}
+
 static void *loc_tick_main(void *arg)
 {
     struct tw_rr_local *l = arg;
@@ -131,10 +144,7 @@ static void *loc_tick_main(void *arg)
     }
     pthread_mutex_lock(&l->mu);
     while (!l->stopping) {
-        uint64_t now = loc_now_tick(l);
-        struct tw_node *n;
-        while ((n = tw_wheel_expire_next_node(&l->wheel, now)) != NULL)
-            loc_push(l, tw_container_of(n, struct tw_rr_item, node));
+        loc_collect(l, loc_now_tick(l));
         uint64_t next = tw_wheel_next_expiry(&l->wheel);
         l->sleep_until = next;
         if (next == TW_NEVER)
@@ -323,12 +333,22 @@ void tw_rr_local_add(struct tw_rr_local *l, struct tw_rr_item *it)
      * tick (2^64 ticks from start): the item is then ready at once, and its
      * START tells when it may run. */
     if (leave <= now || tw_node_init(&it->node) != 0 ||
-        tw_arm(&l->wheel, &it->node, tick, 0, 0) != 0)
+        tw_arm(&l->wheel, &it->node, tick, 0, 0) != 0) {
+        /* Ready at once, but not before what the wheel holds for ticks that
+         * have come and the tick thread has not collected yet (it wakes late
+         * on a busy machine): those leave earlier, and a catch-up handed
+         * over after its leave time would otherwise overtake them. */
+        loc_collect(l, loc_now_tick(l));
         loc_push(l, it);
-    else if ((tick > wnow ? tick : wnow + 1) < l->sleep_until)
+    } else if ((tick > wnow ? tick : wnow + 1) < l->sleep_until)
         pthread_cond_signal(&l->tick_cv);
     l->held++;
     pthread_mutex_unlock(&l->mu);
+}
+
+uint64_t tw_rr_local_tick_ns(const struct tw_rr_local *l, uint64_t tick)
+{
+    return l->start_ns + tick * l->tick_ns;
 }
 
 void tw_rr_local_close(struct tw_rr_local *l)

@@ -1565,6 +1565,79 @@ static void test_local_ahead(void)
     local_ahead_with(1, 10);
 }
 
+/* Items in the order executors take them: how many came after one due later. */
+struct loc_ord {
+    pthread_mutex_t mu;
+    size_t n, bad;
+    uint64_t last;
+};
+
+static void loc_ord_run(void *ctx, struct tw_rr_item **v, size_t n, unsigned thread)
+{
+    struct loc_ord *O = ctx;
+    (void)thread;
+    pthread_mutex_lock(&O->mu);
+    for (size_t i = 0; i < n; i++) {
+        O->bad += v[i]->due_local_ns < O->last;
+        O->last = v[i]->due_local_ns;
+        O->n++;
+        free(v[i]);
+    }
+    pthread_mutex_unlock(&O->mu);
+}
+
+/* An item added after its leave time (a catch-up the claimer hands over
+ * late) goes behind the wheel's items whose tick has come, also before the
+ * tick thread has woken to collect them: x leaves at tick k, y (due 1 us
+ * later) is added just after tick k's instant, while the tick thread is
+ * still waking. Executors must take x first. Without the collect in add, y
+ * went first in nearly every round (the tick thread's wake-up takes longer
+ * than the spin to tick k + 1 us); with it, no round can fail. */
+static void test_local_due_behind_wheel(void)
+{
+    struct loc_ord O;
+    memset(&O, 0, sizeof O);
+    pthread_mutex_init(&O.mu, NULL);
+    struct loc_fx F;
+    CHECK_EQ_INT(loc_fx_new(&F, 1, 10, 1, loc_ord_run, NULL, &O), 0); /* span: 5 ticks */
+    if (!F.l)
+        return;
+    enum { ROUNDS = 40 };
+    const uint64_t ms = 1000000u;
+    for (int r = 0; r < ROUNDS; r++) {
+        struct tw_rr_item *x = calloc(1, sizeof *x + 1), *y = calloc(1, sizeof *y + 1);
+        CHECK(x && y);
+        if (!x || !y) {
+            free(x);
+            free(y);
+            break;
+        }
+        /* tick k: a multiple of the span, 3 ms or more ahead */
+        uint64_t k = (tw_rr_mono_ns() - tw_rr_local_tick_ns(F.l, 0)) / ms + 3;
+        k += (5 - k % 5) % 5;
+        uint64_t at = tw_rr_local_tick_ns(F.l, k);
+        x->due_local_ns = at + 5 * ms; /* leaves ahead / 2 before: at tick k's instant */
+        y->due_local_ns = at + 5 * ms + 1000u;
+        tw_rr_local_add(F.l, x);
+        while (tw_rr_mono_ns() < at + 1000u) /* y's leave time: added due */
+            ;
+        tw_rr_local_add(F.l, y);
+        uint64_t end = rfx_mono_ms() + 2000;
+        for (;;) {
+            pthread_mutex_lock(&O.mu);
+            size_t n = O.n;
+            pthread_mutex_unlock(&O.mu);
+            if (n >= (size_t)(2 * r + 2) || rfx_mono_ms() > end)
+                break;
+            rfx_sleep_ms(1);
+        }
+    }
+    loc_fx_free(&F);
+    CHECK_EQ_U64(O.n, 2 * ROUNDS);
+    CHECK_EQ_U64(O.bad, 0);
+    pthread_mutex_destroy(&O.mu);
+}
+
 /* The armed list (local.c): run arms each item to run at at0 + step *
  * item->token; exec records it. */
 struct loc_arm {
@@ -1874,6 +1947,7 @@ int main(void)
     RUN(test_never_early);
     RUN(test_start_ahead);
     RUN(test_local_ahead);
+    RUN(test_local_due_behind_wheel);
     RUN(test_local_armed);
     RUN(test_local_armed_first);
     RUN(test_armed_many);
