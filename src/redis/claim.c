@@ -201,6 +201,25 @@ static int rr_claim_part(struct tw_redis *r, uint32_t p, unsigned batch, struct 
     return rr_claim_reply(r, p, batch, sh, b, x);
 }
 
+/* A pause on a cluster comes and goes one partition at a time (inspect.c):
+ * between two flags, a claim of a partition resumed first would take its
+ * catch-up while earlier tasks wait in one still paused. So while the last
+ * claims found some partitions paused and others not, the frontier stays
+ * at 0 (nothing due is handed over; rr_frontier). A whole pause holds
+ * nothing back: no claim takes new work then, and what the worker held
+ * before it still runs (redis.h). A partition whose claim failed counts as
+ * not paused, as it counts as holding nothing back (last_full). */
+static void rr_set_paused(struct tw_redis *r, uint32_t p, bool paused)
+{
+    if (r->paused[p] != paused) {
+        r->paused[p] = paused;
+        if (paused)
+            r->npaused++;
+        else
+            r->npaused--;
+    }
+}
+
 /* A claim's reply x (freed here) on partition p, sent with that batch and
  * share: its items appended to b. Returns the number claimed (>= 0) or an
  * error. */
@@ -218,6 +237,7 @@ static int rr_claim_reply(struct tw_redis *r, uint32_t p, unsigned batch, unsign
     tw_rr_clock_sample(r, p, now_us, t_reply);
     /* claim p again when its earliest lease ends (see the top) */
     long long end = x->element[x->elements - 1]->integer;
+    rr_set_paused(r, p, end == -2 && x->elements == 3);
     uint64_t at = end < 0 ? UINT64_MAX : tw_rr_local_due(r, p, (uint64_t)end);
     r->recover_ns[p] = at < t_reply + rr_recover_gap(r) ? t_reply + rr_recover_gap(r) : at;
     if (r->recover_ns[p] < r->recover_next)
@@ -333,10 +353,12 @@ static void rr_known(struct tw_redis *r, uint32_t p)
     }
 }
 
-/* Every task not claimed yet is due at or after this (see rr_claim_round). */
+/* Every task not claimed yet is due at or after this (see rr_claim_round);
+ * 0 while a partition is unknown (rr_reconnected) or while only some are
+ * paused (rr_set_paused). */
 static uint64_t rr_frontier(const struct tw_redis *r)
 {
-    if (r->nunknown)
+    if (r->nunknown || (r->npaused && r->npaused < r->cfg.partitions))
         return 0;
     uint64_t f = UINT64_MAX;
     for (uint32_t p = 0; p < r->cfg.partitions; p++)
@@ -467,6 +489,7 @@ static bool rr_pace(struct tw_redis *r, unsigned char *want, size_t *nwanted, si
             }
             if (got < 0) {
                 r->last_full[p] = UINT64_MAX;
+                rr_set_paused(r, p, false);
                 break;
             }
         }
@@ -630,6 +653,7 @@ static int rr_claim_round(struct tw_redis *r, unsigned char *want, bool pace, bo
                 want[p] = 0;
                 nwanted--;
                 r->last_full[p] = UINT64_MAX; /* unreachable: do not hold the others back */
+                rr_set_paused(r, p, false);
                 rr_known(r, p);
                 continue;
             }
@@ -653,6 +677,7 @@ static int rr_claim_round(struct tw_redis *r, unsigned char *want, bool pace, bo
                 if (got != TW_RR_EAWAIT) /* awaited: its reply is collected later */
                     err = got;
                 r->last_full[p] = UINT64_MAX; /* unreachable: do not hold the others back */
+                rr_set_paused(r, p, false);
                 if (got == TW_EIO || got == TW_EUNKNOWN || got == TW_RR_EAWAIT) /* as away */
                     bad[bi] = 1;
             }

@@ -621,6 +621,9 @@ struct tw_redis {
     unsigned char *unknown;         /* claim thread only: partitions not claimed since the
                                        claim connection was re-established (rr_reconnected) */
     uint32_t nunknown;
+    unsigned char *paused;          /* claim thread only: partitions whose last claim found
+                                       the pause flag (claim.c, rr_frontier) */
+    uint32_t npaused;
     uint64_t rc_seen;               /* claim thread only: claim_rt.reconnects seen */
     uint64_t *last_full;            /* claim thread only: due ms of the last task of the
                                        partition's last claim if it was a full batch

@@ -501,6 +501,74 @@ static void test_pause_resume(void)
     pthread_mutex_destroy(&R.mu);
 }
 
+/* The partition a key goes to, as every client computes it (FNV-1a-64 of
+ * the key, modulo the partition count: redis.h). */
+static uint32_t part_of(const char *key, uint32_t parts)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const unsigned char *k = (const unsigned char *)key; *k; k++) {
+        h ^= *k;
+        h *= 0x100000001b3ull;
+    }
+    return (uint32_t)(h % parts);
+}
+
+/* A cluster resumes one partition after another (one DEL each): a worker's
+ * round between two deletions claims the catch-up of the partition resumed
+ * first, and must hold it until the one still paused, whose tasks are due
+ * earlier, has been claimed too. Simulated on one server: partition 0's flag
+ * deleted alone, two rounds (window 1000 ms: a round every 500 ms) before
+ * the resume. Before the worker held it back, partition 0's five tasks ran
+ * then, ahead of partition 1's earlier ones. */
+static void test_resume_one_by_one(void)
+{
+    struct rec R;
+    struct tw_redis *c = open_q("ins_rsm", 2, NULL);
+    struct tw_redis *w = c ? open_q("ins_rsm", 2, &R) : NULL;
+    if (!w) {
+        tw_redis_free(c);
+        return;
+    }
+    CHECK_EQ_INT(tw_redis_pause(c), 0);
+    /* five keys of each partition: partition 1's due at 100-180 ms, 0's at 600-680 */
+    int n[2] = {0, 0};
+    for (int i = 0; i < 200 && (n[0] < 5 || n[1] < 5); i++) {
+        char k[16];
+        int l = snprintf(k, sizeof k, "r%d", i);
+        uint32_t p = part_of(k, 2);
+        if (n[p] == 5)
+            continue;
+        CHECK_EQ_INT(tw_redis_set(c, k, (size_t)l, "", 0, (p ? 100 : 600) + n[p]++ * 20), 0);
+    }
+    CHECK(n[0] == 5 && n[1] == 5);
+    rfx_sleep_ms(1200); /* all due; paused: nothing delivered */
+    CHECK_EQ_U64(rec_count(&R), 0);
+    redisContext *rc = rfx_connect(&srv);
+    CHECK(rc != NULL);
+    if (rc) {
+        redisReply *x = redisCommand(rc, "DEL {ins_rsm:0}:pause");
+        CHECK(x && x->type == REDIS_REPLY_INTEGER && x->integer == 1);
+        if (x)
+            freeReplyObject(x);
+        redisFree(rc);
+    }
+    rfx_sleep_ms(1200); /* two rounds: partition 0 claimed, 1 still paused */
+    CHECK_EQ_U64(rec_count(&R), 0);
+    CHECK_EQ_INT(tw_redis_resume(c), 0);
+    uint64_t end = rfx_mono_ms() + 5000;
+    while (rfx_mono_ms() < end && rec_count(&R) < 10)
+        rfx_sleep_ms(10);
+    CHECK_EQ_U64(rec_count(&R), 10);
+    pthread_mutex_lock(&R.mu);
+    for (size_t i = 1; i < R.n; i++) /* the catch-up in due order */
+        CHECK(R.due[i - 1] <= R.due[i]);
+    pthread_mutex_unlock(&R.mu);
+    tw_redis_free(w);
+    CHECK_EQ_INT(tw_redis_drop(c, true), 0);
+    tw_redis_free(c);
+    pthread_mutex_destroy(&R.mu);
+}
+
 /* ---- drop, and what an empty queue leaves ----------------------------------------- */
 
 static void test_drop(void)
@@ -925,6 +993,7 @@ int main(void)
     RUN(test_list_bucket_order);
     RUN(test_counts_lag);
     RUN(test_pause_resume);
+    RUN(test_resume_one_by_one);
     RUN(test_drop);
     RUN(test_adopt);
     RUN(test_metrics);
