@@ -207,8 +207,12 @@ static int rr_claim_part(struct tw_redis *r, uint32_t p, unsigned batch, struct 
  * claims found some partitions paused and others not, the frontier stays
  * at 0 (nothing due is handed over; rr_frontier). A whole pause holds
  * nothing back: no claim takes new work then, and what the worker held
- * before it still runs (redis.h). A partition whose claim failed counts as
- * not paused, as it counts as holding nothing back (last_full). */
+ * before it still runs (redis.h). So that a worker learns the pause became
+ * whole (a pause that came between two claims of a round, on one server
+ * too), each round claims the partitions not seen paused, their carried
+ * items notwithstanding, while the claims disagree (rr_claim_round). A
+ * partition whose claim failed counts as not paused, as it counts as
+ * holding nothing back (last_full). */
 static void rr_set_paused(struct tw_redis *r, uint32_t p, bool paused)
 {
     if (r->paused[p] != paused) {
@@ -629,15 +633,19 @@ static int rr_claim_round(struct tw_redis *r, unsigned char *want, bool pace, bo
     while (more && !*capped) {
         more = false;
         uint64_t frontier = rr_frontier(r);
+        bool split = r->npaused && r->npaused < P; /* the claims disagree (rr_set_paused) */
         size_t nwanted = 0;
         for (uint32_t p = 0; p < P; p++) {
             /* Not a partition with carried items (they go first), nor one
              * whose next tasks lie beyond the frontier (they would wait);
-             * but every partition in an unknown state. */
+             * but every partition in an unknown state, and while the
+             * claims disagree on the pause, one not seen paused (has it
+             * been paused since? its carry waits for the answer). */
             if (r->unknown[p])
                 want[p] = 1;
-            else if (want[p] && (r->carry_n[p] || (r->last_full[p] != UINT64_MAX &&
-                                                   r->last_full[p] > frontier)))
+            else if (want[p] && !(split && !r->paused[p]) &&
+                     (r->carry_n[p] ||
+                      (r->last_full[p] != UINT64_MAX && r->last_full[p] > frontier)))
                 want[p] = 0;
             nwanted += want[p];
         }
