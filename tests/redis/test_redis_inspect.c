@@ -513,12 +513,25 @@ static uint32_t part_of(const char *key, uint32_t parts)
     return (uint32_t)(h % parts);
 }
 
+/* Wait until worker w has begun k more refill rounds (a round claims every
+ * partition: the first of them has ended once the k-th begins, k >= 2);
+ * bounded by 10 s. */
+static void wait_rounds(struct tw_redis *w, uint64_t k)
+{
+    struct tw_redis_stats st;
+    if (tw_redis_stats(w, &st) != 0)
+        return;
+    uint64_t want = st.refills + k, end = rfx_mono_ms() + 10000;
+    while (rfx_mono_ms() < end && tw_redis_stats(w, &st) == 0 && st.refills < want)
+        rfx_sleep_ms(10);
+    CHECK(st.refills >= want);
+}
+
 /* A cluster resumes one partition after another (one DEL each): a worker's
  * round between two deletions claims the catch-up of the partition resumed
  * first, and must hold it until the one still paused, whose tasks are due
  * earlier, has been claimed too. Simulated on one server: partition 0's flag
- * deleted alone, two rounds (window 1000 ms: a round every 500 ms) before
- * the resume. Before the worker held it back, partition 0's five tasks ran
+ * deleted alone, two whole rounds before the resume. Before the worker held it back, partition 0's five tasks ran
  * then, ahead of partition 1's earlier ones. */
 static void test_resume_one_by_one(void)
 {
@@ -552,7 +565,7 @@ static void test_resume_one_by_one(void)
             freeReplyObject(x);
         redisFree(rc);
     }
-    rfx_sleep_ms(1200); /* two rounds: partition 0 claimed, 1 still paused */
+    wait_rounds(w, 3); /* two whole rounds: partition 0 claimed, 1 still paused */
     CHECK_EQ_U64(rec_count(&R), 0);
     CHECK_EQ_INT(tw_redis_resume(c), 0);
     uint64_t end = rfx_mono_ms() + 5000;
@@ -606,7 +619,7 @@ static void test_pause_one_by_one(void)
         return;
     }
     CHECK_EQ_INT((int)srv_int("SET {ins_pone:1}:pause 1"), 0);
-    rfx_sleep_ms(700); /* a round has seen partition 1 paused */
+    wait_rounds(w, 2); /* a whole round has seen partition 1 paused */
     int n = 0;
     for (int i = 0; i < 200 && n < 5; i++) {
         char k[16];
@@ -618,7 +631,7 @@ static void test_pause_one_by_one(void)
     rfx_sleep_ms(1000); /* claimed and due, held back */
     CHECK_EQ_U64(rec_count(&R), 0);
     CHECK_EQ_INT((int)srv_int("SET {ins_pone:0}:pause 1"), 0);
-    uint64_t end = rfx_mono_ms() + 4000; /* a round or two */
+    uint64_t end = rfx_mono_ms() + 8000; /* a round or two */
     while (rfx_mono_ms() < end && rec_count(&R) < 5)
         rfx_sleep_ms(10);
     CHECK_EQ_U64(rec_count(&R), 5);
