@@ -606,9 +606,11 @@ static long long srv_int(const char *cmd)
  * anything held before a pause does. On one server with the flags set by
  * hand: partition 1's first, five tasks of partition 0 set and claimed
  * (held: the claims disagree; due within window/4 of the claim, so none
- * goes to the wheel unheld), then partition 0's flag. Without a claim of
- * partition 0 despite its carried tasks, the worker would never see it
- * paused and would hold them until a resume. */
+ * goes to the wheel unheld), rounds past their holds, then partition 0's
+ * flag. Without a look at partition 0 despite its carried tasks, the worker
+ * would never see it paused and would hold them until a resume; with a
+ * claim instead of a probe, each round past their holds would have taken
+ * them back and leased them to it again (recovered, then lost_leases). */
 static void test_pause_one_by_one(void)
 {
     struct rec R;
@@ -620,15 +622,21 @@ static void test_pause_one_by_one(void)
     }
     CHECK_EQ_INT((int)srv_int("SET {ins_pone:1}:pause 1"), 0);
     wait_rounds(w, 2); /* a whole round has seen partition 1 paused */
+    /* one set_many: one script call, so one claim takes all five (a later
+     * notification of a partition with carried tasks gets only a probe) */
+    char keys[5][16];
+    struct tw_redis_item it[5];
     int n = 0;
     for (int i = 0; i < 200 && n < 5; i++) {
-        char k[16];
-        int l = snprintf(k, sizeof k, "q%d", i);
-        if (part_of(k, 2) == 0)
-            CHECK_EQ_INT(tw_redis_set(c, k, (size_t)l, "", 0, 100 + n++ * 20), 0);
+        int l = snprintf(keys[n], sizeof keys[n], "q%d", i);
+        if (part_of(keys[n], 2) == 0) {
+            it[n] = (struct tw_redis_item){keys[n], (size_t)l, "", 0, 100 + n * 20};
+            n++;
+        }
     }
     CHECK_EQ_INT(n, 5);
-    rfx_sleep_ms(1000); /* claimed and due, held back */
+    CHECK_EQ_INT(tw_redis_set_many(c, it, 5), 5);
+    wait_rounds(w, 4); /* claimed and due, held back past their holds (hold_ms 1000) */
     CHECK_EQ_U64(rec_count(&R), 0);
     CHECK_EQ_INT((int)srv_int("SET {ins_pone:0}:pause 1"), 0);
     uint64_t end = rfx_mono_ms() + 8000; /* a round or two */
@@ -639,6 +647,12 @@ static void test_pause_one_by_one(void)
     for (size_t i = 1; i < R.n; i++)
         CHECK(R.due[i - 1] <= R.due[i]);
     pthread_mutex_unlock(&R.mu);
+    /* while held, partition 0 was only probed: no claim took the held tasks
+     * back (their holds had ended) to lease them to this worker again */
+    struct tw_redis_stats st;
+    CHECK_EQ_INT(tw_redis_stats(w, &st), 0);
+    CHECK_EQ_U64(st.recovered, 0);
+    CHECK_EQ_U64(st.lost_leases, 0);
     CHECK_EQ_INT(tw_redis_resume(c), 0);
     tw_redis_free(w);
     CHECK_EQ_INT(tw_redis_drop(c, true), 0);
