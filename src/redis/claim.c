@@ -209,13 +209,15 @@ static int rr_claim_part(struct tw_redis *r, uint32_t p, unsigned batch, struct 
  * claims found some partitions paused and others not (split), the frontier
  * stays at 0 (nothing due is handed over; rr_frontier). A whole pause holds
  * nothing back: no claim takes new work then, and what the worker held
- * before it still runs (redis.h). While split, a round claims every
- * partition, twice (a pause or resume that came between two of its
- * claims, on one server too, ends the split within the round), and a
- * partition it would otherwise leave alone (carried items, or a full last
- * claim beyond the frontier) gets a probe instead: a claim that leases and
- * recovers nothing (rr_claim_part, batch 0), so that items held back do not
- * come back to this worker as copies once their holds end. A partition
+ * before it still runs (redis.h). While split, a round that made or
+ * changed the split looks at every partition a second time (a pause or
+ * resume that came between two of its claims, on one server too, ends the
+ * split within the round; a split that stays waits for the next refill,
+ * which looks at them all), and a partition it would otherwise leave alone
+ * (carried items, or a full last claim beyond the frontier) gets a probe
+ * instead: a claim that leases and recovers nothing (rr_claim_part, batch
+ * 0), so that items held back do not come back to this worker as copies
+ * once their holds end, nor does a full partition take more. A partition
  * whose claim failed is neither paused nor running: a master away during a
  * whole pause does not split it. */
 enum { RR_PAUSE_UNKNOWN, RR_PAUSE_ON, RR_PAUSE_OFF };
@@ -252,13 +254,17 @@ static int rr_claim_reply(struct tw_redis *r, uint32_t p, unsigned batch, unsign
     }
     uint64_t now_us = (uint64_t)x->element[0]->integer;
     tw_rr_clock_sample(r, p, now_us, t_reply);
-    /* claim p again when its earliest lease ends (see the top) */
     long long end = x->element[x->elements - 1]->integer;
     rr_set_paused(r, p, end == -2 && x->elements == 3 ? RR_PAUSE_ON : RR_PAUSE_OFF);
-    uint64_t at = end < 0 ? UINT64_MAX : tw_rr_local_due(r, p, (uint64_t)end);
-    r->recover_ns[p] = at < t_reply + rr_recover_gap(r) ? t_reply + rr_recover_gap(r) : at;
-    if (r->recover_ns[p] < r->recover_next)
-        r->recover_next = r->recover_ns[p];
+    /* claim p again when its earliest lease ends (see the top); not after a
+     * probe (batch 0), which recovered nothing: its earliest may have ended
+     * already, and a recovery claim would only probe again while split */
+    if (batch) {
+        uint64_t at = end < 0 ? UINT64_MAX : tw_rr_local_due(r, p, (uint64_t)end);
+        r->recover_ns[p] = at < t_reply + rr_recover_gap(r) ? t_reply + rr_recover_gap(r) : at;
+        if (r->recover_ns[p] < r->recover_next)
+            r->recover_next = r->recover_ns[p];
+    }
     size_t k = (x->elements - 3) / 5;
     if (b->n + k > b->cap) {
         size_t cap = b->cap ? b->cap : 256;
@@ -593,6 +599,7 @@ static int rr_claim_round(struct tw_redis *r, unsigned char *want, bool pace, bo
     unsigned char *probe = want + P; /* the second half of want's array (tw_rr_claim_main) */
     int err = 0;
     bool more = true, second_look = false;
+    uint32_t npaused0 = r->npaused, nrunning0 = r->nrunning;
     /* Pacing (see rr_pace): the claims of a plain refill are spread over a
      * quarter of the window instead of running back to back. */
     uint64_t quarter = (uint64_t)r->cfg.window_ms * 250000u, pace_until = 0, gap = 0;
@@ -737,12 +744,22 @@ static int rr_claim_round(struct tw_redis *r, unsigned char *want, bool pace, bo
             tw_rr_local_add(r->local, it);
         }
         c->n = k;
+        /* While split, a partition whose last claim was full is only probed
+         * (its next tasks would wait): wanted again, it would be probed
+         * again and again within the round, to no end. */
+        bool split_now = rr_split(r);
         for (uint32_t p = 0; p < P; p++)
-            if (r->unknown[p] || (r->last_full[p] != UINT64_MAX && r->carry_n[p] == 0)) {
+            if (r->unknown[p] ||
+                (!split_now && r->last_full[p] != UINT64_MAX && r->carry_n[p] == 0)) {
                 want[p] = 1; /* more may wait there */
                 more = true;
             }
-        if (rr_split(r) && !second_look) { /* every partition once more (rr_set_paused) */
+        /* A split this round made or changed: every partition once more,
+         * in case a pause or resume came between two of its claims
+         * (rr_set_paused). A split that stays as it was waits for the next
+         * refill, which looks at every partition. */
+        if (split_now && !second_look &&
+            (r->npaused != npaused0 || r->nrunning != nrunning0)) {
             second_look = true;
             memset(want, 1, P);
             more = true;

@@ -660,6 +660,67 @@ static void test_pause_one_by_one(void)
     pthread_mutex_destroy(&R.mu);
 }
 
+/* Claim calls of worker w over one second. */
+static uint64_t claims_in_1s(struct tw_redis *w)
+{
+    struct tw_redis_stats a, b;
+    if (tw_redis_stats(w, &a) != 0)
+        return UINT64_MAX;
+    rfx_sleep_ms(1000);
+    if (tw_redis_stats(w, &b) != 0)
+        return UINT64_MAX;
+    return b.claims - a.claims;
+}
+
+/* A pause left half done with a partition whose last claim came back full:
+ * while split that partition is only probed, and a probe changes nothing,
+ * so the round must not want it again at once (it did: tens of thousands
+ * of claim calls a second, the round never ended, and after the pause was
+ * lifted only the first batch was ever delivered). Found by a review:
+ * partition 1 paused by hand, 2000 tasks of partition 0 due in 5 s (more
+ * than one claim's 1024), then the flag deleted. */
+static void test_split_no_spin(void)
+{
+    struct rec R;
+    struct tw_redis *c = open_q("ins_spin", 2, NULL);
+    struct tw_redis *w = c ? open_q("ins_spin", 2, &R) : NULL;
+    if (!w) {
+        tw_redis_free(c);
+        return;
+    }
+    CHECK_EQ_INT((int)srv_int("SET {ins_spin:1}:pause 1"), 0);
+    wait_rounds(w, 2);
+    enum { N = 2000 };
+    static char keys[N][16];
+    static struct tw_redis_item it[N];
+    int n = 0;
+    for (int i = 0; i < 100000 && n < N; i++) {
+        int l = snprintf(keys[n], sizeof keys[n], "s%d", i);
+        if (part_of(keys[n], 2) == 0) {
+            it[n] = (struct tw_redis_item){keys[n], (size_t)l, "", 0, 5000 + n % 10};
+            n++;
+        }
+    }
+    CHECK_EQ_INT(tw_redis_set_many(c, it, N), N);
+    rfx_sleep_ms(4500); /* the window reached them: one full claim, then split */
+    uint64_t split_claims = claims_in_1s(w);
+    CHECK_(split_claims < 100, "%llu claim calls in 1 s while split",
+           (unsigned long long)split_claims);
+    CHECK_EQ_INT((int)srv_int("DEL {ins_spin:1}:pause"), 1);
+    struct tw_redis_stats st;
+    uint64_t end = rfx_mono_ms() + 15000;
+    while (rfx_mono_ms() < end && tw_redis_stats(w, &st) == 0 && st.delivered < N)
+        rfx_sleep_ms(20);
+    CHECK_EQ_U64(st.delivered, N);
+    uint64_t after = claims_in_1s(w);
+    CHECK_(after < 100, "%llu claim calls in 1 s after the pause was lifted",
+           (unsigned long long)after);
+    tw_redis_free(w);
+    CHECK_EQ_INT(tw_redis_drop(c, true), 0);
+    tw_redis_free(c);
+    pthread_mutex_destroy(&R.mu);
+}
+
 /* ---- drop, and what an empty queue leaves ----------------------------------------- */
 
 static void test_drop(void)
@@ -1086,6 +1147,7 @@ int main(void)
     RUN(test_pause_resume);
     RUN(test_resume_one_by_one);
     RUN(test_pause_one_by_one);
+    RUN(test_split_no_spin);
     RUN(test_drop);
     RUN(test_adopt);
     RUN(test_metrics);
