@@ -992,10 +992,7 @@ TW_API int tw_redis_counts(struct tw_redis *r, uint64_t within_ms, struct tw_red
  * + hold_ms of the pause's return; the held tasks of a worker that dies
  * meanwhile stay leased (counted held) until the resume, whose claims recover them. set, move, remove and
  * set_many are still accepted. Idempotent. On a cluster it takes effect per partition as
- * each flag is set (the partitions are not paused at one instant); while some are paused
- * and others not, workers hand over no task they claim due within window_ms / 4 (see
- * resume), so a pause left half done (TW_EOOM below) holds up catch-up until the queue is
- * paused or resumed whole.
+ * each flag is set (the partitions are not paused at one instant).
  * @return 0, TW_EOOM (a server at maxmemory refused a flag: on one server none is set;
  *         on a cluster the partitions before it are paused; pause again). */
 TW_API int tw_redis_pause(struct tw_redis *r);
@@ -1003,10 +1000,9 @@ TW_API int tw_redis_pause(struct tw_redis *r);
 /** Resume a paused queue: its flags deleted (on one server by one script, at one
  * instant; on a cluster one DEL per partition), then a PUBLISH on each partition's
  * channel, so that every worker claims at once what came due meanwhile and delivers it
- * in due order (its catch-up). Idempotent. On a cluster the flags go one after another;
- * a worker whose claims find some partitions paused and others not (a round between two
- * deletions) hands over no task it claims due within window_ms / 4 until they agree, so
- * the catch-up keeps due order across partitions there too.
+ * in due order (its catch-up). Idempotent. On a cluster the flags go one after another:
+ * a claim that comes between two deletions (a worker's regular round) may hand over the
+ * due tasks of a partition resumed first before earlier ones of a partition still paused.
  * @return 0. */
 TW_API int tw_redis_resume(struct tw_redis *r);
 

@@ -137,9 +137,7 @@ static struct tw_rr_share_slot *rr_share_slot(struct tw_redis *r, uint32_t p, ui
 /* One claim call on partition p; appends the items to b. Returns the number
  * claimed (>= 0) or an error (TW_RR_EAWAIT: its reply comes later, silent.c).
  * shares_only: nothing of the window, only this worker's shares beyond it
- * (rr_claim_shares); with batch 0 not even those: a probe, which leases and
- * recovers nothing and tells only whether p is paused and its earliest
- * lease (rr_set_paused). */
+ * (rr_claim_shares). */
 static int rr_claim_part(struct tw_redis *r, uint32_t p, unsigned batch, struct tw_rr_batch *b,
                          bool shares_only)
 {
@@ -160,7 +158,7 @@ static int rr_claim_part(struct tw_redis *r, uint32_t p, unsigned batch, struct 
     av[9] = hold;
     al[10] = (size_t)snprintf(maxa, sizeof maxa, "%u", r->cfg.max_attempts);
     av[10] = maxa;
-    unsigned sh = batch ? rr_share(r) : 0;
+    unsigned sh = rr_share(r);
     al[11] = (size_t)snprintf(share, sizeof share, "%u", sh);
     av[11] = share;
     size_t tl = 0; /* "bucket:taken ..." of this partition's slots */
@@ -203,42 +201,6 @@ static int rr_claim_part(struct tw_redis *r, uint32_t p, unsigned batch, struct 
     return rr_claim_reply(r, p, batch, sh, b, x);
 }
 
-/* A pause on a cluster comes and goes one partition at a time (inspect.c):
- * between two flags, a claim of a partition resumed first would take its
- * catch-up while earlier tasks wait in one still paused. So while the last
- * claims found some partitions paused and others not (split), the frontier
- * stays at 0 (nothing due is handed over; rr_frontier). A whole pause holds
- * nothing back: no claim takes new work then, and what the worker held
- * before it still runs (redis.h). While split, a round that made or
- * changed the split looks at every partition a second time (a pause or
- * resume that came between two of its claims, on one server too, ends the
- * split within the round; a split that stays waits for the next refill,
- * which looks at them all), and a partition it would otherwise leave alone
- * (carried items, or a full last claim beyond the frontier) gets a probe
- * instead: a claim that leases and recovers nothing (rr_claim_part, batch
- * 0), so that items held back do not come back to this worker as copies
- * once their holds end, nor does a full partition take more. A partition
- * whose claim failed is neither paused nor running: a master away during a
- * whole pause does not split it. */
-enum { RR_PAUSE_UNKNOWN, RR_PAUSE_ON, RR_PAUSE_OFF };
-
-static void rr_set_paused(struct tw_redis *r, uint32_t p, unsigned char state)
-{
-    unsigned char was = r->paused[p];
-    if (was == state)
-        return;
-    r->npaused -= was == RR_PAUSE_ON;
-    r->nrunning -= was == RR_PAUSE_OFF;
-    r->npaused += state == RR_PAUSE_ON;
-    r->nrunning += state == RR_PAUSE_OFF;
-    r->paused[p] = state;
-}
-
-static bool rr_split(const struct tw_redis *r)
-{
-    return r->npaused && r->nrunning;
-}
-
 /* A claim's reply x (freed here) on partition p, sent with that batch and
  * share: its items appended to b. Returns the number claimed (>= 0) or an
  * error. */
@@ -254,17 +216,12 @@ static int rr_claim_reply(struct tw_redis *r, uint32_t p, unsigned batch, unsign
     }
     uint64_t now_us = (uint64_t)x->element[0]->integer;
     tw_rr_clock_sample(r, p, now_us, t_reply);
+    /* claim p again when its earliest lease ends (see the top) */
     long long end = x->element[x->elements - 1]->integer;
-    rr_set_paused(r, p, end == -2 && x->elements == 3 ? RR_PAUSE_ON : RR_PAUSE_OFF);
-    /* claim p again when its earliest lease ends (see the top); not after a
-     * probe (batch 0), which recovered nothing: its earliest may have ended
-     * already, and a recovery claim would only probe again while split */
-    if (batch) {
-        uint64_t at = end < 0 ? UINT64_MAX : tw_rr_local_due(r, p, (uint64_t)end);
-        r->recover_ns[p] = at < t_reply + rr_recover_gap(r) ? t_reply + rr_recover_gap(r) : at;
-        if (r->recover_ns[p] < r->recover_next)
-            r->recover_next = r->recover_ns[p];
-    }
+    uint64_t at = end < 0 ? UINT64_MAX : tw_rr_local_due(r, p, (uint64_t)end);
+    r->recover_ns[p] = at < t_reply + rr_recover_gap(r) ? t_reply + rr_recover_gap(r) : at;
+    if (r->recover_ns[p] < r->recover_next)
+        r->recover_next = r->recover_ns[p];
     size_t k = (x->elements - 3) / 5;
     if (b->n + k > b->cap) {
         size_t cap = b->cap ? b->cap : 256;
@@ -312,8 +269,7 @@ static int rr_claim_reply(struct tw_redis *r, uint32_t p, unsigned batch, unsign
      * them) before any is due. */
     if (b->n - n0 > 1)
         qsort(b->v + n0, b->n - n0, sizeof *b->v, rr_item_cmp);
-    if (batch) /* a probe (batch 0) claims nothing: what p holds is as before */
-        r->last_full[p] = k >= batch && got ? last : UINT64_MAX;
+    r->last_full[p] = k >= batch && got ? last : UINT64_MAX;
     /* What this claim took beyond its window (as CLAIM computes it) counts
      * against this worker's share of each bucket there. */
     uint64_t hb = (now_us / 1000u + r->cfg.window_ms) / TW_RR_BUCKET_MS;
@@ -377,12 +333,10 @@ static void rr_known(struct tw_redis *r, uint32_t p)
     }
 }
 
-/* Every task not claimed yet is due at or after this (see rr_claim_round);
- * 0 while a partition is unknown (rr_reconnected) or while the claims
- * disagree on the pause (rr_set_paused). */
+/* Every task not claimed yet is due at or after this (see rr_claim_round). */
 static uint64_t rr_frontier(const struct tw_redis *r)
 {
-    if (r->nunknown || rr_split(r))
+    if (r->nunknown)
         return 0;
     uint64_t f = UINT64_MAX;
     for (uint32_t p = 0; p < r->cfg.partitions; p++)
@@ -513,7 +467,6 @@ static bool rr_pace(struct tw_redis *r, unsigned char *want, size_t *nwanted, si
             }
             if (got < 0) {
                 r->last_full[p] = UINT64_MAX;
-                rr_set_paused(r, p, RR_PAUSE_UNKNOWN);
                 break;
             }
         }
@@ -560,10 +513,8 @@ static void rr_claim_shares(struct tw_redis *r)
             continue;
         r->share_ns[p] = now;
         size_t n0 = c->n;
-        if (rr_claim_part(r, p, RR_PACED_BATCH, c, true) < 0) {
-            rr_set_paused(r, p, RR_PAUSE_UNKNOWN);
+        if (rr_claim_part(r, p, RR_PACED_BATCH, c, true) < 0)
             return; /* the rounds find out */
-        }
         rr_to_wheel(r, n0);
     }
 }
@@ -596,10 +547,8 @@ static int rr_claim_round(struct tw_redis *r, unsigned char *want, bool pace, bo
 {
     struct tw_rr_batch *c = &r->carry;
     uint32_t P = r->cfg.partitions;
-    unsigned char *probe = want + P; /* the second half of want's array (tw_rr_claim_main) */
     int err = 0;
-    bool more = true, second_look = false;
-    uint32_t npaused0 = r->npaused, nrunning0 = r->nrunning;
+    bool more = true;
     /* Pacing (see rr_pace): the claims of a plain refill are spread over a
      * quarter of the window instead of running back to back. */
     uint64_t quarter = (uint64_t)r->cfg.window_ms * 250000u, pace_until = 0, gap = 0;
@@ -657,21 +606,16 @@ static int rr_claim_round(struct tw_redis *r, unsigned char *want, bool pace, bo
     while (more && !*capped) {
         more = false;
         uint64_t frontier = rr_frontier(r);
-        bool split = rr_split(r); /* the claims disagree on the pause (rr_set_paused) */
         size_t nwanted = 0;
         for (uint32_t p = 0; p < P; p++) {
             /* Not a partition with carried items (they go first), nor one
              * whose next tasks lie beyond the frontier (they would wait);
-             * but every partition in an unknown state. While split, those
-             * get a probe (below). */
-            probe[p] = 0;
+             * but every partition in an unknown state. */
             if (r->unknown[p])
                 want[p] = 1;
             else if (want[p] && (r->carry_n[p] || (r->last_full[p] != UINT64_MAX &&
-                                                   r->last_full[p] > frontier))) {
-                want[p] = split;
-                probe[p] = split;
-            }
+                                                   r->last_full[p] > frontier)))
+                want[p] = 0;
             nwanted += want[p];
         }
         for (uint32_t i = 0; i < P; i++) {
@@ -686,7 +630,6 @@ static int rr_claim_round(struct tw_redis *r, unsigned char *want, bool pace, bo
                 want[p] = 0;
                 nwanted--;
                 r->last_full[p] = UINT64_MAX; /* unreachable: do not hold the others back */
-                rr_set_paused(r, p, RR_PAUSE_UNKNOWN);
                 rr_known(r, p);
                 continue;
             }
@@ -705,13 +648,11 @@ static int rr_claim_round(struct tw_redis *r, unsigned char *want, bool pace, bo
                 r->paced_calls++;
             nwanted--;
             size_t n0 = c->n;
-            int got = probe[p] ? rr_claim_part(r, p, 0, c, true)
-                               : rr_claim_part(r, p, batch, c, false);
+            int got = rr_claim_part(r, p, batch, c, false);
             if (got < 0) {
                 if (got != TW_RR_EAWAIT) /* awaited: its reply is collected later */
                     err = got;
                 r->last_full[p] = UINT64_MAX; /* unreachable: do not hold the others back */
-                rr_set_paused(r, p, RR_PAUSE_UNKNOWN);
                 if (got == TW_EIO || got == TW_EUNKNOWN || got == TW_RR_EAWAIT) /* as away */
                     bad[bi] = 1;
             }
@@ -744,26 +685,11 @@ static int rr_claim_round(struct tw_redis *r, unsigned char *want, bool pace, bo
             tw_rr_local_add(r->local, it);
         }
         c->n = k;
-        /* While split, a partition whose last claim was full is only probed
-         * (its next tasks would wait): wanted again, it would be probed
-         * again and again within the round, to no end. */
-        bool split_now = rr_split(r);
         for (uint32_t p = 0; p < P; p++)
-            if (r->unknown[p] ||
-                (!split_now && r->last_full[p] != UINT64_MAX && r->carry_n[p] == 0)) {
+            if (r->unknown[p] || (r->last_full[p] != UINT64_MAX && r->carry_n[p] == 0)) {
                 want[p] = 1; /* more may wait there */
                 more = true;
             }
-        /* A split this round made or changed: every partition once more,
-         * in case a pause or resume came between two of its claims
-         * (rr_set_paused). A split that stays as it was waits for the next
-         * refill, which looks at every partition. */
-        if (split_now && !second_look &&
-            (r->npaused != npaused0 || r->nrunning != nrunning0)) {
-            second_look = true;
-            memset(want, 1, P);
-            more = true;
-        }
         pthread_mutex_lock(&r->mu);
         bool stop = r->stop_claim;
         pthread_mutex_unlock(&r->mu);
@@ -778,7 +704,7 @@ void *tw_rr_claim_main(void *arg)
 {
     struct tw_redis *r = arg;
     uint32_t P = r->cfg.partitions;
-    unsigned char *want = calloc(2 * (size_t)P, 1); /* partitions wanted, then probed */
+    unsigned char *want = calloc(P, 1);
     r->recover_ns = malloc(P * sizeof *r->recover_ns);
     r->recover_due = calloc(P, 1);
     r->share_tab = calloc((size_t)P * RR_SHARE_SLOTS, sizeof *r->share_tab);

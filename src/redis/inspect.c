@@ -38,9 +38,7 @@
  * every flag, so the partitions pause and resume at one instant: a claim
  * between two flags could otherwise hand over one partition's catch-up
  * before earlier tasks of one still paused. A cluster's flags go one
- * partition after another: there the worker holds what it claimed back
- * while its claims find some partitions paused and others not (claim.c,
- * rr_set_paused). */
+ * partition after another. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdatomic.h>

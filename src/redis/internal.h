@@ -621,9 +621,6 @@ struct tw_redis {
     unsigned char *unknown;         /* claim thread only: partitions not claimed since the
                                        claim connection was re-established (rr_reconnected) */
     uint32_t nunknown;
-    unsigned char *paused;          /* claim thread only: per partition, what its last claim
-                                       found: RR_PAUSE_* (claim.c, rr_set_paused) */
-    uint32_t npaused, nrunning;     /* partitions seen paused, seen not paused */
     uint64_t rc_seen;               /* claim thread only: claim_rt.reconnects seen */
     uint64_t *last_full;            /* claim thread only: due ms of the last task of the
                                        partition's last claim if it was a full batch

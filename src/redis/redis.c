@@ -762,7 +762,6 @@ static void rr_free_all(struct tw_redis *r)
     free(r->carry_n);
     free(r->last_full);
     free(r->unknown);
-    free(r->paused);
     free(r->silent);
     for (size_t k = 0; k < TW_RR_SAMPLE_NODES; k++)
         if (r->probe[k])
@@ -850,7 +849,6 @@ static void rr_fit_partitions(struct tw_redis *r)
     RR_FIT(r->carry_n);
     RR_FIT(r->last_full);
     RR_FIT(r->unknown);
-    RR_FIT(r->paused);
 }
 #undef RR_FIT
 
@@ -931,9 +929,8 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
     r->carry_n = calloc(cfg->partitions, sizeof *r->carry_n);
     r->last_full = malloc(cfg->partitions * sizeof *r->last_full);
     r->unknown = calloc(cfg->partitions, 1);
-    r->paused = calloc(cfg->partitions, 1);
     if (!r->servers || !r->slots || !r->flags || !r->off_cur || !r->off_prev || !r->carry_n ||
-        !r->last_full || !r->unknown || !r->paused || !r->off_hi_cur || !r->off_hi_prev)
+        !r->last_full || !r->unknown || !r->off_hi_cur || !r->off_hi_prev)
         goto nomem;
     for (uint32_t p = 0; p < cfg->partitions; p++)
         r->last_full[p] = UINT64_MAX;

@@ -191,7 +191,7 @@
  * (attempt: the starts counted so far; the start of this lease makes it
  * attempt + 1; earliest: the earliest lease end left in the partition, ms,
  * or -1 when nothing is leased: the claimer claims again then, to recover
- * it should it run out; -2 and nothing else: the partition is paused)
+ * it should it run out)
  * First moves up to n expired leases back to their bucket (their due time
  * kept), then leases the buckets that begin by now + window: it walks the
  * index from its lowest bucket (8 index members per read), takes each
@@ -233,7 +233,7 @@
     PRELUDE BUCKETS DEAD "if not stable() then return redis.error_reply(TRY) end\n"         \
     /* paused (inspect.c: {q:p}:pause): nothing claimed, nothing recovered */               \
     "if redis.call('EXISTS', string.sub(KEYS[1], 1, -3) .. ':pause') == 1 then "            \
-    "return {now_us(), 0, -2} end\n"                                                        \
+    "return {now_us(), 0, -1} end\n"                                                        \
     "local now = now_us() local now_ms = math.floor(now / 1000)\n"                          \
     "local n = tonumber(ARGV[2])\n"                                                         \
     "local maxb = tonumber(ARGV[4]) local recovered = 0\n"                                  \
