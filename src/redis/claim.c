@@ -634,8 +634,17 @@ static int rr_claim_round(struct tw_redis *r, unsigned char *want, bool pace, bo
                 continue;
             }
             size_t ready = tw_rr_local_ready(r->local);
-            if (ready >= ready_max || tw_rr_local_held(r->local) + c->n >= RR_HELD_MAX) {
+            bool fill = tw_rr_local_held(r->local) + c->n >= RR_HELD_MAX;
+            /* At the fill, a partition in an unknown state is claimed all the
+             * same: until each is known the frontier stays at 0 and nothing
+             * carried is handed over, so a carry past the fill (a catch-up
+             * whose overdue buckets a claim takes whole) would wait for it
+             * for good. Its claim adds what it returns; the round then ends
+             * capped. */
+            if (ready >= ready_max || (fill && !r->unknown[p])) {
                 *capped = true;
+                if (ready < ready_max && r->nunknown)
+                    continue; /* the unknown ones of this pass still get theirs */
                 rr_claim_shares(r);
                 break;
             }

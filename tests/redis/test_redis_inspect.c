@@ -501,6 +501,71 @@ static void test_pause_resume(void)
     pthread_mutex_destroy(&R.mu);
 }
 
+/* Wait until worker w has begun k more refill rounds (a round claims every
+ * partition: the first of them has ended once the k-th begins, k >= 2);
+ * bounded by 10 s. */
+static void wait_rounds(struct tw_redis *w, uint64_t k)
+{
+    struct tw_redis_stats st;
+    if (tw_redis_stats(w, &st) != 0)
+        return;
+    uint64_t want = st.refills + k, end = rfx_mono_ms() + 10000;
+    while (rfx_mono_ms() < end && tw_redis_stats(w, &st) == 0 && st.refills < want)
+        rfx_sleep_ms(10);
+    CHECK(st.refills >= want);
+}
+
+/* A catch-up bigger than a worker's fill (65,536 held). After a resume (or
+ * a reconnect) every partition is unknown and nothing claimed is handed
+ * over until each has been claimed again; a claim takes an overdue bucket
+ * whole. Here each of two partitions holds 70,000 tasks in one overdue
+ * bucket: the first claim filled the carry past the fill, the fill check
+ * then refused the second partition's claim in every round, and the worker
+ * delivered nothing, for good. Found by a review. The tasks are written
+ * straight into Redis (records and one bucket each, as SET writes them),
+ * due 300 ms ago. */
+static void test_catch_up_past_the_fill(void)
+{
+    struct rec R;
+    struct tw_redis *c = open_q("ins_fill", 2, NULL);
+    struct tw_redis *w = c ? open_q("ins_fill", 2, &R) : NULL;
+    if (!w) {
+        tw_redis_free(c);
+        return;
+    }
+    CHECK_EQ_INT(tw_redis_pause(c), 0);
+    wait_rounds(w, 2);
+    redisContext *rc = rfx_connect(&srv);
+    CHECK(rc != NULL);
+    for (int p = 0; rc && p < 2; p++) {
+        redisReply *x = redisCommand(
+            rc, "EVAL %s 0 %s %d",
+            "local q, n = ARGV[1], tonumber(ARGV[2]) local t = redis.call('TIME') "
+            "local due = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - 300 "
+            "local b = math.floor(due / 500) local bk = q .. ':d:' .. b "
+            "for i = 1, n do local k = 'c' .. i "
+            "redis.call('HSET', q .. ':task', k, '0 0 ' .. due .. ' ') redis.call('RPUSH', bk, k) end "
+            "redis.call('ZADD', q .. ':d', b, b) return n",
+            p ? "{ins_fill:1}" : "{ins_fill:0}", 70000);
+        CHECK(x && x->type == REDIS_REPLY_INTEGER && x->integer == 70000);
+        if (x)
+            freeReplyObject(x);
+    }
+    if (rc)
+        redisFree(rc);
+    CHECK_EQ_INT(tw_redis_resume(c), 0);
+    struct tw_redis_stats st;
+    uint64_t end = rfx_mono_ms() + 20000;
+    while (rfx_mono_ms() < end && tw_redis_stats(w, &st) == 0 && st.delivered < 1000)
+        rfx_sleep_ms(20);
+    CHECK_(st.delivered >= 1000, "%llu of 140000 delivered in 20 s after the resume",
+           (unsigned long long)st.delivered);
+    tw_redis_free(w);
+    CHECK_EQ_INT(tw_redis_drop(c, true), 0);
+    tw_redis_free(c);
+    pthread_mutex_destroy(&R.mu);
+}
+
 /* ---- drop, and what an empty queue leaves ----------------------------------------- */
 
 static void test_drop(void)
@@ -925,6 +990,7 @@ int main(void)
     RUN(test_list_bucket_order);
     RUN(test_counts_lag);
     RUN(test_pause_resume);
+    RUN(test_catch_up_past_the_fill);
     RUN(test_drop);
     RUN(test_adopt);
     RUN(test_metrics);
