@@ -215,7 +215,10 @@ static int rr_claim_reply(struct tw_redis *r, uint32_t p, unsigned batch, unsign
         return TW_EPROTO;
     }
     uint64_t now_us = (uint64_t)x->element[0]->integer;
-    tw_rr_clock_sample(r, p, now_us, t_reply);
+    if (r->claim_rt.cluster)
+        tw_rr_clock_sample(r, p, now_us, t_reply);
+    else /* one server: its clock is every partition's (offset.c) */
+        tw_rr_clock_sample_all(r, now_us, t_reply);
     /* claim p again when its earliest lease ends (see the top) */
     long long end = x->element[x->elements - 1]->integer;
     uint64_t at = end < 0 ? UINT64_MAX : tw_rr_local_due(r, p, (uint64_t)end);

@@ -733,6 +733,8 @@ void tw_rr_keys(const struct tw_redis *r, uint32_t p, char buf[6][TW_RR_KEYBUF],
 /* offset.c: the server clock's offset from the local monotonic clock. */
 /* The server read server_us before its reply arrived at local_ns: a lower bound. */
 void tw_rr_clock_sample(struct tw_redis *r, uint32_t p, uint64_t server_us, uint64_t local_ns);
+/* The same for every partition: a server that is not a cluster holds them all. */
+void tw_rr_clock_sample_all(struct tw_redis *r, uint64_t server_us, uint64_t local_ns);
 /* ... and after the request was sent at sent_ns: an upper bound. */
 void tw_rr_clock_sample_hi(struct tw_redis *r, uint32_t p, uint64_t server_us, uint64_t sent_ns);
 /* The server's clock at local now_ns, best estimate (us): the middle of the

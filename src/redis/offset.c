@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* twheel Redis layer: the Redis clock offset. Lower bounds of (server
- * clock - local monotonic clock) per partition, from the replies that carry
- * the server's TIME, and the local time at which a due time has surely come
+ * clock - local monotonic clock) per partition (its master's clock in a
+ * cluster; on one server every partition takes every sample, as they share
+ * its clock), from the replies that carry the server's TIME, and the local time at which a due time has surely come
  * on the server ("Never early" in redis.c). Upper bounds too, from the
  * instant each such request was sent: the middle of the two is the best
  * estimate of the server's clock, which the lateness figure uses (and only
@@ -22,6 +23,18 @@ void tw_rr_clock_sample(struct tw_redis *r, uint32_t p, uint64_t server_us, uint
     int_fast64_t cur = atomic_load(&r->off_cur[p]);
     while (off > cur && !atomic_compare_exchange_weak(&r->off_cur[p], &cur, off)) {
     }
+}
+
+/* A sample from a server that holds every partition (not a cluster): for
+ * each of them. Partitions of one server share its clock, and bounds kept
+ * apart would differ by the jitter of the replies that happened to sample
+ * each: two tasks of two partitions due within that difference could then
+ * leave the local queue in the wrong order (START rounds of different
+ * spans), and with one executor run so. */
+void tw_rr_clock_sample_all(struct tw_redis *r, uint64_t server_us, uint64_t local_ns)
+{
+    for (uint32_t p = 0; p < r->cfg.partitions; p++)
+        tw_rr_clock_sample(r, p, server_us, local_ns);
 }
 
 /* The server read `server_us` after the request that carried it left at local

@@ -16,6 +16,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "redis/internal.h" /* TW_RR_BUCKET_MS, for the schema checks */
@@ -620,6 +621,46 @@ static void test_catch_up(void)
     }
     tw_redis_free(w);
     tw_redis_free(cl);
+    rec_destroy(&R);
+}
+
+/* One server holds every partition, so every partition's clock offset is
+ * the same: a claim's or a START's reply samples the server's clock for all
+ * of them (offset.c). Kept apart, the bounds differed by the jitter of the
+ * replies that happened to sample each partition, and two tasks of two
+ * partitions due within that difference could start in the wrong order
+ * (test_claimed_ahead_order failed so, rarely, under load). Tasks of one
+ * partition only are run; then every partition maps a due time to the same
+ * local instant. */
+static void test_one_server_one_clock(void)
+{
+    struct rec R;
+    rec_init(&R, &srv);
+    struct tw_redis_config c;
+    cfg_for(&c, "one_clock", &R);
+    c.partitions = 4;
+    struct tw_redis *w = worker_new(&c, &R);
+    if (!w)
+        return;
+    int n = 0;
+    for (int i = 0; i < 400 && n < 20; i++) {
+        char k[16];
+        int l = snprintf(k, sizeof k, "o%d", i);
+        if (tw_rr_part_of(w, k, (size_t)l) == 0) {
+            CHECK_EQ_INT(tw_redis_set(w, k, (size_t)l, "", 0, 50 + n * 7), 0);
+            n++;
+        }
+    }
+    CHECK_EQ_INT(n, 20);
+    CHECK(rec_wait(&R, 20, 5000));
+    uint64_t due = (uint64_t)time(NULL) * 1000u + 60000u;
+    uint64_t at0 = tw_rr_local_due(w, 0, due);
+    CHECK(at0 != 0);
+    for (uint32_t p = 1; p < 4; p++)
+        CHECK_(tw_rr_local_due(w, p, due) == at0, "partition %u: %llu ns against %llu",
+               (unsigned)p, (unsigned long long)tw_rr_local_due(w, p, due),
+               (unsigned long long)at0);
+    tw_redis_free(w);
     rec_destroy(&R);
 }
 
@@ -1958,6 +1999,7 @@ int main(void)
     RUN(test_failed_backoff);
     RUN(test_catch_up);
     RUN(test_claimed_ahead_order);
+    RUN(test_one_server_one_clock);
     RUN(test_slow_backlog);
     RUN(test_notification);
     RUN(test_window_beyond_ready_cap);
