@@ -215,10 +215,7 @@ static int rr_claim_reply(struct tw_redis *r, uint32_t p, unsigned batch, unsign
         return TW_EPROTO;
     }
     uint64_t now_us = (uint64_t)x->element[0]->integer;
-    if (r->claim_rt.cluster)
-        tw_rr_clock_sample(r, p, now_us, t_reply);
-    else /* one server: its clock is every partition's (offset.c) */
-        tw_rr_clock_sample_all(r, now_us, t_reply);
+    tw_rr_clock_sample(r, p, now_us, t_reply);
     /* claim p again when its earliest lease ends (see the top) */
     long long end = x->element[x->elements - 1]->integer;
     uint64_t at = end < 0 ? UINT64_MAX : tw_rr_local_due(r, p, (uint64_t)end);
@@ -639,12 +636,15 @@ static int rr_claim_round(struct tw_redis *r, unsigned char *want, bool pace, bo
             size_t ready = tw_rr_local_ready(r->local);
             bool fill = tw_rr_local_held(r->local) + c->n >= RR_HELD_MAX;
             /* At the fill, a partition in an unknown state is claimed all the
-             * same: until each is known the frontier stays at 0 and nothing
-             * carried is handed over, so a carry past the fill (a catch-up
-             * whose overdue buckets a claim takes whole) would wait for it
-             * for good. Its claim adds what it returns; the round then ends
-             * capped. */
-            if (ready >= ready_max || (fill && !r->unknown[p])) {
+             * same while the local queue alone is below it: until each is
+             * known the frontier stays at 0 and nothing carried is handed
+             * over, so a carry past the fill (a catch-up whose overdue
+             * buckets a claim takes whole) would wait for it for good, while
+             * the local queue drains on its own. Its claim adds what it
+             * returns; the round then ends capped. */
+            bool unknown_claim =
+                r->unknown[p] && tw_rr_local_held(r->local) < RR_HELD_MAX;
+            if (ready >= ready_max || (fill && !unknown_claim)) {
                 *capped = true;
                 if (ready < ready_max && r->nunknown)
                     continue; /* the unknown ones of this pass still get theirs */

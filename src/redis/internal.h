@@ -597,6 +597,10 @@ struct tw_redis {
     /* ... and the best upper bound likewise (INT64_MAX: none): only the
      * lateness figure uses it (offset.c), never a wait. */
     _Atomic int_fast64_t *off_hi_cur, *off_hi_prev;
+    /* Not a cluster (set at new, before the worker's threads): one server's
+     * clock is every partition's, so they all use partition 0's bounds
+     * (tw_rr_clock_slot). */
+    bool one_clock;
 
     /* client API: one router under api_mu */
     pthread_mutex_t api_mu;
@@ -731,10 +735,13 @@ void tw_rr_keys(const struct tw_redis *r, uint32_t p, char buf[6][TW_RR_KEYBUF],
                 const char **argv, size_t *lens);
 
 /* offset.c: the server clock's offset from the local monotonic clock. */
+/* The partition whose bounds partition p uses: p in a cluster, 0 on one server. */
+static inline uint32_t tw_rr_clock_slot(const struct tw_redis *r, uint32_t p)
+{
+    return r->one_clock ? 0 : p;
+}
 /* The server read server_us before its reply arrived at local_ns: a lower bound. */
 void tw_rr_clock_sample(struct tw_redis *r, uint32_t p, uint64_t server_us, uint64_t local_ns);
-/* The same for every partition: a server that is not a cluster holds them all. */
-void tw_rr_clock_sample_all(struct tw_redis *r, uint64_t server_us, uint64_t local_ns);
 /* ... and after the request was sent at sent_ns: an upper bound. */
 void tw_rr_clock_sample_hi(struct tw_redis *r, uint32_t p, uint64_t server_us, uint64_t sent_ns);
 /* The server's clock at local now_ns, best estimate (us): the middle of the

@@ -1,13 +1,16 @@
 /* SPDX-License-Identifier: MIT */
-/* twheel Redis layer: the Redis clock offset. Lower bounds of (server
- * clock - local monotonic clock) per partition (its master's clock in a
- * cluster; on one server every partition takes every sample, as they share
- * its clock), from the replies that carry the server's TIME, and the local time at which a due time has surely come
- * on the server ("Never early" in redis.c). Upper bounds too, from the
- * instant each such request was sent: the middle of the two is the best
- * estimate of the server's clock, which the lateness figure uses (and only
- * it: a wait uses the lower bound alone, which never runs ahead of the
- * server). The claim thread forgets samples older than 5-10 s (claim.c). */
+/* twheel Redis layer: the Redis clock offset. Lower bounds of (server clock
+ * - local monotonic clock) per partition in a cluster (its master's clock),
+ * one for all on one server (tw_rr_clock_slot: bounds kept apart there
+ * differed by the jitter of the replies that sampled each, and two tasks of
+ * two partitions due within that difference could start in the wrong
+ * order), from the replies that carry the server's TIME, and the local time
+ * at which a due time has surely come on the server ("Never early" in
+ * redis.c). Upper bounds too, from the instant each such request was sent:
+ * the middle of the two is the best estimate of the server's clock, which
+ * the lateness figure uses (and only it: a wait uses the lower bound alone,
+ * which never runs ahead of the server). The claim thread forgets samples
+ * older than 5-10 s (claim.c). */
 #define _GNU_SOURCE
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -19,22 +22,11 @@
  * the offset between the two clocks; the largest such bound is the best. */
 void tw_rr_clock_sample(struct tw_redis *r, uint32_t p, uint64_t server_us, uint64_t local_ns)
 {
+    p = tw_rr_clock_slot(r, p);
     int_fast64_t off = (int_fast64_t)server_us - (int_fast64_t)(local_ns / 1000u);
     int_fast64_t cur = atomic_load(&r->off_cur[p]);
     while (off > cur && !atomic_compare_exchange_weak(&r->off_cur[p], &cur, off)) {
     }
-}
-
-/* A sample from a server that holds every partition (not a cluster): for
- * each of them. Partitions of one server share its clock, and bounds kept
- * apart would differ by the jitter of the replies that happened to sample
- * each: two tasks of two partitions due within that difference could then
- * leave the local queue in the wrong order (START rounds of different
- * spans), and with one executor run so. */
-void tw_rr_clock_sample_all(struct tw_redis *r, uint64_t server_us, uint64_t local_ns)
-{
-    for (uint32_t p = 0; p < r->cfg.partitions; p++)
-        tw_rr_clock_sample(r, p, server_us, local_ns);
 }
 
 /* The server read `server_us` after the request that carried it left at local
@@ -42,6 +34,7 @@ void tw_rr_clock_sample_all(struct tw_redis *r, uint64_t server_us, uint64_t loc
  * smallest is the best. */
 void tw_rr_clock_sample_hi(struct tw_redis *r, uint32_t p, uint64_t server_us, uint64_t sent_ns)
 {
+    p = tw_rr_clock_slot(r, p);
     int_fast64_t off = (int_fast64_t)server_us - (int_fast64_t)(sent_ns / 1000u);
     int_fast64_t cur = atomic_load(&r->off_hi_cur[p]);
     while (off < cur && !atomic_compare_exchange_weak(&r->off_hi_cur[p], &cur, off)) {
@@ -59,6 +52,7 @@ void tw_rr_clock_sample_hi(struct tw_redis *r, uint32_t p, uint64_t server_us, u
 uint64_t tw_rr_server_us(struct tw_redis *r, uint32_t p, uint64_t now_ns, uint64_t lo_us,
                          uint64_t hi_us)
 {
+    p = tw_rr_clock_slot(r, p);
     int_fast64_t a = atomic_load(&r->off_cur[p]), b = atomic_load(&r->off_prev[p]);
     int_fast64_t lo = a > b ? a : b;
     if (lo == INT64_MIN)
@@ -76,6 +70,7 @@ uint64_t tw_rr_server_us(struct tw_redis *r, uint32_t p, uint64_t now_ns, uint64
 /* Local monotonic ns at which the server's clock has surely reached due_ms. */
 uint64_t tw_rr_local_due(struct tw_redis *r, uint32_t p, uint64_t due_ms)
 {
+    p = tw_rr_clock_slot(r, p);
     int_fast64_t a = atomic_load(&r->off_cur[p]), b = atomic_load(&r->off_prev[p]);
     int_fast64_t off = a > b ? a : b;
     if (off == INT64_MIN)

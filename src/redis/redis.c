@@ -987,6 +987,7 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
             (rc = rr_router(r, &r->sub_rt, why)) != 0 || (rc = rr_router(r, &r->ack_rt, why)) != 0 ||
             (rc = rr_router(r, &r->sched_rt, why)) != 0)
             goto fail;
+        r->one_clock = !r->claim_rt.cluster; /* its router has asked (offset.c) */
         if (r->cfg.on_event && (rc = tw_rr_events_start(r)) != 0) /* events.c */
             goto fail;
         for (uint32_t i = 0; i < r->cfg.threads; i++)

@@ -192,10 +192,8 @@ static void rr_time_reply(struct tw_redis *r, size_t nd, redisReply *x, uint64_t
         x->element[0]->type == REDIS_REPLY_STRING && x->element[1]->type == REDIS_REPLY_STRING) {
         uint64_t srv = strtoull(x->element[0]->str, NULL, 10) * 1000000u +
                        strtoull(x->element[1]->str, NULL, 10);
-        /* one server (not a cluster): its clock is every partition's (offset.c) */
-        bool all = !r->claim_rt.cluster;
         for (uint32_t p = 0; p < r->cfg.partitions; p++)
-            if (all || ((!want || want[p]) && tw_rr_node_of(&r->claim_rt, r->slots[p]) == (int)nd)) {
+            if ((!want || want[p]) && tw_rr_node_of(&r->claim_rt, r->slots[p]) == (int)nd) {
                 tw_rr_clock_sample(r, p, srv, t);
                 if (sent)
                     tw_rr_clock_sample_hi(r, p, srv, sent);

@@ -202,10 +202,7 @@ static int rr_start_check(void *ctx, size_t c, const redisReply *x)
     size_t o = 1;
     for (size_t g = g0; g < g1; g++) {
         const struct tw_rr_grp *G = &e->g[g];
-        if (e->cluster)
-            tw_rr_clock_sample(e->r, G->part, now, t_reply);
-        else if (g == g0) /* one server: its clock is every partition's */
-            tw_rr_clock_sample_all(e->r, now, t_reply);
+        tw_rr_clock_sample(e->r, G->part, now, t_reply);
         for (size_t j = G->a0; j < G->a0 + G->na; j++) { /* 1 deleted, 2 absent, else 0 */
             long long a = x->element[o++]->integer;
             e->ack_st[j] = (signed char)(a == 1 || a == 2 ? a : 0);

@@ -69,7 +69,8 @@ void tw_rr_trace_note(struct tw_redis *r, const struct tw_rr_item *it, uint64_t 
                           uint64_t sent_ns, uint64_t reply_ns, uint64_t srv_us,
                           uint64_t exec_ns, uint32_t batch, unsigned thread)
 {
-    int_fast64_t a = atomic_load(&r->off_cur[it->part]), b = atomic_load(&r->off_prev[it->part]);
+    uint32_t cs = tw_rr_clock_slot(r, it->part);
+    int_fast64_t a = atomic_load(&r->off_cur[cs]), b = atomic_load(&r->off_prev[cs]);
     pthread_mutex_lock(&r->hist_mu);
     if (r->ntrace == r->trace_cap) {
         size_t cap = r->trace_cap ? 2 * r->trace_cap : 4096;

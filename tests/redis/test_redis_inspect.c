@@ -522,8 +522,8 @@ static void wait_rounds(struct tw_redis *w, uint64_t k)
  * bucket: the first claim filled the carry past the fill, the fill check
  * then refused the second partition's claim in every round, and the worker
  * delivered nothing, for good. Found by a review. The tasks are written
- * straight into Redis (records and one bucket each, as SET writes them),
- * due 300 ms ago. */
+ * straight into Redis (records and one bucket each, as SET writes them:
+ * the schema in src/redis/redis.c, buckets of 500 ms), due 300 ms ago. */
 static void test_catch_up_past_the_fill(void)
 {
     struct rec R;
@@ -544,7 +544,8 @@ static void test_catch_up_past_the_fill(void)
             "local due = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - 300 "
             "local b = math.floor(due / 500) local bk = q .. ':d:' .. b "
             "for i = 1, n do local k = 'c' .. i "
-            "redis.call('HSET', q .. ':task', k, '0 0 ' .. due .. ' ') redis.call('RPUSH', bk, k) end "
+            "redis.call('HSET', q .. ':task', k, '0 0 ' .. due .. ' ') "
+            "redis.call('RPUSH', bk, k) end "
             "redis.call('ZADD', q .. ':d', b, b) return n",
             p ? "{ins_fill:1}" : "{ins_fill:0}", 70000);
         CHECK(x && x->type == REDIS_REPLY_INTEGER && x->integer == 70000);
