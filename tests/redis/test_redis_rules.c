@@ -668,7 +668,7 @@ static void test_one_server_one_clock(void)
  * partitions: the refills' paced claims and the notified ones take them
  * window/4 or more ahead, so they go straight to the worker's wheel rather
  * than through the frontier (claim.c). One executor runs them, so the run
- * order is observable: due order, each once, none early. */
+ * order is observable: due order (to 5 ms: below), each once, none early. */
 static void test_claimed_ahead_order(void)
 {
     struct rec R;
@@ -681,16 +681,19 @@ static void test_claimed_ahead_order(void)
     if (!w)
         return;
     enum { N = 480, FIRST_MS = 1200, STEP_MS = 5 };
-    /* Three refills have claimed (an empty queue); the tasks come after.
-     * The wheel orders tasks by a local due time each gets at its claim,
-     * from the worker's bound of the server's clock offset at that moment;
-     * the bound rises as tighter samples come (each refill's TIME, each
-     * START), and tasks of two claims due within that rise may start in
-     * the wrong order. On a busy machine the first samples can be loose by
-     * milliseconds: three rounds of samples first. */
+    /* The wheel orders tasks by a local due time each gets at its claim,
+     * from the worker's bound of the server's clock offset at that moment
+     * (offset.c). The bound moves as samples come (tighter ones raise it,
+     * the forgetting of old ones may lower it), so two tasks of two claims
+     * due within that movement may start in either order: on a busy
+     * machine it reaches a millisecond or more. The order is judged beyond
+     * one START span (start_ahead_ms / 2, 5 ms): a claim or a hand-over out
+     * of order puts tasks much further apart. */
+    enum { ORDER_SLACK_MS = 5 };
+    /* the first refill has claimed (an empty queue); the tasks come after */
     struct tw_redis_stats st;
-    uint64_t end = rfx_mono_ms() + 10000;
-    while (tw_redis_stats(w, &st) == 0 && st.refills < 3 && rfx_mono_ms() < end)
+    uint64_t end = rfx_mono_ms() + 3000;
+    while (tw_redis_stats(w, &st) == 0 && st.claims == 0 && rfx_mono_ms() < end)
         rfx_sleep_ms(10);
     for (int i = 0; i < N; i++) {
         int j = (i * 7) % N; /* shuffled delays, 7 and N coprime */
@@ -704,7 +707,7 @@ static void test_claimed_ahead_order(void)
     unsigned char seen[N] = {0};
     for (size_t i = 0; i < rec_count(&R); i++) {
         early += R.d[i].srv_us < R.d[i].due_ms * 1000;
-        if (i > 0 && R.d[i - 1].due_ms > R.d[i].due_ms) {
+        if (i > 0 && R.d[i - 1].due_ms > R.d[i].due_ms + ORDER_SLACK_MS) {
             bad_order++;
             fprintf(stderr, "  out of order at %zu: %s (partition %u) due %llu ran at %llu us, "
                     "then %s (partition %u) due %llu ran at %llu us\n", i, R.d[i - 1].key,
