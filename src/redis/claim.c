@@ -634,7 +634,8 @@ static int rr_claim_round(struct tw_redis *r, unsigned char *want, bool pace, bo
                 continue;
             }
             size_t ready = tw_rr_local_ready(r->local);
-            bool fill = tw_rr_local_held(r->local) + c->n >= RR_HELD_MAX;
+            size_t held = tw_rr_local_held(r->local);
+            bool fill = held + c->n >= RR_HELD_MAX;
             /* At the fill, a partition in an unknown state is claimed all the
              * same while the local queue alone is below it: until each is
              * known the frontier stays at 0 and nothing carried is handed
@@ -642,8 +643,7 @@ static int rr_claim_round(struct tw_redis *r, unsigned char *want, bool pace, bo
              * buckets a claim takes whole) would wait for it for good, while
              * the local queue drains on its own. Its claim adds what it
              * returns; the round then ends capped. */
-            bool unknown_claim =
-                r->unknown[p] && tw_rr_local_held(r->local) < RR_HELD_MAX;
+            bool unknown_claim = r->unknown[p] && held < RR_HELD_MAX;
             if (ready >= ready_max || (fill && !unknown_claim)) {
                 *capped = true;
                 if (ready < ready_max && r->nunknown)
