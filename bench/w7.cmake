@@ -25,4 +25,10 @@ if(TWHEEL_BUILD_REDIS AND TARGET twheel_redis)
   target_include_directories(w7_start PRIVATE ${TWHEEL_W7_RFX} ${PROJECT_SOURCE_DIR}/include
     ${PROJECT_SOURCE_DIR}/src ${TWHEEL_HIREDIS_INCLUDE_DIR})
   target_link_libraries(w7_start PRIVATE twheel_redis ${TWHEEL_HIREDIS_LIBRARY} Threads::Threads m)
+  # what a task's whole life costs Redis under the layer's schema, a batch
+  # lease and a poller (a probe of a design, not the layer's own scripts)
+  add_executable(w7_schemas ${CMAKE_CURRENT_LIST_DIR}/w7_schemas.c ${TWHEEL_W7_RFX}/fixture.c)
+  target_include_directories(w7_schemas PRIVATE ${TWHEEL_W7_RFX} ${PROJECT_SOURCE_DIR}/include
+    ${PROJECT_SOURCE_DIR}/src ${TWHEEL_HIREDIS_INCLUDE_DIR})
+  target_link_libraries(w7_schemas PRIVATE ${TWHEEL_HIREDIS_LIBRARY} Threads::Threads m)
 endif()

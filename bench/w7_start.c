@@ -31,33 +31,12 @@
 
 #include "bench_util.h" /* xorshift64, median */
 #include "fixture.h"
+#include "w7_probe.h"       /* w7_load, w7_server_cpu */
 #include "redis/internal.h" /* tw_rr_scripts: the START the library sends */
 
 #define KMAX 32
 static const int kinds[] = {0, 1, 8, 32}; /* 0: the script that returns at once */
 #define NKINDS (sizeof kinds / sizeof kinds[0])
-
-static int load(redisContext *c, const char *body, char sha[41])
-{
-    redisReply *r = redisCommand(c, "SCRIPT LOAD %s", body);
-    int ok = r && r->type == REDIS_REPLY_STRING && r->len == 40;
-    if (ok)
-        memcpy(sha, r->str, 41);
-    else
-        fprintf(stderr, "w7_start: SCRIPT LOAD failed: %s\n", r && r->str ? r->str : "no reply");
-    freeReplyObject(r);
-    return ok ? 0 : -1;
-}
-
-/* The server's CPU so far, s. */
-static int server_cpu(const struct rfx_server *s, double *out)
-{
-    double u, y;
-    if (rfx_info_double(s, "used_cpu_user", &u) || rfx_info_double(s, "used_cpu_sys", &y))
-        return -1;
-    *out = u + y;
-    return 0;
-}
 
 /* C calls, each starting k random keys (k = 0: the no-op with 8 keys' arguments). */
 static int run(redisContext *c, const struct rfx_server *s, const char *sha, const char *nop,
@@ -88,7 +67,7 @@ static int run(redisContext *c, const struct rfx_server *s, const char *sha, con
     for (int i = 0; i < na; i++)
         al[i] = strlen(av[i]);
     double a, b;
-    if (server_cpu(s, &a))
+    if (w7_server_cpu(s, &a))
         return -1;
     for (int i = 0; i < calls; i++) {
         for (int j = 0; j < nk; j++) { /* distinct within a call: consecutive from a draw */
@@ -115,7 +94,7 @@ static int run(redisContext *c, const struct rfx_server *s, const char *sha, con
             }
         freeReplyObject(r);
     }
-    if (server_cpu(s, &b))
+    if (w7_server_cpu(s, &b))
         return -1;
     *us_per_call = (b - a) * 1e6 / calls;
     return 0;
@@ -148,8 +127,8 @@ int main(int argc, char **argv)
     int rc = 1;
     redisContext *c = rfx_connect(&s);
     char sha[41], nop[41];
-    if (!c || load(c, tw_rr_scripts[TW_RR_START], sha) ||
-        load(c, "#!lua flags=allow-oom\nreturn {1}", nop))
+    if (!c || w7_load("w7_start", c, tw_rr_scripts[TW_RR_START], sha) ||
+        w7_load("w7_start", c, "#!lua flags=allow-oom\nreturn {1}", nop))
         goto out;
     /* N records due a second ago and their claims' holds (a whole ms: not started) */
     redisReply *r = redisCommand(
