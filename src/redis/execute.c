@@ -182,7 +182,10 @@ static void rr_exec_one(struct tw_redis *r, struct tw_rr_item *it, unsigned thre
  * Putting its items back behind the ones that come due meanwhile would
  * start later tasks first once Redis is back (out of due order). That
  * gives up while stopping, or after lease_ms / 2 (the leases are about
- * gone: the items go back to the queue, their STARTs will tell). In a
+ * gone: the items go back to the queue, their STARTs will tell), or when
+ * an armed item comes due before the next try and no other executor is
+ * idle to run it (it needs no Redis, and must run at its time, within its
+ * lease: the round's items go back to the queue). In a
  * cluster with another master still connected, a round with no answer (its
  * items all on the away master) goes back to the queue instead, like the
  * unanswered part of a round: redis.h promises no order for the tasks a
@@ -246,8 +249,10 @@ static void rr_run(struct tw_redis *r, struct tw_rr_item **v, size_t n, unsigned
         bool none = true;
         for (size_t i = 0; i < n && none; i++)
             none = e->st[i] == -2;
+        uint64_t now = tw_rr_mono_ns();
         if (!none || (rt->cluster && (tw_rr_any_connected(rt) || atomic_load(&r->nsilent))) ||
-            atomic_load(&r->closed) || tw_rr_mono_ns() - t0 >= give_up)
+            atomic_load(&r->closed) || now - t0 >= give_up ||
+            tw_rr_local_armed_waits(r->local, now + (uint64_t)TW_RR_RETRY_MS * 1000000u))
             break;
         tw_rr_sleep_ms(TW_RR_RETRY_MS); /* Redis away: the same batch again */
         tw_rr_start_round(e, rt);
@@ -259,6 +264,7 @@ static void rr_run(struct tw_redis *r, struct tw_rr_item **v, size_t n, unsigned
     for (size_t i = 0; i < n; i++) {
         struct tw_rr_item *it = v[i];
         if (e->st[i] == -2) { /* unanswered: a later round tries again */
+            it->unanswered = 1;
             rr_requeue(r, it, rr_retry_ns(r, rt, it));
             continue;
         }

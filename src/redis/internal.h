@@ -416,8 +416,10 @@ struct tw_rr_item {
     uint32_t part;
     uint32_t key_len;     /* <= TW_REDIS_KEY_MAX */
     uint32_t payload_len; /* <= TW_REDIS_PAYLOAD_MAX */
-    uint32_t ack_lost;    /* an acknowledgement of it was written and its reply lost: it may
+    uint16_t ack_lost;    /* an acknowledgement of it was written and its reply lost: it may
                              have deleted the task (ack.c) */
+    uint16_t unanswered;  /* a START round of it went unanswered (Redis or its master away):
+                             put back, its due_local_ns is the retry's (execute.c) */
     char data[];          /* key bytes, then payload bytes and a NUL */
 };
 
@@ -482,6 +484,9 @@ size_t tw_rr_local_ready(struct tw_rr_local *l);
 void tw_rr_local_batch(struct tw_rr_local *l, size_t max);
 /* Threads refused rt_prio so far. */
 uint64_t tw_rr_local_rt_refused(struct tw_rr_local *l);
+/* An armed item's run time comes by `by_ns` and no executor is idle to run
+ * it: a START round retried while Redis is away should give way. */
+bool tw_rr_local_armed_waits(struct tw_rr_local *l, uint64_t by_ns);
 
 /* ---- the layer's state: struct tw_redis and what its files share ---------- */
 #define TW_RR_QUEUE_MAX 64      /* queue name bytes */

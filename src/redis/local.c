@@ -53,7 +53,9 @@
  * (Redis away: retried up to lease_ms / 2), and an item it granted earlier
  * must not wait for it past its time (nor past its lease: it would run
  * beside the next holder). With one executor: its armed items first, then
- * the next round. Insertion is O(1) when run times come in order (START
+ * the next round, unless the FIFO's head is due before the armed head and
+ * locally due less than start_ahead_ms ago (a span that a moved clock bound
+ * put one span late: its round goes first, for due order). Insertion is O(1) when run times come in order (START
  * rounds of successive spans), else it walks the sorted list: it holds what
  * was granted within start_ahead_ms, a few dozen items.
  *
@@ -171,6 +173,16 @@ static bool loc_rt_raise(struct tw_rr_local *l, struct tw_rr_waiter *w)
     return false;
 }
 
+/* The FIFO's head is due (the server's ms) before the armed head, and its
+ * local due time is less than a start-ahead span past: see
+ * tw_rr_local_take. Not an item put back unanswered (Redis away): its
+ * due_local_ns is its retry's time, and its round would only wait again. */
+static bool loc_before_armed(const struct tw_rr_local *l)
+{
+    return l->head->due_ms < l->armed->due_ms && !l->head->unanswered &&
+           l->head->due_local_ns + l->ahead_ns > tw_rr_mono_ns();
+}
+
 /* Wait for work: the FIFO, stop, or the armed head's run time (the wake-up
  * that is a task's lateness: at rt_priority when set). */
 static void loc_wait(struct tw_rr_local *l, struct tw_rr_waiter *w)
@@ -216,8 +228,15 @@ size_t tw_rr_local_take(struct tw_rr_local *l, struct tw_rr_waiter *w, size_t do
         /* The last idle executor does not leave armed items for a START
          * round: that round may take long (Redis away: retries up to
          * lease_ms / 2), and a started item must run at its time, well
-         * within its lease. */
-        if (!l->head || (l->armed && l->idle == 0)) {
+         * within its lease. Unless the FIFO's head is due before the armed
+         * head and its local due time is less than start_ahead_ms past (the
+         * tick thread may have woken late): a span's items whose local due
+         * time a later claim fixed from a moved clock bound (offset.c) may
+         * leave one span after an item due just after them, and their round
+         * first keeps due order. Not a catch-up's items (overdue by more):
+         * batch after batch of them could keep an armed item waiting, where
+         * the items that qualify are few, due within a span of now. */
+        if (!l->head || (l->armed && l->idle == 0 && !loc_before_armed(l))) {
             loc_wait(l, w);
             continue;
         }
@@ -245,6 +264,14 @@ size_t tw_rr_local_take(struct tw_rr_local *l, struct tw_rr_waiter *w, size_t do
     }
     pthread_mutex_unlock(&l->mu);
     return 0;
+}
+
+bool tw_rr_local_armed_waits(struct tw_rr_local *l, uint64_t by_ns)
+{
+    pthread_mutex_lock(&l->mu);
+    bool waits = l->armed && l->armed->run_ns <= by_ns && l->idle == 0;
+    pthread_mutex_unlock(&l->mu);
+    return waits;
 }
 
 void tw_rr_local_arm(struct tw_rr_local *l, struct tw_rr_item *it)
