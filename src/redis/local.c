@@ -55,9 +55,10 @@
  * beside the next holder). With one executor: its armed items first, then
  * the next round, unless the FIFO's head is due before the armed head and
  * locally due less than start_ahead_ms ago (a span that a moved clock bound
- * put one span late: its round goes first, for due order). Insertion is O(1) when run times come in order (START
- * rounds of successive spans), else it walks the sorted list: it holds what
- * was granted within start_ahead_ms, a few dozen items.
+ * put one span late: its round goes first, for due order). Insertion is
+ * O(1) when run times come in order (START rounds of successive spans),
+ * else it walks the sorted list: it holds what was granted within
+ * start_ahead_ms, a few dozen items.
  *
  * Stop (tw_rr_local_close): no ready item is handed out any more; executors
  * exit only once the armed list is empty (a granted item runs at its time),

@@ -1932,8 +1932,8 @@ static void local_earlier_with(int e_local_ms, bool unanswered, bool e_first)
             continue;
         }
         /* e's round began before h ran, and e ran first; or h ran first */
-        CHECK_(A.rounds_at_first == (e_first ? 2u : 1u), "e at %+d ms: %zu rounds before the first ran",
-               e_local_ms, A.rounds_at_first);
+        CHECK_(A.rounds_at_first == (e_first ? 2u : 1u),
+               "e at %+d ms: %zu rounds before the first ran", e_local_ms, A.rounds_at_first);
         CHECK_(A.order_bad == (e_first ? 0u : 1u), "e at %+d ms: order_bad %zu", e_local_ms,
                A.order_bad);
         /* e's round, taken while h was armed, saw h wait for it */
