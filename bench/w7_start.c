@@ -43,8 +43,8 @@ static int run(redisContext *c, const struct rfx_server *s, const char *sha, con
                int k, uint64_t n, int calls, uint64_t *rng, double *us_per_call)
 {
     int nk = k ? k : 8;
-    const char *av[3 + 6 + 3 * KMAX];
-    size_t al[3 + 6 + 3 * KMAX];
+    const char *av[3 + 7 + 3 * KMAX];
+    size_t al[3 + 7 + 3 * KMAX];
     char keys[KMAX][24];
     int na = 0;
     av[na++] = "EVALSHA";
@@ -58,6 +58,7 @@ static int run(redisContext *c, const struct rfx_server *s, const char *sha, con
     char ns[8];
     snprintf(ns, sizeof ns, "%d", nk);
     av[na++] = ns;
+    av[na++] = "0"; /* until: no acknowledgements */
     int first_key = na;
     for (int j = 0; j < nk; j++) {
         av[na++] = keys[j];

@@ -61,18 +61,11 @@ static uint64_t rr_run_at(uint64_t due_ms, uint64_t srv_us, uint64_t reply_ns)
     return reply_ns + tw_rr_rate_up((due_us - srv_us) * 1000u) + 1000u;
 }
 
-/* The lease's end a granted START wrote (at least: scripts.c), server ms. */
-static uint64_t rr_lease_end_ms(const struct tw_redis *r, const struct tw_rr_item *it)
-{
-    uint64_t now_ms = it->srv_us / 1000u;
-    return (it->due_ms > now_ms ? it->due_ms : now_ms) + r->cfg.lease_ms;
-}
-
 /* Local time before which that lease surely runs (see the top), less 1 us
  * for the server's clock read in whole us. */
 static uint64_t rr_fence_ns(const struct tw_redis *r, const struct tw_rr_item *it)
 {
-    uint64_t end_us = rr_lease_end_ms(r, it) * 1000u;
+    uint64_t end_us = tw_rr_lease_end_ms(r, it) * 1000u;
     uint64_t left = end_us > it->srv_us ? tw_rr_rate_down((end_us - it->srv_us) * 1000u) : 0;
     return left > 1000u ? it->round_ns + left - 1000u : it->round_ns;
 }
@@ -114,7 +107,7 @@ static void rr_exec_one(struct tw_redis *r, struct tw_rr_item *it, unsigned thre
                               .due_ms = it->due_ms,
                               .attempt = (uint32_t)it->started,
                               .token = it->token,
-                              .lease_end_ms = rr_lease_end_ms(r, it),
+                              .lease_end_ms = tw_rr_lease_end_ms(r, it),
                               .lease_deadline_ns = fence};
     enum tw_redis_result res = r->cfg.execute(r->cfg.arg, &t);
     rr_exec_time(r, tw_rr_mono_ns() - t1);

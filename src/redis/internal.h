@@ -566,7 +566,7 @@ struct tw_rr_round {
     bool cluster;                     /* one call per group, its keys declared */
     char kb[TW_RR_GROUPS_MAX][2][TW_RR_KEYBUF];
     size_t kl[TW_RR_GROUPS_MAX][2];
-    char cnt[TW_RR_GROUPS_MAX][2][12];
+    char cnt[TW_RR_GROUPS_MAX][3][24]; /* nack, nstart, until (ms) */
     char tok[TW_RR_RUN_BATCH][24];
     char att[TW_RR_RUN_BATCH][24];    /* the attempt a start records */
     char atok[TW_RR_ACK_MAX][24];
@@ -809,6 +809,16 @@ void *tw_rr_exec_main(void *arg);
  * TW_RR_GROUPS_MAX partitions) on rt.
  * The answers are in e->st, e->arg, e->now, e->reply_ns and e->ack_st. */
 void tw_rr_start_round(struct tw_rr_round *e, struct tw_rr_router *rt);
+
+/* The end (server ms) of the lease a granted START wrote, as the worker
+ * knows it from that START's answer (it->srv_us): the script's own sum, so
+ * the lease ends then or later (a redone start only lengthens it). Fencing
+ * (execute.c) and the acknowledgements' lease check (start.c) use it. */
+static inline uint64_t tw_rr_lease_end_ms(const struct tw_redis *r, const struct tw_rr_item *it)
+{
+    uint64_t now_ms = it->srv_us / 1000u;
+    return (it->due_ms > now_ms ? it->due_ms : now_ms) + r->cfg.lease_ms;
+}
 
 /* ack.c: the delayed acknowledgements. */
 /* Which pending list a partition's acknowledgements wait in: the

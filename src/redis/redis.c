@@ -174,10 +174,10 @@
  *                       arguments), one per    not read)
  *                       partition in a cluster
  *   (ack)      START    1 round trip per       TIME; per partition group: one     O(a log n)
- *                       batch: every pending   HMGET and one ZMSCORE of its a
- *                       ACK once the oldest    acknowledged tasks, HDEL ZREM of
- *                       has waited 100 ms      those still this lease's
- *                       (<= 128 of <= 48
+ *                       batch: every pending   HMGET of its a acknowledged
+ *                       ACK once the oldest    tasks ([one ZMSCORE] when a lease
+ *                       has waited 100 ms      may have ended), HDEL ZREM of
+ *                       (<= 128 of <= 48       those still this lease's
  *                       partitions a round)
  *   fail       FAIL     1 per FAILED task      HGET TIME ZSCORE EXISTS(2) HSET    O(log n)
  *                                              ZREM RPUSH [ZADD index]
@@ -288,7 +288,7 @@
  * payload are not rewritten) and acknowledgement (HDEL, ZREM); a start
  * group reads the records only (HMGET: the token, which is the lease's
  * exactly while its member exists), and acknowledgements go in batches, a
- * partition's group of them one HMGET, ZMSCORE, HDEL and ZREM (ack.c: why
+ * partition's group of them one HMGET, HDEL and ZREM (ack.c: why
  * not riding on STARTs). A polling queue writes a task once (ZADD) and
  * takes it in bulk. What is left per task is per-call and per-partition
  * work at low density (a START call per start_ahead_ms / 2 per worker, and

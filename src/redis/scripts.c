@@ -21,13 +21,17 @@
  * Times come from redis.call('TIME') (Redis 7 replicates scripts by effects,
  * so TIME is allowed). Due times are whole ms, rounded up from the server's
  * microseconds, so that a task is never due before set's instant + delay.
+ * What runs per task (SET's, CLAIM's and START's loops, the TIME of every
+ * call) turns a string of digits into a number by arithmetic (x + 0: one
+ * strtod), not tonumber(x): Lua 5.1's tonumber tests the string, then
+ * converts it, two strtod calls of some 500 instructions each.
  */
 #define _POSIX_C_SOURCE 200809L /* internal.h: clock_gettime, condvar clocks */
 #include "redis/internal.h"
 
 #define PRELUDE                                                                            \
     "local function now_us() local t = redis.call('TIME') "                                \
-    "return tonumber(t[1]) * 1000000 + tonumber(t[2]) end\n"                               \
+    "return t[1] * 1000000 + t[2] end\n"                                                   \
     "local function parse(v) local tok, att, due, pos = "                                  \
     "string.match(v, '^(%d+) (%d+) (%d+) ()') "                                            \
     "return tonumber(tok), tonumber(att), tonumber(due), pos end\n"                        \
@@ -117,7 +121,7 @@
     PRELUDE BUCKETS "if not stable() then return redis.error_reply(TRY) end\n"             \
     "local A, fmt, floor, call = ARGV, string.format, math.floor, redis.call\n"             \
     "local t = call('TIME')\n"                                                              \
-    "local now = floor((tonumber(t[1]) * 1000000 + tonumber(t[2]) + 999) / 1000)\n"        \
+    "local now = floor((t[1] * 1000000 + t[2] + 999) / 1000)\n"                            \
     "local h = tonumber(call('GET', KEYS[5]) or '0')\n"                                     \
     "local nk = tonumber(A[2]) local first\n"                                               \
     /* a new task HASH is made a hashtable (a field name over 64 bytes      */              \
@@ -272,12 +276,12 @@
     "   nt = nt + 1 left = left - 1\n"                                                      \
     "   local v = vs[j - s + 1]\n"                                                          \
     "   if v then local tk, att, due, pos = match(v, '^(%d+) (%d+) (%d+) ()')\n"            \
-    "    due = tonumber(due) local p = sub(v, pos) t = t + 1\n"                             \
+    "    due = due + 0 local p = sub(v, pos) t = t + 1\n"                                   \
     /* the record with the new token: its digits replace the old ones */                    \
     "    hs[nh + 1] = k hs[nh + 2] = fmt('%d', t) .. sub(v, #tk + 1)\n"                     \
     "    lz[nh + 1] = fmt('%d', (due > now_ms and due or now_ms) + hms)\n"                  \
     "    lz[nh + 2] = k nh = nh + 2\n"                                                      \
-    "    out[no + 1] = k out[no + 2] = due out[no + 3] = t out[no + 4] = tonumber(att)\n"   \
+    "    out[no + 1] = k out[no + 2] = due out[no + 3] = t out[no + 4] = att + 0\n"         \
     "    out[no + 5] = p no = no + 5\n"                                                     \
     "    bytes = bytes + #p + #k end\n"                                                     \
     "  end\n"                                                                               \
@@ -345,8 +349,10 @@
  * sends starts (an executor's round) and acknowledgements (the
  * acknowledger's) in separate calls; the script takes both in one group.
  * ARGV: lease_ms, ahead_us, then per group: its lease key, its task key,
- * nack, nstart, nack key, token pairs to acknowledge, nstart key, token,
- * attempt triples to start (the attempt the claim returned, plus one)
+ * nack, nstart, until (ms: the earliest lease end among the group's
+ * acknowledgements as the worker knows it, 0 when it has none), nack key,
+ * token pairs to acknowledge, nstart key, token, attempt triples to start
+ * (the attempt the claim returned, plus one)
  * -> {now_us, then per group: r per acknowledgement (1 deleted, 0 stale:
  *    not our lease any more, nothing deleted; 2 absent: deleted already, by
  *    a lost earlier try of this acknowledgement or by someone else, ack.c),
@@ -376,32 +382,42 @@
  * GT of the lengthened end + 0.5: it marks a claim's hold (which ends
  * before: hold_ms <= lease_ms, and the server's clock has moved on since
  * the claim) and lengthens a start's mark only forwards (a redone start),
- * never adding a member. An acknowledgement also reads its lease (ZMSCORE):
- * it deletes only while the lease runs.
+ * never adding a member. An acknowledgement deletes only while its lease
+ * runs. The worker knows a lower bound of each lease's end (the end its
+ * START's answer granted; a redone start only lengthened it), so when the
+ * group's until lies ahead of TIME every matching token's lease runs (the
+ * token is in the record exactly while its lease member exists, above) and
+ * the leases need no read; otherwise (an acknowledgement delayed past a
+ * lease's end: rare) one ZMSCORE reads them, and those that ended delete
+ * nothing. The leases' scores come back as doubles that Redis formats with
+ * printf and Lua parses back: the read costs more than the deletes.
  * Each command takes the group's tasks at once: one HMGET of the records
- * of its acknowledgements and starts together, one ZMSCORE of the
- * acknowledged ones' leases, then one HDEL and ZREM for the acknowledged,
+ * of its acknowledgements and starts together, [one ZMSCORE of the
+ * acknowledged ones' leases], then one HDEL and ZREM for the acknowledged,
  * one ZADD for the started, whatever their number. An acknowledgement and
  * a start of one key in one group cannot both hold the record's token (the
  * worker acknowledges a lease only after its START answered), so at most
  * one of them acts on it. Numbers go to Redis as strings made by
- * string.format (not Lua's '%.14g'). */
+ * string.format (not Lua's '%.14g'), strings become numbers by arithmetic
+ * (the top of this file). */
 #define START_LUA                                                                          \
-    "local call, unpack, tonumber, match, floor, fmt = redis.call, unpack, tonumber, "     \
-    "string.match, math.floor, string.format\n"                                            \
-    "local t = call('TIME') local now = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"       \
-    "local now_ms = floor(now / 1000) local L = tonumber(ARGV[1])\n"                       \
-    "local ahead = tonumber(ARGV[2]) local out, o, i = {now}, 1, 3\n"                     \
+    "local call, unpack, match, floor, fmt = redis.call, unpack, string.match, math.floor, " \
+    "string.format\n"                                                                      \
+    "local t = call('TIME') local now = t[1] * 1000000 + t[2]\n"                           \
+    "local now_ms = floor(now / 1000) local L = ARGV[1] + 0\n"                             \
+    "local ahead = ARGV[2] + 0 local out, o, i = {now}, 1, 3\n"                            \
     "while i <= #ARGV do local LK, TK = ARGV[i], ARGV[i + 1]\n"                            \
-    "  local na, ns = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]) i = i + 4\n"            \
+    "  local na, ns, U = ARGV[i + 2] + 0, ARGV[i + 3] + 0, ARGV[i + 4] * 1000 i = i + 5\n" \
     "  local ks, ts, m, i0 = {}, {}, na + ns, i + 2 * na\n"                                \
     "  for j = 1, na do ks[j] = ARGV[i] ts[j] = ARGV[i + 1] i = i + 2 end\n"                \
     "  for j = na + 1, m do ks[j] = ARGV[i] ts[j] = ARGV[i + 1] i = i + 3 end\n"            \
     "  if m > 0 then local vs = call('HMGET', TK, unpack(ks, 1, m))\n"                      \
-    "  if na > 0 then local ls = call('ZMSCORE', LK, unpack(ks, 1, na)) local del, nd = {}, 0\n" \
+    "  if na > 0 then local del, nd = {}, 0\n"                                              \
+    /* the leases are read only when one may have ended (until not ahead) */               \
+    "    local ls = U <= now and call('ZMSCORE', LK, unpack(ks, 1, na))\n"                  \
     /* tokens compared as the decimal strings both sides write */                          \
-    "    for j = 1, na do local r, v, l = 0, vs[j], ls[j]\n"                                  \
-    "      if v and l and tonumber(l) * 1000 > now and match(v, '^%d+') == ts[j] then\n"     \
+    "    for j = 1, na do local r, v = 0, vs[j]\n"                                            \
+    "      if v and (not ls or ls[j] and ls[j] * 1000 > now) and match(v, '^%d+') == ts[j] then\n" \
     "        nd = nd + 1 del[nd] = ks[j] r = 1 elseif not v then r = 2 end\n"                \
     "      o = o + 1 out[o] = r\n"                                                            \
     "    end\n"                                                                               \
@@ -410,9 +426,9 @@
     "  local lz, nz = {}, 0\n"                                                                \
     "  for j = na + 1, m do local s, a, v = -1, 0, vs[j]\n"                                   \
     "    if v then local tok, due = match(v, '^(%d+) %d+ (%d+) ')\n"                         \
-    "      if tok == ts[j] then due = tonumber(due)\n"                                        \
+    "      if tok == ts[j] then due = due + 0\n"                                              \
     "        if now + ahead < due * 1000 then s = 0 a = due * 1000 - now\n"                   \
-    "        else s = 1 a = tonumber(ARGV[i0 + 3 * (j - na) - 1])\n"                          \
+    "        else s = 1 a = ARGV[i0 + 3 * (j - na) - 1] + 0\n"                                \
     "          lz[nz + 1] = fmt('%d.5', (due > now_ms and due or now_ms) + L) lz[nz + 2] = ks[j]\n" \
     "          nz = nz + 2 end\n"                                                             \
     "      end\n"                                                                             \

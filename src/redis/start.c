@@ -13,9 +13,10 @@
  * Redis Cluster each group is its own call (one slot's declared keys), the
  * calls pipelined: one round trip either way. Starts and acknowledgements
  * go in separate rounds: a start group is the record's HMGET and the
- * lease's ZADD; an acknowledgement group is HMGET, ZMSCORE, HDEL and ZREM
- * for all of a partition's pending acknowledgements at once (why apart:
- * ack.c). */
+ * lease's ZADD; an acknowledgement group is HMGET, HDEL and ZREM for all
+ * of a partition's pending acknowledgements at once (why apart: ack.c),
+ * with a ZMSCORE of their leases only when one may have ended: the group
+ * sends the earliest lease end its items' STARTs granted (scripts.c). */
 #define _GNU_SOURCE
 #include <stdatomic.h>
 #include <stdio.h>
@@ -27,9 +28,9 @@
 
 #define RR_CALL_ARGV 128 /* arguments of one call, "EVALSHA sha n" included */
 _Static_assert(RR_CALL_ARGV <= TW_RR_ARGV_MAX, "a START call must fit the router's argument limit");
-_Static_assert(3 + 2 + 2 + 4 + 3 * TW_RR_RUN_BATCH <= RR_CALL_ARGV,
+_Static_assert(3 + 2 + 2 + 5 + 3 * TW_RR_RUN_BATCH <= RR_CALL_ARGV,
                "a group of a whole run's starts must fit one call");
-_Static_assert(3 + 2 + 2 + 4 + 2 * TW_RR_ACK_MAX <= TW_RR_ARGV_MAX,
+_Static_assert(3 + 2 + 2 + 5 + 2 * TW_RR_ACK_MAX <= TW_RR_ARGV_MAX,
                "a group of a whole round's acknowledgements must fit one call");
 _Static_assert(TW_RR_ACK_MAX >= TW_RR_RUN_BATCH, "a round's items fit either way");
 
@@ -46,10 +47,11 @@ static long rr_group_of(struct tw_rr_round *e, uint32_t p)
 }
 
 /* Arguments of a call of group g alone, "EVALSHA sha n" and the declared keys
- * included: a start is key, token and attempt, an acknowledgement key and token. */
+ * included: the group's lease and task keys, counts and until, a start's
+ * key, token and attempt, an acknowledgement's key and token. */
 static size_t rr_grp_argc(const struct tw_rr_grp *g)
 {
-    return 3 + 2 + 2 + 4 + 3 * g->ns + 2 * g->na;
+    return 3 + 2 + 2 + 5 + 3 * g->ns + 2 * g->na;
 }
 
 /* Group the round: the items of v by partition (to start, or to
@@ -109,7 +111,7 @@ static void rr_start_group(struct tw_rr_round *e, bool cluster)
     e->ncalls = 0;
     size_t argc = RR_CALL_ARGV;
     for (size_t g = 0; g < e->ngroups; g++) {
-        size_t add = rr_grp_argc(&e->g[g]) - 7; /* its 4 + 3 ns + 2 na arguments */
+        size_t add = rr_grp_argc(&e->g[g]) - 7; /* its 5 + 3 ns + 2 na arguments */
         if (cluster || argc + add > RR_CALL_ARGV) {
             e->call[e->ncalls++] = g;
             argc = 7 - 2; /* EVALSHA sha n lease ahead: no declared keys */
@@ -157,6 +159,17 @@ static int rr_start_build(void *ctx, size_t c, int *slot, const char **av, size_
         a[na++] = e->cnt[g][0];
         l[na] = (size_t)snprintf(e->cnt[g][1], sizeof e->cnt[g][1], "%zu", G->ns);
         a[na++] = e->cnt[g][1];
+        /* until: the earliest lease end of the acknowledged, as START granted
+         * it (the script reads the leases only when that is not ahead) */
+        uint64_t until = G->na ? UINT64_MAX : 0;
+        for (size_t j = G->a0; j < G->a0 + G->na; j++) {
+            uint64_t end = tw_rr_lease_end_ms(r, e->ack[j]);
+            if (end < until)
+                until = end;
+        }
+        l[na] = (size_t)snprintf(e->cnt[g][2], sizeof e->cnt[g][2], "%llu",
+                                 (unsigned long long)until);
+        a[na++] = e->cnt[g][2];
         for (size_t j = G->a0; j < G->a0 + G->na; j++) {
             const struct tw_rr_item *it = e->ack[j];
             a[na] = it->data;

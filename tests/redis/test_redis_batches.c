@@ -594,17 +594,20 @@ out:
 #define LEASE_MS 30000
 
 /* START of one group: na acknowledgements (key, token pairs) then ns starts
- * (key, token, attempt triples) as ARGV words; the reply (NULL on error). */
-static redisReply *start_call(redisContext *c, unsigned ahead_ms, int na, int ns,
-                              const char *const *words)
+ * (key, token, attempt triples) as ARGV words, until_ms the earliest lease
+ * end of the acknowledged as a worker knows it (0: none known, the script
+ * reads the leases); the reply (NULL on error). */
+static redisReply *start_call(redisContext *c, unsigned ahead_ms, uint64_t until_ms, int na,
+                              int ns, const char *const *words)
 {
     const char *av[32];
     size_t al[32];
-    char lease[16], ahead[24], cna[8], cns[8];
+    char lease[16], ahead[24], cna[8], cns[8], until[24];
     snprintf(lease, sizeof lease, "%d", LEASE_MS);
     snprintf(ahead, sizeof ahead, "%u", ahead_ms * 1000u);
     snprintf(cna, sizeof cna, "%d", na);
     snprintf(cns, sizeof cns, "%d", ns);
+    snprintf(until, sizeof until, "%" PRIu64, until_ms);
     int n = 0;
     av[n++] = "EVAL";
     av[n++] = tw_rr_scripts[TW_RR_START];
@@ -615,6 +618,7 @@ static redisReply *start_call(redisContext *c, unsigned ahead_ms, int na, int ns
     av[n++] = TK;
     av[n++] = cna;
     av[n++] = cns;
+    av[n++] = until;
     for (int i = 0; i < 2 * na + 3 * ns; i++)
         av[n++] = words[i];
     for (int i = 0; i < n; i++)
@@ -668,7 +672,7 @@ static void test_start_script(void)
         freeReplyObject(x);
     /* k1 started 3 s ahead: marked, lengthened to due + lease_ms (due is
      * after now), the attempt as given */
-    x = start_call(c, 3000, 0, 1, (const char *[]){"k1", "5", "1"});
+    x = start_call(c, 3000, 0, 0, 1, (const char *[]){"k1", "5", "1"});
     CHECK(x && x->elements == 3);
     if (x && x->elements == 3) {
         CHECK_EQ_INT(x->element[1]->integer, 1);
@@ -679,33 +683,33 @@ static void test_start_script(void)
     double s1 = zscore(c, "k1");
     CHECK_(s1 == (double)(due + LEASE_MS) + 0.5, "k1 lease %.1f, due %" PRIu64, s1, due);
     /* redone: started again, the mark kept, never shortened */
-    x = start_call(c, 3000, 0, 1, (const char *[]){"k1", "5", "1"});
+    x = start_call(c, 3000, 0, 0, 1, (const char *[]){"k1", "5", "1"});
     CHECK(x && x->elements == 3 && x->element[1]->integer == 1);
     if (x)
         freeReplyObject(x);
     CHECK(zscore(c, "k1") == s1);
     /* a stale token: refused, nothing written */
-    x = start_call(c, 3000, 0, 1, (const char *[]){"k1", "4", "1"});
+    x = start_call(c, 3000, 0, 0, 1, (const char *[]){"k1", "4", "1"});
     CHECK(x && x->elements == 3 && x->element[1]->integer == -1);
     if (x)
         freeReplyObject(x);
     CHECK(zscore(c, "k1") == s1);
     /* the token with no lease member: no member added */
-    x = start_call(c, 3000, 0, 1, (const char *[]){"k2", "9", "1"});
+    x = start_call(c, 3000, 0, 0, 1, (const char *[]){"k2", "9", "1"});
     CHECK(x != NULL);
     if (x)
         freeReplyObject(x);
     CHECK(zscore(c, "k2") == -1);
     /* not due within ahead: 0 and the us until due, the hold unchanged */
-    x = start_call(c, 3000, 0, 1, (const char *[]){"k3", "7", "1"});
+    x = start_call(c, 3000, 0, 0, 1, (const char *[]){"k3", "7", "1"});
     CHECK(x && x->elements == 3 && x->element[1]->integer == 0 &&
           x->element[2]->integer > 50000000);
     if (x)
         freeReplyObject(x);
     CHECK(zscore(c, "k3") == (double)(due + 61000));
     /* acknowledgements: a stale token (0), k4's (1: deleted with its lease),
-     * then k4 again (2: absent) */
-    x = start_call(c, 0, 2, 0, (const char *[]){"k1", "4", "k4", "8"});
+     * then k4 again (2: absent); until ahead: the leases are not read */
+    x = start_call(c, 0, now + LEASE_MS, 2, 0, (const char *[]){"k1", "4", "k4", "8"});
     CHECK(x && x->elements == 3);
     if (x && x->elements == 3) {
         CHECK_EQ_INT(x->element[1]->integer, 0);
@@ -715,15 +719,32 @@ static void test_start_script(void)
         freeReplyObject(x);
     CHECK(zscore(c, "k4") == -1);
     CHECK(zscore(c, "k1") == s1);
-    x = start_call(c, 0, 1, 0, (const char *[]){"k4", "8"});
+    x = start_call(c, 0, now + LEASE_MS, 1, 0, (const char *[]){"k4", "8"});
     CHECK(x && x->elements == 2 && x->element[1]->integer == 2);
     if (x)
         freeReplyObject(x);
-    /* an acknowledgement whose lease has run out deletes nothing */
-    x = redisCommand(c, "ZADD " LK " %" PRIu64 ".5 k1", now - 1);
+    /* until not ahead: the leases are read, and a running one's task is
+     * deleted as before (k5); one whose lease has run out deletes nothing
+     * (k1) */
+    char r5[64];
+    snprintf(r5, sizeof r5, "6 1 %" PRIu64 " p5", now);
+    x = redisCommand(c, "HSET " TK " k5 %s", r5);
     if (x)
         freeReplyObject(x);
-    x = start_call(c, 0, 1, 0, (const char *[]){"k1", "5"});
+    x = redisCommand(c, "ZADD " LK " %" PRIu64 ".5 k1 %" PRIu64 ".5 k5", now - 1,
+                     now + LEASE_MS);
+    if (x)
+        freeReplyObject(x);
+    x = start_call(c, 0, now - 1, 2, 0, (const char *[]){"k5", "6", "k1", "5"});
+    CHECK(x && x->elements == 3);
+    if (x && x->elements == 3) {
+        CHECK_EQ_INT(x->element[1]->integer, 1);
+        CHECK_EQ_INT(x->element[2]->integer, 0);
+    }
+    if (x)
+        freeReplyObject(x);
+    CHECK(zscore(c, "k5") == -1);
+    x = start_call(c, 0, 0, 1, 0, (const char *[]){"k1", "5"});
     CHECK(x && x->elements == 2 && x->element[1]->integer == 0);
     if (x)
         freeReplyObject(x);

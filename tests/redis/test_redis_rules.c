@@ -1417,10 +1417,10 @@ static void test_start_redone(void)
     if (x)
         freeReplyObject(x);
     rfx_sleep_ms(40); /* due */
-    const char *start[] = {"EVAL",  tw_rr_scripts[TW_RR_START], "0", "30000", "0",
-                           "{redo:0}:lease", "{redo:0}:task", "0", "1", "k", tok, "1"};
+    const char *start[] = {"EVAL",           tw_rr_scripts[TW_RR_START], "0", "30000", "0",
+                           "{redo:0}:lease", "{redo:0}:task", "0", "1", "0", "k", tok, "1"};
     for (int run = 0; run < 2; run++) {
-        x = eval_argv(c, 12, start);
+        x = eval_argv(c, 13, start);
         /* {now, started 1, attempt 1}, the second run as the first */
         CHECK(x && x->type == REDIS_REPLY_ARRAY && x->elements == 3);
         if (x && x->type == REDIS_REPLY_ARRAY && x->elements == 3) {
