@@ -246,7 +246,10 @@
  * promotes a replica: a set may vanish (its task never delivered), a move
  * or a remove be undone (the task delivered at its earlier time, or after
  * all), an acknowledgement be lost (the task delivered again: at least
- * once holds), a claim or start be lost (the task claimed again). Until the
+ * once holds), a claim or start be lost (the task claimed again, unless
+ * its holder acknowledged it first: a lost start leaves the claim's
+ * shorter hold, and an acknowledgement deletes a task whose lease no one
+ * took back). Until the
  * Sentinels demote it, a master cut off from them still takes writes that
  * the failover discards. wait_replicas > 0 makes the producer calls (set,
  * move, remove, set_many) wait for that many replicas (WAIT, in the same

@@ -812,8 +812,9 @@ void tw_rr_start_round(struct tw_rr_round *e, struct tw_rr_router *rt);
 
 /* The end (server ms) of the lease a granted START wrote, as the worker
  * knows it from that START's answer (it->srv_us): the script's own sum, so
- * the lease ends then or later (a redone start only lengthens it). Fencing
- * (execute.c) and the acknowledgements' lease check (start.c) use it. */
+ * the lease ends then or later (a redone start only lengthens it), unless
+ * a failover lost that write. Fencing (execute.c) and the
+ * acknowledgements' lease check (start.c) use it. */
 static inline uint64_t tw_rr_lease_end_ms(const struct tw_redis *r, const struct tw_rr_item *it)
 {
     uint64_t now_ms = it->srv_us / 1000u;

@@ -21,10 +21,12 @@
  * Times come from redis.call('TIME') (Redis 7 replicates scripts by effects,
  * so TIME is allowed). Due times are whole ms, rounded up from the server's
  * microseconds, so that a task is never due before set's instant + delay.
- * What runs per task (SET's, CLAIM's and START's loops, the TIME of every
- * call) turns a string of digits into a number by arithmetic (x + 0: one
- * strtod), not tonumber(x): Lua 5.1's tonumber tests the string, then
- * converts it, two strtod calls of some 500 instructions each.
+ * The paths every task takes (SET of a new task, CLAIM's leasing loop,
+ * START's starts and acknowledgements, the TIME of every call) turn a
+ * string of digits into a number by arithmetic (x + 0: one strtod), not
+ * tonumber(x): Lua 5.1's tonumber tests the string, then converts it, two
+ * strtod calls of some 500 instructions each. The rarer paths (a replaced
+ * task, a recovered lease, FAIL, RELEASE) keep tonumber.
  */
 #define _POSIX_C_SOURCE 200809L /* internal.h: clock_gettime, condvar clocks */
 #include "redis/internal.h"
@@ -389,7 +391,9 @@
  * token is in the record exactly while its lease member exists, above) and
  * the leases need no read; otherwise (an acknowledgement delayed past a
  * lease's end: rare) one ZMSCORE reads them, and those that ended delete
- * nothing. The leases' scores come back as doubles that Redis formats with
+ * nothing. Should a failover lose a START's write, until may lie past the
+ * hold left in the lease; a matching token still means no claim took the
+ * task back, no one else holds it, and the acknowledgement deletes it. The leases' scores come back as doubles that Redis formats with
  * printf and Lua parses back: the read costs more than the deletes.
  * Each command takes the group's tasks at once: one HMGET of the records
  * of its acknowledgements and starts together, [one ZMSCORE of the
