@@ -16,9 +16,8 @@
  * Why not in START calls (a partition's acknowledgements added to a START
  * group of the same partition): at 1e5 tasks a minute on 16 partitions a
  * START group is about one task, so each acknowledgement would cost a
- * group's HDEL and ZREM; a batch every 100 ms costs
- * about one command per acknowledgement, and a START group is HMGET and
- * ZADD alone.
+ * group's HDEL and ZREM; a batch every 100 ms costs about one command per
+ * acknowledgement, and a START group is HMGET and ZADD alone.
  * The price, at-least-once: a worker that dies has up to ack_delay more of
  * finished tasks unacknowledged, delivered again when their leases end (the
  * same as an acknowledgement lost on the way); and a finished task stays in

@@ -393,8 +393,9 @@
  * lease's end: rare) one ZMSCORE reads them, and those that ended delete
  * nothing. Should a failover lose a START's write, until may lie past the
  * hold left in the lease; a matching token still means no claim took the
- * task back, no one else holds it, and the acknowledgement deletes it. The leases' scores come back as doubles that Redis formats with
- * printf and Lua parses back: the read costs more than the deletes.
+ * task back, no one else holds it, and the acknowledgement deletes it.
+ * The leases' scores come back as doubles that Redis formats with printf
+ * and Lua parses back: the read costs more than the deletes.
  * Each command takes the group's tasks at once: one HMGET of the records
  * of its acknowledgements and starts together, [one ZMSCORE of the
  * acknowledged ones' leases], then one HDEL and ZREM for the acknowledged,
