@@ -900,7 +900,10 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
         r->cfg.start_ahead_ms = r->cfg.lease_ms / 4;
     if (r->cfg.start_ahead_ms > r->cfg.window_ms / 4)
         r->cfg.start_ahead_ms = r->cfg.window_ms / 4;
-    if (r->cfg.hold_ms > r->cfg.lease_ms) /* a hold is the lease of a task not started yet */
+    /* a hold is the lease of a task not started yet, and START marks a start
+     * by lengthening it (ZADD GT): a longer hold would refuse that write and
+     * leave the start uncounted */
+    if (r->cfg.hold_ms > r->cfg.lease_ms)
         r->cfg.hold_ms = r->cfg.lease_ms;
     if (pthread_mutex_init(&r->api_mu, NULL) || pthread_mutex_init(&r->mu, NULL) ||
         pthread_mutex_init(&r->stop_mu, NULL) || pthread_mutex_init(&r->hist_mu, NULL) ||

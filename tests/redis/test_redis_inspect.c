@@ -253,6 +253,57 @@ static void test_get_mark(void)
     pthread_mutex_destroy(&R.mu);
 }
 
+/* A hold_ms longer than lease_ms is cut to lease_ms. START marks a start by
+ * lengthening the lease (ZADD GT to max(due, now) + lease_ms + 0.5); a hold
+ * that ended later would refuse that write, and the task would run with its
+ * start uncounted (held, attempt 0, to get and to max_attempts). */
+static void test_get_mark_long_hold(void)
+{
+    struct rec R;
+    struct tw_redis *c = open_q("ins_hold", 1, NULL);
+    if (!c)
+        return;
+    struct tw_redis_config wc;
+    cfg_for(&wc, "ins_hold", 1, &R);
+    wc.lease_ms = 2000;
+    wc.hold_ms = 6000;
+    struct tw_redis *w = NULL;
+    CHECK_EQ_INT(tw_redis_new(&w, &wc), 0);
+    if (!w) {
+        tw_redis_free(c);
+        return;
+    }
+    R.slow_ms = 1000; /* within the lease: one delivery */
+    struct tw_redis_info in;
+    CHECK_EQ_INT(tw_redis_set(c, "h", 1, "p", 1, 2500), 0);
+    bool running = false;
+    uint64_t end = rfx_mono_ms() + 8000;
+    while (rfx_mono_ms() < end && !running) {
+        int rc = tw_redis_get(c, "h", 1, &in, NULL, 0);
+        if (rc == 0 && in.state == TW_REDIS_HELD) {
+            /* the hold is the lease's length, not the 6 s asked */
+            uint64_t from = in.due_ms > in.now_ms ? in.due_ms : in.now_ms;
+            CHECK(in.lease_end_ms <= from + 2000);
+            CHECK_EQ_U64(in.attempt, 0);
+        }
+        if (rc == 0 && in.state == TW_REDIS_RUNNING) {
+            CHECK_EQ_U64(in.attempt, 1);
+            running = atomic_load(&R.running) != 0;
+        }
+        rfx_sleep_ms(20);
+    }
+    CHECK(running);
+    end = rfx_mono_ms() + 5000;
+    while (rfx_mono_ms() < end && tw_redis_get(c, "h", 1, &in, NULL, 0) != TW_ENOENT)
+        rfx_sleep_ms(20);
+    CHECK_EQ_INT(tw_redis_get(c, "h", 1, &in, NULL, 0), TW_ENOENT);
+    CHECK_EQ_U64(rec_count(&R), 1);
+    tw_redis_free(w);
+    CHECK_EQ_INT(tw_redis_drop(c, true), 0);
+    tw_redis_free(c);
+    pthread_mutex_destroy(&R.mu);
+}
+
 /* ---- list --------------------------------------------------------------------- */
 
 struct seen {
@@ -987,6 +1038,7 @@ int main(void)
     }
     RUN(test_get_states);
     RUN(test_get_mark);
+    RUN(test_get_mark_long_hold);
     RUN(test_list_pages);
     RUN(test_list_bucket_order);
     RUN(test_counts_lag);
