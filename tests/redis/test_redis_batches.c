@@ -663,13 +663,10 @@ static void test_start_script(void)
     snprintf(r2, sizeof r2, "9 0 %" PRIu64 " p2", due);
     snprintf(r3, sizeof r3, "7 0 %" PRIu64 " p3", due + 60000);
     snprintf(r4, sizeof r4, "8 1 %" PRIu64 " p4", now);
-    x = redisCommand(c, "HSET " TK " k1 %s k2 %s k3 %s k4 %s", r1, r2, r3, r4);
-    if (x)
-        freeReplyObject(x);
-    x = redisCommand(c, "ZADD " LK " %" PRIu64 " k1 %" PRIu64 " k3 %" PRIu64 ".5 k4", hold,
-                     due + 61000, now + LEASE_MS);
-    if (x)
-        freeReplyObject(x);
+    CHECK_EQ_INT(rfx_command(&srv, "HSET " TK " k1 %s k2 %s k3 %s k4 %s", r1, r2, r3, r4), 0);
+    CHECK_EQ_INT(rfx_command(&srv, "ZADD " LK " %" PRIu64 " k1 %" PRIu64 " k3 %" PRIu64 ".5 k4",
+                             hold, due + 61000, now + LEASE_MS),
+                 0);
     /* k1 started 3 s ahead: marked, lengthened to due + lease_ms (due is
      * after now), the attempt as given */
     x = start_call(c, 3000, 0, 0, 1, (const char *[]){"k1", "5", "1"});
@@ -729,12 +726,8 @@ static void test_start_script(void)
      * token still says no one else holds the task) */
     char r6[64];
     snprintf(r6, sizeof r6, "3 1 %" PRIu64 " p6", now);
-    x = redisCommand(c, "HSET " TK " k6 %s", r6);
-    if (x)
-        freeReplyObject(x);
-    x = redisCommand(c, "ZADD " LK " %" PRIu64 " k6", now - 1);
-    if (x)
-        freeReplyObject(x);
+    CHECK_EQ_INT(rfx_command(&srv, "HSET " TK " k6 %s", r6), 0);
+    CHECK_EQ_INT(rfx_command(&srv, "ZADD " LK " %" PRIu64 " k6", now - 1), 0);
     x = start_call(c, 0, now + LEASE_MS, 1, 0, (const char *[]){"k6", "3"});
     CHECK(x && x->elements == 2 && x->element[1]->integer == 1);
     if (x)
@@ -745,13 +738,10 @@ static void test_start_script(void)
      * (k1) */
     char r5[64];
     snprintf(r5, sizeof r5, "6 1 %" PRIu64 " p5", now);
-    x = redisCommand(c, "HSET " TK " k5 %s", r5);
-    if (x)
-        freeReplyObject(x);
-    x = redisCommand(c, "ZADD " LK " %" PRIu64 ".5 k1 %" PRIu64 ".5 k5", now - 1,
-                     now + LEASE_MS);
-    if (x)
-        freeReplyObject(x);
+    CHECK_EQ_INT(rfx_command(&srv, "HSET " TK " k5 %s", r5), 0);
+    CHECK_EQ_INT(rfx_command(&srv, "ZADD " LK " %" PRIu64 ".5 k1 %" PRIu64 ".5 k5", now - 1,
+                             now + LEASE_MS),
+                 0);
     x = start_call(c, 0, now - 1, 2, 0, (const char *[]){"k5", "6", "k1", "5"});
     CHECK(x && x->elements == 3);
     if (x && x->elements == 3) {
