@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* w7_schemas: what a task's whole life costs Redis under the Redis layer's
- * schema, under a batch-lease schema it does not have, and under a poller:
- * a probe of the design issue 26 asks for, before anyone builds it.
+ * schema, under two lease schemas it does not have, and under a poller:
+ * a probe of the designs issue 26 asks for, before anyone builds them.
  *
  * Each kind runs N tasks (16-byte keys, 32-byte payloads, due uniformly over
  * 59 s, 500 ms due buckets) through its scripts on its own redis-server (the
@@ -14,6 +14,17 @@
  *                   LRANGE HMGET INCRBY HSET (each record's token) ZADD (each
  *                   lease); START of a group HMGET ZADD XX GT; acknowledgement
  *                   of 80 HMGET ZMSCORE HDEL ZREM.
+ *   arming lease    the per-task lease with its token taken at set (one
+ *                   INCRBY a set call) instead of at claim, and the lease
+ *                   member key .. ':' .. token, whose presence is then the
+ *                   token check: set HMGET INCRBY HSET RPUSH; claim LRANGE
+ *                   HMGET ZADD (no record written); START of a group one
+ *                   ZADD XX GT CH (members read back only when it changed
+ *                   fewer than all); acknowledgement ZREM, then HDEL when it
+ *                   removed all. What it leaves out: a replace or remove then
+ *                   finds a leased task by its member (ZSCORE), and recovery,
+ *                   FAIL and RELEASE give the task a new token as they return
+ *                   it to its bucket.
  *   batch lease     set the same; claim LRANGE HMGET (the payloads), then the
  *                   bucket's LIST RENAMEd under one batch token with one lease
  *                   member and a count; START of a group one lease ZADD XX GT
@@ -53,9 +64,9 @@
 #define GROUP_MAX 1000
 #define ARG_LEN 48
 
-enum kind { PER_TASK, BATCH, BATCH_NO_START, POLL, NKINDS };
-static const char *const kind_name[NKINDS] = {"per-task lease", "batch lease", "batch, no START",
-                                              "poll 100 ms"};
+enum kind { PER_TASK, ARMING, BATCH, BATCH_NO_START, POLL, NKINDS };
+static const char *const kind_name[NKINDS] = {"per-task lease", "arming lease", "batch lease",
+                                              "batch, no START", "poll 100 ms"};
 
 /* KEYS: task HASH, index ZSET (bucket LISTs index:b), lease ZSET, seq, in one slot */
 static const char *const keys5[] = {"{q}:t", "{q}:i", "{q}:l", "{q}:seq", "{q}:r"};
@@ -126,6 +137,77 @@ static const char PER_TASK_ACK[] =
     " if v and l and match(v, '^%d+') == ts[j] then nd = nd + 1 del[nd] = ks[j] end end\n"
     "if nd > 0 then call('HDEL', KEYS[1], unpack(del, 1, nd)) call('ZREM', KEYS[3], unpack(del, 1, "
     "nd)) end\n"
+    "return nd\n";
+
+/* The arming lease: set numbers each arming from seq (one INCRBY a call) and
+ * writes it where the per-task kind writes token 0; a lease is the member
+ * key .. ':' .. arming, so that the member's presence is the token check.
+ * ARGV as SET_LUA. */
+static const char ARM_SET[] =
+    "local n = tonumber(ARGV[1])\n"
+    "local old = redis.call('HMGET', KEYS[1], unpack(ARGV, 2, 1 + n))\n"
+    "local a = redis.call('INCRBY', KEYS[4], n) - n\n"
+    "local hs, fmt = {}, string.format\n"
+    "for j = 1, n do hs[2 * j - 1] = ARGV[1 + j] "
+    "hs[2 * j] = fmt('%d 0 %s ', a + j, ARGV[1 + 2 * n + j]) .. ARGV[1 + n + j] end\n"
+    "redis.call('HSET', KEYS[1], unpack(hs))\n"
+    "local cb, s = nil, 1\n"
+    "for j = 1, n + 1 do local b = j <= n and math.floor(tonumber(ARGV[1 + 2 * n + j]) / 500) or "
+    "-1\n"
+    " if b ~= cb then\n"
+    "  if cb and redis.call('RPUSH', KEYS[2] .. ':' .. cb, unpack(ARGV, 1 + s, j)) == j - s then\n"
+    "   redis.call('ZADD', KEYS[2], cb, cb) end\n"
+    "  cb = b s = j end\n"
+    "end\n"
+    "return n\n";
+
+/* ARGV: bucket, hold ms -> key, due, arming, attempt, payload per task; the
+ * record is not written */
+static const char ARM_CLAIM[] =
+    "local bk = KEYS[2] .. ':' .. ARGV[1] local hold = tonumber(ARGV[2])\n"
+    "local m = redis.call('LRANGE', bk, 0, -1) local out, no = {}, 0\n"
+    "local match, sub, fmt = string.match, string.sub, string.format\n"
+    "for s = 1, #m, 1000 do local e = math.min(s + 999, #m)\n"
+    " local vs = redis.call('HMGET', KEYS[1], unpack(m, s, e))\n"
+    " local lz, nh = {}, 0\n"
+    " for j = s, e do local k, v = m[j], vs[j - s + 1]\n"
+    "  local a, att, due, pos = match(v, '^(%d+) (%d+) (%d+) ()') due = due + 0\n"
+    "  lz[nh + 1] = fmt('%d', due + hold) lz[nh + 2] = k .. ':' .. a nh = nh + 2\n"
+    "  out[no + 1] = k out[no + 2] = due out[no + 3] = a + 0 out[no + 4] = att + 0\n"
+    "  out[no + 5] = sub(v, pos) no = no + 5\n"
+    " end\n"
+    " redis.call('ZADD', KEYS[3], unpack(lz, 1, nh))\n"
+    "end\n"
+    "redis.call('DEL', bk) redis.call('ZREM', KEYS[2], ARGV[1])\n"
+    "return out\n";
+
+/* ARGV: lease ms, then member, due per start -> 1 started, -1 not ours. One
+ * ZADD XX GT CH; the members are read back only when it changed fewer than
+ * all (a start redone, or a lease revoked) */
+static const char ARM_START[] =
+    "local call, fmt = redis.call, string.format\n"
+    "local t = call('TIME') local now = math.floor((t[1] * 1000000 + t[2]) / 1000)\n"
+    "local L = ARGV[1] + 0 local lz, n, out = {}, 0, {}\n"
+    "for i = 2, #ARGV, 2 do local d = ARGV[i + 1] + 0 if d < now then d = now end\n"
+    " lz[n + 1] = fmt('%d.5', d + L) lz[n + 2] = ARGV[i] n = n + 2 end\n"
+    "local ch = call('ZADD', KEYS[3], 'XX', 'GT', 'CH', unpack(lz, 1, n))\n"
+    "if ch == n / 2 then for j = 1, ch do out[j] = 1 end return out end\n"
+    "local ms, ks = {}, 0 for i = 2, #ARGV, 2 do ks = ks + 1 ms[ks] = ARGV[i] end\n"
+    "local ls = call('ZMSCORE', KEYS[3], unpack(ms, 1, ks))\n"
+    "for j = 1, ks do out[j] = ls[j] and 1 or -1 end\n"
+    "return out\n";
+
+/* ARGV: key, member pairs -> how many deleted. A member present is this
+ * worker's lease of the record's current arming */
+static const char ARM_ACK[] =
+    "local call = redis.call local ks, ms, n = {}, {}, 0\n"
+    "for i = 1, #ARGV, 2 do n = n + 1 ks[n] = ARGV[i] ms[n] = ARGV[i + 1] end\n"
+    "if call('ZREM', KEYS[3], unpack(ms, 1, n)) == n then\n"
+    " return call('HDEL', KEYS[1], unpack(ks, 1, n)) end\n"
+    "local vs, del, nd = call('HMGET', KEYS[1], unpack(ks, 1, n)), {}, 0\n"
+    "for j = 1, n do if vs[j] and ms[j] == ks[j] .. ':' .. string.match(vs[j], '^%d+') then\n"
+    " nd = nd + 1 del[nd] = ks[j] end end\n"
+    "if nd > 0 then call('HDEL', KEYS[1], unpack(del, 1, nd)) end\n"
     "return nd\n";
 
 /* ARGV: bucket, hold ms -> batch token, then key, due, attempt, payload per task */
@@ -223,6 +305,13 @@ static char *arg(struct probe *p, int i, const char *fmt, int64_t v)
     return p->buf[i];
 }
 
+/* The arming kind's lease member: key ':' arming. */
+static void arg_member(struct probe *p, int i, const char *key, long long arming)
+{
+    snprintf(p->buf[i], ARG_LEN, "%s:%lld", key, arming);
+    p->av[8 + i] = p->buf[i];
+}
+
 /* Sets in batches of SET_BATCH, each sorted by due. */
 static int run_sets(struct probe *p)
 {
@@ -254,7 +343,8 @@ static int run_leases(struct probe *p, enum kind k, uint64_t *delivered)
         return -1;
     }
     int rc = -1;
-    size_t per = k == PER_TASK ? 5 : 4, off = k == PER_TASK ? 0 : 1;
+    int per_task = k == PER_TASK || k == ARMING; /* a reply of 5 per task, no batch token */
+    size_t per = per_task ? 5 : 4, off = per_task ? 0 : 1;
     for (size_t b = 0; b < ix->elements; b++) {
         p->av[8] = ix->element[b]->str;
         p->av[9] = "1000"; /* hold ms */
@@ -262,7 +352,7 @@ static int run_leases(struct probe *p, enum kind k, uint64_t *delivered)
         if (!r)
             goto out;
         size_t n = (r->elements - off) / per;
-        long long token = k == PER_TASK ? 0 : r->element[0]->integer;
+        long long token = per_task ? 0 : r->element[0]->integer;
         for (size_t s = 0; k != BATCH_NO_START && s < n; s += (size_t)p->group) {
             size_t m = n - s < (size_t)p->group ? n - s : (size_t)p->group;
             int na = 0;
@@ -275,6 +365,9 @@ static int run_leases(struct probe *p, enum kind k, uint64_t *delivered)
                 if (k == PER_TASK) {
                     arg(p, na++, "%" PRId64, e[2]->integer);     /* token */
                     arg(p, na++, "%" PRId64, e[3]->integer + 1); /* attempt */
+                } else if (k == ARMING) {
+                    arg_member(p, na - 1, e[0]->str, e[2]->integer);
+                    arg(p, na++, "%" PRId64, e[1]->integer); /* due */
                 } else {
                     arg(p, na++, "%" PRId64, e[1]->integer); /* due */
                 }
@@ -293,13 +386,15 @@ static int run_leases(struct probe *p, enum kind k, uint64_t *delivered)
         for (size_t s = 0; s < n; s += ACK_BATCH) {
             size_t m = n - s < ACK_BATCH ? n - s : ACK_BATCH;
             int na = 0;
-            if (k != PER_TASK)
+            if (!per_task)
                 arg(p, na++, "%" PRId64, token);
             for (size_t j = 0; j < m; j++) {
                 redisReply **e = r->element + off + (s + j) * per;
                 p->av[8 + na++] = e[0]->str;
                 if (k == PER_TASK)
                     arg(p, na++, "%" PRId64, e[2]->integer);
+                else if (k == ARMING)
+                    arg_member(p, na++, e[0]->str, e[2]->integer);
             }
             redisReply *a = call(p, p->sha[3], 5, na, REDIS_REPLY_INTEGER);
             long long deleted = a ? a->integer : -1;
@@ -357,15 +452,16 @@ static int run_poll(struct probe *p, uint64_t *delivered)
 /* One kind's whole run on an empty server: Redis CPU us per task. */
 static int run(struct probe *p, enum kind k, double *us)
 {
-    const char *const claim[] = {PER_TASK_CLAIM, BATCH_CLAIM, BATCH_CLAIM};
-    const char *const start[] = {PER_TASK_START, BATCH_START, BATCH_START};
-    const char *const ack[] = {PER_TASK_ACK, BATCH_ACK, BATCH_ACK};
+    const char *const set[] = {SET_LUA, ARM_SET, SET_LUA, SET_LUA};
+    const char *const claim[] = {PER_TASK_CLAIM, ARM_CLAIM, BATCH_CLAIM, BATCH_CLAIM};
+    const char *const start[] = {PER_TASK_START, ARM_START, BATCH_START, BATCH_START};
+    const char *const ack[] = {PER_TASK_ACK, ARM_ACK, BATCH_ACK, BATCH_ACK};
     if (rfx_command(p->s, "FLUSHALL") || rfx_command(p->s, "SCRIPT FLUSH"))
         return -1;
     const char *me = "w7_schemas";
     if (k == POLL
             ? w7_load(me, p->c, POLL_CLAIM, p->sha[4])
-            : w7_load(me, p->c, SET_LUA, p->sha[0]) || w7_load(me, p->c, claim[k], p->sha[1]) ||
+            : w7_load(me, p->c, set[k], p->sha[0]) || w7_load(me, p->c, claim[k], p->sha[1]) ||
                   w7_load(me, p->c, start[k], p->sha[2]) || w7_load(me, p->c, ack[k], p->sha[3]))
         return -1;
     uint64_t delivered = 0;
