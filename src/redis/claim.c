@@ -246,7 +246,8 @@ static int rr_claim_reply(struct tw_redis *r, uint32_t p, unsigned batch, unsign
         struct tw_rr_item *it = malloc(sizeof *it + e[0]->len + e[4]->len + 1);
         if (!it)
             continue; /* its lease will expire and it comes back */
-        it->next = NULL;
+        /* every field zero (unanswered, ack_lost, started), then this claim's */
+        memset(it, 0, sizeof *it);
         it->part = p;
         it->due_ms = (uint64_t)e[1]->integer;
         it->token = (uint64_t)e[2]->integer;

@@ -29,6 +29,15 @@
  * none of them after its stop: counted in its delivery records (start_us
  * after every thread of A had stopped).
  *
+ * test_cold_span_order: a worker's first START rounds (before any execute
+ * has been timed) take one task each. With one executor, start_ahead_ms
+ * 1000, A due 3 s and B 3.4 s after their set leave the local wheel at the
+ * same tick, B first: B's round arms B, and the executor must then start A
+ * (due before the armed B) rather than wait for B's run time. A runs before
+ * B, and on time beyond what the machine explains. (A claimed task's
+ * "unanswered" mark was left uninitialized, and malloc's garbage in it made
+ * A wait behind B.)
+ *
  * test_fencing_token: execute gets the lease's end and a fencing token: the
  * token grows with each delivery of a key, the lease end lies lease_ms past
  * the due time at least and past the server's clock at the call, and the
@@ -540,6 +549,83 @@ out:
     rfx_stop(&srv);
 }
 
+/* ---- a cold worker's span, one task a round ------------------------------------- */
+
+#define COLD_A_MS 3000
+#define COLD_B_MS 3400 /* in A's start span: each leaves 500-1000 ms before its due time */
+#define COLD_BOUND_MS 100
+
+static uint64_t hrec_start_of(struct hrec *R, const char *key, uint64_t *due_ms)
+{
+    uint64_t at = 0;
+    pthread_mutex_lock(&R->mu);
+    for (size_t i = 0; i < R->n; i++)
+        if (!strcmp(R->d[i].key, key)) {
+            at = R->d[i].start_us;
+            *due_ms = R->d[i].due_ms;
+        }
+    pthread_mutex_unlock(&R->mu);
+    return at;
+}
+
+static void test_cold_span_order(void)
+{
+    struct rfx_server srv;
+    CHECK_EQ_INT(rfx_start(&srv, NULL), 0);
+    if (srv.pid <= 0)
+        return;
+    const char *servers[] = {rfx_addr(&srv)};
+    struct hrec *R = calloc(1, sizeof *R);
+    struct tw_redis *w = NULL;
+    CHECK(R != NULL);
+    if (!R)
+        goto out;
+    pthread_mutex_init(&R->mu, NULL);
+    struct tw_redis_config cfg;
+    cfg_of(&cfg, servers, "cs", 1);
+    cfg.execute = hrec_exec;
+    cfg.arg = R;
+    cfg.threads = 1; /* the last free executor is the only one */
+    cfg.lease_ms = 10000;
+    cfg.window_ms = 4000;
+    cfg.start_ahead_ms = 1000;
+    CHECK_EQ_INT(tw_redis_new(&w, &cfg), 0);
+    if (!w)
+        goto out;
+    pid_t peers[1] = {srv.pid};
+    struct mstall machine;
+    mstall_start(&machine, peers, 1);
+    CHECK_EQ_INT(tw_redis_set(w, "A", 1, "p", 1, COLD_A_MS), 0);
+    CHECK_EQ_INT(tw_redis_set(w, "B", 1, "p", 1, COLD_B_MS), 0);
+    uint64_t end = rfx_mono_ms() + COLD_B_MS + 5000;
+    while (hrec_count(R) < 2 && rfx_mono_ms() < end)
+        rfx_sleep_ms(20);
+    mstall_stop(&machine);
+    tw_redis_free(w);
+    w = NULL;
+    CHECK_EQ_U64(R->n, 2);
+    uint64_t due_a = 0, due_b = 0;
+    uint64_t a_us = hrec_start_of(R, "A", &due_a), b_us = hrec_start_of(R, "B", &due_b);
+    CHECK(a_us != 0 && b_us != 0);
+    if (!a_us || !b_us)
+        goto out;
+    double late_a = ((double)a_us - (double)due_a * 1000.0) / 1000.0;
+    double late_b = ((double)b_us - (double)due_b * 1000.0) / 1000.0;
+    printf(
+        "cold span: A ran %.1f ms after its due time, B %.1f ms after its own, %.1f ms after A\n",
+        late_a, late_b, ((double)b_us - (double)a_us) / 1000.0);
+    mstall_print(&machine, "cold span");
+    CHECK(a_us >= due_a * 1000u && b_us >= due_b * 1000u); /* never early */
+    CHECK(a_us < b_us);                                    /* due order */
+    CHECK(late_a <= COLD_BOUND_MS + machine.explained_ms);
+out:
+    tw_redis_free(w);
+    if (R)
+        pthread_mutex_destroy(&R->mu);
+    free(R);
+    rfx_stop(&srv);
+}
+
 /* ---- the fencing token --------------------------------------------------------- */
 
 static void test_fencing_token(void)
@@ -604,6 +690,7 @@ out:
 int main(void)
 {
     RUN(test_fencing_token);
+    RUN(test_cold_span_order);
     RUN(test_lost_claim);
     RUN(test_fence_stopped);
     RUN(test_kill_held);
