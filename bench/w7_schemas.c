@@ -71,6 +71,20 @@ static const char *const kind_name[NKINDS] = {"per-task lease", "arming lease", 
 /* KEYS: task HASH, index ZSET (bucket LISTs index:b), lease ZSET, seq, in one slot */
 static const char *const keys5[] = {"{q}:t", "{q}:i", "{q}:l", "{q}:seq", "{q}:r"};
 
+/* The end of both sets: each run of keys of one 500 ms bucket in one RPUSH,
+ * and the bucket into the index when the RPUSH made it. */
+#define SET_BUCKETS                                                                                \
+    "local cb, s = nil, 1\n"                                                                       \
+    "for j = 1, n + 1 do local b = j <= n and math.floor(tonumber(ARGV[1 + 2 * n + j]) / 500) or " \
+    "-1\n"                                                                                         \
+    " if b ~= cb then\n"                                                                           \
+    "  if cb and redis.call('RPUSH', KEYS[2] .. ':' .. cb, unpack(ARGV, 1 + s, j)) == j - s "      \
+    "then\n"                                                                                       \
+    "   redis.call('ZADD', KEYS[2], cb, cb) end\n"                                                 \
+    "  cb = b s = j end\n"                                                                         \
+    "end\n"                                                                                        \
+    "return n\n"
+
 /* ARGV: n, n keys, n payloads, n due ms (sorted by due) */
 static const char SET_LUA[] =
     "local n = tonumber(ARGV[1])\n"
@@ -78,16 +92,7 @@ static const char SET_LUA[] =
     "local hs, fmt = {}, string.format\n"
     "for j = 1, n do hs[2 * j - 1] = ARGV[1 + j] "
     "hs[2 * j] = fmt('0 0 %s ', ARGV[1 + 2 * n + j]) .. ARGV[1 + n + j] end\n"
-    "redis.call('HSET', KEYS[1], unpack(hs))\n"
-    "local cb, s = nil, 1\n"
-    "for j = 1, n + 1 do local b = j <= n and math.floor(tonumber(ARGV[1 + 2 * n + j]) / 500) or "
-    "-1\n"
-    " if b ~= cb then\n"
-    "  if cb and redis.call('RPUSH', KEYS[2] .. ':' .. cb, unpack(ARGV, 1 + s, j)) == j - s then\n"
-    "   redis.call('ZADD', KEYS[2], cb, cb) end\n"
-    "  cb = b s = j end\n"
-    "end\n"
-    "return n\n";
+    "redis.call('HSET', KEYS[1], unpack(hs))\n" SET_BUCKETS;
 
 /* ARGV: bucket, hold ms -> key, due, token, attempt, payload per task */
 static const char PER_TASK_CLAIM[] =
@@ -150,16 +155,7 @@ static const char ARM_SET[] =
     "local hs, fmt = {}, string.format\n"
     "for j = 1, n do hs[2 * j - 1] = ARGV[1 + j] "
     "hs[2 * j] = fmt('%d 0 %s ', a + j, ARGV[1 + 2 * n + j]) .. ARGV[1 + n + j] end\n"
-    "redis.call('HSET', KEYS[1], unpack(hs))\n"
-    "local cb, s = nil, 1\n"
-    "for j = 1, n + 1 do local b = j <= n and math.floor(tonumber(ARGV[1 + 2 * n + j]) / 500) or "
-    "-1\n"
-    " if b ~= cb then\n"
-    "  if cb and redis.call('RPUSH', KEYS[2] .. ':' .. cb, unpack(ARGV, 1 + s, j)) == j - s then\n"
-    "   redis.call('ZADD', KEYS[2], cb, cb) end\n"
-    "  cb = b s = j end\n"
-    "end\n"
-    "return n\n";
+    "redis.call('HSET', KEYS[1], unpack(hs))\n" SET_BUCKETS;
 
 /* ARGV: bucket, hold ms -> key, due, arming, attempt, payload per task; the
  * record is not written */

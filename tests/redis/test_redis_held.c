@@ -323,6 +323,25 @@ static enum tw_redis_result hrec_exec(void *arg, const struct tw_redis_task *t)
     return t->attempt < fail_until ? TW_REDIS_FAILED : TW_REDIS_DONE;
 }
 
+/* A zeroed recorder with its mutex, or NULL; hrec_free takes NULL. */
+static struct hrec *hrec_new(void)
+{
+    struct hrec *R = calloc(1, sizeof *R);
+    if (R)
+        pthread_mutex_init(&R->mu, NULL);
+    return R;
+}
+
+static void hrec_free(struct hrec *R)
+{
+    if (!R)
+        return;
+    if (R->c)
+        redisFree(R->c);
+    pthread_mutex_destroy(&R->mu);
+    free(R);
+}
+
 static size_t hrec_count(struct hrec *R)
 {
     pthread_mutex_lock(&R->mu);
@@ -343,13 +362,12 @@ static void test_lost_claim(void)
     if (srv.pid <= 0)
         return;
     const char *servers[] = {rfx_addr(&srv)};
-    struct hrec *R = calloc(1, sizeof *R);
+    struct hrec *R = hrec_new();
     struct tw_redis *client = NULL, *worker = NULL;
     redisContext *c = rfx_connect(&srv);
     CHECK(R && c);
     if (!R || !c)
         goto out;
-    pthread_mutex_init(&R->mu, NULL);
     struct tw_redis_config cfg;
     cfg_of(&cfg, servers, "lc", 1);
     CHECK_EQ_INT(tw_redis_new(&client, &cfg), 0);
@@ -410,9 +428,7 @@ out:
     tw_redis_free(client);
     if (c)
         redisFree(c);
-    if (R)
-        pthread_mutex_destroy(&R->mu);
-    free(R);
+    hrec_free(R);
     rfx_stop(&srv);
 }
 
@@ -575,12 +591,11 @@ static void test_cold_span_order(void)
     if (srv.pid <= 0)
         return;
     const char *servers[] = {rfx_addr(&srv)};
-    struct hrec *R = calloc(1, sizeof *R);
+    struct hrec *R = hrec_new();
     struct tw_redis *w = NULL;
     CHECK(R != NULL);
     if (!R)
         goto out;
-    pthread_mutex_init(&R->mu, NULL);
     struct tw_redis_config cfg;
     cfg_of(&cfg, servers, "cs", 1);
     cfg.execute = hrec_exec;
@@ -620,9 +635,7 @@ static void test_cold_span_order(void)
     CHECK(late_a <= COLD_BOUND_MS + machine.explained_ms);
 out:
     tw_redis_free(w);
-    if (R)
-        pthread_mutex_destroy(&R->mu);
-    free(R);
+    hrec_free(R);
     rfx_stop(&srv);
 }
 
@@ -635,12 +648,11 @@ static void test_fencing_token(void)
     if (srv.pid <= 0)
         return;
     const char *servers[] = {rfx_addr(&srv)};
-    struct hrec *R = calloc(1, sizeof *R);
+    struct hrec *R = hrec_new();
     struct tw_redis *worker = NULL;
     CHECK(R != NULL);
     if (!R)
         goto out;
-    pthread_mutex_init(&R->mu, NULL);
     R->c = rfx_connect(&srv);
     R->fail_until = 3; /* two FAILED answers, then DONE */
     struct tw_redis_config cfg;
@@ -678,12 +690,7 @@ static void test_fencing_token(void)
     }
 out:
     tw_redis_free(worker);
-    if (R) {
-        if (R->c)
-            redisFree(R->c);
-        pthread_mutex_destroy(&R->mu);
-    }
-    free(R);
+    hrec_free(R);
     rfx_stop(&srv);
 }
 
