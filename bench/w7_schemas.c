@@ -193,8 +193,12 @@ static const char ARM_START[] =
     "for j = 1, ks do out[j] = ls[j] and 1 or -1 end\n"
     "return out\n";
 
-/* ARGV: key, member pairs -> how many deleted. A member present is this
- * worker's lease of the record's current arming */
+/* ARGV: key, member pairs -> how many deleted. Whatever ends a lease
+ * other than its acknowledgement (replace, remove, recovery, FAIL, RELEASE)
+ * removes its member and gives the record a new token or deletes it, so a
+ * member present, or else a record still holding the acknowledged token,
+ * is this worker's lease: when the ZREM removed fewer than all, the
+ * records say which to delete. */
 static const char ARM_ACK[] =
     "local call = redis.call local ks, ms, n = {}, {}, 0\n"
     "for i = 1, #ARGV, 2 do n = n + 1 ks[n] = ARGV[i] ms[n] = ARGV[i + 1] end\n"

@@ -30,13 +30,16 @@
  * after every thread of A had stopped).
  *
  * test_cold_span_order: a worker's first START rounds (before any execute
- * has been timed) take one task each. With one executor, start_ahead_ms
- * 1000, A due 3 s and B 3.4 s after their set leave the local wheel at the
- * same tick, B first: B's round arms B, and the executor must then start A
- * (due before the armed B) rather than wait for B's run time. A runs before
- * B, and on time beyond what the machine explains. (A claimed task's
- * "unanswered" mark was left uninitialized, and malloc's garbage in it made
- * A wait behind B.)
+ * has been timed) take one task each. With one executor and start_ahead_ms
+ * 1000, a task leaves the local wheel at the last 500 ms span tick at or
+ * before its due time - 500 ms: A due 3 s and B 3.05 s after their set
+ * leave at one tick (unless the set comes 450 ms or more into a span of the
+ * worker's ticks). Where B comes out first (as it did in every run here),
+ * B's round arms B, and the executor must then start A (due before the
+ * armed B) rather than wait for B's run time. A runs before B, and on time
+ * beyond what the machine explains. A claimed task's "unanswered" mark was
+ * left uninitialized; under ASan (malloc fills new memory) it was never 0,
+ * and A ran after B, waiting for B's run time.
  *
  * test_fencing_token: execute gets the lease's end and a fencing token: the
  * token grows with each delivery of a key, the lease end lies lease_ms past
@@ -568,7 +571,7 @@ out:
 /* ---- a cold worker's span, one task a round ------------------------------------- */
 
 #define COLD_A_MS 3000
-#define COLD_B_MS 3400 /* in A's start span: each leaves 500-1000 ms before its due time */
+#define COLD_B_MS 3050 /* in A's start span: each leaves 500-1000 ms before its due time */
 #define COLD_BOUND_MS 100
 
 static uint64_t hrec_start_of(struct hrec *R, const char *key, uint64_t *due_ms)
