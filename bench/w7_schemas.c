@@ -71,9 +71,16 @@ static const char *const kind_name[NKINDS] = {"per-task lease", "arming lease", 
 /* KEYS: task HASH, index ZSET (bucket LISTs index:b), lease ZSET, seq, in one slot */
 static const char *const keys5[] = {"{q}:t", "{q}:i", "{q}:l", "{q}:seq", "{q}:r"};
 
-/* The end of both sets: each run of keys of one 500 ms bucket in one RPUSH,
- * and the bucket into the index when the RPUSH made it. */
-#define SET_BUCKETS                                                                                \
+/* ARGV: n, n keys, n payloads, n due ms (sorted by due). TOKENS: Lua run
+ * before the records are made; RECORD: a Lua expression, the record's
+ * fields before the payload for task j. Then each run of keys of one 500 ms
+ * bucket in one RPUSH, and the bucket into the index when the RPUSH made it. */
+#define SET_SCRIPT(TOKENS, RECORD)                                                                 \
+    "local n = tonumber(ARGV[1])\n"                                                                \
+    "local old = redis.call('HMGET', KEYS[1], unpack(ARGV, 2, 1 + n))\n" TOKENS                    \
+    "local hs, fmt = {}, string.format\n"                                                          \
+    "for j = 1, n do hs[2 * j - 1] = ARGV[1 + j] hs[2 * j] = " RECORD " .. ARGV[1 + n + j] end\n"  \
+    "redis.call('HSET', KEYS[1], unpack(hs))\n"                                                    \
     "local cb, s = nil, 1\n"                                                                       \
     "for j = 1, n + 1 do local b = j <= n and math.floor(tonumber(ARGV[1 + 2 * n + j]) / 500) or " \
     "-1\n"                                                                                         \
@@ -85,14 +92,8 @@ static const char *const keys5[] = {"{q}:t", "{q}:i", "{q}:l", "{q}:seq", "{q}:r
     "end\n"                                                                                        \
     "return n\n"
 
-/* ARGV: n, n keys, n payloads, n due ms (sorted by due) */
-static const char SET_LUA[] =
-    "local n = tonumber(ARGV[1])\n"
-    "local old = redis.call('HMGET', KEYS[1], unpack(ARGV, 2, 1 + n))\n"
-    "local hs, fmt = {}, string.format\n"
-    "for j = 1, n do hs[2 * j - 1] = ARGV[1 + j] "
-    "hs[2 * j] = fmt('0 0 %s ', ARGV[1 + 2 * n + j]) .. ARGV[1 + n + j] end\n"
-    "redis.call('HSET', KEYS[1], unpack(hs))\n" SET_BUCKETS;
+/* The layer's set: token 0 (not leased) */
+static const char SET_LUA[] = SET_SCRIPT("", "fmt('0 0 %s ', ARGV[1 + 2 * n + j])");
 
 /* ARGV: bucket, hold ms -> key, due, token, attempt, payload per task */
 static const char PER_TASK_CLAIM[] =
@@ -146,16 +147,9 @@ static const char PER_TASK_ACK[] =
 
 /* The arming lease: set numbers each arming from seq (one INCRBY a call) and
  * writes it where the per-task kind writes token 0; a lease is the member
- * key .. ':' .. arming, so that the member's presence is the token check.
- * ARGV as SET_LUA. */
-static const char ARM_SET[] =
-    "local n = tonumber(ARGV[1])\n"
-    "local old = redis.call('HMGET', KEYS[1], unpack(ARGV, 2, 1 + n))\n"
-    "local a = redis.call('INCRBY', KEYS[4], n) - n\n"
-    "local hs, fmt = {}, string.format\n"
-    "for j = 1, n do hs[2 * j - 1] = ARGV[1 + j] "
-    "hs[2 * j] = fmt('%d 0 %s ', a + j, ARGV[1 + 2 * n + j]) .. ARGV[1 + n + j] end\n"
-    "redis.call('HSET', KEYS[1], unpack(hs))\n" SET_BUCKETS;
+ * key .. ':' .. arming, so that the member's presence is the token check. */
+static const char ARM_SET[] = SET_SCRIPT("local a = redis.call('INCRBY', KEYS[4], n) - n\n",
+                                         "fmt('%d 0 %s ', a + j, ARGV[1 + 2 * n + j])");
 
 /* ARGV: bucket, hold ms -> key, due, arming, attempt, payload per task; the
  * record is not written */
@@ -361,13 +355,13 @@ static int run_leases(struct probe *p, enum kind k, uint64_t *delivered)
                 arg(p, na++, "%" PRId64, token);
             for (size_t j = 0; j < m; j++) {
                 redisReply **e = r->element + off + (s + j) * per;
-                p->av[8 + na++] = e[0]->str;
+                if (k == ARMING) /* its lease member, not its key */
+                    arg_member(p, na++, e[0]->str, e[2]->integer);
+                else
+                    p->av[8 + na++] = e[0]->str;
                 if (k == PER_TASK) {
                     arg(p, na++, "%" PRId64, e[2]->integer);     /* token */
                     arg(p, na++, "%" PRId64, e[3]->integer + 1); /* attempt */
-                } else if (k == ARMING) {
-                    arg_member(p, na - 1, e[0]->str, e[2]->integer);
-                    arg(p, na++, "%" PRId64, e[1]->integer); /* due */
                 } else {
                     arg(p, na++, "%" PRId64, e[1]->integer); /* due */
                 }
