@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* w7_schemas: what a task's whole life costs Redis under the Redis layer's
- * schema, under two lease schemas it does not have, and under a poller:
+ * schema and the one before it, under two lease schemas it does not have,
+ * and under a poller:
  * a probe of the designs issue 26 asks for, before anyone builds them.
  *
  * Each kind runs N tasks (16-byte keys, 32-byte payloads, due uniformly over
@@ -8,12 +9,18 @@
  * test fixture: AOF, appendfsync everysec, as W7), one call at a time as a
  * worker makes them, and divides the server's CPU (INFO used_cpu_sys +
  * used_cpu_user) by N, the sets included:
- *   per-task lease  the shapes of the layer's commands (src/redis/scripts.c,
- *                   simplified: one partition, no pause, share, recovery or
+ *   per-task lease  the shapes of the layer's commands before it took tokens
+ *                   at set (src/redis/scripts.c, simplified: one
+ *                   partition, no pause, share, recovery or
  *                   dead letters): set HMGET HSET RPUSH; claim a bucket
  *                   LRANGE HMGET INCRBY HSET (each record's token) ZADD (each
  *                   lease); START of a group HMGET ZADD XX GT; acknowledgement
  *                   of 80 HMGET ZMSCORE HDEL ZREM.
+ *   token at set    the per-task lease with its token taken at set (one
+ *                   INCRBY a set call), so that a claim writes the lease
+ *                   alone (LRANGE HMGET ZADD); START and acknowledgement
+ *                   as the per-task lease: the layer's schema since it
+ *                   took tokens at set (the per-task kind is the one before).
  *   arming lease    the per-task lease with its token taken at set (one
  *                   INCRBY a set call) instead of at claim, and the lease
  *                   member key .. ':' .. token, whose presence is then the
@@ -64,9 +71,9 @@
 #define GROUP_MAX 1000
 #define ARG_LEN 48
 
-enum kind { PER_TASK, ARMING, BATCH, BATCH_NO_START, POLL, NKINDS };
-static const char *const kind_name[NKINDS] = {"per-task lease", "arming lease", "batch lease",
-                                              "batch, no START", "poll 100 ms"};
+enum kind { PER_TASK, SET_TOKEN, ARMING, BATCH, BATCH_NO_START, POLL, NKINDS };
+static const char *const kind_name[NKINDS] = {"per-task lease", "token at set", "arming lease",
+                                              "batch lease", "batch, no START", "poll 100 ms"};
 
 /* KEYS: task HASH, index ZSET (bucket LISTs index:b), lease ZSET, seq, in one slot */
 static const char *const keys5[] = {"{q}:t", "{q}:i", "{q}:l", "{q}:seq", "{q}:r"};
@@ -151,25 +158,33 @@ static const char PER_TASK_ACK[] =
 static const char ARM_SET[] = SET_SCRIPT("local a = redis.call('INCRBY', KEYS[4], n) - n\n",
                                          "fmt('%d 0 %s ', a + j, ARGV[1 + 2 * n + j])");
 
-/* ARGV: bucket, hold ms -> key, due, arming, attempt, payload per task; the
- * record is not written */
-static const char ARM_CLAIM[] =
-    "local bk = KEYS[2] .. ':' .. ARGV[1] local hold = tonumber(ARGV[2])\n"
-    "local m = redis.call('LRANGE', bk, 0, -1) local out, no = {}, 0\n"
-    "local match, sub, fmt = string.match, string.sub, string.format\n"
-    "for s = 1, #m, 1000 do local e = math.min(s + 999, #m)\n"
-    " local vs = redis.call('HMGET', KEYS[1], unpack(m, s, e))\n"
-    " local lz, nh = {}, 0\n"
-    " for j = s, e do local k, v = m[j], vs[j - s + 1]\n"
-    "  local a, att, due, pos = match(v, '^(%d+) (%d+) (%d+) ()') due = due + 0\n"
-    "  lz[nh + 1] = fmt('%d', due + hold) lz[nh + 2] = k .. ':' .. a nh = nh + 2\n"
-    "  out[no + 1] = k out[no + 2] = due out[no + 3] = a + 0 out[no + 4] = att + 0\n"
-    "  out[no + 5] = sub(v, pos) no = no + 5\n"
-    " end\n"
-    " redis.call('ZADD', KEYS[3], unpack(lz, 1, nh))\n"
-    "end\n"
-    "redis.call('DEL', bk) redis.call('ZREM', KEYS[2], ARGV[1])\n"
-    "return out\n";
+/* A claim of the kinds whose token set took (ARM_SET): the record is not
+ * written. MEMBER: the Lua expression of task k's lease member (a: its
+ * token). ARGV: bucket, hold ms -> key, due, token, attempt, payload per
+ * task */
+#define ARMED_CLAIM(MEMBER)                                                                        \
+    "local bk = KEYS[2] .. ':' .. ARGV[1] local hold = tonumber(ARGV[2])\n"                        \
+    "local m = redis.call('LRANGE', bk, 0, -1) local out, no = {}, 0\n"                            \
+    "local match, sub, fmt = string.match, string.sub, string.format\n"                            \
+    "for s = 1, #m, 1000 do local e = math.min(s + 999, #m)\n"                                     \
+    " local vs = redis.call('HMGET', KEYS[1], unpack(m, s, e))\n"                                  \
+    " local lz, nh = {}, 0\n"                                                                      \
+    " for j = s, e do local k, v = m[j], vs[j - s + 1]\n"                                          \
+    "  local a, att, due, pos = match(v, '^(%d+) (%d+) (%d+) ()') due = due + 0\n"                 \
+    "  lz[nh + 1] = fmt('%d', due + hold) lz[nh + 2] = " MEMBER " nh = nh + 2\n"                   \
+    "  out[no + 1] = k out[no + 2] = due out[no + 3] = a + 0 out[no + 4] = att + 0\n"              \
+    "  out[no + 5] = sub(v, pos) no = no + 5\n"                                                    \
+    " end\n"                                                                                       \
+    " redis.call('ZADD', KEYS[3], unpack(lz, 1, nh))\n"                                            \
+    "end\n"                                                                                        \
+    "redis.call('DEL', bk) redis.call('ZREM', KEYS[2], ARGV[1])\n"                                 \
+    "return out\n"
+
+/* The token at set: the per-task lease whose token set takes, so that a
+ * claim writes the lease alone (member: the key) */
+static const char SET_TOKEN_CLAIM[] = ARMED_CLAIM("k");
+/* The arming lease's claim: member key .. ':' .. token */
+static const char ARM_CLAIM[] = ARMED_CLAIM("k .. ':' .. a");
 
 /* ARGV: lease ms, then member, due per start -> 1 started, -1 not ours. One
  * ZADD XX GT CH; the members are read back only when it changed fewer than
@@ -337,7 +352,7 @@ static int run_leases(struct probe *p, enum kind k, uint64_t *delivered)
         return -1;
     }
     int rc = -1;
-    int per_task = k == PER_TASK || k == ARMING; /* a reply of 5 per task, no batch token */
+    int per_task = k == PER_TASK || k == SET_TOKEN || k == ARMING; /* a reply of 5 per task, no batch token */
     size_t per = per_task ? 5 : 4, off = per_task ? 0 : 1;
     for (size_t b = 0; b < ix->elements; b++) {
         p->av[8] = ix->element[b]->str;
@@ -359,7 +374,7 @@ static int run_leases(struct probe *p, enum kind k, uint64_t *delivered)
                     arg_member(p, na++, e[0]->str, e[2]->integer);
                 else
                     p->av[8 + na++] = e[0]->str;
-                if (k == PER_TASK) {
+                if (k == PER_TASK || k == SET_TOKEN) {
                     arg(p, na++, "%" PRId64, e[2]->integer);     /* token */
                     arg(p, na++, "%" PRId64, e[3]->integer + 1); /* attempt */
                 } else {
@@ -385,7 +400,7 @@ static int run_leases(struct probe *p, enum kind k, uint64_t *delivered)
             for (size_t j = 0; j < m; j++) {
                 redisReply **e = r->element + off + (s + j) * per;
                 p->av[8 + na++] = e[0]->str;
-                if (k == PER_TASK)
+                if (k == PER_TASK || k == SET_TOKEN)
                     arg(p, na++, "%" PRId64, e[2]->integer);
                 else if (k == ARMING)
                     arg_member(p, na++, e[0]->str, e[2]->integer);
@@ -446,10 +461,12 @@ static int run_poll(struct probe *p, uint64_t *delivered)
 /* One kind's whole run on an empty server: Redis CPU us per task. */
 static int run(struct probe *p, enum kind k, double *us)
 {
-    const char *const set[] = {SET_LUA, ARM_SET, SET_LUA, SET_LUA};
-    const char *const claim[] = {PER_TASK_CLAIM, ARM_CLAIM, BATCH_CLAIM, BATCH_CLAIM};
-    const char *const start[] = {PER_TASK_START, ARM_START, BATCH_START, BATCH_START};
-    const char *const ack[] = {PER_TASK_ACK, ARM_ACK, BATCH_ACK, BATCH_ACK};
+    const char *const set[] = {SET_LUA, ARM_SET, ARM_SET, SET_LUA, SET_LUA};
+    const char *const claim[] = {PER_TASK_CLAIM, SET_TOKEN_CLAIM, ARM_CLAIM, BATCH_CLAIM,
+                                 BATCH_CLAIM};
+    const char *const start[] = {PER_TASK_START, PER_TASK_START, ARM_START, BATCH_START,
+                                 BATCH_START};
+    const char *const ack[] = {PER_TASK_ACK, PER_TASK_ACK, ARM_ACK, BATCH_ACK, BATCH_ACK};
     if (rfx_command(p->s, "FLUSHALL") || rfx_command(p->s, "SCRIPT FLUSH"))
         return -1;
     const char *me = "w7_schemas";

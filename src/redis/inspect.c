@@ -297,10 +297,12 @@ int tw_redis_get(struct tw_redis *r, const void *key, size_t key_len, struct tw_
     info->now_ms = (uint64_t)x->element[0]->integer;
     info->due_ms = due;
     info->attempt = (uint32_t)att; /* the starts; above bit 32 a per-task limit (dead.c) */
-    info->token = tok;
     info->payload_len = v->len - (size_t)pos;
     info->state = TW_REDIS_WAITING;
-    if (tok != 0 && l->type == REDIS_REPLY_STRING) {
+    /* a waiting task's record holds the token its next lease will have
+     * (scripts.c); the lease member says whether it is leased */
+    if (l->type == REDIS_REPLY_STRING) {
+        info->token = tok;
         /* a started lease ends at a whole ms + 0.5 (START's mark, scripts.c): its
          * start is not in the record's attempt yet */
         info->lease_end_ms = strtoull(l->str, NULL, 10);

@@ -32,7 +32,8 @@
  *   {q:p}:lease    ZSET    key -> lease end ms (claimed; + 0.5    set move remove claim start ack fail release
  *                          once started: the start's attempt)
  *   {q:p}:task     HASH    key -> "token attempt due " payload    all
- *   {q:p}:seq      STRING  lease token counter (INCR)             claim
+ *   {q:p}:seq      STRING  token counter (INCRBY): a task's       set move claim fail release
+ *                          token is taken when it is armed        requeue, a schedule's fire
  *   {q:p}:hold     STRING  latest window end any worker claimed   claim (SET PX); set move fail release (GET)
  *   {q:p}:ch       channel PUBLISH due ms when a task becomes     set move fail release
  *                          due before hold (a worker claims now)  resume ("resume"),
@@ -67,7 +68,7 @@
  * What an empty queue leaves (docs/keys.md says it for operators): a task's
  * keys go with its last task (a bucket and its index entry with the
  * bucket's last task, lease and task with their last member), but for
- * {q:p}:seq, the token counter of each partition that ever leased a task,
+ * {q:p}:seq, the token counter of each partition that ever held a task,
  * kept on purpose: tokens must grow across the queue's life (fencing: a
  * store keeps the highest token it accepted, and a counter started again
  * would be refused there); {q:p}:hold while a worker runs and 2 * window_ms
@@ -76,7 +77,7 @@
  * an operator requeues, purges or removes them. drop (inspect.c) deletes
  * them all.
  *
- * W = TW_RR_BUCKET_MS = 500 ms. A waiting task (token 0) is in exactly the
+ * W = TW_RR_BUCKET_MS = 500 ms. A waiting task (in no lease) is in exactly the
  * bucket floor(due / W) of the due time in its record; a claimed one is in
  * lease instead. set, move and remove find the old bucket from the record
  * (LREM of the key); claim walks the index in score order and takes whole
@@ -133,9 +134,10 @@
  * in Redis operations (n = tasks in the partition, k = tasks in the call):
  *
  *   call       script   round trips            Redis work per call              cost
- *   set        SET      1                      EXISTS(2) TIME GET HMGET HSET,     O(log n)
- *                                              LREM of the old bucket (EXISTS,
- *                                              [ZREM index]) or ZREM of lease,
+ *   set        SET      1                      EXISTS(2) TIME GET HMGET INCRBY    O(log n)
+ *                                              HSET, a replaced task's ZMSCORE,
+ *                                              then ZREM of lease or LREM of the
+ *                                              old bucket (EXISTS, [ZREM index]),
  *                                              RPUSH bucket [ZADD index] [PUB]
  *   set_many   SET      pipelined, 1 call per  the same, each of HMGET HSET       O(k log n)
  *                       partition per <= 96    taking the k tasks at once, one
@@ -143,22 +145,23 @@
  *                       call: sent once, the   by delay: a bucket is one run),
  *                       last), each call       whose answer tells a new bucket;
  *                       written once built     one index ZADD
- *   move       MOVE     1                      EXISTS(2) GET(marker) HGET, old    O(log n + bucket)
- *                                              bucket LREM EXISTS [ZREM index] or
- *                                              lease ZREM, TIME HSET RPUSH
+ *   move       MOVE     1                      EXISTS(2) GET(marker) HGET, lease  O(log n + bucket)
+ *                                              ZREM, else old bucket LREM EXISTS
+ *                                              [ZREM index], TIME INCRBY HSET RPUSH
  *                                              [ZADD index] GET [PUB], SET(marker
  *                                              PX)
  *   remove     REMOVE   1                      EXISTS(2) EXISTS(marker) HGET      O(log n + bucket)
- *                                              HDEL, bucket LREM EXISTS [ZREM
- *                                              index] or lease ZREM, SET(marker
+ *                                              HDEL, lease ZREM, else bucket LREM
+ *                                              EXISTS [ZREM index], SET(marker
  *                                              PX) when it removed
  *   claim      CLAIM    1 per >= 256 tasks     EXISTS(2) TIME, ZRANGEBYSCORE      O(k log n)
  *                       (whole buckets: one    LIMIT WITHSCORES of expired leases
- *                       bucket over at most)   (each: HGET ZREM HSET RPUSH
+ *                       bucket over at most)   (each: HGET ZREM INCRBY HSET RPUSH
  *                                              [ZADD index]); the index, 8
  *                                              buckets per ZRANGEBYSCORE; per
- *                                              bucket LRANGE HMGET INCRBY HSET
- *                                              ZADD(lease) DEL ZREM(index), each
+ *                                              bucket LRANGE HMGET ZADD(lease)
+ *                                              DEL ZREM(index) (the records not
+ *                                              written: each holds its token), each
  *                                              taking the bucket's tasks at once;
  *                                              GET SET; ZRANGEBYSCORE of the
  *                                              first lease; with a share, per
@@ -179,25 +182,27 @@
  *                       has waited 100 ms      may have ended), HDEL ZREM of
  *                       (<= 128 of <= 48       those still this lease's
  *                       partitions a round)
- *   fail       FAIL     1 per FAILED task      HGET TIME ZSCORE EXISTS(2) HSET    O(log n)
+ *   fail       FAIL     1 per FAILED task      HGET TIME ZSCORE EXISTS(2) INCRBY  O(log n)
+ *                                              HSET
  *                                              ZREM RPUSH [ZADD index]
  *                                              GET [PUBLISH]
- *   release    RELEASE  pipelined, 1 per held  HGET EXISTS(2) ZSCORE HSET ZREM    O(log n)
+ *   release    RELEASE  pipelined, 1 per held  HGET EXISTS(2) ZSCORE INCRBY HSET  O(log n)
+ *                                              ZREM
  *                                              RPUSH [ZADD index] GET [PUBLISH]
  *   stats      HLEN     1 per partition        HLEN                               O(1)
  *   (fail, claim at a task's last attempt, the lease's start mark folded in:
  *              FAIL's or the recovery's writes become ZREM lease, HSET dead,
  *              HDEL task: the same cost)
- *   set_opts   SETX     1                      EXISTS(2) HGET, old bucket (LREM   O(log n + bucket)
- *                                              EXISTS [ZREM index]) or lease
- *                                              ZREM, TIME EXISTS HSET [HDEL]
+ *   set_opts   SETX     1                      EXISTS(2) HGET, lease ZREM, else   O(log n + bucket)
+ *                                              old bucket (LREM EXISTS [ZREM
+ *                                              index]), TIME INCRBY EXISTS HSET [HDEL]
  *                                              RPUSH [ZADD index] GET [PUB]
  *   dead list  HSCAN    1 per partition        HSCAN COUNT count (1..1000); a     O(count)
  *                       visited (<= 64)        call ends at the first partition
  *                                              that gave entries
  *   dead get   HGET     1                      HGET                               O(1)
  *   requeue    REQUEUE  1                      EXISTS(2) TIME HGET HEXISTS EXISTS O(log n)
- *                                              HSET HDEL RPUSH [ZADD index]
+ *                                              INCRBY HSET HDEL RPUSH [ZADD index]
  *                                              GET [PUB]
  *   requeue    REQUEUE_ 1 per partition per    HSCAN COUNT 128, then per dead     O(k log n)
  *    all       ALL      HSCAN step             letter as requeue; GET [PUB]
@@ -221,7 +226,7 @@
  *                       once a minute (its own
  *                       thread)
  *   (worker)   SCHED_   1 per schedule coming  EXISTS(2) HGET TIME, per           O(k log n)
- *              FIRE     due (per 64            occurrence HEXISTS EXISTS HSET
+ *              FIRE     due (per 64            occurrence HEXISTS EXISTS INCRBY HSET
  *                       occurrences)           [HDEL] RPUSH [ZADD index], HSET
  *                                              ZADD, GET [PUB]
  * (s: schedules in the partition.)
@@ -281,20 +286,22 @@
  *
  * Redis's work per task: the writes (each propagated to the AOF), the
  * reads that check token and lease, and the Lua around them. A task is
- * written at set (record HSET, bucket RPUSH), claim (record HSET of the
- * token, lease ZADD, its bucket's DEL shared), start (lease ZADD only: the
+ * written at set (record HSET with its token, one INCRBY a call, bucket
+ * RPUSH), claim (lease ZADD only, its bucket's DEL shared: the record
+ * already holds the token), start (lease ZADD only: the
  * start's attempt is the lease's + 0.5 mark, folded into the record by
  * whoever ends the lease without deleting it, so the record and its
  * payload are not rewritten) and acknowledgement (HDEL, ZREM); a start
- * group reads the records only (HMGET: the token, which is the lease's
- * exactly while its member exists), and acknowledgements go in batches, a
+ * group reads the records only (HMGET: the token; a record that holds the
+ * worker's token means its lease member exists, scripts.c), and
+ * acknowledgements go in batches, a
  * partition's group of them one HMGET, HDEL and ZREM (ack.c: why
  * not riding on STARTs). A polling queue writes a task once (ZADD) and
  * takes it in bulk. What is left per task is per-call and per-partition
  * work at low density (a START call per start_ahead_ms / 2 per worker, and
  * a START group of about one task at 1e5 tasks a minute on 16 partitions:
- * its HMGET and ZADD are that task's) and the claim's rewrite of the
- * record for the token; cutting those needs leases of many tasks under one
+ * its HMGET and ZADD are that task's) and START's read of the record for
+ * the token; cutting those needs leases of many tasks under one
  * record (a batch token, its tasks' starts and attempts counted without a
  * write each): not done.
  *
@@ -379,14 +386,15 @@
  *
  * At maxmemory under noeviction, Redis refuses the commands that may grow
  * memory. A script without flags is refused at its first such write unless
- * another write came first: the claim then failed at its first INCRBY or
- * HSET, nothing was ever started or acknowledged, and a full queue stayed
+ * another write came first: the claim then failed at its first lease
+ * ZADD, nothing was ever started or acknowledged, and a full queue stayed
  * full. So every script declares Redis 7 flags (a shebang, scripts.c): set
  * and move (new work) are refused before they run, whole (TW_EOOM, nothing
  * written, counted in oom_refusals); claim, start with its
  * acknowledgements, fail, release and remove carry allow-oom and run at
  * any memory: an acknowledgement or remove frees a task, claim and start
- * rewrite a record of the same size and move a member between ZSETs, fail
+ * move a member between ZSETs (a claim rewrites a record whose token is 0,
+ * left by an earlier version, with a few digits more), fail
  * and release move one back (a new bucket at most). The queue drains, and
  * sets work again once it has freed enough. The router keeps the OOM
  * answer as TW_EOOM (tw_rr_reply_error), not TW_EPROTO.
@@ -436,8 +444,9 @@
  *  - start, run when the local queue lets the task out (start_ahead_ms
  *    before its due time at most), is the gate: it checks that the lease
  *    is still this worker's (same token: a set, move or remove since the
- *    claim reset the token to 0, so "replace and remove win" hold for held
- *    tasks too; a claim that took an expired hold back did too, and a hold
+ *    claim gave the record a new token or deleted it, so "replace and
+ *    remove win" hold for held tasks too; a claim that took an expired
+ *    hold back did too, and a hold
  *    that ran out with no claim since is still this worker's alone), that
  *    the task is due within start_ahead_ms by the server's clock (TIME +
  *    ahead >= due; the worker waits out the rest), counts the attempt

@@ -8,11 +8,19 @@
  *                        bucket b is the LIST KEYS[1] .. ':' .. b, below)
  *   KEYS[2] lease  ZSET  key -> lease end ms  (tasks claimed by a worker)
  *   KEYS[3] task   HASH  key -> "token attempt due " .. payload
- *   KEYS[4] seq    STRING lease token counter
+ *   KEYS[4] seq    STRING token counter
  *   KEYS[5] hold   STRING latest window end claimed by any worker (ms, with a TTL)
- * A task is in exactly one of its due bucket and lease. token 0 = not leased; tokens
- * come from seq and are never reused, so a token names one lease of one
- * arming. attempt counts the starts of earlier leases; the start of the
+ * A task is in exactly one of its due bucket and lease (the lease member
+ * says which). Its token is taken from seq whenever a script puts it in a
+ * bucket (arm(): set, move, CLAIM's recovery, FAIL, RELEASE, requeue, a
+ * schedule's occurrence), never reused, so a token names one arming and at
+ * most one lease of it: CLAIM leases a task under the token its record
+ * holds and writes the lease only. A worker learns a token only from the
+ * claim that leased it, so a record that still holds it means that lease's
+ * member exists (every script that removes a member gives the record a new
+ * token or deletes it). A record a version that took tokens at claim wrote
+ * while waiting holds token 0; CLAIM gives it one (and writes it).
+ * attempt counts the starts of earlier leases; the start of the
  * current lease is marked in its lease score instead (started(): a lease
  * START lengthened ends at a whole ms + 0.5, a claim's hold at a whole ms),
  * so that START writes one ZSET member per task, not the record with its
@@ -40,6 +48,8 @@
     "local function rec(tok, att, due, p) "                                                \
     "return string.format('%d %d %d ', tok, att, due) .. p end\n"                          \
     "local function hold() return tonumber(redis.call('GET', KEYS[5]) or '0') end\n"     \
+    /* the token of a new arming (the record's first field) */                             \
+    "local function arm() return redis.call('INCRBY', KEYS[4], 1) end\n"                      \
     "local function due_at(now, d) return math.floor((now + 999) / 1000) + d end\n"        \
     /* the lease of `k` is held by token `t` and still running at `now` */                 \
     "local function held(k, tok, t, now) if tok ~= t then return false end "               \
@@ -50,7 +60,7 @@
     "return ls and ls % 1 ~= 0 and 1 or 0 end\n"
 
 /* The due-time buckets (the Redis-side timing wheel; why: redis.c). A
- * waiting task (token 0) due at `due` ms is an element, its key, of the
+ * waiting task (not leased) due at `due` ms is an element, its key, of the
  * bucket LIST KEYS[1] .. ':' .. b, b = floor(due / W), in the order it was
  * put there (the due time is in the record: the worker orders what it
  * claims), and b is a member (score b) of the index ZSET KEYS[1] while that
@@ -81,7 +91,10 @@
     "if redis.call('RPUSH', bkey(s), k) == 1 then redis.call('ZADD', KEYS[1], s, s) end end\n" \
     "local function bdel(k, due) local b = I(math.floor(due / W)) local bk = bkey(b) "     \
     "if redis.call('LREM', bk, 1, k) == 1 and redis.call('EXISTS', bk) == 0 then "         \
-    "redis.call('ZREM', KEYS[1], b) end end\n"
+    "redis.call('ZREM', KEYS[1], b) end end\n"                                             \
+    /* a task out of its lease if it is leased, else out of its bucket */                  \
+    "local function unarm(k, due) if redis.call('ZREM', KEYS[2], k) == 0 then "              \
+    "bdel(k, due) end end\n"
 
 /* The retry limit and the dead letters (dead.c; schema in redis.c). A
  * record's attempt field holds the starts counted in its low 32 bits and a
@@ -106,9 +119,10 @@
  * distinct: set_many keeps the last item of a key; any order, set_many
  * sends them by delay so that each bucket is one run of tasks: one RPUSH)
  * -> number of ARGV. One PUBLISH at most, with the earliest due time that
- * falls before hold. A replaced task leaves its old bucket (LREM, or the
- * lease set). Each command takes the batch at once: HMGET (of ARGV's keys
- * as they are), HSET, RPUSH per run of tasks in one new bucket (a slice of
+ * falls before hold. A replaced task leaves its old bucket (LREM) or the
+ * lease set (the replaced ones' ZMSCORE says which). Each command takes the
+ * batch at once: HMGET (of ARGV's keys as they are), INCRBY (the tokens),
+ * HSET, RPUSH per run of tasks in one new bucket (a slice of
  * one table of keys), and one index ZADD for the buckets that appeared:
  * those whose RPUSH answered the run's own length (a bucket met in two runs
  * is found new by the first). The loop is written for the Lua 5.1 VM:
@@ -131,20 +145,24 @@
     "local big = call('EXISTS', KEYS[3]) == 0 and string.rep('-', 513)\n"                    \
     "local old = call('HMGET', KEYS[3], unpack(A, 3, 2 + nk))\n"                            \
     "local D = {struct.unpack('<' .. string.rep('I8', nk), A[3 + 2 * nk])}\n"               \
-    "local hs, lz, nl, rb, rs, nr, cb = {}, {}, 0, {}, {}, 0, -1\n"                         \
+    "local hs, lz, ld, nl, rb, rs, nr, cb = {}, {}, {}, 0, {}, {}, 0, -1\n"                 \
+    /* the tasks' tokens: tk0 + 1 .. tk0 + nk */                                            \
+    "local tk0 = call('INCRBY', KEYS[4], nk) - nk\n"                                        \
     "for j = 1, nk do local k = A[2 + j] local j2 = 2 * j\n"                                \
     "  local due = now + D[j]\n"                                                            \
-    "  hs[j2 - 1] = k hs[j2] = fmt('0 0 %d ', due) .. A[2 + nk + j]\n"                     \
+    "  hs[j2 - 1] = k hs[j2] = fmt('%d 0 %d ', tk0 + j, due) .. A[2 + nk + j]\n"            \
     "  local o = old[j]\n"                                                                  \
-    "  if o then local tok, att, od = parse(o)\n"                                           \
-    "    if tok == 0 then bdel(k, od) else nl = nl + 1 lz[nl] = k end\n"                    \
-    "  end\n"                                                                               \
+    "  if o then local tok, att, od = parse(o) nl = nl + 1 lz[nl] = k ld[nl] = od end\n"    \
     "  local b = floor(due / W)\n"                                                          \
     "  if b ~= cb then nr = nr + 1 rb[nr] = b rs[nr] = j cb = b end\n"                      \
     "  if due < h and (not first or due < first) then first = due end\n"                    \
     "end\n"                                                                                 \
     "rs[nr + 1] = nk + 1\n"                                                                 \
-    "if nl > 0 then call('ZREM', KEYS[2], unpack(lz, 1, nl)) end\n"                         \
+    /* a replaced task leaves its lease, or else its bucket */                               \
+    "if nl > 0 then local ls, lk, n2 = call('ZMSCORE', KEYS[2], unpack(lz, 1, nl)), {}, 0\n"  \
+    "  for x = 1, nl do\n"                                                                   \
+    "    if ls[x] then n2 = n2 + 1 lk[n2] = lz[x] else bdel(lz[x], ld[x]) end end\n"         \
+    "  if n2 > 0 then call('ZREM', KEYS[2], unpack(lk, 1, n2)) end end\n"                   \
     "if big then hs[2 * nk + 1] = big hs[2 * nk + 2] = '' end\n"                             \
     "call('HSET', KEYS[3], unpack(hs))\n"                                                   \
     "if big then call('HDEL', KEYS[3], big) end\n"                                           \
@@ -168,9 +186,9 @@
     "local v = redis.call('HGET', KEYS[3], ARGV[1])\n"                                     \
     "if not v then return -1 end\n"                                                        \
     "local tok, att, due, pos = parse(v)\n"                                                \
-    "if tok == 0 then bdel(ARGV[1], due) else redis.call('ZREM', KEYS[2], ARGV[1]) end\n"  \
+    "unarm(ARGV[1], due)\n"                                                                 \
     "due = due_at(now_us(), tonumber(ARGV[2]))\n"                                          \
-    "redis.call('HSET', KEYS[3], ARGV[1], rec(0, 0, due, string.sub(v, pos)))\n"           \
+    "redis.call('HSET', KEYS[3], ARGV[1], rec(arm(), 0, due, string.sub(v, pos)))\n"       \
     "badd(ARGV[1], due)\n"                                                                 \
     "if due < hold() then redis.call('PUBLISH', ARGV[3], due) end\n"                       \
     "redis.call('SET', ARGV[4], I(due), 'PX', ARGV[5])\n"                                  \
@@ -184,8 +202,7 @@
     "local v = redis.call('HGET', KEYS[3], ARGV[1])\n"                                     \
     "if not v then return -1 end\n"                                                        \
     "local tok, att, due = parse(v)\n"                                                     \
-    "redis.call('HDEL', KEYS[3], ARGV[1])\n"                                               \
-    "if tok == 0 then bdel(ARGV[1], due) else redis.call('ZREM', KEYS[2], ARGV[1]) end\n"  \
+    "redis.call('HDEL', KEYS[3], ARGV[1]) unarm(ARGV[1], due)\n"                           \
     "redis.call('SET', ARGV[2], '0', 'PX', ARGV[3])\n"                                     \
     "return 0\n"
 
@@ -219,10 +236,10 @@
  * due time, so a task whose holder died (or whose claim's answer was lost)
  * is free again about hold_ms after it was due; START lengthens it to
  * lease_ms when the task starts. Per slice of up to 1000 keys of a bucket,
- * each command takes what it leases at once: HMGET of the records, one INCRBY for their tokens
- * (consecutive; some unused when the byte limit stops the walk early: tokens
- * need only be unique), HSET, lease ZADD; then the bucket's LTRIM or DEL:
- * not HGET, INCR, HSET and ZADD per task. Slices, because Lua's unpack
+ * each command takes what it leases at once: HMGET of the records (each
+ * holds its token, taken when it was armed: the record is not written),
+ * lease ZADD; then the bucket's LTRIM or DEL: not HGET and ZADD per
+ * task. Slices, because Lua's unpack
  * passes at most ~8000 values to a command, and a bucket holds whatever was
  * set due within its W ms (a burst of tasks set with one delay).
  * A recovered lease whose attempts are spent (its start mark folded in:
@@ -255,7 +272,7 @@
     " if v then local tok, att, due, pos = parse(v) att = att + started(exp[i + 1])\n"      \
     "  if spent(att, qmax) then bury(k, att, now_ms, due, 'lease lost', string.sub(v, pos))\n" \
     "   dl[#dl + 1] = k dl[#dl + 1] = att else\n"                                           \
-    "  redis.call('HSET', KEYS[3], k, rec(0, att, due, string.sub(v, pos)))\n"              \
+    "  redis.call('HSET', KEYS[3], k, rec(arm(), att, due, string.sub(v, pos)))\n"          \
     "  badd(k, due) recovered = recovered + 1 end end\n"                                    \
     "end\n"                                                                                 \
     "local hi = now_ms + tonumber(ARGV[1]) local hb = math.floor(hi / W)\n"                 \
@@ -270,25 +287,26 @@
     /* lease keys m[1..card] of a bucket: how many it took (done: past max_bytes) */       \
     "local function lease(m, card) local nt = 0\n"                                          \
     " for s = 1, card, SLICE do local e = s + SLICE - 1 if e > card then e = card end\n"    \
-    "  local hs, lz, nh = {}, {}, 0\n"                                                      \
+    "  local hs, lz, nh, nz = {}, {}, 0, 0\n"                                               \
     "  local vs = redis.call('HMGET', KEYS[3], unpack(m, s, e))\n"                          \
-    "  local t = redis.call('INCRBY', KEYS[4], e - s + 1) - (e - s + 1)\n"                  \
     "  for j = s, e do local k = m[j]\n"                                                    \
     "   if bytes > maxb then done = true break end\n"                                       \
     "   nt = nt + 1 left = left - 1\n"                                                      \
     "   local v = vs[j - s + 1]\n"                                                          \
     "   if v then local tk, att, due, pos = match(v, '^(%d+) (%d+) (%d+) ()')\n"            \
-    "    due = due + 0 local p = sub(v, pos) t = t + 1\n"                                   \
-    /* the record with the new token: its digits replace the old ones */                    \
-    "    hs[nh + 1] = k hs[nh + 2] = fmt('%d', t) .. sub(v, #tk + 1)\n"                     \
-    "    lz[nh + 1] = fmt('%d', (due > now_ms and due or now_ms) + hms)\n"                  \
-    "    lz[nh + 2] = k nh = nh + 2\n"                                                      \
+    "    due = due + 0 local p, t = sub(v, pos), tk + 0\n"                                  \
+    /* token 0: written by a version that took tokens at claim; one now, */                 \
+    /* its digits in place of the 0 */                                                      \
+    "    if t == 0 then t = redis.call('INCRBY', KEYS[4], 1)\n"                                 \
+    "     hs[nh + 1] = k hs[nh + 2] = fmt('%d', t) .. sub(v, #tk + 1) nh = nh + 2 end\n"     \
+    "    lz[nz + 1] = fmt('%d', (due > now_ms and due or now_ms) + hms)\n"                  \
+    "    lz[nz + 2] = k nz = nz + 2\n"                                                      \
     "    out[no + 1] = k out[no + 2] = due out[no + 3] = t out[no + 4] = att + 0\n"         \
     "    out[no + 5] = p no = no + 5\n"                                                     \
     "    bytes = bytes + #p + #k end\n"                                                     \
     "  end\n"                                                                               \
-    "  if nh > 0 then redis.call('HSET', KEYS[3], unpack(hs, 1, nh))\n"                     \
-    "   redis.call('ZADD', KEYS[2], unpack(lz, 1, nh)) end\n"                               \
+    "  if nh > 0 then redis.call('HSET', KEYS[3], unpack(hs, 1, nh)) end\n"                 \
+    "  if nz > 0 then redis.call('ZADD', KEYS[2], unpack(lz, 1, nz)) end\n"                 \
     "  if done then break end\n"                                                            \
     " end\n"                                                                                \
     " return nt end\n"                                                                      \
@@ -364,8 +382,9 @@
  *    is not written, and a start redone after a lost reply finds the mark,
  *    so the attempt counts once);
  *    s = 0 not due within ahead_us by the server's clock (a = us until due);
- *    s = -1 lease gone: the record holds another token (a set, move,
- *    remove, or a claim that recovered it and leased it anew), or none (a = 0)}.
+ *    s = -1 lease gone: the record holds another token (a set or move, a
+ *    claim that recovered it, FAIL or RELEASE), or there is none (removed,
+ *    acknowledged) (a = 0)}.
  * A lease that has run out but is still this token's (no claim has recovered
  * it yet) starts like a running one: no one else was given the task, so the
  * start keeps one holder at a time; a worker that was slow to start a held
@@ -377,18 +396,17 @@
  * computes the same from the reply's clock and its due time, and calls
  * execute only while that end surely lies ahead on the server's clock
  * (fencing: execute.c).
- * A start reads the record only: the token in it is this lease's exactly
- * while the lease member exists (every script that removes a lease member
- * resets or deletes the record in the same call, and only CLAIM writes a
- * token, with its lease), so the lease needs no read. Its write is ZADD XX
+ * A start reads the record only: a record that holds the worker's token
+ * means its lease member exists (the top of this file), so the lease needs
+ * no read. Its write is ZADD XX
  * GT of the lengthened end + 0.5: it marks a claim's hold (which ends
  * before: hold_ms <= lease_ms, and the server's clock has moved on since
  * the claim) and lengthens a start's mark only forwards (a redone start),
  * never adding a member. An acknowledgement deletes only while its lease
  * runs. The worker knows a lower bound of each lease's end (the end its
  * START's answer granted; a redone start only lengthened it), so when the
- * group's until lies ahead of TIME every matching token's lease runs (the
- * token is in the record exactly while its lease member exists, above) and
+ * group's until lies ahead of TIME every matching token's lease runs (a
+ * record that holds the worker's token means its lease member exists) and
  * the leases need no read; otherwise (an acknowledgement delayed past a
  * lease's end: rare) one ZMSCORE reads them, and those that ended delete
  * nothing. Should a failover lose a START's write, until may lie past the
@@ -463,7 +481,7 @@
     "local d = tonumber(ARGV[3]) * 2 ^ math.max(att % M32 - 1, 0)\n"                       \
     "if d > tonumber(ARGV[4]) then d = tonumber(ARGV[4]) end\n"                            \
     "due = due_at(now, d)\n"                                                               \
-    "redis.call('HSET', KEYS[3], ARGV[1], rec(0, att, due, string.sub(v, pos)))\n"         \
+    "redis.call('HSET', KEYS[3], ARGV[1], rec(arm(), att, due, string.sub(v, pos)))\n"     \
     "redis.call('ZREM', KEYS[2], ARGV[1]) badd(ARGV[1], due)\n"                            \
     "if due < hold() then redis.call('PUBLISH', ARGV[5], due) end\n"                       \
     "return 1\n"
@@ -476,7 +494,7 @@
     "if tok ~= tonumber(ARGV[2]) then return 0 end\n"                                      \
     "if not stable() then return redis.error_reply(TRY) end\n"                             \
     "att = att + started(redis.call('ZSCORE', KEYS[2], ARGV[1]))\n"                         \
-    "redis.call('HSET', KEYS[3], ARGV[1], rec(0, att, due, string.sub(v, pos)))\n"         \
+    "redis.call('HSET', KEYS[3], ARGV[1], rec(arm(), att, due, string.sub(v, pos)))\n"     \
     "redis.call('ZREM', KEYS[2], ARGV[1]) badd(ARGV[1], due)\n"                            \
     "if due <= hold() then redis.call('PUBLISH', ARGV[3], due) end\n"                      \
     "return 1\n"
@@ -497,9 +515,9 @@
     PRELUDE BUCKETS PUT "if not stable() then return redis.error_reply(TRY) end\n"         \
     "local k = ARGV[1] local o = redis.call('HGET', KEYS[3], k)\n"                         \
     "if o then local tok, att, od = parse(o)\n"                                            \
-    "  if tok == 0 then bdel(k, od) else redis.call('ZREM', KEYS[2], k) end end\n"         \
+    "  unarm(k, od) end\n"                                                                  \
     "local due = due_at(now_us(), tonumber(ARGV[3]))\n"                                    \
-    "put(k, rec(0, tonumber(ARGV[5]), due, ARGV[2])) badd(k, due)\n"                       \
+    "put(k, rec(arm(), tonumber(ARGV[5]), due, ARGV[2])) badd(k, due)\n"                   \
     "if due < hold() then redis.call('PUBLISH', ARGV[4], due) end\n"                       \
     "return due\n"
 
@@ -513,7 +531,7 @@
     "  if redis.call('HEXISTS', KEYS[3], k) == 1 then return -2 end\n"                     \
     "  local att, t, due, el, pos = string.match(v, '^(%d+) (%d+) (%d+) (%d+) ()')\n"      \
     "  local nd = due_at(now, d) local a0 = math.floor(tonumber(att) / 4294967296) * 4294967296\n" \
-    "  put(k, rec(0, a0, nd, string.sub(v, pos + tonumber(el)))) redis.call('HDEL', DK, k)\n" \
+    "  put(k, rec(arm(), a0, nd, string.sub(v, pos + tonumber(el)))) redis.call('HDEL', DK, k)\n" \
     "  badd(k, nd) return nd end\n"
 
 /* ARGV: key, delay_ms, channel -> due ms, -1 (no dead letter), -2 (a live
@@ -621,7 +639,7 @@
     "    elseif pol == 1 then make = not once once = true end end\n"                       \
     "  local dk = k .. '@' .. ARGV[i]\n"                                                   \
     "  if make and redis.call('HEXISTS', KEYS[3], dk) == 0 then\n"                         \
-    "    put(dk, rec(0, 0, t, pl)) badd(dk, t) made = made + 1\n"                          \
+    "    put(dk, rec(arm(), 0, t, pl)) badd(dk, t) made = made + 1\n"                      \
     "    if not first then first = t end end\n"                                            \
     "  i = i + 1\n"                                                                        \
     "end\n"                                                                                \
@@ -632,7 +650,7 @@
 /* First lines: Redis 7 script flags (a shebang; why: redis.c, "Memory
  * pressure"). Without one a script runs in Redis's compatibility mode,
  * where at maxmemory its first write that may grow memory fails, unless
- * another write came before it: CLAIM fails at its first INCRBY or HSET (a
+ * another write came before it: CLAIM fails at its first lease ZADD (a
  * full queue never drains), while a SET that replaces a task gets through.
  * With one, Redis decides before the script runs: DENY_OOM refuses it at maxmemory (OOM,
  * nothing written: set and move, which add work), ALLOW_OOM runs it

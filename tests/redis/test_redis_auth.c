@@ -401,12 +401,13 @@ static void test_acl_changed(void)
     CHECK_EQ_INT(pthread_create(&th, NULL, read_last_error, &t), 0);
     pthread_join(th, NULL);
     CHECK_EQ_INT(t.code, 0); /* another thread made no call */
-    /* given back; the claim's INCRBY taken away: the worker's threads meet it.
+    /* given back; the claim's LRANGE (of a bucket) taken away: the worker's
+     * threads meet it.
      * "b" is due a second later than "a" was, in another due bucket: the
      * refused set of "a" had written its record and bucket before its index
      * ZADD was refused (Redis does not undo a script's writes on an error),
      * and a set into that bucket adds no index entry (redis.c). */
-    CHECK_EQ_INT(acl_user(&s, "cq", "tw", (const char *[]){"-incrby", NULL}), 0);
+    CHECK_EQ_INT(acl_user(&s, "cq", "tw", (const char *[]){"-lrange", NULL}), 0);
     CHECK_EQ_INT(tw_redis_set(client, "b", 1, "x", 1, 1100), 0);
     CHECK_EQ_INT(tw_redis_last_error(client, buf, sizeof buf), 0); /* its last call succeeded */
     CHECK_EQ_STR(buf, "");
@@ -414,7 +415,7 @@ static void test_acl_changed(void)
     while (tw_redis_worker_error(worker, buf, sizeof buf) == 0 && rfx_mono_ms() < end)
         rfx_sleep_ms(20);
     CHECK_EQ_INT(tw_redis_worker_error(worker, buf, sizeof buf), TW_EAUTH);
-    printf("claim without incrby: %s\n", buf);
+    printf("claim without lrange: %s\n", buf);
     struct tw_redis_stats st;
     CHECK_EQ_INT(tw_redis_stats(worker, &st), 0);
     CHECK(st.worker_errors > 0);

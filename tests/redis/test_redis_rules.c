@@ -33,7 +33,7 @@ static struct rfx_server srv;
 struct delivery {
     char key[64];
     char payload[64];
-    uint64_t due_ms, srv_us;
+    uint64_t due_ms, srv_us, token;
     uint32_t attempt;
 };
 
@@ -92,6 +92,7 @@ static enum tw_redis_result rec_exec(void *arg, const struct tw_redis_task *t)
         d->due_ms = t->due_ms;
         d->srv_us = us;
         d->attempt = t->attempt;
+        d->token = t->token;
     }
     unsigned slow = t->attempt == 1 ? R->slow_ms : 0;
     uint32_t fail_until = R->fail_until;
@@ -166,10 +167,11 @@ static long long redis_int(const struct rfx_server *s, const char *fmt, const ch
 
 /* Checks every invariant of partition {q:p}'s keys: each index member names
  * a non-empty bucket, each bucket is in the index, each bucket element is a
- * task with token 0 whose recorded due time falls in its bucket's
- * [base, base + W), each task with token 0 sits in a bucket and each other
- * one in the lease set. -> {violations, tasks waiting in buckets, buckets},
- * as reply. */
+ * task not in the lease set whose recorded due time falls in its bucket's
+ * [base, base + W), each task not in the lease set sits in a bucket, and
+ * every task holds a token of its own (not 0, no two alike: tokens are
+ * taken when a task is armed and never reused). -> {violations, tasks
+ * waiting in buckets, buckets}, as reply. */
 static const char schema_lua[] =
     "local W = tonumber(ARGV[1]) local bad, waiting = 0, 0\n"
     "local idx = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')\n"
@@ -180,18 +182,19 @@ static const char schema_lua[] =
     "  for j = 1, #m do waiting = waiting + 1\n"
     "    local v = redis.call('HGET', KEYS[3], m[j])\n"
     "    local tok, att, due = string.match(v or '', '^(%d+) (%d+) (%d+) ')\n"
-    "    if not v or tonumber(tok) ~= 0 or math.floor(tonumber(due) / W) ~= tonumber(b)\n"
+    "    if not v or redis.call('ZSCORE', KEYS[2], m[j]) or\n"
+    "      math.floor(tonumber(due) / W) ~= tonumber(b)\n"
     "      then bad = bad + 1 end\n"
     "  end\n"
     "end\n"
     "if #redis.call('KEYS', KEYS[1] .. ':*') ~= #idx / 2 then bad = bad + 1 end\n"
-    "local all = redis.call('HGETALL', KEYS[3]) local zero = 0\n"
-    "for j = 1, #all, 2 do local tok = tonumber(string.match(all[j + 1], '^(%d+) '))\n"
-    "  if tok == 0 then zero = zero + 1\n"
-    "    if redis.call('ZSCORE', KEYS[2], all[j]) then bad = bad + 1 end\n"
-    "  elseif not redis.call('ZSCORE', KEYS[2], all[j]) then bad = bad + 1 end\n"
+    "local all = redis.call('HGETALL', KEYS[3]) local free, seen = 0, {}\n"
+    "for j = 1, #all, 2 do local tok = string.match(all[j + 1], '^(%d+) ')\n"
+    "  if not tok or tonumber(tok) == 0 or seen[tok] then bad = bad + 1 end\n"
+    "  if tok then seen[tok] = true end\n"
+    "  if not redis.call('ZSCORE', KEYS[2], all[j]) then free = free + 1 end\n"
     "end\n"
-    "if zero ~= waiting then bad = bad + 1 end\n"
+    "if free ~= waiting then bad = bad + 1 end\n"
     "return {bad, waiting, #idx / 2}\n";
 
 /* Checks the schema of queue q's partitions 0..parts-1 (CHECKs each);
@@ -856,6 +859,66 @@ static void test_stop_releases(void)
     }
     tw_redis_free(b);
     rec_destroy(&R2);
+    rec_destroy(&R);
+}
+
+/* A queue a version that took each token at claim wrote: its waiting records
+ * hold token 0. A claim gives each one a token of its own, larger than the
+ * partition's earlier ones; a set that replaces one takes it out of its
+ * bucket; each runs once, never early; the schema then holds. */
+static void test_token_zero_records(void)
+{
+    uint64_t now = srv_ms(&srv);
+    long long due_a = (long long)now + 1500, due_b = (long long)now + 600000;
+    static const char lua[] =
+        "local W = tonumber(ARGV[1])\n"
+        "for i = 2, 5, 3 do local k, due, p = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2]\n"
+        "  local b = string.format('%d', math.floor(due / W))\n"
+        "  redis.call('HSET', KEYS[3], k, string.format('0 0 %d ', due) .. p)\n"
+        "  redis.call('RPUSH', KEYS[1] .. ':' .. b, k) redis.call('ZADD', KEYS[1], b, b)\n"
+        "end\n"
+        "redis.call('SET', KEYS[4], '41') return 0\n";
+    redisContext *rc = rfx_connect(&srv);
+    redisReply *x = rc ? redisCommand(rc,
+                                      "EVAL %s 4 {old:0}:d {old:0}:lease {old:0}:task {old:0}:seq "
+                                      "%d a %lld pa b %lld pb",
+                                      lua, TW_RR_BUCKET_MS, due_a, due_b)
+                       : NULL;
+    CHECK(x && x->type == REDIS_REPLY_INTEGER);
+    if (x)
+        freeReplyObject(x);
+    if (rc)
+        redisFree(rc);
+    struct rec R;
+    rec_init(&R, &srv);
+    struct tw_redis_config c;
+    cfg_for(&c, "old", &R);
+    struct tw_redis *w = worker_new(&c, &R);
+    if (!w) {
+        rec_destroy(&R);
+        return;
+    }
+    /* b replaced while it waits under token 0: one task, in its new bucket */
+    CHECK_EQ_INT(tw_redis_set(w, "b", 1, "pc", 2, 1000), 0);
+    CHECK(rec_wait(&R, 2, 8000));
+    rfx_sleep_ms(300); /* nothing more comes */
+    CHECK_EQ_U64(rec_count(&R), 2);
+    uint64_t tok[2] = {0, 0};
+    for (size_t i = 0; i < rec_count(&R) && i < 2; i++) {
+        const struct delivery *d = &R.d[i];
+        bool a = strcmp(d->key, "a") == 0;
+        CHECK_EQ_STR(d->payload, a ? "pa" : "pc");
+        CHECK(d->token > 41);
+        CHECK_EQ_INT(d->attempt, 1);
+        CHECK(d->srv_us >= d->due_ms * 1000);
+        if (a)
+            CHECK_EQ_U64(d->due_ms, (uint64_t)due_a);
+        tok[i] = d->token;
+    }
+    CHECK(tok[0] != tok[1]);
+    CHECK_EQ_INT(redis_int(&srv, "HLEN %s", "{old:0}:task"), 0);
+    CHECK_EQ_U64(check_schema(&srv, "old", 1), 0);
+    tw_redis_free(w);
     rec_destroy(&R);
 }
 
@@ -2117,6 +2180,7 @@ int main(void)
     RUN(test_notification);
     RUN(test_window_beyond_ready_cap);
     RUN(test_stop_releases);
+    RUN(test_token_zero_records);
     RUN(test_unreachable);
     RUN(test_sigpipe_blocked);
     rfx_stop(&srv);
