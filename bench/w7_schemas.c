@@ -99,7 +99,7 @@ static const char *const keys5[] = {"{q}:t", "{q}:i", "{q}:l", "{q}:seq", "{q}:r
     "end\n"                                                                                        \
     "return n\n"
 
-/* The layer's set: token 0 (not leased) */
+/* The previous layer's set (the per-task kind): token 0 while waiting */
 static const char SET_LUA[] = SET_SCRIPT("", "fmt('0 0 %s ', ARGV[1 + 2 * n + j])");
 
 /* ARGV: bucket, hold ms -> key, due, token, attempt, payload per task */

@@ -249,7 +249,11 @@
  * once holds), a claim or start be lost (the task claimed again, unless
  * its holder acknowledged it first: a lost start leaves the claim's
  * shorter hold, and an acknowledgement deletes a task whose lease no one
- * took back). Until the
+ * took back). A worker whose claim was lost has its START refused while
+ * no one has claimed the task again; a claim that comes first leases it
+ * under the same token (the task's record kept it), and both workers may
+ * then run it: at least once holds, but one holder at a time and the
+ * fencing token do not across such a failover. Until the
  * Sentinels demote it, a master cut off from them still takes writes that
  * the failover discards. wait_replicas > 0 makes the producer calls (set,
  * move, remove, set_many) wait for that many replicas (WAIT, in the same

@@ -53,7 +53,7 @@
  *
  * A record's attempt field counts starts in its low 32 bits; a per-task
  * max_attempts (set_opts) rides above them, so every script that copies a
- * record keeps it (dead.c; CLAIM splices the new token in before the field,
+ * record keeps it (dead.c; a new token is spliced in before the field,
  * untouched). The running lease's start is not in the field but in its
  * lease score's + 0.5 mark: FAIL and CLAIM's recovery fold it in before
  * they compare the attempts with max_attempts, so the start that failed or
@@ -171,11 +171,11 @@
  *   start      START    1 round trip per       TIME; per partition group of the   O(k log n)
  *                       executor round: the    call: one HMGET of its k started
  *                       tasks of one span      tasks' records (the token), one
- *                       (start_ahead_ms / 2;   ZADD XX GT of their leases
+ *                       (start_ahead_ms / 2;   ZADD XX GT CH of their leases
  *                       <= 32): one call       (lengthened, marked started: the
  *                       standalone (cut at 128 record is not written, the lease
- *                       arguments), one per    not read)
- *                       partition in a cluster
+ *                       arguments), one per    not read), [one ZMSCORE when it
+ *                       partition in a cluster changed fewer than it started]
  *   (ack)      START    1 round trip per       TIME; per partition group: one     O(a log n)
  *                       batch: every pending   HMGET of its a acknowledged
  *                       ACK once the oldest    tasks ([one ZMSCORE] when a lease
@@ -346,8 +346,8 @@
  * the lateness path.
  *
  * Memory in Redis per pending task, with 16-byte keys and 32-byte payloads:
- * ~130 B of HASH field (dict entry 24, bucket 8, key sds 24, value sds 56
- * for "0 0 <due> " and the payload, rounding), ~19 B in its due bucket
+ * ~130 B of HASH field (dict entry 24, bucket 8, key sds 24, value sds
+ * 56-64 for "<token> 0 <due> " and the payload, rounding), ~19 B in its due bucket
  * (the key and its framing in a listpack, at any density), ~0.4 B of
  * index, and the buckets' keyspace entries; bench/README.md has the
  * measured figures at 1e5 and 1e6. The HASH is most of it; a

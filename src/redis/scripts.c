@@ -12,14 +12,19 @@
  *   KEYS[5] hold   STRING latest window end claimed by any worker (ms, with a TTL)
  * A task is in exactly one of its due bucket and lease (the lease member
  * says which). Its token is taken from seq whenever a script puts it in a
- * bucket (arm(): set, move, CLAIM's recovery, FAIL, RELEASE, requeue, a
- * schedule's occurrence), never reused, so a token names one arming and at
- * most one lease of it: CLAIM leases a task under the token its record
- * holds and writes the lease only. A worker learns a token only from the
- * claim that leased it, so a record that still holds it means that lease's
- * member exists (every script that removes a member gives the record a new
- * token or deletes it). A record a version that took tokens at claim wrote
- * while waiting holds token 0; CLAIM gives it one (and writes it).
+ * bucket (arm(): set, set_opts, move, CLAIM's recovery, FAIL, RELEASE,
+ * requeue, a schedule's occurrence), never reused, so a token names one
+ * arming and at most one lease of it: CLAIM leases a task under the token
+ * its record holds and writes the lease only. A worker learns a token only
+ * from the claim that leased it, so a record that still holds it means
+ * that lease's member exists (every script that removes a member gives the
+ * record a new token or deletes it). One exception: a failover that loses
+ * a claim's writes (replication is asynchronous) leaves the record with
+ * its token and the task in its bucket, while the worker holds the token;
+ * START then finds no lease member and refuses (below), but a later claim
+ * of the task leases it under that same token (redis.h, "Replication and
+ * failover"). A record a version that took tokens at claim wrote while
+ * waiting holds token 0; CLAIM gives it one (and writes it).
  * attempt counts the starts of earlier leases; the start of the
  * current lease is marked in its lease score instead (started(): a lease
  * START lengthened ends at a whole ms + 0.5, a claim's hold at a whole ms),
@@ -398,11 +403,15 @@
  * (fencing: execute.c).
  * A start reads the record only: a record that holds the worker's token
  * means its lease member exists (the top of this file), so the lease needs
- * no read. Its write is ZADD XX
- * GT of the lengthened end + 0.5: it marks a claim's hold (which ends
- * before: hold_ms <= lease_ms, and the server's clock has moved on since
- * the claim) and lengthens a start's mark only forwards (a redone start),
- * never adding a member. An acknowledgement deletes only while its lease
+ * no read. Its write is ZADD XX GT CH of the lengthened end + 0.5: it marks
+ * a claim's hold (which ends before: hold_ms <= lease_ms, and the server's
+ * clock has moved on since the claim) and lengthens a start's mark only
+ * forwards (a redone start), never adding a member. When it changed fewer
+ * members than it started, one ZMSCORE reads them, and a start whose lease
+ * member is absent answers -1: a redone start leaves its mark as it was,
+ * and a failover that lost a claim's writes (the record kept the token set
+ * gave it; the lease member and the bucket's removal were lost) must not
+ * run the task without a lease. An acknowledgement deletes only while its lease
  * runs. The worker knows a lower bound of each lease's end (the end its
  * START's answer granted; a redone start only lengthened it), so when the
  * group's until lies ahead of TIME every matching token's lease runs (a
@@ -446,19 +455,25 @@
     "    end\n"                                                                               \
     "    if nd > 0 then call('HDEL', TK, unpack(del, 1, nd)) call('ZREM', LK, unpack(del, 1, nd)) end\n" \
     "  end\n"                                                                                 \
-    "  local lz, nz = {}, 0\n"                                                                \
+    "  local lz, nz, at = {}, 0, {}\n"                                                        \
     "  for j = na + 1, m do local s, a, v = -1, 0, vs[j]\n"                                   \
     "    if v then local tok, due = match(v, '^(%d+) %d+ (%d+) ')\n"                         \
     "      if tok == ts[j] then due = due + 0\n"                                              \
     "        if now + ahead < due * 1000 then s = 0 a = due * 1000 - now\n"                   \
     "        else s = 1 a = ARGV[i0 + 3 * (j - na) - 1] + 0\n"                                \
     "          lz[nz + 1] = fmt('%d.5', (due > now_ms and due or now_ms) + L) lz[nz + 2] = ks[j]\n" \
-    "          nz = nz + 2 end\n"                                                             \
+    "          nz = nz + 2 at[nz / 2] = o + 1 end\n"                                          \
     "      end\n"                                                                             \
     "    end\n"                                                                               \
     "    out[o + 1] = s out[o + 2] = a o = o + 2\n"                                           \
     "  end\n"                                                                                 \
-    "  if nz > 0 then call('ZADD', LK, 'XX', 'GT', unpack(lz, 1, nz)) end\n"                 \
+    /* fewer changed than started: a redone start's mark, or a lease this */                \
+    /* server does not have (a claim a failover lost): read which */                        \
+    "  if nz > 0 and call('ZADD', LK, 'XX', 'GT', 'CH', unpack(lz, 1, nz)) < nz / 2 then\n"  \
+    "    local gk = {} for x = 1, nz / 2 do gk[x] = lz[2 * x] end\n"                          \
+    "    local ls = call('ZMSCORE', LK, unpack(gk))\n"                                         \
+    "    for x = 1, nz / 2 do if not ls[x] then out[at[x]] = -1 out[at[x] + 1] = 0 end end\n" \
+    "  end\n"                                                                                 \
     "  end\n"                                                                                 \
     "end\n"                                                                                \
     "return out\n"

@@ -1528,6 +1528,83 @@ static void test_start_redone(void)
     tw_redis_free(r);
 }
 
+/* A failover that lost a claim's writes: the new master has the task in its
+ * bucket, its record holding the token set gave it, and no lease member,
+ * while the worker holds that token. Its START is refused (-1): the task
+ * does not run without a lease; the next claim takes it from its bucket. */
+static void test_start_lost_claim(void)
+{
+    struct tw_redis_config cf;
+    cfg_for(&cf, "lostc", NULL);
+    struct tw_redis *r = NULL;
+    CHECK_EQ_INT(tw_redis_new(&r, &cf), 0);
+    redisContext *c = rfx_connect(&srv);
+    CHECK(c != NULL);
+    if (!r || !c) {
+        tw_redis_free(r);
+        if (c)
+            redisFree(c);
+        return;
+    }
+    CHECK_EQ_INT(tw_redis_set(r, "k", 1, "pay", 3, 20), 0);
+    const char *claim[] = {"EVAL",          tw_rr_scripts[TW_RR_CLAIM], "5",
+                           "{lostc:0}:d",   "{lostc:0}:lease",          "{lostc:0}:task",
+                           "{lostc:0}:seq", "{lostc:0}:hold",           "60000",
+                           "10",            "30000",                    "100000"};
+    redisReply *x = eval_argv(c, 12, claim);
+    char tok[24] = "0";
+    long long due = 0;
+    CHECK(x && x->type == REDIS_REPLY_ARRAY && x->elements == 8);
+    if (x && x->type == REDIS_REPLY_ARRAY && x->elements == 8) {
+        due = x->element[3]->integer;
+        snprintf(tok, sizeof tok, "%lld", x->element[4]->integer);
+    }
+    if (x)
+        freeReplyObject(x);
+    /* what the failover lost: the lease member, the bucket's removal */
+    long long b = due / TW_RR_BUCKET_MS;
+    x = redisCommand(c, "ZREM {lostc:0}:lease k");
+    if (x)
+        freeReplyObject(x);
+    x = redisCommand(c, "RPUSH {lostc:0}:d:%lld k", b);
+    if (x)
+        freeReplyObject(x);
+    x = redisCommand(c, "ZADD {lostc:0}:d %lld %lld", b, b);
+    if (x)
+        freeReplyObject(x);
+    CHECK_EQ_U64(check_schema(&srv, "lostc", 1), 1);
+    rfx_sleep_ms(40); /* due */
+    const char *start[] = {"EVAL",          tw_rr_scripts[TW_RR_START], "0", "30000", "0",
+                           "{lostc:0}:lease", "{lostc:0}:task", "0", "1", "0", "k", tok, "1"};
+    x = eval_argv(c, 13, start);
+    /* {now, -1 (lease gone), 0} */
+    CHECK(x && x->type == REDIS_REPLY_ARRAY && x->elements == 3);
+    if (x && x->type == REDIS_REPLY_ARRAY && x->elements == 3) {
+        CHECK_EQ_INT(x->element[1]->integer, -1);
+        CHECK_EQ_INT(x->element[2]->integer, 0);
+    }
+    if (x)
+        freeReplyObject(x);
+    CHECK_EQ_INT(redis_int(&srv, "ZCARD %s", "{lostc:0}:lease"), 0); /* no member added */
+    /* the next claim takes it from its bucket; its start is granted */
+    x = eval_argv(c, 12, claim);
+    CHECK(x && x->type == REDIS_REPLY_ARRAY && x->elements == 8);
+    if (x && x->type == REDIS_REPLY_ARRAY && x->elements == 8) {
+        CHECK_EQ_STR(x->element[2]->str, "k");
+        snprintf(tok, sizeof tok, "%lld", x->element[4]->integer);
+    }
+    if (x)
+        freeReplyObject(x);
+    x = eval_argv(c, 13, start);
+    CHECK(x && x->type == REDIS_REPLY_ARRAY && x->elements == 3);
+    if (x && x->type == REDIS_REPLY_ARRAY && x->elements == 3)
+        CHECK_EQ_INT(x->element[1]->integer, 1);
+    if (x)
+        freeReplyObject(x);
+    redisFree(c);
+    tw_redis_free(r);
+}
+
 /* ---- the local queue (white box: local.c) ------------------------------------- */
 
 /* A local queue with executor threads of the test's own, each taking from
@@ -2161,6 +2238,7 @@ int main(void)
     RUN(test_eval_many_order);
     RUN(test_set_many_dup);
     RUN(test_start_redone);
+    RUN(test_start_lost_claim);
     RUN(test_never_early);
     RUN(test_start_ahead);
     RUN(test_local_ahead);
