@@ -1447,41 +1447,73 @@ static redisReply *eval_argv(redisContext *c, int argc, const char **av)
     return redisCommandArgv(c, argc, av, al);
 }
 
+/* One task "k" (payload "pay", due in 20 ms) in queue q's partition 0, and
+ * the CLAIM and START calls a worker sends for it (START with tok). */
+struct direct {
+    struct tw_redis *r;
+    redisContext *c;
+    char keys[5][48];
+    char tok[24];
+    const char *claim[12], *start[13];
+};
+
+static void direct_close(struct direct *d)
+{
+    if (d->c)
+        redisFree(d->c);
+    tw_redis_free(d->r);
+}
+
+static bool direct_open(struct direct *d, const char *q)
+{
+    memset(d, 0, sizeof *d);
+    struct tw_redis_config cf;
+    cfg_for(&cf, q, NULL);
+    CHECK_EQ_INT(tw_redis_new(&d->r, &cf), 0);
+    d->c = rfx_connect(&srv);
+    CHECK(d->c != NULL);
+    if (!d->r || !d->c) {
+        direct_close(d);
+        return false;
+    }
+    static const char *const sfx[5] = {"d", "lease", "task", "seq", "hold"};
+    for (int i = 0; i < 5; i++)
+        snprintf(d->keys[i], sizeof d->keys[i], "{%s:0}:%s", q, sfx[i]);
+    strcpy(d->tok, "0");
+    /* 5 keys; window_ms, n, lease_ms, max_bytes */
+    const char *claim[12] = {"EVAL",     tw_rr_scripts[TW_RR_CLAIM], "5",        d->keys[0],
+                             d->keys[1], d->keys[2],                 d->keys[3], d->keys[4],
+                             "60000",    "10",                       "30000",    "100000"};
+    /* lease_ms, ahead_us; one group: its lease and task keys, no
+     * acknowledgement, one start, until 0; k, its token, attempt 1 */
+    const char *start[13] = {"EVAL", tw_rr_scripts[TW_RR_START], "0", "30000", "0", d->keys[1],
+                             d->keys[2], "0", "1", "0", "k", d->tok, "1"};
+    memcpy(d->claim, claim, sizeof claim);
+    memcpy(d->start, start, sizeof start);
+    CHECK_EQ_INT(tw_redis_set(d->r, "k", 1, "pay", 3, 20), 0);
+    return true;
+}
+
 static void test_start_redone(void)
 {
-    struct tw_redis_config cf;
-    cfg_for(&cf, "redo", NULL);
-    struct tw_redis *r = NULL;
-    CHECK_EQ_INT(tw_redis_new(&r, &cf), 0);
-    redisContext *c = rfx_connect(&srv);
-    CHECK(c != NULL);
-    if (!r || !c) {
-        tw_redis_free(r);
-        if (c)
-            redisFree(c);
+    struct direct d;
+    if (!direct_open(&d, "redo"))
         return;
-    }
-    CHECK_EQ_INT(tw_redis_set(r, "k", 1, "pay", 3, 20), 0);
-    /* 5 keys; window_ms, n, lease_ms, max_bytes */
-    const char *claim[] = {"EVAL",          tw_rr_scripts[TW_RR_CLAIM], "5",
-                           "{redo:0}:d",    "{redo:0}:lease",           "{redo:0}:task",
-                           "{redo:0}:seq",  "{redo:0}:hold",            "60000",
-                           "10",            "30000",                    "100000"};
+    redisContext *c = d.c;
+    const char **claim = d.claim, **start = d.start;
+    char *tok = d.tok;
     redisReply *x = eval_argv(c, 12, claim);
     /* {now, recovered, key, due, token, attempt, payload, earliest lease end} */
     CHECK(x && x->type == REDIS_REPLY_ARRAY && x->elements == 8);
-    char tok[24] = "0";
     if (x && x->type == REDIS_REPLY_ARRAY && x->elements == 8) {
         CHECK_EQ_STR(x->element[2]->str, "k");
         CHECK_EQ_INT(x->element[5]->integer, 0); /* never started */
         CHECK_EQ_STR(x->element[6]->str, "pay");
-        snprintf(tok, sizeof tok, "%lld", x->element[4]->integer);
+        snprintf(tok, sizeof d.tok, "%lld", x->element[4]->integer);
     }
     if (x)
         freeReplyObject(x);
     rfx_sleep_ms(40); /* due */
-    const char *start[] = {"EVAL",           tw_rr_scripts[TW_RR_START], "0", "30000", "0",
-                           "{redo:0}:lease", "{redo:0}:task", "0", "1", "0", "k", tok, "1"};
     for (int run = 0; run < 2; run++) {
         x = eval_argv(c, 13, start);
         /* {now, started 1, attempt 1}, the second run as the first */
@@ -1524,8 +1556,7 @@ static void test_start_redone(void)
     }
     if (x)
         freeReplyObject(x);
-    redisFree(c);
-    tw_redis_free(r);
+    direct_close(&d);
 }
 
 /* A failover that lost a claim's writes: the new master has the task in its
@@ -1534,30 +1565,18 @@ static void test_start_redone(void)
  * does not run without a lease; the next claim takes it from its bucket. */
 static void test_start_lost_claim(void)
 {
-    struct tw_redis_config cf;
-    cfg_for(&cf, "lostc", NULL);
-    struct tw_redis *r = NULL;
-    CHECK_EQ_INT(tw_redis_new(&r, &cf), 0);
-    redisContext *c = rfx_connect(&srv);
-    CHECK(c != NULL);
-    if (!r || !c) {
-        tw_redis_free(r);
-        if (c)
-            redisFree(c);
+    struct direct d;
+    if (!direct_open(&d, "lostc"))
         return;
-    }
-    CHECK_EQ_INT(tw_redis_set(r, "k", 1, "pay", 3, 20), 0);
-    const char *claim[] = {"EVAL",          tw_rr_scripts[TW_RR_CLAIM], "5",
-                           "{lostc:0}:d",   "{lostc:0}:lease",          "{lostc:0}:task",
-                           "{lostc:0}:seq", "{lostc:0}:hold",           "60000",
-                           "10",            "30000",                    "100000"};
+    redisContext *c = d.c;
+    const char **claim = d.claim, **start = d.start;
+    char *tok = d.tok;
     redisReply *x = eval_argv(c, 12, claim);
-    char tok[24] = "0";
     long long due = 0;
     CHECK(x && x->type == REDIS_REPLY_ARRAY && x->elements == 8);
     if (x && x->type == REDIS_REPLY_ARRAY && x->elements == 8) {
         due = x->element[3]->integer;
-        snprintf(tok, sizeof tok, "%lld", x->element[4]->integer);
+        snprintf(tok, sizeof d.tok, "%lld", x->element[4]->integer);
     }
     if (x)
         freeReplyObject(x);
@@ -1574,8 +1593,6 @@ static void test_start_lost_claim(void)
         freeReplyObject(x);
     CHECK_EQ_U64(check_schema(&srv, "lostc", 1), 1);
     rfx_sleep_ms(40); /* due */
-    const char *start[] = {"EVAL",          tw_rr_scripts[TW_RR_START], "0", "30000", "0",
-                           "{lostc:0}:lease", "{lostc:0}:task", "0", "1", "0", "k", tok, "1"};
     x = eval_argv(c, 13, start);
     /* {now, -1 (lease gone), 0} */
     CHECK(x && x->type == REDIS_REPLY_ARRAY && x->elements == 3);
@@ -1591,7 +1608,7 @@ static void test_start_lost_claim(void)
     CHECK(x && x->type == REDIS_REPLY_ARRAY && x->elements == 8);
     if (x && x->type == REDIS_REPLY_ARRAY && x->elements == 8) {
         CHECK_EQ_STR(x->element[2]->str, "k");
-        snprintf(tok, sizeof tok, "%lld", x->element[4]->integer);
+        snprintf(tok, sizeof d.tok, "%lld", x->element[4]->integer);
     }
     if (x)
         freeReplyObject(x);
@@ -1601,8 +1618,7 @@ static void test_start_lost_claim(void)
         CHECK_EQ_INT(x->element[1]->integer, 1);
     if (x)
         freeReplyObject(x);
-    redisFree(c);
-    tw_redis_free(r);
+    direct_close(&d);
 }
 
 /* ---- the local queue (white box: local.c) ------------------------------------- */
