@@ -43,8 +43,8 @@ static int run(redisContext *c, const struct rfx_server *s, const char *sha, con
                int k, uint64_t n, int calls, uint64_t *rng, double *us_per_call)
 {
     int nk = k ? k : 8;
-    const char *av[3 + 7 + 3 * KMAX];
-    size_t al[3 + 7 + 3 * KMAX];
+    const char *av[3 + 7 + 4 * KMAX];
+    size_t al[3 + 7 + 4 * KMAX];
     char keys[KMAX][24];
     int na = 0;
     av[na++] = "EVALSHA";
@@ -52,7 +52,7 @@ static int run(redisContext *c, const struct rfx_server *s, const char *sha, con
     av[na++] = "0";
     av[na++] = "30000"; /* lease_ms */
     av[na++] = "10000"; /* ahead_us */
-    av[na++] = "{q:0}:lease";
+    av[na++] = "{q:0}:leases";
     av[na++] = "{q:0}:task";
     av[na++] = "0"; /* acknowledgements */
     char ns[8];
@@ -64,6 +64,7 @@ static int run(redisContext *c, const struct rfx_server *s, const char *sha, con
         av[na++] = keys[j];
         av[na++] = "5"; /* token */
         av[na++] = "1"; /* attempt */
+        av[na++] = "1"; /* due: long past (the lease then ends at now + lease_ms) */
     }
     for (int i = 0; i < na; i++)
         al[i] = strlen(av[i]);
@@ -74,7 +75,7 @@ static int run(redisContext *c, const struct rfx_server *s, const char *sha, con
         for (int j = 0; j < nk; j++) { /* distinct within a call: consecutive from a draw */
             uint64_t id = xorshift64(rng) % (n - (uint64_t)nk) + (uint64_t)j;
             snprintf(keys[j], sizeof keys[j], "k:%013" PRIu64, id);
-            al[first_key + 3 * j] = 15;
+            al[first_key + 4 * j] = 15;
         }
         redisReply *r = redisCommandArgv(c, na, av, al);
         if (!r || r->type != REDIS_REPLY_ARRAY) {
@@ -134,12 +135,12 @@ int main(int argc, char **argv)
     /* N records due a second ago and their claims' holds (a whole ms: not started) */
     redisReply *r = redisCommand(
         c,
-        "EVAL %s 2 {q:0}:task {q:0}:lease %" PRIu64,
+        "EVAL %s 2 {q:0}:task {q:0}:leases %" PRIu64,
         "local t = redis.call('TIME') local due = tonumber(t[1]) * 1000 - 1000 "
         "local p = string.rep('p', 32) "
         "for i = 0, tonumber(ARGV[1]) - 1 do local k = string.format('k:%013d', i) "
         "redis.call('HSET', KEYS[1], k, string.format('5 0 %d ', due) .. p) "
-        "redis.call('ZADD', KEYS[2], due + 1000, k) end return 1",
+        "redis.call('ZADD', KEYS[2], due + 1000, k .. ':5') end return 1",
         n);
     int filled = r && r->type == REDIS_REPLY_INTEGER;
     if (!filled)

@@ -9,15 +9,16 @@
  * once: the item goes to its partition's pending list, and once the oldest
  * pending one has waited ack_delay (100 ms, at most lease_ms / 8) the
  * acknowledger sends every pending one, of every partition, in rounds of up
- * to TW_RR_ACK_MAX (back to back): a partition's group is one HMGET, one
- * HDEL and one ZREM for all its acknowledgements (and one ZMSCORE when a
- * lease may have ended: start.c), so the commands and calls per task fall
+ * to TW_RR_ACK_MAX (back to back): a partition's group is one ZREM of the
+ * lease members and one HDEL for all its acknowledgements (HMGET and a
+ * ZMSCORE when one is stale or a lease may have ended: scripts.c, START),
+ * so the commands and calls per task fall
  * as the rate grows; stop sends the rest.
  * Why not in START calls (a partition's acknowledgements added to a START
  * group of the same partition): at 1e5 tasks a minute on 16 partitions a
  * START group is about one task, so each acknowledgement would cost a
  * group's HDEL and ZREM; a batch every 100 ms costs about one command per
- * acknowledgement, and a START group is HMGET and ZADD alone.
+ * acknowledgement, and a START group is one ZADD alone.
  * The price, at-least-once: a worker that dies has up to ack_delay more of
  * finished tasks unacknowledged, delivered again when their leases end (the
  * same as an acknowledgement lost on the way); and a finished task stays in

@@ -57,6 +57,7 @@
  * feature adds to a partition. */
 static const char *const rr_drop_suffixes[] = {
     ":pause",
+    ":lease",   /* the leases a previous version kept (upgrade.c) */
     ":dead",    /* the dead letters (dead.c) */
     ":sched",   /* the schedules (schedule.c) */
     ":sched:n", /* their next occurrences */
@@ -77,11 +78,13 @@ static const char *const rr_drop_queue_keys[] = {
     "local t = call('TIME') "                                                               \
     "local now = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)\n"
 
-/* KEYS: index, lease, task; ARGV: key -> {now ms, record or nil, lease end or nil} */
+/* KEYS: index, lease, task; ARGV: key -> {now ms, record or nil, lease end or nil}
+ * (the lease member is the key and the token its record holds) */
 static const char rr_get_lua[] =
     "#!lua flags=no-writes\n" RR_STABLE
-    "return {now, call('HGET', KEYS[3], ARGV[1]) or false, "
-    "call('ZSCORE', KEYS[2], ARGV[1]) or false}\n";
+    "local v = call('HGET', KEYS[3], ARGV[1])\n"
+    "return {now, v or false, v and call('ZSCORE', KEYS[2], "
+    "ARGV[1] .. ':' .. string.match(v, '^%d+')) or false}\n";
 
 /* A bucket is a LIST of keys in no order (redis.c): scan(bk, f) reads it
  * whole, 512 keys per LRANGE with their records' due times by one HMGET,
@@ -176,7 +179,9 @@ static const char rr_list_lua[] =
  * 0 (the partition's keys deleted) */
 static const char rr_drop_lua[] =
     "#!lua flags=allow-oom\n" RR_STABLE
-    "if ARGV[1] == 'check' then return {call('EXISTS', KEYS[5]), call('ZCARD', KEYS[2])} end\n"
+    /* leases: an earlier version's {q:p}:lease counted too (upgrade.c) */
+    "if ARGV[1] == 'check' then return {call('EXISTS', KEYS[5]), call('ZCARD', KEYS[2]) + "
+    "call('ZCARD', string.sub(KEYS[1], 1, -3) .. ':lease')} end\n"
     "local bs = call('ZRANGE', KEYS[1], 0, tonumber(ARGV[2]) - 1)\n"
     "if #bs > 0 then local ks = {} for i = 1, #bs do ks[i] = KEYS[1] .. ':' .. bs[i] end\n"
     "  call('UNLINK', unpack(ks)) call('ZREM', KEYS[1], unpack(bs)) return 1 end\n"
@@ -202,8 +207,8 @@ static uint64_t rr_clamp(uint64_t ms)
 /* One script call of body on partition p's slot: EVAL body 5 keys args.
  * Under api_mu, the calling thread's error noted. 0 and *out (not an error
  * reply), or an error code. */
-static int rr_eval_body(struct tw_redis *r, const char *body, uint32_t p, int nargs,
-                        const char **args, const size_t *lens, redisReply **out)
+int tw_rr_eval_body(struct tw_redis *r, const char *body, uint32_t p, int nargs,
+                    const char **args, const size_t *lens, redisReply **out)
 {
     char kb[6][TW_RR_KEYBUF], nk[4];
     const char *av[3 + TW_RR_NKEYS + 16];
@@ -272,7 +277,7 @@ int tw_redis_get(struct tw_redis *r, const void *key, size_t key_len, struct tw_
     const char *args[1] = {key};
     size_t lens[1] = {key_len};
     redisReply *x;
-    int rc = rr_eval_body(r, rr_get_lua, tw_rr_part_of(r, key, key_len), 1, args, lens, &x);
+    int rc = tw_rr_eval_body(r, rr_get_lua, tw_rr_part_of(r, key, key_len), 1, args, lens, &x);
     if (rc)
         return rc;
     if (x->type != REDIS_REPLY_ARRAY || x->elements != 3 ||
@@ -377,7 +382,7 @@ int tw_redis_list(struct tw_redis *r, uint64_t from_ms, uint64_t to_ms,
     int rc = 0;
     for (uint32_t p = 0; p < r->cfg.partitions && rc == 0; p++) {
         redisReply *x;
-        if ((rc = rr_eval_body(r, rr_list_lua, p, 5, args, lens, &x)) != 0)
+        if ((rc = tw_rr_eval_body(r, rr_list_lua, p, 5, args, lens, &x)) != 0)
             break;
         if (x->type != REDIS_REPLY_ARRAY || x->elements % 2) {
             rc = TW_EPROTO;
@@ -450,7 +455,7 @@ int tw_redis_counts(struct tw_redis *r, uint64_t within_ms, struct tw_redis_coun
     uint64_t first = UINT64_MAX;
     for (uint32_t p = 0; p < r->cfg.partitions; p++) {
         redisReply *x;
-        int rc = rr_eval_body(r, rr_counts_lua, p, 2, args, NULL, &x);
+        int rc = tw_rr_eval_body(r, rr_counts_lua, p, 2, args, NULL, &x);
         if (rc)
             return rc;
         if (x->type != REDIS_REPLY_ARRAY || x->elements != 10) {
@@ -594,7 +599,7 @@ int tw_redis_drop(struct tw_redis *r, bool force)
     args[0] = "check";
     for (uint32_t p = 0; p < r->cfg.partitions && !force; p++) {
         redisReply *x;
-        int rc = rr_eval_body(r, rr_drop_lua, p, 1, args, NULL, &x);
+        int rc = tw_rr_eval_body(r, rr_drop_lua, p, 1, args, NULL, &x);
         if (rc)
             return rc;
         bool busy = x->type != REDIS_REPLY_ARRAY || rr_int_at(x, 0) || rr_int_at(x, 1);
@@ -613,7 +618,7 @@ int tw_redis_drop(struct tw_redis *r, bool force)
         long long more = 1;
         while (more == 1) {
             redisReply *x;
-            int rc = rr_eval_body(r, rr_drop_lua, p, (int)RR_NELEMS(args), args, NULL, &x);
+            int rc = tw_rr_eval_body(r, rr_drop_lua, p, (int)RR_NELEMS(args), args, NULL, &x);
             if (rc)
                 return rc;
             more = x->type == REDIS_REPLY_INTEGER ? x->integer : -1;

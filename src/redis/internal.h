@@ -490,7 +490,7 @@ bool tw_rr_local_armed_waits(struct tw_rr_local *l, uint64_t by_ns);
 
 /* ---- the layer's state: struct tw_redis and what its files share ---------- */
 #define TW_RR_QUEUE_MAX 64      /* queue name bytes */
-#define TW_RR_KEYBUF 96         /* "{queue:p}:lease" fits */
+#define TW_RR_KEYBUF 96         /* "{queue:p}:leases" fits */
 #define TW_RR_RETRY_MS 100      /* a start that failed for I/O is retried this much later */
 #define TW_RR_HIST 512       /* lateness histogram buckets */
 #define TW_RR_SAMPLE_NODES 64 /* nodes a claim round samples the clock of */
@@ -569,6 +569,7 @@ struct tw_rr_round {
     char cnt[TW_RR_GROUPS_MAX][3][24]; /* nack, nstart, until (ms) */
     char tok[TW_RR_RUN_BATCH][24];
     char att[TW_RR_RUN_BATCH][24];    /* the attempt a start records */
+    char due[TW_RR_RUN_BATCH][24];    /* a start's due time (ms, the claim's) */
     char atok[TW_RR_ACK_MAX][24];
     char lease[16], ahead[24];
 };
@@ -732,7 +733,7 @@ struct tw_rr_trace {
 
 /* ---- the layer's files and what each gives the others ----------------------- */
 /* keys.c: the partition of a key and the names of a partition's keys. */
-extern const char *const tw_rr_suffix[6]; /* ":d", ":lease", ":task", ":seq", ":hold", ":ch" */
+extern const char *const tw_rr_suffix[6]; /* ":d", ":leases", ":task", ":seq", ":hold", ":ch" */
 uint64_t tw_rr_hash_of(const void *key, size_t len);
 uint32_t tw_rr_part_of(const struct tw_redis *r, const void *key, size_t len);
 /* The five keys and the channel of partition p, into buf. */
@@ -889,6 +890,15 @@ int tw_rr_check_masters(struct tw_redis *r);
  * TW_ECONFLICT, TW_ENOENT (an inspecting client, no queue), TW_EOOM,
  * TW_EIO, TW_EPROTO, TW_ENOMEM. */
 int tw_rr_check_partitions(struct tw_redis *r);
+/* upgrade.c: the lease sets a previous version left ({q:p}:lease, bare
+ * keys) converted into {q:p}:leases: 0 or an error code (TW_EPROTO: a set
+ * that does not shrink). */
+int tw_rr_upgrade_leases(struct tw_redis *r);
+/* inspect.c: one script call of body on partition p's slot (EVAL body with
+ * the partition's five keys, then nargs args; lens NULL: C strings). Under
+ * api_mu. 0 and *out (not an error reply), or an error code. */
+int tw_rr_eval_body(struct tw_redis *r, const char *body, uint32_t p, int nargs,
+                    const char **args, const size_t *lens, redisReply **out);
 /* The same read only, for a client configured with 0 or AUTO (others: 0 at
  * once): the count it will use (the stored one, or a new queue's), nothing
  * written, so that the permission check (acl.c) asks for the right keys. */

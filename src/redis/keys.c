@@ -7,7 +7,7 @@
 
 #include "redis/internal.h"
 
-const char *const tw_rr_suffix[6] = {":d", ":lease", ":task", ":seq", ":hold", ":ch"};
+const char *const tw_rr_suffix[6] = {":d", ":leases", ":task", ":seq", ":hold", ":ch"};
 
 uint64_t tw_rr_hash_of(const void *key, size_t len)
 {

@@ -29,8 +29,12 @@
  *                          order they were put there
  *   {q:p}:d        ZSET    index: b -> b, one member per          as above, when a bucket
  *                          non-empty bucket                       appears or empties
- *   {q:p}:lease    ZSET    key -> lease end ms (claimed; + 0.5    set move remove claim start ack fail release
- *                          once started: the start's attempt)
+ *   {q:p}:leases   ZSET    key:token -> lease end ms (claimed,    set move remove claim start ack fail release
+ *                          under the token the record holds;
+ *                          + 0.5 once started: the start's
+ *                          attempt). key:token, so that start
+ *                          and ack need not read the record
+ *                          (a member means that lease runs)
  *   {q:p}:task     HASH    key -> "token attempt due " payload    all
  *   {q:p}:seq      STRING  token counter (INCRBY): a task's       set move claim fail release
  *                          token is taken when it is armed        requeue, a schedule's fire
@@ -169,19 +173,20 @@
  *                                              one (LRANGE .. LTRIM)
  *   (worker)   TIME     1 per node per round   TIME                               O(1)
  *   start      START    1 round trip per       TIME; per partition group of the   O(k log n)
- *                       executor round: the    call: one HMGET of its k started
- *                       tasks of one span      tasks' records (the token), one
- *                       (start_ahead_ms / 2;   ZADD XX GT CH of their leases
- *                       <= 32): one call       (lengthened, marked started: the
- *                       standalone (cut at 128 record is not written, the lease
- *                       arguments), one per    not read), [one ZMSCORE when it
- *                       partition in a cluster changed fewer than it started]
- *   (ack)      START    1 round trip per       TIME; per partition group: one     O(a log n)
- *                       batch: every pending   HMGET of its a acknowledged
- *                       ACK once the oldest    tasks ([one ZMSCORE] when a lease
- *                       has waited 100 ms      may have ended), HDEL ZREM of
- *                       (<= 128 of <= 48       those still this lease's
- *                       partitions a round)
+ *                       executor round: the    call: one ZADD XX GT CH of its k
+ *                       tasks of one span      lease members key:token
+ *                       (start_ahead_ms / 2;   (lengthened, marked started; the
+ *                       <= 32): one call       record neither read nor written),
+ *                       standalone (cut at 160 [one ZMSCORE when it changed fewer
+ *                       arguments), one per    than it started]
+ *                       partition in a cluster
+ *   (ack)      START    1 round trip per       TIME; per partition group: ZREM    O(a log n)
+ *                       batch: every pending   of its a lease members, then HDEL
+ *                       ACK once the oldest    of the a records when all were
+ *                       has waited 100 ms      there; else (or when a lease may
+ *                       (<= 128 of <= 48       have ended) HMGET of the records
+ *                       partitions a round)    [ZMSCORE], HDEL [ZREM] of those
+ *                                              still this lease's
  *   fail       FAIL     1 per FAILED task      HGET TIME ZSCORE EXISTS(2) INCRBY  O(log n)
  *                                              HSET
  *                                              ZREM RPUSH [ZADD index]
@@ -190,6 +195,9 @@
  *                                              ZREM
  *                                              RPUSH [ZADD index] GET [PUBLISH]
  *   stats      HLEN     1 per partition        HLEN                               O(1)
+ *   (new)      EVAL     1 per partition, + 1   EXISTS(2) ZRANGEBYSCORE LIMIT      O(1) once
+ *                       per 1000 leases an     1000 of {q:p}:lease; per 1000:     converted
+ *                       earlier version left   HMGET ZADD ZREM (upgrade.c)
  *   (fail, claim at a task's last attempt, the lease's start mark folded in:
  *              FAIL's or the recovery's writes become ZREM lease, HSET dead,
  *              HDEL task: the same cost)
@@ -291,18 +299,19 @@
  * already holds the token), start (lease ZADD only: the
  * start's attempt is the lease's + 0.5 mark, folded into the record by
  * whoever ends the lease without deleting it, so the record and its
- * payload are not rewritten) and acknowledgement (HDEL, ZREM); a start
- * group reads the records only (HMGET: the token; a record that holds the
- * worker's token means its lease member exists, scripts.c), and
- * acknowledgements go in batches, a
- * partition's group of them one HMGET, HDEL and ZREM (ack.c: why
- * not riding on STARTs). A polling queue writes a task once (ZADD) and
- * takes it in bulk. What is left per task is per-call and per-partition
- * work at low density (a START call per start_ahead_ms / 2 per worker, and
- * a START group of about one task at 1e5 tasks a minute on 16 partitions:
- * its HMGET and ZADD are that task's) and START's read of the record for
- * the token; cutting those needs leases of many tasks under one
- * record (a batch token, its tasks' starts and attempts counted without a
+ * payload are not rewritten) and acknowledgement (ZREM, HDEL). Only the
+ * claim reads the records (HMGET: the token and the payload): the lease
+ * member is the key and that token, so a start group is one ZADD XX of the
+ * members and an acknowledgement group one ZREM of them (a member means
+ * the lease it names runs: scripts.c), and acknowledgements go in batches,
+ * a partition's group of them one ZREM and one HDEL (ack.c: why not
+ * riding on STARTs). A polling queue writes a task once (ZADD) and takes
+ * it in bulk. What is left per task is per-call and per-partition work at
+ * low density (a START call per start_ahead_ms / 2 per worker, and a START
+ * group of about one task at 1e5 tasks a minute on 16 partitions: its ZADD
+ * is that task's) and a write per task at claim, start and
+ * acknowledgement; cutting those needs leases of many tasks under one
+ * member (a batch token, its tasks' starts and attempts counted without a
  * write each): not done.
  *
  * Starting ahead (start_ahead_ms, A; local.c): a held task leaves the
@@ -443,10 +452,10 @@
  *    (+ hold_ms / 8) after their due time.
  *  - start, run when the local queue lets the task out (start_ahead_ms
  *    before its due time at most), is the gate: it checks that the lease
- *    is still this worker's (same token: a set, move or remove since the
- *    claim gave the record a new token or deleted it, so "replace and
- *    remove win" hold for held tasks too; a claim that took an expired
- *    hold back did too, and a hold
+ *    is still this worker's (its member key:token exists: a set, move or
+ *    remove since the claim removed it with the record's token, so
+ *    "replace and remove win" hold for held tasks too; a claim that took
+ *    an expired hold back did too, and a hold
  *    that ran out with no claim since is still this worker's alone), that
  *    the task is due within start_ahead_ms by the server's clock (TIME +
  *    ahead >= due; the worker waits out the rest), counts the attempt
@@ -976,7 +985,8 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
      * the keys of the first and the last partition */
     if ((rc = tw_rr_read_partitions(r)) != 0 || (rc = tw_rr_acl_check(r)) != 0 ||
         (rc = rr_load_scripts(r)) != 0 ||
-        (rc = tw_rr_check_masters(r)) != 0 || (rc = tw_rr_check_partitions(r)) != 0) {
+        (rc = tw_rr_check_masters(r)) != 0 || (rc = tw_rr_check_partitions(r)) != 0 ||
+        (!r->adopt && (rc = tw_rr_upgrade_leases(r)) != 0)) {
         snprintf(why, sizeof why, "%s", r->api.err[0] ? r->api.err : tw_strerror(rc));
         goto fail;
     }

@@ -6,25 +6,34 @@
  * ARGV, below):
  *   KEYS[1] index  ZSET  bucket number b -> b (the non-empty due buckets;
  *                        bucket b is the LIST KEYS[1] .. ':' .. b, below)
- *   KEYS[2] lease  ZSET  key -> lease end ms  (tasks claimed by a worker)
+ *   KEYS[2] leases ZSET  key .. ':' .. token -> lease end ms  (tasks claimed by
+ *                        a worker, each under the token its record holds)
  *   KEYS[3] task   HASH  key -> "token attempt due " .. payload
  *   KEYS[4] seq    STRING token counter
  *   KEYS[5] hold   STRING latest window end claimed by any worker (ms, with a TTL)
- * A task is in exactly one of its due bucket and lease (the lease member
- * says which). Its token is taken from seq whenever a script puts it in a
- * bucket (arm(): set, set_opts, move, CLAIM's recovery, FAIL, RELEASE,
- * requeue, a schedule's occurrence), never reused, so a token names one
- * arming and at most one lease of it: CLAIM leases a task under the token
- * its record holds and writes the lease only. A worker learns a token only
- * from the claim that leased it, so a record that still holds it means
- * that lease's member exists (every script that removes a member gives the
- * record a new token or deletes it). One exception: a failover that loses
+ * A task is in exactly one of its due bucket and lease (the lease member,
+ * its key and the token its record holds, says which). Its token is taken
+ * from seq whenever a script puts it in a bucket (arm(): set, set_opts,
+ * move, CLAIM's recovery, FAIL, RELEASE, requeue, a schedule's
+ * occurrence), never reused, so a token names one arming and at most one
+ * lease of it: CLAIM leases a task under the token its record holds and
+ * writes the lease member only. A worker learns a token only from the
+ * claim that leased it; every script that removes a member gives the
+ * record a new token or deletes it, and no script adds a member but
+ * CLAIM's. So the member key:token exists exactly while the record holds
+ * that token and the lease runs or waits to be recovered: START and the
+ * acknowledgement check the member, not the record. One exception: a
+ * failover that loses
  * a claim's writes (replication is asynchronous) leaves the record with
  * its token and the task in its bucket, while the worker holds the token;
  * START then finds no lease member and refuses (below), but a later claim
  * of the task leases it under that same token (redis.h, "Replication and
- * failover"). A record a version that took tokens at claim wrote while
- * waiting holds token 0; CLAIM gives it one (and writes it).
+ * failover"); a lease member whose token its record does not hold (none
+ * should exist: a failover keeps a prefix of the writes) is dropped by the
+ * recovery that finds it, the task untouched. A record a version that took tokens at claim
+ * wrote while waiting holds token 0; CLAIM gives it one (and writes it).
+ * Earlier versions kept the leases in {q:p}:lease, members the bare keys:
+ * upgrade.c converts them when a client opens the queue.
  * attempt counts the starts of earlier leases; the start of the
  * current lease is marked in its lease score instead (started(): a lease
  * START lengthened ends at a whole ms + 0.5, a claim's hold at a whole ms),
@@ -56,9 +65,12 @@
     /* the token of a new arming (the record's first field) */                             \
     "local function arm() return redis.call('INCRBY', KEYS[4], 1) end\n"                      \
     "local function due_at(now, d) return math.floor((now + 999) / 1000) + d end\n"        \
+    /* the lease member of key `k` under token `t` (a number or its digits) */             \
+    "local function lm(k, t) return k .. ':' .. (type(t) == 'number' and "                 \
+    "string.format('%d', t) or t) end\n"                                                   \
     /* the lease of `k` is held by token `t` and still running at `now` */                 \
     "local function held(k, tok, t, now) if tok ~= t then return false end "               \
-    "local ls = redis.call('ZSCORE', KEYS[2], k) "                                         \
+    "local ls = redis.call('ZSCORE', KEYS[2], lm(k, t)) "                                  \
     "return ls and tonumber(ls) * 1000 > now and ls end\n"                                  \
     /* 1 when lease score `ls` (a string or number) carries START's mark, else 0 */        \
     "local function started(ls) ls = tonumber(ls) "                                         \
@@ -97,8 +109,9 @@
     "local function bdel(k, due) local b = I(math.floor(due / W)) local bk = bkey(b) "     \
     "if redis.call('LREM', bk, 1, k) == 1 and redis.call('EXISTS', bk) == 0 then "         \
     "redis.call('ZREM', KEYS[1], b) end end\n"                                             \
-    /* a task out of its lease if it is leased, else out of its bucket */                  \
-    "local function unarm(k, due) if redis.call('ZREM', KEYS[2], k) == 0 then "              \
+    /* a task (record token tok) out of its lease if it is leased, else out */             \
+    /* of its bucket */                                                                    \
+    "local function unarm(k, tok, due) if redis.call('ZREM', KEYS[2], lm(k, tok)) == 0 then " \
     "bdel(k, due) end end\n"
 
 /* The retry limit and the dead letters (dead.c; schema in redis.c). A
@@ -150,24 +163,25 @@
     "local big = call('EXISTS', KEYS[3]) == 0 and string.rep('-', 513)\n"                    \
     "local old = call('HMGET', KEYS[3], unpack(A, 3, 2 + nk))\n"                            \
     "local D = {struct.unpack('<' .. string.rep('I8', nk), A[3 + 2 * nk])}\n"               \
-    "local hs, lz, ld, nl, rb, rs, nr, cb = {}, {}, {}, 0, {}, {}, 0, -1\n"                 \
+    "local hs, lz, lk, ld, nl, rb, rs, nr, cb = {}, {}, {}, {}, 0, {}, {}, 0, -1\n"        \
     /* the tasks' tokens: tk0 + 1 .. tk0 + nk */                                            \
     "local tk0 = call('INCRBY', KEYS[4], nk) - nk\n"                                        \
     "for j = 1, nk do local k = A[2 + j] local j2 = 2 * j\n"                                \
     "  local due = now + D[j]\n"                                                            \
     "  hs[j2 - 1] = k hs[j2] = fmt('%d 0 %d ', tk0 + j, due) .. A[2 + nk + j]\n"            \
     "  local o = old[j]\n"                                                                  \
-    "  if o then local tok, att, od = parse(o) nl = nl + 1 lz[nl] = k ld[nl] = od end\n"    \
+    "  if o then local tok, att, od = parse(o) nl = nl + 1 lz[nl] = lm(k, tok) lk[nl] = k " \
+    "ld[nl] = od end\n"                                                                    \
     "  local b = floor(due / W)\n"                                                          \
     "  if b ~= cb then nr = nr + 1 rb[nr] = b rs[nr] = j cb = b end\n"                      \
     "  if due < h and (not first or due < first) then first = due end\n"                    \
     "end\n"                                                                                 \
     "rs[nr + 1] = nk + 1\n"                                                                 \
     /* a replaced task leaves its lease, or else its bucket */                               \
-    "if nl > 0 then local ls, lk, n2 = call('ZMSCORE', KEYS[2], unpack(lz, 1, nl)), {}, 0\n"  \
+    "if nl > 0 then local ls, lr, n2 = call('ZMSCORE', KEYS[2], unpack(lz, 1, nl)), {}, 0\n" \
     "  for x = 1, nl do\n"                                                                   \
-    "    if ls[x] then n2 = n2 + 1 lk[n2] = lz[x] else bdel(lz[x], ld[x]) end end\n"         \
-    "  if n2 > 0 then call('ZREM', KEYS[2], unpack(lk, 1, n2)) end end\n"                   \
+    "    if ls[x] then n2 = n2 + 1 lr[n2] = lz[x] else bdel(lk[x], ld[x]) end end\n"       \
+    "  if n2 > 0 then call('ZREM', KEYS[2], unpack(lr, 1, n2)) end end\n"                  \
     "if big then hs[2 * nk + 1] = big hs[2 * nk + 2] = '' end\n"                             \
     "call('HSET', KEYS[3], unpack(hs))\n"                                                   \
     "if big then call('HDEL', KEYS[3], big) end\n"                                           \
@@ -191,7 +205,7 @@
     "local v = redis.call('HGET', KEYS[3], ARGV[1])\n"                                     \
     "if not v then return -1 end\n"                                                        \
     "local tok, att, due, pos = parse(v)\n"                                                \
-    "unarm(ARGV[1], due)\n"                                                                 \
+    "unarm(ARGV[1], tok, due)\n"                                                           \
     "due = due_at(now_us(), tonumber(ARGV[2]))\n"                                          \
     "redis.call('HSET', KEYS[3], ARGV[1], rec(arm(), 0, due, string.sub(v, pos)))\n"       \
     "badd(ARGV[1], due)\n"                                                                 \
@@ -207,7 +221,7 @@
     "local v = redis.call('HGET', KEYS[3], ARGV[1])\n"                                     \
     "if not v then return -1 end\n"                                                        \
     "local tok, att, due = parse(v)\n"                                                     \
-    "redis.call('HDEL', KEYS[3], ARGV[1]) unarm(ARGV[1], due)\n"                           \
+    "redis.call('HDEL', KEYS[3], ARGV[1]) unarm(ARGV[1], tok, due)\n"                      \
     "redis.call('SET', ARGV[2], '0', 'PX', ARGV[3])\n"                                     \
     "return 0\n"
 
@@ -243,7 +257,7 @@
  * lease_ms when the task starts. Per slice of up to 1000 keys of a bucket,
  * each command takes what it leases at once: HMGET of the records (each
  * holds its token, taken when it was armed: the record is not written),
- * lease ZADD; then the bucket's LTRIM or DEL: not HGET and ZADD per
+ * lease ZADD of the members key:token; then the bucket's LTRIM or DEL: not HGET and ZADD per
  * task. Slices, because Lua's unpack
  * passes at most ~8000 values to a command, and a bucket holds whatever was
  * set due within its W ms (a burst of tasks set with one delay).
@@ -272,9 +286,13 @@
     "local exp = only and {} or redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', "              \
     "now_ms, 'WITHSCORES', 'LIMIT', 0, n)\n"                                                 \
     "local qmax, dl = tonumber(ARGV[6] or '0'), {}\n"                                       \
-    "for i = 1, #exp, 2 do local k = exp[i]\n"                                              \
-    " local v = redis.call('HGET', KEYS[3], k) redis.call('ZREM', KEYS[2], k)\n"            \
-    " if v then local tok, att, due, pos = parse(v) att = att + started(exp[i + 1])\n"      \
+    /* a member whose token its record does not hold is stale (above): */                  \
+    /* dropped, the task untouched */                                                      \
+    "for i = 1, #exp, 2 do local k, mt = string.match(exp[i], '^(.*):(%d+)$')\n"           \
+    " redis.call('ZREM', KEYS[2], exp[i])\n"                                               \
+    " local v = k and redis.call('HGET', KEYS[3], k)\n"                                    \
+    " local tok, att, due, pos if v then tok, att, due, pos = parse(v) end\n"              \
+    " if v and tok == tonumber(mt) then att = att + started(exp[i + 1])\n"                 \
     "  if spent(att, qmax) then bury(k, att, now_ms, due, 'lease lost', string.sub(v, pos))\n" \
     "   dl[#dl + 1] = k dl[#dl + 1] = att else\n"                                           \
     "  redis.call('HSET', KEYS[3], k, rec(arm(), att, due, string.sub(v, pos)))\n"          \
@@ -302,10 +320,10 @@
     "    due = due + 0 local p, t = sub(v, pos), tk + 0\n"                                  \
     /* token 0: written by a version that took tokens at claim; one now, */                 \
     /* its digits in place of the 0 */                                                      \
-    "    if t == 0 then t = redis.call('INCRBY', KEYS[4], 1)\n"                                 \
-    "     hs[nh + 1] = k hs[nh + 2] = fmt('%d', t) .. sub(v, #tk + 1) nh = nh + 2 end\n"     \
+    "    if t == 0 then t = redis.call('INCRBY', KEYS[4], 1) tk = fmt('%d', t)\n"          \
+    "     hs[nh + 1] = k hs[nh + 2] = tk .. sub(v, 2) nh = nh + 2 end\n"                   \
     "    lz[nz + 1] = fmt('%d', (due > now_ms and due or now_ms) + hms)\n"                  \
-    "    lz[nz + 2] = k nz = nz + 2\n"                                                      \
+    "    lz[nz + 2] = k .. ':' .. tk nz = nz + 2\n"                                        \
     "    out[no + 1] = k out[no + 2] = due out[no + 3] = t out[no + 4] = att + 0\n"         \
     "    out[no + 5] = p no = no + 5\n"                                                     \
     "    bytes = bytes + #p + #k end\n"                                                     \
@@ -376,8 +394,9 @@
  * ARGV: lease_ms, ahead_us, then per group: its lease key, its task key,
  * nack, nstart, until (ms: the earliest lease end among the group's
  * acknowledgements as the worker knows it, 0 when it has none), nack key,
- * token pairs to acknowledge, nstart key, token, attempt triples to start
- * (the attempt the claim returned, plus one)
+ * token pairs to acknowledge, nstart key, token, attempt, due quadruples
+ * to start (the attempt the claim returned, plus one; the due time the
+ * claim returned: a token names one arming, whose due time never changes)
  * -> {now_us, then per group: r per acknowledgement (1 deleted, 0 stale:
  *    not our lease any more, nothing deleted; 2 absent: deleted already, by
  *    a lost earlier try of this acknowledgement or by someone else, ack.c),
@@ -387,9 +406,10 @@
  *    is not written, and a start redone after a lost reply finds the mark,
  *    so the attempt counts once);
  *    s = 0 not due within ahead_us by the server's clock (a = us until due);
- *    s = -1 lease gone: the record holds another token (a set or move, a
- *    claim that recovered it, FAIL or RELEASE), or there is none (removed,
- *    acknowledged) (a = 0)}.
+ *    s = -1 lease gone: its member key:token is not in the lease set (a set
+ *    or move, a claim that recovered it, FAIL or RELEASE removed it with
+ *    the token; removed, acknowledged) (a = 0)}. A start not yet due
+ *    answers 0 without looking: the worker asks again when it is.
  * A lease that has run out but is still this token's (no claim has recovered
  * it yet) starts like a running one: no one else was given the task, so the
  * start keeps one holder at a time; a worker that was slow to start a held
@@ -401,80 +421,84 @@
  * computes the same from the reply's clock and its due time, and calls
  * execute only while that end surely lies ahead on the server's clock
  * (fencing: execute.c).
- * A start reads the record only: a record that holds the worker's token
- * means its lease member exists (the top of this file), so the lease needs
- * no read. Its write is ZADD XX GT CH of the lengthened end + 0.5: it marks
+ * A start reads and writes no record: its lease member key:token is the
+ * check. Its write is ZADD XX GT CH of the lengthened end + 0.5: it marks
  * a claim's hold (which ends before: hold_ms <= lease_ms, and the server's
  * clock has moved on since the claim) and lengthens a start's mark only
  * forwards (a redone start), never adding a member. When it changed fewer
- * members than it started, one ZMSCORE reads them, and a start whose lease
+ * members than it started, one ZMSCORE reads them, and a start whose
  * member is absent answers -1: a redone start leaves its mark as it was,
- * and a failover that lost a claim's writes (the record kept the token set
- * gave it; the lease member and the bucket's removal were lost) must not
- * run the task without a lease. An acknowledgement deletes only while its lease
- * runs. The worker knows a lower bound of each lease's end (the end its
- * START's answer granted; a redone start only lengthened it), so when the
- * group's until lies ahead of TIME every matching token's lease runs (a
- * record that holds the worker's token means its lease member exists) and
- * the leases need no read; otherwise (an acknowledgement delayed past a
- * lease's end: rare) one ZMSCORE reads them, and those that ended delete
- * nothing. Should a failover lose a START's write, until may lie past the
- * hold left in the lease; a matching token still means no claim took the
- * task back, no one else holds it, and the acknowledgement deletes it.
- * The leases' scores come back as doubles that Redis formats with printf
- * and Lua parses back: the read costs more than the deletes.
- * Each command takes the group's tasks at once: one HMGET of the records
- * of its acknowledgements and starts together, [one ZMSCORE of the
- * acknowledged ones' leases], then one HDEL and ZREM for the acknowledged,
- * one ZADD for the started, whatever their number. An acknowledgement and
- * a start of one key in one group cannot both hold the record's token (the
- * worker acknowledges a lease only after its START answered), so at most
- * one of them acts on it. Numbers go to Redis as strings made by
+ * while an absent member is a lease gone (above), or one a failover lost
+ * with a claim's writes (the record kept the token set gave it; the task
+ * is in its bucket again), which must not run without a lease.
+ * An acknowledgement deletes only while its lease runs. The worker knows
+ * a lower bound of each lease's end (the end its START's answer granted; a
+ * redone start only lengthened it), so when the group's until lies ahead
+ * of TIME every member of the group that exists names a running lease: one
+ * ZREM of the members, and when it removed them all (the common case),
+ * one HDEL of the keys (a member means its record holds that token: the
+ * top of this file). When it removed fewer, one HMGET tells which records
+ * hold the acknowledged token (those are deleted: their members were
+ * there, or a failover lost them, below) from the stale and the absent.
+ * When until is not ahead (an acknowledgement delayed past a lease's end:
+ * rare) the members are read first (ZMSCORE, with the records' HMGET), and
+ * those that ended delete nothing. Should a failover lose a START's
+ * write, until may lie past the hold left in the lease; a matching token
+ * still means no claim took the task back, no one else holds it, and the
+ * acknowledgement deletes it. The leases' scores come back as doubles that
+ * Redis formats with printf and Lua parses back: the read costs more than
+ * the deletes.
+ * Each command takes the group's tasks at once: one ZREM and one HDEL for
+ * the acknowledged (with [HMGET] [ZMSCORE] as above), one ZADD for the
+ * started, whatever their number. An acknowledgement and a start of one
+ * key in one group cannot both name the current lease (the worker
+ * acknowledges a lease only after its START answered), so at most one of
+ * them acts on it. Numbers go to Redis as strings made by
  * string.format (not Lua's '%.14g'), strings become numbers by arithmetic
  * (the top of this file). */
 #define START_LUA                                                                          \
-    "local call, unpack, match, floor, fmt = redis.call, unpack, string.match, math.floor, " \
-    "string.format\n"                                                                      \
+    "local call, unpack, match, floor, fmt = redis.call, unpack, string.match, math.floor, string.format\n" \
     "local t = call('TIME') local now = t[1] * 1000000 + t[2]\n"                           \
     "local now_ms = floor(now / 1000) local L = ARGV[1] + 0\n"                             \
     "local ahead = ARGV[2] + 0 local out, o, i = {now}, 1, 3\n"                            \
     "while i <= #ARGV do local LK, TK = ARGV[i], ARGV[i + 1]\n"                            \
     "  local na, ns, U = ARGV[i + 2] + 0, ARGV[i + 3] + 0, ARGV[i + 4] * 1000 i = i + 5\n" \
-    "  local ks, ts, m, i0 = {}, {}, na + ns, i + 2 * na\n"                                \
-    "  for j = 1, na do ks[j] = ARGV[i] ts[j] = ARGV[i + 1] i = i + 2 end\n"                \
-    "  for j = na + 1, m do ks[j] = ARGV[i] ts[j] = ARGV[i + 1] i = i + 3 end\n"            \
-    "  if m > 0 then local vs = call('HMGET', TK, unpack(ks, 1, m))\n"                      \
-    "  if na > 0 then local del, nd = {}, 0\n"                                              \
+    "  if na > 0 then local ks, ms, ts = {}, {}, {}\n"                                     \
+    "    for j = 1, na do local k, tk = ARGV[i], ARGV[i + 1]\n"                            \
+    "      ks[j] = k ts[j] = tk ms[j] = k .. ':' .. tk i = i + 2 end\n"                    \
+    /* every lease surely runs (until ahead): the members out at once, and */              \
+    /* when all were there, every record is this lease's */                                \
+    "    if U > now and call('ZREM', LK, unpack(ms, 1, na)) == na then\n"                  \
+    "      call('HDEL', TK, unpack(ks, 1, na)) for j = 1, na do o = o + 1 out[o] = 1 end\n" \
+    "    else local vs = call('HMGET', TK, unpack(ks, 1, na))\n"                           \
     /* the leases are read only when one may have ended (until not ahead) */               \
-    "    local ls = U <= now and call('ZMSCORE', LK, unpack(ks, 1, na))\n"                  \
+    "      local ls = U <= now and call('ZMSCORE', LK, unpack(ms, 1, na))\n"               \
+    "      local del, dm, nd = {}, {}, 0\n"                                                \
     /* tokens compared as the decimal strings both sides write */                          \
-    "    for j = 1, na do local r, v = 0, vs[j]\n"                                            \
-    "      if v and (not ls or ls[j] and ls[j] * 1000 > now) and match(v, '^%d+') == ts[j] then\n" \
-    "        nd = nd + 1 del[nd] = ks[j] r = 1 elseif not v then r = 2 end\n"                \
-    "      o = o + 1 out[o] = r\n"                                                            \
-    "    end\n"                                                                               \
-    "    if nd > 0 then call('HDEL', TK, unpack(del, 1, nd)) call('ZREM', LK, unpack(del, 1, nd)) end\n" \
-    "  end\n"                                                                                 \
-    "  local lz, nz, at = {}, 0, {}\n"                                                        \
-    "  for j = na + 1, m do local s, a, v = -1, 0, vs[j]\n"                                   \
-    "    if v then local tok, due = match(v, '^(%d+) %d+ (%d+) ')\n"                         \
-    "      if tok == ts[j] then due = due + 0\n"                                              \
-    "        if now + ahead < due * 1000 then s = 0 a = due * 1000 - now\n"                   \
-    "        else s = 1 a = ARGV[i0 + 3 * (j - na) - 1] + 0\n"                                \
-    "          lz[nz + 1] = fmt('%d.5', (due > now_ms and due or now_ms) + L) lz[nz + 2] = ks[j]\n" \
-    "          nz = nz + 2 at[nz / 2] = o + 1 end\n"                                          \
-    "      end\n"                                                                             \
-    "    end\n"                                                                               \
-    "    out[o + 1] = s out[o + 2] = a o = o + 2\n"                                           \
-    "  end\n"                                                                                 \
-    /* fewer changed than started: a redone start's mark, or a lease this */                \
-    /* server does not have (a claim a failover lost): read which */                        \
+    "      for j = 1, na do local r, v = 0, vs[j]\n"                                       \
+    "        if v and (not ls or ls[j] and ls[j] * 1000 > now) and match(v, '^%d+') == ts[j] then\n" \
+    "          nd = nd + 1 del[nd] = ks[j] dm[nd] = ms[j] r = 1 elseif not v then r = 2 end\n" \
+    "        o = o + 1 out[o] = r\n"                                                       \
+    "      end\n"                                                                          \
+    "      if nd > 0 then call('HDEL', TK, unpack(del, 1, nd))\n"                          \
+    "        if ls then call('ZREM', LK, unpack(dm, 1, nd)) end end\n"                     \
+    "    end\n"                                                                            \
+    "  end\n"                                                                              \
+    "  local lz, nz, at = {}, 0, {}\n"                                                     \
+    "  for j = 1, ns do local due, s, a = ARGV[i + 3] + 0, 0, 0\n"                         \
+    "    if now + ahead < due * 1000 then a = due * 1000 - now\n"                          \
+    "    else s = 1 a = ARGV[i + 2] + 0\n"                                                 \
+    "      lz[nz + 1] = fmt('%d.5', (due > now_ms and due or now_ms) + L)\n"               \
+    "      lz[nz + 2] = ARGV[i] .. ':' .. ARGV[i + 1] nz = nz + 2 at[nz / 2] = o + 1 end\n" \
+    "    out[o + 1] = s out[o + 2] = a o = o + 2 i = i + 4\n"                              \
+    "  end\n"                                                                              \
+    /* fewer changed than started: a redone start's mark, or a lease gone */               \
+    /* (another token's now, removed, acknowledged, or lost by a failover) */              \
     "  if nz > 0 and call('ZADD', LK, 'XX', 'GT', 'CH', unpack(lz, 1, nz)) < nz / 2 then\n"  \
-    "    local gk = {} for x = 1, nz / 2 do gk[x] = lz[2 * x] end\n"                          \
-    "    local ls = call('ZMSCORE', LK, unpack(gk))\n"                                         \
+    "    local gk = {} for x = 1, nz / 2 do gk[x] = lz[2 * x] end\n"                       \
+    "    local ls = call('ZMSCORE', LK, unpack(gk))\n"                                     \
     "    for x = 1, nz / 2 do if not ls[x] then out[at[x]] = -1 out[at[x] + 1] = 0 end end\n" \
-    "  end\n"                                                                                 \
-    "  end\n"                                                                                 \
+    "  end\n"                                                                              \
     "end\n"                                                                                \
     "return out\n"
 
@@ -490,14 +514,14 @@
     "if not stable() then return redis.error_reply(TRY) end\n"                             \
     /* the attempt of this lease: its start mark folded in (DEAD counts it) */             \
     "att = att + started(ls)\n"                                                             \
-    "if spent(att, tonumber(ARGV[6] or '0')) then redis.call('ZREM', KEYS[2], ARGV[1])\n"   \
+    "if spent(att, tonumber(ARGV[6] or '0')) then redis.call('ZREM', KEYS[2], lm(ARGV[1], tok))\n" \
     "  bury(ARGV[1], att, math.floor(now / 1000), due, ARGV[7] or '', string.sub(v, pos))\n" \
     "  return 2 end\n"                                                                     \
     "local d = tonumber(ARGV[3]) * 2 ^ math.max(att % M32 - 1, 0)\n"                       \
     "if d > tonumber(ARGV[4]) then d = tonumber(ARGV[4]) end\n"                            \
     "due = due_at(now, d)\n"                                                               \
     "redis.call('HSET', KEYS[3], ARGV[1], rec(arm(), att, due, string.sub(v, pos)))\n"     \
-    "redis.call('ZREM', KEYS[2], ARGV[1]) badd(ARGV[1], due)\n"                            \
+    "redis.call('ZREM', KEYS[2], lm(ARGV[1], tok)) badd(ARGV[1], due)\n"                   \
     "if due < hold() then redis.call('PUBLISH', ARGV[5], due) end\n"                       \
     "return 1\n"
 
@@ -508,9 +532,9 @@
     "local tok, att, due, pos = parse(v)\n"                                                \
     "if tok ~= tonumber(ARGV[2]) then return 0 end\n"                                      \
     "if not stable() then return redis.error_reply(TRY) end\n"                             \
-    "att = att + started(redis.call('ZSCORE', KEYS[2], ARGV[1]))\n"                         \
+    "att = att + started(redis.call('ZSCORE', KEYS[2], lm(ARGV[1], tok)))\n"               \
     "redis.call('HSET', KEYS[3], ARGV[1], rec(arm(), att, due, string.sub(v, pos)))\n"     \
-    "redis.call('ZREM', KEYS[2], ARGV[1]) badd(ARGV[1], due)\n"                            \
+    "redis.call('ZREM', KEYS[2], lm(ARGV[1], tok)) badd(ARGV[1], due)\n"                   \
     "if due <= hold() then redis.call('PUBLISH', ARGV[3], due) end\n"                      \
     "return 1\n"
 
@@ -530,7 +554,7 @@
     PRELUDE BUCKETS PUT "if not stable() then return redis.error_reply(TRY) end\n"         \
     "local k = ARGV[1] local o = redis.call('HGET', KEYS[3], k)\n"                         \
     "if o then local tok, att, od = parse(o)\n"                                            \
-    "  unarm(k, od) end\n"                                                                  \
+    "  unarm(k, tok, od) end\n"                                                            \
     "local due = due_at(now_us(), tonumber(ARGV[3]))\n"                                    \
     "put(k, rec(arm(), tonumber(ARGV[5]), due, ARGV[2])) badd(k, due)\n"                   \
     "if due < hold() then redis.call('PUBLISH', ARGV[4], due) end\n"                       \

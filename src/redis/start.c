@@ -12,11 +12,12 @@
  * arguments (the script takes any number of partitions' keys there); in a
  * Redis Cluster each group is its own call (one slot's declared keys), the
  * calls pipelined: one round trip either way. Starts and acknowledgements
- * go in separate rounds: a start group is the record's HMGET and the
- * lease's ZADD; an acknowledgement group is HMGET, HDEL and ZREM for all
- * of a partition's pending acknowledgements at once (why apart: ack.c),
- * with a ZMSCORE of their leases only when one may have ended: the group
- * sends the earliest lease end its items' STARTs granted (scripts.c). */
+ * go in separate rounds: a start group is one ZADD of the lease members
+ * (key:token; the due time sent with each start, the claim's); an
+ * acknowledgement group is ZREM and HDEL for all of a partition's pending
+ * acknowledgements at once (why apart: ack.c), with HMGET and ZMSCORE
+ * only when one is stale or a lease may have ended: the group sends the
+ * earliest lease end its items' STARTs granted (scripts.c). */
 #define _GNU_SOURCE
 #include <stdatomic.h>
 #include <stdio.h>
@@ -26,9 +27,9 @@
 
 #include "redis/internal.h"
 
-#define RR_CALL_ARGV 128 /* arguments of one call, "EVALSHA sha n" included */
+#define RR_CALL_ARGV 160 /* arguments of one call, "EVALSHA sha n" included */
 _Static_assert(RR_CALL_ARGV <= TW_RR_ARGV_MAX, "a START call must fit the router's argument limit");
-_Static_assert(3 + 2 + 2 + 5 + 3 * TW_RR_RUN_BATCH <= RR_CALL_ARGV,
+_Static_assert(3 + 2 + 2 + 5 + 4 * TW_RR_RUN_BATCH <= RR_CALL_ARGV,
                "a group of a whole run's starts must fit one call");
 _Static_assert(3 + 2 + 2 + 5 + 2 * TW_RR_ACK_MAX <= TW_RR_ARGV_MAX,
                "a group of a whole round's acknowledgements must fit one call");
@@ -48,10 +49,10 @@ static long rr_group_of(struct tw_rr_round *e, uint32_t p)
 
 /* Arguments of a call of group g alone, "EVALSHA sha n" and the declared keys
  * included: the group's lease and task keys, counts and until, a start's
- * key, token and attempt, an acknowledgement's key and token. */
+ * key, token, attempt and due time, an acknowledgement's key and token. */
 static size_t rr_grp_argc(const struct tw_rr_grp *g)
 {
-    return 3 + 2 + 2 + 5 + 3 * g->ns + 2 * g->na;
+    return 3 + 2 + 2 + 5 + 4 * g->ns + 2 * g->na;
 }
 
 /* Group the round: the items of v by partition (to start, or to
@@ -188,6 +189,9 @@ static int rr_start_build(void *ctx, size_t c, int *slot, const char **av, size_
             l[na] = (size_t)snprintf(e->att[k], sizeof e->att[k], "%llu",
                                      (unsigned long long)it->attempt + 1);
             a[na++] = e->att[k];
+            l[na] = (size_t)snprintf(e->due[k], sizeof e->due[k], "%llu",
+                                     (unsigned long long)it->due_ms);
+            a[na++] = e->due[k];
         }
     }
     *nargs = na;

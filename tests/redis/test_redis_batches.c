@@ -15,7 +15,8 @@
  * it to max(due, now) + lease_ms + 0.5, answers the attempt it was given; a
  * start redone finds the mark (still 1, the score not shortened); a stale
  * token is refused (-1) and changes nothing; a token whose lease member is
- * gone adds no member (ZADD XX); a start too early answers 0 and writes
+ * gone is refused and adds no member (ZADD XX); a start too early answers 0
+ * and writes
  * nothing; an acknowledgement deletes only for its token with its lease
  * running (1), is stale otherwise (0), absent after the deletion (2).
  *
@@ -486,7 +487,7 @@ static int share_claim(redisContext *c, unsigned share, const char *taken, bool 
 {
     char sh[16];
     snprintf(sh, sizeof sh, "%u", share);
-    const char *av[] = {"EVAL", tw_rr_scripts[TW_RR_CLAIM], "5", "{sz:0}:d", "{sz:0}:lease",
+    const char *av[] = {"EVAL", tw_rr_scripts[TW_RR_CLAIM], "5", "{sz:0}:d", "{sz:0}:leases",
                         "{sz:0}:task", "{sz:0}:seq", "{sz:0}:hold", "1000", "1024", "30000",
                         "4194304", "1000", "0", sh, taken, only ? "1" : "0", "3000"};
     size_t al[sizeof av / sizeof *av];
@@ -545,7 +546,7 @@ static void test_share_script(void)
     redisReply *x = redisCommand(c, "HSET {sz:0}:task z:lost %s", "7 0 1000 p");
     if (x)
         freeReplyObject(x);
-    x = redisCommand(c, "ZADD {sz:0}:lease 2000 z:lost");
+    x = redisCommand(c, "ZADD {sz:0}:leases 2000 z:lost:7");
     if (x)
         freeReplyObject(x);
     unsigned got[8], win;
@@ -558,7 +559,7 @@ static void test_share_script(void)
     CHECK(x && x->type == REDIS_REPLY_INTEGER && x->integer == 0);
     if (x)
         freeReplyObject(x);
-    x = redisCommand(c, "ZSCORE {sz:0}:lease z:lost"); /* not recovered by shares only */
+    x = redisCommand(c, "ZSCORE {sz:0}:leases z:lost:7"); /* not recovered by shares only */
     CHECK(x && x->type == REDIS_REPLY_STRING && strcmp(x->str, "2000") == 0);
     if (x)
         freeReplyObject(x);
@@ -589,12 +590,12 @@ out:
 
 /* ---- the START script ------------------------------------------------------ */
 
-#define LK "{ss:0}:lease"
+#define LK "{ss:0}:leases"
 #define TK "{ss:0}:task"
 #define LEASE_MS 30000
 
 /* START of one group: na acknowledgements (key, token pairs) then ns starts
- * (key, token, attempt triples) as ARGV words, until_ms the earliest lease
+ * (key, token, attempt, due quadruples) as ARGV words, until_ms the earliest lease
  * end of the acknowledged as a worker knows it (0: none known, the script
  * reads the leases); the reply (NULL on error). */
 static redisReply *start_call(redisContext *c, unsigned ahead_ms, uint64_t until_ms, int na,
@@ -619,7 +620,7 @@ static redisReply *start_call(redisContext *c, unsigned ahead_ms, uint64_t until
     av[n++] = cna;
     av[n++] = cns;
     av[n++] = until;
-    for (int i = 0; i < 2 * na + 3 * ns; i++)
+    for (int i = 0; i < 2 * na + 4 * ns; i++)
         av[n++] = words[i];
     for (int i = 0; i < n; i++)
         al[i] = strlen(av[i]);
@@ -632,9 +633,10 @@ static redisReply *start_call(redisContext *c, unsigned ahead_ms, uint64_t until
     return x;
 }
 
-static double zscore(redisContext *c, const char *k)
+/* The score of lease member m (key:token), -1 when absent. */
+static double zscore(redisContext *c, const char *m)
 {
-    redisReply *x = redisCommand(c, "ZSCORE " LK " %s", k);
+    redisReply *x = redisCommand(c, "ZSCORE " LK " %s", m);
     double v = x && x->type == REDIS_REPLY_STRING ? strtod(x->str, NULL) : -1;
     if (x)
         freeReplyObject(x);
@@ -664,12 +666,15 @@ static void test_start_script(void)
     snprintf(r3, sizeof r3, "7 0 %" PRIu64 " p3", due + 60000);
     snprintf(r4, sizeof r4, "8 1 %" PRIu64 " p4", now);
     CHECK_EQ_INT(rfx_command(&srv, "HSET " TK " k1 %s k2 %s k3 %s k4 %s", r1, r2, r3, r4), 0);
-    CHECK_EQ_INT(rfx_command(&srv, "ZADD " LK " %" PRIu64 " k1 %" PRIu64 " k3 %" PRIu64 ".5 k4",
+    char d1[24], d3[24];
+    snprintf(d1, sizeof d1, "%" PRIu64, due);
+    snprintf(d3, sizeof d3, "%" PRIu64, due + 60000);
+    CHECK_EQ_INT(rfx_command(&srv, "ZADD " LK " %" PRIu64 " k1:5 %" PRIu64 " k3:7 %" PRIu64 ".5 k4:8",
                              hold, due + 61000, now + LEASE_MS),
                  0);
     /* k1 started 3 s ahead: marked, lengthened to due + lease_ms (due is
      * after now), the attempt as given */
-    x = start_call(c, 3000, 0, 0, 1, (const char *[]){"k1", "5", "1"});
+    x = start_call(c, 3000, 0, 0, 1, (const char *[]){"k1", "5", "1", d1});
     CHECK(x && x->elements == 3);
     if (x && x->elements == 3) {
         CHECK_EQ_INT(x->element[1]->integer, 1);
@@ -677,33 +682,33 @@ static void test_start_script(void)
     }
     if (x)
         freeReplyObject(x);
-    double s1 = zscore(c, "k1");
+    double s1 = zscore(c, "k1:5");
     CHECK_(s1 == (double)(due + LEASE_MS) + 0.5, "k1 lease %.1f, due %" PRIu64, s1, due);
     /* redone: started again, the mark kept, never shortened */
-    x = start_call(c, 3000, 0, 0, 1, (const char *[]){"k1", "5", "1"});
+    x = start_call(c, 3000, 0, 0, 1, (const char *[]){"k1", "5", "1", d1});
     CHECK(x && x->elements == 3 && x->element[1]->integer == 1);
     if (x)
         freeReplyObject(x);
-    CHECK(zscore(c, "k1") == s1);
+    CHECK(zscore(c, "k1:5") == s1);
     /* a stale token: refused, nothing written */
-    x = start_call(c, 3000, 0, 0, 1, (const char *[]){"k1", "4", "1"});
+    x = start_call(c, 3000, 0, 0, 1, (const char *[]){"k1", "4", "1", d1});
     CHECK(x && x->elements == 3 && x->element[1]->integer == -1);
     if (x)
         freeReplyObject(x);
-    CHECK(zscore(c, "k1") == s1);
-    /* the token with no lease member: no member added */
-    x = start_call(c, 3000, 0, 0, 1, (const char *[]){"k2", "9", "1"});
-    CHECK(x != NULL);
+    CHECK(zscore(c, "k1:5") == s1);
+    /* the token with no lease member: refused, no member added */
+    x = start_call(c, 3000, 0, 0, 1, (const char *[]){"k2", "9", "1", d1});
+    CHECK(x && x->elements == 3 && x->element[1]->integer == -1);
     if (x)
         freeReplyObject(x);
-    CHECK(zscore(c, "k2") == -1);
+    CHECK(zscore(c, "k2:9") == -1);
     /* not due within ahead: 0 and the us until due, the hold unchanged */
-    x = start_call(c, 3000, 0, 0, 1, (const char *[]){"k3", "7", "1"});
+    x = start_call(c, 3000, 0, 0, 1, (const char *[]){"k3", "7", "1", d3});
     CHECK(x && x->elements == 3 && x->element[1]->integer == 0 &&
           x->element[2]->integer > 50000000);
     if (x)
         freeReplyObject(x);
-    CHECK(zscore(c, "k3") == (double)(due + 61000));
+    CHECK(zscore(c, "k3:7") == (double)(due + 61000));
     /* acknowledgements: a stale token (0), k4's (1: deleted with its lease),
      * then k4 again (2: absent); until ahead: the leases are not read */
     x = start_call(c, 0, now + LEASE_MS, 2, 0, (const char *[]){"k1", "4", "k4", "8"});
@@ -714,8 +719,8 @@ static void test_start_script(void)
     }
     if (x)
         freeReplyObject(x);
-    CHECK(zscore(c, "k4") == -1);
-    CHECK(zscore(c, "k1") == s1);
+    CHECK(zscore(c, "k4:8") == -1);
+    CHECK(zscore(c, "k1:5") == s1);
     x = start_call(c, 0, now + LEASE_MS, 1, 0, (const char *[]){"k4", "8"});
     CHECK(x && x->elements == 2 && x->element[1]->integer == 2);
     if (x)
@@ -727,19 +732,19 @@ static void test_start_script(void)
     char r6[64];
     snprintf(r6, sizeof r6, "3 1 %" PRIu64 " p6", now);
     CHECK_EQ_INT(rfx_command(&srv, "HSET " TK " k6 %s", r6), 0);
-    CHECK_EQ_INT(rfx_command(&srv, "ZADD " LK " %" PRIu64 " k6", now - 1), 0);
+    CHECK_EQ_INT(rfx_command(&srv, "ZADD " LK " %" PRIu64 " k6:3", now - 1), 0);
     x = start_call(c, 0, now + LEASE_MS, 1, 0, (const char *[]){"k6", "3"});
     CHECK(x && x->elements == 2 && x->element[1]->integer == 1);
     if (x)
         freeReplyObject(x);
-    CHECK(zscore(c, "k6") == -1);
+    CHECK(zscore(c, "k6:3") == -1);
     /* until not ahead: the leases are read, and a running one's task is
      * deleted as before (k5); one whose lease has run out deletes nothing
      * (k1) */
     char r5[64];
     snprintf(r5, sizeof r5, "6 1 %" PRIu64 " p5", now);
     CHECK_EQ_INT(rfx_command(&srv, "HSET " TK " k5 %s", r5), 0);
-    CHECK_EQ_INT(rfx_command(&srv, "ZADD " LK " %" PRIu64 ".5 k1 %" PRIu64 ".5 k5", now - 1,
+    CHECK_EQ_INT(rfx_command(&srv, "ZADD " LK " %" PRIu64 ".5 k1:5 %" PRIu64 ".5 k5:6", now - 1,
                              now + LEASE_MS),
                  0);
     x = start_call(c, 0, now - 1, 2, 0, (const char *[]){"k5", "6", "k1", "5"});
@@ -750,7 +755,7 @@ static void test_start_script(void)
     }
     if (x)
         freeReplyObject(x);
-    CHECK(zscore(c, "k5") == -1);
+    CHECK(zscore(c, "k5:6") == -1);
     x = start_call(c, 0, 0, 1, 0, (const char *[]){"k1", "5"});
     CHECK(x && x->elements == 2 && x->element[1]->integer == 0);
     if (x)

@@ -164,8 +164,8 @@ static void test_bucket_keys(struct rfx_cluster *c)
      * lease), so that the scripts themselves run during the migration */
     CHECK_EQ_INT(rfx_command(src, "SET {uk:0}:seq 100"), 0);
     CHECK_EQ_INT(rfx_command(src, "SET {uk:0}:hold 0"), 0);
-    CHECK_EQ_INT(rfx_command(src, "ZADD {uk:0}:lease 1 gone"), 0);
-    char buckets[8][64], declared[5][64] = {"{uk:0}:d", "{uk:0}:lease", "{uk:0}:task",
+    CHECK_EQ_INT(rfx_command(src, "ZADD {uk:0}:leases 1 gone:1"), 0);
+    char buckets[8][64], declared[5][64] = {"{uk:0}:d", "{uk:0}:leases", "{uk:0}:task",
                                             "{uk:0}:seq", "{uk:0}:hold"};
     size_t nb = node_keys(src, "{uk:0}:d:*", buckets, 8);
     CHECK(nb >= 2 && nb <= 8);

@@ -210,7 +210,7 @@ static void test_kill_held(void)
         }
         if (x)
             freeReplyObject(x);
-        x = redisCommand(tc, "ZRANGE {kh:%u}:lease 0 -1 WITHSCORES", p);
+        x = redisCommand(tc, "ZRANGE {kh:%u}:leases 0 -1 WITHSCORES", p);
         for (size_t j = 0; x && x->type == REDIS_REPLY_ARRAY && j + 1 < x->elements; j += 2) {
             unsigned long long id;
             if (sscanf(x->element[j]->str, "k:%llu", &id) == 1 && id < n &&
@@ -386,13 +386,13 @@ static void test_lost_claim(void)
      * with a worker's arguments (window, n, lease_ms, bytes, hold_ms; a build
      * that takes fewer ignores the rest). */
     redisReply *x = redisCommand(c,
-                                 "EVAL %s 5 {lc:0}:d {lc:0}:lease {lc:0}:task {lc:0}:seq "
+                                 "EVAL %s 5 {lc:0}:d {lc:0}:leases {lc:0}:task {lc:0}:seq "
                                  "{lc:0}:hold 2000 256 30000 4194304 1000",
                                  tw_rr_scripts[TW_RR_CLAIM]);
     CHECK(x && x->type == REDIS_REPLY_ARRAY);
     if (x)
         freeReplyObject(x);
-    x = redisCommand(c, "ZCARD {lc:0}:lease");
+    x = redisCommand(c, "ZCARD {lc:0}:leases");
     CHECK(x && x->type == REDIS_REPLY_INTEGER && x->integer == LOST_N);
     if (x)
         freeReplyObject(x);
@@ -507,9 +507,9 @@ static void test_fence_stopped(void)
     CHECK_EQ_INT(rw_set_range(client, c, "f:", 0, FENCE_N, delays, due_lo), FENCE_N);
     uint64_t due_us = due_lo[0] * 1000u;
     /* A claims them all (its window reaches them 1 s after the set); then B comes. */
-    while (zcard(c, "{fs:0}:lease") < FENCE_N && rfx_realtime_us() + 600000u < due_us)
+    while (zcard(c, "{fs:0}:leases") < FENCE_N && rfx_realtime_us() + 600000u < due_us)
         rfx_sleep_ms(10);
-    CHECK_EQ_INT(zcard(c, "{fs:0}:lease"), FENCE_N);
+    CHECK_EQ_INT(zcard(c, "{fs:0}:leases"), FENCE_N);
     o.out = out[1];
     o.stats = stats[1];
     CHECK_EQ_INT(rw_spawn(RFX_WORKER_PATH, &o, &pid[1], NULL), 0);

@@ -167,11 +167,12 @@ static long long redis_int(const struct rfx_server *s, const char *fmt, const ch
 
 /* Checks every invariant of partition {q:p}'s keys: each index member names
  * a non-empty bucket, each bucket is in the index, each bucket element is a
- * task not in the lease set whose recorded due time falls in its bucket's
- * [base, base + W), each task not in the lease set sits in a bucket, and
- * every task holds a token of its own (not 0, no two alike: tokens are
- * taken when a task is armed and never reused). -> {violations, tasks
- * waiting in buckets, buckets}, as reply. */
+ * task not in the lease set (no member key:token) whose recorded due time
+ * falls in its bucket's [base, base + W), each task not in the lease set
+ * sits in a bucket, every lease member is a task's key and the token its
+ * record holds, and every task holds a token of its own (not 0, no two
+ * alike: tokens are taken when a task is armed and never reused).
+ * -> {violations, tasks waiting in buckets, buckets}, as reply. */
 static const char schema_lua[] =
     "local W = tonumber(ARGV[1]) local bad, waiting = 0, 0\n"
     "local idx = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')\n"
@@ -182,7 +183,7 @@ static const char schema_lua[] =
     "  for j = 1, #m do waiting = waiting + 1\n"
     "    local v = redis.call('HGET', KEYS[3], m[j])\n"
     "    local tok, att, due = string.match(v or '', '^(%d+) (%d+) (%d+) ')\n"
-    "    if not v or redis.call('ZSCORE', KEYS[2], m[j]) or\n"
+    "    if not v or redis.call('ZSCORE', KEYS[2], m[j] .. ':' .. tok) or\n"
     "      math.floor(tonumber(due) / W) ~= tonumber(b)\n"
     "      then bad = bad + 1 end\n"
     "  end\n"
@@ -192,9 +193,11 @@ static const char schema_lua[] =
     "for j = 1, #all, 2 do local tok = string.match(all[j + 1], '^(%d+) ')\n"
     "  if not tok or tonumber(tok) == 0 or seen[tok] then bad = bad + 1 end\n"
     "  if tok then seen[tok] = true end\n"
-    "  if not redis.call('ZSCORE', KEYS[2], all[j]) then free = free + 1 end\n"
+    "  if not redis.call('ZSCORE', KEYS[2], all[j] .. ':' .. (tok or '')) then free = free + 1 end\n"
     "end\n"
     "if free ~= waiting then bad = bad + 1 end\n"
+    /* each leased task has one member: no other member */
+    "if redis.call('ZCARD', KEYS[2]) ~= #all / 2 - free then bad = bad + 1 end\n"
     "return {bad, waiting, #idx / 2}\n";
 
 /* Checks the schema of queue q's partitions 0..parts-1 (CHECKs each);
@@ -209,7 +212,7 @@ static uint64_t check_schema(const struct rfx_server *s, const char *q, unsigned
     for (unsigned p = 0; p < parts; p++) {
         char k[3][96];
         snprintf(k[0], sizeof k[0], "{%s:%u}:d", q, p);
-        snprintf(k[1], sizeof k[1], "{%s:%u}:lease", q, p);
+        snprintf(k[1], sizeof k[1], "{%s:%u}:leases", q, p);
         snprintf(k[2], sizeof k[2], "{%s:%u}:task", q, p);
         redisReply *x = redisCommand(c, "EVAL %s 3 %s %s %s %d", schema_lua, k[0], k[1], k[2],
                                      TW_RR_BUCKET_MS);
@@ -835,7 +838,7 @@ static void test_stop_releases(void)
     CHECK_EQ_INT(atomic_load(&R.finished), 1);
     CHECK_EQ_INT(tw_redis_stop(a), 0);        /* idempotent */
     CHECK_EQ_INT(tw_redis_set(a, "x", 1, "", 0, 0), TW_ECLOSED);
-    CHECK_EQ_INT(redis_int(&srv, "ZCARD %s", "{stop:0}:lease"), 0); /* released */
+    CHECK_EQ_INT(redis_int(&srv, "ZCARD %s", "{stop:0}:leases"), 0); /* released */
     CHECK_EQ_U64(check_schema(&srv, "stop", 1), 1);
     struct tw_redis_stats st;
     CHECK_EQ_INT(tw_redis_stats(a, &st), 0);
@@ -880,7 +883,7 @@ static void test_token_zero_records(void)
         "redis.call('SET', KEYS[4], '41') return 0\n";
     redisContext *rc = rfx_connect(&srv);
     redisReply *x = rc ? redisCommand(rc,
-                                      "EVAL %s 4 {old:0}:d {old:0}:lease {old:0}:task {old:0}:seq "
+                                      "EVAL %s 4 {old:0}:d {old:0}:leases {old:0}:task {old:0}:seq "
                                       "%d a %lld pa b %lld pb",
                                       lua, TW_RR_BUCKET_MS, due_a, due_b)
                        : NULL;
@@ -918,6 +921,75 @@ static void test_token_zero_records(void)
     CHECK(tok[0] != tok[1]);
     CHECK_EQ_INT(redis_int(&srv, "HLEN %s", "{old:0}:task"), 0);
     CHECK_EQ_U64(check_schema(&srv, "old", 1), 0);
+    tw_redis_free(w);
+    rec_destroy(&R);
+}
+
+/* Leases an earlier version left in {q:p}:lease (members the bare keys, the
+ * token in the record): the first client of this version converts them to
+ * {q:p}:leases members key:token, scores kept (START's mark too), and drops
+ * a member without a record; a worker then recovers each when it ends and
+ * runs it once, its attempts counted, never early. */
+static void test_upgrade_old_leases(void)
+{
+    uint64_t now = srv_ms(&srv);
+    long long due_x = (long long)now - 2000, due_y = (long long)now - 500;
+    long long end_x = (long long)now - 1000, end_y = (long long)now + 1500;
+    static const char lua[] =
+        "redis.call('HSET', KEYS[3], 'x', '7 0 ' .. ARGV[1] .. ' px', 'y', '8 1 ' .. ARGV[2] .. ' py')\n"
+        "redis.call('ZADD', KEYS[2], ARGV[3] .. '.5', 'x', ARGV[4], 'y', ARGV[4], 'z')\n"
+        "redis.call('SET', KEYS[4], '41') return 0\n";
+    redisContext *rc = rfx_connect(&srv);
+    redisReply *x = rc ? redisCommand(rc,
+                                      "EVAL %s 4 {up:0}:d {up:0}:lease {up:0}:task {up:0}:seq "
+                                      "%lld %lld %lld %lld",
+                                      lua, due_x, due_y, end_x, end_y)
+                       : NULL;
+    CHECK(x && x->type == REDIS_REPLY_INTEGER);
+    if (x)
+        freeReplyObject(x);
+    /* a producer converts them when it opens */
+    struct tw_redis_config c;
+    cfg_for(&c, "up", NULL);
+    struct tw_redis *p = NULL;
+    CHECK_EQ_INT(tw_redis_new(&p, &c), 0);
+    tw_redis_free(p);
+    CHECK_EQ_INT(redis_int(&srv, "EXISTS %s", "{up:0}:lease"), 0);
+    CHECK_EQ_INT(redis_int(&srv, "ZCARD %s", "{up:0}:leases"), 2);
+    x = rc ? redisCommand(rc, "ZMSCORE {up:0}:leases x:7 y:8") : NULL;
+    CHECK(x && x->type == REDIS_REPLY_ARRAY && x->elements == 2);
+    if (x && x->type == REDIS_REPLY_ARRAY && x->elements == 2) {
+        CHECK(x->element[0]->type == REDIS_REPLY_STRING);
+        CHECK(strtod(x->element[0]->str, NULL) == (double)end_x + 0.5);
+        CHECK(strtod(x->element[1]->str, NULL) == (double)end_y);
+    }
+    if (x)
+        freeReplyObject(x);
+    if (rc)
+        redisFree(rc);
+    struct rec R;
+    rec_init(&R, &srv);
+    cfg_for(&c, "up", &R);
+    struct tw_redis *w = worker_new(&c, &R);
+    if (!w) {
+        rec_destroy(&R);
+        return;
+    }
+    CHECK(rec_wait(&R, 2, 8000));
+    rfx_sleep_ms(300); /* nothing more comes */
+    CHECK_EQ_U64(rec_count(&R), 2);
+    for (size_t i = 0; i < rec_count(&R) && i < 2; i++) {
+        const struct delivery *d = &R.d[i];
+        bool isx = strcmp(d->key, "x") == 0;
+        CHECK_EQ_STR(d->payload, isx ? "px" : "py");
+        CHECK(d->token > 41);
+        CHECK_EQ_INT(d->attempt, 2); /* x: its started lease; y: its record's 1 */
+        CHECK(d->srv_us >= d->due_ms * 1000);
+        if (!isx) /* y's lease ran until end_y: recovered only then */
+            CHECK(d->srv_us >= (uint64_t)end_y * 1000);
+    }
+    CHECK_EQ_INT(redis_int(&srv, "HLEN %s", "{up:0}:task"), 0);
+    CHECK_EQ_U64(check_schema(&srv, "up", 1), 0);
     tw_redis_free(w);
     rec_destroy(&R);
 }
@@ -984,7 +1056,7 @@ static void test_set_script_order(void)
         av[1] = tw_rr_scripts[TW_RR_SET];
         av[2] = "5";
         av[3] = "{ord:0}:d";
-        av[4] = "{ord:0}:lease";
+        av[4] = "{ord:0}:leases";
         av[5] = "{ord:0}:task";
         av[6] = "{ord:0}:seq";
         av[7] = "{ord:0}:hold";
@@ -1453,8 +1525,8 @@ struct direct {
     struct tw_redis *r;
     redisContext *c;
     char keys[5][48];
-    char tok[24];
-    const char *claim[12], *start[13];
+    char tok[24], due[24]; /* of the last claim's task */
+    const char *claim[12], *start[14];
 };
 
 static void direct_close(struct direct *d)
@@ -1476,18 +1548,19 @@ static bool direct_open(struct direct *d, const char *q)
         direct_close(d);
         return false;
     }
-    static const char *const sfx[5] = {"d", "lease", "task", "seq", "hold"};
+    static const char *const sfx[5] = {"d", "leases", "task", "seq", "hold"};
     for (int i = 0; i < 5; i++)
         snprintf(d->keys[i], sizeof d->keys[i], "{%s:0}:%s", q, sfx[i]);
     strcpy(d->tok, "0");
+    strcpy(d->due, "0");
     /* 5 keys; window_ms, n, lease_ms, max_bytes */
     const char *claim[12] = {"EVAL",     tw_rr_scripts[TW_RR_CLAIM], "5",        d->keys[0],
                              d->keys[1], d->keys[2],                 d->keys[3], d->keys[4],
                              "60000",    "10",                       "30000",    "100000"};
     /* lease_ms, ahead_us; one group: its lease and task keys, no
-     * acknowledgement, one start, until 0; k, its token, attempt 1 */
-    const char *start[13] = {"EVAL", tw_rr_scripts[TW_RR_START], "0", "30000", "0", d->keys[1],
-                             d->keys[2], "0", "1", "0", "k", d->tok, "1"};
+     * acknowledgement, one start, until 0; k, its token, attempt 1, due */
+    const char *start[14] = {"EVAL", tw_rr_scripts[TW_RR_START], "0", "30000", "0", d->keys[1],
+                             d->keys[2], "0", "1", "0", "k", d->tok, "1", d->due};
     memcpy(d->claim, claim, sizeof claim);
     memcpy(d->start, start, sizeof start);
     CHECK_EQ_INT(tw_redis_set(d->r, "k", 1, "pay", 3, 20), 0);
@@ -1510,12 +1583,13 @@ static void test_start_redone(void)
         CHECK_EQ_INT(x->element[5]->integer, 0); /* never started */
         CHECK_EQ_STR(x->element[6]->str, "pay");
         snprintf(tok, sizeof d.tok, "%lld", x->element[4]->integer);
+        snprintf(d.due, sizeof d.due, "%lld", x->element[3]->integer);
     }
     if (x)
         freeReplyObject(x);
     rfx_sleep_ms(40); /* due */
     for (int run = 0; run < 2; run++) {
-        x = eval_argv(c, 13, start);
+        x = eval_argv(c, 14, start);
         /* {now, started 1, attempt 1}, the second run as the first */
         CHECK(x && x->type == REDIS_REPLY_ARRAY && x->elements == 3);
         if (x && x->type == REDIS_REPLY_ARRAY && x->elements == 3) {
@@ -1535,7 +1609,7 @@ static void test_start_redone(void)
     }
     if (x)
         freeReplyObject(x);
-    x = redisCommand(c, "ZSCORE {redo:0}:lease k");
+    x = redisCommand(c, "ZSCORE {redo:0}:leases k:%s", tok);
     CHECK(x && x->type == REDIS_REPLY_STRING);
     if (x && x->type == REDIS_REPLY_STRING) {
         char *dot = strchr(x->str, '.');
@@ -1543,7 +1617,7 @@ static void test_start_redone(void)
         long long end = strtoll(x->str, NULL, 10);
         freeReplyObject(x);
         /* the lease run out: the next claim takes it back, attempt 1 */
-        x = redisCommand(c, "ZADD {redo:0}:lease %lld.5 k", end - 40000);
+        x = redisCommand(c, "ZADD {redo:0}:leases %lld.5 k:%s", end - 40000, tok);
     }
     if (x)
         freeReplyObject(x);
@@ -1577,12 +1651,13 @@ static void test_start_lost_claim(void)
     if (x && x->type == REDIS_REPLY_ARRAY && x->elements == 8) {
         due = x->element[3]->integer;
         snprintf(tok, sizeof d.tok, "%lld", x->element[4]->integer);
+        snprintf(d.due, sizeof d.due, "%lld", x->element[3]->integer);
     }
     if (x)
         freeReplyObject(x);
     /* what the failover lost: the lease member, the bucket's removal */
     long long b = due / TW_RR_BUCKET_MS;
-    x = redisCommand(c, "ZREM {lostc:0}:lease k");
+    x = redisCommand(c, "ZREM {lostc:0}:leases k:%s", tok);
     if (x)
         freeReplyObject(x);
     x = redisCommand(c, "RPUSH {lostc:0}:d:%lld k", b);
@@ -1593,7 +1668,7 @@ static void test_start_lost_claim(void)
         freeReplyObject(x);
     CHECK_EQ_U64(check_schema(&srv, "lostc", 1), 1);
     rfx_sleep_ms(40); /* due */
-    x = eval_argv(c, 13, start);
+    x = eval_argv(c, 14, start);
     /* {now, -1 (lease gone), 0} */
     CHECK(x && x->type == REDIS_REPLY_ARRAY && x->elements == 3);
     if (x && x->type == REDIS_REPLY_ARRAY && x->elements == 3) {
@@ -1602,17 +1677,18 @@ static void test_start_lost_claim(void)
     }
     if (x)
         freeReplyObject(x);
-    CHECK_EQ_INT(redis_int(&srv, "ZCARD %s", "{lostc:0}:lease"), 0); /* no member added */
+    CHECK_EQ_INT(redis_int(&srv, "ZCARD %s", "{lostc:0}:leases"), 0); /* no member added */
     /* the next claim takes it from its bucket; its start is granted */
     x = eval_argv(c, 12, claim);
     CHECK(x && x->type == REDIS_REPLY_ARRAY && x->elements == 8);
     if (x && x->type == REDIS_REPLY_ARRAY && x->elements == 8) {
         CHECK_EQ_STR(x->element[2]->str, "k");
         snprintf(tok, sizeof d.tok, "%lld", x->element[4]->integer);
+        snprintf(d.due, sizeof d.due, "%lld", x->element[3]->integer);
     }
     if (x)
         freeReplyObject(x);
-    x = eval_argv(c, 13, start);
+    x = eval_argv(c, 14, start);
     CHECK(x && x->type == REDIS_REPLY_ARRAY && x->elements == 3);
     if (x && x->type == REDIS_REPLY_ARRAY && x->elements == 3)
         CHECK_EQ_INT(x->element[1]->integer, 1);
@@ -2275,6 +2351,7 @@ int main(void)
     RUN(test_window_beyond_ready_cap);
     RUN(test_stop_releases);
     RUN(test_token_zero_records);
+    RUN(test_upgrade_old_leases);
     RUN(test_unreachable);
     RUN(test_sigpipe_blocked);
     rfx_stop(&srv);

@@ -1,0 +1,67 @@
+/* SPDX-License-Identifier: MIT */
+/* twheel Redis layer: taking over the leases a previous version left.
+ *
+ * The lease set of a partition is {q:p}:leases, its members `key:token`
+ * (scripts.c). Earlier versions kept {q:p}:lease, its members the bare
+ * keys, with the lease's token in the task record. Those members cannot
+ * move into the new set as they are: a key may itself end in ":digits",
+ * so the two forms cannot share one set. tw_redis_new (of every client but
+ * an inspecting one) converts them before it returns: each old member
+ * becomes `key:token` with the token its record holds, its score (the
+ * lease end, START's mark included) kept; a member without a record is
+ * dropped (the task is gone). The conversion is 1000 members a call and
+ * idempotent, so a client that dies in it leaves what the next one
+ * finishes. A queue that never had the old set costs one call a partition.
+ * Clients of the earlier versions must be stopped first (CHANGELOG): an
+ * old worker's lease written after the conversion would never be seen.
+ */
+#define _GNU_SOURCE
+#include <stdlib.h>
+
+#include "redis/internal.h"
+
+#define RR_UPGRADE_SLICE "1000" /* old members converted a call */
+#define RR_UPGRADE_CALLS 100000 /* a bound on the calls of one partition */
+
+/* KEYS: the five of a partition; ARGV: slice -> 1 (converted some: call
+ * again) or 0 (no old lease set left). allow-oom: it keeps memory flat. */
+static const char rr_upgrade_lua[] =
+    "#!lua flags=allow-oom\n"
+    "if type(redis.pcall('EXISTS', KEYS[1] .. ':-', KEYS[1] .. ':+')) ~= 'number' then "
+    "return redis.error_reply('TRYAGAIN twheel: the slot of ' .. KEYS[1] .. "
+    "' is migrating') end\n"
+    "local old = string.sub(KEYS[1], 1, -3) .. ':lease'\n"
+    "local m = redis.call('ZRANGEBYSCORE', old, '-inf', '+inf', 'WITHSCORES', "
+    "'LIMIT', 0, tonumber(ARGV[1]))\n"
+    "if #m == 0 then return 0 end\n"
+    "local ks, n = {}, 0 for i = 1, #m, 2 do n = n + 1 ks[n] = m[i] end\n"
+    "local vs = redis.call('HMGET', KEYS[3], unpack(ks, 1, n))\n"
+    "local z, nz = {}, 0\n"
+    "for j = 1, n do local tk = vs[j] and string.match(vs[j], '^(%d+) ')\n"
+    "  if tk then z[nz + 1] = m[2 * j] z[nz + 2] = ks[j] .. ':' .. tk nz = nz + 2 end end\n"
+    "if nz > 0 then redis.call('ZADD', KEYS[2], unpack(z, 1, nz)) end\n"
+    "redis.call('ZREM', old, unpack(ks, 1, n))\n"
+    "return 1\n";
+
+int tw_rr_upgrade_leases(struct tw_redis *r)
+{
+    const char *args[1] = {RR_UPGRADE_SLICE};
+    for (uint32_t p = 0; p < r->cfg.partitions; p++) {
+        for (int calls = 0;; calls++) {
+            if (calls == RR_UPGRADE_CALLS)
+                return TW_EPROTO; /* members that do not go away */
+            redisReply *x;
+            int rc = tw_rr_eval_body(r, rr_upgrade_lua, p, 1, args, NULL, &x);
+            if (rc)
+                return rc;
+            long long more = 0;
+            rc = tw_rr_int_reply(x, &more);
+            freeReplyObject(x);
+            if (rc)
+                return rc;
+            if (!more)
+                break;
+        }
+    }
+    return 0;
+}
