@@ -1014,7 +1014,8 @@ TW_API int tw_redis_pause(struct tw_redis *r);
 TW_API int tw_redis_resume(struct tw_redis *r);
 
 /** Delete the queue: every key of every partition (due buckets, index, lease, task,
- * seq, hold, pause flag, dead letters, schedules) and "{queue:meta}:partitions" last, partition by partition,
+ * seq, hold, pause flag, dead letters, schedules; an earlier version's lease set), then
+ * "{queue:meta}:schema", and "{queue:meta}:partitions" last, partition by partition,
  * each by a script that unlinks at most 1024 buckets per call (UNLINK: Redis frees big
  * values in the background). First every partition is checked: while a worker runs
  * (a hold key alive: a worker claimed in the last 2 * window_ms + 1 s) or holds a

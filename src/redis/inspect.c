@@ -64,6 +64,7 @@ static const char *const rr_drop_suffixes[] = {
 };
 /* The queue-wide keys drop deletes last, {q:meta}<suffix>: one line per key. */
 static const char *const rr_drop_queue_keys[] = {
+    ":schema", /* upgrade.c */
     ":partitions",
 };
 #define RR_NELEMS(a) (sizeof(a) / sizeof((a)[0]))

@@ -890,9 +890,9 @@ int tw_rr_check_masters(struct tw_redis *r);
  * TW_ECONFLICT, TW_ENOENT (an inspecting client, no queue), TW_EOOM,
  * TW_EIO, TW_EPROTO, TW_ENOMEM. */
 int tw_rr_check_partitions(struct tw_redis *r);
-/* upgrade.c: the lease sets a previous version left ({q:p}:lease, bare
- * keys) converted into {q:p}:leases: 0 or an error code (TW_EPROTO: a set
- * that does not shrink). */
+/* upgrade.c: the lease sets an earlier version left ({q:p}:lease, bare
+ * keys) converted into {q:p}:leases, unless {q:meta}:schema says they
+ * were: 0 or an error code (TW_EPROTO: a set that does not shrink). */
 int tw_rr_upgrade_leases(struct tw_redis *r);
 /* inspect.c: one script call of body on partition p's slot (EVAL body with
  * the partition's five keys, then nargs args; lens NULL: C strings). Under

@@ -65,9 +65,12 @@
  * running, the attempt with the running start included). A schedule's occurrence is the task
  * "<key>@<occurrence ms>" in the schedule's partition (schedule.c).
  *
- * and one key per queue, {q:meta}:partitions (STRING, its own slot): the
- * partition count, written SET NX by the queue's first client and compared
- * by every later one at new (below, "The servers' configuration").
+ * and two keys per queue, each in its own slot: {q:meta}:partitions
+ * (STRING), the partition count, written SET NX by the queue's first
+ * client and compared by every later one at new (below, "The servers'
+ * configuration"); {q:meta}:schema (STRING "2"), written once every
+ * partition's leases are in {q:p}:leases (upgrade.c: an earlier version's
+ * {q:p}:lease converted).
  *
  * What an empty queue leaves (docs/keys.md says it for operators): a task's
  * keys go with its last task (a bucket and its index entry with the
@@ -195,9 +198,12 @@
  *                                              ZREM
  *                                              RPUSH [ZADD index] GET [PUBLISH]
  *   stats      HLEN     1 per partition        HLEN                               O(1)
- *   (new)      EVAL     1 per partition, + 1   EXISTS(2) ZRANGEBYSCORE LIMIT      O(1) once
- *                       per 1000 leases an     1000 of {q:p}:lease; per 1000:     converted
- *                       earlier version left   HMGET ZADD ZREM (upgrade.c)
+ *   (new)      GET      1                      GET {q:meta}:schema                O(1)
+ *              EVAL,    until a client wrote   per partition EXISTS(2)            O(P + l)
+ *              SET      it: 1 per partition    ZRANGEBYSCORE LIMIT 1000 of
+ *                       + 1 per 1000 leases    {q:p}:lease, per 1000 HMGET ZADD
+ *                       an earlier version     ZREM; then SET (upgrade.c)
+ *                       left, once
  *   (fail, claim at a task's last attempt, the lease's start mark folded in:
  *              FAIL's or the recovery's writes become ZREM lease, HSET dead,
  *              HDEL task: the same cost)
@@ -986,7 +992,7 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
     if ((rc = tw_rr_read_partitions(r)) != 0 || (rc = tw_rr_acl_check(r)) != 0 ||
         (rc = rr_load_scripts(r)) != 0 ||
         (rc = tw_rr_check_masters(r)) != 0 || (rc = tw_rr_check_partitions(r)) != 0 ||
-        (!r->adopt && (rc = tw_rr_upgrade_leases(r)) != 0)) {
+        (rc = tw_rr_upgrade_leases(r)) != 0) {
         snprintf(why, sizeof why, "%s", r->api.err[0] ? r->api.err : tw_strerror(rc));
         goto fail;
     }

@@ -20,12 +20,13 @@
  * writes the lease member only. A worker learns a token only from the
  * claim that leased it; every script that removes a member gives the
  * record a new token or deletes it, and no script adds a member but
- * CLAIM's. So the member key:token exists exactly while the record holds
- * that token and the lease runs or waits to be recovered: START and the
- * acknowledgement check the member, not the record. One exception: a
- * failover that loses
- * a claim's writes (replication is asynchronous) leaves the record with
- * its token and the task in its bucket, while the worker holds the token;
+ * CLAIM's (and the conversion of an earlier version's leases, upgrade.c,
+ * under the token the record holds). So the member key:token exists
+ * exactly while the record holds that token and the lease runs or waits
+ * to be recovered: START and the acknowledgement check the member, not
+ * the record. One exception: a failover that loses a claim's writes
+ * (replication is asynchronous) leaves the record with its token and the
+ * task in its bucket, while the worker holds the token;
  * START then finds no lease member and refuses (below), but a later claim
  * of the task leases it under that same token (redis.h, "Replication and
  * failover"); a lease member whose token its record does not hold (none
@@ -320,8 +321,8 @@
     "    due = due + 0 local p, t = sub(v, pos), tk + 0\n"                                  \
     /* token 0: written by a version that took tokens at claim; one now, */                 \
     /* its digits in place of the 0 */                                                      \
-    "    if t == 0 then t = redis.call('INCRBY', KEYS[4], 1) tk = fmt('%d', t)\n"          \
-    "     hs[nh + 1] = k hs[nh + 2] = tk .. sub(v, 2) nh = nh + 2 end\n"                   \
+    "    if t == 0 then t = redis.call('INCRBY', KEYS[4], 1) local n0 = #tk tk = fmt('%d', t)\n" \
+    "     hs[nh + 1] = k hs[nh + 2] = tk .. sub(v, n0 + 1) nh = nh + 2 end\n"              \
     "    lz[nz + 1] = fmt('%d', (due > now_ms and due or now_ms) + hms)\n"                  \
     "    lz[nz + 2] = k .. ':' .. tk nz = nz + 2\n"                                        \
     "    out[no + 1] = k out[no + 2] = due out[no + 3] = t out[no + 4] = att + 0\n"         \
@@ -532,7 +533,10 @@
     "local tok, att, due, pos = parse(v)\n"                                                \
     "if tok ~= tonumber(ARGV[2]) then return 0 end\n"                                      \
     "if not stable() then return redis.error_reply(TRY) end\n"                             \
-    "att = att + started(redis.call('ZSCORE', KEYS[2], lm(ARGV[1], tok)))\n"               \
+    /* no member: a failover lost the claim's writes, the task is in its bucket */          \
+    "local ls = redis.call('ZSCORE', KEYS[2], lm(ARGV[1], tok))\n"                          \
+    "if not ls then return 0 end\n"                                                         \
+    "att = att + started(ls)\n"                                                             \
     "redis.call('HSET', KEYS[3], ARGV[1], rec(arm(), att, due, string.sub(v, pos)))\n"     \
     "redis.call('ZREM', KEYS[2], lm(ARGV[1], tok)) badd(ARGV[1], due)\n"                   \
     "if due <= hold() then redis.call('PUBLISH', ARGV[3], due) end\n"                      \

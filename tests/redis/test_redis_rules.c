@@ -927,9 +927,10 @@ static void test_token_zero_records(void)
 
 /* Leases an earlier version left in {q:p}:lease (members the bare keys, the
  * token in the record): the first client of this version converts them to
- * {q:p}:leases members key:token, scores kept (START's mark too), and drops
- * a member without a record; a worker then recovers each when it ends and
- * runs it once, its attempts counted, never early. */
+ * {q:p}:leases members key:token, scores kept (START's mark too), drops a
+ * member without a record, and marks the queue converted ({q:meta}:schema);
+ * a worker then recovers each when it ends and runs it once, its attempts
+ * counted, never early. */
 static void test_upgrade_old_leases(void)
 {
     uint64_t now = srv_ms(&srv);
@@ -955,6 +956,7 @@ static void test_upgrade_old_leases(void)
     CHECK_EQ_INT(tw_redis_new(&p, &c), 0);
     tw_redis_free(p);
     CHECK_EQ_INT(redis_int(&srv, "EXISTS %s", "{up:0}:lease"), 0);
+    CHECK_EQ_INT(redis_int(&srv, "STRLEN %s", "{up:meta}:schema"), 1); /* "2": converted */
     CHECK_EQ_INT(redis_int(&srv, "ZCARD %s", "{up:0}:leases"), 2);
     x = rc ? redisCommand(rc, "ZMSCORE {up:0}:leases x:7 y:8") : NULL;
     CHECK(x && x->type == REDIS_REPLY_ARRAY && x->elements == 2);
@@ -1633,6 +1635,16 @@ static void test_start_redone(void)
     direct_close(&d);
 }
 
+/* What a failover that lost the last claim of task k of d's queue leaves:
+ * the lease member gone, k back in its bucket (due: the claim's). */
+static void lose_claim(struct direct *d, long long due)
+{
+    long long b = due / TW_RR_BUCKET_MS;
+    CHECK_EQ_INT(rfx_command(&srv, "ZREM %s k:%s", d->keys[1], d->tok), 0);
+    CHECK_EQ_INT(rfx_command(&srv, "RPUSH %s:%lld k", d->keys[0], b), 0);
+    CHECK_EQ_INT(rfx_command(&srv, "ZADD %s %lld %lld", d->keys[0], b, b), 0);
+}
+
 /* A failover that lost a claim's writes: the new master has the task in its
  * bucket, its record holding the token set gave it, and no lease member,
  * while the worker holds that token. Its START is refused (-1): the task
@@ -1655,17 +1667,7 @@ static void test_start_lost_claim(void)
     }
     if (x)
         freeReplyObject(x);
-    /* what the failover lost: the lease member, the bucket's removal */
-    long long b = due / TW_RR_BUCKET_MS;
-    x = redisCommand(c, "ZREM {lostc:0}:leases k:%s", tok);
-    if (x)
-        freeReplyObject(x);
-    x = redisCommand(c, "RPUSH {lostc:0}:d:%lld k", b);
-    if (x)
-        freeReplyObject(x);
-    x = redisCommand(c, "ZADD {lostc:0}:d %lld %lld", b, b);
-    if (x)
-        freeReplyObject(x);
+    lose_claim(&d, due);
     CHECK_EQ_U64(check_schema(&srv, "lostc", 1), 1);
     rfx_sleep_ms(40); /* due */
     x = eval_argv(c, 14, start);
@@ -1694,6 +1696,36 @@ static void test_start_lost_claim(void)
         CHECK_EQ_INT(x->element[1]->integer, 1);
     if (x)
         freeReplyObject(x);
+    direct_close(&d);
+}
+
+/* The same lost claim, then the worker releases the task (its stop): the
+ * record holds the token, but no lease member says it is leased, so the
+ * release is stale (0) and writes nothing; the task stays in its bucket
+ * once (a release that re-armed it would put its key there twice). */
+static void test_release_lost_claim(void)
+{
+    struct direct d;
+    if (!direct_open(&d, "lostr"))
+        return;
+    redisReply *x = eval_argv(d.c, 12, d.claim);
+    long long due = 0;
+    CHECK(x && x->type == REDIS_REPLY_ARRAY && x->elements == 8);
+    if (x && x->type == REDIS_REPLY_ARRAY && x->elements == 8) {
+        due = x->element[3]->integer;
+        snprintf(d.tok, sizeof d.tok, "%lld", x->element[4]->integer);
+    }
+    if (x)
+        freeReplyObject(x);
+    lose_claim(&d, due);
+    const char *release[11] = {"EVAL",    tw_rr_scripts[TW_RR_RELEASE], "5", d.keys[0],
+                               d.keys[1], d.keys[2], d.keys[3], d.keys[4], "k", d.tok,
+                               "{lostr:0}:ch"};
+    x = eval_argv(d.c, 11, release);
+    CHECK(x && x->type == REDIS_REPLY_INTEGER && x->integer == 0);
+    if (x)
+        freeReplyObject(x);
+    CHECK_EQ_U64(check_schema(&srv, "lostr", 1), 1);
     direct_close(&d);
 }
 
@@ -2331,6 +2363,7 @@ int main(void)
     RUN(test_set_many_dup);
     RUN(test_start_redone);
     RUN(test_start_lost_claim);
+    RUN(test_release_lost_claim);
     RUN(test_never_early);
     RUN(test_start_ahead);
     RUN(test_local_ahead);
