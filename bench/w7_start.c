@@ -43,8 +43,8 @@ static int run(redisContext *c, const struct rfx_server *s, const char *sha, con
                int k, uint64_t n, int calls, uint64_t *rng, double *us_per_call)
 {
     int nk = k ? k : 8;
-    const char *av[3 + 7 + 4 * KMAX];
-    size_t al[3 + 7 + 4 * KMAX];
+    const char *av[3 + 7 + 2 * KMAX];
+    size_t al[3 + 7 + 2 * KMAX];
     char keys[KMAX][24];
     int na = 0;
     av[na++] = "EVALSHA";
@@ -61,10 +61,8 @@ static int run(redisContext *c, const struct rfx_server *s, const char *sha, con
     av[na++] = "0"; /* until: no acknowledgements */
     int first_key = na;
     for (int j = 0; j < nk; j++) {
-        av[na++] = keys[j];
-        av[na++] = "5"; /* token */
-        av[na++] = "1"; /* attempt */
-        av[na++] = "1"; /* due: long past (the lease then ends at now + lease_ms) */
+        av[na++] = keys[j]; /* the lease member, key:token */
+        av[na++] = "1";     /* due: long past (the lease then ends at now + lease_ms) */
     }
     for (int i = 0; i < na; i++)
         al[i] = strlen(av[i]);
@@ -74,8 +72,8 @@ static int run(redisContext *c, const struct rfx_server *s, const char *sha, con
     for (int i = 0; i < calls; i++) {
         for (int j = 0; j < nk; j++) { /* distinct within a call: consecutive from a draw */
             uint64_t id = xorshift64(rng) % (n - (uint64_t)nk) + (uint64_t)j;
-            snprintf(keys[j], sizeof keys[j], "k:%013" PRIu64, id);
-            al[first_key + 4 * j] = 15;
+            snprintf(keys[j], sizeof keys[j], "k:%013" PRIu64 ":5", id);
+            al[first_key + 2 * j] = 17;
         }
         redisReply *r = redisCommandArgv(c, na, av, al);
         if (!r || r->type != REDIS_REPLY_ARRAY) {

@@ -243,7 +243,9 @@ static int rr_claim_reply(struct tw_redis *r, uint32_t p, unsigned batch, unsign
             e[2]->type != REDIS_REPLY_INTEGER || e[3]->type != REDIS_REPLY_INTEGER ||
             e[4]->type != REDIS_REPLY_STRING)
             continue;
-        struct tw_rr_item *it = malloc(sizeof *it + e[0]->len + e[4]->len + 1);
+        char tok[24];
+        int tl = snprintf(tok, sizeof tok, ":%llu", (unsigned long long)e[2]->integer);
+        struct tw_rr_item *it = malloc(sizeof *it + e[0]->len + (size_t)tl + e[4]->len + 1);
         if (!it)
             continue; /* its lease will expire and it comes back */
         /* every field zero (unanswered, ack_lost, started), then this claim's */
@@ -254,7 +256,9 @@ static int rr_claim_reply(struct tw_redis *r, uint32_t p, unsigned batch, unsign
         it->attempt = (uint64_t)e[3]->integer;
         it->key_len = (uint32_t)e[0]->len; /* a Redis string is at most 512 MB */
         it->payload_len = (uint32_t)e[4]->len;
+        it->tok_len = (uint16_t)tl;
         memcpy(it->data, e[0]->str, e[0]->len);
+        memcpy(it->data + e[0]->len, tok, (size_t)tl);
         memcpy(tw_rr_payload(it), e[4]->str, e[4]->len);
         tw_rr_payload(it)[e[4]->len] = 0;
         it->due_local_ns = tw_rr_local_due(r, p, it->due_ms);

@@ -292,7 +292,7 @@ static void rr_run(struct tw_redis *r, struct tw_rr_item **v, size_t n, unsigned
         it->srv_us = e->now[run[q]];
         it->reply_ns = e->reply_ns[run[q]];
         it->round_ns = e->sent_ns;
-        it->started = (uint64_t)e->arg[run[q]];
+        it->started = it->attempt + 1; /* what START counted (scripts.c) */
 #ifdef TW_RR_TRACE
         it->take_ns = t_take;
         it->sent_ns = t_sent;

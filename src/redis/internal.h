@@ -420,12 +420,20 @@ struct tw_rr_item {
                              have deleted the task (ack.c) */
     uint16_t unanswered;  /* a START round of it went unanswered (Redis or its master away):
                              put back, its due_local_ns is the retry's (execute.c) */
-    char data[];          /* key bytes, then payload bytes and a NUL */
+    uint16_t tok_len;     /* ':' and the token's digits, after the key in data */
+    char data[];          /* key bytes, ':' and the token's digits (with the key: its lease
+                             member, scripts.c), then payload bytes and a NUL */
 };
 
 static inline char *tw_rr_payload(struct tw_rr_item *it)
 {
-    return it->data + it->key_len;
+    return it->data + it->key_len + it->tok_len;
+}
+
+/* Bytes of its lease member, the key and ':token' (at it->data). */
+static inline size_t tw_rr_member_len(const struct tw_rr_item *it)
+{
+    return (size_t)it->key_len + it->tok_len;
 }
 
 /* ---- the local queue (local.c) ------------------------------------------------
@@ -557,7 +565,7 @@ struct tw_rr_round {
     size_t call[TW_RR_GROUPS_MAX + 1];   /* first group of each call */
     size_t order[TW_RR_RUN_BATCH];    /* indexes into v, grouped by partition */
     long long st[TW_RR_RUN_BATCH];    /* 1/0/-1, -2 no answer */
-    long long arg[TW_RR_RUN_BATCH];   /* attempt, or us until due */
+    long long arg[TW_RR_RUN_BATCH];   /* us until due (not yet) */
     uint64_t now[TW_RR_RUN_BATCH];    /* the server's clock, us */
     uint64_t sent_ns, reply_ns[TW_RR_RUN_BATCH]; /* local clock when the reply was read */
     struct tw_rr_item *ack[TW_RR_ACK_MAX]; /* grouped by partition */
@@ -567,10 +575,7 @@ struct tw_rr_round {
     char kb[TW_RR_GROUPS_MAX][2][TW_RR_KEYBUF];
     size_t kl[TW_RR_GROUPS_MAX][2];
     char cnt[TW_RR_GROUPS_MAX][3][24]; /* nack, nstart, until (ms) */
-    char tok[TW_RR_RUN_BATCH][24];
-    char att[TW_RR_RUN_BATCH][24];    /* the attempt a start records */
     char due[TW_RR_RUN_BATCH][24];    /* a start's due time (ms, the claim's) */
-    char atok[TW_RR_ACK_MAX][24];
     char lease[16], ahead[24];
 };
 

@@ -180,7 +180,7 @@
  *                       tasks of one span      lease members key:token
  *                       (start_ahead_ms / 2;   (lengthened, marked started; the
  *                       <= 32): one call       record neither read nor written),
- *                       standalone (cut at 160 [one ZMSCORE when it changed fewer
+ *                       standalone (cut at 128 [one ZMSCORE when it changed fewer
  *                       arguments), one per    than it started]
  *                       partition in a cluster
  *   (ack)      START    1 round trip per       TIME; per partition group: ZREM    O(a log n)

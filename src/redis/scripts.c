@@ -394,18 +394,18 @@
  * acknowledger's) in separate calls; the script takes both in one group.
  * ARGV: lease_ms, ahead_us, then per group: its lease key, its task key,
  * nack, nstart, until (ms: the earliest lease end among the group's
- * acknowledgements as the worker knows it, 0 when it has none), nack key,
- * token pairs to acknowledge, nstart key, token, attempt, due quadruples
- * to start (the attempt the claim returned, plus one; the due time the
- * claim returned: a token names one arming, whose due time never changes)
+ * acknowledgements as the worker knows it, 0 when it has none), nack
+ * lease member (key:token), key pairs to acknowledge, nstart lease member,
+ * due pairs to start (the due time the claim returned: a token names one
+ * arming, whose due time never changes)
  * -> {now_us, then per group: r per acknowledgement (1 deleted, 0 stale:
  *    not our lease any more, nothing deleted; 2 absent: deleted already, by
  *    a lost earlier try of this acknowledgement or by someone else, ack.c),
  *    then s, a per start:
- *    s = 1 started (a = attempt, as the worker gave it; the lease lengthened
- *    to max(due, now) + lease_ms and marked started, + 0.5 ms: the record
- *    is not written, and a start redone after a lost reply finds the mark,
- *    so the attempt counts once);
+ *    s = 1 started (a = 0; the lease lengthened to max(due, now) + lease_ms
+ *    and marked started, + 0.5 ms: the record is not written, and a start
+ *    redone after a lost reply finds the mark, so the attempt counts once:
+ *    the claim's attempt + 1, which the worker knows);
  *    s = 0 not due within ahead_us by the server's clock (a = us until due);
  *    s = -1 lease gone: its member key:token is not in the lease set (a set
  *    or move, a claim that recovered it, FAIL or RELEASE removed it with
@@ -464,9 +464,8 @@
     "local ahead = ARGV[2] + 0 local out, o, i = {now}, 1, 3\n"                            \
     "while i <= #ARGV do local LK, TK = ARGV[i], ARGV[i + 1]\n"                            \
     "  local na, ns, U = ARGV[i + 2] + 0, ARGV[i + 3] + 0, ARGV[i + 4] * 1000 i = i + 5\n" \
-    "  if na > 0 then local ks, ms, ts = {}, {}, {}\n"                                     \
-    "    for j = 1, na do local k, tk = ARGV[i], ARGV[i + 1]\n"                            \
-    "      ks[j] = k ts[j] = tk ms[j] = k .. ':' .. tk i = i + 2 end\n"                    \
+    "  if na > 0 then local ms, ks = {}, {}\n"                                             \
+    "    for j = 1, na do ms[j] = ARGV[i] ks[j] = ARGV[i + 1] i = i + 2 end\n"             \
     /* every lease surely runs (until ahead): the members out at once, and */              \
     /* when all were there, every record is this lease's */                                \
     "    if U > now and call('ZREM', LK, unpack(ms, 1, na)) == na then\n"                  \
@@ -475,9 +474,11 @@
     /* the leases are read only when one may have ended (until not ahead) */               \
     "      local ls = U <= now and call('ZMSCORE', LK, unpack(ms, 1, na))\n"               \
     "      local del, dm, nd = {}, {}, 0\n"                                                \
-    /* tokens compared as the decimal strings both sides write */                          \
+    /* the record's token against the member's, as the decimal strings both */             \
+    /* sides write */                                                                      \
     "      for j = 1, na do local r, v = 0, vs[j]\n"                                       \
-    "        if v and (not ls or ls[j] and ls[j] * 1000 > now) and match(v, '^%d+') == ts[j] then\n" \
+    "        if v and (not ls or ls[j] and ls[j] * 1000 > now) and\n"                      \
+    "          match(v, '^%d+') == string.sub(ms[j], #ks[j] + 2) then\n"                   \
     "          nd = nd + 1 del[nd] = ks[j] dm[nd] = ms[j] r = 1 elseif not v then r = 2 end\n" \
     "        o = o + 1 out[o] = r\n"                                                       \
     "      end\n"                                                                          \
@@ -486,16 +487,15 @@
     "    end\n"                                                                            \
     "  end\n"                                                                              \
     "  local lz, nz, at = {}, 0, {}\n"                                                     \
-    "  for j = 1, ns do local due, s, a = ARGV[i + 3] + 0, 0, 0\n"                         \
-    "    if now + ahead < due * 1000 then a = due * 1000 - now\n"                          \
-    "    else s = 1 a = ARGV[i + 2] + 0\n"                                                 \
-    "      lz[nz + 1] = fmt('%d.5', (due > now_ms and due or now_ms) + L)\n"               \
-    "      lz[nz + 2] = ARGV[i] .. ':' .. ARGV[i + 1] nz = nz + 2 at[nz / 2] = o + 1 end\n" \
-    "    out[o + 1] = s out[o + 2] = a o = o + 2 i = i + 4\n"                              \
+    "  for j = 1, ns do local due, s, a = ARGV[i + 1] + 0, 1, 0\n"                         \
+    "    if now + ahead < due * 1000 then s = 0 a = due * 1000 - now\n"                    \
+    "    else lz[nz + 1] = fmt('%d.5', (due > now_ms and due or now_ms) + L)\n"            \
+    "      lz[nz + 2] = ARGV[i] nz = nz + 2 at[nz / 2] = o + 1 end\n"                      \
+    "    out[o + 1] = s out[o + 2] = a o = o + 2 i = i + 2\n"                              \
     "  end\n"                                                                              \
     /* fewer changed than started: a redone start's mark, or a lease gone */               \
     /* (another token's now, removed, acknowledged, or lost by a failover) */              \
-    "  if nz > 0 and call('ZADD', LK, 'XX', 'GT', 'CH', unpack(lz, 1, nz)) < nz / 2 then\n"  \
+    "  if nz > 0 and call('ZADD', LK, 'XX', 'GT', 'CH', unpack(lz, 1, nz)) < nz / 2 then\n" \
     "    local gk = {} for x = 1, nz / 2 do gk[x] = lz[2 * x] end\n"                       \
     "    local ls = call('ZMSCORE', LK, unpack(gk))\n"                                     \
     "    for x = 1, nz / 2 do if not ls[x] then out[at[x]] = -1 out[at[x] + 1] = 0 end end\n" \

@@ -13,7 +13,8 @@
  * Redis Cluster each group is its own call (one slot's declared keys), the
  * calls pipelined: one round trip either way. Starts and acknowledgements
  * go in separate rounds: a start group is one ZADD of the lease members
- * (key:token; the due time sent with each start, the claim's); an
+ * (each item keeps its member, key:token, in its data: claim.c; the due
+ * time sent with each start, the claim's); an
  * acknowledgement group is ZREM and HDEL for all of a partition's pending
  * acknowledgements at once (why apart: ack.c), with HMGET and ZMSCORE
  * only when one is stale or a lease may have ended: the group sends the
@@ -27,9 +28,9 @@
 
 #include "redis/internal.h"
 
-#define RR_CALL_ARGV 160 /* arguments of one call, "EVALSHA sha n" included */
+#define RR_CALL_ARGV 128 /* arguments of one call, "EVALSHA sha n" included */
 _Static_assert(RR_CALL_ARGV <= TW_RR_ARGV_MAX, "a START call must fit the router's argument limit");
-_Static_assert(3 + 2 + 2 + 5 + 4 * TW_RR_RUN_BATCH <= RR_CALL_ARGV,
+_Static_assert(3 + 2 + 2 + 5 + 2 * TW_RR_RUN_BATCH <= RR_CALL_ARGV,
                "a group of a whole run's starts must fit one call");
 _Static_assert(3 + 2 + 2 + 5 + 2 * TW_RR_ACK_MAX <= TW_RR_ARGV_MAX,
                "a group of a whole round's acknowledgements must fit one call");
@@ -49,10 +50,10 @@ static long rr_group_of(struct tw_rr_round *e, uint32_t p)
 
 /* Arguments of a call of group g alone, "EVALSHA sha n" and the declared keys
  * included: the group's lease and task keys, counts and until, a start's
- * key, token, attempt and due time, an acknowledgement's key and token. */
+ * lease member and due time, an acknowledgement's lease member and key. */
 static size_t rr_grp_argc(const struct tw_rr_grp *g)
 {
-    return 3 + 2 + 2 + 5 + 4 * g->ns + 2 * g->na;
+    return 3 + 2 + 2 + 5 + 2 * g->ns + 2 * g->na;
 }
 
 /* Group the round: the items of v by partition (to start, or to
@@ -173,22 +174,15 @@ static int rr_start_build(void *ctx, size_t c, int *slot, const char **av, size_
         a[na++] = e->cnt[g][2];
         for (size_t j = G->a0; j < G->a0 + G->na; j++) {
             const struct tw_rr_item *it = e->ack[j];
+            a[na] = it->data; /* the member, then the key: one buffer */
+            l[na++] = tw_rr_member_len(it);
             a[na] = it->data;
             l[na++] = it->key_len;
-            l[na] = (size_t)snprintf(e->atok[j], sizeof e->atok[j], "%llu",
-                                     (unsigned long long)it->token);
-            a[na++] = e->atok[j];
         }
         for (size_t k = G->s0; k < G->s0 + G->ns; k++) {
             const struct tw_rr_item *it = e->v[e->order[k]];
             a[na] = it->data;
-            l[na++] = it->key_len;
-            l[na] = (size_t)snprintf(e->tok[k], sizeof e->tok[k], "%llu",
-                                     (unsigned long long)it->token);
-            a[na++] = e->tok[k];
-            l[na] = (size_t)snprintf(e->att[k], sizeof e->att[k], "%llu",
-                                     (unsigned long long)it->attempt + 1);
-            a[na++] = e->att[k];
+            l[na++] = tw_rr_member_len(it);
             l[na] = (size_t)snprintf(e->due[k], sizeof e->due[k], "%llu",
                                      (unsigned long long)it->due_ms);
             a[na++] = e->due[k];

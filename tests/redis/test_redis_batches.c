@@ -12,11 +12,10 @@
  *
  * test_start_script: the START script run by the test, against a record
  * and a hold written by hand: a start marks the hold started and lengthens
- * it to max(due, now) + lease_ms + 0.5, answers the attempt it was given; a
- * start redone finds the mark (still 1, the score not shortened); a stale
- * token is refused (-1) and changes nothing; a token whose lease member is
- * gone is refused and adds no member (ZADD XX); a start too early answers 0
- * and writes
+ * it to max(due, now) + lease_ms + 0.5, answers 1; a start redone finds
+ * the mark (still 1, the score not shortened); a stale token is refused
+ * (-1) and changes nothing; a token whose lease member is gone is refused
+ * and adds no member (ZADD XX); a start too early answers 0 and writes
  * nothing; an acknowledgement deletes only for its token with its lease
  * running (1), is stale otherwise (0), absent after the deletion (2).
  *
@@ -594,8 +593,8 @@ out:
 #define TK "{ss:0}:task"
 #define LEASE_MS 30000
 
-/* START of one group: na acknowledgements (key, token pairs) then ns starts
- * (key, token, attempt, due quadruples) as ARGV words, until_ms the earliest lease
+/* START of one group: na acknowledgements (lease member, key pairs) then ns starts
+ * (lease member key:token, due pairs) as ARGV words, until_ms the earliest lease
  * end of the acknowledged as a worker knows it (0: none known, the script
  * reads the leases); the reply (NULL on error). */
 static redisReply *start_call(redisContext *c, unsigned ahead_ms, uint64_t until_ms, int na,
@@ -620,7 +619,7 @@ static redisReply *start_call(redisContext *c, unsigned ahead_ms, uint64_t until
     av[n++] = cna;
     av[n++] = cns;
     av[n++] = until;
-    for (int i = 0; i < 2 * na + 4 * ns; i++)
+    for (int i = 0; i < 2 * na + 2 * ns; i++)
         av[n++] = words[i];
     for (int i = 0; i < n; i++)
         al[i] = strlen(av[i]);
@@ -673,37 +672,37 @@ static void test_start_script(void)
                              hold, due + 61000, now + LEASE_MS),
                  0);
     /* k1 started 3 s ahead: marked, lengthened to due + lease_ms (due is
-     * after now), the attempt as given */
-    x = start_call(c, 3000, 0, 0, 1, (const char *[]){"k1", "5", "1", d1});
+     * after now), answered 1, 0 */
+    x = start_call(c, 3000, 0, 0, 1, (const char *[]){"k1:5", d1});
     CHECK(x && x->elements == 3);
     if (x && x->elements == 3) {
         CHECK_EQ_INT(x->element[1]->integer, 1);
-        CHECK_EQ_INT(x->element[2]->integer, 1);
+        CHECK_EQ_INT(x->element[2]->integer, 0);
     }
     if (x)
         freeReplyObject(x);
     double s1 = zscore(c, "k1:5");
     CHECK_(s1 == (double)(due + LEASE_MS) + 0.5, "k1 lease %.1f, due %" PRIu64, s1, due);
     /* redone: started again, the mark kept, never shortened */
-    x = start_call(c, 3000, 0, 0, 1, (const char *[]){"k1", "5", "1", d1});
+    x = start_call(c, 3000, 0, 0, 1, (const char *[]){"k1:5", d1});
     CHECK(x && x->elements == 3 && x->element[1]->integer == 1);
     if (x)
         freeReplyObject(x);
     CHECK(zscore(c, "k1:5") == s1);
     /* a stale token: refused, nothing written */
-    x = start_call(c, 3000, 0, 0, 1, (const char *[]){"k1", "4", "1", d1});
+    x = start_call(c, 3000, 0, 0, 1, (const char *[]){"k1:4", d1});
     CHECK(x && x->elements == 3 && x->element[1]->integer == -1);
     if (x)
         freeReplyObject(x);
     CHECK(zscore(c, "k1:5") == s1);
     /* the token with no lease member: refused, no member added */
-    x = start_call(c, 3000, 0, 0, 1, (const char *[]){"k2", "9", "1", d1});
+    x = start_call(c, 3000, 0, 0, 1, (const char *[]){"k2:9", d1});
     CHECK(x && x->elements == 3 && x->element[1]->integer == -1);
     if (x)
         freeReplyObject(x);
     CHECK(zscore(c, "k2:9") == -1);
     /* not due within ahead: 0 and the us until due, the hold unchanged */
-    x = start_call(c, 3000, 0, 0, 1, (const char *[]){"k3", "7", "1", d3});
+    x = start_call(c, 3000, 0, 0, 1, (const char *[]){"k3:7", d3});
     CHECK(x && x->elements == 3 && x->element[1]->integer == 0 &&
           x->element[2]->integer > 50000000);
     if (x)
@@ -711,7 +710,7 @@ static void test_start_script(void)
     CHECK(zscore(c, "k3:7") == (double)(due + 61000));
     /* acknowledgements: a stale token (0), k4's (1: deleted with its lease),
      * then k4 again (2: absent); until ahead: the leases are not read */
-    x = start_call(c, 0, now + LEASE_MS, 2, 0, (const char *[]){"k1", "4", "k4", "8"});
+    x = start_call(c, 0, now + LEASE_MS, 2, 0, (const char *[]){"k1:4", "k1", "k4:8", "k4"});
     CHECK(x && x->elements == 3);
     if (x && x->elements == 3) {
         CHECK_EQ_INT(x->element[1]->integer, 0);
@@ -721,7 +720,7 @@ static void test_start_script(void)
         freeReplyObject(x);
     CHECK(zscore(c, "k4:8") == -1);
     CHECK(zscore(c, "k1:5") == s1);
-    x = start_call(c, 0, now + LEASE_MS, 1, 0, (const char *[]){"k4", "8"});
+    x = start_call(c, 0, now + LEASE_MS, 1, 0, (const char *[]){"k4:8", "k4"});
     CHECK(x && x->elements == 2 && x->element[1]->integer == 2);
     if (x)
         freeReplyObject(x);
@@ -733,7 +732,7 @@ static void test_start_script(void)
     snprintf(r6, sizeof r6, "3 1 %" PRIu64 " p6", now);
     CHECK_EQ_INT(rfx_command(&srv, "HSET " TK " k6 %s", r6), 0);
     CHECK_EQ_INT(rfx_command(&srv, "ZADD " LK " %" PRIu64 " k6:3", now - 1), 0);
-    x = start_call(c, 0, now + LEASE_MS, 1, 0, (const char *[]){"k6", "3"});
+    x = start_call(c, 0, now + LEASE_MS, 1, 0, (const char *[]){"k6:3", "k6"});
     CHECK(x && x->elements == 2 && x->element[1]->integer == 1);
     if (x)
         freeReplyObject(x);
@@ -747,7 +746,7 @@ static void test_start_script(void)
     CHECK_EQ_INT(rfx_command(&srv, "ZADD " LK " %" PRIu64 ".5 k1:5 %" PRIu64 ".5 k5:6", now - 1,
                              now + LEASE_MS),
                  0);
-    x = start_call(c, 0, now - 1, 2, 0, (const char *[]){"k5", "6", "k1", "5"});
+    x = start_call(c, 0, now - 1, 2, 0, (const char *[]){"k5:6", "k5", "k1:5", "k1"});
     CHECK(x && x->elements == 3);
     if (x && x->elements == 3) {
         CHECK_EQ_INT(x->element[1]->integer, 1);
@@ -756,7 +755,7 @@ static void test_start_script(void)
     if (x)
         freeReplyObject(x);
     CHECK(zscore(c, "k5:6") == -1);
-    x = start_call(c, 0, 0, 1, 0, (const char *[]){"k1", "5"});
+    x = start_call(c, 0, 0, 1, 0, (const char *[]){"k1:5", "k1"});
     CHECK(x && x->elements == 2 && x->element[1]->integer == 0);
     if (x)
         freeReplyObject(x);

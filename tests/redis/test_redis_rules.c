@@ -1528,7 +1528,8 @@ struct direct {
     redisContext *c;
     char keys[5][48];
     char tok[24], due[24]; /* of the last claim's task */
-    const char *claim[12], *start[14];
+    char member[32];       /* k:tok */
+    const char *claim[12], *start[12];
 };
 
 static void direct_close(struct direct *d)
@@ -1560,9 +1561,9 @@ static bool direct_open(struct direct *d, const char *q)
                              d->keys[1], d->keys[2],                 d->keys[3], d->keys[4],
                              "60000",    "10",                       "30000",    "100000"};
     /* lease_ms, ahead_us; one group: its lease and task keys, no
-     * acknowledgement, one start, until 0; k, its token, attempt 1, due */
-    const char *start[14] = {"EVAL", tw_rr_scripts[TW_RR_START], "0", "30000", "0", d->keys[1],
-                             d->keys[2], "0", "1", "0", "k", d->tok, "1", d->due};
+     * acknowledgement, one start, until 0; k's lease member, its due time */
+    const char *start[12] = {"EVAL", tw_rr_scripts[TW_RR_START], "0", "30000", "0", d->keys[1],
+                             d->keys[2], "0", "1", "0", d->member, d->due};
     memcpy(d->claim, claim, sizeof claim);
     memcpy(d->start, start, sizeof start);
     CHECK_EQ_INT(tw_redis_set(d->r, "k", 1, "pay", 3, 20), 0);
@@ -1586,17 +1587,18 @@ static void test_start_redone(void)
         CHECK_EQ_STR(x->element[6]->str, "pay");
         snprintf(tok, sizeof d.tok, "%lld", x->element[4]->integer);
         snprintf(d.due, sizeof d.due, "%lld", x->element[3]->integer);
+        snprintf(d.member, sizeof d.member, "k:%lld", x->element[4]->integer);
     }
     if (x)
         freeReplyObject(x);
     rfx_sleep_ms(40); /* due */
     for (int run = 0; run < 2; run++) {
-        x = eval_argv(c, 14, start);
-        /* {now, started 1, attempt 1}, the second run as the first */
+        x = eval_argv(c, 12, start);
+        /* {now, started 1, 0}, the second run as the first */
         CHECK(x && x->type == REDIS_REPLY_ARRAY && x->elements == 3);
         if (x && x->type == REDIS_REPLY_ARRAY && x->elements == 3) {
             CHECK_EQ_INT(x->element[1]->integer, 1);
-            CHECK_EQ_INT(x->element[2]->integer, 1);
+            CHECK_EQ_INT(x->element[2]->integer, 0);
         }
         if (x)
             freeReplyObject(x);
@@ -1664,13 +1666,14 @@ static void test_start_lost_claim(void)
         due = x->element[3]->integer;
         snprintf(tok, sizeof d.tok, "%lld", x->element[4]->integer);
         snprintf(d.due, sizeof d.due, "%lld", x->element[3]->integer);
+        snprintf(d.member, sizeof d.member, "k:%lld", x->element[4]->integer);
     }
     if (x)
         freeReplyObject(x);
     lose_claim(&d, due);
     CHECK_EQ_U64(check_schema(&srv, "lostc", 1), 1);
     rfx_sleep_ms(40); /* due */
-    x = eval_argv(c, 14, start);
+    x = eval_argv(c, 12, start);
     /* {now, -1 (lease gone), 0} */
     CHECK(x && x->type == REDIS_REPLY_ARRAY && x->elements == 3);
     if (x && x->type == REDIS_REPLY_ARRAY && x->elements == 3) {
@@ -1687,10 +1690,11 @@ static void test_start_lost_claim(void)
         CHECK_EQ_STR(x->element[2]->str, "k");
         snprintf(tok, sizeof d.tok, "%lld", x->element[4]->integer);
         snprintf(d.due, sizeof d.due, "%lld", x->element[3]->integer);
+        snprintf(d.member, sizeof d.member, "k:%lld", x->element[4]->integer);
     }
     if (x)
         freeReplyObject(x);
-    x = eval_argv(c, 14, start);
+    x = eval_argv(c, 12, start);
     CHECK(x && x->type == REDIS_REPLY_ARRAY && x->elements == 3);
     if (x && x->type == REDIS_REPLY_ARRAY && x->elements == 3)
         CHECK_EQ_INT(x->element[1]->integer, 1);
