@@ -190,7 +190,7 @@ static int rr_claim_part(struct tw_redis *r, uint32_t p, unsigned batch, struct 
                                                       x->type == REDIS_REPLY_ARRAY && x->elements
                                                           ? (uint64_t)x->element[0]->integer
                                                           : 0,
-                                                      0, 0, (uint32_t)(x->elements - 3) / 5, 9999};
+                                                      0, 0, (uint32_t)(x->elements - 3) / 2, 9999};
         pthread_mutex_unlock(&r->hist_mu);
     }
 #endif
@@ -208,7 +208,7 @@ static int rr_claim_reply(struct tw_redis *r, uint32_t p, unsigned batch, unsign
                           struct tw_rr_batch *b, redisReply *x)
 {
     uint64_t t_reply = tw_rr_mono_ns();
-    if (x->type != REDIS_REPLY_ARRAY || x->elements < 3 || (x->elements - 3) % 5 != 0 ||
+    if (x->type != REDIS_REPLY_ARRAY || x->elements < 3 || (x->elements - 3) % 2 != 0 ||
         x->element[0]->type != REDIS_REPLY_INTEGER || tw_rr_dead_claimed(r, p, x->element[1]) ||
         x->element[x->elements - 1]->type != REDIS_REPLY_INTEGER) {
         freeReplyObject(x);
@@ -222,7 +222,7 @@ static int rr_claim_reply(struct tw_redis *r, uint32_t p, unsigned batch, unsign
     r->recover_ns[p] = at < t_reply + rr_recover_gap(r) ? t_reply + rr_recover_gap(r) : at;
     if (r->recover_ns[p] < r->recover_next)
         r->recover_next = r->recover_ns[p];
-    size_t k = (x->elements - 3) / 5;
+    size_t k = (x->elements - 3) / 2;
     if (b->n + k > b->cap) {
         size_t cap = b->cap ? b->cap : 256;
         while (cap < b->n + k)
@@ -238,29 +238,32 @@ static int rr_claim_reply(struct tw_redis *r, uint32_t p, unsigned batch, unsign
     size_t got = 0, n0 = b->n;
     uint64_t last = 0;
     for (size_t i = 0; i < k; i++) {
-        redisReply **e = x->element + 2 + 5 * i; /* key, due, token, attempt, payload */
-        if (e[0]->type != REDIS_REPLY_STRING || e[1]->type != REDIS_REPLY_INTEGER ||
-            e[2]->type != REDIS_REPLY_INTEGER || e[3]->type != REDIS_REPLY_INTEGER ||
-            e[4]->type != REDIS_REPLY_STRING)
-            continue;
+        redisReply **e = x->element + 2 + 2 * i; /* key, record */
+        uint64_t f[3]; /* token, attempt, due */
+        size_t off;
+        if (e[0]->type != REDIS_REPLY_STRING || e[1]->type != REDIS_REPLY_STRING ||
+            tw_rr_parse_record(e[1]->str, e[1]->len, f, &off))
+            continue; /* not a record: its lease will expire */
+        const char *pay = e[1]->str + off;
+        size_t pl = e[1]->len - off;
         char tok[24];
-        int tl = snprintf(tok, sizeof tok, ":%llu", (unsigned long long)e[2]->integer);
-        struct tw_rr_item *it = malloc(sizeof *it + e[0]->len + (size_t)tl + e[4]->len + 1);
+        int tl = snprintf(tok, sizeof tok, ":%llu", (unsigned long long)f[0]);
+        struct tw_rr_item *it = malloc(sizeof *it + e[0]->len + (size_t)tl + pl + 1);
         if (!it)
             continue; /* its lease will expire and it comes back */
         /* every field zero (unanswered, ack_lost, started), then this claim's */
         memset(it, 0, sizeof *it);
         it->part = p;
-        it->due_ms = (uint64_t)e[1]->integer;
-        it->token = (uint64_t)e[2]->integer;
-        it->attempt = (uint64_t)e[3]->integer;
+        it->due_ms = f[2];
+        it->token = f[0];
+        it->attempt = f[1];
         it->key_len = (uint32_t)e[0]->len; /* a Redis string is at most 512 MB */
-        it->payload_len = (uint32_t)e[4]->len;
+        it->payload_len = (uint32_t)pl;
         it->tok_len = (uint16_t)tl;
         memcpy(it->data, e[0]->str, e[0]->len);
         memcpy(it->data + e[0]->len, tok, (size_t)tl);
-        memcpy(tw_rr_payload(it), e[4]->str, e[4]->len);
-        tw_rr_payload(it)[e[4]->len] = 0;
+        memcpy(tw_rr_payload(it), pay, pl);
+        tw_rr_payload(it)[pl] = 0;
         it->due_local_ns = tw_rr_local_due(r, p, it->due_ms);
         last = it->due_ms > last ? it->due_ms : last;
         b->v[b->n++] = it;

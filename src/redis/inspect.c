@@ -291,19 +291,18 @@ int tw_redis_get(struct tw_redis *r, const void *key, size_t key_len, struct tw_
         freeReplyObject(x);
         return TW_ENOENT;
     }
-    unsigned long long tok, att, due;
-    int pos = 0;
-    /* "token attempt due " then the payload, whose own leading blanks are its own */
-    if (sscanf(v->str, "%llu %llu %llu%n", &tok, &att, &due, &pos) != 3 || pos == 0 ||
-        (size_t)pos >= v->len || v->str[pos++] != ' ') {
+    uint64_t f[3]; /* token, attempt, due; then the payload */
+    size_t pos;
+    if (tw_rr_parse_record(v->str, v->len, f, &pos)) {
         freeReplyObject(x);
         return TW_EPROTO;
     }
+    uint64_t tok = f[0], att = f[1], due = f[2];
     memset(info, 0, sizeof *info);
     info->now_ms = (uint64_t)x->element[0]->integer;
     info->due_ms = due;
     info->attempt = (uint32_t)att; /* the starts; above bit 32 a per-task limit (dead.c) */
-    info->payload_len = v->len - (size_t)pos;
+    info->payload_len = v->len - pos;
     info->state = TW_REDIS_WAITING;
     /* a waiting task's record holds the token its next lease will have
      * (scripts.c); the lease member says whether it is leased */

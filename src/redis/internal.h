@@ -895,6 +895,10 @@ int tw_rr_check_masters(struct tw_redis *r);
  * TW_ECONFLICT, TW_ENOENT (an inspecting client, no queue), TW_EOOM,
  * TW_EIO, TW_EPROTO, TW_ENOMEM. */
 int tw_rr_check_partitions(struct tw_redis *r);
+/* keys.c: a task record, "token attempt due " then the payload (scripts.c):
+ * num[] = {token, attempt, due}, *payload = the payload's offset. 0, or -1
+ * when s is not one (a field not digits, or past 64 bits). */
+int tw_rr_parse_record(const char *s, size_t len, uint64_t num[3], size_t *payload);
 /* upgrade.c: the lease sets an earlier version left ({q:p}:lease, bare
  * keys) converted into {q:p}:leases, unless {q:meta}:schema says they
  * were: 0 or an error code (TW_EPROTO: a set that does not shrink). */

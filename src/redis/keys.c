@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* twheel Redis layer: key names. Which partition a task key belongs to
- * (FNV-1a-64 of the key, the same in every client) and the names of a
- * partition's keys and channel (the schema in redis.c). */
+/* twheel Redis layer: key names and records. Which partition a task key
+ * belongs to (FNV-1a-64 of the key, the same in every client), the names of
+ * a partition's keys and channel, and the fields of a task record (the
+ * schema in redis.c). */
 #define _GNU_SOURCE
 #include <stdio.h>
 
@@ -24,6 +25,27 @@ uint32_t tw_rr_part_of(const struct tw_redis *r, const void *key, size_t len)
 {
     uint64_t h = tw_rr_hash_of(key, len);
     return (uint32_t)(h % r->cfg.partitions);
+}
+
+int tw_rr_parse_record(const char *s, size_t len, uint64_t num[3], size_t *payload)
+{
+    size_t i = 0;
+    for (int f = 0; f < 3; f++) {
+        uint64_t x = 0;
+        size_t i0 = i;
+        for (; i < len && s[i] >= '0' && s[i] <= '9'; i++) {
+            unsigned d = (unsigned)(s[i] - '0');
+            if (x > (UINT64_MAX - d) / 10)
+                return -1;
+            x = x * 10 + d;
+        }
+        if (i == i0 || i >= len || s[i] != ' ')
+            return -1;
+        num[f] = x;
+        i++;
+    }
+    *payload = i;
+    return 0;
 }
 
 /* The five keys and the channel of partition p, into buf. */

@@ -229,10 +229,10 @@
 /* ARGV: window_ms, n, lease_ms, max_bytes, hold_ms (absent: lease_ms),
  * max_attempts (0: none), share (absent or 0: none), taken ("bucket:count
  * ..."), shares_only ('1' or absent), zone_ms (absent: window_ms)
- * -> {now_us, recovered, key1, due1, token1, attempt1, payload1, key2, ...,
- *     earliest}
- * (attempt: the starts counted so far; the start of this lease makes it
- * attempt + 1; earliest: the earliest lease end left in the partition, ms,
+ * -> {now_us, recovered, key1, record1, key2, record2, ..., earliest}
+ * (record: the task's as it is in the task HASH, "token attempt due "
+ * payload, claim.c parses it; attempt: the starts counted so far, the
+ * start of this lease makes it attempt + 1; earliest: the earliest lease end left in the partition, ms,
  * or -1 when nothing is leased: the claimer claims again then, to recover
  * it should it run out)
  * First moves up to n expired leases back to their bucket (their due time
@@ -240,7 +240,7 @@
  * index from its lowest bucket (8 index members per read), takes each
  * bucket whole (LRANGE, DEL), drops it from the index, and stops once it
  * has n tasks or more (n bounds where it stops, not the reply: at most one
- * bucket over), or mid-bucket once the payloads pass max_bytes (the rest
+ * bucket over), or mid-bucket once the records pass max_bytes (the rest
  * stays: LTRIM). A bucket that begins window/4 or more ahead is split
  * instead once n are taken (LTRIM): its tasks all go to the worker's wheel,
  * which orders them, and a dense one (a burst set with one delay, or one
@@ -317,17 +317,17 @@
     "   if bytes > maxb then done = true break end\n"                                       \
     "   nt = nt + 1 left = left - 1\n"                                                      \
     "   local v = vs[j - s + 1]\n"                                                          \
-    "   if v then local tk, att, due, pos = match(v, '^(%d+) (%d+) (%d+) ()')\n"            \
-    "    due = due + 0 local p, t = sub(v, pos), tk + 0\n"                                  \
+    /* the record goes back whole: the worker parses it (fewer Lua strings) */             \
+    "   if v then local tk, due = match(v, '^(%d+) %d+ (%d+) ')\n"                          \
+    "    due = due + 0\n"                                                                    \
     /* token 0: written by a version that took tokens at claim; one now, */                 \
     /* its digits in place of the 0 */                                                      \
-    "    if t == 0 then t = redis.call('INCRBY', KEYS[4], 1) local n0 = #tk tk = fmt('%d', t)\n" \
-    "     hs[nh + 1] = k hs[nh + 2] = tk .. sub(v, n0 + 1) nh = nh + 2 end\n"              \
+    "    if tk == '0' then tk = fmt('%d', redis.call('INCRBY', KEYS[4], 1)) v = tk .. sub(v, 2)\n" \
+    "     hs[nh + 1] = k hs[nh + 2] = v nh = nh + 2 end\n"                                  \
     "    lz[nz + 1] = fmt('%d', (due > now_ms and due or now_ms) + hms)\n"                  \
     "    lz[nz + 2] = k .. ':' .. tk nz = nz + 2\n"                                        \
-    "    out[no + 1] = k out[no + 2] = due out[no + 3] = t out[no + 4] = att + 0\n"         \
-    "    out[no + 5] = p no = no + 5\n"                                                     \
-    "    bytes = bytes + #p + #k end\n"                                                     \
+    "    out[no + 1] = k out[no + 2] = v no = no + 2\n"                                     \
+    "    bytes = bytes + #v + #k end\n"                                                     \
     "  end\n"                                                                               \
     "  if nh > 0 then redis.call('HSET', KEYS[3], unpack(hs, 1, nh)) end\n"                 \
     "  if nz > 0 then redis.call('ZADD', KEYS[2], unpack(lz, 1, nz)) end\n"                 \

@@ -1570,27 +1570,47 @@ static bool direct_open(struct direct *d, const char *q)
     return true;
 }
 
+/* Runs d's CLAIM, which must lease task k alone, with payload "pay":
+ * {now, recovered, "k", its record "token attempt due pay", earliest lease
+ * end}. Keeps its token, due time and lease member in d, its attempt and
+ * the reply's recovered count in *attempt and *recovered. false (and a
+ * failed CHECK) when the reply is not that. */
+static bool direct_claim(struct direct *d, long long *attempt, long long *recovered)
+{
+    redisReply *x = eval_argv(d->c, 12, d->claim);
+    long long tok = 0, att = 0, due = 0;
+    int pos = 0;
+    bool ok = x && x->type == REDIS_REPLY_ARRAY && x->elements == 5 &&
+              x->element[1]->type == REDIS_REPLY_INTEGER &&
+              x->element[2]->type == REDIS_REPLY_STRING && strcmp(x->element[2]->str, "k") == 0 &&
+              x->element[3]->type == REDIS_REPLY_STRING &&
+              sscanf(x->element[3]->str, "%lld %lld %lld %n", &tok, &att, &due, &pos) == 3 &&
+              strcmp(x->element[3]->str + pos, "pay") == 0;
+    CHECK(ok);
+    if (ok) {
+        snprintf(d->tok, sizeof d->tok, "%lld", tok);
+        snprintf(d->due, sizeof d->due, "%lld", due);
+        snprintf(d->member, sizeof d->member, "k:%lld", tok);
+        *attempt = att;
+        *recovered = x->element[1]->integer;
+    }
+    if (x)
+        freeReplyObject(x);
+    return ok;
+}
+
 static void test_start_redone(void)
 {
     struct direct d;
     if (!direct_open(&d, "redo"))
         return;
     redisContext *c = d.c;
-    const char **claim = d.claim, **start = d.start;
+    const char **start = d.start;
     char *tok = d.tok;
-    redisReply *x = eval_argv(c, 12, claim);
-    /* {now, recovered, key, due, token, attempt, payload, earliest lease end} */
-    CHECK(x && x->type == REDIS_REPLY_ARRAY && x->elements == 8);
-    if (x && x->type == REDIS_REPLY_ARRAY && x->elements == 8) {
-        CHECK_EQ_STR(x->element[2]->str, "k");
-        CHECK_EQ_INT(x->element[5]->integer, 0); /* never started */
-        CHECK_EQ_STR(x->element[6]->str, "pay");
-        snprintf(tok, sizeof d.tok, "%lld", x->element[4]->integer);
-        snprintf(d.due, sizeof d.due, "%lld", x->element[3]->integer);
-        snprintf(d.member, sizeof d.member, "k:%lld", x->element[4]->integer);
-    }
-    if (x)
-        freeReplyObject(x);
+    long long att = -1, recovered = -1;
+    if (direct_claim(&d, &att, &recovered))
+        CHECK_EQ_INT(att, 0); /* never started */
+    redisReply *x;
     rfx_sleep_ms(40); /* due */
     for (int run = 0; run < 2; run++) {
         x = eval_argv(c, 12, start);
@@ -1606,9 +1626,9 @@ static void test_start_redone(void)
     x = redisCommand(c, "HGET {redo:0}:task k");
     CHECK(x && x->type == REDIS_REPLY_STRING);
     if (x && x->type == REDIS_REPLY_STRING) {
-        long long t = -1, att = -1;
-        CHECK_EQ_INT(sscanf(x->str, "%lld %lld", &t, &att), 2);
-        CHECK_EQ_INT(att, 0); /* this lease's start: in the lease's mark */
+        long long t = -1, ra = -1;
+        CHECK_EQ_INT(sscanf(x->str, "%lld %lld", &t, &ra), 2);
+        CHECK_EQ_INT(ra, 0); /* this lease's start: in the lease's mark */
         CHECK_EQ_INT(t, strtoll(tok, NULL, 10));
     }
     if (x)
@@ -1625,23 +1645,18 @@ static void test_start_redone(void)
     }
     if (x)
         freeReplyObject(x);
-    x = eval_argv(c, 12, claim);
-    /* {now, recovered 1, k, due, token, attempt 1, payload, earliest} */
-    CHECK(x && x->type == REDIS_REPLY_ARRAY && x->elements == 8);
-    if (x && x->type == REDIS_REPLY_ARRAY && x->elements == 8) {
-        CHECK_EQ_INT(x->element[1]->integer, 1);
-        CHECK_EQ_INT(x->element[5]->integer, 1);
+    if (direct_claim(&d, &att, &recovered)) {
+        CHECK_EQ_INT(recovered, 1);
+        CHECK_EQ_INT(att, 1);
     }
-    if (x)
-        freeReplyObject(x);
     direct_close(&d);
 }
 
 /* What a failover that lost the last claim of task k of d's queue leaves:
- * the lease member gone, k back in its bucket (due: the claim's). */
-static void lose_claim(struct direct *d, long long due)
+ * the lease member gone, k back in its bucket (its due time: the claim's). */
+static void lose_claim(struct direct *d)
 {
-    long long b = due / TW_RR_BUCKET_MS;
+    long long b = strtoll(d->due, NULL, 10) / TW_RR_BUCKET_MS;
     CHECK_EQ_INT(rfx_command(&srv, "ZREM %s k:%s", d->keys[1], d->tok), 0);
     CHECK_EQ_INT(rfx_command(&srv, "RPUSH %s:%lld k", d->keys[0], b), 0);
     CHECK_EQ_INT(rfx_command(&srv, "ZADD %s %lld %lld", d->keys[0], b, b), 0);
@@ -1657,20 +1672,11 @@ static void test_start_lost_claim(void)
     if (!direct_open(&d, "lostc"))
         return;
     redisContext *c = d.c;
-    const char **claim = d.claim, **start = d.start;
-    char *tok = d.tok;
-    redisReply *x = eval_argv(c, 12, claim);
-    long long due = 0;
-    CHECK(x && x->type == REDIS_REPLY_ARRAY && x->elements == 8);
-    if (x && x->type == REDIS_REPLY_ARRAY && x->elements == 8) {
-        due = x->element[3]->integer;
-        snprintf(tok, sizeof d.tok, "%lld", x->element[4]->integer);
-        snprintf(d.due, sizeof d.due, "%lld", x->element[3]->integer);
-        snprintf(d.member, sizeof d.member, "k:%lld", x->element[4]->integer);
-    }
-    if (x)
-        freeReplyObject(x);
-    lose_claim(&d, due);
+    const char **start = d.start;
+    long long att, recovered;
+    redisReply *x;
+    direct_claim(&d, &att, &recovered);
+    lose_claim(&d);
     CHECK_EQ_U64(check_schema(&srv, "lostc", 1), 1);
     rfx_sleep_ms(40); /* due */
     x = eval_argv(c, 12, start);
@@ -1684,16 +1690,7 @@ static void test_start_lost_claim(void)
         freeReplyObject(x);
     CHECK_EQ_INT(redis_int(&srv, "ZCARD %s", "{lostc:0}:leases"), 0); /* no member added */
     /* the next claim takes it from its bucket; its start is granted */
-    x = eval_argv(c, 12, claim);
-    CHECK(x && x->type == REDIS_REPLY_ARRAY && x->elements == 8);
-    if (x && x->type == REDIS_REPLY_ARRAY && x->elements == 8) {
-        CHECK_EQ_STR(x->element[2]->str, "k");
-        snprintf(tok, sizeof d.tok, "%lld", x->element[4]->integer);
-        snprintf(d.due, sizeof d.due, "%lld", x->element[3]->integer);
-        snprintf(d.member, sizeof d.member, "k:%lld", x->element[4]->integer);
-    }
-    if (x)
-        freeReplyObject(x);
+    direct_claim(&d, &att, &recovered);
     x = eval_argv(c, 12, start);
     CHECK(x && x->type == REDIS_REPLY_ARRAY && x->elements == 3);
     if (x && x->type == REDIS_REPLY_ARRAY && x->elements == 3)
@@ -1712,25 +1709,47 @@ static void test_release_lost_claim(void)
     struct direct d;
     if (!direct_open(&d, "lostr"))
         return;
-    redisReply *x = eval_argv(d.c, 12, d.claim);
-    long long due = 0;
-    CHECK(x && x->type == REDIS_REPLY_ARRAY && x->elements == 8);
-    if (x && x->type == REDIS_REPLY_ARRAY && x->elements == 8) {
-        due = x->element[3]->integer;
-        snprintf(d.tok, sizeof d.tok, "%lld", x->element[4]->integer);
-    }
-    if (x)
-        freeReplyObject(x);
-    lose_claim(&d, due);
+    long long att, recovered;
+    direct_claim(&d, &att, &recovered);
+    lose_claim(&d);
     const char *release[11] = {"EVAL",    tw_rr_scripts[TW_RR_RELEASE], "5", d.keys[0],
                                d.keys[1], d.keys[2], d.keys[3], d.keys[4], "k", d.tok,
                                "{lostr:0}:ch"};
-    x = eval_argv(d.c, 11, release);
+    redisReply *x = eval_argv(d.c, 11, release);
     CHECK(x && x->type == REDIS_REPLY_INTEGER && x->integer == 0);
     if (x)
         freeReplyObject(x);
     CHECK_EQ_U64(check_schema(&srv, "lostr", 1), 1);
     direct_close(&d);
+}
+
+/* ---- a task record's fields (white box: keys.c) ---------------------------------- */
+
+/* "token attempt due " then the payload, as the scripts write it and CLAIM
+ * returns it: the three numbers and the payload's offset; anything else -1. */
+static void test_parse_record(void)
+{
+    uint64_t f[3] = {0, 0, 0};
+    size_t at = 0;
+    static const char ok[] = "17 4294967298 1700000000123  pay load";
+    CHECK_EQ_INT(tw_rr_parse_record(ok, sizeof ok - 1, f, &at), 0);
+    CHECK_EQ_U64(f[0], 17);
+    CHECK_EQ_U64(f[1], 4294967298u);
+    CHECK_EQ_U64(f[2], 1700000000123u);
+    CHECK_EQ_STR(ok + at, " pay load"); /* the payload's own blank kept */
+    CHECK_EQ_INT(tw_rr_parse_record("1 0 5 ", 6, f, &at), 0); /* empty payload */
+    CHECK_EQ_U64(at, 6);
+    static const char max[] = "18446744073709551615 0 0 p";
+    CHECK_EQ_INT(tw_rr_parse_record(max, sizeof max - 1, f, &at), 0);
+    CHECK_EQ_U64(f[0], UINT64_MAX);
+    static const char *const bad[] = {
+        "",          "1 0 5",  "1 0 5x", "1  0 5 ", " 1 0 5 ", "1 -0 5 ", "a 0 5 ",
+        "1 0 ",      "1 0",    "18446744073709551616 0 0 p",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        CHECK_(tw_rr_parse_record(bad[i], strlen(bad[i]), f, &at) == -1, "\"%s\"", bad[i]);
+    /* the length bounds the read: a record cut before its third blank */
+    CHECK_EQ_INT(tw_rr_parse_record("1 0 5 p", 5, f, &at), -1);
 }
 
 /* ---- the local queue (white box: local.c) ------------------------------------- */
@@ -2368,6 +2387,7 @@ int main(void)
     RUN(test_start_redone);
     RUN(test_start_lost_claim);
     RUN(test_release_lost_claim);
+    RUN(test_parse_record);
     RUN(test_never_early);
     RUN(test_start_ahead);
     RUN(test_local_ahead);
