@@ -15,6 +15,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -865,6 +866,29 @@ static void test_stop_releases(void)
     rec_destroy(&R);
 }
 
+/* Runs a script as an earlier version's writes into queue q's partition 0:
+ * fmt is "EVAL %s 4 " and the keys {q:0}:d, {q:0}:lease (the lease set as
+ * it was named), {q:0}:task, {q:0}:seq, then args_fmt; the script and the
+ * arguments follow args_fmt (hiredis formats). */
+static void write_old(const char *q, const char *args_fmt, ...)
+{
+    char fmt[256];
+    snprintf(fmt, sizeof fmt, "EVAL %%s 4 {%s:0}:d {%s:0}:lease {%s:0}:task {%s:0}:seq %s", q, q,
+             q, q, args_fmt);
+    redisContext *rc = rfx_connect(&srv);
+    CHECK(rc != NULL);
+    if (!rc)
+        return;
+    va_list ap;
+    va_start(ap, args_fmt);
+    redisReply *x = redisvCommand(rc, fmt, ap);
+    va_end(ap);
+    CHECK(x && x->type == REDIS_REPLY_INTEGER);
+    if (x)
+        freeReplyObject(x);
+    redisFree(rc);
+}
+
 /* A queue a version that took each token at claim wrote: its waiting records
  * hold token 0. A claim gives each one a token of its own, larger than the
  * partition's earlier ones; a set that replaces one takes it out of its
@@ -881,17 +905,7 @@ static void test_token_zero_records(void)
         "  redis.call('RPUSH', KEYS[1] .. ':' .. b, k) redis.call('ZADD', KEYS[1], b, b)\n"
         "end\n"
         "redis.call('SET', KEYS[4], '41') return 0\n";
-    redisContext *rc = rfx_connect(&srv);
-    redisReply *x = rc ? redisCommand(rc,
-                                      "EVAL %s 4 {old:0}:d {old:0}:leases {old:0}:task {old:0}:seq "
-                                      "%d a %lld pa b %lld pb",
-                                      lua, TW_RR_BUCKET_MS, due_a, due_b)
-                       : NULL;
-    CHECK(x && x->type == REDIS_REPLY_INTEGER);
-    if (x)
-        freeReplyObject(x);
-    if (rc)
-        redisFree(rc);
+    write_old("old", "%d a %lld pa b %lld pb", lua, TW_RR_BUCKET_MS, due_a, due_b);
     struct rec R;
     rec_init(&R, &srv);
     struct tw_redis_config c;
@@ -940,15 +954,7 @@ static void test_upgrade_old_leases(void)
         "redis.call('HSET', KEYS[3], 'x', '7 0 ' .. ARGV[1] .. ' px', 'y', '8 1 ' .. ARGV[2] .. ' py')\n"
         "redis.call('ZADD', KEYS[2], ARGV[3] .. '.5', 'x', ARGV[4], 'y', ARGV[4], 'z')\n"
         "redis.call('SET', KEYS[4], '41') return 0\n";
-    redisContext *rc = rfx_connect(&srv);
-    redisReply *x = rc ? redisCommand(rc,
-                                      "EVAL %s 4 {up:0}:d {up:0}:lease {up:0}:task {up:0}:seq "
-                                      "%lld %lld %lld %lld",
-                                      lua, due_x, due_y, end_x, end_y)
-                       : NULL;
-    CHECK(x && x->type == REDIS_REPLY_INTEGER);
-    if (x)
-        freeReplyObject(x);
+    write_old("up", "%lld %lld %lld %lld", lua, due_x, due_y, end_x, end_y);
     /* a producer converts them when it opens */
     struct tw_redis_config c;
     cfg_for(&c, "up", NULL);
@@ -958,7 +964,8 @@ static void test_upgrade_old_leases(void)
     CHECK_EQ_INT(redis_int(&srv, "EXISTS %s", "{up:0}:lease"), 0);
     CHECK_EQ_INT(redis_int(&srv, "STRLEN %s", "{up:meta}:schema"), 1); /* "2": converted */
     CHECK_EQ_INT(redis_int(&srv, "ZCARD %s", "{up:0}:leases"), 2);
-    x = rc ? redisCommand(rc, "ZMSCORE {up:0}:leases x:7 y:8") : NULL;
+    redisContext *rc = rfx_connect(&srv);
+    redisReply *x = rc ? redisCommand(rc, "ZMSCORE {up:0}:leases x:7 y:8") : NULL;
     CHECK(x && x->type == REDIS_REPLY_ARRAY && x->elements == 2);
     if (x && x->type == REDIS_REPLY_ARRAY && x->elements == 2) {
         CHECK(x->element[0]->type == REDIS_REPLY_STRING);
