@@ -45,7 +45,7 @@ static int run(redisContext *c, const struct rfx_server *s, const char *sha, con
     int nk = k ? k : 8;
     const char *av[3 + 7 + 2 * KMAX];
     size_t al[3 + 7 + 2 * KMAX];
-    char keys[KMAX][24];
+    char keys[KMAX][24] = {{0}}; /* drawn per call, below */
     int na = 0;
     av[na++] = "EVALSHA";
     av[na++] = k ? sha : nop;

@@ -242,7 +242,7 @@ static int rr_claim_reply(struct tw_redis *r, uint32_t p, unsigned batch, unsign
         uint64_t f[3]; /* token, attempt, due */
         size_t off;
         if (e[0]->type != REDIS_REPLY_STRING || e[1]->type != REDIS_REPLY_STRING ||
-            tw_rr_parse_record(e[1]->str, e[1]->len, f, &off))
+            tw_rr_parse_fields(e[1]->str, e[1]->len, 3, f, &off))
             continue; /* not a record: its lease will expire */
         const char *pay = e[1]->str + off;
         size_t pl = e[1]->len - off;

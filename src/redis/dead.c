@@ -158,12 +158,13 @@ size_t tw_rr_pkey(const struct tw_redis *r, uint32_t p, const char *suffix, char
 static int rr_dead_give(const char *k, size_t kl, const char *v, size_t vl, tw_redis_dead_fn *fn,
                         void *arg)
 {
-    unsigned long long att, t, due;
-    size_t el;
-    int pos = 0;
-    if (sscanf(v, "%llu %llu %llu %zu %n", &att, &t, &due, &el, &pos) != 4 || pos <= 0 ||
-        (size_t)pos + el > vl)
+    uint64_t f[4]; /* attempt, dead_ms, due, errlen; the error and the payload keep
+                      their own leading blanks */
+    size_t pos;
+    if (tw_rr_parse_fields(v, vl, 4, f, &pos) || f[3] > vl - pos)
         return TW_EPROTO;
+    uint64_t att = f[0], t = f[1], due = f[2];
+    size_t el = (size_t)f[3];
     struct tw_redis_dead d = {.key = k,
                               .key_len = kl,
                               .error = v + pos,

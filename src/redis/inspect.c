@@ -293,7 +293,7 @@ int tw_redis_get(struct tw_redis *r, const void *key, size_t key_len, struct tw_
     }
     uint64_t f[3]; /* token, attempt, due; then the payload */
     size_t pos;
-    if (tw_rr_parse_record(v->str, v->len, f, &pos)) {
+    if (tw_rr_parse_fields(v->str, v->len, 3, f, &pos)) {
         freeReplyObject(x);
         return TW_EPROTO;
     }

@@ -895,10 +895,14 @@ int tw_rr_check_masters(struct tw_redis *r);
  * TW_ECONFLICT, TW_ENOENT (an inspecting client, no queue), TW_EOOM,
  * TW_EIO, TW_EPROTO, TW_ENOMEM. */
 int tw_rr_check_partitions(struct tw_redis *r);
-/* keys.c: a task record, "token attempt due " then the payload (scripts.c):
- * num[] = {token, attempt, due}, *payload = the payload's offset. 0, or -1
- * when s is not one (a field not digits, or past 64 bits). */
-int tw_rr_parse_record(const char *s, size_t len, uint64_t num[3], size_t *payload);
+/* keys.c: n decimal fields, each followed by one blank, at the start of
+ * s: a task record "token attempt due " then the payload (n = 3,
+ * scripts.c), a dead letter "attempt dead_ms due errlen " (4), a schedule
+ * "next policy anchor speclen " (4). num[0..n) and *rest (the offset after
+ * the last blank: what follows is the rest's own, leading blanks
+ * included). 0, or -1 when s is not that (a field empty or not digits, or
+ * past 64 bits, or not followed by exactly one blank). */
+int tw_rr_parse_fields(const char *s, size_t len, int n, uint64_t *num, size_t *rest);
 /* upgrade.c: the lease sets an earlier version left ({q:p}:lease, bare
  * keys) converted into {q:p}:leases, unless {q:meta}:schema says they
  * were: 0 or an error code (TW_EPROTO: a set that does not shrink). */

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* twheel Redis layer: key names and records. Which partition a task key
  * belongs to (FNV-1a-64 of the key, the same in every client), the names of
- * a partition's keys and channel, and the fields of a task record (the
- * schema in redis.c). */
+ * a partition's keys and channel, and the numeric fields that begin a
+ * task record, a dead letter or a schedule (the schema in redis.c). */
 #define _GNU_SOURCE
 #include <stdio.h>
 
@@ -27,10 +27,10 @@ uint32_t tw_rr_part_of(const struct tw_redis *r, const void *key, size_t len)
     return (uint32_t)(h % r->cfg.partitions);
 }
 
-int tw_rr_parse_record(const char *s, size_t len, uint64_t num[3], size_t *payload)
+int tw_rr_parse_fields(const char *s, size_t len, int n, uint64_t *num, size_t *rest)
 {
     size_t i = 0;
-    for (int f = 0; f < 3; f++) {
+    for (int f = 0; f < n; f++) {
         uint64_t x = 0;
         size_t i0 = i;
         for (; i < len && s[i] >= '0' && s[i] <= '9'; i++) {
@@ -44,7 +44,7 @@ int tw_rr_parse_record(const char *s, size_t len, uint64_t num[3], size_t *paylo
         num[f] = x;
         i++;
     }
-    *payload = i;
+    *rest = i;
     return 0;
 }
 

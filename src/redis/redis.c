@@ -283,7 +283,7 @@
  * costs O(buckets) while a listpack, O(log n) once a skiplist. Nothing else
  * of the workers' and producers' calls scans: claim reads at most 256
  * expired leases, and due tasks until it has 256 or more (whole buckets
- * within window/4, split beyond; it stops mid-bucket past ~4 MB of payload)
+ * within window/4, split beyond; it stops mid-bucket past ~4 MB of records)
  * per call, and reads no more of a bucket than it takes, but for the
  * payload stop; the operator's list and counts read whole buckets (above).
  * A worker's periodic work is one refill round every window/2: a TIME per node and one claim per partition (more while
@@ -465,9 +465,9 @@
  *    that ran out with no claim since is still this worker's alone), that
  *    the task is due within start_ahead_ms by the server's clock (TIME +
  *    ahead >= due; the worker waits out the rest), counts the attempt
- *    (records the claim's attempt + 1, which the worker sends: a start
- *    redone after a lost reply counts once) and lengthens the lease to
- *    max(due, now) + lease_ms: execute's time.
+ *    (marks the lease started: a start redone after a lost reply counts
+ *    once; the worker knows it as the claim's attempt + 1) and lengthens
+ *    the lease to max(due, now) + lease_ms: execute's time.
  *  - ack and fail act only for the current token with an unexpired lease: a
  *    stale acknowledgement deletes nothing.
  *  - an expired lease goes back to due (keeping its due time) at the next

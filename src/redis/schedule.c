@@ -58,6 +58,7 @@
  * [PUBLISH]).
  */
 #define _GNU_SOURCE
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -92,14 +93,14 @@ struct rr_srec {
 
 static int rr_srec_parse(const char *v, size_t vl, struct rr_srec *s)
 {
-    unsigned long long nx, an;
-    size_t sl;
-    int pos = 0;
-    if (sscanf(v, "%llu %u %llu %zu %n", &nx, &s->policy, &an, &sl, &pos) != 4 || pos <= 0 ||
-        (size_t)pos + sl > vl)
+    uint64_t f[4]; /* next, policy, anchor, speclen */
+    size_t pos;
+    if (tw_rr_parse_fields(v, vl, 4, f, &pos) || f[1] > UINT_MAX || f[3] > vl - pos)
         return TW_EPROTO;
-    s->next = nx;
-    s->anchor = an;
+    size_t sl = (size_t)f[3];
+    s->policy = (unsigned)f[1];
+    s->next = f[0];
+    s->anchor = f[2];
     s->spec = v + pos;
     s->spec_len = sl;
     s->payload = v + pos + sl;

@@ -207,7 +207,7 @@ static const size_t rr_time_al[1] = {4};
 
 /* Before claiming, a fresh and tight clock sample of every node serving a
  * wanted partition: TIME is a quick round trip, where the claim's own reply
- * comes after its whole script and its payloads (up to ~4 MB), so the
+ * comes after its whole script and its records (up to ~4 MB), so the
  * claim's sample is loose; the held tasks' local due times are only as good
  * as the offset known when they are claimed. All are sent at once and read
  * as they come, each sample taken when its reply is read. */

@@ -113,7 +113,7 @@ static void rr_start_group(struct tw_rr_round *e, bool cluster)
     e->ncalls = 0;
     size_t argc = RR_CALL_ARGV;
     for (size_t g = 0; g < e->ngroups; g++) {
-        size_t add = rr_grp_argc(&e->g[g]) - 7; /* its 5 + 3 ns + 2 na arguments */
+        size_t add = rr_grp_argc(&e->g[g]) - 7; /* its 5 + 2 ns + 2 na arguments */
         if (cluster || argc + add > RR_CALL_ARGV) {
             e->call[e->ncalls++] = g;
             argc = 7 - 2; /* EVALSHA sha n lease ahead: no declared keys */

@@ -233,6 +233,46 @@ out:
     rfx_stop(&e.srv);
 }
 
+/* Fails each task once: "e" with an error text that starts with a blank,
+ * any other with none. */
+static enum tw_redis_result execute_blank(void *arg, const struct tw_redis_task *t)
+{
+    (void)arg;
+    if (t->key_len == 1 && t->key[0] == 'e')
+        tw_redis_fail_text(" lead", 5);
+    return TW_REDIS_FAILED;
+}
+
+/* A dead letter's error and payload come back byte for byte, their own
+ * leading blanks included: an error that starts with one, and an empty
+ * error before a payload that does (its record is "... errlen " error
+ * payload: a parser that skips blanks after errlen moved them). */
+static void test_blank_edges(void)
+{
+    struct env e;
+    if (!env_start(&e, "db"))
+        return;
+    e.cfg.execute = execute_blank;
+    struct tw_redis *w = NULL;
+    CHECK_EQ_INT(tw_redis_new(&w, &e.cfg), 0);
+    if (!w)
+        goto out;
+    struct tw_redis_set_opts o = {.max_attempts = 1};
+    CHECK_EQ_INT(tw_redis_set_opts(w, "e", 1, "p", 1, 0, &o), 0);
+    CHECK_EQ_INT(tw_redis_set_opts(w, "n", 1, "  pay", 5, 0, &o), 0);
+    CHECK(wait_dead(w, 2, 15000));
+    struct got g = {0};
+    CHECK_EQ_INT(tw_redis_dead_get(w, "e", 1, got_one, &g), 0);
+    CHECK_EQ_STR(g.err, " lead");
+    CHECK_EQ_STR(g.payload, "p");
+    CHECK_EQ_INT(tw_redis_dead_get(w, "n", 1, got_one, &g), 0);
+    CHECK_EQ_STR(g.err, "");
+    CHECK_EQ_STR(g.payload, "  pay");
+out:
+    tw_redis_free(w);
+    rfx_stop(&e.srv);
+}
+
 struct seen {
     bool key[64];
     unsigned n;
@@ -500,6 +540,7 @@ int main(void)
     rfx_cleanup_on_signals();
     RUN(test_dead_after_max_attempts);
     RUN(test_per_task_limit);
+    RUN(test_blank_edges);
     RUN(test_list_requeue_purge);
     RUN(test_dead_after_kill);
     RUN(test_lease_lost_event);

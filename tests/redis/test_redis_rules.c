@@ -1529,7 +1529,7 @@ static redisReply *eval_argv(redisContext *c, int argc, const char **av)
 }
 
 /* One task "k" (payload "pay", due in 20 ms) in queue q's partition 0, and
- * the CLAIM and START calls a worker sends for it (START with tok). */
+ * the CLAIM and START calls a worker sends for it (START with its member). */
 struct direct {
     struct tw_redis *r;
     redisContext *c;
@@ -1733,30 +1733,37 @@ static void test_release_lost_claim(void)
 /* ---- a task record's fields (white box: keys.c) ---------------------------------- */
 
 /* "token attempt due " then the payload, as the scripts write it and CLAIM
- * returns it: the three numbers and the payload's offset; anything else -1. */
+ * returns it: the three numbers and the payload's offset; anything else -1.
+ * The same with four fields, as a dead letter starts. */
 static void test_parse_record(void)
 {
     uint64_t f[3] = {0, 0, 0};
     size_t at = 0;
     static const char ok[] = "17 4294967298 1700000000123  pay load";
-    CHECK_EQ_INT(tw_rr_parse_record(ok, sizeof ok - 1, f, &at), 0);
+    CHECK_EQ_INT(tw_rr_parse_fields(ok, sizeof ok - 1, 3, f, &at), 0);
     CHECK_EQ_U64(f[0], 17);
     CHECK_EQ_U64(f[1], 4294967298u);
     CHECK_EQ_U64(f[2], 1700000000123u);
     CHECK_EQ_STR(ok + at, " pay load"); /* the payload's own blank kept */
-    CHECK_EQ_INT(tw_rr_parse_record("1 0 5 ", 6, f, &at), 0); /* empty payload */
+    CHECK_EQ_INT(tw_rr_parse_fields("1 0 5 ", 6, 3, f, &at), 0); /* empty payload */
     CHECK_EQ_U64(at, 6);
     static const char max[] = "18446744073709551615 0 0 p";
-    CHECK_EQ_INT(tw_rr_parse_record(max, sizeof max - 1, f, &at), 0);
+    CHECK_EQ_INT(tw_rr_parse_fields(max, sizeof max - 1, 3, f, &at), 0);
     CHECK_EQ_U64(f[0], UINT64_MAX);
     static const char *const bad[] = {
         "",          "1 0 5",  "1 0 5x", "1  0 5 ", " 1 0 5 ", "1 -0 5 ", "a 0 5 ",
         "1 0 ",      "1 0",    "18446744073709551616 0 0 p",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-        CHECK_(tw_rr_parse_record(bad[i], strlen(bad[i]), f, &at) == -1, "\"%s\"", bad[i]);
+        CHECK_(tw_rr_parse_fields(bad[i], strlen(bad[i]), 3, f, &at) == -1, "\"%s\"", bad[i]);
     /* the length bounds the read: a record cut before its third blank */
-    CHECK_EQ_INT(tw_rr_parse_record("1 0 5 p", 5, f, &at), -1);
+    CHECK_EQ_INT(tw_rr_parse_fields("1 0 5 p", 5, 3, f, &at), -1);
+    /* a dead letter's four: an empty error, a payload with blanks of its own */
+    uint64_t g[4];
+    static const char dead[] = "1 2 3 0   lead";
+    CHECK_EQ_INT(tw_rr_parse_fields(dead, sizeof dead - 1, 4, g, &at), 0);
+    CHECK_EQ_U64(g[3], 0);
+    CHECK_EQ_STR(dead + at, "  lead");
 }
 
 /* ---- the local queue (white box: local.c) ------------------------------------- */
