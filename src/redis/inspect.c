@@ -69,11 +69,10 @@ static const char *const rr_drop_queue_keys[] = {
 };
 #define RR_NELEMS(a) (sizeof(a) / sizeof((a)[0]))
 
-/* What every script here starts with: a bucket script's stable() check. */
+/* What every script here starts with: the stable() check (internal.h), the
+ * bucket width and the clock. */
 #define RR_STABLE                                                                          \
-    "if type(redis.pcall('EXISTS', KEYS[1] .. ':-', KEYS[1] .. ':+')) ~= 'number' then "   \
-    "return redis.error_reply('TRYAGAIN twheel: the slot of ' .. KEYS[1] .. "               \
-    "' is migrating') end\n"                                                                \
+    TW_RR_STABLE_LUA                                                                       \
     "local W, call, floor = " TW_RR_BUCKET_MS_STR ", redis.call, math.floor\n"              \
     "local function I(x) return string.format('%d', x) end\n"                               \
     "local t = call('TIME') "                                                               \

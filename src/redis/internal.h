@@ -386,6 +386,15 @@ extern const char *const tw_rr_scripts[TW_RR_NSCRIPTS];
 #define TW_RR_STR_(x) #x
 #define TW_RR_STR(x) TW_RR_STR_(x)
 #define TW_RR_BUCKET_MS_STR TW_RR_STR(TW_RR_BUCKET_MS) /* "500", for the scripts */
+/* The first line of a script that reads or writes a partition's buckets
+ * outside scripts.c (inspect.c, upgrade.c): EXISTS of two absent keys of
+ * the slot errors (ASK or TRYAGAIN) only on a node that is migrating or
+ * importing it, and the script then answers TRYAGAIN before it touches
+ * anything (the router retries; redis.c, "Buckets in a cluster"). */
+#define TW_RR_STABLE_LUA                                                                   \
+    "if type(redis.pcall('EXISTS', KEYS[1] .. ':-', KEYS[1] .. ':+')) ~= 'number' then "   \
+    "return redis.error_reply('TRYAGAIN twheel: the slot of ' .. KEYS[1] .. "               \
+    "' is migrating') end\n"
 
 /* ---- a claimed task -------------------------------------------------------- */
 struct tw_rr_item {

@@ -33,10 +33,7 @@
 /* KEYS: the five of a partition; ARGV: slice -> 1 (converted some: call
  * again) or 0 (no old lease set left). allow-oom: it keeps memory flat. */
 static const char rr_upgrade_lua[] =
-    "#!lua flags=allow-oom\n"
-    "if type(redis.pcall('EXISTS', KEYS[1] .. ':-', KEYS[1] .. ':+')) ~= 'number' then "
-    "return redis.error_reply('TRYAGAIN twheel: the slot of ' .. KEYS[1] .. "
-    "' is migrating') end\n"
+    "#!lua flags=allow-oom\n" TW_RR_STABLE_LUA
     "local old = string.sub(KEYS[1], 1, -3) .. ':lease'\n"
     "local m = redis.call('ZRANGEBYSCORE', old, '-inf', '+inf', 'WITHSCORES', "
     "'LIMIT', 0, tonumber(ARGV[1]))\n"
