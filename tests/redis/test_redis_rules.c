@@ -1001,6 +1001,17 @@ static void test_upgrade_old_leases(void)
     CHECK_EQ_U64(check_schema(&srv, "up", 1), 0);
     tw_redis_free(w);
     rec_destroy(&R);
+    /* the marker is read, not the partitions: a later client converts
+     * nothing, even an old lease written after the conversion (why clients
+     * of the earlier version must be stopped first) */
+    static const char late[] = "redis.call('ZADD', KEYS[2], ARGV[1], 'late') return 0\n";
+    write_old("up", "%lld", late, (long long)now + 60000);
+    cfg_for(&c, "up", NULL);
+    CHECK_EQ_INT(tw_redis_new(&p, &c), 0);
+    tw_redis_free(p);
+    CHECK_EQ_INT(redis_int(&srv, "ZCARD %s", "{up:0}:lease"), 1);
+    CHECK_EQ_INT(redis_int(&srv, "EXISTS %s", "{up:0}:leases"), 0);
+    CHECK_EQ_INT(rfx_command(&srv, "DEL {up:0}:lease"), 0);
 }
 
 /* Pipelined sets: all stored; one bad item: nothing sent. */
@@ -1656,6 +1667,46 @@ static void test_start_redone(void)
         CHECK_EQ_INT(recovered, 1);
         CHECK_EQ_INT(att, 1);
     }
+    direct_close(&d);
+}
+
+/* A START of a task not due within ahead_us answers "not yet" (0, the us
+ * until due) without reading the lease: one that is gone is answered -1
+ * when the task is due, and the task never runs (remove wins). */
+static void test_start_not_yet_gone(void)
+{
+    struct direct d;
+    if (!direct_open(&d, "nyg"))
+        return;
+    long long att = -1, recovered = -1;
+    if (!direct_claim(&d, &att, &recovered)) {
+        direct_close(&d);
+        return;
+    }
+    CHECK_EQ_INT(tw_redis_remove(d.r, "k", 1), 0); /* the lease member goes with it */
+    char real_due[24], far[24];
+    snprintf(real_due, sizeof real_due, "%s", d.due);
+    snprintf(far, sizeof far, "%lld", (long long)srv_ms(&srv) + 60000);
+    snprintf(d.due, sizeof d.due, "%s", far); /* asked early: as a fast local clock would */
+    redisReply *x = eval_argv(d.c, 12, d.start);
+    CHECK(x && x->type == REDIS_REPLY_ARRAY && x->elements == 3);
+    if (x && x->type == REDIS_REPLY_ARRAY && x->elements == 3) {
+        CHECK_EQ_INT(x->element[1]->integer, 0);
+        CHECK(x->element[2]->integer > 50000000); /* about 60 s in us */
+    }
+    if (x)
+        freeReplyObject(x);
+    snprintf(d.due, sizeof d.due, "%s", real_due);
+    rfx_sleep_ms(40); /* due */
+    x = eval_argv(d.c, 12, d.start);
+    CHECK(x && x->type == REDIS_REPLY_ARRAY && x->elements == 3);
+    if (x && x->type == REDIS_REPLY_ARRAY && x->elements == 3) {
+        CHECK_EQ_INT(x->element[1]->integer, -1);
+        CHECK_EQ_INT(x->element[2]->integer, 0);
+    }
+    if (x)
+        freeReplyObject(x);
+    CHECK_EQ_INT(redis_int(&srv, "EXISTS %s", d.keys[1]), 0); /* nothing written */
     direct_close(&d);
 }
 
@@ -2399,6 +2450,7 @@ int main(void)
     RUN(test_eval_many_order);
     RUN(test_set_many_dup);
     RUN(test_start_redone);
+    RUN(test_start_not_yet_gone);
     RUN(test_start_lost_claim);
     RUN(test_release_lost_claim);
     RUN(test_parse_record);
