@@ -29,7 +29,7 @@
  * Usage: w7_redis [--n N] [--min-ms A] [--max-ms B] [--fsync everysec|always]
  *                 [--quick] [--sets-only] [--pipe-only] [--spread-only] [--out FILE]
  *                 [--auth] [--unix] [--no-tls] [--scale-only] [--million]
- *                 [--cluster M] [--partitions P] [--exec-us N]
+ *                 [--cluster M] [--partitions P] [--exec-us N] [--no-aof-rewrite]
  * --quick: N = 2e4, delays 1-8 s. --sets-only: phase 1 alone (sets/s and
  * memory, printed; a quick check of the memory figure). --pipe-only: twheel's
  * pipelined sets alone, with Redis and client CPU per set (for profiling the
@@ -45,6 +45,12 @@
  * worker's share and how many 100 ms spans of due times one worker ran
  * (nearly) alone, and with W7_SHARES_DUMP=FILE in the environment writes
  * each delivery there as "<first worker? 1 : 0> <due ms> <start us>".
+ * --no-aof-rewrite (not with --cluster): the servers never start an AOF
+ * rewrite by themselves (the phases' own rewrites between them stay). A
+ * run at 1e6 writes more than auto-aof-rewrite-min-size of AOF within its
+ * spread phase; where the host makes a rewrite (its fork, the child's CPU
+ * and writes) stall Redis, every kind's lateness tail is that stall: this
+ * tells the two apart.
  *
  * TLS rows (unless --no-tls, or with --pipe-only / --spread-only, or a
  * layer built without TLS): the
@@ -115,6 +121,7 @@ static struct {
     bool no_tls;      /* --no-tls: no TLS rows */
     bool scale_only;  /* --scale-only: the scale rows alone (sets, memory, spread of each kind) */
     bool million;     /* --million: the full run adds the scale row of 1e6 tasks */
+    bool no_rewrite;  /* --no-aof-rewrite: auto-aof-rewrite-percentage 0 on the servers */
     unsigned cluster; /* --cluster M: twheel's spread on a local cluster of M masters alone */
     unsigned partitions; /* --partitions P: twheel's queue's count (0: the library's default) */
     unsigned exec_us;    /* --exec-us N: each execute of the spread and burst runs sleeps N us */
@@ -124,7 +131,7 @@ static struct {
 #else
          true, /* the layer was built without TLS */
 #endif
-         false, false, 0, 0, 0};
+         false, false, false, 0, 0, 0};
 
 static struct rfx_tls tls; /* the TLS rows' certificates (made at run time) */
 static char tls_ca[300];
@@ -887,8 +894,8 @@ static int scale_run(uint64_t n)
 static void scale_table(FILE *f)
 {
     emit(f, "\n### Scale rows: N tasks due uniformly over %" PRIu64 "-%" PRIu64
-             " ms, 2 workers, defaults\n\n",
-          cfg.min_ms, cfg.max_ms);
+             " ms, 2 workers, defaults%s\n\n",
+          cfg.min_ms, cfg.max_ms, cfg.no_rewrite ? ", no automatic AOF rewrite" : "");
     emit(f, "| N | kind | lateness p50 / p99 / max, ms | Redis CPU us per delivered task "
              "(its set included) | x poll 100 ms | x poll 1 s | Redis B per pending task | "
              "sets/s pipelined | early / lost / duplicates |\n");
@@ -1149,6 +1156,8 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--partitions") && *v) {
             cfg.partitions = (unsigned)strtoul(v, NULL, 10);
             i++;
+        } else if (!strcmp(a, "--no-aof-rewrite")) {
+            cfg.no_rewrite = true;
         } else if (!strcmp(a, "--exec-us") && *v) {
             cfg.exec_us = (unsigned)strtoul(v, NULL, 10);
             i++;
@@ -1156,7 +1165,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "usage: w7_redis [--quick] [--n N] [--min-ms A] [--max-ms B] "
                             "[--fsync everysec|always] [--sets-only] [--pipe-only] [--spread-only] [--out FILE] "
                             "[--auth] [--unix] [--no-tls] [--scale-only] [--million] [--cluster M] "
-                            "[--partitions P] [--exec-us N]\n");
+                            "[--partitions P] [--exec-us N] [--no-aof-rewrite]\n");
             return 2;
         }
     }
@@ -1184,6 +1193,9 @@ int main(int argc, char **argv)
         o.tls_dir = tls.dir;
     }
     if (rfx_start(&srv_main, &o) || rfx_start(&always, &oa))
+        return 1;
+    if (cfg.no_rewrite && (rfx_command(&srv_main, "CONFIG SET auto-aof-rewrite-percentage 0") ||
+                           rfx_command(&always, "CONFIG SET auto-aof-rewrite-percentage 0")))
         return 1;
     char url[512], shown[512];
     tw_rr_url_redact(rfx_url(&srv_main, cfg.via_unix, url, sizeof url), shown, sizeof shown);
