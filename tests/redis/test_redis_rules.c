@@ -13,6 +13,7 @@
 #include "machine_stall.h"
 #include "test.h"
 
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -1617,29 +1618,37 @@ static bool direct_claim(struct direct *d, long long *attempt, long long *recove
     return ok;
 }
 
+/* Runs d's START of k, whose reply must be {now, s, a}: s (1 started, 0 not
+ * yet, -1 lease gone), a in *a; LLONG_MIN (and a failed CHECK) otherwise. */
+static long long direct_start(struct direct *d, long long *a)
+{
+    redisReply *x = eval_argv(d->c, 12, d->start);
+    bool ok = x && x->type == REDIS_REPLY_ARRAY && x->elements == 3 &&
+              x->element[1]->type == REDIS_REPLY_INTEGER &&
+              x->element[2]->type == REDIS_REPLY_INTEGER;
+    CHECK(ok);
+    long long s = ok ? x->element[1]->integer : LLONG_MIN;
+    *a = ok ? x->element[2]->integer : 0;
+    if (x)
+        freeReplyObject(x);
+    return s;
+}
+
 static void test_start_redone(void)
 {
     struct direct d;
     if (!direct_open(&d, "redo"))
         return;
     redisContext *c = d.c;
-    const char **start = d.start;
     char *tok = d.tok;
-    long long att = -1, recovered = -1;
+    long long att = -1, recovered = -1, a = -1;
     if (direct_claim(&d, &att, &recovered))
         CHECK_EQ_INT(att, 0); /* never started */
     redisReply *x;
     rfx_sleep_ms(40); /* due */
-    for (int run = 0; run < 2; run++) {
-        x = eval_argv(c, 12, start);
-        /* {now, started 1, 0}, the second run as the first */
-        CHECK(x && x->type == REDIS_REPLY_ARRAY && x->elements == 3);
-        if (x && x->type == REDIS_REPLY_ARRAY && x->elements == 3) {
-            CHECK_EQ_INT(x->element[1]->integer, 1);
-            CHECK_EQ_INT(x->element[2]->integer, 0);
-        }
-        if (x)
-            freeReplyObject(x);
+    for (int run = 0; run < 2; run++) { /* started, the second run as the first */
+        CHECK_EQ_INT(direct_start(&d, &a), 1);
+        CHECK_EQ_INT(a, 0);
     }
     x = redisCommand(c, "HGET {redo:0}:task k");
     CHECK(x && x->type == REDIS_REPLY_STRING);
@@ -1688,24 +1697,13 @@ static void test_start_not_yet_gone(void)
     snprintf(real_due, sizeof real_due, "%s", d.due);
     snprintf(far, sizeof far, "%lld", (long long)srv_ms(&srv) + 60000);
     snprintf(d.due, sizeof d.due, "%s", far); /* asked early: as a fast local clock would */
-    redisReply *x = eval_argv(d.c, 12, d.start);
-    CHECK(x && x->type == REDIS_REPLY_ARRAY && x->elements == 3);
-    if (x && x->type == REDIS_REPLY_ARRAY && x->elements == 3) {
-        CHECK_EQ_INT(x->element[1]->integer, 0);
-        CHECK(x->element[2]->integer > 50000000); /* about 60 s in us */
-    }
-    if (x)
-        freeReplyObject(x);
+    long long a = -1;
+    CHECK_EQ_INT(direct_start(&d, &a), 0);
+    CHECK(a > 50000000); /* about 60 s in us */
     snprintf(d.due, sizeof d.due, "%s", real_due);
     rfx_sleep_ms(40); /* due */
-    x = eval_argv(d.c, 12, d.start);
-    CHECK(x && x->type == REDIS_REPLY_ARRAY && x->elements == 3);
-    if (x && x->type == REDIS_REPLY_ARRAY && x->elements == 3) {
-        CHECK_EQ_INT(x->element[1]->integer, -1);
-        CHECK_EQ_INT(x->element[2]->integer, 0);
-    }
-    if (x)
-        freeReplyObject(x);
+    CHECK_EQ_INT(direct_start(&d, &a), -1);
+    CHECK_EQ_INT(a, 0);
     CHECK_EQ_INT(redis_int(&srv, "EXISTS %s", d.keys[1]), 0); /* nothing written */
     direct_close(&d);
 }
@@ -1729,32 +1727,17 @@ static void test_start_lost_claim(void)
     struct direct d;
     if (!direct_open(&d, "lostc"))
         return;
-    redisContext *c = d.c;
-    const char **start = d.start;
-    long long att, recovered;
-    redisReply *x;
+    long long att, recovered, a = -1;
     direct_claim(&d, &att, &recovered);
     lose_claim(&d);
     CHECK_EQ_U64(check_schema(&srv, "lostc", 1), 1);
     rfx_sleep_ms(40); /* due */
-    x = eval_argv(c, 12, start);
-    /* {now, -1 (lease gone), 0} */
-    CHECK(x && x->type == REDIS_REPLY_ARRAY && x->elements == 3);
-    if (x && x->type == REDIS_REPLY_ARRAY && x->elements == 3) {
-        CHECK_EQ_INT(x->element[1]->integer, -1);
-        CHECK_EQ_INT(x->element[2]->integer, 0);
-    }
-    if (x)
-        freeReplyObject(x);
+    CHECK_EQ_INT(direct_start(&d, &a), -1); /* lease gone */
+    CHECK_EQ_INT(a, 0);
     CHECK_EQ_INT(redis_int(&srv, "ZCARD %s", "{lostc:0}:leases"), 0); /* no member added */
     /* the next claim takes it from its bucket; its start is granted */
     direct_claim(&d, &att, &recovered);
-    x = eval_argv(c, 12, start);
-    CHECK(x && x->type == REDIS_REPLY_ARRAY && x->elements == 3);
-    if (x && x->type == REDIS_REPLY_ARRAY && x->elements == 3)
-        CHECK_EQ_INT(x->element[1]->integer, 1);
-    if (x)
-        freeReplyObject(x);
+    CHECK_EQ_INT(direct_start(&d, &a), 1);
     direct_close(&d);
 }
 
