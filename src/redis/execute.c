@@ -119,7 +119,7 @@ static void rr_exec_one(struct tw_redis *r, struct tw_rr_item *it, unsigned thre
     }
     atomic_fetch_add(&r->failed, 1);
     tw_rr_event(r, TW_REDIS_EVENT_FAILED, it->data, it->key_len, t.attempt, it->due_ms);
-    char kb[6][TW_RR_KEYBUF], tok[24], base[16], max[16], maxa[16];
+    char kb[6][TW_RR_KEYBUF], base[16], max[16], maxa[16];
     const char *av[12];
     size_t al[12];
     tw_rr_keys(r, it->part, kb, av, al);
@@ -127,8 +127,7 @@ static void rr_exec_one(struct tw_redis *r, struct tw_rr_item *it, unsigned thre
     al[9] = al[5];
     av[5] = it->data;
     al[5] = it->key_len;
-    al[6] = (size_t)snprintf(tok, sizeof tok, "%llu", (unsigned long long)it->token);
-    av[6] = tok;
+    av[6] = tw_rr_token_digits(it, &al[6]);
     al[7] = (size_t)snprintf(base, sizeof base, "%u", r->cfg.retry_base_ms);
     av[7] = base;
     al[8] = (size_t)snprintf(max, sizeof max, "%u", r->cfg.retry_max_ms);

@@ -445,6 +445,14 @@ static inline size_t tw_rr_member_len(const struct tw_rr_item *it)
     return (size_t)it->key_len + it->tok_len;
 }
 
+/* The token's digits, after the ':' of its lease member, as FAIL and
+ * RELEASE take them (tok_len counts the ':' and at least one digit). */
+static inline const char *tw_rr_token_digits(const struct tw_rr_item *it, size_t *len)
+{
+    *len = (size_t)it->tok_len - 1u;
+    return it->data + it->key_len + 1;
+}
+
 /* ---- the local queue (local.c) ------------------------------------------------
  * Every task a worker holds, from its claim until an executor takes it to
  * run: on the wheel (held for later), ready (the FIFO), or started and armed

@@ -1080,7 +1080,6 @@ struct rr_rel {
     struct tw_redis *r;
     struct tw_rr_item **v;
     char kb[6][TW_RR_KEYBUF];
-    char tok[24];
 };
 
 static int rr_rel_build(void *ctx, size_t i, int *slot, const char **av, size_t *al, int *nargs)
@@ -1094,8 +1093,7 @@ static int rr_rel_build(void *ctx, size_t i, int *slot, const char **av, size_t 
     al[7] = al[5];
     av[5] = it->data;
     al[5] = it->key_len;
-    al[6] = (size_t)snprintf(m->tok, sizeof m->tok, "%llu", (unsigned long long)it->token);
-    av[6] = m->tok;
+    av[6] = tw_rr_token_digits(it, &al[6]);
     return 0;
 }
 
