@@ -246,9 +246,10 @@ static int rr_claim_reply(struct tw_redis *r, uint32_t p, unsigned batch, unsign
             continue; /* not a record: its lease will expire */
         const char *pay = e[1]->str + off;
         size_t pl = e[1]->len - off;
-        char tok[24];
-        int tl = snprintf(tok, sizeof tok, ":%llu", (unsigned long long)f[0]);
-        struct tw_rr_item *it = malloc(sizeof *it + e[0]->len + (size_t)tl + pl + 1);
+        /* the lease member's token: the record's own digits, as CLAIM wrote it */
+        size_t dl = (size_t)((const char *)memchr(e[1]->str, ' ', e[1]->len) - e[1]->str);
+        size_t tl = 1 + dl; /* ':' and the digits */
+        struct tw_rr_item *it = malloc(sizeof *it + e[0]->len + tl + pl + 1);
         if (!it)
             continue; /* its lease will expire and it comes back */
         /* every field zero (unanswered, ack_lost, started), then this claim's */
@@ -261,7 +262,8 @@ static int rr_claim_reply(struct tw_redis *r, uint32_t p, unsigned batch, unsign
         it->payload_len = (uint32_t)pl;
         it->tok_len = (uint16_t)tl;
         memcpy(it->data, e[0]->str, e[0]->len);
-        memcpy(it->data + e[0]->len, tok, (size_t)tl);
+        it->data[e[0]->len] = ':';
+        memcpy(it->data + e[0]->len + 1, e[1]->str, dl);
         memcpy(tw_rr_payload(it), pay, pl);
         tw_rr_payload(it)[pl] = 0;
         it->due_local_ns = tw_rr_local_due(r, p, it->due_ms);
