@@ -261,6 +261,7 @@ static void rr_run(struct tw_redis *r, struct tw_rr_item **v, size_t n, unsigned
             continue;
         }
         if (e->st[i] == 0) { /* not due within start_ahead_ms by the server's clock */
+            it->unanswered = 0; /* its wait is its due time again, not a retry's */
             rr_requeue(r, it, (uint64_t)(e->arg[i] > 0 ? e->arg[i] : 1) * 1000u);
             continue;
         }

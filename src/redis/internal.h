@@ -428,7 +428,8 @@ struct tw_rr_item {
     uint16_t ack_lost;    /* an acknowledgement of it was written and its reply lost: it may
                              have deleted the task (ack.c) */
     uint16_t unanswered;  /* a START round of it went unanswered (Redis or its master away):
-                             put back, its due_local_ns is the retry's (execute.c) */
+                             put back, its due_local_ns is the retry's (execute.c) until a
+                             later round answers "not yet" */
     uint16_t tok_len;     /* ':' and the token's digits, after the key in data */
     char data[];          /* key bytes, ':' and the token's digits (with the key: its lease
                              member, scripts.c), then payload bytes and a NUL */
