@@ -35,7 +35,7 @@ static int load_user(void *ctx, const void *key, size_t key_len, void **value, s
 int main(void)
 {
     struct tw_cache_config cfg;
-    tw_cache_config_init(&cfg);  /* jitter 0.05, shards by CPUs, log once a minute */
+    tw_cache_config_init(&cfg);  /* jitter 0.05, shards by CPUs; no log until cfg.log is set */
     cfg.default_ttl_ms = 60000;  /* one minute, +-5% */
     cfg.limit = 10000;           /* LRU cap */
     cfg.name = "users";

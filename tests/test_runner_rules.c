@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* Tests of tw_runner: the spec's operations through the thread-safe service,
- * the runner rules (monotonic ticks, catching up after a stall in deadline
- * order, waking for an earlier deadline, executor pool, admission limit,
+/* Tests of tw_runner: the keyed operations (set, move, remove, drain, stop)
+ * through the thread-safe service, the runner rules (monotonic ticks,
+ * catching up after a stall in deadline order, waking for an earlier
+ * deadline, executor pool, admission limit,
  * stop/drain/closed), and memory. Timing is observed, not asserted, except
  * "never early" (safe whatever the load) and generous sanity bounds. */
 #define _POSIX_C_SOURCE 200809L

@@ -72,7 +72,7 @@ static void test_error_strings(void)
     CHECK_EQ_STR(tw_err_name(TW_ERANGE), "TW_ERANGE");
     CHECK_EQ_STR(tw_err_name(0), "TW_OK");
     CHECK_EQ_STR(tw_err_name(-999), "TW_UNKNOWN");
-    CHECK_EQ_STR(tw_strerror(TW_EBUSY), "not allowed while the wheel is advancing");
+    CHECK_EQ_STR(tw_strerror(TW_EBUSY), "not allowed now: from a callback, or while still in use");
     CHECK_EQ_STR(tw_strerror(12345), "unknown error");
     CHECK_EQ_STR(tw_version_string(), "0.1.0");
     CHECK_EQ_INT(tw_version(), TW_VERSION_HEX);

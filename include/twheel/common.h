@@ -84,7 +84,7 @@ extern "C" {
  * Each header restates the rule for its own getters. */
 #define TW_ERRNO_MAP(XX)                                                    \
     XX(EINVAL, -1, "invalid argument")                                      \
-    XX(EBUSY, -2, "not allowed while the wheel is advancing")               \
+    XX(EBUSY, -2, "not allowed now: from a callback, or while still in use")  \
     XX(ERANGE, -3, "tick out of range: the clock is at its end")            \
     XX(ENOMEM, -4, "out of memory")                                         \
     XX(ENOENT, -5, "no such key")                                           \
@@ -106,7 +106,7 @@ extern "C" {
  * | code | value | meaning |
  * |---|---:|---|
  * | TW_EINVAL | -1 | invalid argument |
- * | TW_EBUSY | -2 | not allowed while the wheel is advancing (a call from inside a callback) |
+ * | TW_EBUSY | -2 | not allowed now: from a callback, or while still in use (advancing a wheel from its own callback; freeing a clock or pool that still has members or runners; dropping a queue a worker holds) |
  * | TW_ERANGE | -3 | tick out of range: the clock is at its end |
  * | TW_ENOMEM | -4 | out of memory |
  * | TW_ENOENT | -5 | no such key |

@@ -1038,7 +1038,9 @@ TW_API int tw_redis_drop(struct tw_redis *r, bool force);
  * a line of metrics.c's table. Cost: tw_redis_counts' calls, and HLEN per partition.
  * @p len (may be NULL) gets the length written, or the length needed on TW_E2BIG (no
  * NUL counted; the text is NUL-terminated when it fits). Any thread.
- * @return 0, TW_E2BIG (@p cap too small: buf holds no text), TW_EINVAL (NULL r or buf). */
+ * NULL @p buf with @p cap 0 asks for the length: TW_E2BIG, and @p len gets it.
+ * @return 0, TW_E2BIG (@p cap too small: buf holds no text), TW_EINVAL (NULL r, or NULL
+ * buf with cap > 0). */
 TW_API int tw_redis_metrics(struct tw_redis *r, uint64_t within_ms, char *buf, size_t cap,
                             size_t *len);
 

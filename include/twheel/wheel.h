@@ -81,7 +81,7 @@
  * moves only timers going down a level toward their own deadlines (at
  * most once per level each, as above: what an eager re-arm or an exact arm
  * costs too). Timers armed together and pushed back together (a heartbeat
- * after a restart) are no longer moved in one advance. Each advance that takes time forward also does O(1) work
+ * after a restart) are not all moved in one advance. Each advance that takes time forward also does O(1) work
  * when a walk's window opens or its pace is due (once every 64 ticks, more
  * often while a walk runs).
  *

@@ -97,7 +97,7 @@
  * Why LIST buckets: a LIST is a quicklist of listpacks (8 KB each,
  * list-max-listpack-size -2) at any length: ~19 B per task here (the key
  * with its 2 bytes of framing), whether a bucket holds 50 tasks or 5,000.
- * A ZSET bucket (as before) was a listpack only up to 128 members
+ * A ZSET bucket would be a listpack only up to 128 members
  * (zset-max-listpack-entries), a skiplist of ~120 B per task beyond: 1e6
  * tasks due over a minute on 16 partitions put ~520 in each 500 ms bucket.
  * What a LIST gives up is order by due time inside a bucket, which no one

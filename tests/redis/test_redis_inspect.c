@@ -748,6 +748,11 @@ static void test_metrics(void)
     CHECK(strstr(buf, "lateness") == NULL); /* a client: no worker's figures */
     CHECK(strstr(buf, "delivered") == NULL);
     CHECK_EQ_INT(tw_redis_metrics(NULL, 0, buf, need, &len), TW_EINVAL);
+    /* NULL buf: with cap 0 a query of the length, with a cap a mistake */
+    size_t asked = 0;
+    CHECK_EQ_INT(tw_redis_metrics(c, 1000, NULL, 0, &asked), TW_E2BIG);
+    CHECK_EQ_U64(asked, need);
+    CHECK_EQ_INT(tw_redis_metrics(c, 1000, NULL, 16, &asked), TW_EINVAL);
     free(buf);
     /* a worker's: its counters and histogram, one delivery in it */
     struct rec R;
