@@ -41,6 +41,25 @@
  * left uninitialized; under ASan (malloc fills new memory) it was never 0,
  * and A ran after B, waiting for B's run time.
  *
+ * test_armed_gives_way: a START round that Redis does not answer at all
+ * (the server SIGKILLed: connections refused) is retried by its executor
+ * every TW_RR_RETRY_MS, up to lease_ms / 2 (20 s here), unless an armed task
+ * comes due before the next try and no other executor is idle to run it
+ * (execute.c, rr_run). Two executors, start_ahead_ms 1000 (spans of 500 ms,
+ * whose ticks the test reads from the worker's local queue). X and A leave
+ * the wheel at one span tick S, are started and armed; then the server is
+ * killed; B leaves at S + 500 while one executor is idle (waiting for X),
+ * so the other takes B's round, which gets no answer. At X's time the idle
+ * executor runs X, whose execute returns only once A has run (or lease_ms /
+ * 2 has passed): no executor is idle when A comes due. B's round must give
+ * way: A runs at its due time, never early and less than lease_ms / 4 late
+ * (a bound no busy machine comes near), where without the give-way it
+ * would wait out B's retries. Then the worker stops, Redis still gone,
+ * within a bound. (With one executor, the local queue keeps the last idle
+ * executor from taking B's round while A is armed: local.c.) An attempt
+ * whose kill the machine delayed past B's span tick is not judged (up to
+ * 3).
+ *
  * test_fencing_token: execute gets the lease's end and a fencing token: the
  * token grows with each delivery of a key, the lease end lies lease_ms past
  * the due time at least and past the server's clock at the call, and the
@@ -52,6 +71,7 @@
 #include "machine_stall.h"
 #include "test.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
@@ -59,7 +79,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "redis/internal.h" /* the CLAIM script (test_lost_claim) */
+#include "redis/internal.h" /* the CLAIM script (test_lost_claim), the local queue's ticks */
 #include "twheel/redis.h"
 
 #ifndef RFX_WORKER_PATH
@@ -642,6 +662,182 @@ out:
     rfx_stop(&srv);
 }
 
+/* ---- an armed task while a START round waits for Redis ------------------------- */
+
+#define GW_LEASE_MS 40000 /* a round with no answer is retried up to lease_ms / 2 */
+#define GW_AHEAD_MS 1000  /* start_ahead_ms: at most lease_ms / 4 and window_ms / 4 */
+#define GW_WINDOW_MS 4000
+#define GW_SPAN_MS (GW_AHEAD_MS / 2) /* tasks leave the wheel at multiples of it (tick 1 ms) */
+#define GW_LEAD_MS 1500 /* S, the span tick X and A leave at, lies this far past the sets or more */
+/* Due times from S. A task leaves at the last span tick at or before its due
+ * time - GW_SPAN_MS (local.c): X and A at S, B at S + GW_SPAN_MS, each due
+ * 150 ms or more away from a due time that would move it to another tick. */
+#define GW_X_MS 650
+#define GW_A_MS 800
+#define GW_B_MS 1250
+#define GW_KILL_BY_MS 450 /* the server gone this long after S at the latest: before B's round */
+#define GW_LATE_MS (GW_LEASE_MS / 4)
+#define GW_STOP_MS 10000 /* the stop's calls to the gone server: a few command_timeout_ms */
+
+struct gw {
+    struct hrec *R;
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* on CLOCK_MONOTONIC: A has run */
+    bool a_ran;
+};
+
+/* Records every delivery. X's execute returns only once A has run, or after
+ * lease_ms / 2 (B's round has given up by then anyway): it keeps its
+ * executor from being idle when A comes due. */
+static enum tw_redis_result gw_exec(void *arg, const struct tw_redis_task *t)
+{
+    struct gw *G = arg;
+    enum tw_redis_result res = hrec_exec(G->R, t);
+    char k = t->key_len == 1 ? t->key[0] : 0;
+    pthread_mutex_lock(&G->mu);
+    if (k == 'A') {
+        G->a_ran = true;
+        pthread_cond_broadcast(&G->cv);
+    }
+    if (k == 'X') {
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_sec += GW_LEASE_MS / 2000;
+        int rc = 0;
+        while (!G->a_ran && rc != ETIMEDOUT)
+            rc = pthread_cond_timedwait(&G->cv, &G->mu, &until);
+    }
+    pthread_mutex_unlock(&G->mu);
+    return res;
+}
+
+/* X's and A's lease members both carry START's mark: a score of a whole ms
+ * + 0.5 (scripts.c, START). */
+static bool gw_started(redisContext *c)
+{
+    redisReply *x = redisCommand(c, "ZRANGE {gw:0}:leases 0 -1 WITHSCORES");
+    int n = 0;
+    if (x && x->type == REDIS_REPLY_ARRAY)
+        for (size_t i = 0; i + 1 < x->elements; i += 2) {
+            const redisReply *m = x->element[i], *s = x->element[i + 1];
+            if (m->type == REDIS_REPLY_STRING && s->type == REDIS_REPLY_STRING && m->len >= 2 &&
+                (m->str[0] == 'X' || m->str[0] == 'A') && m->str[1] == ':' && s->len >= 2 &&
+                !strcmp(s->str + s->len - 2, ".5"))
+                n++;
+        }
+    if (x)
+        freeReplyObject(x);
+    return n == 2;
+}
+
+/* One attempt; false when it is not judged: the kill came too late (the
+ * machine stalled the test or the worker past B's span tick). */
+static bool gw_attempt(void)
+{
+    const uint64_t ms = 1000000u;
+    bool judged = true;
+    struct rfx_server srv;
+    CHECK_EQ_INT(rfx_start(&srv, NULL), 0);
+    if (srv.pid <= 0)
+        return true;
+    const char *servers[] = {rfx_addr(&srv)};
+    struct gw G = {.R = hrec_new()};
+    pthread_mutex_init(&G.mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&G.cv, &ca);
+    pthread_condattr_destroy(&ca);
+    redisContext *c = rfx_connect(&srv);
+    struct tw_redis *w = NULL;
+    CHECK(G.R && c);
+    if (!G.R || !c)
+        goto out;
+    struct tw_redis_config cfg;
+    cfg_of(&cfg, servers, "gw", 1);
+    cfg.execute = gw_exec;
+    cfg.arg = &G;
+    cfg.threads = 2;
+    cfg.lease_ms = GW_LEASE_MS;
+    cfg.window_ms = GW_WINDOW_MS;
+    cfg.start_ahead_ms = GW_AHEAD_MS;
+    cfg.connect_timeout_ms = 200; /* the stop's calls to the gone server end soon */
+    cfg.command_timeout_ms = 500;
+    CHECK_EQ_INT(tw_redis_new(&w, &cfg), 0);
+    if (!w)
+        goto out;
+    /* the first refill has claimed: the worker knows the server's clock, and
+     * a task's local due time (its span tick) follows from its delay */
+    struct tw_redis_stats st;
+    uint64_t end = rfx_mono_ms() + 3000;
+    while (tw_redis_stats(w, &st) == 0 && st.claims == 0 && rfx_mono_ms() < end)
+        rfx_sleep_ms(10);
+    uint64_t t0 = tw_rr_local_tick_ns(w->local, 0), span = GW_SPAN_MS * ms;
+    uint64_t nspan = (tw_rr_mono_ns() + GW_LEAD_MS * ms - t0 + span - 1) / span;
+    uint64_t S = tw_rr_local_tick_ns(w->local, nspan * GW_SPAN_MS); /* tick_ms 1 */
+    const char *key[3] = {"X", "A", "B"};
+    const int at_ms[3] = {GW_X_MS, GW_A_MS, GW_B_MS};
+    for (int i = 0; i < 3; i++) {
+        int64_t to_due = (int64_t)(S + (uint64_t)at_ms[i] * ms) - (int64_t)tw_rr_mono_ns();
+        int64_t delay = (to_due + (int64_t)ms / 2) / (int64_t)ms; /* to the nearest ms */
+        CHECK_EQ_INT(tw_redis_set(w, key[i], 1, "p", 1, delay), 0);
+    }
+    /* all three claimed, X and A started at S; then the server goes */
+    bool claimed = false, started = false;
+    while (!(claimed = tw_redis_stats(w, &st) == 0 && st.leased == 3) && tw_rr_mono_ns() < S)
+        rfx_sleep_ms(5);
+    while (claimed && !(started = gw_started(c)) && tw_rr_mono_ns() < S + GW_KILL_BY_MS * ms)
+        rfx_sleep_ms(1);
+    CHECK_EQ_INT(rfx_kill(&srv), 0);
+    double kill_ms = ((double)tw_rr_mono_ns() - (double)S) / 1e6;
+    if (!claimed || !started || kill_ms >= GW_KILL_BY_MS) {
+        printf("armed gives way: not judged (claimed %d, X and A started %d, the server "
+               "killed %.1f ms after their span tick)\n",
+               claimed, started, kill_ms);
+        judged = false;
+        goto out;
+    }
+    /* A runs; or, without the give-way, once B's round has retried lease_ms / 2 */
+    end = rfx_mono_ms() + GW_A_MS + GW_LEASE_MS / 2 + 5000;
+    uint64_t due_a = 0, due_x = 0, due_b = 0;
+    while (!hrec_start_of(G.R, "A", &due_a) && rfx_mono_ms() < end)
+        rfx_sleep_ms(10);
+    uint64_t stop_at = rfx_mono_ms();
+    tw_redis_free(w); /* Redis still gone */
+    w = NULL;
+    uint64_t stop_ms = rfx_mono_ms() - stop_at;
+    uint64_t a_us = hrec_start_of(G.R, "A", &due_a), x_us = hrec_start_of(G.R, "X", &due_x);
+    uint64_t b_us = hrec_start_of(G.R, "B", &due_b);
+    double late_a = ((double)a_us - (double)due_a * 1000.0) / 1000.0;
+    double late_x = ((double)x_us - (double)due_x * 1000.0) / 1000.0;
+    printf("armed gives way: server killed %.1f ms after X's and A's span tick; X ran %.1f ms "
+           "after its due time, A %.1f ms after its own (bound %d ms); stop took %" PRIu64 " ms\n",
+           kill_ms, late_x, late_a, GW_LATE_MS, stop_ms);
+    CHECK(x_us != 0 && a_us != 0); /* both started before the kill */
+    CHECK_EQ_U64(b_us, 0);         /* its round came after the kill: never answered */
+    if (a_us) {
+        CHECK(a_us >= due_a * 1000u); /* never early */
+        CHECK_(late_a < GW_LATE_MS, "A ran %.1f ms late (bound %d ms)", late_a, GW_LATE_MS);
+    }
+    CHECK_(stop_ms <= GW_STOP_MS, "stop took %" PRIu64 " ms (bound %d ms)", stop_ms, GW_STOP_MS);
+out:
+    tw_redis_free(w);
+    if (c)
+        redisFree(c);
+    hrec_free(G.R);
+    pthread_cond_destroy(&G.cv);
+    pthread_mutex_destroy(&G.mu);
+    rfx_stop(&srv);
+    return judged;
+}
+
+static void test_armed_gives_way(void)
+{
+    for (int attempt = 0; attempt < 3; attempt++)
+        if (gw_attempt())
+            return;
+}
+
 /* ---- the fencing token --------------------------------------------------------- */
 
 static void test_fencing_token(void)
@@ -701,6 +897,7 @@ int main(void)
 {
     RUN(test_fencing_token);
     RUN(test_cold_span_order);
+    RUN(test_armed_gives_way);
     RUN(test_lost_claim);
     RUN(test_fence_stopped);
     RUN(test_kill_held);
