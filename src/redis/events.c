@@ -38,8 +38,13 @@ int tw_rr_bg_new(void **slot, size_t size, void *(*fn)(void *), void *arg)
     struct tw_rr_bg *b = calloc(1, size);
     if (!b)
         return TW_ENOMEM;
-    if (pthread_mutex_init(&b->mu, NULL) || tw_cond_init_mono_(&b->cv)) {
-        free(b); /* cannot fail on Linux */
+    if (pthread_mutex_init(&b->mu, NULL)) {
+        free(b); /* cannot fail with glibc */
+        return TW_ESYS;
+    }
+    if (tw_cond_init_mono_(&b->cv)) {
+        pthread_mutex_destroy(&b->mu);
+        free(b);
         return TW_ESYS;
     }
     *slot = b; /* before the thread starts: it reads it */

@@ -355,7 +355,8 @@ int tw_redis_schedule_set(struct tw_redis *r, const void *key, size_t key_len, c
             return rc;
         uint64_t now = 0, o1, o2;
         if (x->type == REDIS_REPLY_ARRAY && x->elements == 2 &&
-            x->element[0]->type == REDIS_REPLY_STRING)
+            x->element[0]->type == REDIS_REPLY_STRING &&
+            x->element[1]->type == REDIS_REPLY_STRING)
             now = strtoull(x->element[0]->str, NULL, 10) * 1000u +
                   strtoull(x->element[1]->str, NULL, 10) / 1000u;
         freeReplyObject(x);

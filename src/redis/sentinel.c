@@ -293,9 +293,11 @@ static int rr_confirm(struct tw_redis *r, struct tw_rr_sentinel *s, char *why)
 int tw_rr_sentinel_new(struct tw_redis *r, const struct tw_redis_config *cfg, char *why)
 {
     struct tw_rr_sentinel *s = calloc(1, sizeof *s);
-    if (!s || pthread_mutex_init(&s->mu, NULL) != 0) {
-        free(s);
+    if (!s)
         return TW_ENOMEM;
+    if (pthread_mutex_init(&s->mu, NULL) != 0) {
+        free(s);
+        return TW_ESYS;
     }
     r->sentinel = s;
     s->connect_timeout_ms = cfg->connect_timeout_ms;

@@ -202,9 +202,6 @@ static void rr_time_reply(struct tw_redis *r, size_t nd, redisReply *x, uint64_t
     freeReplyObject(x);
 }
 
-static const char *rr_time_av[1] = {"TIME"}; /* read only */
-static const size_t rr_time_al[1] = {4};
-
 /* Before claiming, a fresh and tight clock sample of every node serving a
  * wanted partition: TIME is a quick round trip, where the claim's own reply
  * comes after its whole script and its records (up to ~4 MB), so the
@@ -214,6 +211,8 @@ static const size_t rr_time_al[1] = {4};
 void tw_rr_time_round(struct tw_redis *r, const unsigned char *want, unsigned char *bad)
 {
     struct tw_rr_router *rt = &r->claim_rt;
+    const char *time_av[1] = {"TIME"};
+    const size_t time_al[1] = {4};
     unsigned char sent[TW_RR_SAMPLE_NODES] = {0};
     uint64_t sent_ns[TW_RR_SAMPLE_NODES] = {0}; /* when each TIME was sent */
     size_t nsent = 0;
@@ -226,7 +225,7 @@ void tw_rr_time_round(struct tw_redis *r, const unsigned char *want, unsigned ch
             continue;
         }
         uint64_t t_send = tw_rr_mono_ns();
-        int s = tw_rr_send(rt, r->slots[p], 1, rr_time_av, rr_time_al);
+        int s = tw_rr_send(rt, r->slots[p], 1, time_av, time_al);
         if (s == nd) {
             sent[nd] = 1;
             sent_ns[nd] = t_send;
@@ -234,7 +233,7 @@ void tw_rr_time_round(struct tw_redis *r, const unsigned char *want, unsigned ch
             continue;
         }
         redisReply *x; /* not connected: connect with the router's retries */
-        if (s >= 0 || tw_rr_command(rt, r->slots[p], 1, rr_time_av, rr_time_al, &x) != 0) {
+        if (s >= 0 || tw_rr_command(rt, r->slots[p], 1, time_av, time_al, &x) != 0) {
             bad[nd] = 1; /* unreachable: no claims there this round */
             continue;
         }

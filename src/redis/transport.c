@@ -651,7 +651,11 @@ int tw_rr_link_next(struct tw_rr_link *l, void **reply)
 {
     *reply = NULL;
     if (redisReaderGetReply(l->reader, reply) != REDIS_OK) {
-        lk_fail(l, TW_EPROTO, "Protocol error: %s", l->reader->errstr);
+        /* the reader's own allocation failed: out of memory, not a bad reply */
+        if (l->reader->err == REDIS_ERR_OOM)
+            lk_fail(l, TW_ENOMEM, "Out of memory reading a reply");
+        else
+            lk_fail(l, TW_EPROTO, "Protocol error: %s", l->reader->errstr);
         return l->err;
     }
     return 0;

@@ -327,7 +327,7 @@ static const struct {
 
 int tw_rr_url_parse(const char *s, struct tw_rr_url *u, const char **why)
 {
-    static const char *unused;
+    const char *unused; /* the reason, when the caller wants none */
     if (!why)
         why = &unused;
     memset(u, 0, sizeof *u);
