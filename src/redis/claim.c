@@ -722,23 +722,41 @@ static int rr_claim_round(struct tw_redis *r, unsigned char *want, bool pace, bo
     return err;
 }
 
-void *tw_rr_claim_main(void *arg)
+int tw_rr_claim_alloc(struct tw_redis *r)
 {
-    struct tw_redis *r = arg;
     uint32_t P = r->cfg.partitions;
-    unsigned char *want = calloc(P, 1);
+    r->claim_want = calloc(P, 1);
     r->recover_ns = malloc(P * sizeof *r->recover_ns);
     r->recover_due = calloc(P, 1);
     r->share_tab = calloc((size_t)P * RR_SHARE_SLOTS, sizeof *r->share_tab);
     r->share_ns = calloc(P, sizeof *r->share_ns);
-    if (!r->recover_ns || !r->recover_due || !r->share_tab || !r->share_ns) {
-        free(want); /* as Redis away: never claims */
-        want = NULL;
-    } else {
-        for (uint32_t p = 0; p < P; p++)
-            r->recover_ns[p] = UINT64_MAX;
-    }
+    if (!r->claim_want || !r->recover_ns || !r->recover_due || !r->share_tab || !r->share_ns)
+        return TW_ENOMEM; /* tw_rr_claim_free (with the instance) frees what was */
+    for (uint32_t p = 0; p < P; p++)
+        r->recover_ns[p] = UINT64_MAX;
     r->recover_next = UINT64_MAX;
+    return 0;
+}
+
+void tw_rr_claim_free(struct tw_redis *r)
+{
+    free(r->claim_want);
+    free(r->recover_ns);
+    free(r->recover_due);
+    free(r->share_tab);
+    free(r->share_ns);
+    r->claim_want = NULL;
+    r->recover_ns = NULL;
+    r->recover_due = NULL;
+    r->share_tab = NULL;
+    r->share_ns = NULL;
+}
+
+void *tw_rr_claim_main(void *arg)
+{
+    struct tw_redis *r = arg;
+    uint32_t P = r->cfg.partitions;
+    unsigned char *want = r->claim_want;
     uint64_t half = (uint64_t)r->cfg.window_ms * 1000000u / 2, next_refill = 0;
     uint64_t retry_at = UINT64_MAX; /* at its fill: claim again then */
     uint64_t last_ok_refill = 0;    /* start of the last refill round that claimed all */
@@ -763,7 +781,7 @@ void *tw_rr_claim_main(void *arg)
         }
         bool refill = now >= next_refill, retry = now >= retry_at;
         /* recoveries (see the top), while Redis answers (else the backoff's refills) */
-        uint64_t recover_at = want && backoff_ms == 0 ? r->recover_next : UINT64_MAX;
+        uint64_t recover_at = backoff_ms == 0 ? r->recover_next : UINT64_MAX;
         bool recover = now >= recover_at;
         if (!refill && !retry && !recover && r->nflagged == 0) {
             uint64_t until = next_refill < retry_at ? next_refill : retry_at;
@@ -779,8 +797,7 @@ void *tw_rr_claim_main(void *arg)
                     now - last_ok_refill <= half + half / 4;
         size_t nwant = 0;
         for (uint32_t p = 0; p < P; p++) {
-            if (want)
-                nwant += want[p] = (unsigned char)(refill || retry || r->flags[p]);
+            nwant += want[p] = (unsigned char)(refill || retry || r->flags[p]);
             r->flags[p] = 0;
         }
         r->nflagged = 0;
@@ -789,22 +806,19 @@ void *tw_rr_claim_main(void *arg)
          * after its first call (rr_pace), an unpaced one claims them all. */
         if (recover && !refill && !retry)
             nwant += rr_recovery_due(r, want, now);
-        if (want && nwant == 0) { /* nothing due after all (a claim moved it on) */
+        if (nwant == 0) { /* nothing due after all (a claim moved it on) */
             pthread_mutex_lock(&r->mu);
             continue;
         }
-        int rc = 0;
         bool capped = false;
         uint64_t round_start = now;
-        if (want) {
-            if (refill)
-                atomic_fetch_add(&r->refills, 1);
-            rc = rr_claim_round(r, want, pace, &capped);
-        }
+        if (refill)
+            atomic_fetch_add(&r->refills, 1);
+        int rc = rr_claim_round(r, want, pace, &capped);
         awaiting = r->nawait || atomic_load(&r->nsilent);
         now = tw_rr_mono_ns();
         retry_at = capped ? now + RR_CAPPED_RETRY_NS : UINT64_MAX;
-        if (rc == TW_EIO || rc == TW_EUNKNOWN || rc == TW_EPROTO || rc == TW_ENOMEM || !want) {
+        if (rc == TW_EIO || rc == TW_EUNKNOWN || rc == TW_EPROTO || rc == TW_ENOMEM) {
             /* Redis away: try again soon, then less often, at most every window/2. */
             backoff_ms = backoff_ms ? backoff_ms * 2 : 50;
             uint64_t wait = (uint64_t)backoff_ms * 1000000u;
@@ -825,14 +839,5 @@ void *tw_rr_claim_main(void *arg)
         pthread_mutex_lock(&r->mu);
     }
     pthread_mutex_unlock(&r->mu);
-    free(want); /* the carry is left for stop to release */
-    free(r->recover_ns);
-    free(r->recover_due);
-    free(r->share_tab);
-    free(r->share_ns);
-    r->recover_ns = NULL;
-    r->recover_due = NULL;
-    r->share_tab = NULL;
-    r->share_ns = NULL;
-    return NULL;
+    return NULL; /* the carry is left for stop to release */
 }

@@ -668,6 +668,7 @@ struct tw_redis {
     uint64_t *share_ns;             /* claim thread only: per partition, its last claim
                                        of shares only (rr_claim_shares) */
     unsigned char *recover_due;     /* claim thread only: scratch of rr_pace */
+    unsigned char *claim_want;      /* claim thread only: the partitions a round claims */
     atomic_bool stop_sub;
     struct tw_rr_router claim_rt;
     struct tw_rr_router sub_rt;     /* only its node list is used */
@@ -823,6 +824,11 @@ int tw_rr_many_check(void *ctx, size_t i, const redisReply *x); /* a tw_rr_check
 
 /* claim.c and subscriber.c: the claim and subscriber threads. */
 void *tw_rr_claim_main(void *arg);
+/* The claim thread's per-partition state, allocated by tw_redis_new before
+ * the thread starts (so that a failed allocation fails new, not the thread)
+ * and freed with the instance: 0 or TW_ENOMEM. */
+int tw_rr_claim_alloc(struct tw_redis *r);
+void tw_rr_claim_free(struct tw_redis *r);
 void *tw_rr_sub_main(void *arg);
 
 /* execute.c: an executor thread; arg is its struct tw_rr_round (r set). */

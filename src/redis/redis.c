@@ -787,6 +787,7 @@ static void rr_free_all(struct tw_redis *r)
     free(r->last_full);
     free(r->unknown);
     free(r->silent);
+    tw_rr_claim_free(r);
     for (size_t k = 0; k < TW_RR_SAMPLE_NODES; k++)
         if (r->probe[k])
             tw_rr_link_free(r->probe[k]);
@@ -929,16 +930,22 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
      * leave the start uncounted */
     if (r->cfg.hold_ms > r->cfg.lease_ms)
         r->cfg.hold_ms = r->cfg.lease_ms;
-    if (pthread_mutex_init(&r->api_mu, NULL) || pthread_mutex_init(&r->mu, NULL) ||
-        pthread_mutex_init(&r->stop_mu, NULL) || pthread_mutex_init(&r->hist_mu, NULL) ||
-        pthread_mutex_init(&r->ack_mu, NULL) || pthread_mutex_init(&r->err_mu, NULL) ||
-        pthread_mutex_init(&r->silent_mu, NULL)) {
-        free(r); /* on Linux these inits cannot fail; nothing to destroy */
-        return TW_ESYS;
-    }
-    if (tw_cond_init_mono_(&r->cv) || tw_cond_init_mono_(&r->sub_cv) ||
-        tw_cond_init_mono_(&r->ack_cv)) {
-        free(r); /* as the mutexes: these inits cannot fail on Linux */
+    /* glibc's inits cannot fail; elsewhere the ones done are undone */
+    pthread_mutex_t *mus[] = {&r->api_mu, &r->mu,     &r->stop_mu,  &r->hist_mu,
+                              &r->ack_mu, &r->err_mu, &r->silent_mu};
+    pthread_cond_t *cvs[] = {&r->cv, &r->sub_cv, &r->ack_cv};
+    const size_t NMU = sizeof mus / sizeof mus[0], NCV = sizeof cvs / sizeof cvs[0];
+    size_t nmu = 0, ncv = 0;
+    while (nmu < NMU && pthread_mutex_init(mus[nmu], NULL) == 0)
+        nmu++;
+    while (nmu == NMU && ncv < NCV && tw_cond_init_mono_(cvs[ncv]) == 0)
+        ncv++;
+    if (ncv < NCV) {
+        while (ncv)
+            pthread_cond_destroy(cvs[--ncv]);
+        while (nmu)
+            pthread_mutex_destroy(mus[--nmu]);
+        free(r);
         return TW_ESYS;
     }
     strcpy(r->queue, cfg->queue);
@@ -1006,7 +1013,7 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
         r->ack_tail = calloc(r->cfg.partitions, sizeof *r->ack_tail);
         r->silent = calloc(r->cfg.partitions, sizeof *r->silent);
         if (!r->exec_rt || !r->round || !r->exec_threads || !r->ack_round || !r->ack_head ||
-            !r->ack_tail || !r->silent)
+            !r->ack_tail || !r->silent || tw_rr_claim_alloc(r) != 0)
             goto nomem;
         r->ack_delay_ns = (uint64_t)(r->cfg.lease_ms / 8 < RR_ACK_DELAY_MS ? r->cfg.lease_ms / 8
                                                                            : RR_ACK_DELAY_MS) *
@@ -1097,33 +1104,27 @@ static int rr_rel_build(void *ctx, size_t i, int *slot, const char **av, size_t 
     return 0;
 }
 
+#define RR_REL_CHUNK 512 /* items a pipelined RELEASE batch takes (the pipeline's chunk) */
+
 /* Give the leases of a list of held items back (they become due at their due
  * time for any worker), and free the items. Best effort: what cannot be
- * released (Redis away) comes back when its lease ends. */
+ * released (Redis away, or the pipeline's memory refused) comes back when
+ * its lease ends. Nothing here allocates, so a stop short of memory still
+ * gives back what it can, chunk by chunk. */
 static void rr_release(struct tw_redis *r, struct tw_rr_item *list)
 {
-    size_t n = 0;
-    for (struct tw_rr_item *it = list; it; it = it->next)
-        n++;
-    struct rr_rel *m = malloc(sizeof *m);
-    struct tw_rr_item **v = malloc((n ? n : 1) * sizeof *v);
-    if (m && v) {
-        size_t i = 0;
-        for (struct tw_rr_item *it = list; it; it = it->next)
-            v[i++] = it;
-        m->r = r;
-        m->v = v;
+    struct tw_rr_item *v[RR_REL_CHUNK];
+    struct rr_rel m = {.r = r, .v = v};
+    while (list) {
+        size_t n = 0;
+        for (; list && n < RR_REL_CHUNK; list = list->next)
+            v[n++] = list;
         pthread_mutex_lock(&r->api_mu);
-        (void)tw_rr_eval_many(&r->api, TW_RR_RELEASE, n, TW_RR_NKEYS, rr_rel_build, m,
+        (void)tw_rr_eval_many(&r->api, TW_RR_RELEASE, n, TW_RR_NKEYS, rr_rel_build, &m,
                               tw_rr_many_check);
         pthread_mutex_unlock(&r->api_mu);
-    }
-    free(m);
-    free(v);
-    while (list) {
-        struct tw_rr_item *nx = list->next;
-        free(list);
-        list = nx;
+        for (size_t i = 0; i < n; i++)
+            free(v[i]);
     }
 }
 
