@@ -506,6 +506,8 @@ void tw_rr_local_free(struct tw_rr_local *l);
 size_t tw_rr_local_held(struct tw_rr_local *l);
 /* Items ready, armed, or taken and not settled. */
 size_t tw_rr_local_ready(struct tw_rr_local *l);
+/* Items armed: started, waiting for their run time. */
+size_t tw_rr_local_armed(struct tw_rr_local *l);
 /* Most ready items one take hands out (1..TW_RR_RUN_BATCH; starts at 1). */
 void tw_rr_local_batch(struct tw_rr_local *l, size_t max);
 /* Threads refused rt_prio so far. */

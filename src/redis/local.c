@@ -440,6 +440,14 @@ size_t tw_rr_local_ready(struct tw_rr_local *l)
     return n;
 }
 
+size_t tw_rr_local_armed(struct tw_rr_local *l)
+{
+    pthread_mutex_lock(&l->mu);
+    size_t n = l->narmed;
+    pthread_mutex_unlock(&l->mu);
+    return n;
+}
+
 size_t tw_rr_local_held(struct tw_rr_local *l)
 {
     pthread_mutex_lock(&l->mu);

@@ -782,11 +782,14 @@ static bool gw_attempt(void)
         int64_t delay = (to_due + (int64_t)ms / 2) / (int64_t)ms; /* to the nearest ms */
         CHECK_EQ_INT(tw_redis_set(w, key[i], 1, "p", 1, delay), 0);
     }
-    /* all three claimed, X and A started at S; then the server goes */
+    /* all three claimed, X and A started at S and armed in the worker (their
+     * STARTs' replies read: a reply the kill overtook would leave one
+     * unanswered, never run); then the server goes */
     bool claimed = false, started = false;
     while (!(claimed = tw_redis_stats(w, &st) == 0 && st.leased == 3) && tw_rr_mono_ns() < S)
         rfx_sleep_ms(5);
-    while (claimed && !(started = gw_started(c)) && tw_rr_mono_ns() < S + GW_KILL_BY_MS * ms)
+    while (claimed && !(started = gw_started(c) && tw_rr_local_armed(w->local) == 2) &&
+           tw_rr_mono_ns() < S + GW_KILL_BY_MS * ms)
         rfx_sleep_ms(1);
     CHECK_EQ_INT(rfx_kill(&srv), 0);
     double kill_ms = ((double)tw_rr_mono_ns() - (double)S) / 1e6;
@@ -802,6 +805,8 @@ static bool gw_attempt(void)
     uint64_t due_a = 0, due_x = 0, due_b = 0;
     while (!hrec_start_of(G.R, "A", &due_a) && rfx_mono_ms() < end)
         rfx_sleep_ms(10);
+    struct tw_redis_stats fin = {0}; /* what became of a task that did not run */
+    (void)tw_redis_stats(w, &fin);
     uint64_t stop_at = rfx_mono_ms();
     tw_redis_free(w); /* Redis still gone */
     w = NULL;
@@ -811,8 +816,9 @@ static bool gw_attempt(void)
     double late_a = ((double)a_us - (double)due_a * 1000.0) / 1000.0;
     double late_x = ((double)x_us - (double)due_x * 1000.0) / 1000.0;
     printf("armed gives way: server killed %.1f ms after X's and A's span tick; X ran %.1f ms "
-           "after its due time, A %.1f ms after its own (bound %d ms); stop took %" PRIu64 " ms\n",
-           kill_ms, late_x, late_a, GW_LATE_MS, stop_ms);
+           "after its due time, A %.1f ms after its own (bound %d ms); stop took %" PRIu64
+           " ms; fenced %" PRIu64 ", lost leases %" PRIu64 "\n",
+           kill_ms, late_x, late_a, GW_LATE_MS, stop_ms, fin.fenced, fin.lost_leases);
     CHECK(x_us != 0 && a_us != 0); /* both started before the kill */
     CHECK_EQ_U64(b_us, 0);         /* its round came after the kill: never answered */
     if (a_us) {
