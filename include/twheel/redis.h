@@ -598,8 +598,9 @@ TW_API void tw_redis_config_init(struct tw_redis_config *cfg);
  *         certificate without its key, a master name no Sentinel knows,
  *         lease_ms below TW_REDIS_LEASE_MIN_MS or 4 * tick_ms, wait_replicas
  *         without a wait_timeout_ms below command_timeout_ms), TW_EIO (no
- *         server reachable; with Sentinel: no Sentinel, or not the master
- *         they name), TW_ETLS (TLS failed: the server's certificate not
+ *         server reachable, or a connection lost during new's own calls,
+ *         whose writes a later new makes again; with Sentinel: no Sentinel,
+ *         or not the master they name), TW_ETLS (TLS failed: the server's certificate not
  *         verified, the client's refused, a TLS file unreadable, no TLS in
  *         this build: OpenSSL's words in errbuf), TW_EAUTH (credentials refused, or a permission
  *         the layer needs missing: the text names it), TW_ECONFLICT (an

@@ -1001,6 +1001,11 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
         (rc = tw_rr_check_masters(r)) != 0 || (rc = tw_rr_check_partitions(r)) != 0 ||
         (rc = tw_rr_upgrade_leases(r)) != 0) {
         snprintf(why, sizeof why, "%s", r->api.err[0] ? r->api.err : tw_strerror(rc));
+        /* a reply lost in these checks: what they write (the partition
+         * count SET NX, the schema marker, converted leases) is safe to
+         * write again, so the caller needs no "maybe": the connection was lost */
+        if (rc == TW_EUNKNOWN)
+            rc = TW_EIO;
         goto fail;
     }
     rr_fit_partitions(r);
