@@ -62,6 +62,7 @@
  */
 #define _GNU_SOURCE
 #include "fixture.h"
+#include "schema_lua.h"
 #include "test.h"
 
 #include <dlfcn.h>
@@ -372,36 +373,8 @@ static void del_queue(const char *q)
     CHECK_EQ_INT(rfx_command(&srv, "EVAL %s 0 %s", lua, pat), 0);
 }
 
-/* The schema of queue q, every partition (as test_redis_rules' check_schema):
- * each index member names a non-empty bucket and each bucket is indexed; a
- * bucket holds tasks in no lease whose due time falls in it; every task in
- * no lease sits in a bucket; each lease member is a task's key and token;
- * tokens are non-zero and distinct. CHECKs it; the violations. */
-static const char schema_lua[] =
-    "local W = tonumber(ARGV[1]) local bad, waiting = 0, 0\n"
-    "local idx = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')\n"
-    "for i = 1, #idx, 2 do local b = idx[i]\n"
-    "  if tonumber(idx[i + 1]) ~= tonumber(b) then bad = bad + 1 end\n"
-    "  local m = redis.call('LRANGE', KEYS[1] .. ':' .. b, 0, -1)\n"
-    "  if #m == 0 then bad = bad + 1 end\n"
-    "  for j = 1, #m do waiting = waiting + 1\n"
-    "    local v = redis.call('HGET', KEYS[3], m[j])\n"
-    "    local tok, att, due = string.match(v or '', '^(%d+) (%d+) (%d+) ')\n"
-    "    if not v or redis.call('ZSCORE', KEYS[2], m[j] .. ':' .. tok) or\n"
-    "      math.floor(tonumber(due) / W) ~= tonumber(b)\n"
-    "      then bad = bad + 1 end\n"
-    "  end\n"
-    "end\n"
-    "if #redis.call('KEYS', KEYS[1] .. ':*') ~= #idx / 2 then bad = bad + 1 end\n"
-    "local all = redis.call('HGETALL', KEYS[3]) local free, seen = 0, {}\n"
-    "for j = 1, #all, 2 do local tok = string.match(all[j + 1], '^(%d+) ')\n"
-    "  if not tok or tonumber(tok) == 0 or seen[tok] then bad = bad + 1 end\n"
-    "  if tok then seen[tok] = true end\n"
-    "  if not redis.call('ZSCORE', KEYS[2], all[j] .. ':' .. (tok or '')) then free = free + 1 end\n"
-    "end\n"
-    "if free ~= waiting then bad = bad + 1 end\n"
-    "if redis.call('ZCARD', KEYS[2]) ~= #all / 2 - free then bad = bad + 1 end\n"
-    "return {bad, waiting, #idx / 2}\n";
+/* The schema of queue q, every partition (schema_lua.h): CHECKs it; the
+ * violations. */
 
 static long long check_schema(redisContext *c, const char *q)
 {
