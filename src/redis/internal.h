@@ -213,6 +213,8 @@ struct tw_rr_router {
     size_t nnodes, cap;
     bool cluster;             /* false: every slot lives on nodes[0] */
     bool map_stale;           /* refresh CLUSTER SLOTS before the next command */
+    bool oom;                 /* the last command failed for want of memory here (its
+                               * code TW_EUNKNOWN when a try may have been applied) */
     uint16_t *slot_node;      /* cluster: TW_RR_SLOTS node indexes (UINT16_MAX: unknown) */
     uint32_t connect_timeout_ms, command_timeout_ms;
     uint32_t retry_ms;        /* set by the owner: redirects, reconnects and backoff of

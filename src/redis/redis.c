@@ -830,6 +830,16 @@ static int rr_router(struct tw_redis *r, struct tw_rr_router *rt, char *why)
     return rc;
 }
 
+/* A code of new's own calls for its caller. A reply lost there (TW_EUNKNOWN)
+ * leaves no doubt to report: what they write (the scripts, the partition
+ * count SET NX, the schema marker, converted leases) a later new writes
+ * again. So it is the connection lost (TW_EIO), or the memory to read the
+ * reply (TW_ENOMEM). */
+static int rr_new_code(const struct tw_redis *r, int rc)
+{
+    return rc != TW_EUNKNOWN ? rc : r->api.oom ? TW_ENOMEM : TW_EIO;
+}
+
 static int rr_load_scripts(struct tw_redis *r)
 {
     for (unsigned i = 0; i < TW_RR_NSCRIPTS; i++) {
@@ -838,7 +848,7 @@ static int rr_load_scripts(struct tw_redis *r)
         redisReply *x;
         int rc = tw_rr_command(&r->api, -1, 3, av, al, &x);
         if (rc)
-            return rc == TW_EUNKNOWN ? TW_EIO : rc; /* not loaded, whatever the server did */
+            return rr_new_code(r, rc); /* not loaded, whatever the server did */
         if (x->type != REDIS_REPLY_STRING || x->len != 40) {
             rc = x->type == REDIS_REPLY_ERROR ? tw_rr_reply_error(&r->api, x) : TW_EPROTO;
             freeReplyObject(x);
@@ -1001,11 +1011,7 @@ int tw_redis_new(struct tw_redis **out, const struct tw_redis_config *cfg)
         (rc = tw_rr_check_masters(r)) != 0 || (rc = tw_rr_check_partitions(r)) != 0 ||
         (rc = tw_rr_upgrade_leases(r)) != 0) {
         snprintf(why, sizeof why, "%s", r->api.err[0] ? r->api.err : tw_strerror(rc));
-        /* a reply lost in these checks: what they write (the partition
-         * count SET NX, the schema marker, converted leases) is safe to
-         * write again, so the caller needs no "maybe": the connection was lost */
-        if (rc == TW_EUNKNOWN)
-            rc = TW_EIO;
+        rc = rr_new_code(r, rc);
         goto fail;
     }
     rr_fit_partitions(r);

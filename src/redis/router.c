@@ -272,11 +272,12 @@ static int rr_refresh_from(struct tw_rr_router *rt, size_t i)
     if (rc != 0)
         return rc;
     redisReply *r;
-    if (tw_rr_link_command(rt->nodes[i].c, 2, (const char *[]){"CLUSTER", "SLOTS"},
-                           (size_t[]){7, 5}, &r) != 0) {
+    rc = tw_rr_link_command(rt->nodes[i].c, 2, (const char *[]){"CLUSTER", "SLOTS"},
+                            (size_t[]){7, 5}, &r);
+    if (rc != 0) {
         rr_lost(rt, &rt->nodes[i], NULL);
         rr_drop(&rt->nodes[i]);
-        return TW_EIO;
+        return rc == TW_ENOMEM ? TW_ENOMEM : TW_EIO; /* no memory for the reply: say so */
     }
     if (r->type == REDIS_REPLY_ERROR) {
         if (strstr(r->str, "cluster support disabled")) {
@@ -514,11 +515,14 @@ static int rr_command(struct tw_rr_router *rt, int slot, int argc, const char **
     uint64_t deadline = tw_rr_mono_ns() + (uint64_t)budget * 1000000u;
     int ask = -1;
     rt->err[0] = 0;
+    rt->oom = false;
     for (;;) {
         if (rt->cluster && rt->map_stale) {
             int rc = rr_refresh(rt);
-            if (rc == TW_ENOMEM)
+            if (rc == TW_ENOMEM) {
+                rt->oom = true;
                 return rr_failed(*lost, rc);
+            }
         }
         int n = ask >= 0 ? ask : tw_rr_node_of(rt, slot);
         if (n < 0) { /* slot unknown: refresh and retry */
@@ -566,8 +570,10 @@ static int rr_command(struct tw_rr_router *rt, int slot, int argc, const char **
             *lost = *lost || st == RR_LOST;
             rr_lost(rt, nd, NULL);
             rr_drop(nd);
-            if (oom)
+            if (oom) {
+                rt->oom = true;
                 return rr_failed(*lost, TW_ENOMEM);
+            }
             if (rt->cluster)
                 rt->map_stale = true;
             if (tw_rr_mono_ns() >= deadline)
@@ -579,8 +585,10 @@ static int rr_command(struct tw_rr_router *rt, int slot, int argc, const char **
             int s, idx = rr_redirect_target(rt, (size_t)n, r->str, &s);
             bool moved = r->str[0] == 'M';
             freeReplyObject(r);
-            if (idx < 0)
+            if (idx < 0) {
+                rt->oom = idx == TW_ENOMEM;
                 return rr_failed(*lost, idx == TW_ENOMEM ? TW_ENOMEM : TW_EPROTO);
+            }
             if (moved) {
                 rt->slot_node[s] = (uint16_t)idx;
                 rt->map_stale = true;
